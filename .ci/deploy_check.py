@@ -1,0 +1,797 @@
+#!/usr/bin/env python3
+"""Offline checks of gatebot's deployment files.
+
+Run through .ci/deploy-check.sh, which prepares a virtualenv with helm-python-sdk
+(Helm's Go SDK as a shared library: lint and render without a helm binary) and
+kubernetes-validate (Kubernetes OpenAPI schemas).
+
+Prints one line per check and ends with `deploy: N passed, M failed`; exits non-zero
+when any check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import helm_python as helm
+import jsonschema
+import yaml
+from kubernetes_validate import utils as kv
+
+KUBE_VERSION = "1.30.0"
+ROOT = Path(__file__).resolve().parent.parent
+NAMESPACE = "flagger-system"
+RELEASE = "gatebot"
+
+# Environment variable names fixed by the design; anything else GATEBOT_* is a typo.
+KNOWN_ENV = {
+    "GATEBOT_LISTEN", "GATEBOT_DATABASE_URL", "GATEBOT_ADMIN_TOKEN", "GATEBOT_APPROVAL_TTL",
+    "GATEBOT_GITHUB_WEBHOOK_SECRET", "GATEBOT_GITHUB_TOKEN", "GATEBOT_GITHUB_APP_ID",
+    "GATEBOT_GITHUB_APP_PRIVATE_KEY", "GATEBOT_GITHUB_API_URL", "GATEBOT_GITHUB_REPOSITORY",
+    "GATEBOT_GITHUB_MIN_PERMISSION", "GATEBOT_SLACK_SIGNING_SECRET", "GATEBOT_SLACK_BOT_TOKEN",
+    "GATEBOT_SLACK_CHANNEL", "GATEBOT_SLACK_API_URL", "GATEBOT_SLACK_APPROVERS",
+    "GATEBOT_POLICY", "GATEBOT_TEMPLATES_DIR", "GATEBOT_LOG_FORMAT", "RUST_LOG",
+}
+# Settings added since live in .env.example, which lists every one.
+if (ROOT / ".env.example").is_file():
+    KNOWN_ENV |= set(re.findall(r"^#?\s*((?:GATEBOT_[A-Z0-9_]+)|RUST_LOG)=",
+                                (ROOT / ".env.example").read_text(), re.M))
+SECRET_ENV = {
+    "GATEBOT_ADMIN_TOKEN", "GATEBOT_GITHUB_WEBHOOK_SECRET", "GATEBOT_GITHUB_TOKEN",
+    "GATEBOT_GITHUB_APP_PRIVATE_KEY", "GATEBOT_SLACK_SIGNING_SECRET", "GATEBOT_SLACK_BOT_TOKEN",
+}
+WEBHOOK_PATHS = ["/webhooks/github", "/webhooks/slack/interactions", "/webhooks/slack/commands"]
+SQLITE_URL = "sqlite:///data/gatebot.db"
+
+PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEexample\n-----END RSA PRIVATE KEY-----\n"
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "exposed": {
+        "ingress": {
+            "enabled": True,
+            "className": "nginx",
+            "annotations": {"cert-manager.io/cluster-issuer": "letsencrypt"},
+            "hosts": ["gatebot.example.com", "gatebot.example.org"],
+            "tls": [{"secretName": "gatebot-tls", "hosts": ["gatebot.example.com"]}],
+        },
+        "serviceMonitor": {"enabled": True, "interval": "15s",
+                           "additionalLabels": {"release": "prometheus"}},
+        "podDisruptionBudget": {"enabled": True, "minAvailable": 1},
+    },
+    "postgres": {
+        "replicaCount": 3,
+        "postgres": {"url": "postgres://gatebot:hunter2@db.example:5432/gatebot"},
+        "github": {"token": "ghp_example", "webhookSecret": "whsec", "repository": "acme/shop"},
+        "slack": {"signingSecret": "sss", "botToken": "xoxb-1", "channel": "C0123",
+                  "approvers": ["U0ALICE", "S0DEPLOY"]},
+        "adminToken": "admin",
+        "approvalTTL": "24h",
+    },
+    "existing-secret": {
+        "existingSecret": "gatebot-secrets",
+        "existingSecretKeys": {"githubToken": "token"},
+        "postgres": {"existingSecret": "gatebot-secrets", "existingSecretKey": "db"},
+        "replicaCount": 2,
+    },
+    "templates": {
+        "policy": "commands:\n  promote:\n    teams: [acme/release]\n",
+        "templates": {"overrides": {
+            "github/status.md.j2": "Gate {{ gate }} is waiting\n",
+            "slack/wait.json.j2": "{\"blocks\": []}\n",
+        }},
+        "logFormat": "text",
+        "logLevel": "info,gatebot=debug",
+    },
+    "github-app": {
+        "github": {"appId": 123456, "appPrivateKey": PEM, "webhookSecret": "whsec",
+                   "apiUrl": "https://ghe.example.com/api/v3"},
+        "persistence": {"enabled": True, "existingClaim": "my-claim"},
+    },
+    "no-persistence": {"persistence": {"enabled": False}},
+}
+
+
+# --------------------------------------------------------------------------- harness
+
+class Checks:
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed = 0
+
+    def run(self, name: str, fn: Callable[[], str | None]) -> Any:
+        try:
+            detail = fn()
+        except Exception as exc:  # noqa: BLE001 - every failure is reported, not raised
+            self.failed += 1
+            msg = str(exc).strip().replace("\n", " | ") or type(exc).__name__
+            print(f"FAIL {name}: {msg[:600]}")
+            if os.environ.get("DEPLOY_CHECK_DEBUG"):
+                traceback.print_exc()
+            return None
+        self.passed += 1
+        print(f"ok   {name}" + (f" ({detail})" if detail else ""))
+        return True
+
+
+def expect(cond: bool, msg: str) -> None:
+    if not cond:
+        raise AssertionError(msg)
+
+
+# --------------------------------------------------------------------------- helpers
+
+def render(chart: Path, values: dict[str, Any]) -> dict[str, str]:
+    with helm.Chart.load(chart) as c:
+        return c.render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+
+
+def manifests(rendered: dict[str, str]) -> list[dict[str, Any]]:
+    docs = []
+    for path, text in sorted(rendered.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        try:
+            loaded = list(yaml.safe_load_all(text))
+        except yaml.YAMLError as exc:
+            raise AssertionError(f"{path} is not valid YAML: {exc}") from exc
+        for doc in loaded:
+            if doc is None:
+                continue
+            expect(isinstance(doc, dict), f"{path}: a document is not a mapping")
+            docs.append(doc)
+    return docs
+
+
+def notes(rendered: dict[str, str]) -> str:
+    return next((t for p, t in rendered.items() if p.endswith("NOTES.txt")), "")
+
+
+def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d.get("kind") == kind]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = of_kind(docs, kind)
+    expect(len(found) == 1, f"expected one {kind}, found {len(found)}")
+    return found[0]
+
+
+def validate_k8s(docs: list[dict[str, Any]]) -> str:
+    """Schema-validate every object strictly; ServiceMonitor (a CRD) is checked by hand."""
+    kinds = []
+    for doc in docs:
+        expect("apiVersion" in doc and "kind" in doc, f"object without apiVersion/kind: {doc}")
+        name = f"{doc['kind']}/{doc.get('metadata', {}).get('name')}"
+        if doc["kind"] == "ServiceMonitor":
+            check_service_monitor(doc)
+        else:
+            try:
+                kv.validate(doc, KUBE_VERSION, strict=True)
+            except kv.ValidationError as exc:
+                path = ".".join(str(p) for p in exc.path)
+                raise AssertionError(f"{name}: {path}: {exc.message}") from None
+            except kv.SchemaNotFoundError as exc:
+                raise AssertionError(exc.message) from None
+        kinds.append(name)
+    return ", ".join(kinds)
+
+
+def check_service_monitor(sm: dict[str, Any]) -> None:
+    expect(sm.get("apiVersion") == "monitoring.coreos.com/v1", "ServiceMonitor apiVersion")
+    expect(sm.get("kind") == "ServiceMonitor", "ServiceMonitor kind")
+    md = sm.get("metadata", {})
+    expect(bool(md.get("name")) and bool(md.get("namespace")), "ServiceMonitor name/namespace")
+    spec = sm.get("spec", {})
+    expect(isinstance(spec.get("selector", {}).get("matchLabels"), dict)
+           and spec["selector"]["matchLabels"], "ServiceMonitor spec.selector.matchLabels")
+    eps = spec.get("endpoints")
+    expect(isinstance(eps, list) and len(eps) >= 1, "ServiceMonitor spec.endpoints")
+    for ep in eps:
+        expect(ep.get("port") == "http", f"ServiceMonitor endpoint port {ep.get('port')!r}")
+        expect(ep.get("path") == "/metrics", f"ServiceMonitor endpoint path {ep.get('path')!r}")
+        expect(re.fullmatch(r"[0-9]+(ms|s|m|h)", str(ep.get("interval", "30s"))) is not None,
+               "ServiceMonitor interval")
+    allowed = {"endpoints", "selector", "namespaceSelector", "jobLabel", "targetLabels",
+               "podTargetLabels", "sampleLimit", "attachMetadata"}
+    extra = set(spec) - allowed
+    expect(not extra, f"ServiceMonitor unexpected spec fields {sorted(extra)}")
+
+
+def env_map(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for e in container.get("env", []) or []:
+        expect(e["name"] not in out, f"env {e['name']} set twice")
+        out[e["name"]] = e
+    return out
+
+
+def check_deployment(dep: dict[str, Any], *, sqlite: bool) -> str:
+    spec = dep["spec"]
+    pod = spec["template"]["spec"]
+    psc = pod.get("securityContext", {}) or {}
+    expect(pod.get("automountServiceAccountToken") is False,
+           "automountServiceAccountToken must be false")
+    containers = pod.get("containers", []) + pod.get("initContainers", [])
+    expect(bool(containers), "no containers")
+    volumes = {v["name"]: v for v in pod.get("volumes", []) or []}
+    for c in containers:
+        sc = c.get("securityContext", {}) or {}
+        who = f"container {c['name']}"
+        run_as_non_root = sc.get("runAsNonRoot", psc.get("runAsNonRoot"))
+        expect(run_as_non_root is True, f"{who}: runAsNonRoot must be true")
+        uid = sc.get("runAsUser", psc.get("runAsUser"))
+        expect(uid is not None and uid != 0, f"{who}: runAsUser must be set and non-zero")
+        expect(sc.get("readOnlyRootFilesystem") is True, f"{who}: readOnlyRootFilesystem")
+        expect(sc.get("allowPrivilegeEscalation") is False, f"{who}: allowPrivilegeEscalation")
+        expect(sc.get("privileged") in (None, False), f"{who}: privileged")
+        drop = (sc.get("capabilities") or {}).get("drop") or []
+        expect("ALL" in drop, f"{who}: capabilities must drop ALL")
+        expect(not (sc.get("capabilities") or {}).get("add"), f"{who}: adds capabilities")
+        seccomp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
+        expect(seccomp == "RuntimeDefault", f"{who}: seccompProfile must be RuntimeDefault")
+    main = containers[0]
+    ports = {p.get("name"): p["containerPort"] for p in main.get("ports", [])}
+    expect(ports.get("http") == 8080, "container port http must be 8080")
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        get = (main.get(probe) or {}).get("httpGet") or {}
+        expect(get.get("path") == path, f"{probe} must GET {path}, got {get.get('path')!r}")
+        expect(get.get("port") in ("http", 8080), f"{probe} port {get.get('port')!r}")
+    mounts = {m["mountPath"]: m for m in main.get("volumeMounts", [])}
+    expect("/tmp" in mounts, "no volume mounted at /tmp")
+    expect("emptyDir" in volumes.get(mounts["/tmp"]["name"], {}), "/tmp must be an emptyDir")
+    envs = env_map(main)
+    unknown = {n for n in envs if (n.startswith("GATEBOT_") or n == "RUST_LOG")} - KNOWN_ENV
+    expect(not unknown, f"unknown environment variables {sorted(unknown)}")
+    for name in SECRET_ENV & set(envs):
+        expect("valueFrom" in envs[name] and "secretKeyRef" in envs[name]["valueFrom"],
+                   f"{name} must come from a Secret, not a plain value")
+    db = envs.get("GATEBOT_DATABASE_URL", {})
+    if "value" in db:
+        expect(db["value"].startswith("sqlite:"), "a non-SQLite database URL in plain text")
+    strategy = (spec.get("strategy") or {}).get("type")
+    if sqlite:
+        expect(strategy == "Recreate", f"SQLite needs strategy Recreate, got {strategy!r}")
+        expect(spec.get("replicas", 1) <= 1, "SQLite with more than one replica")
+        expect("/data" in mounts, "SQLite needs a volume at /data")
+    return f"{main['name']}, strategy {strategy}"
+
+
+def secret_refs(container: dict[str, Any]) -> dict[str, tuple[str, str, bool]]:
+    out = {}
+    for name, e in env_map(container).items():
+        ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+        if ref:
+            out[name] = (ref["name"], ref["key"], bool(ref.get("optional")))
+    return out
+
+
+def container_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+
+# --------------------------------------------------------------------------- chart checks
+
+def chart_checks(ck: Checks, chart: Path) -> None:
+    values_text = (chart / "values.yaml").read_text()
+    defaults = yaml.safe_load(values_text)
+
+    def lint(values: dict[str, Any] | None, label: str) -> None:
+        def fn() -> str:
+            report = helm.lint(chart, values, strict=True, namespace=NAMESPACE,
+                               kube_version=f"v{KUBE_VERSION}")
+            bad = [m for m in report.get("messages", []) if m.get("severity", 0) >= 2]
+            errors = report.get("errors") or []
+            expect(not bad and not errors,
+                   "; ".join([f"{m['path']}: {m['error']}" for m in bad] + list(errors)))
+            return f"{report.get('total_charts_linted')} chart, {len(report['messages'])} info"
+        ck.run(f"helm lint --strict ({label})", fn)
+
+    lint(None, "defaults")
+    lint(SCENARIOS["exposed"], "exposed")
+    lint(SCENARIOS["postgres"], "postgres")
+
+    def chart_yaml() -> str:
+        meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+        expect(meta.get("apiVersion") == "v2", "Chart.yaml apiVersion must be v2")
+        expect(meta.get("name") == "gatebot", "chart name")
+        for f in ("_helpers.tpl", "NOTES.txt"):
+            expect((chart / "templates" / f).is_file(), f"templates/{f} missing")
+        helpers = (chart / "templates" / "_helpers.tpl").read_text()
+        for d in ("gatebot.name", "gatebot.fullname", "gatebot.labels", "gatebot.selectorLabels"):
+            expect(f'define "{d}"' in helpers, f"_helpers.tpl lacks {d}")
+        return f"{meta['name']} {meta['version']}"
+    ck.run("Chart.yaml and helpers", chart_yaml)
+
+    def schema_valid() -> str:
+        schema = json.loads((chart / "values.schema.json").read_text())
+        expect(schema.get("additionalProperties") is False,
+               "values.schema.json must set additionalProperties: false at the top level")
+        jsonschema.Draft7Validator.check_schema(schema)
+        jsonschema.Draft7Validator(schema).validate(defaults)
+        missing = set(defaults) - set(schema.get("properties", {}))
+        expect(not missing, f"values without a schema entry: {sorted(missing)}")
+        extra = set(schema.get("properties", {})) - set(defaults)
+        expect(not extra, f"schema entries without a default in values.yaml: {sorted(extra)}")
+        for name, scenario in SCENARIOS.items():
+            merged = deep_merge(defaults, scenario)
+            try:
+                jsonschema.Draft7Validator(schema).validate(merged)
+            except jsonschema.ValidationError as exc:
+                raise AssertionError(f"scenario {name}: {exc.message}") from None
+        return f"{len(defaults)} top-level keys"
+    ck.run("values.yaml validates against values.schema.json", schema_valid)
+
+    def comments() -> str:
+        lines = values_text.splitlines()
+        missing = []
+        k8s_objects = {"resources", "podSecurityContext", "securityContext"}
+        parent = None
+        for i, line in enumerate(lines):
+            m = re.match(r"^( {0,2})([A-Za-z][A-Za-z0-9]*):", line)
+            if not m:
+                continue
+            top = m.group(1) == ""
+            if top:
+                parent = m.group(2)
+            elif parent in k8s_objects:
+                continue
+            prev = lines[i - 1].strip() if i else ""
+            if not prev.startswith("#"):
+                # A section heading such as `image:` is described by its children.
+                nxt = lines[i + 1] if i + 1 < len(lines) else ""
+                if top and line.rstrip().endswith(":") and nxt.startswith("  "):
+                    continue
+                missing.append(m.group(2) if top else f"{parent}.{m.group(2)}")
+        expect(not missing, f"values without a comment: {missing}")
+        return "every value commented"
+    ck.run("values.yaml comments", comments)
+
+    def typo_rejected() -> str:
+        for bad in ({"replicaCont": 1}, {"image": {"repo": "x"}}, {"logFormat": "xml"}):
+            try:
+                render(chart, bad)
+            except helm.HelmError as exc:
+                expect("replicaCont" in str(exc) or "repo" in str(exc) or "xml" in str(exc)
+                       or "logFormat" in str(exc), f"unexpected error for {bad}: {exc}")
+                continue
+            raise AssertionError(f"values {bad} rendered although the schema forbids them")
+        return "misspelt keys and bad enums refused"
+    ck.run("schema refuses typos", typo_rejected)
+
+    rendered: dict[str, list[dict[str, Any]]] = {}
+    raw: dict[str, dict[str, str]] = {}
+    for name, values in SCENARIOS.items():
+        def do(name: str = name, values: dict[str, Any] = values) -> str:
+            out = render(chart, values)
+            raw[name] = out
+            docs = manifests(out)
+            rendered[name] = docs
+            return validate_k8s(docs)
+        ck.run(f"render + kubernetes-validate --strict {KUBE_VERSION} [{name}]", do)
+
+    for name, docs in rendered.items():
+        sqlite = not (SCENARIOS[name].get("postgres") or {})
+        ck.run(f"deployment security invariants [{name}]",
+               lambda docs=docs, sqlite=sqlite: check_deployment(one(docs, "Deployment"),
+                                                                  sqlite=sqlite))
+
+    def need(name: str) -> list[dict[str, Any]]:
+        expect(name in rendered, f"scenario {name} did not render")
+        return rendered[name]
+
+    def defaults_check() -> str:
+        docs = need("defaults")
+        kinds = sorted(d["kind"] for d in docs)
+        expect(kinds == ["Deployment", "PersistentVolumeClaim", "Service", "ServiceAccount"],
+               f"default objects {kinds}")
+        c = container_of(docs)
+        envs = env_map(c)
+        expect(envs["GATEBOT_DATABASE_URL"].get("value") == SQLITE_URL, "default database URL")
+        expect(envs["GATEBOT_LISTEN"].get("value") == "0.0.0.0:8080", "GATEBOT_LISTEN")
+        expect(envs["GATEBOT_LOG_FORMAT"].get("value") == "json", "GATEBOT_LOG_FORMAT json")
+        expect(envs["RUST_LOG"].get("value") == "info", "RUST_LOG")
+        expect(not SECRET_ENV & set(envs), "secret env without any secret configured")
+        dep = one(docs, "Deployment")
+        pod = dep["spec"]["template"]["spec"]
+        vols = {v["name"]: v for v in pod["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        claim = vols[mounts["/data"]].get("persistentVolumeClaim", {}).get("claimName")
+        pvc = one(docs, "PersistentVolumeClaim")
+        expect(claim == pvc["metadata"]["name"], "the Deployment does not mount the chart's PVC")
+        expect(dep["spec"]["replicas"] == 1, "default replicas")
+        svc = one(docs, "Service")
+        expect(svc["spec"]["ports"][0]["port"] == 80 and svc["spec"]["ports"][0]["targetPort"]
+               == "http", "service port 80 → http")
+        expect(svc["metadata"]["name"] == "gatebot", "service name must be gatebot")
+        sa = one(docs, "ServiceAccount")
+        expect(sa.get("automountServiceAccountToken") is False, "ServiceAccount automount")
+        expect(pod["serviceAccountName"] == sa["metadata"]["name"], "serviceAccountName")
+        ann = dep["spec"]["template"]["metadata"]["annotations"]
+        expect({"checksum/config", "checksum/secret"} <= set(ann), "checksum annotations")
+        expect(not [d for d in docs if d["kind"] in ("Role", "ClusterRole", "RoleBinding",
+                                                      "ClusterRoleBinding")], "RBAC rendered")
+        return "SQLite on a PVC, no Secret, no RBAC"
+    ck.run("defaults: SQLite on PVC, service gatebot:80", defaults_check)
+
+    def no_persistence() -> str:
+        docs = need("no-persistence")
+        expect(not of_kind(docs, "PersistentVolumeClaim"), "PVC rendered with persistence off")
+        pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+        vols = {v["name"]: v for v in pod["volumes"]}
+        expect("emptyDir" in vols["data"], "/data must be an emptyDir without persistence")
+        return "emptyDir at /data"
+    ck.run("persistence.enabled=false", no_persistence)
+
+    def ingress_check() -> str:
+        docs = need("exposed")
+        ing = one(docs, "Ingress")
+        spec = ing["spec"]
+        expect(spec.get("ingressClassName") == "nginx", "ingressClassName")
+        hosts = []
+        for rule in spec["rules"]:
+            hosts.append(rule.get("host"))
+            paths = rule["http"]["paths"]
+            got = sorted((p["path"], p["pathType"]) for p in paths)
+            expect(got == sorted((p, "Exact") for p in WEBHOOK_PATHS),
+                   f"Ingress must route exactly the webhook paths (Exact), got {got}")
+            for p in paths:
+                be = p["backend"]["service"]
+                expect(be["name"] == "gatebot" and be["port"]["number"] == 80, "backend")
+        expect(hosts == ["gatebot.example.com", "gatebot.example.org"], f"hosts {hosts}")
+        expect(spec["tls"][0]["secretName"] == "gatebot-tls", "tls")
+        text = notes(raw["exposed"])
+        for p in WEBHOOK_PATHS:
+            expect(f"https://gatebot.example.com{p}" in text, f"NOTES lacks the URL for {p}")
+        return "3 Exact webhook paths per host; /gates and /api not exposed"
+    ck.run("ingress exposes only the webhooks", ingress_check)
+
+    def sm_pdb() -> str:
+        docs = need("exposed")
+        sm = one(docs, "ServiceMonitor")
+        check_service_monitor(sm)
+        expect(sm["metadata"]["labels"].get("release") == "prometheus", "additionalLabels")
+        expect(sm["spec"]["endpoints"][0]["interval"] == "15s", "interval")
+        svc = one(docs, "Service")
+        sel = sm["spec"]["selector"]["matchLabels"]
+        expect(all(svc["metadata"]["labels"].get(k) == v for k, v in sel.items()),
+               "ServiceMonitor selector does not match the Service")
+        pdb = one(docs, "PodDisruptionBudget")
+        expect(pdb["spec"]["minAvailable"] == 1, "PDB minAvailable")
+        tmpl = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+        expect(all(tmpl.get(k) == v for k, v in pdb["spec"]["selector"]["matchLabels"].items()),
+               "PDB selector does not match the pods")
+        return "ServiceMonitor /metrics, PDB"
+    ck.run("serviceMonitor and podDisruptionBudget", sm_pdb)
+
+    def postgres_check() -> str:
+        docs = need("postgres")
+        dep = one(docs, "Deployment")
+        expect(dep["spec"]["replicas"] == 3, "replicas")
+        expect(dep["spec"]["strategy"]["type"] == "RollingUpdate", "RollingUpdate on PostgreSQL")
+        expect(not of_kind(docs, "PersistentVolumeClaim"), "PVC rendered on PostgreSQL")
+        c = container_of(docs)
+        refs = secret_refs(c)
+        expect(refs.get("GATEBOT_DATABASE_URL") == ("gatebot", "database-url", False),
+               f"database URL must come from the chart's Secret, got {refs.get('GATEBOT_DATABASE_URL')}")
+        secret = one(docs, "Secret")
+        keys = set(secret["data"])
+        for env, (sname, key, _) in refs.items():
+            expect(sname == "gatebot" and key in keys, f"{env} refers to a missing key {key}")
+        expect(set(refs) == SECRET_ENV - {"GATEBOT_GITHUB_APP_PRIVATE_KEY"}
+               | {"GATEBOT_DATABASE_URL"}, f"secret env {sorted(refs)}")
+        expect(base64.b64decode(secret["data"]["database-url"]).decode()
+               == SCENARIOS["postgres"]["postgres"]["url"], "database-url content")
+        envs = env_map(c)
+        expect(envs["GATEBOT_SLACK_APPROVERS"]["value"] == "U0ALICE,S0DEPLOY", "approvers")
+        expect(envs["GATEBOT_APPROVAL_TTL"]["value"] == "24h", "approval TTL")
+        expect(envs["GATEBOT_GITHUB_REPOSITORY"]["value"] == "acme/shop", "repository")
+        text = json.dumps(dep)
+        for secret_value in ("hunter2", "ghp_example", "xoxb-1", "whsec"):
+            expect(secret_value not in text, "a secret value appears in the Deployment")
+        return "3 replicas, RollingUpdate, URL from Secret"
+    ck.run("postgres: replicas and secrets", postgres_check)
+
+    def existing_secret() -> str:
+        docs = need("existing-secret")
+        expect(not of_kind(docs, "Secret"), "a Secret is rendered although existingSecret is set")
+        refs = secret_refs(container_of(docs))
+        for env in SECRET_ENV:
+            expect(env in refs and refs[env][0] == "gatebot-secrets" and refs[env][2],
+                   f"{env} must come from existingSecret (optional), got {refs.get(env)}")
+        expect(refs["GATEBOT_GITHUB_TOKEN"][1] == "token", "custom key name not used")
+        expect(refs["GATEBOT_DATABASE_URL"][:2] == ("gatebot-secrets", "db"), "database URL ref")
+        return "all secrets from gatebot-secrets"
+    ck.run("existingSecret", existing_secret)
+
+    def templates_check() -> str:
+        docs = need("templates")
+        cms = {cm["metadata"]["name"]: cm for cm in of_kind(docs, "ConfigMap")}
+        tcm = cms.get("gatebot-templates")
+        expect(tcm is not None, f"no templates ConfigMap in {sorted(cms)}")
+        overrides = SCENARIOS["templates"]["templates"]["overrides"]
+        expect(set(tcm["data"]) == {k.replace("/", "__") for k in overrides},
+               f"ConfigMap keys {sorted(tcm['data'])}")
+        for k, v in overrides.items():
+            expect(tcm["data"][k.replace("/", "__")] == v, f"content of {k}")
+        pcm = cms.get("gatebot-policy")
+        expect(pcm is not None and pcm["data"]["policy.yaml"].strip()
+               == SCENARIOS["templates"]["policy"].strip(), "policy ConfigMap")
+        dep = one(docs, "Deployment")
+        pod = dep["spec"]["template"]["spec"]
+        c = container_of(docs)
+        envs = env_map(c)
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        vols = {v["name"]: v for v in pod["volumes"]}
+        tdir = envs["GATEBOT_TEMPLATES_DIR"]["value"]
+        tvol = next(n for n, m in mounts.items() if m["mountPath"] == tdir)
+        items = {i["key"]: i["path"] for i in vols[tvol]["configMap"]["items"]}
+        expect(vols[tvol]["configMap"]["name"] == "gatebot-templates", "templates volume")
+        expect(items == {k.replace("/", "__"): k for k in overrides}, f"items {items}")
+        policy = envs["GATEBOT_POLICY"]["value"]
+        pvol = next(n for n, m in mounts.items() if policy.startswith(m["mountPath"] + "/"))
+        expect(vols[pvol]["configMap"]["name"] == "gatebot-policy", "policy volume")
+        expect(policy.endswith("/policy.yaml"), "policy file name")
+        expect(envs["GATEBOT_LOG_FORMAT"]["value"] == "text", "logFormat text")
+        expect(envs["RUST_LOG"]["value"] == "info,gatebot=debug", "logLevel")
+        for m in (mounts[tvol], mounts[pvol]):
+            expect(m.get("readOnly") is True, "config mounts must be read-only")
+        return f"{len(items)} templates under {tdir}, policy at {policy}"
+    ck.run("templates.overrides and policy", templates_check)
+
+    def github_app() -> str:
+        docs = need("github-app")
+        c = container_of(docs)
+        envs = env_map(c)
+        expect(envs["GATEBOT_GITHUB_APP_ID"]["value"] == "123456", "GATEBOT_GITHUB_APP_ID")
+        expect(envs["GATEBOT_GITHUB_API_URL"]["value"] == "https://ghe.example.com/api/v3", "api")
+        refs = secret_refs(c)
+        expect(refs.get("GATEBOT_GITHUB_APP_PRIVATE_KEY", ("",))[0] == "gatebot", "private key")
+        expect("GATEBOT_GITHUB_TOKEN" not in envs, "token set with a GitHub App")
+        expect(not of_kind(docs, "PersistentVolumeClaim"), "PVC rendered with existingClaim")
+        pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+        vols = {v["name"]: v for v in pod["volumes"]}
+        expect(vols["data"]["persistentVolumeClaim"]["claimName"] == "my-claim", "existingClaim")
+        return "app id + private key from Secret"
+    ck.run("github app", github_app)
+
+    def checksums() -> str:
+        def ann(values: dict[str, Any]) -> dict[str, str]:
+            dep = one(manifests(render(chart, values)), "Deployment")
+            return dep["spec"]["template"]["metadata"]["annotations"]
+        base = ann({"policy": "a: 1\n", "adminToken": "one"})
+        expect(ann({"policy": "a: 2\n", "adminToken": "one"})["checksum/config"]
+               != base["checksum/config"], "checksum/config does not follow the policy")
+        expect(ann({"policy": "a: 1\n", "adminToken": "two"})["checksum/secret"]
+               != base["checksum/secret"], "checksum/secret does not follow the secrets")
+        return "config and secret changes roll the pods"
+    ck.run("checksum annotations", checksums)
+
+    def notes_check() -> str:
+        text = notes(raw["defaults"])
+        for kind in ("start", "promote", "traffic", "rollback"):
+            url = f"http://gatebot.{NAMESPACE}/gates/{kind}/pr/42"
+            expect(url in text, f"NOTES lacks {url}")
+        expect(f"http://gatebot.{NAMESPACE}/flagger/events" in text, "NOTES lacks /flagger/events")
+        for p in WEBHOOK_PATHS:
+            expect(p in text, f"NOTES lacks {p}")
+        return "gate, event and webhook URLs"
+    ck.run("NOTES.txt", notes_check)
+
+    def refuses(values: dict[str, Any], needle: str) -> Callable[[], str]:
+        def fn() -> str:
+            try:
+                render(chart, values)
+            except helm.HelmError as exc:
+                expect(needle in str(exc), f"failed, but without {needle!r}: {exc}")
+                return needle
+            raise AssertionError(f"rendered although it must fail: {values}")
+        return fn
+
+    ck.run("replicaCount 2 on SQLite fails",
+           refuses({"replicaCount": 2},
+                   "replicaCount is 2 but the store is SQLite, which only one pod may use"))
+    ck.run("inline secret with existingSecret fails",
+           refuses({"existingSecret": "s", "slack": {"botToken": "xoxb"}},
+                   "slack.botToken is set inline but existingSecret"))
+    ck.run("postgres.url with existingSecret fails",
+           refuses({"existingSecret": "s", "postgres": {"url": "postgres://a:b@c/d"}},
+                   "postgres.url is a secret"))
+
+    # The example values files shipped with the chart must render and pass the same checks.
+    for example in sorted((ROOT / "deploy" / "examples").glob("values-*.yaml")):
+        def ex(example: Path = example) -> str:
+            values = yaml.safe_load(example.read_text()) or {}
+            docs = manifests(render(chart, values))
+            validate_k8s(docs)
+            sqlite = not (values.get("postgres") or {})
+            return check_deployment(one(docs, "Deployment"), sqlite=sqlite)
+        ck.run(f"example {example.relative_to(ROOT)}", ex)
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+# --------------------------------------------------------------------------- kustomize
+
+def assemble_kustomization(base: Path) -> list[dict[str, Any]]:
+    """What `kustomize build` gives for this base: its resources, with `images` applied.
+
+    Only the fields the base uses are supported; anything else is refused so that the
+    fallback never silently differs from kustomize.
+    """
+    kz = yaml.safe_load((base / "kustomization.yaml").read_text())
+    supported = {"apiVersion", "kind", "resources", "images"}
+    extra = set(kz) - supported
+    expect(not extra, f"kustomization.yaml uses {sorted(extra)}, which the fallback cannot apply")
+    docs: list[dict[str, Any]] = []
+    for res in kz.get("resources", []):
+        path = base / res
+        expect(path.is_file(), f"resource {res} is not a file of the base")
+        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    images = {i["name"]: i for i in kz.get("images", [])}
+    for d in docs:
+        pod = d.get("spec", {}).get("template", {}).get("spec", {})
+        for c in pod.get("containers", []) + pod.get("initContainers", []):
+            name, _, tag = c["image"].partition(":")
+            if name in images:
+                img = images[name]
+                c["image"] = f"{img.get('newName', name)}:{img.get('newTag', tag or 'latest')}"
+    return docs
+
+
+def kustomize_checks(ck: Checks, base: Path, kubectl: str | None) -> None:
+    state: dict[str, list[dict[str, Any]]] = {}
+
+    def build() -> str:
+        assembled = assemble_kustomization(base)
+        state["docs"] = assembled
+        if not kubectl:
+            return f"assembled in Python from kustomization.yaml: {len(assembled)} objects"
+        out = subprocess.run([kubectl, "kustomize", str(base)], check=False,
+                             capture_output=True, text=True, timeout=120)
+        expect(out.returncode == 0, f"kubectl kustomize failed: {out.stderr.strip()}")
+        docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+        key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
+        expect(sorted(map(key, docs)) == sorted(map(key, assembled)),
+               "kubectl kustomize and the Python assembly disagree on the objects")
+        expect(sorted(json.dumps(d, sort_keys=True) for d in docs)
+               == sorted(json.dumps(d, sort_keys=True) for d in assembled),
+               "kubectl kustomize and the Python assembly disagree on the content")
+        state["docs"] = docs
+        return f"kubectl kustomize: {len(docs)} objects, identical to the Python assembly"
+    if not ck.run("kustomize build deploy/kustomize/base", build):
+        return
+    docs = state["docs"]
+    ck.run(f"kustomize kubernetes-validate --strict {KUBE_VERSION}", lambda: validate_k8s(docs))
+    ck.run("kustomize deployment security invariants",
+           lambda: check_deployment(one(docs, "Deployment"), sqlite=True))
+
+    def shape() -> str:
+        kinds = sorted(d["kind"] for d in docs)
+        for k in ("Deployment", "Service", "ServiceAccount", "PersistentVolumeClaim"):
+            expect(k in kinds, f"kustomize base lacks a {k}")
+        c = container_of(docs)
+        sources = c.get("envFrom", [])
+        secret = [s["secretRef"] for s in sources if "secretRef" in s]
+        expect(secret and secret[-1]["name"] == "gatebot" and secret[-1].get("optional") is True,
+               "envFrom must end with the Secret gatebot, optional: true")
+        expect("secretRef" in sources[-1], "the Secret must come last in envFrom (it wins)")
+        cm_names = [s["configMapRef"]["name"] for s in sources if "configMapRef" in s]
+        settings: dict[str, str] = {}
+        for cm in of_kind(docs, "ConfigMap"):
+            if cm["metadata"]["name"] in cm_names:
+                settings.update(cm.get("data", {}))
+        settings.update({n: e.get("value") for n, e in env_map(c).items()})
+        expect(settings.get("GATEBOT_DATABASE_URL") == SQLITE_URL, "database URL")
+        unknown = {n for n in settings if n.startswith("GATEBOT_") or n == "RUST_LOG"} - KNOWN_ENV
+        expect(not unknown, f"unknown settings {sorted(unknown)}")
+        expect(not (SECRET_ENV & set(settings)), "secrets in plain configuration")
+        svc = one(docs, "Service")
+        expect(svc["metadata"]["name"] == "gatebot" and svc["spec"]["ports"][0]["port"] == 80,
+               "Service gatebot:80")
+        return ", ".join(kinds)
+    ck.run("kustomize base shape", shape)
+
+
+# --------------------------------------------------------------------------- manifests
+
+def app_manifest_checks(ck: Checks) -> None:
+    def slack() -> str:
+        m = yaml.safe_load((ROOT / "deploy" / "slack-app-manifest.yaml").read_text())
+        expect(m["display_information"]["name"] == "gatebot", "display name")
+        scopes = m["oauth_config"]["scopes"]
+        expect(sorted(scopes.get("bot", [])) == ["chat:write", "commands", "usergroups:read"],
+               f"bot scopes {scopes.get('bot')}")
+        expect(not scopes.get("user"), "user scopes must not be requested")
+        st = m["settings"]
+        expect(st["interactivity"]["is_enabled"] is True and st["interactivity"]["request_url"]
+               == "https://gatebot.example.com/webhooks/slack/interactions", "interactivity")
+        expect(st["org_deploy_enabled"] is False and st["socket_mode_enabled"] is False,
+               "org_deploy_enabled / socket_mode_enabled must be false")
+        expect("event_subscriptions" not in st, "no event subscriptions are needed")
+        cmds = m["features"]["slash_commands"]
+        expect(len(cmds) == 1, "one slash command")
+        cmd = cmds[0]
+        expect(cmd["command"] == "/gatebot", "command name")
+        expect(cmd["url"] == "https://gatebot.example.com/webhooks/slack/commands", "command url")
+        expect(cmd["usage_hint"] == "promote 42 | status | help", "usage hint")
+        return "3 bot scopes, /gatebot, interactivity"
+    ck.run("slack app manifest", slack)
+
+    def github() -> str:
+        m = json.loads((ROOT / "deploy" / "github-app-manifest.json").read_text())
+        expect(m["default_permissions"] == {"issues": "write", "pull_requests": "read",
+                                            "metadata": "read", "members": "read"},
+               f"permissions {m['default_permissions']}")
+        expect(sorted(m["default_events"]) == ["issue_comment", "pull_request"],
+               f"events {m['default_events']}")
+        expect(m["hook_attributes"]["url"] == "https://gatebot.example.com/webhooks/github",
+               "hook url")
+        expect(m["public"] is False, "public must be false")
+        expect(m.get("url", "").startswith("https://"), "url")
+        return "4 permissions, 2 events"
+    ck.run("github app manifest", github)
+
+    def canary() -> str:
+        docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "examples" / "canary.yaml")
+                                              .read_text()) if d]
+        c = one(docs, "Canary")
+        expect(c["apiVersion"] == "flagger.app/v1beta1", "Canary apiVersion")
+        hooks = {h["type"]: h for h in c["spec"]["analysis"]["webhooks"]}
+        base = "http://gatebot.flagger-system"
+        want = {"confirm-rollout": "/gates/start/pr/42", "confirm-promotion": "/gates/promote/pr/42",
+                "rollback": "/gates/rollback/pr/42", "event": "/flagger/events"}
+        for t, path in want.items():
+            expect(t in hooks and hooks[t]["url"] == base + path, f"{t} hook url")
+        for t in ("confirm-rollout", "confirm-promotion"):
+            expect(hooks[t].get("muteAlert") is True, f"{t} muteAlert")
+        expect(hooks["event"].get("metadata") == {"pr": "42"}, "event metadata pr")
+        return "start, promote, rollback, event"
+    ck.run("example Canary", canary)
+
+
+# --------------------------------------------------------------------------- main
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--chart", type=Path, default=ROOT / "deploy" / "helm" / "gatebot",
+                    help="chart directory to check (default: deploy/helm/gatebot)")
+    ap.add_argument("--kustomize", type=Path, default=ROOT / "deploy" / "kustomize" / "base",
+                    help="kustomize base to check (default: deploy/kustomize/base)")
+    ap.add_argument("--kubectl", default=os.environ.get("KUBECTL", shutil.which("kubectl") or ""),
+                    help="kubectl used for `kubectl kustomize`; empty: assemble in Python")
+    args = ap.parse_args()
+
+    ck = Checks()
+    helm.disable_logging()
+    print(f"deploy checks: chart {args.chart}, Kubernetes {KUBE_VERSION}, "
+          f"helm SDK {helm.helm_sdk_version()}, kubernetes-validate schemas up to "
+          f"{kv.latest_version()}")
+    chart_checks(ck, args.chart.resolve())
+    kustomize_checks(ck, args.kustomize.resolve(), args.kubectl or None)
+    app_manifest_checks(ck)
+    print(f"deploy: {ck.passed} passed, {ck.failed} failed")
+    return 1 if ck.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

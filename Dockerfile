@@ -1,0 +1,35 @@
+# syntax=docker/dockerfile:1
+#
+# gatebot container image.
+#
+#   docker build -t gatebot:0.1.0 .
+#   docker run --rm -p 8080:8080 -v gatebot-data:/data gatebot:0.1.0
+#
+# Size: the distroless cc base (gcr.io/distroless/cc-debian12, ~24 MB compressed: glibc,
+# libgcc, CA certificates, no shell, no package manager) plus the stripped release binary
+# and the message templates.
+# binary: see BENCHMARKS.md
+
+FROM rust:1-bookworm AS builder
+WORKDIR /app
+# sqlx query macros read the prepared metadata in .sqlx/ instead of a live database.
+ENV SQLX_OFFLINE=true
+COPY . .
+RUN cargo build --release --locked \
+    && mkdir -p /data-skeleton
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=builder /app/target/release/gatebot /gatebot
+# Built-in message templates. GATEBOT_TEMPLATES_DIR may point elsewhere; a template
+# missing there falls back to the copy compiled into the binary.
+COPY templates/ /templates/
+# /data holds the SQLite database by default, owned by the nonroot user; mount a volume there.
+COPY --from=builder --chown=65532:65532 /data-skeleton /data
+ENV GATEBOT_LISTEN=0.0.0.0:8080 \
+    GATEBOT_DATABASE_URL=sqlite:///data/gatebot.db \
+    GATEBOT_TEMPLATES_DIR=/templates
+USER 65532:65532
+EXPOSE 8080
+VOLUME ["/data"]
+ENTRYPOINT ["/gatebot"]
+CMD ["serve"]

@@ -1,0 +1,139 @@
+{{/*
+Chart name, truncated to 63 characters (the DNS label limit).
+*/}}
+{{- define "gatebot.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified name: the release name, plus the chart name unless the release name
+already contains it.
+*/}}
+{{- define "gatebot.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Chart name and version, for the helm.sh/chart label.
+*/}}
+{{- define "gatebot.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Common labels.
+*/}}
+{{- define "gatebot.labels" -}}
+helm.sh/chart: {{ include "gatebot.chart" . }}
+{{ include "gatebot.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Selector labels.
+*/}}
+{{- define "gatebot.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gatebot.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+ServiceAccount name.
+*/}}
+{{- define "gatebot.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "gatebot.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Container image reference.
+*/}}
+{{- define "gatebot.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+"true" when the store is PostgreSQL.
+*/}}
+{{- define "gatebot.postgres" -}}
+{{- if or .Values.postgres.url .Values.postgres.existingSecret }}true{{ end }}
+{{- end }}
+
+{{/*
+Name of the Secret the chart creates.
+*/}}
+{{- define "gatebot.secretName" -}}
+{{- include "gatebot.fullname" . }}
+{{- end }}
+
+{{/*
+"true" when the chart must create its own Secret (some inline secret value is set).
+*/}}
+{{- define "gatebot.createSecret" -}}
+{{- $v := .Values }}
+{{- if and (not $v.existingSecret) (or $v.adminToken $v.github.webhookSecret $v.github.token $v.github.appPrivateKey $v.slack.signingSecret $v.slack.botToken $v.postgres.url) }}true{{ end }}
+{{- end }}
+
+{{/*
+Secret-backed settings: environment variable → (values key, existingSecretKeys key).
+*/}}
+{{- define "gatebot.secretEnv" -}}
+GATEBOT_ADMIN_TOKEN: [adminToken, adminToken]
+GATEBOT_GITHUB_WEBHOOK_SECRET: [github.webhookSecret, githubWebhookSecret]
+GATEBOT_GITHUB_TOKEN: [github.token, githubToken]
+GATEBOT_GITHUB_APP_PRIVATE_KEY: [github.appPrivateKey, githubAppPrivateKey]
+GATEBOT_SLACK_SIGNING_SECRET: [slack.signingSecret, slackSigningSecret]
+GATEBOT_SLACK_BOT_TOKEN: [slack.botToken, slackBotToken]
+{{- end }}
+
+{{/*
+Refuse combinations that cannot work, with a message that says what to change.
+*/}}
+{{- define "gatebot.validate" -}}
+{{- $v := .Values }}
+{{- if and (gt (int $v.replicaCount) 1) (not (include "gatebot.postgres" .)) }}
+{{- fail (printf "replicaCount is %d but the store is SQLite, which only one pod may use: set postgres.url or postgres.existingSecret to run several replicas, or set replicaCount to 1" (int $v.replicaCount)) }}
+{{- end }}
+{{- if and $v.postgres.url $v.postgres.existingSecret }}
+{{- fail "set only one of postgres.url and postgres.existingSecret" }}
+{{- end }}
+{{- if $v.existingSecret }}
+{{- if $v.postgres.url }}
+{{- fail "postgres.url is a secret and existingSecret is set: put the URL in a Secret and set postgres.existingSecret (it may be the same Secret) instead of postgres.url" }}
+{{- end }}
+{{- range $name, $keys := include "gatebot.secretEnv" . | fromYaml }}
+{{- $path := splitList "." (index $keys 0) }}
+{{- $val := $v }}
+{{- range $path }}{{ $val = index $val . }}{{ end }}
+{{- if $val }}
+{{- fail (printf "%s is set inline but existingSecret %q is used: put it in that Secret under key %q and leave %s empty" (index $keys 0) $v.existingSecret (index $v.existingSecretKeys (index $keys 1)) (index $keys 0)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and $v.github.token (or $v.github.appId $v.github.appPrivateKey) }}
+{{- fail "set either github.token or a GitHub App (github.appId and github.appPrivateKey), not both" }}
+{{- end }}
+{{- if and $v.github.appPrivateKey (not $v.github.appId) }}
+{{- fail "github.appPrivateKey is set but github.appId is empty" }}
+{{- end }}
+{{- end }}
+
+{{/*
+ConfigMap key for a template file name: ConfigMap keys may not contain "/".
+*/}}
+{{- define "gatebot.templateKey" -}}
+{{- . | replace "/" "__" }}
+{{- end }}

@@ -1,0 +1,260 @@
+//! `gatebot gates …`: the operator API from a terminal.
+
+use anyhow::{bail, Context};
+use secrecy::ExposeSecret;
+use serde_json::{json, Value};
+
+use crate::config::{GatesAction, GatesArgs};
+use crate::gate::state::rfc3339;
+
+pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
+    let base = args.server.trim_end_matches('/').to_string();
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(15))
+        .build()?;
+    let auth = |req: reqwest::RequestBuilder| {
+        let req = req
+            .header("x-gatebot-source", "cli")
+            .header("x-gatebot-actor", local_user());
+        match &args.token {
+            Some(t) => req.bearer_auth(t.expose_secret()),
+            None => req,
+        }
+    };
+    let (req, what) = match &args.action {
+        GatesAction::List => (client.get(format!("{base}/api/v1/gates")), "list gates"),
+        GatesAction::Show { gate } => (
+            client.get(format!("{base}/api/v1/gates/{}", api_path(gate))),
+            "show the gate",
+        ),
+        GatesAction::Open { gate, reason } => (
+            client
+                .post(format!("{base}/api/v1/gates/open"))
+                .json(&json!({ "gate": gate, "reason": reason })),
+            "open the gate",
+        ),
+        GatesAction::Close { gate, reason } => (
+            client
+                .post(format!("{base}/api/v1/gates/close"))
+                .json(&json!({ "gate": gate, "reason": reason })),
+            "close the gate",
+        ),
+    };
+    let response = auth(req).send().await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot reach gatebot at {base} ({e}): is it running? Set --server or GATEBOT_SERVER"
+        )
+    })?;
+    let status = response.status();
+    let body = response
+        .text()
+        .await
+        .context("the server's answer was cut off")?;
+    if !status.is_success() {
+        let hint = match status.as_u16() {
+            401 => " (set GATEBOT_ADMIN_TOKEN to the server's token)",
+            _ => "",
+        };
+        bail!(
+            "could not {what}: {} {}{hint}",
+            status.as_u16(),
+            body.trim()
+        );
+    }
+    let value: Value = serde_json::from_str(&body).context("the server did not answer JSON")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    match &args.action {
+        GatesAction::List => print_list(&value),
+        GatesAction::Show { .. } => print_detail(&value),
+        GatesAction::Open { .. } | GatesAction::Close { .. } => {
+            println!(
+                "{} is {}",
+                value["key"].as_str().unwrap_or("?"),
+                value["state"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `/gates/promote/pr/42`, `gates/promote/pr/42` and `promote/pr/42` all name one gate.
+fn api_path(gate: &str) -> String {
+    let g = gate.trim().trim_matches('/');
+    g.strip_prefix("gates/").unwrap_or(g).to_string()
+}
+
+fn local_user() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "cli".into())
+}
+
+fn print_list(value: &Value) {
+    let gates = value["gates"].as_array().cloned().unwrap_or_default();
+    if gates.is_empty() {
+        println!("no gates yet: point a Flagger webhook at /gates/<kind>/pr/<n>");
+        return;
+    }
+    println!("{:<48} {:<7} {:<24} CANARIES", "GATE", "STATE", "BY");
+    for g in gates {
+        let by = g["by"]["name"]
+            .as_str()
+            .map(|n| format!("{n} ({})", g["by"]["source"].as_str().unwrap_or("")));
+        let canaries: Vec<String> = g["canaries"]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| {
+                        let waiting = if c["waiting_since"].is_null() {
+                            ""
+                        } else {
+                            " waiting"
+                        };
+                        format!(
+                            "{}@{}{waiting}",
+                            c["canary"].as_str().unwrap_or("?"),
+                            c["checksum"].as_str().unwrap_or("?")
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        println!(
+            "{:<48} {:<7} {:<24} {}",
+            g["gate"].as_str().unwrap_or("?"),
+            g["state"].as_str().unwrap_or("?"),
+            by.unwrap_or_else(|| "-".into()),
+            canaries.join(", ")
+        );
+    }
+}
+
+fn print_detail(value: &Value) {
+    println!("gate:  {}", value["key"].as_str().unwrap_or("?"));
+    println!("state: {}", value["state"].as_str().unwrap_or("?"));
+    if let Some(by) = value["change"]["by"]["name"]
+        .as_str()
+        .or(value["by"]["name"].as_str())
+    {
+        println!("by:    {by}");
+    }
+    for o in value["observations"].as_array().into_iter().flatten() {
+        println!(
+            "canary {} revision {} phase {}: {} ({})",
+            o["canary"].as_str().unwrap_or("?"),
+            o["checksum"].as_str().unwrap_or("?"),
+            o["phase"].as_str().unwrap_or("?"),
+            o["answer"].as_str().unwrap_or("?"),
+            o["reason"].as_str().unwrap_or("")
+        );
+    }
+    println!("history:");
+    for a in value["audit"].as_array().into_iter().flatten() {
+        println!(
+            "  {} {:<7} {} via {}{}",
+            a["at"].as_i64().map(rfc3339).unwrap_or_default(),
+            a["action"].as_str().unwrap_or("?"),
+            a["actor"]["name"].as_str().unwrap_or("?"),
+            a["actor"]["source"].as_str().unwrap_or("?"),
+            a["reason"]
+                .as_str()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        );
+    }
+}
+
+pub struct ConfigReport {
+    pub ok: bool,
+    pub text: String,
+}
+
+/// `gatebot check-config`: what is configured, what is wrong, and whether the store opens.
+pub async fn check_config(config: crate::Config) -> ConfigReport {
+    use std::fmt::Write;
+    let mut text = String::new();
+    let mut ok = true;
+    let gh = &config.github;
+    let sl = &config.slack;
+    let _ = writeln!(text, "listen:          {}", config.listen);
+    let _ = writeln!(
+        text,
+        "approval TTL:    {}",
+        humantime::format_duration(config.approval_ttl)
+    );
+    let _ = writeln!(
+        text,
+        "operator API:    {}",
+        if config.admin_token().is_some() {
+            "enabled (token set)"
+        } else {
+            "read-only (GATEBOT_ADMIN_TOKEN unset)"
+        }
+    );
+    let github = match (&gh.token, gh.app_id) {
+        (Some(_), _) => "token",
+        (None, Some(_)) => "GitHub App",
+        (None, None) => "off",
+    };
+    let _ = writeln!(text, "github:          {github} (API {})", gh.api_url);
+    if let Some(repo) = &gh.repository {
+        let _ = writeln!(text, "default repo:    {repo}");
+    }
+    let slack = if sl.bot_token.is_some() { "on" } else { "off" };
+    let _ = writeln!(
+        text,
+        "slack:           {slack} (API {}), {} approver(s)",
+        sl.api_url,
+        sl.approvers.len()
+    );
+    for problem in config.problems() {
+        ok = false;
+        let _ = writeln!(text, "problem:         {problem}");
+    }
+    if let Err(e) = crate::templates::Templates::new(config.templates_dir.clone()) {
+        ok = false;
+        let _ = writeln!(text, "problem:         {e:#}");
+    }
+    match crate::store::Store::connect(&config.database_url).await {
+        Ok(store) => {
+            let _ = writeln!(
+                text,
+                "store:           {} (reachable, migrated)",
+                store.backend().as_str()
+            );
+            store.close().await;
+        }
+        Err(e) => {
+            ok = false;
+            let _ = writeln!(text, "problem:         {e:#}");
+        }
+    }
+    let _ = writeln!(
+        text,
+        "{}",
+        if ok {
+            "configuration OK"
+        } else {
+            "configuration has problems"
+        }
+    );
+    ConfigReport { ok, text }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::api_path;
+
+    #[test]
+    fn gate_keys_work_with_or_without_gates_prefix() {
+        assert_eq!(api_path("/gates/promote/pr/42"), "promote/pr/42");
+        assert_eq!(api_path("promote/pr/42"), "promote/pr/42");
+        assert_eq!(
+            api_path("/loadtester/gate/test/podinfo"),
+            "loadtester/gate/test/podinfo"
+        );
+    }
+}

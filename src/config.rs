@@ -1,0 +1,385 @@
+//! Configuration: flags and environment variables (clap), secrets as `SecretString`.
+//!
+//! Every secret may also be given as a file: `GATEBOT_X_FILE=/path` reads `GATEBOT_X`
+//! from that file (Kubernetes secret volumes, Docker secrets).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::gate::{GateKind, RepoName};
+
+/// Environment variables that hold secrets and may come from `<NAME>_FILE`.
+pub const SECRET_VARS: [&str; 7] = [
+    "GATEBOT_ADMIN_TOKEN",
+    "GATEBOT_GITHUB_WEBHOOK_SECRET",
+    "GATEBOT_GITHUB_TOKEN",
+    "GATEBOT_GITHUB_APP_PRIVATE_KEY",
+    "GATEBOT_SLACK_SIGNING_SECRET",
+    "GATEBOT_SLACK_BOT_TOKEN",
+    "GATEBOT_DATABASE_URL",
+];
+
+/// Reads `<NAME>_FILE` into `<NAME>` for every secret not set directly. Call
+/// before any thread starts: it sets environment variables.
+pub fn load_secret_files() -> anyhow::Result<()> {
+    for name in SECRET_VARS {
+        let file_var = format!("{name}_FILE");
+        if std::env::var_os(name).is_some() {
+            continue;
+        }
+        if let Some(path) = std::env::var_os(&file_var) {
+            let value = std::fs::read_to_string(&path).map_err(|e| {
+                anyhow::anyhow!(
+                    "{file_var}: cannot read {}: {e}",
+                    PathBuf::from(&path).display()
+                )
+            })?;
+            std::env::set_var(name, value.trim_end_matches(['\n', '\r']));
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gatebot",
+    version,
+    about = "ChatOps gates for Flagger canaries"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server.
+    Serve(Box<Config>),
+    /// Read and change gates on a running server.
+    Gates(GatesArgs),
+    /// Check the configuration (and that the store opens) without serving.
+    CheckConfig(Box<Config>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+fn parse_secret(s: &str) -> Result<SecretString, String> {
+    Ok(SecretString::from(s.to_string()))
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (write e.g. 30s, 15m, 24h)"))
+}
+
+fn parse_repo(s: &str) -> Result<RepoName, String> {
+    s.parse().map_err(|e: crate::gate::KeyError| e.to_string())
+}
+
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    ValueEnum,
+    serde::Deserialize,
+    serde::Serialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Permission {
+    Read,
+    Triage,
+    Write,
+    Maintain,
+    Admin,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "GATEBOT_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+
+    /// sqlite://<path> (embedded, one replica) or postgres://… (several replicas).
+    #[arg(
+        long,
+        env = "GATEBOT_DATABASE_URL",
+        default_value = "sqlite://data/gatebot.db",
+        hide_env_values = true
+    )]
+    pub database_url: String,
+
+    /// Bearer token for /api/v1 and the CLI. Without it the write routes are disabled.
+    #[arg(long, env = "GATEBOT_ADMIN_TOKEN", value_parser = parse_secret, hide_env_values = true)]
+    pub admin_token: Option<SecretString>,
+
+    /// How long an approval stays usable before Flagger first uses it.
+    #[arg(long, env = "GATEBOT_APPROVAL_TTL", default_value = "24h", value_parser = parse_duration)]
+    pub approval_ttl: Duration,
+
+    /// Let anyone who can reach gatebot call the loadtester's /gate/open, /gate/close,
+    /// /rollback/open and /rollback/close, as the loadtester does (drop-in migration).
+    #[arg(long, env = "GATEBOT_LOADTESTER_OPEN_ACCESS", default_value_t = false)]
+    pub loadtester_open_access: bool,
+
+    /// Log format.
+    #[arg(long, env = "GATEBOT_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// Directory whose templates override the built-in ones (github/*.j2, slack/*.j2).
+    #[arg(long, env = "GATEBOT_TEMPLATES_DIR")]
+    pub templates_dir: Option<PathBuf>,
+
+    /// Policy file: finer rules for who may do what.
+    #[arg(long, env = "GATEBOT_POLICY")]
+    pub policy: Option<PathBuf>,
+
+    /// How long to let in-flight requests finish after SIGTERM.
+    #[arg(long, env = "GATEBOT_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+
+    /// First retry delay of a failed notification; doubles each attempt, capped at 10 minutes.
+    #[arg(long, env = "GATEBOT_OUTBOX_BACKOFF", default_value = "2s", value_parser = parse_duration)]
+    pub outbox_backoff: Duration,
+
+    /// Attempts before a notification is given up.
+    #[arg(long, env = "GATEBOT_OUTBOX_MAX_ATTEMPTS", default_value_t = 12)]
+    pub outbox_max_attempts: i64,
+
+    #[command(flatten)]
+    pub github: GithubConfig,
+
+    #[command(flatten)]
+    pub slack: SlackConfig,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GithubConfig {
+    /// Webhook secrets, comma-separated (the first signs nothing; any one verifies, for rotation).
+    #[arg(long = "github-webhook-secret", env = "GATEBOT_GITHUB_WEBHOOK_SECRET", value_parser = parse_secret, hide_env_values = true)]
+    pub webhook_secret: Option<SecretString>,
+
+    /// Personal or fine-grained access token.
+    #[arg(long = "github-token", env = "GATEBOT_GITHUB_TOKEN", value_parser = parse_secret, hide_env_values = true)]
+    pub token: Option<SecretString>,
+
+    /// GitHub App id (with GATEBOT_GITHUB_APP_PRIVATE_KEY).
+    #[arg(long = "github-app-id", env = "GATEBOT_GITHUB_APP_ID")]
+    pub app_id: Option<u64>,
+
+    /// GitHub App private key (PEM).
+    #[arg(long = "github-app-private-key", env = "GATEBOT_GITHUB_APP_PRIVATE_KEY", value_parser = parse_secret, hide_env_values = true)]
+    pub app_private_key: Option<SecretString>,
+
+    /// API base URL (GitHub Enterprise: https://HOST/api/v3).
+    #[arg(
+        id = "github_api_url",
+        long = "github-api-url",
+        env = "GATEBOT_GITHUB_API_URL",
+        default_value = "https://api.github.com"
+    )]
+    pub api_url: String,
+
+    /// Default repository (owner/repo) for short gate keys like /gates/promote/pr/42.
+    #[arg(long = "github-repository", env = "GATEBOT_GITHUB_REPOSITORY", value_parser = parse_repo)]
+    pub repository: Option<RepoName>,
+
+    /// Least repository permission a commenter needs.
+    #[arg(
+        long = "github-min-permission",
+        env = "GATEBOT_GITHUB_MIN_PERMISSION",
+        value_enum,
+        default_value = "write"
+    )]
+    pub min_permission: Permission,
+
+    /// Only these repositories (owner/repo, comma-separated) are listened to; empty: all.
+    #[arg(long = "github-allowed-repositories", env = "GATEBOT_GITHUB_ALLOWED_REPOSITORIES", value_delimiter = ',', value_parser = parse_repo)]
+    pub allowed_repositories: Vec<RepoName>,
+
+    /// Gate kinds a push of new commits to the PR closes.
+    #[arg(
+        long = "github-close-on-push",
+        env = "GATEBOT_GITHUB_CLOSE_ON_PUSH",
+        value_delimiter = ',',
+        default_value = "start,promote,traffic"
+    )]
+    pub close_on_push: Vec<String>,
+
+    /// The bot's own login, whose comments are never commands (found from the token when unset).
+    #[arg(long = "github-bot-login", env = "GATEBOT_GITHUB_BOT_LOGIN")]
+    pub bot_login: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SlackConfig {
+    /// Signing secret of the Slack app.
+    #[arg(long = "slack-signing-secret", env = "GATEBOT_SLACK_SIGNING_SECRET", value_parser = parse_secret, hide_env_values = true)]
+    pub signing_secret: Option<SecretString>,
+
+    /// Bot token (xoxb-…).
+    #[arg(long = "slack-bot-token", env = "GATEBOT_SLACK_BOT_TOKEN", value_parser = parse_secret, hide_env_values = true)]
+    pub bot_token: Option<SecretString>,
+
+    /// Channel for waiting messages (id or #name); a Canary webhook's metadata `slack_channel` overrides it.
+    #[arg(long = "slack-channel", env = "GATEBOT_SLACK_CHANNEL")]
+    pub channel: Option<String>,
+
+    /// Web API base URL.
+    #[arg(
+        id = "slack_api_url",
+        long = "slack-api-url",
+        env = "GATEBOT_SLACK_API_URL",
+        default_value = "https://slack.com/api"
+    )]
+    pub api_url: String,
+
+    /// Who may act from Slack: user ids (U…, W…) and user group ids (S…), comma-separated.
+    #[arg(
+        long = "slack-approvers",
+        env = "GATEBOT_SLACK_APPROVERS",
+        value_delimiter = ','
+    )]
+    pub approvers: Vec<String>,
+}
+
+impl Config {
+    /// The gate kinds that a push closes, parsed.
+    pub fn close_on_push_kinds(&self) -> Result<Vec<GateKind>, String> {
+        self.github
+            .close_on_push
+            .iter()
+            .map(|s| s.trim())
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                GateKind::from_route(s)
+                    .ok_or_else(|| format!("GATEBOT_GITHUB_CLOSE_ON_PUSH: unknown gate kind `{s}`"))
+            })
+            .collect()
+    }
+
+    pub fn admin_token(&self) -> Option<&str> {
+        self.admin_token
+            .as_ref()
+            .map(|t| t.expose_secret())
+            .filter(|t| !t.is_empty())
+    }
+
+    /// A config for tests and tools: defaults, a given database, no integrations.
+    pub fn with_database(url: &str) -> Self {
+        let mut config = Self::try_parse_defaults();
+        config.database_url = url.to_string();
+        config
+    }
+
+    fn try_parse_defaults() -> Self {
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            config: Config,
+        }
+        // No flags: defaults, and whatever the environment sets.
+        Wrapper::parse_from(["gatebot"]).config
+    }
+
+    /// Problems worth refusing to start for, each with what to do.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Err(e) = self.close_on_push_kinds() {
+            out.push(e);
+        }
+        let gh = &self.github;
+        if gh.app_id.is_some() != gh.app_private_key.is_some() {
+            out.push(
+                "a GitHub App needs both GATEBOT_GITHUB_APP_ID and GATEBOT_GITHUB_APP_PRIVATE_KEY"
+                    .into(),
+            );
+        }
+        if gh.token.is_some() && gh.app_id.is_some() {
+            out.push("set either GATEBOT_GITHUB_TOKEN or a GitHub App, not both".into());
+        }
+        if (gh.token.is_some() || gh.app_id.is_some()) && gh.webhook_secret.is_none() {
+            out.push("GitHub credentials without GATEBOT_GITHUB_WEBHOOK_SECRET: set the secret so /webhooks/github can verify deliveries".into());
+        }
+        let sl = &self.slack;
+        if sl.signing_secret.is_some() != sl.bot_token.is_some() {
+            out.push(
+                "Slack needs both GATEBOT_SLACK_SIGNING_SECRET and GATEBOT_SLACK_BOT_TOKEN".into(),
+            );
+        }
+        for a in &sl.approvers {
+            let a = a.trim();
+            if !(a.is_empty() || a.starts_with('U') || a.starts_with('W') || a.starts_with('S')) {
+                out.push(format!(
+                    "GATEBOT_SLACK_APPROVERS: `{a}` is not a user (U…, W…) or user group (S…) id"
+                ));
+            }
+        }
+        out
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct GatesArgs {
+    /// gatebot server to talk to.
+    #[arg(
+        long,
+        env = "GATEBOT_SERVER",
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
+    pub server: String,
+
+    /// Admin token (sent as a bearer token).
+    #[arg(long, env = "GATEBOT_ADMIN_TOKEN", value_parser = parse_secret, hide_env_values = true, global = true)]
+    pub token: Option<SecretString>,
+
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub action: GatesAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GatesAction {
+    /// List gates, their state and who waits at them.
+    List,
+    /// Show one gate: state, canaries, waits and history.
+    Show { gate: String },
+    /// Open (approve) a gate.
+    Open {
+        gate: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Close a gate.
+    Close {
+        gate: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,439 @@
+//! Gate keys: what a gate URL names. Parsing and printing only, no I/O.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Which Flagger hook a gate answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateKind {
+    /// `confirm-rollout`
+    Start,
+    /// `confirm-promotion`
+    Promote,
+    /// `confirm-traffic-increase`
+    Traffic,
+    /// `rollback`: 200 means "roll back now".
+    Rollback,
+    /// The loadtester's `/gate/check`: one key per canary, never pinned.
+    LegacyGate,
+    /// The loadtester's `/rollback/check`.
+    LegacyRollback,
+}
+
+impl GateKind {
+    /// The kinds that `/gates/{kind}/…` accepts.
+    pub const ROUTABLE: [GateKind; 4] = [Self::Start, Self::Promote, Self::Traffic, Self::Rollback];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::Promote => "promote",
+            Self::Traffic => "traffic",
+            Self::Rollback => "rollback",
+            Self::LegacyGate => "gate",
+            Self::LegacyRollback => "rollback-legacy",
+        }
+    }
+
+    /// Parses the `{kind}` segment of `/gates/{kind}/…`.
+    pub fn from_route(s: &str) -> Option<Self> {
+        Self::ROUTABLE
+            .into_iter()
+            .find(|k| k.as_str().eq_ignore_ascii_case(s))
+    }
+
+    /// Approvals of pinned kinds hold for one revision per canary and expire;
+    /// the loadtester's gates keep its semantics (open until closed).
+    pub fn pinned(self) -> bool {
+        !self.is_legacy()
+    }
+
+    pub fn is_legacy(self) -> bool {
+        matches!(self, Self::LegacyGate | Self::LegacyRollback)
+    }
+
+    pub fn is_rollback(self) -> bool {
+        matches!(self, Self::Rollback | Self::LegacyRollback)
+    }
+
+    /// A closed rollback gate is the normal, safe state, not something anyone waits for.
+    pub fn has_waits(self) -> bool {
+        !self.is_rollback()
+    }
+
+    /// The PR comment that opens this gate.
+    pub fn command(self) -> &'static str {
+        match self {
+            Self::Start => "/start",
+            Self::Promote | Self::LegacyGate => "/promote",
+            Self::Traffic => "/traffic",
+            Self::Rollback | Self::LegacyRollback => "/rollback",
+        }
+    }
+
+    /// The Flagger webhook type this gate is meant for.
+    pub fn flagger_hook(self) -> &'static str {
+        match self {
+            Self::Start => "confirm-rollout",
+            Self::Promote => "confirm-promotion",
+            Self::Traffic => "confirm-traffic-increase",
+            Self::Rollback | Self::LegacyRollback => "rollback",
+            Self::LegacyGate => "confirm-*",
+        }
+    }
+}
+
+impl fmt::Display for GateKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `owner/name` of a GitHub repository.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RepoName {
+    owner: String,
+    name: String,
+}
+
+impl RepoName {
+    pub fn new(owner: &str, name: &str) -> Result<Self, KeyError> {
+        if !valid_segment(owner) || !valid_segment(name) {
+            return Err(KeyError::BadRepository(format!("{owner}/{name}")));
+        }
+        Ok(Self {
+            owner: owner.to_ascii_lowercase(),
+            name: name.to_ascii_lowercase(),
+        })
+    }
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl FromStr for RepoName {
+    type Err = KeyError;
+    fn from_str(s: &str) -> Result<Self, KeyError> {
+        match s.split_once('/') {
+            Some((owner, name)) => Self::new(owner, name),
+            None => Err(KeyError::BadRepository(s.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for RepoName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.owner, self.name)
+    }
+}
+
+impl Serialize for RepoName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for RepoName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A pull request number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PrNumber(pub u64);
+
+impl fmt::Display for PrNumber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl FromStr for PrNumber {
+    type Err = KeyError;
+    fn from_str(s: &str) -> Result<Self, KeyError> {
+        match s.parse::<u64>() {
+            Ok(n) if n > 0 && !s.starts_with('+') && !s.starts_with('0') => Ok(Self(n)),
+            _ => Err(KeyError::BadPr(s.to_string())),
+        }
+    }
+}
+
+/// A Flagger Canary: `namespace/name`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CanaryRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl CanaryRef {
+    pub fn new(namespace: &str, name: &str) -> Result<Self, KeyError> {
+        if !valid_k8s_name(namespace) || !valid_k8s_name(name) {
+            return Err(KeyError::BadCanary(format!("{namespace}/{name}")));
+        }
+        Ok(Self {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for CanaryRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What a gate belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    Pr { repo: RepoName, number: PrNumber },
+    Canary(CanaryRef),
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scope::Pr { repo, number } => write!(f, "{repo}/pr/{number}"),
+            Scope::Canary(c) => write!(f, "canary/{}/{}", c.namespace, c.name),
+        }
+    }
+}
+
+/// A gate: a kind plus a scope. Written as its URL path, which is also its
+/// storage key: `/gates/promote/acme/shop/pr/42`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GateKey {
+    pub kind: GateKind,
+    pub scope: Scope,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("unknown gate kind `{0}`: use start, promote, traffic or rollback")]
+    UnknownKind(String),
+    #[error("`{0}` is not a gate: write /gates/<kind>/pr/<n>, /gates/<kind>/<owner>/<repo>/pr/<n> or /gates/<kind>/canary/<namespace>/<name>")]
+    BadPath(String),
+    #[error("`{0}` is not a repository: write owner/name")]
+    BadRepository(String),
+    #[error("`{0}` is not a pull request number")]
+    BadPr(String),
+    #[error("`{0}` is not a canary: write namespace/name")]
+    BadCanary(String),
+    #[error("short gate keys like pr/{0} need GATEBOT_GITHUB_REPOSITORY (owner/repo); or write <owner>/<repo>/pr/{0}")]
+    NoDefaultRepository(u64),
+}
+
+impl GateKey {
+    pub fn new(kind: GateKind, scope: Scope) -> Self {
+        Self { kind, scope }
+    }
+
+    pub fn pr(&self) -> Option<(&RepoName, PrNumber)> {
+        match &self.scope {
+            Scope::Pr { repo, number } => Some((repo, *number)),
+            Scope::Canary(_) => None,
+        }
+    }
+
+    /// Parses the scope segments that follow `/gates/{kind}/`.
+    pub fn from_scope_segments(
+        kind: GateKind,
+        segments: &[&str],
+        default_repo: Option<&RepoName>,
+    ) -> Result<Self, KeyError> {
+        let scope = match segments {
+            ["pr", n] => {
+                let number: PrNumber = n.parse()?;
+                let repo = default_repo.ok_or(KeyError::NoDefaultRepository(number.0))?;
+                Scope::Pr {
+                    repo: repo.clone(),
+                    number,
+                }
+            }
+            [owner, repo, "pr", n] => Scope::Pr {
+                repo: RepoName::new(owner, repo)?,
+                number: n.parse()?,
+            },
+            ["canary", ns, name] => Scope::Canary(CanaryRef::new(ns, name)?),
+            _ => return Err(KeyError::BadPath(segments.join("/"))),
+        };
+        Ok(Self { kind, scope })
+    }
+
+    /// Parses a key as operators write it: `/gates/promote/pr/42`, `promote/pr/42`,
+    /// `/gates/start/acme/shop/pr/7`, `/gates/traffic/canary/test/podinfo`, or a
+    /// loadtester gate `/loadtester/gate/test/podinfo`, `/loadtester/rollback/test/podinfo`.
+    pub fn parse(text: &str, default_repo: Option<&RepoName>) -> Result<Self, KeyError> {
+        let trimmed = text.trim().trim_matches('/');
+        let segments: Vec<&str> = trimmed.split('/').collect();
+        if segments.first() == Some(&"loadtester") {
+            let kind = match segments.get(1) {
+                Some(&"gate") => GateKind::LegacyGate,
+                Some(&"rollback") => GateKind::LegacyRollback,
+                _ => return Err(KeyError::BadPath(text.to_string())),
+            };
+            return match &segments[2..] {
+                [ns, name] => Ok(Self {
+                    kind,
+                    scope: Scope::Canary(CanaryRef::new(ns, name)?),
+                }),
+                _ => Err(KeyError::BadPath(text.to_string())),
+            };
+        }
+        let rest = match segments.first() {
+            Some(&"gates") => &segments[1..],
+            _ => &segments[..],
+        };
+        let Some((kind, scope)) = rest.split_first() else {
+            return Err(KeyError::BadPath(text.to_string()));
+        };
+        let kind =
+            GateKind::from_route(kind).ok_or_else(|| KeyError::UnknownKind(kind.to_string()))?;
+        Self::from_scope_segments(kind, scope, default_repo)
+    }
+
+    /// How a person names the thing this gate belongs to: `acme/shop#42`.
+    pub fn subject(&self) -> String {
+        match &self.scope {
+            Scope::Pr { repo, number } => format!("{repo}#{number}"),
+            Scope::Canary(c) => format!("canary {c}"),
+        }
+    }
+}
+
+impl fmt::Display for GateKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.kind, &self.scope) {
+            (GateKind::LegacyGate, Scope::Canary(c)) => write!(f, "/loadtester/gate/{c}"),
+            (GateKind::LegacyRollback, Scope::Canary(c)) => write!(f, "/loadtester/rollback/{c}"),
+            (kind, scope) => write!(f, "/gates/{kind}/{scope}"),
+        }
+    }
+}
+
+impl Serialize for GateKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// GitHub logins and repository names: letters, digits, `-`, `_`, `.`.
+fn valid_segment(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 100
+        && s != "."
+        && s != ".."
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Kubernetes names (RFC 1123 subdomain, loosely).
+fn valid_k8s_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo() -> RepoName {
+        "acme/shop".parse().unwrap()
+    }
+
+    #[test]
+    fn short_and_long_pr_forms_name_one_gate() {
+        let short = GateKey::parse("/gates/promote/pr/42", Some(&repo())).unwrap();
+        let long = GateKey::parse("/gates/promote/acme/shop/pr/42", None).unwrap();
+        assert_eq!(short, long);
+        assert_eq!(short.to_string(), "/gates/promote/acme/shop/pr/42");
+    }
+
+    #[test]
+    fn leading_gates_is_optional() {
+        let a = GateKey::parse("promote/acme/shop/pr/42", None).unwrap();
+        let b = GateKey::parse("/gates/promote/acme/shop/pr/42/", None).unwrap();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn repository_names_are_case_insensitive() {
+        let a = GateKey::parse("/gates/start/Acme/Shop/pr/1", None).unwrap();
+        assert_eq!(a.to_string(), "/gates/start/acme/shop/pr/1");
+    }
+
+    #[test]
+    fn short_form_without_default_repository_says_what_to_set() {
+        let err = GateKey::parse("/gates/promote/pr/42", None).unwrap_err();
+        assert_eq!(err, KeyError::NoDefaultRepository(42));
+        assert!(err.to_string().contains("GATEBOT_GITHUB_REPOSITORY"));
+    }
+
+    #[test]
+    fn canary_scope_round_trips() {
+        let k = GateKey::parse("/gates/traffic/canary/test/podinfo", None).unwrap();
+        assert_eq!(
+            k.scope,
+            Scope::Canary(CanaryRef::new("test", "podinfo").unwrap())
+        );
+        assert_eq!(GateKey::parse(&k.to_string(), None).unwrap(), k);
+    }
+
+    #[test]
+    fn legacy_keys_round_trip() {
+        for text in [
+            "/loadtester/gate/test/podinfo",
+            "/loadtester/rollback/test/podinfo",
+        ] {
+            let k = GateKey::parse(text, None).unwrap();
+            assert!(k.kind.is_legacy());
+            assert_eq!(k.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn bad_keys_are_refused() {
+        for text in [
+            "",
+            "/gates",
+            "/gates/deploy/pr/1",
+            "/gates/promote/pr/0",
+            "/gates/promote/pr/-1",
+            "/gates/promote/pr/01",
+            "/gates/promote/pr/abc",
+            "/gates/promote/a/b/c/pr/1",
+            "/gates/promote/../x/pr/1",
+            "/gates/promote/canary/Test/x",
+            "/gates/promote/canary/a",
+            "/loadtester/gate/a",
+            "/loadtester/check/a/b",
+        ] {
+            assert!(GateKey::parse(text, Some(&repo())).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn rollback_gate_of_a_canary_is_not_the_loadtester_one() {
+        let k = GateKey::parse("rollback/canary/test/podinfo", None).unwrap();
+        assert_eq!(k.kind, GateKind::Rollback);
+    }
+
+    #[test]
+    fn kinds_route_by_name() {
+        for k in GateKind::ROUTABLE {
+            assert_eq!(GateKind::from_route(k.as_str()), Some(k));
+        }
+        assert_eq!(GateKind::from_route("gate"), None);
+    }
+}

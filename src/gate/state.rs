@@ -1,0 +1,484 @@
+//! Gate state and the decisions made on it: what a check answers, when an
+//! approval is pinned or expires, and when a wait starts or ends. No I/O.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::key::{CanaryRef, GateKey, GateKind, Scope};
+
+/// Unix time in milliseconds.
+pub type Millis = i64;
+
+/// Where a person (or gatebot) acted from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Github,
+    Slack,
+    Api,
+    Cli,
+    Loadtester,
+    Gatebot,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Github => "github",
+            Self::Slack => "slack",
+            Self::Api => "api",
+            Self::Cli => "cli",
+            Self::Loadtester => "loadtester",
+            Self::Gatebot => "gatebot",
+        }
+    }
+
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "github" => Self::Github,
+            "slack" => Self::Slack,
+            "cli" => Self::Cli,
+            "loadtester" => Self::Loadtester,
+            "gatebot" => Self::Gatebot,
+            _ => Self::Api,
+        }
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Actor {
+    pub name: String,
+    pub source: Source,
+}
+
+impl Actor {
+    pub fn new(name: impl Into<String>, source: Source) -> Self {
+        Self {
+            name: name.into(),
+            source,
+        }
+    }
+
+    pub fn gatebot() -> Self {
+        Self::new("gatebot", Source::Gatebot)
+    }
+}
+
+/// Who changed a gate, when and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Change {
+    pub by: Actor,
+    pub reason: Option<String>,
+    pub at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Approval {
+    pub id: String,
+    #[serde(flatten)]
+    pub change: Change,
+    pub expires_at: Option<Millis>,
+    /// canary → the revision (Flagger checksum) this approval was first used for.
+    pub pins: BTreeMap<String, String>,
+}
+
+impl Approval {
+    pub fn expired(&self, now: Millis) -> bool {
+        self.expires_at.is_some_and(|t| t <= now)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum GateStatus {
+    Closed {
+        change: Option<Change>,
+    },
+    Open(Approval),
+    /// Closed, and approvals are refused until someone lifts the hold.
+    Held {
+        change: Change,
+    },
+}
+
+impl GateStatus {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Closed { .. } => "closed",
+            Self::Open(_) => "open",
+            Self::Held { .. } => "held",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Gate {
+    pub key: GateKey,
+    #[serde(flatten)]
+    pub status: GateStatus,
+}
+
+impl Gate {
+    pub fn closed(key: GateKey) -> Self {
+        Self {
+            key,
+            status: GateStatus::Closed { change: None },
+        }
+    }
+}
+
+/// What Flagger says when it asks a gate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub canary: CanaryRef,
+    pub checksum: String,
+    pub phase: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answer {
+    Open,
+    Closed,
+}
+
+impl Answer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Closed => "closed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub answer: Answer,
+    /// One line for Flagger's logs.
+    pub reason: String,
+    /// This check is the approval's first for the canary: pin it to this revision.
+    pub pin: bool,
+    /// The approval has run out; the gate should be recorded as expired.
+    pub expired: bool,
+}
+
+impl Verdict {
+    fn closed(reason: String) -> Self {
+        Self {
+            answer: Answer::Closed,
+            reason,
+            pin: false,
+            expired: false,
+        }
+    }
+}
+
+/// The answer to one check. Pure: same gate, check and time, same verdict.
+pub fn decide(gate: &Gate, check: &Check, now: Millis) -> Verdict {
+    let key = &gate.key;
+    match &gate.status {
+        GateStatus::Held { change } => Verdict::closed(format!(
+            "held by {} via {}{}: {} to lift it",
+            change.by.name,
+            change.by.source,
+            reason_suffix(&change.reason),
+            unhold_hint(key)
+        )),
+        GateStatus::Closed { .. } => Verdict::closed(format!("waiting: {}", open_hint(key))),
+        GateStatus::Open(approval) if approval.expired(now) => Verdict {
+            expired: true,
+            ..Verdict::closed(format!(
+                "waiting: the approval by {} expired at {}; {}",
+                approval.change.by.name,
+                rfc3339(approval.expires_at.unwrap_or(now)),
+                open_hint(key)
+            ))
+        },
+        GateStatus::Open(approval) => {
+            let by = &approval.change.by;
+            let approved = format!(
+                "approved by {} via {} at {}",
+                by.name,
+                by.source,
+                rfc3339(approval.change.at)
+            );
+            if !key.kind.pinned() {
+                return Verdict {
+                    answer: Answer::Open,
+                    reason: approved,
+                    pin: false,
+                    expired: false,
+                };
+            }
+            match approval.pins.get(&check.canary.to_string()) {
+                Some(pinned) if *pinned == check.checksum => Verdict {
+                    answer: Answer::Open,
+                    reason: format!("{approved} for revision {pinned}"),
+                    pin: false,
+                    expired: false,
+                },
+                Some(pinned) => Verdict::closed(format!(
+                    "waiting: the approval by {} was for revision {pinned}, this is revision {}; {}",
+                    by.name,
+                    check.checksum,
+                    open_hint(key)
+                )),
+                None => Verdict {
+                    answer: Answer::Open,
+                    reason: format!("{approved} for revision {}", check.checksum),
+                    pin: true,
+                    expired: false,
+                },
+            }
+        }
+    }
+}
+
+/// What a person does to open this gate.
+pub fn open_hint(key: &GateKey) -> String {
+    match (&key.scope, key.kind) {
+        (_, GateKind::LegacyGate) => "approve in Slack or POST /gate/open".to_string(),
+        (_, GateKind::LegacyRollback) => "POST /rollback/open to roll back".to_string(),
+        (Scope::Pr { .. }, kind) => format!("comment {} on {}", kind.command(), key.subject()),
+        (Scope::Canary(_), _) => format!("approve in Slack or run `gatebot gates open {key}`"),
+    }
+}
+
+fn unhold_hint(key: &GateKey) -> String {
+    match &key.scope {
+        Scope::Pr { .. } => format!("comment /unhold on {}", key.subject()),
+        Scope::Canary(_) => format!("run `gatebot gates open {key}`"),
+    }
+}
+
+fn reason_suffix(reason: &Option<String>) -> String {
+    match reason.as_deref().map(str::trim) {
+        Some(r) if !r.is_empty() => format!(" ({})", one_line(r)),
+        _ => String::new(),
+    }
+}
+
+/// Reasons end up in HTTP bodies and log lines: keep them on one line.
+pub fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+pub fn rfc3339(ms: Millis) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// What the last check by a canary at a gate left behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub checksum: String,
+    pub wait_open: bool,
+}
+
+/// How a check moves the canary's wait at a gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitStep {
+    Nothing,
+    /// The first closed answer: notify people.
+    Start,
+    /// A new revision is waiting where an old one waited: end the old wait, start anew.
+    Restart,
+    /// The gate opened for the canary.
+    End,
+}
+
+pub fn wait_step(kind: GateKind, seen: Option<&Seen>, check: &Check, answer: Answer) -> WaitStep {
+    if !kind.has_waits() {
+        return WaitStep::Nothing;
+    }
+    let waiting = seen.filter(|s| s.wait_open);
+    match (answer, waiting) {
+        (Answer::Closed, None) => WaitStep::Start,
+        (Answer::Closed, Some(s)) if s.checksum != check.checksum => WaitStep::Restart,
+        (Answer::Closed, Some(_)) => WaitStep::Nothing,
+        (Answer::Open, Some(_)) => WaitStep::End,
+        (Answer::Open, None) => WaitStep::Nothing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: Millis = 1_764_500_000_000;
+
+    fn key(kind: GateKind) -> GateKey {
+        if kind.is_legacy() {
+            return GateKey::new(
+                kind,
+                Scope::Canary(CanaryRef::new("test", "podinfo").unwrap()),
+            );
+        }
+        GateKey::parse(&format!("/gates/{kind}/acme/shop/pr/42"), None).unwrap()
+    }
+
+    fn check(canary: &str, checksum: &str) -> Check {
+        Check {
+            canary: CanaryRef::new("test", canary).unwrap(),
+            checksum: checksum.into(),
+            phase: "Progressing".into(),
+        }
+    }
+
+    fn open(kind: GateKind, pins: &[(&str, &str)], expires_at: Option<Millis>) -> Gate {
+        Gate {
+            key: key(kind),
+            status: GateStatus::Open(Approval {
+                id: "a1".into(),
+                change: Change {
+                    by: Actor::new("alice", Source::Github),
+                    reason: None,
+                    at: T0,
+                },
+                expires_at,
+                pins: pins
+                    .iter()
+                    .map(|(c, s)| (format!("test/{c}"), s.to_string()))
+                    .collect(),
+            }),
+        }
+    }
+
+    #[test]
+    fn closed_gate_says_what_to_comment() {
+        let v = decide(
+            &Gate::closed(key(GateKind::Promote)),
+            &check("podinfo", "r1"),
+            T0,
+        );
+        assert_eq!(v.answer, Answer::Closed);
+        assert_eq!(v.reason, "waiting: comment /promote on acme/shop#42");
+    }
+
+    #[test]
+    fn first_check_after_approval_opens_and_pins() {
+        let v = decide(
+            &open(GateKind::Promote, &[], None),
+            &check("podinfo", "r1"),
+            T0,
+        );
+        assert_eq!(v.answer, Answer::Open);
+        assert!(v.pin);
+        assert!(
+            v.reason
+                .starts_with("approved by alice via github at 2025-"),
+            "{}",
+            v.reason
+        );
+    }
+
+    #[test]
+    fn pinned_revision_stays_open_for_blue_green_second_check() {
+        let g = open(GateKind::Promote, &[("podinfo", "r1")], None);
+        let v = decide(&g, &check("podinfo", "r1"), T0 + 60_000);
+        assert_eq!(v.answer, Answer::Open);
+        assert!(!v.pin);
+    }
+
+    #[test]
+    fn new_revision_sees_the_gate_closed() {
+        let g = open(GateKind::Promote, &[("podinfo", "r1")], None);
+        let v = decide(&g, &check("podinfo", "r2"), T0);
+        assert_eq!(v.answer, Answer::Closed);
+        assert!(v.reason.contains("was for revision r1"), "{}", v.reason);
+    }
+
+    #[test]
+    fn pins_are_per_canary() {
+        let g = open(GateKind::Promote, &[("podinfo", "r1")], None);
+        let v = decide(&g, &check("backend", "b7"), T0);
+        assert_eq!(v.answer, Answer::Open);
+        assert!(v.pin);
+    }
+
+    #[test]
+    fn rollback_gate_is_pinned_too() {
+        let g = open(GateKind::Rollback, &[("podinfo", "r1")], None);
+        assert_eq!(
+            decide(&g, &check("podinfo", "r2"), T0).answer,
+            Answer::Closed
+        );
+    }
+
+    #[test]
+    fn expired_approval_closes() {
+        let g = open(GateKind::Start, &[], Some(T0 + 1000));
+        assert_eq!(
+            decide(&g, &check("podinfo", "r1"), T0 + 999).answer,
+            Answer::Open
+        );
+        let v = decide(&g, &check("podinfo", "r1"), T0 + 1000);
+        assert_eq!(v.answer, Answer::Closed);
+        assert!(v.expired);
+        assert!(v.reason.contains("expired"));
+    }
+
+    #[test]
+    fn legacy_gates_are_never_pinned() {
+        let g = open(GateKind::LegacyGate, &[("podinfo", "r1")], None);
+        let v = decide(&g, &check("podinfo", "r2"), T0);
+        assert_eq!(v.answer, Answer::Open);
+        assert!(!v.pin);
+    }
+
+    #[test]
+    fn held_gate_says_how_to_lift() {
+        let g = Gate {
+            key: key(GateKind::Promote),
+            status: GateStatus::Held {
+                change: Change {
+                    by: Actor::new("bob", Source::Slack),
+                    reason: Some("incident\n123".into()),
+                    at: T0,
+                },
+            },
+        };
+        let v = decide(&g, &check("podinfo", "r1"), T0);
+        assert_eq!(v.answer, Answer::Closed);
+        assert_eq!(
+            v.reason,
+            "held by bob via slack (incident 123): comment /unhold on acme/shop#42 to lift it"
+        );
+    }
+
+    #[test]
+    fn waits_start_once_and_restart_on_new_revision() {
+        let c = check("podinfo", "r1");
+        let k = GateKind::Promote;
+        assert_eq!(wait_step(k, None, &c, Answer::Closed), WaitStep::Start);
+        let waiting = Seen {
+            checksum: "r1".into(),
+            wait_open: true,
+        };
+        assert_eq!(
+            wait_step(k, Some(&waiting), &c, Answer::Closed),
+            WaitStep::Nothing
+        );
+        assert_eq!(
+            wait_step(k, Some(&waiting), &check("podinfo", "r2"), Answer::Closed),
+            WaitStep::Restart
+        );
+        assert_eq!(
+            wait_step(k, Some(&waiting), &c, Answer::Open),
+            WaitStep::End
+        );
+        assert_eq!(
+            wait_step(GateKind::Rollback, None, &c, Answer::Closed),
+            WaitStep::Nothing
+        );
+    }
+}

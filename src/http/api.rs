@@ -1,0 +1,167 @@
+//! The operator API: `/api/v1/…`, JSON in and out.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::auth::{admin, reader};
+use super::error::Reject;
+use crate::engine::{EngineError, Provenance};
+use crate::gate::GateKey;
+use crate::AppState;
+
+fn parse_key(state: &AppState, text: &str) -> Result<GateKey, Reject> {
+    GateKey::parse(text, state.engine.settings().default_repo.as_ref())
+        .map_err(|e| Reject::bad_request("bad_gate", e.to_string()))
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, Reject> {
+    reader(&state, &headers)?;
+    let gates = state.engine.list().await?;
+    Ok(Json(json!({ "gates": gates })))
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+) -> Result<Json<Value>, Reject> {
+    reader(&state, &headers)?;
+    let key = parse_key(&state, &key)?;
+    let detail = state.engine.detail(&key).await?;
+    Ok(Json(serde_json::to_value(detail).unwrap_or_default()))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChangeBody {
+    gate: String,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+pub async fn open(
+    state: State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, Reject> {
+    change(state, headers, body, true).await
+}
+
+pub async fn close(
+    state: State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, Reject> {
+    change(state, headers, body, false).await
+}
+
+async fn change(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+    open: bool,
+) -> Result<Json<Value>, Reject> {
+    let actor = admin(&state, &headers)?;
+    // The API is ours, so unlike webhooks it is strict: a typo is an error.
+    let body: ChangeBody = serde_json::from_slice(&body).map_err(|e| {
+        Reject::bad_request(
+            "malformed_json",
+            format!("expected {{\"gate\": \"/gates/promote/pr/42\", \"reason\": \"…\"}}: {e}"),
+        )
+    })?;
+    let key = parse_key(&state, &body.gate)?;
+    let who = Provenance::new(actor).reason(body.reason);
+    let result = if open {
+        state.engine.open(&key, &who).await
+    } else {
+        state.engine.close(&key, &who).await
+    };
+    let gate = result.map_err(|e| match e {
+        EngineError::Held { .. } => Reject::new(StatusCode::CONFLICT, "held", e.to_string()),
+        EngineError::Store(e) => e.into(),
+    })?;
+    Ok(Json(serde_json::to_value(gate).unwrap_or_default()))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WaitsQuery {
+    #[serde(default)]
+    open: bool,
+    gate: Option<String>,
+}
+
+pub async fn waits(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<WaitsQuery>,
+) -> Result<Json<Value>, Reject> {
+    reader(&state, &headers)?;
+    let key = q
+        .gate
+        .as_deref()
+        .map(|g| parse_key(&state, g))
+        .transpose()?;
+    let waits = state.store.waits(key.as_ref(), q.open, 500).await?;
+    Ok(Json(json!({ "waits": waits })))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AuditQuery {
+    gate: Option<String>,
+    limit: Option<i64>,
+}
+
+pub async fn audit(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<AuditQuery>,
+) -> Result<Json<Value>, Reject> {
+    reader(&state, &headers)?;
+    let key = q
+        .gate
+        .as_deref()
+        .map(|g| parse_key(&state, g))
+        .transpose()?;
+    let entries = state
+        .store
+        .audit_log(key.as_ref(), q.limit.unwrap_or(200).clamp(1, 5000))
+        .await?;
+    Ok(Json(json!({ "audit": entries })))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct OutboxQuery {
+    state: Option<String>,
+}
+
+pub async fn outbox(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<OutboxQuery>,
+) -> Result<Json<Value>, Reject> {
+    reader(&state, &headers)?;
+    let jobs = state.store.jobs(q.state.as_deref(), 500).await?;
+    Ok(Json(json!({ "jobs": jobs })))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct EventsQuery {
+    canary: Option<String>,
+}
+
+pub async fn events(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<EventsQuery>,
+) -> Result<Json<Value>, Reject> {
+    reader(&state, &headers)?;
+    let events = state.store.events(q.canary.as_deref(), 500).await?;
+    Ok(Json(json!({ "events": events })))
+}

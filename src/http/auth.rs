@@ -1,0 +1,60 @@
+//! The operator API's bearer token.
+
+use axum::http::{header, HeaderMap, StatusCode};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::error::Reject;
+use crate::gate::{Actor, Source};
+use crate::AppState;
+
+/// Checks `Authorization: Bearer <GATEBOT_ADMIN_TOKEN>`. The actor is named by an
+/// optional `X-Gatebot-Actor` header (the CLI sends the local user) and is
+/// otherwise "admin".
+pub fn admin(state: &AppState, headers: &HeaderMap) -> Result<Actor, Reject> {
+    let Some(expected) = state.config.admin_token() else {
+        return Err(Reject::new(
+            StatusCode::FORBIDDEN,
+            "api_disabled",
+            "the operator API is disabled: set GATEBOT_ADMIN_TOKEN to enable it",
+        ));
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| {
+            Reject::unauthorized(
+                "missing bearer token: send Authorization: Bearer $GATEBOT_ADMIN_TOKEN",
+            )
+        })?;
+    // Hashing first makes the comparison constant-time in the length too.
+    let same: bool = Sha256::digest(given.trim().as_bytes())
+        .ct_eq(&Sha256::digest(expected.as_bytes()))
+        .into();
+    if !same {
+        return Err(Reject::unauthorized("wrong bearer token"));
+    }
+    let source = match headers
+        .get("x-gatebot-source")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some("cli") => Source::Cli,
+        _ => Source::Api,
+    };
+    let name = headers
+        .get("x-gatebot-actor")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|n| !n.is_empty() && n.len() <= 64 && n.chars().all(|c| c.is_ascii_graphic()))
+        .unwrap_or("admin");
+    Ok(Actor::new(name, source))
+}
+
+/// Reads need the token when one is set, and are open when none is.
+pub fn reader(state: &AppState, headers: &HeaderMap) -> Result<(), Reject> {
+    match state.config.admin_token() {
+        None => Ok(()),
+        Some(_) => admin(state, headers).map(|_| ()),
+    }
+}

@@ -1,0 +1,238 @@
+//! What Flagger calls: the gates (`/gates/…`), the loadtester's gate API, and
+//! the event hook. See flagger-protocol.md: 200 opens, anything else keeps the
+//! gate closed, and 403 is never retried, so a closed gate is always 403.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::auth::admin;
+use super::error::Reject;
+use crate::engine::{CheckInput, Provenance};
+use crate::gate::{Actor, Answer, CanaryRef, GateKey, GateKind, Scope, Source, Verdict};
+use crate::AppState;
+
+/// The body of a Flagger webhook call. Unknown fields are ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct FlaggerBody {
+    name: String,
+    namespace: String,
+    phase: String,
+    checksum: String,
+    metadata: Option<BTreeMap<String, serde_json::Value>>,
+}
+
+impl FlaggerBody {
+    fn parse(body: &[u8]) -> Result<Option<Self>, Reject> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(None);
+        }
+        serde_json::from_slice(body)
+            .map(Some)
+            .map_err(|e| Reject::bad_request("malformed_json", format!("malformed JSON: {e}")))
+    }
+
+    fn canary(&self) -> Result<Option<CanaryRef>, Reject> {
+        if self.name.is_empty() && self.namespace.is_empty() {
+            return Ok(None);
+        }
+        CanaryRef::new(&self.namespace, &self.name)
+            .map(Some)
+            .map_err(|e| Reject::bad_request("bad_canary", e.to_string()))
+    }
+
+    fn input(self) -> Result<CheckInput, Reject> {
+        Ok(CheckInput {
+            canary: self.canary()?,
+            checksum: self.checksum,
+            phase: self.phase,
+            metadata: self
+                .metadata
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        serde_json::Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    (k, v)
+                })
+                .collect(),
+        })
+    }
+}
+
+fn kind_of(kind: &str) -> Result<GateKind, Reject> {
+    GateKind::from_route(kind).ok_or_else(|| {
+        Reject::not_found(format!(
+            "unknown gate kind `{kind}`: use start, promote, traffic or rollback"
+        ))
+    })
+}
+
+/// `/gates/{kind}/{*scope}`
+pub async fn scoped_gate(
+    State(state): State<AppState>,
+    Path((kind, scope)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, Reject> {
+    let kind = kind_of(&kind)?;
+    let segments: Vec<&str> = scope.trim_matches('/').split('/').collect();
+    let key = GateKey::from_scope_segments(
+        kind,
+        &segments,
+        state.engine.settings().default_repo.as_ref(),
+    )
+    .map_err(|e| Reject::bad_request("bad_gate", e.to_string()))?;
+    let input = FlaggerBody::parse(&body)?.unwrap_or_default().input()?;
+    Ok(answer(&state, &key, &input).await)
+}
+
+/// `/gates/{kind}`: scoped to the canary named in Flagger's body.
+pub async fn canary_gate(
+    State(state): State<AppState>,
+    Path(kind): Path<String>,
+    body: Bytes,
+) -> Result<Response, Reject> {
+    let kind = kind_of(&kind)?;
+    let input = FlaggerBody::parse(&body)?.unwrap_or_default().input()?;
+    let Some(canary) = input.canary.clone() else {
+        return Err(Reject::bad_request(
+            "no_canary",
+            format!("/gates/{kind} is scoped to the canary in Flagger's body, and this request names none"),
+        ));
+    };
+    let key = GateKey::new(kind, Scope::Canary(canary));
+    Ok(answer(&state, &key, &input).await)
+}
+
+async fn answer(state: &AppState, key: &GateKey, input: &CheckInput) -> Response {
+    match state.engine.check(key, input).await {
+        Ok(verdict) => verdict_response(&verdict),
+        // Closed is Flagger's safe default; a 5xx might be retried or alerted on.
+        Err(e) => {
+            tracing::warn!(gate = %key, error = %e, "gate check failed: answering closed");
+            text(
+                StatusCode::FORBIDDEN,
+                &format!("closed: gatebot cannot read its store ({e})"),
+            )
+        }
+    }
+}
+
+fn verdict_response(verdict: &Verdict) -> Response {
+    let status = match verdict.answer {
+        Answer::Open => StatusCode::OK,
+        Answer::Closed => StatusCode::FORBIDDEN,
+    };
+    text(status, &verdict.reason)
+}
+
+fn text(status: StatusCode, line: &str) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!("{line}\n"),
+    )
+        .into_response()
+}
+
+/// `POST /flagger/events`: store the event, answer at once.
+pub async fn event(State(state): State<AppState>, body: Bytes) -> Result<Response, Reject> {
+    let input = FlaggerBody::parse(&body)?
+        .ok_or_else(|| Reject::bad_request("empty_body", "expected Flagger's event JSON"))?
+        .input()?;
+    let canary = input.canary.clone().ok_or_else(|| {
+        Reject::bad_request("no_canary", "the event names no canary (name, namespace)")
+    })?;
+    let message = input
+        .metadata
+        .get("eventMessage")
+        .cloned()
+        .unwrap_or_default();
+    let event_type = input
+        .metadata
+        .get("eventType")
+        .cloned()
+        .unwrap_or_else(|| "Normal".into());
+    let flagger_at = input.metadata.get("timestamp").and_then(|t| t.parse().ok());
+    let kind = state
+        .engine
+        .record_event(&canary, &input, &message, &event_type, flagger_at)
+        .await
+        .map_err(|e| Reject::unavailable(e.to_string()))?;
+    Ok(text(StatusCode::OK, &format!("recorded {}", kind.as_str())))
+}
+
+// ---- the loadtester's gate API ----
+
+fn legacy_key(kind: GateKind, body: &[u8]) -> Result<(GateKey, CheckInput), Reject> {
+    let input = FlaggerBody::parse(body)?
+        .ok_or_else(|| {
+            Reject::bad_request("empty_body", "expected a JSON body with name and namespace")
+        })?
+        .input()?;
+    let canary = input.canary.clone().ok_or_else(|| {
+        Reject::bad_request("no_canary", "the body names no canary (name, namespace)")
+    })?;
+    Ok((GateKey::new(kind, Scope::Canary(canary)), input))
+}
+
+/// `/gate/check`, `/rollback/check`
+pub async fn legacy_check(
+    State(state): State<AppState>,
+    kind: GateKind,
+    body: Bytes,
+) -> Result<Response, Reject> {
+    let (key, input) = legacy_key(kind, &body)?;
+    Ok(answer(&state, &key, &input).await)
+}
+
+/// `/gate/open`, `/gate/close`, `/rollback/open`, `/rollback/close`: 202 like the loadtester.
+pub async fn legacy_set(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    kind: GateKind,
+    open: bool,
+    body: Bytes,
+) -> Result<Response, Reject> {
+    let actor = if state.config.loadtester_open_access {
+        admin(&state, &headers).unwrap_or_else(|_| Actor::new("anonymous", Source::Loadtester))
+    } else {
+        admin(&state, &headers).map_err(|r| {
+            Reject::new(
+                r.status,
+                r.reason,
+                format!("{} (or set GATEBOT_LOADTESTER_OPEN_ACCESS=true for the loadtester's unauthenticated behaviour)", r.message),
+            )
+        })?
+    };
+    let (key, _) = legacy_key(kind, &body)?;
+    let who = Provenance::new(actor);
+    let result = if open {
+        state.engine.open(&key, &who).await
+    } else {
+        state.engine.close(&key, &who).await
+    };
+    result.map_err(|e| match e {
+        crate::engine::EngineError::Held { .. } => {
+            Reject::new(StatusCode::CONFLICT, "held", e.to_string())
+        }
+        crate::engine::EngineError::Store(e) => e.into(),
+    })?;
+    let word = if open { "opened" } else { "closed" };
+    Ok(text(StatusCode::ACCEPTED, &format!("{key} {word}")))
+}
+
+pub async fn legacy_approve() -> Response {
+    text(StatusCode::OK, "Approved")
+}
+
+pub async fn legacy_halt() -> Response {
+    text(StatusCode::FORBIDDEN, "Forbidden")
+}

@@ -1,0 +1,172 @@
+//! HTTP routes. Handlers translate between HTTP and the engine, nothing more.
+
+pub mod api;
+pub mod auth;
+pub mod error;
+pub mod flagger;
+pub mod health;
+
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use tower_http::request_id::{
+    MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::gate::GateKind;
+use crate::metrics::{HttpLabels, RouteLabels};
+use crate::AppState;
+use error::{Reject, Rejected};
+
+/// Flagger's bodies are a few hundred bytes.
+pub const FLAGGER_BODY_LIMIT: usize = 64 * 1024;
+/// GitHub sends up to 25 MB.
+pub const GITHUB_BODY_LIMIT: usize = 25 * 1024 * 1024;
+/// Slack's interaction payloads carry whole messages, still well under this.
+pub const SLACK_BODY_LIMIT: usize = 1024 * 1024;
+pub const API_BODY_LIMIT: usize = 64 * 1024;
+
+pub fn router(state: AppState) -> Router {
+    let flagger = Router::new()
+        .route(
+            "/gates/{kind}",
+            get(flagger::canary_gate).post(flagger::canary_gate),
+        )
+        .route(
+            "/gates/{kind}/{*scope}",
+            get(flagger::scoped_gate).post(flagger::scoped_gate),
+        )
+        .route(
+            "/gate/check",
+            post(|s: State<AppState>, b: Bytes| flagger::legacy_check(s, GateKind::LegacyGate, b)),
+        )
+        .route(
+            "/rollback/check",
+            post(|s: State<AppState>, b: Bytes| {
+                flagger::legacy_check(s, GateKind::LegacyRollback, b)
+            }),
+        )
+        .route(
+            "/gate/open",
+            post(|s: State<AppState>, h: HeaderMap, b: Bytes| {
+                flagger::legacy_set(s, h, GateKind::LegacyGate, true, b)
+            }),
+        )
+        .route(
+            "/gate/close",
+            post(|s: State<AppState>, h: HeaderMap, b: Bytes| {
+                flagger::legacy_set(s, h, GateKind::LegacyGate, false, b)
+            }),
+        )
+        .route(
+            "/rollback/open",
+            post(|s: State<AppState>, h: HeaderMap, b: Bytes| {
+                flagger::legacy_set(s, h, GateKind::LegacyRollback, true, b)
+            }),
+        )
+        .route(
+            "/rollback/close",
+            post(|s: State<AppState>, h: HeaderMap, b: Bytes| {
+                flagger::legacy_set(s, h, GateKind::LegacyRollback, false, b)
+            }),
+        )
+        .route(
+            "/gate/approve",
+            get(flagger::legacy_approve).post(flagger::legacy_approve),
+        )
+        .route(
+            "/gate/halt",
+            get(flagger::legacy_halt).post(flagger::legacy_halt),
+        )
+        .route("/flagger/events", post(flagger::event))
+        .layer(DefaultBodyLimit::max(FLAGGER_BODY_LIMIT));
+
+    let api = Router::new()
+        .route("/api/v1/gates", get(api::list))
+        .route("/api/v1/gates/open", post(api::open))
+        .route("/api/v1/gates/close", post(api::close))
+        .route("/api/v1/gates/{*key}", get(api::show))
+        .route("/api/v1/waits", get(api::waits))
+        .route("/api/v1/audit", get(api::audit))
+        .route("/api/v1/outbox", get(api::outbox))
+        .route("/api/v1/events", get(api::events))
+        .layer(DefaultBodyLimit::max(API_BODY_LIMIT));
+
+    let webhooks = Router::new()
+        .merge(crate::github::routes())
+        .merge(crate::slack::routes());
+
+    Router::new()
+        .merge(flagger)
+        .merge(api)
+        .merge(webhooks)
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route_layer(middleware::from_fn_with_state(state.clone(), observe))
+        .fallback(not_found)
+        .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(30)))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|req: &Request| {
+                let id = req
+                    .extensions()
+                    .get::<RequestId>()
+                    .and_then(|id| id.header_value().to_str().ok())
+                    .unwrap_or("-");
+                tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+            }),
+        )
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .with_state(state)
+}
+
+/// Counts requests by matched route (bounded cardinality) and refusals by reason.
+async fn observe(
+    State(state): State<AppState>,
+    matched: Option<MatchedPath>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let route = matched.map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
+    let method = req.method().as_str().to_string();
+    let started = Instant::now();
+    let response = next.run(req).await;
+    let status = response.status();
+    let m = &state.metrics;
+    m.http_requests
+        .get_or_create(&HttpLabels {
+            method,
+            route: route.clone(),
+            status: status.as_u16(),
+        })
+        .inc();
+    m.http_duration
+        .get_or_create(&RouteLabels {
+            route: route.clone(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    if let Some(Rejected(reason)) = response.extensions().get::<Rejected>() {
+        m.reject(&route, reason);
+    } else if matches!(status.as_u16(), 400 | 401 | 404 | 405 | 413 | 415 | 422) {
+        // Refused by an extractor before our handler ran (e.g. body too large).
+        m.reject(&route, status.as_str());
+    }
+    response
+}
+
+async fn not_found(State(state): State<AppState>) -> Response {
+    state.metrics.reject("unmatched", "not_found");
+    Reject::not_found(
+        "no such route: Flagger gates are /gates/<kind>/…, the API is /api/v1/gates, webhooks are /webhooks/…",
+    )
+    .into_response()
+}

@@ -1,0 +1,187 @@
+//! Prometheus metrics, one registry per server (so tests can read their own).
+
+use prometheus_client::encoding::{text::encode, EncodeLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub method: String,
+    pub route: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GateLabels {
+    pub kind: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    pub action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectLabels {
+    pub route: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobLabels {
+    pub queue: &'static str,
+    pub route: String,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CommandLabels {
+    pub source: &'static str,
+    pub command: String,
+    pub result: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub http_requests: Family<HttpLabels, Counter>,
+    pub http_duration: Family<RouteLabels, Histogram>,
+    pub gate_checks: Family<GateLabels, Counter>,
+    pub waits_started: Family<KindLabels, Counter>,
+    pub waits_open: Gauge,
+    pub audit_events: Family<ActionLabels, Counter>,
+    pub rejected: Family<RejectLabels, Counter>,
+    pub jobs: Family<JobLabels, Counter>,
+    pub outbox_pending: Gauge,
+    pub inbox_pending: Gauge,
+    pub commands: Family<CommandLabels, Counter>,
+    pub events: Family<ActionLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("gatebot");
+        let http_requests = Family::<HttpLabels, Counter>::default();
+        let http_duration = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new([
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+            ])
+        });
+        let gate_checks = Family::<GateLabels, Counter>::default();
+        let waits_started = Family::<KindLabels, Counter>::default();
+        let waits_open = Gauge::default();
+        let audit_events = Family::<ActionLabels, Counter>::default();
+        let rejected = Family::<RejectLabels, Counter>::default();
+        let jobs = Family::<JobLabels, Counter>::default();
+        let outbox_pending = Gauge::default();
+        let inbox_pending = Gauge::default();
+        let commands = Family::<CommandLabels, Counter>::default();
+        let events = Family::<ActionLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests by matched route",
+            http_requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency by matched route",
+            http_duration.clone(),
+        );
+        registry.register(
+            "gate_checks",
+            "Gate answers by kind and result",
+            gate_checks.clone(),
+        );
+        registry.register(
+            "waits_started",
+            "Waits started (one per canary and gate)",
+            waits_started.clone(),
+        );
+        registry.register("waits_open", "Waits not yet ended", waits_open.clone());
+        registry.register(
+            "audit_events",
+            "Audit log entries by action",
+            audit_events.clone(),
+        );
+        registry.register(
+            "rejected_requests",
+            "Requests refused before doing anything, by route and reason",
+            rejected.clone(),
+        );
+        registry.register(
+            "queue_jobs",
+            "Outbox and inbox items run, by result",
+            jobs.clone(),
+        );
+        registry.register(
+            "outbox_pending",
+            "Notification jobs waiting to be sent",
+            outbox_pending.clone(),
+        );
+        registry.register(
+            "inbox_pending",
+            "Webhook deliveries waiting to be worked",
+            inbox_pending.clone(),
+        );
+        registry.register(
+            "commands",
+            "Commands from people, by source and result",
+            commands.clone(),
+        );
+        registry.register(
+            "flagger_events",
+            "Flagger events received, by kind",
+            events.clone(),
+        );
+        Self {
+            registry,
+            http_requests,
+            http_duration,
+            gate_checks,
+            waits_started,
+            waits_open,
+            audit_events,
+            rejected,
+            jobs,
+            outbox_pending,
+            inbox_pending,
+            commands,
+            events,
+        }
+    }
+
+    pub fn reject(&self, route: &str, reason: &str) {
+        self.rejected
+            .get_or_create(&RejectLabels {
+                route: route.to_string(),
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,159 @@
+//! Notifications: what happened (a `Notice`), which jobs it means for each
+//! configured sink, and the worker that runs durable jobs from a queue.
+
+mod worker;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::gate::{Actor, Millis};
+use crate::store::{NewJob, QueueItem};
+
+pub use worker::{Worker, WorkerSettings};
+
+/// Something people may want to hear about. Stored as the payload of jobs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Notice {
+    /// Flagger started waiting at a closed gate.
+    WaitStarted {
+        wait_id: i64,
+        gate: String,
+        canary: String,
+        checksum: String,
+        phase: String,
+        reason: String,
+        metadata: BTreeMap<String, String>,
+        at: Millis,
+    },
+    /// The gate opened for a waiting canary (or the wait was superseded).
+    WaitEnded {
+        wait_id: i64,
+        gate: String,
+        canary: String,
+        outcome: String,
+        at: Millis,
+    },
+    /// Someone opened, closed, held or released a gate, or it expired.
+    GateChanged {
+        gate: String,
+        action: String,
+        actor: Actor,
+        reason: Option<String>,
+        at: Millis,
+    },
+    /// A milestone from Flagger's event hook, for the gates the canary asks.
+    CanaryEvent {
+        canary: String,
+        gates: Vec<String>,
+        kind: String,
+        message: String,
+        event_type: String,
+        phase: String,
+        checksum: String,
+        metadata: BTreeMap<String, String>,
+        at: Millis,
+    },
+}
+
+impl Notice {
+    pub fn topic(&self) -> &'static str {
+        match self {
+            Self::WaitStarted { .. } => "wait_started",
+            Self::WaitEnded { .. } => "wait_ended",
+            Self::GateChanged { .. } => "gate_changed",
+            Self::CanaryEvent { .. } => "canary_event",
+        }
+    }
+
+    /// A job for `sink` that carries this notice whole.
+    pub fn job(&self, sink: &str) -> NewJob {
+        NewJob {
+            sink: sink.to_string(),
+            topic: self.topic().to_string(),
+            payload: serde_json::to_string(self).unwrap_or_default(),
+            dedupe_key: None,
+            once_key: None,
+            not_before: 0,
+        }
+    }
+}
+
+/// Why a job did not go through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendError {
+    /// Try again later: at `after` when the other side said so (Retry-After).
+    Retry {
+        after: Option<Duration>,
+        message: String,
+    },
+    /// Trying again cannot help.
+    Permanent(String),
+}
+
+impl SendError {
+    pub fn retry(message: impl Into<String>) -> Self {
+        Self::Retry {
+            after: None,
+            message: message.into(),
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Retry { message, .. } | Self::Permanent(message) => message,
+        }
+    }
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Runs the items of one route of a queue: a notification sink of the outbox
+/// (`github`, `slack`) or a webhook source of the inbox.
+pub trait Handler: Send + Sync + 'static {
+    fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>>;
+}
+
+/// A notification sink: decides which jobs a notice means, then runs them.
+pub trait Sink: Handler {
+    fn name(&self) -> &'static str;
+    fn plan(&self, notice: &Notice) -> Vec<NewJob>;
+}
+
+/// The configured sinks.
+#[derive(Clone, Default)]
+pub struct Notifier {
+    sinks: Vec<Arc<dyn Sink>>,
+}
+
+impl Notifier {
+    pub fn new(sinks: Vec<Arc<dyn Sink>>) -> Self {
+        Self { sinks }
+    }
+
+    pub fn plan(&self, notice: &Notice) -> Vec<NewJob> {
+        self.sinks.iter().flat_map(|s| s.plan(notice)).collect()
+    }
+
+    pub fn handlers(&self) -> Vec<(String, Arc<dyn Handler>)> {
+        self.sinks
+            .iter()
+            .map(|s| (s.name().to_string(), Arc::clone(s) as Arc<dyn Handler>))
+            .collect()
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.sinks.iter().map(|s| s.name()).collect()
+    }
+}

@@ -1,0 +1,304 @@
+//! Who may do what: the defaults from the environment, refined by an optional
+//! policy file (`GATEBOT_POLICY`, TOML). Pure data and decisions, no I/O but
+//! reading the file.
+//!
+//! ```toml
+//! [github]
+//! min_permission = "write"          # every command, unless a command says otherwise
+//! forbid_self_approval = true        # the PR's author may not /promote (four eyes)
+//!
+//! [github.commands.promote]
+//! min_permission = "maintain"
+//! teams = ["acme/release-managers"]  # org/team; membership in any one suffices
+//!
+//! [slack]
+//! approvers = ["U012AB3CD", "S0614TZR7"]
+//!
+//! [slack.commands.rollback]
+//! approvers = ["S0ONCALL1"]
+//!
+//! [users]                            # GitHub login = Slack user id
+//! alice = "U012AB3CD"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Context;
+use serde::Deserialize;
+
+use crate::command::Command;
+use crate::config::{Config, Permission};
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    github: GithubSection,
+    #[serde(default)]
+    slack: SlackSection,
+    #[serde(default)]
+    users: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GithubSection {
+    min_permission: Option<Permission>,
+    #[serde(default)]
+    teams: Vec<String>,
+    forbid_self_approval: Option<bool>,
+    #[serde(default)]
+    commands: BTreeMap<String, GithubCommand>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GithubCommand {
+    min_permission: Option<Permission>,
+    teams: Option<Vec<String>>,
+    forbid_self_approval: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SlackSection {
+    approvers: Option<Vec<String>>,
+    forbid_self_approval: Option<bool>,
+    #[serde(default)]
+    commands: BTreeMap<String, SlackCommand>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SlackCommand {
+    approvers: Option<Vec<String>>,
+    forbid_self_approval: Option<bool>,
+}
+
+/// What a GitHub commenter needs for one command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GithubRule {
+    pub min_permission: Permission,
+    /// `org/team` slugs; empty: no team needed.
+    pub teams: Vec<String>,
+    /// The PR's author may not run this command.
+    pub forbid_self_approval: bool,
+}
+
+/// What a Slack user needs for one command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlackRule {
+    /// User ids (U…, W…) and user group ids (S…). Empty: nobody.
+    pub approvers: Vec<String>,
+    pub forbid_self_approval: bool,
+    /// Where the approvers came from, for refusals that say what to change.
+    pub setting: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Policy {
+    file: File,
+    default_permission: Permission,
+    default_approvers: Vec<String>,
+    source: Option<String>,
+}
+
+/// Commands that open a gate: the ones four eyes applies to by default.
+fn approves(command: Command) -> bool {
+    matches!(
+        command,
+        Command::Promote | Command::Start | Command::Traffic
+    )
+}
+
+impl Policy {
+    pub fn from_config(config: &Config) -> anyhow::Result<Self> {
+        let (file, source) = match &config.policy {
+            Some(path) => (read(path)?, Some(path.display().to_string())),
+            None => (File::default(), None),
+        };
+        let policy = Self {
+            file,
+            default_permission: config.github.min_permission,
+            default_approvers: clean(&config.slack.approvers),
+            source,
+        };
+        Ok(policy)
+    }
+
+    /// Parses policy text (for tests and `check-config`).
+    pub fn parse(
+        text: &str,
+        default_permission: Permission,
+        default_approvers: &[String],
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            file: toml::from_str(text).context("the policy file does not parse")?,
+            default_permission,
+            default_approvers: clean(default_approvers),
+            source: Some("policy".into()),
+        })
+    }
+
+    pub fn github(&self, command: Command) -> GithubRule {
+        let section = &self.file.github;
+        let specific = section.commands.get(command.as_str());
+        GithubRule {
+            min_permission: specific
+                .and_then(|c| c.min_permission)
+                .or(section.min_permission)
+                .unwrap_or(self.default_permission),
+            teams: specific
+                .and_then(|c| c.teams.clone())
+                .unwrap_or_else(|| section.teams.clone()),
+            forbid_self_approval: specific
+                .and_then(|c| c.forbid_self_approval)
+                .or(section
+                    .forbid_self_approval
+                    .filter(|_| command == Command::Promote))
+                .unwrap_or(false),
+        }
+    }
+
+    pub fn slack(&self, command: Command) -> SlackRule {
+        let section = &self.file.slack;
+        let specific = section.commands.get(command.as_str());
+        let (approvers, setting) = match (
+            specific.and_then(|c| c.approvers.as_ref()),
+            &section.approvers,
+        ) {
+            (Some(a), _) => (
+                clean(a),
+                format!(
+                    "slack.commands.{}.approvers in {}",
+                    command.as_str(),
+                    self.source_name()
+                ),
+            ),
+            (None, Some(a)) => (
+                clean(a),
+                format!("slack.approvers in {}", self.source_name()),
+            ),
+            (None, None) => (
+                self.default_approvers.clone(),
+                "GATEBOT_SLACK_APPROVERS".to_string(),
+            ),
+        };
+        SlackRule {
+            approvers,
+            forbid_self_approval: specific
+                .and_then(|c| c.forbid_self_approval)
+                .or(section.forbid_self_approval.filter(|_| approves(command)))
+                .unwrap_or(false),
+            setting,
+        }
+    }
+
+    /// The Slack user id of a GitHub login, when the policy maps them.
+    pub fn slack_user_of(&self, github_login: &str) -> Option<&str> {
+        self.file
+            .users
+            .iter()
+            .find(|(login, _)| login.eq_ignore_ascii_case(github_login))
+            .map(|(_, id)| id.as_str())
+    }
+
+    /// The GitHub login of a Slack user id, when the policy maps them.
+    pub fn github_login_of(&self, slack_user: &str) -> Option<&str> {
+        self.file
+            .users
+            .iter()
+            .find(|(_, id)| *id == slack_user)
+            .map(|(login, _)| login.as_str())
+    }
+
+    fn source_name(&self) -> &str {
+        self.source.as_deref().unwrap_or("the policy file")
+    }
+}
+
+fn read(path: &Path) -> anyhow::Result<File> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("GATEBOT_POLICY: cannot read {}", path.display()))?;
+    toml::from_str(&text)
+        .with_context(|| format!("GATEBOT_POLICY: {} does not parse", path.display()))
+}
+
+fn clean(ids: &[String]) -> Vec<String> {
+    ids.iter()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"
+[github]
+forbid_self_approval = true
+[github.commands.promote]
+min_permission = "maintain"
+teams = ["acme/release"]
+[slack]
+approvers = ["U1", "S2"]
+[slack.commands.rollback]
+approvers = ["S9"]
+[users]
+alice = "U1"
+"#;
+
+    fn policy() -> Policy {
+        Policy::parse(FILE, Permission::Write, &["U0".into()]).unwrap()
+    }
+
+    #[test]
+    fn per_command_rules_override_defaults() {
+        let p = policy();
+        let promote = p.github(Command::Promote);
+        assert_eq!(promote.min_permission, Permission::Maintain);
+        assert_eq!(promote.teams, vec!["acme/release".to_string()]);
+        assert!(promote.forbid_self_approval);
+        let start = p.github(Command::Start);
+        assert_eq!(start.min_permission, Permission::Write);
+        assert!(start.teams.is_empty());
+        assert!(
+            !start.forbid_self_approval,
+            "four eyes applies to /promote unless a command says so"
+        );
+    }
+
+    #[test]
+    fn slack_approvers_come_from_the_most_specific_place() {
+        let p = policy();
+        assert_eq!(p.slack(Command::Rollback).approvers, vec!["S9".to_string()]);
+        assert_eq!(
+            p.slack(Command::Promote).approvers,
+            vec!["U1".to_string(), "S2".to_string()]
+        );
+        let env_only = Policy::parse("", Permission::Write, &[" U0 ".into(), "".into()]).unwrap();
+        let rule = env_only.slack(Command::Promote);
+        assert_eq!(rule.approvers, vec!["U0".to_string()]);
+        assert_eq!(rule.setting, "GATEBOT_SLACK_APPROVERS");
+    }
+
+    #[test]
+    fn users_map_both_ways() {
+        let p = policy();
+        assert_eq!(p.slack_user_of("Alice"), Some("U1"));
+        assert_eq!(p.github_login_of("U1"), Some("alice"));
+        assert_eq!(p.github_login_of("U2"), None);
+    }
+
+    #[test]
+    fn typos_are_errors() {
+        assert!(Policy::parse(
+            "[github]\nmin_permision = \"write\"",
+            Permission::Write,
+            &[]
+        )
+        .is_err());
+    }
+}

@@ -1,0 +1,584 @@
+//! Durable state in SQLite (default, embedded) or PostgreSQL (several replicas).
+//!
+//! One sqlx `Any` pool and runtime queries written in the dialect both backends
+//! share (`$n` parameters, `ON CONFLICT`, `RETURNING`, partial unique indexes), so
+//! there is one code path to test. Only migrations and job claiming differ.
+
+mod queue;
+mod rows;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{Any, AnyPool, Row, Transaction};
+use tokio::sync::{Mutex, MutexGuard};
+
+use crate::gate::{Actor, Answer, CanaryRef, Gate, GateKey, GateStatus, Millis, Source};
+
+pub use queue::{Job, NewJob, QueueItem, QueueName};
+pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgres",
+        }
+    }
+}
+
+/// Errors callers branch on. Everything else is the store being unavailable.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the store is unavailable: {0}")]
+    Unavailable(#[from] sqlx::Error),
+    #[error("stored data is unreadable: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+    /// SQLite has one writer; taking turns here avoids SQLITE_BUSY on lock upgrades.
+    write_lock: Option<Arc<Mutex<()>>>,
+}
+
+/// A write transaction (holding SQLite's writer turn while it lives).
+pub struct WriteTx<'a> {
+    pub tx: Transaction<'a, Any>,
+    _turn: Option<MutexGuard<'a, ()>>,
+}
+
+impl WriteTx<'_> {
+    pub async fn commit(self) -> Result<()> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+}
+
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+impl Store {
+    /// Connects and migrates. `url` is `sqlite://path` (file and directory created
+    /// when missing) or `postgres://…`.
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        sqlx::any::install_default_drivers();
+        let (backend, url) = normalise_url(url)?;
+        if let Some(dir) = sqlite_dir(&url) {
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create the directory {}", dir.display()))?;
+        }
+        let options = AnyPoolOptions::new()
+            .acquire_timeout(Duration::from_secs(3))
+            .max_connections(match backend {
+                Backend::Sqlite => 8,
+                Backend::Postgres => 16,
+            })
+            .min_connections(1)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        for pragma in [
+                            "PRAGMA journal_mode = WAL",
+                            "PRAGMA busy_timeout = 5000",
+                            "PRAGMA foreign_keys = ON",
+                        ] {
+                            sqlx::query(pragma).execute(&mut *conn).await?;
+                        }
+                    }
+                    Ok(())
+                })
+            });
+        let pool = options
+            .connect(&url)
+            .await
+            .with_context(|| format!("cannot open the {} store", backend.as_str()))?;
+        let migrator = match backend {
+            Backend::Sqlite => &SQLITE_MIGRATIONS,
+            Backend::Postgres => &POSTGRES_MIGRATIONS,
+        };
+        migrator
+            .run(&pool)
+            .await
+            .context("cannot migrate the store")?;
+        Ok(Self {
+            pool,
+            backend,
+            write_lock: (backend == Backend::Sqlite).then(|| Arc::new(Mutex::new(()))),
+        })
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    pub async fn begin(&self) -> Result<WriteTx<'_>> {
+        let turn = match &self.write_lock {
+            Some(lock) => Some(lock.lock().await),
+            None => None,
+        };
+        let tx = self.pool.begin().await?;
+        Ok(WriteTx { tx, _turn: turn })
+    }
+
+    // ---- gates ----
+
+    pub async fn load_gates(&self) -> Result<Vec<Gate>> {
+        let rows = sqlx::query("SELECT * FROM gates ORDER BY key")
+            .fetch_all(&self.pool)
+            .await?;
+        let pins = sqlx::query(
+            "SELECT p.approval_id, p.canary, p.checksum FROM pins p \
+             JOIN gates g ON g.approval_id = p.approval_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut gates = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mut gate = rows::gate_from_row(row)?;
+            if let GateStatus::Open(approval) = &mut gate.status {
+                for pin in &pins {
+                    if pin.try_get::<String, _>("approval_id")? == approval.id {
+                        approval
+                            .pins
+                            .insert(pin.try_get("canary")?, pin.try_get("checksum")?);
+                    }
+                }
+            }
+            gates.push(gate);
+        }
+        Ok(gates)
+    }
+
+    pub async fn load_gate(&self, key: &GateKey) -> Result<Option<Gate>> {
+        let Some(row) = sqlx::query("SELECT * FROM gates WHERE key = $1")
+            .bind(key.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut gate = rows::gate_from_row(&row)?;
+        if let GateStatus::Open(approval) = &mut gate.status {
+            let pins = sqlx::query("SELECT canary, checksum FROM pins WHERE approval_id = $1")
+                .bind(approval.id.clone())
+                .fetch_all(&self.pool)
+                .await?;
+            for pin in pins {
+                approval
+                    .pins
+                    .insert(pin.try_get("canary")?, pin.try_get("checksum")?);
+            }
+        }
+        Ok(Some(gate))
+    }
+
+    pub async fn put_gate(tx: &mut WriteTx<'_>, gate: &Gate) -> Result<()> {
+        let (approval_id, change, expires_at) = match &gate.status {
+            GateStatus::Open(a) => (Some(a.id.clone()), Some(&a.change), a.expires_at),
+            GateStatus::Closed { change } => (None, change.as_ref(), None),
+            GateStatus::Held { change } => (None, Some(change), None),
+        };
+        sqlx::query(
+            "INSERT INTO gates (key, status, approval_id, actor, source, reason, changed_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             ON CONFLICT (key) DO UPDATE SET status = excluded.status, approval_id = excluded.approval_id, \
+             actor = excluded.actor, source = excluded.source, reason = excluded.reason, \
+             changed_at = excluded.changed_at, expires_at = excluded.expires_at",
+        )
+        .bind(gate.key.to_string())
+        .bind(gate.status.name())
+        .bind(approval_id)
+        .bind(change.map(|c| c.by.name.clone()))
+        .bind(change.map(|c| c.by.source.as_str()))
+        .bind(change.and_then(|c| c.reason.clone()))
+        .bind(change.map_or(0, |c| c.at))
+        .bind(expires_at)
+        .execute(&mut *tx.tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Records the revision an approval was first used for. Returns the pinned
+    /// checksum, which is another replica's if it pinned first.
+    pub async fn pin(
+        tx: &mut WriteTx<'_>,
+        key: &GateKey,
+        approval_id: &str,
+        canary: &CanaryRef,
+        checksum: &str,
+        at: Millis,
+    ) -> Result<String> {
+        sqlx::query(
+            "INSERT INTO pins (approval_id, canary, gate_key, checksum, pinned_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (approval_id, canary) DO NOTHING",
+        )
+        .bind(approval_id.to_string())
+        .bind(canary.to_string())
+        .bind(key.to_string())
+        .bind(checksum.to_string())
+        .bind(at)
+        .execute(&mut *tx.tx)
+        .await?;
+        let row = sqlx::query("SELECT checksum FROM pins WHERE approval_id = $1 AND canary = $2")
+            .bind(approval_id.to_string())
+            .bind(canary.to_string())
+            .fetch_one(&mut *tx.tx)
+            .await?;
+        Ok(row.try_get("checksum")?)
+    }
+
+    // ---- observations and waits ----
+
+    pub async fn load_observations(&self) -> Result<Vec<ObservationRow>> {
+        let rows = sqlx::query(
+            "SELECT o.*, (SELECT w.id FROM waits w WHERE w.gate_key = o.gate_key AND w.canary = o.canary \
+             AND w.ended_at IS NULL) AS wait_id FROM observations o ORDER BY o.gate_key, o.canary",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(rows::observation_from_row).collect()
+    }
+
+    pub async fn observations_for(&self, key: &GateKey) -> Result<Vec<ObservationRow>> {
+        let rows = sqlx::query(
+            "SELECT o.*, (SELECT w.id FROM waits w WHERE w.gate_key = o.gate_key AND w.canary = o.canary \
+             AND w.ended_at IS NULL) AS wait_id FROM observations o WHERE o.gate_key = $1 ORDER BY o.canary",
+        )
+        .bind(key.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(rows::observation_from_row).collect()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn observe(
+        tx: &mut WriteTx<'_>,
+        key: &GateKey,
+        canary: &CanaryRef,
+        checksum: &str,
+        phase: &str,
+        answer: Answer,
+        reason: &str,
+        metadata: &str,
+        at: Millis,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO observations (gate_key, canary, checksum, phase, answer, reason, metadata, first_seen, last_seen) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8) \
+             ON CONFLICT (gate_key, canary) DO UPDATE SET checksum = excluded.checksum, phase = excluded.phase, \
+             answer = excluded.answer, reason = excluded.reason, metadata = excluded.metadata, last_seen = excluded.last_seen",
+        )
+        .bind(key.to_string())
+        .bind(canary.to_string())
+        .bind(checksum.to_string())
+        .bind(phase.to_string())
+        .bind(answer.as_str())
+        .bind(reason.to_string())
+        .bind(metadata.to_string())
+        .bind(at)
+        .execute(&mut *tx.tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Last-seen times are kept in memory and written in batches: a poll that
+    /// repeats the last one must not cost a write each.
+    pub async fn touch_observations(&self, seen: &[(String, String, Millis)]) -> Result<()> {
+        if seen.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.begin().await?;
+        for (key, canary, at) in seen {
+            sqlx::query(
+                "UPDATE observations SET last_seen = $3 WHERE gate_key = $1 AND canary = $2 AND last_seen < $3",
+            )
+            .bind(key.clone())
+            .bind(canary.clone())
+            .bind(*at)
+            .execute(&mut *tx.tx)
+            .await?;
+        }
+        tx.commit().await
+    }
+
+    /// Starts a wait unless one is open. Returns the new wait's id, or None when
+    /// another check (here or on another replica) started it first.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn start_wait(
+        tx: &mut WriteTx<'_>,
+        key: &GateKey,
+        canary: &CanaryRef,
+        checksum: &str,
+        phase: &str,
+        metadata: &str,
+        at: Millis,
+    ) -> Result<Option<i64>> {
+        let row = sqlx::query(
+            "INSERT INTO waits (gate_key, canary, checksum, phase, metadata, started_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (gate_key, canary) WHERE ended_at IS NULL DO NOTHING RETURNING id",
+        )
+        .bind(key.to_string())
+        .bind(canary.to_string())
+        .bind(checksum.to_string())
+        .bind(phase.to_string())
+        .bind(metadata.to_string())
+        .bind(at)
+        .fetch_optional(&mut *tx.tx)
+        .await?;
+        Ok(row.map(|r| r.try_get("id")).transpose()?)
+    }
+
+    /// Ends the open wait of a canary at a gate; returns its id if there was one.
+    pub async fn end_wait(
+        tx: &mut WriteTx<'_>,
+        key: &GateKey,
+        canary: &CanaryRef,
+        outcome: &str,
+        at: Millis,
+    ) -> Result<Option<i64>> {
+        let row = sqlx::query(
+            "UPDATE waits SET ended_at = $3, outcome = $4 \
+             WHERE gate_key = $1 AND canary = $2 AND ended_at IS NULL RETURNING id",
+        )
+        .bind(key.to_string())
+        .bind(canary.to_string())
+        .bind(at)
+        .bind(outcome.to_string())
+        .fetch_optional(&mut *tx.tx)
+        .await?;
+        Ok(row.map(|r| r.try_get("id")).transpose()?)
+    }
+
+    pub async fn waits(
+        &self,
+        key: Option<&GateKey>,
+        open_only: bool,
+        limit: i64,
+    ) -> Result<Vec<WaitRow>> {
+        let rows = sqlx::query(
+            "SELECT * FROM waits WHERE ($1 IS NULL OR gate_key = $1) AND ($2 = 0 OR ended_at IS NULL) \
+             ORDER BY id DESC LIMIT $3",
+        )
+        .bind(key.map(|k| k.to_string()))
+        .bind(i64::from(open_only))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(rows::wait_from_row).collect()
+    }
+
+    pub async fn wait(&self, id: i64) -> Result<Option<WaitRow>> {
+        let row = sqlx::query("SELECT * FROM waits WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(rows::wait_from_row).transpose()
+    }
+
+    pub async fn open_wait_count(&self) -> Result<i64> {
+        let row = sqlx::query("SELECT COUNT(*) AS n FROM waits WHERE ended_at IS NULL")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get("n")?)
+    }
+
+    // ---- audit ----
+
+    pub async fn audit(tx: &mut WriteTx<'_>, entry: &AuditEntry) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO audit (at, gate_key, action, actor, source, reason, revision, canary, delivery) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(entry.at)
+        .bind(entry.gate.clone())
+        .bind(entry.action.clone())
+        .bind(entry.actor.name.clone())
+        .bind(entry.actor.source.as_str())
+        .bind(entry.reason.clone())
+        .bind(entry.revision.clone())
+        .bind(entry.canary.clone())
+        .bind(entry.delivery.clone())
+        .execute(&mut *tx.tx)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn audit_log(&self, key: Option<&GateKey>, limit: i64) -> Result<Vec<AuditEntry>> {
+        let rows = sqlx::query(
+            "SELECT * FROM audit WHERE ($1 IS NULL OR gate_key = $1) ORDER BY id DESC LIMIT $2",
+        )
+        .bind(key.map(|k| k.to_string()))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(rows::audit_from_row).collect()
+    }
+
+    // ---- Flagger events ----
+
+    pub async fn insert_event(tx: &mut WriteTx<'_>, e: &EventRow) -> Result<i64> {
+        let row = sqlx::query(
+            "INSERT INTO events (received_at, canary, phase, checksum, event_type, kind, message, flagger_at, metadata) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+        )
+        .bind(e.received_at)
+        .bind(e.canary.clone())
+        .bind(e.phase.clone())
+        .bind(e.checksum.clone())
+        .bind(e.event_type.clone())
+        .bind(e.kind.clone())
+        .bind(e.message.clone())
+        .bind(e.flagger_at)
+        .bind(e.metadata.clone())
+        .fetch_one(&mut *tx.tx)
+        .await?;
+        Ok(row.try_get("id")?)
+    }
+
+    pub async fn events(&self, canary: Option<&str>, limit: i64) -> Result<Vec<EventRow>> {
+        let rows = sqlx::query(
+            "SELECT * FROM events WHERE ($1 IS NULL OR canary = $1) ORDER BY id DESC LIMIT $2",
+        )
+        .bind(canary.map(str::to_string))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(rows::event_from_row).collect()
+    }
+
+    /// The gates a canary has asked, most recent first: how an event finds its PR.
+    pub async fn gates_of_canary(&self, canary: &str) -> Result<Vec<String>> {
+        let rows = sqlx::query(
+            "SELECT gate_key FROM observations WHERE canary = $1 ORDER BY last_seen DESC",
+        )
+        .bind(canary.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| r.try_get("gate_key").map_err(Into::into))
+            .collect()
+    }
+
+    // ---- small facts ----
+
+    pub async fn kv_get(&self, k: &str) -> Result<Option<String>> {
+        let row = sqlx::query("SELECT v FROM kv WHERE k = $1")
+            .bind(k.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| r.try_get("v")).transpose()?)
+    }
+
+    pub async fn kv_put(&self, k: &str, v: &str, at: Millis) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO kv (k, v, updated_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (k) DO UPDATE SET v = excluded.v, updated_at = excluded.updated_at",
+        )
+        .bind(k.to_string())
+        .bind(v.to_string())
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+}
+
+fn actor_from(row: &AnyRow, name: &str, source: &str) -> Result<Option<Actor>> {
+    let name: Option<String> = row.try_get(name)?;
+    let source: Option<String> = row.try_get(source)?;
+    Ok(name.map(|n| Actor::new(n, Source::parse(source.as_deref().unwrap_or("api")))))
+}
+
+fn normalise_url(url: &str) -> anyhow::Result<(Backend, String)> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok((Backend::Postgres, url.to_string()));
+    }
+    let Some(rest) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+    else {
+        anyhow::bail!("GATEBOT_DATABASE_URL must start with sqlite:// or postgres://");
+    };
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if path.is_empty() {
+        anyhow::bail!("GATEBOT_DATABASE_URL names no SQLite file: write sqlite://data/gatebot.db");
+    }
+    let query = if query.contains("mode=") {
+        query.to_string()
+    } else if query.is_empty() {
+        "mode=rwc".to_string()
+    } else {
+        format!("{query}&mode=rwc")
+    };
+    Ok((Backend::Sqlite, format!("sqlite://{path}?{query}")))
+}
+
+fn sqlite_dir(url: &str) -> Option<std::path::PathBuf> {
+    let path = url.strip_prefix("sqlite://")?.split('?').next()?;
+    std::path::Path::new(path)
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(Into::into)
+}
+
+impl Store {
+    /// Whether this delivery already did this to this gate (replays change nothing).
+    pub async fn applied(
+        &self,
+        tx: &mut WriteTx<'_>,
+        delivery: &str,
+        gate: &str,
+        action: &str,
+    ) -> Result<bool> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n FROM audit WHERE delivery = $1 AND gate_key = $2 AND action = $3",
+        )
+        .bind(delivery.to_string())
+        .bind(gate.to_string())
+        .bind(action.to_string())
+        .fetch_one(&mut *tx.tx)
+        .await?;
+        Ok(row.try_get::<i64, _>("n")? > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_urls_create_files() {
+        let (b, u) = normalise_url("sqlite://data/gatebot.db").unwrap();
+        assert_eq!(b, Backend::Sqlite);
+        assert_eq!(u, "sqlite://data/gatebot.db?mode=rwc");
+        assert_eq!(sqlite_dir(&u), Some("data".into()));
+        assert!(normalise_url("mysql://x").is_err());
+        assert_eq!(
+            normalise_url("postgres://u@h/db").unwrap().0,
+            Backend::Postgres
+        );
+    }
+}

@@ -1,0 +1,279 @@
+//! The two durable queues: the outbox (notification jobs) and the inbox
+//! (webhook deliveries stored before they are acknowledged). Both are claimed
+//! with a lease so a worker that dies mid-job leaves it to be taken again.
+
+use serde::Serialize;
+use sqlx::Row;
+
+use super::{Backend, Result, Store, WriteTx};
+use crate::gate::Millis;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueName {
+    Outbox,
+    Inbox,
+}
+
+impl QueueName {
+    fn table(self) -> &'static str {
+        match self {
+            Self::Outbox => "outbox",
+            Self::Inbox => "inbox",
+        }
+    }
+
+    fn columns(self) -> &'static str {
+        match self {
+            Self::Outbox => "id, sink AS route, topic, payload, attempts, created_at AS created_at",
+            Self::Inbox => {
+                "id, source AS route, kind AS topic, payload, attempts, received_at AS created_at"
+            }
+        }
+    }
+}
+
+/// A notification job to queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewJob {
+    /// Which sender runs it: `github`, `slack`, …
+    pub sink: String,
+    pub topic: String,
+    pub payload: String,
+    /// While a job with this key is pending, queuing another is a no-op.
+    pub dedupe_key: Option<String>,
+    /// Once a job with this key was queued, queuing another is a no-op (replays).
+    pub once_key: Option<String>,
+    /// Not before this time (0: at once).
+    pub not_before: Millis,
+}
+
+/// A claimed item of either queue.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueItem {
+    pub id: String,
+    /// The outbox's sink or the inbox's source.
+    pub route: String,
+    /// The outbox's topic or the inbox's kind.
+    pub topic: String,
+    pub payload: String,
+    /// Including this one.
+    pub attempts: i64,
+    pub created_at: Millis,
+}
+
+/// An outbox job as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Job {
+    pub id: String,
+    pub sink: String,
+    pub topic: String,
+    pub state: String,
+    pub attempts: i64,
+    pub next_attempt_at: Millis,
+    pub last_error: Option<String>,
+    pub created_at: Millis,
+}
+
+impl Store {
+    /// Queues a job in the caller's transaction. False when deduplicated.
+    pub async fn enqueue(tx: &mut WriteTx<'_>, job: &NewJob, now: Millis) -> Result<bool> {
+        let done = sqlx::query(
+            "INSERT INTO outbox (id, sink, topic, payload, dedupe_key, once_key, created_at, next_attempt_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+        )
+        .bind(uuid::Uuid::new_v4().to_string())
+        .bind(job.sink.clone())
+        .bind(job.topic.clone())
+        .bind(job.payload.clone())
+        .bind(job.dedupe_key.clone())
+        .bind(job.once_key.clone())
+        .bind(now)
+        .bind(job.not_before.max(now))
+        .execute(&mut *tx.tx)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Stores a delivery. False when this delivery id was stored before.
+    pub async fn receive(
+        &self,
+        source: &str,
+        delivery: &str,
+        kind: &str,
+        payload: &str,
+        now: Millis,
+    ) -> Result<bool> {
+        let mut tx = self.begin().await?;
+        let done = sqlx::query(
+            "INSERT INTO inbox (id, source, kind, payload, received_at, next_attempt_at) \
+             VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(format!("{source}:{delivery}"))
+        .bind(source.to_string())
+        .bind(kind.to_string())
+        .bind(payload.to_string())
+        .bind(now)
+        .execute(&mut *tx.tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Takes the next due item for `lease_ms`, or None.
+    pub async fn claim(
+        &self,
+        queue: QueueName,
+        owner: &str,
+        now: Millis,
+        lease_ms: i64,
+    ) -> Result<Option<QueueItem>> {
+        let table = queue.table();
+        // The outer conditions repeat the inner ones so that two claimers racing
+        // for one row cannot both win: the loser's UPDATE re-checks and matches nothing.
+        let lock = match self.backend {
+            Backend::Postgres => "FOR UPDATE SKIP LOCKED",
+            Backend::Sqlite => "",
+        };
+        let sql = format!(
+            "UPDATE {table} SET lease_until = $1, lease_owner = $2, attempts = attempts + 1 \
+             WHERE id = (SELECT id FROM {table} WHERE state = 'pending' AND next_attempt_at <= $3 \
+                 AND (lease_until IS NULL OR lease_until < $3) ORDER BY next_attempt_at, id LIMIT 1 {lock}) \
+             AND state = 'pending' AND (lease_until IS NULL OR lease_until < $3) \
+             RETURNING {}",
+            queue.columns()
+        );
+        let mut tx = self.begin().await?;
+        let row = sqlx::query(&sql)
+            .bind(now + lease_ms)
+            .bind(owner.to_string())
+            .bind(now)
+            .fetch_optional(&mut *tx.tx)
+            .await?;
+        tx.commit().await?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some(QueueItem {
+            id: row.try_get("id")?,
+            route: row.try_get("route")?,
+            topic: row.try_get("topic")?,
+            payload: row.try_get("payload")?,
+            attempts: row.try_get("attempts")?,
+            created_at: row.try_get("created_at")?,
+        }))
+    }
+
+    /// Marks a claimed item done. False when the lease was lost to another worker.
+    pub async fn finish(
+        &self,
+        queue: QueueName,
+        id: &str,
+        owner: &str,
+        now: Millis,
+    ) -> Result<bool> {
+        self.settle(queue, id, owner, "done", now, None, Some(now))
+            .await
+    }
+
+    /// Puts a claimed item back, to be tried at `next_at`.
+    pub async fn retry(
+        &self,
+        queue: QueueName,
+        id: &str,
+        owner: &str,
+        next_at: Millis,
+        error: &str,
+    ) -> Result<bool> {
+        self.settle(queue, id, owner, "pending", next_at, Some(error), None)
+            .await
+    }
+
+    /// Gives up on a claimed item for good.
+    pub async fn give_up(
+        &self,
+        queue: QueueName,
+        id: &str,
+        owner: &str,
+        now: Millis,
+        error: &str,
+    ) -> Result<bool> {
+        self.settle(queue, id, owner, "failed", now, Some(error), Some(now))
+            .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn settle(
+        &self,
+        queue: QueueName,
+        id: &str,
+        owner: &str,
+        state: &str,
+        next_at: Millis,
+        error: Option<&str>,
+        done_at: Option<Millis>,
+    ) -> Result<bool> {
+        let sql = format!(
+            "UPDATE {} SET state = $3, next_attempt_at = $4, last_error = COALESCE($5, last_error), \
+             done_at = $6, lease_until = NULL, lease_owner = NULL WHERE id = $1 AND lease_owner = $2",
+            queue.table()
+        );
+        let mut tx = self.begin().await?;
+        let done = sqlx::query(&sql)
+            .bind(id.to_string())
+            .bind(owner.to_string())
+            .bind(state.to_string())
+            .bind(next_at)
+            .bind(error.map(str::to_string))
+            .bind(done_at)
+            .execute(&mut *tx.tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn pending(&self, queue: QueueName) -> Result<i64> {
+        let sql = format!(
+            "SELECT COUNT(*) AS n FROM {} WHERE state = 'pending'",
+            queue.table()
+        );
+        Ok(sqlx::query(&sql)
+            .fetch_one(&self.pool)
+            .await?
+            .try_get("n")?)
+    }
+
+    /// The earliest time a pending item is due, if any: how long a worker may sleep.
+    pub async fn next_due(&self, queue: QueueName) -> Result<Option<Millis>> {
+        let sql = format!(
+            "SELECT MIN(CASE WHEN lease_until IS NOT NULL AND lease_until > next_attempt_at \
+             THEN lease_until ELSE next_attempt_at END) AS t FROM {} WHERE state = 'pending'",
+            queue.table()
+        );
+        Ok(sqlx::query(&sql)
+            .fetch_one(&self.pool)
+            .await?
+            .try_get("t")?)
+    }
+
+    pub async fn jobs(&self, state: Option<&str>, limit: i64) -> Result<Vec<Job>> {
+        let rows = sqlx::query(
+            "SELECT * FROM outbox WHERE ($1 IS NULL OR state = $1) ORDER BY created_at DESC, id LIMIT $2",
+        )
+        .bind(state.map(str::to_string))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Job {
+                    id: r.try_get("id")?,
+                    sink: r.try_get("sink")?,
+                    topic: r.try_get("topic")?,
+                    state: r.try_get("state")?,
+                    attempts: r.try_get("attempts")?,
+                    next_attempt_at: r.try_get("next_attempt_at")?,
+                    last_error: r.try_get("last_error")?,
+                    created_at: r.try_get("created_at")?,
+                })
+            })
+            .collect()
+    }
+}

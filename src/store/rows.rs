@@ -1,0 +1,155 @@
+//! Rows as the API shows them, and decoding of stored rows into domain types.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::{actor_from, Result, StoreError};
+use crate::gate::{Actor, Approval, Change, Gate, GateKey, GateStatus, Millis};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditEntry {
+    pub at: Millis,
+    pub gate: String,
+    /// open | close | hold | unhold | pin | expire | refuse | wait
+    pub action: String,
+    pub actor: Actor,
+    pub reason: Option<String>,
+    pub revision: Option<String>,
+    pub canary: Option<String>,
+    pub delivery: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ObservationRow {
+    pub gate: String,
+    pub canary: String,
+    pub checksum: String,
+    pub phase: String,
+    pub answer: String,
+    pub reason: String,
+    pub metadata: serde_json::Value,
+    pub first_seen: Millis,
+    pub last_seen: Millis,
+    pub wait_id: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct WaitRow {
+    pub id: i64,
+    pub gate: String,
+    pub canary: String,
+    pub checksum: String,
+    pub phase: String,
+    pub metadata: serde_json::Value,
+    pub started_at: Millis,
+    pub ended_at: Option<Millis>,
+    pub outcome: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EventRow {
+    pub received_at: Millis,
+    pub canary: String,
+    pub phase: String,
+    pub checksum: String,
+    pub event_type: String,
+    pub kind: String,
+    pub message: String,
+    pub flagger_at: Option<Millis>,
+    #[serde(skip)]
+    pub metadata: String,
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or(serde_json::Value::Null)
+}
+
+pub(super) fn gate_from_row(row: &AnyRow) -> Result<Gate> {
+    let key_text: String = row.try_get("key")?;
+    let key = GateKey::parse(&key_text, None)
+        .map_err(|e| StoreError::Corrupt(format!("gate key {key_text}: {e}")))?;
+    let status: String = row.try_get("status")?;
+    let change = actor_from(row, "actor", "source")?.map(|by| -> Result<Change> {
+        Ok(Change {
+            by,
+            reason: row.try_get("reason")?,
+            at: row.try_get("changed_at")?,
+        })
+    });
+    let change = change.transpose()?;
+    let status = match (status.as_str(), change) {
+        ("open", Some(change)) => GateStatus::Open(Approval {
+            id: row
+                .try_get::<Option<String>, _>("approval_id")?
+                .ok_or_else(|| {
+                    StoreError::Corrupt(format!("open gate {key_text} has no approval"))
+                })?,
+            change,
+            expires_at: row.try_get("expires_at")?,
+            pins: BTreeMap::new(),
+        }),
+        ("held", Some(change)) => GateStatus::Held { change },
+        ("closed", change) => GateStatus::Closed { change },
+        (other, _) => return Err(StoreError::Corrupt(format!("gate {key_text} is `{other}`"))),
+    };
+    Ok(Gate { key, status })
+}
+
+pub(super) fn observation_from_row(row: &AnyRow) -> Result<ObservationRow> {
+    Ok(ObservationRow {
+        gate: row.try_get("gate_key")?,
+        canary: row.try_get("canary")?,
+        checksum: row.try_get("checksum")?,
+        phase: row.try_get("phase")?,
+        answer: row.try_get("answer")?,
+        reason: row.try_get("reason")?,
+        metadata: json(&row.try_get::<String, _>("metadata")?),
+        first_seen: row.try_get("first_seen")?,
+        last_seen: row.try_get("last_seen")?,
+        wait_id: row.try_get("wait_id")?,
+    })
+}
+
+pub(super) fn wait_from_row(row: &AnyRow) -> Result<WaitRow> {
+    Ok(WaitRow {
+        id: row.try_get("id")?,
+        gate: row.try_get("gate_key")?,
+        canary: row.try_get("canary")?,
+        checksum: row.try_get("checksum")?,
+        phase: row.try_get("phase")?,
+        metadata: json(&row.try_get::<String, _>("metadata")?),
+        started_at: row.try_get("started_at")?,
+        ended_at: row.try_get("ended_at")?,
+        outcome: row.try_get("outcome")?,
+    })
+}
+
+pub(super) fn audit_from_row(row: &AnyRow) -> Result<AuditEntry> {
+    Ok(AuditEntry {
+        at: row.try_get("at")?,
+        gate: row.try_get("gate_key")?,
+        action: row.try_get("action")?,
+        actor: actor_from(row, "actor", "source")?.unwrap_or_else(Actor::gatebot),
+        reason: row.try_get("reason")?,
+        revision: row.try_get("revision")?,
+        canary: row.try_get("canary")?,
+        delivery: row.try_get("delivery")?,
+    })
+}
+
+pub(super) fn event_from_row(row: &AnyRow) -> Result<EventRow> {
+    Ok(EventRow {
+        received_at: row.try_get("received_at")?,
+        canary: row.try_get("canary")?,
+        phase: row.try_get("phase")?,
+        checksum: row.try_get("checksum")?,
+        event_type: row.try_get("event_type")?,
+        kind: row.try_get("kind")?,
+        message: row.try_get("message")?,
+        flagger_at: row.try_get("flagger_at")?,
+        metadata: row.try_get("metadata")?,
+    })
+}

@@ -1,0 +1,57 @@
+//! Message templates (minijinja). Built-in copies of `templates/` are compiled
+//! in; a file of the same name under `GATEBOT_TEMPLATES_DIR` overrides one.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use minijinja::Environment;
+use serde::Serialize;
+
+/// (name, source) of every built-in template.
+fn builtin() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
+    crate::github::TEMPLATES
+        .iter()
+        .chain(crate::slack::TEMPLATES)
+}
+
+#[derive(Clone)]
+pub struct Templates {
+    env: Arc<Environment<'static>>,
+}
+
+impl Templates {
+    pub fn new(dir: Option<PathBuf>) -> anyhow::Result<Self> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Lenient);
+        env.add_filter("time", |ms: i64| crate::gate::state::rfc3339(ms));
+        for (name, source) in builtin() {
+            let source = match &dir {
+                Some(dir) if dir.join(name).is_file() => std::fs::read_to_string(dir.join(name))
+                    .with_context(|| {
+                        format!("cannot read template {}", dir.join(name).display())
+                    })?,
+                _ => source.to_string(),
+            };
+            env.add_template_owned(name.to_string(), source)
+                .with_context(|| format!("template {name} does not parse"))?;
+        }
+        Ok(Self { env: Arc::new(env) })
+    }
+
+    pub fn render(&self, name: &str, ctx: impl Serialize) -> anyhow::Result<String> {
+        let template = self
+            .env
+            .get_template(name)
+            .with_context(|| format!("no template {name}"))?;
+        template
+            .render(ctx)
+            .with_context(|| format!("template {name} failed to render"))
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        builtin().map(|(n, _)| *n).collect()
+    }
+}

@@ -1,0 +1,313 @@
+use std::collections::VecDeque;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gatebot::clock::SharedClock;
+use gatebot::notify::{BoxFuture, Handler, Notice, SendError, Sink};
+use gatebot::store::{NewJob, QueueItem};
+use gatebot::{AppState, Config, Gatebot, Options};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Runs an async test body once per store. The PostgreSQL run needs
+/// GATEBOT_TEST_POSTGRES_URL (`.ci/run` starts a server and sets it); without it
+/// that run says it skipped and passes.
+#[macro_export]
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name($crate::support::harness::Backend::Sqlite).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                if $crate::support::harness::postgres_url().is_none() {
+                    eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)");
+                    return;
+                }
+                super::$name($crate::support::harness::Backend::Postgres).await
+            }
+        }
+    )*};
+}
+
+pub fn postgres_url() -> Option<String> {
+    std::env::var("GATEBOT_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+}
+
+/// A fresh database: a file in a temporary directory, or a new PostgreSQL database.
+pub struct TestDb {
+    pub backend: Backend,
+    pub url: String,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestDb {
+    pub async fn new(backend: Backend) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = match backend {
+            Backend::Sqlite => format!("sqlite://{}/data/gatebot.db", dir.path().display()),
+            Backend::Postgres => {
+                use sqlx::Connection;
+                let admin = postgres_url().expect("GATEBOT_TEST_POSTGRES_URL");
+                let name = format!("gatebot_test_{}", uuid::Uuid::new_v4().simple());
+                let mut conn = sqlx::PgConnection::connect(&admin)
+                    .await
+                    .expect("connect to PostgreSQL");
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&mut conn)
+                    .await
+                    .expect("create database");
+                let base = admin
+                    .rsplit_once('/')
+                    .map_or(admin.as_str(), |(b, _)| b)
+                    .to_string();
+                format!("{base}/{name}")
+            }
+        };
+        Self { backend, url, dir }
+    }
+
+    pub fn config(&self) -> Config {
+        let mut config = Config::with_database(&self.url);
+        config.listen = "127.0.0.1:0".parse().unwrap();
+        config.shutdown_timeout = Duration::from_secs(5);
+        config
+    }
+}
+
+/// gatebot serving on 127.0.0.1 with a random port.
+pub struct TestServer {
+    pub url: String,
+    pub addr: SocketAddr,
+    pub state: AppState,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+impl TestServer {
+    pub async fn start(config: Config, options: Options) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let gatebot = Gatebot::start_with(config, options)
+            .await
+            .expect("gatebot starts");
+        let state = gatebot.state.clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let handle = tokio::spawn(gatebot.serve(listener, async move {
+            let _ = stopped.await;
+        }));
+        Self {
+            url: format!("http://{addr}"),
+            addr,
+            state,
+            stop: Some(stop),
+            handle: Some(handle),
+        }
+    }
+
+    pub fn at(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
+    }
+
+    /// Shuts down as on SIGTERM and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(handle) = self.handle.take() {
+            handle
+                .await
+                .expect("server task")
+                .expect("server stops cleanly");
+        }
+    }
+
+    pub async fn metrics(&self) -> String {
+        client()
+            .get(self.at("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// The value of one metric sample (0 when absent).
+    pub async fn metric(&self, name_and_labels: &str) -> f64 {
+        metric_value(&self.metrics().await, name_and_labels)
+    }
+
+    pub async fn api(&self, path: &str) -> serde_json::Value {
+        let r = client()
+            .get(self.at(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "GET {path}: {}", r.status());
+        r.json().await.unwrap()
+    }
+
+    pub async fn open(&self, gate: &str) {
+        self.change("open", gate).await
+    }
+
+    pub async fn close(&self, gate: &str) {
+        self.change("close", gate).await
+    }
+
+    async fn change(&self, action: &str, gate: &str) {
+        let r = client()
+            .post(self.at(&format!("/api/v1/gates/{action}")))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&serde_json::json!({ "gate": gate, "reason": format!("test {action}") }))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        assert!(
+            status.is_success(),
+            "{action} {gate}: {status} {}",
+            r.text().await.unwrap()
+        );
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            handle.abort();
+        }
+    }
+}
+
+pub fn metric_value(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            (series == name_and_labels)
+                .then(|| value.parse().ok())
+                .flatten()
+        })
+        .unwrap_or(0.0)
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// Polls `check` until it holds, failing the test after `within`.
+pub async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A notification sink that records what it is asked to send, and can be told
+/// to fail the next attempts.
+#[derive(Default)]
+pub struct RecordingSink {
+    pub sent: Mutex<Vec<(QueueItem, Notice)>>,
+    pub attempts: Mutex<Vec<QueueItem>>,
+    pub failures: Mutex<VecDeque<SendError>>,
+}
+
+impl RecordingSink {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    pub fn fail_next(&self, error: SendError) {
+        self.failures.lock().unwrap().push_back(error);
+    }
+
+    pub fn notices(&self) -> Vec<Notice> {
+        self.sent
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, n)| n.clone())
+            .collect()
+    }
+
+    pub fn waits_started(&self) -> Vec<Notice> {
+        self.notices()
+            .into_iter()
+            .filter(|n| matches!(n, Notice::WaitStarted { .. }))
+            .collect()
+    }
+
+    pub fn attempts(&self) -> usize {
+        self.attempts.lock().unwrap().len()
+    }
+}
+
+impl Handler for RecordingSink {
+    fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
+        Box::pin(async move {
+            self.attempts.lock().unwrap().push(item.clone());
+            if let Some(e) = self.failures.lock().unwrap().pop_front() {
+                return Err(e);
+            }
+            let notice: Notice = serde_json::from_str(&item.payload)
+                .map_err(|e| SendError::Permanent(e.to_string()))?;
+            self.sent.lock().unwrap().push((item.clone(), notice));
+            Ok(())
+        })
+    }
+}
+
+impl Sink for RecordingSink {
+    fn name(&self) -> &'static str {
+        "test"
+    }
+
+    fn plan(&self, notice: &Notice) -> Vec<NewJob> {
+        vec![notice.job("test")]
+    }
+}
+
+pub fn options_with(sink: &Arc<RecordingSink>, clock: Option<SharedClock>) -> Options {
+    Options {
+        clock,
+        sinks: vec![sink.clone() as Arc<dyn Sink>],
+        worker: Some(gatebot::notify::WorkerSettings {
+            base_backoff: Duration::from_millis(50),
+            idle_poll: Duration::from_millis(50),
+            ..Default::default()
+        }),
+        ..Options::default()
+    }
+}

@@ -1,0 +1,5 @@
+//! Shared test support: the Flagger simulator and a harness that runs gatebot
+//! over real HTTP on a real SQLite file or PostgreSQL database.
+
+pub mod flagger;
+pub mod harness;
