@@ -3,6 +3,7 @@
 //! [`Gatebot::start`] builds everything from a [`Config`]; [`app`] is the router
 //! that `main` serves and that tests drive over real HTTP.
 
+pub mod actions;
 pub mod cli;
 pub mod clock;
 pub mod command;
