@@ -36,6 +36,8 @@ fn main() -> ExitCode {
 
 async fn serve(config: Config) -> anyhow::Result<()> {
     telemetry::init(config.log_format);
+    // Registered before anything else, so a SIGTERM during start-up is still graceful.
+    let stop = shutdown_signal()?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -45,7 +47,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         store = gatebot.state.store.backend().as_str(),
         "gatebot listening"
     );
-    gatebot.serve(listener, shutdown_signal()).await
+    gatebot.serve(listener, stop).await
 }
 
 async fn check_config(config: Config) -> anyhow::Result<()> {
@@ -58,23 +60,18 @@ async fn check_config(config: Config) -> anyhow::Result<()> {
     }
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    Ok(async move {
+        #[cfg(unix)]
+        let term = term.recv();
+        #[cfg(not(unix))]
+        let term = std::future::pending::<Option<()>>();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = term => {},
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
+    })
 }

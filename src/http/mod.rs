@@ -19,7 +19,8 @@ use tower_http::request_id::{
     MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
 use tower_http::timeout::TimeoutLayer;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tracing::Level;
 
 use crate::gate::GateKind;
 use crate::metrics::{HttpLabels, RouteLabels};
@@ -115,7 +116,10 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(30)))
         .layer(
-            TraceLayer::new_for_http().make_span_with(|req: &Request| {
+            TraceLayer::new_for_http()
+                // One access-log line per request; Flagger's polling is a few per minute per gate.
+                .on_response(DefaultOnResponse::new().level(Level::INFO))
+                .make_span_with(|req: &Request| {
                 let id = req
                     .extensions()
                     .get::<RequestId>()

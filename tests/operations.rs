@@ -1,0 +1,755 @@
+//! Operating gatebot: the real binary (serve, CLI, check-config, shutdown, logs),
+//! the loadtester's API, the operator API's access rules, health and metrics.
+
+pub mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gatebot");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `gatebot serve` as a child process with a clean environment.
+struct Served {
+    child: Child,
+    url: String,
+    port: u16,
+}
+
+impl Served {
+    fn start(db: &TestDb, env: &[(&str, &str)]) -> Self {
+        let port = free_port();
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("GATEBOT_LISTEN", format!("127.0.0.1:{port}"))
+            .env("GATEBOT_DATABASE_URL", &db.url)
+            .env("GATEBOT_ADMIN_TOKEN", ADMIN_TOKEN)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("gatebot starts");
+        let served = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            port,
+        };
+        // Ready when it answers, not merely when the port is bound.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !healthy(port) {
+            assert!(
+                Instant::now() < deadline,
+                "gatebot did not answer on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        served
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn wait(mut self) -> (std::process::ExitStatus, String) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let mut logs = String::new();
+                self.child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut logs)
+                    .unwrap();
+                return (status, logs);
+            }
+            assert!(Instant::now() < deadline, "gatebot did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn healthy(port: u16) -> bool {
+    let Ok(mut conn) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+    if conn
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = conn.read_to_string(&mut answer);
+    answer.starts_with("HTTP/1.1 200")
+}
+
+fn cli(server: &str, token: Option<&str>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.env_clear()
+        .env("GATEBOT_SERVER", server)
+        .env("USER", "carol")
+        .args(["gates"])
+        .args(args);
+    if let Some(t) = token {
+        cmd.env("GATEBOT_ADMIN_TOKEN", t);
+    }
+    cmd.output().expect("cli runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_in_flight_requests_and_logs_json() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let served = Served::start(
+        &db,
+        &[
+            ("GATEBOT_LOG_FORMAT", "json"),
+            ("GATEBOT_GITHUB_REPOSITORY", "acme/shop"),
+        ],
+    );
+    // A request whose body is still on its way when the signal arrives.
+    let body =
+        json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "r1"})
+            .to_string();
+    let mut conn = TcpStream::connect(("127.0.0.1", served.port)).unwrap();
+    let head = format!(
+        "POST /gates/promote/pr/42 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Request-Id: req-123\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).unwrap();
+    conn.write_all(&body.as_bytes()[..10]).unwrap();
+    conn.flush().unwrap();
+    // Make sure the server has the request before it is told to stop.
+    std::thread::sleep(Duration::from_millis(300));
+    served.signal("TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    conn.write_all(&body.as_bytes()[10..]).unwrap();
+    let mut reader = BufReader::new(conn);
+    let mut status_line = String::new();
+    reader.read_line(&mut status_line).unwrap();
+    if !status_line.starts_with("HTTP/1.1 403") {
+        let (status, logs) = served.wait();
+        panic!("no answer ({status_line:?}); gatebot exited {status}:\n{logs}");
+    }
+    let mut rest = String::new();
+    let _ = reader.read_to_string(&mut rest);
+    assert!(
+        rest.to_ascii_lowercase().contains("x-request-id: req-123"),
+        "{rest}"
+    );
+    assert!(
+        rest.contains("waiting: comment /promote on acme/shop#42"),
+        "{rest}"
+    );
+
+    let (status, logs) = served.wait();
+    assert!(status.success(), "clean exit: {status}\n{logs}");
+    let lines: Vec<serde_json::Value> = logs
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["message"] == "gatebot listening"),
+        "{logs}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["span"]["request_id"] == "req-123" && l["status"] == 403),
+        "an access log line with the request id: {logs}"
+    );
+    assert!(
+        lines.iter().any(|l| l["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("shutting down")),
+        "{logs}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_opens_lists_shows_and_closes_gates() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let served = Served::start(&db, &[("GATEBOT_GITHUB_REPOSITORY", "acme/shop")]);
+    let url = served.url.clone();
+
+    let o = cli(
+        &url,
+        Some(ADMIN_TOKEN),
+        &[
+            "open",
+            "/gates/promote/pr/42",
+            "--reason",
+            "dashboards green",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "/gates/promote/acme/shop/pr/42 is open");
+
+    // A check by Flagger shows up in the listing.
+    let r = client()
+        .post(format!("{url}/gates/promote/acme/shop/pr/42"))
+        .json(&json!({"name": "podinfo", "namespace": "test", "checksum": "r1", "phase": "Progressing"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let o = cli(&url, Some(ADMIN_TOKEN), &["list"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("/gates/promote/acme/shop/pr/42")
+            && out.contains("open")
+            && out.contains("carol (cli)"),
+        "{out}"
+    );
+    assert!(out.contains("test/podinfo@r1"), "{out}");
+
+    let o = cli(&url, Some(ADMIN_TOKEN), &["show", "promote/pr/42"]);
+    let out = stdout(&o);
+    assert!(out.contains("carol via cli: dashboards green"), "{out}");
+    assert!(out.contains("pin"), "{out}");
+
+    let o = cli(&url, Some(ADMIN_TOKEN), &["close", "gates/promote/pr/42"]);
+    assert!(o.status.success());
+    assert_eq!(
+        stdout(&o).trim(),
+        "/gates/promote/acme/shop/pr/42 is closed"
+    );
+
+    let o = cli(
+        &url,
+        Some(ADMIN_TOKEN),
+        &["--json", "show", "/gates/promote/pr/42"],
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["state"], "closed");
+
+    // Errors are short and say what to do.
+    let o = cli(&url, Some("wrong"), &["open", "/gates/promote/pr/42"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("401") && stderr(&o).contains("GATEBOT_ADMIN_TOKEN"),
+        "{}",
+        stderr(&o)
+    );
+    let o = cli(&url, Some(ADMIN_TOKEN), &["open", "/gates/deploy/pr/42"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("unknown gate kind `deploy`"),
+        "{}",
+        stderr(&o)
+    );
+    let o = cli(
+        &format!("http://127.0.0.1:{}", free_port()),
+        Some(ADMIN_TOKEN),
+        &["list"],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("is it running?"), "{}", stderr(&o));
+}
+
+#[test]
+fn check_config_reports_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/x/gatebot.db", dir.path().display());
+    let run = |env: &[(&str, &str)]| {
+        let mut cmd = Command::new(BIN);
+        cmd.env_clear()
+            .arg("check-config")
+            .env("GATEBOT_DATABASE_URL", &db);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    let ok = run(&[]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    assert!(
+        stdout(&ok).contains("store:           sqlite (reachable, migrated)"),
+        "{}",
+        stdout(&ok)
+    );
+    assert!(
+        dir.path().join("x/gatebot.db").exists(),
+        "the file and its directory are created"
+    );
+
+    let bad = run(&[("GATEBOT_GITHUB_APP_ID", "123")]);
+    assert!(!bad.status.success());
+    assert!(stdout(&bad)
+        .contains("needs both GATEBOT_GITHUB_APP_ID and GATEBOT_GITHUB_APP_PRIVATE_KEY"));
+
+    let bad = run(&[("GATEBOT_APPROVAL_TTL", "soon")]);
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("GATEBOT_APPROVAL_TTL") || stderr(&bad).contains("approval-ttl"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_can_come_from_files_and_are_never_logged() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let token_file = db.dir.path().join("token");
+    std::fs::write(&token_file, "from-a-file\n").unwrap();
+    let mut served = Served::start(
+        &db,
+        &[("GATEBOT_ADMIN_TOKEN_FILE", token_file.to_str().unwrap())],
+    );
+    // The environment's token wins over the file; start without it.
+    served.child.kill().unwrap();
+    served.child.wait().unwrap();
+    drop(served);
+    let port = free_port();
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .env_clear()
+        .env("GATEBOT_LISTEN", format!("127.0.0.1:{port}"))
+        .env("GATEBOT_DATABASE_URL", &db.url)
+        .env("GATEBOT_ADMIN_TOKEN_FILE", &token_file)
+        .env("RUST_LOG", "debug")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    support::harness::eventually("the server", Duration::from_secs(20), || async {
+        client().get(format!("{url}/healthz")).send().await.is_ok()
+    })
+    .await;
+    let r = client()
+        .post(format!("{url}/api/v1/gates/open"))
+        .bearer_auth("from-a-file")
+        .json(&json!({"gate": "/gates/start/acme/shop/pr/1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    let mut logs = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
+    child.wait().unwrap();
+    assert!(
+        !logs.contains("from-a-file"),
+        "the token leaked into the logs:\n{logs}"
+    );
+}
+
+async fn local(configure: impl FnOnce(&mut gatebot::Config)) -> (TestServer, TestDb) {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let mut config = db.config();
+    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
+    configure(&mut config);
+    (TestServer::start(config, Default::default()).await, db)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loadtester_api_is_compatible_and_durable() {
+    let (server, db) = local(|_| {}).await;
+    let c = client();
+    let canary =
+        json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "r1"});
+    let post = |path: &str| c.post(server.at(path));
+
+    assert_eq!(
+        post("/gate/check")
+            .json(&canary)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        403,
+        "unknown keys are closed"
+    );
+    assert_eq!(post("/gate/approve").send().await.unwrap().status(), 200);
+    assert_eq!(post("/gate/halt").send().await.unwrap().status(), 403);
+    let r = post("/gate/open").json(&canary).send().await.unwrap();
+    assert_eq!(r.status(), 401, "opening needs the admin token");
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("GATEBOT_LOADTESTER_OPEN_ACCESS"));
+    let r = post("/gate/open")
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&canary)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let r = post("/gate/check").json(&canary).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    // Open until closed, whatever the revision: the loadtester's semantics.
+    let next =
+        json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "r2"});
+    assert_eq!(
+        post("/gate/check")
+            .json(&next)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    // Another canary has its own key.
+    let other = json!({"name": "backend", "namespace": "test"});
+    assert_eq!(
+        post("/gate/check")
+            .json(&other)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+    // Rollback keys are separate from gate keys.
+    assert_eq!(
+        post("/rollback/check")
+            .json(&canary)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+    assert_eq!(
+        post("/rollback/open")
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&canary)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        202
+    );
+    assert_eq!(
+        post("/rollback/check")
+            .json(&canary)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        post("/rollback/close")
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&canary)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        202
+    );
+    assert_eq!(
+        post("/rollback/check")
+            .json(&canary)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+    assert_eq!(
+        post("/gate/check").body("{").send().await.unwrap().status(),
+        400
+    );
+
+    // Durable: a restart keeps the open gate.
+    let mut config = db.config();
+    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
+    server.stop().await;
+    let server = TestServer::start(config, Default::default()).await;
+    assert_eq!(
+        client()
+            .post(server.at("/gate/check"))
+            .json(&canary)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let r = client()
+        .post(server.at("/gate/close"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&canary)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    assert_eq!(
+        client()
+            .post(server.at("/gate/check"))
+            .json(&canary)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+    let detail = server
+        .api("/api/v1/gates/loadtester/gate/test/podinfo")
+        .await;
+    let actions: Vec<&str> = detail["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["action"].as_str().unwrap())
+        .filter(|a| *a != "wait")
+        .collect();
+    assert_eq!(actions, ["close", "open"], "{detail}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loadtester_open_access_is_an_explicit_opt_out() {
+    let (server, _db) = local(|c| {
+        c.admin_token = None;
+        c.loadtester_open_access = true;
+    })
+    .await;
+    let canary = json!({"name": "podinfo", "namespace": "test"});
+    let r = client()
+        .post(server.at("/gate/open"))
+        .json(&canary)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    assert_eq!(
+        client()
+            .post(server.at("/gate/check"))
+            .json(&canary)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let audit: serde_json::Value = client()
+        .get(server.at("/api/v1/audit"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(audit["audit"][0]["actor"]["source"], "loadtester");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_api_writes_need_a_configured_token() {
+    let (server, _db) = local(|c| c.admin_token = None).await;
+    let r = client()
+        .post(server.at("/api/v1/gates/open"))
+        .bearer_auth("anything")
+        .json(&json!({"gate": "/gates/promote/acme/shop/pr/1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r.text().await.unwrap().contains("set GATEBOT_ADMIN_TOKEN"));
+    // Reads stay available.
+    let r = client()
+        .get(server.at("/api/v1/gates"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(server.metric("gatebot_rejected_requests_total{route=\"/api/v1/gates/open\",reason=\"api_disabled\"}").await, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canary_scoped_gates_need_no_pull_request() {
+    let (server, _db) = local(|_| {}).await;
+    let canary =
+        json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "r1"});
+    let r = client()
+        .post(server.at("/gates/promote"))
+        .json(&canary)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains("gatebot gates open /gates/promote/canary/test/podinfo"),
+        "{text}"
+    );
+    server.open("/gates/promote/canary/test/podinfo").await;
+    assert_eq!(
+        client()
+            .post(server.at("/gates/promote"))
+            .json(&canary)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    // A short PR key without a default repository is refused, saying what to set.
+    let r = client()
+        .post(server.at("/gates/promote/pr/5"))
+        .json(&canary)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("GATEBOT_GITHUB_REPOSITORY"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_peeks_without_recording() {
+    let (server, _db) = local(|c| c.github.repository = Some("acme/shop".parse().unwrap())).await;
+    let r = client()
+        .get(server.at("/gates/promote/pr/3"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    server.open("/gates/promote/pr/3").await;
+    let r = client()
+        .get(server.at("/gates/promote/pr/3"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .starts_with("approved by admin via api"));
+    let waits = server.api("/api/v1/waits").await;
+    assert!(waits["waits"].as_array().unwrap().is_empty());
+    // A GET carrying Flagger's body is a check like any other.
+    let canary =
+        json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "r1"});
+    let r = client()
+        .get(server.at("/gates/start/pr/3"))
+        .json(&canary)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(
+        server.api("/api/v1/waits").await["waits"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_readiness_and_metrics() {
+    let (server, _db) = local(|c| c.github.repository = Some("acme/shop".parse().unwrap())).await;
+    assert_eq!(
+        client()
+            .get(server.at("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        client()
+            .get(server.at("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let canary =
+        json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "r1"});
+    for n in [1, 2, 3] {
+        client()
+            .post(server.at(&format!("/gates/promote/pr/{n}")))
+            .json(&canary)
+            .send()
+            .await
+            .unwrap();
+    }
+    let r = client().get(server.at("/metrics")).send().await.unwrap();
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .contains("text"));
+    let text = r.text().await.unwrap();
+    for series in [
+        "gatebot_gate_checks_total{kind=\"promote\",result=\"closed\"} 3",
+        "gatebot_waits_started_total{kind=\"promote\"} 3",
+        "gatebot_http_requests_total{method=\"POST\",route=\"/gates/{kind}/{*scope}\",status=\"403\"} 3",
+        "gatebot_audit_events_total{action=\"wait\"} 3",
+    ] {
+        assert!(text.contains(series), "{series} in\n{text}");
+    }
+    assert!(
+        !text.contains("pr/1"),
+        "route labels are matched routes, not paths"
+    );
+    let r = client()
+        .get(server.at("/healthz"))
+        .header("x-request-id", "abc")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-request-id"], "abc");
+    let r = client().get(server.at("/healthz")).send().await.unwrap();
+    assert_eq!(
+        r.headers()["x-request-id"].len(),
+        36,
+        "a request id is made up when none is sent"
+    );
+}
