@@ -1,0 +1,170 @@
+//! Load benchmark for Flagger's hot path: gate checks per second and latency,
+//! as a ratio to the same server's `/healthz`, with 100 and 100,000 gates stored.
+//!
+//!     cargo bench --bench gate_check            # SQLite
+//!     GATEBOT_BENCH_POSTGRES_URL=postgres://… cargo bench --bench gate_check
+//!
+//! Server and load generator share this process (and the machine's cores), so
+//! the ratio matters more than the absolute numbers.
+
+use std::time::{Duration, Instant};
+
+use gatebot::{Config, Gatebot};
+use serde_json::json;
+use sqlx::Connection;
+
+const CONCURRENCY: usize = 32;
+const RUN: Duration = Duration::from_secs(4);
+const WARMUP: Duration = Duration::from_millis(500);
+
+struct Stats {
+    rps: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+async fn load(url: String, body: Option<String>) -> Stats {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(CONCURRENCY)
+        .build()
+        .unwrap();
+    let run = |duration: Duration| {
+        let tasks: Vec<_> = (0..CONCURRENCY)
+            .map(|_| {
+                let (client, url, body) = (client.clone(), url.clone(), body.clone());
+                tokio::spawn(async move {
+                    let mut latencies = Vec::with_capacity(1 << 16);
+                    let end = Instant::now() + duration;
+                    while Instant::now() < end {
+                        let started = Instant::now();
+                        let req = match &body {
+                            Some(b) => client
+                                .post(&url)
+                                .header("content-type", "application/json")
+                                .body(b.clone()),
+                            None => client.get(&url),
+                        };
+                        let r = req.send().await.expect("request");
+                        assert!(
+                            r.status().as_u16() == 200 || r.status().as_u16() == 403,
+                            "{}",
+                            r.status()
+                        );
+                        r.bytes().await.unwrap();
+                        latencies.push(started.elapsed());
+                    }
+                    latencies
+                })
+            })
+            .collect();
+        async move {
+            let mut all = Vec::new();
+            for t in tasks {
+                all.extend(t.await.unwrap());
+            }
+            all
+        }
+    };
+    run(WARMUP).await;
+    let started = Instant::now();
+    let mut latencies = run(RUN).await;
+    let elapsed = started.elapsed();
+    latencies.sort();
+    Stats {
+        rps: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50: latencies[latencies.len() / 2],
+        p99: latencies[latencies.len() * 99 / 100],
+    }
+}
+
+/// Stores `n` open gates straight into the database, as if people had approved them.
+async fn seed(url: &str, n: usize) {
+    let mut conn = sqlx::AnyConnection::connect(url).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    for i in 0..n {
+        sqlx::query(
+            "INSERT INTO gates (key, status, approval_id, actor, source, reason, changed_at, expires_at) \
+             VALUES ($1, 'open', $2, 'seed', 'api', NULL, 0, NULL) ON CONFLICT DO NOTHING",
+        )
+        .bind(format!("/gates/promote/seed/repo/pr/{}", i + 1))
+        .bind(format!("approval-{i}"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+async fn scenario(database_url: &str, gates: usize) {
+    sqlx::any::install_default_drivers();
+    // Create the schema, then seed, then start the server that serves it.
+    let mut config = Config::with_database(database_url);
+    config.github.repository = Some("acme/shop".parse().unwrap());
+    Gatebot::start(config.clone()).await.unwrap().stop().await;
+    let seeding = Instant::now();
+    seed(database_url, gates).await;
+    let seeded = seeding.elapsed();
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let gatebot = Gatebot::start(config).await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(gatebot.serve(listener, async move {
+        let _ = stopped.await;
+    }));
+
+    let base = format!("http://{addr}");
+    let health = load(format!("{base}/healthz"), None).await;
+    // The steady state: one canary polling one gate with the same revision.
+    let body = json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "85d557f47b"}).to_string();
+    let closed = load(format!("{base}/gates/promote/pr/42"), Some(body.clone())).await;
+    let open = load(
+        format!("{base}/gates/promote/seed/repo/pr/{}", gates / 2 + 1),
+        Some(body),
+    )
+    .await;
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+
+    let backend = database_url.split(':').next().unwrap_or("?");
+    println!("{backend}, {gates} gates stored (seeded in {seeded:.1?}), {CONCURRENCY} connections, {RUN:?} each:");
+    for (name, s) in [
+        ("/healthz", &health),
+        ("gate check, closed", &closed),
+        ("gate check, open+pinned", &open),
+    ] {
+        println!(
+            "  {name:<26} {:>8.0} req/s  p50 {:>7.2?}  p99 {:>7.2?}  ratio to /healthz {:.2}",
+            s.rps,
+            s.p50,
+            s.p99,
+            s.rps / health.rps
+        );
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        for gates in [100, 100_000] {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite://{}/gatebot.db", dir.path().display());
+            scenario(&url, gates).await;
+        }
+        if let Ok(pg) = std::env::var("GATEBOT_BENCH_POSTGRES_URL") {
+            for gates in [100, 100_000] {
+                let mut admin = sqlx::PgConnection::connect(&pg).await.unwrap();
+                let name = format!("gatebot_bench_{}", uuid::Uuid::new_v4().simple());
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&mut admin)
+                    .await
+                    .unwrap();
+                let base = pg.rsplit_once('/').map_or(pg.as_str(), |(b, _)| b);
+                scenario(&format!("{base}/{name}"), gates).await;
+            }
+        }
+    });
+}

@@ -1,0 +1,200 @@
+//! PostgreSQL going away and coming back, on a cluster of this test's own (so
+//! other tests keep theirs). Needs GATEBOT_TEST_PG_CTL (path to pg_ctl) and,
+//! when running as root, GATEBOT_TEST_PG_OS_USER; `bash .ci/run` sets both.
+
+pub mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::json;
+use support::harness::{client, eventually, TestServer, ADMIN_TOKEN};
+
+struct Cluster {
+    bin: PathBuf,
+    data: PathBuf,
+    port: u16,
+    user: Option<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn run(&self, program: &str, args: &str) -> bool {
+        let cmd = format!("{} {args}", self.bin.join(program).display());
+        let status = match &self.user {
+            Some(user) => Command::new("su")
+                .args([user.as_str(), "-s", "/bin/sh", "-c", &cmd])
+                .status(),
+            None => Command::new("sh").args(["-c", &cmd]).status(),
+        };
+        status.map(|s| s.success()).unwrap_or(false)
+    }
+
+    fn start(&self) {
+        let opts = format!(
+            "-o '-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off'",
+            self.port,
+            self.data.parent().unwrap().display()
+        );
+        assert!(self.run(
+            "pg_ctl",
+            &format!(
+                "-D {} -l {}/log -w {opts} start",
+                self.data.display(),
+                self.data.parent().unwrap().display()
+            )
+        ));
+    }
+
+    fn stop(&self) {
+        assert!(self.run(
+            "pg_ctl",
+            &format!("-D {} -m fast -w stop", self.data.display())
+        ));
+    }
+
+    fn new() -> Option<Self> {
+        let pg_ctl = std::env::var("GATEBOT_TEST_PG_CTL").ok()?;
+        let bin = Path::new(&pg_ctl).parent()?.to_path_buf();
+        let user = std::env::var("GATEBOT_TEST_PG_OS_USER")
+            .ok()
+            .filter(|u| !u.is_empty());
+        let dir = tempfile::tempdir().ok()?;
+        if let Some(user) = &user {
+            Command::new("chown")
+                .args([user.as_str(), dir.path().to_str()?])
+                .status()
+                .ok()?;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
+        let cluster = Self {
+            bin,
+            data: dir.path().join("data"),
+            port,
+            user,
+            _dir: dir,
+        };
+        assert!(cluster.run(
+            "initdb",
+            &format!(
+                "-D {} -A trust -U postgres --no-sync >/dev/null",
+                cluster.data.display()
+            )
+        ));
+        cluster.start();
+        Some(cluster)
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.run(
+            "pg_ctl",
+            &format!(
+                "-D {} -m immediate stop >/dev/null 2>&1",
+                self.data.display()
+            ),
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_postgres_closes_gates_and_recovers_by_itself() {
+    let Some(cluster) = Cluster::new() else {
+        eprintln!("SKIPPED: set GATEBOT_TEST_PG_CTL to run the outage test (bash .ci/run does)");
+        return;
+    };
+    let mut config = gatebot::Config::with_database(&cluster.url());
+    config.github.repository = Some("acme/shop".parse().unwrap());
+    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
+    let server = TestServer::start(config, Default::default()).await;
+    server.open("/gates/promote/pr/1").await;
+    let body =
+        json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "r1"});
+    let check = || async {
+        let r = client()
+            .post(server.at("/gates/promote/pr/1"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    assert_eq!(check().await.0, 200);
+
+    // Flagger keeps polling while the database is away.
+    let url = server.at("/gates/promote/pr/1");
+    let load_body = body.clone();
+    let (stop_load, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let load = tokio::spawn(async move {
+        let mut answers = Vec::new();
+        loop {
+            if stopped.try_recv().is_ok() {
+                return answers;
+            }
+            let r = client().post(&url).json(&load_body).send().await.unwrap();
+            answers.push(r.status().as_u16());
+        }
+    });
+
+    cluster.stop();
+    let (status, text) = check().await;
+    assert_eq!(status, 403, "closed is Flagger's safe default: {text}");
+    assert!(text.contains("cannot read its store"), "{text}");
+    assert_eq!(
+        client()
+            .get(server.at("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
+    let r = client()
+        .post(server.at("/api/v1/gates/close"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"gate": "/gates/promote/pr/1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503, "a change that cannot be stored is refused");
+
+    cluster.start();
+    eventually("recovery", Duration::from_secs(30), || async {
+        check().await.0 == 200
+    })
+    .await;
+    assert_eq!(
+        client()
+            .get(server.at("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let _ = stop_load.send(());
+    let answers = load.await.unwrap();
+    assert!(
+        answers.iter().all(|s| *s == 200 || *s == 403),
+        "only 200 or 403, never 5xx: {answers:?}"
+    );
+    assert!(
+        answers.contains(&403) && answers.contains(&200),
+        "{answers:?}"
+    );
+    let detail = server.api("/api/v1/gates/promote/pr/1").await;
+    assert_eq!(
+        detail["state"], "open",
+        "the refused close left nothing behind"
+    );
+}
