@@ -23,9 +23,18 @@ pub const SECRET_VARS: [&str; 7] = [
     "GATEBOT_DATABASE_URL",
 ];
 
-/// Reads `<NAME>_FILE` into `<NAME>` for every secret not set directly. Call
-/// before any thread starts: it sets environment variables.
+/// Prepares the environment for parsing: an empty `GATEBOT_*` variable counts as
+/// unset (as `.env.example` leaves them), and `<NAME>_FILE` is read into `<NAME>`
+/// for every secret not set directly. Call before any thread starts: it changes
+/// environment variables.
 pub fn load_secret_files() -> anyhow::Result<()> {
+    let empty: Vec<_> = std::env::vars_os()
+        .filter(|(k, v)| k.to_string_lossy().starts_with("GATEBOT_") && v.is_empty())
+        .map(|(k, _)| k)
+        .collect();
+    for k in empty {
+        std::env::remove_var(k);
+    }
     for name in SECRET_VARS {
         let file_var = format!("{name}_FILE");
         if std::env::var_os(name).is_some() {

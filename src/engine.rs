@@ -643,23 +643,13 @@ impl Engine {
     /// canary asks. Returns how many.
     pub async fn expire_due(&self) -> Result<usize, EngineError> {
         let now = self.now();
-        let due: Vec<GateKey> = match &self.gates {
-            Some(cache) => cache
-                .read()
-                .expect("gate cache poisoned")
-                .values()
-                .filter(|g| matches!(&g.status, GateStatus::Open(a) if a.expired(now)))
-                .map(|g| g.key.clone())
-                .collect(),
-            None => self
-                .store
-                .load_gates()
-                .await?
-                .into_iter()
-                .filter(|g| matches!(&g.status, GateStatus::Open(a) if a.expired(now)))
-                .map(|g| g.key)
-                .collect(),
-        };
+        let due: Vec<GateKey> = self
+            .store
+            .expired_gates(now)
+            .await?
+            .iter()
+            .filter_map(|k| GateKey::parse(k, None).ok())
+            .collect();
         let who = Provenance::new(Actor::gatebot()).reason(Some("approval expired".into()));
         let mut expired = 0;
         for key in &due {

@@ -753,3 +753,42 @@ async fn health_readiness_and_metrics() {
         "a request id is made up when none is sent"
     );
 }
+
+/// `.env.example` lists every setting, and as written (empty values) it starts.
+#[test]
+fn env_example_lists_every_setting_and_works_as_is() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let example = std::fs::read_to_string(format!("{root}/.env.example")).unwrap();
+    let config = std::fs::read_to_string(format!("{root}/src/config.rs")).unwrap();
+    let mut names: Vec<&str> = config
+        .split("env = \"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .collect();
+    names.sort();
+    names.dedup();
+    assert!(names.len() > 20, "{names:?}");
+    for name in names {
+        assert!(
+            example.contains(&format!("\n{name}=")),
+            "{name} is missing from .env.example"
+        );
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.env_clear().arg("check-config");
+    for line in example
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains('='))
+    {
+        let (k, v) = line.split_once('=').unwrap();
+        cmd.env(k, v);
+    }
+    cmd.env(
+        "GATEBOT_DATABASE_URL",
+        format!("sqlite://{}/g.db", dir.path().display()),
+    );
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+}

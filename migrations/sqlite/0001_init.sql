@@ -9,6 +9,7 @@ CREATE TABLE gates (
     changed_at  BIGINT NOT NULL,
     expires_at  BIGINT
 );
+CREATE INDEX gates_expiring ON gates (expires_at) WHERE status = 'open';
 
 -- The revision each canary first used an approval for.
 CREATE TABLE pins (

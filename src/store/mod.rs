@@ -220,6 +220,17 @@ impl Store {
         Ok(())
     }
 
+    /// Open gates whose approval ran out by `now`.
+    pub async fn expired_gates(&self, now: Millis) -> Result<Vec<String>> {
+        let rows = sqlx::query("SELECT key FROM gates WHERE status = 'open' AND expires_at <= $1")
+            .bind(now)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| r.try_get("key").map_err(Into::into))
+            .collect()
+    }
+
     /// Records the revision an approval was first used for. Returns the pinned
     /// checksum, which is another replica's if it pinned first.
     pub async fn pin(
