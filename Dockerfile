@@ -12,8 +12,6 @@
 
 FROM rust:1-bookworm AS builder
 WORKDIR /app
-# sqlx query macros read the prepared metadata in .sqlx/ instead of a live database.
-ENV SQLX_OFFLINE=true
 COPY . .
 RUN cargo build --release --locked \
     && mkdir -p /data-skeleton

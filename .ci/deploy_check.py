@@ -86,7 +86,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "replicaCount": 2,
     },
     "templates": {
-        "policy": "commands:\n  promote:\n    teams: [acme/release]\n",
+        "policy": "[github.commands.promote]\nteams = [\"acme/release\"]\n",
         "templates": {"overrides": {
             "github/status.md.j2": "Gate {{ gate }} is waiting\n",
             "slack/wait.json.j2": "{\"blocks\": []}\n",
@@ -526,7 +526,7 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         for k, v in overrides.items():
             expect(tcm["data"][k.replace("/", "__")] == v, f"content of {k}")
         pcm = cms.get("gatebot-policy")
-        expect(pcm is not None and pcm["data"]["policy.yaml"].strip()
+        expect(pcm is not None and pcm["data"]["policy.toml"].strip()
                == SCENARIOS["templates"]["policy"].strip(), "policy ConfigMap")
         dep = one(docs, "Deployment")
         pod = dep["spec"]["template"]["spec"]
@@ -542,7 +542,7 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         policy = envs["GATEBOT_POLICY"]["value"]
         pvol = next(n for n, m in mounts.items() if policy.startswith(m["mountPath"] + "/"))
         expect(vols[pvol]["configMap"]["name"] == "gatebot-policy", "policy volume")
-        expect(policy.endswith("/policy.yaml"), "policy file name")
+        expect(policy.endswith("/policy.toml"), "policy file name")
         expect(envs["GATEBOT_LOG_FORMAT"]["value"] == "text", "logFormat text")
         expect(envs["RUST_LOG"]["value"] == "info,gatebot=debug", "logLevel")
         for m in (mounts[tvol], mounts[pvol]):
