@@ -9,7 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
+use support::harness::{client, status, Backend, TestDb, TestServer, ADMIN_TOKEN};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gatebot");
 
@@ -392,112 +392,47 @@ async fn local(configure: impl FnOnce(&mut gatebot::Config)) -> (TestServer, Tes
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loadtester_api_is_compatible_and_durable() {
     let (server, db) = local(|_| {}).await;
-    let c = client();
     let canary =
         json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "r1"});
-    let post = |path: &str| c.post(server.at(path));
+    let check = |path: &str, body: &serde_json::Value| client().post(server.at(path)).json(body);
+    let admin = |path: &str| {
+        client()
+            .post(server.at(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&canary)
+    };
 
     assert_eq!(
-        post("/gate/check")
-            .json(&canary)
-            .send()
-            .await
-            .unwrap()
-            .status(),
+        status(check("/gate/check", &canary)).await,
         403,
         "unknown keys are closed"
     );
-    assert_eq!(post("/gate/approve").send().await.unwrap().status(), 200);
-    assert_eq!(post("/gate/halt").send().await.unwrap().status(), 403);
-    let r = post("/gate/open").json(&canary).send().await.unwrap();
+    assert_eq!(status(client().post(server.at("/gate/approve"))).await, 200);
+    assert_eq!(status(client().post(server.at("/gate/halt"))).await, 403);
+    let r = check("/gate/open", &canary).send().await.unwrap();
     assert_eq!(r.status(), 401, "opening needs the admin token");
     assert!(r
         .text()
         .await
         .unwrap()
         .contains("GATEBOT_LOADTESTER_OPEN_ACCESS"));
-    let r = post("/gate/open")
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&canary)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
-    let r = post("/gate/check").json(&canary).send().await.unwrap();
-    assert_eq!(r.status(), 200);
+    assert_eq!(status(admin("/gate/open")).await, 202);
+    assert_eq!(status(check("/gate/check", &canary)).await, 200);
     // Open until closed, whatever the revision: the loadtester's semantics.
     let next =
         json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "r2"});
-    assert_eq!(
-        post("/gate/check")
-            .json(&next)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(status(check("/gate/check", &next)).await, 200);
     // Another canary has its own key.
     let other = json!({"name": "backend", "namespace": "test"});
-    assert_eq!(
-        post("/gate/check")
-            .json(&other)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        403
-    );
+    assert_eq!(status(check("/gate/check", &other)).await, 403);
     // Rollback keys are separate from gate keys.
+    assert_eq!(status(check("/rollback/check", &canary)).await, 403);
+    assert_eq!(status(admin("/rollback/open")).await, 202);
+    assert_eq!(status(check("/rollback/check", &canary)).await, 200);
+    assert_eq!(status(admin("/rollback/close")).await, 202);
+    assert_eq!(status(check("/rollback/check", &canary)).await, 403);
     assert_eq!(
-        post("/rollback/check")
-            .json(&canary)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        403
-    );
-    assert_eq!(
-        post("/rollback/open")
-            .bearer_auth(ADMIN_TOKEN)
-            .json(&canary)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        202
-    );
-    assert_eq!(
-        post("/rollback/check")
-            .json(&canary)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        post("/rollback/close")
-            .bearer_auth(ADMIN_TOKEN)
-            .json(&canary)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        202
-    );
-    assert_eq!(
-        post("/rollback/check")
-            .json(&canary)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        403
-    );
-    assert_eq!(
-        post("/gate/check").body("{").send().await.unwrap().status(),
+        status(client().post(server.at("/gate/check")).body("{")).await,
         400
     );
 
@@ -506,34 +441,14 @@ async fn loadtester_api_is_compatible_and_durable() {
     config.admin_token = Some(ADMIN_TOKEN.to_string().into());
     server.stop().await;
     let server = TestServer::start(config, Default::default()).await;
-    assert_eq!(
-        client()
-            .post(server.at("/gate/check"))
-            .json(&canary)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    let r = client()
+    let check = |body: &serde_json::Value| client().post(server.at("/gate/check")).json(body);
+    assert_eq!(status(check(&canary)).await, 200);
+    let close = client()
         .post(server.at("/gate/close"))
         .bearer_auth(ADMIN_TOKEN)
-        .json(&canary)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
-    assert_eq!(
-        client()
-            .post(server.at("/gate/check"))
-            .json(&canary)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        403
-    );
+        .json(&canary);
+    assert_eq!(status(close).await, 202);
+    assert_eq!(status(check(&canary)).await, 403);
     let detail = server
         .api("/api/v1/gates/loadtester/gate/test/podinfo")
         .await;

@@ -216,6 +216,11 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// Sends a request and returns its status code.
+pub async fn status(request: reqwest::RequestBuilder) -> u16 {
+    request.send().await.expect("request").status().as_u16()
+}
+
 /// Polls `check` until it holds, failing the test after `within`.
 pub async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F)
 where
