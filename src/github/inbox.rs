@@ -252,15 +252,18 @@ impl GithubInbox {
             _ => return Ok(()),
         };
         let once = |purpose: &str| format!("github:{delivery}:{purpose}");
+        let installation = e.installation.as_ref().map(|i| i.id);
         let comment = |body: String| GithubJob::Comment {
             repo: repo.clone(),
             number,
             body,
+            installation,
         };
         let react = |content: &str| GithubJob::Reaction {
             repo: repo.clone(),
             comment_id: e.comment.id,
             content: content.to_string(),
+            installation,
         };
 
         if parsed.is_empty() {
@@ -365,6 +368,7 @@ impl GithubInbox {
                         repo: repo.clone(),
                         number,
                         body: text,
+                        installation: e.installation.as_ref().map(|i| i.id),
                     },
                     "help",
                 ));
@@ -388,6 +392,7 @@ impl GithubInbox {
                         repo: repo.clone(),
                         number,
                         body: text,
+                        installation: e.installation.as_ref().map(|i| i.id),
                     },
                     "status",
                 ));

@@ -29,11 +29,16 @@ pub enum GithubJob {
         repo: RepoName,
         comment_id: u64,
         content: String,
+        /// The App installation the delivery came from (saves a lookup).
+        #[serde(default)]
+        installation: Option<u64>,
     },
     Comment {
         repo: RepoName,
         number: PrNumber,
         body: String,
+        #[serde(default)]
+        installation: Option<u64>,
     },
     Status {
         repo: RepoName,
@@ -110,17 +115,31 @@ impl GithubSink {
                 repo,
                 comment_id,
                 content,
-            } => self
-                .client
-                .react(&repo, comment_id, &content)
-                .await
-                .map_err(api),
-            GithubJob::Comment { repo, number, body } => self
-                .client
-                .create_comment(&repo, number, &body)
-                .await
-                .map(|_| ())
-                .map_err(api),
+                installation,
+            } => {
+                if let Some(id) = installation {
+                    self.client.learn_installation(&repo, id);
+                }
+                self.client
+                    .react(&repo, comment_id, &content)
+                    .await
+                    .map_err(api)
+            }
+            GithubJob::Comment {
+                repo,
+                number,
+                body,
+                installation,
+            } => {
+                if let Some(id) = installation {
+                    self.client.learn_installation(&repo, id);
+                }
+                self.client
+                    .create_comment(&repo, number, &body)
+                    .await
+                    .map(|_| ())
+                    .map_err(api)
+            }
             GithubJob::Status { repo, number } => self.status(&repo, number).await,
         }
     }
