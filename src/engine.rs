@@ -469,6 +469,11 @@ impl Engine {
         Ok(queued)
     }
 
+    /// Nudges the outbox worker after jobs were queued outside the engine.
+    pub fn wake_outbox(&self) {
+        self.outbox_wake.notify_one();
+    }
+
     fn after_commit(&self, audits: &[AuditEntry], queued: usize) {
         for entry in audits {
             self.metrics

@@ -163,7 +163,21 @@ impl Gatebot {
             wake: inbox_wake,
             owner,
         };
-        tasks.spawn(inbox.run(shutdown.clone()));
+        // Test and operations knob (undocumented in --help): start working the inbox
+        // only after this long, e.g. to inspect or drain stored deliveries first.
+        let inbox_delay = std::env::var("GATEBOT_INBOX_START_DELAY")
+            .ok()
+            .and_then(|v| humantime::parse_duration(v.trim()).ok());
+        let inbox_shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            if let Some(delay) = inbox_delay {
+                tokio::select! {
+                    () = inbox_shutdown.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+            inbox.run(inbox_shutdown).await
+        });
         tasks.spawn(housekeeping(state.clone(), shutdown.clone()));
         Ok(Self {
             state,

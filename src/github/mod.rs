@@ -1,32 +1,144 @@
 //! GitHub: webhook receiver, commands on pull requests, status comments.
+//!
+//! - [`verify`]: `X-Hub-Signature-256`, before anything reads the body.
+//! - [`routes`]: `POST /webhooks/github` stores relevant deliveries and answers 202.
+//! - [`inbox`]: works stored deliveries: authorizes and applies commands.
+//! - [`sink`]: the `github` outbox sink: reactions, replies, the status comment.
+//! - [`client`]: the REST calls (octocrab), with rate-limit aware errors.
+
+pub mod client;
+pub mod events;
+pub mod inbox;
+pub mod routes;
+pub mod sink;
+pub mod status;
+pub mod verify;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use axum::extract::DefaultBodyLimit;
+use axum::routing::post;
 use axum::Router;
 
 use crate::clock::SharedClock;
+use crate::command::Command;
 use crate::notify::{Handler, Sink};
+use crate::policy::Policy;
 use crate::store::Store;
 use crate::templates::Templates;
 use crate::{AppState, Config};
 
+/// The inbox source and outbox sink name.
+pub const SOURCE: &str = "github";
+
+/// Every comment gatebot writes starts with this, so it never reads its own
+/// comments as commands even when it cannot learn its own login.
+pub const MARKER: &str = "<!-- gatebot -->";
+
 /// Built-in message templates: (name under templates/, source).
-pub const TEMPLATES: &[(&str, &str)] = &[];
+pub const TEMPLATES: &[(&str, &str)] = &[
+    (
+        "github/status.md.j2",
+        include_str!("../../templates/github/status.md.j2"),
+    ),
+    (
+        "github/reply.md.j2",
+        include_str!("../../templates/github/reply.md.j2"),
+    ),
+    (
+        "github/help.md.j2",
+        include_str!("../../templates/github/help.md.j2"),
+    ),
+];
 
 pub fn routes() -> Router<AppState> {
     Router::new()
+        .route("/webhooks/github", post(routes::webhook))
+        .layer(DefaultBodyLimit::max(crate::http::GITHUB_BODY_LIMIT))
 }
 
 pub fn sinks(
-    _config: &Config,
-    _store: &Store,
-    _templates: &Templates,
-    _clock: &SharedClock,
+    config: &Config,
+    store: &Store,
+    templates: &Templates,
+    clock: &SharedClock,
 ) -> anyhow::Result<Vec<Arc<dyn Sink>>> {
-    Ok(Vec::new())
+    let Some(client) = client::GithubClient::from_config(&config.github)? else {
+        return Ok(Vec::new());
+    };
+    Ok(vec![Arc::new(sink::GithubSink::new(
+        Arc::new(client),
+        store.clone(),
+        templates.clone(),
+        clock.clone(),
+        config.github.allowed_repositories.clone(),
+    ))])
 }
 
-pub fn inbox_handlers(_state: &AppState) -> anyhow::Result<HashMap<String, Arc<dyn Handler>>> {
-    Ok(HashMap::new())
+pub fn inbox_handlers(state: &AppState) -> anyhow::Result<HashMap<String, Arc<dyn Handler>>> {
+    let Some(client) = client::GithubClient::from_config(&state.config.github)? else {
+        return Ok(HashMap::new());
+    };
+    let policy = Policy::from_config(&state.config)?;
+    let inbox = inbox::GithubInbox::new(state.clone(), Arc::new(client), policy);
+    Ok(HashMap::from([(
+        SOURCE.to_string(),
+        Arc::new(inbox) as Arc<dyn Handler>,
+    )]))
+}
+
+/// A comment gatebot wrote.
+pub fn is_own_comment(body: &str) -> bool {
+    body.contains("<!-- gatebot")
+}
+
+/// A command word written somewhere a command does not count (a quote, code,
+/// mid-line), for the hint that it was not run. None when there is none.
+pub fn quoted_command(body: &str) -> Option<&'static str> {
+    let bytes = body.as_bytes();
+    for (i, _) in body.match_indices('/') {
+        let before = i.checked_sub(1).map(|j| bytes[j]);
+        if before.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'/' || b == b'.') {
+            continue;
+        }
+        let rest = &body[i + 1..];
+        let end = rest
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(rest.len());
+        if let Some(c) = Command::parse_word(&rest[..end]) {
+            return Some(c.as_str());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoted_commands_are_found_and_paths_are_not() {
+        assert_eq!(quoted_command("> /promote"), Some("promote"));
+        assert_eq!(quoted_command("run `/promote` later"), Some("promote"));
+        assert_eq!(
+            quoted_command("see https://x.io/promote and a/status"),
+            None
+        );
+        assert_eq!(quoted_command("/usr/bin"), None);
+        assert_eq!(quoted_command("é/promote"), Some("promote"));
+    }
+
+    #[test]
+    fn templates_render() {
+        let t = Templates::new(None).unwrap();
+        let out = t
+            .render(
+                "github/reply.md.j2",
+                serde_json::json!({"marker": MARKER, "author": "bob", "lines": [{"command": "/promote", "message": "no"}]}),
+            )
+            .unwrap();
+        assert!(out.starts_with(MARKER), "{out}");
+        assert!(out.contains("- `/promote`: no"), "{out}");
+    }
 }

@@ -1,0 +1,534 @@
+//! The GitHub REST calls gatebot makes, over octocrab (token or GitHub App,
+//! installation tokens per installation). Responses are read into our own
+//! small structs, and failures are classified for the outbox: transient
+//! (5xx, network, rate limits with their reset time) or permanent.
+//!
+//! octocrab is built without its `retry` feature: the outbox retries, so a
+//! POST is never sent twice by a lower layer.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::http::HeaderMap;
+use octocrab::models::{AppId, InstallationId};
+use octocrab::Octocrab;
+use secrecy::ExposeSecret;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::config::{GithubConfig, Permission};
+use crate::gate::{PrNumber, RepoName};
+use crate::notify::SendError;
+
+/// Why a call did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiError {
+    Status {
+        status: u16,
+        /// When the other side said when to come back (Retry-After, rate-limit reset).
+        retry_after: Option<Duration>,
+        rate_limited: bool,
+        message: String,
+    },
+    /// No answer: connection refused, timeout, unreadable body.
+    Transport(String),
+}
+
+impl ApiError {
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::Status { status: 404, .. })
+    }
+
+    /// How the outbox (or the inbox) should treat this failure.
+    pub fn to_send_error(&self) -> SendError {
+        match self {
+            Self::Transport(m) => SendError::retry(format!("GitHub unreachable: {m}")),
+            Self::Status {
+                status,
+                retry_after,
+                rate_limited,
+                message,
+            } => {
+                let text = format!("GitHub answered {status}: {message}");
+                if *rate_limited || *status >= 500 || *status == 401 || *status == 408 {
+                    SendError::Retry {
+                        after: *retry_after,
+                        message: text,
+                    }
+                } else {
+                    SendError::Permanent(text)
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.to_send_error().message())
+    }
+}
+
+/// Reads Retry-After and GitHub's rate-limit headers. Returns (rate limited, wait).
+pub fn rate_limit(status: u16, headers: &HeaderMap, body: &str) -> (bool, Option<Duration>) {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let retry_after = header("retry-after")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let exhausted = header("x-ratelimit-remaining").map(str::trim) == Some("0");
+    let reset = header("x-ratelimit-reset")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|reset| {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            // One second past the reset, so the next try lands in the new window.
+            Duration::from_secs(reset.saturating_sub(now) + 1)
+        });
+    let secondary = body.to_ascii_lowercase().contains("rate limit");
+    let limited = matches!(status, 403 | 429) && (retry_after.is_some() || exhausted || secondary)
+        || status == 429;
+    if !limited {
+        return (false, retry_after.filter(|_| status >= 500));
+    }
+    let wait = retry_after
+        .or(if exhausted { reset } else { None })
+        // Secondary limits without a header: GitHub asks for at least a minute.
+        .or(Some(Duration::from_secs(60)))
+        .map(|d| d.min(Duration::from_secs(3600)));
+    (true, wait)
+}
+
+#[derive(Clone)]
+enum Auth {
+    Token(Octocrab),
+    /// Authenticated as the App (JWT); installation clients are made from it.
+    App(Octocrab),
+}
+
+pub struct GithubClient {
+    auth: Auth,
+    installations: Mutex<HashMap<u64, Octocrab>>,
+    /// repo → installation, learned from deliveries or looked up.
+    repo_installations: Mutex<HashMap<String, u64>>,
+}
+
+#[derive(Deserialize)]
+struct PermissionAnswer {
+    #[serde(default)]
+    permission: String,
+    #[serde(default)]
+    role_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct MembershipAnswer {
+    #[serde(default)]
+    state: String,
+}
+
+#[derive(Deserialize)]
+struct IdAnswer {
+    id: u64,
+}
+
+#[derive(Deserialize)]
+struct CommentAnswer {
+    id: u64,
+    #[serde(default)]
+    body: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct LoginAnswer {
+    #[serde(default)]
+    login: String,
+    #[serde(default)]
+    slug: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct PullInfo {
+    #[serde(default)]
+    pub state: String,
+    #[serde(default)]
+    pub merged: bool,
+}
+
+impl GithubClient {
+    /// None when no credentials are configured.
+    pub fn from_config(config: &GithubConfig) -> anyhow::Result<Option<Self>> {
+        let builder = || -> anyhow::Result<_> {
+            Ok(Octocrab::builder()
+                .base_uri(config.api_url.trim_end_matches('/'))?
+                .set_connect_timeout(Some(Duration::from_secs(5)))
+                .set_read_timeout(Some(Duration::from_secs(20)))
+                .add_header(
+                    axum::http::header::USER_AGENT,
+                    format!("gatebot/{}", env!("CARGO_PKG_VERSION")),
+                ))
+        };
+        let auth = match (&config.token, config.app_id, &config.app_private_key) {
+            (Some(token), _, _) => Auth::Token(
+                builder()?
+                    .personal_token(token.expose_secret().to_string())
+                    .build()?,
+            ),
+            (None, Some(id), Some(key)) => Auth::App(
+                builder()?
+                    .app_from_rsa_pem(AppId(id), key.expose_secret().as_bytes())
+                    .map_err(|e| {
+                        anyhow::anyhow!("GATEBOT_GITHUB_APP_PRIVATE_KEY is not an RSA PEM key: {e}")
+                    })?
+                    .build()?,
+            ),
+            _ => return Ok(None),
+        };
+        Ok(Some(Self {
+            auth,
+            installations: Mutex::new(HashMap::new()),
+            repo_installations: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    pub fn is_app(&self) -> bool {
+        matches!(self.auth, Auth::App(_))
+    }
+
+    /// Remembers which installation a repository belongs to (from a delivery).
+    pub fn learn_installation(&self, repo: &RepoName, installation: u64) {
+        self.repo_installations
+            .lock()
+            .expect("installation map poisoned")
+            .insert(repo.to_string(), installation);
+    }
+
+    /// The client that may act on `repo`.
+    async fn crab(&self, repo: Option<&RepoName>) -> Result<Octocrab, ApiError> {
+        let app = match &self.auth {
+            Auth::Token(crab) => return Ok(crab.clone()),
+            Auth::App(app) => app,
+        };
+        let Some(repo) = repo else {
+            return Ok(app.clone());
+        };
+        let known = self
+            .repo_installations
+            .lock()
+            .expect("installation map poisoned")
+            .get(&repo.to_string())
+            .copied();
+        let id = match known {
+            Some(id) => id,
+            None => {
+                let path = format!("/repos/{}/{}/installation", repo.owner(), repo.name());
+                let found: IdAnswer = read(app, &path).await?;
+                self.learn_installation(repo, found.id);
+                found.id
+            }
+        };
+        let mut map = self
+            .installations
+            .lock()
+            .expect("installation map poisoned");
+        if let Some(crab) = map.get(&id) {
+            return Ok(crab.clone());
+        }
+        let crab = app
+            .installation(InstallationId(id))
+            .map_err(|e| ApiError::Transport(e.to_string()))?;
+        map.insert(id, crab.clone());
+        Ok(crab)
+    }
+
+    /// The commenter's permission on the repository; None when they have none.
+    pub async fn permission(
+        &self,
+        repo: &RepoName,
+        user: &str,
+    ) -> Result<Option<Permission>, ApiError> {
+        let crab = self.crab(Some(repo)).await?;
+        let path = format!(
+            "/repos/{}/{}/collaborators/{}/permission",
+            repo.owner(),
+            repo.name(),
+            segment(user)
+        );
+        match read::<PermissionAnswer>(&crab, &path).await {
+            Ok(a) => Ok(parse_permission(&a.permission, a.role_name.as_deref())),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether `user` is an active member of `org/team`.
+    pub async fn team_member(
+        &self,
+        repo: &RepoName,
+        org: &str,
+        team: &str,
+        user: &str,
+    ) -> Result<bool, ApiError> {
+        let crab = self.crab(Some(repo)).await?;
+        let path = format!(
+            "/orgs/{}/teams/{}/memberships/{}",
+            segment(org),
+            segment(team),
+            segment(user)
+        );
+        match read::<MembershipAnswer>(&crab, &path).await {
+            Ok(m) => Ok(m.state == "active"),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn pull(&self, repo: &RepoName, number: PrNumber) -> Result<PullInfo, ApiError> {
+        let crab = self.crab(Some(repo)).await?;
+        let path = format!("/repos/{}/{}/pulls/{}", repo.owner(), repo.name(), number.0);
+        read(&crab, &path).await
+    }
+
+    /// The login gatebot comments as (`name[bot]` for an App).
+    pub async fn own_login(&self) -> Result<String, ApiError> {
+        match &self.auth {
+            Auth::Token(crab) => Ok(read::<LoginAnswer>(crab, "/user").await?.login),
+            Auth::App(app) => Ok(format!(
+                "{}[bot]",
+                read::<LoginAnswer>(app, "/app").await?.slug
+            )),
+        }
+    }
+
+    pub async fn react(
+        &self,
+        repo: &RepoName,
+        comment_id: u64,
+        content: &str,
+    ) -> Result<(), ApiError> {
+        let crab = self.crab(Some(repo)).await?;
+        let path = format!(
+            "/repos/{}/{}/issues/comments/{comment_id}/reactions",
+            repo.owner(),
+            repo.name()
+        );
+        let r = crab._post(path, Some(&json!({ "content": content }))).await;
+        answer(r).await.map(|_| ())
+    }
+
+    pub async fn create_comment(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        body: &str,
+    ) -> Result<u64, ApiError> {
+        let crab = self.crab(Some(repo)).await?;
+        let path = format!(
+            "/repos/{}/{}/issues/{}/comments",
+            repo.owner(),
+            repo.name(),
+            number.0
+        );
+        let r = crab._post(path, Some(&json!({ "body": body }))).await;
+        let text = answer(r).await?;
+        decode::<IdAnswer>(&text).map(|a| a.id)
+    }
+
+    pub async fn edit_comment(&self, repo: &RepoName, id: u64, body: &str) -> Result<(), ApiError> {
+        let crab = self.crab(Some(repo)).await?;
+        let path = format!(
+            "/repos/{}/{}/issues/comments/{id}",
+            repo.owner(),
+            repo.name()
+        );
+        let r = crab._patch(path, Some(&json!({ "body": body }))).await;
+        answer(r).await.map(|_| ())
+    }
+
+    /// The first comment on the PR whose body contains `marker` (first 100 comments).
+    pub async fn find_comment(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        marker: &str,
+    ) -> Result<Option<u64>, ApiError> {
+        let crab = self.crab(Some(repo)).await?;
+        let path = format!(
+            "/repos/{}/{}/issues/{}/comments?per_page=100",
+            repo.owner(),
+            repo.name(),
+            number.0
+        );
+        let comments: Vec<CommentAnswer> = read(&crab, &path).await?;
+        Ok(comments
+            .into_iter()
+            .find(|c| c.body.as_deref().is_some_and(|b| b.contains(marker)))
+            .map(|c| c.id))
+    }
+}
+
+/// GitHub's `permission` is only admin/write/read/none; `role_name` has the
+/// finer maintain and triage. Custom roles fall back to `permission`.
+pub fn parse_permission(permission: &str, role_name: Option<&str>) -> Option<Permission> {
+    let parse = |s: &str| match s.trim().to_ascii_lowercase().as_str() {
+        "admin" => Some(Permission::Admin),
+        "maintain" => Some(Permission::Maintain),
+        "write" | "push" => Some(Permission::Write),
+        "triage" => Some(Permission::Triage),
+        "read" | "pull" => Some(Permission::Read),
+        _ => None,
+    };
+    role_name.and_then(parse).or_else(|| parse(permission))
+}
+
+/// Escapes a path segment taken from a payload.
+fn segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+async fn read<T: DeserializeOwned>(crab: &Octocrab, path: &str) -> Result<T, ApiError> {
+    let text = answer(crab._get(path).await).await?;
+    decode(&text)
+}
+
+fn decode<T: DeserializeOwned>(text: &str) -> Result<T, ApiError> {
+    serde_json::from_str(text)
+        .map_err(|e| ApiError::Transport(format!("unexpected answer from GitHub: {e}")))
+}
+
+/// The body of a successful answer, or the classified failure.
+async fn answer<B>(response: octocrab::Result<axum::http::Response<B>>) -> Result<String, ApiError>
+where
+    B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    let response = response.map_err(|e| ApiError::Transport(e.to_string()))?;
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = axum::body::to_bytes(axum::body::Body::new(response.into_body()), 8 * 1024 * 1024)
+        .await
+        .map_err(|e| ApiError::Transport(e.to_string()))?;
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    if status.is_success() {
+        return Ok(text);
+    }
+    let (rate_limited, retry_after) = rate_limit(status.as_u16(), &headers, &text);
+    let message = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| {
+            v.get("message")
+                .and_then(|m| m.as_str())
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_string());
+    Err(ApiError::Status {
+        status: status.as_u16(),
+        retry_after,
+        rate_limited,
+        message,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn permissions_parse_from_role_then_permission() {
+        assert_eq!(
+            parse_permission("write", Some("maintain")),
+            Some(Permission::Maintain)
+        );
+        assert_eq!(
+            parse_permission("read", Some("triage")),
+            Some(Permission::Triage)
+        );
+        assert_eq!(
+            parse_permission("write", Some("release-manager")),
+            Some(Permission::Write)
+        );
+        assert_eq!(parse_permission("none", None), None);
+        assert_eq!(parse_permission("admin", None), Some(Permission::Admin));
+    }
+
+    #[test]
+    fn rate_limits_say_when_to_come_back() {
+        let (limited, wait) = rate_limit(403, &headers(&[("retry-after", "7")]), "");
+        assert!(limited);
+        assert_eq!(wait, Some(Duration::from_secs(7)));
+
+        let reset = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 30;
+        let (limited, wait) = rate_limit(
+            403,
+            &headers(&[
+                ("x-ratelimit-remaining", "0"),
+                ("x-ratelimit-reset", &reset.to_string()),
+            ]),
+            "{\"message\":\"API rate limit exceeded\"}",
+        );
+        assert!(limited);
+        let wait = wait.unwrap().as_secs();
+        assert!((29..=32).contains(&wait), "{wait}");
+
+        let (limited, _) = rate_limit(
+            403,
+            &headers(&[("x-ratelimit-remaining", "12")]),
+            "{\"message\":\"Resource not accessible by integration\"}",
+        );
+        assert!(!limited, "a plain 403 is a permission problem");
+        assert!(rate_limit(429, &HeaderMap::new(), "").0);
+    }
+
+    #[test]
+    fn failures_are_classified() {
+        let e = |status, rate_limited| ApiError::Status {
+            status,
+            retry_after: None,
+            rate_limited,
+            message: "x".into(),
+        };
+        assert!(matches!(
+            e(500, false).to_send_error(),
+            SendError::Retry { .. }
+        ));
+        assert!(matches!(
+            e(403, true).to_send_error(),
+            SendError::Retry { .. }
+        ));
+        assert!(matches!(
+            e(403, false).to_send_error(),
+            SendError::Permanent(_)
+        ));
+        assert!(matches!(
+            e(422, false).to_send_error(),
+            SendError::Permanent(_)
+        ));
+        assert!(matches!(
+            ApiError::Transport("refused".into()).to_send_error(),
+            SendError::Retry { .. }
+        ));
+        assert_eq!(segment("dependabot[bot]"), "dependabot%5Bbot%5D");
+    }
+}

@@ -1,0 +1,118 @@
+//! `POST /webhooks/github`: verify, keep what matters, store, acknowledge.
+//! Nothing here calls GitHub or changes a gate; the inbox worker does that.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use secrecy::ExposeSecret;
+
+use super::events::{IssueCommentEvent, PullRequestEvent};
+use super::verify::verify;
+use super::{is_own_comment, SOURCE};
+use crate::http::error::Reject;
+use crate::AppState;
+
+pub async fn webhook(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    match receive(&state, &headers, &body).await {
+        Ok(r) => r,
+        Err(r) => r.into_response(),
+    }
+}
+
+fn text(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, format!("{}\n", message.into())).into_response()
+}
+
+fn ignored(why: impl std::fmt::Display) -> Response {
+    text(StatusCode::OK, format!("ignored: {why}"))
+}
+
+async fn receive(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Response, Reject> {
+    let gh = &state.config.github;
+    let Some(secret) = &gh.webhook_secret else {
+        return Err(Reject::not_configured(
+            "GitHub",
+            "GATEBOT_GITHUB_WEBHOOK_SECRET and GATEBOT_GITHUB_TOKEN (or a GitHub App)",
+        ));
+    };
+    if gh.token.is_none() && gh.app_id.is_none() {
+        return Err(Reject::not_configured(
+            "GitHub",
+            "GATEBOT_GITHUB_TOKEN, or GATEBOT_GITHUB_APP_ID and GATEBOT_GITHUB_APP_PRIVATE_KEY",
+        ));
+    }
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    verify(secret.expose_secret(), header("x-hub-signature-256"), body)
+        .map_err(|e| Reject::new(StatusCode::UNAUTHORIZED, e.reason(), e.message()))?;
+
+    let event = header("x-github-event").unwrap_or("").trim();
+    if event.is_empty() {
+        return Err(Reject::bad_request(
+            "missing_event",
+            "missing X-GitHub-Event",
+        ));
+    }
+    let delivery = header("x-github-delivery").unwrap_or("").trim();
+    if delivery.is_empty() || delivery.len() > 128 {
+        return Err(Reject::bad_request(
+            "missing_delivery",
+            "missing or malformed X-GitHub-Delivery",
+        ));
+    }
+    let malformed = |e: serde_json::Error| {
+        Reject::bad_request("malformed_json", format!("malformed JSON: {e}"))
+    };
+    let allowed = |repo: Option<crate::gate::RepoName>| {
+        gh.allowed_repositories.is_empty()
+            || repo.is_some_and(|r| gh.allowed_repositories.contains(&r))
+    };
+    let payload = match event {
+        "ping" => return Ok(text(StatusCode::OK, "pong")),
+        "issue_comment" => {
+            let e: IssueCommentEvent = serde_json::from_slice(body).map_err(malformed)?;
+            let comment = e.comment.body.as_deref().unwrap_or("");
+            if !matches!(e.action.as_str(), "created" | "edited") {
+                return Ok(ignored(format_args!("issue_comment {}", e.action)));
+            }
+            if !e.on_pull_request() {
+                return Ok(ignored("comment on an issue, not a pull request"));
+            }
+            if !allowed(e.repository.name()) {
+                return Ok(ignored(format_args!(
+                    "{} is not in GATEBOT_GITHUB_ALLOWED_REPOSITORIES",
+                    e.repository.full_name
+                )));
+            }
+            // No slash, no command (quoted or not): nothing to store.
+            if !comment.contains('/') || is_own_comment(comment) {
+                return Ok(ignored("no command"));
+            }
+            serde_json::to_string(&e).map_err(malformed)?
+        }
+        "pull_request" => {
+            let e: PullRequestEvent = serde_json::from_slice(body).map_err(malformed)?;
+            if !matches!(e.action.as_str(), "synchronize" | "closed") {
+                return Ok(ignored(format_args!("pull_request {}", e.action)));
+            }
+            if !allowed(e.repository.name()) {
+                return Ok(ignored(format_args!(
+                    "{} is not in GATEBOT_GITHUB_ALLOWED_REPOSITORIES",
+                    e.repository.full_name
+                )));
+            }
+            serde_json::to_string(&e).map_err(malformed)?
+        }
+        other => return Ok(ignored(format_args!("gatebot does not use {other} events"))),
+    };
+    let now = state.clock.now_ms();
+    if !state
+        .store
+        .receive(SOURCE, delivery, event, &payload, now)
+        .await?
+    {
+        return Ok(text(StatusCode::OK, "duplicate delivery"));
+    }
+    state.inbox_wake.notify_one();
+    Ok(text(StatusCode::ACCEPTED, "accepted"))
+}

@@ -1,0 +1,299 @@
+//! The `github` outbox sink: reactions, reply comments and the per-PR status
+//! comment. Runs only from the outbox worker, never from a request or a check.
+//!
+//! Status comments: every notice about a PR's gate queues one job per PR with a
+//! dedupe key, so a burst of changes coalesces into one edit that renders the
+//! PR's state at send time. A PR gets a status comment only once Flagger has
+//! waited at one of its gates; from then on the comment follows every change.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::client::{ApiError, GithubClient};
+use super::status::{status_marker, view};
+use crate::clock::SharedClock;
+use crate::gate::{GateKey, PrNumber, RepoName};
+use crate::notify::{BoxFuture, Handler, Notice, SendError, Sink};
+use crate::store::{NewJob, QueueItem, Store};
+use crate::templates::Templates;
+
+pub const SINK: &str = "github";
+
+/// What a job of the `github` sink does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum GithubJob {
+    Reaction {
+        repo: RepoName,
+        comment_id: u64,
+        content: String,
+        /// The App installation the delivery came from (saves a lookup).
+        #[serde(default)]
+        installation: Option<u64>,
+    },
+    Comment {
+        repo: RepoName,
+        number: PrNumber,
+        body: String,
+        #[serde(default)]
+        installation: Option<u64>,
+    },
+    Status {
+        repo: RepoName,
+        number: PrNumber,
+    },
+}
+
+impl GithubJob {
+    pub fn topic(&self) -> &'static str {
+        match self {
+            Self::Reaction { .. } => "reaction",
+            Self::Comment { .. } => "comment",
+            Self::Status { .. } => "status",
+        }
+    }
+
+    /// A job queued at most once per `once_key` (a delivery and a purpose).
+    pub fn once(&self, once_key: String) -> NewJob {
+        NewJob {
+            sink: SINK.to_string(),
+            topic: self.topic().to_string(),
+            payload: serde_json::to_string(self).unwrap_or_default(),
+            dedupe_key: None,
+            once_key: Some(once_key),
+            not_before: 0,
+        }
+    }
+
+    pub fn status(repo: &RepoName, number: PrNumber) -> NewJob {
+        let job = Self::Status {
+            repo: repo.clone(),
+            number,
+        };
+        NewJob {
+            sink: SINK.to_string(),
+            topic: job.topic().to_string(),
+            payload: serde_json::to_string(&job).unwrap_or_default(),
+            dedupe_key: Some(format!("github-status:{repo}#{number}")),
+            once_key: None,
+            not_before: 0,
+        }
+    }
+}
+
+pub struct GithubSink {
+    client: Arc<GithubClient>,
+    store: Store,
+    templates: Templates,
+    clock: SharedClock,
+    allowed: Vec<RepoName>,
+}
+
+impl GithubSink {
+    pub fn new(
+        client: Arc<GithubClient>,
+        store: Store,
+        templates: Templates,
+        clock: SharedClock,
+        allowed: Vec<RepoName>,
+    ) -> Self {
+        Self {
+            client,
+            store,
+            templates,
+            clock,
+            allowed,
+        }
+    }
+
+    async fn run(&self, job: GithubJob) -> Result<(), SendError> {
+        let api = |e: ApiError| e.to_send_error();
+        match job {
+            GithubJob::Reaction {
+                repo,
+                comment_id,
+                content,
+                installation,
+            } => {
+                if let Some(id) = installation {
+                    self.client.learn_installation(&repo, id);
+                }
+                self.client
+                    .react(&repo, comment_id, &content)
+                    .await
+                    .map_err(api)
+            }
+            GithubJob::Comment {
+                repo,
+                number,
+                body,
+                installation,
+            } => {
+                if let Some(id) = installation {
+                    self.client.learn_installation(&repo, id);
+                }
+                self.client
+                    .create_comment(&repo, number, &body)
+                    .await
+                    .map(|_| ())
+                    .map_err(api)
+            }
+            GithubJob::Status { repo, number } => self.status(&repo, number).await,
+        }
+    }
+
+    async fn render(&self, repo: &RepoName, number: PrNumber) -> Result<Option<String>, SendError> {
+        let now = self.clock.now_ms();
+        let pr = view(&self.store, repo, number, now)
+            .await
+            .map_err(|e| SendError::retry(e.to_string()))?;
+        let key = comment_key(repo, number);
+        let known = self
+            .store
+            .kv_get(&key)
+            .await
+            .map_err(|e| SendError::retry(e.to_string()))?;
+        if known.is_none() && !pr.ever_waited {
+            return Ok(None);
+        }
+        let ctx = serde_json::json!({
+            "marker": status_marker(repo, number),
+            "subject": pr.subject,
+            "gates": pr.gates,
+            "events": pr.events,
+            "reply": false,
+        });
+        self.templates
+            .render("github/status.md.j2", ctx)
+            .map(Some)
+            .map_err(|e| SendError::Permanent(format!("{e:#}")))
+    }
+
+    /// Creates the PR's status comment, or edits it in place.
+    async fn status(&self, repo: &RepoName, number: PrNumber) -> Result<(), SendError> {
+        let retry = |e: crate::store::StoreError| SendError::retry(e.to_string());
+        let key = comment_key(repo, number);
+        let mut last_sent: Option<String> = None;
+        // A change committed while this job was sending is deduplicated against
+        // it (the job is still pending), so render again until nothing moved.
+        for _ in 0..3 {
+            let Some(body) = self.render(repo, number).await? else {
+                return Ok(());
+            };
+            if last_sent.as_deref() == Some(body.as_str()) {
+                return Ok(());
+            }
+            let hash_key = format!("github-status-hash:{repo}#{number}");
+            let hash = digest(&body);
+            let known = self.store.kv_get(&key).await.map_err(retry)?;
+            match known.and_then(|id| id.parse::<u64>().ok()) {
+                Some(id) => {
+                    if self
+                        .store
+                        .kv_get(&hash_key)
+                        .await
+                        .map_err(retry)?
+                        .as_deref()
+                        == Some(hash.as_str())
+                    {
+                        return Ok(());
+                    }
+                    match self.client.edit_comment(repo, id, &body).await {
+                        Ok(()) => {}
+                        // Someone deleted it: start a new one.
+                        Err(e) if e.is_not_found() => {
+                            let id = self
+                                .client
+                                .create_comment(repo, number, &body)
+                                .await
+                                .map_err(|e| e.to_send_error())?;
+                            self.store
+                                .kv_put(&key, &id.to_string(), self.clock.now_ms())
+                                .await
+                                .map_err(retry)?;
+                        }
+                        Err(e) => return Err(e.to_send_error()),
+                    }
+                }
+                None => {
+                    // A crash between creating and remembering must not make a second one.
+                    let marker = status_marker(repo, number);
+                    let found = self
+                        .client
+                        .find_comment(repo, number, &marker)
+                        .await
+                        .map_err(|e| e.to_send_error())?;
+                    let id = match found {
+                        Some(id) => {
+                            self.client
+                                .edit_comment(repo, id, &body)
+                                .await
+                                .map_err(|e| e.to_send_error())?;
+                            id
+                        }
+                        None => self
+                            .client
+                            .create_comment(repo, number, &body)
+                            .await
+                            .map_err(|e| e.to_send_error())?,
+                    };
+                    self.store
+                        .kv_put(&key, &id.to_string(), self.clock.now_ms())
+                        .await
+                        .map_err(retry)?;
+                }
+            }
+            self.store
+                .kv_put(&hash_key, &hash, self.clock.now_ms())
+                .await
+                .map_err(retry)?;
+            last_sent = Some(body);
+        }
+        Ok(())
+    }
+}
+
+pub fn comment_key(repo: &RepoName, number: PrNumber) -> String {
+    format!("github-status-comment:{repo}#{number}")
+}
+
+fn digest(body: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(body.as_bytes()))
+}
+
+impl Handler for GithubSink {
+    fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
+        Box::pin(async move {
+            let job: GithubJob = serde_json::from_str(&item.payload)
+                .map_err(|e| SendError::Permanent(format!("unreadable GitHub job: {e}")))?;
+            self.run(job).await
+        })
+    }
+}
+
+impl Sink for GithubSink {
+    fn name(&self) -> &'static str {
+        SINK
+    }
+
+    fn plan(&self, notice: &Notice) -> Vec<NewJob> {
+        let gates: Vec<&String> = match notice {
+            Notice::WaitStarted { gate, .. }
+            | Notice::WaitEnded { gate, .. }
+            | Notice::GateChanged { gate, .. } => vec![gate],
+            Notice::CanaryEvent { gates, .. } => gates.iter().collect(),
+        };
+        let prs: BTreeSet<(RepoName, PrNumber)> = gates
+            .into_iter()
+            .filter_map(|g| GateKey::parse(g, None).ok())
+            .filter_map(|k| k.pr().map(|(r, n)| (r.clone(), n)))
+            .filter(|(r, _)| self.allowed.is_empty() || self.allowed.contains(r))
+            .collect();
+        prs.iter()
+            .map(|(repo, number)| GithubJob::status(repo, *number))
+            .collect()
+    }
+}

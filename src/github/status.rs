@@ -1,0 +1,163 @@
+//! What the status comment and `/status` show about one pull request, read
+//! from the store at the moment of sending (so a coalesced job shows the latest).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::gate::{GateKey, GateKind, GateStatus, Millis, PrNumber, RepoName, Scope};
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CanaryView {
+    pub canary: String,
+    pub phase: String,
+    pub checksum: String,
+    pub answer: String,
+    pub waiting_since: Option<Millis>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct GateView {
+    pub kind: &'static str,
+    pub key: String,
+    pub command: &'static str,
+    /// open | closed | held (an expired approval shows as closed).
+    pub state: &'static str,
+    pub by: Option<String>,
+    pub via: Option<String>,
+    pub reason: Option<String>,
+    pub at: Option<Millis>,
+    pub expires_at: Option<Millis>,
+    pub waiting: bool,
+    pub canaries: Vec<CanaryView>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EventView {
+    pub at: Millis,
+    pub canary: String,
+    pub kind: String,
+    pub event_type: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PrView {
+    pub subject: String,
+    pub gates: Vec<GateView>,
+    pub events: Vec<EventView>,
+    /// Flagger has waited at one of this PR's gates at least once.
+    #[serde(skip)]
+    pub ever_waited: bool,
+}
+
+/// The marker that finds the status comment again (and tells gatebot's own
+/// comments from people's).
+pub fn status_marker(repo: &RepoName, number: PrNumber) -> String {
+    format!("<!-- gatebot:status {repo}#{number} -->")
+}
+
+const EVENTS_SHOWN: usize = 8;
+
+pub async fn view(
+    store: &Store,
+    repo: &RepoName,
+    number: PrNumber,
+    now: Millis,
+) -> Result<PrView, StoreError> {
+    let mut gates = Vec::new();
+    let mut ever_waited = false;
+    let mut canaries = BTreeSet::new();
+    for kind in GateKind::ROUTABLE {
+        let key = GateKey::new(
+            kind,
+            Scope::Pr {
+                repo: repo.clone(),
+                number,
+            },
+        );
+        let gate = store.load_gate(&key).await?;
+        let observations = store.observations_for(&key).await?;
+        let waits = store.waits(Some(&key), false, 50).await?;
+        ever_waited |= !waits.is_empty();
+        if gate.is_none() && observations.is_empty() {
+            continue;
+        }
+        let open_since: BTreeMap<&str, Millis> = waits
+            .iter()
+            .filter(|w| w.ended_at.is_none())
+            .map(|w| (w.canary.as_str(), w.started_at))
+            .collect();
+        let mut view = GateView {
+            kind: kind.as_str(),
+            key: key.to_string(),
+            command: kind.command(),
+            state: "closed",
+            by: None,
+            via: None,
+            reason: None,
+            at: None,
+            expires_at: None,
+            waiting: false,
+            canaries: Vec::new(),
+        };
+        let change = match gate.as_ref().map(|g| &g.status) {
+            Some(GateStatus::Open(a)) if !a.expired(now) => {
+                view.state = "open";
+                view.expires_at = a.expires_at;
+                Some(&a.change)
+            }
+            Some(GateStatus::Open(_)) => {
+                view.reason = Some("approval expired".into());
+                None
+            }
+            Some(GateStatus::Held { change }) => {
+                view.state = "held";
+                Some(change)
+            }
+            Some(GateStatus::Closed { change }) => change.as_ref(),
+            None => None,
+        };
+        if let Some(c) = change {
+            view.by = Some(c.by.name.clone());
+            view.via = Some(c.by.source.to_string());
+            view.reason = c.reason.clone();
+            view.at = Some(c.at);
+        }
+        for o in observations {
+            let waiting_since = open_since.get(o.canary.as_str()).copied();
+            view.waiting |= waiting_since.is_some();
+            canaries.insert(o.canary.clone());
+            view.canaries.push(CanaryView {
+                canary: o.canary,
+                phase: o.phase,
+                checksum: o.checksum,
+                answer: o.answer,
+                waiting_since,
+            });
+        }
+        gates.push(view);
+    }
+    let mut events = Vec::new();
+    for canary in &canaries {
+        for e in store.events(Some(canary), EVENTS_SHOWN as i64).await? {
+            events.push(EventView {
+                at: e.received_at,
+                canary: e.canary,
+                kind: e.kind,
+                event_type: e.event_type,
+                message: e.message,
+            });
+        }
+    }
+    events.sort_by(|a, b| (a.at, &a.canary).cmp(&(b.at, &b.canary)));
+    let skip = events.len().saturating_sub(EVENTS_SHOWN);
+    events.drain(..skip);
+    Ok(PrView {
+        subject: format!("{repo}#{number}"),
+        gates,
+        events,
+        ever_waited,
+    })
+}

@@ -1,0 +1,934 @@
+//! GitHub end to end: signed deliveries built from real payloads, gatebot over
+//! real HTTP, a fake GitHub API, and the Flagger simulator.
+
+pub mod support;
+
+use std::time::Duration;
+
+use gatebot::github::verify::sign;
+use serde_json::{json, Value};
+use support::fake_github::{Failure, FakeGithub};
+use support::flagger::{FlaggerSim, Hook, HookType, Phase, Strategy};
+use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
+
+const WAIT: Duration = Duration::from_secs(15);
+const SECRET: &str = "test-webhook-secret";
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/github");
+/// The PR author in the fixture.
+const AUTHOR: &str = "Kobzol";
+
+fn fixture(name: &str) -> Value {
+    let text = std::fs::read_to_string(format!("{FIXTURES}/{name}"))
+        .unwrap_or_else(|e| panic!("fixture {name}: {e}"));
+    serde_json::from_str(&text).unwrap()
+}
+
+struct Env {
+    server: TestServer,
+    github: FakeGithub,
+    _db: TestDb,
+}
+
+fn fast_worker() -> gatebot::Options {
+    gatebot::Options {
+        worker: Some(gatebot::notify::WorkerSettings {
+            base_backoff: Duration::from_millis(50),
+            idle_poll: Duration::from_millis(50),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+async fn setup_with(backend: Backend, tweak: impl FnOnce(&mut gatebot::Config, &TestDb)) -> Env {
+    let db = TestDb::new(backend).await;
+    let github = FakeGithub::start().await;
+    github.set_permission("alice", "write");
+    github.set_permission("rita", "read");
+    github.set_permission(AUTHOR, "admin");
+    let mut config = db.config();
+    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
+    config.github.repository = Some("acme/shop".parse().unwrap());
+    config.github.webhook_secret = Some(format!("old-secret,{SECRET}").into());
+    config.github.token = Some("ghp_test".to_string().into());
+    config.github.api_url = github.url.clone();
+    tweak(&mut config, &db);
+    let server = TestServer::start(config, fast_worker()).await;
+    Env {
+        server,
+        github,
+        _db: db,
+    }
+}
+
+async fn setup(backend: Backend) -> Env {
+    setup_with(backend, |_, _| {}).await
+}
+
+/// A comment on PR `pr` of acme/shop, from the real PR-comment payload.
+fn comment(pr: u64, comment_id: u64, user: &str, body: &str) -> Value {
+    let mut p = fixture("issue_comment.created.on-pull-request.rust-lang-bors.json");
+    p["repository"]["full_name"] = json!("acme/shop");
+    p["repository"]["name"] = json!("shop");
+    p["issue"]["number"] = json!(pr);
+    p["comment"]["id"] = json!(comment_id);
+    p["comment"]["body"] = json!(body);
+    p["comment"]["user"]["login"] = json!(user);
+    p
+}
+
+fn pull_request_event(name: &str, pr: u64) -> Value {
+    let mut p = fixture(name);
+    p["repository"]["full_name"] = json!("acme/shop");
+    p["number"] = json!(pr);
+    p["pull_request"]["number"] = json!(pr);
+    p
+}
+
+fn new_delivery() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+async fn post_raw(
+    server: &TestServer,
+    event: &str,
+    delivery: &str,
+    body: &[u8],
+    signature: Option<String>,
+) -> (u16, String) {
+    let mut req = client()
+        .post(server.at("/webhooks/github"))
+        .header("content-type", "application/json")
+        .header("x-github-event", event)
+        .header("x-github-delivery", delivery)
+        .body(body.to_vec());
+    if let Some(sig) = signature {
+        req = req.header("x-hub-signature-256", sig);
+    }
+    let r = req.send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+async fn deliver_as(
+    server: &TestServer,
+    event: &str,
+    delivery: &str,
+    payload: &Value,
+) -> (u16, String) {
+    let body = serde_json::to_vec(payload).unwrap();
+    post_raw(server, event, delivery, &body, Some(sign(SECRET, &body))).await
+}
+
+async fn deliver(server: &TestServer, event: &str, payload: &Value) -> (u16, String) {
+    deliver_as(server, event, &new_delivery(), payload).await
+}
+
+/// Whether Flagger would be let through right now (a peek, no canary).
+async fn gate_open(server: &TestServer, gate: &str) -> bool {
+    client().get(server.at(gate)).send().await.unwrap().status() == 200
+}
+
+async fn audit(server: &TestServer, gate: &str) -> Vec<Value> {
+    let v = server.api(&format!("/api/v1/audit?gate={gate}")).await;
+    v["audit"].as_array().cloned().unwrap_or_default()
+}
+
+fn actions(entries: &[Value], action: &str) -> usize {
+    entries.iter().filter(|e| e["action"] == action).count()
+}
+
+fn hooks(server: &TestServer, pr: u64) -> Vec<Hook> {
+    vec![
+        Hook::new(
+            "start-gate",
+            HookType::ConfirmRollout,
+            server.at(&format!("/gates/start/pr/{pr}")),
+        ),
+        Hook::new(
+            "promote-gate",
+            HookType::ConfirmPromotion,
+            server.at(&format!("/gates/promote/pr/{pr}")),
+        ),
+        Hook::new(
+            "rollback-gate",
+            HookType::Rollback,
+            server.at(&format!("/gates/rollback/pr/{pr}")),
+        ),
+        Hook::new("timeline", HookType::Event, server.at("/flagger/events"))
+            .with_metadata("pr", &pr.to_string()),
+    ]
+}
+
+/// A canary of PR `pr` with a new revision applied, before its first gate.
+async fn canary(server: &TestServer, pr: u64) -> FlaggerSim {
+    let mut sim = FlaggerSim::new(
+        "podinfo",
+        &format!("pr{pr}"),
+        Strategy::Canary {
+            step_weight: 50,
+            max_weight: 50,
+        },
+        hooks(server, pr),
+    );
+    sim.deploy("rev-a");
+    sim.tick().await;
+    sim.deploy("rev-b");
+    sim
+}
+
+on_both_stores!(
+    writer_promotes_and_flagger_promotes,
+    refusals_change_nothing_and_say_why,
+    redelivery_applies_once,
+    push_and_close_close_the_gates,
+    github_failures_delay_replies_but_send_them_once,
+    one_status_comment_per_pr_edited_in_place,
+    edited_comments_run_only_new_commands,
+    help_status_and_unknown_commands_are_answered,
+    closed_and_merged_pull_requests,
+);
+
+async fn writer_promotes_and_flagger_promotes(backend: Backend) {
+    let env = setup(backend).await;
+    let (server, github) = (&env.server, &env.github);
+    server.open("/gates/start/pr/42").await;
+    let mut sim = canary(server, 42).await;
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
+            .await
+    );
+
+    let (status, text) = deliver(
+        server,
+        "issue_comment",
+        &comment(42, 1001, "alice", "/promote looks good"),
+    )
+    .await;
+    assert_eq!(status, 202, "{text}");
+    eventually("the promote gate to open", WAIT, || async {
+        gate_open(server, "/gates/promote/pr/42").await
+    })
+    .await;
+    assert!(
+        sim.run_until(|s| s.promotions() == 1, 5).await,
+        "Flagger promoted"
+    );
+    let last = sim
+        .calls_of(HookType::ConfirmPromotion)
+        .last()
+        .unwrap()
+        .response
+        .clone();
+    assert!(last.starts_with("approved by alice via github"), "{last}");
+
+    eventually("👀 and 🚀 on the comment", WAIT, || async {
+        github.reactions_on(1001) == vec!["eyes".to_string(), "rocket".to_string()]
+    })
+    .await;
+    let entries = audit(server, "/gates/promote/acme/shop/pr/42").await;
+    let open = entries
+        .iter()
+        .find(|e| e["action"] == "open")
+        .expect("an open entry");
+    assert_eq!(open["actor"]["name"], "alice");
+    assert_eq!(open["actor"]["source"], "github");
+    assert_eq!(open["reason"], "looks good");
+    assert!(open["delivery"].is_string(), "{open}");
+    assert!(
+        github.replies(42).is_empty(),
+        "an applied command needs no reply"
+    );
+    let auth = &github.requests_to("/reactions")[0].authorization;
+    assert_eq!(auth.as_deref(), Some("Bearer ghp_test"));
+}
+
+async fn refusals_change_nothing_and_say_why(backend: Backend) {
+    let env = setup_with(backend, |config, db| {
+        let path = db.dir.path().join("policy.toml");
+        std::fs::write(&path, "[github]\nforbid_self_approval = true\n").unwrap();
+        config.policy = Some(path);
+    })
+    .await;
+    let (server, github) = (&env.server, &env.github);
+    let gate = "/gates/promote/pr/43";
+
+    // A reader.
+    deliver(
+        server,
+        "issue_comment",
+        &comment(43, 2001, "rita", "/promote"),
+    )
+    .await;
+    eventually("the reply to the reader", WAIT, || async {
+        github.replies(43).len() == 1
+    })
+    .await;
+    let reply = &github.replies(43)[0].body;
+    assert!(reply.contains("@rita"), "{reply}");
+    assert!(
+        reply.contains("needs write permission on acme/shop and you have read"),
+        "{reply}"
+    );
+    eventually("👀 and 😕", WAIT, || async {
+        github.reactions_on(2001) == vec!["eyes".to_string(), "confused".to_string()]
+    })
+    .await;
+
+    // The PR's author under four eyes (an admin, so only the policy stops them).
+    deliver(
+        server,
+        "issue_comment",
+        &comment(43, 2002, AUTHOR, "/promote"),
+    )
+    .await;
+    eventually("the reply to the author", WAIT, || async {
+        github.replies(43).len() == 2
+    })
+    .await;
+    let reply = &github.replies(43)[1].body;
+    assert!(reply.contains("you opened this pull request"), "{reply}");
+    assert!(reply.contains("four eyes"), "{reply}");
+
+    // A bot.
+    let mut bot = comment(43, 2003, "renovate[bot]", "/promote");
+    bot["comment"]["user"]["type"] = json!("Bot");
+    deliver(server, "issue_comment", &bot).await;
+    eventually("the reply to the bot", WAIT, || async {
+        github.replies(43).len() == 3
+    })
+    .await;
+    assert!(github.replies(43)[2]
+        .body
+        .contains("bots are never run as commands"));
+
+    // Quoted and fenced commands, by a writer.
+    for (id, body) in [
+        (2004, "> /promote\n\nnot yet"),
+        (2005, "```\n/promote\n```"),
+    ] {
+        deliver(server, "issue_comment", &comment(43, id, "alice", body)).await;
+    }
+    eventually("the replies to the quotes", WAIT, || async {
+        github.replies(43).len() == 5
+    })
+    .await;
+    for reply in &github.replies(43)[3..] {
+        assert!(
+            reply.body.contains("inside quotes or code are not run"),
+            "{}",
+            reply.body
+        );
+    }
+
+    assert!(!gate_open(server, gate).await, "nothing opened");
+    let entries = audit(server, "/gates/promote/acme/shop/pr/43").await;
+    assert_eq!(actions(&entries, "open"), 0, "{entries:?}");
+    assert_eq!(
+        actions(&entries, "refuse"),
+        2,
+        "reader and author refusals are audited: {entries:?}"
+    );
+    assert!(github.reactions_on(2003).is_empty() && github.reactions_on(2004).is_empty());
+}
+
+async fn redelivery_applies_once(backend: Backend) {
+    let env = setup(backend).await;
+    let (server, github) = (&env.server, &env.github);
+    let delivery = new_delivery();
+    let payload = comment(44, 3001, "alice", "/promote");
+    assert_eq!(
+        deliver_as(server, "issue_comment", &delivery, &payload)
+            .await
+            .0,
+        202
+    );
+    eventually("the gate to open", WAIT, || async {
+        gate_open(server, "/gates/promote/pr/44").await
+    })
+    .await;
+    eventually("🚀", WAIT, || async {
+        github.reactions_on(3001).len() == 2
+    })
+    .await;
+
+    // Someone closes it; GitHub redelivers the old comment.
+    server.close("/gates/promote/pr/44").await;
+    let (status, text) = deliver_as(server, "issue_comment", &delivery, &payload).await;
+    assert_eq!((status, text.trim()), (200, "duplicate delivery"));
+    let entries = audit(server, "/gates/promote/acme/shop/pr/44").await;
+    assert_eq!(actions(&entries, "open"), 1, "{entries:?}");
+    assert!(
+        !gate_open(server, "/gates/promote/pr/44").await,
+        "the redelivery reopened nothing"
+    );
+    assert_eq!(github.reactions_on(3001), vec!["eyes", "rocket"]);
+}
+
+async fn push_and_close_close_the_gates(backend: Backend) {
+    let env = setup(backend).await;
+    let server = &env.server;
+    for kind in ["start", "promote", "rollback"] {
+        server.open(&format!("/gates/{kind}/pr/45")).await;
+    }
+    let push = pull_request_event("pull_request.synchronize.json", 45);
+    assert_eq!(deliver(server, "pull_request", &push).await.0, 202);
+    eventually("start and promote to close", WAIT, || async {
+        !gate_open(server, "/gates/start/pr/45").await
+            && !gate_open(server, "/gates/promote/pr/45").await
+    })
+    .await;
+    assert!(
+        gate_open(server, "/gates/rollback/pr/45").await,
+        "a push does not close rollback by default"
+    );
+    let closed = audit(server, "/gates/promote/acme/shop/pr/45").await;
+    let entry = closed.iter().find(|e| e["action"] == "close").unwrap();
+    assert_eq!(entry["reason"], "new commits pushed (ec26c3e)");
+
+    // Merged: nothing closes.
+    let mut merged = pull_request_event("pull_request.closed.json", 45);
+    merged["pull_request"]["merged"] = json!(true);
+    assert_eq!(deliver(server, "pull_request", &merged).await.0, 202);
+    // Closed without merge: everything closes.
+    let closed = pull_request_event("pull_request.closed.json", 45);
+    assert_eq!(deliver(server, "pull_request", &closed).await.0, 202);
+    eventually("the rollback gate to close", WAIT, || async {
+        !gate_open(server, "/gates/rollback/pr/45").await
+    })
+    .await;
+    let entries = audit(server, "/gates/rollback/acme/shop/pr/45").await;
+    assert_eq!(
+        actions(&entries, "close"),
+        1,
+        "only the unmerged close closed it: {entries:?}"
+    );
+
+    // Events gatebot does not use are acknowledged and ignored.
+    let opened = pull_request_event("pull_request.opened.json", 45);
+    let (status, text) = deliver(server, "pull_request", &opened).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.starts_with("ignored"), "{text}");
+}
+
+async fn github_failures_delay_replies_but_send_them_once(backend: Backend) {
+    let env = setup(backend).await;
+    let (server, github) = (&env.server, &env.github);
+    github.fail_writes([
+        Failure::server_error(),
+        Failure::rate_limited(1),
+        Failure::retry_after(1),
+    ]);
+    deliver(
+        server,
+        "issue_comment",
+        &comment(46, 4001, "alice", "/promote"),
+    )
+    .await;
+    eventually("the gate to open", WAIT, || async {
+        gate_open(server, "/gates/promote/pr/46").await
+    })
+    .await;
+    eventually("both reactions despite the failures", WAIT, || async {
+        github.reactions_on(4001).len() == 2
+    })
+    .await;
+    assert_eq!(
+        github.reactions_on(4001),
+        vec!["eyes", "rocket"],
+        "each sent once"
+    );
+    let attempts: Vec<u16> = github
+        .requests_to("/reactions")
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(&attempts[..3], &[500, 403, 403], "{attempts:?}");
+    assert_eq!(
+        attempts.iter().filter(|s| **s == 201).count(),
+        2,
+        "{attempts:?}"
+    );
+    let jobs = server.api("/api/v1/outbox").await;
+    assert!(
+        jobs.to_string().contains("rate limit"),
+        "the wait is recorded: {jobs}"
+    );
+}
+
+async fn one_status_comment_per_pr_edited_in_place(backend: Backend) {
+    let env = setup(backend).await;
+    let (server, github) = (&env.server, &env.github);
+    let mut sim = canary(server, 47).await;
+    sim.tick().await;
+    sim.tick().await;
+    assert_eq!(sim.phase(), Phase::Waiting);
+    eventually("the status comment", WAIT, || async {
+        github.status_comments(47).len() == 1
+    })
+    .await;
+    let first = github.status_comments(47)[0].clone();
+    assert!(
+        first.body.contains("Flagger gates for acme/shop#47"),
+        "{}",
+        first.body
+    );
+    assert!(first.body.contains("comment `/start`"), "{}", first.body);
+
+    deliver(
+        server,
+        "issue_comment",
+        &comment(47, 5001, "alice", "/start"),
+    )
+    .await;
+    eventually("the start gate", WAIT, || async {
+        gate_open(server, "/gates/start/pr/47").await
+    })
+    .await;
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
+            .await
+    );
+    eventually("the comment to show the promotion wait", WAIT, || async {
+        github
+            .status_comments(47)
+            .first()
+            .is_some_and(|c| c.body.contains("comment `/promote`"))
+    })
+    .await;
+    let comments = github.status_comments(47);
+    assert_eq!(comments.len(), 1, "still one status comment");
+    assert_eq!(comments[0].id, first.id);
+    assert!(comments[0].edits >= 1);
+    assert!(
+        comments[0].body.contains("alice via github"),
+        "{}",
+        comments[0].body
+    );
+
+    // A PR where Flagger never waited gets no status comment.
+    deliver(
+        server,
+        "issue_comment",
+        &comment(48, 5002, "alice", "/promote"),
+    )
+    .await;
+    eventually("🚀 on PR 48", WAIT, || async {
+        github.reactions_on(5002).len() == 2
+    })
+    .await;
+    eventually("the outbox to drain", WAIT, || async {
+        server
+            .api("/api/v1/outbox")
+            .await
+            .to_string()
+            .matches("\"pending\"")
+            .count()
+            == 0
+    })
+    .await;
+    assert!(
+        github.comments_on(48).is_empty(),
+        "{:?}",
+        github.comments_on(48)
+    );
+}
+
+async fn edited_comments_run_only_new_commands(backend: Backend) {
+    let env = setup(backend).await;
+    let (server, github) = (&env.server, &env.github);
+    deliver(
+        server,
+        "issue_comment",
+        &comment(49, 6001, "alice", "/start"),
+    )
+    .await;
+    eventually("start", WAIT, || async {
+        gate_open(server, "/gates/start/pr/49").await
+    })
+    .await;
+    server.close("/gates/start/pr/49").await;
+
+    let mut edited = comment(49, 6001, "alice", "/start\n/promote");
+    edited["action"] = json!("edited");
+    edited["changes"] = json!({"body": {"from": "/start"}});
+    assert_eq!(deliver(server, "issue_comment", &edited).await.0, 202);
+    eventually("promote", WAIT, || async {
+        gate_open(server, "/gates/promote/pr/49").await
+    })
+    .await;
+    assert!(
+        !gate_open(server, "/gates/start/pr/49").await,
+        "/start was in the old body"
+    );
+
+    // Deleted comments and comments on plain issues are ignored.
+    let mut deleted = comment(49, 6001, "alice", "/start");
+    deleted["action"] = json!("deleted");
+    let (status, text) = deliver(server, "issue_comment", &deleted).await;
+    assert_eq!(status, 200, "{text}");
+    let mut on_issue = fixture("issue_comment.created.with-installation.json");
+    on_issue["comment"]["body"] = json!("/start");
+    let (status, text) = deliver(server, "issue_comment", &on_issue).await;
+    assert_eq!(
+        (status, text.trim()),
+        (200, "ignored: comment on an issue, not a pull request")
+    );
+    assert!(!gate_open(server, "/gates/start/pr/49").await);
+    assert_eq!(
+        github
+            .reactions_on(6001)
+            .iter()
+            .filter(|r| *r == "eyes")
+            .count(),
+        1
+    );
+}
+
+async fn help_status_and_unknown_commands_are_answered(backend: Backend) {
+    let env = setup(backend).await;
+    let (server, github) = (&env.server, &env.github);
+    server.open("/gates/rollback/pr/50").await;
+    deliver(
+        server,
+        "issue_comment",
+        &comment(50, 7001, "rita", "/help\n/status\n/frobnicate"),
+    )
+    .await;
+    eventually("three replies", WAIT, || async {
+        github.replies(50).len() == 3
+    })
+    .await;
+    let bodies: Vec<String> = github.replies(50).into_iter().map(|c| c.body).collect();
+    assert!(
+        bodies.iter().any(|b| b.contains("| `/promote` |")),
+        "{bodies:?}"
+    );
+    assert!(
+        bodies.iter().any(|b| b.contains("`rollback` | ✅ open")),
+        "{bodies:?}"
+    );
+    assert!(
+        bodies
+            .iter()
+            .any(|b| b.contains("`/frobnicate`: is not a gatebot command: comment `/help`")),
+        "{bodies:?}"
+    );
+    eventually("😕 for the unknown command", WAIT, || async {
+        github.reactions_on(7001) == vec!["eyes".to_string(), "confused".to_string()]
+    })
+    .await;
+}
+
+async fn closed_and_merged_pull_requests(backend: Backend) {
+    let env = setup(backend).await;
+    let (server, github) = (&env.server, &env.github);
+    let mut closed = comment(51, 8001, "alice", "/promote");
+    closed["issue"]["state"] = json!("closed");
+    deliver(server, "issue_comment", &closed).await;
+    eventually("the refusal", WAIT, || async {
+        github.replies(51).len() == 1
+    })
+    .await;
+    assert!(github.replies(51)[0]
+        .body
+        .contains("closed without merging"));
+    assert!(!gate_open(server, "/gates/promote/pr/51").await);
+
+    let mut merged = comment(51, 8002, "alice", "/promote");
+    merged["issue"]["state"] = json!("closed");
+    merged["issue"]["pull_request"]["merged_at"] = json!("2024-05-01T10:00:00Z");
+    deliver(server, "issue_comment", &merged).await;
+    eventually("a merged PR takes commands", WAIT, || async {
+        gate_open(server, "/gates/promote/pr/51").await
+    })
+    .await;
+
+    // A server that leaves merged_at out: gatebot asks for the PR.
+    github.set_merged(52, true);
+    let mut asked = comment(52, 8003, "alice", "/promote");
+    asked["issue"]["state"] = json!("closed");
+    asked["issue"]["pull_request"]
+        .as_object_mut()
+        .unwrap()
+        .remove("merged_at");
+    deliver(server, "issue_comment", &asked).await;
+    eventually("the merged PR's gate", WAIT, || async {
+        gate_open(server, "/gates/promote/pr/52").await
+    })
+    .await;
+    assert_eq!(github.requests_to("/pulls/52").len(), 1);
+}
+
+#[tokio::test]
+async fn signatures_are_checked_and_counted() {
+    let env = setup(Backend::Sqlite).await;
+    let server = &env.server;
+    let body = serde_json::to_vec(&comment(60, 9001, "alice", "/promote")).unwrap();
+    let forged = sign("not-the-secret", &body);
+    let wrong_prefix = sign(SECRET, &body).replace("sha256=", "sha1=");
+    for (sig, reason) in [
+        (Some(forged), "bad_signature"),
+        (None, "missing_signature"),
+        (Some(wrong_prefix), "bad_signature"),
+    ] {
+        let (status, text) = post_raw(server, "issue_comment", &new_delivery(), &body, sig).await;
+        assert_eq!(status, 401, "{text}");
+        assert!(text.contains("X-Hub-Signature-256"), "{text}");
+        let _ = reason;
+    }
+    let metric = |reason: &str| {
+        format!("gatebot_rejected_requests_total{{route=\"/webhooks/github\",reason=\"{reason}\"}}")
+    };
+    assert_eq!(server.metric(&metric("bad_signature")).await, 2.0);
+    assert_eq!(server.metric(&metric("missing_signature")).await, 1.0);
+    // A body changed after signing fails too.
+    let sig = sign(SECRET, &body);
+    let mut tampered = body.clone();
+    tampered.extend_from_slice(b" ");
+    assert_eq!(
+        post_raw(
+            server,
+            "issue_comment",
+            &new_delivery(),
+            &tampered,
+            Some(sig)
+        )
+        .await
+        .0,
+        401
+    );
+    assert_eq!(server.metric(&metric("bad_signature")).await, 3.0);
+
+    assert!(!gate_open(server, "/gates/promote/pr/60").await);
+    assert!(server.api("/api/v1/audit").await["audit"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    assert!(env.github.requests().is_empty(), "nothing reached GitHub");
+}
+
+#[tokio::test]
+async fn ping_and_ignored_events_are_answered() {
+    let env = setup(Backend::Sqlite).await;
+    let (status, text) = deliver(&env.server, "ping", &fixture("ping.json")).await;
+    assert_eq!((status, text.trim()), (200, "pong"));
+    let (status, text) = deliver(
+        &env.server,
+        "installation",
+        &fixture("installation.created.json"),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("ignored"), "{text}");
+    let (status, _) = deliver(
+        &env.server,
+        "pull_request_review",
+        &fixture("pull_request_review.submitted.json"),
+    )
+    .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn repositories_outside_the_allow_list_are_ignored() {
+    let env = setup_with(Backend::Sqlite, |config, _| {
+        config.github.allowed_repositories = vec!["acme/other".parse().unwrap()];
+    })
+    .await;
+    let (status, text) = deliver(
+        &env.server,
+        "issue_comment",
+        &comment(61, 9101, "alice", "/promote"),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.contains("not in GATEBOT_GITHUB_ALLOWED_REPOSITORIES"),
+        "{text}"
+    );
+    assert!(!gate_open(&env.server, "/gates/promote/pr/61").await);
+}
+
+#[tokio::test]
+async fn without_github_settings_the_webhook_is_a_clear_4xx() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let server = TestServer::start(db.config(), Default::default()).await;
+    let body = b"{}";
+    let (status, text) = post_raw(&server, "ping", "d1", body, Some(sign(SECRET, body))).await;
+    assert_eq!(status, 404, "{text}");
+    assert!(
+        text.contains("GitHub is not configured here: set GATEBOT_GITHUB_WEBHOOK_SECRET"),
+        "{text}"
+    );
+    // The rest still works.
+    let r = client()
+        .get(server.at("/gates/promote/acme/shop/pr/1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+}
+
+#[tokio::test]
+async fn team_rules_ask_github_and_cache_the_answers() {
+    let env = setup_with(Backend::Sqlite, |config, db| {
+        let path = db.dir.path().join("policy.toml");
+        std::fs::write(
+            &path,
+            "[github.commands.promote]\nteams = [\"acme/release\"]\n",
+        )
+        .unwrap();
+        config.policy = Some(path);
+    })
+    .await;
+    let (server, github) = (&env.server, &env.github);
+    github.set_permission("bob", "maintain");
+    deliver(
+        server,
+        "issue_comment",
+        &comment(62, 9201, "bob", "/promote"),
+    )
+    .await;
+    eventually("the refusal", WAIT, || async {
+        github.replies(62).len() == 1
+    })
+    .await;
+    assert!(github.replies(62)[0]
+        .body
+        .contains("needs membership in @acme/release"));
+    github.add_team_member("acme/release", "alice");
+    deliver(
+        server,
+        "issue_comment",
+        &comment(62, 9202, "alice", "/promote"),
+    )
+    .await;
+    eventually("alice opens it", WAIT, || async {
+        gate_open(server, "/gates/promote/pr/62").await
+    })
+    .await;
+    deliver(
+        server,
+        "issue_comment",
+        &comment(62, 9203, "alice", "/start"),
+    )
+    .await;
+    eventually("start", WAIT, || async {
+        gate_open(server, "/gates/start/pr/62").await
+    })
+    .await;
+    assert_eq!(
+        github.requests_to("/collaborators/alice/permission").len(),
+        1,
+        "the permission answer is cached"
+    );
+}
+
+/// A GitHub App: installation tokens are minted per installation and used.
+#[tokio::test]
+async fn github_app_uses_installation_tokens() {
+    let env = setup_with(Backend::Sqlite, |config, _| {
+        config.github.token = None;
+        config.github.app_id = Some(1);
+        config.github.app_private_key = Some(TEST_APP_KEY.to_string().into());
+    })
+    .await;
+    let (server, github) = (&env.server, &env.github);
+    deliver(
+        server,
+        "issue_comment",
+        &comment(63, 9301, "alice", "/promote"),
+    )
+    .await;
+    eventually("the gate", WAIT, || async {
+        gate_open(server, "/gates/promote/pr/63").await
+    })
+    .await;
+    eventually("🚀", WAIT, || async {
+        github.reactions_on(9301).len() == 2
+    })
+    .await;
+    let minted = github.requests_to("/app/installations/32739733/access_tokens");
+    assert!(!minted.is_empty(), "the installation from the delivery");
+    let reaction = &github.requests_to("/reactions")[0];
+    assert_eq!(
+        reaction.authorization.as_deref(),
+        Some("Bearer ghs_installation32739733")
+    );
+}
+
+/// The real binary, killed right after it acknowledged a delivery, applies the
+/// command once restarted on the same database.
+#[tokio::test]
+async fn crash_after_acknowledgement_loses_nothing() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let github = FakeGithub::start().await;
+    github.set_permission("alice", "write");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let spawn = |delay: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
+            .arg("serve")
+            .env_clear()
+            .env("GATEBOT_LISTEN", format!("127.0.0.1:{port}"))
+            .env("GATEBOT_DATABASE_URL", &db.url)
+            .env("GATEBOT_GITHUB_WEBHOOK_SECRET", SECRET)
+            .env("GATEBOT_GITHUB_TOKEN", "ghp_test")
+            .env("GATEBOT_GITHUB_API_URL", &github.url)
+            .env("GATEBOT_GITHUB_REPOSITORY", "acme/shop")
+            .env("GATEBOT_INBOX_START_DELAY", delay)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("gatebot starts")
+    };
+    let ready = || async {
+        client()
+            .get(format!("{url}/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    };
+
+    let mut first = spawn("1h");
+    eventually("the first process to listen", WAIT, ready).await;
+    let body = serde_json::to_vec(&comment(64, 9401, "alice", "/promote")).unwrap();
+    let r = client()
+        .post(format!("{url}/webhooks/github"))
+        .header("x-github-event", "issue_comment")
+        .header("x-github-delivery", "crash-1")
+        .header("x-hub-signature-256", sign(SECRET, &body))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    first.kill().expect("SIGKILL");
+    assert_eq!(r.status(), 202);
+    first.wait().unwrap();
+    assert!(github.reactions().is_empty(), "killed before any work");
+
+    let mut second = spawn("0s");
+    eventually("the second process to listen", WAIT, ready).await;
+    let gate = format!("{url}/gates/promote/pr/64");
+    eventually("the command to apply after the restart", WAIT, || async {
+        client()
+            .get(&gate)
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    eventually("the reactions", WAIT, || async {
+        github.reactions_on(9401).len() == 2
+    })
+    .await;
+    second.kill().unwrap();
+    second.wait().unwrap();
+}
+
+/// A throwaway RSA key for the App test only (never used anywhere else).
+const TEST_APP_KEY: &str = include_str!("support/test-app-key.pem");

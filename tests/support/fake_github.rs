@@ -1,0 +1,484 @@
+//! A fake GitHub REST API for black-box tests: answers with GitHub's response
+//! shapes, records what gatebot sends, and can be told to fail.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, patch, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+/// One request gatebot made.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub authorization: Option<String>,
+    /// The status the fake answered.
+    pub status: u16,
+}
+
+#[derive(Debug, Clone)]
+pub struct FakeComment {
+    pub id: u64,
+    pub repo: String,
+    pub number: u64,
+    pub body: String,
+    pub edits: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeReaction {
+    pub repo: String,
+    pub comment_id: u64,
+    pub content: String,
+}
+
+/// An answer to give instead of the real one.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn server_error() -> Self {
+        Self {
+            status: 500,
+            headers: vec![],
+            message: "Server Error".into(),
+        }
+    }
+
+    /// GitHub's primary rate limit: 403, remaining 0, reset in `secs`.
+    pub fn rate_limited(reset_in_secs: u64) -> Self {
+        let reset = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + reset_in_secs;
+        Self {
+            status: 403,
+            headers: vec![
+                ("x-ratelimit-limit".into(), "5000".into()),
+                ("x-ratelimit-remaining".into(), "0".into()),
+                ("x-ratelimit-reset".into(), reset.to_string()),
+            ],
+            message: "API rate limit exceeded for installation ID 1.".into(),
+        }
+    }
+
+    /// A secondary rate limit with Retry-After.
+    pub fn retry_after(secs: u64) -> Self {
+        Self {
+            status: 403,
+            headers: vec![("retry-after".into(), secs.to_string())],
+            message: "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.".into(),
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Inner {
+    pub requests: Mutex<Vec<Recorded>>,
+    /// login (lowercase) → GitHub's `permission` and `role_name`; absent: 404.
+    permissions: Mutex<HashMap<String, (String, String)>>,
+    teams: Mutex<HashSet<(String, String)>>,
+    /// PR number → merged
+    pulls: Mutex<HashMap<u64, bool>>,
+    comments: Mutex<BTreeMap<u64, FakeComment>>,
+    reactions: Mutex<Vec<FakeReaction>>,
+    write_failures: Mutex<VecDeque<Failure>>,
+    next_id: AtomicU64,
+    pub login: Mutex<String>,
+}
+
+#[derive(Clone)]
+pub struct FakeGithub {
+    pub url: String,
+    pub inner: Arc<Inner>,
+}
+
+impl FakeGithub {
+    pub async fn start() -> Self {
+        let inner = Arc::new(Inner {
+            next_id: AtomicU64::new(9_000_000),
+            login: Mutex::new("gatebot-test".into()),
+            ..Inner::default()
+        });
+        let app = Router::new()
+            .route(
+                "/repos/{owner}/{repo}/collaborators/{user}/permission",
+                get(permission),
+            )
+            .route(
+                "/orgs/{org}/teams/{team}/memberships/{user}",
+                get(membership),
+            )
+            .route("/repos/{owner}/{repo}/pulls/{number}", get(pull))
+            .route(
+                "/repos/{owner}/{repo}/issues/{number}/comments",
+                post(create_comment).get(list_comments),
+            )
+            .route(
+                "/repos/{owner}/{repo}/issues/comments/{id}",
+                patch(edit_comment),
+            )
+            .route(
+                "/repos/{owner}/{repo}/issues/comments/{id}/reactions",
+                post(react),
+            )
+            .route("/user", get(user))
+            .route("/app", get(app_info))
+            .route("/repos/{owner}/{repo}/installation", get(installation))
+            .route("/app/installations/{id}/access_tokens", post(access_token))
+            .layer(middleware::from_fn_with_state(inner.clone(), record))
+            .with_state(inner.clone());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { url, inner }
+    }
+
+    /// `role` is admin, maintain, write, triage or read; "none" answers `none`.
+    pub fn set_permission(&self, login: &str, role: &str) {
+        let permission = match role {
+            "maintain" => "write",
+            "triage" => "read",
+            other => other,
+        };
+        self.inner.permissions.lock().unwrap().insert(
+            login.to_ascii_lowercase(),
+            (permission.to_string(), role.to_string()),
+        );
+    }
+
+    pub fn add_team_member(&self, team: &str, login: &str) {
+        self.inner
+            .teams
+            .lock()
+            .unwrap()
+            .insert((team.to_ascii_lowercase(), login.to_ascii_lowercase()));
+    }
+
+    pub fn set_merged(&self, number: u64, merged: bool) {
+        self.inner.pulls.lock().unwrap().insert(number, merged);
+    }
+
+    /// The next writes (POST, PATCH) answer these instead.
+    pub fn fail_writes(&self, failures: impl IntoIterator<Item = Failure>) {
+        self.inner.write_failures.lock().unwrap().extend(failures);
+    }
+
+    pub fn comments(&self) -> Vec<FakeComment> {
+        self.inner
+            .comments
+            .lock()
+            .unwrap()
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub fn comments_on(&self, number: u64) -> Vec<FakeComment> {
+        self.comments()
+            .into_iter()
+            .filter(|c| c.number == number)
+            .collect()
+    }
+
+    /// Status comments (the ones gatebot edits in place) on a PR.
+    pub fn status_comments(&self, number: u64) -> Vec<FakeComment> {
+        self.comments_on(number)
+            .into_iter()
+            .filter(|c| c.body.contains("<!-- gatebot:status"))
+            .collect()
+    }
+
+    /// Replies (not the status comment) on a PR.
+    pub fn replies(&self, number: u64) -> Vec<FakeComment> {
+        self.comments_on(number)
+            .into_iter()
+            .filter(|c| !c.body.contains("<!-- gatebot:status"))
+            .collect()
+    }
+
+    pub fn reactions(&self) -> Vec<FakeReaction> {
+        self.inner.reactions.lock().unwrap().clone()
+    }
+
+    pub fn reactions_on(&self, comment_id: u64) -> Vec<String> {
+        self.reactions()
+            .into_iter()
+            .filter(|r| r.comment_id == comment_id)
+            .map(|r| r.content)
+            .collect()
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.inner.requests.lock().unwrap().clone()
+    }
+
+    /// Requests to paths containing `part`.
+    pub fn requests_to(&self, part: &str) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path.contains(part))
+            .collect()
+    }
+}
+
+fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({"message": "Not Found", "documentation_url": "https://docs.github.com/rest"})),
+    )
+        .into_response()
+}
+
+fn user_json(login: &str, kind: &str) -> Value {
+    json!({"login": login, "id": 4539057, "node_id": "MDQ6VXNlcjQ1MzkwNTc=", "type": kind, "site_admin": false,
+           "html_url": format!("https://github.com/{login}"), "url": format!("https://api.github.com/users/{login}")})
+}
+
+async fn record(State(inner): State<Arc<Inner>>, req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let authorization = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let failure = if method == Method::POST || method == Method::PATCH {
+        // Token minting is not a write gatebot makes on its own behalf.
+        if path.ends_with("/access_tokens") {
+            None
+        } else {
+            inner.write_failures.lock().unwrap().pop_front()
+        }
+    } else {
+        None
+    };
+    let response = match failure {
+        Some(f) => {
+            let mut headers = HeaderMap::new();
+            for (k, v) in &f.headers {
+                headers.insert(
+                    axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    v.parse().unwrap(),
+                );
+            }
+            (
+                StatusCode::from_u16(f.status).unwrap(),
+                headers,
+                Json(json!({"message": f.message, "documentation_url": "https://docs.github.com/rest"})),
+            )
+                .into_response()
+        }
+        None => next.run(req).await,
+    };
+    inner.requests.lock().unwrap().push(Recorded {
+        method: method.to_string(),
+        path,
+        authorization,
+        status: response.status().as_u16(),
+    });
+    response
+}
+
+async fn permission(
+    State(inner): State<Arc<Inner>>,
+    Path((_owner, _repo, user)): Path<(String, String, String)>,
+) -> Response {
+    let Some((permission, role)) = inner
+        .permissions
+        .lock()
+        .unwrap()
+        .get(&user.to_ascii_lowercase())
+        .cloned()
+    else {
+        return not_found();
+    };
+    Json(json!({"permission": permission, "role_name": role, "user": user_json(&user, "User")}))
+        .into_response()
+}
+
+async fn membership(
+    State(inner): State<Arc<Inner>>,
+    Path((org, team, user)): Path<(String, String, String)>,
+) -> Response {
+    let key = (
+        format!("{org}/{team}").to_ascii_lowercase(),
+        user.to_ascii_lowercase(),
+    );
+    if !inner.teams.lock().unwrap().contains(&key) {
+        return not_found();
+    }
+    Json(json!({"url": format!("https://api.github.com/teams/1/memberships/{user}"), "role": "member", "state": "active"}))
+        .into_response()
+}
+
+async fn pull(
+    State(inner): State<Arc<Inner>>,
+    Path((_owner, _repo, number)): Path<(String, String, u64)>,
+) -> Response {
+    let merged = inner
+        .pulls
+        .lock()
+        .unwrap()
+        .get(&number)
+        .copied()
+        .unwrap_or(false);
+    Json(json!({"number": number, "state": "closed", "merged": merged, "user": user_json("kobzol", "User")}))
+        .into_response()
+}
+
+fn comment_json(c: &FakeComment) -> Value {
+    json!({
+        "id": c.id, "node_id": "IC_kwDOIYeo_c5UsZ2b",
+        "url": format!("https://api.github.com/repos/{}/issues/comments/{}", c.repo, c.id),
+        "html_url": format!("https://github.com/{}/pull/{}#issuecomment-{}", c.repo, c.number, c.id),
+        "issue_url": format!("https://api.github.com/repos/{}/issues/{}", c.repo, c.number),
+        "body": c.body, "user": user_json("gatebot-test", "User"),
+        "created_at": "2024-01-01T00:00:00Z", "updated_at": "2024-01-01T00:00:00Z",
+        "author_association": "NONE"
+    })
+}
+
+fn body_of(bytes: &Bytes, field: &str) -> Option<String> {
+    serde_json::from_slice::<Value>(bytes)
+        .ok()?
+        .get(field)?
+        .as_str()
+        .map(str::to_string)
+}
+
+async fn create_comment(
+    State(inner): State<Arc<Inner>>,
+    Path((owner, repo, number)): Path<(String, String, u64)>,
+    bytes: Bytes,
+) -> Response {
+    let Some(body) = body_of(&bytes, "body") else {
+        return (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({"message": "Invalid request."})),
+        )
+            .into_response();
+    };
+    let id = inner.next_id.fetch_add(1, Ordering::SeqCst);
+    let c = FakeComment {
+        id,
+        repo: format!("{owner}/{repo}"),
+        number,
+        body,
+        edits: 0,
+    };
+    let answer = comment_json(&c);
+    inner.comments.lock().unwrap().insert(id, c);
+    (StatusCode::CREATED, Json(answer)).into_response()
+}
+
+async fn list_comments(
+    State(inner): State<Arc<Inner>>,
+    Path((_owner, _repo, number)): Path<(String, String, u64)>,
+) -> Response {
+    let list: Vec<Value> = inner
+        .comments
+        .lock()
+        .unwrap()
+        .values()
+        .filter(|c| c.number == number)
+        .map(comment_json)
+        .collect();
+    Json(list).into_response()
+}
+
+async fn edit_comment(
+    State(inner): State<Arc<Inner>>,
+    Path((_owner, _repo, id)): Path<(String, String, u64)>,
+    bytes: Bytes,
+) -> Response {
+    let Some(body) = body_of(&bytes, "body") else {
+        return (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({"message": "Invalid request."})),
+        )
+            .into_response();
+    };
+    let mut comments = inner.comments.lock().unwrap();
+    let Some(c) = comments.get_mut(&id) else {
+        return not_found();
+    };
+    c.body = body;
+    c.edits += 1;
+    Json(comment_json(c)).into_response()
+}
+
+async fn react(
+    State(inner): State<Arc<Inner>>,
+    Path((owner, repo, id)): Path<(String, String, u64)>,
+    bytes: Bytes,
+) -> Response {
+    let Some(content) = body_of(&bytes, "content") else {
+        return (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({"message": "Invalid request."})),
+        )
+            .into_response();
+    };
+    let reaction = FakeReaction {
+        repo: format!("{owner}/{repo}"),
+        comment_id: id,
+        content: content.clone(),
+    };
+    let mut reactions = inner.reactions.lock().unwrap();
+    // GitHub answers 200 with the existing reaction when it is already there.
+    let status = if reactions.contains(&reaction) {
+        StatusCode::OK
+    } else {
+        reactions.push(reaction);
+        StatusCode::CREATED
+    };
+    (
+        status,
+        Json(json!({"id": 1, "node_id": "MDg6UmVhY3Rpb24x", "user": user_json("gatebot-test", "User"),
+                    "content": content, "created_at": "2024-01-01T00:00:00Z"})),
+    )
+        .into_response()
+}
+
+async fn user(State(inner): State<Arc<Inner>>) -> Response {
+    let login = inner.login.lock().unwrap().clone();
+    Json(user_json(&login, "User")).into_response()
+}
+
+async fn app_info() -> Response {
+    Json(json!({"id": 1, "slug": "gatebot-test", "name": "gatebot test", "owner": user_json("acme", "Organization")}))
+        .into_response()
+}
+
+async fn installation(Path((_owner, _repo)): Path<(String, String)>) -> Response {
+    Json(json!({"id": 1, "app_id": 1, "account": user_json("acme", "Organization")}))
+        .into_response()
+}
+
+async fn access_token(Path(id): Path<u64>) -> Response {
+    (
+        StatusCode::CREATED,
+        Json(
+            json!({"token": format!("ghs_installation{id}"), "expires_at": "2099-01-01T00:00:00Z",
+                    "permissions": {"issues": "write", "pull_requests": "write"}}),
+        ),
+    )
+        .into_response()
+}
