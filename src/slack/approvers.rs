@@ -39,9 +39,12 @@ pub fn quick(rule: &SlackRule, user: &str) -> Option<Verdict> {
     None
 }
 
+/// Group id → (fetched at, members).
+type GroupCache = HashMap<String, (Instant, Arc<Vec<String>>)>;
+
 pub struct Approvers {
     api: Arc<SlackApi>,
-    cache: Mutex<HashMap<String, (Instant, Arc<Vec<String>>)>>,
+    cache: Mutex<GroupCache>,
 }
 
 impl Approvers {

@@ -101,12 +101,6 @@ async fn commands(
         return Ok(StatusCode::OK.into_response());
     }
     verified(&state, &headers, &body)?;
-    if command.user_id.is_empty() {
-        return Err(Reject::bad_request(
-            "malformed_payload",
-            "the command names no user_id",
-        ));
-    }
     let templates = &state.templates;
     let inv = match parse_slash(&command.text) {
         Ok(inv) => inv,

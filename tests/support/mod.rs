@@ -1,5 +1,6 @@
 //! Shared test support: the Flagger simulator and a harness that runs gatebot
 //! over real HTTP on a real SQLite file or PostgreSQL database.
 
+pub mod fake_slack;
 pub mod flagger;
 pub mod harness;
