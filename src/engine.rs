@@ -488,6 +488,20 @@ impl Engine {
         }
     }
 
+    /// Queues jobs that no gate change carries (replies to a click or a command)
+    /// and wakes the outbox. Returns how many were queued.
+    pub async fn enqueue(&self, jobs: &[crate::store::NewJob]) -> Result<usize, StoreError> {
+        let now = self.now();
+        let mut tx = self.store.begin().await?;
+        let mut queued = 0;
+        for job in jobs {
+            queued += usize::from(Store::enqueue(&mut tx, job, now).await?);
+        }
+        tx.commit().await?;
+        self.after_commit(&[], queued);
+        Ok(queued)
+    }
+
     /// Opens a gate: a new approval, unpinned, expiring after the TTL.
     pub async fn open(&self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
         self.change(key, "open", who, |gate, now, ttl| match &gate.status {

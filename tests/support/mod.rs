@@ -1,6 +1,7 @@
-//! Shared test support: the Flagger simulator and a harness that runs gatebot
-//! over real HTTP on a real SQLite file or PostgreSQL database.
+//! Shared test support: the Flagger simulator, fake GitHub and Slack APIs, and a
+//! harness that runs gatebot over real HTTP on a real SQLite file or PostgreSQL database.
 
 pub mod fake_github;
+pub mod fake_slack;
 pub mod flagger;
 pub mod harness;

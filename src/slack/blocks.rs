@@ -1,0 +1,269 @@
+//! Block Kit messages (slack-morphism's models); the words come from templates.
+
+use serde::Serialize;
+use slack_morphism::prelude::*;
+
+use super::payload::{ButtonValue, APPROVE, REJECT};
+use super::record::{Decision, View};
+use crate::gate::{GateKey, GateKind, Millis, RepoName};
+use crate::templates::Templates;
+
+/// `14:02` (UTC) for texts; Slack's `<!date>` shows local time where it can.
+pub fn hhmm(ms: Millis) -> String {
+    let secs = ms.div_euclid(1000).rem_euclid(86_400);
+    format!("{:02}:{:02}", secs / 3600, (secs / 60) % 60)
+}
+
+#[derive(Serialize)]
+struct DecisionCtx {
+    approved: bool,
+    by: String,
+    name: String,
+    via: String,
+    at: Millis,
+    at_hhmm: String,
+    reason: Option<String>,
+    rollback_gate: Option<String>,
+}
+
+impl From<&Decision> for DecisionCtx {
+    fn from(d: &Decision) -> Self {
+        Self {
+            approved: d.approved,
+            by: d.by(),
+            name: d.name.clone(),
+            via: d.via.clone(),
+            at: d.at,
+            at_hhmm: hhmm(d.at),
+            reason: d.reason.clone(),
+            rollback_gate: d.rollback_gate.clone(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct WaitCtx {
+    canary: String,
+    gate: String,
+    kind: String,
+    hook: String,
+    subject: String,
+    pr_url: Option<String>,
+    revision: String,
+    phase: String,
+    since: Millis,
+    since_secs: i64,
+    since_hhmm: String,
+    decision: Option<DecisionCtx>,
+    ended: Option<serde_json::Value>,
+    #[serde(rename = "final")]
+    final_state: Option<serde_json::Value>,
+}
+
+/// The PR a gate (or the canary's metadata) names, with its GitHub link.
+pub fn pr_link(
+    key: Option<&GateKey>,
+    metadata: &std::collections::BTreeMap<String, String>,
+    default_repo: Option<&RepoName>,
+) -> Option<(String, String)> {
+    if let Some((repo, n)) = key.and_then(GateKey::pr) {
+        return Some((
+            format!("{repo}#{n}"),
+            format!("https://github.com/{repo}/pull/{n}"),
+        ));
+    }
+    let n: u64 = metadata
+        .get("pr")?
+        .trim()
+        .trim_start_matches('#')
+        .parse()
+        .ok()?;
+    let repo: RepoName = match metadata.get("repository").or_else(|| metadata.get("repo")) {
+        Some(r) => r.parse().ok()?,
+        None => default_repo?.clone(),
+    };
+    Some((
+        format!("{repo}#{n}"),
+        format!("https://github.com/{repo}/pull/{n}"),
+    ))
+}
+
+fn context(view: &View, default_repo: Option<&RepoName>) -> WaitCtx {
+    let info = &view.info;
+    let key = GateKey::parse(&info.gate, None).ok();
+    let link = pr_link(key.as_ref(), &info.metadata, default_repo);
+    let subject = match (&link, &key) {
+        (Some((s, _)), _) => s.clone(),
+        (None, Some(k)) => k.subject(),
+        (None, None) => info.canary.clone(),
+    };
+    WaitCtx {
+        canary: info.canary.clone(),
+        gate: info.gate.clone(),
+        kind: key
+            .as_ref()
+            .map_or("gate", |k| match k.kind {
+                GateKind::LegacyGate => "gate",
+                other => other.as_str(),
+            })
+            .to_string(),
+        hook: key.as_ref().map_or("", |k| k.kind.flagger_hook()).to_string(),
+        subject,
+        pr_url: link.map(|(_, url)| url),
+        revision: info.checksum.clone(),
+        phase: info.phase.clone(),
+        since: info.since,
+        since_secs: info.since.div_euclid(1000),
+        since_hhmm: hhmm(info.since),
+        decision: view.decision.as_ref().map(DecisionCtx::from),
+        ended: view.ended.as_ref().map(|e| {
+            serde_json::json!({"outcome": e.outcome, "at": e.at, "at_hhmm": hhmm(e.at)})
+        }),
+        final_state: view.final_state.as_ref().map(|f| {
+            serde_json::json!({"kind": f.kind, "message": f.message, "at": f.at, "at_hhmm": hhmm(f.at)})
+        }),
+    }
+}
+
+fn section(text: String) -> SlackBlock {
+    SlackSectionBlock::new()
+        .with_text(SlackBlockMarkDownText::new(text).into())
+        .into()
+}
+
+fn button(
+    id: &str,
+    label: &str,
+    style: SlackBlockButtonStyle,
+    value: &str,
+    confirm: (&str, String, &str),
+) -> SlackActionBlockElement {
+    let (title, text, ok) = confirm;
+    let confirm = SlackBlockConfirmItem::new(
+        title.into(),
+        SlackBlockMarkDownText::new(text).into(),
+        ok.into(),
+        "Cancel".into(),
+    );
+    SlackActionBlockElement::Button(
+        SlackBlockButtonElement::new(label.into())
+            .with_action_id(id.into())
+            .with_value(value.to_string())
+            .with_style(style)
+            .with_confirm(confirm),
+    )
+}
+
+/// The full block list of a waiting message, and its notification text.
+pub fn wait_message(
+    templates: &Templates,
+    view: &View,
+    default_repo: Option<&RepoName>,
+) -> anyhow::Result<(String, Vec<SlackBlock>)> {
+    let ctx = context(view, default_repo);
+    let main = templates.render("slack/wait.j2", &ctx)?.trim().to_string();
+    let fallback = format!("{} is waiting at {}", ctx.canary, ctx.gate);
+    let mut blocks = vec![section(main)];
+    if view.open() {
+        let value = serde_json::to_string(&ButtonValue {
+            gate: view.info.gate.clone(),
+            wait_id: view.info.wait_id,
+        })?;
+        let reject_means = match GateKey::parse(&view.info.gate, None).map(|k| k.kind) {
+            Ok(GateKind::Promote | GateKind::Traffic) => "roll the canary back",
+            _ => "keep the gate closed",
+        };
+        blocks.push(
+            SlackActionsBlock::new(vec![
+                button(
+                    APPROVE,
+                    "Approve",
+                    SlackBlockButtonStyle::Primary,
+                    &value,
+                    (
+                        "Approve?",
+                        format!("Open `{}` for revision `{}`?", ctx.gate, ctx.revision),
+                        "Approve",
+                    ),
+                ),
+                button(
+                    REJECT,
+                    "Reject",
+                    SlackBlockButtonStyle::Danger,
+                    &value,
+                    (
+                        "Reject?",
+                        format!("Reject revision `{}`: {reject_means}?", ctx.revision),
+                        "Reject",
+                    ),
+                ),
+            ])
+            .with_block_id(format!("gatebot-wait-{}", view.info.wait_id).into())
+            .into(),
+        );
+    } else {
+        let status = templates
+            .render("slack/status.j2", &ctx)?
+            .trim()
+            .to_string();
+        if !status.is_empty() {
+            blocks.push(
+                SlackContextBlock::new(vec![SlackContextBlockElement::MarkDown(
+                    SlackBlockMarkDownText::new(status),
+                )])
+                .into(),
+            );
+        }
+    }
+    Ok((fallback, blocks))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slack::record::WaitInfo;
+
+    fn view() -> View {
+        View {
+            info: WaitInfo {
+                wait_id: 7,
+                gate: "/gates/promote/acme/shop/pr/42".into(),
+                canary: "test/podinfo".into(),
+                checksum: "85d557f47b".into(),
+                phase: "Progressing".into(),
+                metadata: Default::default(),
+                since: 1_714_572_120_000,
+            },
+            decision: None,
+            ended: None,
+            final_state: None,
+        }
+    }
+
+    #[test]
+    fn waiting_message_has_both_buttons_then_none() {
+        let t = Templates::new(None).unwrap();
+        let (_, blocks) = wait_message(&t, &view(), None).unwrap();
+        let json = serde_json::to_string(&blocks).unwrap();
+        assert!(json.contains("gatebot_approve") && json.contains("gatebot_reject"));
+        assert!(json.contains("\"style\":\"primary\"") && json.contains("\"style\":\"danger\""));
+        assert!(json.contains("https://github.com/acme/shop/pull/42"));
+        let mut decided = view();
+        decided.decision = Some(Decision {
+            approved: true,
+            user_id: Some("U1".into()),
+            name: "alice".into(),
+            via: "slack".into(),
+            at: 1_714_572_120_000,
+            reason: None,
+            rollback_gate: None,
+        });
+        let (_, blocks) = wait_message(&t, &decided, None).unwrap();
+        let json = serde_json::to_string(&blocks).unwrap();
+        assert!(!json.contains("gatebot_approve"), "{json}");
+        assert!(
+            json.contains("Approved by <@U1> at 14:02 (revision 85d557f47b)"),
+            "{json}"
+        );
+    }
+}

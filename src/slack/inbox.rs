@@ -1,0 +1,370 @@
+//! Work on stored Slack deliveries (the inbox's `slack` source): button clicks
+//! and slash commands that change gates. Runs after Slack got its 200.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::approvers::{Approvers, Verdict};
+use super::blocks::hhmm;
+use super::client::Response;
+use super::payload::{Interaction, SlashCommand};
+use super::record::{self, Decision, Ended};
+use super::sink::{parse_gate, SlackJob};
+use crate::actions::{self, Subject};
+use crate::command::{parse_slash, Command};
+use crate::engine::{EngineError, Provenance};
+use crate::gate::{Actor, GateKey, GateKind, GateStatus, Source};
+use crate::notify::{BoxFuture, Handler, SendError};
+use crate::policy::{Policy, SlackRule};
+use crate::store::QueueItem;
+use crate::templates::Templates;
+use crate::AppState;
+
+pub const CLICK: &str = "block_actions";
+pub const SLASH: &str = "slash_command";
+
+pub struct SlackInbox {
+    pub state: AppState,
+    pub approvers: Arc<Approvers>,
+    pub policy: Policy,
+}
+
+/// The command whose Slack rule governs a button: Approve opens the gate;
+/// Reject of a promotion or traffic step rolls back, of anything else keeps it closed.
+pub fn command_for(kind: GateKind, approve: bool, phase: &str) -> Command {
+    match (kind, approve) {
+        (GateKind::Start, _) => Command::Start,
+        (GateKind::Traffic, true) => Command::Traffic,
+        (GateKind::Promote | GateKind::LegacyGate, true) => Command::Promote,
+        (GateKind::Promote | GateKind::Traffic, false) => Command::Rollback,
+        (GateKind::LegacyGate, false) if progressing(phase) => Command::Rollback,
+        (GateKind::LegacyGate, false) => Command::Promote,
+        (GateKind::Rollback | GateKind::LegacyRollback, _) => Command::Rollback,
+    }
+}
+
+fn progressing(phase: &str) -> bool {
+    matches!(phase, "Progressing" | "WaitingPromotion" | "Promoting")
+}
+
+/// The rollback gate that a Reject of `key` opens, if it opens one.
+pub fn rollback_of(key: &GateKey, phase: &str) -> Option<GateKey> {
+    match key.kind {
+        GateKind::Promote | GateKind::Traffic => {
+            Some(GateKey::new(GateKind::Rollback, key.scope.clone()))
+        }
+        GateKind::LegacyGate if progressing(phase) => {
+            Some(GateKey::new(GateKind::LegacyRollback, key.scope.clone()))
+        }
+        _ => None,
+    }
+}
+
+/// An ephemeral text from `slack/reply.j2`.
+pub fn reply(templates: &Templates, ctx: serde_json::Value) -> String {
+    templates
+        .render("slack/reply.j2", ctx)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|e| format!("{e:#}"))
+}
+
+/// The refusal for a verdict other than Allowed.
+pub fn refusal(
+    templates: &Templates,
+    verdict: &Verdict,
+    rule: &SlackRule,
+    command: Command,
+    user: &str,
+) -> String {
+    let what = match verdict {
+        Verdict::Nobody => "nobody",
+        _ => "not_approver",
+    };
+    let approvers: Vec<String> = rule
+        .approvers
+        .iter()
+        .map(|a| {
+            if a.starts_with('S') {
+                format!("<!subteam^{a}>")
+            } else {
+                format!("<@{a}>")
+            }
+        })
+        .collect();
+    reply(
+        templates,
+        json!({
+            "what": what, "user": user, "command": format!("/gatebot {}", command.as_str()),
+            "setting": rule.setting, "approvers": approvers.join(", "),
+        }),
+    )
+}
+
+fn engine_err(e: EngineError) -> Result<String, SendError> {
+    match e {
+        EngineError::Held { .. } => Ok(e.to_string()),
+        EngineError::Store(e) => Err(SendError::retry(format!("store: {e}"))),
+    }
+}
+
+fn store_err(e: crate::store::StoreError) -> SendError {
+    SendError::retry(format!("store: {e}"))
+}
+
+impl Handler for SlackInbox {
+    fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
+        Box::pin(async move {
+            match item.topic.as_str() {
+                CLICK => {
+                    let i: Interaction = serde_json::from_str(&item.payload)
+                        .map_err(|e| SendError::Permanent(format!("stored click: {e}")))?;
+                    self.click(&i).await
+                }
+                SLASH => {
+                    let c: SlashCommand = serde_json::from_str(&item.payload)
+                        .map_err(|e| SendError::Permanent(format!("stored command: {e}")))?;
+                    self.slash(&c).await
+                }
+                other => Err(SendError::Permanent(format!(
+                    "unknown Slack delivery kind {other}"
+                ))),
+            }
+        })
+    }
+}
+
+impl SlackInbox {
+    fn templates(&self) -> &Templates {
+        &self.state.templates
+    }
+
+    async fn respond(&self, response_url: Option<&str>, text: String) -> Result<(), SendError> {
+        let Some(url) = response_url.filter(|u| !u.is_empty()) else {
+            tracing::info!(reply = %text, "no response_url to answer on");
+            return Ok(());
+        };
+        let job = SlackJob::Respond {
+            response_url: url.to_string(),
+            response: Response::ephemeral(text),
+        };
+        self.state
+            .engine
+            .enqueue(&[job.job(None)])
+            .await
+            .map_err(store_err)?;
+        Ok(())
+    }
+
+    async fn refuse(&self, key: &GateKey, who: &Provenance, why: &str) -> Result<(), SendError> {
+        let who = who.clone().reason(Some(why.to_string()));
+        self.state
+            .engine
+            .refuse(key, &who)
+            .await
+            .map_err(|e| match e {
+                EngineError::Store(e) => store_err(e),
+                other => SendError::retry(other.to_string()),
+            })
+    }
+
+    async fn click(&self, i: &Interaction) -> Result<(), SendError> {
+        let Some(click) = i.click() else {
+            return Ok(());
+        };
+        let engine = &self.state.engine;
+        let store = &self.state.store;
+        let url = i.response_url.as_deref();
+        let user = i.user.id.clone();
+        let click_id = format!("slack:{}", i.click_id());
+        let who = Provenance::new(Actor::new(i.user_label(), Source::Slack)).delivery(&click_id);
+        let key = parse_gate(&click.value.gate)?;
+        let wait_id = click.value.wait_id;
+        let wait = store.wait(wait_id).await.map_err(store_err)?;
+        let phase = wait.as_ref().map(|w| w.phase.clone()).unwrap_or_default();
+        let command = command_for(key.kind, click.approve, &phase);
+
+        // Decided already (here or by an earlier click): say so, change nothing.
+        if let Some(d) = record::get::<Decision>(store, &record::decision_key(wait_id))
+            .await
+            .map_err(store_err)?
+        {
+            let verb = if d.approved { "approved" } else { "rejected" };
+            let text = reply(
+                self.templates(),
+                json!({"what": "already", "verb": verb, "by": d.by(), "at_hhmm": hhmm(d.at)}),
+            );
+            self.refuse(&key, &who, &format!("already {verb} by {}", d.name))
+                .await?;
+            return self.respond(url, text).await;
+        }
+
+        let rule = self.policy.slack(command);
+        let verdict = self.approvers.check(&rule, &user).await?;
+        if verdict != Verdict::Allowed {
+            let text = refusal(self.templates(), &verdict, &rule, command, &user);
+            let why = match verdict {
+                Verdict::Nobody => format!("nobody may act from Slack: set {}", rule.setting),
+                _ => format!("{user} is not an approver ({})", rule.setting),
+            };
+            self.refuse(&key, &who, &why).await?;
+            return self.respond(url, text).await;
+        }
+
+        // The wait is over, or the gate was opened elsewhere meanwhile.
+        let ended = record::get::<Ended>(store, &record::ended_key(wait_id))
+            .await
+            .map_err(store_err)?
+            .map(|e| e.outcome)
+            .or_else(|| wait.as_ref().and_then(|w| w.outcome.clone()))
+            .or_else(|| wait.is_none().then(|| "unknown wait".to_string()));
+        if let Some(outcome) = ended {
+            self.refuse(&key, &who, &format!("the wait is over ({outcome})"))
+                .await?;
+            let text = reply(
+                self.templates(),
+                json!({"what": "over", "outcome": outcome}),
+            );
+            return self.respond(url, text).await;
+        }
+        if let GateStatus::Open(a) = engine.gate(&key).await.map_err(store_err)?.status {
+            if click.approve {
+                let by = format!("@{} via {}", a.change.by.name, a.change.by.source);
+                let text = reply(
+                    self.templates(),
+                    json!({"what": "already", "verb": "approved", "by": by, "at_hhmm": hhmm(a.change.at)}),
+                );
+                return self.respond(url, text).await;
+            }
+        }
+
+        let rollback = if click.approve {
+            None
+        } else {
+            rollback_of(&key, &phase)
+        };
+        let now = engine.now();
+        let decision = Decision {
+            approved: click.approve,
+            user_id: Some(user.clone()),
+            name: i.user_label(),
+            via: "slack".into(),
+            at: now,
+            reason: None,
+            rollback_gate: rollback.as_ref().map(ToString::to_string),
+        };
+        // Written first so the notice of the change finds the message decided.
+        let dkey = record::decision_key(wait_id);
+        record::put(store, &dkey, &decision, now)
+            .await
+            .map_err(store_err)?;
+        let result = match (&rollback, click.approve) {
+            (_, true) => actions::apply(engine, command, &Subject::Gate(key.clone()), &who)
+                .await
+                .map(|_| ()),
+            (Some(rb), false) => {
+                let why = format!(
+                    "revision {phase_rev} rejected in Slack",
+                    phase_rev = wait.as_ref().map_or("", |w| w.checksum.as_str())
+                );
+                engine
+                    .open(rb, &who.clone().reason(Some(why)))
+                    .await
+                    .map(|_| ())
+            }
+            (None, false) => {
+                let why = format!(
+                    "rejected in Slack by {} (revision {})",
+                    i.user_label(),
+                    wait.as_ref().map_or("", |w| w.checksum.as_str())
+                );
+                engine
+                    .close(&key, &who.clone().reason(Some(why)))
+                    .await
+                    .map(|_| ())
+            }
+        };
+        if let Err(e) = result {
+            store.kv_put(&dkey, "null", now).await.map_err(store_err)?;
+            let message = engine_err(e)?;
+            let text = reply(
+                self.templates(),
+                json!({"what": "error", "message": message}),
+            );
+            return self.respond(url, text).await;
+        }
+        engine
+            .enqueue(&[SlackJob::Refresh { wait_id }.job(None)])
+            .await
+            .map_err(store_err)?;
+        Ok(())
+    }
+
+    async fn slash(&self, c: &SlashCommand) -> Result<(), SendError> {
+        let url = Some(c.response_url.as_str());
+        let inv = match parse_slash(&c.text) {
+            Ok(inv) => inv,
+            Err(e) => return self.respond(url, e.to_string()).await,
+        };
+        let subject = match super::routes::subject_of(&self.state, inv.target.clone()) {
+            Ok(Some(s)) => s,
+            Ok(None) => return Ok(()),
+            Err(e) => return self.respond(url, e).await,
+        };
+        let who = Provenance::new(Actor::new(c.user_label(), Source::Slack))
+            .reason(inv.reason.clone())
+            .delivery(format!("slack:{}", c.trigger_id));
+        let rule = self.policy.slack(inv.command);
+        let verdict = self.approvers.check(&rule, &c.user_id).await?;
+        if verdict != Verdict::Allowed {
+            for key in actions::gates_for(inv.command, &subject) {
+                self.refuse(
+                    &key,
+                    &who,
+                    &format!("{} is not an approver ({})", c.user_id, rule.setting),
+                )
+                .await?;
+            }
+            let text = refusal(self.templates(), &verdict, &rule, inv.command, &c.user_id);
+            return self.respond(url, text).await;
+        }
+        let text = match actions::apply(&self.state.engine, inv.command, &subject, &who).await {
+            Ok(applied) => reply(
+                self.templates(),
+                json!({"what": "done", "summary": applied.summary()}),
+            ),
+            Err(e) => reply(
+                self.templates(),
+                json!({"what": "error", "message": engine_err(e)?}),
+            ),
+        };
+        self.respond(url, text).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::{CanaryRef, Scope};
+
+    #[test]
+    fn reject_means_rollback_only_once_progressing() {
+        let scope = Scope::Canary(CanaryRef::new("test", "podinfo").unwrap());
+        let promote = GateKey::new(GateKind::Promote, scope.clone());
+        assert_eq!(
+            rollback_of(&promote, "Progressing").unwrap().to_string(),
+            "/gates/rollback/canary/test/podinfo"
+        );
+        assert!(rollback_of(&GateKey::new(GateKind::Start, scope.clone()), "Waiting").is_none());
+        let legacy = GateKey::new(GateKind::LegacyGate, scope);
+        assert_eq!(
+            rollback_of(&legacy, "WaitingPromotion")
+                .unwrap()
+                .to_string(),
+            "/loadtester/rollback/test/podinfo"
+        );
+        assert!(rollback_of(&legacy, "Waiting").is_none());
+        assert_eq!(command_for(GateKind::Promote, false, ""), Command::Rollback);
+        assert_eq!(command_for(GateKind::Start, false, ""), Command::Start);
+    }
+}

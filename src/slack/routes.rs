@@ -1,0 +1,249 @@
+//! `POST /webhooks/slack/interactions` and `POST /webhooks/slack/commands`:
+//! verify, store, answer within Slack's 3 seconds; the inbox does the rest.
+//!
+//! The slash command answers at once what needs no Slack call and changes no
+//! gate (help, status, parse errors, refusals decidable from the settings alone);
+//! everything else is stored and answered on the `response_url` when done.
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use secrecy::ExposeSecret;
+use serde_json::json;
+
+use super::approvers::{quick, Verdict};
+use super::inbox::{refusal, reply, CLICK, SLASH};
+use super::payload::{Interaction, SlashCommand};
+use super::verify::verify;
+use crate::actions::{self, Subject};
+use crate::command::{parse_slash, Command, Target};
+use crate::engine::Provenance;
+use crate::gate::{Actor, CanaryRef, GateKey, PrNumber, RepoName, Source};
+use crate::http::error::Reject;
+use crate::http::SLACK_BODY_LIMIT;
+use crate::policy::Policy;
+use crate::AppState;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/webhooks/slack/interactions", post(interactions))
+        .route("/webhooks/slack/commands", post(commands))
+        .layer(DefaultBodyLimit::max(SLACK_BODY_LIMIT))
+}
+
+fn secret(state: &AppState) -> Result<&[u8], Reject> {
+    let slack = &state.config.slack;
+    match (&slack.signing_secret, &slack.bot_token) {
+        (Some(s), Some(_)) if !s.expose_secret().is_empty() => Ok(s.expose_secret().as_bytes()),
+        _ => Err(Reject::not_configured(
+            "Slack",
+            "GATEBOT_SLACK_SIGNING_SECRET and GATEBOT_SLACK_BOT_TOKEN",
+        )),
+    }
+}
+
+fn verified(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<(), Reject> {
+    let secret = secret(state)?;
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    verify(
+        secret,
+        header("x-slack-request-timestamp"),
+        header("x-slack-signature"),
+        body,
+        state.clock.now_secs(),
+    )
+    .map_err(|e| Reject::new(StatusCode::UNAUTHORIZED, e.reason(), e.to_string()))
+}
+
+fn ephemeral(text: String) -> Response {
+    Json(json!({"response_type": "ephemeral", "text": text})).into_response()
+}
+
+async fn interactions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Reject> {
+    verified(&state, &headers, &body)?;
+    let (interaction, json) =
+        Interaction::from_form(&body).map_err(|e| Reject::bad_request("malformed_payload", e))?;
+    // Other interactions (and other apps' buttons) are acknowledged and ignored.
+    if interaction.kind != "block_actions" || interaction.click().is_none() {
+        return Ok(StatusCode::OK.into_response());
+    }
+    if interaction.user.id.is_empty() {
+        return Err(Reject::bad_request(
+            "malformed_payload",
+            "the click names no user",
+        ));
+    }
+    let id = format!("click:{}", interaction.click_id());
+    state
+        .store
+        .receive("slack", &id, CLICK, &json, state.clock.now_ms())
+        .await?;
+    state.inbox_wake.notify_one();
+    Ok(StatusCode::OK.into_response())
+}
+
+async fn commands(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Reject> {
+    secret(&state)?;
+    let command = SlashCommand::from_form(&body);
+    // Slack's certificate check carries no command and may come unsigned.
+    if command.ssl_check == "1" {
+        return Ok(StatusCode::OK.into_response());
+    }
+    verified(&state, &headers, &body)?;
+    let templates = &state.templates;
+    let inv = match parse_slash(&command.text) {
+        Ok(inv) => inv,
+        Err(e) => return Ok(ephemeral(e.to_string())),
+    };
+    let slash = if command.command.is_empty() {
+        "/gatebot".to_string()
+    } else {
+        command.command.clone()
+    };
+    if inv.command == Command::Help {
+        let commands: Vec<_> = Command::ALL
+            .iter()
+            .map(|c| json!({"name": c.as_str(), "description": c.description()}))
+            .collect();
+        let default_repo = state
+            .config
+            .github
+            .repository
+            .as_ref()
+            .map(|r| r.to_string());
+        let text = templates
+            .render(
+                "slack/help.j2",
+                json!({"slash": slash, "commands": commands, "default_repo": default_repo}),
+            )
+            .map_err(|e| Reject::unavailable(format!("{e:#}")))?;
+        return Ok(ephemeral(text.trim().to_string()));
+    }
+    let subject = match subject_of(&state, inv.target.clone()) {
+        Ok(s) => s,
+        Err(e) => return Ok(ephemeral(e)),
+    };
+    if inv.command == Command::Status {
+        return Ok(ephemeral(status(&state, subject.as_ref()).await?));
+    }
+    let Some(subject) = subject else {
+        return Ok(ephemeral(
+            parse_slash(&format!("{} ", inv.command.as_str()))
+                .err()
+                .map_or_else(|| "which pull request?".into(), |e| e.to_string()),
+        ));
+    };
+    let policy =
+        Policy::from_config(&state.config).map_err(|e| Reject::unavailable(format!("{e:#}")))?;
+    let rule = policy.slack(inv.command);
+    match quick(&rule, &command.user_id) {
+        Some(Verdict::Allowed) | None => {}
+        Some(verdict) => {
+            let who = Provenance::new(Actor::new(command.user_label(), Source::Slack))
+                .delivery(format!("slack:{}", command.trigger_id))
+                .reason(Some(format!(
+                    "{} is not an approver ({})",
+                    command.user_id, rule.setting
+                )));
+            for key in actions::gates_for(inv.command, &subject) {
+                state
+                    .engine
+                    .refuse(&key, &who)
+                    .await
+                    .map_err(|e| Reject::unavailable(e.to_string()))?;
+            }
+            return Ok(ephemeral(refusal(
+                templates,
+                &verdict,
+                &rule,
+                inv.command,
+                &command.user_id,
+            )));
+        }
+    }
+    let id = if command.trigger_id.is_empty() {
+        format!("command:{}", uuid::Uuid::new_v4())
+    } else {
+        format!("command:{}", command.trigger_id)
+    };
+    let payload = serde_json::to_string(&command).unwrap_or_default();
+    state
+        .store
+        .receive("slack", &id, SLASH, &payload, state.clock.now_ms())
+        .await?;
+    state.inbox_wake.notify_one();
+    Ok(ephemeral(reply(
+        templates,
+        json!({"what": "received", "command": format!("{slash} {}", inv.command.as_str()), "subject": subject.display()}),
+    )))
+}
+
+/// What a slash command's target names; `None` when it names nothing.
+pub fn subject_of(state: &AppState, target: Option<Target>) -> Result<Option<Subject>, String> {
+    let default_repo: Option<&RepoName> = state.config.github.repository.as_ref();
+    let Some(target) = target else {
+        return Ok(None);
+    };
+    let subject = match target {
+        Target::Pr {
+            repo: Some(repo),
+            number,
+        } => Subject::Pr {
+            repo: repo.parse().map_err(|e: crate::gate::KeyError| e.to_string())?,
+            number: PrNumber(number),
+        },
+        Target::Pr { repo: None, number } => Subject::Pr {
+            repo: default_repo.cloned().ok_or_else(|| {
+                format!("`{number}` needs a default repository: write `owner/repo#{number}` or set GATEBOT_GITHUB_REPOSITORY")
+            })?,
+            number: PrNumber(number),
+        },
+        Target::Canary { namespace, name } => {
+            Subject::Canary(CanaryRef::new(&namespace, &name).map_err(|e| e.to_string())?)
+        }
+        Target::Gate(path) => {
+            Subject::Gate(GateKey::parse(&path, default_repo).map_err(|e| e.to_string())?)
+        }
+    };
+    Ok(Some(subject))
+}
+
+async fn status(state: &AppState, subject: Option<&Subject>) -> Result<String, Reject> {
+    let (gates, label) = match subject {
+        Some(s) => (
+            actions::status(&state.engine, s)
+                .await
+                .map_err(|e| Reject::unavailable(e.to_string()))?,
+            s.display(),
+        ),
+        None => (
+            state
+                .engine
+                .list()
+                .await?
+                .into_iter()
+                .filter(|g| g.canaries.iter().any(|c| c.waiting_since.is_some()))
+                .collect(),
+            "this gatebot (gates with a canary waiting)".to_string(),
+        ),
+    };
+    state
+        .templates
+        .render(
+            "slack/status_reply.j2",
+            json!({"subject": label, "gates": gates}),
+        )
+        .map(|t| t.trim().to_string())
+        .map_err(|e| Reject::unavailable(format!("{e:#}")))
+}

@@ -1,0 +1,401 @@
+//! The `slack` outbox sink: which Slack writes a notice means (`plan`), and
+//! running them (`handle`). Messages are rendered when sent, from what the store
+//! knows then, so jobs may run in any order and a retry sends the latest state.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::blocks;
+use super::client::{Response, SlackApi};
+use super::record::{self, Decision, Ended, Final, Posted, WaitInfo};
+use crate::clock::SharedClock;
+use crate::gate::{Actor, GateKey, Millis, RepoName};
+use crate::notify::{BoxFuture, Handler, Notice, SendError, Sink};
+use crate::store::{NewJob, QueueItem, Store};
+use crate::templates::Templates;
+
+pub const NAME: &str = "slack";
+
+/// Canary events worth a reply in the message's thread.
+const THREADED: [&str; 4] = [
+    "promotion_started",
+    "promotion_completed",
+    "rolling_back",
+    "canary_failed",
+];
+/// Of those, the ones that end the rollout: the main message shows them.
+const FINAL: [&str; 3] = ["promotion_completed", "rolling_back", "canary_failed"];
+
+/// One Slack write, as stored in the outbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "job", rename_all = "snake_case")]
+pub enum SlackJob {
+    /// chat.postMessage of a waiting message with buttons.
+    PostWait { info: WaitInfo, channel: String },
+    /// chat.update of a waiting message from what the store knows now.
+    Refresh { wait_id: i64 },
+    WaitEnded {
+        wait_id: i64,
+        outcome: String,
+        at: Millis,
+    },
+    /// A gate opened somewhere (GitHub, API, CLI, slash command).
+    GateOpened {
+        gate: String,
+        actor: Actor,
+        reason: Option<String>,
+        at: Millis,
+    },
+    /// A milestone: a reply in the thread, and the final state on the message.
+    CanaryEvent {
+        canary: String,
+        kind: String,
+        message: String,
+        checksum: String,
+        at: Millis,
+    },
+    /// An answer to the person who clicked or typed a command.
+    Respond {
+        response_url: String,
+        response: Response,
+    },
+}
+
+impl SlackJob {
+    pub fn topic(&self) -> &'static str {
+        match self {
+            Self::PostWait { .. } => "post_wait",
+            Self::Refresh { .. } => "refresh",
+            Self::WaitEnded { .. } => "wait_ended",
+            Self::GateOpened { .. } => "gate_opened",
+            Self::CanaryEvent { .. } => "canary_event",
+            Self::Respond { .. } => "respond",
+        }
+    }
+
+    pub fn job(&self, once_key: Option<String>) -> NewJob {
+        NewJob {
+            sink: NAME.to_string(),
+            topic: self.topic().to_string(),
+            payload: serde_json::to_string(self).unwrap_or_default(),
+            dedupe_key: None,
+            once_key,
+            not_before: 0,
+        }
+    }
+}
+
+pub struct SlackSink {
+    pub api: Arc<SlackApi>,
+    pub store: Store,
+    pub templates: Templates,
+    pub clock: SharedClock,
+    pub channel: Option<String>,
+    pub default_repo: Option<RepoName>,
+}
+
+impl Sink for SlackSink {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn plan(&self, notice: &Notice) -> Vec<NewJob> {
+        match notice {
+            Notice::WaitStarted {
+                wait_id,
+                gate,
+                canary,
+                checksum,
+                phase,
+                metadata,
+                at,
+                ..
+            } => {
+                let channel = metadata
+                    .get("slack_channel")
+                    .filter(|c| !c.trim().is_empty())
+                    .or(self.channel.as_ref());
+                let Some(channel) = channel else {
+                    tracing::debug!(gate, "no Slack channel for this wait: set GATEBOT_SLACK_CHANNEL or slack_channel metadata");
+                    return Vec::new();
+                };
+                let info = WaitInfo {
+                    wait_id: *wait_id,
+                    gate: gate.clone(),
+                    canary: canary.clone(),
+                    checksum: checksum.clone(),
+                    phase: phase.clone(),
+                    metadata: metadata.clone(),
+                    since: *at,
+                };
+                let job = SlackJob::PostWait {
+                    info,
+                    channel: channel.trim().to_string(),
+                };
+                vec![job.job(Some(format!("slack-wait:{wait_id}")))]
+            }
+            Notice::WaitEnded {
+                wait_id,
+                outcome,
+                at,
+                ..
+            } => vec![SlackJob::WaitEnded {
+                wait_id: *wait_id,
+                outcome: outcome.clone(),
+                at: *at,
+            }
+            .job(None)],
+            Notice::GateChanged {
+                gate,
+                action,
+                actor,
+                reason,
+                at,
+            } if action == "open" => vec![SlackJob::GateOpened {
+                gate: gate.clone(),
+                actor: actor.clone(),
+                reason: reason.clone(),
+                at: *at,
+            }
+            .job(None)],
+            Notice::CanaryEvent {
+                canary,
+                kind,
+                message,
+                checksum,
+                at,
+                ..
+            } if THREADED.contains(&kind.as_str()) => vec![SlackJob::CanaryEvent {
+                canary: canary.clone(),
+                kind: kind.clone(),
+                message: message.clone(),
+                checksum: checksum.clone(),
+                at: *at,
+            }
+            .job(None)],
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl Handler for SlackSink {
+    fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
+        Box::pin(async move {
+            let job: SlackJob = serde_json::from_str(&item.payload)
+                .map_err(|e| SendError::Permanent(format!("unreadable Slack job: {e}")))?;
+            self.run(job).await
+        })
+    }
+}
+
+fn store_err(e: crate::store::StoreError) -> SendError {
+    SendError::retry(format!("store: {e}"))
+}
+
+impl SlackSink {
+    fn now(&self) -> Millis {
+        self.clock.now_ms()
+    }
+
+    async fn run(&self, job: SlackJob) -> Result<(), SendError> {
+        match job {
+            SlackJob::PostWait { info, channel } => self.post_wait(info, &channel).await,
+            SlackJob::Refresh { wait_id } => self.refresh(wait_id).await,
+            SlackJob::WaitEnded {
+                wait_id,
+                outcome,
+                at,
+            } => {
+                // Recorded even before the message is posted, so the post shows it.
+                let key = record::ended_key(wait_id);
+                if record::get::<Ended>(&self.store, &key)
+                    .await
+                    .map_err(store_err)?
+                    .is_none()
+                {
+                    record::put(&self.store, &key, &Ended { outcome, at }, self.now())
+                        .await
+                        .map_err(store_err)?;
+                }
+                self.refresh(wait_id).await
+            }
+            SlackJob::GateOpened {
+                gate,
+                actor,
+                reason,
+                at,
+            } => self.gate_opened(&gate, actor, reason, at).await,
+            SlackJob::CanaryEvent {
+                canary,
+                kind,
+                message,
+                checksum,
+                at,
+            } => {
+                self.canary_event(&canary, &kind, &message, &checksum, at)
+                    .await
+            }
+            SlackJob::Respond {
+                response_url,
+                response,
+            } => self.api.respond(&response_url, &response).await,
+        }
+    }
+
+    async fn post_wait(&self, info: WaitInfo, channel: &str) -> Result<(), SendError> {
+        let wait_id = info.wait_id;
+        if record::get::<Posted>(&self.store, &record::msg_key(wait_id))
+            .await
+            .map_err(store_err)?
+            .is_some()
+        {
+            return Ok(());
+        }
+        let mut view = record::view(&self.store, info.clone())
+            .await
+            .map_err(store_err)?;
+        if view.ended.is_none() {
+            if let Some(w) = self.store.wait(wait_id).await.map_err(store_err)? {
+                if let (Some(at), Some(outcome)) = (w.ended_at, w.outcome) {
+                    view.ended = Some(Ended { outcome, at });
+                }
+            }
+        }
+        let (text, blocks) =
+            blocks::wait_message(&self.templates, &view, self.default_repo.as_ref())
+                .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
+        let (channel, ts) = self
+            .api
+            .post_message(channel, &text, Some(blocks), None)
+            .await?;
+        let posted = Posted { info, channel, ts };
+        record::remember(&self.store, &posted, self.now())
+            .await
+            .map_err(store_err)?;
+        Ok(())
+    }
+
+    /// Rewrites a posted message from the stored state (no-op until it is posted:
+    /// the post itself renders the latest state).
+    async fn refresh(&self, wait_id: i64) -> Result<(), SendError> {
+        let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(wait_id))
+            .await
+            .map_err(store_err)?
+        else {
+            return Ok(());
+        };
+        let view = record::view(&self.store, posted.info.clone())
+            .await
+            .map_err(store_err)?;
+        let (text, blocks) =
+            blocks::wait_message(&self.templates, &view, self.default_repo.as_ref())
+                .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
+        self.api
+            .update(&posted.channel, &posted.ts, &text, blocks)
+            .await
+    }
+
+    /// A gate opened elsewhere: its undecided messages say by whom and lose their buttons.
+    async fn gate_opened(
+        &self,
+        gate: &str,
+        actor: Actor,
+        reason: Option<String>,
+        at: Millis,
+    ) -> Result<(), SendError> {
+        let ids: Vec<i64> = record::get(&self.store, &record::gate_key(gate))
+            .await
+            .map_err(store_err)?
+            .unwrap_or_default();
+        for id in ids {
+            let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(id))
+                .await
+                .map_err(store_err)?
+            else {
+                continue;
+            };
+            let view = record::view(&self.store, posted.info)
+                .await
+                .map_err(store_err)?;
+            if !view.open() {
+                continue;
+            }
+            let decision = Decision {
+                approved: true,
+                user_id: None,
+                name: actor.name.clone(),
+                via: actor.source.as_str().to_string(),
+                at,
+                reason: reason.clone(),
+                rollback_gate: None,
+            };
+            record::put(
+                &self.store,
+                &record::decision_key(id),
+                &decision,
+                self.now(),
+            )
+            .await
+            .map_err(store_err)?;
+            self.refresh(id).await?;
+        }
+        Ok(())
+    }
+
+    async fn canary_event(
+        &self,
+        canary: &str,
+        kind: &str,
+        message: &str,
+        checksum: &str,
+        at: Millis,
+    ) -> Result<(), SendError> {
+        let Some(wait_id) = record::get::<i64>(&self.store, &record::canary_key(canary))
+            .await
+            .map_err(store_err)?
+        else {
+            return Ok(());
+        };
+        let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(wait_id))
+            .await
+            .map_err(store_err)?
+        else {
+            return Ok(());
+        };
+        let text = self
+            .templates
+            .render(
+                "slack/event.j2",
+                serde_json::json!({
+                    "canary": canary, "kind": kind, "message": message,
+                    "revision": checksum, "gate": posted.info.gate,
+                }),
+            )
+            .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
+        if FINAL.contains(&kind) {
+            let key = record::final_key(wait_id);
+            let fin = Final {
+                kind: kind.to_string(),
+                message: message.to_string(),
+                at,
+            };
+            record::put(&self.store, &key, &fin, self.now())
+                .await
+                .map_err(store_err)?;
+            self.refresh(wait_id).await?;
+        }
+        // A retry after the update above repeats it harmlessly; the reply goes last
+        // so that it is sent once.
+        self.api
+            .post_message(&posted.channel, text.trim(), None, Some(&posted.ts))
+            .await?;
+        Ok(())
+    }
+}
+
+/// A key as stored in a button, checked.
+pub fn parse_gate(gate: &str) -> Result<GateKey, SendError> {
+    GateKey::parse(gate, None)
+        .map_err(|e| SendError::Permanent(format!("button names {gate}: {e}")))
+}
