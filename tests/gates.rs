@@ -10,7 +10,8 @@ use gatebot::notify::{Notice, SendError};
 use serde_json::json;
 use support::flagger::{FlaggerSim, Hook, HookType, Phase, Strategy};
 use support::harness::{
-    client, eventually, options_with, Backend, RecordingSink, TestDb, TestServer, ADMIN_TOKEN,
+    client, eventually, options_with, status, Backend, RecordingSink, TestDb, TestServer,
+    ADMIN_TOKEN,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -489,34 +490,28 @@ async fn event_hook_records_timeline(backend: Backend) {
 
 #[tokio::test]
 async fn steady_state_checks_do_not_write() {
-    let (server, _sink, db) = server(Backend::Sqlite).await;
+    let (server, sink, db) = server(Backend::Sqlite).await;
     let body =
         json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "r1"});
     let url = server.at("/gates/promote/pr/15");
-    assert_eq!(
-        client()
-            .post(&url)
-            .json(&body)
-            .send()
-            .await
+    assert_eq!(status(client().post(&url).json(&body)).await, 403);
+    // The wait's notification is written and sent first, so that only the polls are measured.
+    eventually("the wait notice", WAIT, || async {
+        sink.waits_started().len() == 1
+    })
+    .await;
+    eventually("the outbox to settle", WAIT, || async {
+        server.api("/api/v1/outbox?state=pending").await["jobs"]
+            .as_array()
             .unwrap()
-            .status(),
-        403
-    );
+            .is_empty()
+    })
+    .await;
     let wal = db.dir.path().join("data/gatebot.db-wal");
     let size = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
     let before = size();
     for _ in 0..50 {
-        assert_eq!(
-            client()
-                .post(&url)
-                .json(&body)
-                .send()
-                .await
-                .unwrap()
-                .status(),
-            403
-        );
+        assert_eq!(status(client().post(&url).json(&body)).await, 403);
     }
     // The housekeeping flush may write last-seen times once; 50 polls must not write 50 times.
     let growth = size() - before;

@@ -22,6 +22,15 @@ impl QueueName {
         }
     }
 
+    /// Claiming an outbox job frees its dedupe key: a notice arriving while the
+    /// job runs must queue a new job, or the change it reports would be lost.
+    fn on_claim(self) -> &'static str {
+        match self {
+            Self::Outbox => ", dedupe_key = NULL",
+            Self::Inbox => "",
+        }
+    }
+
     fn columns(self) -> &'static str {
         match self {
             Self::Outbox => "id, sink AS route, topic, payload, attempts, created_at AS created_at",
@@ -135,11 +144,12 @@ impl Store {
             Backend::Sqlite => "",
         };
         let sql = format!(
-            "UPDATE {table} SET lease_until = $1, lease_owner = $2, attempts = attempts + 1 \
+            "UPDATE {table} SET lease_until = $1, lease_owner = $2, attempts = attempts + 1{} \
              WHERE id = (SELECT id FROM {table} WHERE state = 'pending' AND next_attempt_at <= $3 \
                  AND (lease_until IS NULL OR lease_until < $3) ORDER BY next_attempt_at, id LIMIT 1 {lock}) \
              AND state = 'pending' AND (lease_until IS NULL OR lease_until < $3) \
              RETURNING {}",
+            queue.on_claim(),
             queue.columns()
         );
         let mut tx = self.begin().await?;
