@@ -1,1 +1,145 @@
-fn main() {}
+//! Signed Slack button clicks at a fixed rate against an in-process gatebot:
+//! throughput and time to acknowledge (goal: p99 < 20 ms at 500 clicks/s).
+//!
+//!     cargo bench --bench slack_clicks
+//!     GATEBOT_BENCH_RATE=1000 GATEBOT_BENCH_SECS=10 cargo bench --bench slack_clicks
+
+#[path = "../tests/support/fake_slack.rs"]
+mod fake_slack;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gatebot::{Config, Gatebot, Options};
+use serde_json::json;
+use tokio::net::TcpListener;
+
+const SECRET: &str = "bench-signing-secret";
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let rate = env_or("GATEBOT_BENCH_RATE", 500);
+    let secs = env_or("GATEBOT_BENCH_SECS", 5);
+    let slack = fake_slack::FakeSlack::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config =
+        Config::with_database(&format!("sqlite://{}/gatebot.db", dir.path().display()));
+    config.github.repository = Some("acme/shop".parse().unwrap());
+    config.slack.signing_secret = Some(SECRET.to_string().into());
+    config.slack.bot_token = Some("xoxb-bench".to_string().into());
+    config.slack.channel = Some("#deploys".into());
+    config.slack.api_url = slack.api_url();
+    config.slack.approvers = vec!["UALICE".into()];
+    let gatebot = Gatebot::start_with(config, Options::default())
+        .await
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(gatebot.serve(listener, async move {
+        let _ = stopped.await;
+    }));
+
+    // One wait to click on.
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{base}/gates/start/pr/1"))
+        .json(&json!({"name": "podinfo", "namespace": "test", "phase": "Waiting", "checksum": "rev-a"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let value = json!({"g": "/gates/start/acme/shop/pr/1", "w": 1}).to_string();
+
+    let total = rate * secs;
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(total as usize)));
+    let failures = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..total {
+        tick.tick().await;
+        let payload = json!({
+            "type": "block_actions", "team": null,
+            "user": {"id": if n % 2 == 0 { "UALICE" } else { "UMALLORY" }, "username": "u"},
+            "trigger_id": format!("bench-{n}"),
+            "response_url": slack.response_url(&format!("bench-{n}")),
+            "actions": [{"action_id": "gatebot_approve", "type": "button", "value": value, "action_ts": "1.0"}],
+        });
+        let body = form_urlencoded::Serializer::new(String::new())
+            .append_pair("payload", &payload.to_string())
+            .finish();
+        let (http, base) = (http.clone(), base.clone());
+        let (latencies, failures) = (latencies.clone(), failures.clone());
+        tasks.spawn(async move {
+            let ts = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+                .to_string();
+            let sig = gatebot::slack::verify::sign(SECRET.as_bytes(), &ts, body.as_bytes());
+            let sent = Instant::now();
+            let r = http
+                .post(format!("{base}/webhooks/slack/interactions"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("x-slack-request-timestamp", ts)
+                .header("x-slack-signature", sig)
+                .body(body)
+                .send()
+                .await;
+            let took = sent.elapsed();
+            match r {
+                Ok(r) if r.status() == 200 => latencies.lock().unwrap().push(took),
+                _ => {
+                    failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let elapsed = started.elapsed();
+    let mut l = latencies.lock().unwrap().clone();
+    l.sort();
+    let ok = l.len();
+    println!("slack_clicks: {total} signed clicks offered at {rate}/s over {secs} s");
+    println!(
+        "  acknowledged 200: {ok}, failed: {}, throughput {:.0} clicks/s",
+        failures.load(std::sync::atomic::Ordering::Relaxed),
+        ok as f64 / elapsed.as_secs_f64()
+    );
+    if ok > 0 {
+        println!(
+            "  time to acknowledge: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            percentile(&l, 0.50).as_secs_f64() * 1e3,
+            percentile(&l, 0.90).as_secs_f64() * 1e3,
+            percentile(&l, 0.99).as_secs_f64() * 1e3,
+            l[ok - 1].as_secs_f64() * 1e3,
+        );
+        let goal = percentile(&l, 0.99) < Duration::from_millis(20);
+        println!(
+            "  goal p99 < 20 ms: {}",
+            if goal { "met" } else { "NOT met" }
+        );
+    }
+    // How far the inbox got meanwhile (it works after acknowledging).
+    println!(
+        "  Slack answers sent by the end: {} response_url posts, {} chat.update",
+        slack.ok("respond").len(),
+        slack.ok("chat.update").len()
+    );
+    let _ = stop.send(());
+    let _ = server.await;
+}

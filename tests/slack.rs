@@ -38,6 +38,7 @@ struct Setup<'a> {
     approvers: &'a [&'a str],
     manual_clock: bool,
     secret: &'a str,
+    templates_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for Setup<'_> {
@@ -46,6 +47,7 @@ impl Default for Setup<'_> {
             approvers: &[ALICE, BOB],
             manual_clock: true,
             secret: SECRET,
+            templates_dir: None,
         }
     }
 }
@@ -61,6 +63,7 @@ async fn env(backend: Backend, setup: Setup<'_>) -> Env {
     config.slack.channel = Some("#deploys".into());
     config.slack.api_url = slack.api_url();
     config.slack.approvers = setup.approvers.iter().map(|s| s.to_string()).collect();
+    config.templates_dir = setup.templates_dir;
     let clock = setup.manual_clock.then(|| ManualClock::new(NOW));
     let options = Options {
         clock: clock.clone().map(|c| c as SharedClock),
@@ -1161,4 +1164,34 @@ async fn without_slack_settings_the_routes_answer_a_clear_4xx() {
         .await
         .unwrap();
     assert_eq!(r.status(), 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_override_message_templates() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("slack")).unwrap();
+    std::fs::write(
+        dir.path().join("slack/wait.j2"),
+        "Custom: {{ canary }} needs a look at {{ gate }}",
+    )
+    .unwrap();
+    let env = env(
+        Backend::Sqlite,
+        Setup {
+            templates_dir: Some(dir.path().to_path_buf()),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let mut sim = released(hooks(&env.server, 42)).await;
+    sim.tick().await;
+    let message = env
+        .waiting_message_for("/gates/start/acme/shop/pr/42")
+        .await;
+    let text = text_of(&message);
+    assert!(
+        text.contains("Custom: test/podinfo needs a look at /gates/start/acme/shop/pr/42"),
+        "{text}"
+    );
+    assert_eq!(buttons(&message).len(), 2, "the buttons stay");
 }

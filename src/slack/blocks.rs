@@ -103,7 +103,7 @@ fn context(view: &View, default_repo: Option<&RepoName>) -> WaitCtx {
         kind: key
             .as_ref()
             .map_or("gate", |k| match k.kind {
-                GateKind::LegacyGate => "gate",
+                GateKind::LegacyGate => "loadtester",
                 other => other.as_str(),
             })
             .to_string(),

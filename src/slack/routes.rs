@@ -6,17 +6,20 @@
 //! everything else is stored and answered on the `response_url` when done.
 
 use axum::body::Bytes;
+use std::sync::{Arc, OnceLock};
+
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use secrecy::ExposeSecret;
 use serde_json::json;
 
 use super::approvers::{quick, Verdict};
 use super::inbox::{refusal, reply, CLICK, SLASH};
 use super::payload::{Interaction, SlashCommand};
+use super::receipts::Receipts;
 use super::verify::verify;
 use crate::actions::{self, Subject};
 use crate::command::{parse_slash, Command, Target};
@@ -27,11 +30,36 @@ use crate::http::SLACK_BODY_LIMIT;
 use crate::policy::Policy;
 use crate::AppState;
 
+/// Started on the first delivery, from the state the router serves.
+type SharedReceipts = Arc<OnceLock<Receipts>>;
+
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/webhooks/slack/interactions", post(interactions))
         .route("/webhooks/slack/commands", post(commands))
+        .layer(Extension(SharedReceipts::default()))
         .layer(DefaultBodyLimit::max(SLACK_BODY_LIMIT))
+}
+
+/// Stores a delivery durably before it is acknowledged.
+async fn store_receipt(
+    state: &AppState,
+    receipts: &SharedReceipts,
+    id: String,
+    kind: &'static str,
+    payload: String,
+) -> Result<(), Reject> {
+    receipts
+        .get_or_init(|| {
+            Receipts::spawn(
+                state.store.clone(),
+                state.clock.clone(),
+                state.inbox_wake.clone(),
+            )
+        })
+        .receive(id, kind, payload)
+        .await
+        .map_err(Reject::unavailable)
 }
 
 fn secret(state: &AppState) -> Result<&[u8], Reject> {
@@ -64,6 +92,7 @@ fn ephemeral(text: String) -> Response {
 
 async fn interactions(
     State(state): State<AppState>,
+    Extension(receipts): Extension<SharedReceipts>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Reject> {
@@ -81,16 +110,13 @@ async fn interactions(
         ));
     }
     let id = format!("click:{}", interaction.click_id());
-    state
-        .store
-        .receive("slack", &id, CLICK, &json, state.clock.now_ms())
-        .await?;
-    state.inbox_wake.notify_one();
+    store_receipt(&state, &receipts, id, CLICK, json).await?;
     Ok(StatusCode::OK.into_response())
 }
 
 async fn commands(
     State(state): State<AppState>,
+    Extension(receipts): Extension<SharedReceipts>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Reject> {
@@ -178,11 +204,7 @@ async fn commands(
         format!("command:{}", command.trigger_id)
     };
     let payload = serde_json::to_string(&command).unwrap_or_default();
-    state
-        .store
-        .receive("slack", &id, SLASH, &payload, state.clock.now_ms())
-        .await?;
-    state.inbox_wake.notify_one();
+    store_receipt(&state, &receipts, id, SLASH, payload).await?;
     Ok(ephemeral(reply(
         templates,
         json!({"what": "received", "command": format!("{slash} {}", inv.command.as_str()), "subject": subject.display()}),

@@ -504,6 +504,9 @@ impl Store {
     }
 
     pub async fn kv_put(&self, k: &str, v: &str, at: Millis) -> Result<()> {
+        // Through `begin` like every write: on SQLite a write outside the writer
+        // lock can make a concurrent transaction fail with SQLITE_BUSY.
+        let mut tx = self.begin().await?;
         sqlx::query(
             "INSERT INTO kv (k, v, updated_at) VALUES ($1, $2, $3) \
              ON CONFLICT (k) DO UPDATE SET v = excluded.v, updated_at = excluded.updated_at",
@@ -511,9 +514,9 @@ impl Store {
         .bind(k.to_string())
         .bind(v.to_string())
         .bind(at)
-        .execute(&self.pool)
+        .execute(&mut *tx.tx)
         .await?;
-        Ok(())
+        tx.commit().await
     }
 }
 

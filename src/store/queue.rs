@@ -128,6 +128,34 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Stores several deliveries of one source in one transaction, so a burst
+    /// costs one commit. For each, false when its delivery id was stored before.
+    pub async fn receive_many(
+        &self,
+        source: &str,
+        items: &[(&str, &str, &str)],
+        now: Millis,
+    ) -> Result<Vec<bool>> {
+        let mut tx = self.begin().await?;
+        let mut stored = Vec::with_capacity(items.len());
+        for (delivery, kind, payload) in items {
+            let done = sqlx::query(
+                "INSERT INTO inbox (id, source, kind, payload, received_at, next_attempt_at) \
+                 VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(format!("{source}:{delivery}"))
+            .bind(source.to_string())
+            .bind(kind.to_string())
+            .bind(payload.to_string())
+            .bind(now)
+            .execute(&mut *tx.tx)
+            .await?;
+            stored.push(done.rows_affected() == 1);
+        }
+        tx.commit().await?;
+        Ok(stored)
+    }
+
     /// Takes the next due item for `lease_ms`, or None.
     pub async fn claim(
         &self,
