@@ -598,7 +598,11 @@ async fn outbox_retries_with_backoff_and_honours_retry_after() {
     let server = TestServer::start(config, options_with(&sink, Some(clock.clone()))).await;
     server.open("/gates/promote/acme/shop/pr/17").await;
 
-    eventually("the first attempt", WAIT, || async { sink.attempts() == 1 }).await;
+    eventually("the first attempt to be settled", WAIT, || async {
+        sink.attempts() == 1
+            && !server.api("/api/v1/outbox").await["jobs"][0]["last_error"].is_null()
+    })
+    .await;
     let job = &server.api("/api/v1/outbox").await["jobs"][0];
     assert_eq!(job["attempts"], 1);
     assert_eq!(job["last_error"], "429 slow down");
@@ -610,8 +614,9 @@ async fn outbox_retries_with_backoff_and_honours_retry_after() {
     clock.advance(29_999);
     assert_eq!(sink.attempts(), 1);
     clock.advance(1);
-    eventually("the second attempt", WAIT, || async {
+    eventually("the second attempt to be settled", WAIT, || async {
         sink.attempts() == 2
+            && server.api("/api/v1/outbox").await["jobs"][0]["last_error"] == "500 oops"
     })
     .await;
     let job = &server.api("/api/v1/outbox").await["jobs"][0];
@@ -622,8 +627,11 @@ async fn outbox_retries_with_backoff_and_honours_retry_after() {
     );
     clock.advance(100);
     eventually("delivery", WAIT, || async { sink.notices().len() == 1 }).await;
+    eventually("the job to be done", WAIT, || async {
+        server.api("/api/v1/outbox").await["jobs"][0]["state"] == "done"
+    })
+    .await;
     let job = &server.api("/api/v1/outbox").await["jobs"][0];
-    assert_eq!(job["state"], "done");
     assert_eq!(job["attempts"], 3);
     assert_eq!(sink.notices().len(), 1, "sent once");
 }
