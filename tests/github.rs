@@ -432,17 +432,16 @@ async fn github_failures_delay_replies_but_send_them_once(backend: Backend) {
         github.reactions_on(4001).len() == 2
     })
     .await;
-    assert_eq!(
-        github.reactions_on(4001),
-        vec!["eyes", "rocket"],
-        "each sent once"
-    );
-    let attempts: Vec<u16> = github
-        .requests_to("/reactions")
-        .iter()
-        .map(|r| r.status)
-        .collect();
+    let mut sent = github.reactions_on(4001);
+    sent.sort();
+    assert_eq!(sent, vec!["eyes", "rocket"], "each sent once");
+    let requests = github.requests_to("/reactions");
+    let attempts: Vec<u16> = requests.iter().map(|r| r.status).collect();
     assert_eq!(&attempts[..3], &[500, 403, 403], "{attempts:?}");
+    // After the rate-limited answers every job waited as GitHub said (about 1 s),
+    // not the 50 ms backoff.
+    let gap = requests[3].at - requests[2].at;
+    assert!(gap >= Duration::from_millis(900), "retried after {gap:?}");
     assert_eq!(
         attempts.iter().filter(|s| **s == 201).count(),
         2,
@@ -727,6 +726,19 @@ async fn ping_and_ignored_events_are_answered() {
     )
     .await;
     assert_eq!(status, 200);
+    // Real PR payloads can be large: well past axum's 2 MB default.
+    let big = comment(
+        65,
+        9501,
+        "alice",
+        &format!("/start\n\n{}", "x".repeat(3 << 20)),
+    );
+    let (status, text) = deliver(&env.server, "issue_comment", &big).await;
+    assert_eq!(status, 202, "{text}");
+    eventually("the large comment's command", WAIT, || async {
+        gate_open(&env.server, "/gates/start/pr/65").await
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -5,16 +5,24 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use secrecy::ExposeSecret;
 
 use super::events::{IssueCommentEvent, PullRequestEvent};
+use super::receipt::Receipts;
 use super::verify::verify;
 use super::{is_own_comment, SOURCE};
 use crate::http::error::Reject;
+use crate::store::Delivery;
 use crate::AppState;
 
-pub async fn webhook(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    match receive(&state, &headers, &body).await {
+pub async fn webhook(
+    State(state): State<AppState>,
+    Extension(receipts): Extension<Receipts>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match receive(&state, &receipts, &headers, &body).await {
         Ok(r) => r,
         Err(r) => r.into_response(),
     }
@@ -28,7 +36,12 @@ fn ignored(why: impl std::fmt::Display) -> Response {
     text(StatusCode::OK, format!("ignored: {why}"))
 }
 
-async fn receive(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Response, Reject> {
+async fn receive(
+    state: &AppState,
+    receipts: &Receipts,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, Reject> {
     let gh = &state.config.github;
     let Some(secret) = &gh.webhook_secret else {
         return Err(Reject::not_configured(
@@ -105,11 +118,16 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<R
         }
         other => return Ok(ignored(format_args!("gatebot does not use {other} events"))),
     };
-    let now = state.clock.now_ms();
-    if !state
-        .store
-        .receive(SOURCE, delivery, event, &payload, now)
-        .await?
+    let delivery = Delivery {
+        source: SOURCE.to_string(),
+        delivery: delivery.to_string(),
+        kind: event.to_string(),
+        payload,
+    };
+    if !receipts
+        .store(state, delivery)
+        .await
+        .map_err(Reject::unavailable)?
     {
         return Ok(text(StatusCode::OK, "duplicate delivery"));
     }

@@ -140,39 +140,64 @@ impl GithubSink {
                     .map(|_| ())
                     .map_err(api)
             }
-            GithubJob::Status { repo, number } => self.status(&repo, number).await,
+            GithubJob::Status { repo, number } => {
+                if self.status(&repo, number).await? {
+                    self.follow_up(repo, number);
+                }
+                Ok(())
+            }
         }
     }
 
     async fn render(&self, repo: &RepoName, number: PrNumber) -> Result<Option<String>, SendError> {
-        let now = self.clock.now_ms();
-        let pr = view(&self.store, repo, number, now)
-            .await
-            .map_err(|e| SendError::retry(e.to_string()))?;
-        let key = comment_key(repo, number);
-        let known = self
-            .store
-            .kv_get(&key)
-            .await
-            .map_err(|e| SendError::retry(e.to_string()))?;
-        if known.is_none() && !pr.ever_waited {
-            return Ok(None);
-        }
-        let ctx = serde_json::json!({
-            "marker": status_marker(repo, number),
-            "subject": pr.subject,
-            "gates": pr.gates,
-            "events": pr.events,
-            "reply": false,
+        render(
+            &self.store,
+            &self.templates,
+            repo,
+            number,
+            self.clock.now_ms(),
+        )
+        .await
+    }
+
+    /// The job is still pending until the worker settles it after `handle`
+    /// returns, so a notice committed in that moment was deduplicated against
+    /// it. Look again shortly after, and queue another job if the comment is
+    /// behind. (Not durable: a crash here is repaired by the next change.)
+    fn follow_up(&self, repo: RepoName, number: PrNumber) {
+        let (store, templates, clock) = (
+            self.store.clone(),
+            self.templates.clone(),
+            self.clock.clone(),
+        );
+        tokio::spawn(async move {
+            for delay in [200, 1_000, 5_000] {
+                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                let Ok(Some(body)) =
+                    render(&store, &templates, &repo, number, clock.now_ms()).await
+                else {
+                    return;
+                };
+                let sent = store.kv_get(&hash_key(&repo, number)).await.ok().flatten();
+                if sent.as_deref() == Some(digest(&body).as_str()) {
+                    return;
+                }
+                let Ok(mut tx) = store.begin().await else {
+                    continue;
+                };
+                let queued =
+                    Store::enqueue(&mut tx, &GithubJob::status(&repo, number), clock.now_ms())
+                        .await;
+                if matches!(queued, Ok(true)) && tx.commit().await.is_ok() {
+                    return;
+                }
+            }
         });
-        self.templates
-            .render("github/status.md.j2", ctx)
-            .map(Some)
-            .map_err(|e| SendError::Permanent(format!("{e:#}")))
     }
 
     /// Creates the PR's status comment, or edits it in place.
-    async fn status(&self, repo: &RepoName, number: PrNumber) -> Result<(), SendError> {
+    /// False when the PR has no status comment and needs none.
+    async fn status(&self, repo: &RepoName, number: PrNumber) -> Result<bool, SendError> {
         let retry = |e: crate::store::StoreError| SendError::retry(e.to_string());
         let key = comment_key(repo, number);
         let mut last_sent: Option<String> = None;
@@ -180,12 +205,12 @@ impl GithubSink {
         // it (the job is still pending), so render again until nothing moved.
         for _ in 0..3 {
             let Some(body) = self.render(repo, number).await? else {
-                return Ok(());
+                return Ok(false);
             };
             if last_sent.as_deref() == Some(body.as_str()) {
-                return Ok(());
+                return Ok(true);
             }
-            let hash_key = format!("github-status-hash:{repo}#{number}");
+            let hash_key = hash_key(repo, number);
             let hash = digest(&body);
             let known = self.store.kv_get(&key).await.map_err(retry)?;
             match known.and_then(|id| id.parse::<u64>().ok()) {
@@ -198,7 +223,7 @@ impl GithubSink {
                         .as_deref()
                         == Some(hash.as_str())
                     {
-                        return Ok(());
+                        return Ok(true);
                     }
                     match self.client.edit_comment(repo, id, &body).await {
                         Ok(()) => {}
@@ -251,8 +276,42 @@ impl GithubSink {
                 .map_err(retry)?;
             last_sent = Some(body);
         }
-        Ok(())
+        Ok(true)
     }
+}
+
+async fn render(
+    store: &Store,
+    templates: &Templates,
+    repo: &RepoName,
+    number: PrNumber,
+    now: crate::gate::Millis,
+) -> Result<Option<String>, SendError> {
+    let pr = view(store, repo, number, now)
+        .await
+        .map_err(|e| SendError::retry(e.to_string()))?;
+    let known = store
+        .kv_get(&comment_key(repo, number))
+        .await
+        .map_err(|e| SendError::retry(e.to_string()))?;
+    if known.is_none() && !pr.ever_waited {
+        return Ok(None);
+    }
+    let ctx = serde_json::json!({
+        "marker": status_marker(repo, number),
+        "subject": pr.subject,
+        "gates": pr.gates,
+        "events": pr.events,
+        "reply": false,
+    });
+    templates
+        .render("github/status.md.j2", ctx)
+        .map(Some)
+        .map_err(|e| SendError::Permanent(format!("{e:#}")))
+}
+
+fn hash_key(repo: &RepoName, number: PrNumber) -> String {
+    format!("github-status-hash:{repo}#{number}")
 }
 
 pub fn comment_key(repo: &RepoName, number: PrNumber) -> String {

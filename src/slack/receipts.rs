@@ -36,12 +36,17 @@ impl Receipts {
                         Err(_) => break,
                     }
                 }
-                let items: Vec<(&str, &str, &str)> = batch
+                let items: Vec<crate::store::Delivery> = batch
                     .iter()
-                    .map(|p| (p.id.as_str(), p.kind, p.payload.as_str()))
+                    .map(|p| crate::store::Delivery {
+                        source: "slack".into(),
+                        delivery: p.id.clone(),
+                        kind: p.kind.to_string(),
+                        payload: p.payload.clone(),
+                    })
                     .collect();
                 let result = store
-                    .receive_many("slack", &items, clock.now_ms())
+                    .receive_many(&items, clock.now_ms())
                     .await
                     .map(|_| ())
                     .map_err(|e| e.to_string());

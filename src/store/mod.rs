@@ -17,7 +17,7 @@ use tokio::sync::{Mutex, MutexGuard};
 
 use crate::gate::{Actor, Answer, CanaryRef, Gate, GateKey, GateStatus, Millis, Source};
 
-pub use queue::{Job, NewJob, QueueItem, QueueName};
+pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};
 pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -56,6 +56,15 @@ pub struct NewJob {
     pub not_before: Millis,
 }
 
+/// A webhook delivery to store in the inbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub source: String,
+    pub delivery: String,
+    pub kind: String,
+    pub payload: String,
+}
+
 /// A claimed item of either queue.
 #[derive(Debug, Clone, Serialize)]
 pub struct QueueItem {
@@ -128,25 +137,20 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Stores several deliveries of one source in one transaction, so a burst
-    /// costs one commit. For each, false when its delivery id was stored before.
-    pub async fn receive_many(
-        &self,
-        source: &str,
-        items: &[(&str, &str, &str)],
-        now: Millis,
-    ) -> Result<Vec<bool>> {
+    /// Stores several deliveries in one transaction, so concurrent webhooks
+    /// share one disk flush. Per delivery: false when it was stored before.
+    pub async fn receive_many(&self, items: &[Delivery], now: Millis) -> Result<Vec<bool>> {
         let mut tx = self.begin().await?;
         let mut stored = Vec::with_capacity(items.len());
-        for (delivery, kind, payload) in items {
+        for d in items {
             let done = sqlx::query(
                 "INSERT INTO inbox (id, source, kind, payload, received_at, next_attempt_at) \
                  VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (id) DO NOTHING",
             )
-            .bind(format!("{source}:{delivery}"))
-            .bind(source.to_string())
-            .bind(kind.to_string())
-            .bind(payload.to_string())
+            .bind(format!("{}:{}", d.source, d.delivery))
+            .bind(d.source.clone())
+            .bind(d.kind.clone())
+            .bind(d.payload.clone())
             .bind(now)
             .execute(&mut *tx.tx)
             .await?;

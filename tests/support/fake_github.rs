@@ -23,6 +23,7 @@ pub struct Recorded {
     pub authorization: Option<String>,
     /// The status the fake answered.
     pub status: u16,
+    pub at: std::time::Instant,
 }
 
 #[derive(Debug, Clone)]
@@ -292,6 +293,7 @@ async fn record(State(inner): State<Arc<Inner>>, req: Request, next: Next) -> Re
         path,
         authorization,
         status: response.status().as_u16(),
+        at: std::time::Instant::now(),
     });
     response
 }

@@ -1,0 +1,60 @@
+//! Group commit for webhook receipts: deliveries that arrive together are
+//! stored in one transaction, so they share one disk flush instead of paying
+//! one each. Every caller still gets its answer only after the commit.
+
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::store::Delivery;
+use crate::AppState;
+
+/// Most deliveries written in one transaction.
+const MAX_BATCH: usize = 256;
+
+type Reply = oneshot::Sender<Result<bool, String>>;
+
+/// Lives in the router (one per server); its writer task starts on first use
+/// and ends when the router is dropped.
+#[derive(Clone, Default)]
+pub struct Receipts {
+    tx: Arc<OnceLock<mpsc::Sender<(Delivery, Reply)>>>,
+}
+
+impl Receipts {
+    /// Stores the delivery; false when it was stored before (a redelivery).
+    pub async fn store(&self, state: &AppState, delivery: Delivery) -> Result<bool, String> {
+        let tx = self.tx.get_or_init(|| {
+            let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
+            tokio::spawn(writer(state.clone(), rx));
+            tx
+        });
+        let (reply, answer) = oneshot::channel();
+        tx.send((delivery, reply))
+            .await
+            .map_err(|_| "the receipt writer stopped".to_string())?;
+        answer
+            .await
+            .map_err(|_| "the receipt writer stopped".to_string())?
+    }
+}
+
+async fn writer(state: AppState, mut rx: mpsc::Receiver<(Delivery, Reply)>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let (items, replies): (Vec<Delivery>, Vec<Reply>) = batch.drain(..).unzip();
+        let now = state.clock.now_ms();
+        match state.store.receive_many(&items, now).await {
+            Ok(stored) => {
+                for (reply, new) in replies.into_iter().zip(stored) {
+                    let _ = reply.send(Ok(new));
+                }
+            }
+            Err(e) => {
+                for reply in replies {
+                    let _ = reply.send(Err(e.to_string()));
+                }
+            }
+        }
+    }
+}
