@@ -25,7 +25,7 @@ const CANARY: Strategy = Strategy::Canary {
     step_weight: 50,
     max_weight: 50,
 };
-const FIXTURES: &str = "/work/shared/fixtures/slack";
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/slack");
 
 struct Env {
     server: TestServer,
