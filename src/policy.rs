@@ -13,6 +13,7 @@
 //!
 //! [slack]
 //! approvers = ["U012AB3CD", "S0614TZR7"]
+//! forbid_self_approval = true        # by the [users] mapping below
 //!
 //! [slack.commands.rollback]
 //! approvers = ["S0ONCALL1"]

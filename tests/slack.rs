@@ -10,6 +10,7 @@ use gatebot::clock::{ManualClock, SharedClock};
 use gatebot::notify::WorkerSettings;
 use gatebot::Options;
 use serde_json::{json, Value};
+use support::fake_github::FakeGithub;
 use support::fake_slack::{FakeSlack, Request};
 use support::flagger::{FlaggerSim, Hook, HookType, Phase, Strategy};
 use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
@@ -39,6 +40,8 @@ struct Setup<'a> {
     manual_clock: bool,
     secret: &'a str,
     templates_dir: Option<std::path::PathBuf>,
+    /// A policy file's text, and a fake GitHub to learn PR authors from.
+    policy: Option<(&'a str, &'a FakeGithub)>,
 }
 
 impl Default for Setup<'_> {
@@ -48,6 +51,7 @@ impl Default for Setup<'_> {
             manual_clock: true,
             secret: SECRET,
             templates_dir: None,
+            policy: None,
         }
     }
 }
@@ -64,6 +68,14 @@ async fn env(backend: Backend, setup: Setup<'_>) -> Env {
     config.slack.api_url = slack.api_url();
     config.slack.approvers = setup.approvers.iter().map(|s| s.to_string()).collect();
     config.templates_dir = setup.templates_dir;
+    if let Some((policy, github)) = setup.policy {
+        let path = db.dir.path().join("policy.toml");
+        std::fs::write(&path, policy).unwrap();
+        config.policy = Some(path);
+        config.github.token = Some("ghp_test".to_string().into());
+        config.github.webhook_secret = Some("github-secret".to_string().into());
+        config.github.api_url = github.url.clone();
+    }
     let clock = setup.manual_clock.then(|| ManualClock::new(NOW));
     let options = Options {
         clock: clock.clone().map(|c| c as SharedClock),
@@ -619,6 +631,126 @@ async fn disallowed_user_gets_ephemeral_refusal(backend: Backend) {
 }
 
 // ---- edges ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pr_author_may_not_approve_own_pr_from_slack() {
+    let github = FakeGithub::start().await;
+    github.set_author(42, "Alice-GH");
+    github.set_author(43, "bob-gh");
+    let policy = format!(
+        "[slack]\nforbid_self_approval = true\n[users]\nalice-gh = \"{ALICE}\"\nbob-gh = \"{BOB}\"\n"
+    );
+    let env = env(
+        Backend::Sqlite,
+        Setup {
+            policy: Some((&policy, &github)),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let mut sim = released(hooks(&env.server, 42)).await;
+    sim.tick().await;
+    let start = env
+        .waiting_message_for("/gates/start/acme/shop/pr/42")
+        .await;
+    let ts = env.ts_of(&start);
+
+    // Alice opened PR 42 (by the mapping, case aside): her click is refused.
+    assert_eq!(
+        env.click(ALICE, "gatebot_approve", &start, "trig-self")
+            .await,
+        200
+    );
+    let text = env.response("trig-self").await["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains("opened acme/shop#42") && text.contains("four eyes"),
+        "{text}"
+    );
+    assert_eq!(
+        env.gate_state("/gates/start/acme/shop/pr/42").await,
+        "closed"
+    );
+    assert!(env
+        .audit("/gates/start/acme/shop/pr/42")
+        .await
+        .iter()
+        .any(|a| a["action"] == "refuse"
+            && a["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("four eyes")));
+    env.outbox_idle().await;
+    assert!(env.updates_of(&ts).is_empty(), "the message is unchanged");
+    // The author was asked of GitHub once and remembered.
+    assert_eq!(github.requests_to("/pulls/42").len(), 1);
+
+    // The slash command is held to the same rule.
+    env.command(ALICE, "promote 42", "cmd-self").await;
+    assert!(env.response("cmd-self").await["text"]
+        .as_str()
+        .unwrap()
+        .contains("four eyes"));
+    assert_eq!(
+        env.gate_state("/gates/promote/acme/shop/pr/42").await,
+        "closed"
+    );
+    assert_eq!(github.requests_to("/pulls/42").len(), 1, "remembered");
+
+    // Someone else's PR, or someone else approving: allowed.
+    env.command(ALICE, "promote 43", "cmd-other").await;
+    env.wait_gate("/gates/promote/acme/shop/pr/43", "open")
+        .await;
+    assert_eq!(
+        env.click(BOB, "gatebot_approve", &start, "trig-bob").await,
+        200
+    );
+    env.wait_gate("/gates/start/acme/shop/pr/42", "open").await;
+    // An author seen in a GitHub delivery needs no API call.
+    let mut comment: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/fixtures/github/issue_comment.created.on-pull-request.rust-lang-bors.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    comment["repository"]["full_name"] = json!("acme/shop");
+    comment["issue"]["number"] = json!(44);
+    comment["issue"]["user"]["login"] = json!("alice-gh");
+    comment["comment"]["body"] = json!("/hold until the freeze ends");
+    comment["comment"]["user"]["login"] = json!("carol");
+    github.set_permission("carol", "write");
+    let body = serde_json::to_vec(&comment).unwrap();
+    let r = client()
+        .post(env.server.at("/webhooks/github"))
+        .header("x-github-event", "issue_comment")
+        .header("x-github-delivery", "d-44")
+        .header(
+            "x-hub-signature-256",
+            gatebot::github::verify::sign("github-secret", &body),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    env.wait_gate("/gates/promote/acme/shop/pr/44", "held")
+        .await;
+    env.command(ALICE, "promote 44", "cmd-44").await;
+    assert!(env.response("cmd-44").await["text"]
+        .as_str()
+        .unwrap()
+        .contains("opened acme/shop#44"));
+    assert!(github.requests_to("/pulls/44").is_empty());
+
+    // Rejecting (rolling back) one's own PR stays allowed: it is the safe way.
+    env.command(ALICE, "rollback 42", "cmd-rb").await;
+    env.wait_gate("/gates/rollback/acme/shop/pr/42", "open")
+        .await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_approvers_means_nobody_and_names_the_setting() {

@@ -155,6 +155,14 @@ pub struct PullInfo {
     pub state: String,
     #[serde(default)]
     pub merged: bool,
+    #[serde(default)]
+    pub user: Option<PullUser>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct PullUser {
+    #[serde(default)]
+    pub login: String,
 }
 
 impl GithubClient {

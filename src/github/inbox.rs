@@ -15,7 +15,7 @@ use super::client::GithubClient;
 use super::events::{IssueCommentEvent, PullRequestEvent, User};
 use super::sink::GithubJob;
 use super::status::view;
-use super::{is_own_comment, quoted_command, MARKER};
+use super::{authors, is_own_comment, quoted_command, MARKER};
 use crate::actions::{self, Subject};
 use crate::command::{new_commands, parse_comment, Command, Parsed};
 use crate::config::Permission;
@@ -197,6 +197,24 @@ impl GithubInbox {
         }
     }
 
+    /// For four eyes in Slack, which sees no pull request.
+    async fn remember_author(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        login: &str,
+    ) -> Result<(), SendError> {
+        authors::remember(
+            &self.state.store,
+            repo,
+            number,
+            login,
+            self.state.engine.now(),
+        )
+        .await
+        .map_err(retry)
+    }
+
     async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<(), SendError> {
         if jobs.is_empty() {
             return Ok(());
@@ -238,6 +256,8 @@ impl GithubInbox {
         if let Some(i) = &e.installation {
             self.client.learn_installation(&repo, i.id);
         }
+        self.remember_author(&repo, number, &e.issue.user.login)
+            .await?;
         let body = e.comment.body.clone().unwrap_or_default();
         let author = &e.comment.user;
         if is_own_comment(&body) || self.is_self(author).await {
@@ -478,6 +498,8 @@ impl GithubInbox {
         if let Some(i) = &e.installation {
             self.client.learn_installation(&repo, i.id);
         }
+        self.remember_author(&repo, number, &e.pull_request.user.login)
+            .await?;
         let (kinds, reason) = match e.action.as_str() {
             "synchronize" => {
                 let sha = e

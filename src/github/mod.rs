@@ -6,6 +6,7 @@
 //! - [`sink`]: the `github` outbox sink: reactions, replies, the status comment.
 //! - [`client`]: the REST calls (octocrab), with rate-limit aware errors.
 
+pub mod authors;
 pub mod client;
 pub mod events;
 pub mod inbox;

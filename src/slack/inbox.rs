@@ -14,7 +14,8 @@ use super::sink::{parse_gate, SlackJob};
 use crate::actions::{self, Subject};
 use crate::command::{parse_slash, Command};
 use crate::engine::{EngineError, Provenance};
-use crate::gate::{Actor, GateKey, GateKind, GateStatus, Source};
+use crate::gate::{Actor, GateKey, GateKind, GateStatus, Scope, Source};
+use crate::github::authors::PrAuthors;
 use crate::notify::{BoxFuture, Handler, SendError};
 use crate::policy::{Policy, SlackRule};
 use crate::store::QueueItem;
@@ -28,6 +29,7 @@ pub struct SlackInbox {
     pub state: AppState,
     pub approvers: Arc<Approvers>,
     pub policy: Policy,
+    pub authors: PrAuthors,
 }
 
 /// The command whose Slack rule governs a button: Approve opens the gate;
@@ -168,6 +170,38 @@ impl SlackInbox {
             })
     }
 
+    /// Why `user` may not act on these gates under four eyes: they opened the
+    /// pull request, by the policy's GitHub-to-Slack user mapping.
+    async fn own_pull_request(
+        &self,
+        rule: &SlackRule,
+        user: &str,
+        keys: &[GateKey],
+    ) -> Result<Option<String>, SendError> {
+        if !rule.forbid_self_approval {
+            return Ok(None);
+        }
+        let Some(login) = self.policy.github_login_of(user) else {
+            return Ok(None);
+        };
+        for key in keys {
+            let Scope::Pr { repo, number } = &key.scope else {
+                continue;
+            };
+            let author = self
+                .authors
+                .author(repo, *number, self.state.engine.now())
+                .await?;
+            if author.is_some_and(|a| a.eq_ignore_ascii_case(login)) {
+                return Ok(Some(format!(
+                    "{user} (@{login}) opened {repo}#{number}: someone else must approve (four eyes)",
+                    number = number.0
+                )));
+            }
+        }
+        Ok(None)
+    }
+
     async fn click(&self, i: &Interaction) -> Result<(), SendError> {
         let Some(click) = i.click() else {
             return Ok(());
@@ -208,6 +242,14 @@ impl SlackInbox {
                 _ => format!("{user} is not an approver ({})", rule.setting),
             };
             self.refuse(&key, &who, &why).await?;
+            return self.respond(url, text).await;
+        }
+        if let Some(why) = self
+            .own_pull_request(&rule, &user, std::slice::from_ref(&key))
+            .await?
+        {
+            self.refuse(&key, &who, &why).await?;
+            let text = reply(self.templates(), json!({"what": "self", "message": why}));
             return self.respond(url, text).await;
         }
 
@@ -326,6 +368,14 @@ impl SlackInbox {
                 .await?;
             }
             let text = refusal(self.templates(), &verdict, &rule, inv.command, &c.user_id);
+            return self.respond(url, text).await;
+        }
+        let keys = actions::gates_for(inv.command, &subject);
+        if let Some(why) = self.own_pull_request(&rule, &c.user_id, &keys).await? {
+            for key in &keys {
+                self.refuse(key, &who, &why).await?;
+            }
+            let text = reply(self.templates(), json!({"what": "self", "message": why}));
             return self.respond(url, text).await;
         }
         let text = match actions::apply(&self.state.engine, inv.command, &subject, &who).await {

@@ -111,6 +111,11 @@ pub fn inbox_handlers(state: &AppState) -> anyhow::Result<HashMap<String, Arc<dy
         state: state.clone(),
         approvers: Arc::new(approvers::Approvers::new(api)),
         policy: crate::policy::Policy::from_config(&state.config)?,
+        authors: crate::github::authors::PrAuthors {
+            store: state.store.clone(),
+            client: crate::github::client::GithubClient::from_config(&state.config.github)?
+                .map(Arc::new),
+        },
     };
     Ok(HashMap::from([(
         "slack".to_string(),

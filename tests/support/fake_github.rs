@@ -95,6 +95,8 @@ pub struct Inner {
     teams: Mutex<HashSet<(String, String)>>,
     /// PR number → merged
     pulls: Mutex<HashMap<u64, bool>>,
+    /// PR number → author login; absent: `kobzol`, the fixtures' author.
+    authors: Mutex<HashMap<u64, String>>,
     comments: Mutex<BTreeMap<u64, FakeComment>>,
     reactions: Mutex<Vec<FakeReaction>>,
     write_failures: Mutex<VecDeque<Failure>>,
@@ -177,6 +179,14 @@ impl FakeGithub {
     }
 
     /// The next writes (POST, PATCH) answer these instead.
+    pub fn set_author(&self, number: u64, login: &str) {
+        self.inner
+            .authors
+            .lock()
+            .unwrap()
+            .insert(number, login.to_string());
+    }
+
     pub fn fail_writes(&self, failures: impl IntoIterator<Item = Failure>) {
         self.inner.write_failures.lock().unwrap().extend(failures);
     }
@@ -341,7 +351,14 @@ async fn pull(
         .get(&number)
         .copied()
         .unwrap_or(false);
-    Json(json!({"number": number, "state": "closed", "merged": merged, "user": user_json("kobzol", "User")}))
+    let author = inner
+        .authors
+        .lock()
+        .unwrap()
+        .get(&number)
+        .cloned()
+        .unwrap_or_else(|| "kobzol".into());
+    Json(json!({"number": number, "state": "closed", "merged": merged, "user": user_json(&author, "User")}))
         .into_response()
 }
 

@@ -1,0 +1,71 @@
+//! Who opened each pull request, so that four eyes hold across GitHub and
+//! Slack: learned from every delivery that names the PR, asked of GitHub's API
+//! when gatebot has not seen one.
+
+use std::sync::Arc;
+
+use super::client::GithubClient;
+use crate::gate::{Millis, PrNumber, RepoName};
+use crate::notify::SendError;
+use crate::store::{Store, StoreError};
+
+fn key(repo: &RepoName, number: PrNumber) -> String {
+    format!("pr-author:{repo}#{}", number.0)
+}
+
+/// Records the author seen in a delivery.
+pub async fn remember(
+    store: &Store,
+    repo: &RepoName,
+    number: PrNumber,
+    login: &str,
+    at: Millis,
+) -> Result<(), StoreError> {
+    if login.is_empty() {
+        return Ok(());
+    }
+    let key = key(repo, number);
+    // Authors never change; skip the write when it is known already.
+    if store.kv_get(&key).await?.as_deref() == Some(login) {
+        return Ok(());
+    }
+    store.kv_put(&key, login, at).await
+}
+
+#[derive(Clone)]
+pub struct PrAuthors {
+    pub store: Store,
+    /// None without GitHub credentials: then only authors seen in deliveries are known.
+    pub client: Option<Arc<GithubClient>>,
+}
+
+impl PrAuthors {
+    /// The PR's author's login, or None when it cannot be known.
+    pub async fn author(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        now: Millis,
+    ) -> Result<Option<String>, SendError> {
+        let retry = |e: StoreError| SendError::retry(format!("store: {e}"));
+        if let Some(login) = self.store.kv_get(&key(repo, number)).await.map_err(retry)? {
+            return Ok(Some(login));
+        }
+        let Some(client) = &self.client else {
+            return Ok(None);
+        };
+        match client.pull(repo, number).await {
+            Ok(pull) => {
+                let login = pull.user.map(|u| u.login).filter(|l| !l.is_empty());
+                if let Some(login) = &login {
+                    remember(&self.store, repo, number, login, now)
+                        .await
+                        .map_err(retry)?;
+                }
+                Ok(login)
+            }
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e.to_send_error()),
+        }
+    }
+}
