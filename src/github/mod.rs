@@ -10,7 +10,6 @@ pub mod authors;
 pub mod client;
 pub mod events;
 pub mod inbox;
-pub mod receipt;
 pub mod routes;
 pub mod sink;
 pub mod status;
@@ -57,7 +56,6 @@ pub const TEMPLATES: &[(&str, &str)] = &[
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/webhooks/github", post(routes::webhook))
-        .layer(axum::Extension(receipt::Receipts::default()))
         .layer(DefaultBodyLimit::max(crate::http::GITHUB_BODY_LIMIT))
 }
 

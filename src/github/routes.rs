@@ -9,10 +9,10 @@ use axum::Extension;
 use secrecy::ExposeSecret;
 
 use super::events::{IssueCommentEvent, PullRequestEvent};
-use super::receipt::Receipts;
 use super::verify::verify;
 use super::{is_own_comment, SOURCE};
 use crate::http::error::Reject;
+use crate::http::receipts::Receipts;
 use crate::store::Delivery;
 use crate::AppState;
 
@@ -131,6 +131,5 @@ async fn receive(
     {
         return Ok(text(StatusCode::OK, "duplicate delivery"));
     }
-    state.inbox_wake.notify_one();
     Ok(text(StatusCode::ACCEPTED, "accepted"))
 }

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod error;
 pub mod flagger;
 pub mod health;
+pub mod receipts;
 
 use std::time::{Duration, Instant};
 
@@ -101,9 +102,11 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/events", get(api::events))
         .layer(DefaultBodyLimit::max(API_BODY_LIMIT));
 
+    // One receipt writer for every webhook source: more deliveries per commit.
     let webhooks = Router::new()
         .merge(crate::github::routes())
-        .merge(crate::slack::routes());
+        .merge(crate::slack::routes())
+        .layer(axum::Extension(receipts::Receipts::default()));
 
     Router::new()
         .merge(flagger)

@@ -9,7 +9,6 @@ pub mod blocks;
 pub mod client;
 pub mod inbox;
 pub mod payload;
-pub mod receipts;
 pub mod record;
 pub mod routes;
 pub mod sink;

@@ -6,7 +6,6 @@
 //! everything else is stored and answered on the `response_url` when done.
 
 use axum::body::Bytes;
-use std::sync::{Arc, OnceLock};
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -19,46 +18,44 @@ use serde_json::json;
 use super::approvers::{quick, Verdict};
 use super::inbox::{refusal, reply, CLICK, SLASH};
 use super::payload::{Interaction, SlashCommand};
-use super::receipts::Receipts;
 use super::verify::verify;
 use crate::actions::{self, Subject};
 use crate::command::{parse_slash, Command, Target};
 use crate::engine::Provenance;
 use crate::gate::{Actor, CanaryRef, GateKey, PrNumber, RepoName, Source};
 use crate::http::error::Reject;
+use crate::http::receipts::Receipts;
 use crate::http::SLACK_BODY_LIMIT;
 use crate::policy::Policy;
+use crate::store::Delivery;
 use crate::AppState;
-
-/// Started on the first delivery, from the state the router serves.
-type SharedReceipts = Arc<OnceLock<Receipts>>;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/webhooks/slack/interactions", post(interactions))
         .route("/webhooks/slack/commands", post(commands))
-        .layer(Extension(SharedReceipts::default()))
         .layer(DefaultBodyLimit::max(SLACK_BODY_LIMIT))
 }
 
 /// Stores a delivery durably before it is acknowledged.
+/// A redelivered id is a success too: Slack retries what it did not see answered.
 async fn store_receipt(
     state: &AppState,
-    receipts: &SharedReceipts,
+    receipts: &Receipts,
     id: String,
     kind: &'static str,
     payload: String,
 ) -> Result<(), Reject> {
+    let delivery = Delivery {
+        source: "slack".into(),
+        delivery: id,
+        kind: kind.into(),
+        payload,
+    };
     receipts
-        .get_or_init(|| {
-            Receipts::spawn(
-                state.store.clone(),
-                state.clock.clone(),
-                state.inbox_wake.clone(),
-            )
-        })
-        .receive(id, kind, payload)
+        .store(state, delivery)
         .await
+        .map(|_| ())
         .map_err(Reject::unavailable)
 }
 
@@ -92,7 +89,7 @@ fn ephemeral(text: String) -> Response {
 
 async fn interactions(
     State(state): State<AppState>,
-    Extension(receipts): Extension<SharedReceipts>,
+    Extension(receipts): Extension<Receipts>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Reject> {
@@ -116,7 +113,7 @@ async fn interactions(
 
 async fn commands(
     State(state): State<AppState>,
-    Extension(receipts): Extension<SharedReceipts>,
+    Extension(receipts): Extension<Receipts>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Reject> {

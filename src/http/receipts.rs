@@ -1,6 +1,7 @@
-//! Group commit for webhook receipts: deliveries that arrive together are
-//! stored in one transaction, so they share one disk flush instead of paying
-//! one each. Every caller still gets its answer only after the commit.
+//! Group commit for webhook receipts (GitHub deliveries, Slack clicks and
+//! commands): deliveries that arrive together are stored in one transaction, so
+//! they share one disk flush instead of paying one each. Every caller still gets
+//! its answer only after the commit, and the inbox worker is woken by it.
 
 use std::sync::{Arc, OnceLock};
 
@@ -46,6 +47,9 @@ async fn writer(state: AppState, mut rx: mpsc::Receiver<(Delivery, Reply)>) {
         let now = state.clock.now_ms();
         match state.store.receive_many(&items, now).await {
             Ok(stored) => {
+                if stored.iter().any(|new| *new) {
+                    state.inbox_wake.notify_one();
+                }
                 for (reply, new) in replies.into_iter().zip(stored) {
                     let _ = reply.send(Ok(new));
                 }
