@@ -52,6 +52,8 @@ pub struct Shared {
     /// Nudges the inbox worker when a delivery is stored.
     pub inbox_wake: Arc<Notify>,
     pub templates: templates::Templates,
+    /// Who may do what; read once at start.
+    pub policy: policy::Policy,
 }
 
 impl Deref for AppState {
@@ -98,6 +100,7 @@ impl Gatebot {
         let store = Store::connect(&config.database_url).await?;
         let metrics = Arc::new(Metrics::new());
         let templates = templates::Templates::new(config.templates_dir.clone())?;
+        let policy = policy::Policy::from_config(&config)?;
         let outbox_wake = Arc::new(Notify::new());
         let inbox_wake = Arc::new(Notify::new());
         let mut sinks = options.sinks;
@@ -125,6 +128,7 @@ impl Gatebot {
             clock: clock.clone(),
             inbox_wake: inbox_wake.clone(),
             templates,
+            policy,
         }));
 
         let shutdown = CancellationToken::new();

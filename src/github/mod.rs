@@ -25,7 +25,6 @@ use axum::Router;
 use crate::clock::SharedClock;
 use crate::command::Command;
 use crate::notify::{Handler, Sink};
-use crate::policy::Policy;
 use crate::store::Store;
 use crate::templates::Templates;
 use crate::{AppState, Config};
@@ -81,7 +80,7 @@ pub fn inbox_handlers(state: &AppState) -> anyhow::Result<HashMap<String, Arc<dy
     let Some(client) = client::GithubClient::from_config(&state.config.github)? else {
         return Ok(HashMap::new());
     };
-    let policy = Policy::from_config(&state.config)?;
+    let policy = state.policy.clone();
     let inbox = inbox::GithubInbox::new(state.clone(), Arc::new(client), policy);
     Ok(HashMap::from([(
         SOURCE.to_string(),

@@ -140,12 +140,7 @@ impl GithubSink {
                     .map(|_| ())
                     .map_err(api)
             }
-            GithubJob::Status { repo, number } => {
-                if self.status(&repo, number).await? {
-                    self.follow_up(repo, number);
-                }
-                Ok(())
-            }
+            GithubJob::Status { repo, number } => self.status(&repo, number).await.map(|_| ()),
         }
     }
 
@@ -160,49 +155,14 @@ impl GithubSink {
         .await
     }
 
-    /// The job is still pending until the worker settles it after `handle`
-    /// returns, so a notice committed in that moment was deduplicated against
-    /// it. Look again shortly after, and queue another job if the comment is
-    /// behind. (Not durable: a crash here is repaired by the next change.)
-    fn follow_up(&self, repo: RepoName, number: PrNumber) {
-        let (store, templates, clock) = (
-            self.store.clone(),
-            self.templates.clone(),
-            self.clock.clone(),
-        );
-        tokio::spawn(async move {
-            for delay in [200, 1_000, 5_000] {
-                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
-                let Ok(Some(body)) =
-                    render(&store, &templates, &repo, number, clock.now_ms()).await
-                else {
-                    return;
-                };
-                let sent = store.kv_get(&hash_key(&repo, number)).await.ok().flatten();
-                if sent.as_deref() == Some(digest(&body).as_str()) {
-                    return;
-                }
-                let Ok(mut tx) = store.begin().await else {
-                    continue;
-                };
-                let queued =
-                    Store::enqueue(&mut tx, &GithubJob::status(&repo, number), clock.now_ms())
-                        .await;
-                if matches!(queued, Ok(true)) && tx.commit().await.is_ok() {
-                    return;
-                }
-            }
-        });
-    }
-
     /// Creates the PR's status comment, or edits it in place.
     /// False when the PR has no status comment and needs none.
     async fn status(&self, repo: &RepoName, number: PrNumber) -> Result<bool, SendError> {
         let retry = |e: crate::store::StoreError| SendError::retry(e.to_string());
         let key = comment_key(repo, number);
         let mut last_sent: Option<String> = None;
-        // A change committed while this job was sending is deduplicated against
-        // it (the job is still pending), so render again until nothing moved.
+        // A change committed while this job sends queues another job (claiming
+        // frees the dedupe key); rendering again here usually saves that one a call.
         for _ in 0..3 {
             let Some(body) = self.render(repo, number).await? else {
                 return Ok(false);

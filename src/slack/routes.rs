@@ -26,7 +26,6 @@ use crate::gate::{Actor, CanaryRef, GateKey, PrNumber, RepoName, Source};
 use crate::http::error::Reject;
 use crate::http::receipts::Receipts;
 use crate::http::SLACK_BODY_LIMIT;
-use crate::policy::Policy;
 use crate::store::Delivery;
 use crate::AppState;
 
@@ -167,9 +166,7 @@ async fn commands(
                 .map_or_else(|| "which pull request?".into(), |e| e.to_string()),
         ));
     };
-    let policy =
-        Policy::from_config(&state.config).map_err(|e| Reject::unavailable(format!("{e:#}")))?;
-    let rule = policy.slack(inv.command);
+    let rule = state.policy.slack(inv.command);
     match quick(&rule, &command.user_id) {
         Some(Verdict::Allowed) | None => {}
         Some(verdict) => {
