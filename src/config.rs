@@ -165,6 +165,11 @@ pub struct Config {
     #[arg(long, env = "GATEBOT_OUTBOX_MAX_ATTEMPTS", default_value_t = 12)]
     pub outbox_max_attempts: i64,
 
+    /// How long a replica holds a notification it is sending; if it dies, another
+    /// replica sends it after this. Longer than any one GitHub or Slack call.
+    #[arg(long, env = "GATEBOT_OUTBOX_LEASE", default_value = "60s", value_parser = parse_duration)]
+    pub outbox_lease: Duration,
+
     #[command(flatten)]
     pub github: GithubConfig,
 

@@ -137,6 +137,7 @@ impl Gatebot {
         let settings = options.worker.unwrap_or_else(|| WorkerSettings {
             base_backoff: state.config.outbox_backoff,
             max_attempts: state.config.outbox_max_attempts,
+            lease: state.config.outbox_lease,
             ..WorkerSettings::default()
         });
         let outbox = Worker {

@@ -5,3 +5,4 @@ pub mod fake_github;
 pub mod fake_slack;
 pub mod flagger;
 pub mod harness;
+pub mod served;
