@@ -12,11 +12,16 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{Method, StatusCode, Uri};
 use serde_json::json;
+use support::fake_github::FakeGithub;
+use support::fake_slack::FakeSlack;
 use support::flagger::{FlaggerSim, Hook, HookType, Phase, Strategy};
 use support::harness::{
     client, eventually, options_with, postgres_url, Backend, RecordingSink, TestDb, TestServer,
     ADMIN_TOKEN,
 };
+use support::served::Served;
+
+const WAIT: Duration = Duration::from_secs(10);
 
 fn skip() -> bool {
     if postgres_url().is_none() {
@@ -260,4 +265,319 @@ async fn outbox_jobs_are_sent_once_across_replicas_and_survive_a_dead_worker() {
         job["attempts"], 2,
         "one attempt by the dead replica, one by the living"
     );
+}
+
+const GITHUB_SECRET: &str = "replica-github-secret";
+const SLACK_SECRET: &str = "replica-slack-secret";
+
+/// Two real processes on one database, each with its own GitHub token so the
+/// fake can tell their requests apart. GitHub applies every write at once but
+/// answers after 300 ms; one process is killed (SIGKILL) while GitHub holds a
+/// write it sent. Every wait still gets its status comment (nothing lost), and
+/// no pull request gets two (nothing sent twice): the survivor takes the dead
+/// process's job when its lease runs out and finds the comment by its marker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_killed_mid_send_loses_no_job_and_sends_none_twice() {
+    if skip() {
+        return;
+    }
+    const PRS: u64 = 24;
+    let db = TestDb::new(Backend::Postgres).await;
+    let github = FakeGithub::start().await;
+    github.set_write_delay(Duration::from_millis(300));
+    let env = |token: &'static str| {
+        vec![
+            ("GATEBOT_GITHUB_TOKEN", token.to_string()),
+            ("GATEBOT_GITHUB_WEBHOOK_SECRET", GITHUB_SECRET.to_string()),
+            ("GATEBOT_GITHUB_API_URL", github.url.clone()),
+            ("GATEBOT_GITHUB_REPOSITORY", "acme/shop".to_string()),
+            ("GATEBOT_OUTBOX_LEASE", "2s".to_string()),
+            ("GATEBOT_OUTBOX_BACKOFF", "200ms".to_string()),
+            ("RUST_LOG", "warn".to_string()),
+        ]
+    };
+    let served = |token: &'static str| {
+        let vars = env(token);
+        let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        Served::start(&db, &vars)
+    };
+    let mut a = served("ghp_a");
+    let b = served("ghp_b");
+
+    // Flagger waits at the start gate of PRS pull requests, checks spread over both.
+    for n in 1..=PRS {
+        let url = if n % 2 == 0 { &a.url } else { &b.url };
+        let r = client()
+            .post(format!("{url}/gates/start/pr/{n}"))
+            .json(&json!({"name": format!("app-{n}"), "namespace": "test", "phase": "Waiting", "checksum": "rev-a"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "closed until approved");
+    }
+    eventually(
+        "process A to have a write applied but unanswered",
+        Duration::from_secs(20),
+        || async { github.in_flight("Bearer ghp_a") > 0 },
+    )
+    .await;
+    a.child.kill().expect("SIGKILL");
+    a.child.wait().unwrap();
+    let at_kill = github.status_comments_total();
+    assert!(at_kill < PRS as usize, "killed mid-way ({at_kill} sent)");
+
+    let outbox = || async {
+        let jobs = client()
+            .get(format!("{}/api/v1/outbox", b.url))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json::<serde_json::Value>()
+            .await
+            .unwrap();
+        jobs["jobs"].as_array().unwrap().clone()
+    };
+    eventually(
+        "every job settled by the survivor",
+        Duration::from_secs(30),
+        || async {
+            let jobs = outbox().await;
+            jobs.len() >= PRS as usize && jobs.iter().all(|j| j["state"] == "done")
+        },
+    )
+    .await;
+    for n in 1..=PRS {
+        let comments = github.status_comments(n);
+        assert_eq!(comments.len(), 1, "PR {n}: one status comment");
+        assert!(
+            comments[0].body.contains("start"),
+            "PR {n}: {}",
+            comments[0].body
+        );
+    }
+    let jobs = outbox().await;
+    assert!(
+        jobs.iter().any(|j| j["attempts"].as_i64() >= Some(2)),
+        "the dead process's job was taken over: {jobs:?}"
+    );
+}
+
+/// Two replicas behind a load balancer that sends every GitHub delivery and
+/// every Slack click and command to both at once (as a retry racing the
+/// original would): each is applied once, answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_deliveries_to_both_replicas_apply_once() {
+    if skip() {
+        return;
+    }
+    let db = TestDb::new(Backend::Postgres).await;
+    let github = FakeGithub::start().await;
+    github.set_permission("alice", "write");
+    let slack = FakeSlack::start().await;
+    let config = || {
+        let mut config = replica_config(&db);
+        config.github.webhook_secret = Some(GITHUB_SECRET.to_string().into());
+        config.github.token = Some("ghp_test".to_string().into());
+        config.github.api_url = github.url.clone();
+        config.slack.signing_secret = Some(SLACK_SECRET.to_string().into());
+        config.slack.bot_token = Some("xoxb-test".to_string().into());
+        config.slack.api_url = slack.api_url();
+        config.slack.channel = Some("#deploys".into());
+        config.slack.approvers = vec!["UALICE".into()];
+        config
+    };
+    let fast = || gatebot::Options {
+        worker: Some(gatebot::notify::WorkerSettings {
+            base_backoff: Duration::from_millis(50),
+            idle_poll: Duration::from_millis(50),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let a = TestServer::start(config(), fast()).await;
+    let b = TestServer::start(config(), fast()).await;
+    let both = |path: &'static str, headers: Vec<(&'static str, String)>, body: Vec<u8>| {
+        let send = |server: &TestServer| {
+            let mut req = client().post(server.at(path)).body(body.clone());
+            for (k, v) in &headers {
+                req = req.header(*k, v);
+            }
+            req.send()
+        };
+        let (ra, rb) = (send(&a), send(&b));
+        async move {
+            let (ra, rb) = tokio::join!(ra, rb);
+            let mut codes = [ra.unwrap().status().as_u16(), rb.unwrap().status().as_u16()];
+            codes.sort_unstable();
+            codes
+        }
+    };
+
+    // GitHub: the same /promote delivery to both.
+    for n in 1..=8u64 {
+        let body = serde_json::to_vec(&comment(n, 7000 + n, "alice", "/promote")).unwrap();
+        let codes = both(
+            "/webhooks/github",
+            vec![
+                ("x-github-event", "issue_comment".into()),
+                ("x-github-delivery", format!("dup-{n}")),
+                (
+                    "x-hub-signature-256",
+                    gatebot::github::verify::sign(GITHUB_SECRET, &body),
+                ),
+            ],
+            body,
+        )
+        .await;
+        assert_eq!(codes, [200, 202], "stored once, the other a duplicate");
+    }
+    // Slack: the same slash command to both.
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            .to_string()
+    };
+    let slack_headers = |body: &[u8]| {
+        let ts = now();
+        let sig = gatebot::slack::verify::sign(SLACK_SECRET.as_bytes(), &ts, body);
+        vec![
+            (
+                "content-type",
+                "application/x-www-form-urlencoded".to_string(),
+            ),
+            ("x-slack-request-timestamp", ts),
+            ("x-slack-signature", sig),
+        ]
+    };
+    for n in 11..=14u64 {
+        let trigger = format!("trigger-{n}");
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs([
+                ("command", "/gatebot"),
+                ("text", &format!("promote {n}")),
+                ("user_id", "UALICE"),
+                ("user_name", "alice"),
+                ("response_url", &slack.response_url(&trigger)),
+                ("trigger_id", &trigger),
+            ])
+            .finish()
+            .into_bytes();
+        let codes = both("/webhooks/slack/commands", slack_headers(&body), body).await;
+        assert_eq!(codes, [200, 200]);
+    }
+    // Slack: the same Approve click to both.
+    let r = client()
+        .post(a.at("/gates/start/pr/21"))
+        .json(&json!({"name": "podinfo", "namespace": "test", "phase": "Waiting", "checksum": "rev-a"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    eventually("the waiting message", WAIT, || async {
+        !slack.ok("chat.postMessage").is_empty()
+    })
+    .await;
+    let message = slack.ok("chat.postMessage").remove(0);
+    let value = message.body["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["type"] == "actions")
+        .flat_map(|b| b["elements"].as_array().unwrap().clone())
+        .find(|e| e["action_id"] == "gatebot_approve")
+        .expect("an Approve button")["value"]
+        .clone();
+    let click = json!({
+        "type": "block_actions",
+        "team": {"id": "T0", "domain": "acme"},
+        "user": {"id": "UALICE", "username": "alice", "name": "alice", "team_id": "T0"},
+        "trigger_id": "click-1",
+        "container": {"type": "message", "message_ts": "1714572120.000001", "channel_id": "CDEPLOYS"},
+        "channel": {"id": "CDEPLOYS", "name": "deploys"},
+        "response_url": slack.response_url("click-1"),
+        "actions": [{"action_id": "gatebot_approve", "block_id": "b", "type": "button",
+                     "value": value, "action_ts": "1714572121.000001"}],
+    });
+    let body = form_urlencoded::Serializer::new(String::new())
+        .append_pair("payload", &click.to_string())
+        .finish()
+        .into_bytes();
+    let codes = both("/webhooks/slack/interactions", slack_headers(&body), body).await;
+    assert_eq!(codes, [200, 200]);
+
+    let gates: Vec<String> = (1..=8)
+        .chain(11..=14)
+        .map(|n| format!("/gates/promote/acme/shop/pr/{n}"))
+        .chain(["/gates/start/acme/shop/pr/21".to_string()])
+        .collect();
+    for gate in &gates {
+        eventually(&format!("{gate} open"), WAIT, || async {
+            client().get(b.at(gate)).send().await.unwrap().status() == 200
+        })
+        .await;
+    }
+    let settled = |server: &TestServer| {
+        let url = server.at("/api/v1/outbox?state=pending");
+        async move {
+            client()
+                .get(url)
+                .bearer_auth(ADMIN_TOKEN)
+                .send()
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()["jobs"]
+                .as_array()
+                .unwrap()
+                .is_empty()
+        }
+    };
+    eventually("both outboxes to drain", WAIT, || async {
+        settled(&a).await && settled(&b).await
+    })
+    .await;
+    for gate in &gates {
+        let audit = a.api(&format!("/api/v1/audit?gate={gate}")).await;
+        let opens = audit["audit"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["action"] == "open")
+            .count();
+        assert_eq!(opens, 1, "{gate} opened once: {audit}");
+    }
+    for n in 1..=8u64 {
+        let mut reactions = github.reactions_on(7000 + n);
+        reactions.sort();
+        assert_eq!(reactions, ["eyes", "rocket"], "comment {n}");
+    }
+    for n in 11..=14u64 {
+        let answers: Vec<_> = slack
+            .ok("respond")
+            .into_iter()
+            .filter(|r| r.body["_response_url_id"] == format!("trigger-{n}"))
+            .collect();
+        assert_eq!(answers.len(), 1, "one answer to command {n}");
+    }
+    assert_eq!(slack.ok("chat.update").len(), 1, "the message updated once");
+}
+
+fn comment(pr: u64, comment_id: u64, user: &str, body: &str) -> serde_json::Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/fixtures/github/issue_comment.created.on-pull-request.rust-lang-bors.json"
+    );
+    let mut p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    p["repository"]["full_name"] = json!("acme/shop");
+    p["repository"]["name"] = json!("shop");
+    p["issue"]["number"] = json!(pr);
+    p["comment"]["id"] = json!(comment_id);
+    p["comment"]["body"] = json!(body);
+    p["comment"]["user"]["login"] = json!(user);
+    p
 }

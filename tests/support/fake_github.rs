@@ -102,6 +102,24 @@ pub struct Inner {
     write_failures: Mutex<VecDeque<Failure>>,
     next_id: AtomicU64,
     pub login: Mutex<String>,
+    /// How long a write's answer takes after the write is applied.
+    write_delay: Mutex<std::time::Duration>,
+    /// Writes applied but not yet answered, by Authorization header.
+    in_flight: Mutex<HashMap<String, usize>>,
+}
+
+/// Counts a write as in flight until its answer is sent or abandoned.
+struct InFlight {
+    inner: Arc<Inner>,
+    key: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(n) = self.inner.in_flight.lock().unwrap().get_mut(&self.key) {
+            *n -= 1;
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -187,6 +205,23 @@ impl FakeGithub {
             .insert(number, login.to_string());
     }
 
+    /// Applies every write at once but answers it only after `delay`, as a slow
+    /// network would: a client that dies meanwhile never learns it succeeded.
+    pub fn set_write_delay(&self, delay: std::time::Duration) {
+        *self.inner.write_delay.lock().unwrap() = delay;
+    }
+
+    /// Writes by this Authorization header that are applied but not yet answered.
+    pub fn in_flight(&self, authorization: &str) -> usize {
+        self.inner
+            .in_flight
+            .lock()
+            .unwrap()
+            .get(authorization)
+            .copied()
+            .unwrap_or(0)
+    }
+
     pub fn fail_writes(&self, failures: impl IntoIterator<Item = Failure>) {
         self.inner.write_failures.lock().unwrap().extend(failures);
     }
@@ -214,6 +249,13 @@ impl FakeGithub {
             .into_iter()
             .filter(|c| c.body.contains("<!-- gatebot:status"))
             .collect()
+    }
+
+    pub fn status_comments_total(&self) -> usize {
+        self.comments()
+            .iter()
+            .filter(|c| c.body.contains("<!-- gatebot:status"))
+            .count()
     }
 
     /// Replies (not the status comment) on a PR.
@@ -270,6 +312,8 @@ async fn record(State(inner): State<Arc<Inner>>, req: Request, next: Next) -> Re
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    let write =
+        (method == Method::POST || method == Method::PATCH) && !path.ends_with("/access_tokens");
     let failure = if method == Method::POST || method == Method::PATCH {
         // Token minting is not a write gatebot makes on its own behalf.
         if path.ends_with("/access_tokens") {
@@ -295,6 +339,25 @@ async fn record(State(inner): State<Arc<Inner>>, req: Request, next: Next) -> Re
                 Json(json!({"message": f.message, "documentation_url": "https://docs.github.com/rest"})),
             )
                 .into_response()
+        }
+        None if write => {
+            let key = authorization.clone().unwrap_or_default();
+            *inner
+                .in_flight
+                .lock()
+                .unwrap()
+                .entry(key.clone())
+                .or_default() += 1;
+            let _in_flight = InFlight {
+                inner: inner.clone(),
+                key,
+            };
+            let response = next.run(req).await;
+            let delay = *inner.write_delay.lock().unwrap();
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            response
         }
         None => next.run(req).await,
     };
