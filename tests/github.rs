@@ -869,6 +869,50 @@ async fn github_app_uses_installation_tokens() {
     );
 }
 
+/// GitHub applies a reply but answers too late (the sender gave up, as one
+/// that died would): the retry finds the reply by its job marker instead of
+/// posting it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reply_posted_by_an_attempt_that_never_heard_back_is_not_posted_again() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let github = FakeGithub::start().await;
+    github.set_permission("rita", "read");
+    // Longer than the send timeout (80% of the lease).
+    github.set_write_delay(Duration::from_millis(800));
+    let mut config = db.config();
+    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
+    config.github.repository = Some("acme/shop".parse().unwrap());
+    config.github.webhook_secret = Some(SECRET.to_string().into());
+    config.github.token = Some("ghp_test".to_string().into());
+    config.github.api_url = github.url.clone();
+    let mut options = fast_worker();
+    if let Some(w) = options.worker.as_mut() {
+        w.lease = Duration::from_millis(500);
+    }
+    let server = TestServer::start(config, options).await;
+    let (status, _) = deliver(
+        &server,
+        "issue_comment",
+        &comment(71, 7101, "rita", "/promote"),
+    )
+    .await;
+    assert_eq!(status, 202);
+    eventually("the refusal to be posted", WAIT, || async {
+        !github.replies(71).is_empty()
+    })
+    .await;
+    eventually("the reply job to be settled", WAIT, || async {
+        let jobs = server.api("/api/v1/outbox").await;
+        jobs["jobs"].as_array().unwrap().iter().any(|j| {
+            j["topic"] == "comment" && j["state"] == "done" && j["attempts"].as_i64() >= Some(2)
+        })
+    })
+    .await;
+    let replies = github.replies(71);
+    assert_eq!(replies.len(), 1, "posted once: {replies:?}");
+    assert!(replies[0].body.contains("read"), "{}", replies[0].body);
+}
+
 /// The real binary, killed right after it acknowledged a delivery, applies the
 /// command once restarted on the same database.
 #[tokio::test]

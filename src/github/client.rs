@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::config::{GithubConfig, Permission};
-use crate::gate::{PrNumber, RepoName};
+use crate::gate::{Millis, PrNumber, RepoName};
 use crate::notify::SendError;
 
 /// Why a call did not succeed.
@@ -356,19 +356,26 @@ impl GithubClient {
     }
 
     /// The first comment on the PR whose body contains `marker` (first 100 comments).
+    /// The first comment containing `marker`, among the first 100 (updated
+    /// after `since`, when given).
     pub async fn find_comment(
         &self,
         repo: &RepoName,
         number: PrNumber,
         marker: &str,
+        since: Option<Millis>,
     ) -> Result<Option<u64>, ApiError> {
         let crab = self.crab(Some(repo)).await?;
-        let path = format!(
+        let mut path = format!(
             "/repos/{}/{}/issues/{}/comments?per_page=100",
             repo.owner(),
             repo.name(),
             number.0
         );
+        if let Some(ms) = since {
+            let at = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+            path.push_str(&format!("&since={}", humantime::format_rfc3339_seconds(at)));
+        }
         let comments: Vec<CommentAnswer> = read(&crab, &path).await?;
         Ok(comments
             .into_iter()

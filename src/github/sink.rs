@@ -108,7 +108,7 @@ impl GithubSink {
         }
     }
 
-    async fn run(&self, job: GithubJob) -> Result<(), SendError> {
+    async fn run(&self, job: GithubJob, item: &QueueItem) -> Result<(), SendError> {
         let api = |e: ApiError| e.to_send_error();
         match job {
             GithubJob::Reaction {
@@ -134,8 +134,23 @@ impl GithubSink {
                 if let Some(id) = installation {
                     self.client.learn_installation(&repo, id);
                 }
+                // A sender that died (or timed out) before GitHub answered may
+                // have posted it: on a retry, look for this job's marker first.
+                let marker = format!("<!-- gatebot:job:{} -->", item.id);
+                if item.attempts > 1 {
+                    let since = Some(item.created_at - 60_000);
+                    if let Some(id) = self
+                        .client
+                        .find_comment(&repo, number, &marker, since)
+                        .await
+                        .map_err(api)?
+                    {
+                        tracing::info!(comment = id, job = %item.id, "comment was posted by an earlier attempt");
+                        return Ok(());
+                    }
+                }
                 self.client
-                    .create_comment(&repo, number, &body)
+                    .create_comment(&repo, number, &format!("{body}\n{marker}"))
                     .await
                     .map(|_| ())
                     .map_err(api)
@@ -207,7 +222,7 @@ impl GithubSink {
                     let marker = status_marker(repo, number);
                     let found = self
                         .client
-                        .find_comment(repo, number, &marker)
+                        .find_comment(repo, number, &marker, None)
                         .await
                         .map_err(|e| e.to_send_error())?;
                     let id = match found {
@@ -288,7 +303,7 @@ impl Handler for GithubSink {
         Box::pin(async move {
             let job: GithubJob = serde_json::from_str(&item.payload)
                 .map_err(|e| SendError::Permanent(format!("unreadable GitHub job: {e}")))?;
-            self.run(job).await
+            self.run(job, item).await
         })
     }
 }
