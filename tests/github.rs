@@ -9,19 +9,13 @@ use gatebot::github::verify::sign;
 use serde_json::{json, Value};
 use support::fake_github::{Failure, FakeGithub};
 use support::flagger::{FlaggerSim, Hook, HookType, Phase, Strategy};
+use support::github_payloads::{comment, fixture};
 use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 
 const WAIT: Duration = Duration::from_secs(15);
 const SECRET: &str = "test-webhook-secret";
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/github");
 /// The PR author in the fixture.
 const AUTHOR: &str = "Kobzol";
-
-fn fixture(name: &str) -> Value {
-    let text = std::fs::read_to_string(format!("{FIXTURES}/{name}"))
-        .unwrap_or_else(|e| panic!("fixture {name}: {e}"));
-    serde_json::from_str(&text).unwrap()
-}
 
 struct Env {
     server: TestServer,
@@ -63,18 +57,6 @@ async fn setup_with(backend: Backend, tweak: impl FnOnce(&mut gatebot::Config, &
 
 async fn setup(backend: Backend) -> Env {
     setup_with(backend, |_, _| {}).await
-}
-
-/// A comment on PR `pr` of acme/shop, from the real PR-comment payload.
-fn comment(pr: u64, comment_id: u64, user: &str, body: &str) -> Value {
-    let mut p = fixture("issue_comment.created.on-pull-request.rust-lang-bors.json");
-    p["repository"]["full_name"] = json!("acme/shop");
-    p["repository"]["name"] = json!("shop");
-    p["issue"]["number"] = json!(pr);
-    p["comment"]["id"] = json!(comment_id);
-    p["comment"]["body"] = json!(body);
-    p["comment"]["user"]["login"] = json!(user);
-    p
 }
 
 fn pull_request_event(name: &str, pr: u64) -> Value {

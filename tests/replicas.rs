@@ -15,6 +15,7 @@ use serde_json::json;
 use support::fake_github::FakeGithub;
 use support::fake_slack::FakeSlack;
 use support::flagger::{FlaggerSim, Hook, HookType, Phase, Strategy};
+use support::github_payloads::comment;
 use support::harness::{
     client, eventually, options_with, postgres_url, Backend, RecordingSink, TestDb, TestServer,
     ADMIN_TOKEN,
@@ -564,20 +565,4 @@ async fn duplicate_deliveries_to_both_replicas_apply_once() {
         assert_eq!(answers.len(), 1, "one answer to command {n}");
     }
     assert_eq!(slack.ok("chat.update").len(), 1, "the message updated once");
-}
-
-fn comment(pr: u64, comment_id: u64, user: &str, body: &str) -> serde_json::Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/github/issue_comment.created.on-pull-request.rust-lang-bors.json"
-    );
-    let mut p: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    p["repository"]["full_name"] = json!("acme/shop");
-    p["repository"]["name"] = json!("shop");
-    p["issue"]["number"] = json!(pr);
-    p["comment"]["id"] = json!(comment_id);
-    p["comment"]["body"] = json!(body);
-    p["comment"]["user"]["login"] = json!(user);
-    p
 }

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use support::fake_github::FakeGithub;
 use support::fake_slack::{FakeSlack, Request};
 use support::flagger::{FlaggerSim, Hook, HookType, Phase, Strategy};
+use support::github_payloads::comment;
 use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -709,19 +710,8 @@ async fn pr_author_may_not_approve_own_pr_from_slack() {
     );
     env.wait_gate("/gates/start/acme/shop/pr/42", "open").await;
     // An author seen in a GitHub delivery needs no API call.
-    let mut comment: Value = serde_json::from_str(
-        &std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/fixtures/github/issue_comment.created.on-pull-request.rust-lang-bors.json"
-        ))
-        .unwrap(),
-    )
-    .unwrap();
-    comment["repository"]["full_name"] = json!("acme/shop");
-    comment["issue"]["number"] = json!(44);
+    let mut comment = comment(44, 4401, "carol", "/hold until the freeze ends");
     comment["issue"]["user"]["login"] = json!("alice-gh");
-    comment["comment"]["body"] = json!("/hold until the freeze ends");
-    comment["comment"]["user"]["login"] = json!("carol");
     github.set_permission("carol", "write");
     let body = serde_json::to_vec(&comment).unwrap();
     let r = client()

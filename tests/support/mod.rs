@@ -4,5 +4,6 @@
 pub mod fake_github;
 pub mod fake_slack;
 pub mod flagger;
+pub mod github_payloads;
 pub mod harness;
 pub mod served;
