@@ -8,7 +8,7 @@ use std::time::Duration;
 use gatebot::clock::ManualClock;
 use gatebot::notify::{Notice, SendError};
 use serde_json::json;
-use support::flagger::{FlaggerSim, Hook, HookType, Phase, Strategy};
+use support::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
 use support::harness::{
     client, eventually, options_with, status, Backend, RecordingSink, TestDb, TestServer,
     ADMIN_TOKEN,
@@ -26,30 +26,13 @@ async fn server(backend: Backend) -> (TestServer, std::sync::Arc<RecordingSink>,
     (server, sink, db)
 }
 
-fn hooks(server: &TestServer, pr: u32) -> Vec<Hook> {
-    vec![
-        Hook::new(
-            "start-gate",
-            HookType::ConfirmRollout,
-            server.at(&format!("/gates/start/pr/{pr}")),
-        ),
-        Hook::new(
-            "promote-gate",
-            HookType::ConfirmPromotion,
-            server.at(&format!("/gates/promote/pr/{pr}")),
-        ),
-        Hook::new(
-            "rollback-gate",
-            HookType::Rollback,
-            server.at(&format!("/gates/rollback/pr/{pr}")),
-        ),
-        Hook::new("timeline", HookType::Event, server.at("/flagger/events"))
-            .with_metadata("pr", &pr.to_string()),
-    ]
-}
-
 fn canary(server: &TestServer, pr: u32, strategy: Strategy) -> FlaggerSim {
-    let mut sim = FlaggerSim::new("podinfo", "test", strategy, hooks(server, pr));
+    let mut sim = FlaggerSim::new(
+        "podinfo",
+        "test",
+        strategy,
+        pr_hooks(&server.url, pr.into()),
+    );
     sim.deploy("rev-a");
     sim
 }

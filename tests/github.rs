@@ -8,7 +8,7 @@ use std::time::Duration;
 use gatebot::github::verify::sign;
 use serde_json::{json, Value};
 use support::fake_github::{Failure, FakeGithub};
-use support::flagger::{FlaggerSim, Hook, HookType, Phase, Strategy};
+use support::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
 use support::github_payloads::{comment, fixture};
 use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 
@@ -119,28 +119,6 @@ fn actions(entries: &[Value], action: &str) -> usize {
     entries.iter().filter(|e| e["action"] == action).count()
 }
 
-fn hooks(server: &TestServer, pr: u64) -> Vec<Hook> {
-    vec![
-        Hook::new(
-            "start-gate",
-            HookType::ConfirmRollout,
-            server.at(&format!("/gates/start/pr/{pr}")),
-        ),
-        Hook::new(
-            "promote-gate",
-            HookType::ConfirmPromotion,
-            server.at(&format!("/gates/promote/pr/{pr}")),
-        ),
-        Hook::new(
-            "rollback-gate",
-            HookType::Rollback,
-            server.at(&format!("/gates/rollback/pr/{pr}")),
-        ),
-        Hook::new("timeline", HookType::Event, server.at("/flagger/events"))
-            .with_metadata("pr", &pr.to_string()),
-    ]
-}
-
 /// A canary of PR `pr` with a new revision applied, before its first gate.
 async fn canary(server: &TestServer, pr: u64) -> FlaggerSim {
     let mut sim = FlaggerSim::new(
@@ -150,7 +128,7 @@ async fn canary(server: &TestServer, pr: u64) -> FlaggerSim {
             step_weight: 50,
             max_weight: 50,
         },
-        hooks(server, pr),
+        pr_hooks(&server.url, pr),
     );
     sim.deploy("rev-a");
     sim.tick().await;

@@ -14,7 +14,7 @@ use axum::http::{Method, StatusCode, Uri};
 use serde_json::json;
 use support::fake_github::FakeGithub;
 use support::fake_slack::FakeSlack;
-use support::flagger::{FlaggerSim, Hook, HookType, Phase, Strategy};
+use support::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
 use support::github_payloads::comment;
 use support::harness::{
     client, eventually, options_with, postgres_url, Backend, RecordingSink, TestDb, TestServer,
@@ -96,29 +96,7 @@ async fn two_replicas_behind_flagger_agree() {
     let b = TestServer::start(replica_config(&db), options_with(&sink_b, None)).await;
     let (proxy, forwarded) = round_robin(vec![a.url.clone(), b.url.clone()]).await;
 
-    let hooks = vec![
-        Hook::new(
-            "start-gate",
-            HookType::ConfirmRollout,
-            format!("{proxy}/gates/start/pr/42"),
-        ),
-        Hook::new(
-            "promote-gate",
-            HookType::ConfirmPromotion,
-            format!("{proxy}/gates/promote/pr/42"),
-        ),
-        Hook::new(
-            "rollback-gate",
-            HookType::Rollback,
-            format!("{proxy}/gates/rollback/pr/42"),
-        ),
-        Hook::new(
-            "timeline",
-            HookType::Event,
-            format!("{proxy}/flagger/events"),
-        )
-        .with_metadata("pr", "42"),
-    ];
+    let hooks = pr_hooks(&proxy, 42);
     let mut sim = FlaggerSim::new(
         "podinfo",
         "test",

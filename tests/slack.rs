@@ -12,7 +12,7 @@ use gatebot::Options;
 use serde_json::{json, Value};
 use support::fake_github::FakeGithub;
 use support::fake_slack::{FakeSlack, Request};
-use support::flagger::{FlaggerSim, Hook, HookType, Phase, Strategy};
+use support::flagger::{pr_hooks, FlaggerSim, Hook, HookType, Phase, Strategy};
 use support::github_payloads::comment;
 use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 
@@ -94,28 +94,6 @@ async fn env(backend: Backend, setup: Setup<'_>) -> Env {
         clock,
         _db: db,
     }
-}
-
-fn hooks(server: &TestServer, pr: u32) -> Vec<Hook> {
-    vec![
-        Hook::new(
-            "start-gate",
-            HookType::ConfirmRollout,
-            server.at(&format!("/gates/start/pr/{pr}")),
-        ),
-        Hook::new(
-            "promote-gate",
-            HookType::ConfirmPromotion,
-            server.at(&format!("/gates/promote/pr/{pr}")),
-        ),
-        Hook::new(
-            "rollback-gate",
-            HookType::Rollback,
-            server.at(&format!("/gates/rollback/pr/{pr}")),
-        ),
-        Hook::new("timeline", HookType::Event, server.at("/flagger/events"))
-            .with_metadata("pr", &pr.to_string()),
-    ]
 }
 
 /// A canary past its first deployment, with revision `rev-b` applied.
@@ -357,7 +335,7 @@ on_both_stores!(
 
 async fn wait_posts_one_message_with_both_buttons(backend: Backend) {
     let env = env(backend, Setup::default()).await;
-    let mut sim = released(hooks(&env.server, 42)).await;
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
     for _ in 0..4 {
         sim.tick().await;
     }
@@ -401,7 +379,7 @@ async fn wait_posts_one_message_with_both_buttons(backend: Backend) {
 
 async fn approve_click_opens_gate_and_simulator_promotes(backend: Backend) {
     let env = env(backend, Setup::default()).await;
-    let mut sim = released(hooks(&env.server, 42)).await;
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
     sim.tick().await;
     let start = env
         .waiting_message_for("/gates/start/acme/shop/pr/42")
@@ -488,7 +466,7 @@ async fn approve_click_opens_gate_and_simulator_promotes(backend: Backend) {
 async fn reject_on_promotion_makes_simulator_roll_back(backend: Backend) {
     let env = env(backend, Setup::default()).await;
     env.server.open("/gates/start/pr/42").await;
-    let mut sim = released(hooks(&env.server, 42)).await;
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
     assert!(
         sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
             .await
@@ -526,7 +504,7 @@ async fn reject_on_promotion_makes_simulator_roll_back(backend: Backend) {
 
 async fn late_second_click_and_slack_retry_change_nothing(backend: Backend) {
     let env = env(backend, Setup::default()).await;
-    let mut sim = released(hooks(&env.server, 42)).await;
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
     sim.tick().await;
     let start = env
         .waiting_message_for("/gates/start/acme/shop/pr/42")
@@ -596,7 +574,7 @@ async fn late_second_click_and_slack_retry_change_nothing(backend: Backend) {
 
 async fn disallowed_user_gets_ephemeral_refusal(backend: Backend) {
     let env = env(backend, Setup::default()).await;
-    let mut sim = released(hooks(&env.server, 42)).await;
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
     sim.tick().await;
     let start = env
         .waiting_message_for("/gates/start/acme/shop/pr/42")
@@ -649,7 +627,7 @@ async fn pr_author_may_not_approve_own_pr_from_slack() {
         },
     )
     .await;
-    let mut sim = released(hooks(&env.server, 42)).await;
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
     sim.tick().await;
     let start = env
         .waiting_message_for("/gates/start/acme/shop/pr/42")
@@ -752,7 +730,7 @@ async fn empty_approvers_means_nobody_and_names_the_setting() {
         },
     )
     .await;
-    let mut sim = released(hooks(&env.server, 42)).await;
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
     sim.tick().await;
     let start = env
         .waiting_message_for("/gates/start/acme/shop/pr/42")
@@ -787,7 +765,7 @@ async fn empty_approvers_means_nobody_and_names_the_setting() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reject_on_start_keeps_gate_closed_and_records_why() {
     let env = env(Backend::Sqlite, Setup::default()).await;
-    let mut sim = released(hooks(&env.server, 42)).await;
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
     sim.tick().await;
     let start = env
         .waiting_message_for("/gates/start/acme/shop/pr/42")
@@ -831,7 +809,7 @@ async fn reject_on_start_keeps_gate_closed_and_records_why() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_timestamp_and_forged_signature_are_refused_and_store_nothing() {
     let env = env(Backend::Sqlite, Setup::default()).await;
-    let mut sim = released(hooks(&env.server, 42)).await;
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
     sim.tick().await;
     let start = env
         .waiting_message_for("/gates/start/acme/shop/pr/42")
@@ -900,7 +878,7 @@ async fn org_wide_click_with_team_null_is_worked() {
         },
     )
     .await;
-    let mut sim = released(hooks(&env.server, 42)).await;
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
     sim.tick().await;
     let start = env
         .waiting_message_for("/gates/start/acme/shop/pr/42")
@@ -1026,7 +1004,7 @@ async fn rate_limited_message_is_delayed_and_sent_once() {
     )
     .await;
     env.slack.rate_limit_next("chat.postMessage", 1);
-    let mut sim = released(hooks(&env.server, 42)).await;
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
     sim.tick().await;
     env.waiting_message_for("/gates/start/acme/shop/pr/42")
         .await;
@@ -1170,7 +1148,7 @@ async fn user_group_approvers_are_expanded_and_cached() {
     )
     .await;
     env.slack.set_group("S0RELEASE", &["UCAROL", "UDAVE"]);
-    let mut sim = released(hooks(&env.server, 42)).await;
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
     sim.tick().await;
     let start = env
         .waiting_message_for("/gates/start/acme/shop/pr/42")
@@ -1305,7 +1283,7 @@ async fn operators_override_message_templates() {
         },
     )
     .await;
-    let mut sim = released(hooks(&env.server, 42)).await;
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
     sim.tick().await;
     let message = env
         .waiting_message_for("/gates/start/acme/shop/pr/42")

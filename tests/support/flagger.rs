@@ -817,3 +817,31 @@ async fn post(url: &str, body: &str, timeout: Duration) -> (Option<u16>, String)
         Err(e) => (None, e.to_string()),
     }
 }
+
+/// The hooks a Canary for pull request `pr` points at gatebot (at `base`): the
+/// start, promote and rollback gates of the PR, and the event hook.
+pub fn pr_hooks(base: &str, pr: u64) -> Vec<Hook> {
+    vec![
+        Hook::new(
+            "start-gate",
+            HookType::ConfirmRollout,
+            format!("{base}/gates/start/pr/{pr}"),
+        ),
+        Hook::new(
+            "promote-gate",
+            HookType::ConfirmPromotion,
+            format!("{base}/gates/promote/pr/{pr}"),
+        ),
+        Hook::new(
+            "rollback-gate",
+            HookType::Rollback,
+            format!("{base}/gates/rollback/pr/{pr}"),
+        ),
+        Hook::new(
+            "timeline",
+            HookType::Event,
+            format!("{base}/flagger/events"),
+        )
+        .with_metadata("pr", &pr.to_string()),
+    ]
+}
