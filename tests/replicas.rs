@@ -84,19 +84,44 @@ async fn round_robin(upstreams: Vec<String>) -> (String, Arc<AtomicUsize>) {
     (format!("http://{addr}"), next)
 }
 
+/// Opens a gate through a replica's operator API.
+async fn open_via(replica: &str, gate: &str) {
+    let r = client()
+        .post(format!("{replica}/api/v1/gates/open"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"gate": gate}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "open {gate} via {replica}");
+}
+
+/// Two real gatebot processes on one database behind a round-robin proxy, so
+/// Flagger's checks alternate between them, with GitHub and Slack configured.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_behind_flagger_agree() {
     if skip() {
         return;
     }
     let db = TestDb::new(Backend::Postgres).await;
-    let sink_a = RecordingSink::new();
-    let sink_b = RecordingSink::new();
-    let a = TestServer::start(replica_config(&db), options_with(&sink_a, None)).await;
-    let b = TestServer::start(replica_config(&db), options_with(&sink_b, None)).await;
+    let github = FakeGithub::start().await;
+    let slack = FakeSlack::start().await;
+    let vars = [
+        ("GATEBOT_GITHUB_TOKEN", "ghp_test".to_string()),
+        ("GATEBOT_GITHUB_WEBHOOK_SECRET", GITHUB_SECRET.to_string()),
+        ("GATEBOT_GITHUB_API_URL", github.url.clone()),
+        ("GATEBOT_GITHUB_REPOSITORY", "acme/shop".to_string()),
+        ("GATEBOT_SLACK_SIGNING_SECRET", SLACK_SECRET.to_string()),
+        ("GATEBOT_SLACK_BOT_TOKEN", "xoxb-test".to_string()),
+        ("GATEBOT_SLACK_API_URL", slack.api_url()),
+        ("GATEBOT_SLACK_CHANNEL", "#deploys".to_string()),
+        ("RUST_LOG", "warn".to_string()),
+    ];
+    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let a = Served::start(&db, &vars);
+    let b = Served::start(&db, &vars);
     let (proxy, forwarded) = round_robin(vec![a.url.clone(), b.url.clone()]).await;
 
-    let hooks = pr_hooks(&proxy, 42);
     let mut sim = FlaggerSim::new(
         "podinfo",
         "test",
@@ -104,7 +129,7 @@ async fn two_replicas_behind_flagger_agree() {
             step_weight: 50,
             max_weight: 50,
         },
-        hooks,
+        pr_hooks(&proxy, 42),
     );
     sim.tick().await;
     sim.deploy("rev-b");
@@ -114,17 +139,14 @@ async fn two_replicas_behind_flagger_agree() {
     assert_eq!(sim.phase(), Phase::Waiting);
 
     // Opened through one replica, open on both at once.
-    a.open("/gates/start/pr/42").await;
-    let body =
-        json!({"name": "podinfo", "namespace": "test", "phase": "Waiting", "checksum": "rev-0000"});
-    for server in [&a, &b] {
+    open_via(&a.url, "/gates/start/pr/42").await;
+    for replica in [&a.url, &b.url] {
         let r = client()
-            .get(server.at("/gates/start/pr/42"))
+            .get(format!("{replica}/gates/start/pr/42"))
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status(), 200, "peek on {}", server.url);
-        let _ = &body;
+        assert_eq!(r.status(), 200, "peek on {replica}");
     }
     assert!(
         sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
@@ -133,28 +155,52 @@ async fn two_replicas_behind_flagger_agree() {
     for _ in 0..3 {
         sim.tick().await;
     }
-    b.open("/gates/promote/pr/42").await;
+    open_via(&b.url, "/gates/promote/pr/42").await;
     assert!(sim.run_until(|s| s.promotions() == 1, 6).await, "promoted");
     assert!(
         forwarded.load(Ordering::SeqCst) > 10,
         "checks went to both replicas"
     );
 
-    // Each wait was announced once across both replicas.
-    eventually("both notices", Duration::from_secs(10), || async {
-        sink_a.waits_started().len() + sink_b.waits_started().len() == 2
+    // Each wait was announced once across both replicas: one Slack message per
+    // wait, one status comment for the PR.
+    let waits: serde_json::Value = client()
+        .get(format!("{}/api/v1/waits", a.url))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(waits["waits"].as_array().unwrap().len(), 2, "{waits}");
+    let posted = || {
+        slack
+            .ok("chat.postMessage")
+            .into_iter()
+            .filter(|m| m.body.get("thread_ts").is_none())
+            .count()
+    };
+    eventually("both waiting messages", WAIT, || async { posted() == 2 }).await;
+    eventually("the status comment", WAIT, || async {
+        !github.status_comments(42).is_empty()
     })
     .await;
-    let waits = a.api("/api/v1/waits").await;
-    assert_eq!(waits["waits"].as_array().unwrap().len(), 2, "{waits}");
-    let jobs = b.api("/api/v1/outbox").await;
-    let wait_jobs = jobs["jobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|j| j["topic"] == "wait_started")
-        .count();
-    assert_eq!(wait_jobs, 2, "one job per wait: {jobs}");
+    let settled = || async {
+        let jobs: serde_json::Value = client()
+            .get(format!("{}/api/v1/outbox?state=pending", b.url))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        jobs["jobs"].as_array().unwrap().is_empty()
+    };
+    eventually("the outbox to drain", WAIT, settled).await;
+    assert_eq!(posted(), 2, "one message per wait");
+    assert_eq!(github.status_comments(42).len(), 1, "one status comment");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
