@@ -355,8 +355,7 @@ impl GithubClient {
         answer(r).await.map(|_| ())
     }
 
-    /// The first comment on the PR whose body contains `marker` (first 100 comments).
-    /// The first comment containing `marker`, among the first 100 (updated
+    /// The PR's first comment containing `marker`, among the first 100 (updated
     /// after `since`, when given).
     pub async fn find_comment(
         &self,

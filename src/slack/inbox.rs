@@ -17,7 +17,7 @@ use crate::engine::{EngineError, Provenance};
 use crate::gate::{Actor, GateKey, GateKind, GateStatus, Scope, Source};
 use crate::github::authors::PrAuthors;
 use crate::notify::{BoxFuture, Handler, SendError};
-use crate::policy::{Policy, SlackRule};
+use crate::policy::SlackRule;
 use crate::store::QueueItem;
 use crate::templates::Templates;
 use crate::AppState;
@@ -28,7 +28,6 @@ pub const SLASH: &str = "slash_command";
 pub struct SlackInbox {
     pub state: AppState,
     pub approvers: Arc<Approvers>,
-    pub policy: Policy,
     pub authors: PrAuthors,
 }
 
@@ -181,7 +180,7 @@ impl SlackInbox {
         if !rule.forbid_self_approval {
             return Ok(None);
         }
-        let Some(login) = self.policy.github_login_of(user) else {
+        let Some(login) = self.state.policy.github_login_of(user) else {
             return Ok(None);
         };
         for key in keys {
@@ -233,7 +232,7 @@ impl SlackInbox {
             return self.respond(url, text).await;
         }
 
-        let rule = self.policy.slack(command);
+        let rule = self.state.policy.slack(command);
         let verdict = self.approvers.check(&rule, &user).await?;
         if verdict != Verdict::Allowed {
             let text = refusal(self.templates(), &verdict, &rule, command, &user);
@@ -356,7 +355,7 @@ impl SlackInbox {
         let who = Provenance::new(Actor::new(c.user_label(), Source::Slack))
             .reason(inv.reason.clone())
             .delivery(format!("slack:{}", c.trigger_id));
-        let rule = self.policy.slack(inv.command);
+        let rule = self.state.policy.slack(inv.command);
         let verdict = self.approvers.check(&rule, &c.user_id).await?;
         if verdict != Verdict::Allowed {
             for key in actions::gates_for(inv.command, &subject) {

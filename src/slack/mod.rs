@@ -109,7 +109,6 @@ pub fn inbox_handlers(state: &AppState) -> anyhow::Result<HashMap<String, Arc<dy
     let handler = inbox::SlackInbox {
         state: state.clone(),
         approvers: Arc::new(approvers::Approvers::new(api)),
-        policy: state.policy.clone(),
         authors: crate::github::authors::PrAuthors {
             store: state.store.clone(),
             client: crate::github::client::GithubClient::from_config(&state.config.github)?
