@@ -110,7 +110,7 @@ impl Drop for Cluster {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_postgres_closes_gates_and_recovers_by_itself() {
     let Some(cluster) = Cluster::new() else {
-        eprintln!("SKIPPED: set GATEBOT_TEST_PG_CTL to run the outage test (bash .ci/run does)");
+        eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_PG_CTL to run the outage test (bash .ci/run does)");
         return;
     };
     let mut config = gatebot::Config::with_database(&cluster.url());

@@ -26,7 +26,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 fn skip() -> bool {
     if postgres_url().is_none() {
-        eprintln!("SKIPPED: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)");
+        eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)");
         return true;
     }
     false
