@@ -155,7 +155,7 @@ impl GithubSink {
                     .map(|_| ())
                     .map_err(api)
             }
-            GithubJob::Status { repo, number } => self.status(&repo, number).await.map(|_| ()),
+            GithubJob::Status { repo, number } => self.status(&repo, number).await,
         }
     }
 
@@ -171,8 +171,8 @@ impl GithubSink {
     }
 
     /// Creates the PR's status comment, or edits it in place.
-    /// False when the PR has no status comment and needs none.
-    async fn status(&self, repo: &RepoName, number: PrNumber) -> Result<bool, SendError> {
+    /// Nothing when the PR has no status comment and needs none.
+    async fn status(&self, repo: &RepoName, number: PrNumber) -> Result<(), SendError> {
         let retry = |e: crate::store::StoreError| SendError::retry(e.to_string());
         let key = comment_key(repo, number);
         let mut last_sent: Option<String> = None;
@@ -180,10 +180,10 @@ impl GithubSink {
         // frees the dedupe key); rendering again here usually saves that one a call.
         for _ in 0..3 {
             let Some(body) = self.render(repo, number).await? else {
-                return Ok(false);
+                return Ok(());
             };
             if last_sent.as_deref() == Some(body.as_str()) {
-                return Ok(true);
+                return Ok(());
             }
             let hash_key = hash_key(repo, number);
             let hash = digest(&body);
@@ -198,7 +198,7 @@ impl GithubSink {
                         .as_deref()
                         == Some(hash.as_str())
                     {
-                        return Ok(true);
+                        return Ok(());
                     }
                     match self.client.edit_comment(repo, id, &body).await {
                         Ok(()) => {}
@@ -251,7 +251,7 @@ impl GithubSink {
                 .map_err(retry)?;
             last_sent = Some(body);
         }
-        Ok(true)
+        Ok(())
     }
 }
 
