@@ -14,14 +14,16 @@
 #[path = "../tests/support/fake_github.rs"]
 #[allow(dead_code)]
 mod fake_github;
+#[path = "../tests/support/harness.rs"]
+#[allow(dead_code)]
+mod harness;
 
 use std::time::{Duration, Instant};
 
 use gatebot::github::verify::sign;
-use gatebot::{Config, Gatebot, Options};
+use gatebot::{Config, Options};
 use serde_json::json;
 use sqlx::Connection;
-use tokio::net::TcpListener;
 
 const SECRET: &str = "bench-secret";
 
@@ -64,28 +66,13 @@ fn payload(pr: u64, comment_id: u64) -> Vec<u8> {
     .unwrap()
 }
 
-struct Replica {
-    base: String,
-    stop: tokio::sync::oneshot::Sender<()>,
-    server: tokio::task::JoinHandle<anyhow::Result<()>>,
-}
-
-async fn replica(database_url: &str, github: &fake_github::FakeGithub) -> Replica {
+async fn replica(database_url: &str, github: &fake_github::FakeGithub) -> harness::TestServer {
     let mut config = Config::with_database(database_url);
     config.github.webhook_secret = Some(SECRET.to_string().into());
     config.github.token = Some("ghp_bench".to_string().into());
     config.github.api_url = github.url.clone();
     config.github.repository = Some("acme/shop".parse().unwrap());
-    let gatebot = Gatebot::start_with(config, Options::default())
-        .await
-        .unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(gatebot.serve(listener, async move {
-        let _ = stopped.await;
-    }));
-    Replica { base, stop, server }
+    harness::TestServer::start(config, Options::default()).await
 }
 
 /// One approval: (time to acknowledge, time until the other replica opens).
@@ -131,7 +118,7 @@ async fn run(urls: &[String], count: usize, concurrency: usize) -> Report {
     for url in urls {
         replicas.push(replica(url, &github).await);
     }
-    let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
+    let bases: Vec<String> = replicas.iter().map(|r| r.url.clone()).collect();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(2 * concurrency)
         .build()
@@ -166,8 +153,7 @@ async fn run(urls: &[String], count: usize, concurrency: usize) -> Report {
     acks.sort();
     e2e.sort();
     for r in replicas {
-        let _ = r.stop.send(());
-        let _ = r.server.await;
+        r.stop().await;
     }
     Report {
         replicas: urls.len(),
@@ -189,40 +175,26 @@ fn print(store: &str, r: &Report) {
 
 /// Median time of one single-row INSERT committed durably, in isolation.
 async fn commit_time(url: &str) -> Duration {
-    let mut times = Vec::new();
-    if url.starts_with("sqlite") {
-        let mut c = sqlx::SqliteConnection::connect(url).await.unwrap();
-        for q in [
-            "PRAGMA journal_mode=WAL",
-            "PRAGMA synchronous=FULL",
-            "CREATE TABLE t (v INTEGER)",
-        ] {
-            sqlx::query(q).execute(&mut c).await.unwrap();
-        }
-        for i in 0..200 {
-            let s = Instant::now();
-            sqlx::query("INSERT INTO t VALUES ($1)")
-                .bind(i)
-                .execute(&mut c)
-                .await
-                .unwrap();
-            times.push(s.elapsed());
-        }
+    sqlx::any::install_default_drivers();
+    let mut c = sqlx::AnyConnection::connect(url).await.unwrap();
+    // gatebot's own SQLite settings: WAL, and a flush per commit.
+    let setup: &[&str] = if url.starts_with("sqlite") {
+        &["PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL"]
     } else {
-        let mut c = sqlx::PgConnection::connect(url).await.unwrap();
-        sqlx::query("CREATE TABLE t (v INTEGER)")
+        &[]
+    };
+    for q in setup.iter().chain(&["CREATE TABLE t (v INTEGER)"]) {
+        sqlx::query(q).execute(&mut c).await.unwrap();
+    }
+    let mut times = Vec::new();
+    for i in 0..200 {
+        let s = Instant::now();
+        sqlx::query("INSERT INTO t VALUES ($1)")
+            .bind(i)
             .execute(&mut c)
             .await
             .unwrap();
-        for i in 0..200 {
-            let s = Instant::now();
-            sqlx::query("INSERT INTO t VALUES ($1)")
-                .bind(i)
-                .execute(&mut c)
-                .await
-                .unwrap();
-            times.push(s.elapsed());
-        }
+        times.push(s.elapsed());
     }
     times.sort();
     times[times.len() / 2]

@@ -7,6 +7,9 @@
 //! Server and load generator share this process (and the machine's cores), so
 //! the ratio matters more than the absolute numbers.
 
+#[path = "../tests/support/harness.rs"]
+#[allow(dead_code)]
+mod harness;
 use std::time::{Duration, Instant};
 
 use gatebot::{Config, Gatebot};
@@ -105,15 +108,8 @@ async fn scenario(database_url: &str, gates: usize) {
     seed(database_url, gates).await;
     let seeded = seeding.elapsed();
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let gatebot = Gatebot::start(config).await.unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(gatebot.serve(listener, async move {
-        let _ = stopped.await;
-    }));
-
-    let base = format!("http://{addr}");
+    let server = harness::TestServer::start(config, gatebot::Options::default()).await;
+    let base = server.url.clone();
     let health = load(format!("{base}/healthz"), None).await;
     // The steady state: one canary polling one gate with the same revision.
     let body = json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "85d557f47b"}).to_string();
@@ -123,8 +119,7 @@ async fn scenario(database_url: &str, gates: usize) {
         Some(body),
     )
     .await;
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    server.stop().await;
 
     let backend = database_url.split(':').next().unwrap_or("?");
     println!("{backend}, {gates} gates stored (seeded in {seeded:.1?}), {CONCURRENCY} connections, {RUN:?} each:");

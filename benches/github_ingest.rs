@@ -10,13 +10,15 @@
 #[path = "../tests/support/fake_github.rs"]
 #[allow(dead_code)]
 mod fake_github;
+#[path = "../tests/support/harness.rs"]
+#[allow(dead_code)]
+mod harness;
 
 use std::time::{Duration, Instant};
 
 use gatebot::github::verify::sign;
-use gatebot::{Config, Gatebot, Options};
+use gatebot::{Config, Options};
 use serde_json::json;
-use tokio::net::TcpListener;
 
 const SECRET: &str = "bench-secret";
 
@@ -100,15 +102,8 @@ pub async fn run(deliveries: usize, concurrency: usize, open_samples: usize) -> 
     config.github.token = Some("ghp_bench".to_string().into());
     config.github.api_url = github.url.clone();
     config.github.repository = Some("acme/shop".parse().unwrap());
-    let gatebot = Gatebot::start_with(config, Options::default())
-        .await
-        .unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(gatebot.serve(listener, async move {
-        let _ = stopped.await;
-    }));
+    let server = harness::TestServer::start(config, Options::default()).await;
+    let base = server.url.clone();
     let url = format!("{base}/webhooks/github");
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
@@ -188,8 +183,7 @@ pub async fn run(deliveries: usize, concurrency: usize, open_samples: usize) -> 
         opens.push(acked.elapsed());
     }
     opens.sort();
-    let _ = stop.send(());
-    let _ = server.await;
+    server.stop().await;
     Report {
         deliveries: sent,
         concurrency,

@@ -6,13 +6,15 @@
 
 #[path = "../tests/support/fake_slack.rs"]
 mod fake_slack;
+#[path = "../tests/support/harness.rs"]
+#[allow(dead_code)]
+mod harness;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gatebot::{Config, Gatebot, Options};
+use gatebot::{Config, Options};
 use serde_json::json;
-use tokio::net::TcpListener;
 
 const SECRET: &str = "bench-signing-secret";
 
@@ -42,15 +44,8 @@ async fn main() {
     config.slack.channel = Some("#deploys".into());
     config.slack.api_url = slack.api_url();
     config.slack.approvers = vec!["UALICE".into()];
-    let gatebot = Gatebot::start_with(config, Options::default())
-        .await
-        .unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(gatebot.serve(listener, async move {
-        let _ = stopped.await;
-    }));
+    let server = harness::TestServer::start(config, Options::default()).await;
+    let base = server.url.clone();
 
     // One wait to click on.
     let http = reqwest::Client::new();
@@ -140,6 +135,5 @@ async fn main() {
         slack.ok("respond").len(),
         slack.ok("chat.update").len()
     );
-    let _ = stop.send(());
-    let _ = server.await;
+    server.stop().await;
 }
