@@ -164,15 +164,7 @@ async fn two_replicas_behind_flagger_agree() {
 
     // Each wait was announced once across both replicas: one Slack message per
     // wait, one status comment for the PR.
-    let waits: serde_json::Value = client()
-        .get(format!("{}/api/v1/waits", a.url))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let waits = a.api("/api/v1/waits").await;
     assert_eq!(waits["waits"].as_array().unwrap().len(), 2, "{waits}");
     let posted = || {
         slack
@@ -187,15 +179,7 @@ async fn two_replicas_behind_flagger_agree() {
     })
     .await;
     let settled = || async {
-        let jobs: serde_json::Value = client()
-            .get(format!("{}/api/v1/outbox?state=pending", b.url))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let jobs = b.api("/api/v1/outbox?state=pending").await;
         jobs["jobs"].as_array().unwrap().is_empty()
     };
     eventually("the outbox to drain", WAIT, settled).await;
@@ -352,15 +336,7 @@ async fn replica_killed_mid_send_loses_no_job_and_sends_none_twice() {
     assert!(at_kill < PRS as usize, "killed mid-way ({at_kill} sent)");
 
     let outbox = || async {
-        let jobs = client()
-            .get(format!("{}/api/v1/outbox", b.url))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json::<serde_json::Value>()
-            .await
-            .unwrap();
+        let jobs = b.api("/api/v1/outbox").await;
         jobs["jobs"].as_array().unwrap().clone()
     };
     eventually(
@@ -544,25 +520,13 @@ async fn duplicate_deliveries_to_both_replicas_apply_once() {
         })
         .await;
     }
-    let settled = |server: &TestServer| {
-        let url = server.at("/api/v1/outbox?state=pending");
-        async move {
-            client()
-                .get(url)
-                .bearer_auth(ADMIN_TOKEN)
-                .send()
-                .await
-                .unwrap()
-                .json::<serde_json::Value>()
-                .await
-                .unwrap()["jobs"]
-                .as_array()
-                .unwrap()
-                .is_empty()
-        }
-    };
     eventually("both outboxes to drain", WAIT, || async {
-        settled(&a).await && settled(&b).await
+        let mut drained = true;
+        for server in [&a, &b] {
+            let jobs = server.api("/api/v1/outbox?state=pending").await;
+            drained &= jobs["jobs"].as_array().unwrap().is_empty();
+        }
+        drained
     })
     .await;
     for gate in &gates {

@@ -154,14 +154,7 @@ impl TestServer {
     }
 
     pub async fn api(&self, path: &str) -> serde_json::Value {
-        let r = client()
-            .get(self.at(path))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "GET {path}: {}", r.status());
-        r.json().await.unwrap()
+        api_get(&self.url, path).await
     }
 
     pub async fn open(&self, gate: &str) {
@@ -207,6 +200,18 @@ pub fn metric_value(text: &str, name_and_labels: &str) -> f64 {
                 .flatten()
         })
         .unwrap_or(0.0)
+}
+
+/// GET on the operator API of the gatebot at `base`, with the admin token.
+pub async fn api_get(base: &str, path: &str) -> serde_json::Value {
+    let r = client()
+        .get(format!("{base}{path}"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "GET {path}: {}", r.status());
+    r.json().await.unwrap()
 }
 
 pub fn client() -> reqwest::Client {

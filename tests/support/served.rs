@@ -57,6 +57,10 @@ impl Served {
         served
     }
 
+    pub async fn api(&self, path: &str) -> serde_json::Value {
+        super::harness::api_get(&self.url, path).await
+    }
+
     pub fn signal(&self, sig: &str) {
         let status = Command::new("kill")
             .arg(format!("-{sig}"))
