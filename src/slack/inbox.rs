@@ -169,36 +169,35 @@ impl SlackInbox {
             })
     }
 
-    /// Why `user` may not act on these gates under four eyes: they opened the
-    /// pull request, by the policy's GitHub-to-Slack user mapping.
+    /// Why `user` may not act on gates of `scope` under four eyes: they opened
+    /// the pull request, by the policy's GitHub-to-Slack user mapping.
     async fn own_pull_request(
         &self,
         rule: &SlackRule,
         user: &str,
-        keys: &[GateKey],
+        scope: &Scope,
     ) -> Result<Option<String>, SendError> {
+        let Scope::Pr { repo, number } = scope else {
+            return Ok(None);
+        };
         if !rule.forbid_self_approval {
             return Ok(None);
         }
         let Some(login) = self.state.policy.github_login_of(user) else {
             return Ok(None);
         };
-        for key in keys {
-            let Scope::Pr { repo, number } = &key.scope else {
-                continue;
-            };
-            let author = self
-                .authors
-                .author(repo, *number, self.state.engine.now())
-                .await?;
-            if author.is_some_and(|a| a.eq_ignore_ascii_case(login)) {
-                return Ok(Some(format!(
+        let author = self
+            .authors
+            .author(repo, *number, self.state.engine.now())
+            .await?;
+        Ok(author
+            .is_some_and(|a| a.eq_ignore_ascii_case(login))
+            .then(|| {
+                format!(
                     "{user} (@{login}) opened {repo}#{number}: someone else must approve (four eyes)",
                     number = number.0
-                )));
-            }
-        }
-        Ok(None)
+                )
+            }))
     }
 
     async fn click(&self, i: &Interaction) -> Result<(), SendError> {
@@ -243,10 +242,7 @@ impl SlackInbox {
             self.refuse(&key, &who, &why).await?;
             return self.respond(url, text).await;
         }
-        if let Some(why) = self
-            .own_pull_request(&rule, &user, std::slice::from_ref(&key))
-            .await?
-        {
+        if let Some(why) = self.own_pull_request(&rule, &user, &key.scope).await? {
             self.refuse(&key, &who, &why).await?;
             let text = reply(self.templates(), json!({"what": "self", "message": why}));
             return self.respond(url, text).await;
@@ -369,8 +365,13 @@ impl SlackInbox {
             let text = refusal(self.templates(), &verdict, &rule, inv.command, &c.user_id);
             return self.respond(url, text).await;
         }
+        // A subject's gates share its scope.
         let keys = actions::gates_for(inv.command, &subject);
-        if let Some(why) = self.own_pull_request(&rule, &c.user_id, &keys).await? {
+        let own = match keys.first() {
+            Some(key) => self.own_pull_request(&rule, &c.user_id, &key.scope).await?,
+            None => None,
+        };
+        if let Some(why) = own {
             for key in &keys {
                 self.refuse(key, &who, &why).await?;
             }
