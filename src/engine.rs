@@ -43,7 +43,16 @@ pub enum EngineError {
 pub struct EngineSettings {
     pub approval_ttl: Option<Duration>,
     pub default_repo: Option<RepoName>,
+    /// How long a check may wait for the store before it answers closed.
+    /// Flagger's webhook timeout is 10 s; the promise is an answer within 2 s.
+    pub check_deadline: Duration,
 }
+
+/// The default [`EngineSettings::check_deadline`].
+pub const CHECK_DEADLINE: Duration = Duration::from_millis(1500);
+
+/// The reason Flagger reads when the store could not record a check in time.
+pub const STORE_BUSY: &str = "store busy: try again (gatebot could not record this check in time)";
 
 /// What Flagger sent with a check.
 #[derive(Debug, Clone, Default)]
@@ -226,8 +235,26 @@ impl Engine {
         }
     }
 
-    /// Answers Flagger. Without a canary (a GET with no body) it only peeks.
+    /// Answers Flagger within the check deadline, whatever the store does.
+    /// Without a canary (a GET with no body) it only peeks.
+    ///
+    /// A check that cannot read or record what it needs in time answers closed
+    /// with [`STORE_BUSY`]; nothing of it is remembered, so the next poll tries
+    /// again. Dropping the unfinished write rolls it back.
     pub async fn check(&self, key: &GateKey, input: &CheckInput) -> Result<Verdict, EngineError> {
+        let deadline = self.settings.check_deadline;
+        match tokio::time::timeout(deadline, self.check_now(key, input)).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.metrics.checks_store_busy.inc();
+                self.count_check(key.kind, Answer::Closed);
+                tracing::warn!(gate = %key, ?deadline, "gate check could not reach the store in time: answering closed");
+                Ok(Verdict::closed(STORE_BUSY))
+            }
+        }
+    }
+
+    async fn check_now(&self, key: &GateKey, input: &CheckInput) -> Result<Verdict, EngineError> {
         let now = self.now();
         let gate = self.gate(key).await?;
         let Some(canary) = &input.canary else {

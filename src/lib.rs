@@ -113,6 +113,7 @@ impl Gatebot {
             EngineSettings {
                 approval_ttl: Some(config.approval_ttl).filter(|t| !t.is_zero()),
                 default_repo: config.github.repository.clone(),
+                check_deadline: engine::CHECK_DEADLINE,
             },
             metrics.clone(),
             notifier.clone(),

@@ -60,6 +60,8 @@ pub struct Metrics {
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_duration: Family<RouteLabels, Histogram>,
     pub gate_checks: Family<GateLabels, Counter>,
+    /// Checks answered closed because the store did not answer in time.
+    pub checks_store_busy: Counter,
     pub waits_started: Family<KindLabels, Counter>,
     pub waits_open: Gauge,
     pub audit_events: Family<ActionLabels, Counter>,
@@ -87,6 +89,7 @@ impl Metrics {
             ])
         });
         let gate_checks = Family::<GateLabels, Counter>::default();
+        let checks_store_busy = Counter::default();
         let waits_started = Family::<KindLabels, Counter>::default();
         let waits_open = Gauge::default();
         let audit_events = Family::<ActionLabels, Counter>::default();
@@ -110,6 +113,11 @@ impl Metrics {
             "gate_checks",
             "Gate answers by kind and result",
             gate_checks.clone(),
+        );
+        registry.register(
+            "gate_checks_store_busy",
+            "Gate checks answered closed because the store did not answer within the check deadline",
+            checks_store_busy.clone(),
         );
         registry.register(
             "waits_started",
@@ -157,6 +165,7 @@ impl Metrics {
             http_requests,
             http_duration,
             gate_checks,
+            checks_store_busy,
             waits_started,
             waits_open,
             audit_events,

@@ -172,10 +172,10 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    fn closed(reason: String) -> Self {
+    pub fn closed(reason: impl Into<String>) -> Self {
         Self {
             answer: Answer::Closed,
-            reason,
+            reason: reason.into(),
             pin: false,
             expired: false,
         }
