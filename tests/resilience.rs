@@ -1,13 +1,19 @@
-//! Flagger gets an answer in time whatever the store does.
+//! Flagger gets an answer in time whatever the store does, and a slow GitHub
+//! holds up only the pull request that waits on it.
 
 pub mod support;
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use gatebot::github::verify::sign;
+use serde_json::{json, Value};
 use sqlx::Connection;
-use support::harness::{client, Backend, TestDb, ADMIN_TOKEN};
+use support::fake_github::FakeGithub;
+use support::github_payloads::comment;
+use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use support::served::Served;
+
+const SECRET: &str = "test-webhook-secret";
 
 async fn check(url: &str, gate: &str, canary: &str, checksum: &str) -> (u16, String, Duration) {
     let started = Instant::now();
@@ -81,4 +87,106 @@ async fn a_locked_store_still_answers_flagger_within_two_seconds() {
         .await
         .to_string();
     assert!(pins.contains("new0"), "new0 is pinned: {pins}");
+}
+
+fn promote_from(pr: u64, id: u64, user: &str, body: &str) -> Value {
+    let mut c = comment(pr, id, user, body);
+    c["issue"]["user"]["login"] = json!("author");
+    c
+}
+
+async fn deliver(server: &TestServer, payload: &Value) {
+    let body = serde_json::to_vec(payload).unwrap();
+    let r = client()
+        .post(server.at("/webhooks/github"))
+        .header("content-type", "application/json")
+        .header("x-github-event", "issue_comment")
+        .header("x-github-delivery", uuid::Uuid::new_v4().to_string())
+        .header("x-hub-signature-256", sign(SECRET, &body))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
+}
+
+async fn state(server: &TestServer, gate: &str) -> String {
+    let v = server
+        .api(&format!("/api/v1/gates{}", &gate["/gates".len()..]))
+        .await;
+    v["state"].as_str().unwrap_or("?").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_github_call_delays_only_its_own_pull_request() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let github = FakeGithub::start().await;
+    github.set_permission("alice", "write");
+    github.set_permission("slowpoke", "write");
+    // Longer than one call may take: the lookup times out and is retried later.
+    github.delay_permission("slowpoke", Duration::from_secs(30));
+    let mut config = db.config();
+    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
+    config.github.webhook_secret = Some(SECRET.to_string().into());
+    config.github.token = Some("ghp_test".to_string().into());
+    config.github.api_url = github.url.clone();
+    let server = TestServer::start(config, Default::default()).await;
+
+    deliver(&server, &promote_from(1, 101, "slowpoke", "/promote")).await;
+    let started = Instant::now();
+    for pr in 2..6 {
+        deliver(
+            &server,
+            &promote_from(pr, 100 + pr * 10, "alice", "/promote"),
+        )
+        .await;
+    }
+    for pr in 2..6 {
+        let gate = format!("/gates/promote/acme/shop/pr/{pr}");
+        eventually(
+            &format!("PR {pr} opens"),
+            Duration::from_secs(2),
+            || async { state(&server, &gate).await == "open" },
+        )
+        .await;
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "other PRs waited {:?} behind one slow lookup",
+        started.elapsed()
+    );
+    assert_eq!(
+        state(&server, "/gates/promote/acme/shop/pr/1").await,
+        "closed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_pull_requests_commands_apply_in_order() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let github = FakeGithub::start().await;
+    github.set_permission("alice", "write");
+    github.set_permission("slowpoke", "write");
+    // Slow, but within one call's time limit.
+    github.delay_permission("slowpoke", Duration::from_millis(1500));
+    let mut config = db.config();
+    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
+    config.github.webhook_secret = Some(SECRET.to_string().into());
+    config.github.token = Some("ghp_test".to_string().into());
+    config.github.api_url = github.url.clone();
+    let server = TestServer::start(config, Default::default()).await;
+
+    // Hold first (slow), then unhold: in order, the gate ends closed, not held.
+    deliver(&server, &promote_from(9, 901, "slowpoke", "/hold")).await;
+    deliver(&server, &promote_from(9, 902, "alice", "/unhold")).await;
+    let gate = "/gates/promote/acme/shop/pr/9";
+    eventually("the unhold applies", Duration::from_secs(10), || async {
+        let audit = server
+            .api(&format!("/api/v1/audit?gate={gate}"))
+            .await
+            .to_string();
+        audit.contains("\"unhold\"")
+    })
+    .await;
+    assert_eq!(state(&server, gate).await, "closed");
 }

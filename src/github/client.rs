@@ -22,6 +22,9 @@ use crate::config::{GithubConfig, Permission};
 use crate::gate::{Millis, PrNumber, RepoName};
 use crate::notify::SendError;
 
+/// The longest one GitHub call may take.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Why a call did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApiError {
@@ -172,7 +175,7 @@ impl GithubClient {
             Ok(Octocrab::builder()
                 .base_uri(config.api_url.trim_end_matches('/'))?
                 .set_connect_timeout(Some(Duration::from_secs(5)))
-                .set_read_timeout(Some(Duration::from_secs(20)))
+                .set_read_timeout(Some(CALL_TIMEOUT))
                 .add_header(
                     axum::http::header::USER_AGENT,
                     format!("gatebot/{}", env!("CARGO_PKG_VERSION")),
@@ -322,8 +325,9 @@ impl GithubClient {
             repo.owner(),
             repo.name()
         );
-        let r = crab._post(path, Some(&json!({ "content": content }))).await;
-        answer(r).await.map(|_| ())
+        within(async { answer(crab._post(path, Some(&json!({ "content": content }))).await).await })
+            .await
+            .map(|_| ())
     }
 
     pub async fn create_comment(
@@ -339,8 +343,9 @@ impl GithubClient {
             repo.name(),
             number.0
         );
-        let r = crab._post(path, Some(&json!({ "body": body }))).await;
-        let text = answer(r).await?;
+        let text =
+            within(async { answer(crab._post(path, Some(&json!({ "body": body }))).await).await })
+                .await?;
         decode::<IdAnswer>(&text).map(|a| a.id)
     }
 
@@ -351,8 +356,9 @@ impl GithubClient {
             repo.owner(),
             repo.name()
         );
-        let r = crab._patch(path, Some(&json!({ "body": body }))).await;
-        answer(r).await.map(|_| ())
+        within(async { answer(crab._patch(path, Some(&json!({ "body": body }))).await).await })
+            .await
+            .map(|_| ())
     }
 
     /// The PR's first comment containing `marker`, among the first 100 (updated
@@ -411,8 +417,22 @@ fn segment(s: &str) -> String {
 }
 
 async fn read<T: DeserializeOwned>(crab: &Octocrab, path: &str) -> Result<T, ApiError> {
-    let text = answer(crab._get(path).await).await?;
+    let text = within(async { answer(crab._get(path).await).await }).await?;
     decode(&text)
+}
+
+/// Bounds one call, from sending to the answer's last byte, so a hanging
+/// GitHub holds up only the work waiting on that call.
+async fn within<T>(
+    call: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    tokio::time::timeout(CALL_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ApiError::Transport(format!(
+                "no answer within {CALL_TIMEOUT:?}"
+            )))
+        })
 }
 
 fn decode<T: DeserializeOwned>(text: &str) -> Result<T, ApiError> {

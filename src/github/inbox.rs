@@ -557,6 +557,20 @@ fn permission_name(p: Permission) -> &'static str {
 }
 
 impl Handler for GithubInbox {
+    /// One pull request's deliveries apply in order; other PRs don't wait for them.
+    fn lane(&self, item: &QueueItem) -> Option<String> {
+        let (repo, number) = match item.topic.as_str() {
+            "issue_comment" => serde_json::from_str::<IssueCommentEvent>(&item.payload)
+                .ok()?
+                .pr()?,
+            "pull_request" => serde_json::from_str::<PullRequestEvent>(&item.payload)
+                .ok()?
+                .pr()?,
+            _ => return None,
+        };
+        Some(format!("{repo}#{number}"))
+    }
+
     fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
         Box::pin(async move {
             let delivery = item.id.strip_prefix("github:").unwrap_or(&item.id);

@@ -299,6 +299,16 @@ fn digest(body: &str) -> String {
 }
 
 impl Handler for GithubSink {
+    /// Writes to one pull request go out in order (the status comment's edits, replies).
+    fn lane(&self, item: &QueueItem) -> Option<String> {
+        match serde_json::from_str::<GithubJob>(&item.payload).ok()? {
+            GithubJob::Comment { repo, number, .. } | GithubJob::Status { repo, number } => {
+                Some(format!("{repo}#{number}"))
+            }
+            GithubJob::Reaction { .. } => None,
+        }
+    }
+
     fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
         Box::pin(async move {
             let job: GithubJob = serde_json::from_str(&item.payload)

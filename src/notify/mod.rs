@@ -123,6 +123,12 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// (`github`, `slack`) or a webhook source of the inbox.
 pub trait Handler: Send + Sync + 'static {
     fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>>;
+
+    /// Items of one lane run one at a time, in order; lanes run concurrently.
+    /// None: the item needs no order with others.
+    fn lane(&self, _item: &QueueItem) -> Option<String> {
+        None
+    }
 }
 
 /// A notification sink: decides which jobs a notice means, then runs them.

@@ -1,11 +1,12 @@
 //! Runs a durable queue: claims due items with a lease, hands each to its
 //! route's handler, and settles it (done, retry with backoff, or given up).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::{Handler, SendError};
@@ -22,7 +23,12 @@ pub struct WorkerSettings {
     pub lease: Duration,
     /// The longest sleep between looks at the queue (other replicas add work too).
     pub idle_poll: Duration,
+    /// How many lanes run at once.
+    pub concurrency: usize,
 }
+
+/// How many items per running lane may be claimed ahead, waiting behind a busy lane.
+const CLAIM_AHEAD: usize = 4;
 
 impl Default for WorkerSettings {
     fn default() -> Self {
@@ -32,6 +38,7 @@ impl Default for WorkerSettings {
             max_attempts: 12,
             lease: Duration::from_secs(60),
             idle_poll: Duration::from_secs(2),
+            concurrency: 8,
         }
     }
 }
@@ -65,6 +72,11 @@ impl Worker {
     }
 
     pub async fn run(self, shutdown: CancellationToken) {
+        let this = Arc::new(self);
+        this.run_shared(shutdown).await
+    }
+
+    async fn run_shared(self: &Arc<Self>, shutdown: CancellationToken) {
         loop {
             match self.drain(&shutdown).await {
                 Ok(()) => {}
@@ -90,21 +102,95 @@ impl Worker {
         }
     }
 
-    /// Runs every due item, one at a time (commands apply in the order received).
-    pub async fn drain(&self, shutdown: &CancellationToken) -> crate::store::Result<()> {
-        while !shutdown.is_cancelled() {
-            let now = self.clock.now_ms();
-            let lease = self.settings.lease.as_millis() as i64;
-            let Some(item) = self
-                .store
-                .claim(self.queue, &self.owner, now, lease)
-                .await?
-            else {
-                return Ok(());
+    /// Runs every due item. Items of one lane (one pull request, one Slack
+    /// message) run one at a time in the order claimed; different lanes run
+    /// concurrently, so a slow call holds up only its own lane.
+    ///
+    /// Each lane is its own task: a lane suspended inside a store transaction
+    /// must keep running while this loop waits on the store to claim more.
+    pub async fn drain(self: &Arc<Self>, shutdown: &CancellationToken) -> crate::store::Result<()> {
+        let lease = self.settings.lease.as_millis() as i64;
+        let concurrency = self.settings.concurrency.max(1);
+        // Claimed items behind a busy lane wait here; a lane is busy while its key is present.
+        let mut lanes: HashMap<String, VecDeque<QueueItem>> = HashMap::new();
+        let mut running = JoinSet::new();
+        // Which lane each task runs, to free the lane if its task panics.
+        let mut tasks = HashMap::new();
+        let mut claimed = 0usize;
+        let mut failure = None;
+        loop {
+            while failure.is_none()
+                && !shutdown.is_cancelled()
+                && running.len() < concurrency
+                && claimed < concurrency * CLAIM_AHEAD
+            {
+                let now = self.clock.now_ms();
+                match self.store.claim(self.queue, &self.owner, now, lease).await {
+                    Ok(Some(item)) => {
+                        claimed += 1;
+                        let lane = self.lane_of(&item);
+                        match lanes.get_mut(&lane) {
+                            Some(behind) => behind.push_back(item),
+                            None => {
+                                lanes.insert(lane.clone(), VecDeque::new());
+                                self.start(&mut running, &mut tasks, lane, item);
+                            }
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => failure = Some(e),
+                }
+            }
+            if running.is_empty() {
+                break;
+            }
+            // While lanes run, new work (a wake, or items coming due) may start beside them.
+            let (id, result) = tokio::select! {
+                Some(done) = running.join_next_with_id() => match done {
+                    Ok((id, result)) => (id, result),
+                    Err(e) => {
+                        // Its item stays leased and is taken again when the lease runs out.
+                        tracing::error!(queue = self.label(), error = %e, "a queue task failed");
+                        (e.id(), Ok(()))
+                    }
+                },
+                () = self.wake.notified() => continue,
+                () = tokio::time::sleep(self.settings.idle_poll) => continue,
             };
-            self.run_one(&item).await?;
+            let Some(lane) = tasks.remove(&id) else {
+                continue;
+            };
+            claimed -= 1;
+            if let Err(e) = result {
+                failure.get_or_insert(e);
+            }
+            match lanes.get_mut(&lane).and_then(VecDeque::pop_front) {
+                Some(next) => self.start(&mut running, &mut tasks, lane, next),
+                None => {
+                    lanes.remove(&lane);
+                }
+            }
         }
-        Ok(())
+        failure.map_or(Ok(()), Err)
+    }
+
+    fn lane_of(&self, item: &QueueItem) -> String {
+        self.handlers
+            .get(&item.route)
+            .and_then(|h| h.lane(item))
+            .map_or_else(|| item.id.clone(), |lane| format!("{}/{lane}", item.route))
+    }
+
+    fn start(
+        self: &Arc<Self>,
+        running: &mut JoinSet<crate::store::Result<()>>,
+        tasks: &mut HashMap<tokio::task::Id, String>,
+        lane: String,
+        item: QueueItem,
+    ) {
+        let worker = Arc::clone(self);
+        let task = running.spawn(async move { worker.run_one(&item).await });
+        tasks.insert(task.id(), lane);
     }
 
     async fn run_one(&self, item: &QueueItem) -> crate::store::Result<()> {

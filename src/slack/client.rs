@@ -69,12 +69,13 @@ impl SlackApi {
             .opt_blocks(blocks);
         let req = SlackApiChatPostMessageRequest::new(channel.into(), content)
             .opt_thread_ts(thread_ts.map(|t| SlackTs::new(t.to_string())));
-        let res = self
-            .client
-            .open_session(&self.token)
-            .chat_post_message(&req)
-            .await
-            .map_err(|e| classify("chat.postMessage", e))?;
+        let res = within(
+            "chat.postMessage",
+            self.client
+                .open_session(&self.token)
+                .chat_post_message(&req),
+        )
+        .await?;
         Ok((res.channel.to_string(), res.ts.to_string()))
     }
 
@@ -91,11 +92,11 @@ impl SlackApi {
             .with_blocks(blocks);
         let req =
             SlackApiChatUpdateRequest::new(channel.into(), content, SlackTs::new(ts.to_string()));
-        self.client
-            .open_session(&self.token)
-            .chat_update(&req)
-            .await
-            .map_err(|e| classify("chat.update", e))?;
+        within(
+            "chat.update",
+            self.client.open_session(&self.token).chat_update(&req),
+        )
+        .await?;
         Ok(())
     }
 
@@ -112,25 +113,27 @@ impl SlackApi {
             tracing_span: &span,
             is_sensitive_url: true,
         };
-        let _: serde_json::Value = self
-            .client
-            .http_api
-            .connector
-            .http_post_uri(url, body, context)
-            .await
-            .map_err(|e| classify("response_url", e))?;
+        let _: serde_json::Value = within(
+            "response_url",
+            self.client
+                .http_api
+                .connector
+                .http_post_uri(url, body, context),
+        )
+        .await?;
         Ok(())
     }
 
     /// usergroups.users.list: the members of a user group.
     pub async fn group_members(&self, group: &str) -> Result<Vec<String>, SendError> {
         let req = SlackApiUserGroupsUsersListRequest::new(group.into());
-        let res = self
-            .client
-            .open_session(&self.token)
-            .usergroups_users_list(&req)
-            .await
-            .map_err(|e| classify("usergroups.users.list", e))?;
+        let res = within(
+            "usergroups.users.list",
+            self.client
+                .open_session(&self.token)
+                .usergroups_users_list(&req),
+        )
+        .await?;
         Ok(res.users.into_iter().map(|u| u.to_string()).collect())
     }
 }
@@ -166,6 +169,22 @@ const PERMANENT: &[&str] = &[
 /// Rate limits and Slack-side trouble are retried (honouring Retry-After);
 /// configuration and content errors are not. Unknown codes are retried, within
 /// the outbox's attempt limit, rather than dropping a message on a new code.
+/// The longest one Slack call may take.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Bounds one call, so a hanging Slack holds up only the work waiting on it.
+async fn within<T>(
+    method: &str,
+    call: impl std::future::Future<Output = Result<T, SlackClientError>>,
+) -> Result<T, SendError> {
+    match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        Ok(answer) => answer.map_err(|e| classify(method, e)),
+        Err(_) => Err(SendError::retry(format!(
+            "Slack {method}: no answer within {CALL_TIMEOUT:?}"
+        ))),
+    }
+}
+
 pub fn classify(method: &str, e: SlackClientError) -> SendError {
     match e {
         SlackClientError::RateLimitError(r) => SendError::Retry {

@@ -180,6 +180,15 @@ impl Sink for SlackSink {
 }
 
 impl Handler for SlackSink {
+    /// Messages and their updates go out in order: a gate's opening edits the
+    /// waiting messages that earlier jobs posted. Answers to one person don't wait.
+    fn lane(&self, item: &QueueItem) -> Option<String> {
+        match serde_json::from_str::<SlackJob>(&item.payload).ok()? {
+            SlackJob::Respond { .. } => None,
+            _ => Some("messages".to_string()),
+        }
+    }
+
     fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
         Box::pin(async move {
             let job: SlackJob = serde_json::from_str(&item.payload)

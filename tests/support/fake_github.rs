@@ -92,6 +92,8 @@ pub struct Inner {
     pub requests: Mutex<Vec<Recorded>>,
     /// login (lowercase) → GitHub's `permission` and `role_name`; absent: 404.
     permissions: Mutex<HashMap<String, (String, String)>>,
+    /// login (lowercase) → how long its permission lookup takes to answer.
+    permission_delays: Mutex<HashMap<String, std::time::Duration>>,
     teams: Mutex<HashSet<(String, String)>>,
     /// PR number → merged
     pulls: Mutex<HashMap<u64, bool>>,
@@ -169,6 +171,15 @@ impl FakeGithub {
             let _ = axum::serve(listener, app).await;
         });
         Self { url, inner }
+    }
+
+    /// Makes `login`'s permission lookup answer only after `delay` (a hanging GitHub).
+    pub fn delay_permission(&self, login: &str, delay: std::time::Duration) {
+        self.inner
+            .permission_delays
+            .lock()
+            .unwrap()
+            .insert(login.to_ascii_lowercase(), delay);
     }
 
     /// `role` is admin, maintain, write, triage or read; "none" answers `none`.
@@ -375,6 +386,15 @@ async fn permission(
     State(inner): State<Arc<Inner>>,
     Path((_owner, _repo, user)): Path<(String, String, String)>,
 ) -> Response {
+    let delay = inner
+        .permission_delays
+        .lock()
+        .unwrap()
+        .get(&user.to_ascii_lowercase())
+        .copied();
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
     let Some((permission, role)) = inner
         .permissions
         .lock()
