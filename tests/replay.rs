@@ -179,6 +179,20 @@ impl Env {
         find().unwrap()
     }
 
+    /// Every queued notification has been sent.
+    async fn outbox_idle(&self) {
+        eventually("the outbox to drain", WAIT, || async {
+            self.server
+                .state
+                .store
+                .pending(QueueName::Outbox)
+                .await
+                .unwrap()
+                == 0
+        })
+        .await;
+    }
+
     /// A click on a message's button, as Slack posts it (form body).
     fn click_body(&self, message: &Request, action: &str, trigger: &str) -> String {
         let value = message.body["blocks"]
@@ -398,8 +412,13 @@ async fn slack_click_and_command_replayed_after_a_close_change_nothing(backend: 
     ]);
     let commands = "/webhooks/slack/commands";
     assert_eq!(env.slack_post(commands, &command, ts).await.0, 200);
-    env.inbox_idle().await;
+    eventually("the command's answer", WAIT, || async {
+        !env.responses("trig-2").is_empty()
+    })
+    .await;
     env.server.close(gate).await;
+    env.inbox_idle().await;
+    env.outbox_idle().await;
     let before = env.audit(key).await.len();
     let answered = env.responses("trig-1").len() + env.responses("trig-2").len();
 
@@ -407,6 +426,7 @@ async fn slack_click_and_command_replayed_after_a_close_change_nothing(backend: 
     assert_eq!(env.slack_post(path, &click, ts).await.0, 200);
     assert_eq!(env.slack_post(commands, &command, ts).await.0, 200);
     env.inbox_idle().await;
+    env.outbox_idle().await;
     assert_eq!(env.state(key).await, "closed");
     assert_eq!(env.audit(key).await.len(), before, "nothing worked again");
     let now_answered = env.responses("trig-1").len() + env.responses("trig-2").len();
@@ -429,6 +449,24 @@ async fn slack_click_and_command_replayed_after_a_close_change_nothing(backend: 
     assert!(text.contains("after this was sent"), "{text}");
     assert_eq!(env.state(key).await, "closed");
     assert_eq!(env.count(key, "refuse").await, 1);
+
+    // A click made before a close, worked after it, likewise.
+    let gate = "/gates/promote/pr/58";
+    let key = "/gates/promote/acme/shop/pr/58";
+    assert_eq!(env.check(gate, "pr58", "rev1").await, 403);
+    let message = env.message_for(key, "rev1").await;
+    env.server.close(gate).await;
+    let click = env.click_body(&message, "gatebot_approve", "trig-4");
+    assert_eq!(env.slack_post(path, &click, now_secs() - 60).await.0, 200);
+    eventually("the answer", WAIT, || async {
+        !env.responses("trig-4").is_empty()
+    })
+    .await;
+    let text = env.responses("trig-4")[0]["text"].to_string();
+    assert!(text.contains("after this was sent"), "{text}");
+    assert_eq!(env.state(key).await, "closed");
+    assert_eq!(env.count(key, "refuse").await, 1);
+    assert_eq!(env.check(gate, "pr58", "rev1").await, 403);
 }
 
 /// A waiting message shows one revision. Flagger may bring a newer one to the
