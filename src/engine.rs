@@ -525,7 +525,9 @@ impl Engine {
         Ok(queued)
     }
 
-    /// Opens a gate: a new approval, unpinned, expiring after the TTL.
+    /// Opens a gate: a new approval, expiring after the TTL, unpinned unless the
+    /// person saw one revision (`Provenance::revision`). Refused when written
+    /// before the gate's last close; a no-op when older than the approval in force.
     pub async fn open(&self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
         let written = |at: Millis| who.written_at.is_some_and(|w| w < at);
         self.change(key, "open", who, |gate, now, ttl| match &gate.status {

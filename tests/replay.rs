@@ -377,6 +377,13 @@ async fn comment_written_before_a_push_opens_nothing(backend: Backend) {
     assert_eq!(env.count(key, "open").await, 0);
     assert_eq!(env.count(key, "refuse").await, 1);
 
+    // A push does not close the rollback gate (GATEBOT_GITHUB_CLOSE_ON_PUSH), so an
+    // older /rollback still counts.
+    let rollback = comment_at(53, 5303, "alice", "/rollback", written);
+    assert_eq!(env.github("issue_comment", &rollback).await.0, 202);
+    env.inbox_idle().await;
+    assert_eq!(env.state("/gates/rollback/acme/shop/pr/53").await, "open");
+
     // Written after the push, it works.
     env.github("issue_comment", &comment(53, 5302, "alice", "/promote"))
         .await;
@@ -533,4 +540,27 @@ async fn comment_without_githubs_time_is_refused() {
     assert_eq!(env.server.metric(rejected).await, 1.0);
     env.inbox_idle().await;
     assert_eq!(env.check("/gates/promote/pr/57", "pr57", "rev1").await, 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slash_command_without_a_trigger_id_runs_once() {
+    let env = env(Backend::Sqlite).await;
+    let command = form(&[
+        ("command", "/gatebot"),
+        ("text", "promote 59"),
+        ("user_id", ALICE),
+        ("response_url", &env.slack.response_url("no-trigger")),
+    ]);
+    let ts = now_secs();
+    let path = "/webhooks/slack/commands";
+    assert_eq!(env.slack_post(path, &command, ts).await.0, 200);
+    eventually("the answer", WAIT, || async {
+        !env.responses("no-trigger").is_empty()
+    })
+    .await;
+    assert_eq!(env.slack_post(path, &command, ts).await.0, 200);
+    env.inbox_idle().await;
+    env.outbox_idle().await;
+    assert_eq!(env.responses("no-trigger").len(), 1, "worked once");
+    assert_eq!(env.count("/gates/promote/acme/shop/pr/59", "open").await, 1);
 }

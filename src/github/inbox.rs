@@ -56,11 +56,11 @@ struct Line {
 }
 
 /// Why a comment's opening commands may be out of date.
-#[derive(Clone, Copy)]
 struct Stale {
     closed_unmerged: bool,
-    /// The PR's last push, when the comment was written before it.
-    pushed: Option<Millis>,
+    /// The PR's last push, when the comment was written before it, and the
+    /// gate kinds a push closes (GATEBOT_GITHUB_CLOSE_ON_PUSH; checked at start).
+    pushed: Option<(Millis, Vec<GateKind>)>,
 }
 
 /// What came of one comment.
@@ -332,18 +332,22 @@ impl GithubInbox {
         let pushed = pushes::last(&self.state.store, &repo, number)
             .await
             .map_err(retry)?
-            .filter(|at| e.written_at().is_some_and(|w| w < *at));
+            .filter(|at| e.written_at().is_some_and(|w| w < *at))
+            .map(|at| {
+                let kinds = self.state.config.close_on_push_kinds().unwrap_or_default();
+                (at, kinds)
+            });
+        let stale = Stale {
+            closed_unmerged,
+            pushed,
+        };
         let subject = Subject::Pr {
             repo: repo.clone(),
             number,
         };
         let mut out = Outcome::default();
         for p in parsed {
-            let stale = Stale {
-                closed_unmerged,
-                pushed,
-            };
-            self.run(p, &e, &repo, &subject, stale, delivery, &mut out)
+            self.run(p, &e, &repo, &subject, &stale, delivery, &mut out)
                 .await?;
         }
         let mut jobs = Vec::new();
@@ -370,7 +374,7 @@ impl GithubInbox {
         e: &IssueCommentEvent,
         repo: &RepoName,
         subject: &Subject,
-        stale: Stale,
+        stale: &Stale,
         delivery: &str,
         out: &mut Outcome,
     ) -> Result<(), SendError> {
@@ -444,10 +448,14 @@ impl GithubInbox {
         let keys = actions::gates_for(command, subject);
         let refusal = if stale.closed_unmerged {
             Err("this pull request was closed without merging, so its gates no longer take commands: reopen it first".to_string())
-        } else if let Some(at) = stale.pushed.filter(|_| kind_opened_by(command).is_some()) {
+        } else if let Some((at, _)) = stale
+            .pushed
+            .as_ref()
+            .filter(|(_, kinds)| kind_opened_by(command).is_some_and(|k| kinds.contains(&k)))
+        {
             Err(format!(
                 "written before the push at {}, so it was about an earlier revision: comment again",
-                rfc3339(at)
+                rfc3339(*at)
             ))
         } else {
             self.authorize(command, repo, user, &e.issue.user.login)

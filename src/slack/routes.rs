@@ -75,20 +75,14 @@ fn secret(state: &AppState) -> Result<&[u8], Reject> {
 fn verified(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Millis, Reject> {
     let secret = secret(state)?;
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let timestamp = header("x-slack-request-timestamp");
-    verify(
+    let secs = verify(
         secret,
-        timestamp,
+        header("x-slack-request-timestamp"),
         header("x-slack-signature"),
         body,
         state.clock.now_secs(),
     )
     .map_err(|e| Reject::new(StatusCode::UNAUTHORIZED, e.reason(), e.to_string()))?;
-    // verify() has parsed it already.
-    let secs: i64 =
-        timestamp.unwrap_or("").trim().parse().map_err(|_| {
-            Reject::new(StatusCode::UNAUTHORIZED, "stale_timestamp", "bad timestamp")
-        })?;
     Ok(secs.saturating_mul(1000))
 }
 
