@@ -46,6 +46,11 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// Now, as GitHub writes times: commands are keyed by it and checked against closes.
+fn written_at() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
 fn payload(pr: u64, comment_id: u64, body: &str) -> Vec<u8> {
     serde_json::to_vec(&json!({
         "action": "created",
@@ -59,6 +64,7 @@ fn payload(pr: u64, comment_id: u64, body: &str) -> Vec<u8> {
             "id": comment_id, "body": body,
             "user": {"login": "alice", "id": 1, "type": "User"},
             "author_association": "MEMBER",
+            "created_at": written_at(), "updated_at": written_at(),
             "html_url": format!("https://github.com/acme/shop/pull/{pr}#issuecomment-{comment_id}"),
         },
         "repository": {"id": 1, "name": "shop", "full_name": "acme/shop", "private": true,

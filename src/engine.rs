@@ -35,6 +35,10 @@ pub enum EngineError {
         by: String,
         via: crate::gate::Source,
     },
+    /// The command predates the gate's last close, so it was about an earlier
+    /// revision (or a state someone has since ended).
+    #[error("{gate} closed at {}, after this was sent: send it again if it still holds", crate::gate::state::rfc3339(*closed_at))]
+    WrittenBeforeClose { gate: String, closed_at: Millis },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -70,6 +74,13 @@ pub struct Provenance {
     pub reason: Option<String>,
     /// Webhook delivery or click id: the same delivery never applies twice.
     pub delivery: Option<String>,
+    /// When the person gave the command, by the source's signed time (GitHub's
+    /// `updated_at`, Slack's request timestamp). An open written before the
+    /// gate's last close is refused: it was about what came before.
+    pub written_at: Option<Millis>,
+    /// The revision the person saw (a click on a waiting message): the approval
+    /// is pinned to it for that canary at once, so it never opens a newer one.
+    pub revision: Option<(CanaryRef, String)>,
 }
 
 impl Provenance {
@@ -78,6 +89,8 @@ impl Provenance {
             actor,
             reason: None,
             delivery: None,
+            written_at: None,
+            revision: None,
         }
     }
 
@@ -88,6 +101,16 @@ impl Provenance {
 
     pub fn delivery(mut self, delivery: impl Into<String>) -> Self {
         self.delivery = Some(delivery.into());
+        self
+    }
+
+    pub fn written_at(mut self, at: Option<Millis>) -> Self {
+        self.written_at = at;
+        self
+    }
+
+    pub fn revision(mut self, canary: CanaryRef, checksum: impl Into<String>) -> Self {
+        self.revision = Some((canary, checksum.into()));
         self
     }
 }
@@ -529,14 +552,26 @@ impl Engine {
         Ok(queued)
     }
 
-    /// Opens a gate: a new approval, unpinned, expiring after the TTL.
+    /// Opens a gate: a new approval, expiring after the TTL, unpinned unless the
+    /// person saw one revision (`Provenance::revision`). Refused when written
+    /// before the gate's last close; a no-op when older than the approval in force.
     pub async fn open(&self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+        let written = |at: Millis| who.written_at.is_some_and(|w| w < at);
         self.change(key, "open", who, |gate, now, ttl| match &gate.status {
             GateStatus::Held { change } => Err(EngineError::Held {
                 gate: key.to_string(),
                 by: change.by.name.clone(),
                 via: change.by.source,
             }),
+            GateStatus::Closed { change: Some(c) } if written(c.at) => {
+                Err(EngineError::WrittenBeforeClose {
+                    gate: key.to_string(),
+                    closed_at: c.at,
+                })
+            }
+            // Older than the approval in force: adds nothing, and must not re-arm
+            // it with a fresh TTL and no pins.
+            GateStatus::Open(a) if written(a.change.at) => Ok(None),
             _ => Ok(Some(GateStatus::Open(Approval {
                 id: uuid::Uuid::new_v4().to_string(),
                 change: Change {
@@ -547,7 +582,12 @@ impl Engine {
                 expires_at: ttl
                     .filter(|_| key.kind.pinned())
                     .map(|t| now + t.as_millis() as Millis),
-                pins: BTreeMap::new(),
+                pins: who
+                    .revision
+                    .iter()
+                    .filter(|_| key.kind.pinned())
+                    .map(|(canary, checksum)| (canary.to_string(), checksum.clone()))
+                    .collect(),
             }))),
         })
         .await
@@ -667,6 +707,11 @@ impl Engine {
         };
         gate.status = status;
         Store::put_gate(&mut tx, &gate).await?;
+        if let (GateStatus::Open(a), Some((canary, _))) = (&gate.status, &who.revision) {
+            if let Some(checksum) = a.pins.get(&canary.to_string()) {
+                Store::pin(&mut tx, key, &a.id, canary, checksum, now).await?;
+            }
+        }
         let entry = self.audit_entry(key, action, who, now);
         let notice = Notice::GateChanged {
             gate: key.to_string(),

@@ -349,8 +349,9 @@ async fn push_and_close_close_the_gates(backend: Backend) {
     let mut merged = pull_request_event("pull_request.closed.json", 45);
     merged["pull_request"]["merged"] = json!(true);
     assert_eq!(deliver(server, "pull_request", &merged).await.0, 202);
-    // Closed without merge: everything closes.
-    let closed = pull_request_event("pull_request.closed.json", 45);
+    // Closed without merge (later: GitHub's updated_at tells the two apart): everything closes.
+    let mut closed = pull_request_event("pull_request.closed.json", 45);
+    closed["pull_request"]["updated_at"] = json!("2019-05-15T15:22:00Z");
     assert_eq!(deliver(server, "pull_request", &closed).await.0, 202);
     eventually("the rollback gate to close", WAIT, || async {
         !gate_open(server, "/gates/rollback/pr/45").await

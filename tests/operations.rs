@@ -607,3 +607,52 @@ fn env_example_lists_every_setting_and_works_as_is() {
     let out = cmd.output().unwrap();
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
 }
+
+/// A plain clone runs every test: nothing in the code, tests, benches or CI
+/// reads a file outside the repository (fixtures live in tests/fixtures/).
+#[test]
+fn nothing_reads_outside_the_repository() {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Spelled in pieces so that this test does not find itself.
+    let outside = [
+        concat!("..", "/shared"),
+        concat!("shared", "/fixtures"),
+        concat!("MANIFEST_DIR\"), \"", "/.."),
+        concat!("}", "/../"),
+    ];
+    let mut files = Vec::new();
+    for dir in ["src", "tests", "benches", ".ci"] {
+        walk(&root.join(dir), &mut files);
+    }
+    assert!(files.len() > 20, "{files:?}");
+    let mut found = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| !f.starts_with(root.join("tests/fixtures")))
+    {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        for (n, line) in text.lines().enumerate() {
+            if outside.iter().any(|o| line.contains(o)) {
+                found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "reads outside the repository:\n{}",
+        found.join("\n")
+    );
+}

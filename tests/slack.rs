@@ -27,7 +27,7 @@ const CANARY: Strategy = Strategy::Canary {
     step_weight: 50,
     max_weight: 50,
 };
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/slack");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/slack");
 
 struct Env {
     server: TestServer,
@@ -320,7 +320,8 @@ fn button_value(message: &Request, action: &str) -> String {
 }
 
 fn fixture(name: &str) -> String {
-    std::fs::read_to_string(format!("{FIXTURES}/{name}")).expect("fixture")
+    let path = format!("{FIXTURES}/{name}");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
 }
 
 // ---- the main flows, on both stores ----

@@ -3,9 +3,18 @@
 //! extends never fails to parse. The same structs are what the inbox stores:
 //! a trimmed copy of the delivery instead of up to 25 MB of raw JSON.
 
-use serde::{Deserialize, Serialize};
+use std::time::UNIX_EPOCH;
 
-use crate::gate::{PrNumber, RepoName};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::gate::{Millis, PrNumber, RepoName};
+
+/// A time as GitHub writes it (`2024-05-01T14:02:00Z`), in Unix milliseconds.
+fn github_time(text: &str) -> Option<Millis> {
+    let t = humantime::parse_rfc3339(text.trim()).ok()?;
+    Millis::try_from(t.duration_since(UNIX_EPOCH).ok()?.as_millis()).ok()
+}
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default)]
@@ -70,6 +79,9 @@ pub struct Comment {
     pub id: u64,
     pub body: Option<String>,
     pub user: User,
+    /// When this version of the comment was written (an edit changes it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -104,12 +116,37 @@ impl IssueCommentEvent {
     pub fn pr(&self) -> Option<(RepoName, PrNumber)> {
         Some((self.repository.name()?, PrNumber(self.issue.number)))
     }
+
+    /// When this version of the comment was written, by GitHub's clock.
+    pub fn written_at(&self) -> Option<Millis> {
+        github_time(self.comment.updated_at.as_deref()?)
+    }
+
+    /// This version of the comment, from fields GitHub signs: its id, its
+    /// `updated_at`, the action and its body. A redelivery or a replay has the
+    /// same one whatever its `X-GitHub-Delivery` header says; an edit has a new one.
+    /// None when the payload lacks them (GitHub always sends both).
+    pub fn signed_id(&self) -> Option<String> {
+        let at = self.comment.updated_at.as_deref()?.trim();
+        if self.comment.id == 0 || self.written_at().is_none() {
+            return None;
+        }
+        let body = Sha256::digest(self.comment.body.as_deref().unwrap_or("").as_bytes());
+        let body = hex::encode(&body[..8]);
+        Some(format!(
+            "comment:{}:{at}:{}:{body}",
+            self.comment.id, self.action
+        ))
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct PullRequest {
+    pub id: u64,
     pub number: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
     pub state: String,
     pub merged: Option<bool>,
     pub user: User,
@@ -138,6 +175,26 @@ impl PullRequestEvent {
         };
         Some((self.repository.name()?, PrNumber(n)))
     }
+
+    /// GitHub's time of this change to the pull request (of the push, on `synchronize`).
+    pub fn updated_at(&self) -> Option<Millis> {
+        github_time(self.pull_request.updated_at.as_deref()?)
+    }
+
+    /// This event, from fields GitHub signs: the pull request, the action, the
+    /// new head and the PR's `updated_at`. Equal for a redelivery or a replay.
+    pub fn signed_id(&self) -> String {
+        let pr = match self.pull_request.id {
+            0 => format!("{}#{}", self.repository.full_name, self.number),
+            id => id.to_string(),
+        };
+        format!(
+            "pull_request:{pr}:{}:{}:{}",
+            self.action,
+            self.after.as_deref().unwrap_or(""),
+            self.pull_request.updated_at.as_deref().unwrap_or("")
+        )
+    }
 }
 
 #[cfg(test)]
@@ -146,20 +203,15 @@ mod tests {
 
     fn fixture(name: &str) -> String {
         let path = format!(
-            "{}/../shared/fixtures/github/{name}",
+            "{}/tests/fixtures/github/{name}",
             env!("CARGO_MANIFEST_DIR")
         );
-        std::fs::read_to_string(&path)
-            .or_else(|_| std::fs::read_to_string(format!("/work/shared/fixtures/github/{name}")))
-            .unwrap_or_default()
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
     }
 
     #[test]
     fn real_payloads_parse() {
         let text = fixture("issue_comment.created.on-pull-request.rust-lang-bors.json");
-        if text.is_empty() {
-            return; // fixtures live outside the repository; tests/github.rs covers them too
-        }
         let e: IssueCommentEvent = serde_json::from_str(&text).unwrap();
         assert!(e.on_pull_request());
         assert_eq!(e.issue.pull_request.unwrap().merged_at, Some(None));
@@ -182,6 +234,42 @@ mod tests {
             serde_json::from_str(&fixture("pull_request.synchronize.json")).unwrap();
         assert_eq!(e.action, "synchronize");
         assert_eq!(e.pr().unwrap().1, PrNumber(2));
+    }
+
+    #[test]
+    fn versions_of_a_comment_are_told_apart_by_signed_fields() {
+        let text = fixture("issue_comment.created.on-pull-request.rust-lang-bors.json");
+        let e: IssueCommentEvent = serde_json::from_str(&text).unwrap();
+        let id = e.signed_id().unwrap();
+        assert!(
+            id.starts_with("comment:1420770715:2023-02-07T13:23:42Z:created:"),
+            "{id}"
+        );
+        assert_eq!(e.written_at(), Some(1_675_776_222_000));
+        let stored = serde_json::to_string(&e).unwrap();
+        let stored: IssueCommentEvent = serde_json::from_str(&stored).unwrap();
+        assert_eq!(stored.signed_id().as_ref(), Some(&id), "the inbox's copy");
+
+        let mut edited = e.clone();
+        edited.action = "edited".into();
+        edited.comment.updated_at = Some("2023-02-07T13:25:00Z".into());
+        assert_ne!(edited.signed_id().as_ref(), Some(&id));
+        let mut other_body = e.clone();
+        other_body.comment.body = Some("/promote".into());
+        assert_ne!(other_body.signed_id().as_ref(), Some(&id));
+
+        let mut bad = e;
+        bad.comment.updated_at = Some("yesterday".into());
+        assert_eq!(bad.signed_id(), None);
+        bad.comment.updated_at = None;
+        assert_eq!(bad.signed_id(), None);
+
+        let push: PullRequestEvent =
+            serde_json::from_str(&fixture("pull_request.synchronize.json")).unwrap();
+        assert_eq!(
+            push.signed_id(),
+            "pull_request:279147437:synchronize:ec26c3e57ca3a959ca5aad62de7213c562f8c821:2019-05-15T15:20:33Z"
+        );
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Works stored GitHub deliveries (the inbox route `github`): commands in PR
-//! comments, pushes and closes. Replays are safe: the engine applies each
-//! (delivery, gate, action) once, and replies are queued with once-keys.
+//! comments, pushes and closes. Replays are safe: a delivery's id is made of
+//! signed fields (the comment's id and `updated_at`), the engine applies each
+//! (delivery, gate, action) once, and replies are queued with once-keys. A
+//! command written before the PR's last push, or the gate's last close, opens nothing.
 //!
 //! Reads GitHub (permission, team membership, a closed PR's merge state) but
 //! never writes to it here: reactions and replies are outbox jobs.
@@ -15,12 +17,13 @@ use super::client::GithubClient;
 use super::events::{IssueCommentEvent, PullRequestEvent, User};
 use super::sink::GithubJob;
 use super::status::view;
-use super::{authors, is_own_comment, quoted_command, MARKER};
-use crate::actions::{self, Subject};
+use super::{authors, is_own_comment, pushes, quoted_command, MARKER};
+use crate::actions::{self, kind_opened_by, Subject};
 use crate::command::{new_commands, parse_comment, Command, Parsed};
 use crate::config::Permission;
 use crate::engine::{EngineError, Provenance};
-use crate::gate::{Actor, GateKind, PrNumber, RepoName, Source};
+use crate::gate::state::rfc3339;
+use crate::gate::{Actor, GateKind, Millis, PrNumber, RepoName, Source};
 use crate::metrics::CommandLabels;
 use crate::notify::{BoxFuture, Handler, SendError};
 use crate::policy::Policy;
@@ -50,6 +53,14 @@ fn retry(e: impl std::fmt::Display) -> SendError {
 struct Line {
     command: Option<String>,
     message: String,
+}
+
+/// Why a comment's opening commands may be out of date.
+struct Stale {
+    closed_unmerged: bool,
+    /// The PR's last push, when the comment was written before it, and the
+    /// gate kinds a push closes (GATEBOT_GITHUB_CLOSE_ON_PUSH; checked at start).
+    pushed: Option<(Millis, Vec<GateKind>)>,
 }
 
 /// What came of one comment.
@@ -317,13 +328,26 @@ impl GithubInbox {
 
         self.enqueue(vec![react("eyes").once(once("eyes"))]).await?;
         let closed_unmerged = e.issue.state == "closed" && !self.merged(&e, &repo).await?;
+        // Written before the last push: about an earlier revision (GitHub's clock on both sides).
+        let pushed = pushes::last(&self.state.store, &repo, number)
+            .await
+            .map_err(retry)?
+            .filter(|at| e.written_at().is_some_and(|w| w < *at))
+            .map(|at| {
+                let kinds = self.state.config.close_on_push_kinds().unwrap_or_default();
+                (at, kinds)
+            });
+        let stale = Stale {
+            closed_unmerged,
+            pushed,
+        };
         let subject = Subject::Pr {
             repo: repo.clone(),
             number,
         };
         let mut out = Outcome::default();
         for p in parsed {
-            self.run(p, &e, &repo, &subject, closed_unmerged, delivery, &mut out)
+            self.run(p, &e, &repo, &subject, &stale, delivery, &mut out)
                 .await?;
         }
         let mut jobs = Vec::new();
@@ -350,7 +374,7 @@ impl GithubInbox {
         e: &IssueCommentEvent,
         repo: &RepoName,
         subject: &Subject,
-        closed_unmerged: bool,
+        stale: &Stale,
         delivery: &str,
         out: &mut Outcome,
     ) -> Result<(), SendError> {
@@ -422,13 +446,24 @@ impl GithubInbox {
             _ => {}
         }
         let keys = actions::gates_for(command, subject);
-        let refusal = if closed_unmerged {
+        let refusal = if stale.closed_unmerged {
             Err("this pull request was closed without merging, so its gates no longer take commands: reopen it first".to_string())
+        } else if let Some((at, _)) = stale
+            .pushed
+            .as_ref()
+            .filter(|(_, kinds)| kind_opened_by(command).is_some_and(|k| kinds.contains(&k)))
+        {
+            Err(format!(
+                "written before the push at {}, so it was about an earlier revision: comment again",
+                rfc3339(*at)
+            ))
         } else {
             self.authorize(command, repo, user, &e.issue.user.login)
                 .await?
         };
-        let who = Provenance::new(Actor::new(user.clone(), Source::Github)).delivery(delivery);
+        let who = Provenance::new(Actor::new(user.clone(), Source::Github))
+            .delivery(delivery)
+            .written_at(e.written_at());
         let why = match refusal {
             Ok(()) => {
                 match actions::apply(
@@ -447,6 +482,10 @@ impl GithubInbox {
                     Err(EngineError::Held { gate, by, via }) => {
                         format!("{gate} is held by {by} via {via}: comment `/unhold` first")
                     }
+                    Err(EngineError::WrittenBeforeClose { closed_at, .. }) => format!(
+                        "written before the gate closed at {}: comment again",
+                        rfc3339(closed_at)
+                    ),
                     Err(EngineError::Store(e)) => return Err(retry(e)),
                 }
             }
@@ -502,6 +541,17 @@ impl GithubInbox {
             .await?;
         let (kinds, reason) = match e.action.as_str() {
             "synchronize" => {
+                if let Some(at) = e.updated_at() {
+                    pushes::remember(
+                        &self.state.store,
+                        &repo,
+                        number,
+                        at,
+                        self.state.engine.now(),
+                    )
+                    .await
+                    .map_err(retry)?;
+                }
                 let sha = e
                     .after
                     .as_deref()

@@ -10,6 +10,7 @@ pub mod authors;
 pub mod client;
 pub mod events;
 pub mod inbox;
+pub mod pushes;
 pub mod routes;
 pub mod sink;
 pub mod status;

@@ -1,5 +1,8 @@
 //! `POST /webhooks/github`: verify, keep what matters, store, acknowledge.
 //! Nothing here calls GitHub or changes a gate; the inbox worker does that.
+//! Deliveries are stored under an id made of signed fields (the comment's id
+//! and `updated_at`), never the unsigned `X-GitHub-Delivery` header, so a
+//! captured delivery re-sent under a new header is a duplicate.
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -66,8 +69,9 @@ async fn receive(
             "missing X-GitHub-Event",
         ));
     }
-    let delivery = header("x-github-delivery").unwrap_or("").trim();
-    if delivery.is_empty() || delivery.len() > 128 {
+    // Unsigned, so only logged: deliveries are keyed by what GitHub signs.
+    let guid = header("x-github-delivery").unwrap_or("").trim();
+    if guid.is_empty() || guid.len() > 128 {
         return Err(Reject::bad_request(
             "missing_delivery",
             "missing or malformed X-GitHub-Delivery",
@@ -80,7 +84,7 @@ async fn receive(
         gh.allowed_repositories.is_empty()
             || repo.is_some_and(|r| gh.allowed_repositories.contains(&r))
     };
-    let payload = match event {
+    let (signed_id, payload) = match event {
         "ping" => return Ok(text(StatusCode::OK, "pong")),
         "issue_comment" => {
             let e: IssueCommentEvent = serde_json::from_slice(body).map_err(malformed)?;
@@ -101,7 +105,13 @@ async fn receive(
             if !comment.contains('/') || is_own_comment(comment) {
                 return Ok(ignored("no command"));
             }
-            serde_json::to_string(&e).map_err(malformed)?
+            let Some(id) = e.signed_id() else {
+                return Err(Reject::bad_request(
+                    "malformed_comment",
+                    "comment.id or comment.updated_at (an RFC 3339 UTC time) is missing: commands are keyed by them",
+                ));
+            };
+            (id, serde_json::to_string(&e).map_err(malformed)?)
         }
         "pull_request" => {
             let e: PullRequestEvent = serde_json::from_slice(body).map_err(malformed)?;
@@ -114,13 +124,13 @@ async fn receive(
                     e.repository.full_name
                 )));
             }
-            serde_json::to_string(&e).map_err(malformed)?
+            (e.signed_id(), serde_json::to_string(&e).map_err(malformed)?)
         }
         other => return Ok(ignored(format_args!("gatebot does not use {other} events"))),
     };
     let delivery = Delivery {
         source: SOURCE.to_string(),
-        delivery: delivery.to_string(),
+        delivery: signed_id.clone(),
         kind: event.to_string(),
         payload,
     };
@@ -129,7 +139,10 @@ async fn receive(
         .await
         .map_err(Reject::unavailable)?
     {
+        // A redelivery, or a replay under a new header: it ran (or runs) once.
+        tracing::info!(delivery = guid, id = %signed_id, "duplicate GitHub delivery");
         return Ok(text(StatusCode::OK, "duplicate delivery"));
     }
+    tracing::debug!(delivery = guid, id = %signed_id, "GitHub delivery stored");
     Ok(text(StatusCode::ACCEPTED, "accepted"))
 }

@@ -85,6 +85,9 @@ async fn change(
     };
     let gate = result.map_err(|e| match e {
         EngineError::Held { .. } => Reject::new(StatusCode::CONFLICT, "held", e.to_string()),
+        EngineError::WrittenBeforeClose { .. } => {
+            Reject::new(StatusCode::CONFLICT, "stale", e.to_string())
+        }
         EngineError::Store(e) => e.into(),
     })?;
     Ok(Json(serde_json::to_value(gate).unwrap_or_default()))

@@ -223,6 +223,9 @@ pub async fn legacy_set(
         crate::engine::EngineError::Held { .. } => {
             Reject::new(StatusCode::CONFLICT, "held", e.to_string())
         }
+        crate::engine::EngineError::WrittenBeforeClose { .. } => {
+            Reject::new(StatusCode::CONFLICT, "stale", e.to_string())
+        }
         crate::engine::EngineError::Store(e) => e.into(),
     })?;
     let word = if open { "opened" } else { "closed" };

@@ -14,7 +14,7 @@ use super::sink::{parse_gate, SlackJob};
 use crate::actions::{self, Subject};
 use crate::command::{parse_slash, Command};
 use crate::engine::{EngineError, Provenance};
-use crate::gate::{Actor, GateKey, GateKind, GateStatus, Scope, Source};
+use crate::gate::{Actor, CanaryRef, GateKey, GateKind, GateStatus, Scope, Source};
 use crate::github::authors::PrAuthors;
 use crate::notify::{BoxFuture, Handler, SendError};
 use crate::policy::SlackRule;
@@ -104,7 +104,7 @@ pub fn refusal(
 
 fn engine_err(e: EngineError) -> Result<String, SendError> {
     match e {
-        EngineError::Held { .. } => Ok(e.to_string()),
+        EngineError::Held { .. } | EngineError::WrittenBeforeClose { .. } => Ok(e.to_string()),
         EngineError::Store(e) => Err(SendError::retry(format!("store: {e}"))),
     }
 }
@@ -209,10 +209,20 @@ impl SlackInbox {
         let url = i.response_url.as_deref();
         let user = i.user.id.clone();
         let click_id = format!("slack:{}", i.click_id());
-        let who = Provenance::new(Actor::new(i.user_label(), Source::Slack)).delivery(&click_id);
+        let mut who = Provenance::new(Actor::new(i.user_label(), Source::Slack))
+            .delivery(&click_id)
+            .written_at(i.signed_at);
         let key = parse_gate(&click.value.gate)?;
         let wait_id = click.value.wait_id;
         let wait = store.wait(wait_id).await.map_err(store_err)?;
+        // The message showed one revision of one canary: the click approves that
+        // one, never a newer revision that reaches the gate before it asks again.
+        if let Some(w) = &wait {
+            let canary = w.canary.split_once('/');
+            if let Some(canary) = canary.and_then(|(ns, name)| CanaryRef::new(ns, name).ok()) {
+                who = who.revision(canary, w.checksum.clone());
+            }
+        }
         let phase = wait.as_ref().map(|w| w.phase.clone()).unwrap_or_default();
         let command = command_for(key.kind, click.approve, &phase);
 
@@ -323,6 +333,7 @@ impl SlackInbox {
         };
         if let Err(e) = result {
             store.kv_put(&dkey, "null", now).await.map_err(store_err)?;
+            self.audit_stale(&e, &who).await?;
             let message = engine_err(e)?;
             let text = reply(
                 self.templates(),
@@ -350,7 +361,8 @@ impl SlackInbox {
         };
         let who = Provenance::new(Actor::new(c.user_label(), Source::Slack))
             .reason(inv.reason.clone())
-            .delivery(format!("slack:{}", c.trigger_id));
+            .delivery(format!("slack:{}", c.trigger_id))
+            .written_at(c.signed_at);
         let rule = self.state.policy.slack(inv.command);
         let verdict = self.approvers.check(&rule, &c.user_id).await?;
         if verdict != Verdict::Allowed {
@@ -383,12 +395,27 @@ impl SlackInbox {
                 self.templates(),
                 json!({"what": "done", "summary": applied.summary()}),
             ),
-            Err(e) => reply(
-                self.templates(),
-                json!({"what": "error", "message": engine_err(e)?}),
-            ),
+            Err(e) => {
+                self.audit_stale(&e, &who).await?;
+                reply(
+                    self.templates(),
+                    json!({"what": "error", "message": engine_err(e)?}),
+                )
+            }
         };
         self.respond(url, text).await
+    }
+
+    /// A click or command sent before the gate's last close is refused; the
+    /// audit log says so.
+    async fn audit_stale(&self, e: &EngineError, who: &Provenance) -> Result<(), SendError> {
+        let EngineError::WrittenBeforeClose { gate, .. } = e else {
+            return Ok(());
+        };
+        match GateKey::parse(gate, None) {
+            Ok(key) => self.refuse(&key, who, &e.to_string()).await,
+            Err(_) => Ok(()),
+        }
     }
 }
 

@@ -28,6 +28,9 @@ pub struct Interaction {
     pub trigger_id: Option<String>,
     #[serde(deserialize_with = "nullable")]
     pub actions: Vec<Action>,
+    /// The signed request time (Unix ms), set by the route from the verified
+    /// header; never Slack's to say. None in clicks stored before it was kept.
+    pub signed_at: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -94,13 +97,12 @@ pub struct Click {
 
 impl Interaction {
     /// Parses the form body Slack posts: `payload=<url-encoded JSON>`.
-    pub fn from_form(body: &[u8]) -> Result<(Self, String), String> {
+    pub fn from_form(body: &[u8]) -> Result<Self, String> {
         let json = form_urlencoded::parse(body)
             .find(|(k, _)| k == "payload")
             .map(|(_, v)| v.into_owned())
             .ok_or("the form has no `payload` field")?;
-        let parsed = serde_json::from_str(&json).map_err(|e| format!("payload: {e}"))?;
-        Ok((parsed, json))
+        serde_json::from_str(&json).map_err(|e| format!("payload: {e}"))
     }
 
     /// The first of our buttons among the actions, if any.
@@ -172,6 +174,8 @@ pub struct SlashCommand {
     pub response_url: String,
     pub trigger_id: String,
     pub ssl_check: String,
+    /// The signed request time (Unix ms), set by the route, never from the form.
+    pub signed_at: Option<i64>,
 }
 
 impl SlashCommand {

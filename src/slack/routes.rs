@@ -14,6 +14,7 @@ use axum::routing::post;
 use axum::{Extension, Json, Router};
 use secrecy::ExposeSecret;
 use serde_json::json;
+use sha2::{Digest, Sha256};
 
 use super::approvers::{quick, Verdict};
 use super::inbox::{refusal, reply, CLICK, SLASH};
@@ -22,7 +23,7 @@ use super::verify::verify;
 use crate::actions::{self, Subject};
 use crate::command::{parse_slash, Command, Target};
 use crate::engine::Provenance;
-use crate::gate::{Actor, CanaryRef, GateKey, PrNumber, RepoName, Source};
+use crate::gate::{Actor, CanaryRef, GateKey, Millis, PrNumber, RepoName, Source};
 use crate::http::error::Reject;
 use crate::http::receipts::Receipts;
 use crate::http::SLACK_BODY_LIMIT;
@@ -69,17 +70,29 @@ fn secret(state: &AppState) -> Result<&[u8], Reject> {
     }
 }
 
-fn verified(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<(), Reject> {
+/// Checks the signature; returns the signed request time (Unix ms), which is
+/// when the person acted as far as gatebot can trust.
+fn verified(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Millis, Reject> {
     let secret = secret(state)?;
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    verify(
+    let secs = verify(
         secret,
         header("x-slack-request-timestamp"),
         header("x-slack-signature"),
         body,
         state.clock.now_secs(),
     )
-    .map_err(|e| Reject::new(StatusCode::UNAUTHORIZED, e.reason(), e.to_string()))
+    .map_err(|e| Reject::new(StatusCode::UNAUTHORIZED, e.reason(), e.to_string()))?;
+    Ok(secs.saturating_mul(1000))
+}
+
+/// Names a request that carries no id of its own by what Slack signed.
+fn signed_digest(signed_at: Millis, body: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(signed_at.to_string().as_bytes());
+    h.update(b":");
+    h.update(body);
+    hex::encode(&h.finalize()[..16])
 }
 
 fn ephemeral(text: String) -> Response {
@@ -92,8 +105,8 @@ async fn interactions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Reject> {
-    verified(&state, &headers, &body)?;
-    let (interaction, json) =
+    let signed_at = verified(&state, &headers, &body)?;
+    let mut interaction =
         Interaction::from_form(&body).map_err(|e| Reject::bad_request("malformed_payload", e))?;
     // Other interactions (and other apps' buttons) are acknowledged and ignored.
     if interaction.kind != "block_actions" || interaction.click().is_none() {
@@ -105,7 +118,11 @@ async fn interactions(
             "the click names no user",
         ));
     }
+    // trigger_id is in the signed body: a replay within Slack's 5 minutes is a duplicate.
     let id = format!("click:{}", interaction.click_id());
+    interaction.signed_at = Some(signed_at);
+    let json = serde_json::to_string(&interaction)
+        .map_err(|e| Reject::bad_request("malformed_payload", e.to_string()))?;
     store_receipt(&state, &receipts, id, CLICK, json).await?;
     Ok(StatusCode::OK.into_response())
 }
@@ -117,12 +134,17 @@ async fn commands(
     body: Bytes,
 ) -> Result<Response, Reject> {
     secret(&state)?;
-    let command = SlashCommand::from_form(&body);
+    let mut command = SlashCommand::from_form(&body);
     // Slack's certificate check carries no command and may come unsigned.
     if command.ssl_check == "1" {
         return Ok(StatusCode::OK.into_response());
     }
-    verified(&state, &headers, &body)?;
+    let signed_at = verified(&state, &headers, &body)?;
+    command.signed_at = Some(signed_at);
+    if command.trigger_id.is_empty() {
+        // Slack always sends one; without it the signed request itself is the id.
+        command.trigger_id = format!("signed-{}", signed_digest(signed_at, &body));
+    }
     let templates = &state.templates;
     let inv = match parse_slash(&command.text) {
         Ok(inv) => inv,
@@ -172,6 +194,7 @@ async fn commands(
         Some(verdict) => {
             let who = Provenance::new(Actor::new(command.user_label(), Source::Slack))
                 .delivery(format!("slack:{}", command.trigger_id))
+                .written_at(command.signed_at)
                 .reason(Some(format!(
                     "{} is not an approver ({})",
                     command.user_id, rule.setting
@@ -192,12 +215,9 @@ async fn commands(
             )));
         }
     }
-    let id = if command.trigger_id.is_empty() {
-        format!("command:{}", uuid::Uuid::new_v4())
-    } else {
-        format!("command:{}", command.trigger_id)
-    };
-    let payload = serde_json::to_string(&command).unwrap_or_default();
+    let id = format!("command:{}", command.trigger_id);
+    let payload = serde_json::to_string(&command)
+        .map_err(|e| Reject::bad_request("malformed_payload", e.to_string()))?;
     store_receipt(&state, &receipts, id, SLASH, payload).await?;
     Ok(ephemeral(reply(
         templates,

@@ -41,14 +41,15 @@ pub fn sign(secret: &[u8], timestamp: &str, body: &[u8]) -> String {
     format!("v0={}", hex::encode(mac.finalize().into_bytes()))
 }
 
-/// Checks the timestamp window first (cheap), then the signature in constant time.
+/// Checks the timestamp window first (cheap), then the signature in constant
+/// time. Returns the signed timestamp (Unix seconds).
 pub fn verify(
     secret: &[u8],
     timestamp: Option<&str>,
     signature: Option<&str>,
     body: &[u8],
     now_secs: i64,
-) -> Result<(), VerifyError> {
+) -> Result<i64, VerifyError> {
     let (Some(timestamp), Some(signature)) = (timestamp, signature) else {
         return Err(VerifyError::Missing);
     };
@@ -66,7 +67,7 @@ pub fn verify(
         .ct_eq(signature.trim().as_bytes())
         .into()
     {
-        Ok(())
+        Ok(ts)
     } else {
         Err(VerifyError::Mismatch)
     }
@@ -91,7 +92,7 @@ mod tests {
                 BODY.as_bytes(),
                 1531420618 + 30
             ),
-            Ok(())
+            Ok(1531420618)
         );
     }
 

@@ -1,18 +1,40 @@
 //! GitHub webhook payloads for tests, built from the real ones in
-//! `../shared/fixtures/github/` with only the fields a test cares about changed.
+//! `tests/fixtures/github/` with only the fields a test cares about changed.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/github");
+pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/github");
 
 pub fn fixture(name: &str) -> Value {
-    let text = std::fs::read_to_string(format!("{FIXTURES}/{name}"))
-        .unwrap_or_else(|e| panic!("fixture {name}: {e}"));
-    serde_json::from_str(&text).unwrap()
+    let path = format!("{FIXTURES}/{name}");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
 }
 
-/// A comment on PR `pr` of acme/shop, from the real PR-comment payload.
+/// A time as GitHub writes it, `ms` Unix milliseconds (with milliseconds, so
+/// that tests a few milliseconds apart stay in order).
+pub fn github_time(ms: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A comment on PR `pr` of acme/shop, from the real PR-comment payload,
+/// written now.
 pub fn comment(pr: u64, comment_id: u64, user: &str, body: &str) -> Value {
+    comment_at(pr, comment_id, user, body, now_ms())
+}
+
+/// The same, written at `written_ms` (GitHub's `created_at` and `updated_at`).
+pub fn comment_at(pr: u64, comment_id: u64, user: &str, body: &str, written_ms: i64) -> Value {
     let mut p = fixture("issue_comment.created.on-pull-request.rust-lang-bors.json");
     p["repository"]["full_name"] = json!("acme/shop");
     p["repository"]["name"] = json!("shop");
@@ -20,5 +42,7 @@ pub fn comment(pr: u64, comment_id: u64, user: &str, body: &str) -> Value {
     p["comment"]["id"] = json!(comment_id);
     p["comment"]["body"] = json!(body);
     p["comment"]["user"]["login"] = json!(user);
+    p["comment"]["created_at"] = json!(github_time(written_ms));
+    p["comment"]["updated_at"] = json!(github_time(written_ms));
     p
 }
