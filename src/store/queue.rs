@@ -107,7 +107,7 @@ impl Store {
         .bind(job.once_key.clone())
         .bind(now)
         .bind(job.not_before.max(now))
-        .execute(&mut *tx.tx)
+        .execute(tx.conn())
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -131,7 +131,7 @@ impl Store {
         .bind(kind.to_string())
         .bind(payload.to_string())
         .bind(now)
-        .execute(&mut *tx.tx)
+        .execute(tx.conn())
         .await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
@@ -152,7 +152,7 @@ impl Store {
             .bind(d.kind.clone())
             .bind(d.payload.clone())
             .bind(now)
-            .execute(&mut *tx.tx)
+            .execute(tx.conn())
             .await?;
             stored.push(done.rows_affected() == 1);
         }
@@ -189,7 +189,7 @@ impl Store {
             .bind(now + lease_ms)
             .bind(owner.to_string())
             .bind(now)
-            .fetch_optional(&mut *tx.tx)
+            .fetch_optional(tx.conn())
             .await?;
         tx.commit().await?;
         let Some(row) = row else { return Ok(None) };
@@ -265,7 +265,7 @@ impl Store {
             .bind(next_at)
             .bind(error.map(str::to_string))
             .bind(done_at)
-            .execute(&mut *tx.tx)
+            .execute(tx.conn())
             .await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
