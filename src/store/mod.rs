@@ -5,6 +5,7 @@
 //! there is one code path to test. Only migrations, BEGIN and job claiming differ.
 
 mod queue;
+mod replicas;
 mod rows;
 mod tx;
 #[cfg(test)]
@@ -21,6 +22,7 @@ use tokio::sync::Mutex;
 use crate::gate::{Actor, Answer, CanaryRef, Gate, GateKey, GateStatus, Millis, Source};
 
 pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};
+pub use replicas::{DEAD_AFTER, HEARTBEAT_EVERY};
 pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};
 pub use tx::{WriteHealth, WriteTx};
 
@@ -58,6 +60,10 @@ pub struct Store {
     write_lock: Option<Arc<Mutex<()>>>,
     /// How the latest real write went, for readiness.
     writes: Arc<WriteHealth>,
+    /// This process's name as a lease owner and in the `replicas` table.
+    replica: Arc<str>,
+    /// The latest write probe, shared so that a flood of `/readyz` costs one write a second.
+    probe: Arc<Mutex<Option<replicas::Probe>>>,
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -116,6 +122,8 @@ impl Store {
             backend,
             write_lock: (backend == Backend::Sqlite).then(|| Arc::new(Mutex::new(()))),
             writes: Arc::default(),
+            replica: replicas::new_replica_name().into(),
+            probe: Arc::default(),
         })
     }
 
@@ -162,6 +170,11 @@ impl Store {
     /// How the latest real writes went.
     pub fn write_health(&self) -> &WriteHealth {
         &self.writes
+    }
+
+    /// This process's name as a lease owner.
+    pub fn replica(&self) -> &str {
+        &self.replica
     }
 
     // ---- gates ----
