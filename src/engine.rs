@@ -652,6 +652,7 @@ impl Engine {
                 .applied(&mut tx, delivery, &key.to_string(), "refuse")
                 .await?
             {
+                tx.rollback().await;
                 return Ok(());
             }
         }
@@ -699,11 +700,22 @@ impl Engine {
                 .applied(&mut tx, delivery, &key.to_string(), action)
                 .await?
             {
+                tx.rollback().await;
                 return Ok(gate);
             }
         }
-        let Some(status) = next(&gate, now, self.settings.approval_ttl)? else {
-            return Ok(gate);
+        let status = match next(&gate, now, self.settings.approval_ttl) {
+            Ok(Some(status)) => status,
+            // Nothing to write (or a refusal such as a hold): end the transaction
+            // cleanly rather than discarding its connection.
+            Ok(None) => {
+                tx.rollback().await;
+                return Ok(gate);
+            }
+            Err(e) => {
+                tx.rollback().await;
+                return Err(e);
+            }
         };
         gate.status = status;
         Store::put_gate(&mut tx, &gate).await?;

@@ -134,7 +134,11 @@ impl Gatebot {
 
         let shutdown = CancellationToken::new();
         let mut tasks = JoinSet::new();
-        let owner = format!("{}-{}", hostname(), uuid::Uuid::new_v4().simple());
+        let owner = store.replica().to_string();
+        take_over_leases(&store, clock.now_ms()).await;
+        if store.backend() == store::Backend::Postgres {
+            tasks.spawn(heartbeat(store.clone(), clock.clone(), shutdown.clone()));
+        }
         let settings = options.worker.unwrap_or_else(|| WorkerSettings {
             base_backoff: state.config.outbox_backoff,
             max_attempts: state.config.outbox_max_attempts,
@@ -230,7 +234,45 @@ impl Gatebot {
         if let Err(e) = self.state.engine.flush_seen().await {
             tracing::warn!(error = %e, "could not write last-seen times");
         }
+        if let Err(e) = self.state.store.leave().await {
+            tracing::warn!(error = %e, "could not remove this replica's heartbeat");
+        }
         self.state.store.close().await;
+    }
+}
+
+/// Before the workers start: on SQLite (one process) every lease is a dead
+/// process's, so take them back; on both stores, say this replica is alive
+/// before it claims anything.
+async fn take_over_leases(store: &Store, now: gate::Millis) {
+    if store.backend() == store::Backend::Sqlite {
+        match store.release_leases().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(items = n, "took back leases of a previous process"),
+            Err(e) => tracing::warn!(error = %e, "could not take back old leases"),
+        }
+    }
+    if let Err(e) = store.heartbeat(now).await {
+        tracing::warn!(error = %e, "could not register this replica");
+    }
+}
+
+/// PostgreSQL: says every second that this replica is alive, so that others
+/// take its leases within seconds of its death (see `store::DEAD_AFTER`).
+async fn heartbeat(store: Store, clock: SharedClock, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(store::HEARTBEAT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let beat = store.heartbeat(clock.now_ms());
+        match tokio::time::timeout(store::HEARTBEAT_EVERY * 2, beat).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "heartbeat failed"),
+            Err(_) => tracing::warn!("heartbeat timed out"),
+        }
     }
 }
 
@@ -256,8 +298,4 @@ async fn housekeeping(state: AppState, shutdown: CancellationToken) {
             state.metrics.inbox_pending.set(n);
         }
     }
-}
-
-fn hostname() -> String {
-    std::env::var("HOSTNAME").unwrap_or_else(|_| "gatebot".into())
 }

@@ -2,23 +2,29 @@
 //!
 //! One sqlx `Any` pool and runtime queries written in the dialect both backends
 //! share (`$n` parameters, `ON CONFLICT`, `RETURNING`, partial unique indexes), so
-//! there is one code path to test. Only migrations and job claiming differ.
+//! there is one code path to test. Only migrations, BEGIN and job claiming differ.
 
 mod queue;
+mod replicas;
 mod rows;
+mod tx;
+#[cfg(test)]
+mod tx_tests;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{Any, AnyPool, Row, Transaction};
-use tokio::sync::{Mutex, MutexGuard};
+use sqlx::{AnyPool, Row};
+use tokio::sync::Mutex;
 
 use crate::gate::{Actor, Answer, CanaryRef, Gate, GateKey, GateStatus, Millis, Source};
 
 pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};
+pub use replicas::{DEAD_AFTER, HEARTBEAT_EVERY};
 pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};
+pub use tx::{WriteHealth, WriteTx};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -52,19 +58,12 @@ pub struct Store {
     backend: Backend,
     /// SQLite has one writer; taking turns here avoids SQLITE_BUSY on lock upgrades.
     write_lock: Option<Arc<Mutex<()>>>,
-}
-
-/// A write transaction (holding SQLite's writer turn while it lives).
-pub struct WriteTx<'a> {
-    pub tx: Transaction<'a, Any>,
-    _turn: Option<MutexGuard<'a, ()>>,
-}
-
-impl WriteTx<'_> {
-    pub async fn commit(self) -> Result<()> {
-        self.tx.commit().await?;
-        Ok(())
-    }
+    /// How the latest real write went, for readiness.
+    writes: Arc<WriteHealth>,
+    /// This process's name as a lease owner and in the `replicas` table.
+    replica: Arc<str>,
+    /// The latest write probe, shared so that a flood of `/readyz` costs one write a second.
+    probe: Arc<Mutex<Option<replicas::Probe>>>,
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -74,6 +73,11 @@ impl Store {
     /// Connects and migrates. `url` is `sqlite://path` (file and directory created
     /// when missing) or `postgres://…`.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        Self::open(url, None).await
+    }
+
+    /// `connect` with a pool of at most `pool_size` connections (tests).
+    async fn open(url: &str, pool_size: Option<u32>) -> anyhow::Result<Self> {
         sqlx::any::install_default_drivers();
         let (backend, url) = normalise_url(url)?;
         if let Some(dir) = sqlite_dir(&url) {
@@ -82,10 +86,10 @@ impl Store {
         }
         let options = AnyPoolOptions::new()
             .acquire_timeout(Duration::from_secs(3))
-            .max_connections(match backend {
+            .max_connections(pool_size.unwrap_or(match backend {
                 Backend::Sqlite => 8,
                 Backend::Postgres => 16,
-            })
+            }))
             .min_connections(1)
             .after_connect(move |conn, _| {
                 Box::pin(async move {
@@ -117,6 +121,9 @@ impl Store {
             pool,
             backend,
             write_lock: (backend == Backend::Sqlite).then(|| Arc::new(Mutex::new(()))),
+            writes: Arc::default(),
+            replica: replicas::new_replica_name().into(),
+            probe: Arc::default(),
         })
     }
 
@@ -133,13 +140,41 @@ impl Store {
         self.pool.close().await;
     }
 
+    /// Starts a write transaction. Every write goes through here.
     pub async fn begin(&self) -> Result<WriteTx<'_>> {
+        self.begin_recorded(Some(&self.writes)).await
+    }
+
+    /// `begin`, recording the outcome for readiness only when `writes` is given.
+    async fn begin_recorded<'a>(&'a self, writes: Option<&'a WriteHealth>) -> Result<WriteTx<'a>> {
         let turn = match &self.write_lock {
             Some(lock) => Some(lock.lock().await),
             None => None,
         };
-        let tx = self.pool.begin().await?;
-        Ok(WriteTx { tx, _turn: turn })
+        let conn = match self.pool.acquire().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                if let Some(w) = writes {
+                    w.record(Err(&e));
+                }
+                return Err(e.into());
+            }
+        };
+        let begin = match self.backend {
+            Backend::Sqlite => "BEGIN IMMEDIATE",
+            Backend::Postgres => "BEGIN",
+        };
+        WriteTx::start(conn, begin, writes, turn).await
+    }
+
+    /// How the latest real writes went.
+    pub fn write_health(&self) -> &WriteHealth {
+        &self.writes
+    }
+
+    /// This process's name as a lease owner.
+    pub fn replica(&self) -> &str {
+        &self.replica
     }
 
     // ---- gates ----
@@ -215,7 +250,7 @@ impl Store {
         .bind(change.and_then(|c| c.reason.clone()))
         .bind(change.map_or(0, |c| c.at))
         .bind(expires_at)
-        .execute(&mut *tx.tx)
+        .execute(tx.conn())
         .await?;
         Ok(())
     }
@@ -250,12 +285,12 @@ impl Store {
         .bind(key.to_string())
         .bind(checksum.to_string())
         .bind(at)
-        .execute(&mut *tx.tx)
+        .execute(tx.conn())
         .await?;
         let row = sqlx::query("SELECT checksum FROM pins WHERE approval_id = $1 AND canary = $2")
             .bind(approval_id.to_string())
             .bind(canary.to_string())
-            .fetch_one(&mut *tx.tx)
+            .fetch_one(tx.conn())
             .await?;
         Ok(row.try_get("checksum")?)
     }
@@ -309,7 +344,7 @@ impl Store {
         .bind(reason.to_string())
         .bind(metadata.to_string())
         .bind(at)
-        .execute(&mut *tx.tx)
+        .execute(tx.conn())
         .await?;
         Ok(())
     }
@@ -328,7 +363,7 @@ impl Store {
             .bind(key.clone())
             .bind(canary.clone())
             .bind(*at)
-            .execute(&mut *tx.tx)
+            .execute(tx.conn())
             .await?;
         }
         tx.commit().await
@@ -357,7 +392,7 @@ impl Store {
         .bind(phase.to_string())
         .bind(metadata.to_string())
         .bind(at)
-        .fetch_optional(&mut *tx.tx)
+        .fetch_optional(tx.conn())
         .await?;
         Ok(row.map(|r| r.try_get("id")).transpose()?)
     }
@@ -378,7 +413,7 @@ impl Store {
         .bind(canary.to_string())
         .bind(at)
         .bind(outcome.to_string())
-        .fetch_optional(&mut *tx.tx)
+        .fetch_optional(tx.conn())
         .await?;
         Ok(row.map(|r| r.try_get("id")).transpose()?)
     }
@@ -432,7 +467,7 @@ impl Store {
         .bind(entry.revision.clone())
         .bind(entry.canary.clone())
         .bind(entry.delivery.clone())
-        .execute(&mut *tx.tx)
+        .execute(tx.conn())
         .await?;
         Ok(())
     }
@@ -464,7 +499,7 @@ impl Store {
         .bind(e.message.clone())
         .bind(e.flagger_at)
         .bind(e.metadata.clone())
-        .fetch_one(&mut *tx.tx)
+        .fetch_one(tx.conn())
         .await?;
         Ok(row.try_get("id")?)
     }
@@ -514,7 +549,7 @@ impl Store {
         .bind(k.to_string())
         .bind(v.to_string())
         .bind(at)
-        .execute(&mut *tx.tx)
+        .execute(tx.conn())
         .await?;
         tx.commit().await
     }
@@ -573,7 +608,7 @@ impl Store {
         .bind(delivery.to_string())
         .bind(gate.to_string())
         .bind(action.to_string())
-        .fetch_one(&mut *tx.tx)
+        .fetch_one(tx.conn())
         .await?;
         Ok(row.try_get::<i64, _>("n")? > 0)
     }

@@ -5,6 +5,7 @@
 use serde::Serialize;
 use sqlx::Row;
 
+use super::replicas::millis;
 use super::{Backend, Result, Store, WriteTx};
 use crate::gate::Millis;
 
@@ -107,7 +108,7 @@ impl Store {
         .bind(job.once_key.clone())
         .bind(now)
         .bind(job.not_before.max(now))
-        .execute(&mut *tx.tx)
+        .execute(tx.conn())
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -131,7 +132,7 @@ impl Store {
         .bind(kind.to_string())
         .bind(payload.to_string())
         .bind(now)
-        .execute(&mut *tx.tx)
+        .execute(tx.conn())
         .await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
@@ -152,7 +153,7 @@ impl Store {
             .bind(d.kind.clone())
             .bind(d.payload.clone())
             .bind(now)
-            .execute(&mut *tx.tx)
+            .execute(tx.conn())
             .await?;
             stored.push(done.rows_affected() == 1);
         }
@@ -160,7 +161,9 @@ impl Store {
         Ok(stored)
     }
 
-    /// Takes the next due item for `lease_ms`, or None.
+    /// Takes the next due item for `lease_ms`, or None. An item is free when
+    /// its lease ran out or when its owner is another replica that has not been
+    /// seen for [`super::DEAD_AFTER`] (a process that died holding it).
     pub async fn claim(
         &self,
         queue: QueueName,
@@ -169,6 +172,10 @@ impl Store {
         lease_ms: i64,
     ) -> Result<Option<QueueItem>> {
         let table = queue.table();
+        let free = format!(
+            "(lease_until IS NULL OR lease_until < $3 OR (lease_owner <> $2 AND NOT EXISTS \
+             (SELECT 1 FROM replicas r WHERE r.owner = {table}.lease_owner AND r.seen_at >= $4)))"
+        );
         // The outer conditions repeat the inner ones so that two claimers racing
         // for one row cannot both win: the loser's UPDATE re-checks and matches nothing.
         let lock = match self.backend {
@@ -178,8 +185,8 @@ impl Store {
         let sql = format!(
             "UPDATE {table} SET lease_until = $1, lease_owner = $2, attempts = attempts + 1{} \
              WHERE id = (SELECT id FROM {table} WHERE state = 'pending' AND next_attempt_at <= $3 \
-                 AND (lease_until IS NULL OR lease_until < $3) ORDER BY next_attempt_at, id LIMIT 1 {lock}) \
-             AND state = 'pending' AND (lease_until IS NULL OR lease_until < $3) \
+                 AND {free} ORDER BY next_attempt_at, id LIMIT 1 {lock}) \
+             AND state = 'pending' AND {free} \
              RETURNING {}",
             queue.on_claim(),
             queue.columns()
@@ -189,7 +196,8 @@ impl Store {
             .bind(now + lease_ms)
             .bind(owner.to_string())
             .bind(now)
-            .fetch_optional(&mut *tx.tx)
+            .bind(now - millis(super::DEAD_AFTER))
+            .fetch_optional(tx.conn())
             .await?;
         tx.commit().await?;
         let Some(row) = row else { return Ok(None) };
@@ -265,7 +273,7 @@ impl Store {
             .bind(next_at)
             .bind(error.map(str::to_string))
             .bind(done_at)
-            .execute(&mut *tx.tx)
+            .execute(tx.conn())
             .await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
@@ -282,14 +290,25 @@ impl Store {
             .try_get("n")?)
     }
 
-    /// The earliest time a pending item is due, if any: how long a worker may sleep.
+    /// The earliest time a pending item is due, if any: how long a worker may
+    /// sleep. Another replica's lease ends early when that replica stops
+    /// being seen; this replica's own leases end when they run out.
     pub async fn next_due(&self, queue: QueueName) -> Result<Option<Millis>> {
+        let table = queue.table();
+        let (greatest, least) = match self.backend {
+            Backend::Postgres => ("GREATEST", "LEAST"),
+            Backend::Sqlite => ("MAX", "MIN"),
+        };
         let sql = format!(
-            "SELECT MIN(CASE WHEN lease_until IS NOT NULL AND lease_until > next_attempt_at \
-             THEN lease_until ELSE next_attempt_at END) AS t FROM {} WHERE state = 'pending'",
-            queue.table()
+            "SELECT MIN(CASE WHEN lease_until IS NULL THEN next_attempt_at \
+                 WHEN lease_owner = $1 THEN {greatest}(next_attempt_at, lease_until) \
+                 ELSE {greatest}(next_attempt_at, {least}(lease_until, COALESCE( \
+                     (SELECT r.seen_at + $2 FROM replicas r WHERE r.owner = {table}.lease_owner), 0))) \
+             END) AS t FROM {table} WHERE state = 'pending'"
         );
         Ok(sqlx::query(&sql)
+            .bind(self.replica.to_string())
+            .bind(millis(super::DEAD_AFTER))
             .fetch_one(&self.pool)
             .await?
             .try_get("t")?)
