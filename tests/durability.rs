@@ -109,15 +109,15 @@ async fn deliver(base: &str, n: u32) -> u16 {
         .map_or(0, |r| r.status().as_u16())
 }
 
-/// How many of these deliveries are stored in the inbox.
+/// Which of these deliveries are stored in the inbox (keyed by the comment GitHub signed).
 async fn stored_deliveries(db: &TestDb, ns: &[u32]) -> Vec<u32> {
     use sqlx::Connection;
     sqlx::any::install_default_drivers();
     let mut conn = sqlx::AnyConnection::connect(&db.url).await.unwrap();
     let mut stored = Vec::new();
     for &n in ns {
-        let found: Option<String> = sqlx::query_scalar("SELECT id FROM inbox WHERE id = $1")
-            .bind(format!("github:disk-{n}"))
+        let found: Option<String> = sqlx::query_scalar("SELECT id FROM inbox WHERE id LIKE $1")
+            .bind(format!("github:comment:{n}:%"))
             .fetch_optional(&mut conn)
             .await
             .unwrap();
