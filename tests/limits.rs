@@ -1,9 +1,10 @@
 //! Limits that keep gatebot answering whatever anyone sends: body sizes and read
 //! times, slow and idle connections, the connection limit, failures inside a
-//! handler (panics, timeouts).
+//! handler (panics, timeouts), and the paged gate list.
 
 pub mod support;
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use axum::routing::{get, post};
@@ -12,9 +13,9 @@ use gatebot::{AppState, Config, Gatebot};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 
-use support::harness::{client, metric_value, Backend, TestDb};
+use support::harness::{client, metric_value, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use support::raw::{self, closed_within, connect, memory_kb, post_big};
-use support::served::Served;
+use support::served::{Served, BIN};
 
 const MB: usize = 1024 * 1024;
 
@@ -445,4 +446,106 @@ async fn a_timed_out_request_is_answered_and_counted_by_route() {
     );
     server.abort();
     gatebot.stop().await;
+}
+
+on_both_stores!(the_gate_list_pages);
+
+/// 250 gates, some opened (a row each) and some only asked by Flagger (an
+/// observation only): three pages, every gate once, and the CLI follows them.
+async fn the_gate_list_pages(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let mut config = db.config();
+    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
+    let server = TestServer::start(config, Default::default()).await;
+    let mut want = HashSet::new();
+    for n in 1..=250 {
+        let gate = format!("/gates/promote/acme/shop/pr/{n}");
+        if n % 5 == 0 {
+            let r = client()
+                .post(server.at(&gate))
+                .json(&serde_json::json!({
+                    "name": format!("app{n}"), "namespace": "test", "phase": "Progressing", "checksum": "r1"
+                }))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 403);
+        } else {
+            server.open(&gate).await;
+        }
+        want.insert(gate);
+    }
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            None => "/api/v1/gates".to_string(),
+            Some(c) => format!(
+                "/api/v1/gates?cursor={}",
+                form_urlencoded::byte_serialize(c.as_bytes()).collect::<String>()
+            ),
+        };
+        let page = server.api(&path).await;
+        pages += 1;
+        let gates = page["gates"].as_array().unwrap();
+        assert!(gates.len() <= 100, "a page of {}", gates.len());
+        seen.extend(
+            gates
+                .iter()
+                .map(|g| g["gate"].as_str().unwrap().to_string()),
+        );
+        match page["next"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+        assert!(pages < 10, "pages never end");
+    }
+    assert_eq!(pages, 3);
+    let unique: HashSet<String> = seen.iter().cloned().collect();
+    assert_eq!(unique.len(), seen.len(), "a gate listed twice");
+    assert_eq!(unique, want);
+    let asked = server.api("/api/v1/gates?limit=1000").await;
+    let asked_gate = asked["gates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["gate"] == "/gates/promote/acme/shop/pr/5")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        asked_gate["canaries"][0]["canary"], "test/app5",
+        "{asked_gate}"
+    );
+    assert!(
+        !asked_gate["canaries"][0]["waiting_since"].is_null(),
+        "{asked_gate}"
+    );
+
+    for bad in ["limit=0", "limit=1001", "limit=many"] {
+        let r = client()
+            .get(server.at(&format!("/api/v1/gates?{bad}")))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+    }
+
+    let cli = tokio::process::Command::new(BIN)
+        .env_clear()
+        .env("GATEBOT_SERVER", &server.url)
+        .env("GATEBOT_ADMIN_TOKEN", ADMIN_TOKEN)
+        .args(["gates", "list", "--json"])
+        .output()
+        .await
+        .expect("cli runs");
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    let listed: serde_json::Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert_eq!(listed["gates"].as_array().unwrap().len(), 250);
+    server.stop().await;
 }
