@@ -22,7 +22,16 @@ pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
         }
     };
     let (req, what) = match &args.action {
-        GatesAction::List => (client.get(format!("{base}/api/v1/gates")), "list gates"),
+        GatesAction::List => {
+            let gates = list_all(&base, |url| auth(client.get(url))).await?;
+            let value = json!({ "gates": gates });
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&value)?);
+            } else {
+                print_list(&value);
+            }
+            return Ok(());
+        }
         GatesAction::Show { gate } => (
             client.get(format!("{base}/api/v1/gates/{}", api_path(gate))),
             "show the gate",
@@ -40,7 +49,28 @@ pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
             "close the gate",
         ),
     };
-    let response = auth(req).send().await.map_err(|e| {
+    let value = call(auth(req), &base, what).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    match &args.action {
+        GatesAction::List => print_list(&value),
+        GatesAction::Show { .. } => print_detail(&value),
+        GatesAction::Open { .. } | GatesAction::Close { .. } => {
+            println!(
+                "{} is {}",
+                value["key"].as_str().unwrap_or("?"),
+                value["state"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Sends one request and returns its JSON answer, or says what went wrong.
+async fn call(req: reqwest::RequestBuilder, base: &str, what: &str) -> anyhow::Result<Value> {
+    let response = req.send().await.map_err(|e| {
         anyhow::anyhow!(
             "cannot reach gatebot at {base} ({e}): is it running? Set --server or GATEBOT_SERVER"
         )
@@ -61,23 +91,35 @@ pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
             body.trim()
         );
     }
-    let value: Value = serde_json::from_str(&body).context("the server did not answer JSON")?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&value)?);
-        return Ok(());
-    }
-    match &args.action {
-        GatesAction::List => print_list(&value),
-        GatesAction::Show { .. } => print_detail(&value),
-        GatesAction::Open { .. } | GatesAction::Close { .. } => {
-            println!(
-                "{} is {}",
-                value["key"].as_str().unwrap_or("?"),
-                value["state"].as_str().unwrap_or("?")
-            );
+    serde_json::from_str(&body).context("the server did not answer JSON")
+}
+
+/// Every gate, following the list's pages.
+async fn list_all(
+    base: &str,
+    get: impl Fn(String) -> reqwest::RequestBuilder,
+) -> anyhow::Result<Vec<Value>> {
+    let mut gates = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut url = format!("{base}/api/v1/gates?limit={}", crate::http::api::MAX_PAGE);
+        if let Some(c) = &cursor {
+            url.push_str("&cursor=");
+            url.extend(form_urlencoded::byte_serialize(c.as_bytes()));
+        }
+        let mut page = call(get(url), base, "list gates").await?;
+        if let Some(list) = page["gates"].as_array_mut() {
+            gates.append(list);
+        }
+        match page["next"].as_str() {
+            // A cursor that does not move would loop forever.
+            Some(next) if cursor.as_deref() == Some(next) => {
+                bail!("the server's gate list repeats the page after {next}")
+            }
+            Some(next) => cursor = Some(next.to_string()),
+            None => return Ok(gates),
         }
     }
-    Ok(())
 }
 
 /// `/gates/promote/pr/42`, `gates/promote/pr/42` and `promote/pr/42` all name one gate.

@@ -170,6 +170,30 @@ pub struct Config {
     #[arg(long, env = "GATEBOT_OUTBOX_LEASE", default_value = "60s", value_parser = parse_duration)]
     pub outbox_lease: Duration,
 
+    /// A request head (request line and headers) must arrive whole within this,
+    /// or the connection is closed.
+    #[arg(long, env = "GATEBOT_HEADER_READ_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+
+    /// A keep-alive connection with no request for this long is closed. Keep it
+    /// above how long proxies in front keep idle upstream connections (60s for ingress-nginx).
+    #[arg(long, env = "GATEBOT_IDLE_TIMEOUT", default_value = "90s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+
+    /// Most connections open at once; more wait in the listen backlog until one
+    /// closes. Lowered to fit under the descriptor limit (`ulimit -n`).
+    #[arg(long, env = "GATEBOT_MAX_CONNECTIONS", default_value_t = 512)]
+    pub max_connections: usize,
+
+    /// A request body must arrive whole within this (408 otherwise).
+    #[arg(long, env = "GATEBOT_BODY_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub body_read_timeout: Duration,
+
+    /// A request not answered within this gets 503, or 403 with a reason on
+    /// Flagger's gate checks.
+    #[arg(long, env = "GATEBOT_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
     #[command(flatten)]
     pub github: GithubConfig,
 
@@ -311,6 +335,19 @@ impl Config {
         let mut out = Vec::new();
         if let Err(e) = self.close_on_push_kinds() {
             out.push(e);
+        }
+        for (name, value) in [
+            ("GATEBOT_HEADER_READ_TIMEOUT", self.header_read_timeout),
+            ("GATEBOT_IDLE_TIMEOUT", self.idle_timeout),
+            ("GATEBOT_BODY_READ_TIMEOUT", self.body_read_timeout),
+            ("GATEBOT_REQUEST_TIMEOUT", self.request_timeout),
+        ] {
+            if value.is_zero() {
+                out.push(format!("{name} must be longer than 0s"));
+            }
+        }
+        if self.max_connections == 0 {
+            out.push("GATEBOT_MAX_CONNECTIONS must be at least 1".into());
         }
         let gh = &self.github;
         if gh.app_id.is_some() != gh.app_private_key.is_some() {

@@ -6,6 +6,10 @@
 //! of gates is the truth; with PostgreSQL other replicas write too, so the gate
 //! row is read per check. Last-seen times are kept in memory and flushed in batches.
 
+mod page;
+
+pub use page::GatePage;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;

@@ -201,23 +201,30 @@ impl Gatebot {
     }
 
     /// Serves until `signal`, lets in-flight requests finish (up to the
-    /// configured shutdown timeout), then stops the workers.
+    /// configured shutdown timeout), then stops the workers. Slow and idle
+    /// connections are cut and connections are limited (see [`http::server`]).
     pub async fn serve(
         self,
         listener: TcpListener,
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let grace = self.state.config.shutdown_timeout;
+        let limits = http::server::ServerLimits::from_config(&self.state.config);
         let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = axum::serve(listener, self.router()).with_graceful_shutdown(async move {
-            signal.await;
-            tracing::info!("shutting down: finishing in-flight requests");
-            let _ = stopping_tx.send(());
-        });
-        let server = async { server.await.context("server failed") };
+        let server = http::server::serve(
+            listener,
+            self.router(),
+            limits,
+            self.state.metrics.clone(),
+            async move {
+                signal.await;
+                tracing::info!("shutting down: finishing in-flight requests");
+                let _ = stopping_tx.send(());
+            },
+        );
         tokio::pin!(server);
         tokio::select! {
-            result = &mut server => result?,
+            () = &mut server => {}
             () = async {
                 let _ = stopping_rx.await;
                 tokio::time::sleep(grace).await;

@@ -41,6 +41,18 @@ pub struct RejectLabels {
     pub reason: String,
 }
 
+/// A request that gatebot failed to answer itself: `panic` or `timeout`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    pub route: String,
+    pub cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JobLabels {
     pub queue: &'static str,
@@ -59,6 +71,9 @@ pub struct Metrics {
     registry: Registry,
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_duration: Family<RouteLabels, Histogram>,
+    pub http_failures: Family<FailureLabels, Counter>,
+    pub http_connections: Gauge,
+    pub http_connections_cut: Family<ReasonLabels, Counter>,
     pub gate_checks: Family<GateLabels, Counter>,
     /// Checks answered closed because the store did not answer in time.
     pub checks_store_busy: Counter,
@@ -88,6 +103,9 @@ impl Metrics {
                 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
             ])
         });
+        let http_failures = Family::<FailureLabels, Counter>::default();
+        let http_connections = Gauge::default();
+        let http_connections_cut = Family::<ReasonLabels, Counter>::default();
         let gate_checks = Family::<GateLabels, Counter>::default();
         let checks_store_busy = Counter::default();
         let waits_started = Family::<KindLabels, Counter>::default();
@@ -108,6 +126,21 @@ impl Metrics {
             "http_request_duration_seconds",
             "HTTP request latency by matched route",
             http_duration.clone(),
+        );
+        registry.register(
+            "http_failures",
+            "Requests gatebot failed to answer itself (panic, timeout), by route; also counted in http_requests",
+            http_failures.clone(),
+        );
+        registry.register(
+            "http_connections",
+            "Open HTTP connections",
+            http_connections.clone(),
+        );
+        registry.register(
+            "http_connections_cut",
+            "Connections closed for sending no request head in time (header_timeout) or staying idle (idle_timeout)",
+            http_connections_cut.clone(),
         );
         registry.register(
             "gate_checks",
@@ -164,6 +197,9 @@ impl Metrics {
             registry,
             http_requests,
             http_duration,
+            http_failures,
+            http_connections,
+            http_connections_cut,
             gate_checks,
             checks_store_busy,
             waits_started,

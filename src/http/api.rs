@@ -18,13 +18,38 @@ fn parse_key(state: &AppState, text: &str) -> Result<GateKey, Reject> {
         .map_err(|e| Reject::bad_request("bad_gate", e.to_string()))
 }
 
+/// Gates per page of `GET /api/v1/gates` unless `limit` says otherwise.
+pub const DEFAULT_PAGE: usize = 100;
+/// The largest `limit` accepted.
+pub const MAX_PAGE: usize = 1000;
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    limit: Option<usize>,
+    /// The `next` of the previous page: the last gate key it held.
+    cursor: Option<String>,
+}
+
+/// One page of gates in key order; `next` is the cursor of the following
+/// page, null on the last one.
 pub async fn list(
     State(state): State<AppState>,
     headers: HeaderMap,
+    Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, Reject> {
     reader(&state, &headers)?;
-    let gates = state.engine.list().await?;
-    Ok(Json(json!({ "gates": gates })))
+    let limit = match q.limit {
+        None => DEFAULT_PAGE,
+        Some(n) if (1..=MAX_PAGE).contains(&n) => n,
+        Some(n) => {
+            return Err(Reject::bad_request(
+                "bad_limit",
+                format!("limit must be from 1 to {MAX_PAGE}, not {n}"),
+            ))
+        }
+    };
+    let page = state.engine.page(q.cursor.as_deref(), limit).await?;
+    Ok(Json(json!({ "gates": page.gates, "next": page.next })))
 }
 
 pub async fn show(

@@ -4,40 +4,67 @@ pub mod api;
 pub mod auth;
 pub mod error;
 pub mod flagger;
+pub mod guard;
 pub mod health;
+pub mod limits;
 pub mod receipts;
+pub mod server;
 
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use tokio::sync::Semaphore;
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{
     MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
-use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::gate::GateKind;
-use crate::metrics::{HttpLabels, RouteLabels};
+use crate::metrics::{FailureLabels, HttpLabels, RouteLabels};
 use crate::AppState;
 use error::{Reject, Rejected};
+use guard::{Failed, OnFailure};
+use limits::{BodyLimit, WEBHOOK_BODY_READERS};
+
+// Body limits per route, enforced by `limits::bounded` before any handler runs.
+// A body over its limit gets 413, one that is not whole within
+// GATEBOT_BODY_READ_TIMEOUT gets 408.
 
 /// Flagger's bodies are a few hundred bytes.
 pub const FLAGGER_BODY_LIMIT: usize = 64 * 1024;
-/// GitHub sends up to 25 MB.
-pub const GITHUB_BODY_LIMIT: usize = 25 * 1024 * 1024;
+/// GitHub allows up to 25 MB, but the events gatebot subscribes to (comments,
+/// pull request pushes and closes) are a few KB; 1 MB leaves room for very
+/// long comments.
+pub const GITHUB_BODY_LIMIT: usize = 1024 * 1024;
 /// Slack's interaction payloads carry whole messages, still well under this.
 pub const SLACK_BODY_LIMIT: usize = 1024 * 1024;
+/// The operator API takes small JSON objects.
 pub const API_BODY_LIMIT: usize = 64 * 1024;
 
 pub fn router(state: AppState) -> Router {
-    let flagger = Router::new()
+    let read_timeout = state.config.body_read_timeout;
+    let body =
+        |max| middleware::from_fn_with_state(BodyLimit::new(max, read_timeout), limits::bounded);
+    // One cap for both webhook sources: anyone may send to them.
+    let webhook_readers = Arc::new(Semaphore::new(WEBHOOK_BODY_READERS));
+    let webhook_body = |max| {
+        middleware::from_fn_with_state(
+            BodyLimit::new(max, read_timeout).shared(&webhook_readers),
+            limits::bounded,
+        )
+    };
+
+    // Flagger's checks: whatever goes wrong here is answered 403, never 5xx.
+    let checks = Router::new()
         .route(
             "/gates/{kind}",
             get(flagger::canary_gate).post(flagger::canary_gate),
@@ -56,6 +83,10 @@ pub fn router(state: AppState) -> Router {
                 flagger::legacy_check(s, GateKind::LegacyRollback, b)
             }),
         )
+        .layer(DefaultBodyLimit::max(FLAGGER_BODY_LIMIT))
+        .route_layer(body(FLAGGER_BODY_LIMIT));
+
+    let flagger = Router::new()
         .route(
             "/gate/open",
             post(|s: State<AppState>, h: HeaderMap, b: Bytes| {
@@ -89,7 +120,8 @@ pub fn router(state: AppState) -> Router {
             get(flagger::legacy_halt).post(flagger::legacy_halt),
         )
         .route("/flagger/events", post(flagger::event))
-        .layer(DefaultBodyLimit::max(FLAGGER_BODY_LIMIT));
+        .layer(DefaultBodyLimit::max(FLAGGER_BODY_LIMIT))
+        .route_layer(body(FLAGGER_BODY_LIMIT));
 
     let api = Router::new()
         .route("/api/v1/gates", get(api::list))
@@ -100,24 +132,48 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/audit", get(api::audit))
         .route("/api/v1/outbox", get(api::outbox))
         .route("/api/v1/events", get(api::events))
-        .layer(DefaultBodyLimit::max(API_BODY_LIMIT));
+        .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
+        .route_layer(body(API_BODY_LIMIT));
 
     // One receipt writer for every webhook source: more deliveries per commit.
     let webhooks = Router::new()
-        .merge(crate::github::routes())
-        .merge(crate::slack::routes())
+        .merge(crate::github::routes().route_layer(webhook_body(GITHUB_BODY_LIMIT)))
+        .merge(crate::slack::routes().route_layer(webhook_body(SLACK_BODY_LIMIT)))
         .layer(axum::Extension(receipts::Receipts::default()));
 
-    Router::new()
+    let rest = Router::new()
         .merge(flagger)
         .merge(api)
         .merge(webhooks)
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
+        .route("/metrics", get(health::metrics));
+    harden(state, checks, rest)
+}
+
+/// The layers every route gets, from the outside in: request ids, the access
+/// log, metrics (`observe`), the request timeout and panic catching; `checks`
+/// (Flagger's gate checks, not empty) answer failures 403 with a reason, `rest`
+/// (not empty) 500 or 503. Public so that tests can put failing handlers
+/// behind exactly these layers.
+pub fn harden(state: AppState, checks: Router<AppState>, rest: Router<AppState>) -> Router {
+    let timeout = state.config.request_timeout;
+    let guarded = |routes: Router<AppState>, gate_check: bool| {
+        let on = OnFailure {
+            gate_check,
+            timeout,
+        };
+        // Panics are caught inside the timeout, and both inside `observe`, so
+        // every failure is counted by route.
+        routes
+            .route_layer(CatchPanicLayer::custom(on))
+            .route_layer(middleware::from_fn_with_state(on, guard::deadline))
+    };
+    Router::new()
+        .merge(guarded(checks, true))
+        .merge(guarded(rest, false))
         .route_layer(middleware::from_fn_with_state(state.clone(), observe))
         .fallback(not_found)
-        .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(30)))
         .layer(
             TraceLayer::new_for_http()
                 // One access-log line per request; Flagger's polling is a few per minute per gate.
@@ -161,9 +217,19 @@ async fn observe(
             route: route.clone(),
         })
         .observe(started.elapsed().as_secs_f64());
-    if let Some(Rejected(reason)) = response.extensions().get::<Rejected>() {
+    if let Some(Failed(cause)) = response.extensions().get::<Failed>() {
+        m.http_failures
+            .get_or_create(&FailureLabels {
+                route: route.clone(),
+                cause,
+            })
+            .inc();
+    } else if let Some(Rejected(reason)) = response.extensions().get::<Rejected>() {
         m.reject(&route, reason);
-    } else if matches!(status.as_u16(), 400 | 401 | 404 | 405 | 413 | 415 | 422) {
+    } else if matches!(
+        status.as_u16(),
+        400 | 401 | 404 | 405 | 408 | 413 | 415 | 422
+    ) {
         // Refused by an extractor before our handler ran (e.g. body too large).
         m.reject(&route, status.as_str());
     }

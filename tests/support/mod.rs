@@ -6,4 +6,5 @@ pub mod fake_slack;
 pub mod flagger;
 pub mod github_payloads;
 pub mod harness;
+pub mod raw;
 pub mod served;

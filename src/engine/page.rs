@@ -1,0 +1,86 @@
+//! One page of the gate list, read by key range so that a page costs the same
+//! whatever the number of gates.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use super::{summarise, CanarySeen, Engine, GateSummary};
+use crate::gate::{Gate, GateKey};
+use crate::store::StoreError;
+
+/// Gates in key order, and the cursor of the next page (its last key) when
+/// there may be more.
+#[derive(Debug, Clone, Serialize)]
+pub struct GatePage {
+    pub gates: Vec<GateSummary>,
+    pub next: Option<String>,
+}
+
+impl Engine {
+    /// Up to `limit` gates after the key `after` (from the first when `None`),
+    /// as [`Engine::list`] shows them.
+    pub async fn page(&self, after: Option<&str>, limit: usize) -> Result<GatePage, StoreError> {
+        let want = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut keys = self
+            .store
+            .gate_keys_after(after, want.saturating_add(1))
+            .await?;
+        let more = keys.len() > limit;
+        keys.truncate(limit);
+        let (Some(first), Some(last)) = (keys.first(), keys.last()) else {
+            return Ok(GatePage {
+                gates: Vec::new(),
+                next: None,
+            });
+        };
+        let mut stored: HashMap<String, Gate> = match &self.gates {
+            Some(cache) => {
+                let cache = cache.read().expect("gate cache poisoned");
+                keys.iter()
+                    .filter_map(|k| GateKey::parse(k, None).ok())
+                    .filter_map(|k| cache.get(&k).map(|g| (k.to_string(), g.clone())))
+                    .collect()
+            }
+            None => self
+                .store
+                .gates_between(first, last)
+                .await?
+                .into_iter()
+                .map(|g| (g.key.to_string(), g))
+                .collect(),
+        };
+        let mut canaries: HashMap<String, Vec<CanarySeen>> = HashMap::new();
+        for c in self.store.canaries_between(first, last).await? {
+            canaries.entry(c.gate).or_default().push(CanarySeen {
+                canary: c.canary,
+                checksum: c.checksum,
+                phase: c.phase,
+                answer: c.answer,
+                reason: c.reason,
+                last_seen: c.last_seen,
+                waiting_since: c.waiting_since,
+            });
+        }
+        let seen = self.seen.lock().expect("seen map poisoned");
+        let next = more.then(|| last.clone());
+        let gates = keys
+            .iter()
+            .filter_map(|text| {
+                // A key that no longer parses is skipped, as `list` does.
+                let key = GateKey::parse(text, None).ok()?;
+                let gate = stored
+                    .remove(text)
+                    .unwrap_or_else(|| Gate::closed(key.clone()));
+                let mut at_gate = canaries.remove(text).unwrap_or_default();
+                for c in &mut at_gate {
+                    if let Some(s) = seen.get(&(key.clone(), c.canary.clone())) {
+                        c.last_seen = c.last_seen.max(s.last_seen);
+                    }
+                }
+                Some(summarise(gate, at_gate))
+            })
+            .collect();
+        Ok(GatePage { gates, next })
+    }
+}

@@ -1,0 +1,160 @@
+//! Bounded request bodies: every route reads its body here, before any handler,
+//! with a size limit, a read timeout and (for the webhook routes, which anyone may
+//! call before a signature is checked) a cap on how many bodies are read at once.
+//! Together they bound what unauthenticated senders can make gatebot hold in
+//! memory: at most [`WEBHOOK_BODY_READERS`] webhook bodies of at most their
+//! route's limit, plus one small Flagger or API body per connection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+use tokio::sync::Semaphore;
+
+use super::error::{Reject, Rejected};
+
+/// Webhook bodies (GitHub, Slack) read at the same time, across both sources.
+/// GitHub and Slack send a few deliveries a second at most; a flood of slow or
+/// large bodies gets 503 instead of memory.
+pub const WEBHOOK_BODY_READERS: usize = 16;
+
+/// How long a webhook request waits for one of the [`WEBHOOK_BODY_READERS`]
+/// before it is answered 503: long enough to ride out a short burst, short
+/// enough that GitHub (10 s) and Slack (3 s) get an answer.
+pub const WEBHOOK_READER_WAIT: Duration = Duration::from_secs(1);
+
+/// The body rules of a group of routes.
+#[derive(Clone)]
+pub struct BodyLimit {
+    /// Largest body accepted, in bytes.
+    pub max: usize,
+    /// Longest time the whole body may take to arrive.
+    pub read_timeout: Duration,
+    /// Shared cap on bodies read at once; `None` for routes where every
+    /// connection may read its (small) body, such as Flagger's gate checks.
+    pub readers: Option<Arc<Semaphore>>,
+}
+
+impl BodyLimit {
+    pub fn new(max: usize, read_timeout: Duration) -> Self {
+        Self {
+            max,
+            read_timeout,
+            readers: None,
+        }
+    }
+
+    pub fn shared(mut self, readers: &Arc<Semaphore>) -> Self {
+        self.readers = Some(readers.clone());
+        self
+    }
+}
+
+/// Middleware: reads the body within the limits, then hands the request on with
+/// the body in memory. The permit (if any) is held until the response, so the
+/// cap also bounds bodies that handlers still hold.
+pub async fn bounded(State(limit): State<BodyLimit>, req: Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    let announced = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(len) = announced.filter(|len| *len > limit.max as u64) {
+        // Refused before reading a byte; hyper closes the connection rather
+        // than drain a body nobody reads.
+        return too_large(limit.max, Some(len));
+    }
+    let _permit = match &limit.readers {
+        None => None,
+        Some(readers) => {
+            match tokio::time::timeout(WEBHOOK_READER_WAIT, readers.clone().acquire_owned()).await {
+                Ok(Ok(permit)) => Some(permit),
+                // Elapsed, or the semaphore closed (it never is).
+                _ => return busy(),
+            }
+        }
+    };
+    let capacity = announced.map_or(0, |len| len as usize);
+    let bytes = match tokio::time::timeout(limit.read_timeout, read(body, limit.max, capacity))
+        .await
+    {
+        Err(_) => {
+            return Reject::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!(
+                    "the request body did not arrive within {}",
+                    humantime::format_duration(limit.read_timeout)
+                ),
+            )
+            .into_response()
+        }
+        Ok(Err(ReadError::TooLarge)) => return too_large(limit.max, None),
+        Ok(Err(ReadError::Broken(e))) => {
+            return Reject::bad_request("bad_body", format!("cannot read the request body: {e}"))
+                .into_response()
+        }
+        Ok(Ok(bytes)) => bytes,
+    };
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+enum ReadError {
+    TooLarge,
+    Broken(axum::Error),
+}
+
+/// Collects the body, stopping as soon as it passes `max` (nothing past the
+/// limit is kept). `capacity` is the announced length, already checked.
+async fn read(mut body: Body, max: usize, capacity: usize) -> Result<Bytes, ReadError> {
+    let mut buf = Vec::with_capacity(capacity);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(ReadError::Broken)?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > max {
+                return Err(ReadError::TooLarge);
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(buf))
+}
+
+fn too_large(max: usize, announced: Option<u64>) -> Response {
+    let what = announced.map_or_else(
+        || "the request body is".to_string(),
+        |len| format!("a request body of {len} bytes is"),
+    );
+    Reject::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        format!("{what} over this route's limit of {max} bytes"),
+    )
+    .into_response()
+}
+
+/// 503, not 429: the sender did nothing wrong, gatebot is busy reading others.
+fn busy() -> Response {
+    let mut response = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            ),
+            (header::RETRY_AFTER, HeaderValue::from_static("1")),
+        ],
+        "too many webhook bodies are being read at once: retry in a second\n",
+    )
+        .into_response();
+    // Counted as a refusal: nothing was read or done.
+    response.extensions_mut().insert(Rejected("busy"));
+    response
+}

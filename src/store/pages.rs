@@ -1,0 +1,107 @@
+//! Paged reads for the operator API's gate list: a page is a range of gate keys,
+//! so no request loads every gate or observation.
+//!
+//! Keys are compared and ordered by the database in one collation (`key > $1`
+//! and `ORDER BY key` agree), so a cursor is simply the last key of a page.
+
+use std::collections::HashMap;
+
+use sqlx::Row;
+
+use super::{rows, Result, Store};
+use crate::gate::{Gate, GateStatus, Millis};
+
+/// What one canary last asked one gate, as the gate list shows it.
+#[derive(Debug, Clone)]
+pub struct CanaryRow {
+    pub gate: String,
+    pub canary: String,
+    pub checksum: String,
+    pub phase: String,
+    pub answer: String,
+    pub reason: String,
+    pub last_seen: Millis,
+    /// When its open wait started, if one is open.
+    pub waiting_since: Option<Millis>,
+}
+
+impl Store {
+    /// Up to `limit` keys, in order, after `after`, of every gate the list
+    /// shows: those with a row and those only Flagger has asked.
+    pub async fn gate_keys_after(&self, after: Option<&str>, limit: i64) -> Result<Vec<String>> {
+        // Every key is longer than "", so "" starts from the first.
+        let rows = sqlx::query(
+            "SELECT k.key FROM (SELECT key FROM gates UNION SELECT gate_key AS key FROM observations) AS k \
+             WHERE k.key > $1 ORDER BY k.key LIMIT $2",
+        )
+        .bind(after.unwrap_or("").to_string())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| r.try_get("key").map_err(Into::into))
+            .collect()
+    }
+
+    /// The stored gates with keys from `first` to `last`, with their pins.
+    pub async fn gates_between(&self, first: &str, last: &str) -> Result<Vec<Gate>> {
+        let rows = sqlx::query("SELECT * FROM gates WHERE key >= $1 AND key <= $2 ORDER BY key")
+            .bind(first.to_string())
+            .bind(last.to_string())
+            .fetch_all(&self.pool)
+            .await?;
+        let pin_rows = sqlx::query(
+            "SELECT p.approval_id, p.canary, p.checksum FROM pins p \
+             JOIN gates g ON g.approval_id = p.approval_id WHERE g.key >= $1 AND g.key <= $2",
+        )
+        .bind(first.to_string())
+        .bind(last.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        let mut pins: HashMap<String, Vec<(String, String)>> = HashMap::new();
+        for p in &pin_rows {
+            pins.entry(p.try_get("approval_id")?)
+                .or_default()
+                .push((p.try_get("canary")?, p.try_get("checksum")?));
+        }
+        let mut gates = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mut gate = rows::gate_from_row(row)?;
+            if let GateStatus::Open(approval) = &mut gate.status {
+                approval
+                    .pins
+                    .extend(pins.remove(&approval.id).into_iter().flatten());
+            }
+            gates.push(gate);
+        }
+        Ok(gates)
+    }
+
+    /// The canaries seen at the gates with keys from `first` to `last`.
+    pub async fn canaries_between(&self, first: &str, last: &str) -> Result<Vec<CanaryRow>> {
+        let rows = sqlx::query(
+            "SELECT o.gate_key, o.canary, o.checksum, o.phase, o.answer, o.reason, o.last_seen, \
+             (SELECT w.started_at FROM waits w WHERE w.gate_key = o.gate_key AND w.canary = o.canary \
+             AND w.ended_at IS NULL) AS waiting_since \
+             FROM observations o WHERE o.gate_key >= $1 AND o.gate_key <= $2 ORDER BY o.gate_key, o.canary",
+        )
+        .bind(first.to_string())
+        .bind(last.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(CanaryRow {
+                    gate: r.try_get("gate_key")?,
+                    canary: r.try_get("canary")?,
+                    checksum: r.try_get("checksum")?,
+                    phase: r.try_get("phase")?,
+                    answer: r.try_get("answer")?,
+                    reason: r.try_get("reason")?,
+                    last_seen: r.try_get("last_seen")?,
+                    waiting_since: r.try_get("waiting_since")?,
+                })
+            })
+            .collect()
+    }
+}
