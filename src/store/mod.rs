@@ -4,6 +4,7 @@
 //! share (`$n` parameters, `ON CONFLICT`, `RETURNING`, partial unique indexes), so
 //! there is one code path to test. Only migrations and job claiming differ.
 
+mod loading;
 mod queue;
 mod rows;
 
@@ -17,6 +18,7 @@ use tokio::sync::{Mutex, MutexGuard};
 
 use crate::gate::{Actor, Answer, CanaryRef, Gate, GateKey, GateStatus, Millis, Source};
 
+pub use loading::SeenRow;
 pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};
 pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};
 
