@@ -170,6 +170,11 @@ pub struct Config {
     #[arg(long, env = "GATEBOT_OUTBOX_LEASE", default_value = "60s", value_parser = parse_duration)]
     pub outbox_lease: Duration,
 
+    /// New waits announced one by one per minute, per Slack channel and per pull
+    /// request; the rest of the minute's waits get one digest when it is over.
+    #[arg(long, env = "GATEBOT_NOTIFY_BURST", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub notify_burst: u32,
+
     #[command(flatten)]
     pub github: GithubConfig,
 

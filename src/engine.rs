@@ -22,12 +22,12 @@ use crate::gate::{
     decide, wait_step, Actor, Answer, Approval, CanaryRef, Change, Check, Gate, GateKey, GateKind,
     GateStatus, Millis, RepoName, Scope, Verdict, WaitStep,
 };
-use memory::{Memory, Observed, SeenEntry};
 use crate::metrics::{ActionLabels, GateLabels, KindLabels, Metrics};
 use crate::notify::{Notice, Notifier};
 use crate::store::{
     AuditEntry, Backend, EventRow, ObservationRow, Store, StoreError, WaitRow, WriteTx,
 };
+use memory::{Memory, Observed, SeenEntry};
 
 /// Errors a person gets told about (on the PR, in Slack, from the API).
 #[derive(Debug, thiserror::Error)]
@@ -328,10 +328,7 @@ impl Engine {
             }
         }
 
-        let seen = self
-            .memory()
-            .last(key, &check.canary)
-            .map(SeenEntry::seen);
+        let seen = self.memory().last(key, &check.canary).map(SeenEntry::seen);
         let mut wait_open = seen.as_ref().is_some_and(|s| s.wait_open);
         match wait_step(key.kind, seen.as_ref(), check, verdict.answer) {
             WaitStep::Nothing => {}
@@ -435,8 +432,15 @@ impl Engine {
         }
         let mut queued = 0;
         for notice in notices {
-            for job in self.notifier.plan(notice) {
-                queued += usize::from(Store::enqueue(tx, &job, now).await?);
+            for planned in self.notifier.plan(notice) {
+                match planned {
+                    Ok(job) => queued += usize::from(Store::enqueue(tx, &job, now).await?),
+                    // A bug, said loudly; the change the notice reports still happens.
+                    Err(e) => {
+                        tracing::error!(error = %e, "notification dropped");
+                        self.metrics.dropped(&e.sink, "unencodable");
+                    }
+                }
             }
         }
         Ok(queued)

@@ -169,7 +169,11 @@ impl ApprovalId {
     fn new(id: &str) -> Self {
         match uuid::Uuid::try_parse(id) {
             // Only when printing gives back the same text (lowercase, hyphenated).
-            Ok(u) if u.hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()) == id => {
+            Ok(u)
+                if u.hyphenated()
+                    .encode_lower(&mut uuid::Uuid::encode_buffer())
+                    == id =>
+            {
                 Self::Uuid(u)
             }
             _ => Self::Other(id.into()),
@@ -335,9 +339,7 @@ impl Memory {
     }
 
     fn canary_text(&self, id: u32) -> &str {
-        self.canaries
-            .get_index(id as usize)
-            .map_or("", |c| &c.0)
+        self.canaries.get_index(id as usize).map_or("", |c| &c.0)
     }
 
     fn gate_key(&self, k: &Key) -> Option<GateKey> {
@@ -383,13 +385,18 @@ impl Memory {
         }
         let key = self.intern(&gate.key);
         let status = match &gate.status {
-            GateStatus::Closed { change } => Status::Closed(change.as_ref().map(|c| self.changed(c))),
+            GateStatus::Closed { change } => {
+                Status::Closed(change.as_ref().map(|c| self.changed(c)))
+            }
             GateStatus::Held { change } => Status::Held(self.changed(change)),
             GateStatus::Open(a) => {
                 let mut pins = Vec::with_capacity(a.pins.len());
                 for (canary, checksum) in &a.pins {
                     let canary = self.canary_id(canary) as u32;
-                    let shared = self.gates.get(&key).and_then(|s| s.observed(canary, checksum));
+                    let shared = self
+                        .gates
+                        .get(&key)
+                        .and_then(|s| s.observed(canary, checksum));
                     pins.push(Pin {
                         canary,
                         checksum: shared.unwrap_or_else(|| Revision(checksum.as_str().into())),
@@ -445,7 +452,12 @@ impl Memory {
                 pins: a
                     .pins
                     .iter()
-                    .map(|p| (self.canary_text(p.canary).to_string(), p.checksum.0.to_string()))
+                    .map(|p| {
+                        (
+                            self.canary_text(p.canary).to_string(),
+                            p.checksum.0.to_string(),
+                        )
+                    })
                     .collect::<BTreeMap<_, _>>(),
             }),
         }
@@ -638,12 +650,24 @@ mod tests {
         let pr = key("/gates/promote/acme/shop/pr/42");
         let c = CanaryRef::new("test", "podinfo").unwrap();
         m.put_gate(&open(&pr, &[("test/podinfo", "r1")]));
-        m.observe(&pr, &c, "r1", "Progressing", Answer::Open, "approved", false, 5);
+        m.observe(
+            &pr,
+            &c,
+            "r1",
+            "Progressing",
+            Answer::Open,
+            "approved",
+            false,
+            5,
+        );
         let slot = &m.gates[0];
         let Some(Status::Open(a)) = &slot.status else {
             panic!("not open")
         };
-        assert!(Arc::ptr_eq(&a.pins[0].checksum.0, &slot.seen[0].1.checksum.0));
+        assert!(Arc::ptr_eq(
+            &a.pins[0].checksum.0,
+            &slot.seen[0].1.checksum.0
+        ));
         let s = m.last(&pr, &c).unwrap();
         assert!(s.phase == "Progressing".to_string());
         assert!(s.reason == "approved".to_string());
@@ -656,7 +680,16 @@ mod tests {
         let mut m = Memory::new(false);
         let pr = key("/gates/start/acme/shop/pr/1");
         let c = CanaryRef::new("test", "podinfo").unwrap();
-        m.observe(&pr, &c, "r1", "Odd phase", Answer::Closed, "waiting", true, 5);
+        m.observe(
+            &pr,
+            &c,
+            "r1",
+            "Odd phase",
+            Answer::Closed,
+            "waiting",
+            true,
+            5,
+        );
         assert_eq!(m.gate(&pr), None, "PostgreSQL: gates are not kept");
         let s = m.last_mut(&pr, &c).unwrap();
         assert!(s.phase == "Odd phase".to_string());

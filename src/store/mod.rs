@@ -5,6 +5,7 @@
 //! there is one code path to test. Only migrations and job claiming differ.
 
 mod loading;
+mod notify;
 mod queue;
 mod rows;
 
@@ -19,6 +20,7 @@ use tokio::sync::{Mutex, MutexGuard};
 use crate::gate::{Actor, Answer, CanaryRef, Gate, GateKey, GateStatus, Millis, Source};
 
 pub use loading::SeenRow;
+pub use notify::WaitBrief;
 pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};
 pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};
 
