@@ -8,245 +8,21 @@
 //! because it is only compared, never shown; Flagger's own phases take one byte.
 //! The domain types (`Gate`, `GateKey`) are rebuilt on the way out.
 
-use std::collections::BTreeMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Arc;
+mod compact;
 
-use indexmap::{Equivalent, IndexMap, IndexSet};
+use std::collections::BTreeMap;
+
+use indexmap::{IndexMap, IndexSet};
 
 use crate::gate::{
-    Actor, Answer, Approval, CanaryRef, Change, Gate, GateKey, GateKind, GateStatus, Millis,
-    PrNumber, RepoName, Scope, Seen,
+    Actor, Answer, Approval, CanaryRef, Change, Gate, GateKey, GateStatus, Millis, PrNumber,
+    RepoName, Scope,
 };
-
-/// A revision (Flagger checksum), shared between a pin and an observation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Revision(Arc<str>);
-
-impl PartialEq<String> for Revision {
-    fn eq(&self, other: &String) -> bool {
-        *self.0 == **other
-    }
-}
-
-/// A phase as Flagger sent it: one of its own phases, or anything else as is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Phase {
-    Known(u8),
-    Other(Box<str>),
-}
-
-/// Flagger's `CanaryPhase` values, and "" for a check that names none.
-const PHASES: [&str; 12] = [
-    "",
-    "Initializing",
-    "Initialized",
-    "Waiting",
-    "Progressing",
-    "WaitingPromotion",
-    "Promoting",
-    "Finalising",
-    "Succeeded",
-    "Failed",
-    "Terminating",
-    "Terminated",
-];
-
-impl Phase {
-    fn new(phase: &str) -> Self {
-        match PHASES.iter().position(|p| *p == phase) {
-            Some(i) => Self::Known(i as u8),
-            None => Self::Other(phase.into()),
-        }
-    }
-
-    fn as_str(&self) -> &str {
-        match self {
-            Self::Known(i) => PHASES[usize::from(*i)],
-            Self::Other(s) => s,
-        }
-    }
-}
-
-impl PartialEq<String> for Phase {
-    fn eq(&self, other: &String) -> bool {
-        self.as_str() == other
-    }
-}
-
-/// A digest of the reason last answered: enough to tell that it changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReasonDigest(u64);
-
-impl ReasonDigest {
-    fn new(reason: &str) -> Self {
-        // DefaultHasher::new() has fixed keys: the same text, the same digest.
-        let mut h = DefaultHasher::new();
-        reason.hash(&mut h);
-        Self(h.finish())
-    }
-}
-
-impl PartialEq<String> for ReasonDigest {
-    fn eq(&self, other: &String) -> bool {
-        *self == Self::new(other)
-    }
-}
-
-/// The last check of one canary at one gate.
-#[derive(Debug, Clone)]
-pub struct SeenEntry {
-    pub checksum: Revision,
-    pub phase: Phase,
-    pub answer: Answer,
-    pub reason: ReasonDigest,
-    pub wait_open: bool,
-    pub last_seen: Millis,
-    /// `last_seen` moved since it was last written.
-    pub dirty: bool,
-}
-
-impl SeenEntry {
-    pub fn seen(&self) -> Seen {
-        Seen {
-            checksum: self.checksum.0.clone(),
-            wait_open: self.wait_open,
-        }
-    }
-}
-
-/// A canary as stored: `namespace/name` in one allocation. It hashes its two
-/// halves, so that a `CanaryRef` finds it without building the string.
-#[derive(Debug, PartialEq, Eq)]
-struct CanaryName(Box<str>);
-
-fn halves(s: &str) -> (&str, Option<&str>) {
-    match s.split_once('/') {
-        Some((ns, name)) => (ns, Some(name)),
-        None => (s, None),
-    }
-}
-
-impl Hash for CanaryName {
-    fn hash<H: Hasher>(&self, h: &mut H) {
-        halves(&self.0).hash(h);
-    }
-}
-
-/// Looks a canary up by its halves.
-#[derive(Hash)]
-struct CanaryLookup<'a>((&'a str, Option<&'a str>));
-
-impl<'a> CanaryLookup<'a> {
-    fn of(c: &'a CanaryRef) -> Self {
-        Self((c.namespace.as_str(), Some(c.name.as_str())))
-    }
-}
-
-impl Equivalent<CanaryName> for CanaryLookup<'_> {
-    fn equivalent(&self, key: &CanaryName) -> bool {
-        halves(&key.0) == self.0
-    }
-}
-
-/// A gate key in 16 bytes: the repository or canary by number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Key {
-    kind: GateKind,
-    pr: bool,
-    /// The repository (a PR gate) or the canary (a canary gate).
-    id: u32,
-    number: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum ApprovalId {
-    Uuid(uuid::Uuid),
-    Other(Box<str>),
-}
-
-impl ApprovalId {
-    fn new(id: &str) -> Self {
-        match uuid::Uuid::try_parse(id) {
-            // Only when printing gives back the same text (lowercase, hyphenated).
-            Ok(u)
-                if u.hyphenated()
-                    .encode_lower(&mut uuid::Uuid::encode_buffer())
-                    == id =>
-            {
-                Self::Uuid(u)
-            }
-            _ => Self::Other(id.into()),
-        }
-    }
-
-    fn text(&self) -> String {
-        match self {
-            Self::Uuid(u) => u.hyphenated().to_string(),
-            Self::Other(s) => s.to_string(),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-struct Changed {
-    by: u32,
-    reason: Option<Box<str>>,
-    at: Millis,
-}
-
-#[derive(Debug, Clone)]
-struct Pin {
-    canary: u32,
-    checksum: Revision,
-}
-
-#[derive(Debug, Clone)]
-struct Approved {
-    id: ApprovalId,
-    change: Changed,
-    /// `NEVER` when it does not expire (half the size of an `Option`).
-    expires_at: Millis,
-    pins: Box<[Pin]>,
-}
-
-const NEVER: Millis = Millis::MIN;
-
-#[derive(Debug, Clone)]
-enum Status {
-    Closed(Option<Changed>),
-    Open(Approved),
-    Held(Changed),
-}
-
-#[derive(Debug, Default)]
-struct Slot {
-    /// None: not kept (PostgreSQL), or never opened, closed or held.
-    status: Option<Status>,
-    /// canary → its last check here; exactly as long as needed (a `Vec` would
-    /// start with room for four).
-    seen: Box<[(u32, SeenEntry)]>,
-}
-
-impl Slot {
-    fn pinned(&self, canary: u32, checksum: &str) -> Option<Revision> {
-        match &self.status {
-            Some(Status::Open(a)) => a
-                .pins
-                .iter()
-                .find(|p| p.canary == canary && *p.checksum.0 == *checksum)
-                .map(|p| p.checksum.clone()),
-            _ => None,
-        }
-    }
-
-    fn observed(&self, canary: u32, checksum: &str) -> Option<Revision> {
-        self.seen
-            .iter()
-            .find(|(c, s)| *c == canary && *s.checksum.0 == *checksum)
-            .map(|(_, s)| s.checksum.clone())
-    }
-}
+pub use compact::SeenEntry;
+use compact::{
+    halves, ApprovalId, Approved, CanaryLookup, CanaryName, Changed, Key, Phase, Pin, ReasonDigest,
+    Revision, Slot, Status, NEVER,
+};
 
 /// One observation as loaded from the store.
 pub struct Observed<'a> {
@@ -664,7 +440,7 @@ mod tests {
         let Some(Status::Open(a)) = &slot.status else {
             panic!("not open")
         };
-        assert!(Arc::ptr_eq(
+        assert!(std::sync::Arc::ptr_eq(
             &a.pins[0].checksum.0,
             &slot.seen[0].1.checksum.0
         ));

@@ -7,6 +7,7 @@
 pub mod approvers;
 pub mod blocks;
 pub mod client;
+mod digest;
 pub mod inbox;
 pub mod payload;
 pub mod record;

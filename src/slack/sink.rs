@@ -91,11 +91,8 @@ impl SlackJob {
     }
 }
 
-/// How a digest's waits are told apart from the announced ones: announced waits
-/// have a `post_wait` job with this once-key prefix and their id.
-const POST_ONCE: &str = "slack-wait:";
-/// Waits named in a digest; the rest are counted.
-const DIGEST_NAMED: usize = 10;
+/// Announced waits have a `post_wait` job with this once-key prefix and their id.
+pub(super) const POST_ONCE: &str = "slack-wait:";
 
 pub struct SlackSink {
     pub api: Arc<SlackApi>,
@@ -214,7 +211,7 @@ impl Handler for SlackSink {
     }
 }
 
-fn store_err(e: crate::store::StoreError) -> SendError {
+pub(super) fn store_err(e: crate::store::StoreError) -> SendError {
     SendError::retry(format!("store: {e}"))
 }
 
@@ -271,66 +268,6 @@ impl SlackSink {
                 until,
             } => self.digest(&channel, since, until).await,
         }
-    }
-
-    /// The channel a wait is announced in: its canary's `slack_channel`, or the default.
-    fn channel_of<'a>(
-        &'a self,
-        metadata: &'a std::collections::BTreeMap<String, String>,
-    ) -> Option<&'a str> {
-        metadata
-            .get("slack_channel")
-            .map(|c| c.trim())
-            .filter(|c| !c.is_empty())
-            .or(self.channel.as_deref().map(str::trim))
-    }
-
-    /// Tells the channel about the waits of a minute that were not announced
-    /// one by one, read from the store now (the job was queued with the first).
-    async fn digest(&self, channel: &str, since: Millis, until: Millis) -> Result<(), SendError> {
-        let mut after = 0;
-        let mut count = 0usize;
-        let mut named = Vec::new();
-        loop {
-            let page = self
-                .store
-                .unannounced_waits(POST_ONCE, since, until, after, 500)
-                .await
-                .map_err(store_err)?;
-            let Some(last) = page.last() else { break };
-            after = last.id;
-            for w in page {
-                // Written by gatebot itself; unreadable, it names no channel.
-                let metadata = serde_json::from_str(&w.metadata).unwrap_or_else(|e| {
-                    tracing::warn!(wait = w.id, error = %e, "unreadable wait metadata");
-                    std::collections::BTreeMap::new()
-                });
-                if self.channel_of(&metadata) != Some(channel) {
-                    continue;
-                }
-                count += 1;
-                if named.len() < DIGEST_NAMED {
-                    named.push(serde_json::json!({"gate": w.gate, "canary": w.canary}));
-                }
-            }
-        }
-        if count == 0 {
-            return Ok(());
-        }
-        let text = self
-            .templates
-            .render(
-                "slack/digest.j2",
-                serde_json::json!({
-                    "count": count, "waits": named, "more": count - named.len(),
-                    "limit": self.burst.limit(), "since": since,
-                }),
-            )
-            .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
-        self.api
-            .post_message(channel, text.trim(), None, None)
-            .await?;
-        Ok(())
     }
 
     async fn post_wait(&self, info: WaitInfo, channel: &str) -> Result<(), SendError> {
