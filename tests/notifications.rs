@@ -146,6 +146,90 @@ async fn burst_of_waits_gets_one_digest(backend: Backend) {
     server.stop().await;
 }
 
+async fn burst_on_one_pr_gets_one_edit(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let github = FakeGithub::start().await;
+    let mut config = db.config();
+    config.github.repository = Some("acme/shop".parse().unwrap());
+    config.github.webhook_secret = Some("secret".to_string().into());
+    config.github.token = Some("ghp_test".to_string().into());
+    config.github.api_url = github.url.clone();
+    config.notify_burst = BURST;
+    let clock = ManualClock::new(NOW);
+    let server = TestServer::start(config, options(Some(clock.clone() as SharedClock))).await;
+    let outbox_idle = || async {
+        server
+            .state
+            .store
+            .pending(gatebot::store::QueueName::Outbox)
+            .await
+            .unwrap()
+            == 0
+    };
+
+    for i in 0..BURST as i64 {
+        clock.set(NOW + i);
+        assert_eq!(
+            check(
+                &server,
+                "/gates/promote/pr/42",
+                &format!("flood-{i}"),
+                json!({})
+            )
+            .await,
+            403
+        );
+    }
+    eventually("the status comment with the first waits", WAIT, || async {
+        github
+            .status_comments(42)
+            .first()
+            .is_some_and(|c| c.body.contains(&format!("test/flood-{}", BURST - 1)))
+            && outbox_idle().await
+    })
+    .await;
+    let edits = github.status_comments(42)[0].edits;
+    // 20 more in the same minute, then a wait at another PR, queued after them.
+    for i in BURST as i64..30 {
+        clock.set(NOW + i);
+        assert_eq!(
+            check(
+                &server,
+                "/gates/promote/pr/42",
+                &format!("flood-{i}"),
+                json!({})
+            )
+            .await,
+            403
+        );
+    }
+    clock.set(NOW + 500);
+    assert_eq!(
+        check(&server, "/gates/promote/pr/43", "elsewhere", json!({})).await,
+        403
+    );
+    eventually("the other PR's status comment", WAIT, || async {
+        github.status_comments(43).len() == 1
+    })
+    .await;
+    let comment = github.status_comments(42).remove(0);
+    assert_eq!(
+        comment.edits, edits,
+        "edited during the burst: {}",
+        comment.body
+    );
+    assert!(!comment.body.contains("test/flood-29"), "{}", comment.body);
+
+    // When the minute is over, one edit shows them all.
+    clock.set(NOW + 61_000);
+    eventually("the edit after the minute", WAIT, || async {
+        github.status_comments(42)[0].body.contains("test/flood-29") && outbox_idle().await
+    })
+    .await;
+    assert_eq!(github.status_comments(42)[0].edits, edits + 1);
+    server.stop().await;
+}
+
 async fn missing_pr_costs_one_call(backend: Backend) {
     let db = TestDb::new(backend).await;
     let github = FakeGithub::start().await;
@@ -256,6 +340,7 @@ async fn unencodable_job_is_reported_not_stored_empty(backend: Backend) {
 
 on_both_stores!(
     burst_of_waits_gets_one_digest,
+    burst_on_one_pr_gets_one_edit,
     missing_pr_costs_one_call,
     unencodable_job_is_reported_not_stored_empty
 );
