@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gatebot::clock::{ManualClock, SharedClock};
+use gatebot::github::verify::sign;
 use gatebot::notify::{
     encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink, WorkerSettings,
 };
@@ -20,6 +21,7 @@ use gatebot::Options;
 use serde_json::{json, Value};
 use support::fake_github::FakeGithub;
 use support::fake_slack::FakeSlack;
+use support::github_payloads::comment;
 use support::harness::{
     client, eventually, Backend, RecordingSink, TestDb, TestServer, ADMIN_TOKEN,
 };
@@ -272,6 +274,34 @@ async fn missing_pr_costs_one_call(backend: Backend) {
     let calls = github.requests_to("/issues/404/");
     assert_eq!(calls.len(), 1, "{calls:#?}");
     assert!(github.status_comments(42)[0].body.contains("test/real"));
+
+    // A command from the PR proves it exists: the reply goes out, and the PR's
+    // notifications flow again.
+    github.set_found(404);
+    let body = serde_json::to_vec(&comment(404, 77, "alice", "/help")).unwrap();
+    let r = client()
+        .post(server.at("/webhooks/github"))
+        .header("content-type", "application/json")
+        .header("x-github-event", "issue_comment")
+        .header("x-github-delivery", "d-404-help")
+        .header("x-hub-signature-256", sign("secret", &body))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202);
+    eventually("the reply on the PR", WAIT, || async {
+        github.replies(404).len() == 1
+    })
+    .await;
+    assert_eq!(
+        check(&server, "/gates/traffic/pr/404", "fourth", json!({})).await,
+        403
+    );
+    eventually("the PR's status comment", WAIT, || async {
+        github.status_comments(404).len() == 1
+    })
+    .await;
     server.stop().await;
 }
 

@@ -133,25 +133,37 @@ impl GithubSink {
         let Some((repo, number)) = job.pr().map(|(r, n)| (r.clone(), n)) else {
             return self.send(job, item).await.map_err(Failure::into_send);
         };
+        let store = |e: crate::store::StoreError| SendError::retry(e.to_string());
         let now = self.clock.now_ms();
         let missing = self
             .store
             .pr_missing(&repo, number, now - MISSING_FOR)
             .await
-            .map_err(|e| SendError::retry(e.to_string()))?;
-        if missing {
+            .map_err(store)?;
+        // A reply answers a comment GitHub delivered from this PR, so the PR is
+        // there (its mark came from a token that could not see it, say): try it.
+        let reply = matches!(job, GithubJob::Comment { .. });
+        if missing && !reply {
             self.metrics.dropped(SINK, "missing_pr");
             tracing::debug!(%repo, %number, topic = %item.topic, "dropped: GitHub said this PR does not exist");
             return Ok(());
         }
         match self.send(job, item).await {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if missing {
+                    self.store
+                        .forget_pr_missing(&repo, number)
+                        .await
+                        .map_err(store)?;
+                }
+                Ok(())
+            }
             Err(Failure::Other(e)) => Err(e),
             Err(Failure::PrMissing(e)) => {
                 self.store
                     .mark_pr_missing(&repo, number, now)
                     .await
-                    .map_err(|e| SendError::retry(e.to_string()))?;
+                    .map_err(store)?;
                 self.metrics.dropped(SINK, "missing_pr");
                 tracing::warn!(%repo, %number, "GitHub says this PR does not exist: its notifications are dropped for a day");
                 Err(e)

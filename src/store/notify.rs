@@ -55,6 +55,17 @@ impl Store {
         tx.commit().await
     }
 
+    /// Forgets a PR's 404: it was seen to exist after all.
+    pub async fn forget_pr_missing(&self, repo: &RepoName, number: PrNumber) -> Result<()> {
+        let mut tx = self.begin().await?;
+        sqlx::query("DELETE FROM missing_prs WHERE repo = $1 AND number = $2")
+            .bind(repo.to_string())
+            .bind(number.0 as i64)
+            .execute(&mut *tx.tx)
+            .await?;
+        tx.commit().await
+    }
+
     /// Waits started in [since, until), after id `after`, for which no job with
     /// once-key `once_prefix` + id was queued: the ones not announced one by one.
     pub async fn unannounced_waits(

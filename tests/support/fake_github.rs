@@ -199,6 +199,11 @@ impl FakeGithub {
         self.inner.missing.lock().unwrap().insert(number);
     }
 
+    /// PR `number` exists after all.
+    pub fn set_found(&self, number: u64) {
+        self.inner.missing.lock().unwrap().remove(&number);
+    }
+
     pub fn set_merged(&self, number: u64, merged: bool) {
         self.inner.pulls.lock().unwrap().insert(number, merged);
     }
