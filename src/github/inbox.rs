@@ -511,7 +511,11 @@ impl GithubInbox {
                     .take(7)
                     .collect::<String>();
                 (
-                    self.state.config.close_on_push_kinds().unwrap_or_default(),
+                    // Checked at start; were it unreadable, closing nothing would hide it.
+                    self.state
+                        .config
+                        .close_on_push_kinds()
+                        .map_err(SendError::Permanent)?,
                     if sha.is_empty() {
                         "new commits pushed".to_string()
                     } else {
