@@ -100,6 +100,17 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "persistence": {"enabled": True, "existingClaim": "my-claim"},
     },
     "no-persistence": {"persistence": {"enabled": False}},
+    "no-network-policy": {"networkPolicy": {"enabled": False}},
+    "network-policy-istio": {
+        "networkPolicy": {
+            "flaggerNamespace": "istio-system",
+            "flaggerPodSelector": {"app.kubernetes.io/name": "flagger"},
+            "ingressNamespace": "",
+            "metricsNamespace": "",
+            "extraFrom": [{"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": "ci"}}}],
+        },
+    },
 }
 
 
@@ -394,8 +405,8 @@ def chart_checks(ck: Checks, chart: Path) -> None:
     def defaults_check() -> str:
         docs = need("defaults")
         kinds = sorted(d["kind"] for d in docs)
-        expect(kinds == ["Deployment", "PersistentVolumeClaim", "Service", "ServiceAccount"],
-               f"default objects {kinds}")
+        expect(kinds == ["Deployment", "NetworkPolicy", "PersistentVolumeClaim", "Service",
+                         "ServiceAccount"], f"default objects {kinds}")
         c = container_of(docs)
         envs = env_map(c)
         expect(envs["GATEBOT_DATABASE_URL"].get("value") == SQLITE_URL, "default database URL")
@@ -433,6 +444,57 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         expect("emptyDir" in vols["data"], "/data must be an emptyDir without persistence")
         return "emptyDir at /data"
     ck.run("persistence.enabled=false", no_persistence)
+
+    def policy_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The NetworkPolicy's rules, after checking what every rule must hold."""
+        pol = one(docs, "NetworkPolicy")
+        spec = pol["spec"]
+        pods = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+        sel = spec["podSelector"]["matchLabels"]
+        expect(sel and all(pods.get(k) == v for k, v in sel.items()),
+               f"NetworkPolicy podSelector {sel} does not select gatebot's pods")
+        expect(spec.get("policyTypes") == ["Ingress"], f"policyTypes {spec.get('policyTypes')}")
+        names = {p["name"] for p in container_of(docs).get("ports", [])}
+        for rule in spec["ingress"]:
+            # A rule without `from` (or with an empty peer) would admit everyone.
+            expect(rule.get("from"), f"a rule admits every source: {rule}")
+            for peer in rule["from"]:
+                expect("ipBlock" not in peer and peer.get("namespaceSelector"),
+                       f"a peer without a namespace: {peer}")
+            expect(rule.get("ports") == [{"port": "http", "protocol": "TCP"}],
+                   f"rule ports {rule.get('ports')}")
+        expect("http" in names, "the container has no port named http")
+        return spec["ingress"]
+
+    def peer_namespaces(rule: dict[str, Any]) -> list[str]:
+        return [p["namespaceSelector"]["matchLabels"].get("kubernetes.io/metadata.name", "?")
+                for p in rule["from"]]
+
+    def network_policy_default() -> str:
+        rules = policy_rules(need("defaults"))
+        got = [peer_namespaces(r) for r in rules]
+        expect(got == [["flagger-system"], ["ingress-nginx"], ["monitoring"]],
+               f"admitted namespaces {got}")
+        expect(all("podSelector" not in p for r in rules for p in r["from"]),
+               "default peers must be whole namespaces")
+        return "on by default: flagger-system, ingress-nginx, monitoring on port http only"
+    ck.run("networkPolicy: rendered by default", network_policy_default)
+
+    def network_policy_custom() -> str:
+        rules = policy_rules(need("network-policy-istio"))
+        got = [peer_namespaces(r) for r in rules]
+        expect(got == [["istio-system"], ["ci"]], f"admitted namespaces {got}")
+        flagger = rules[0]["from"][0]
+        expect(flagger.get("podSelector") == {"matchLabels": {"app.kubernetes.io/name": "flagger"}},
+               f"Flagger pod selector {flagger.get('podSelector')}")
+        return "istio-system Flagger pods, extraFrom; no ingress or metrics rule when empty"
+    ck.run("networkPolicy: namespaces and selectors configurable", network_policy_custom)
+
+    def network_policy_off() -> str:
+        docs = need("no-network-policy")
+        expect(not of_kind(docs, "NetworkPolicy"), "NetworkPolicy rendered although disabled")
+        return "networkPolicy.enabled=false renders none"
+    ck.run("networkPolicy: can be turned off", network_policy_off)
 
     def ingress_check() -> str:
         docs = need("exposed")

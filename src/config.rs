@@ -193,6 +193,10 @@ pub struct Config {
     /// Flagger's gate checks.
     #[arg(long, env = "GATEBOT_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub request_timeout: Duration,
+    /// New waits announced one by one per minute, per Slack channel and per pull
+    /// request; the rest of the minute's waits get one digest when it is over.
+    #[arg(long, env = "GATEBOT_NOTIFY_BURST", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub notify_burst: u32,
 
     #[command(flatten)]
     pub github: GithubConfig,

@@ -6,12 +6,13 @@
 //! of gates is the truth; with PostgreSQL other replicas write too, so the gate
 //! row is read per check. Last-seen times are kept in memory and flushed in batches.
 
+mod memory;
 mod page;
 
 pub use page::GatePage;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -22,13 +23,14 @@ use crate::gate::event::{classify, EventKind};
 use crate::gate::state::{one_line, open_hint};
 use crate::gate::{
     decide, wait_step, Actor, Answer, Approval, CanaryRef, Change, Check, Gate, GateKey, GateKind,
-    GateStatus, Millis, RepoName, Scope, Seen, Verdict, WaitStep,
+    GateStatus, Millis, RepoName, Scope, Verdict, WaitStep,
 };
 use crate::metrics::{ActionLabels, GateLabels, KindLabels, Metrics};
 use crate::notify::{Notice, Notifier};
 use crate::store::{
     AuditEntry, Backend, EventRow, ObservationRow, Store, StoreError, WaitRow, WriteTx,
 };
+use memory::{Memory, Observed, SeenEntry};
 
 /// Errors a person gets told about (on the PR, in Slack, from the API).
 #[derive(Debug, thiserror::Error)]
@@ -119,19 +121,6 @@ impl Provenance {
     }
 }
 
-#[derive(Debug, Clone)]
-struct SeenEntry {
-    checksum: String,
-    phase: String,
-    answer: Answer,
-    reason: String,
-    wait_open: bool,
-    last_seen: Millis,
-    dirty: bool,
-}
-
-type SeenKey = (GateKey, String);
-
 pub struct Engine {
     store: Store,
     clock: SharedClock,
@@ -139,9 +128,9 @@ pub struct Engine {
     metrics: Arc<Metrics>,
     notifier: Notifier,
     outbox_wake: Arc<Notify>,
-    /// SQLite only: every gate, kept current by this process's writes.
-    gates: Option<RwLock<HashMap<GateKey, Gate>>>,
-    seen: Mutex<HashMap<SeenKey, SeenEntry>>,
+    /// Every gate with SQLite (kept current by this process's writes), and the
+    /// last check of every canary at every gate.
+    memory: Mutex<Memory>,
     /// Serialises the slow path so two checks of one canary don't both start a wait.
     write: tokio::sync::Mutex<()>,
 }
@@ -188,37 +177,28 @@ impl Engine {
         notifier: Notifier,
         outbox_wake: Arc<Notify>,
     ) -> Result<Self, StoreError> {
-        let gates = match store.backend() {
-            Backend::Sqlite => Some(RwLock::new(
-                store
-                    .load_gates()
-                    .await?
-                    .into_iter()
-                    .map(|g| (g.key.clone(), g))
-                    .collect(),
-            )),
-            Backend::Postgres => None,
-        };
-        let mut seen = HashMap::new();
-        for o in store.load_observations().await? {
-            let Ok(key) = GateKey::parse(&o.gate, None) else {
-                continue;
-            };
-            let entry = SeenEntry {
-                checksum: o.checksum,
-                phase: o.phase,
-                answer: if o.answer == "open" {
-                    Answer::Open
-                } else {
-                    Answer::Closed
-                },
-                reason: o.reason,
-                wait_open: o.wait_id.is_some(),
-                last_seen: o.last_seen,
-                dirty: false,
-            };
-            seen.insert((key, o.canary), entry);
+        let mut memory = Memory::new(store.backend() == Backend::Sqlite);
+        if memory.keeps_gates() {
+            store.each_gate(|gate| memory.put_gate(&gate)).await?;
         }
+        store
+            .each_observation(|o| {
+                if let Ok(gate) = GateKey::parse(&o.gate, None) {
+                    memory.load(Observed {
+                        gate: &gate,
+                        canary: &o.canary,
+                        checksum: &o.checksum,
+                        phase: &o.phase,
+                        answer: o.answer,
+                        reason: &o.reason,
+                        wait_open: o.wait_open,
+                        last_seen: o.last_seen,
+                    });
+                }
+            })
+            .await?;
+        memory.shrink_to_fit();
+        tracing::info!(gates = memory.len(), "loaded gates and last checks");
         Ok(Self {
             store,
             clock,
@@ -226,8 +206,7 @@ impl Engine {
             metrics,
             notifier,
             outbox_wake,
-            gates,
-            seen: Mutex::new(seen),
+            memory: Mutex::new(memory),
             write: tokio::sync::Mutex::new(()),
         })
     }
@@ -246,20 +225,19 @@ impl Engine {
 
     /// The gate as it stands (closed when never touched).
     pub async fn gate(&self, key: &GateKey) -> Result<Gate, StoreError> {
-        let found = match &self.gates {
-            Some(cache) => cache.read().expect("gate cache poisoned").get(key).cloned(),
-            None => self.store.load_gate(key).await?,
+        let found = match self.store.backend() {
+            Backend::Sqlite => self.memory().gate(key),
+            Backend::Postgres => self.store.load_gate(key).await?,
         };
         Ok(found.unwrap_or_else(|| Gate::closed(key.clone())))
     }
 
+    fn memory(&self) -> MutexGuard<'_, Memory> {
+        self.memory.lock().expect("engine memory poisoned")
+    }
+
     fn remember(&self, gate: &Gate) {
-        if let Some(cache) = &self.gates {
-            cache
-                .write()
-                .expect("gate cache poisoned")
-                .insert(gate.key.clone(), gate.clone());
-        }
+        self.memory().put_gate(gate);
     }
 
     /// Answers Flagger within the check deadline, whatever the store does.
@@ -293,10 +271,9 @@ impl Engine {
             phase: input.phase.clone(),
         };
         let verdict = decide(&gate, &check, now);
-        let seen_key = (key.clone(), canary.to_string());
         if !verdict.pin && !verdict.expired {
-            let mut seen = self.seen.lock().expect("seen map poisoned");
-            if let Some(s) = seen.get_mut(&seen_key) {
+            let mut memory = self.memory();
+            if let Some(s) = memory.last_mut(key, canary) {
                 let step = wait_step(key.kind, Some(&s.seen()), &check, verdict.answer);
                 if step == WaitStep::Nothing
                     && s.answer == verdict.answer
@@ -311,7 +288,7 @@ impl Engine {
                 }
             }
         }
-        let verdict = self.record_check(key, &check, input, seen_key).await?;
+        let verdict = self.record_check(key, &check, input).await?;
         self.count_check(key.kind, verdict.answer);
         Ok(verdict)
     }
@@ -332,7 +309,6 @@ impl Engine {
         key: &GateKey,
         check: &Check,
         input: &CheckInput,
-        seen_key: SeenKey,
     ) -> Result<Verdict, EngineError> {
         let _turn = self.write.lock().await;
         let now = self.now();
@@ -405,12 +381,7 @@ impl Engine {
             }
         }
 
-        let seen = self
-            .seen
-            .lock()
-            .expect("seen map poisoned")
-            .get(&seen_key)
-            .map(SeenEntry::seen);
+        let seen = self.memory().last(key, &check.canary).map(SeenEntry::seen);
         let mut wait_open = seen.as_ref().is_some_and(|s| s.wait_open);
         match wait_step(key.kind, seen.as_ref(), check, verdict.answer) {
             WaitStep::Nothing => {}
@@ -488,17 +459,15 @@ impl Engine {
         tx.commit().await?;
         self.after_commit(&audits, queued);
         self.remember(&gate);
-        self.seen.lock().expect("seen map poisoned").insert(
-            seen_key,
-            SeenEntry {
-                checksum: check.checksum.clone(),
-                phase: check.phase.clone(),
-                answer: verdict.answer,
-                reason: verdict.reason.clone(),
-                wait_open,
-                last_seen: now,
-                dirty: false,
-            },
+        self.memory().observe(
+            key,
+            &check.canary,
+            &check.checksum,
+            &check.phase,
+            verdict.answer,
+            &verdict.reason,
+            wait_open,
+            now,
         );
         Ok(verdict)
     }
@@ -516,8 +485,15 @@ impl Engine {
         }
         let mut queued = 0;
         for notice in notices {
-            for job in self.notifier.plan(notice) {
-                queued += usize::from(Store::enqueue(tx, &job, now).await?);
+            for planned in self.notifier.plan(notice) {
+                match planned {
+                    Ok(job) => queued += usize::from(Store::enqueue(tx, &job, now).await?),
+                    // A bug, said loudly; the change the notice reports still happens.
+                    Err(e) => {
+                        tracing::error!(error = %e, "notification dropped");
+                        self.metrics.dropped(&e.sink, "unencodable");
+                    }
+                }
             }
         }
         Ok(queued)
@@ -828,14 +804,7 @@ impl Engine {
                         outcome: outcome.to_string(),
                         at: now,
                     });
-                    if let Some(s) = self
-                        .seen
-                        .lock()
-                        .expect("seen map poisoned")
-                        .get_mut(&(key, canary.to_string()))
-                    {
-                        s.wait_open = false;
-                    }
+                    self.memory().end_wait(&key, canary);
                 }
             }
         }
@@ -882,16 +851,7 @@ impl Engine {
 
     /// Writes last-seen times gathered since the last flush.
     pub async fn flush_seen(&self) -> Result<usize, StoreError> {
-        let batch: Vec<(String, String, Millis)> = {
-            let mut seen = self.seen.lock().expect("seen map poisoned");
-            seen.iter_mut()
-                .filter(|(_, s)| s.dirty)
-                .map(|((key, canary), s)| {
-                    s.dirty = false;
-                    (key.to_string(), canary.clone(), s.last_seen)
-                })
-                .collect()
-        };
+        let batch = self.memory().take_dirty();
         self.store.touch_observations(&batch).await?;
         self.metrics
             .waits_open
@@ -901,14 +861,14 @@ impl Engine {
 
     /// Every gate anyone opened or Flagger asked, with the canaries at it.
     pub async fn list(&self) -> Result<Vec<GateSummary>, StoreError> {
-        let mut gates: BTreeMap<String, Gate> = match &self.gates {
-            Some(cache) => cache
-                .read()
-                .expect("gate cache poisoned")
-                .values()
-                .map(|g| (g.key.to_string(), g.clone()))
+        let mut gates: BTreeMap<String, Gate> = match self.store.backend() {
+            Backend::Sqlite => self
+                .memory()
+                .gates()
+                .into_iter()
+                .map(|g| (g.key.to_string(), g))
                 .collect(),
-            None => self
+            Backend::Postgres => self
                 .store
                 .load_gates()
                 .await?
@@ -944,15 +904,15 @@ impl Engine {
                     last_seen: o.last_seen,
                 });
         }
-        let seen = self.seen.lock().expect("seen map poisoned");
+        let memory = self.memory();
         Ok(gates
             .into_values()
             .map(|gate| {
                 let key = gate.key.to_string();
                 let mut at_gate = canaries.remove(&key).unwrap_or_default();
                 for c in &mut at_gate {
-                    if let Some(s) = seen.get(&(gate.key.clone(), c.canary.clone())) {
-                        c.last_seen = c.last_seen.max(s.last_seen);
+                    if let Some(at) = memory.last_seen(&gate.key, &c.canary) {
+                        c.last_seen = c.last_seen.max(at);
                     }
                 }
                 summarise(gate, at_gate)
@@ -987,15 +947,6 @@ impl Engine {
                     .unwrap_or(false)
             })
             .collect())
-    }
-}
-
-impl SeenEntry {
-    fn seen(&self) -> Seen {
-        Seen {
-            checksum: self.checksum.clone(),
-            wait_open: self.wait_open,
-        }
     }
 }
 

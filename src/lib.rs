@@ -104,8 +104,10 @@ impl Gatebot {
         let outbox_wake = Arc::new(Notify::new());
         let inbox_wake = Arc::new(Notify::new());
         let mut sinks = options.sinks;
-        sinks.extend(github::sinks(&config, &store, &templates, &clock)?);
-        sinks.extend(slack::sinks(&config, &store, &templates, &clock)?);
+        sinks.extend(github::sinks(
+            &config, &store, &templates, &clock, &metrics,
+        )?);
+        sinks.extend(slack::sinks(&config, &store, &templates, &clock, &metrics)?);
         let notifier = Notifier::new(sinks);
         let engine = Engine::new(
             store.clone(),

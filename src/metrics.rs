@@ -67,6 +67,13 @@ pub struct CommandLabels {
     pub result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DropLabels {
+    pub sink: String,
+    /// `digest` (announced in a digest), `missing_pr` (GitHub said 404), `unencodable`.
+    pub reason: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub http_requests: Family<HttpLabels, Counter>,
@@ -86,6 +93,7 @@ pub struct Metrics {
     pub inbox_pending: Gauge,
     pub commands: Family<CommandLabels, Counter>,
     pub events: Family<ActionLabels, Counter>,
+    pub notifications_dropped: Family<DropLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -117,6 +125,7 @@ impl Metrics {
         let inbox_pending = Gauge::default();
         let commands = Family::<CommandLabels, Counter>::default();
         let events = Family::<ActionLabels, Counter>::default();
+        let notifications_dropped = Family::<DropLabels, Counter>::default();
         registry.register(
             "http_requests",
             "HTTP requests by matched route",
@@ -193,6 +202,11 @@ impl Metrics {
             "Flagger events received, by kind",
             events.clone(),
         );
+        registry.register(
+            "notifications_dropped",
+            "Notifications not sent on their own, by sink and reason",
+            notifications_dropped.clone(),
+        );
         Self {
             registry,
             http_requests,
@@ -211,7 +225,18 @@ impl Metrics {
             inbox_pending,
             commands,
             events,
+            notifications_dropped,
         }
+    }
+
+    /// Counts a notification that was not sent on its own.
+    pub fn dropped(&self, sink: &str, reason: &'static str) {
+        self.notifications_dropped
+            .get_or_create(&DropLabels {
+                sink: sink.to_string(),
+                reason,
+            })
+            .inc();
     }
 
     pub fn reject(&self, route: &str, reason: &str) {

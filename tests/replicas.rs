@@ -241,7 +241,7 @@ async fn outbox_jobs_are_sent_once_across_replicas_and_survive_a_dead_worker() {
         at: now,
     };
     let mut tx = store.begin().await.unwrap();
-    gatebot::store::Store::enqueue(&mut tx, &notice.job("test"), now)
+    gatebot::store::Store::enqueue(&mut tx, &notice.job("test").unwrap(), now)
         .await
         .unwrap();
     tx.commit().await.unwrap();

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{summarise, CanarySeen, Engine, GateSummary};
 use crate::gate::{Gate, GateKey};
-use crate::store::StoreError;
+use crate::store::{Backend, StoreError};
 
 /// Gates in key order, and the cursor of the next page (its last key) when
 /// there may be more.
@@ -34,15 +34,15 @@ impl Engine {
                 next: None,
             });
         };
-        let mut stored: HashMap<String, Gate> = match &self.gates {
-            Some(cache) => {
-                let cache = cache.read().expect("gate cache poisoned");
+        let mut stored: HashMap<String, Gate> = match self.store.backend() {
+            Backend::Sqlite => {
+                let memory = self.memory();
                 keys.iter()
                     .filter_map(|k| GateKey::parse(k, None).ok())
-                    .filter_map(|k| cache.get(&k).map(|g| (k.to_string(), g.clone())))
+                    .filter_map(|k| memory.gate(&k).map(|g| (k.to_string(), g)))
                     .collect()
             }
-            None => self
+            Backend::Postgres => self
                 .store
                 .gates_between(first, last)
                 .await?
@@ -62,7 +62,7 @@ impl Engine {
                 waiting_since: c.waiting_since,
             });
         }
-        let seen = self.seen.lock().expect("seen map poisoned");
+        let memory = self.memory();
         let next = more.then(|| last.clone());
         let gates = keys
             .iter()
@@ -74,8 +74,8 @@ impl Engine {
                     .unwrap_or_else(|| Gate::closed(key.clone()));
                 let mut at_gate = canaries.remove(text).unwrap_or_default();
                 for c in &mut at_gate {
-                    if let Some(s) = seen.get(&(key.clone(), c.canary.clone())) {
-                        c.last_seen = c.last_seen.max(s.last_seen);
+                    if let Some(at) = memory.last_seen(&key, &c.canary) {
+                        c.last_seen = c.last_seen.max(at);
                     }
                 }
                 Some(summarise(gate, at_gate))

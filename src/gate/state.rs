@@ -54,7 +54,7 @@ impl fmt::Display for Source {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Actor {
     pub name: String,
     pub source: Source,
@@ -277,10 +277,11 @@ pub fn rfc3339(ms: Millis) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
-/// What the last check by a canary at a gate left behind.
+/// What the last check by a canary at a gate left behind. The revision is shared
+/// with the engine's memory, so looking it up allocates nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Seen {
-    pub checksum: String,
+    pub checksum: std::sync::Arc<str>,
     pub wait_open: bool,
 }
 
@@ -303,7 +304,7 @@ pub fn wait_step(kind: GateKind, seen: Option<&Seen>, check: &Check, answer: Ans
     let waiting = seen.filter(|s| s.wait_open);
     match (answer, waiting) {
         (Answer::Closed, None) => WaitStep::Start,
-        (Answer::Closed, Some(s)) if s.checksum != check.checksum => WaitStep::Restart,
+        (Answer::Closed, Some(s)) if *s.checksum != *check.checksum => WaitStep::Restart,
         (Answer::Closed, Some(_)) => WaitStep::Nothing,
         (Answer::Open, Some(_)) => WaitStep::End,
         (Answer::Open, None) => WaitStep::Nothing,

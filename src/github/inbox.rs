@@ -306,7 +306,7 @@ impl GithubInbox {
                         command: Some(format!("/{cmd}")),
                         message: "commands inside quotes or code are not run: write it at the start of a line of its own".into(),
                     }])?;
-                    self.enqueue(vec![comment(text).once(once("reply"))])
+                    self.enqueue(vec![comment(text).once(once("reply"))?])
                         .await?;
                 }
             }
@@ -323,10 +323,11 @@ impl GithubInbox {
                     message: "comments by bots are never run as commands".into(),
                 }],
             )?;
-            return self.enqueue(vec![comment(text).once(once("reply"))]).await;
+            return self.enqueue(vec![comment(text).once(once("reply"))?]).await;
         }
 
-        self.enqueue(vec![react("eyes").once(once("eyes"))]).await?;
+        self.enqueue(vec![react("eyes").once(once("eyes"))?])
+            .await?;
         let closed_unmerged = e.issue.state == "closed" && !self.merged(&e, &repo).await?;
         // Written before the last push: about an earlier revision (GitHub's clock on both sides).
         let pushed = pushes::last(&self.state.store, &repo, number)
@@ -352,17 +353,17 @@ impl GithubInbox {
         }
         let mut jobs = Vec::new();
         for (job, purpose) in out.extra {
-            jobs.push(job.once(once(purpose)));
+            jobs.push(job.once(once(purpose))?);
         }
         if !out.lines.is_empty() {
             let text = self.reply(&author.login, out.lines)?;
-            jobs.push(comment(text).once(once("reply")));
+            jobs.push(comment(text).once(once("reply"))?);
         }
         if out.applied {
-            jobs.push(react("rocket").once(once("rocket")));
+            jobs.push(react("rocket").once(once("rocket"))?);
         }
         if out.refused {
-            jobs.push(react("confused").once(once("confused")));
+            jobs.push(react("confused").once(once("confused"))?);
         }
         self.enqueue(jobs).await
     }
@@ -560,7 +561,11 @@ impl GithubInbox {
                     .take(7)
                     .collect::<String>();
                 (
-                    self.state.config.close_on_push_kinds().unwrap_or_default(),
+                    // Checked at start; were it unreadable, closing nothing would hide it.
+                    self.state
+                        .config
+                        .close_on_push_kinds()
+                        .map_err(SendError::Permanent)?,
                     if sha.is_empty() {
                         "new commits pushed".to_string()
                     } else {

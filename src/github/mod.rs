@@ -25,6 +25,7 @@ use axum::Router;
 
 use crate::clock::SharedClock;
 use crate::command::Command;
+use crate::metrics::Metrics;
 use crate::notify::{Handler, Sink};
 use crate::store::Store;
 use crate::templates::Templates;
@@ -64,16 +65,21 @@ pub fn sinks(
     store: &Store,
     templates: &Templates,
     clock: &SharedClock,
+    metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Vec<Arc<dyn Sink>>> {
     let Some(client) = client::GithubClient::from_config(&config.github)? else {
         return Ok(Vec::new());
     };
     Ok(vec![Arc::new(sink::GithubSink::new(
         Arc::new(client),
-        store.clone(),
-        templates.clone(),
-        clock.clone(),
-        config.github.allowed_repositories.clone(),
+        sink::SinkParts {
+            store: store.clone(),
+            templates: templates.clone(),
+            clock: clock.clone(),
+            allowed: config.github.allowed_repositories.clone(),
+            burst: config.notify_burst,
+            metrics: metrics.clone(),
+        },
     ))])
 }
 

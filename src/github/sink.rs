@@ -5,6 +5,9 @@
 //! dedupe key, so a burst of changes coalesces into one edit that renders the
 //! PR's state at send time. A PR gets a status comment only once Flagger has
 //! waited at one of its gates; from then on the comment follows every change.
+//! Past GATEBOT_NOTIFY_BURST new waits a minute on one PR, the next edit waits
+//! for the minute to end. A PR GitHub answers 404 for is remembered for a day,
+//! and its jobs are dropped meanwhile without calling GitHub.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -14,12 +17,17 @@ use serde::{Deserialize, Serialize};
 use super::client::{ApiError, GithubClient};
 use super::status::{status_marker, view};
 use crate::clock::SharedClock;
-use crate::gate::{GateKey, PrNumber, RepoName};
-use crate::notify::{BoxFuture, Handler, Notice, SendError, Sink};
+use crate::gate::{GateKey, Millis, PrNumber, RepoName};
+use crate::metrics::Metrics;
+use crate::notify::burst::{Admit, Burst};
+use crate::notify::{encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
 use crate::store::{NewJob, QueueItem, Store};
 use crate::templates::Templates;
 
 pub const SINK: &str = "github";
+
+/// How long a PR GitHub answered 404 for stays given up on.
+const MISSING_FOR: Millis = 24 * 3600 * 1000;
 
 /// What a job of the `github` sink does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,29 +64,32 @@ impl GithubJob {
     }
 
     /// A job queued at most once per `once_key` (a delivery and a purpose).
-    pub fn once(&self, once_key: String) -> NewJob {
-        NewJob {
-            sink: SINK.to_string(),
-            topic: self.topic().to_string(),
-            payload: serde_json::to_string(self).unwrap_or_default(),
-            dedupe_key: None,
+    pub fn once(&self, once_key: String) -> Result<NewJob, PayloadError> {
+        Ok(NewJob {
             once_key: Some(once_key),
-            not_before: 0,
-        }
+            ..encode_job(SINK, self.topic(), self)?
+        })
     }
 
-    pub fn status(repo: &RepoName, number: PrNumber) -> NewJob {
+    /// The PR's status comment, rendered when sent; one pending job per PR.
+    pub fn status(repo: &RepoName, number: PrNumber) -> Result<NewJob, PayloadError> {
         let job = Self::Status {
             repo: repo.clone(),
             number,
         };
-        NewJob {
-            sink: SINK.to_string(),
-            topic: job.topic().to_string(),
-            payload: serde_json::to_string(&job).unwrap_or_default(),
+        Ok(NewJob {
             dedupe_key: Some(format!("github-status:{repo}#{number}")),
-            once_key: None,
-            not_before: 0,
+            ..encode_job(SINK, job.topic(), &job)?
+        })
+    }
+
+    /// The PR a job writes to, when it writes to one.
+    fn pr(&self) -> Option<(&RepoName, PrNumber)> {
+        match self {
+            Self::Comment { repo, number, .. } | Self::Status { repo, number } => {
+                Some((repo, *number))
+            }
+            Self::Reaction { .. } => None,
         }
     }
 }
@@ -89,26 +100,78 @@ pub struct GithubSink {
     templates: Templates,
     clock: SharedClock,
     allowed: Vec<RepoName>,
+    /// New waits that edit a PR's status comment at once, per PR and minute.
+    burst: Burst,
+    metrics: Arc<Metrics>,
+}
+
+/// What the sink needs besides the GitHub client.
+pub struct SinkParts {
+    pub store: Store,
+    pub templates: Templates,
+    pub clock: SharedClock,
+    pub allowed: Vec<RepoName>,
+    pub burst: u32,
+    pub metrics: Arc<Metrics>,
 }
 
 impl GithubSink {
-    pub fn new(
-        client: Arc<GithubClient>,
-        store: Store,
-        templates: Templates,
-        clock: SharedClock,
-        allowed: Vec<RepoName>,
-    ) -> Self {
+    pub fn new(client: Arc<GithubClient>, parts: SinkParts) -> Self {
         Self {
             client,
-            store,
-            templates,
-            clock,
-            allowed,
+            store: parts.store,
+            templates: parts.templates,
+            clock: parts.clock,
+            allowed: parts.allowed,
+            burst: Burst::new(parts.burst),
+            metrics: parts.metrics,
         }
     }
 
+    /// Runs a job unless its PR is known not to exist; a 404 for the PR marks it so.
     async fn run(&self, job: GithubJob, item: &QueueItem) -> Result<(), SendError> {
+        let Some((repo, number)) = job.pr().map(|(r, n)| (r.clone(), n)) else {
+            return self.send(job, item).await.map_err(Failure::into_send);
+        };
+        let store = |e: crate::store::StoreError| SendError::retry(e.to_string());
+        let now = self.clock.now_ms();
+        let missing = self
+            .store
+            .pr_missing(&repo, number, now - MISSING_FOR)
+            .await
+            .map_err(store)?;
+        // A reply answers a comment GitHub delivered from this PR, so the PR is
+        // there (its mark came from a token that could not see it, say): try it.
+        let reply = matches!(job, GithubJob::Comment { .. });
+        if missing && !reply {
+            self.metrics.dropped(SINK, "missing_pr");
+            tracing::debug!(%repo, %number, topic = %item.topic, "dropped: GitHub said this PR does not exist");
+            return Ok(());
+        }
+        match self.send(job, item).await {
+            Ok(()) => {
+                if missing {
+                    self.store
+                        .forget_pr_missing(&repo, number)
+                        .await
+                        .map_err(store)?;
+                }
+                Ok(())
+            }
+            Err(Failure::Other(e)) => Err(e),
+            Err(Failure::PrMissing(e)) => {
+                self.store
+                    .mark_pr_missing(&repo, number, now)
+                    .await
+                    .map_err(store)?;
+                self.metrics.dropped(SINK, "missing_pr");
+                tracing::warn!(%repo, %number, "GitHub says this PR does not exist: its notifications are dropped for a day");
+                Err(e)
+            }
+        }
+    }
+
+    async fn send(&self, job: GithubJob, item: &QueueItem) -> Result<(), Failure> {
         let api = |e: ApiError| e.to_send_error();
         match job {
             GithubJob::Reaction {
@@ -120,10 +183,11 @@ impl GithubSink {
                 if let Some(id) = installation {
                     self.client.learn_installation(&repo, id);
                 }
-                self.client
+                Ok(self
+                    .client
                     .react(&repo, comment_id, &content)
                     .await
-                    .map_err(api)
+                    .map_err(api)?)
             }
             GithubJob::Comment {
                 repo,
@@ -143,7 +207,7 @@ impl GithubSink {
                         .client
                         .find_comment(&repo, number, &marker, since)
                         .await
-                        .map_err(api)?
+                        .map_err(on_pr)?
                     {
                         tracing::info!(comment = id, job = %item.id, "comment was posted by an earlier attempt");
                         return Ok(());
@@ -153,7 +217,7 @@ impl GithubSink {
                     .create_comment(&repo, number, &format!("{body}\n{marker}"))
                     .await
                     .map(|_| ())
-                    .map_err(api)
+                    .map_err(on_pr)
             }
             GithubJob::Status { repo, number } => self.status(&repo, number).await,
         }
@@ -172,7 +236,7 @@ impl GithubSink {
 
     /// Creates the PR's status comment, or edits it in place.
     /// Nothing when the PR has no status comment and needs none.
-    async fn status(&self, repo: &RepoName, number: PrNumber) -> Result<(), SendError> {
+    async fn status(&self, repo: &RepoName, number: PrNumber) -> Result<(), Failure> {
         let retry = |e: crate::store::StoreError| SendError::retry(e.to_string());
         let key = comment_key(repo, number);
         let mut last_sent: Option<String> = None;
@@ -208,13 +272,13 @@ impl GithubSink {
                                 .client
                                 .create_comment(repo, number, &body)
                                 .await
-                                .map_err(|e| e.to_send_error())?;
+                                .map_err(on_pr)?;
                             self.store
                                 .kv_put(&key, &id.to_string(), self.clock.now_ms())
                                 .await
                                 .map_err(retry)?;
                         }
-                        Err(e) => return Err(e.to_send_error()),
+                        Err(e) => return Err(e.to_send_error().into()),
                     }
                 }
                 None => {
@@ -224,7 +288,7 @@ impl GithubSink {
                         .client
                         .find_comment(repo, number, &marker, None)
                         .await
-                        .map_err(|e| e.to_send_error())?;
+                        .map_err(on_pr)?;
                     let id = match found {
                         Some(id) => {
                             self.client
@@ -237,7 +301,7 @@ impl GithubSink {
                             .client
                             .create_comment(repo, number, &body)
                             .await
-                            .map_err(|e| e.to_send_error())?,
+                            .map_err(on_pr)?,
                     };
                     self.store
                         .kv_put(&key, &id.to_string(), self.clock.now_ms())
@@ -285,6 +349,36 @@ async fn render(
         .map_err(|e| SendError::Permanent(format!("{e:#}")))
 }
 
+/// Why a job failed: GitHub said its PR does not exist, or anything else.
+enum Failure {
+    PrMissing(SendError),
+    Other(SendError),
+}
+
+impl Failure {
+    fn into_send(self) -> SendError {
+        match self {
+            Self::PrMissing(e) | Self::Other(e) => e,
+        }
+    }
+}
+
+impl From<SendError> for Failure {
+    fn from(e: SendError) -> Self {
+        Self::Other(e)
+    }
+}
+
+/// A failed call on the PR itself (its comments): a 404 means there is no such
+/// PR, or none this token can see.
+fn on_pr(e: ApiError) -> Failure {
+    if e.is_not_found() {
+        Failure::PrMissing(e.to_send_error())
+    } else {
+        Failure::Other(e.to_send_error())
+    }
+}
+
 fn hash_key(repo: &RepoName, number: PrNumber) -> String {
     format!("github-status-hash:{repo}#{number}")
 }
@@ -323,7 +417,7 @@ impl Sink for GithubSink {
         SINK
     }
 
-    fn plan(&self, notice: &Notice) -> Vec<NewJob> {
+    fn plan(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
         let gates: Vec<&String> = match notice {
             Notice::WaitStarted { gate, .. }
             | Notice::WaitEnded { gate, .. }
@@ -336,8 +430,23 @@ impl Sink for GithubSink {
             .filter_map(|k| k.pr().map(|(r, n)| (r.clone(), n)))
             .filter(|(r, _)| self.allowed.is_empty() || self.allowed.contains(r))
             .collect();
-        prs.iter()
-            .map(|(repo, number)| GithubJob::status(repo, *number))
-            .collect()
+        let mut jobs = Vec::with_capacity(prs.len());
+        for (repo, number) in &prs {
+            let mut job = GithubJob::status(repo, *number)?;
+            if let Notice::WaitStarted { at, .. } = notice {
+                // Over the PR's limit: one edit when the minute is over shows them all.
+                if let Admit::Digest { end, .. } =
+                    self.burst.admit(&format!("{repo}#{number}"), *at)
+                {
+                    self.metrics.dropped(SINK, "digest");
+                    // Its own dedupe key, so that a change people make meanwhile
+                    // is still shown at once.
+                    job.dedupe_key = Some(format!("github-status-later:{repo}#{number}"));
+                    job.not_before = end;
+                }
+            }
+            jobs.push(job);
+        }
+        Ok(jobs)
     }
 }

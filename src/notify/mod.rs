@@ -1,6 +1,7 @@
 //! Notifications: what happened (a `Notice`), which jobs it means for each
 //! configured sink, and the worker that runs durable jobs from a queue.
 
+pub mod burst;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -72,16 +73,47 @@ impl Notice {
     }
 
     /// A job for `sink` that carries this notice whole.
-    pub fn job(&self, sink: &str) -> NewJob {
-        NewJob {
-            sink: sink.to_string(),
-            topic: self.topic().to_string(),
-            payload: serde_json::to_string(self).unwrap_or_default(),
-            dedupe_key: None,
-            once_key: None,
-            not_before: 0,
-        }
+    pub fn job(&self, sink: &str) -> Result<NewJob, PayloadError> {
+        encode_job(sink, self.topic(), self)
     }
+}
+
+/// A job whose payload could not be written. Every payload type serialises, so
+/// this is a bug; it is reported, never stored as an empty job.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot encode a `{sink}` {topic} job: {source}")]
+pub struct PayloadError {
+    pub sink: String,
+    pub topic: String,
+    #[source]
+    pub source: serde_json::Error,
+}
+
+impl From<PayloadError> for SendError {
+    fn from(e: PayloadError) -> Self {
+        Self::Permanent(e.to_string())
+    }
+}
+
+/// A job for `sink` whose payload is `payload` as JSON.
+pub fn encode_job(
+    sink: &str,
+    topic: &str,
+    payload: &impl Serialize,
+) -> Result<NewJob, PayloadError> {
+    let payload = serde_json::to_string(payload).map_err(|source| PayloadError {
+        sink: sink.to_string(),
+        topic: topic.to_string(),
+        source,
+    })?;
+    Ok(NewJob {
+        sink: sink.to_string(),
+        topic: topic.to_string(),
+        payload,
+        dedupe_key: None,
+        once_key: None,
+        not_before: 0,
+    })
 }
 
 /// Why a job did not go through.
@@ -134,7 +166,7 @@ pub trait Handler: Send + Sync + 'static {
 /// A notification sink: decides which jobs a notice means, then runs them.
 pub trait Sink: Handler {
     fn name(&self) -> &'static str;
-    fn plan(&self, notice: &Notice) -> Vec<NewJob>;
+    fn plan(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError>;
 }
 
 /// The configured sinks.
@@ -148,8 +180,17 @@ impl Notifier {
         Self { sinks }
     }
 
-    pub fn plan(&self, notice: &Notice) -> Vec<NewJob> {
-        self.sinks.iter().flat_map(|s| s.plan(notice)).collect()
+    /// Every sink's jobs for a notice; a sink that cannot encode its jobs
+    /// gives an error instead, and the other sinks still get theirs.
+    pub fn plan(&self, notice: &Notice) -> Vec<Result<NewJob, PayloadError>> {
+        let mut out = Vec::new();
+        for sink in &self.sinks {
+            match sink.plan(notice) {
+                Ok(jobs) => out.extend(jobs.into_iter().map(Ok)),
+                Err(e) => out.push(Err(e)),
+            }
+        }
+        out
     }
 
     pub fn handlers(&self) -> Vec<(String, Arc<dyn Handler>)> {

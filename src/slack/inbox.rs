@@ -151,7 +151,7 @@ impl SlackInbox {
         };
         self.state
             .engine
-            .enqueue(&[job.job(None)])
+            .enqueue(&[job.job(None)?])
             .await
             .map_err(store_err)?;
         Ok(())
@@ -342,7 +342,7 @@ impl SlackInbox {
             return self.respond(url, text).await;
         }
         engine
-            .enqueue(&[SlackJob::Refresh { wait_id }.job(None)])
+            .enqueue(&[SlackJob::Refresh { wait_id }.job(None)?])
             .await
             .map_err(store_err)?;
         Ok(())

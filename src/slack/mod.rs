@@ -7,6 +7,7 @@
 pub mod approvers;
 pub mod blocks;
 pub mod client;
+mod digest;
 pub mod inbox;
 pub mod payload;
 pub mod record;
@@ -21,6 +22,8 @@ use axum::Router;
 use secrecy::ExposeSecret;
 
 use crate::clock::SharedClock;
+use crate::metrics::Metrics;
+use crate::notify::burst::Burst;
 use crate::notify::{Handler, Sink};
 use crate::store::Store;
 use crate::templates::Templates;
@@ -51,6 +54,10 @@ pub const TEMPLATES: &[(&str, &str)] = &[
     (
         "slack/status_reply.j2",
         include_str!("../../templates/slack/status_reply.j2"),
+    ),
+    (
+        "slack/digest.j2",
+        include_str!("../../templates/slack/digest.j2"),
     ),
 ];
 
@@ -84,6 +91,7 @@ pub fn sinks(
     store: &Store,
     templates: &Templates,
     clock: &SharedClock,
+    metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Vec<Arc<dyn Sink>>> {
     let Some(api) = api(config)? else {
         return Ok(Vec::new());
@@ -99,6 +107,8 @@ pub fn sinks(
             .clone()
             .filter(|c| !c.trim().is_empty()),
         default_repo: config.github.repository.clone(),
+        burst: Burst::new(config.notify_burst),
+        metrics: metrics.clone(),
     })])
 }
 

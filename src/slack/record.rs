@@ -108,10 +108,11 @@ pub fn gate_key(gate: &str) -> String {
 }
 
 pub async fn get<T: DeserializeOwned>(store: &Store, key: &str) -> Result<Option<T>, StoreError> {
-    Ok(store
-        .kv_get(key)
-        .await?
-        .and_then(|v| serde_json::from_str(&v).ok()))
+    let Some(text) = store.kv_get(key).await? else {
+        return Ok(None);
+    };
+    // `null` is written on purpose (a decision withdrawn); anything unreadable is not.
+    serde_json::from_str::<Option<T>>(&text).map_err(|e| StoreError::Corrupt(format!("{key}: {e}")))
 }
 
 pub async fn put<T: Serialize>(
@@ -120,7 +121,8 @@ pub async fn put<T: Serialize>(
     value: &T,
     now: Millis,
 ) -> Result<(), StoreError> {
-    let text = serde_json::to_string(value).unwrap_or_default();
+    let text = serde_json::to_string(value)
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode {key}: {e}")))?;
     store.kv_put(key, &text, now).await
 }
 

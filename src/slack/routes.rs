@@ -216,8 +216,13 @@ async fn commands(
         }
     }
     let id = format!("command:{}", command.trigger_id);
-    let payload = serde_json::to_string(&command)
-        .map_err(|e| Reject::bad_request("malformed_payload", e.to_string()))?;
+    let payload = serde_json::to_string(&command).map_err(|e| {
+        Reject::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "unencodable",
+            format!("cannot store the command: {e}"),
+        )
+    })?;
     store_receipt(&state, &receipts, id, SLASH, payload).await?;
     Ok(ephemeral(reply(
         templates,

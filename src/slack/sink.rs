@@ -11,7 +11,9 @@ use super::client::{Response, SlackApi};
 use super::record::{self, Decision, Ended, Final, Posted, WaitInfo};
 use crate::clock::SharedClock;
 use crate::gate::{Actor, GateKey, Millis, RepoName};
-use crate::notify::{BoxFuture, Handler, Notice, SendError, Sink};
+use crate::metrics::Metrics;
+use crate::notify::burst::{Admit, Burst};
+use crate::notify::{encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
 use crate::store::{NewJob, QueueItem, Store};
 use crate::templates::Templates;
 
@@ -60,6 +62,12 @@ pub enum SlackJob {
         response_url: String,
         response: Response,
     },
+    /// One message for the waits of a minute over GATEBOT_NOTIFY_BURST in a channel.
+    Digest {
+        channel: String,
+        since: Millis,
+        until: Millis,
+    },
 }
 
 impl SlackJob {
@@ -71,20 +79,20 @@ impl SlackJob {
             Self::GateOpened { .. } => "gate_opened",
             Self::CanaryEvent { .. } => "canary_event",
             Self::Respond { .. } => "respond",
+            Self::Digest { .. } => "digest",
         }
     }
 
-    pub fn job(&self, once_key: Option<String>) -> NewJob {
-        NewJob {
-            sink: NAME.to_string(),
-            topic: self.topic().to_string(),
-            payload: serde_json::to_string(self).unwrap_or_default(),
-            dedupe_key: None,
+    pub fn job(&self, once_key: Option<String>) -> Result<NewJob, PayloadError> {
+        Ok(NewJob {
             once_key,
-            not_before: 0,
-        }
+            ..encode_job(NAME, self.topic(), self)?
+        })
     }
 }
+
+/// Announced waits have a `post_wait` job with this once-key prefix and their id.
+pub(super) const POST_ONCE: &str = "slack-wait:";
 
 pub struct SlackSink {
     pub api: Arc<SlackApi>,
@@ -93,6 +101,9 @@ pub struct SlackSink {
     pub clock: SharedClock,
     pub channel: Option<String>,
     pub default_repo: Option<RepoName>,
+    /// New waits announced on their own per channel and minute.
+    pub burst: Burst,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Sink for SlackSink {
@@ -100,8 +111,8 @@ impl Sink for SlackSink {
         NAME
     }
 
-    fn plan(&self, notice: &Notice) -> Vec<NewJob> {
-        match notice {
+    fn plan(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
+        Ok(match notice {
             Notice::WaitStarted {
                 wait_id,
                 gate,
@@ -112,14 +123,25 @@ impl Sink for SlackSink {
                 at,
                 ..
             } => {
-                let channel = metadata
-                    .get("slack_channel")
-                    .filter(|c| !c.trim().is_empty())
-                    .or(self.channel.as_ref());
-                let Some(channel) = channel else {
+                let Some(channel) = self.channel_of(metadata) else {
                     tracing::debug!(gate, "no Slack channel for this wait: set GATEBOT_SLACK_CHANNEL or slack_channel metadata");
-                    return Vec::new();
+                    return Ok(Vec::new());
                 };
+                if let Admit::Digest { start, end } = self.burst.admit(channel, *at) {
+                    self.metrics.dropped(NAME, "digest");
+                    let digest = SlackJob::Digest {
+                        channel: channel.to_string(),
+                        since: start,
+                        until: end,
+                    };
+                    // One per channel and minute (the dedupe key), sent when the
+                    // minute is over, with a second's grace for late writers.
+                    return Ok(vec![NewJob {
+                        dedupe_key: Some(format!("slack-digest:{channel}:{start}")),
+                        not_before: end + 1000,
+                        ..digest.job(None)?
+                    }]);
+                }
                 let info = WaitInfo {
                     wait_id: *wait_id,
                     gate: gate.clone(),
@@ -131,9 +153,9 @@ impl Sink for SlackSink {
                 };
                 let job = SlackJob::PostWait {
                     info,
-                    channel: channel.trim().to_string(),
+                    channel: channel.to_string(),
                 };
-                vec![job.job(Some(format!("slack-wait:{wait_id}")))]
+                vec![job.job(Some(format!("{POST_ONCE}{wait_id}")))?]
             }
             Notice::WaitEnded {
                 wait_id,
@@ -145,7 +167,7 @@ impl Sink for SlackSink {
                 outcome: outcome.clone(),
                 at: *at,
             }
-            .job(None)],
+            .job(None)?],
             Notice::GateChanged {
                 gate,
                 action,
@@ -158,7 +180,7 @@ impl Sink for SlackSink {
                 reason: reason.clone(),
                 at: *at,
             }
-            .job(None)],
+            .job(None)?],
             Notice::CanaryEvent {
                 canary,
                 kind,
@@ -173,9 +195,9 @@ impl Sink for SlackSink {
                 checksum: checksum.clone(),
                 at: *at,
             }
-            .job(None)],
+            .job(None)?],
             _ => Vec::new(),
-        }
+        })
     }
 }
 
@@ -198,7 +220,7 @@ impl Handler for SlackSink {
     }
 }
 
-fn store_err(e: crate::store::StoreError) -> SendError {
+pub(super) fn store_err(e: crate::store::StoreError) -> SendError {
     SendError::retry(format!("store: {e}"))
 }
 
@@ -249,6 +271,11 @@ impl SlackSink {
                 response_url,
                 response,
             } => self.api.respond(&response_url, &response).await,
+            SlackJob::Digest {
+                channel,
+                since,
+                until,
+            } => self.digest(&channel, since, until).await,
         }
     }
 

@@ -5,6 +5,8 @@
 //! there is one code path to test. Only migrations, BEGIN and job claiming differ.
 
 pub mod pages;
+mod loading;
+mod notify;
 mod queue;
 mod replicas;
 mod rows;
@@ -22,6 +24,8 @@ use tokio::sync::Mutex;
 
 use crate::gate::{Actor, Answer, CanaryRef, Gate, GateKey, GateStatus, Millis, Source};
 
+pub use loading::SeenRow;
+pub use notify::WaitBrief;
 pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};
 pub use replicas::{DEAD_AFTER, HEARTBEAT_EVERY};
 pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};

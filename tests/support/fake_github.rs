@@ -100,6 +100,8 @@ pub struct Inner {
     /// PR number → author login; absent: `kobzol`, the fixtures' author.
     authors: Mutex<HashMap<u64, String>>,
     comments: Mutex<BTreeMap<u64, FakeComment>>,
+    /// PR numbers that do not exist: their comments answer 404.
+    missing: Mutex<HashSet<u64>>,
     reactions: Mutex<Vec<FakeReaction>>,
     write_failures: Mutex<VecDeque<Failure>>,
     next_id: AtomicU64,
@@ -201,6 +203,16 @@ impl FakeGithub {
             .lock()
             .unwrap()
             .insert((team.to_ascii_lowercase(), login.to_ascii_lowercase()));
+    }
+
+    /// PR `number` does not exist: listing or creating its comments answers 404.
+    pub fn set_missing(&self, number: u64) {
+        self.inner.missing.lock().unwrap().insert(number);
+    }
+
+    /// PR `number` exists after all.
+    pub fn set_found(&self, number: u64) {
+        self.inner.missing.lock().unwrap().remove(&number);
     }
 
     pub fn set_merged(&self, number: u64, merged: bool) {
@@ -470,6 +482,9 @@ async fn create_comment(
     Path((owner, repo, number)): Path<(String, String, u64)>,
     bytes: Bytes,
 ) -> Response {
+    if inner.missing.lock().unwrap().contains(&number) {
+        return not_found();
+    }
     let Some(body) = body_of(&bytes, "body") else {
         return (
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -494,6 +509,9 @@ async fn list_comments(
     State(inner): State<Arc<Inner>>,
     Path((_owner, _repo, number)): Path<(String, String, u64)>,
 ) -> Response {
+    if inner.missing.lock().unwrap().contains(&number) {
+        return not_found();
+    }
     let list: Vec<Value> = inner
         .comments
         .lock()

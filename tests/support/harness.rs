@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gatebot::clock::SharedClock;
-use gatebot::notify::{BoxFuture, Handler, Notice, SendError, Sink};
+use gatebot::notify::{BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
 use gatebot::store::{NewJob, QueueItem};
 use gatebot::{AppState, Config, Gatebot, Options};
 use tokio::net::TcpListener;
@@ -304,8 +304,8 @@ impl Sink for RecordingSink {
         "test"
     }
 
-    fn plan(&self, notice: &Notice) -> Vec<NewJob> {
-        vec![notice.job("test")]
+    fn plan(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
+        Ok(vec![notice.job("test")?])
     }
 }
 

@@ -1,0 +1,78 @@
+//! The digest: one Slack message for the waits of a minute that were over
+//! GATEBOT_NOTIFY_BURST in a channel, read from the store when the minute is over.
+
+use std::collections::BTreeMap;
+
+use super::sink::{store_err, SlackSink, POST_ONCE};
+use crate::gate::Millis;
+use crate::notify::SendError;
+
+/// Waits named in a digest; the rest are counted.
+const NAMED: usize = 10;
+
+impl SlackSink {
+    /// The channel a wait is announced in: its canary's `slack_channel`, or the default.
+    pub(super) fn channel_of<'a>(
+        &'a self,
+        metadata: &'a BTreeMap<String, String>,
+    ) -> Option<&'a str> {
+        metadata
+            .get("slack_channel")
+            .map(|c| c.trim())
+            .filter(|c| !c.is_empty())
+            .or(self.channel.as_deref().map(str::trim))
+    }
+
+    /// Tells the channel about the waits of a minute that were not announced
+    /// one by one, read from the store now (the job was queued with the first).
+    pub(super) async fn digest(
+        &self,
+        channel: &str,
+        since: Millis,
+        until: Millis,
+    ) -> Result<(), SendError> {
+        let mut after = 0;
+        let mut count = 0usize;
+        let mut named = Vec::new();
+        loop {
+            let page = self
+                .store
+                .unannounced_waits(POST_ONCE, since, until, after, 500)
+                .await
+                .map_err(store_err)?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            for w in page {
+                // Written by gatebot itself; unreadable, it names no channel.
+                let metadata = serde_json::from_str(&w.metadata).unwrap_or_else(|e| {
+                    tracing::warn!(wait = w.id, error = %e, "unreadable wait metadata");
+                    BTreeMap::new()
+                });
+                if self.channel_of(&metadata) != Some(channel) {
+                    continue;
+                }
+                count += 1;
+                if named.len() < NAMED {
+                    named.push(serde_json::json!({"gate": w.gate, "canary": w.canary}));
+                }
+            }
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        let text = self
+            .templates
+            .render(
+                "slack/digest.j2",
+                serde_json::json!({
+                    "count": count, "waits": named, "more": count - named.len(),
+                    "limit": self.burst.limit(), "since": since,
+                }),
+            )
+            .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
+        self.api
+            .post_message(channel, text.trim(), None, None)
+            .await?;
+        Ok(())
+    }
+}
