@@ -111,6 +111,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 "kubernetes.io/metadata.name": "ci"}}}],
         },
     },
+    "limits": {"limits": {"headerReadTimeout": "3s", "idleTimeout": "75s", "maxConnections": 256,
+                          "bodyReadTimeout": "5s", "requestTimeout": "8s"}},
 }
 
 
@@ -627,6 +629,18 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         expect(vols["data"]["persistentVolumeClaim"]["claimName"] == "my-claim", "existingClaim")
         return "app id + private key from Secret"
     ck.run("github app", github_app)
+
+    def limits_check() -> str:
+        want = {"GATEBOT_HEADER_READ_TIMEOUT": "3s", "GATEBOT_IDLE_TIMEOUT": "75s",
+                "GATEBOT_MAX_CONNECTIONS": "256", "GATEBOT_BODY_READ_TIMEOUT": "5s",
+                "GATEBOT_REQUEST_TIMEOUT": "8s"}
+        envs = env_map(container_of(need("limits")))
+        got = {k: envs.get(k, {}).get("value") for k in want}
+        expect(got == want, f"limits env {got}")
+        defaults = env_map(container_of(need("defaults")))
+        expect(not set(want) & set(defaults), "limits set although limits.* are empty")
+        return "limits.* as GATEBOT_* settings, none by default"
+    ck.run("limits (timeouts and connection limit)", limits_check)
 
     def checksums() -> str:
         def ann(values: dict[str, Any]) -> dict[str, str]:

@@ -425,7 +425,7 @@ async fn bad_input_changes_nothing(backend: Backend) {
     let metrics = server.metrics().await;
     for series in [
         "gatebot_rejected_requests_total{route=\"/gates/{kind}/{*scope}\",reason=\"malformed_json\"} 2",
-        "gatebot_rejected_requests_total{route=\"/gates/{kind}/{*scope}\",reason=\"413\"} 1",
+        "gatebot_rejected_requests_total{route=\"/gates/{kind}/{*scope}\",reason=\"body_too_large\"} 1",
         "gatebot_rejected_requests_total{route=\"/api/v1/gates/open\",reason=\"unauthorized\"} 2",
         "gatebot_rejected_requests_total{route=\"unmatched\",reason=\"not_found\"} 1",
     ] {

@@ -687,12 +687,13 @@ async fn ping_and_ignored_events_are_answered() {
     )
     .await;
     assert_eq!(status, 200);
-    // Real PR payloads can be large: well past axum's 2 MB default.
+    // The largest comment GitHub allows (65,536 characters), in three-byte
+    // characters: about 200 KB, well inside the webhook's 1 MB limit.
     let big = comment(
         65,
         9501,
         "alice",
-        &format!("/start\n\n{}", "x".repeat(3 << 20)),
+        &format!("/start\n\n{}", "€".repeat(65_536 - 8)),
     );
     let (status, text) = deliver(&env.server, "issue_comment", &big).await;
     assert_eq!(status, 202, "{text}");

@@ -15,6 +15,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use tokio::sync::Semaphore;
+use tokio::time::{timeout_at, Instant};
 
 use super::error::{Reject, Rejected};
 
@@ -27,6 +28,12 @@ pub const WEBHOOK_BODY_READERS: usize = 16;
 /// before it is answered 503: long enough to ride out a short burst, short
 /// enough that GitHub (10 s) and Slack (3 s) get an answer.
 pub const WEBHOOK_READER_WAIT: Duration = Duration::from_secs(1);
+
+/// Past its limit a body is still read and dropped, up to this much more, so
+/// that a client sending it whole reads its 413 instead of a reset connection
+/// (closing a socket with unread data resets it). Nothing of it is kept;
+/// beyond it, or after the read timeout, the connection is simply closed.
+pub const DISCARD_LIMIT: usize = 1024 * 1024;
 
 /// The body rules of a group of routes.
 #[derive(Clone)]
@@ -59,15 +66,23 @@ impl BodyLimit {
 /// the body in memory. The permit (if any) is held until the response, so the
 /// cap also bounds bodies that handlers still hold.
 pub async fn bounded(State(limit): State<BodyLimit>, req: Request, next: Next) -> Response {
-    let (parts, body) = req.into_parts();
+    let (parts, mut body) = req.into_parts();
+    let deadline = Instant::now() + limit.read_timeout;
     let announced = parts
         .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if let Some(len) = announced.filter(|len| *len > limit.max as u64) {
-        // Refused before reading a byte; hyper closes the connection rather
-        // than drain a body nobody reads.
+        // Refused without keeping a byte. A client waiting for 100 Continue
+        // sends nothing; one announcing far more is not worth reading.
+        let waits = parts
+            .headers
+            .get(header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if !waits && len <= (limit.max + DISCARD_LIMIT) as u64 {
+            let _ = timeout_at(deadline, discard(&mut body, DISCARD_LIMIT + limit.max)).await;
+        }
         return too_large(limit.max, Some(len));
     }
     let _permit = match &limit.readers {
@@ -81,9 +96,7 @@ pub async fn bounded(State(limit): State<BodyLimit>, req: Request, next: Next) -
         }
     };
     let capacity = announced.map_or(0, |len| len as usize);
-    let bytes = match tokio::time::timeout(limit.read_timeout, read(body, limit.max, capacity))
-        .await
-    {
+    let bytes = match timeout_at(deadline, read(&mut body, limit.max, capacity)).await {
         Err(_) => {
             return Reject::new(
                 StatusCode::REQUEST_TIMEOUT,
@@ -95,7 +108,10 @@ pub async fn bounded(State(limit): State<BodyLimit>, req: Request, next: Next) -
             )
             .into_response()
         }
-        Ok(Err(ReadError::TooLarge)) => return too_large(limit.max, None),
+        Ok(Err(ReadError::TooLarge)) => {
+            let _ = timeout_at(deadline, discard(&mut body, DISCARD_LIMIT)).await;
+            return too_large(limit.max, None);
+        }
         Ok(Err(ReadError::Broken(e))) => {
             return Reject::bad_request("bad_body", format!("cannot read the request body: {e}"))
                 .into_response()
@@ -113,7 +129,7 @@ enum ReadError {
 
 /// Collects the body, stopping as soon as it passes `max` (nothing past the
 /// limit is kept). `capacity` is the announced length, already checked.
-async fn read(mut body: Body, max: usize, capacity: usize) -> Result<Bytes, ReadError> {
+async fn read(body: &mut Body, max: usize, capacity: usize) -> Result<Bytes, ReadError> {
     let mut buf = Vec::with_capacity(capacity);
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(ReadError::Broken)?;
@@ -125,6 +141,19 @@ async fn read(mut body: Body, max: usize, capacity: usize) -> Result<Bytes, Read
         }
     }
     Ok(Bytes::from(buf))
+}
+
+/// Reads and drops up to `most` bytes of what is left of the body.
+async fn discard(body: &mut Body, most: usize) {
+    let mut dropped = 0;
+    while let Some(Ok(frame)) = body.frame().await {
+        if let Ok(data) = frame.into_data() {
+            dropped += data.len();
+            if dropped > most {
+                return;
+            }
+        }
+    }
 }
 
 fn too_large(max: usize, announced: Option<u64>) -> Response {
