@@ -248,7 +248,8 @@ async fn dribbled_headers_are_cut_and_gate_checks_keep_answering() {
     }
     eprintln!("300 dribblers closed within {slowest:?}; {checks} gate checks, worst {worst:?}");
     assert!(slowest < Duration::from_secs(4), "{slowest:?}");
-    assert!(worst < Duration::from_secs(1), "worst gate check {worst:?}");
+    // The promise to Flagger: an answer within 2 s (a loaded 2-core CI machine sees ~1 s).
+    assert!(worst < Duration::from_secs(2), "worst gate check {worst:?}");
     assert!(
         metric(
             &served.url,
