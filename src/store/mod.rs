@@ -4,9 +4,9 @@
 //! share (`$n` parameters, `ON CONFLICT`, `RETURNING`, partial unique indexes), so
 //! there is one code path to test. Only migrations, BEGIN and job claiming differ.
 
-pub mod pages;
 mod loading;
 mod notify;
+pub mod pages;
 mod queue;
 mod replicas;
 mod rows;
