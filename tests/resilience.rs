@@ -117,20 +117,27 @@ async fn state(server: &TestServer, gate: &str) -> String {
     v["state"].as_str().unwrap_or("?").to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hanging_github_call_delays_only_its_own_pull_request() {
+/// gatebot with a fake GitHub where alice's permission lookup is quick and
+/// slowpoke's takes `delay`.
+async fn with_slow_github(delay: Duration) -> (TestServer, FakeGithub, TestDb) {
     let db = TestDb::new(Backend::Sqlite).await;
     let github = FakeGithub::start().await;
     github.set_permission("alice", "write");
     github.set_permission("slowpoke", "write");
-    // Longer than one call may take: the lookup times out and is retried later.
-    github.delay_permission("slowpoke", Duration::from_secs(30));
+    github.delay_permission("slowpoke", delay);
     let mut config = db.config();
     config.admin_token = Some(ADMIN_TOKEN.to_string().into());
     config.github.webhook_secret = Some(SECRET.to_string().into());
     config.github.token = Some("ghp_test".to_string().into());
     config.github.api_url = github.url.clone();
     let server = TestServer::start(config, Default::default()).await;
+    (server, github, db)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_github_call_delays_only_its_own_pull_request() {
+    // Longer than one call may take: the lookup times out and is retried later.
+    let (server, _github, _db) = with_slow_github(Duration::from_secs(30)).await;
 
     deliver(&server, &promote_from(1, 101, "slowpoke", "/promote")).await;
     let started = Instant::now();
@@ -163,18 +170,8 @@ async fn a_hanging_github_call_delays_only_its_own_pull_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_pull_requests_commands_apply_in_order() {
-    let db = TestDb::new(Backend::Sqlite).await;
-    let github = FakeGithub::start().await;
-    github.set_permission("alice", "write");
-    github.set_permission("slowpoke", "write");
     // Slow, but within one call's time limit.
-    github.delay_permission("slowpoke", Duration::from_millis(1500));
-    let mut config = db.config();
-    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
-    config.github.webhook_secret = Some(SECRET.to_string().into());
-    config.github.token = Some("ghp_test".to_string().into());
-    config.github.api_url = github.url.clone();
-    let server = TestServer::start(config, Default::default()).await;
+    let (server, _github, _db) = with_slow_github(Duration::from_millis(1500)).await;
 
     // Hold first (slow), then unhold: in order, the gate ends closed, not held.
     deliver(&server, &promote_from(9, 901, "slowpoke", "/hold")).await;
