@@ -23,7 +23,7 @@ pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
     };
     let (req, what) = match &args.action {
         GatesAction::List => {
-            let gates = list_all(&base, |url| auth(client.get(url))).await?;
+            let gates = list_all(&base, args.token.is_some(), |url| auth(client.get(url))).await?;
             let value = json!({ "gates": gates });
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&value)?);
@@ -49,7 +49,10 @@ pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
             "close the gate",
         ),
     };
-    let value = call(auth(req), &base, what).await?;
+    let has_token = args.token.is_some();
+    let value = call(auth(req), &base, what)
+        .await
+        .map_err(|e| token_hint(e, has_token))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
@@ -81,22 +84,46 @@ async fn call(req: reqwest::RequestBuilder, base: &str, what: &str) -> anyhow::R
         .await
         .context("the server's answer was cut off")?;
     if !status.is_success() {
-        let hint = match status.as_u16() {
-            401 => " (set GATEBOT_ADMIN_TOKEN to the server's token)",
-            _ => "",
-        };
-        bail!(
-            "could not {what}: {} {}{hint}",
-            status.as_u16(),
-            body.trim()
-        );
+        return Err(Refused {
+            what: what.to_string(),
+            status: status.as_u16(),
+            body: body.trim().to_string(),
+        }
+        .into());
     }
     serde_json::from_str(&body).context("the server did not answer JSON")
+}
+
+/// The server said no; [`token_hint`] adds whose token is missing.
+#[derive(Debug, thiserror::Error)]
+#[error("could not {what}: {status} {body}")]
+struct Refused {
+    what: String,
+    status: u16,
+    body: String,
+}
+
+/// Says where an admin-token refusal is fixed: this command's environment, or
+/// the server's (whose own answer says so when it has no token).
+fn token_hint(e: anyhow::Error, has_token: bool) -> anyhow::Error {
+    let Some(refused) = e.downcast_ref::<Refused>() else {
+        return e;
+    };
+    let hint = match (refused.status, has_token) {
+        (401, false) => " (this command has no token: set GATEBOT_ADMIN_TOKEN for this command to the server's token)",
+        (401, true) => " (this command's GATEBOT_ADMIN_TOKEN is not the server's: use the token `gatebot serve` runs with)",
+        (403, false) if refused.body.contains("GATEBOT_ADMIN_TOKEN") => {
+            " (this command has no token either: set GATEBOT_ADMIN_TOKEN for it too)"
+        }
+        _ => "",
+    };
+    anyhow::anyhow!("{refused}{hint}")
 }
 
 /// Every gate, following the list's pages.
 async fn list_all(
     base: &str,
+    has_token: bool,
     get: impl Fn(String) -> reqwest::RequestBuilder,
 ) -> anyhow::Result<Vec<Value>> {
     let mut gates = Vec::new();
@@ -107,7 +134,9 @@ async fn list_all(
             url.push_str("&cursor=");
             url.extend(form_urlencoded::byte_serialize(c.as_bytes()));
         }
-        let mut page = call(get(url), base, "list gates").await?;
+        let mut page = call(get(url), base, "list gates")
+            .await
+            .map_err(|e| token_hint(e, has_token))?;
         if let Some(list) = page["gates"].as_array_mut() {
             gates.append(list);
         }
@@ -215,10 +244,33 @@ pub struct ConfigReport {
 }
 
 /// `gatebot check-config`: what is configured, what is wrong, and whether the store opens.
-pub async fn check_config(config: crate::Config) -> ConfigReport {
+pub async fn check_config(
+    config: crate::Config,
+    settings: &[crate::config::Setting],
+) -> ConfigReport {
     use std::fmt::Write;
     let mut text = String::new();
     let mut ok = true;
+    // Each setting, where it came from; never a secret's value.
+    for s in settings {
+        let value = match (&s.value, s.secret, s.origin) {
+            (_, _, crate::config::Origin::Unset) => "-".to_string(),
+            (_, true, _) => "(secret, set)".to_string(),
+            (Some(v), false, _) => v.clone(),
+            (None, false, _) => String::new(),
+        };
+        let _ = writeln!(text, "{:<34} {:<12} {value}", s.env, s.origin.as_str());
+    }
+    for s in settings
+        .iter()
+        .filter(|s| s.origin == crate::config::Origin::Unset)
+        // A GitHub App stands in for the token.
+        .filter(|s| !(s.env == "GATEBOT_GITHUB_TOKEN" && config.github.app_id.is_some()))
+    {
+        if let Some(meaning) = crate::config::unset_meaning(&s.env) {
+            let _ = writeln!(text, "{} unset: {meaning}", s.env);
+        }
+    }
     let gh = &config.github;
     let sl = &config.slack;
     let _ = writeln!(text, "listen:          {}", config.listen);

@@ -3,8 +3,10 @@
 //! Every secret may also be given as a file: `GATEBOT_X_FILE=/path` reads `GATEBOT_X`
 //! from that file (Kubernetes secret volumes, Docker secrets).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -22,6 +24,69 @@ pub const SECRET_VARS: [&str; 7] = [
     "GATEBOT_SLACK_BOT_TOKEN",
     "GATEBOT_DATABASE_URL",
 ];
+
+/// Where a setting's value came from, as `check-config` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Flag,
+    Environment,
+    DotEnv,
+    /// Read from the file that `<NAME>_FILE` names.
+    SecretFile,
+    Default,
+    Unset,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Flag => "flag",
+            Self::Environment => "environment",
+            Self::DotEnv => ".env",
+            Self::SecretFile => "file (<NAME>_FILE)",
+            Self::Default => "default",
+            Self::Unset => "unset",
+        }
+    }
+}
+
+/// Variables this process set itself (from `.env` or a `_FILE`), so that
+/// `check-config` does not call them "environment".
+static LOADED: Mutex<BTreeMap<String, Origin>> = Mutex::new(BTreeMap::new());
+
+fn loaded(name: &str) -> Option<Origin> {
+    LOADED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(name)
+        .copied()
+}
+
+fn mark_loaded(name: &str, origin: Origin) {
+    LOADED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(name.to_string(), origin);
+}
+
+/// Reads `.env` in the working directory when there is one. Variables already
+/// in the environment win. Call before [`load_secret_files`], so that a
+/// `GATEBOT_X_FILE` written in `.env` works too, and before any thread starts.
+pub fn load_dotenv() -> anyhow::Result<()> {
+    let entries = match dotenvy::from_path_iter(".env") {
+        Ok(entries) => entries,
+        Err(e) if e.not_found() => return Ok(()),
+        Err(e) => anyhow::bail!(".env: {e}"),
+    };
+    for entry in entries {
+        let (name, value) = entry.map_err(|e| anyhow::anyhow!(".env: {e}"))?;
+        if std::env::var_os(&name).is_none() {
+            std::env::set_var(&name, value);
+            mark_loaded(&name, Origin::DotEnv);
+        }
+    }
+    Ok(())
+}
 
 /// Prepares the environment for parsing: an empty `GATEBOT_*` variable counts as
 /// unset (as `.env.example` leaves them), and `<NAME>_FILE` is read into `<NAME>`
@@ -48,9 +113,72 @@ pub fn load_secret_files() -> anyhow::Result<()> {
                 )
             })?;
             std::env::set_var(name, value.trim_end_matches(['\n', '\r']));
+            mark_loaded(name, Origin::SecretFile);
         }
     }
     Ok(())
+}
+
+/// One setting as `check-config` shows it. A secret's value is never kept.
+#[derive(Debug, Clone)]
+pub struct Setting {
+    pub env: String,
+    pub origin: Origin,
+    /// The value as given, for settings that are not secrets.
+    pub value: Option<String>,
+    pub secret: bool,
+}
+
+/// Every setting of a subcommand, with where its value came from.
+pub fn settings(command: &clap::Command, matches: &clap::ArgMatches) -> Vec<Setting> {
+    use clap::parser::ValueSource;
+    command
+        .get_arguments()
+        .filter_map(|arg| {
+            let env = arg.get_env()?.to_string_lossy().into_owned();
+            let id = arg.get_id().as_str();
+            let origin = match matches.value_source(id) {
+                Some(ValueSource::CommandLine) => Origin::Flag,
+                Some(ValueSource::EnvVariable) => loaded(&env).unwrap_or(Origin::Environment),
+                Some(ValueSource::DefaultValue) => Origin::Default,
+                _ => Origin::Unset,
+            };
+            let secret = arg.is_hide_env_values_set();
+            let value = match (secret, matches.get_raw(id)) {
+                (false, Some(raw)) => Some(
+                    raw.map(|v| v.to_string_lossy().into_owned())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ),
+                _ => None,
+            };
+            Some(Setting {
+                env,
+                origin,
+                value,
+                secret,
+            })
+        })
+        .collect()
+}
+
+/// What a missing setting means, for the settings whose absence changes behaviour.
+pub fn unset_meaning(env: &str) -> Option<&'static str> {
+    Some(match env {
+        "GATEBOT_ADMIN_TOKEN" => {
+            "the operator API is read-only (`gatebot gates open` and /api/v1 writes are refused)"
+        }
+        "GATEBOT_GITHUB_REPOSITORY" => {
+            "short keys like pr/42 are refused (write /gates/<kind>/<owner>/<repo>/pr/<n>)"
+        }
+        "GATEBOT_GITHUB_WEBHOOK_SECRET" => {
+            "GitHub deliveries are refused: /promote comments open nothing"
+        }
+        "GATEBOT_GITHUB_TOKEN" => "and no GitHub App: nothing is posted on pull requests",
+        "GATEBOT_SLACK_SIGNING_SECRET" => "Slack requests are refused: no approvals from Slack",
+        "GATEBOT_SLACK_BOT_TOKEN" => "nothing is posted to Slack",
+        _ => return None,
+    })
 }
 
 #[derive(Debug, Parser)]

@@ -20,10 +20,10 @@ use tokio::sync::Notify;
 
 use crate::clock::SharedClock;
 use crate::gate::event::{classify, EventKind};
-use crate::gate::state::{one_line, open_hint};
+use crate::gate::state::{closed_word, one_line, open_hint};
 use crate::gate::{
-    decide, wait_step, Actor, Answer, Approval, CanaryRef, Change, Check, Gate, GateKey, GateKind,
-    GateStatus, Millis, RepoName, Scope, Verdict, WaitStep,
+    decide, wait_step, Actor, Answer, Approval, CanaryRef, Change, Channels, Check, Gate, GateKey,
+    GateKind, GateStatus, Millis, RepoName, Scope, Verdict, WaitStep,
 };
 use crate::metrics::{ActionLabels, GateLabels, KindLabels, Metrics};
 use crate::notify::{Notice, Notifier};
@@ -56,6 +56,8 @@ pub struct EngineSettings {
     /// How long a check may wait for the store before it answers closed.
     /// Flagger's webhook timeout is 10 s; the promise is an answer within 2 s.
     pub check_deadline: Duration,
+    /// The ways of opening a gate that closed answers name.
+    pub channels: Channels,
 }
 
 /// The default [`EngineSettings::check_deadline`].
@@ -275,7 +277,7 @@ impl Engine {
             return Ok(verdict);
         }
         let Some(canary) = &input.canary else {
-            return Ok(peek(&gate, self.now()));
+            return Ok(peek(&gate, self.now(), self.settings.channels));
         };
         let check = Check {
             canary: canary.clone(),
@@ -297,14 +299,14 @@ impl Engine {
         now: Millis,
     ) -> Option<Verdict> {
         let Some(canary) = &input.canary else {
-            return Some(peek(gate, now));
+            return Some(peek(gate, now, self.settings.channels));
         };
         let check = Check {
             canary: canary.clone(),
             checksum: input.checksum.clone(),
             phase: input.phase.clone(),
         };
-        let verdict = decide(gate, &check, now);
+        let verdict = decide(gate, &check, now, self.settings.channels);
         if verdict.pin || verdict.expired {
             return None;
         }
@@ -346,7 +348,7 @@ impl Engine {
         let _turn = self.write.lock().await;
         let now = self.now();
         let mut gate = self.gate(key).await?;
-        let mut verdict = decide(&gate, check, now);
+        let mut verdict = decide(&gate, check, now, self.settings.channels);
         let metadata = serde_json::to_string(&input.metadata).unwrap_or_else(|_| "{}".into());
         let mut notices = Vec::new();
         let mut audits = Vec::new();
@@ -409,7 +411,7 @@ impl Engine {
                     });
                 } else {
                     // Another replica pinned this canary to another revision first.
-                    verdict = decide(&gate, check, now);
+                    verdict = decide(&gate, check, now, self.settings.channels);
                 }
             }
         }
@@ -994,7 +996,7 @@ fn wait_ended(id: i64, key: &GateKey, check: &Check, outcome: &str, at: Millis) 
 }
 
 /// The gate's state for someone looking, not for a canary: no pinning applies.
-fn peek(gate: &Gate, now: Millis) -> Verdict {
+fn peek(gate: &Gate, now: Millis, channels: Channels) -> Verdict {
     let closed = |reason: String| Verdict {
         answer: Answer::Closed,
         reason,
@@ -1017,7 +1019,11 @@ fn peek(gate: &Gate, now: Millis) -> Verdict {
             "held by {} via {}",
             change.by.name, change.by.source
         )),
-        _ => closed(format!("waiting: {}", open_hint(&gate.key))),
+        _ => closed(format!(
+            "{}: {}",
+            closed_word(gate.key.kind),
+            open_hint(&gate.key, channels)
+        )),
     }
 }
 

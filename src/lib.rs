@@ -116,6 +116,10 @@ impl Gatebot {
                 approval_ttl: Some(config.approval_ttl).filter(|t| !t.is_zero()),
                 default_repo: config.github.repository.clone(),
                 check_deadline: engine::CHECK_DEADLINE,
+                channels: gate::Channels {
+                    github: config.github.webhook_secret.is_some(),
+                    slack: config.slack.signing_secret.is_some(),
+                },
             },
             metrics.clone(),
             notifier.clone(),

@@ -1,16 +1,28 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
-use gatebot::config::{Cli, Command, Config};
+use clap::{CommandFactory, FromArgMatches};
+use gatebot::config::{Cli, Command, Config, Setting};
 use gatebot::{telemetry, Gatebot};
 
 fn main() -> ExitCode {
-    if let Err(e) = gatebot::config::load_secret_files() {
+    if let Err(e) =
+        gatebot::config::load_dotenv().and_then(|()| gatebot::config::load_secret_files())
+    {
         eprintln!("gatebot: {e:#}");
         return ExitCode::from(2);
     }
-    let cli = Cli::parse();
+    let command = Cli::command();
+    let matches = command.clone().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Where each setting came from, for check-config.
+    let settings = match (
+        command.find_subcommand("check-config"),
+        matches.subcommand_matches("check-config"),
+    ) {
+        (Some(sub), Some(m)) => gatebot::config::settings(sub, m),
+        _ => Vec::new(),
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -22,7 +34,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve(config) => serve(*config).await,
             Command::Gates(args) => gatebot::cli::run(args).await,
-            Command::CheckConfig(config) => check_config(*config).await,
+            Command::CheckConfig(config) => check_config(*config, settings).await,
         }
     });
     match result {
@@ -50,8 +62,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     gatebot.serve(listener, stop).await
 }
 
-async fn check_config(config: Config) -> anyhow::Result<()> {
-    let report = gatebot::cli::check_config(config).await;
+async fn check_config(config: Config, settings: Vec<Setting>) -> anyhow::Result<()> {
+    let report = gatebot::cli::check_config(config, &settings).await;
     print!("{}", report.text);
     if report.ok {
         Ok(())

@@ -75,7 +75,8 @@ async fn start_gate_holds_until_opened(backend: Backend) {
     assert!(starts.iter().all(|c| c.status == Some(403)));
     assert_eq!(
         starts[0].response.trim(),
-        "waiting: comment /start on acme/shop#42"
+        "waiting: run `gatebot gates open /gates/start/acme/shop/pr/42`",
+        "without GitHub or Slack, the CLI is the way to open it"
     );
 
     // One wait, announced once, however many polls.

@@ -11,6 +11,7 @@ use support::fake_github::{Failure, FakeGithub};
 use support::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
 use support::github_payloads::{comment, fixture};
 use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
+use support::served::ChildGuard;
 
 const WAIT: Duration = Duration::from_secs(15);
 const SECRET: &str = "test-webhook-secret";
@@ -888,21 +889,22 @@ async fn crash_after_acknowledgement_loses_nothing() {
     };
     let url = format!("http://127.0.0.1:{port}");
     let spawn = |delay: &str| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
-            .arg("serve")
-            .env_clear()
-            .env("GATEBOT_LISTEN", format!("127.0.0.1:{port}"))
-            .env("GATEBOT_DATABASE_URL", &db.url)
-            .env("GATEBOT_GITHUB_WEBHOOK_SECRET", SECRET)
-            .env("GATEBOT_GITHUB_TOKEN", "ghp_test")
-            .env("GATEBOT_GITHUB_API_URL", &github.url)
-            .env("GATEBOT_GITHUB_REPOSITORY", "acme/shop")
-            .env("GATEBOT_INBOX_START_DELAY", delay)
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("gatebot starts")
+        ChildGuard::spawn(
+            std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
+                .arg("serve")
+                .env_clear()
+                .env("GATEBOT_LISTEN", format!("127.0.0.1:{port}"))
+                .env("GATEBOT_DATABASE_URL", &db.url)
+                .env("GATEBOT_GITHUB_WEBHOOK_SECRET", SECRET)
+                .env("GATEBOT_GITHUB_TOKEN", "ghp_test")
+                .env("GATEBOT_GITHUB_API_URL", &github.url)
+                .env("GATEBOT_GITHUB_REPOSITORY", "acme/shop")
+                .env("GATEBOT_INBOX_START_DELAY", delay)
+                .env("RUST_LOG", "warn")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .current_dir(db.dir.path()),
+        )
     };
     let ready = || async {
         client()

@@ -10,11 +10,14 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::harness::{client, status, Backend, TestDb, TestServer, ADMIN_TOKEN};
-use support::served::{free_port, Served, BIN};
+use support::served::{free_port, ChildGuard, Served, BIN};
 
 fn cli(server: &str, token: Option<&str>, args: &[&str]) -> Output {
+    // A directory of its own: no `.env` of the checkout is read.
+    let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(BIN);
     cmd.env_clear()
+        .current_dir(dir.path())
         .env("GATEBOT_SERVER", server)
         .env("USER", "carol")
         .args(["gates"])
@@ -74,7 +77,7 @@ async fn sigterm_finishes_in_flight_requests_and_logs_json() {
         "{rest}"
     );
     assert!(
-        rest.contains("waiting: comment /promote on acme/shop#42"),
+        rest.contains("waiting: run `gatebot gates open /gates/promote/acme/shop/pr/42`"),
         "{rest}"
     );
 
@@ -192,6 +195,7 @@ fn check_config_reports_problems() {
     let run = |env: &[(&str, &str)]| {
         let mut cmd = Command::new(BIN);
         cmd.env_clear()
+            .current_dir(dir.path())
             .arg("check-config")
             .env("GATEBOT_DATABASE_URL", &db);
         for (k, v) in env {
@@ -239,16 +243,17 @@ async fn secrets_can_come_from_files_and_are_never_logged() {
     served.child.wait().unwrap();
     drop(served);
     let port = free_port();
-    let mut child = Command::new(BIN)
-        .arg("serve")
-        .env_clear()
-        .env("GATEBOT_LISTEN", format!("127.0.0.1:{port}"))
-        .env("GATEBOT_DATABASE_URL", &db.url)
-        .env("GATEBOT_ADMIN_TOKEN_FILE", &token_file)
-        .env("RUST_LOG", "debug")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = ChildGuard::spawn(
+        Command::new(BIN)
+            .arg("serve")
+            .env_clear()
+            .env("GATEBOT_LISTEN", format!("127.0.0.1:{port}"))
+            .env("GATEBOT_DATABASE_URL", &db.url)
+            .env("GATEBOT_ADMIN_TOKEN_FILE", &token_file)
+            .env("RUST_LOG", "debug")
+            .current_dir(db.dir.path())
+            .stderr(Stdio::piped()),
+    );
     let url = format!("http://127.0.0.1:{port}");
     support::harness::eventually("the server", Duration::from_secs(20), || async {
         client().get(format!("{url}/healthz")).send().await.is_ok()
@@ -409,7 +414,11 @@ async fn operator_api_writes_need_a_configured_token() {
         .await
         .unwrap();
     assert_eq!(r.status(), 403);
-    assert!(r.text().await.unwrap().contains("set GATEBOT_ADMIN_TOKEN"));
+    // The fix is on the server, not in the request.
+    assert_eq!(
+        r.text().await.unwrap(),
+        "the operator API is read-only: this server has no GATEBOT_ADMIN_TOKEN; set it where `gatebot serve` runs and restart it\n"
+    );
     // Reads stay available.
     let r = client()
         .get(server.at("/api/v1/gates"))
@@ -592,7 +601,7 @@ fn env_example_lists_every_setting_and_works_as_is() {
 
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(BIN);
-    cmd.env_clear().arg("check-config");
+    cmd.env_clear().current_dir(dir.path()).arg("check-config");
     for line in example
         .lines()
         .filter(|l| !l.starts_with('#') && l.contains('='))
@@ -655,4 +664,36 @@ fn nothing_reads_outside_the_repository() {
         "reads outside the repository:\n{}",
         found.join("\n")
     );
+}
+
+/// A test that panics while a child runs leaves no process behind: `Served`
+/// and `ChildGuard` kill and reap their child when the panic unwinds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_test_leaves_no_child_behind() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let db_url = db.url.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let panicked = std::thread::spawn(move || {
+        let served = Served::start(&db, &[]);
+        let bare = ChildGuard::spawn(
+            Command::new(BIN)
+                .arg("serve")
+                .env_clear()
+                .env("GATEBOT_LISTEN", format!("127.0.0.1:{}", free_port()))
+                .env("GATEBOT_DATABASE_URL", &db_url)
+                .current_dir(db.dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        );
+        tx.send([served.child.id(), bare.id()]).unwrap();
+        panic!("a failing assertion while gatebot runs");
+    })
+    .join();
+    assert!(panicked.is_err(), "the thread panicked");
+    let pids = rx.recv().unwrap();
+    for pid in pids {
+        // Reaped, not merely killed: a zombie would still have /proc/<pid>.
+        let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+        assert!(!proc_dir.exists(), "gatebot {pid} outlived its test");
+    }
 }

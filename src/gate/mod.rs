@@ -6,6 +6,6 @@ pub mod state;
 
 pub use key::{CanaryRef, GateKey, GateKind, KeyError, PrNumber, RepoName, Scope};
 pub use state::{
-    decide, wait_step, Actor, Answer, Approval, Change, Check, Gate, GateStatus, Millis, Seen,
-    Source, Verdict, WaitStep,
+    decide, wait_step, Actor, Answer, Approval, Change, Channels, Check, Gate, GateStatus, Millis,
+    Seen, Source, Verdict, WaitStep,
 };

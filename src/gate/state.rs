@@ -182,9 +182,20 @@ impl Verdict {
     }
 }
 
-/// The answer to one check. Pure: same gate, check and time, same verdict.
-pub fn decide(gate: &Gate, check: &Check, now: Millis) -> Verdict {
+/// The ways of opening a gate this server offers, so that a reason names only
+/// those (on a laptop without GitHub or Slack, the CLI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Channels {
+    /// GitHub webhooks are verified: `/promote` comments arrive.
+    pub github: bool,
+    /// Slack requests are verified: Approve clicks arrive.
+    pub slack: bool,
+}
+
+/// The answer to one check. Pure: same gate, check, time and channels, same verdict.
+pub fn decide(gate: &Gate, check: &Check, now: Millis, channels: Channels) -> Verdict {
     let key = &gate.key;
+    let closed = closed_word(key.kind);
     match &gate.status {
         GateStatus::Held { change } => Verdict::closed(format!(
             "held by {} via {}{}: {} to lift it",
@@ -193,14 +204,16 @@ pub fn decide(gate: &Gate, check: &Check, now: Millis) -> Verdict {
             reason_suffix(&change.reason),
             unhold_hint(key)
         )),
-        GateStatus::Closed { .. } => Verdict::closed(format!("waiting: {}", open_hint(key))),
+        GateStatus::Closed { .. } => {
+            Verdict::closed(format!("{closed}: {}", open_hint(key, channels)))
+        }
         GateStatus::Open(approval) if approval.expired(now) => Verdict {
             expired: true,
             ..Verdict::closed(format!(
-                "waiting: the approval by {} expired at {}; {}",
+                "{closed}: the approval by {} expired at {}; {}",
                 approval.change.by.name,
                 rfc3339(approval.expires_at.unwrap_or(now)),
-                open_hint(key)
+                open_hint(key, channels)
             ))
         },
         GateStatus::Open(approval) => {
@@ -227,10 +240,10 @@ pub fn decide(gate: &Gate, check: &Check, now: Millis) -> Verdict {
                     expired: false,
                 },
                 Some(pinned) => Verdict::closed(format!(
-                    "waiting: the approval by {} was for revision {pinned}, this is revision {}; {}",
+                    "{closed}: the approval by {} was for revision {pinned}, this is revision {}; {}",
                     by.name,
                     check.checksum,
-                    open_hint(key)
+                    open_hint(key, channels)
                 )),
                 None => Verdict {
                     answer: Answer::Open,
@@ -243,13 +256,50 @@ pub fn decide(gate: &Gate, check: &Check, now: Millis) -> Verdict {
     }
 }
 
-/// What a person does to open this gate.
-pub fn open_hint(key: &GateKey) -> String {
+/// How a closed answer starts: a closed rollback gate is the normal state, not a wait.
+pub fn closed_word(kind: GateKind) -> &'static str {
+    if kind.is_rollback() {
+        "not rolling back"
+    } else {
+        "waiting"
+    }
+}
+
+/// What a person does to open this gate, naming only the ways this server offers.
+pub fn open_hint(key: &GateKey, channels: Channels) -> String {
+    let cli = format!("run `gatebot gates open {key}`");
+    let mut ways = Vec::new();
     match (&key.scope, key.kind) {
-        (_, GateKind::LegacyGate) => "approve in Slack or POST /gate/open".to_string(),
-        (_, GateKind::LegacyRollback) => "POST /rollback/open to roll back".to_string(),
-        (Scope::Pr { .. }, kind) => format!("comment {} on {}", kind.command(), key.subject()),
-        (Scope::Canary(_), _) => format!("approve in Slack or run `gatebot gates open {key}`"),
+        (_, GateKind::LegacyGate) => {
+            if channels.slack {
+                ways.push("approve in Slack".to_string());
+            }
+            ways.push("POST /gate/open".to_string());
+        }
+        (_, GateKind::LegacyRollback) => ways.push("POST /rollback/open".to_string()),
+        (Scope::Pr { .. }, kind) => {
+            if channels.github {
+                ways.push(format!("comment {} on {}", kind.command(), key.subject()));
+            }
+            if channels.slack {
+                ways.push("approve in Slack".to_string());
+            }
+            if ways.is_empty() {
+                ways.push(cli);
+            }
+        }
+        (Scope::Canary(_), _) => {
+            if channels.slack {
+                ways.push("approve in Slack".to_string());
+            }
+            ways.push(cli);
+        }
+    }
+    let hint = ways.join(" or ");
+    if key.kind.is_rollback() {
+        format!("{hint} to roll back")
+    } else {
+        hint
     }
 }
 
@@ -315,6 +365,16 @@ pub fn wait_step(kind: GateKind, seen: Option<&Seen>, check: &Check, answer: Ans
 mod tests {
     use super::*;
 
+    /// The unit tests read reasons of a server with GitHub configured.
+    fn decide(gate: &Gate, check: &Check, now: Millis) -> Verdict {
+        super::decide(gate, check, now, GITHUB)
+    }
+
+    const GITHUB: Channels = Channels {
+        github: true,
+        slack: false,
+    };
+
     const T0: Millis = 1_764_500_000_000;
 
     fn key(kind: GateKind) -> GateKey {
@@ -363,6 +423,119 @@ mod tests {
         );
         assert_eq!(v.answer, Answer::Closed);
         assert_eq!(v.reason, "waiting: comment /promote on acme/shop#42");
+    }
+
+    /// A closed answer names only the ways this server offers.
+    #[test]
+    fn closed_gate_names_only_configured_channels() {
+        let closed = |kind, channels| {
+            super::decide(
+                &Gate::closed(key(kind)),
+                &check("podinfo", "r1"),
+                T0,
+                channels,
+            )
+            .reason
+        };
+        let laptop = Channels::default();
+        let both = Channels {
+            github: true,
+            slack: true,
+        };
+        let slack = Channels {
+            github: false,
+            slack: true,
+        };
+        assert_eq!(
+            closed(GateKind::Promote, laptop),
+            "waiting: run `gatebot gates open /gates/promote/acme/shop/pr/42`"
+        );
+        assert_eq!(
+            closed(GateKind::Promote, both),
+            "waiting: comment /promote on acme/shop#42 or approve in Slack"
+        );
+        assert_eq!(
+            closed(GateKind::Promote, slack),
+            "waiting: approve in Slack"
+        );
+        assert_eq!(
+            closed(GateKind::LegacyGate, laptop),
+            "waiting: POST /gate/open"
+        );
+        assert_eq!(
+            closed(GateKind::LegacyGate, slack),
+            "waiting: approve in Slack or POST /gate/open"
+        );
+    }
+
+    /// Closed is a rollback gate's normal state: nobody is waiting at it.
+    #[test]
+    fn closed_rollback_gate_is_not_rolling_back() {
+        let reason = |kind, channels| {
+            super::decide(
+                &Gate::closed(key(kind)),
+                &check("podinfo", "r1"),
+                T0,
+                channels,
+            )
+            .reason
+        };
+        assert_eq!(
+            reason(GateKind::Rollback, GITHUB),
+            "not rolling back: comment /rollback on acme/shop#42 to roll back"
+        );
+        assert_eq!(
+            reason(GateKind::Rollback, Channels::default()),
+            "not rolling back: run `gatebot gates open /gates/rollback/acme/shop/pr/42` to roll back"
+        );
+        assert_eq!(
+            reason(GateKind::LegacyRollback, Channels::default()),
+            "not rolling back: POST /rollback/open to roll back"
+        );
+    }
+
+    /// Where README.md and docs/ quote an answer, the quote is what gatebot says.
+    #[test]
+    fn answers_quoted_in_the_docs_are_real() {
+        let readme = include_str!("../../README.md");
+        let install = include_str!("../../docs/install-kubernetes.md");
+        let at = humantime::parse_rfc3339("2026-11-30T14:02:00Z").unwrap();
+        let at = at.duration_since(UNIX_EPOCH).unwrap().as_millis() as Millis;
+        let mut approved = open(GateKind::Start, &[("podinfo", "85d557f47b")], None);
+        if let GateStatus::Open(a) = &mut approved.status {
+            a.change.at = at;
+        }
+        let both = Channels {
+            github: true,
+            slack: true,
+        };
+        let say = |gate: &Gate, checksum, channels| {
+            super::decide(gate, &check("podinfo", checksum), at, channels).reason
+        };
+        let closed = |kind| Gate::closed(key(kind));
+        let quotes = [
+            (readme, say(&closed(GateKind::Promote), "r1", GITHUB)),
+            (readme, say(&approved, "85d557f47b", GITHUB)),
+            (readme, say(&closed(GateKind::Rollback), "r1", GITHUB)),
+            (
+                install,
+                format!("403 {}", say(&closed(GateKind::Start), "r1", both)),
+            ),
+            (
+                install,
+                format!("200 {}", say(&approved, "85d557f47b", both)),
+            ),
+        ];
+        for (doc, quote) in quotes {
+            assert!(doc.contains(&format!("`{quote}`")), "not quoted: `{quote}`");
+        }
+        let mut promote = approved.clone();
+        promote.key = key(GateKind::Promote);
+        let moved = say(&promote, "7c1e2a90f3", GITHUB);
+        assert!(
+            readme.contains(&format!("`{moved}`")),
+            "not quoted: `{moved}`"
+        );
     }
 
     #[test]

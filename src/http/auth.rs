@@ -8,6 +8,13 @@ use super::error::Reject;
 use crate::gate::{Actor, Source};
 use crate::AppState;
 
+/// The server's answer when it has no token: the fix is on the server, not the caller.
+pub const API_DISABLED: &str = "the operator API is read-only: this server has no GATEBOT_ADMIN_TOKEN; set it where `gatebot serve` runs and restart it";
+
+/// The server's answer to a token that is not its own.
+pub const WRONG_TOKEN: &str =
+    "wrong bearer token: the token sent does not match this server's GATEBOT_ADMIN_TOKEN";
+
 /// Checks `Authorization: Bearer <GATEBOT_ADMIN_TOKEN>`. The actor is named by an
 /// optional `X-Gatebot-Actor` header (the CLI sends the local user) and is
 /// otherwise "admin".
@@ -16,7 +23,7 @@ pub fn admin(state: &AppState, headers: &HeaderMap) -> Result<Actor, Reject> {
         return Err(Reject::new(
             StatusCode::FORBIDDEN,
             "api_disabled",
-            "the operator API is disabled: set GATEBOT_ADMIN_TOKEN to enable it",
+            API_DISABLED,
         ));
     };
     let given = headers
@@ -25,7 +32,7 @@ pub fn admin(state: &AppState, headers: &HeaderMap) -> Result<Actor, Reject> {
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or_else(|| {
             Reject::unauthorized(
-                "missing bearer token: send Authorization: Bearer $GATEBOT_ADMIN_TOKEN",
+                "missing bearer token: send Authorization: Bearer <this server's GATEBOT_ADMIN_TOKEN>",
             )
         })?;
     // Hashing first makes the comparison constant-time in the length too.
@@ -33,7 +40,7 @@ pub fn admin(state: &AppState, headers: &HeaderMap) -> Result<Actor, Reject> {
         .ct_eq(&Sha256::digest(expected.as_bytes()))
         .into();
     if !same {
-        return Err(Reject::unauthorized("wrong bearer token"));
+        return Err(Reject::unauthorized(WRONG_TOKEN));
     }
     let source = match headers
         .get("x-gatebot-source")

@@ -2,7 +2,10 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::ops::{Deref, DerefMut};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::harness::{TestDb, ADMIN_TOKEN};
@@ -17,11 +20,44 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// `gatebot serve` as a child process with a clean environment.
+/// A child process that is killed and reaped when the guard drops, so a test
+/// that fails or panics leaves no process behind.
+pub struct ChildGuard(Child);
+
+impl ChildGuard {
+    pub fn spawn(cmd: &mut Command) -> Self {
+        Self(cmd.spawn().expect("the child starts"))
+    }
+}
+
+impl Deref for ChildGuard {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl DerefMut for ChildGuard {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `gatebot serve` as a child process with a clean environment, in a
+/// working directory of its own (so no `.env` of the checkout is read).
 pub struct Served {
-    pub child: Child,
+    pub child: ChildGuard,
     pub url: String,
     pub port: u16,
+    logs: Arc<Mutex<String>>,
+    drain: Option<JoinHandle<()>>,
 }
 
 impl Served {
@@ -34,16 +70,31 @@ impl Served {
             .env("GATEBOT_LISTEN", format!("127.0.0.1:{port}"))
             .env("GATEBOT_DATABASE_URL", &db.url)
             .env("GATEBOT_ADMIN_TOKEN", ADMIN_TOKEN)
+            .current_dir(db.dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let child = cmd.spawn().expect("gatebot starts");
+        let mut child = ChildGuard::spawn(&mut cmd);
+        // Read stderr as it comes: a full pipe would block a chatty child.
+        let mut stderr = child.stderr.take().expect("stderr is piped");
+        let logs = Arc::new(Mutex::new(String::new()));
+        let sink = logs.clone();
+        let drain = std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n @ 1..) = stderr.read(&mut buf) {
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
         let served = Self {
             child,
             url: format!("http://127.0.0.1:{port}"),
             port,
+            logs,
+            drain: Some(drain),
         };
         // Ready when it answers, not merely when the port is bound.
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -70,29 +121,25 @@ impl Served {
         assert!(status.success());
     }
 
+    /// What the child wrote to stderr so far.
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().clone()
+    }
+
+    /// Waits for the child to exit; its status and everything it logged.
     pub fn wait(mut self) -> (std::process::ExitStatus, String) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                let mut logs = String::new();
-                self.child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut logs)
-                    .unwrap();
-                return (status, logs);
+                // The pipe closes when the child exits, which ends the drain.
+                if let Some(drain) = self.drain.take() {
+                    let _ = drain.join();
+                }
+                return (status, self.logs());
             }
             assert!(Instant::now() < deadline, "gatebot did not exit");
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -1,0 +1,319 @@
+//! The first ten minutes with gatebot, on the real binary: README.md's laptop
+//! quickstart run as written, `.env` and `check-config`, and refusals that say
+//! where the fix goes.
+
+pub mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::harness::{Backend, TestDb};
+use support::served::{free_port, ChildGuard, Served, BIN};
+
+const README: &str = include_str!("../README.md");
+const RELEASE_BIN: &str = "./target/release/gatebot";
+
+/// One command of the block and the lines it must print.
+struct Step {
+    command: String,
+    expected: Vec<String>,
+}
+
+fn quickstart() -> Vec<Step> {
+    let section = README
+        .split_once("\n## Try it on a laptop\n")
+        .expect("README.md has a \"Try it on a laptop\" section")
+        .1;
+    let block = section
+        .split_once("```sh\n")
+        .and_then(|(_, rest)| rest.split_once("\n```"))
+        .expect("the quickstart is a ```sh block")
+        .0;
+    let mut steps: Vec<Step> = Vec::new();
+    for line in block.lines() {
+        match line.strip_prefix("# ") {
+            Some(out) => steps
+                .last_mut()
+                .expect("output follows a command")
+                .expected
+                .push(out.to_string()),
+            None => steps.push(Step {
+                command: line.to_string(),
+                expected: Vec::new(),
+            }),
+        }
+    }
+    steps
+}
+
+/// `expected` with `…` standing for any text.
+fn matches(expected: &str, got: &str) -> bool {
+    let mut parts = expected.split('…');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = got.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    for (i, part) in parts.iter().enumerate() {
+        if i + 1 == parts.len() {
+            return rest.ends_with(part);
+        }
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.is_empty()
+}
+
+#[test]
+fn readme_quickstart_works_as_written() {
+    assert!(
+        Command::new("curl").arg("--version").output().is_ok(),
+        "the quickstart uses curl: install it (Debian: apt-get install curl)"
+    );
+    let steps = quickstart();
+    assert!(steps.len() >= 5, "about five commands");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let env = [
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+        ("USER", "alice".to_string()),
+        ("GATEBOT_LISTEN", format!("127.0.0.1:{port}")),
+        ("GATEBOT_SERVER", format!("http://127.0.0.1:{port}")),
+    ];
+    let mut exported: Vec<(String, String)> = Vec::new();
+    let mut server: Option<ChildGuard> = None;
+    for step in steps {
+        let line = step.command.trim();
+        if line.starts_with("cargo build") {
+            // The test already has the binary the build makes.
+            continue;
+        }
+        if let Some(vars) = line.strip_prefix("export ") {
+            for pair in vars.split_whitespace() {
+                let (k, v) = pair.split_once('=').expect("export NAME=value");
+                exported.push((k.to_string(), v.to_string()));
+            }
+            continue;
+        }
+        let script = line
+            .replace(RELEASE_BIN, BIN)
+            .replace("127.0.0.1:8080", &format!("127.0.0.1:{port}"));
+        let mut cmd = Command::new("bash");
+        cmd.env_clear()
+            .current_dir(dir.path())
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .envs(exported.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        if let Some(background) = script.strip_suffix('&') {
+            assert!(server.is_none(), "one server");
+            cmd.arg("-c")
+                .arg(format!("exec {}", background.trim()))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            server = Some(ChildGuard::spawn(&mut cmd));
+            continue;
+        }
+        // Bounded: curl retries at most 10 times, the CLI times out after 15 s.
+        let out = cmd.arg("-c").arg(&script).output().expect("bash runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let got: Vec<&str> = stdout.lines().collect();
+        assert!(
+            out.status.success(),
+            "`{line}` failed: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            got.len(),
+            step.expected.len(),
+            "`{line}` printed {got:?}, README.md says {:?}",
+            step.expected
+        );
+        for (want, got) in step.expected.iter().zip(&got) {
+            assert!(
+                matches(want, got),
+                "`{line}` printed\n  {got}\nREADME.md says\n  {want}"
+            );
+        }
+    }
+    assert!(server.is_some(), "the quickstart starts a server");
+}
+
+#[test]
+fn ellipsis_matches_any_text() {
+    assert!(matches(
+        "approved by … at … for r1",
+        "approved by bob at T for r1"
+    ));
+    assert!(matches("403", "403"));
+    assert!(!matches("403", "200"));
+    assert!(!matches("approved by … for r1", "approved by bob for r2"));
+}
+
+/// `gatebot` run in `dir` with only `env` set.
+fn gatebot(dir: &std::path::Path, env: &[(&str, &str)], args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .env_clear()
+        .current_dir(dir)
+        .envs(env.iter().copied())
+        .args(args)
+        .output()
+        .expect("gatebot runs")
+}
+
+/// One line of check-config's settings table.
+fn setting(name: &str, origin: &str, value: &str) -> String {
+    format!("{name:<34} {origin:<12} {value}")
+}
+
+#[test]
+fn dotenv_is_read_and_check_config_says_where_each_setting_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), "from-a-file\n").unwrap();
+    std::fs::write(
+        dir.path().join(".env"),
+        "# a copy of .env.example, filled in\n\
+         GATEBOT_LISTEN=127.0.0.1:9999\n\
+         GATEBOT_APPROVAL_TTL=1h\n\
+         GATEBOT_DATABASE_URL=sqlite://db/gatebot.db\n\
+         GATEBOT_ADMIN_TOKEN_FILE=token\n\
+         GATEBOT_SLACK_CHANNEL=\n",
+    )
+    .unwrap();
+    // The environment wins over .env.
+    let out = gatebot(
+        dir.path(),
+        &[("GATEBOT_APPROVAL_TTL", "2h")],
+        &["check-config"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        setting("GATEBOT_LISTEN", ".env", "127.0.0.1:9999"),
+        setting("GATEBOT_APPROVAL_TTL", "environment", "2h"),
+        setting("GATEBOT_IDLE_TIMEOUT", "default", "90s"),
+        setting("GATEBOT_DATABASE_URL", ".env", "(secret, set)"),
+        setting("GATEBOT_ADMIN_TOKEN", "file (<NAME>_FILE)", "(secret, set)"),
+        setting("GATEBOT_GITHUB_REPOSITORY", "unset", "-"),
+        setting("GATEBOT_SLACK_CHANNEL", "unset", "-"),
+        "GATEBOT_GITHUB_REPOSITORY unset: short keys like pr/42 are refused (write /gates/<kind>/<owner>/<repo>/pr/<n>)".to_string(),
+        "GATEBOT_SLACK_BOT_TOKEN unset: nothing is posted to Slack".to_string(),
+    ] {
+        assert!(
+            text.lines().any(|l| l.trim_end() == line.trim_end()),
+            "no line `{line}` in:\n{text}"
+        );
+    }
+    assert!(
+        !text.contains("from-a-file"),
+        "a secret was printed:\n{text}"
+    );
+    assert!(
+        dir.path().join("db/gatebot.db").exists(),
+        "the database named in .env was opened"
+    );
+    assert!(
+        !text.contains("GATEBOT_ADMIN_TOKEN unset"),
+        "the token is set:\n{text}"
+    );
+
+    let bare = tempfile::tempdir().unwrap();
+    let out = gatebot(
+        bare.path(),
+        &[("GATEBOT_DATABASE_URL", "sqlite://g.db")],
+        &["check-config"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l
+            == "GATEBOT_ADMIN_TOKEN unset: the operator API is read-only (`gatebot gates open` and /api/v1 writes are refused)"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reads_dotenv_and_the_environment_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    std::fs::write(
+        dir.path().join(".env"),
+        format!(
+            "GATEBOT_LISTEN=127.0.0.1:{port}\nGATEBOT_ADMIN_TOKEN=from-dotenv\nGATEBOT_GITHUB_REPOSITORY=acme/shop\n"
+        ),
+    )
+    .unwrap();
+    let _server = ChildGuard::spawn(
+        Command::new(BIN)
+            .arg("serve")
+            .env_clear()
+            .env("GATEBOT_DATABASE_URL", "sqlite://g.db")
+            .env("GATEBOT_GITHUB_REPOSITORY", "acme/web")
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    support::harness::eventually(
+        "gatebot to listen on the .env port",
+        Duration::from_secs(20),
+        || async { support::served::healthy(port) },
+    )
+    .await;
+    let r = support::harness::client()
+        .post(format!("http://127.0.0.1:{port}/api/v1/gates/open"))
+        .bearer_auth("from-dotenv")
+        .json(&serde_json::json!({"gate": "/gates/promote/pr/7"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "the token from .env is the server's");
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        body["key"], "/gates/promote/acme/web/pr/7",
+        "the environment's repository wins over .env's"
+    );
+}
+
+/// An admin-token refusal says which side lacks the token: this command, or the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_refusals_say_whether_the_server_or_the_cli_lacks_it() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let served = Served::start(&db, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let open = |server: &str, token: Option<&str>| {
+        let mut env = vec![("GATEBOT_SERVER", server)];
+        if let Some(t) = token {
+            env.push(("GATEBOT_ADMIN_TOKEN", t));
+        }
+        let out = gatebot(
+            dir.path(),
+            &env,
+            &["gates", "open", "/gates/promote/acme/shop/pr/1"],
+        );
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert_eq!(
+        open(&served.url, None),
+        "gatebot: could not open the gate: 401 missing bearer token: send Authorization: Bearer <this server's GATEBOT_ADMIN_TOKEN> (this command has no token: set GATEBOT_ADMIN_TOKEN for this command to the server's token)\n"
+    );
+    assert_eq!(
+        open(&served.url, Some("not-the-servers")),
+        "gatebot: could not open the gate: 401 wrong bearer token: the token sent does not match this server's GATEBOT_ADMIN_TOKEN (this command's GATEBOT_ADMIN_TOKEN is not the server's: use the token `gatebot serve` runs with)\n"
+    );
+    drop(served);
+
+    // A server started without a token: the fix is where it runs, and a restart.
+    let tokenless = Served::start(&db, &[("GATEBOT_ADMIN_TOKEN", "")]);
+    assert_eq!(
+        open(&tokenless.url, Some("anything")),
+        "gatebot: could not open the gate: 403 the operator API is read-only: this server has no GATEBOT_ADMIN_TOKEN; set it where `gatebot serve` runs and restart it\n"
+    );
+    assert_eq!(
+        open(&tokenless.url, None),
+        "gatebot: could not open the gate: 403 the operator API is read-only: this server has no GATEBOT_ADMIN_TOKEN; set it where `gatebot serve` runs and restart it (this command has no token either: set GATEBOT_ADMIN_TOKEN for it too)\n"
+    );
+}
