@@ -14,6 +14,7 @@ pub mod github;
 pub mod http;
 pub mod metrics;
 pub mod notify;
+pub mod outbound;
 pub mod policy;
 pub mod slack;
 pub mod store;

@@ -1,29 +1,35 @@
-//! The GitHub REST calls gatebot makes, over octocrab (token or GitHub App,
+//! The GitHub REST calls gatebot makes, over reqwest (token or GitHub App,
 //! installation tokens per installation). Responses are read into our own
 //! small structs, and failures are classified for the outbox: transient
 //! (5xx, network, rate limits with their reset time) or permanent.
 //!
-//! octocrab is built without its `retry` feature: the outbox retries, so a
-//! POST is never sent twice by a lower layer.
+//! Nothing here retries: the outbox does, so a POST is never sent twice by a
+//! lower layer.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::HeaderMap;
-use octocrab::models::{AppId, InstallationId};
-use octocrab::Octocrab;
-use secrecy::ExposeSecret;
+use reqwest::Method;
+use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
+use super::app::{AppKey, TokenCache};
 use crate::config::{GithubConfig, Permission};
 use crate::gate::{Millis, PrNumber, RepoName};
 use crate::notify::SendError;
+use crate::outbound;
 
 /// The longest one GitHub call may take.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The largest answer read from GitHub.
+const BODY_LIMIT: usize = 8 * 1024 * 1024;
+
+static HTTP: outbound::Shared = outbound::Shared::new();
 
 /// Why a call did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,18 +110,27 @@ pub fn rate_limit(status: u16, headers: &HeaderMap, body: &str) -> (bool, Option
     (true, wait)
 }
 
-#[derive(Clone)]
 enum Auth {
-    Token(Octocrab),
-    /// Authenticated as the App (JWT); installation clients are made from it.
-    App(Octocrab),
+    Token(SecretString),
+    /// Authenticated as the App (JWT); installation tokens are minted from it.
+    App(Box<AppKey>),
 }
 
 pub struct GithubClient {
+    http: reqwest::Client,
+    /// The API root without a trailing slash (`…/api/v3` on GitHub Enterprise).
+    base: String,
     auth: Auth,
-    installations: Mutex<HashMap<u64, Octocrab>>,
+    tokens: TokenCache,
     /// repo → installation, learned from deliveries or looked up.
     repo_installations: Mutex<HashMap<String, u64>>,
+}
+
+#[derive(Deserialize)]
+struct TokenAnswer {
+    token: String,
+    #[serde(default)]
+    expires_at: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -171,35 +186,16 @@ pub struct PullUser {
 impl GithubClient {
     /// None when no credentials are configured.
     pub fn from_config(config: &GithubConfig) -> anyhow::Result<Option<Self>> {
-        let builder = || -> anyhow::Result<_> {
-            Ok(Octocrab::builder()
-                .base_uri(config.api_url.trim_end_matches('/'))?
-                .set_connect_timeout(Some(Duration::from_secs(5)))
-                .set_read_timeout(Some(CALL_TIMEOUT))
-                .add_header(
-                    axum::http::header::USER_AGENT,
-                    format!("gatebot/{}", env!("CARGO_PKG_VERSION")),
-                ))
-        };
         let auth = match (&config.token, config.app_id, &config.app_private_key) {
-            (Some(token), _, _) => Auth::Token(
-                builder()?
-                    .personal_token(token.expose_secret().to_string())
-                    .build()?,
-            ),
-            (None, Some(id), Some(key)) => Auth::App(
-                builder()?
-                    .app_from_rsa_pem(AppId(id), key.expose_secret().as_bytes())
-                    .map_err(|e| {
-                        anyhow::anyhow!("GATEBOT_GITHUB_APP_PRIVATE_KEY is not an RSA PEM key: {e}")
-                    })?
-                    .build()?,
-            ),
+            (Some(token), _, _) => Auth::Token(token.clone()),
+            (None, Some(id), Some(key)) => Auth::App(Box::new(AppKey::from_pem(id, key.expose_secret())?)),
             _ => return Ok(None),
         };
         Ok(Some(Self {
+            http: HTTP.get(CALL_TIMEOUT)?,
+            base: config.api_url.trim_end_matches('/').to_string(),
             auth,
-            installations: Mutex::new(HashMap::new()),
+            tokens: TokenCache::default(),
             repo_installations: Mutex::new(HashMap::new()),
         }))
     }
@@ -216,14 +212,19 @@ impl GithubClient {
             .insert(repo.to_string(), installation);
     }
 
-    /// The client that may act on `repo`.
-    async fn crab(&self, repo: Option<&RepoName>) -> Result<Octocrab, ApiError> {
+    /// The bearer credential for acting on `repo` (the App's JWT when None).
+    async fn bearer(&self, repo: Option<&RepoName>) -> Result<SecretString, ApiError> {
         let app = match &self.auth {
-            Auth::Token(crab) => return Ok(crab.clone()),
+            Auth::Token(token) => return Ok(token.clone()),
             Auth::App(app) => app,
         };
+        let jwt = || {
+            app.jwt(SystemTime::now())
+                .map(SecretString::from)
+                .map_err(|e| ApiError::Transport(e.to_string()))
+        };
         let Some(repo) = repo else {
-            return Ok(app.clone());
+            return jwt();
         };
         let known = self
             .repo_installations
@@ -235,23 +236,30 @@ impl GithubClient {
             Some(id) => id,
             None => {
                 let path = format!("/repos/{}/{}/installation", repo.owner(), repo.name());
-                let found: IdAnswer = read(app, &path).await?;
+                let found: IdAnswer = self.read(&jwt()?, &path).await?;
                 self.learn_installation(repo, found.id);
                 found.id
             }
         };
-        let mut map = self
-            .installations
-            .lock()
-            .expect("installation map poisoned");
-        if let Some(crab) = map.get(&id) {
-            return Ok(crab.clone());
+        if let Some(token) = self.tokens.get(id, SystemTime::now()) {
+            return Ok(token);
         }
-        let crab = app
-            .installation(InstallationId(id))
-            .map_err(|e| ApiError::Transport(e.to_string()))?;
-        map.insert(id, crab.clone());
-        Ok(crab)
+        let path = format!("/app/installations/{id}/access_tokens");
+        let minted = self
+            .call(&jwt()?, Method::POST, &path, Some(&json!({})))
+            .await
+            // A missing installation is not "no such user/team": retry it
+            // rather than let a caller read it as an answer.
+            .map_err(|e| match e {
+                e if e.is_not_found() => {
+                    ApiError::Transport(format!("GitHub App installation {id}: {e}"))
+                }
+                e => e,
+            })?;
+        let answer: TokenAnswer = decode(&minted)?;
+        let token = SecretString::from(answer.token);
+        self.tokens.put(id, &token, answer.expires_at.as_deref());
+        Ok(token)
     }
 
     /// The commenter's permission on the repository; None when they have none.
@@ -260,14 +268,14 @@ impl GithubClient {
         repo: &RepoName,
         user: &str,
     ) -> Result<Option<Permission>, ApiError> {
-        let crab = self.crab(Some(repo)).await?;
+        let auth = self.bearer(Some(repo)).await?;
         let path = format!(
             "/repos/{}/{}/collaborators/{}/permission",
             repo.owner(),
             repo.name(),
             segment(user)
         );
-        match read::<PermissionAnswer>(&crab, &path).await {
+        match self.read::<PermissionAnswer>(&auth, &path).await {
             Ok(a) => Ok(parse_permission(&a.permission, a.role_name.as_deref())),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
@@ -282,14 +290,14 @@ impl GithubClient {
         team: &str,
         user: &str,
     ) -> Result<bool, ApiError> {
-        let crab = self.crab(Some(repo)).await?;
+        let auth = self.bearer(Some(repo)).await?;
         let path = format!(
             "/orgs/{}/teams/{}/memberships/{}",
             segment(org),
             segment(team),
             segment(user)
         );
-        match read::<MembershipAnswer>(&crab, &path).await {
+        match self.read::<MembershipAnswer>(&auth, &path).await {
             Ok(m) => Ok(m.state == "active"),
             Err(e) if e.is_not_found() => Ok(false),
             Err(e) => Err(e),
@@ -297,18 +305,19 @@ impl GithubClient {
     }
 
     pub async fn pull(&self, repo: &RepoName, number: PrNumber) -> Result<PullInfo, ApiError> {
-        let crab = self.crab(Some(repo)).await?;
+        let auth = self.bearer(Some(repo)).await?;
         let path = format!("/repos/{}/{}/pulls/{}", repo.owner(), repo.name(), number.0);
-        read(&crab, &path).await
+        self.read(&auth, &path).await
     }
 
     /// The login gatebot comments as (`name[bot]` for an App).
     pub async fn own_login(&self) -> Result<String, ApiError> {
+        let auth = self.bearer(None).await?;
         match &self.auth {
-            Auth::Token(crab) => Ok(read::<LoginAnswer>(crab, "/user").await?.login),
-            Auth::App(app) => Ok(format!(
+            Auth::Token(_) => Ok(self.read::<LoginAnswer>(&auth, "/user").await?.login),
+            Auth::App(_) => Ok(format!(
                 "{}[bot]",
-                read::<LoginAnswer>(app, "/app").await?.slug
+                self.read::<LoginAnswer>(&auth, "/app").await?.slug
             )),
         }
     }
@@ -319,13 +328,14 @@ impl GithubClient {
         comment_id: u64,
         content: &str,
     ) -> Result<(), ApiError> {
-        let crab = self.crab(Some(repo)).await?;
+        let auth = self.bearer(Some(repo)).await?;
         let path = format!(
             "/repos/{}/{}/issues/comments/{comment_id}/reactions",
             repo.owner(),
             repo.name()
         );
-        within(async { answer(crab._post(path, Some(&json!({ "content": content }))).await).await })
+        let body = json!({ "content": content });
+        self.call(&auth, Method::POST, &path, Some(&body))
             .await
             .map(|_| ())
     }
@@ -336,27 +346,27 @@ impl GithubClient {
         number: PrNumber,
         body: &str,
     ) -> Result<u64, ApiError> {
-        let crab = self.crab(Some(repo)).await?;
+        let auth = self.bearer(Some(repo)).await?;
         let path = format!(
             "/repos/{}/{}/issues/{}/comments",
             repo.owner(),
             repo.name(),
             number.0
         );
-        let text =
-            within(async { answer(crab._post(path, Some(&json!({ "body": body }))).await).await })
-                .await?;
+        let body = json!({ "body": body });
+        let text = self.call(&auth, Method::POST, &path, Some(&body)).await?;
         decode::<IdAnswer>(&text).map(|a| a.id)
     }
 
     pub async fn edit_comment(&self, repo: &RepoName, id: u64, body: &str) -> Result<(), ApiError> {
-        let crab = self.crab(Some(repo)).await?;
+        let auth = self.bearer(Some(repo)).await?;
         let path = format!(
             "/repos/{}/{}/issues/comments/{id}",
             repo.owner(),
             repo.name()
         );
-        within(async { answer(crab._patch(path, Some(&json!({ "body": body }))).await).await })
+        let body = json!({ "body": body });
+        self.call(&auth, Method::PATCH, &path, Some(&body))
             .await
             .map(|_| ())
     }
@@ -370,7 +380,7 @@ impl GithubClient {
         marker: &str,
         since: Option<Millis>,
     ) -> Result<Option<u64>, ApiError> {
-        let crab = self.crab(Some(repo)).await?;
+        let auth = self.bearer(Some(repo)).await?;
         let mut path = format!(
             "/repos/{}/{}/issues/{}/comments?per_page=100",
             repo.owner(),
@@ -381,11 +391,46 @@ impl GithubClient {
             let at = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
             path.push_str(&format!("&since={}", humantime::format_rfc3339_seconds(at)));
         }
-        let comments: Vec<CommentAnswer> = read(&crab, &path).await?;
+        let comments: Vec<CommentAnswer> = self.read(&auth, &path).await?;
         Ok(comments
             .into_iter()
             .find(|c| c.body.as_deref().is_some_and(|b| b.contains(marker)))
             .map(|c| c.id))
+    }
+
+    async fn read<T: DeserializeOwned>(
+        &self,
+        auth: &SecretString,
+        path: &str,
+    ) -> Result<T, ApiError> {
+        let text = self.call(auth, Method::GET, path, None).await?;
+        decode(&text)
+    }
+
+    /// One call: the body of a successful answer, or the classified failure.
+    async fn call(
+        &self,
+        auth: &SecretString,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<String, ApiError> {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(auth.expose_secret())
+            .header(reqwest::header::ACCEPT, "application/vnd.github+json");
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        within(async {
+            let response = request
+                .send()
+                .await
+                .map_err(|e| ApiError::Transport(e.to_string()))?;
+            answer(response).await
+        })
+        .await
     }
 }
 
@@ -416,11 +461,6 @@ fn segment(s: &str) -> String {
     out
 }
 
-async fn read<T: DeserializeOwned>(crab: &Octocrab, path: &str) -> Result<T, ApiError> {
-    let text = within(async { answer(crab._get(path).await).await }).await?;
-    decode(&text)
-}
-
 /// Bounds one call, from sending to the answer's last byte, so a hanging
 /// GitHub holds up only the work waiting on that call.
 async fn within<T>(
@@ -441,23 +481,18 @@ fn decode<T: DeserializeOwned>(text: &str) -> Result<T, ApiError> {
 }
 
 /// The body of a successful answer, or the classified failure.
-async fn answer<B>(response: octocrab::Result<axum::http::Response<B>>) -> Result<String, ApiError>
-where
-    B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
-    B::Error: Into<axum::BoxError>,
-{
-    let response = response.map_err(|e| ApiError::Transport(e.to_string()))?;
+async fn answer(response: reqwest::Response) -> Result<String, ApiError> {
     let status = response.status();
     let headers = response.headers().clone();
-    let bytes = axum::body::to_bytes(axum::body::Body::new(response.into_body()), 8 * 1024 * 1024)
+    let bytes = outbound::body(response, BODY_LIMIT)
         .await
-        .map_err(|e| ApiError::Transport(e.to_string()))?;
+        .map_err(ApiError::Transport)?;
     let text = String::from_utf8_lossy(&bytes).into_owned();
     if status.is_success() {
         return Ok(text);
     }
     let (rate_limited, retry_after) = rate_limit(status.as_u16(), &headers, &text);
-    let message = serde_json::from_str::<serde_json::Value>(&text)
+    let message = serde_json::from_str::<Value>(&text)
         .ok()
         .and_then(|v| {
             v.get("message")

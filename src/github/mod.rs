@@ -4,8 +4,10 @@
 //! - [`routes`]: `POST /webhooks/github` stores relevant deliveries and answers 202.
 //! - [`inbox`]: works stored deliveries: authorizes and applies commands.
 //! - [`sink`]: the `github` outbox sink: reactions, replies, the status comment.
-//! - [`client`]: the REST calls (octocrab), with rate-limit aware errors.
+//! - [`client`]: the REST calls (reqwest), with rate-limit aware errors.
+//! - [`app`]: GitHub App authentication (JWT, installation tokens).
 
+pub mod app;
 pub mod authors;
 pub mod client;
 pub mod events;

@@ -1,12 +1,66 @@
-//! Block Kit messages (slack-morphism's models); the words come from templates.
+//! Block Kit messages (our own serde types); the words come from templates.
 
 use serde::Serialize;
-use slack_morphism::prelude::*;
 
 use super::payload::{ButtonValue, APPROVE, REJECT};
 use super::record::{Decision, View};
 use crate::gate::{GateKey, GateKind, Millis, RepoName};
 use crate::templates::Templates;
+
+/// A Block Kit block, as much of it as gatebot sends.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Block {
+    Section {
+        text: Text,
+    },
+    Actions {
+        block_id: String,
+        elements: Vec<Button>,
+    },
+    Context {
+        elements: Vec<Text>,
+    },
+}
+
+/// A Block Kit text object.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type")]
+pub enum Text {
+    #[serde(rename = "plain_text")]
+    Plain { text: String },
+    #[serde(rename = "mrkdwn")]
+    Markdown { text: String },
+}
+
+impl Text {
+    fn plain(text: impl Into<String>) -> Self {
+        Self::Plain { text: text.into() }
+    }
+
+    fn markdown(text: impl Into<String>) -> Self {
+        Self::Markdown { text: text.into() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename = "button")]
+pub struct Button {
+    action_id: String,
+    text: Text,
+    value: String,
+    /// `primary` or `danger`.
+    style: &'static str,
+    confirm: Confirm,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct Confirm {
+    title: Text,
+    text: Text,
+    confirm: Text,
+    deny: Text,
+}
 
 /// `14:02` (UTC) for texts; Slack's `<!date>` shows local time where it can.
 pub fn hhmm(ms: Millis) -> String {
@@ -125,33 +179,32 @@ fn context(view: &View, default_repo: Option<&RepoName>) -> WaitCtx {
     }
 }
 
-fn section(text: String) -> SlackBlock {
-    SlackSectionBlock::new()
-        .with_text(SlackBlockMarkDownText::new(text).into())
-        .into()
+fn section(text: String) -> Block {
+    Block::Section {
+        text: Text::markdown(text),
+    }
 }
 
 fn button(
     id: &str,
     label: &str,
-    style: SlackBlockButtonStyle,
+    style: &'static str,
     value: &str,
     confirm: (&str, String, &str),
-) -> SlackActionBlockElement {
+) -> Button {
     let (title, text, ok) = confirm;
-    let confirm = SlackBlockConfirmItem::new(
-        title.into(),
-        SlackBlockMarkDownText::new(text).into(),
-        ok.into(),
-        "Cancel".into(),
-    );
-    SlackActionBlockElement::Button(
-        SlackBlockButtonElement::new(label.into())
-            .with_action_id(id.into())
-            .with_value(value.to_string())
-            .with_style(style)
-            .with_confirm(confirm),
-    )
+    Button {
+        action_id: id.into(),
+        text: Text::plain(label),
+        value: value.to_string(),
+        style,
+        confirm: Confirm {
+            title: Text::plain(title),
+            text: Text::markdown(text),
+            confirm: Text::plain(ok),
+            deny: Text::plain("Cancel"),
+        },
+    }
 }
 
 /// The full block list of a waiting message, and its notification text.
@@ -159,7 +212,7 @@ pub fn wait_message(
     templates: &Templates,
     view: &View,
     default_repo: Option<&RepoName>,
-) -> anyhow::Result<(String, Vec<SlackBlock>)> {
+) -> anyhow::Result<(String, Vec<Block>)> {
     let ctx = context(view, default_repo);
     let main = templates.render("slack/wait.j2", &ctx)?.trim().to_string();
     let fallback = format!("{} is waiting at {}", ctx.canary, ctx.gate);
@@ -173,12 +226,13 @@ pub fn wait_message(
             Ok(GateKind::Promote | GateKind::Traffic) => "roll the canary back",
             _ => "keep the gate closed",
         };
-        blocks.push(
-            SlackActionsBlock::new(vec![
+        blocks.push(Block::Actions {
+            block_id: format!("gatebot-wait-{}", view.info.wait_id),
+            elements: vec![
                 button(
                     APPROVE,
                     "Approve",
-                    SlackBlockButtonStyle::Primary,
+                    "primary",
                     &value,
                     (
                         "Approve?",
@@ -189,7 +243,7 @@ pub fn wait_message(
                 button(
                     REJECT,
                     "Reject",
-                    SlackBlockButtonStyle::Danger,
+                    "danger",
                     &value,
                     (
                         "Reject?",
@@ -197,22 +251,17 @@ pub fn wait_message(
                         "Reject",
                     ),
                 ),
-            ])
-            .with_block_id(format!("gatebot-wait-{}", view.info.wait_id).into())
-            .into(),
-        );
+            ],
+        });
     } else {
         let status = templates
             .render("slack/status.j2", &ctx)?
             .trim()
             .to_string();
         if !status.is_empty() {
-            blocks.push(
-                SlackContextBlock::new(vec![SlackContextBlockElement::MarkDown(
-                    SlackBlockMarkDownText::new(status),
-                )])
-                .into(),
-            );
+            blocks.push(Block::Context {
+                elements: vec![Text::markdown(status)],
+            });
         }
     }
     Ok((fallback, blocks))
@@ -248,6 +297,19 @@ mod tests {
         assert!(json.contains("gatebot_approve") && json.contains("gatebot_reject"));
         assert!(json.contains("\"style\":\"primary\"") && json.contains("\"style\":\"danger\""));
         assert!(json.contains("https://github.com/acme/shop/pull/42"));
+        // The shape Slack expects, field for field.
+        let actions = serde_json::to_value(&blocks[1]).unwrap();
+        assert_eq!(actions["type"], "actions");
+        assert_eq!(actions["block_id"], "gatebot-wait-7");
+        let approve = &actions["elements"][0];
+        assert_eq!(
+            approve["confirm"]["deny"],
+            serde_json::json!({"type": "plain_text", "text": "Cancel"})
+        );
+        assert_eq!(approve["type"], "button");
+        assert_eq!(approve["text"]["type"], "plain_text");
+        assert_eq!(approve["confirm"]["text"]["type"], "mrkdwn");
+        assert!(json.starts_with(r#"[{"type":"section","text":{"type":"mrkdwn","text":"#));
         let mut decided = view();
         decided.decision = Some(Decision {
             approved: true,

@@ -1,21 +1,27 @@
-//! Slack Web API calls (slack-morphism), with `GATEBOT_SLACK_API_URL` as the base,
+//! Slack Web API calls over reqwest, with `GATEBOT_SLACK_API_URL` as the base,
 //! and how their failures map onto the outbox's retry rules.
 
 use std::time::Duration;
 
-use serde::Serialize;
-use slack_morphism::errors::SlackClientError;
-use slack_morphism::prelude::*;
+use reqwest::StatusCode;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 
+use super::blocks::Block;
 use crate::notify::SendError;
+use crate::outbound;
 
-type Connector = SlackClientHyperConnector<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
->;
+/// The largest answer read from Slack.
+const BODY_LIMIT: usize = 4 * 1024 * 1024;
+
+static HTTP: outbound::Shared = outbound::Shared::new();
 
 pub struct SlackApi {
-    client: SlackClient<Connector>,
-    token: SlackApiToken,
+    http: reqwest::Client,
+    /// The Web API root without a trailing slash.
+    base: String,
+    token: String,
 }
 
 /// A message posted to an interaction's or command's `response_url`.
@@ -38,21 +44,48 @@ impl Response {
     }
 }
 
+/// Why a Slack call failed, before it is mapped onto the outbox's rules.
+#[derive(Debug)]
+pub enum CallError {
+    /// HTTP 429, with Retry-After when given.
+    RateLimited(Option<Duration>),
+    /// HTTP 200 with `"ok": false` and an error code.
+    Api(String),
+    /// Any other HTTP status.
+    Http(StatusCode),
+    /// No (readable) answer.
+    Transport(String),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::RateLimited(_) => f.write_str("rate limited"),
+            Self::Api(code) => f.write_str(code),
+            Self::Http(status) => write!(f, "HTTP {status}"),
+            Self::Transport(m) => f.write_str(m),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Posted {
+    channel: String,
+    ts: String,
+}
+
+#[derive(Deserialize)]
+struct Members {
+    #[serde(default)]
+    users: Vec<String>,
+}
+
 impl SlackApi {
     pub fn new(api_url: &str, bot_token: &str) -> anyhow::Result<Self> {
-        // https_or_http: the base URL may point at a local stand-in (tests, proxies).
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_native_roots()
-            .map_err(|e| anyhow::anyhow!("cannot load CA certificates for Slack: {e}"))?
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .build();
-        let connector = SlackClientHyperConnector::with_connector(https)
-            .with_slack_api_url(api_url.trim_end_matches('/'));
         Ok(Self {
-            client: SlackClient::new(connector),
-            token: SlackApiToken::new(SlackApiTokenValue::new(bot_token.to_string())),
+            http: HTTP.get(CALL_TIMEOUT)?,
+            base: api_url.trim_end_matches('/').to_string(),
+            token: bot_token.to_string(),
         })
     }
 
@@ -61,22 +94,18 @@ impl SlackApi {
         &self,
         channel: &str,
         text: &str,
-        blocks: Option<Vec<SlackBlock>>,
+        blocks: Option<Vec<Block>>,
         thread_ts: Option<&str>,
     ) -> Result<(String, String), SendError> {
-        let content = SlackMessageContent::new()
-            .with_text(text.to_string())
-            .opt_blocks(blocks);
-        let req = SlackApiChatPostMessageRequest::new(channel.into(), content)
-            .opt_thread_ts(thread_ts.map(|t| SlackTs::new(t.to_string())));
-        let res = within(
-            "chat.postMessage",
-            self.client
-                .open_session(&self.token)
-                .chat_post_message(&req),
-        )
-        .await?;
-        Ok((res.channel.to_string(), res.ts.to_string()))
+        let mut body = json!({ "channel": channel, "text": text });
+        if let Some(blocks) = blocks {
+            body["blocks"] = json!(blocks);
+        }
+        if let Some(ts) = thread_ts {
+            body["thread_ts"] = json!(ts);
+        }
+        let posted: Posted = self.method("chat.postMessage", &body).await?;
+        Ok((posted.channel, posted.ts))
     }
 
     /// chat.update with the full new block list.
@@ -85,56 +114,92 @@ impl SlackApi {
         channel: &str,
         ts: &str,
         text: &str,
-        blocks: Vec<SlackBlock>,
+        blocks: Vec<Block>,
     ) -> Result<(), SendError> {
-        let content = SlackMessageContent::new()
-            .with_text(text.to_string())
-            .with_blocks(blocks);
-        let req =
-            SlackApiChatUpdateRequest::new(channel.into(), content, SlackTs::new(ts.to_string()));
-        within(
-            "chat.update",
-            self.client.open_session(&self.token).chat_update(&req),
-        )
-        .await?;
+        let body = json!({ "channel": channel, "text": text, "blocks": blocks, "ts": ts });
+        let _: Value = self.method("chat.update", &body).await?;
         Ok(())
     }
 
-    /// Posts to a `response_url` (no token: the URL is the credential).
+    /// Posts to a `response_url` (no token: the URL is the credential, and it
+    /// is not logged).
     pub async fn respond(&self, response_url: &str, body: &Response) -> Result<(), SendError> {
         let url: reqwest::Url = response_url
             .parse()
             .map_err(|e| SendError::Permanent(format!("response_url `{response_url}`: {e}")))?;
-        let span = tracing::debug_span!("slack response_url");
-        // No token: the URL itself is the credential, and it is not logged.
-        let context = SlackClientApiCallContext {
-            rate_control_params: None,
-            token: None,
-            tracing_span: &span,
-            is_sensitive_url: true,
-        };
-        let _: serde_json::Value = within(
-            "response_url",
-            self.client
-                .http_api
-                .connector
-                .http_post_uri(url, body, context),
-        )
-        .await?;
+        let request = self.http.post(url).json(body);
+        let _: Value = within("response_url", call(request)).await?;
         Ok(())
     }
 
     /// usergroups.users.list: the members of a user group.
     pub async fn group_members(&self, group: &str) -> Result<Vec<String>, SendError> {
-        let req = SlackApiUserGroupsUsersListRequest::new(group.into());
-        let res = within(
-            "usergroups.users.list",
-            self.client
-                .open_session(&self.token)
-                .usergroups_users_list(&req),
-        )
-        .await?;
-        Ok(res.users.into_iter().map(|u| u.to_string()).collect())
+        let method = "usergroups.users.list";
+        let request = self
+            .http
+            .get(format!("{}/{method}", self.base))
+            .query(&[("usergroup", group)])
+            .bearer_auth(&self.token);
+        let members: Members = within(method, call(request)).await?;
+        Ok(members.users)
+    }
+
+    /// A Web API method taking a JSON body.
+    async fn method<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        body: &Value,
+    ) -> Result<T, SendError> {
+        let request = self
+            .http
+            .post(format!("{}/{method}", self.base))
+            .bearer_auth(&self.token)
+            .json(body);
+        within(method, call(request)).await
+    }
+}
+
+/// Sends one request and reads Slack's answer: `ok: false` carries an error
+/// code even with HTTP 200.
+async fn call<T: DeserializeOwned>(request: reqwest::RequestBuilder) -> Result<T, CallError> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| CallError::Transport(e.to_string()))?;
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let is_json = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/json")
+        });
+    let bytes = outbound::body(response, BODY_LIMIT)
+        .await
+        .map_err(CallError::Transport)?;
+    match status {
+        StatusCode::TOO_MANY_REQUESTS => Err(CallError::RateLimited(retry_after)),
+        StatusCode::OK if is_json => {
+            let value: Value = serde_json::from_slice(&bytes)
+                .map_err(|e| CallError::Transport(format!("unexpected answer: {e}")))?;
+            if let Some(code) = value.get("error").and_then(Value::as_str) {
+                return Err(CallError::Api(code.to_string()));
+            }
+            serde_json::from_value(value)
+                .map_err(|e| CallError::Transport(format!("unexpected answer: {e}")))
+        }
+        // `response_url` may answer with plain text.
+        StatusCode::OK | StatusCode::NO_CONTENT => serde_json::from_str("{}")
+            .map_err(|e| CallError::Transport(format!("unexpected answer: {e}"))),
+        other => Err(CallError::Http(other)),
     }
 }
 
@@ -175,7 +240,7 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bounds one call, so a hanging Slack holds up only the work waiting on it.
 async fn within<T>(
     method: &str,
-    call: impl std::future::Future<Output = Result<T, SlackClientError>>,
+    call: impl std::future::Future<Output = Result<T, CallError>>,
 ) -> Result<T, SendError> {
     match tokio::time::timeout(CALL_TIMEOUT, call).await {
         Ok(answer) => answer.map_err(|e| classify(method, e)),
@@ -185,26 +250,24 @@ async fn within<T>(
     }
 }
 
-pub fn classify(method: &str, e: SlackClientError) -> SendError {
+pub fn classify(method: &str, e: CallError) -> SendError {
     match e {
-        SlackClientError::RateLimitError(r) => SendError::Retry {
-            after: Some(r.retry_after.unwrap_or(Duration::from_secs(1))),
+        CallError::RateLimited(after) => SendError::Retry {
+            after: Some(after.unwrap_or(Duration::from_secs(1))),
             message: format!("{method}: rate limited by Slack"),
         },
-        SlackClientError::ApiError(a) if a.code == "ratelimited" => SendError::Retry {
+        CallError::Api(code) if code == "ratelimited" => SendError::Retry {
             after: Some(Duration::from_secs(1)),
             message: format!("{method}: ratelimited"),
         },
-        SlackClientError::ApiError(a) if PERMANENT.contains(&a.code.as_str()) => {
-            SendError::Permanent(format!("{method}: {}", hint(&a.code)))
+        CallError::Api(code) if PERMANENT.contains(&code.as_str()) => {
+            SendError::Permanent(format!("{method}: {}", hint(&code)))
         }
-        SlackClientError::ApiError(a) => SendError::retry(format!("{method}: {}", a.code)),
-        SlackClientError::HttpError(h)
-            if h.status_code.is_client_error()
-                && h.status_code.as_u16() != 408
-                && h.status_code.as_u16() != 404 =>
+        CallError::Api(code) => SendError::retry(format!("{method}: {code}")),
+        CallError::Http(status)
+            if status.is_client_error() && status.as_u16() != 408 && status.as_u16() != 404 =>
         {
-            SendError::Permanent(format!("{method}: HTTP {}", h.status_code))
+            SendError::Permanent(format!("{method}: HTTP {status}"))
         }
         other => SendError::retry(format!("{method}: {other}")),
     }
