@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 
 use super::auth::{admin, reader};
 use super::error::Reject;
-use crate::engine::{EngineError, Provenance};
-use crate::gate::GateKey;
+use crate::engine::{EngineError, GateDetail, Provenance};
+use crate::gate::{Gate, GateKey};
 use crate::AppState;
 
 fn parse_key(state: &AppState, text: &str) -> Result<GateKey, Reject> {
@@ -56,11 +56,10 @@ pub async fn show(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(key): Path<String>,
-) -> Result<Json<Value>, Reject> {
+) -> Result<Json<GateDetail>, Reject> {
     reader(&state, &headers)?;
     let key = parse_key(&state, &key)?;
-    let detail = state.engine.detail(&key).await?;
-    Ok(Json(serde_json::to_value(detail).unwrap_or_default()))
+    Ok(Json(state.engine.detail(&key).await?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -75,7 +74,7 @@ pub async fn open(
     state: State<AppState>,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<Json<Value>, Reject> {
+) -> Result<Json<Gate>, Reject> {
     change(state, headers, body, true).await
 }
 
@@ -83,7 +82,7 @@ pub async fn close(
     state: State<AppState>,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<Json<Value>, Reject> {
+) -> Result<Json<Gate>, Reject> {
     change(state, headers, body, false).await
 }
 
@@ -92,7 +91,7 @@ async fn change(
     headers: HeaderMap,
     body: Bytes,
     open: bool,
-) -> Result<Json<Value>, Reject> {
+) -> Result<Json<Gate>, Reject> {
     let actor = admin(&state, &headers)?;
     // The API is ours, so unlike webhooks it is strict: a typo is an error.
     let body: ChangeBody = serde_json::from_slice(&body).map_err(|e| {
@@ -115,7 +114,7 @@ async fn change(
         }
         EngineError::Store(e) => e.into(),
     })?;
-    Ok(Json(serde_json::to_value(gate).unwrap_or_default()))
+    Ok(Json(gate))
 }
 
 #[derive(Debug, Deserialize)]
