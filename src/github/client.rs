@@ -188,7 +188,9 @@ impl GithubClient {
     pub fn from_config(config: &GithubConfig) -> anyhow::Result<Option<Self>> {
         let auth = match (&config.token, config.app_id, &config.app_private_key) {
             (Some(token), _, _) => Auth::Token(token.clone()),
-            (None, Some(id), Some(key)) => Auth::App(Box::new(AppKey::from_pem(id, key.expose_secret())?)),
+            (None, Some(id), Some(key)) => {
+                Auth::App(Box::new(AppKey::from_pem(id, key.expose_secret())?))
+            }
             _ => return Ok(None),
         };
         Ok(Some(Self {
