@@ -64,7 +64,8 @@ pub struct EngineSettings {
 pub const CHECK_DEADLINE: Duration = Duration::from_millis(1500);
 
 /// The reason Flagger reads when the store could not record a check in time.
-pub const STORE_BUSY: &str = "store busy: try again (gatebot could not record this check in time)";
+pub const STORE_BUSY: &str =
+    "closed: gatebot cannot read its store in time (store busy: try again at the next poll)";
 
 /// What Flagger sent with a check.
 #[derive(Debug, Clone, Default)]
