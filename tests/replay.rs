@@ -12,7 +12,7 @@ use gatebot::github::verify::sign;
 use gatebot::store::QueueName;
 use serde_json::{json, Value};
 use support::fake_github::FakeGithub;
-use support::fake_slack::{FakeSlack, Request};
+use support::fake_slack::{post_signed, FakeSlack, Request};
 use support::github_payloads::{comment, comment_at, fixture, github_time, now_ms};
 use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 
@@ -150,17 +150,7 @@ impl Env {
     }
 
     async fn slack_post(&self, path: &str, body: &str, ts: i64) -> (u16, String) {
-        let ts = ts.to_string();
-        let sig = gatebot::slack::verify::sign(SLACK_SECRET.as_bytes(), &ts, body.as_bytes());
-        let r = client()
-            .post(self.server.at(path))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .header("x-slack-request-timestamp", ts)
-            .header("x-slack-signature", sig)
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
+        let r = post_signed(&self.server.at(path), body, ts, SLACK_SECRET).await;
         (r.status().as_u16(), r.text().await.unwrap())
     }
 

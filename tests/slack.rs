@@ -11,7 +11,7 @@ use gatebot::notify::WorkerSettings;
 use gatebot::Options;
 use serde_json::{json, Value};
 use support::fake_github::FakeGithub;
-use support::fake_slack::{FakeSlack, Request};
+use support::fake_slack::{post_signed, FakeSlack, Request};
 use support::flagger::{pr_hooks, FlaggerSim, Hook, HookType, Phase, Strategy};
 use support::github_payloads::comment;
 use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
@@ -124,17 +124,7 @@ impl Env {
         ts: i64,
         secret: &str,
     ) -> reqwest::Response {
-        let ts = ts.to_string();
-        let sig = gatebot::slack::verify::sign(secret.as_bytes(), &ts, body.as_bytes());
-        client()
-            .post(self.server.at(path))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .header("x-slack-request-timestamp", ts)
-            .header("x-slack-signature", sig)
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap()
+        post_signed(&self.server.at(path), body, ts, secret).await
     }
 
     async fn post_signed(&self, path: &str, body: &str) -> reqwest::Response {

@@ -260,3 +260,18 @@ async fn respond(
     }
     Json(json!({"ok": true})).into_response()
 }
+
+/// A request to gatebot signed as Slack signs it: `v0:<ts>:<body>` with `secret`.
+pub async fn post_signed(url: &str, body: &str, ts: i64, secret: &str) -> reqwest::Response {
+    let ts = ts.to_string();
+    let sig = gatebot::slack::verify::sign(secret.as_bytes(), &ts, body.as_bytes());
+    super::harness::client()
+        .post(url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("x-slack-request-timestamp", ts)
+        .header("x-slack-signature", sig)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+}
