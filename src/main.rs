@@ -33,7 +33,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Serve(config) => serve(*config).await,
-            Command::Gates(args) => gatebot::cli::run(args).await,
+            Command::Gates(args) => gatebot::api::cli::run(args).await,
             Command::CheckConfig(config) => check_config(*config, settings).await,
         }
     });
@@ -63,7 +63,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 }
 
 async fn check_config(config: Config, settings: Vec<Setting>) -> anyhow::Result<()> {
-    let report = gatebot::cli::check_config(config, &settings).await;
+    let report = gatebot::api::cli::check_config(config, &settings).await;
     print!("{}", report.text);
     if report.ok {
         Ok(())

@@ -8,11 +8,46 @@ use anyhow::Context;
 use minijinja::Environment;
 use serde::Serialize;
 
-/// (name, source) of every built-in template.
+/// (name under templates/, source) of every built-in template.
+const BUILTIN: &[(&str, &str)] = &[
+    (
+        "github/status.md.j2",
+        include_str!("../templates/github/status.md.j2"),
+    ),
+    (
+        "github/reply.md.j2",
+        include_str!("../templates/github/reply.md.j2"),
+    ),
+    (
+        "github/help.md.j2",
+        include_str!("../templates/github/help.md.j2"),
+    ),
+    ("slack/wait.j2", include_str!("../templates/slack/wait.j2")),
+    (
+        "slack/status.j2",
+        include_str!("../templates/slack/status.j2"),
+    ),
+    (
+        "slack/event.j2",
+        include_str!("../templates/slack/event.j2"),
+    ),
+    (
+        "slack/reply.j2",
+        include_str!("../templates/slack/reply.j2"),
+    ),
+    ("slack/help.j2", include_str!("../templates/slack/help.j2")),
+    (
+        "slack/status_reply.j2",
+        include_str!("../templates/slack/status_reply.j2"),
+    ),
+    (
+        "slack/digest.j2",
+        include_str!("../templates/slack/digest.j2"),
+    ),
+];
+
 fn builtin() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
-    crate::github::TEMPLATES
-        .iter()
-        .chain(crate::slack::TEMPLATES)
+    BUILTIN.iter()
 }
 
 #[derive(Clone)]

@@ -17,18 +17,19 @@ use super::client::GithubClient;
 use super::events::{IssueCommentEvent, PullRequestEvent, User};
 use super::sink::GithubJob;
 use super::status::view;
-use super::{authors, is_own_comment, pushes, quoted_command, MARKER};
-use crate::actions::{self, kind_opened_by, Subject};
+use super::{is_own_comment, pushes, quoted_command, MARKER};
 use crate::command::{new_commands, parse_comment, Command, Parsed};
 use crate::config::Permission;
-use crate::engine::{EngineError, Provenance};
+use crate::core::authors;
+use crate::core::commands::{self, kind_opened_by, Subject};
+use crate::core::AppState;
+use crate::core::{EngineError, Provenance};
 use crate::gate::state::rfc3339;
 use crate::gate::{Actor, GateKind, Millis, PrNumber, RepoName, Source};
 use crate::metrics::CommandLabels;
 use crate::notify::{BoxFuture, Handler, SendError};
 use crate::policy::Policy;
 use crate::store::{NewJob, QueueItem, Store};
-use crate::AppState;
 
 /// How long a permission or team answer is trusted.
 const CACHE_TTL: Duration = Duration::from_secs(60);
@@ -446,7 +447,7 @@ impl GithubInbox {
             }
             _ => {}
         }
-        let keys = actions::gates_for(command, subject);
+        let keys = commands::gates_for(command, subject);
         let refusal = if stale.closed_unmerged {
             Err("this pull request was closed without merging, so its gates no longer take commands: reopen it first".to_string())
         } else if let Some((at, _)) = stale
@@ -467,7 +468,7 @@ impl GithubInbox {
             .written_at(e.written_at());
         let why = match refusal {
             Ok(()) => {
-                match actions::apply(
+                match commands::apply(
                     &self.state.engine,
                     command,
                     subject,
@@ -587,7 +588,7 @@ impl GithubInbox {
         let who = Provenance::new(Actor::new(login, Source::Github))
             .reason(Some(reason))
             .delivery(delivery);
-        actions::close_pr_gates(&self.state.engine, &repo, number, &kinds, &who)
+        commands::close_pr_gates(&self.state.engine, &repo, number, &kinds, &who)
             .await
             .map_err(retry)?;
         Ok(())

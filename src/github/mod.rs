@@ -8,7 +8,6 @@
 //! - [`app`]: GitHub App authentication (JWT, installation tokens).
 
 pub mod app;
-pub mod authors;
 pub mod client;
 pub mod events;
 pub mod inbox;
@@ -27,11 +26,16 @@ use axum::Router;
 
 use crate::clock::SharedClock;
 use crate::command::Command;
+use crate::config::Config;
+use crate::core::authors::AuthorLookup;
+use crate::core::AppState;
+use crate::gate::{PrNumber, RepoName};
 use crate::metrics::Metrics;
+use crate::notify::{BoxFuture, SendError};
 use crate::notify::{Handler, Sink};
 use crate::store::Store;
 use crate::templates::Templates;
-use crate::{AppState, Config};
+use client::GithubClient;
 
 /// The inbox source and outbox sink name.
 pub const SOURCE: &str = "github";
@@ -40,40 +44,47 @@ pub const SOURCE: &str = "github";
 /// comments as commands even when it cannot learn its own login.
 pub const MARKER: &str = "<!-- gatebot -->";
 
-/// Built-in message templates: (name under templates/, source).
-pub const TEMPLATES: &[(&str, &str)] = &[
-    (
-        "github/status.md.j2",
-        include_str!("../../templates/github/status.md.j2"),
-    ),
-    (
-        "github/reply.md.j2",
-        include_str!("../../templates/github/reply.md.j2"),
-    ),
-    (
-        "github/help.md.j2",
-        include_str!("../../templates/github/help.md.j2"),
-    ),
-];
-
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/webhooks/github", post(routes::webhook))
         .layer(DefaultBodyLimit::max(crate::http::GITHUB_BODY_LIMIT))
 }
 
+/// The one GitHub client (and installation-token cache) of a replica; None
+/// without credentials.
+pub fn client(config: &Config) -> anyhow::Result<Option<Arc<GithubClient>>> {
+    Ok(GithubClient::from_config(&config.github)?.map(Arc::new))
+}
+
+impl AuthorLookup for GithubClient {
+    fn author<'a>(
+        &'a self,
+        repo: &'a RepoName,
+        number: PrNumber,
+    ) -> BoxFuture<'a, Result<Option<String>, SendError>> {
+        Box::pin(async move {
+            match self.pull(repo, number).await {
+                Ok(pull) => Ok(pull.user.map(|u| u.login).filter(|l| !l.is_empty())),
+                Err(e) if e.is_not_found() => Ok(None),
+                Err(e) => Err(e.to_send_error()),
+            }
+        })
+    }
+}
+
 pub fn sinks(
+    client: Option<&Arc<GithubClient>>,
     config: &Config,
     store: &Store,
     templates: &Templates,
     clock: &SharedClock,
     metrics: &Arc<Metrics>,
-) -> anyhow::Result<Vec<Arc<dyn Sink>>> {
-    let Some(client) = client::GithubClient::from_config(&config.github)? else {
-        return Ok(Vec::new());
+) -> Vec<Arc<dyn Sink>> {
+    let Some(client) = client else {
+        return Vec::new();
     };
-    Ok(vec![Arc::new(sink::GithubSink::new(
-        Arc::new(client),
+    vec![Arc::new(sink::GithubSink::new(
+        client.clone(),
         sink::SinkParts {
             store: store.clone(),
             templates: templates.clone(),
@@ -82,19 +93,19 @@ pub fn sinks(
             burst: config.notify_burst,
             metrics: metrics.clone(),
         },
-    ))])
+    ))]
 }
 
-pub fn inbox_handlers(state: &AppState) -> anyhow::Result<HashMap<String, Arc<dyn Handler>>> {
-    let Some(client) = client::GithubClient::from_config(&state.config.github)? else {
-        return Ok(HashMap::new());
+pub fn inbox_handlers(
+    state: &AppState,
+    client: Option<&Arc<GithubClient>>,
+) -> HashMap<String, Arc<dyn Handler>> {
+    let Some(client) = client else {
+        return HashMap::new();
     };
     let policy = state.policy.clone();
-    let inbox = inbox::GithubInbox::new(state.clone(), Arc::new(client), policy);
-    Ok(HashMap::from([(
-        SOURCE.to_string(),
-        Arc::new(inbox) as Arc<dyn Handler>,
-    )]))
+    let inbox = inbox::GithubInbox::new(state.clone(), client.clone(), policy);
+    HashMap::from([(SOURCE.to_string(), Arc::new(inbox) as Arc<dyn Handler>)])
 }
 
 /// A comment gatebot wrote.

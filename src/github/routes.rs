@@ -14,10 +14,10 @@ use secrecy::ExposeSecret;
 use super::events::{IssueCommentEvent, PullRequestEvent};
 use super::verify::verify;
 use super::{is_own_comment, SOURCE};
+use crate::core::AppState;
 use crate::http::error::Reject;
 use crate::http::receipts::Receipts;
 use crate::store::Delivery;
-use crate::AppState;
 
 pub async fn webhook(
     State(state): State<AppState>,
@@ -135,7 +135,7 @@ async fn receive(
         payload,
     };
     if !receipts
-        .store(state, delivery)
+        .store(delivery)
         .await
         .map_err(Reject::unavailable)?
     {

@@ -6,7 +6,6 @@ use subtle::ConstantTimeEq;
 
 use super::error::Reject;
 use crate::gate::{Actor, Source};
-use crate::AppState;
 
 /// The server's answer when it has no token: the fix is on the server, not the caller.
 pub const API_DISABLED: &str = "the operator API is read-only: this server has no GATEBOT_ADMIN_TOKEN; set it where `gatebot serve` runs and restart it";
@@ -18,8 +17,9 @@ pub const WRONG_TOKEN: &str =
 /// Checks `Authorization: Bearer <GATEBOT_ADMIN_TOKEN>`. The actor is named by an
 /// optional `X-Gatebot-Actor` header (the CLI sends the local user) and is
 /// otherwise "admin".
-pub fn admin(state: &AppState, headers: &HeaderMap) -> Result<Actor, Reject> {
-    let Some(expected) = state.config.admin_token() else {
+/// `expected` is the server's token (`Config::admin_token`).
+pub fn admin(expected: Option<&str>, headers: &HeaderMap) -> Result<Actor, Reject> {
+    let Some(expected) = expected else {
         return Err(Reject::new(
             StatusCode::FORBIDDEN,
             "api_disabled",
@@ -59,9 +59,9 @@ pub fn admin(state: &AppState, headers: &HeaderMap) -> Result<Actor, Reject> {
 }
 
 /// Reads need the token when one is set, and are open when none is.
-pub fn reader(state: &AppState, headers: &HeaderMap) -> Result<(), Reject> {
-    match state.config.admin_token() {
+pub fn reader(expected: Option<&str>, headers: &HeaderMap) -> Result<(), Reject> {
+    match expected {
         None => Ok(()),
-        Some(_) => admin(state, headers).map(|_| ()),
+        Some(_) => admin(expected, headers).map(|_| ()),
     }
 }

@@ -7,8 +7,10 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::store::Delivery;
-use crate::AppState;
+use tokio::sync::Notify;
+
+use crate::clock::SharedClock;
+use crate::store::{Delivery, Store};
 
 /// Most deliveries written in one transaction.
 const MAX_BATCH: usize = 256;
@@ -17,17 +19,37 @@ type Reply = oneshot::Sender<Result<bool, String>>;
 
 /// Lives in the router (one per server); its writer task starts on first use
 /// and ends when the router is dropped.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Receipts {
     tx: Arc<OnceLock<mpsc::Sender<(Delivery, Reply)>>>,
+    target: Target,
+}
+
+/// Where receipts go, and whom a new one wakes.
+#[derive(Clone)]
+struct Target {
+    store: Store,
+    clock: SharedClock,
+    inbox_wake: Arc<Notify>,
 }
 
 impl Receipts {
+    pub fn new(store: Store, clock: SharedClock, inbox_wake: Arc<Notify>) -> Self {
+        Self {
+            tx: Arc::default(),
+            target: Target {
+                store,
+                clock,
+                inbox_wake,
+            },
+        }
+    }
+
     /// Stores the delivery; false when it was stored before (a redelivery).
-    pub async fn store(&self, state: &AppState, delivery: Delivery) -> Result<bool, String> {
+    pub async fn store(&self, delivery: Delivery) -> Result<bool, String> {
         let tx = self.tx.get_or_init(|| {
             let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
-            tokio::spawn(writer(state.clone(), rx));
+            tokio::spawn(writer(self.target.clone(), rx));
             tx
         });
         let (reply, answer) = oneshot::channel();
@@ -40,7 +62,7 @@ impl Receipts {
     }
 }
 
-async fn writer(state: AppState, mut rx: mpsc::Receiver<(Delivery, Reply)>) {
+async fn writer(state: Target, mut rx: mpsc::Receiver<(Delivery, Reply)>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let (items, replies): (Vec<Delivery>, Vec<Reply>) = batch.drain(..).unzip();

@@ -11,16 +11,16 @@ use super::client::Response;
 use super::payload::{Interaction, SlashCommand};
 use super::record::{self, Decision, Ended};
 use super::sink::{parse_gate, SlackJob};
-use crate::actions::{self, Subject};
 use crate::command::{parse_slash, Command};
-use crate::engine::{EngineError, Provenance};
+use crate::core::authors::PrAuthors;
+use crate::core::commands::{self, Subject};
+use crate::core::AppState;
+use crate::core::{EngineError, Provenance};
 use crate::gate::{Actor, CanaryRef, GateKey, GateKind, GateStatus, Scope, Source};
-use crate::github::authors::PrAuthors;
 use crate::notify::{BoxFuture, Handler, SendError};
 use crate::policy::SlackRule;
 use crate::store::QueueItem;
 use crate::templates::Templates;
-use crate::AppState;
 
 pub const CLICK: &str = "block_actions";
 pub const SLASH: &str = "slash_command";
@@ -306,7 +306,7 @@ impl SlackInbox {
             .await
             .map_err(store_err)?;
         let result = match (&rollback, click.approve) {
-            (_, true) => actions::apply(engine, command, &Subject::Gate(key.clone()), &who)
+            (_, true) => commands::apply(engine, command, &Subject::Gate(key.clone()), &who)
                 .await
                 .map(|_| ()),
             (Some(rb), false) => {
@@ -366,7 +366,7 @@ impl SlackInbox {
         let rule = self.state.policy.slack(inv.command);
         let verdict = self.approvers.check(&rule, &c.user_id).await?;
         if verdict != Verdict::Allowed {
-            for key in actions::gates_for(inv.command, &subject) {
+            for key in commands::gates_for(inv.command, &subject) {
                 self.refuse(
                     &key,
                     &who,
@@ -378,7 +378,7 @@ impl SlackInbox {
             return self.respond(url, text).await;
         }
         // A subject's gates share its scope.
-        let keys = actions::gates_for(inv.command, &subject);
+        let keys = commands::gates_for(inv.command, &subject);
         let own = match keys.first() {
             Some(key) => self.own_pull_request(&rule, &c.user_id, &key.scope).await?,
             None => None,
@@ -390,7 +390,7 @@ impl SlackInbox {
             let text = reply(self.templates(), json!({"what": "self", "message": why}));
             return self.respond(url, text).await;
         }
-        let text = match actions::apply(&self.state.engine, inv.command, &subject, &who).await {
+        let text = match commands::apply(&self.state.engine, inv.command, &subject, &who).await {
             Ok(applied) => reply(
                 self.templates(),
                 json!({"what": "done", "summary": applied.summary()}),

@@ -22,44 +22,14 @@ use axum::Router;
 use secrecy::ExposeSecret;
 
 use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::core::authors::{AuthorLookup, PrAuthors};
+use crate::core::AppState;
 use crate::metrics::Metrics;
 use crate::notify::burst::Burst;
 use crate::notify::{Handler, Sink};
 use crate::store::Store;
 use crate::templates::Templates;
-use crate::{AppState, Config};
-
-/// Built-in message templates: (name under templates/, source).
-pub const TEMPLATES: &[(&str, &str)] = &[
-    (
-        "slack/wait.j2",
-        include_str!("../../templates/slack/wait.j2"),
-    ),
-    (
-        "slack/status.j2",
-        include_str!("../../templates/slack/status.j2"),
-    ),
-    (
-        "slack/event.j2",
-        include_str!("../../templates/slack/event.j2"),
-    ),
-    (
-        "slack/reply.j2",
-        include_str!("../../templates/slack/reply.j2"),
-    ),
-    (
-        "slack/help.j2",
-        include_str!("../../templates/slack/help.j2"),
-    ),
-    (
-        "slack/status_reply.j2",
-        include_str!("../../templates/slack/status_reply.j2"),
-    ),
-    (
-        "slack/digest.j2",
-        include_str!("../../templates/slack/digest.j2"),
-    ),
-];
 
 pub fn routes() -> Router<AppState> {
     routes::routes()
@@ -112,17 +82,20 @@ pub fn sinks(
     })])
 }
 
-pub fn inbox_handlers(state: &AppState) -> anyhow::Result<HashMap<String, Arc<dyn Handler>>> {
+/// `authors` answers four eyes for PRs gatebot has seen no delivery of.
+pub fn inbox_handlers(
+    state: &AppState,
+    authors: Option<Arc<dyn AuthorLookup>>,
+) -> anyhow::Result<HashMap<String, Arc<dyn Handler>>> {
     let Some(api) = api(&state.config)? else {
         return Ok(HashMap::new());
     };
     let handler = inbox::SlackInbox {
         state: state.clone(),
         approvers: Arc::new(approvers::Approvers::new(api)),
-        authors: crate::github::authors::PrAuthors {
+        authors: PrAuthors {
             store: state.store.clone(),
-            client: crate::github::client::GithubClient::from_config(&state.config.github)?
-                .map(Arc::new),
+            lookup: authors,
         },
     };
     Ok(HashMap::from([(

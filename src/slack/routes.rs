@@ -20,15 +20,15 @@ use super::approvers::{quick, Verdict};
 use super::inbox::{refusal, reply, CLICK, SLASH};
 use super::payload::{Interaction, SlashCommand};
 use super::verify::verify;
-use crate::actions::{self, Subject};
 use crate::command::{parse_slash, Command, Target};
-use crate::engine::Provenance;
+use crate::core::commands::{self, Subject};
+use crate::core::AppState;
+use crate::core::Provenance;
 use crate::gate::{Actor, CanaryRef, GateKey, Millis, PrNumber, RepoName, Source};
 use crate::http::error::Reject;
 use crate::http::receipts::Receipts;
 use crate::http::SLACK_BODY_LIMIT;
 use crate::store::Delivery;
-use crate::AppState;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -40,7 +40,6 @@ pub fn routes() -> Router<AppState> {
 /// Stores a delivery durably before it is acknowledged.
 /// A redelivered id is a success too: Slack retries what it did not see answered.
 async fn store_receipt(
-    state: &AppState,
     receipts: &Receipts,
     id: String,
     kind: &'static str,
@@ -53,7 +52,7 @@ async fn store_receipt(
         payload,
     };
     receipts
-        .store(state, delivery)
+        .store(delivery)
         .await
         .map(|_| ())
         .map_err(Reject::unavailable)
@@ -123,7 +122,7 @@ async fn interactions(
     interaction.signed_at = Some(signed_at);
     let json = serde_json::to_string(&interaction)
         .map_err(|e| Reject::bad_request("malformed_payload", e.to_string()))?;
-    store_receipt(&state, &receipts, id, CLICK, json).await?;
+    store_receipt(&receipts, id, CLICK, json).await?;
     Ok(StatusCode::OK.into_response())
 }
 
@@ -199,7 +198,7 @@ async fn commands(
                     "{} is not an approver ({})",
                     command.user_id, rule.setting
                 )));
-            for key in actions::gates_for(inv.command, &subject) {
+            for key in commands::gates_for(inv.command, &subject) {
                 state
                     .engine
                     .refuse(&key, &who)
@@ -223,7 +222,7 @@ async fn commands(
             format!("cannot store the command: {e}"),
         )
     })?;
-    store_receipt(&state, &receipts, id, SLASH, payload).await?;
+    store_receipt(&receipts, id, SLASH, payload).await?;
     Ok(ephemeral(reply(
         templates,
         json!({"what": "received", "command": format!("{slash} {}", inv.command.as_str()), "subject": subject.display()}),
@@ -263,7 +262,7 @@ pub fn subject_of(state: &AppState, target: Option<Target>) -> Result<Option<Sub
 async fn status(state: &AppState, subject: Option<&Subject>) -> Result<String, Reject> {
     let (gates, label) = match subject {
         Some(s) => (
-            actions::status(&state.engine, s)
+            commands::status(&state.engine, s)
                 .await
                 .map_err(|e| Reject::unavailable(e.to_string()))?,
             s.display(),

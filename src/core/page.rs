@@ -5,7 +5,8 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::{summarise, CanarySeen, Engine, GateSummary};
+use super::read::summarise;
+use super::{CanarySeen, Engine, GateSummary};
 use crate::gate::{Gate, GateKey};
 use crate::store::{Backend, StoreError};
 

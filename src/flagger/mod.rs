@@ -10,11 +10,11 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::auth::admin;
-use super::error::Reject;
-use crate::engine::{CheckInput, Provenance};
+use crate::core::AppState;
+use crate::core::{CheckInput, Provenance};
 use crate::gate::{Actor, Answer, CanaryRef, GateKey, GateKind, Scope, Source, Verdict};
-use crate::AppState;
+use crate::http::auth::admin;
+use crate::http::error::Reject;
 
 /// The body of a Flagger webhook call. Unknown fields are ignored.
 #[derive(Debug, Default, Deserialize)]
@@ -202,9 +202,10 @@ pub async fn legacy_set(
     body: Bytes,
 ) -> Result<Response, Reject> {
     let actor = if state.config.loadtester_open_access {
-        admin(&state, &headers).unwrap_or_else(|_| Actor::new("anonymous", Source::Loadtester))
+        admin(state.config.admin_token(), &headers)
+            .unwrap_or_else(|_| Actor::new("anonymous", Source::Loadtester))
     } else {
-        admin(&state, &headers).map_err(|r| {
+        admin(state.config.admin_token(), &headers).map_err(|r| {
             Reject::new(
                 r.status,
                 r.reason,
@@ -220,13 +221,13 @@ pub async fn legacy_set(
         state.engine.close(&key, &who).await
     };
     result.map_err(|e| match e {
-        crate::engine::EngineError::Held { .. } => {
+        crate::core::EngineError::Held { .. } => {
             Reject::new(StatusCode::CONFLICT, "held", e.to_string())
         }
-        crate::engine::EngineError::WrittenBeforeClose { .. } => {
+        crate::core::EngineError::WrittenBeforeClose { .. } => {
             Reject::new(StatusCode::CONFLICT, "stale", e.to_string())
         }
-        crate::engine::EngineError::Store(e) => e.into(),
+        crate::core::EngineError::Store(e) => e.into(),
     })?;
     let word = if open { "opened" } else { "closed" };
     Ok(text(StatusCode::ACCEPTED, &format!("{key} {word}")))

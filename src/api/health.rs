@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 
-use crate::AppState;
+use crate::core::AppState;
 
 pub async fn healthz() -> &'static str {
     "ok\n"

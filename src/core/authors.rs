@@ -4,10 +4,19 @@
 
 use std::sync::Arc;
 
-use super::client::GithubClient;
 use crate::gate::{Millis, PrNumber, RepoName};
-use crate::notify::SendError;
+use crate::notify::{BoxFuture, SendError};
 use crate::store::{Store, StoreError};
+
+/// Asks the forge who opened a pull request (GitHub's `GET /pulls/{n}`).
+pub trait AuthorLookup: Send + Sync {
+    /// The author's login; None when the PR does not exist or names nobody.
+    fn author<'a>(
+        &'a self,
+        repo: &'a RepoName,
+        number: PrNumber,
+    ) -> BoxFuture<'a, Result<Option<String>, SendError>>;
+}
 
 fn key(repo: &RepoName, number: PrNumber) -> String {
     format!("pr-author:{repo}#{}", number.0)
@@ -36,7 +45,7 @@ pub async fn remember(
 pub struct PrAuthors {
     pub store: Store,
     /// None without GitHub credentials: then only authors seen in deliveries are known.
-    pub client: Option<Arc<GithubClient>>,
+    pub lookup: Option<Arc<dyn AuthorLookup>>,
 }
 
 impl PrAuthors {
@@ -51,21 +60,15 @@ impl PrAuthors {
         if let Some(login) = self.store.kv_get(&key(repo, number)).await.map_err(retry)? {
             return Ok(Some(login));
         }
-        let Some(client) = &self.client else {
+        let Some(lookup) = &self.lookup else {
             return Ok(None);
         };
-        match client.pull(repo, number).await {
-            Ok(pull) => {
-                let login = pull.user.map(|u| u.login).filter(|l| !l.is_empty());
-                if let Some(login) = &login {
-                    remember(&self.store, repo, number, login, now)
-                        .await
-                        .map_err(retry)?;
-                }
-                Ok(login)
-            }
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e.to_send_error()),
+        let login = lookup.author(repo, number).await?;
+        if let Some(login) = &login {
+            remember(&self.store, repo, number, login, now)
+                .await
+                .map_err(retry)?;
         }
+        Ok(login)
     }
 }

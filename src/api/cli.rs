@@ -129,7 +129,7 @@ async fn list_all(
     let mut gates = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let mut url = format!("{base}/api/v1/gates?limit={}", crate::http::api::MAX_PAGE);
+        let mut url = format!("{base}/api/v1/gates?limit={}", super::MAX_PAGE);
         if let Some(c) = &cursor {
             url.push_str("&cursor=");
             url.extend(form_urlencoded::byte_serialize(c.as_bytes()));

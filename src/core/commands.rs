@@ -2,7 +2,7 @@
 //! (PR comments, Slack buttons, the slash command).
 
 use crate::command::Command;
-use crate::engine::{Engine, EngineError, GateSummary, Provenance};
+use crate::core::{Engine, EngineError, GateSummary, Provenance};
 use crate::gate::{CanaryRef, Gate, GateKey, GateKind, GateStatus, PrNumber, RepoName, Scope};
 
 /// What a command is about.

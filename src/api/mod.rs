@@ -1,4 +1,8 @@
-//! The operator API: `/api/v1/…`, JSON in and out.
+//! The operator API: `/api/v1/…`, JSON in and out; the CLI that calls it;
+//! health, readiness and metrics.
+
+pub mod cli;
+pub mod health;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -7,11 +11,11 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::auth::{admin, reader};
-use super::error::Reject;
-use crate::engine::{EngineError, GateDetail, Provenance};
+use crate::core::AppState;
+use crate::core::{EngineError, GateDetail, Provenance};
 use crate::gate::{Gate, GateKey};
-use crate::AppState;
+use crate::http::auth::{admin, reader};
+use crate::http::error::Reject;
 
 fn parse_key(state: &AppState, text: &str) -> Result<GateKey, Reject> {
     GateKey::parse(text, state.engine.settings().default_repo.as_ref())
@@ -37,7 +41,7 @@ pub async fn list(
     headers: HeaderMap,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, Reject> {
-    reader(&state, &headers)?;
+    reader(state.config.admin_token(), &headers)?;
     let limit = match q.limit {
         None => DEFAULT_PAGE,
         Some(n) if (1..=MAX_PAGE).contains(&n) => n,
@@ -57,7 +61,7 @@ pub async fn show(
     headers: HeaderMap,
     Path(key): Path<String>,
 ) -> Result<Json<GateDetail>, Reject> {
-    reader(&state, &headers)?;
+    reader(state.config.admin_token(), &headers)?;
     let key = parse_key(&state, &key)?;
     Ok(Json(state.engine.detail(&key).await?))
 }
@@ -92,7 +96,7 @@ async fn change(
     body: Bytes,
     open: bool,
 ) -> Result<Json<Gate>, Reject> {
-    let actor = admin(&state, &headers)?;
+    let actor = admin(state.config.admin_token(), &headers)?;
     // The API is ours, so unlike webhooks it is strict: a typo is an error.
     let body: ChangeBody = serde_json::from_slice(&body).map_err(|e| {
         Reject::bad_request(
@@ -129,7 +133,7 @@ pub async fn waits(
     headers: HeaderMap,
     Query(q): Query<WaitsQuery>,
 ) -> Result<Json<Value>, Reject> {
-    reader(&state, &headers)?;
+    reader(state.config.admin_token(), &headers)?;
     let key = q
         .gate
         .as_deref()
@@ -150,7 +154,7 @@ pub async fn audit(
     headers: HeaderMap,
     Query(q): Query<AuditQuery>,
 ) -> Result<Json<Value>, Reject> {
-    reader(&state, &headers)?;
+    reader(state.config.admin_token(), &headers)?;
     let key = q
         .gate
         .as_deref()
@@ -173,7 +177,7 @@ pub async fn outbox(
     headers: HeaderMap,
     Query(q): Query<OutboxQuery>,
 ) -> Result<Json<Value>, Reject> {
-    reader(&state, &headers)?;
+    reader(state.config.admin_token(), &headers)?;
     let jobs = state.store.jobs(q.state.as_deref(), 500).await?;
     Ok(Json(json!({ "jobs": jobs })))
 }
@@ -188,7 +192,7 @@ pub async fn events(
     headers: HeaderMap,
     Query(q): Query<EventsQuery>,
 ) -> Result<Json<Value>, Reject> {
-    reader(&state, &headers)?;
+    reader(state.config.admin_token(), &headers)?;
     let events = state.store.events(q.canary.as_deref(), 500).await?;
     Ok(Json(json!({ "events": events })))
 }

@@ -1,0 +1,221 @@
+//! Builds everything once from a [`Config`]: the store, the GitHub and Slack
+//! clients, the engine, the workers; composes the router; serves and stops.
+//! The only module that knows every channel.
+
+mod router;
+mod tasks;
+
+pub use router::{app, harden};
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{SharedClock, SystemClock};
+use crate::config::Config;
+use crate::core::{self as engine, AppState, Engine, EngineSettings, Shared};
+use crate::metrics::Metrics;
+use crate::notify::{Handler, Notifier, Sink, Worker, WorkerSettings};
+use crate::store::{self, QueueName, Store};
+use crate::{gate, github, http, policy, slack, templates};
+use tasks::{heartbeat, housekeeping, take_over_leases};
+
+/// What tests (and embedders) may swap in.
+#[derive(Default)]
+pub struct Options {
+    pub clock: Option<SharedClock>,
+    /// Extra notification sinks, next to the configured GitHub and Slack ones.
+    pub sinks: Vec<Arc<dyn Sink>>,
+    /// Extra inbox handlers by source.
+    pub inbox: Vec<(String, Arc<dyn Handler>)>,
+    /// Overrides the outbox worker's timings.
+    pub worker: Option<WorkerSettings>,
+}
+
+/// A running gatebot: state plus its background workers.
+pub struct Gatebot {
+    pub state: AppState,
+    shutdown: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+impl Gatebot {
+    pub async fn start(config: Config) -> anyhow::Result<Self> {
+        Self::start_with(config, Options::default()).await
+    }
+
+    pub async fn start_with(config: Config, options: Options) -> anyhow::Result<Self> {
+        if let Some(problem) = config.problems().into_iter().next() {
+            anyhow::bail!(problem);
+        }
+        let clock = options.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let store = Store::connect(&config.database_url).await?;
+        let metrics = Arc::new(Metrics::new());
+        let templates = templates::Templates::new(config.templates_dir.clone())?;
+        let policy = policy::Policy::from_config(&config)?;
+        let outbox_wake = Arc::new(Notify::new());
+        let inbox_wake = Arc::new(Notify::new());
+        let mut sinks = options.sinks;
+        let github = github::client(&config)?;
+        sinks.extend(github::sinks(
+            github.as_ref(),
+            &config,
+            &store,
+            &templates,
+            &clock,
+            &metrics,
+        ));
+        sinks.extend(slack::sinks(&config, &store, &templates, &clock, &metrics)?);
+        let notifier = Notifier::new(sinks);
+        let engine = Engine::new(
+            store.clone(),
+            clock.clone(),
+            EngineSettings {
+                approval_ttl: Some(config.approval_ttl).filter(|t| !t.is_zero()),
+                default_repo: config.github.repository.clone(),
+                check_deadline: engine::CHECK_DEADLINE,
+                channels: gate::Channels {
+                    github: config.github.webhook_secret.is_some(),
+                    slack: config.slack.signing_secret.is_some(),
+                },
+            },
+            metrics.clone(),
+            notifier.clone(),
+            outbox_wake.clone(),
+        )
+        .await
+        .context("cannot load gates from the store")?;
+        let state = AppState(Arc::new(Shared {
+            config,
+            store: store.clone(),
+            engine,
+            metrics: metrics.clone(),
+            clock: clock.clone(),
+            inbox_wake: inbox_wake.clone(),
+            templates,
+            policy,
+        }));
+
+        let shutdown = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        let owner = store.replica().to_string();
+        take_over_leases(&store, clock.now_ms()).await;
+        if store.backend() == store::Backend::Postgres {
+            tasks.spawn(heartbeat(store.clone(), clock.clone(), shutdown.clone()));
+        }
+        let settings = options.worker.unwrap_or_else(|| WorkerSettings {
+            base_backoff: state.config.outbox_backoff,
+            max_attempts: state.config.outbox_max_attempts,
+            lease: state.config.outbox_lease,
+            ..WorkerSettings::default()
+        });
+        let outbox = Worker {
+            queue: QueueName::Outbox,
+            store: store.clone(),
+            clock: clock.clone(),
+            metrics: metrics.clone(),
+            handlers: notifier.handlers().into_iter().collect(),
+            settings: settings.clone(),
+            wake: outbox_wake,
+            owner: owner.clone(),
+        };
+        tasks.spawn(outbox.run(shutdown.clone()));
+        let mut inbox_handlers: std::collections::HashMap<String, Arc<dyn Handler>> =
+            options.inbox.into_iter().collect();
+        inbox_handlers.extend(github::inbox_handlers(&state, github.as_ref()));
+        let authors = github.map(|c| c as Arc<dyn crate::core::authors::AuthorLookup>);
+        inbox_handlers.extend(slack::inbox_handlers(&state, authors)?);
+        let inbox = Worker {
+            queue: QueueName::Inbox,
+            store: store.clone(),
+            clock: clock.clone(),
+            metrics: metrics.clone(),
+            handlers: inbox_handlers,
+            settings: WorkerSettings {
+                base_backoff: Duration::from_millis(500),
+                ..settings
+            },
+            wake: inbox_wake,
+            owner,
+        };
+        // Test and operations knob (undocumented in --help): start working the inbox
+        // only after this long, e.g. to inspect or drain stored deliveries first.
+        let inbox_delay = std::env::var("GATEBOT_INBOX_START_DELAY")
+            .ok()
+            .and_then(|v| humantime::parse_duration(v.trim()).ok());
+        let inbox_shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            if let Some(delay) = inbox_delay {
+                tokio::select! {
+                    () = inbox_shutdown.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+            inbox.run(inbox_shutdown).await
+        });
+        tasks.spawn(housekeeping(state.clone(), shutdown.clone()));
+        Ok(Self {
+            state,
+            shutdown,
+            tasks,
+        })
+    }
+
+    pub fn router(&self) -> Router {
+        app(self.state.clone())
+    }
+
+    /// Serves until `signal`, lets in-flight requests finish (up to the
+    /// configured shutdown timeout), then stops the workers. Slow and idle
+    /// connections are cut and connections are limited (see [`http::server`]).
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let grace = self.state.config.shutdown_timeout;
+        let limits = http::server::ServerLimits::from_config(&self.state.config);
+        let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = http::server::serve(
+            listener,
+            self.router(),
+            limits,
+            self.state.metrics.clone(),
+            async move {
+                signal.await;
+                tracing::info!("shutting down: finishing in-flight requests");
+                let _ = stopping_tx.send(());
+            },
+        );
+        tokio::pin!(server);
+        tokio::select! {
+            () = &mut server => {}
+            () = async {
+                let _ = stopping_rx.await;
+                tokio::time::sleep(grace).await;
+            } => tracing::warn!(?grace, "in-flight requests did not finish in time"),
+        }
+        self.stop().await;
+        Ok(())
+    }
+
+    /// Stops the workers and writes what is only in memory.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        while self.tasks.join_next().await.is_some() {}
+        if let Err(e) = self.state.engine.flush_seen().await {
+            tracing::warn!(error = %e, "could not write last-seen times");
+        }
+        if let Err(e) = self.state.store.leave().await {
+            tracing::warn!(error = %e, "could not remove this replica's heartbeat");
+        }
+        self.state.store.close().await;
+    }
+}

@@ -1,0 +1,231 @@
+//! The router: every channel's routes behind their body limits, and the layers
+//! every route gets (request ids, access log, metrics, timeouts, panics).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::HeaderMap;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::sync::Semaphore;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{
+    MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tracing::Level;
+
+use crate::api::{self, health};
+use crate::core::AppState;
+use crate::flagger;
+use crate::gate::GateKind;
+use crate::http::error::{Reject, Rejected};
+use crate::http::guard::{self, Failed, OnFailure};
+use crate::http::limits::{self, BodyLimit, WEBHOOK_BODY_READERS};
+use crate::http::receipts::Receipts;
+use crate::http::{API_BODY_LIMIT, FLAGGER_BODY_LIMIT, GITHUB_BODY_LIMIT, SLACK_BODY_LIMIT};
+use crate::metrics::{FailureLabels, HttpLabels, RouteLabels};
+use crate::{github, slack};
+
+/// The router, shared by `main` and the tests.
+pub fn app(state: AppState) -> Router {
+    let read_timeout = state.config.body_read_timeout;
+    let body =
+        |max| middleware::from_fn_with_state(BodyLimit::new(max, read_timeout), limits::bounded);
+    // One cap for both webhook sources: anyone may send to them.
+    let webhook_readers = Arc::new(Semaphore::new(WEBHOOK_BODY_READERS));
+    let webhook_body = |max| {
+        middleware::from_fn_with_state(
+            BodyLimit::new(max, read_timeout).shared(&webhook_readers),
+            limits::bounded,
+        )
+    };
+
+    // Flagger's checks: whatever goes wrong here is answered 403, never 5xx.
+    let checks = Router::new()
+        .route(
+            "/gates/{kind}",
+            get(flagger::canary_gate).post(flagger::canary_gate),
+        )
+        .route(
+            "/gates/{kind}/{*scope}",
+            get(flagger::scoped_gate).post(flagger::scoped_gate),
+        )
+        .route(
+            "/gate/check",
+            post(|s: State<AppState>, b: Bytes| flagger::legacy_check(s, GateKind::LegacyGate, b)),
+        )
+        .route(
+            "/rollback/check",
+            post(|s: State<AppState>, b: Bytes| {
+                flagger::legacy_check(s, GateKind::LegacyRollback, b)
+            }),
+        )
+        .layer(DefaultBodyLimit::max(FLAGGER_BODY_LIMIT))
+        .route_layer(body(FLAGGER_BODY_LIMIT));
+
+    let flagger = Router::new()
+        .route(
+            "/gate/open",
+            post(|s: State<AppState>, h: HeaderMap, b: Bytes| {
+                flagger::legacy_set(s, h, GateKind::LegacyGate, true, b)
+            }),
+        )
+        .route(
+            "/gate/close",
+            post(|s: State<AppState>, h: HeaderMap, b: Bytes| {
+                flagger::legacy_set(s, h, GateKind::LegacyGate, false, b)
+            }),
+        )
+        .route(
+            "/rollback/open",
+            post(|s: State<AppState>, h: HeaderMap, b: Bytes| {
+                flagger::legacy_set(s, h, GateKind::LegacyRollback, true, b)
+            }),
+        )
+        .route(
+            "/rollback/close",
+            post(|s: State<AppState>, h: HeaderMap, b: Bytes| {
+                flagger::legacy_set(s, h, GateKind::LegacyRollback, false, b)
+            }),
+        )
+        .route(
+            "/gate/approve",
+            get(flagger::legacy_approve).post(flagger::legacy_approve),
+        )
+        .route(
+            "/gate/halt",
+            get(flagger::legacy_halt).post(flagger::legacy_halt),
+        )
+        .route("/flagger/events", post(flagger::event))
+        .layer(DefaultBodyLimit::max(FLAGGER_BODY_LIMIT))
+        .route_layer(body(FLAGGER_BODY_LIMIT));
+
+    let api = Router::new()
+        .route("/api/v1/gates", get(api::list))
+        .route("/api/v1/gates/open", post(api::open))
+        .route("/api/v1/gates/close", post(api::close))
+        .route("/api/v1/gates/{*key}", get(api::show))
+        .route("/api/v1/waits", get(api::waits))
+        .route("/api/v1/audit", get(api::audit))
+        .route("/api/v1/outbox", get(api::outbox))
+        .route("/api/v1/events", get(api::events))
+        .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
+        .route_layer(body(API_BODY_LIMIT));
+
+    // One receipt writer for every webhook source: more deliveries per commit.
+    let webhooks = Router::new()
+        .merge(github::routes().route_layer(webhook_body(GITHUB_BODY_LIMIT)))
+        .merge(slack::routes().route_layer(webhook_body(SLACK_BODY_LIMIT)))
+        .layer(axum::Extension(Receipts::new(
+            state.store.clone(),
+            state.clock.clone(),
+            state.inbox_wake.clone(),
+        )));
+
+    let rest = Router::new()
+        .merge(flagger)
+        .merge(api)
+        .merge(webhooks)
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics));
+    harden(state, checks, rest)
+}
+
+/// The layers every route gets, from the outside in: request ids, the access
+/// log, metrics (`observe`), the request timeout and panic catching; `checks`
+/// (Flagger's gate checks, not empty) answer failures 403 with a reason, `rest`
+/// (not empty) 500 or 503. Public so that tests can put failing handlers
+/// behind exactly these layers.
+pub fn harden(state: AppState, checks: Router<AppState>, rest: Router<AppState>) -> Router {
+    let timeout = state.config.request_timeout;
+    let guarded = |routes: Router<AppState>, gate_check: bool| {
+        let on = OnFailure {
+            gate_check,
+            timeout,
+        };
+        // Panics are caught inside the timeout, and both inside `observe`, so
+        // every failure is counted by route.
+        routes
+            .route_layer(CatchPanicLayer::custom(on))
+            .route_layer(middleware::from_fn_with_state(on, guard::deadline))
+    };
+    Router::new()
+        .merge(guarded(checks, true))
+        .merge(guarded(rest, false))
+        .route_layer(middleware::from_fn_with_state(state.clone(), observe))
+        .fallback(not_found)
+        .layer(
+            TraceLayer::new_for_http()
+                // One access-log line per request; Flagger's polling is a few per minute per gate.
+                .on_response(DefaultOnResponse::new().level(Level::INFO))
+                .make_span_with(|req: &Request| {
+                let id = req
+                    .extensions()
+                    .get::<RequestId>()
+                    .and_then(|id| id.header_value().to_str().ok())
+                    .unwrap_or("-");
+                tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+            }),
+        )
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .with_state(state)
+}
+
+/// Counts requests by matched route (bounded cardinality) and refusals by reason.
+async fn observe(
+    State(state): State<AppState>,
+    matched: Option<MatchedPath>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let route = matched.map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
+    let method = req.method().as_str().to_string();
+    let started = Instant::now();
+    let response = next.run(req).await;
+    let status = response.status();
+    let m = &state.metrics;
+    m.http_requests
+        .get_or_create(&HttpLabels {
+            method,
+            route: route.clone(),
+            status: status.as_u16(),
+        })
+        .inc();
+    m.http_duration
+        .get_or_create(&RouteLabels {
+            route: route.clone(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    if let Some(Failed(cause)) = response.extensions().get::<Failed>() {
+        m.http_failures
+            .get_or_create(&FailureLabels {
+                route: route.clone(),
+                cause,
+            })
+            .inc();
+    } else if let Some(Rejected(reason)) = response.extensions().get::<Rejected>() {
+        m.reject(&route, reason);
+    } else if matches!(
+        status.as_u16(),
+        400 | 401 | 404 | 405 | 408 | 413 | 415 | 422
+    ) {
+        // Refused by an extractor before our handler ran (e.g. body too large).
+        m.reject(&route, status.as_str());
+    }
+    response
+}
+
+async fn not_found(State(state): State<AppState>) -> Response {
+    state.metrics.reject("unmatched", "not_found");
+    Reject::not_found(
+        "no such route: Flagger gates are /gates/<kind>/…, the API is /api/v1/gates, webhooks are /webhooks/…",
+    )
+    .into_response()
+}

@@ -1,0 +1,69 @@
+//! The background tasks every replica runs beside the workers.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::SharedClock;
+use crate::core::AppState;
+use crate::gate;
+use crate::store::{self, QueueName, Store};
+
+/// Before the workers start: on SQLite (one process) every lease is a dead
+/// process's, so take them back; on both stores, say this replica is alive
+/// before it claims anything.
+pub(super) async fn take_over_leases(store: &Store, now: gate::Millis) {
+    if store.backend() == store::Backend::Sqlite {
+        match store.release_leases().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(items = n, "took back leases of a previous process"),
+            Err(e) => tracing::warn!(error = %e, "could not take back old leases"),
+        }
+    }
+    if let Err(e) = store.heartbeat(now).await {
+        tracing::warn!(error = %e, "could not register this replica");
+    }
+}
+
+/// PostgreSQL: says every second that this replica is alive, so that others
+/// take its leases within seconds of its death (see `store::DEAD_AFTER`).
+pub(super) async fn heartbeat(store: Store, clock: SharedClock, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(store::HEARTBEAT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let beat = store.heartbeat(clock.now_ms());
+        match tokio::time::timeout(store::HEARTBEAT_EVERY * 2, beat).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "heartbeat failed"),
+            Err(_) => tracing::warn!("heartbeat timed out"),
+        }
+    }
+}
+
+/// Every few seconds: write last-seen times, expire approvals, refresh gauges.
+pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = state.engine.flush_seen().await {
+            tracing::warn!(error = %e, "could not write last-seen times");
+        }
+        if let Err(e) = state.engine.expire_due().await {
+            tracing::warn!(error = %e, "could not expire approvals");
+        }
+        if let Ok(n) = state.store.pending(QueueName::Outbox).await {
+            state.metrics.outbox_pending.set(n);
+        }
+        if let Ok(n) = state.store.pending(QueueName::Inbox).await {
+            state.metrics.inbox_pending.set(n);
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! The state every channel's handlers share.
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::store::Store;
+use crate::{policy, templates};
+
+use super::Engine;
+
+/// Everything a request handler may need.
+#[derive(Clone)]
+pub struct AppState(pub(crate) Arc<Shared>);
+
+pub struct Shared {
+    pub config: Config,
+    pub store: Store,
+    pub engine: Engine,
+    pub metrics: Arc<Metrics>,
+    pub clock: SharedClock,
+    /// Nudges the inbox worker when a delivery is stored.
+    pub inbox_wake: Arc<Notify>,
+    pub templates: templates::Templates,
+    /// Who may do what; read once at start.
+    pub policy: policy::Policy,
+}
+
+impl Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}

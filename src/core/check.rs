@@ -1,0 +1,314 @@
+//! The gate check, Flagger's hot path: the steady state from memory, a
+//! change written in one transaction.
+
+use super::memory::SeenEntry;
+use super::*;
+
+impl Engine {
+    /// Answers Flagger within the check deadline, whatever the store does.
+    /// Without a canary (a GET with no body) it only peeks.
+    ///
+    /// A check that cannot read or record what it needs in time answers closed
+    /// with [`STORE_BUSY`]; nothing of it is remembered, so the next poll tries
+    /// again. Dropping the unfinished write rolls it back.
+    pub async fn check(&self, key: &GateKey, input: &CheckInput) -> Result<Verdict, EngineError> {
+        // SQLite's steady state is answered from memory, with no timer to arm.
+        if self.store.backend() == Backend::Sqlite {
+            let gate = self
+                .memory()
+                .gate(key)
+                .unwrap_or_else(|| Gate::closed(key.clone()));
+            if let Some(verdict) = self.settled(key, &gate, input, self.now()) {
+                return Ok(verdict);
+            }
+        }
+        let deadline = self.settings.check_deadline;
+        match tokio::time::timeout(deadline, self.check_now(key, input)).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.metrics.checks_store_busy.inc();
+                self.count_check(key.kind, Answer::Closed);
+                tracing::warn!(gate = %key, ?deadline, "gate check could not reach the store in time: answering closed");
+                Ok(Verdict::closed(STORE_BUSY))
+            }
+        }
+    }
+
+    async fn check_now(&self, key: &GateKey, input: &CheckInput) -> Result<Verdict, EngineError> {
+        let gate = self.gate(key).await?;
+        if let Some(verdict) = self.settled(key, &gate, input, self.now()) {
+            return Ok(verdict);
+        }
+        let Some(canary) = &input.canary else {
+            return Ok(peek(&gate, self.now(), self.settings.channels));
+        };
+        let check = Check {
+            canary: canary.clone(),
+            checksum: input.checksum.clone(),
+            phase: input.phase.clone(),
+        };
+        let verdict = self.record_check(key, &check, input).await?;
+        self.count_check(key.kind, verdict.answer);
+        Ok(verdict)
+    }
+
+    /// The answer when nothing needs writing: a peek (no canary), or the same
+    /// canary, revision and answer as its last check. None: record it.
+    fn settled(
+        &self,
+        key: &GateKey,
+        gate: &Gate,
+        input: &CheckInput,
+        now: Millis,
+    ) -> Option<Verdict> {
+        let Some(canary) = &input.canary else {
+            return Some(peek(gate, now, self.settings.channels));
+        };
+        let check = Check {
+            canary: canary.clone(),
+            checksum: input.checksum.clone(),
+            phase: input.phase.clone(),
+        };
+        let verdict = decide(gate, &check, now, self.settings.channels);
+        if verdict.pin || verdict.expired {
+            return None;
+        }
+        let mut memory = self.memory();
+        let s = memory.last_mut(key, canary)?;
+        let step = wait_step(key.kind, Some(&s.seen()), &check, verdict.answer);
+        let same = step == WaitStep::Nothing
+            && s.answer == verdict.answer
+            && s.checksum == check.checksum
+            && s.phase == check.phase
+            && s.reason == verdict.reason;
+        if !same {
+            return None;
+        }
+        s.last_seen = now;
+        s.dirty = true;
+        drop(memory);
+        self.count_check(key.kind, verdict.answer);
+        Some(verdict)
+    }
+
+    fn count_check(&self, kind: GateKind, answer: Answer) {
+        self.metrics
+            .gate_checks
+            .get_or_create(&GateLabels {
+                kind: kind.as_str(),
+                result: answer.as_str(),
+            })
+            .inc();
+    }
+
+    /// The slow path: something changed, so write it down in one transaction.
+    async fn record_check(
+        &self,
+        key: &GateKey,
+        check: &Check,
+        input: &CheckInput,
+    ) -> Result<Verdict, EngineError> {
+        let _turn = self.write.lock().await;
+        let now = self.now();
+        let mut gate = self.gate(key).await?;
+        let mut verdict = decide(&gate, check, now, self.settings.channels);
+        let metadata = serde_json::to_string(&input.metadata).unwrap_or_else(|_| "{}".into());
+        let mut notices = Vec::new();
+        let mut audits = Vec::new();
+        let mut tx = self.store.begin().await?;
+
+        if verdict.expired {
+            if let GateStatus::Open(approval) = &gate.status {
+                audits.push(AuditEntry {
+                    at: now,
+                    gate: key.to_string(),
+                    action: "expire".into(),
+                    actor: Actor::gatebot(),
+                    reason: Some(format!("approval by {} expired", approval.change.by.name)),
+                    revision: Some(check.checksum.clone()),
+                    canary: Some(check.canary.to_string()),
+                    delivery: None,
+                });
+            }
+            gate.status = GateStatus::Closed {
+                change: Some(Change {
+                    by: Actor::gatebot(),
+                    reason: Some("approval expired".into()),
+                    at: now,
+                }),
+            };
+            Store::put_gate(&mut tx, &gate).await?;
+            notices.push(Notice::GateChanged {
+                gate: key.to_string(),
+                action: "expire".into(),
+                actor: Actor::gatebot(),
+                reason: Some("approval expired".into()),
+                at: now,
+            });
+        }
+
+        if verdict.pin {
+            if let GateStatus::Open(approval) = &mut gate.status {
+                let pinned = Store::pin(
+                    &mut tx,
+                    key,
+                    &approval.id,
+                    &check.canary,
+                    &check.checksum,
+                    now,
+                )
+                .await?;
+                approval
+                    .pins
+                    .insert(check.canary.to_string(), pinned.clone());
+                if pinned == check.checksum {
+                    audits.push(AuditEntry {
+                        at: now,
+                        gate: key.to_string(),
+                        action: "pin".into(),
+                        actor: approval.change.by.clone(),
+                        reason: Some(format!("approval used by {}", check.canary)),
+                        revision: Some(pinned),
+                        canary: Some(check.canary.to_string()),
+                        delivery: None,
+                    });
+                } else {
+                    // Another replica pinned this canary to another revision first.
+                    verdict = decide(&gate, check, now, self.settings.channels);
+                }
+            }
+        }
+
+        let seen = self.memory().last(key, &check.canary).map(SeenEntry::seen);
+        let mut wait_open = seen.as_ref().is_some_and(|s| s.wait_open);
+        match wait_step(key.kind, seen.as_ref(), check, verdict.answer) {
+            WaitStep::Nothing => {}
+            step @ (WaitStep::Start | WaitStep::Restart) => {
+                if step == WaitStep::Restart {
+                    if let Some(id) =
+                        Store::end_wait(&mut tx, key, &check.canary, "superseded", now).await?
+                    {
+                        notices.push(wait_ended(id, key, check, "superseded", now));
+                    }
+                }
+                if let Some(wait_id) = Store::start_wait(
+                    &mut tx,
+                    key,
+                    &check.canary,
+                    &check.checksum,
+                    &check.phase,
+                    &metadata,
+                    now,
+                )
+                .await?
+                {
+                    audits.push(AuditEntry {
+                        at: now,
+                        gate: key.to_string(),
+                        action: "wait".into(),
+                        actor: Actor::gatebot(),
+                        reason: Some(verdict.reason.clone()),
+                        revision: Some(check.checksum.clone()),
+                        canary: Some(check.canary.to_string()),
+                        delivery: None,
+                    });
+                    notices.push(Notice::WaitStarted {
+                        wait_id,
+                        gate: key.to_string(),
+                        canary: check.canary.to_string(),
+                        checksum: check.checksum.clone(),
+                        phase: check.phase.clone(),
+                        reason: verdict.reason.clone(),
+                        metadata: input.metadata.clone(),
+                        at: now,
+                    });
+                    self.metrics
+                        .waits_started
+                        .get_or_create(&KindLabels {
+                            kind: key.kind.as_str(),
+                        })
+                        .inc();
+                }
+                wait_open = true;
+            }
+            WaitStep::End => {
+                if let Some(id) =
+                    Store::end_wait(&mut tx, key, &check.canary, "opened", now).await?
+                {
+                    notices.push(wait_ended(id, key, check, "opened", now));
+                }
+                wait_open = false;
+            }
+        }
+
+        Store::observe(
+            &mut tx,
+            key,
+            &check.canary,
+            &check.checksum,
+            &check.phase,
+            verdict.answer,
+            &verdict.reason,
+            &metadata,
+            now,
+        )
+        .await?;
+        let queued = self.finish(&mut tx, &audits, &notices, now).await?;
+        tx.commit().await?;
+        self.after_commit(&audits, queued);
+        self.remember(&gate);
+        self.memory().observe(
+            key,
+            &check.canary,
+            &check.checksum,
+            &check.phase,
+            verdict.answer,
+            &verdict.reason,
+            wait_open,
+            now,
+        );
+        Ok(verdict)
+    }
+}
+
+fn wait_ended(id: i64, key: &GateKey, check: &Check, outcome: &str, at: Millis) -> Notice {
+    Notice::WaitEnded {
+        wait_id: id,
+        gate: key.to_string(),
+        canary: check.canary.to_string(),
+        outcome: outcome.to_string(),
+        at,
+    }
+}
+
+/// The gate's state for someone looking, not for a canary: no pinning applies.
+fn peek(gate: &Gate, now: Millis, channels: Channels) -> Verdict {
+    let closed = |reason: String| Verdict {
+        answer: Answer::Closed,
+        reason,
+        pin: false,
+        expired: false,
+    };
+    match &gate.status {
+        GateStatus::Open(a) if !a.expired(now) => Verdict {
+            answer: Answer::Open,
+            reason: format!(
+                "approved by {} via {} at {}",
+                a.change.by.name,
+                a.change.by.source,
+                crate::gate::state::rfc3339(a.change.at)
+            ),
+            pin: false,
+            expired: false,
+        },
+        GateStatus::Held { change } => closed(format!(
+            "held by {} via {}",
+            change.by.name, change.by.source
+        )),
+        _ => closed(format!(
+            "{}: {}",
+            closed_word(gate.key.kind),
+            open_hint(&gate.key, channels)
+        )),
+    }
+}

@@ -1,0 +1,109 @@
+//! Flagger's event hook: the canary timeline and its milestones.
+
+use super::*;
+
+impl Engine {
+    /// Records a Flagger event and tells people about milestones.
+    pub async fn record_event(
+        &self,
+        canary: &CanaryRef,
+        input: &CheckInput,
+        message: &str,
+        event_type: &str,
+        flagger_at: Option<Millis>,
+    ) -> Result<EventKind, EngineError> {
+        let now = self.now();
+        let kind = classify(message);
+        let row = EventRow {
+            received_at: now,
+            canary: canary.to_string(),
+            phase: input.phase.clone(),
+            checksum: input.checksum.clone(),
+            event_type: event_type.to_string(),
+            kind: kind.as_str().to_string(),
+            message: message.to_string(),
+            flagger_at,
+            metadata: serde_json::to_string(&input.metadata).unwrap_or_else(|_| "{}".into()),
+        };
+        let mut gates: Vec<String> = self.store.gates_of_canary(&canary.to_string()).await?;
+        if let Some(pr) = self.pr_from_metadata(&input.metadata) {
+            for kind in [GateKind::Start, GateKind::Promote] {
+                let key = GateKey::new(kind, pr.clone()).to_string();
+                if !gates.contains(&key) {
+                    gates.push(key);
+                }
+            }
+        }
+        let mut tx = self.store.begin().await?;
+        Store::insert_event(&mut tx, &row).await?;
+        let mut notices = Vec::new();
+        if kind.is_final() {
+            let outcome = kind.as_str();
+            let keys: HashSet<&String> = gates.iter().collect();
+            for key in keys {
+                let Ok(key) = GateKey::parse(key, None) else {
+                    continue;
+                };
+                if let Some(id) = Store::end_wait(&mut tx, &key, canary, outcome, now).await? {
+                    notices.push(Notice::WaitEnded {
+                        wait_id: id,
+                        gate: key.to_string(),
+                        canary: canary.to_string(),
+                        outcome: outcome.to_string(),
+                        at: now,
+                    });
+                    self.memory().end_wait(&key, canary);
+                }
+            }
+        }
+        if kind.is_milestone() {
+            notices.push(Notice::CanaryEvent {
+                canary: canary.to_string(),
+                gates,
+                kind: kind.as_str().to_string(),
+                message: message.to_string(),
+                event_type: event_type.to_string(),
+                phase: input.phase.clone(),
+                checksum: input.checksum.clone(),
+                metadata: input.metadata.clone(),
+                at: now,
+            });
+        }
+        let queued = self.finish(&mut tx, &[], &notices, now).await?;
+        tx.commit().await?;
+        self.after_commit(&[], queued);
+        self.metrics
+            .events
+            .get_or_create(&ActionLabels {
+                action: kind.as_str().to_string(),
+            })
+            .inc();
+        Ok(kind)
+    }
+
+    /// A canary's event metadata may name its PR: `pr: "42"` (default repository)
+    /// and optionally `repository: owner/name`.
+    fn pr_from_metadata(&self, metadata: &BTreeMap<String, String>) -> Option<Scope> {
+        let number = metadata
+            .get("pr")?
+            .trim()
+            .trim_start_matches('#')
+            .parse()
+            .ok()?;
+        let repo = match metadata.get("repository").or_else(|| metadata.get("repo")) {
+            Some(r) => r.parse().ok()?,
+            None => self.settings.default_repo.clone()?,
+        };
+        Some(Scope::Pr { repo, number })
+    }
+
+    /// Writes last-seen times gathered since the last flush.
+    pub async fn flush_seen(&self) -> Result<usize, StoreError> {
+        let batch = self.memory().take_dirty();
+        self.store.touch_observations(&batch).await?;
+        self.metrics
+            .waits_open
+            .set(self.store.open_wait_count().await?);
+        Ok(batch.len())
+    }
+}

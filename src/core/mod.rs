@@ -1,0 +1,281 @@
+//! The application core: answers gate checks, applies approvals, records waits
+//! and the Flagger timeline, and queues notifications. Uses the store; knows no HTTP.
+//!
+//! The steady-state check (same canary, same revision, same answer) reads memory
+//! and writes nothing: with SQLite this process is the only writer, so its cache
+//! of gates is the truth; with PostgreSQL other replicas write too, so the gate
+//! row is read per check. Last-seen times are kept in memory and flushed in batches.
+
+mod app;
+pub mod authors;
+mod change;
+mod check;
+pub mod commands;
+mod events;
+mod memory;
+mod page;
+mod read;
+
+pub use app::{AppState, Shared};
+pub use page::GatePage;
+pub use read::{CanarySeen, GateDetail, GateSummary};
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::Notify;
+
+use crate::clock::SharedClock;
+use crate::gate::event::{classify, EventKind};
+use crate::gate::state::{closed_word, one_line, open_hint};
+use crate::gate::{
+    decide, wait_step, Actor, Answer, Approval, CanaryRef, Change, Channels, Check, Gate, GateKey,
+    GateKind, GateStatus, Millis, RepoName, Scope, Verdict, WaitStep,
+};
+use crate::metrics::{ActionLabels, GateLabels, KindLabels, Metrics};
+use crate::notify::{Notice, Notifier};
+use crate::store::{
+    AuditEntry, Backend, EventRow, ObservationRow, Store, StoreError, WaitRow, WriteTx,
+};
+use memory::{Memory, Observed};
+
+/// Errors a person gets told about (on the PR, in Slack, from the API).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{gate} is held by {by} via {via}: lift the hold first")]
+    Held {
+        gate: String,
+        by: String,
+        via: crate::gate::Source,
+    },
+    /// The command predates the gate's last close, so it was about an earlier
+    /// revision (or a state someone has since ended).
+    #[error("{gate} closed at {}, after this was sent: send it again if it still holds", crate::gate::state::rfc3339(*closed_at))]
+    WrittenBeforeClose { gate: String, closed_at: Millis },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    pub approval_ttl: Option<Duration>,
+    pub default_repo: Option<RepoName>,
+    /// How long a check may wait for the store before it answers closed.
+    /// Flagger's webhook timeout is 10 s; the promise is an answer within 2 s.
+    pub check_deadline: Duration,
+    /// The ways of opening a gate that closed answers name.
+    pub channels: Channels,
+}
+
+/// The default [`EngineSettings::check_deadline`].
+pub const CHECK_DEADLINE: Duration = Duration::from_millis(1500);
+
+/// The reason Flagger reads when the store could not record a check in time.
+pub const STORE_BUSY: &str =
+    "closed: gatebot cannot read its store in time (store busy: try again at the next poll)";
+
+/// What Flagger sent with a check.
+#[derive(Debug, Clone, Default)]
+pub struct CheckInput {
+    pub canary: Option<CanaryRef>,
+    pub checksum: String,
+    pub phase: String,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// Who did something and on which delivery (for replays and the audit log).
+#[derive(Debug, Clone)]
+pub struct Provenance {
+    pub actor: Actor,
+    pub reason: Option<String>,
+    /// Webhook delivery or click id: the same delivery never applies twice.
+    pub delivery: Option<String>,
+    /// When the person gave the command, by the source's signed time (GitHub's
+    /// `updated_at`, Slack's request timestamp). An open written before the
+    /// gate's last close is refused: it was about what came before.
+    pub written_at: Option<Millis>,
+    /// The revision the person saw (a click on a waiting message): the approval
+    /// is pinned to it for that canary at once, so it never opens a newer one.
+    pub revision: Option<(CanaryRef, String)>,
+}
+
+impl Provenance {
+    pub fn new(actor: Actor) -> Self {
+        Self {
+            actor,
+            reason: None,
+            delivery: None,
+            written_at: None,
+            revision: None,
+        }
+    }
+
+    pub fn reason(mut self, reason: Option<String>) -> Self {
+        self.reason = reason.map(|r| one_line(&r)).filter(|r| !r.is_empty());
+        self
+    }
+
+    pub fn delivery(mut self, delivery: impl Into<String>) -> Self {
+        self.delivery = Some(delivery.into());
+        self
+    }
+
+    pub fn written_at(mut self, at: Option<Millis>) -> Self {
+        self.written_at = at;
+        self
+    }
+
+    pub fn revision(mut self, canary: CanaryRef, checksum: impl Into<String>) -> Self {
+        self.revision = Some((canary, checksum.into()));
+        self
+    }
+}
+
+pub struct Engine {
+    store: Store,
+    clock: SharedClock,
+    settings: EngineSettings,
+    metrics: Arc<Metrics>,
+    notifier: Notifier,
+    outbox_wake: Arc<Notify>,
+    /// Every gate with SQLite (kept current by this process's writes), and the
+    /// last check of every canary at every gate.
+    memory: Mutex<Memory>,
+    /// Serialises the slow path so two checks of one canary don't both start a wait.
+    write: tokio::sync::Mutex<()>,
+}
+
+impl Engine {
+    pub async fn new(
+        store: Store,
+        clock: SharedClock,
+        settings: EngineSettings,
+        metrics: Arc<Metrics>,
+        notifier: Notifier,
+        outbox_wake: Arc<Notify>,
+    ) -> Result<Self, StoreError> {
+        let mut memory = Memory::new(store.backend() == Backend::Sqlite);
+        if memory.keeps_gates() {
+            store.each_gate(|gate| memory.put_gate(&gate)).await?;
+        }
+        store
+            .each_observation(|o| {
+                if let Ok(gate) = GateKey::parse(&o.gate, None) {
+                    memory.load(Observed {
+                        gate: &gate,
+                        canary: &o.canary,
+                        checksum: &o.checksum,
+                        phase: &o.phase,
+                        answer: o.answer,
+                        reason: &o.reason,
+                        wait_open: o.wait_open,
+                        last_seen: o.last_seen,
+                    });
+                }
+            })
+            .await?;
+        memory.shrink_to_fit();
+        tracing::info!(gates = memory.len(), "loaded gates and last checks");
+        Ok(Self {
+            store,
+            clock,
+            settings,
+            metrics,
+            notifier,
+            outbox_wake,
+            memory: Mutex::new(memory),
+            write: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn settings(&self) -> &EngineSettings {
+        &self.settings
+    }
+
+    pub fn now(&self) -> Millis {
+        self.clock.now_ms()
+    }
+
+    /// The gate as it stands (closed when never touched).
+    pub async fn gate(&self, key: &GateKey) -> Result<Gate, StoreError> {
+        let found = match self.store.backend() {
+            Backend::Sqlite => self.memory().gate(key),
+            Backend::Postgres => self.store.load_gate(key).await?,
+        };
+        Ok(found.unwrap_or_else(|| Gate::closed(key.clone())))
+    }
+
+    fn memory(&self) -> MutexGuard<'_, Memory> {
+        self.memory.lock().expect("engine memory poisoned")
+    }
+
+    fn remember(&self, gate: &Gate) {
+        self.memory().put_gate(gate);
+    }
+
+    /// Writes audit entries and queues the jobs the notices mean. Returns how many jobs.
+    async fn finish(
+        &self,
+        tx: &mut WriteTx<'_>,
+        audits: &[AuditEntry],
+        notices: &[Notice],
+        now: Millis,
+    ) -> Result<usize, StoreError> {
+        for entry in audits {
+            Store::audit(tx, entry).await?;
+        }
+        let mut queued = 0;
+        for notice in notices {
+            for planned in self.notifier.plan(notice) {
+                match planned {
+                    Ok(job) => queued += usize::from(Store::enqueue(tx, &job, now).await?),
+                    // A bug, said loudly; the change the notice reports still happens.
+                    Err(e) => {
+                        tracing::error!(error = %e, "notification dropped");
+                        self.metrics.dropped(&e.sink, "unencodable");
+                    }
+                }
+            }
+        }
+        Ok(queued)
+    }
+
+    /// Nudges the outbox worker after jobs were queued outside the engine.
+    pub fn wake_outbox(&self) {
+        self.outbox_wake.notify_one();
+    }
+
+    fn after_commit(&self, audits: &[AuditEntry], queued: usize) {
+        for entry in audits {
+            self.metrics
+                .audit_events
+                .get_or_create(&ActionLabels {
+                    action: entry.action.clone(),
+                })
+                .inc();
+        }
+        if queued > 0 {
+            self.outbox_wake.notify_one();
+        }
+    }
+
+    /// Queues jobs that no gate change carries (replies to a click or a command)
+    /// and wakes the outbox. Returns how many were queued.
+    pub async fn enqueue(&self, jobs: &[crate::store::NewJob]) -> Result<usize, StoreError> {
+        let now = self.now();
+        let mut tx = self.store.begin().await?;
+        let mut queued = 0;
+        for job in jobs {
+            queued += usize::from(Store::enqueue(&mut tx, job, now).await?);
+        }
+        tx.commit().await?;
+        self.after_commit(&[], queued);
+        Ok(queued)
+    }
+}

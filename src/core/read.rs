@@ -1,0 +1,145 @@
+//! Read models: gates as the API, the CLI and `/status` list them.
+
+use super::*;
+
+/// A gate as the API lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct GateSummary {
+    pub gate: String,
+    pub state: &'static str,
+    pub by: Option<Actor>,
+    pub reason: Option<String>,
+    pub at: Option<Millis>,
+    pub expires_at: Option<Millis>,
+    pub canaries: Vec<CanarySeen>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CanarySeen {
+    pub canary: String,
+    pub checksum: String,
+    pub phase: String,
+    pub answer: String,
+    pub reason: String,
+    pub last_seen: Millis,
+    pub waiting_since: Option<Millis>,
+}
+
+/// One gate in full.
+#[derive(Debug, Clone, Serialize)]
+pub struct GateDetail {
+    #[serde(flatten)]
+    pub gate: Gate,
+    pub observations: Vec<ObservationRow>,
+    pub waits: Vec<WaitRow>,
+    pub audit: Vec<AuditEntry>,
+}
+
+impl Engine {
+    /// Every gate anyone opened or Flagger asked, with the canaries at it.
+    pub async fn list(&self) -> Result<Vec<GateSummary>, StoreError> {
+        let mut gates: BTreeMap<String, Gate> = match self.store.backend() {
+            Backend::Sqlite => self
+                .memory()
+                .gates()
+                .into_iter()
+                .map(|g| (g.key.to_string(), g))
+                .collect(),
+            Backend::Postgres => self
+                .store
+                .load_gates()
+                .await?
+                .into_iter()
+                .map(|g| (g.key.to_string(), g))
+                .collect(),
+        };
+        let observations = self.store.load_observations().await?;
+        let waits: HashMap<i64, Millis> = self
+            .store
+            .waits(None, true, 10_000)
+            .await?
+            .into_iter()
+            .map(|w| (w.id, w.started_at))
+            .collect();
+        let mut canaries: BTreeMap<String, Vec<CanarySeen>> = BTreeMap::new();
+        for o in observations {
+            if let Ok(key) = GateKey::parse(&o.gate, None) {
+                gates
+                    .entry(o.gate.clone())
+                    .or_insert_with(|| Gate::closed(key));
+            }
+            canaries
+                .entry(o.gate.clone())
+                .or_default()
+                .push(CanarySeen {
+                    waiting_since: o.wait_id.and_then(|id| waits.get(&id).copied()),
+                    canary: o.canary,
+                    checksum: o.checksum,
+                    phase: o.phase,
+                    answer: o.answer,
+                    reason: o.reason,
+                    last_seen: o.last_seen,
+                });
+        }
+        let memory = self.memory();
+        Ok(gates
+            .into_values()
+            .map(|gate| {
+                let key = gate.key.to_string();
+                let mut at_gate = canaries.remove(&key).unwrap_or_default();
+                for c in &mut at_gate {
+                    if let Some(at) = memory.last_seen(&gate.key, &c.canary) {
+                        c.last_seen = c.last_seen.max(at);
+                    }
+                }
+                summarise(gate, at_gate)
+            })
+            .collect())
+    }
+
+    pub async fn detail(&self, key: &GateKey) -> Result<GateDetail, StoreError> {
+        let gate = self.gate(key).await?;
+        Ok(GateDetail {
+            gate,
+            observations: self.store.observations_for(key).await?,
+            waits: self.store.waits(Some(key), false, 50).await?,
+            audit: self.store.audit_log(Some(key), 100).await?,
+        })
+    }
+
+    /// The gates of one PR that exist (opened or asked by Flagger).
+    pub async fn gates_of_pr(
+        &self,
+        repo: &RepoName,
+        number: crate::gate::PrNumber,
+    ) -> Result<Vec<GateSummary>, StoreError> {
+        Ok(self
+            .list()
+            .await?
+            .into_iter()
+            .filter(|g| {
+                GateKey::parse(&g.gate, None)
+                    .ok()
+                    .and_then(|k| k.pr().map(|(r, n)| r == repo && n == number))
+                    .unwrap_or(false)
+            })
+            .collect())
+    }
+}
+
+pub(super) fn summarise(gate: Gate, canaries: Vec<CanarySeen>) -> GateSummary {
+    let (state, change, expires_at) = match &gate.status {
+        GateStatus::Open(a) => ("open", Some(&a.change), a.expires_at),
+        GateStatus::Closed { change } => ("closed", change.as_ref(), None),
+        GateStatus::Held { change } => ("held", Some(change), None),
+    };
+    GateSummary {
+        gate: gate.key.to_string(),
+        state,
+        by: change.map(|c| c.by.clone()),
+        reason: change.and_then(|c| c.reason.clone()),
+        at: change.map(|c| c.at),
+        expires_at,
+        canaries,
+    }
+}

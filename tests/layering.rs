@@ -1,0 +1,147 @@
+//! The layers of docs/architecture.md, checked: each top-level module of
+//! `src/` uses only modules of lower layers (and itself), and no channel uses
+//! another channel. Reads the `crate::…` paths of every source file.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// Top-level modules by layer, lowest first.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("domain", &["gate"]),
+    ("domain", &["command", "clock"]),
+    ("support", &["config", "metrics", "outbound", "templates"]),
+    ("support", &["policy", "store", "telemetry"]),
+    ("support", &["notify", "http"]),
+    ("core", &["core"]),
+    ("channels", &["flagger", "api", "github", "slack"]),
+    ("bootstrap", &["bootstrap"]),
+];
+
+fn rank(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|(_, ms)| ms.contains(&module))
+}
+
+fn is_channel(module: &str) -> bool {
+    rank(module).is_some_and(|r| LAYERS[r].0 == "channels")
+}
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src/") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a file belongs to (`src/core/check.rs` → `core`).
+fn module_of(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).expect("under src/");
+    let first = rel.components().next().expect("a component");
+    let name = first.as_os_str().to_string_lossy();
+    name.trim_end_matches(".rs").to_string()
+}
+
+/// Every `crate::<module>` named in code (comments skipped), including inside
+/// `use crate::{a, b}` groups.
+fn used_modules(text: &str) -> BTreeSet<String> {
+    let mut used = BTreeSet::new();
+    for line in text.lines() {
+        let code = line.trim_start();
+        if code.starts_with("//") {
+            continue;
+        }
+        let mut rest = code;
+        while let Some(at) = rest.find("crate::") {
+            let after = &rest[at + "crate::".len()..];
+            if let Some(group) = after.strip_prefix('{') {
+                let end = group.find('}').unwrap_or(group.len());
+                for item in group[..end].split(',') {
+                    let name: String = item
+                        .trim()
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    if !name.is_empty() {
+                        used.insert(name);
+                    }
+                }
+            } else {
+                let name: String = after
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    used.insert(name);
+                }
+            }
+            rest = after;
+        }
+    }
+    used
+}
+
+#[test]
+fn modules_use_only_lower_layers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    files.sort();
+    let mut broken = Vec::new();
+    let mut seen = BTreeSet::new();
+    for file in &files {
+        let module = module_of(&src, file);
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        seen.insert(module.clone());
+        let Some(own) = rank(&module) else {
+            broken.push(format!(
+                "src/{module}: not in any layer (add it to LAYERS and docs/architecture.md)"
+            ));
+            continue;
+        };
+        let text = std::fs::read_to_string(file).expect("read source");
+        for used in used_modules(&text) {
+            if used == module {
+                continue;
+            }
+            // Items of the crate root (re-exports) are not modules; only modules rank.
+            let Some(theirs) = rank(&used) else { continue };
+            let what = file.strip_prefix(&src).expect("under src/").display();
+            if theirs > own {
+                broken.push(format!(
+                    "src/{what} ({}) uses crate::{used} ({}), a higher layer",
+                    LAYERS[own].0, LAYERS[theirs].0
+                ));
+            } else if is_channel(&module) && is_channel(&used) {
+                broken.push(format!(
+                    "src/{what} uses crate::{used}: channels only translate and never use each other"
+                ));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "layering broken:\n{}", broken.join("\n"));
+    // Every layer is real: a module renamed away must be renamed here too.
+    for (_, modules) in LAYERS {
+        for m in *modules {
+            assert!(
+                seen.contains(*m),
+                "LAYERS names src/{m}, which does not exist"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_scanner_sees_groups_and_paths() {
+    let used = used_modules(
+        "use crate::{gate, store::Store};\n// crate::slack in a comment\nlet x = crate::core::Engine::new();",
+    );
+    assert_eq!(
+        used.into_iter().collect::<Vec<_>>(),
+        vec!["core", "gate", "store"]
+    );
+}
