@@ -1,7 +1,7 @@
 //! What a command does to gates, shared by every place a person can give one
 //! (PR comments, Slack buttons, the slash command).
 
-use crate::command::Command;
+use crate::command::{Command, Target};
 use crate::core::{Engine, EngineError, GateSummary, Provenance};
 use crate::gate::{CanaryRef, Gate, GateKey, GateKind, GateStatus, PrNumber, RepoName, Scope};
 
@@ -150,6 +150,38 @@ pub async fn status(engine: &Engine, subject: &Subject) -> Result<Vec<GateSummar
         .into_iter()
         .filter(|g| wanted.contains(&g.gate))
         .collect())
+}
+
+/// What a slash command's target names; `None` when it names nothing.
+pub fn subject_of(
+    target: Option<Target>,
+    default_repo: Option<&RepoName>,
+) -> Result<Option<Subject>, String> {
+    let Some(target) = target else {
+        return Ok(None);
+    };
+    let subject = match target {
+        Target::Pr {
+            repo: Some(repo),
+            number,
+        } => Subject::Pr {
+            repo: repo.parse().map_err(|e: crate::gate::KeyError| e.to_string())?,
+            number: PrNumber(number),
+        },
+        Target::Pr { repo: None, number } => Subject::Pr {
+            repo: default_repo.cloned().ok_or_else(|| {
+                format!("`{number}` needs a default repository: write `owner/repo#{number}` or set GATEBOT_GITHUB_REPOSITORY")
+            })?,
+            number: PrNumber(number),
+        },
+        Target::Canary { namespace, name } => {
+            Subject::Canary(CanaryRef::new(&namespace, &name).map_err(|e| e.to_string())?)
+        }
+        Target::Gate(path) => {
+            Subject::Gate(GateKey::parse(&path, default_repo).map_err(|e| e.to_string())?)
+        }
+    };
+    Ok(Some(subject))
 }
 
 #[cfg(test)]

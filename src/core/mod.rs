@@ -11,6 +11,7 @@ pub mod authors;
 mod change;
 mod check;
 pub mod commands;
+pub mod dispatch;
 mod events;
 mod memory;
 mod page;

@@ -17,16 +17,16 @@ use super::client::GithubClient;
 use super::events::{IssueCommentEvent, PullRequestEvent, User};
 use super::sink::GithubJob;
 use super::status::view;
-use super::{is_own_comment, pushes, quoted_command, MARKER};
+use super::{is_own_comment, pushes, quoted_command, MARKER, SOURCE};
 use crate::command::{new_commands, parse_comment, Command, Parsed};
 use crate::config::Permission;
 use crate::core::authors;
 use crate::core::commands::{self, kind_opened_by, Subject};
+use crate::core::dispatch::{self, Authorizer, Outcome, Request};
 use crate::core::AppState;
-use crate::core::{EngineError, Provenance};
+use crate::core::Provenance;
 use crate::gate::state::rfc3339;
-use crate::gate::{Actor, GateKind, Millis, PrNumber, RepoName, Source};
-use crate::metrics::CommandLabels;
+use crate::gate::{Actor, GateKey, GateKind, Millis, PrNumber, RepoName, Source};
 use crate::notify::{BoxFuture, Handler, SendError};
 use crate::policy::Policy;
 use crate::store::{NewJob, QueueItem, Store};
@@ -66,11 +66,51 @@ struct Stale {
 
 /// What came of one comment.
 #[derive(Default)]
-struct Outcome {
+struct Reply {
     lines: Vec<Line>,
     applied: bool,
     refused: bool,
     extra: Vec<(GithubJob, &'static str)>,
+}
+
+/// Who may run a command from this comment: the PR is open (or merged), the
+/// comment is newer than the last push, and the person has the permission,
+/// team and four eyes the policy asks for.
+struct CommentAuthorizer<'a> {
+    inbox: &'a GithubInbox,
+    repo: &'a RepoName,
+    user: &'a str,
+    pr_author: &'a str,
+    stale: &'a Stale,
+}
+
+impl Authorizer for CommentAuthorizer<'_> {
+    type Denied = String;
+
+    fn authorize<'a>(
+        &'a self,
+        command: Command,
+        _keys: &'a [GateKey],
+    ) -> BoxFuture<'a, Result<Result<(), String>, SendError>> {
+        Box::pin(async move {
+            if self.stale.closed_unmerged {
+                return Ok(Err("this pull request was closed without merging, so its gates no longer take commands: reopen it first".to_string()));
+            }
+            let pushed =
+                self.stale.pushed.as_ref().filter(|(_, kinds)| {
+                    kind_opened_by(command).is_some_and(|k| kinds.contains(&k))
+                });
+            if let Some((at, _)) = pushed {
+                return Ok(Err(format!(
+                    "written before the push at {}, so it was about an earlier revision: comment again",
+                    rfc3339(*at)
+                )));
+            }
+            self.inbox
+                .authorize(command, self.repo, self.user, self.pr_author)
+                .await
+        })
+    }
 }
 
 impl GithubInbox {
@@ -245,15 +285,7 @@ impl GithubInbox {
     }
 
     fn count(&self, command: &str, result: &'static str) {
-        self.state
-            .metrics
-            .commands
-            .get_or_create(&CommandLabels {
-                source: "github",
-                command: command.to_string(),
-                result,
-            })
-            .inc();
+        dispatch::count(&self.state.engine, SOURCE, command, result);
     }
 
     async fn issue_comment(&self, delivery: &str, payload: &str) -> Result<(), SendError> {
@@ -347,7 +379,7 @@ impl GithubInbox {
             repo: repo.clone(),
             number,
         };
-        let mut out = Outcome::default();
+        let mut out = Reply::default();
         for p in parsed {
             self.run(p, &e, &repo, &subject, &stale, delivery, &mut out)
                 .await?;
@@ -378,7 +410,7 @@ impl GithubInbox {
         subject: &Subject,
         stale: &Stale,
         delivery: &str,
-        out: &mut Outcome,
+        out: &mut Reply,
     ) -> Result<(), SendError> {
         let user = &e.comment.user.login;
         let number = PrNumber(e.issue.number);
@@ -397,10 +429,7 @@ impl GithubInbox {
         let command = inv.command;
         match command {
             Command::Help => {
-                let commands: Vec<_> = Command::ALL
-                    .iter()
-                    .map(|c| json!({"name": c.as_str(), "description": c.description()}))
-                    .collect();
+                let commands = dispatch::help();
                 let text = self
                     .state
                     .templates
@@ -447,64 +476,36 @@ impl GithubInbox {
             }
             _ => {}
         }
-        let keys = commands::gates_for(command, subject);
-        let refusal = if stale.closed_unmerged {
-            Err("this pull request was closed without merging, so its gates no longer take commands: reopen it first".to_string())
-        } else if let Some((at, _)) = stale
-            .pushed
-            .as_ref()
-            .filter(|(_, kinds)| kind_opened_by(command).is_some_and(|k| kinds.contains(&k)))
-        {
-            Err(format!(
-                "written before the push at {}, so it was about an earlier revision: comment again",
-                rfc3339(*at)
-            ))
-        } else {
-            self.authorize(command, repo, user, &e.issue.user.login)
-                .await?
-        };
         let who = Provenance::new(Actor::new(user.clone(), Source::Github))
             .delivery(delivery)
-            .written_at(e.written_at());
-        let why = match refusal {
-            Ok(()) => {
-                match commands::apply(
-                    &self.state.engine,
-                    command,
-                    subject,
-                    &who.clone().reason(inv.reason.clone()),
-                )
-                .await
-                {
-                    Ok(_) => {
-                        out.applied = true;
-                        self.count(command.as_str(), "applied");
-                        return Ok(());
-                    }
-                    Err(EngineError::Held { gate, by, via }) => {
-                        format!("{gate} is held by {by} via {via}: comment `/unhold` first")
-                    }
-                    Err(EngineError::WrittenBeforeClose { closed_at, .. }) => format!(
-                        "written before the gate closed at {}: comment again",
-                        rfc3339(closed_at)
-                    ),
-                    Err(EngineError::Store(e)) => return Err(retry(e)),
-                }
-            }
-            Err(why) => why,
+            .written_at(e.written_at())
+            .reason(inv.reason.clone());
+        let request = Request {
+            command,
+            subject: subject.clone(),
+            who,
         };
-        for key in &keys {
-            self.state
-                .engine
-                .refuse(
-                    key,
-                    &who.clone()
-                        .reason(Some(format!("refused /{command}: {why}"))),
-                )
-                .await
-                .map_err(retry)?;
-        }
-        self.count(command.as_str(), "refused");
+        let authorizer = CommentAuthorizer {
+            inbox: self,
+            repo,
+            user,
+            pr_author: &e.issue.user.login,
+            stale,
+        };
+        let why = match dispatch::run(&self.state.engine, SOURCE, &request, &authorizer).await? {
+            Outcome::Applied(_) => {
+                out.applied = true;
+                return Ok(());
+            }
+            Outcome::Denied(why) => why,
+            Outcome::Held { gate, by, via } => {
+                format!("{gate} is held by {by} via {via}: comment `/unhold` first")
+            }
+            Outcome::WrittenBeforeClose { closed_at, .. } => format!(
+                "written before the gate closed at {}: comment again",
+                rfc3339(closed_at)
+            ),
+        };
         out.refused = true;
         out.lines.push(Line {
             command: Some(format!("/{command}")),

@@ -14,6 +14,7 @@ use super::sink::{parse_gate, SlackJob};
 use crate::command::{parse_slash, Command};
 use crate::core::authors::PrAuthors;
 use crate::core::commands::{self, Subject};
+use crate::core::dispatch::{self, Authorizer, Outcome, Request};
 use crate::core::AppState;
 use crate::core::{EngineError, Provenance};
 use crate::gate::{Actor, CanaryRef, GateKey, GateKind, GateStatus, Scope, Source};
@@ -111,6 +112,85 @@ fn engine_err(e: EngineError) -> Result<String, SendError> {
 
 fn store_err(e: crate::store::StoreError) -> SendError {
     SendError::retry(format!("store: {e}"))
+}
+
+/// Why Slack refuses someone: not an approver by the policy, or four eyes.
+#[derive(Debug)]
+pub enum SlackDenied {
+    Approver {
+        verdict: Verdict,
+        rule: SlackRule,
+        user: String,
+    },
+    FourEyes(String),
+}
+
+impl std::fmt::Display for SlackDenied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Approver {
+                verdict: Verdict::Nobody,
+                rule,
+                ..
+            } => write!(f, "nobody may act from Slack: set {}", rule.setting),
+            Self::Approver { rule, user, .. } => {
+                write!(f, "{user} is not an approver ({})", rule.setting)
+            }
+            Self::FourEyes(why) => f.write_str(why),
+        }
+    }
+}
+
+impl SlackDenied {
+    /// The ephemeral answer.
+    pub fn reply(&self, templates: &Templates, command: Command) -> String {
+        match self {
+            Self::Approver {
+                verdict,
+                rule,
+                user,
+            } => refusal(templates, verdict, rule, command, user),
+            Self::FourEyes(why) => reply(templates, json!({"what": "self", "message": why})),
+        }
+    }
+}
+
+/// Slack's rules for a slash command: the policy's approvers, then four eyes.
+struct SlackAuthorizer<'a> {
+    inbox: &'a SlackInbox,
+    rule: SlackRule,
+    user: &'a str,
+}
+
+impl Authorizer for SlackAuthorizer<'_> {
+    type Denied = SlackDenied;
+
+    fn authorize<'a>(
+        &'a self,
+        _command: Command,
+        keys: &'a [GateKey],
+    ) -> BoxFuture<'a, Result<Result<(), SlackDenied>, SendError>> {
+        Box::pin(async move {
+            let verdict = self.inbox.approvers.check(&self.rule, self.user).await?;
+            if verdict != Verdict::Allowed {
+                return Ok(Err(SlackDenied::Approver {
+                    verdict,
+                    rule: self.rule.clone(),
+                    user: self.user.to_string(),
+                }));
+            }
+            // A subject's gates share its scope.
+            let own = match keys.first() {
+                Some(key) => {
+                    self.inbox
+                        .own_pull_request(&self.rule, self.user, &key.scope)
+                        .await?
+                }
+                None => None,
+            };
+            Ok(own.map_or(Ok(()), |why| Err(SlackDenied::FourEyes(why))))
+        })
+    }
 }
 
 impl Handler for SlackInbox {
@@ -354,52 +434,44 @@ impl SlackInbox {
             Ok(inv) => inv,
             Err(e) => return self.respond(url, e.to_string()).await,
         };
-        let subject = match super::routes::subject_of(&self.state, inv.target.clone()) {
+        let default_repo = self.state.config.github.repository.as_ref();
+        let subject = match commands::subject_of(inv.target.clone(), default_repo) {
             Ok(Some(s)) => s,
             Ok(None) => return Ok(()),
             Err(e) => return self.respond(url, e).await,
         };
-        let who = Provenance::new(Actor::new(c.user_label(), Source::Slack))
-            .reason(inv.reason.clone())
-            .delivery(format!("slack:{}", c.trigger_id))
-            .written_at(c.signed_at);
-        let rule = self.state.policy.slack(inv.command);
-        let verdict = self.approvers.check(&rule, &c.user_id).await?;
-        if verdict != Verdict::Allowed {
-            for key in commands::gates_for(inv.command, &subject) {
-                self.refuse(
-                    &key,
-                    &who,
-                    &format!("{} is not an approver ({})", c.user_id, rule.setting),
-                )
-                .await?;
-            }
-            let text = refusal(self.templates(), &verdict, &rule, inv.command, &c.user_id);
-            return self.respond(url, text).await;
-        }
-        // A subject's gates share its scope.
-        let keys = commands::gates_for(inv.command, &subject);
-        let own = match keys.first() {
-            Some(key) => self.own_pull_request(&rule, &c.user_id, &key.scope).await?,
-            None => None,
+        let request = Request {
+            command: inv.command,
+            subject,
+            who: Provenance::new(Actor::new(c.user_label(), Source::Slack))
+                .reason(inv.reason.clone())
+                .delivery(format!("slack:{}", c.trigger_id))
+                .written_at(c.signed_at),
         };
-        if let Some(why) = own {
-            for key in &keys {
-                self.refuse(key, &who, &why).await?;
-            }
-            let text = reply(self.templates(), json!({"what": "self", "message": why}));
-            return self.respond(url, text).await;
-        }
-        let text = match commands::apply(&self.state.engine, inv.command, &subject, &who).await {
-            Ok(applied) => reply(
+        let authorizer = SlackAuthorizer {
+            inbox: self,
+            rule: self.state.policy.slack(inv.command),
+            user: &c.user_id,
+        };
+        let outcome = dispatch::run(&self.state.engine, "slack", &request, &authorizer).await?;
+        let text = match outcome {
+            Outcome::Applied(applied) => reply(
                 self.templates(),
                 json!({"what": "done", "summary": applied.summary()}),
             ),
-            Err(e) => {
-                self.audit_stale(&e, &who).await?;
+            Outcome::Denied(denied) => denied.reply(self.templates(), inv.command),
+            Outcome::Held { gate, by, via } => {
+                let message = EngineError::Held { gate, by, via }.to_string();
                 reply(
                     self.templates(),
-                    json!({"what": "error", "message": engine_err(e)?}),
+                    json!({"what": "error", "message": message}),
+                )
+            }
+            Outcome::WrittenBeforeClose { gate, closed_at } => {
+                let message = EngineError::WrittenBeforeClose { gate, closed_at }.to_string();
+                reply(
+                    self.templates(),
+                    json!({"what": "error", "message": message}),
                 )
             }
         };

@@ -17,14 +17,15 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::approvers::{quick, Verdict};
-use super::inbox::{refusal, reply, CLICK, SLASH};
+use super::inbox::{reply, SlackDenied, CLICK, SLASH};
 use super::payload::{Interaction, SlashCommand};
 use super::verify::verify;
-use crate::command::{parse_slash, Command, Target};
+use crate::command::{parse_slash, Command};
 use crate::core::commands::{self, Subject};
+use crate::core::dispatch;
 use crate::core::AppState;
 use crate::core::Provenance;
-use crate::gate::{Actor, CanaryRef, GateKey, Millis, PrNumber, RepoName, Source};
+use crate::gate::{Actor, Millis, Source};
 use crate::http::error::Reject;
 use crate::http::receipts::Receipts;
 use crate::http::SLACK_BODY_LIMIT;
@@ -155,10 +156,7 @@ async fn commands(
         command.command.clone()
     };
     if inv.command == Command::Help {
-        let commands: Vec<_> = Command::ALL
-            .iter()
-            .map(|c| json!({"name": c.as_str(), "description": c.description()}))
-            .collect();
+        let commands = dispatch::help();
         let default_repo = state
             .config
             .github
@@ -173,10 +171,11 @@ async fn commands(
             .map_err(|e| Reject::unavailable(format!("{e:#}")))?;
         return Ok(ephemeral(text.trim().to_string()));
     }
-    let subject = match subject_of(&state, inv.target.clone()) {
-        Ok(s) => s,
-        Err(e) => return Ok(ephemeral(e)),
-    };
+    let subject =
+        match commands::subject_of(inv.target.clone(), state.config.github.repository.as_ref()) {
+            Ok(s) => s,
+            Err(e) => return Ok(ephemeral(e)),
+        };
     if inv.command == Command::Status {
         return Ok(ephemeral(status(&state, subject.as_ref()).await?));
     }
@@ -193,25 +192,17 @@ async fn commands(
         Some(verdict) => {
             let who = Provenance::new(Actor::new(command.user_label(), Source::Slack))
                 .delivery(format!("slack:{}", command.trigger_id))
-                .written_at(command.signed_at)
-                .reason(Some(format!(
-                    "{} is not an approver ({})",
-                    command.user_id, rule.setting
-                )));
-            for key in commands::gates_for(inv.command, &subject) {
-                state
-                    .engine
-                    .refuse(&key, &who)
-                    .await
-                    .map_err(|e| Reject::unavailable(e.to_string()))?;
-            }
-            return Ok(ephemeral(refusal(
-                templates,
-                &verdict,
-                &rule,
-                inv.command,
-                &command.user_id,
-            )));
+                .written_at(command.signed_at);
+            let denied = SlackDenied::Approver {
+                verdict,
+                rule,
+                user: command.user_id.clone(),
+            };
+            let keys = commands::gates_for(inv.command, &subject);
+            dispatch::refuse(&state.engine, inv.command, &keys, &who, &denied.to_string())
+                .await
+                .map_err(|e| Reject::unavailable(e.to_string()))?;
+            return Ok(ephemeral(denied.reply(templates, inv.command)));
         }
     }
     let id = format!("command:{}", command.trigger_id);
@@ -227,36 +218,6 @@ async fn commands(
         templates,
         json!({"what": "received", "command": format!("{slash} {}", inv.command.as_str()), "subject": subject.display()}),
     )))
-}
-
-/// What a slash command's target names; `None` when it names nothing.
-pub fn subject_of(state: &AppState, target: Option<Target>) -> Result<Option<Subject>, String> {
-    let default_repo: Option<&RepoName> = state.config.github.repository.as_ref();
-    let Some(target) = target else {
-        return Ok(None);
-    };
-    let subject = match target {
-        Target::Pr {
-            repo: Some(repo),
-            number,
-        } => Subject::Pr {
-            repo: repo.parse().map_err(|e: crate::gate::KeyError| e.to_string())?,
-            number: PrNumber(number),
-        },
-        Target::Pr { repo: None, number } => Subject::Pr {
-            repo: default_repo.cloned().ok_or_else(|| {
-                format!("`{number}` needs a default repository: write `owner/repo#{number}` or set GATEBOT_GITHUB_REPOSITORY")
-            })?,
-            number: PrNumber(number),
-        },
-        Target::Canary { namespace, name } => {
-            Subject::Canary(CanaryRef::new(&namespace, &name).map_err(|e| e.to_string())?)
-        }
-        Target::Gate(path) => {
-            Subject::Gate(GateKey::parse(&path, default_repo).map_err(|e| e.to_string())?)
-        }
-    };
-    Ok(Some(subject))
 }
 
 async fn status(state: &AppState, subject: Option<&Subject>) -> Result<String, Reject> {

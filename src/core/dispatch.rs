@@ -1,0 +1,156 @@
+//! The one command path. Every channel (PR comments, Slack's slash command,
+//! and whatever comes next) hands a [`Request`] and its own [`Authorizer`] to
+//! [`run`], and renders the [`Outcome`] in its own words. Authorization,
+//! refusals and their audit entries, held gates and stale commands are decided
+//! here once.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::commands::{apply, gates_for, Applied, Subject};
+use super::{Engine, EngineError, Provenance};
+use crate::command::Command;
+use crate::gate::{GateKey, Millis, Source};
+use crate::metrics::CommandLabels;
+use crate::notify::{BoxFuture, SendError};
+
+/// A person's command, as a channel understood it.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub command: Command,
+    pub subject: Subject,
+    /// Who, on which delivery, when (by the channel's signed time), and why.
+    pub who: Provenance,
+}
+
+/// What a channel knows about who may do what: GitHub permissions and teams,
+/// Slack approvers, four eyes, a PR closed or pushed since the command.
+pub trait Authorizer: Send + Sync {
+    /// Why a person was refused; its `Display` is the audit log's reason.
+    type Denied: fmt::Display + Send;
+
+    /// `Ok(Err(why))` refuses; `Err` means "cannot tell now, try again".
+    fn authorize<'a>(
+        &'a self,
+        command: Command,
+        keys: &'a [GateKey],
+    ) -> BoxFuture<'a, Result<Result<(), Self::Denied>, SendError>>;
+}
+
+/// What came of a command. Everything but `Applied` changed no gate and was audited.
+#[derive(Debug)]
+pub enum Outcome<D> {
+    Applied(Applied),
+    /// The channel's authorizer said no.
+    Denied(D),
+    /// A hold stands in the way; lifting it is the person's next step.
+    Held {
+        gate: String,
+        by: String,
+        via: Source,
+    },
+    /// Sent before the gate's last close, so it was about what came before.
+    WrittenBeforeClose {
+        gate: String,
+        closed_at: Millis,
+    },
+}
+
+impl<D: fmt::Display> Outcome<D> {
+    /// The audit reason of a refusal; None when applied.
+    fn refusal(&self) -> Option<String> {
+        match self {
+            Self::Applied(_) => None,
+            Self::Denied(why) => Some(why.to_string()),
+            Self::Held { gate, by, via } => Some(format!("{gate} is held by {by} via {via}")),
+            Self::WrittenBeforeClose { gate, closed_at } => Some(format!(
+                "{gate} closed at {}, after this was sent",
+                crate::gate::state::rfc3339(*closed_at)
+            )),
+        }
+    }
+}
+
+/// Authorizes and applies one command, or audits its refusal on every gate it
+/// names. A store failure is for the caller to retry (the delivery is kept).
+pub async fn run<A: Authorizer>(
+    engine: &Engine,
+    source: &'static str,
+    request: &Request,
+    authorizer: &A,
+) -> Result<Outcome<A::Denied>, SendError> {
+    let command = request.command;
+    let keys = gates_for(command, &request.subject);
+    let outcome = match authorizer.authorize(command, &keys).await? {
+        Err(denied) => Outcome::Denied(denied),
+        Ok(()) => match apply(engine, command, &request.subject, &request.who).await {
+            Ok(applied) => Outcome::Applied(applied),
+            Err(EngineError::Held { gate, by, via }) => Outcome::Held { gate, by, via },
+            Err(EngineError::WrittenBeforeClose { gate, closed_at }) => {
+                Outcome::WrittenBeforeClose { gate, closed_at }
+            }
+            Err(EngineError::Store(e)) => return Err(SendError::retry(format!("store: {e}"))),
+        },
+    };
+    match outcome.refusal() {
+        None => count(engine, source, command.as_str(), "applied"),
+        Some(why) => {
+            refuse(engine, command, &keys, &request.who, &why).await?;
+            count(engine, source, command.as_str(), "refused");
+        }
+    }
+    Ok(outcome)
+}
+
+/// Audits a refusal of `command` on each of `keys` ("refused /promote: …").
+/// A delivery refused before is not audited twice.
+pub async fn refuse(
+    engine: &Engine,
+    command: Command,
+    keys: &[GateKey],
+    who: &Provenance,
+    why: &str,
+) -> Result<(), SendError> {
+    let who = who
+        .clone()
+        .reason(Some(format!("refused /{command}: {why}")));
+    for key in keys {
+        engine.refuse(key, &who).await.map_err(|e| match e {
+            EngineError::Store(e) => SendError::retry(format!("store: {e}")),
+            other => SendError::retry(other.to_string()),
+        })?;
+    }
+    Ok(())
+}
+
+/// Counts a command by source and result (`gatebot_commands_total`).
+pub fn count(engine: &Engine, source: &'static str, command: &str, result: &'static str) {
+    engine
+        .metrics
+        .commands
+        .get_or_create(&CommandLabels {
+            source,
+            command: command.to_string(),
+            result,
+        })
+        .inc();
+}
+
+/// One line of `help`, for every channel's help template.
+#[derive(Debug, Clone, Serialize)]
+pub struct HelpEntry {
+    pub name: &'static str,
+    pub description: &'static str,
+}
+
+/// Every command, in the order help lists them.
+pub fn help() -> Vec<HelpEntry> {
+    Command::ALL
+        .iter()
+        .map(|c| HelpEntry {
+            name: c.as_str(),
+            description: c.description(),
+        })
+        .collect()
+}
