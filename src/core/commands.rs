@@ -2,6 +2,7 @@
 //! (PR comments, Slack buttons, the slash command).
 
 use crate::command::{Command, Target};
+use crate::core::unit::Unit;
 use crate::core::{Engine, EngineError, GateSummary, Provenance};
 use crate::gate::{CanaryRef, Gate, GateKey, GateKind, GateStatus, PrNumber, RepoName, Scope};
 
@@ -88,9 +89,30 @@ impl Applied {
 }
 
 /// Applies a gate-changing command (`start`, `promote`, `traffic`, `rollback`,
-/// `hold`, `unhold`). `status` and `help` change nothing and return no gates.
+/// `hold`, `unhold`) in one unit of its own. `status` and `help` change nothing
+/// and return no gates.
 pub async fn apply(
     engine: &Engine,
+    command: Command,
+    subject: &Subject,
+    who: &Provenance,
+) -> Result<Applied, EngineError> {
+    let mut unit = engine.begin().await?;
+    match apply_in(&mut unit, command, subject, who).await {
+        Ok(applied) => {
+            unit.commit().await?;
+            Ok(applied)
+        }
+        Err(e) => {
+            unit.rollback().await;
+            Err(e)
+        }
+    }
+}
+
+/// [`apply`] as part of a larger unit (one delivery's commands and replies).
+pub async fn apply_in(
+    unit: &mut Unit<'_>,
     command: Command,
     subject: &Subject,
     who: &Provenance,
@@ -98,10 +120,10 @@ pub async fn apply(
     let mut gates = Vec::new();
     for key in gates_for(command, subject) {
         let gate = match command {
-            Command::Hold => engine.hold(&key, who).await?,
-            Command::Unhold => engine.unhold(&key, who).await?,
+            Command::Hold => unit.hold(&key, who).await?,
+            Command::Unhold => unit.unhold(&key, who).await?,
             Command::Start | Command::Promote | Command::Traffic | Command::Rollback => {
-                engine.open(&key, who).await?
+                unit.open(&key, who).await?
             }
             Command::Status | Command::Help => continue,
         };
@@ -110,8 +132,8 @@ pub async fn apply(
     Ok(Applied { command, gates })
 }
 
-/// Closes the given kinds of a PR's gates (new commits pushed, PR closed).
-/// Held gates stay held.
+/// Closes the given kinds of a PR's gates (new commits pushed, PR closed), in
+/// one unit. Held gates stay held.
 pub async fn close_pr_gates(
     engine: &Engine,
     repo: &RepoName,
@@ -119,6 +141,7 @@ pub async fn close_pr_gates(
     kinds: &[GateKind],
     who: &Provenance,
 ) -> Result<Vec<Gate>, EngineError> {
+    let mut unit = engine.begin().await?;
     let mut closed = Vec::new();
     for kind in kinds {
         let key = GateKey::new(
@@ -128,10 +151,11 @@ pub async fn close_pr_gates(
                 number,
             },
         );
-        if matches!(engine.gate(&key).await?.status, GateStatus::Open(_)) {
-            closed.push(engine.close(&key, who).await?);
+        if matches!(unit.gate(&key).await?.status, GateStatus::Open(_)) {
+            closed.push(unit.close(&key, who).await?);
         }
     }
+    unit.commit().await?;
     Ok(closed)
 }
 

@@ -8,12 +8,14 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::commands::{apply, gates_for, Applied, Subject};
+use super::commands::{apply_in, gates_for, Applied, Subject};
+use super::unit::Unit;
 use super::{Engine, EngineError, Provenance};
 use crate::command::Command;
 use crate::gate::{GateKey, Millis, Source};
 use crate::metrics::CommandLabels;
 use crate::notify::{BoxFuture, SendError};
+use crate::store::StoreError;
 
 /// A person's command, as a channel understood it.
 #[derive(Debug, Clone)]
@@ -72,41 +74,83 @@ impl<D: fmt::Display> Outcome<D> {
     }
 }
 
-/// Authorizes and applies one command, or audits its refusal on every gate it
-/// names. A store failure is for the caller to retry (the delivery is kept).
+/// Authorizes and applies one command in a unit of its own ([`authorize`],
+/// then [`decide`]). A store failure is for the caller to retry.
 pub async fn run<A: Authorizer>(
     engine: &Engine,
     source: &'static str,
     request: &Request,
     authorizer: &A,
 ) -> Result<Outcome<A::Denied>, SendError> {
+    let verdict = authorize(request, authorizer).await?;
+    let mut unit = engine.begin().await.map_err(store)?;
+    let outcome = decide(&mut unit, source, request, verdict).await?;
+    unit.commit().await.map_err(store)?;
+    Ok(outcome)
+}
+
+/// Asks the channel whether the person may (network calls happen here,
+/// before any transaction is open).
+pub async fn authorize<A: Authorizer>(
+    request: &Request,
+    authorizer: &A,
+) -> Result<Result<(), A::Denied>, SendError> {
+    let keys = gates_for(request.command, &request.subject);
+    authorizer.authorize(request.command, &keys).await
+}
+
+/// Applies an authorized command, or audits its refusal on every gate it
+/// names, in `unit`.
+pub async fn decide<D: fmt::Display>(
+    unit: &mut Unit<'_>,
+    source: &'static str,
+    request: &Request,
+    verdict: Result<(), D>,
+) -> Result<Outcome<D>, SendError> {
     let command = request.command;
-    let keys = gates_for(command, &request.subject);
-    let outcome = match authorizer.authorize(command, &keys).await? {
+    let outcome = match verdict {
         Err(denied) => Outcome::Denied(denied),
-        Ok(()) => match apply(engine, command, &request.subject, &request.who).await {
+        Ok(()) => match apply_in(unit, command, &request.subject, &request.who).await {
             Ok(applied) => Outcome::Applied(applied),
             Err(EngineError::Held { gate, by, via }) => Outcome::Held { gate, by, via },
             Err(EngineError::WrittenBeforeClose { gate, closed_at }) => {
                 Outcome::WrittenBeforeClose { gate, closed_at }
             }
-            Err(EngineError::Store(e)) => return Err(SendError::retry(format!("store: {e}"))),
+            Err(EngineError::Store(e)) => return Err(store(e)),
         },
     };
     match outcome.refusal() {
-        None => count(engine, source, command.as_str(), "applied"),
+        None => unit.count(source, command.as_str(), "applied"),
         Some(why) => {
-            refuse(engine, command, &keys, &request.who, &why).await?;
-            count(engine, source, command.as_str(), "refused");
+            let keys = gates_for(command, &request.subject);
+            refuse_in(unit, command, &keys, &request.who, &why).await?;
+            unit.count(source, command.as_str(), "refused");
         }
     }
     Ok(outcome)
 }
 
-/// Audits a refusal of `command` on each of `keys` ("refused /promote: …").
-/// A delivery refused before is not audited twice.
+fn store(e: StoreError) -> SendError {
+    SendError::retry(format!("store: {e}"))
+}
+
+/// Audits a refusal of `command` on each of `keys` ("refused /promote: …"),
+/// in a unit of its own.
 pub async fn refuse(
     engine: &Engine,
+    command: Command,
+    keys: &[GateKey],
+    who: &Provenance,
+    why: &str,
+) -> Result<(), SendError> {
+    let mut unit = engine.begin().await.map_err(store)?;
+    refuse_in(&mut unit, command, keys, who, why).await?;
+    unit.commit().await.map_err(store)
+}
+
+/// [`refuse`] in a larger unit. A delivery refused before is not audited twice.
+pub async fn refuse_in(
+    unit: &mut Unit<'_>,
     command: Command,
     keys: &[GateKey],
     who: &Provenance,
@@ -116,10 +160,7 @@ pub async fn refuse(
         .clone()
         .reason(Some(format!("refused /{command}: {why}")));
     for key in keys {
-        engine.refuse(key, &who).await.map_err(|e| match e {
-            EngineError::Store(e) => SendError::retry(format!("store: {e}")),
-            other => SendError::retry(other.to_string()),
-        })?;
+        unit.refuse(key, &who).await.map_err(store)?;
     }
     Ok(())
 }

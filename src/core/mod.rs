@@ -16,6 +16,7 @@ mod events;
 mod memory;
 mod page;
 mod read;
+pub mod unit;
 
 pub use app::{AppState, Shared};
 pub use page::GatePage;
@@ -32,8 +33,8 @@ use crate::clock::SharedClock;
 use crate::gate::event::{classify, EventKind};
 use crate::gate::state::{closed_word, one_line, open_hint};
 use crate::gate::{
-    decide, wait_step, Actor, Answer, Approval, CanaryRef, Change, Channels, Check, Gate, GateKey,
-    GateKind, GateStatus, Millis, RepoName, Scope, Verdict, WaitStep,
+    decide, wait_step, Actor, Answer, CanaryRef, Change, Channels, Check, Gate, GateKey, GateKind,
+    GateStatus, Millis, RepoName, Scope, Verdict, WaitStep,
 };
 use crate::metrics::{ActionLabels, GateLabels, KindLabels, Metrics};
 use crate::notify::{Notice, Notifier};

@@ -7,42 +7,33 @@
 //! Reads GitHub (permission, team membership, a closed PR's merge state) but
 //! never writes to it here: reactions and replies are outbox jobs.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use serde_json::json;
 
+use super::access::{Access, CommentAuthorizer, Stale};
 use super::client::GithubClient;
 use super::events::{IssueCommentEvent, PullRequestEvent, User};
 use super::sink::GithubJob;
 use super::status::view;
 use super::{is_own_comment, pushes, quoted_command, MARKER, SOURCE};
 use crate::command::{new_commands, parse_comment, Command, Parsed};
-use crate::config::Permission;
 use crate::core::authors;
-use crate::core::commands::{self, kind_opened_by, Subject};
-use crate::core::dispatch::{self, Authorizer, Outcome, Request};
+use crate::core::commands::{self, Subject};
+use crate::core::dispatch::{self, Outcome, Request};
+use crate::core::unit::Unit;
 use crate::core::AppState;
 use crate::core::Provenance;
 use crate::gate::state::rfc3339;
-use crate::gate::{Actor, GateKey, GateKind, Millis, PrNumber, RepoName, Source};
-use crate::notify::{BoxFuture, Handler, SendError};
+use crate::gate::{Actor, GateKind, PrNumber, RepoName, Source};
+use crate::notify::{BoxFuture, Handler, Lease, SendError, Settled};
 use crate::policy::Policy;
 use crate::store::{NewJob, QueueItem, Store};
-
-/// How long a permission or team answer is trusted.
-const CACHE_TTL: Duration = Duration::from_secs(60);
-
-/// (repository or team, login) → when asked, and the answer.
-type Cache<T> = Mutex<HashMap<(String, String), (Instant, T)>>;
 
 pub struct GithubInbox {
     state: AppState,
     client: Arc<GithubClient>,
-    policy: Policy,
-    permissions: Cache<Option<Permission>>,
-    teams: Cache<bool>,
+    access: Access,
     own_login: tokio::sync::OnceCell<String>,
 }
 
@@ -56,14 +47,6 @@ struct Line {
     message: String,
 }
 
-/// Why a comment's opening commands may be out of date.
-struct Stale {
-    closed_unmerged: bool,
-    /// The PR's last push, when the comment was written before it, and the
-    /// gate kinds a push closes (GATEBOT_GITHUB_CLOSE_ON_PUSH; checked at start).
-    pushed: Option<(Millis, Vec<GateKind>)>,
-}
-
 /// What came of one comment.
 #[derive(Default)]
 struct Reply {
@@ -73,54 +56,60 @@ struct Reply {
     extra: Vec<(GithubJob, &'static str)>,
 }
 
-/// Who may run a command from this comment: the PR is open (or merged), the
-/// comment is newer than the last push, and the person has the permission,
-/// team and four eyes the policy asks for.
-struct CommentAuthorizer<'a> {
-    inbox: &'a GithubInbox,
-    repo: &'a RepoName,
-    user: &'a str,
-    pr_author: &'a str,
-    stale: &'a Stale,
+/// One line of a comment, decided before the transaction opens.
+enum Step {
+    Unknown(String),
+    /// `/help` or `/status`: a comment to post.
+    Answer {
+        job: GithubJob,
+        purpose: &'static str,
+    },
+    Command {
+        request: Request,
+        verdict: Result<(), String>,
+    },
 }
 
-impl Authorizer for CommentAuthorizer<'_> {
-    type Denied = String;
-
-    fn authorize<'a>(
-        &'a self,
-        command: Command,
-        _keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), String>, SendError>> {
-        Box::pin(async move {
-            if self.stale.closed_unmerged {
-                return Ok(Err("this pull request was closed without merging, so its gates no longer take commands: reopen it first".to_string()));
+impl Reply {
+    fn render(&mut self, command: Command, outcome: Outcome<String>) {
+        let why = match outcome {
+            Outcome::Applied(_) => {
+                self.applied = true;
+                return;
             }
-            let pushed =
-                self.stale.pushed.as_ref().filter(|(_, kinds)| {
-                    kind_opened_by(command).is_some_and(|k| kinds.contains(&k))
-                });
-            if let Some((at, _)) = pushed {
-                return Ok(Err(format!(
-                    "written before the push at {}, so it was about an earlier revision: comment again",
-                    rfc3339(*at)
-                )));
+            Outcome::Denied(why) => why,
+            Outcome::Held { gate, by, via } => {
+                format!("{gate} is held by {by} via {via}: comment `/unhold` first")
             }
-            self.inbox
-                .authorize(command, self.repo, self.user, self.pr_author)
-                .await
-        })
+            Outcome::WrittenBeforeClose { closed_at, .. } => format!(
+                "written before the gate closed at {}: comment again",
+                rfc3339(closed_at)
+            ),
+        };
+        self.refused = true;
+        self.lines.push(Line {
+            command: Some(format!("/{command}")),
+            message: format!("not done: {why}"),
+        });
     }
+}
+
+/// Settles the delivery in `unit` and commits it.
+async fn finish(mut unit: Unit<'_>, item: &QueueItem, lease: &Lease) -> Result<Settled, SendError> {
+    let now = unit.now();
+    Store::finish_in(unit.tx(), lease.queue, &item.id, &lease.owner, now)
+        .await
+        .map_err(retry)?;
+    unit.commit().await.map_err(retry)?;
+    Ok(Settled::Done)
 }
 
 impl GithubInbox {
     pub fn new(state: AppState, client: Arc<GithubClient>, policy: Policy) -> Self {
         Self {
             state,
+            access: Access::new(client.clone(), policy),
             client,
-            policy,
-            permissions: Mutex::new(HashMap::new()),
-            teams: Mutex::new(HashMap::new()),
             own_login: tokio::sync::OnceCell::new(),
         }
     }
@@ -146,88 +135,6 @@ impl GithubInbox {
                 false
             }
         }
-    }
-
-    async fn permission(
-        &self,
-        repo: &RepoName,
-        user: &str,
-    ) -> Result<Option<Permission>, SendError> {
-        let key = (repo.to_string(), user.to_ascii_lowercase());
-        if let Some((at, p)) = self.permissions.lock().expect("cache poisoned").get(&key) {
-            if at.elapsed() < CACHE_TTL {
-                return Ok(*p);
-            }
-        }
-        let p = self
-            .client
-            .permission(repo, user)
-            .await
-            .map_err(|e| e.to_send_error())?;
-        self.permissions
-            .lock()
-            .expect("cache poisoned")
-            .insert(key, (Instant::now(), p));
-        Ok(p)
-    }
-
-    async fn in_team(&self, repo: &RepoName, team: &str, user: &str) -> Result<bool, SendError> {
-        let Some((org, slug)) = team.trim().trim_start_matches('@').split_once('/') else {
-            return Ok(false);
-        };
-        let key = (team.to_ascii_lowercase(), user.to_ascii_lowercase());
-        if let Some((at, m)) = self.teams.lock().expect("cache poisoned").get(&key) {
-            if at.elapsed() < CACHE_TTL {
-                return Ok(*m);
-            }
-        }
-        let m = self
-            .client
-            .team_member(repo, org, slug, user)
-            .await
-            .map_err(|e| e.to_send_error())?;
-        self.teams
-            .lock()
-            .expect("cache poisoned")
-            .insert(key, (Instant::now(), m));
-        Ok(m)
-    }
-
-    /// Ok(Err(why)) when the person may not run the command.
-    async fn authorize(
-        &self,
-        command: Command,
-        repo: &RepoName,
-        user: &str,
-        pr_author: &str,
-    ) -> Result<Result<(), String>, SendError> {
-        let rule = self.policy.github(command);
-        if rule.forbid_self_approval && user.eq_ignore_ascii_case(pr_author) {
-            return Ok(Err(format!(
-                "you opened this pull request, so someone else must run `/{command}` (four eyes)"
-            )));
-        }
-        let has = self.permission(repo, user).await?;
-        if has < Some(rule.min_permission) {
-            let name = permission_name(rule.min_permission);
-            return Ok(Err(format!(
-                "`/{command}` needs {name} permission on {repo} and you have {}: ask someone with {name} access to run it, or to give you that access",
-                has.map_or("none", permission_name)
-            )));
-        }
-        if !rule.teams.is_empty() {
-            for team in &rule.teams {
-                if self.in_team(repo, team, user).await? {
-                    return Ok(Ok(()));
-                }
-            }
-            let teams: Vec<String> = rule.teams.iter().map(|t| format!("@{t}")).collect();
-            return Ok(Err(format!(
-                "`/{command}` needs membership in {}: ask a member to run it",
-                teams.join(" or ")
-            )));
-        }
-        Ok(Ok(()))
     }
 
     /// Whether a closed PR was merged (commands still work after a merge).
@@ -267,35 +174,37 @@ impl GithubInbox {
         .map_err(retry)
     }
 
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<(), SendError> {
-        if jobs.is_empty() {
-            return Ok(());
-        }
-        let now = self.state.clock.now_ms();
-        let mut tx = self.state.store.begin().await.map_err(retry)?;
-        let mut queued = false;
-        for job in &jobs {
-            queued |= Store::enqueue(&mut tx, job, now).await.map_err(retry)?;
-        }
-        tx.commit().await.map_err(retry)?;
-        if queued {
-            self.state.engine.wake_outbox();
-        }
-        Ok(())
+    /// Queues `jobs` and settles the delivery in one transaction.
+    async fn settle(
+        &self,
+        item: &QueueItem,
+        lease: &Lease,
+        jobs: Vec<NewJob>,
+    ) -> Result<Settled, SendError> {
+        let mut unit = self.state.engine.begin().await.map_err(retry)?;
+        unit.enqueue(&jobs).await.map_err(retry)?;
+        finish(unit, item, lease).await
     }
 
     fn count(&self, command: &str, result: &'static str) {
         dispatch::count(&self.state.engine, SOURCE, command, result);
     }
 
-    async fn issue_comment(&self, delivery: &str, payload: &str) -> Result<(), SendError> {
-        let e: IssueCommentEvent = serde_json::from_str(payload)
+    /// A comment's commands, their audit entries and every reply and reaction
+    /// commit together with the delivery's settlement.
+    async fn issue_comment(
+        &self,
+        item: &QueueItem,
+        delivery: &str,
+        lease: &Lease,
+    ) -> Result<Settled, SendError> {
+        let e: IssueCommentEvent = serde_json::from_str(&item.payload)
             .map_err(|err| SendError::Permanent(format!("unreadable delivery: {err}")))?;
         let Some((repo, number)) = e.pr() else {
-            return Ok(());
+            return Ok(Settled::NotYet);
         };
         if !e.on_pull_request() || !self.allowed(&repo) {
-            return Ok(());
+            return Ok(Settled::NotYet);
         }
         if let Some(i) = &e.installation {
             self.client.learn_installation(&repo, i.id);
@@ -305,7 +214,7 @@ impl GithubInbox {
         let body = e.comment.body.clone().unwrap_or_default();
         let author = &e.comment.user;
         if is_own_comment(&body) || self.is_self(author).await {
-            return Ok(());
+            return Ok(Settled::NotYet);
         }
         let parsed = match e.action.as_str() {
             "created" => parse_comment(&body),
@@ -313,7 +222,7 @@ impl GithubInbox {
                 Some(old) => new_commands(&old.from, &body),
                 None => Vec::new(),
             },
-            _ => return Ok(()),
+            _ => return Ok(Settled::NotYet),
         };
         let once = |purpose: &str| format!("github:{delivery}:{purpose}");
         let installation = e.installation.as_ref().map(|i| i.id);
@@ -339,11 +248,11 @@ impl GithubInbox {
                         command: Some(format!("/{cmd}")),
                         message: "commands inside quotes or code are not run: write it at the start of a line of its own".into(),
                     }])?;
-                    self.enqueue(vec![comment(text).once(once("reply"))?])
-                        .await?;
+                    let jobs = vec![comment(text).once(once("reply"))?];
+                    return self.settle(item, lease, jobs).await;
                 }
             }
-            return Ok(());
+            return Ok(Settled::NotYet);
         }
         if author.is_bot() {
             for p in &parsed {
@@ -356,11 +265,11 @@ impl GithubInbox {
                     message: "comments by bots are never run as commands".into(),
                 }],
             )?;
-            return self.enqueue(vec![comment(text).once(once("reply"))?]).await;
+            return self
+                .settle(item, lease, vec![comment(text).once(once("reply"))?])
+                .await;
         }
 
-        self.enqueue(vec![react("eyes").once(once("eyes"))?])
-            .await?;
         let closed_unmerged = e.issue.state == "closed" && !self.merged(&e, &repo).await?;
         // Written before the last push: about an earlier revision (GitHub's clock on both sides).
         let pushed = pushes::last(&self.state.store, &repo, number)
@@ -379,12 +288,34 @@ impl GithubInbox {
             repo: repo.clone(),
             number,
         };
-        let mut out = Reply::default();
+        // Asking GitHub (permissions, teams) happens before the transaction opens.
+        let mut steps = Vec::new();
         for p in parsed {
-            self.run(p, &e, &repo, &subject, &stale, delivery, &mut out)
-                .await?;
+            steps.push(self.step(p, &e, &repo, &subject, &stale, delivery).await?);
         }
-        let mut jobs = Vec::new();
+        let mut out = Reply::default();
+        let mut unit = self.state.engine.begin().await.map_err(retry)?;
+        let mut jobs = vec![react("eyes").once(once("eyes"))?];
+        for step in steps {
+            match step {
+                Step::Unknown(word) => {
+                    unit.count(SOURCE, "unknown", "unknown");
+                    out.refused = true;
+                    out.lines.push(Line {
+                        command: Some(format!("/{word}")),
+                        message: "is not a gatebot command: comment `/help` for the list".into(),
+                    });
+                }
+                Step::Answer { job, purpose } => {
+                    unit.count(SOURCE, purpose, "answered");
+                    out.extra.push((job, purpose));
+                }
+                Step::Command { request, verdict } => {
+                    let outcome = dispatch::decide(&mut unit, SOURCE, &request, verdict).await?;
+                    out.render(request.command, outcome);
+                }
+            }
+        }
         for (job, purpose) in out.extra {
             jobs.push(job.once(once(purpose))?);
         }
@@ -398,11 +329,12 @@ impl GithubInbox {
         if out.refused {
             jobs.push(react("confused").once(once("confused"))?);
         }
-        self.enqueue(jobs).await
+        unit.enqueue(&jobs).await.map_err(retry)?;
+        finish(unit, item, lease).await
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn run(
+    /// What one command-shaped line of a comment comes to, before anything is written.
+    async fn step(
         &self,
         parsed: Parsed,
         e: &IssueCommentEvent,
@@ -410,45 +342,35 @@ impl GithubInbox {
         subject: &Subject,
         stale: &Stale,
         delivery: &str,
-        out: &mut Reply,
-    ) -> Result<(), SendError> {
+    ) -> Result<Step, SendError> {
         let user = &e.comment.user.login;
         let number = PrNumber(e.issue.number);
         let inv = match parsed {
-            Parsed::Unknown { word, .. } => {
-                self.count("unknown", "unknown");
-                out.refused = true;
-                out.lines.push(Line {
-                    command: Some(format!("/{word}")),
-                    message: "is not a gatebot command: comment `/help` for the list".into(),
-                });
-                return Ok(());
-            }
+            Parsed::Unknown { word, .. } => return Ok(Step::Unknown(word)),
             Parsed::Command(inv) => inv,
         };
         let command = inv.command;
+        let installation = e.installation.as_ref().map(|i| i.id);
+        let comment = |body: String| GithubJob::Comment {
+            repo: repo.clone(),
+            number,
+            body,
+            installation,
+        };
         match command {
             Command::Help => {
-                let commands = dispatch::help();
                 let text = self
                     .state
                     .templates
                     .render(
                         "github/help.md.j2",
-                        json!({"marker": MARKER, "author": user, "subject": subject.display(), "commands": commands}),
+                        json!({"marker": MARKER, "author": user, "subject": subject.display(), "commands": dispatch::help()}),
                     )
                     .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
-                out.extra.push((
-                    GithubJob::Comment {
-                        repo: repo.clone(),
-                        number,
-                        body: text,
-                        installation: e.installation.as_ref().map(|i| i.id),
-                    },
-                    "help",
-                ));
-                self.count("help", "answered");
-                return Ok(());
+                return Ok(Step::Answer {
+                    job: comment(text),
+                    purpose: "help",
+                });
             }
             Command::Status => {
                 let pr = view(&self.state.store, repo, number, self.state.clock.now_ms())
@@ -462,56 +384,30 @@ impl GithubInbox {
                         json!({"marker": MARKER, "subject": pr.subject, "gates": pr.gates, "events": pr.events, "reply": true}),
                     )
                     .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
-                out.extra.push((
-                    GithubJob::Comment {
-                        repo: repo.clone(),
-                        number,
-                        body: text,
-                        installation: e.installation.as_ref().map(|i| i.id),
-                    },
-                    "status",
-                ));
-                self.count("status", "answered");
-                return Ok(());
+                return Ok(Step::Answer {
+                    job: comment(text),
+                    purpose: "status",
+                });
             }
             _ => {}
         }
-        let who = Provenance::new(Actor::new(user.clone(), Source::Github))
-            .delivery(delivery)
-            .written_at(e.written_at())
-            .reason(inv.reason.clone());
         let request = Request {
             command,
             subject: subject.clone(),
-            who,
+            who: Provenance::new(Actor::new(user.clone(), Source::Github))
+                .delivery(delivery)
+                .written_at(e.written_at())
+                .reason(inv.reason.clone()),
         };
         let authorizer = CommentAuthorizer {
-            inbox: self,
+            access: &self.access,
             repo,
             user,
             pr_author: &e.issue.user.login,
             stale,
         };
-        let why = match dispatch::run(&self.state.engine, SOURCE, &request, &authorizer).await? {
-            Outcome::Applied(_) => {
-                out.applied = true;
-                return Ok(());
-            }
-            Outcome::Denied(why) => why,
-            Outcome::Held { gate, by, via } => {
-                format!("{gate} is held by {by} via {via}: comment `/unhold` first")
-            }
-            Outcome::WrittenBeforeClose { closed_at, .. } => format!(
-                "written before the gate closed at {}: comment again",
-                rfc3339(closed_at)
-            ),
-        };
-        out.refused = true;
-        out.lines.push(Line {
-            command: Some(format!("/{command}")),
-            message: format!("not done: {why}"),
-        });
-        Ok(())
+        let verdict = dispatch::authorize(&request, &authorizer).await?;
+        Ok(Step::Command { request, verdict })
     }
 
     fn reply(&self, author: &str, lines: Vec<Line>) -> Result<String, SendError> {
@@ -603,16 +499,6 @@ fn word(p: &Parsed) -> String {
     }
 }
 
-fn permission_name(p: Permission) -> &'static str {
-    match p {
-        Permission::Read => "read",
-        Permission::Triage => "triage",
-        Permission::Write => "write",
-        Permission::Maintain => "maintain",
-        Permission::Admin => "admin",
-    }
-}
-
 impl Handler for GithubInbox {
     /// One pull request's deliveries apply in order; other PRs don't wait for them.
     fn lane(&self, item: &QueueItem) -> Option<String> {
@@ -632,9 +518,22 @@ impl Handler for GithubInbox {
         Box::pin(async move {
             let delivery = item.id.strip_prefix("github:").unwrap_or(&item.id);
             match item.topic.as_str() {
-                "issue_comment" => self.issue_comment(delivery, &item.payload).await,
                 "pull_request" => self.pull_request(delivery, &item.payload).await,
                 _ => Ok(()),
+            }
+        })
+    }
+
+    fn handle_leased<'a>(
+        &'a self,
+        item: &'a QueueItem,
+        lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<Settled, SendError>> {
+        Box::pin(async move {
+            let delivery = item.id.strip_prefix("github:").unwrap_or(&item.id);
+            match item.topic.as_str() {
+                "issue_comment" => self.issue_comment(item, delivery, lease).await,
+                _ => self.handle(item).await.map(|()| Settled::NotYet),
             }
         })
     }

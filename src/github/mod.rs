@@ -7,6 +7,7 @@
 //! - [`client`]: the REST calls (reqwest), with rate-limit aware errors.
 //! - [`app`]: GitHub App authentication (JWT, installation tokens).
 
+pub mod access;
 pub mod app;
 pub mod client;
 pub mod events;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::gate::{Actor, Millis};
-use crate::store::{NewJob, QueueItem};
+use crate::store::{NewJob, QueueItem, QueueName};
 
 pub use worker::{Worker, WorkerSettings};
 
@@ -161,6 +161,33 @@ pub trait Handler: Send + Sync + 'static {
     fn lane(&self, _item: &QueueItem) -> Option<String> {
         None
     }
+
+    /// Like `handle`, for handlers that settle the item in the transaction of
+    /// its effects (`Store::finish_in` with this lease), so the item and what
+    /// it did commit together. `Settled::Done` tells the worker not to.
+    fn handle_leased<'a>(
+        &'a self,
+        item: &'a QueueItem,
+        _lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<Settled, SendError>> {
+        Box::pin(async move { self.handle(item).await.map(|()| Settled::NotYet) })
+    }
+}
+
+/// Whose claim an item is under, for settling it in a handler's transaction.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub queue: QueueName,
+    pub owner: String,
+}
+
+/// Whether a handler settled its item itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Settled with its effects (or the lease was lost: another replica has it).
+    Done,
+    /// The worker marks it done.
+    NotYet,
 }
 
 /// A notification sink: decides which jobs a notice means, then runs them.

@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{Handler, SendError};
+use super::{Handler, Lease, SendError, Settled};
 use crate::clock::SharedClock;
 use crate::metrics::{JobLabels, Metrics};
 use crate::store::{QueueItem, QueueName, Store};
@@ -201,7 +201,11 @@ impl Worker {
             ))),
             Some(handler) => {
                 let limit = self.settings.lease.mul_f32(0.8);
-                match tokio::time::timeout(limit, handler.handle(item)).await {
+                let lease = Lease {
+                    queue: self.queue,
+                    owner: self.owner.clone(),
+                };
+                match tokio::time::timeout(limit, handler.handle_leased(item, &lease)).await {
                     Ok(result) => result,
                     Err(_) => Err(SendError::retry(format!("timed out after {limit:?}"))),
                 }
@@ -209,7 +213,8 @@ impl Worker {
         };
         let now = self.clock.now_ms();
         let (outcome, settled) = match result {
-            Ok(()) => (
+            Ok(Settled::Done) => ("done", true),
+            Ok(Settled::NotYet) => (
                 "done",
                 self.store
                     .finish(self.queue, &item.id, &self.owner, now)

@@ -100,7 +100,9 @@ impl Store {
             "INSERT INTO outbox (id, sink, topic, payload, dedupe_key, once_key, created_at, next_attempt_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
         )
-        .bind(uuid::Uuid::new_v4().to_string())
+        // Time-ordered ids: jobs due at the same moment go out in the order
+        // they were queued (👀 before 🚀, a thread's replies in order).
+        .bind(uuid::Uuid::now_v7().to_string())
         .bind(job.sink.clone())
         .bind(job.topic.clone())
         .bind(job.payload.clone())
@@ -249,6 +251,19 @@ impl Store {
             .await
     }
 
+    /// Marks a claimed item done inside `tx`, the transaction of its effects,
+    /// so that the item and what it did commit together. False when the lease
+    /// was lost (another replica took the item).
+    pub async fn finish_in(
+        tx: &mut WriteTx<'_>,
+        queue: QueueName,
+        id: &str,
+        owner: &str,
+        now: Millis,
+    ) -> Result<bool> {
+        settle_in(tx, queue, id, owner, "done", now, None, Some(now)).await
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn settle(
         &self,
@@ -260,23 +275,10 @@ impl Store {
         error: Option<&str>,
         done_at: Option<Millis>,
     ) -> Result<bool> {
-        let sql = format!(
-            "UPDATE {} SET state = $3, next_attempt_at = $4, last_error = COALESCE($5, last_error), \
-             done_at = $6, lease_until = NULL, lease_owner = NULL WHERE id = $1 AND lease_owner = $2",
-            queue.table()
-        );
         let mut tx = self.begin().await?;
-        let done = sqlx::query(&sql)
-            .bind(id.to_string())
-            .bind(owner.to_string())
-            .bind(state.to_string())
-            .bind(next_at)
-            .bind(error.map(str::to_string))
-            .bind(done_at)
-            .execute(tx.conn())
-            .await?;
+        let done = settle_in(&mut tx, queue, id, owner, state, next_at, error, done_at).await?;
         tx.commit().await?;
-        Ok(done.rows_affected() == 1)
+        Ok(done)
     }
 
     pub async fn pending(&self, queue: QueueName) -> Result<i64> {
@@ -337,4 +339,32 @@ impl Store {
             })
             .collect()
     }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn settle_in(
+    tx: &mut WriteTx<'_>,
+    queue: QueueName,
+    id: &str,
+    owner: &str,
+    state: &str,
+    next_at: Millis,
+    error: Option<&str>,
+    done_at: Option<Millis>,
+) -> Result<bool> {
+    let sql = format!(
+        "UPDATE {} SET state = $3, next_attempt_at = $4, last_error = COALESCE($5, last_error), \
+         done_at = $6, lease_until = NULL, lease_owner = NULL WHERE id = $1 AND lease_owner = $2",
+        queue.table()
+    );
+    let done = sqlx::query(&sql)
+        .bind(id.to_string())
+        .bind(owner.to_string())
+        .bind(state.to_string())
+        .bind(next_at)
+        .bind(error.map(str::to_string))
+        .bind(done_at)
+        .execute(tx.conn())
+        .await?;
+    Ok(done.rows_affected() == 1)
 }

@@ -1,0 +1,279 @@
+//! A unit of work: everything one command or one delivery changes (gates,
+//! audit entries, outbox jobs, the delivery's own settlement), written in one
+//! transaction. What it changed becomes visible (memory, metrics, the outbox's
+//! wake-up, the log) only once it commits; dropped uncommitted, nothing happened.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::{Engine, EngineError, Provenance};
+use crate::gate::{Approval, Change, Gate, GateKey, GateStatus, Millis};
+use crate::metrics::CommandLabels;
+use crate::notify::Notice;
+use crate::store::{AuditEntry, NewJob, Store, StoreError, WriteTx};
+
+pub struct Unit<'e> {
+    engine: &'e Engine,
+    tx: WriteTx<'e>,
+    /// The engine's write turn: a check cannot start a wait mid-command.
+    _turn: tokio::sync::MutexGuard<'e, ()>,
+    now: Millis,
+    /// Gates as this unit left them, by key: later changes in the unit see them.
+    gates: HashMap<String, Gate>,
+    audits: Vec<AuditEntry>,
+    queued: usize,
+    counts: Vec<CommandLabels>,
+    changes: Vec<(String, String, Provenance)>,
+}
+
+impl Engine {
+    /// Starts a unit of work.
+    pub async fn begin(&self) -> Result<Unit<'_>, StoreError> {
+        let turn = self.write.lock().await;
+        let tx = self.store.begin().await?;
+        Ok(Unit {
+            engine: self,
+            tx,
+            _turn: turn,
+            now: self.now(),
+            gates: HashMap::new(),
+            audits: Vec::new(),
+            queued: 0,
+            counts: Vec::new(),
+            changes: Vec::new(),
+        })
+    }
+}
+
+impl<'e> Unit<'e> {
+    pub fn now(&self) -> Millis {
+        self.now
+    }
+
+    pub fn engine(&self) -> &'e Engine {
+        self.engine
+    }
+
+    /// For a channel's own rows that belong with the change (e.g. settling the
+    /// delivery that caused it).
+    pub fn tx(&mut self) -> &mut WriteTx<'e> {
+        &mut self.tx
+    }
+
+    /// The gate as this unit sees it (its own changes first). `&mut`: a unit's
+    /// transaction is not `Sync`, so a shared borrow could not cross the await.
+    pub async fn gate(&mut self, key: &GateKey) -> Result<Gate, StoreError> {
+        match self.gates.get(&key.to_string()) {
+            Some(gate) => Ok(gate.clone()),
+            None => self.engine.gate(key).await,
+        }
+    }
+
+    /// Queues jobs that no gate change carries (replies, reactions).
+    pub async fn enqueue(&mut self, jobs: &[NewJob]) -> Result<(), StoreError> {
+        for job in jobs {
+            self.queued += usize::from(Store::enqueue(&mut self.tx, job, self.now).await?);
+        }
+        Ok(())
+    }
+
+    /// Counts a command (`gatebot_commands_total`) once the unit commits.
+    pub fn count(&mut self, source: &'static str, command: &str, result: &'static str) {
+        self.counts.push(CommandLabels {
+            source,
+            command: command.to_string(),
+            result,
+        });
+    }
+
+    pub async fn commit(self) -> Result<(), StoreError> {
+        let engine = self.engine;
+        self.tx.commit().await?;
+        engine.after_commit(&self.audits, self.queued);
+        for gate in self.gates.values() {
+            engine.remember(gate);
+        }
+        for labels in &self.counts {
+            engine.metrics.commands.get_or_create(labels).inc();
+        }
+        for (gate, action, who) in &self.changes {
+            tracing::info!(gate = %gate, action = %action, actor = %who.actor.name, source = %who.actor.source, "gate changed");
+        }
+        Ok(())
+    }
+
+    /// Ends the unit having written nothing that counts.
+    pub async fn rollback(self) {
+        self.tx.rollback().await;
+    }
+
+    /// Opens a gate: a new approval, expiring after the TTL, unpinned unless the
+    /// person saw one revision (`Provenance::revision`). Refused when written
+    /// before the gate's last close; a no-op when older than the approval in force.
+    pub async fn open(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+        let written = |at: Millis| who.written_at.is_some_and(|w| w < at);
+        self.change(key, "open", who, |gate, now, ttl| match &gate.status {
+            GateStatus::Held { change } => Err(EngineError::Held {
+                gate: key.to_string(),
+                by: change.by.name.clone(),
+                via: change.by.source,
+            }),
+            GateStatus::Closed { change: Some(c) } if written(c.at) => {
+                Err(EngineError::WrittenBeforeClose {
+                    gate: key.to_string(),
+                    closed_at: c.at,
+                })
+            }
+            // Older than the approval in force: adds nothing, and must not re-arm
+            // it with a fresh TTL and no pins.
+            GateStatus::Open(a) if written(a.change.at) => Ok(None),
+            _ => Ok(Some(GateStatus::Open(Approval {
+                id: uuid::Uuid::new_v4().to_string(),
+                change: Change {
+                    by: who.actor.clone(),
+                    reason: who.reason.clone(),
+                    at: now,
+                },
+                expires_at: ttl
+                    .filter(|_| key.kind.pinned())
+                    .map(|t| now + t.as_millis() as Millis),
+                pins: who
+                    .revision
+                    .iter()
+                    .filter(|_| key.kind.pinned())
+                    .map(|(canary, checksum)| (canary.to_string(), checksum.clone()))
+                    .collect(),
+            }))),
+        })
+        .await
+    }
+
+    /// Closes a gate (a hold stays a hold).
+    pub async fn close(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+        self.change(key, "close", who, |gate, now, _| {
+            Ok(match gate.status {
+                GateStatus::Held { .. } => None,
+                _ => Some(GateStatus::Closed {
+                    change: Some(Change {
+                        by: who.actor.clone(),
+                        reason: who.reason.clone(),
+                        at: now,
+                    }),
+                }),
+            })
+        })
+        .await
+    }
+
+    /// Closes a gate and refuses approvals until `unhold`.
+    pub async fn hold(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+        self.change(key, "hold", who, |_, now, _| {
+            Ok(Some(GateStatus::Held {
+                change: Change {
+                    by: who.actor.clone(),
+                    reason: who.reason.clone(),
+                    at: now,
+                },
+            }))
+        })
+        .await
+    }
+
+    /// Lifts a hold; the gate stays closed until someone approves.
+    pub async fn unhold(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+        self.change(key, "unhold", who, |gate, now, _| {
+            Ok(match gate.status {
+                GateStatus::Held { .. } => Some(GateStatus::Closed {
+                    change: Some(Change {
+                        by: who.actor.clone(),
+                        reason: who.reason.clone(),
+                        at: now,
+                    }),
+                }),
+                _ => None,
+            })
+        })
+        .await
+    }
+
+    /// Records that someone was refused. Changes no gate; a delivery refused
+    /// before is not audited twice.
+    pub async fn refuse(&mut self, key: &GateKey, who: &Provenance) -> Result<(), StoreError> {
+        if let Some(delivery) = &who.delivery {
+            let store = self.engine.store.clone();
+            if store
+                .applied(&mut self.tx, delivery, &key.to_string(), "refuse")
+                .await?
+            {
+                return Ok(());
+            }
+        }
+        let entry = audit_entry(key, "refuse", who, self.now);
+        Store::audit(&mut self.tx, &entry).await?;
+        self.audits.push(entry);
+        Ok(())
+    }
+
+    /// One change by a person: computes the new status, writes it, audits it,
+    /// queues its notice. A delivery already applied changes nothing.
+    pub(super) async fn change(
+        &mut self,
+        key: &GateKey,
+        action: &str,
+        who: &Provenance,
+        next: impl FnOnce(&Gate, Millis, Option<Duration>) -> Result<Option<GateStatus>, EngineError>,
+    ) -> Result<Gate, EngineError> {
+        let now = self.now;
+        let mut gate = self.gate(key).await?;
+        // Nothing to write, or a refusal such as a hold: no trace of the delivery.
+        let Some(status) = next(&gate, now, self.engine.settings.approval_ttl)? else {
+            return Ok(gate);
+        };
+        if let Some(delivery) = &who.delivery {
+            let store = self.engine.store.clone();
+            if store
+                .applied(&mut self.tx, delivery, &key.to_string(), action)
+                .await?
+            {
+                return Ok(gate);
+            }
+        }
+        gate.status = status;
+        Store::put_gate(&mut self.tx, &gate).await?;
+        if let (GateStatus::Open(a), Some((canary, _))) = (&gate.status, &who.revision) {
+            if let Some(checksum) = a.pins.get(&canary.to_string()) {
+                Store::pin(&mut self.tx, key, &a.id, canary, checksum, now).await?;
+            }
+        }
+        let entry = audit_entry(key, action, who, now);
+        let notice = Notice::GateChanged {
+            gate: key.to_string(),
+            action: action.to_string(),
+            actor: who.actor.clone(),
+            reason: who.reason.clone(),
+            at: now,
+        };
+        self.queued += self
+            .engine
+            .finish(&mut self.tx, std::slice::from_ref(&entry), &[notice], now)
+            .await?;
+        self.audits.push(entry);
+        self.gates.insert(key.to_string(), gate.clone());
+        self.changes
+            .push((key.to_string(), action.to_string(), who.clone()));
+        Ok(gate)
+    }
+}
+
+fn audit_entry(key: &GateKey, action: &str, who: &Provenance, now: Millis) -> AuditEntry {
+    AuditEntry {
+        at: now,
+        gate: key.to_string(),
+        action: action.to_string(),
+        actor: who.actor.clone(),
+        reason: who.reason.clone(),
+        revision: None,
+        canary: None,
+        delivery: who.delivery.clone(),
+    }
+}

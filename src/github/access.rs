@@ -1,0 +1,181 @@
+//! Who may run a command from a PR comment: the policy's permission, teams
+//! and four eyes, asked of GitHub (answers trusted for a minute), and whether
+//! the comment is still about the PR's current revision.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::client::GithubClient;
+use crate::command::Command;
+use crate::config::Permission;
+use crate::core::commands::kind_opened_by;
+use crate::core::dispatch::Authorizer;
+use crate::gate::state::rfc3339;
+use crate::gate::{GateKey, GateKind, Millis, RepoName};
+use crate::notify::{BoxFuture, SendError};
+use crate::policy::Policy;
+
+/// How long a permission or team answer is trusted.
+const CACHE_TTL: Duration = Duration::from_secs(60);
+
+/// (repository or team, login) → when asked, and the answer.
+type Cache<T> = Mutex<HashMap<(String, String), (Instant, T)>>;
+
+pub struct Access {
+    client: Arc<GithubClient>,
+    policy: Policy,
+    permissions: Cache<Option<Permission>>,
+    teams: Cache<bool>,
+}
+
+impl Access {
+    pub fn new(client: Arc<GithubClient>, policy: Policy) -> Self {
+        Self {
+            client,
+            policy,
+            permissions: Mutex::new(HashMap::new()),
+            teams: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn permission(
+        &self,
+        repo: &RepoName,
+        user: &str,
+    ) -> Result<Option<Permission>, SendError> {
+        let key = (repo.to_string(), user.to_ascii_lowercase());
+        if let Some((at, p)) = self.permissions.lock().expect("cache poisoned").get(&key) {
+            if at.elapsed() < CACHE_TTL {
+                return Ok(*p);
+            }
+        }
+        let p = self
+            .client
+            .permission(repo, user)
+            .await
+            .map_err(|e| e.to_send_error())?;
+        self.permissions
+            .lock()
+            .expect("cache poisoned")
+            .insert(key, (Instant::now(), p));
+        Ok(p)
+    }
+
+    async fn in_team(&self, repo: &RepoName, team: &str, user: &str) -> Result<bool, SendError> {
+        let Some((org, slug)) = team.trim().trim_start_matches('@').split_once('/') else {
+            return Ok(false);
+        };
+        let key = (team.to_ascii_lowercase(), user.to_ascii_lowercase());
+        if let Some((at, m)) = self.teams.lock().expect("cache poisoned").get(&key) {
+            if at.elapsed() < CACHE_TTL {
+                return Ok(*m);
+            }
+        }
+        let m = self
+            .client
+            .team_member(repo, org, slug, user)
+            .await
+            .map_err(|e| e.to_send_error())?;
+        self.teams
+            .lock()
+            .expect("cache poisoned")
+            .insert(key, (Instant::now(), m));
+        Ok(m)
+    }
+
+    /// Ok(Err(why)) when the person may not run the command.
+    async fn authorize(
+        &self,
+        command: Command,
+        repo: &RepoName,
+        user: &str,
+        pr_author: &str,
+    ) -> Result<Result<(), String>, SendError> {
+        let rule = self.policy.github(command);
+        if rule.forbid_self_approval && user.eq_ignore_ascii_case(pr_author) {
+            return Ok(Err(format!(
+                "you opened this pull request, so someone else must run `/{command}` (four eyes)"
+            )));
+        }
+        let has = self.permission(repo, user).await?;
+        if has < Some(rule.min_permission) {
+            let name = permission_name(rule.min_permission);
+            return Ok(Err(format!(
+                "`/{command}` needs {name} permission on {repo} and you have {}: ask someone with {name} access to run it, or to give you that access",
+                has.map_or("none", permission_name)
+            )));
+        }
+        if !rule.teams.is_empty() {
+            for team in &rule.teams {
+                if self.in_team(repo, team, user).await? {
+                    return Ok(Ok(()));
+                }
+            }
+            let teams: Vec<String> = rule.teams.iter().map(|t| format!("@{t}")).collect();
+            return Ok(Err(format!(
+                "`/{command}` needs membership in {}: ask a member to run it",
+                teams.join(" or ")
+            )));
+        }
+        Ok(Ok(()))
+    }
+}
+
+/// Why a comment's opening commands may be out of date.
+pub struct Stale {
+    pub closed_unmerged: bool,
+    /// The PR's last push, when the comment was written before it, and the
+    /// gate kinds a push closes (GATEBOT_GITHUB_CLOSE_ON_PUSH; checked at start).
+    pub pushed: Option<(Millis, Vec<GateKind>)>,
+}
+
+/// Who may run a command from this comment: the PR is open (or merged), the
+/// comment is newer than the last push, and the person has the permission,
+/// team and four eyes the policy asks for.
+pub struct CommentAuthorizer<'a> {
+    pub access: &'a Access,
+    pub repo: &'a RepoName,
+    pub user: &'a str,
+    pub pr_author: &'a str,
+    pub stale: &'a Stale,
+}
+
+impl Authorizer for CommentAuthorizer<'_> {
+    type Denied = String;
+
+    fn authorize<'a>(
+        &'a self,
+        command: Command,
+        _keys: &'a [GateKey],
+    ) -> BoxFuture<'a, Result<Result<(), String>, SendError>> {
+        Box::pin(async move {
+            if self.stale.closed_unmerged {
+                return Ok(Err("this pull request was closed without merging, so its gates no longer take commands: reopen it first".to_string()));
+            }
+            let pushed =
+                self.stale.pushed.as_ref().filter(|(_, kinds)| {
+                    kind_opened_by(command).is_some_and(|k| kinds.contains(&k))
+                });
+            if let Some((at, _)) = pushed {
+                return Ok(Err(format!(
+                    "written before the push at {}, so it was about an earlier revision: comment again",
+                    rfc3339(*at)
+                )));
+            }
+            self.access
+                .authorize(command, self.repo, self.user, self.pr_author)
+                .await
+        })
+    }
+}
+
+fn permission_name(p: Permission) -> &'static str {
+    match p {
+        Permission::Read => "read",
+        Permission::Triage => "triage",
+        Permission::Write => "write",
+        Permission::Maintain => "maintain",
+        Permission::Admin => "admin",
+    }
+}
