@@ -1,18 +1,16 @@
 //! The gate server core, end to end: the Flagger simulator against gatebot over
 //! real HTTP, on SQLite and on PostgreSQL.
 
-pub mod support;
-
 use std::time::Duration;
 
 use gatebot::clock::ManualClock;
 use gatebot::notify::{Notice, SendError};
-use serde_json::json;
-use support::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
-use support::harness::{
+use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
+use gatebot_testkit::harness::{
     client, eventually, options_with, status, Backend, RecordingSink, TestDb, TestServer,
     ADMIN_TOKEN,
 };
+use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -49,7 +47,7 @@ async fn new_release(sim: &mut FlaggerSim, checksum: &str) {
     sim.deploy(checksum);
 }
 
-on_both_stores!(
+gatebot_testkit::on_both_stores!(
     start_gate_holds_until_opened,
     preapproved_promotion_never_waits,
     approval_while_waiting_promotes_next_tick,

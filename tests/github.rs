@@ -1,17 +1,15 @@
 //! GitHub end to end: signed deliveries built from real payloads, gatebot over
 //! real HTTP, a fake GitHub API, and the Flagger simulator.
 
-pub mod support;
-
 use std::time::Duration;
 
 use gatebot::github::verify::sign;
+use gatebot_testkit::fake_github::{Failure, FakeGithub};
+use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
+use gatebot_testkit::github_payloads::{comment, fixture};
+use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
+use gatebot_testkit::served::ChildGuard;
 use serde_json::{json, Value};
-use support::fake_github::{Failure, FakeGithub};
-use support::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
-use support::github_payloads::{comment, fixture};
-use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
-use support::served::ChildGuard;
 
 const WAIT: Duration = Duration::from_secs(15);
 const SECRET: &str = "test-webhook-secret";
@@ -137,7 +135,7 @@ async fn canary(server: &TestServer, pr: u64) -> FlaggerSim {
     sim
 }
 
-on_both_stores!(
+gatebot_testkit::on_both_stores!(
     writer_promotes_and_flagger_promotes,
     refusals_change_nothing_and_say_why,
     redelivery_applies_once,
@@ -951,4 +949,4 @@ async fn crash_after_acknowledgement_loses_nothing() {
 }
 
 /// A throwaway RSA key for the App test only (never used anywhere else).
-const TEST_APP_KEY: &str = include_str!("support/test-app-key.pem");
+const TEST_APP_KEY: &str = include_str!("fixtures/test-app-key.pem");

@@ -5,8 +5,6 @@
 //! A job whose payload cannot be encoded is counted and reported, never stored
 //! empty. SQLite and PostgreSQL.
 
-pub mod support;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,13 +16,13 @@ use gatebot::notify::{
 };
 use gatebot::store::{NewJob, QueueItem};
 use gatebot::Options;
-use serde_json::{json, Value};
-use support::fake_github::FakeGithub;
-use support::fake_slack::FakeSlack;
-use support::github_payloads::comment;
-use support::harness::{
+use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::fake_slack::FakeSlack;
+use gatebot_testkit::github_payloads::comment;
+use gatebot_testkit::harness::{
     client, eventually, Backend, RecordingSink, TestDb, TestServer, ADMIN_TOKEN,
 };
+use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(20);
 /// 2024-05-01T14:02:00Z, the start of a minute.
@@ -368,7 +366,7 @@ async fn unencodable_job_is_reported_not_stored_empty(backend: Backend) {
     server.stop().await;
 }
 
-on_both_stores!(
+gatebot_testkit::on_both_stores!(
     burst_of_waits_gets_one_digest,
     burst_on_one_pr_gets_one_edit,
     missing_pr_costs_one_call,

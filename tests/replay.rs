@@ -4,17 +4,15 @@
 //! gate's last close (or the PR's last push) opens nothing; a click approves
 //! only the revision its message showed.
 
-pub mod support;
-
 use std::time::Duration;
 
 use gatebot::github::verify::sign;
 use gatebot::store::QueueName;
+use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::fake_slack::{post_signed, FakeSlack, Request};
+use gatebot_testkit::github_payloads::{comment, comment_at, fixture, github_time, now_ms};
+use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
-use support::fake_github::FakeGithub;
-use support::fake_slack::{post_signed, FakeSlack, Request};
-use support::github_payloads::{comment, comment_at, fixture, github_time, now_ms};
-use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 
 const WAIT: Duration = Duration::from_secs(15);
 const SECRET: &str = "test-webhook-secret";
@@ -226,7 +224,7 @@ fn now_secs() -> i64 {
     now_ms() / 1000
 }
 
-on_both_stores!(
+gatebot_testkit::on_both_stores!(
     promote_replayed_under_a_new_delivery_reopens_nothing,
     rollback_replayed_under_a_new_delivery_rolls_back_nothing,
     comment_written_before_a_close_opens_nothing,

@@ -1,20 +1,18 @@
 //! Slack, end to end: the Flagger simulator and a fake Slack Web API against
 //! gatebot over real HTTP, on SQLite and on PostgreSQL.
 
-pub mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use gatebot::clock::{ManualClock, SharedClock};
 use gatebot::notify::WorkerSettings;
 use gatebot::Options;
+use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::fake_slack::{post_signed, FakeSlack, Request};
+use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Hook, HookType, Phase, Strategy};
+use gatebot_testkit::github_payloads::comment;
+use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
-use support::fake_github::FakeGithub;
-use support::fake_slack::{post_signed, FakeSlack, Request};
-use support::flagger::{pr_hooks, FlaggerSim, Hook, HookType, Phase, Strategy};
-use support::github_payloads::comment;
-use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 
 const WAIT: Duration = Duration::from_secs(10);
 const SECRET: &str = "test-signing-secret";
@@ -316,7 +314,7 @@ fn fixture(name: &str) -> String {
 
 // ---- the main flows, on both stores ----
 
-on_both_stores!(
+gatebot_testkit::on_both_stores!(
     wait_posts_one_message_with_both_buttons,
     approve_click_opens_gate_and_simulator_promotes,
     reject_on_promotion_makes_simulator_roll_back,

@@ -27,15 +27,15 @@ macro_rules! on_both_stores {
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                super::$name($crate::support::harness::Backend::Sqlite).await
+                super::$name($crate::harness::Backend::Sqlite).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                if $crate::support::harness::postgres_url().is_none() {
+                if $crate::harness::postgres_url().is_none() {
                     eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)");
                     return;
                 }
-                super::$name($crate::support::harness::Backend::Postgres).await
+                super::$name($crate::harness::Backend::Postgres).await
             }
         }
     )*};
