@@ -37,7 +37,7 @@ use crate::clock::{SharedClock, SystemClock};
 pub use crate::config::Config;
 use crate::engine::{Engine, EngineSettings};
 use crate::metrics::Metrics;
-use crate::notify::{Handler, Notifier, Sink, Worker, WorkerSettings};
+use crate::notify::{Drain, Handler, Notifier, Sink, Worker, WorkerSettings};
 use crate::store::{QueueName, Store};
 
 /// Everything a request handler may need.
@@ -86,6 +86,7 @@ pub struct Gatebot {
     pub state: AppState,
     shutdown: CancellationToken,
     tasks: JoinSet<()>,
+    drain: Drain,
 }
 
 impl Gatebot {
@@ -161,7 +162,10 @@ impl Gatebot {
             settings: settings.clone(),
             wake: outbox_wake,
             owner: owner.clone(),
+            idle: Default::default(),
         };
+        let mut drain = Drain::default();
+        drain.add(&outbox);
         tasks.spawn(outbox.run(shutdown.clone()));
         let mut inbox_handlers: std::collections::HashMap<String, Arc<dyn Handler>> =
             options.inbox.into_iter().collect();
@@ -179,7 +183,9 @@ impl Gatebot {
             },
             wake: inbox_wake,
             owner,
+            idle: Default::default(),
         };
+        drain.add(&inbox);
         // Test and operations knob (undocumented in --help): start working the inbox
         // only after this long, e.g. to inspect or drain stored deliveries first.
         let inbox_delay = std::env::var("GATEBOT_INBOX_START_DELAY")
@@ -200,7 +206,14 @@ impl Gatebot {
             state,
             shutdown,
             tasks,
+            drain,
         })
+    }
+
+    /// Waits for the inbox and outbox workers to have nothing due (tests use it
+    /// instead of polling for background work; see [`Drain::settled`]).
+    pub fn drain(&self) -> Drain {
+        self.drain.clone()
     }
 
     pub fn router(&self) -> Router {
