@@ -259,6 +259,8 @@ async fn outbox_jobs_are_sent_once_across_replicas_and_survive_a_dead_worker() {
         sink_c.notices() == vec![notice.clone()]
     })
     .await;
+    // The sink hears the notice before the worker settles the job: let it finish.
+    c.drained().await;
     let jobs = c.api("/api/v1/outbox").await;
     let job = jobs["jobs"]
         .as_array()
