@@ -11,17 +11,11 @@
 //! It also times one durable commit on each store, the unit most of an
 //! approval's time is spent in.
 
-#[path = "../tests/support/fake_github.rs"]
-#[allow(dead_code)]
-mod fake_github;
-#[path = "../tests/support/harness.rs"]
-#[allow(dead_code)]
-mod harness;
-
 use std::time::{Duration, Instant};
 
 use gatebot::github::verify::sign;
 use gatebot::{Config, Options};
+use gatebot_testkit::{fake_github, harness};
 use serde_json::json;
 use sqlx::Connection;
 

@@ -7,12 +7,10 @@
 //! Server and load generator share this process (and the machine's cores), so
 //! the ratio matters more than the absolute numbers.
 
-#[path = "../tests/support/harness.rs"]
-#[allow(dead_code)]
-mod harness;
 use std::time::{Duration, Instant};
 
 use gatebot::{Config, Gatebot};
+use gatebot_testkit::harness;
 use serde_json::json;
 use sqlx::Connection;
 

@@ -7,17 +7,11 @@
 //! generator shares the machine's cores with it. Knobs: GITHUB_BENCH_DELIVERIES,
 //! GITHUB_BENCH_CONCURRENCY, GITHUB_BENCH_OPEN_SAMPLES.
 
-#[path = "../tests/support/fake_github.rs"]
-#[allow(dead_code)]
-mod fake_github;
-#[path = "../tests/support/harness.rs"]
-#[allow(dead_code)]
-mod harness;
-
 use std::time::{Duration, Instant};
 
 use gatebot::github::verify::sign;
 use gatebot::{Config, Options};
+use gatebot_testkit::{fake_github, harness};
 use serde_json::json;
 
 const SECRET: &str = "bench-secret";

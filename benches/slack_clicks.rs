@@ -4,16 +4,11 @@
 //!     cargo bench --bench slack_clicks
 //!     GATEBOT_BENCH_RATE=1000 GATEBOT_BENCH_SECS=10 cargo bench --bench slack_clicks
 
-#[path = "../tests/support/fake_slack.rs"]
-mod fake_slack;
-#[path = "../tests/support/harness.rs"]
-#[allow(dead_code)]
-mod harness;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gatebot::{Config, Options};
+use gatebot_testkit::{fake_slack, harness};
 use serde_json::json;
 
 const SECRET: &str = "bench-signing-secret";

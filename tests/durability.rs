@@ -3,8 +3,6 @@
 //! `/readyz` says so; and a command acknowledged just before SIGKILL is applied
 //! within seconds of a restart (SQLite) or by another replica (PostgreSQL).
 
-pub mod support;
-
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -12,10 +10,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gatebot::github::verify::sign;
-use support::fake_github::FakeGithub;
-use support::github_payloads::comment;
-use support::harness::{client, eventually, postgres_url, Backend, TestDb, ADMIN_TOKEN};
-use support::served::Served;
+use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::github_payloads::comment;
+use gatebot_testkit::harness::{client, eventually, postgres_url, Backend, TestDb, ADMIN_TOKEN};
+use gatebot_testkit::served::Served;
 
 const WAIT: Duration = Duration::from_secs(20);
 const SECRET: &str = "durability-webhook-secret";

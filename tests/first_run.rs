@@ -2,13 +2,11 @@
 //! quickstart run as written, `.env` and `check-config`, and refusals that say
 //! where the fix goes.
 
-pub mod support;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::harness::{Backend, TestDb};
-use support::served::{free_port, ChildGuard, Served, BIN};
+use gatebot_testkit::harness::{Backend, TestDb};
+use gatebot_testkit::served::{bin, free_port, ChildGuard, Served};
 
 const README: &str = include_str!("../README.md");
 const RELEASE_BIN: &str = "./target/release/gatebot";
@@ -98,7 +96,7 @@ fn readme_quickstart_works_as_written() {
             continue;
         }
         let script = line
-            .replace(RELEASE_BIN, BIN)
+            .replace(RELEASE_BIN, bin())
             .replace("127.0.0.1:8080", &format!("127.0.0.1:{port}"));
         let mut cmd = Command::new("bash");
         cmd.env_clear()
@@ -152,7 +150,7 @@ fn ellipsis_matches_any_text() {
 
 /// `gatebot` run in `dir` with only `env` set.
 fn gatebot(dir: &std::path::Path, env: &[(&str, &str)], args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
+    Command::new(bin())
         .env_clear()
         .current_dir(dir)
         .envs(env.iter().copied())
@@ -247,7 +245,7 @@ async fn serve_reads_dotenv_and_the_environment_wins() {
     )
     .unwrap();
     let _server = ChildGuard::spawn(
-        Command::new(BIN)
+        Command::new(bin())
             .arg("serve")
             .env_clear()
             .env("GATEBOT_DATABASE_URL", "sqlite://g.db")
@@ -256,13 +254,13 @@ async fn serve_reads_dotenv_and_the_environment_wins() {
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
     );
-    support::harness::eventually(
+    gatebot_testkit::harness::eventually(
         "gatebot to listen on the .env port",
         Duration::from_secs(20),
-        || async { support::served::healthy(port) },
+        || async { gatebot_testkit::served::healthy(port) },
     )
     .await;
-    let r = support::harness::client()
+    let r = gatebot_testkit::harness::client()
         .post(format!("http://127.0.0.1:{port}/api/v1/gates/open"))
         .bearer_auth("from-dotenv")
         .json(&serde_json::json!({"gate": "/gates/promote/pr/7"}))

@@ -1,20 +1,15 @@
 //! The gate server core, end to end: the Flagger simulator against gatebot over
 //! real HTTP, on SQLite and on PostgreSQL.
 
-pub mod support;
-
 use std::time::Duration;
 
 use gatebot::clock::ManualClock;
 use gatebot::notify::{Notice, SendError};
-use serde_json::json;
-use support::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
-use support::harness::{
-    client, eventually, options_with, status, Backend, RecordingSink, TestDb, TestServer,
-    ADMIN_TOKEN,
+use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
+use gatebot_testkit::harness::{
+    client, options_with, status, Backend, RecordingSink, TestDb, TestServer, ADMIN_TOKEN,
 };
-
-const WAIT: Duration = Duration::from_secs(10);
+use serde_json::json;
 
 async fn server(backend: Backend) -> (TestServer, std::sync::Arc<RecordingSink>, TestDb) {
     let db = TestDb::new(backend).await;
@@ -49,7 +44,7 @@ async fn new_release(sim: &mut FlaggerSim, checksum: &str) {
     sim.deploy(checksum);
 }
 
-on_both_stores!(
+gatebot_testkit::on_both_stores!(
     start_gate_holds_until_opened,
     preapproved_promotion_never_waits,
     approval_while_waiting_promotes_next_tick,
@@ -83,10 +78,11 @@ async fn start_gate_holds_until_opened(backend: Backend) {
     let waits = server.api("/api/v1/waits?open=true").await;
     assert_eq!(waits["waits"].as_array().unwrap().len(), 1, "{waits}");
     assert_eq!(waits["waits"][0]["gate"], "/gates/start/acme/shop/pr/42");
-    eventually("the wait notification", WAIT, || async {
-        sink.waits_started().len() == 1
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        sink.waits_started().len() == 1,
+        "drained, yet still waiting for the wait notification"
+    );
     assert_eq!(
         server
             .metric("gatebot_waits_started_total{kind=\"start\"}")
@@ -133,12 +129,10 @@ async fn approval_while_waiting_promotes_next_tick(backend: Backend) {
     sim.tick().await;
     assert_eq!(sim.phase(), Phase::WaitingPromotion, "still closed");
     assert_eq!(sim.calls_of(HookType::ConfirmPromotion).len(), asked + 1);
-    eventually("the promotion wait notice", WAIT, || async {
-        sink.waits_started()
+    server.drained().await;
+    assert!(sink.waits_started()
             .iter()
-            .any(|n| matches!(n, Notice::WaitStarted { gate, checksum, .. } if gate == "/gates/promote/acme/shop/pr/8" && checksum == "rev-b"))
-    })
-    .await;
+            .any(|n| matches!(n, Notice::WaitStarted { gate, checksum, .. } if gate == "/gates/promote/acme/shop/pr/8" && checksum == "rev-b")), "drained, yet still waiting for the promotion wait notice");
 
     server.open("/gates/promote/pr/8").await;
     sim.tick().await;
@@ -322,10 +316,11 @@ async fn concurrent_first_checks_start_one_wait(backend: Backend) {
     }
     let waits = server.api("/api/v1/waits?gate=/gates/promote/pr/13").await;
     assert_eq!(waits["waits"].as_array().unwrap().len(), 1, "{waits}");
-    eventually("the notice", WAIT, || async {
-        sink.waits_started().len() == 1
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        sink.waits_started().len() == 1,
+        "drained, yet still waiting for the notice"
+    );
     let jobs = server.api("/api/v1/outbox").await;
     let wait_jobs = jobs["jobs"]
         .as_array()
@@ -463,11 +458,9 @@ async fn event_hook_records_timeline(backend: Backend) {
     assert_eq!(first["canary"], "test/podinfo");
     assert!(first["flagger_at"].as_i64().unwrap() > 0);
     // Milestones reach the sinks, tied to the canary's PR gates.
-    eventually("the completion notice", WAIT, || async {
-        sink.notices().iter().any(|n| matches!(n, Notice::CanaryEvent { kind, gates, .. }
-            if kind == "promotion_completed" && gates.contains(&"/gates/promote/acme/shop/pr/14".to_string())))
-    })
-    .await;
+    server.drained().await;
+    assert!(sink.notices().iter().any(|n| matches!(n, Notice::CanaryEvent { kind, gates, .. }
+            if kind == "promotion_completed" && gates.contains(&"/gates/promote/acme/shop/pr/14".to_string()))), "drained, yet still waiting for the completion notice");
 }
 
 // ---- SQLite-only and clock-driven behaviour ----
@@ -480,17 +473,19 @@ async fn steady_state_checks_do_not_write() {
     let url = server.at("/gates/promote/pr/15");
     assert_eq!(status(client().post(&url).json(&body)).await, 403);
     // The wait's notification is written and sent first, so that only the polls are measured.
-    eventually("the wait notice", WAIT, || async {
-        sink.waits_started().len() == 1
-    })
-    .await;
-    eventually("the outbox to settle", WAIT, || async {
+    server.drained().await;
+    assert!(
+        sink.waits_started().len() == 1,
+        "drained, yet still waiting for the wait notice"
+    );
+    server.drained().await;
+    assert!(
         server.api("/api/v1/outbox?state=pending").await["jobs"]
             .as_array()
             .unwrap()
-            .is_empty()
-    })
-    .await;
+            .is_empty(),
+        "drained, yet still waiting for the outbox to settle"
+    );
     let wal = db.dir.path().join("data/gatebot.db-wal");
     let size = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
     let before = size();
@@ -582,11 +577,12 @@ async fn outbox_retries_with_backoff_and_honours_retry_after() {
     let server = TestServer::start(config, options_with(&sink, Some(clock.clone()))).await;
     server.open("/gates/promote/acme/shop/pr/17").await;
 
-    eventually("the first attempt to be settled", WAIT, || async {
+    server.drained().await;
+    assert!(
         sink.attempts() == 1
-            && !server.api("/api/v1/outbox").await["jobs"][0]["last_error"].is_null()
-    })
-    .await;
+            && !server.api("/api/v1/outbox").await["jobs"][0]["last_error"].is_null(),
+        "drained, yet still waiting for the first attempt to be settled"
+    );
     let job = &server.api("/api/v1/outbox").await["jobs"][0];
     assert_eq!(job["attempts"], 1);
     assert_eq!(job["last_error"], "429 slow down");
@@ -598,11 +594,12 @@ async fn outbox_retries_with_backoff_and_honours_retry_after() {
     clock.advance(29_999);
     assert_eq!(sink.attempts(), 1);
     clock.advance(1);
-    eventually("the second attempt to be settled", WAIT, || async {
+    server.drained().await;
+    assert!(
         sink.attempts() == 2
-            && server.api("/api/v1/outbox").await["jobs"][0]["last_error"] == "500 oops"
-    })
-    .await;
+            && server.api("/api/v1/outbox").await["jobs"][0]["last_error"] == "500 oops",
+        "drained, yet still waiting for the second attempt to be settled"
+    );
     let job = &server.api("/api/v1/outbox").await["jobs"][0];
     assert_eq!(
         job["next_attempt_at"],
@@ -610,11 +607,16 @@ async fn outbox_retries_with_backoff_and_honours_retry_after() {
         "exponential backoff: 50ms * 2"
     );
     clock.advance(100);
-    eventually("delivery", WAIT, || async { sink.notices().len() == 1 }).await;
-    eventually("the job to be done", WAIT, || async {
-        server.api("/api/v1/outbox").await["jobs"][0]["state"] == "done"
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        sink.notices().len() == 1,
+        "drained, yet still waiting for delivery"
+    );
+    server.drained().await;
+    assert!(
+        server.api("/api/v1/outbox").await["jobs"][0]["state"] == "done",
+        "drained, yet still waiting for the job to be done"
+    );
     let job = &server.api("/api/v1/outbox").await["jobs"][0];
     assert_eq!(job["attempts"], 3);
     assert_eq!(sink.notices().len(), 1, "sent once");
@@ -629,14 +631,15 @@ async fn outbox_gives_up_on_permanent_errors() {
     config.admin_token = Some(ADMIN_TOKEN.to_string().into());
     let server = TestServer::start(config, options_with(&sink, None)).await;
     server.open("/gates/promote/acme/shop/pr/18").await;
-    eventually("the job to fail", WAIT, || async {
+    server.drained().await;
+    assert!(
         server.api("/api/v1/outbox?state=failed").await["jobs"]
             .as_array()
             .unwrap()
             .len()
-            == 1
-    })
-    .await;
+            == 1,
+        "drained, yet still waiting for the job to fail"
+    );
     assert_eq!(sink.attempts(), 1);
     assert_eq!(
         server

@@ -1,17 +1,15 @@
 //! GitHub end to end: signed deliveries built from real payloads, gatebot over
 //! real HTTP, a fake GitHub API, and the Flagger simulator.
 
-pub mod support;
-
 use std::time::Duration;
 
 use gatebot::github::verify::sign;
+use gatebot_testkit::fake_github::{Failure, FakeGithub};
+use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
+use gatebot_testkit::github_payloads::{comment, fixture};
+use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
+use gatebot_testkit::served::ChildGuard;
 use serde_json::{json, Value};
-use support::fake_github::{Failure, FakeGithub};
-use support::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
-use support::github_payloads::{comment, fixture};
-use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
-use support::served::ChildGuard;
 
 const WAIT: Duration = Duration::from_secs(15);
 const SECRET: &str = "test-webhook-secret";
@@ -137,7 +135,7 @@ async fn canary(server: &TestServer, pr: u64) -> FlaggerSim {
     sim
 }
 
-on_both_stores!(
+gatebot_testkit::on_both_stores!(
     writer_promotes_and_flagger_promotes,
     refusals_change_nothing_and_say_why,
     redelivery_applies_once,
@@ -166,10 +164,11 @@ async fn writer_promotes_and_flagger_promotes(backend: Backend) {
     )
     .await;
     assert_eq!(status, 202, "{text}");
-    eventually("the promote gate to open", WAIT, || async {
-        gate_open(server, "/gates/promote/pr/42").await
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        gate_open(server, "/gates/promote/pr/42").await,
+        "drained, yet still waiting for the promote gate to open"
+    );
     assert!(
         sim.run_until(|s| s.promotions() == 1, 5).await,
         "Flagger promoted"
@@ -182,10 +181,11 @@ async fn writer_promotes_and_flagger_promotes(backend: Backend) {
         .clone();
     assert!(last.starts_with("approved by alice via github"), "{last}");
 
-    eventually("👀 and 🚀 on the comment", WAIT, || async {
-        github.reactions_on(1001) == vec!["eyes".to_string(), "rocket".to_string()]
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        github.reactions_on(1001) == vec!["eyes".to_string(), "rocket".to_string()],
+        "drained, yet still waiting for 👀 and 🚀 on the comment"
+    );
     let entries = audit(server, "/gates/promote/acme/shop/pr/42").await;
     let open = entries
         .iter()
@@ -220,20 +220,22 @@ async fn refusals_change_nothing_and_say_why(backend: Backend) {
         &comment(43, 2001, "rita", "/promote"),
     )
     .await;
-    eventually("the reply to the reader", WAIT, || async {
-        github.replies(43).len() == 1
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        github.replies(43).len() == 1,
+        "drained, yet still waiting for the reply to the reader"
+    );
     let reply = &github.replies(43)[0].body;
     assert!(reply.contains("@rita"), "{reply}");
     assert!(
         reply.contains("needs write permission on acme/shop and you have read"),
         "{reply}"
     );
-    eventually("👀 and 😕", WAIT, || async {
-        github.reactions_on(2001) == vec!["eyes".to_string(), "confused".to_string()]
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        github.reactions_on(2001) == vec!["eyes".to_string(), "confused".to_string()],
+        "drained, yet still waiting for 👀 and 😕"
+    );
 
     // The PR's author under four eyes (an admin, so only the policy stops them).
     deliver(
@@ -242,10 +244,11 @@ async fn refusals_change_nothing_and_say_why(backend: Backend) {
         &comment(43, 2002, AUTHOR, "/promote"),
     )
     .await;
-    eventually("the reply to the author", WAIT, || async {
-        github.replies(43).len() == 2
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        github.replies(43).len() == 2,
+        "drained, yet still waiting for the reply to the author"
+    );
     let reply = &github.replies(43)[1].body;
     assert!(reply.contains("you opened this pull request"), "{reply}");
     assert!(reply.contains("four eyes"), "{reply}");
@@ -254,10 +257,11 @@ async fn refusals_change_nothing_and_say_why(backend: Backend) {
     let mut bot = comment(43, 2003, "renovate[bot]", "/promote");
     bot["comment"]["user"]["type"] = json!("Bot");
     deliver(server, "issue_comment", &bot).await;
-    eventually("the reply to the bot", WAIT, || async {
-        github.replies(43).len() == 3
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        github.replies(43).len() == 3,
+        "drained, yet still waiting for the reply to the bot"
+    );
     assert!(github.replies(43)[2]
         .body
         .contains("bots are never run as commands"));
@@ -269,10 +273,11 @@ async fn refusals_change_nothing_and_say_why(backend: Backend) {
     ] {
         deliver(server, "issue_comment", &comment(43, id, "alice", body)).await;
     }
-    eventually("the replies to the quotes", WAIT, || async {
-        github.replies(43).len() == 5
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        github.replies(43).len() == 5,
+        "drained, yet still waiting for the replies to the quotes"
+    );
     for reply in &github.replies(43)[3..] {
         assert!(
             reply.body.contains("inside quotes or code are not run"),
@@ -303,14 +308,16 @@ async fn redelivery_applies_once(backend: Backend) {
             .0,
         202
     );
-    eventually("the gate to open", WAIT, || async {
-        gate_open(server, "/gates/promote/pr/44").await
-    })
-    .await;
-    eventually("🚀", WAIT, || async {
-        github.reactions_on(3001).len() == 2
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        gate_open(server, "/gates/promote/pr/44").await,
+        "drained, yet still waiting for the gate to open"
+    );
+    server.drained().await;
+    assert!(
+        github.reactions_on(3001).len() == 2,
+        "drained, yet still waiting for 🚀"
+    );
 
     // Someone closes it; GitHub redelivers the old comment.
     server.close("/gates/promote/pr/44").await;
@@ -333,11 +340,12 @@ async fn push_and_close_close_the_gates(backend: Backend) {
     }
     let push = pull_request_event("pull_request.synchronize.json", 45);
     assert_eq!(deliver(server, "pull_request", &push).await.0, 202);
-    eventually("start and promote to close", WAIT, || async {
+    server.drained().await;
+    assert!(
         !gate_open(server, "/gates/start/pr/45").await
-            && !gate_open(server, "/gates/promote/pr/45").await
-    })
-    .await;
+            && !gate_open(server, "/gates/promote/pr/45").await,
+        "drained, yet still waiting for start and promote to close"
+    );
     assert!(
         gate_open(server, "/gates/rollback/pr/45").await,
         "a push does not close rollback by default"
@@ -354,10 +362,11 @@ async fn push_and_close_close_the_gates(backend: Backend) {
     let mut closed = pull_request_event("pull_request.closed.json", 45);
     closed["pull_request"]["updated_at"] = json!("2019-05-15T15:22:00Z");
     assert_eq!(deliver(server, "pull_request", &closed).await.0, 202);
-    eventually("the rollback gate to close", WAIT, || async {
-        !gate_open(server, "/gates/rollback/pr/45").await
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        !gate_open(server, "/gates/rollback/pr/45").await,
+        "drained, yet still waiting for the rollback gate to close"
+    );
     let entries = audit(server, "/gates/rollback/acme/shop/pr/45").await;
     assert_eq!(
         actions(&entries, "close"),
@@ -386,10 +395,12 @@ async fn github_failures_delay_replies_but_send_them_once(backend: Backend) {
         &comment(46, 4001, "alice", "/promote"),
     )
     .await;
-    eventually("the gate to open", WAIT, || async {
-        gate_open(server, "/gates/promote/pr/46").await
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        gate_open(server, "/gates/promote/pr/46").await,
+        "drained, yet still waiting for the gate to open"
+    );
+    // Polled: the retries come due on the wall clock (Retry-After), which a drain does not wait for.
     eventually("both reactions despite the failures", WAIT, || async {
         github.reactions_on(4001).len() == 2
     })
@@ -423,10 +434,11 @@ async fn one_status_comment_per_pr_edited_in_place(backend: Backend) {
     sim.tick().await;
     sim.tick().await;
     assert_eq!(sim.phase(), Phase::Waiting);
-    eventually("the status comment", WAIT, || async {
-        github.status_comments(47).len() == 1
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        github.status_comments(47).len() == 1,
+        "drained, yet still waiting for the status comment"
+    );
     let first = github.status_comments(47)[0].clone();
     assert!(
         first.body.contains("Flagger gates for acme/shop#47"),
@@ -441,21 +453,23 @@ async fn one_status_comment_per_pr_edited_in_place(backend: Backend) {
         &comment(47, 5001, "alice", "/start"),
     )
     .await;
-    eventually("the start gate", WAIT, || async {
-        gate_open(server, "/gates/start/pr/47").await
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        gate_open(server, "/gates/start/pr/47").await,
+        "drained, yet still waiting for the start gate"
+    );
     assert!(
         sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
             .await
     );
-    eventually("the comment to show the promotion wait", WAIT, || async {
+    server.drained().await;
+    assert!(
         github
             .status_comments(47)
             .first()
-            .is_some_and(|c| c.body.contains("comment `/promote`"))
-    })
-    .await;
+            .is_some_and(|c| c.body.contains("comment `/promote`")),
+        "drained, yet still waiting for the comment to show the promotion wait"
+    );
     let comments = github.status_comments(47);
     assert_eq!(comments.len(), 1, "still one status comment");
     assert_eq!(comments[0].id, first.id);
@@ -473,20 +487,22 @@ async fn one_status_comment_per_pr_edited_in_place(backend: Backend) {
         &comment(48, 5002, "alice", "/promote"),
     )
     .await;
-    eventually("🚀 on PR 48", WAIT, || async {
-        github.reactions_on(5002).len() == 2
-    })
-    .await;
-    eventually("the outbox to drain", WAIT, || async {
+    server.drained().await;
+    assert!(
+        github.reactions_on(5002).len() == 2,
+        "drained, yet still waiting for 🚀 on PR 48"
+    );
+    server.drained().await;
+    assert!(
         server
             .api("/api/v1/outbox")
             .await
             .to_string()
             .matches("\"pending\"")
             .count()
-            == 0
-    })
-    .await;
+            == 0,
+        "drained, yet still waiting for the outbox to drain"
+    );
     assert!(
         github.comments_on(48).is_empty(),
         "{:?}",
@@ -503,20 +519,22 @@ async fn edited_comments_run_only_new_commands(backend: Backend) {
         &comment(49, 6001, "alice", "/start"),
     )
     .await;
-    eventually("start", WAIT, || async {
-        gate_open(server, "/gates/start/pr/49").await
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        gate_open(server, "/gates/start/pr/49").await,
+        "drained, yet still waiting for start"
+    );
     server.close("/gates/start/pr/49").await;
 
     let mut edited = comment(49, 6001, "alice", "/start\n/promote");
     edited["action"] = json!("edited");
     edited["changes"] = json!({"body": {"from": "/start"}});
     assert_eq!(deliver(server, "issue_comment", &edited).await.0, 202);
-    eventually("promote", WAIT, || async {
-        gate_open(server, "/gates/promote/pr/49").await
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        gate_open(server, "/gates/promote/pr/49").await,
+        "drained, yet still waiting for promote"
+    );
     assert!(
         !gate_open(server, "/gates/start/pr/49").await,
         "/start was in the old body"
@@ -555,10 +573,11 @@ async fn help_status_and_unknown_commands_are_answered(backend: Backend) {
         &comment(50, 7001, "rita", "/help\n/status\n/frobnicate"),
     )
     .await;
-    eventually("three replies", WAIT, || async {
-        github.replies(50).len() == 3
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        github.replies(50).len() == 3,
+        "drained, yet still waiting for three replies"
+    );
     let bodies: Vec<String> = github.replies(50).into_iter().map(|c| c.body).collect();
     assert!(
         bodies.iter().any(|b| b.contains("| `/promote` |")),
@@ -574,10 +593,11 @@ async fn help_status_and_unknown_commands_are_answered(backend: Backend) {
             .any(|b| b.contains("`/frobnicate`: is not a gatebot command: comment `/help`")),
         "{bodies:?}"
     );
-    eventually("😕 for the unknown command", WAIT, || async {
-        github.reactions_on(7001) == vec!["eyes".to_string(), "confused".to_string()]
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        github.reactions_on(7001) == vec!["eyes".to_string(), "confused".to_string()],
+        "drained, yet still waiting for 😕 for the unknown command"
+    );
 }
 
 async fn closed_and_merged_pull_requests(backend: Backend) {
@@ -586,10 +606,11 @@ async fn closed_and_merged_pull_requests(backend: Backend) {
     let mut closed = comment(51, 8001, "alice", "/promote");
     closed["issue"]["state"] = json!("closed");
     deliver(server, "issue_comment", &closed).await;
-    eventually("the refusal", WAIT, || async {
-        github.replies(51).len() == 1
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        github.replies(51).len() == 1,
+        "drained, yet still waiting for the refusal"
+    );
     assert!(github.replies(51)[0]
         .body
         .contains("closed without merging"));
@@ -599,10 +620,11 @@ async fn closed_and_merged_pull_requests(backend: Backend) {
     merged["issue"]["state"] = json!("closed");
     merged["issue"]["pull_request"]["merged_at"] = json!("2024-05-01T10:00:00Z");
     deliver(server, "issue_comment", &merged).await;
-    eventually("a merged PR takes commands", WAIT, || async {
-        gate_open(server, "/gates/promote/pr/51").await
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        gate_open(server, "/gates/promote/pr/51").await,
+        "drained, yet still waiting for a merged PR takes commands"
+    );
 
     // A server that leaves merged_at out: gatebot asks for the PR.
     github.set_merged(52, true);
@@ -613,10 +635,11 @@ async fn closed_and_merged_pull_requests(backend: Backend) {
         .unwrap()
         .remove("merged_at");
     deliver(server, "issue_comment", &asked).await;
-    eventually("the merged PR's gate", WAIT, || async {
-        gate_open(server, "/gates/promote/pr/52").await
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        gate_open(server, "/gates/promote/pr/52").await,
+        "drained, yet still waiting for the merged PR's gate"
+    );
     assert_eq!(github.requests_to("/pulls/52").len(), 1);
 }
 
@@ -698,10 +721,11 @@ async fn ping_and_ignored_events_are_answered() {
     );
     let (status, text) = deliver(&env.server, "issue_comment", &big).await;
     assert_eq!(status, 202, "{text}");
-    eventually("the large comment's command", WAIT, || async {
-        gate_open(&env.server, "/gates/start/pr/65").await
-    })
-    .await;
+    env.server.drained().await;
+    assert!(
+        gate_open(&env.server, "/gates/start/pr/65").await,
+        "drained, yet still waiting for the large comment's command"
+    );
 }
 
 #[tokio::test]
@@ -764,10 +788,11 @@ async fn team_rules_ask_github_and_cache_the_answers() {
         &comment(62, 9201, "bob", "/promote"),
     )
     .await;
-    eventually("the refusal", WAIT, || async {
-        github.replies(62).len() == 1
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        github.replies(62).len() == 1,
+        "drained, yet still waiting for the refusal"
+    );
     assert!(github.replies(62)[0]
         .body
         .contains("needs membership in @acme/release"));
@@ -778,20 +803,22 @@ async fn team_rules_ask_github_and_cache_the_answers() {
         &comment(62, 9202, "alice", "/promote"),
     )
     .await;
-    eventually("alice opens it", WAIT, || async {
-        gate_open(server, "/gates/promote/pr/62").await
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        gate_open(server, "/gates/promote/pr/62").await,
+        "drained, yet still waiting for alice opens it"
+    );
     deliver(
         server,
         "issue_comment",
         &comment(62, 9203, "alice", "/start"),
     )
     .await;
-    eventually("start", WAIT, || async {
-        gate_open(server, "/gates/start/pr/62").await
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        gate_open(server, "/gates/start/pr/62").await,
+        "drained, yet still waiting for start"
+    );
     assert_eq!(
         github.requests_to("/collaborators/alice/permission").len(),
         1,
@@ -815,14 +842,16 @@ async fn github_app_uses_installation_tokens() {
         &comment(63, 9301, "alice", "/promote"),
     )
     .await;
-    eventually("the gate", WAIT, || async {
-        gate_open(server, "/gates/promote/pr/63").await
-    })
-    .await;
-    eventually("🚀", WAIT, || async {
-        github.reactions_on(9301).len() == 2
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        gate_open(server, "/gates/promote/pr/63").await,
+        "drained, yet still waiting for the gate"
+    );
+    server.drained().await;
+    assert!(
+        github.reactions_on(9301).len() == 2,
+        "drained, yet still waiting for 🚀"
+    );
     let minted = github.requests_to("/app/installations/32739733/access_tokens");
     assert!(!minted.is_empty(), "the installation from the delivery");
     let reaction = &github.requests_to("/reactions")[0];
@@ -860,6 +889,7 @@ async fn reply_posted_by_an_attempt_that_never_heard_back_is_not_posted_again() 
     )
     .await;
     assert_eq!(status, 202);
+    // Polled: the retry waits for the lease to run out on the wall clock.
     eventually("the refusal to be posted", WAIT, || async {
         !github.replies(71).is_empty()
     })
@@ -951,4 +981,4 @@ async fn crash_after_acknowledgement_loses_nothing() {
 }
 
 /// A throwaway RSA key for the App test only (never used anywhere else).
-const TEST_APP_KEY: &str = include_str!("support/test-app-key.pem");
+const TEST_APP_KEY: &str = include_str!("fixtures/test-app-key.pem");

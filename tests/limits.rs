@@ -2,8 +2,6 @@
 //! times, slow and idle connections, the connection limit, failures inside a
 //! handler (panics, timeouts), and the paged gate list.
 
-pub mod support;
-
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -13,9 +11,9 @@ use gatebot::{AppState, Config, Gatebot};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 
-use support::harness::{client, metric_value, Backend, TestDb, TestServer, ADMIN_TOKEN};
-use support::raw::{self, closed_within, connect, memory_kb, post_big};
-use support::served::{Served, BIN};
+use gatebot_testkit::harness::{client, metric_value, Backend, TestDb, TestServer, ADMIN_TOKEN};
+use gatebot_testkit::raw::{self, closed_within, connect, memory_kb, post_big};
+use gatebot_testkit::served::{bin, Served};
 
 const MB: usize = 1024 * 1024;
 
@@ -455,7 +453,7 @@ async fn a_timed_out_request_is_answered_and_counted_by_route() {
     gatebot.stop().await;
 }
 
-on_both_stores!(the_gate_list_pages);
+gatebot_testkit::on_both_stores!(the_gate_list_pages);
 
 /// 250 gates, some opened (a row each) and some only asked by Flagger (an
 /// observation only): three pages, every gate once, and the CLI follows them.
@@ -539,7 +537,7 @@ async fn the_gate_list_pages(backend: Backend) {
         assert_eq!(r.status(), 400, "{bad}");
     }
 
-    let cli = tokio::process::Command::new(BIN)
+    let cli = tokio::process::Command::new(bin())
         .env_clear()
         .env("GATEBOT_SERVER", &server.url)
         .env("GATEBOT_ADMIN_TOKEN", ADMIN_TOKEN)

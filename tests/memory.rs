@@ -3,13 +3,11 @@
 //! with history. 100,000 open, pinned gates (each with its observation) must fit
 //! the whole process in 80 MB.
 
-pub mod support;
-
 use std::time::Duration;
 
+use gatebot_testkit::harness::{client, Backend, TestDb};
+use gatebot_testkit::served::Served;
 use sqlx::Connection;
-use support::harness::{client, Backend, TestDb};
-use support::served::Served;
 
 const GATES: i64 = 100_000;
 const LIMIT_BYTES: u64 = 80 * 1024 * 1024;

@@ -5,8 +5,6 @@
 //! A job whose payload cannot be encoded is counted and reported, never stored
 //! empty. SQLite and PostgreSQL.
 
-pub mod support;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,15 +16,12 @@ use gatebot::notify::{
 };
 use gatebot::store::{NewJob, QueueItem};
 use gatebot::Options;
+use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::fake_slack::FakeSlack;
+use gatebot_testkit::github_payloads::comment;
+use gatebot_testkit::harness::{client, Backend, RecordingSink, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
-use support::fake_github::FakeGithub;
-use support::fake_slack::FakeSlack;
-use support::github_payloads::comment;
-use support::harness::{
-    client, eventually, Backend, RecordingSink, TestDb, TestServer, ADMIN_TOKEN,
-};
 
-const WAIT: Duration = Duration::from_secs(20);
 /// 2024-05-01T14:02:00Z, the start of a minute.
 const NOW: i64 = 1_714_572_120_000;
 const BURST: u32 = 10;
@@ -99,10 +94,11 @@ async fn burst_of_waits_gets_one_digest(backend: Backend) {
         check(&server, "/gates/promote/pr/7", "elsewhere", other).await,
         403
     );
-    eventually("the other channel's message", WAIT, || async {
-        posts_to(&slack, "#other").len() == 1
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        posts_to(&slack, "#other").len() == 1,
+        "drained, yet still waiting for the other channel's message"
+    );
     let announced = posts_to(&slack, "#deploys");
     assert_eq!(announced.len(), BURST as usize, "{announced:#?}");
     assert!(
@@ -118,10 +114,11 @@ async fn burst_of_waits_gets_one_digest(backend: Backend) {
 
     // When the minute is over, one message tells of the other 190.
     clock.set(NOW + 62_000);
-    eventually("the digest", WAIT, || async {
-        posts_to(&slack, "#deploys").len() > BURST as usize
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        posts_to(&slack, "#deploys").len() > BURST as usize,
+        "drained, yet still waiting for the digest"
+    );
     let posts = posts_to(&slack, "#deploys");
     let digest = posts[BURST as usize]["text"].as_str().unwrap().to_string();
     assert!(
@@ -137,10 +134,11 @@ async fn burst_of_waits_gets_one_digest(backend: Backend) {
         check(&server, "/gates/promote/pr/8", "later", json!({})).await,
         403
     );
-    eventually("the later wait's message", WAIT, || async {
-        posts_to(&slack, "#deploys").len() == BURST as usize + 2
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        posts_to(&slack, "#deploys").len() == BURST as usize + 2,
+        "drained, yet still waiting for the later wait's message"
+    );
     let later = posts_to(&slack, "#deploys").pop().unwrap();
     assert!(later["blocks"].is_array(), "{later:#}");
     assert!(later.to_string().contains("test/later"), "{later:#}");
@@ -182,14 +180,15 @@ async fn burst_on_one_pr_gets_one_edit(backend: Backend) {
             403
         );
     }
-    eventually("the status comment with the first waits", WAIT, || async {
+    server.drained().await;
+    assert!(
         github
             .status_comments(42)
             .first()
             .is_some_and(|c| c.body.contains(&format!("test/flood-{}", BURST - 1)))
-            && outbox_idle().await
-    })
-    .await;
+            && outbox_idle().await,
+        "drained, yet still waiting for the status comment with the first waits"
+    );
     let edits = github.status_comments(42)[0].edits;
     // 20 more in the same minute, then a wait at another PR, queued after them.
     for i in BURST as i64..30 {
@@ -210,10 +209,11 @@ async fn burst_on_one_pr_gets_one_edit(backend: Backend) {
         check(&server, "/gates/promote/pr/43", "elsewhere", json!({})).await,
         403
     );
-    eventually("the other PR's status comment", WAIT, || async {
-        github.status_comments(43).len() == 1
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        github.status_comments(43).len() == 1,
+        "drained, yet still waiting for the other PR's status comment"
+    );
     let comment = github.status_comments(42).remove(0);
     assert_eq!(
         comment.edits, edits,
@@ -224,10 +224,11 @@ async fn burst_on_one_pr_gets_one_edit(backend: Backend) {
 
     // When the minute is over, one edit shows them all.
     clock.set(NOW + 61_000);
-    eventually("the edit after the minute", WAIT, || async {
-        github.status_comments(42)[0].body.contains("test/flood-29") && outbox_idle().await
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        github.status_comments(42)[0].body.contains("test/flood-29") && outbox_idle().await,
+        "drained, yet still waiting for the edit after the minute"
+    );
     assert_eq!(github.status_comments(42)[0].edits, edits + 1);
     server.stop().await;
 }
@@ -248,10 +249,11 @@ async fn missing_pr_costs_one_call(backend: Backend) {
         check(&server, "/gates/promote/pr/404", "first", json!({})).await,
         403
     );
-    eventually("GitHub's 404", WAIT, || async {
-        github.requests_to("/issues/404/").len() == 1 && server.metric(dropped).await == 1.0
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        github.requests_to("/issues/404/").len() == 1 && server.metric(dropped).await == 1.0,
+        "drained, yet still waiting for GitHub's 404"
+    );
     // More notices for that PR, and a wait at a real one.
     assert_eq!(
         check(&server, "/gates/promote/pr/404", "second", json!({})).await,
@@ -265,12 +267,11 @@ async fn missing_pr_costs_one_call(backend: Backend) {
         check(&server, "/gates/promote/pr/42", "real", json!({})).await,
         403
     );
-    eventually(
-        "the real PR's status comment and the drops",
-        WAIT,
-        || async { github.status_comments(42).len() == 1 && server.metric(dropped).await >= 2.0 },
-    )
-    .await;
+    server.drained().await;
+    assert!(
+        github.status_comments(42).len() == 1 && server.metric(dropped).await >= 2.0,
+        "drained, yet still waiting for the real PR's status comment and the drops"
+    );
     let calls = github.requests_to("/issues/404/");
     assert_eq!(calls.len(), 1, "{calls:#?}");
     assert!(github.status_comments(42)[0].body.contains("test/real"));
@@ -290,18 +291,20 @@ async fn missing_pr_costs_one_call(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 202);
-    eventually("the reply on the PR", WAIT, || async {
-        github.replies(404).len() == 1
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        github.replies(404).len() == 1,
+        "drained, yet still waiting for the reply on the PR"
+    );
     assert_eq!(
         check(&server, "/gates/traffic/pr/404", "fourth", json!({})).await,
         403
     );
-    eventually("the PR's status comment", WAIT, || async {
-        github.status_comments(404).len() == 1
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        github.status_comments(404).len() == 1,
+        "drained, yet still waiting for the PR's status comment"
+    );
     server.stop().await;
 }
 
@@ -347,10 +350,11 @@ async fn unencodable_job_is_reported_not_stored_empty(backend: Backend) {
 
     // The change happens (and is acknowledged) although one sink cannot say so.
     server.open("/gates/promote/acme/shop/pr/5").await;
-    eventually("the other sink's notice and the count", WAIT, || async {
-        recording.notices().len() == 1 && server.metric(metric).await == 1.0
-    })
-    .await;
+    server.drained().await;
+    assert!(
+        recording.notices().len() == 1 && server.metric(metric).await == 1.0,
+        "drained, yet still waiting for the other sink's notice and the count"
+    );
     assert_eq!(
         check(
             &server,
@@ -368,7 +372,7 @@ async fn unencodable_job_is_reported_not_stored_empty(backend: Backend) {
     server.stop().await;
 }
 
-on_both_stores!(
+gatebot_testkit::on_both_stores!(
     burst_of_waits_gets_one_digest,
     burst_on_one_pr_gets_one_edit,
     missing_pr_costs_one_call,

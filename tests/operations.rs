@@ -1,21 +1,19 @@
 //! Operating gatebot: the real binary (serve, CLI, check-config, shutdown, logs),
 //! the loadtester's API, the operator API's access rules, health and metrics.
 
-pub mod support;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use gatebot_testkit::harness::{client, status, Backend, TestDb, TestServer, ADMIN_TOKEN};
+use gatebot_testkit::served::{bin, free_port, ChildGuard, Served};
 use serde_json::json;
-use support::harness::{client, status, Backend, TestDb, TestServer, ADMIN_TOKEN};
-use support::served::{free_port, ChildGuard, Served, BIN};
 
 fn cli(server: &str, token: Option<&str>, args: &[&str]) -> Output {
     // A directory of its own: no `.env` of the checkout is read.
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(bin());
     cmd.env_clear()
         .current_dir(dir.path())
         .env("GATEBOT_SERVER", server)
@@ -193,7 +191,7 @@ fn check_config_reports_problems() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}/x/gatebot.db", dir.path().display());
     let run = |env: &[(&str, &str)]| {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         cmd.env_clear()
             .current_dir(dir.path())
             .arg("check-config")
@@ -244,7 +242,7 @@ async fn secrets_can_come_from_files_and_are_never_logged() {
     drop(served);
     let port = free_port();
     let mut child = ChildGuard::spawn(
-        Command::new(BIN)
+        Command::new(bin())
             .arg("serve")
             .env_clear()
             .env("GATEBOT_LISTEN", format!("127.0.0.1:{port}"))
@@ -255,7 +253,7 @@ async fn secrets_can_come_from_files_and_are_never_logged() {
             .stderr(Stdio::piped()),
     );
     let url = format!("http://127.0.0.1:{port}");
-    support::harness::eventually("the server", Duration::from_secs(20), || async {
+    gatebot_testkit::harness::eventually("the server", Duration::from_secs(20), || async {
         client().get(format!("{url}/healthz")).send().await.is_ok()
     })
     .await;
@@ -600,7 +598,7 @@ fn env_example_lists_every_setting_and_works_as_is() {
     }
 
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(bin());
     cmd.env_clear().current_dir(dir.path()).arg("check-config");
     for line in example
         .lines()
@@ -641,7 +639,7 @@ fn nothing_reads_outside_the_repository() {
         concat!("}", "/../"),
     ];
     let mut files = Vec::new();
-    for dir in ["src", "tests", "benches", ".ci"] {
+    for dir in ["src", "tests", "testkit", "benches", ".ci"] {
         walk(&root.join(dir), &mut files);
     }
     assert!(files.len() > 20, "{files:?}");
@@ -676,7 +674,7 @@ async fn a_panicking_test_leaves_no_child_behind() {
     let panicked = std::thread::spawn(move || {
         let served = Served::start(&db, &[]);
         let bare = ChildGuard::spawn(
-            Command::new(BIN)
+            Command::new(bin())
                 .arg("serve")
                 .env_clear()
                 .env("GATEBOT_LISTEN", format!("127.0.0.1:{}", free_port()))

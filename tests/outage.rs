@@ -2,14 +2,12 @@
 //! other tests keep theirs). Needs GATEBOT_TEST_PG_CTL (path to pg_ctl) and,
 //! when running as root, GATEBOT_TEST_PG_OS_USER; `bash .ci/run` sets both.
 
-pub mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use gatebot_testkit::harness::{client, eventually, TestServer, ADMIN_TOKEN};
 use serde_json::json;
-use support::harness::{client, eventually, TestServer, ADMIN_TOKEN};
 
 struct Cluster {
     bin: PathBuf,

@@ -4,19 +4,16 @@
 //! gate's last close (or the PR's last push) opens nothing; a click approves
 //! only the revision its message showed.
 
-pub mod support;
-
 use std::time::Duration;
 
 use gatebot::github::verify::sign;
 use gatebot::store::QueueName;
+use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::fake_slack::{post_signed, FakeSlack, Request};
+use gatebot_testkit::github_payloads::{comment, comment_at, fixture, github_time, now_ms};
+use gatebot_testkit::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
-use support::fake_github::FakeGithub;
-use support::fake_slack::{post_signed, FakeSlack, Request};
-use support::github_payloads::{comment, comment_at, fixture, github_time, now_ms};
-use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 
-const WAIT: Duration = Duration::from_secs(15);
 const SECRET: &str = "test-webhook-secret";
 const SLACK_SECRET: &str = "test-signing-secret";
 const ALICE: &str = "UALICE";
@@ -137,16 +134,17 @@ impl Env {
 
     /// Every stored delivery has been worked (the sync point for "changed nothing").
     async fn inbox_idle(&self) {
-        eventually("the inbox to drain", WAIT, || async {
+        self.server.drained().await;
+        assert!(
             self.server
                 .state
                 .store
                 .pending(QueueName::Inbox)
                 .await
                 .unwrap()
-                == 0
-        })
-        .await;
+                == 0,
+            "drained, yet still waiting for the inbox to drain"
+        );
     }
 
     async fn slack_post(&self, path: &str, body: &str, ts: i64) -> (u16, String) {
@@ -162,25 +160,27 @@ impl Env {
                 m.body.get("thread_ts").is_none() && text.contains(gate) && text.contains(checksum)
             })
         };
-        eventually(&format!("a waiting message for {gate}"), WAIT, || async {
-            find().is_some()
-        })
-        .await;
+        self.server.drained().await;
+        assert!(
+            find().is_some(),
+            "drained, yet still waiting for a waiting message for {gate}"
+        );
         find().unwrap()
     }
 
     /// Every queued notification has been sent.
     async fn outbox_idle(&self) {
-        eventually("the outbox to drain", WAIT, || async {
+        self.server.drained().await;
+        assert!(
             self.server
                 .state
                 .store
                 .pending(QueueName::Outbox)
                 .await
                 .unwrap()
-                == 0
-        })
-        .await;
+                == 0,
+            "drained, yet still waiting for the outbox to drain"
+        );
     }
 
     /// A click on a message's button, as Slack posts it (form body).
@@ -226,7 +226,7 @@ fn now_secs() -> i64 {
     now_ms() / 1000
 }
 
-on_both_stores!(
+gatebot_testkit::on_both_stores!(
     promote_replayed_under_a_new_delivery_reopens_nothing,
     rollback_replayed_under_a_new_delivery_rolls_back_nothing,
     comment_written_before_a_close_opens_nothing,
@@ -244,10 +244,11 @@ async fn promote_replayed_under_a_new_delivery_reopens_nothing(backend: Backend)
     let sig = sign(SECRET, &body);
     let (status, text) = env.github_raw("issue_comment", "d-1", &body, &sig).await;
     assert_eq!(status, 202, "{text}");
-    eventually("rev1 to be let through", WAIT, || async {
-        env.check(gate, "pr50", "rev1").await == 200
-    })
-    .await;
+    env.server.drained().await;
+    assert!(
+        env.check(gate, "pr50", "rev1").await == 200,
+        "drained, yet still waiting for rev1 to be let through"
+    );
 
     env.push(50, now_ms()).await;
     assert_eq!(env.state(key).await, "closed");
@@ -279,10 +280,11 @@ async fn rollback_replayed_under_a_new_delivery_rolls_back_nothing(backend: Back
         env.github_raw("issue_comment", "r-1", &body, &sig).await.0,
         202
     );
-    eventually("rev1 to be rolled back", WAIT, || async {
-        env.check(gate, "pr51", "rev1").await == 200
-    })
-    .await;
+    env.server.drained().await;
+    assert!(
+        env.check(gate, "pr51", "rev1").await == 200,
+        "drained, yet still waiting for rev1 to be rolled back"
+    );
     // Flagger rolled rev1 back; the next revision asks the rollback gate.
     assert_eq!(env.check(gate, "pr51", "rev2").await, 403);
 
@@ -307,10 +309,11 @@ async fn comment_written_before_a_close_opens_nothing(backend: Backend) {
     let written = now_ms() - 60_000;
     env.github("issue_comment", &comment(52, 5201, "alice", "/promote"))
         .await;
-    eventually("rev1 to be let through", WAIT, || async {
-        env.check(gate, "pr52", "rev1").await == 200
-    })
-    .await;
+    env.server.drained().await;
+    assert!(
+        env.check(gate, "pr52", "rev1").await == 200,
+        "drained, yet still waiting for rev1 to be let through"
+    );
 
     // Older than the approval in force: it changes nothing (no fresh, unpinned approval).
     let old = comment_at(52, 5202, "alice", "/promote", written);
@@ -330,10 +333,11 @@ async fn comment_written_before_a_close_opens_nothing(backend: Backend) {
     let refusals = env.server.metric(refused).await;
     let old = comment_at(52, 5203, "alice", "/promote", written + 1_000);
     assert_eq!(env.github("issue_comment", &old).await.0, 202);
-    eventually("the reply", WAIT, || async {
-        !env.github.replies(52).is_empty()
-    })
-    .await;
+    env.server.drained().await;
+    assert!(
+        !env.github.replies(52).is_empty(),
+        "drained, yet still waiting for the reply"
+    );
     let reply = env.github.replies(52).remove(0).body;
     assert!(
         reply.contains("written before the gate closed at") && reply.contains("comment again"),
@@ -357,10 +361,11 @@ async fn comment_written_before_a_push_opens_nothing(backend: Backend) {
 
     let late = comment_at(53, 5301, "alice", "/promote", written);
     assert_eq!(env.github("issue_comment", &late).await.0, 202);
-    eventually("the reply", WAIT, || async {
-        !env.github.replies(53).is_empty()
-    })
-    .await;
+    env.server.drained().await;
+    assert!(
+        !env.github.replies(53).is_empty(),
+        "drained, yet still waiting for the reply"
+    );
     let reply = env.github.replies(53).remove(0).body;
     assert!(reply.contains("written before the push at"), "{reply}");
     assert_eq!(env.check(gate, "pr53", "rev2").await, 403);
@@ -377,10 +382,11 @@ async fn comment_written_before_a_push_opens_nothing(backend: Backend) {
     // Written after the push, it works.
     env.github("issue_comment", &comment(53, 5302, "alice", "/promote"))
         .await;
-    eventually("rev2 to be let through", WAIT, || async {
-        env.check(gate, "pr53", "rev2").await == 200
-    })
-    .await;
+    env.server.drained().await;
+    assert!(
+        env.check(gate, "pr53", "rev2").await == 200,
+        "drained, yet still waiting for rev2 to be let through"
+    );
 }
 
 /// Within Slack's five minutes a captured click or command can be re-sent
@@ -396,10 +402,11 @@ async fn slack_click_and_command_replayed_after_a_close_change_nothing(backend: 
     let ts = now_secs();
     let path = "/webhooks/slack/interactions";
     assert_eq!(env.slack_post(path, &click, ts).await.0, 200);
-    eventually("the click to open the gate", WAIT, || async {
-        env.state(key).await == "open"
-    })
-    .await;
+    env.server.drained().await;
+    assert!(
+        env.state(key).await == "open",
+        "drained, yet still waiting for the click to open the gate"
+    );
     let command = form(&[
         ("command", "/gatebot"),
         ("text", "promote 54"),
@@ -409,10 +416,11 @@ async fn slack_click_and_command_replayed_after_a_close_change_nothing(backend: 
     ]);
     let commands = "/webhooks/slack/commands";
     assert_eq!(env.slack_post(commands, &command, ts).await.0, 200);
-    eventually("the command's answer", WAIT, || async {
-        !env.responses("trig-2").is_empty()
-    })
-    .await;
+    env.server.drained().await;
+    assert!(
+        !env.responses("trig-2").is_empty(),
+        "drained, yet still waiting for the command's answer"
+    );
     env.server.close(gate).await;
     env.inbox_idle().await;
     env.outbox_idle().await;
@@ -438,10 +446,11 @@ async fn slack_click_and_command_replayed_after_a_close_change_nothing(backend: 
         ("trigger_id", "trig-3"),
     ]);
     assert_eq!(env.slack_post(commands, &late, ts - 60).await.0, 200);
-    eventually("the answer", WAIT, || async {
-        !env.responses("trig-3").is_empty()
-    })
-    .await;
+    env.server.drained().await;
+    assert!(
+        !env.responses("trig-3").is_empty(),
+        "drained, yet still waiting for the answer"
+    );
     let text = env.responses("trig-3")[0]["text"].to_string();
     assert!(text.contains("after this was sent"), "{text}");
     assert_eq!(env.state(key).await, "closed");
@@ -455,10 +464,11 @@ async fn slack_click_and_command_replayed_after_a_close_change_nothing(backend: 
     env.server.close(gate).await;
     let click = env.click_body(&message, "gatebot_approve", "trig-4");
     assert_eq!(env.slack_post(path, &click, now_secs() - 60).await.0, 200);
-    eventually("the answer", WAIT, || async {
-        !env.responses("trig-4").is_empty()
-    })
-    .await;
+    env.server.drained().await;
+    assert!(
+        !env.responses("trig-4").is_empty(),
+        "drained, yet still waiting for the answer"
+    );
     let text = env.responses("trig-4")[0]["text"].to_string();
     assert!(text.contains("after this was sent"), "{text}");
     assert_eq!(env.state(key).await, "closed");
@@ -483,10 +493,11 @@ async fn click_on_an_older_message_opens_only_its_revision(backend: Backend) {
             .0,
         200
     );
-    eventually("the click to open the gate", WAIT, || async {
-        env.state(key).await == "open"
-    })
-    .await;
+    env.server.drained().await;
+    assert!(
+        env.state(key).await == "open",
+        "drained, yet still waiting for the click to open the gate"
+    );
     assert_eq!(
         env.check(gate, "pr55", "rev2").await,
         403,
@@ -507,10 +518,11 @@ async fn click_on_an_older_message_opens_only_its_revision(backend: Backend) {
     let click = env.click_body(&rev1, "gatebot_approve", "trig-over");
     let path = "/webhooks/slack/interactions";
     assert_eq!(env.slack_post(path, &click, now_secs()).await.0, 200);
-    eventually("the answer", WAIT, || async {
-        !env.responses("trig-over").is_empty()
-    })
-    .await;
+    env.server.drained().await;
+    assert!(
+        !env.responses("trig-over").is_empty(),
+        "drained, yet still waiting for the answer"
+    );
     let text = env.responses("trig-over")[0]["text"].to_string();
     assert!(text.contains("This wait is over"), "{text}");
     assert_eq!(env.state(key).await, "closed");
@@ -544,10 +556,11 @@ async fn slash_command_without_a_trigger_id_runs_once() {
     let ts = now_secs();
     let path = "/webhooks/slack/commands";
     assert_eq!(env.slack_post(path, &command, ts).await.0, 200);
-    eventually("the answer", WAIT, || async {
-        !env.responses("no-trigger").is_empty()
-    })
-    .await;
+    env.server.drained().await;
+    assert!(
+        !env.responses("no-trigger").is_empty(),
+        "drained, yet still waiting for the answer"
+    );
     assert_eq!(env.slack_post(path, &command, ts).await.0, 200);
     env.inbox_idle().await;
     env.outbox_idle().await;

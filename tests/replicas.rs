@@ -2,8 +2,6 @@
 //! These need GATEBOT_TEST_POSTGRES_URL (and for the outage test the PostgreSQL
 //! binaries named by GATEBOT_TEST_PG_CTL); `bash .ci/run` provides both.
 
-pub mod support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,16 +9,16 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{Method, StatusCode, Uri};
-use serde_json::json;
-use support::fake_github::FakeGithub;
-use support::fake_slack::FakeSlack;
-use support::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
-use support::github_payloads::comment;
-use support::harness::{
+use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::fake_slack::FakeSlack;
+use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
+use gatebot_testkit::github_payloads::comment;
+use gatebot_testkit::harness::{
     client, eventually, options_with, postgres_url, Backend, RecordingSink, TestDb, TestServer,
     ADMIN_TOKEN,
 };
-use support::served::Served;
+use gatebot_testkit::served::Served;
+use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -261,6 +259,8 @@ async fn outbox_jobs_are_sent_once_across_replicas_and_survive_a_dead_worker() {
         sink_c.notices() == vec![notice.clone()]
     })
     .await;
+    // The sink hears the notice before the worker settles the job: let it finish.
+    c.drained().await;
     let jobs = c.api("/api/v1/outbox").await;
     let job = jobs["jobs"]
         .as_array()

@@ -1,17 +1,15 @@
 //! Flagger gets an answer in time whatever the store does, and a slow GitHub
 //! holds up only the pull request that waits on it.
 
-pub mod support;
-
 use std::time::{Duration, Instant};
 
 use gatebot::github::verify::sign;
+use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::github_payloads::comment;
+use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
+use gatebot_testkit::served::Served;
 use serde_json::{json, Value};
 use sqlx::Connection;
-use support::fake_github::FakeGithub;
-use support::github_payloads::comment;
-use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
-use support::served::Served;
 
 const SECRET: &str = "test-webhook-secret";
 

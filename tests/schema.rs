@@ -1,12 +1,10 @@
 //! The SQLite and PostgreSQL migrations build the same schema: the same tables,
 //! columns (name and NOT NULL) and named indexes, since one set of queries runs on both.
 
-pub mod support;
-
 use std::collections::BTreeSet;
 
+use gatebot_testkit::harness::{postgres_url, Backend, TestDb};
 use sqlx::{AnyConnection, Connection, Row};
-use support::harness::{postgres_url, Backend, TestDb};
 
 /// (table, column, not null) and (table, index) as each store reports them.
 #[derive(Debug, PartialEq, Eq)]

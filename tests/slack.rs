@@ -1,20 +1,18 @@
 //! Slack, end to end: the Flagger simulator and a fake Slack Web API against
 //! gatebot over real HTTP, on SQLite and on PostgreSQL.
 
-pub mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use gatebot::clock::{ManualClock, SharedClock};
 use gatebot::notify::WorkerSettings;
 use gatebot::Options;
+use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::fake_slack::{post_signed, FakeSlack, Request};
+use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Hook, HookType, Phase, Strategy};
+use gatebot_testkit::github_payloads::comment;
+use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
-use support::fake_github::FakeGithub;
-use support::fake_slack::{post_signed, FakeSlack, Request};
-use support::flagger::{pr_hooks, FlaggerSim, Hook, HookType, Phase, Strategy};
-use support::github_payloads::comment;
-use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 
 const WAIT: Duration = Duration::from_secs(10);
 const SECRET: &str = "test-signing-secret";
@@ -176,12 +174,13 @@ impl Env {
     }
 
     async fn waiting_message_for(&self, gate: &str) -> Request {
-        eventually(&format!("a waiting message for {gate}"), WAIT, || async {
+        self.server.drained().await;
+        assert!(
             self.waiting_messages()
                 .iter()
-                .any(|m| text_of(m).contains(gate))
-        })
-        .await;
+                .any(|m| text_of(m).contains(gate)),
+            "drained, yet still waiting for a waiting message for {gate}"
+        );
         self.waiting_messages()
             .into_iter()
             .find(|m| text_of(m).contains(gate))
@@ -218,12 +217,11 @@ impl Env {
     }
 
     async fn response(&self, trigger: &str) -> Value {
-        eventually(
-            &format!("an answer on the response_url of {trigger}"),
-            WAIT,
-            || async { !self.responses(trigger).is_empty() },
-        )
-        .await;
+        self.server.drained().await;
+        assert!(
+            !self.responses(trigger).is_empty(),
+            "drained, yet still waiting for an answer on the response_url of {trigger}"
+        );
         self.responses(trigger).remove(0)
     }
 
@@ -234,10 +232,11 @@ impl Env {
     }
 
     async fn wait_gate(&self, gate: &str, state: &str) {
-        eventually(&format!("{gate} {state}"), WAIT, || async {
-            self.gate_state(gate).await == state
-        })
-        .await;
+        self.server.drained().await;
+        assert!(
+            self.gate_state(gate).await == state,
+            "drained, yet still waiting for {gate} {state}"
+        );
     }
 
     async fn audit(&self, gate: &str) -> Vec<Value> {
@@ -245,12 +244,23 @@ impl Env {
         a["audit"].as_array().unwrap().clone()
     }
 
-    async fn outbox_idle(&self) {
-        eventually("the outbox to drain", WAIT, || async {
+    /// Polls until no job is pending, retries included: for a test whose
+    /// retries come due on the wall clock, which a drain does not wait for.
+    async fn outbox_empty(&self) {
+        eventually("the outbox to empty", WAIT, || async {
             let jobs = self.server.api("/api/v1/outbox?state=pending").await;
             jobs["jobs"].as_array().unwrap().is_empty()
         })
         .await;
+    }
+
+    async fn outbox_idle(&self) {
+        self.server.drained().await;
+        let jobs = self.server.api("/api/v1/outbox?state=pending").await;
+        assert!(
+            jobs["jobs"].as_array().unwrap().is_empty(),
+            "drained, yet jobs are pending: {jobs}"
+        );
     }
 }
 
@@ -316,7 +326,7 @@ fn fixture(name: &str) -> String {
 
 // ---- the main flows, on both stores ----
 
-on_both_stores!(
+gatebot_testkit::on_both_stores!(
     wait_posts_one_message_with_both_buttons,
     approve_click_opens_gate_and_simulator_promotes,
     reject_on_promotion_makes_simulator_roll_back,
@@ -383,10 +393,11 @@ async fn approve_click_opens_gate_and_simulator_promotes(backend: Backend) {
         200
     );
     env.wait_gate("/gates/start/acme/shop/pr/42", "open").await;
-    eventually("the start message updated", WAIT, || async {
-        !env.updates_of(&start_ts).is_empty()
-    })
-    .await;
+    env.server.drained().await;
+    assert!(
+        !env.updates_of(&start_ts).is_empty(),
+        "drained, yet still waiting for the start message updated"
+    );
     let updated = env.updates_of(&start_ts).remove(0);
     assert!(
         buttons(&updated).is_empty(),
@@ -429,25 +440,26 @@ async fn approve_click_opens_gate_and_simulator_promotes(backend: Backend) {
     assert_eq!(sim.promotions(), 1);
 
     // Progress goes to the thread; the main message shows the final state.
-    eventually("thread replies and the final state", WAIT, || async {
-        let replies: Vec<String> = env
-            .slack
-            .ok("chat.postMessage")
-            .iter()
-            .filter(|r| r.body["thread_ts"] == promote_ts)
-            .map(|r| r.body["text"].as_str().unwrap_or_default().to_string())
-            .collect();
-        let last = env
-            .updates_of(&promote_ts)
-            .last()
-            .map(text_of)
-            .unwrap_or_default();
+    env.server.drained().await;
+    let replies: Vec<String> = env
+        .slack
+        .ok("chat.postMessage")
+        .iter()
+        .filter(|r| r.body["thread_ts"] == promote_ts)
+        .map(|r| r.body["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let last = env
+        .updates_of(&promote_ts)
+        .last()
+        .map(text_of)
+        .unwrap_or_default();
+    assert!(
         replies.iter().any(|t| t.contains("Promotion started"))
             && replies.iter().any(|t| t.contains("Promotion completed"))
             && last.contains("Promoted")
-            && last.contains(&format!("Approved by <@{BOB}>"))
-    })
-    .await;
+            && last.contains(&format!("Approved by <@{BOB}>")),
+        "drained, yet still waiting for thread replies and the final state"
+    );
     assert!(env
         .updates_of(&promote_ts)
         .iter()
@@ -482,15 +494,16 @@ async fn reject_on_promotion_makes_simulator_roll_back(backend: Backend) {
     );
     assert_eq!(sim.phase(), Phase::Failed);
     assert_eq!(sim.promotions(), 0);
-    eventually("the message shows the rejection", WAIT, || async {
+    env.server.drained().await;
+    assert!(
         env.updates_of(&ts).iter().any(|u| {
             let t = text_of(u);
             buttons(u).is_empty()
                 && t.contains(&format!("Rejected by <@{ALICE}> at 14:02"))
                 && t.contains("/gates/rollback/acme/shop/pr/42")
-        })
-    })
-    .await;
+        }),
+        "drained, yet still waiting for the message shows the rejection"
+    );
 }
 
 async fn late_second_click_and_slack_retry_change_nothing(backend: Backend) {
@@ -766,7 +779,8 @@ async fn reject_on_start_keeps_gate_closed_and_records_why() {
         env.click(ALICE, "gatebot_reject", &start, "trig-s").await,
         200
     );
-    eventually("the rejection recorded", WAIT, || async {
+    env.server.drained().await;
+    assert!(
         env.audit("/gates/start/acme/shop/pr/42")
             .await
             .iter()
@@ -776,9 +790,9 @@ async fn reject_on_start_keeps_gate_closed_and_records_why() {
                         .as_str()
                         .unwrap_or_default()
                         .contains("rejected in Slack")
-            })
-    })
-    .await;
+            }),
+        "drained, yet still waiting for the rejection recorded"
+    );
     assert_eq!(
         env.gate_state("/gates/start/acme/shop/pr/42").await,
         "closed"
@@ -789,12 +803,13 @@ async fn reject_on_start_keeps_gate_closed_and_records_why() {
     );
     sim.tick().await;
     assert_eq!(sim.phase(), Phase::Waiting);
-    eventually("the message shows the rejection", WAIT, || async {
+    env.server.drained().await;
+    assert!(
         env.updates_of(&ts)
             .iter()
-            .any(|u| buttons(u).is_empty() && text_of(u).contains("Rejected by"))
-    })
-    .await;
+            .any(|u| buttons(u).is_empty() && text_of(u).contains("Rejected by")),
+        "drained, yet still waiting for the message shows the rejection"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -997,10 +1012,13 @@ async fn rate_limited_message_is_delayed_and_sent_once() {
     env.slack.rate_limit_next("chat.postMessage", 1);
     let mut sim = released(pr_hooks(&env.server.url, 42)).await;
     sim.tick().await;
-    env.waiting_message_for("/gates/start/acme/shop/pr/42")
-        .await;
+    // The retry comes due on the wall clock, which a drain does not wait for.
+    eventually("the waiting message after a 429", WAIT, || async {
+        !env.waiting_messages().is_empty()
+    })
+    .await;
     sim.tick().await;
-    env.outbox_idle().await;
+    env.outbox_empty().await;
     let attempts = env.slack.attempts("chat.postMessage");
     assert_eq!(attempts.len(), 2, "one refused, one sent");
     assert_eq!(attempts[0].status, 429);
@@ -1025,7 +1043,7 @@ async fn rate_limited_message_is_delayed_and_sent_once() {
         env.slack.ok("chat.update").len() == 1
     })
     .await;
-    env.outbox_idle().await;
+    env.outbox_empty().await;
     let attempts: Vec<bool> = env
         .slack
         .attempts("chat.update")
@@ -1216,15 +1234,16 @@ async fn canary_scoped_and_loadtester_waits_are_announced() {
         env.click(ALICE, "gatebot_reject", &legacy, "c-2").await,
         200
     );
-    eventually("the loadtester rollback gate opened", WAIT, || async {
-        let g = env.server.api("/api/v1/gates").await;
+    env.server.drained().await;
+    let g = env.server.api("/api/v1/gates").await;
+    assert!(
         g["gates"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|g| g["gate"] == "/loadtester/rollback/test/podinfo" && g["state"] == "open")
-    })
-    .await;
+            .any(|g| g["gate"] == "/loadtester/rollback/test/podinfo" && g["state"] == "open"),
+        "drained, yet still waiting for the loadtester rollback gate opened"
+    );
     assert!(sim.run_until(|s| s.rollbacks() == 1, 3).await);
 }
 

@@ -9,8 +9,6 @@
 //! run is filtered: uuids (job markers), wait ids, ports and the temporary
 //! directory. How to review and update them: README.md, next to `cargo test`.
 
-pub mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,12 +20,12 @@ use gatebot::clock::{Clock, ManualClock, SharedClock};
 use gatebot::notify::WorkerSettings;
 use gatebot::store::QueueName;
 use gatebot::Options;
+use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::fake_slack::{post_signed, FakeSlack, Request};
+use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Hook, HookType, Phase, Strategy};
+use gatebot_testkit::github_payloads::{comment_at, fixture, github_time};
+use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
-use support::fake_github::FakeGithub;
-use support::fake_slack::{post_signed, FakeSlack, Request};
-use support::flagger::{pr_hooks, FlaggerSim, Hook, HookType, Phase, Strategy};
-use support::github_payloads::{comment_at, fixture, github_time};
-use support::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use tokio::net::TcpListener;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -497,7 +495,7 @@ fn button_value(message: &Request, action: &str) -> String {
         .unwrap_or_else(|| panic!("no {action} button in {}", message.body))
 }
 
-on_both_stores!(
+gatebot_testkit::on_both_stores!(
     github_status_comment_follows_the_rollout,
     github_status_comment_of_expired_and_closed_gates,
     github_replies_and_refusals,

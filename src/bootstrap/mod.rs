@@ -22,7 +22,7 @@ use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
 use crate::core::{self as engine, AppState, Engine, EngineSettings, Shared};
 use crate::metrics::Metrics;
-use crate::notify::{Handler, Notifier, Sink, Worker, WorkerSettings};
+use crate::notify::{Drain, Handler, Notifier, Sink, Worker, WorkerSettings};
 use crate::store::{self, QueueName, Store};
 use crate::{gate, github, http, policy, slack, templates};
 use tasks::{heartbeat, housekeeping, take_over_leases};
@@ -44,6 +44,7 @@ pub struct Gatebot {
     pub state: AppState,
     shutdown: CancellationToken,
     tasks: JoinSet<()>,
+    drain: Drain,
 }
 
 impl Gatebot {
@@ -125,7 +126,10 @@ impl Gatebot {
             settings: settings.clone(),
             wake: outbox_wake,
             owner: owner.clone(),
+            idle: Default::default(),
         };
+        let mut drain = Drain::default();
+        drain.add(&outbox);
         tasks.spawn(outbox.run(shutdown.clone()));
         let mut inbox_handlers: std::collections::HashMap<String, Arc<dyn Handler>> =
             options.inbox.into_iter().collect();
@@ -144,7 +148,9 @@ impl Gatebot {
             },
             wake: inbox_wake,
             owner,
+            idle: Default::default(),
         };
+        drain.add(&inbox);
         // Test and operations knob (undocumented in --help): start working the inbox
         // only after this long, e.g. to inspect or drain stored deliveries first.
         let inbox_delay = std::env::var("GATEBOT_INBOX_START_DELAY")
@@ -165,7 +171,14 @@ impl Gatebot {
             state,
             shutdown,
             tasks,
+            drain,
         })
+    }
+
+    /// Waits for the inbox and outbox workers to have nothing due (tests use it
+    /// instead of polling for background work; see [`Drain::settled`]).
+    pub fn drain(&self) -> Drain {
+        self.drain.clone()
     }
 
     pub fn router(&self) -> Router {

@@ -106,7 +106,7 @@ mod tests {
     use super::*;
     use ring::signature::{UnparsedPublicKey, RSA_PKCS1_2048_8192_SHA256};
 
-    const KEY: &str = include_str!("../../tests/support/test-app-key.pem");
+    const KEY: &str = include_str!("../../tests/fixtures/test-app-key.pem");
 
     #[test]
     fn jwt_is_rs256_signed_with_githubs_claims() {

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::gate::{Actor, Millis};
 use crate::store::{NewJob, QueueItem, QueueName};
 
-pub use worker::{Worker, WorkerSettings};
+pub use worker::{Drain, Idle, Worker, WorkerSettings};
 
 /// Something people may want to hear about. Stored as the payload of jobs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -2,10 +2,11 @@
 //! route's handler, and settles it (done, retry with backoff, or given up).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -52,6 +53,8 @@ pub struct Worker {
     pub settings: WorkerSettings,
     pub wake: Arc<Notify>,
     pub owner: String,
+    /// Tells a [`Drain`] when a pass found nothing due.
+    pub idle: Idle,
 }
 
 impl Worker {
@@ -78,9 +81,15 @@ impl Worker {
 
     async fn run_shared(self: &Arc<Self>, shutdown: CancellationToken) {
         loop {
+            let asked = self.idle.asked();
             match self.drain(&shutdown).await {
+                Ok(()) if !shutdown.is_cancelled() => self.idle.answer(asked),
                 Ok(()) => {}
                 Err(e) => tracing::warn!(queue = self.label(), error = %e, "queue unavailable"),
+            }
+            // Someone asked during this pass: only a pass that starts now answers them.
+            if self.idle.asked() > asked {
+                continue;
             }
             let sleep = self.idle_sleep().await;
             tokio::select! {
@@ -102,9 +111,10 @@ impl Worker {
         }
     }
 
-    /// Runs every due item. Items of one lane (one pull request, one Slack
-    /// message) run one at a time in the order claimed; different lanes run
-    /// concurrently, so a slow call holds up only its own lane.
+    /// Runs every due item, until a claim finds nothing due and nothing runs
+    /// (or the store fails, or shutdown starts). Items of one lane (one pull
+    /// request, one Slack message) run one at a time in the order claimed;
+    /// different lanes run concurrently, so a slow call holds up only its own lane.
     ///
     /// Each lane is its own task: a lane suspended inside a store transaction
     /// must keep running while this loop waits on the store to claim more.
@@ -157,6 +167,7 @@ impl Worker {
                 () = self.wake.notified() => continue,
                 () = tokio::time::sleep(self.settings.idle_poll) => continue,
             };
+            self.idle.0.finished.fetch_add(1, Ordering::SeqCst);
             let Some(lane) = tasks.remove(&id) else {
                 continue;
             };
@@ -257,5 +268,98 @@ impl Worker {
             })
             .inc();
         Ok(())
+    }
+}
+
+/// A worker's side of a [`Drain`]: which requests a pass that found nothing
+/// due has answered, and how many items it ran.
+#[derive(Clone, Default)]
+pub struct Idle(Arc<IdleState>);
+
+#[derive(Default)]
+struct IdleState {
+    /// Raised by each request; a pass that starts after it answers it.
+    asked: AtomicU64,
+    /// The latest request answered by a pass that claimed nothing more.
+    answered: watch::Sender<u64>,
+    /// Items whose task ended (settled, or its task failed), ever.
+    finished: AtomicU64,
+}
+
+impl Idle {
+    fn asked(&self) -> u64 {
+        self.0.asked.load(Ordering::SeqCst)
+    }
+
+    fn answer(&self, asked: u64) {
+        self.0.answered.send_if_modified(|a| {
+            let newer = asked > *a;
+            *a = (*a).max(asked);
+            newer
+        });
+    }
+
+    fn ask(&self) -> u64 {
+        self.0.asked.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    fn finished(&self) -> u64 {
+        self.0.finished.load(Ordering::SeqCst)
+    }
+
+    async fn answered(&self, ask: u64) {
+        let mut answered = self.0.answered.subscribe();
+        // The sender lives in `self`, so the channel cannot close while we
+        // wait; the value is dropped at once (it holds the channel's lock).
+        let _ = answered.wait_for(|&a| a >= ask).await;
+    }
+}
+
+/// Waits until workers have nothing due: see [`Drain::settled`].
+#[derive(Clone, Default)]
+pub struct Drain {
+    workers: Vec<(Idle, Arc<Notify>)>,
+}
+
+impl Drain {
+    /// Also waits for `worker` (call before it runs).
+    pub fn add(&mut self, worker: &Worker) {
+        self.workers
+            .push((worker.idle.clone(), Arc::clone(&worker.wake)));
+    }
+
+    fn finished(&self) -> u64 {
+        self.workers.iter().map(|(idle, _)| idle.finished()).sum()
+    }
+
+    /// Resolves once no item is due now on any worker's queue and none is in
+    /// flight: wakes every worker, waits for a pass of each that started after
+    /// the request and found nothing to claim, and asks again while any of them
+    /// ran an item meanwhile (its handler may have queued more work, as an
+    /// applied webhook delivery queues notifications).
+    ///
+    /// Due means due by the workers' clock: an item scheduled for later (a
+    /// backoff, a Retry-After, a digest's minute) or leased by another replica
+    /// is not waited for. It does not resolve while a queue's store fails or a
+    /// worker is not running (not yet started, or shut down): give it a deadline.
+    pub async fn settled(&self) {
+        loop {
+            let before = self.finished();
+            let asks: Vec<u64> = self
+                .workers
+                .iter()
+                .map(|(idle, wake)| {
+                    let ask = idle.ask();
+                    wake.notify_one();
+                    ask
+                })
+                .collect();
+            for ((idle, _), ask) in self.workers.iter().zip(asks) {
+                idle.answered(ask).await;
+            }
+            if self.finished() == before {
+                return;
+            }
+        }
     }
 }

@@ -1,4 +1,3 @@
-#![allow(dead_code)]
 //! A fake Slack Web API for black-box tests: answers `chat.postMessage`,
 //! `chat.update`, `usergroups.users.list` and `response_url` posts with Slack's
 //! response shapes, records every request, and fails on demand (429 + Retry-After).
@@ -265,7 +264,7 @@ async fn respond(
 pub async fn post_signed(url: &str, body: &str, ts: i64, secret: &str) -> reqwest::Response {
     let ts = ts.to_string();
     let sig = gatebot::slack::verify::sign(secret.as_bytes(), &ts, body.as_bytes());
-    super::harness::client()
+    crate::harness::client()
         .post(url)
         .header("content-type", "application/x-www-form-urlencoded")
         .header("x-slack-request-timestamp", ts)

@@ -3,14 +3,37 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::ops::{Deref, DerefMut};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::harness::{TestDb, ADMIN_TOKEN};
+use crate::harness::{TestDb, ADMIN_TOKEN};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_gatebot");
+/// The `gatebot` binary that cargo built for the running test or bench.
+///
+/// `env!("CARGO_BIN_EXE_gatebot")` exists only in gatebot's own test targets,
+/// not in this library, so it is found at run time: cargo 1.94 and later set
+/// the variable for the test process too; before that, the binary sits in the
+/// profile directory above the test executable's `deps/`.
+pub fn bin() -> &'static str {
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let path = std::env::var_os("CARGO_BIN_EXE_gatebot")
+            .map(PathBuf::from)
+            .or_else(|| {
+                let exe = std::env::current_exe().ok()?;
+                let profile = exe.parent()?.parent()?;
+                Some(profile.join(format!("gatebot{}", std::env::consts::EXE_SUFFIX)))
+            })
+            .filter(|p| p.is_file())
+            .expect("the gatebot binary: run this from gatebot's tests or benches (cargo builds it for them)");
+        path.to_str()
+            .expect("the gatebot binary's path is UTF-8")
+            .to_string()
+    })
+}
 
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -63,7 +86,7 @@ pub struct Served {
 impl Served {
     pub fn start(db: &TestDb, env: &[(&str, &str)]) -> Self {
         let port = free_port();
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         cmd.arg("serve")
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -109,7 +132,7 @@ impl Served {
     }
 
     pub async fn api(&self, path: &str) -> serde_json::Value {
-        super::harness::api_get(&self.url, path).await
+        crate::harness::api_get(&self.url, path).await
     }
 
     pub fn signal(&self, sig: &str) {

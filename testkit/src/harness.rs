@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gatebot::clock::SharedClock;
-use gatebot::notify::{BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
-use gatebot::store::{NewJob, QueueItem};
+use gatebot::notify::{BoxFuture, Drain, Handler, Notice, PayloadError, SendError, Sink};
+use gatebot::store::{NewJob, QueueItem, QueueName};
 use gatebot::{AppState, Config, Gatebot, Options};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -27,15 +27,15 @@ macro_rules! on_both_stores {
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                super::$name($crate::support::harness::Backend::Sqlite).await
+                super::$name($crate::harness::Backend::Sqlite).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                if $crate::support::harness::postgres_url().is_none() {
+                if $crate::harness::postgres_url().is_none() {
                     eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)");
                     return;
                 }
-                super::$name($crate::support::harness::Backend::Postgres).await
+                super::$name($crate::harness::Backend::Postgres).await
             }
         }
     )*};
@@ -93,11 +93,15 @@ pub struct TestServer {
     pub url: String,
     pub addr: SocketAddr,
     pub state: AppState,
+    drain: Drain,
     stop: Option<oneshot::Sender<()>>,
     handle: Option<JoinHandle<anyhow::Result<()>>>,
 }
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// How long [`TestServer::drained`] may take before the test fails.
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(20);
 
 impl TestServer {
     pub async fn start(config: Config, options: Options) -> Self {
@@ -107,6 +111,7 @@ impl TestServer {
             .await
             .expect("gatebot starts");
         let state = gatebot.state.clone();
+        let drain = gatebot.drain();
         let (stop, stopped) = oneshot::channel::<()>();
         let handle = tokio::spawn(gatebot.serve(listener, async move {
             let _ = stopped.await;
@@ -115,8 +120,29 @@ impl TestServer {
             url: format!("http://{addr}"),
             addr,
             state,
+            drain,
             stop: Some(stop),
             handle: Some(handle),
+        }
+    }
+
+    /// Waits until this gatebot's inbox and outbox have nothing due now and
+    /// nothing in flight: every delivery stored so far is applied and every
+    /// notification due is sent (or failed and rescheduled). Items scheduled
+    /// for later (a backoff, a Retry-After) are not waited for. Fails the test
+    /// after [`DRAIN_DEADLINE`] rather than hang.
+    pub async fn drained(&self) {
+        if tokio::time::timeout(DRAIN_DEADLINE, self.drain.settled())
+            .await
+            .is_err()
+        {
+            let store = &self.state.store;
+            panic!(
+                "gatebot's workers did not settle within {DRAIN_DEADLINE:?} \
+                 (inbox pending: {:?}, outbox pending: {:?})",
+                store.pending(QueueName::Inbox).await,
+                store.pending(QueueName::Outbox).await,
+            );
         }
     }
 

@@ -1,16 +1,22 @@
 //! GitHub webhook payloads for tests, built from the real ones in
 //! `tests/fixtures/github/` with only the fields a test cares about changed.
 
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/github");
+/// `tests/fixtures/github/` of the repository.
+pub fn fixtures() -> PathBuf {
+    crate::repository().join("tests/fixtures/github")
+}
 
+/// The fixture `name` as JSON; a missing or broken file fails the test with its path.
 pub fn fixture(name: &str) -> Value {
-    let path = format!("{FIXTURES}/{name}");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
+    let path = fixtures().join(name);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("fixture {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("fixture {}: {e}", path.display()))
 }
 
 /// A time as GitHub writes it, `ms` Unix milliseconds (with milliseconds, so

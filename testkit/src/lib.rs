@@ -1,0 +1,24 @@
+//! Shared test support for gatebot's tests and benches: the Flagger simulator,
+//! fake GitHub and Slack APIs, and a harness that runs gatebot over real HTTP on
+//! a real SQLite file or PostgreSQL database.
+//!
+//! A workspace member (`testkit/`) and a dev-dependency of gatebot, so that
+//! `tests/*.rs` and `benches/*.rs` use it as `gatebot_testkit::…`.
+
+use std::path::Path;
+
+pub mod fake_github;
+pub mod fake_slack;
+pub mod flagger;
+pub mod github_payloads;
+pub mod harness;
+pub mod raw;
+pub mod served;
+
+/// The repository's root, where `tests/fixtures/` lives: this crate is the
+/// workspace member `testkit/` directly inside it.
+pub fn repository() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("testkit/ is a directory of the repository")
+}
