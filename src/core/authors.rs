@@ -18,10 +18,6 @@ pub trait AuthorLookup: Send + Sync {
     ) -> BoxFuture<'a, Result<Option<String>, SendError>>;
 }
 
-fn key(repo: &RepoName, number: PrNumber) -> String {
-    format!("pr-author:{repo}#{}", number.0)
-}
-
 /// Records the author seen in a delivery.
 pub async fn remember(
     store: &Store,
@@ -33,12 +29,11 @@ pub async fn remember(
     if login.is_empty() {
         return Ok(());
     }
-    let key = key(repo, number);
     // Authors never change; skip the write when it is known already.
-    if store.kv_get(&key).await?.as_deref() == Some(login) {
+    if store.pr_author(repo, number).await?.as_deref() == Some(login) {
         return Ok(());
     }
-    store.kv_put(&key, login, at).await
+    store.remember_pr_author(repo, number, login, at).await
 }
 
 #[derive(Clone)]
@@ -57,7 +52,7 @@ impl PrAuthors {
         now: Millis,
     ) -> Result<Option<String>, SendError> {
         let retry = |e: StoreError| SendError::retry(format!("store: {e}"));
-        if let Some(login) = self.store.kv_get(&key(repo, number)).await.map_err(retry)? {
+        if let Some(login) = self.store.pr_author(repo, number).await.map_err(retry)? {
             return Ok(Some(login));
         }
         let Some(lookup) = &self.lookup else {

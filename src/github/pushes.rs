@@ -5,20 +5,13 @@
 use crate::gate::{Millis, PrNumber, RepoName};
 use crate::store::{Store, StoreError};
 
-fn key(repo: &RepoName, number: PrNumber) -> String {
-    format!("pr-pushed:{repo}#{}", number.0)
-}
-
 /// The last push GitHub told of, if any.
 pub async fn last(
     store: &Store,
     repo: &RepoName,
     number: PrNumber,
 ) -> Result<Option<Millis>, StoreError> {
-    Ok(store
-        .kv_get(&key(repo, number))
-        .await?
-        .and_then(|v| v.parse().ok()))
+    store.pr_pushed_at(repo, number).await
 }
 
 /// Records a push at `pushed_at` (GitHub's time); deliveries may come out of order.
@@ -29,10 +22,7 @@ pub async fn remember(
     pushed_at: Millis,
     now: Millis,
 ) -> Result<(), StoreError> {
-    if last(store, repo, number).await? >= Some(pushed_at) {
-        return Ok(());
-    }
-    store
-        .kv_put(&key(repo, number), &pushed_at.to_string(), now)
-        .await
+    // One upsert that only moves the time forward: no read, so concurrent
+    // deliveries cannot undo each other.
+    store.remember_pr_push(repo, number, pushed_at, now).await
 }

@@ -21,7 +21,7 @@ use crate::gate::{GateKey, Millis, PrNumber, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::burst::{Admit, Burst};
 use crate::notify::{encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
-use crate::store::{NewJob, QueueItem, Store};
+use crate::store::{NewJob, QueueItem, StatusComment, Store};
 use crate::templates::Templates;
 
 pub const SINK: &str = "github";
@@ -238,7 +238,6 @@ impl GithubSink {
     /// Nothing when the PR has no status comment and needs none.
     async fn status(&self, repo: &RepoName, number: PrNumber) -> Result<(), Failure> {
         let retry = |e: crate::store::StoreError| SendError::retry(e.to_string());
-        let key = comment_key(repo, number);
         let mut last_sent: Option<String> = None;
         // A change committed while this job sends queues another job (claiming
         // frees the dedupe key); rendering again here usually saves that one a call.
@@ -249,35 +248,29 @@ impl GithubSink {
             if last_sent.as_deref() == Some(body.as_str()) {
                 return Ok(());
             }
-            let hash_key = hash_key(repo, number);
             let hash = digest(&body);
-            let known = self.store.kv_get(&key).await.map_err(retry)?;
-            match known.and_then(|id| id.parse::<u64>().ok()) {
-                Some(id) => {
-                    if self
-                        .store
-                        .kv_get(&hash_key)
-                        .await
-                        .map_err(retry)?
-                        .as_deref()
-                        == Some(hash.as_str())
-                    {
+            let known = self
+                .store
+                .status_comment(repo, number)
+                .await
+                .map_err(retry)?;
+            let id = match known {
+                Some(known) => {
+                    if known.digest.as_deref() == Some(hash.as_str()) {
                         return Ok(());
                     }
-                    match self.client.edit_comment(repo, id, &body).await {
-                        Ok(()) => {}
+                    match self
+                        .client
+                        .edit_comment(repo, known.comment_id, &body)
+                        .await
+                    {
+                        Ok(()) => known.comment_id,
                         // Someone deleted it: start a new one.
-                        Err(e) if e.is_not_found() => {
-                            let id = self
-                                .client
-                                .create_comment(repo, number, &body)
-                                .await
-                                .map_err(on_pr)?;
-                            self.store
-                                .kv_put(&key, &id.to_string(), self.clock.now_ms())
-                                .await
-                                .map_err(retry)?;
-                        }
+                        Err(e) if e.is_not_found() => self
+                            .client
+                            .create_comment(repo, number, &body)
+                            .await
+                            .map_err(on_pr)?,
                         Err(e) => return Err(e.to_send_error().into()),
                     }
                 }
@@ -289,7 +282,7 @@ impl GithubSink {
                         .find_comment(repo, number, &marker, None)
                         .await
                         .map_err(on_pr)?;
-                    let id = match found {
+                    match found {
                         Some(id) => {
                             self.client
                                 .edit_comment(repo, id, &body)
@@ -302,15 +295,15 @@ impl GithubSink {
                             .create_comment(repo, number, &body)
                             .await
                             .map_err(on_pr)?,
-                    };
-                    self.store
-                        .kv_put(&key, &id.to_string(), self.clock.now_ms())
-                        .await
-                        .map_err(retry)?;
+                    }
                 }
-            }
+            };
+            let sent = StatusComment {
+                comment_id: id,
+                digest: Some(hash),
+            };
             self.store
-                .kv_put(&hash_key, &hash, self.clock.now_ms())
+                .remember_status_comment(repo, number, &sent, self.clock.now_ms())
                 .await
                 .map_err(retry)?;
             last_sent = Some(body);
@@ -330,7 +323,7 @@ async fn render(
         .await
         .map_err(|e| SendError::retry(e.to_string()))?;
     let known = store
-        .kv_get(&comment_key(repo, number))
+        .status_comment(repo, number)
         .await
         .map_err(|e| SendError::retry(e.to_string()))?;
     if known.is_none() && !pr.ever_waited {
@@ -377,14 +370,6 @@ fn on_pr(e: ApiError) -> Failure {
     } else {
         Failure::Other(e.to_send_error())
     }
-}
-
-fn hash_key(repo: &RepoName, number: PrNumber) -> String {
-    format!("github-status-hash:{repo}#{number}")
-}
-
-pub fn comment_key(repo: &RepoName, number: PrNumber) -> String {
-    format!("github-status-comment:{repo}#{number}")
 }
 
 fn digest(body: &str) -> String {

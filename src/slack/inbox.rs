@@ -412,7 +412,7 @@ impl SlackInbox {
             }
         };
         if let Err(e) = result {
-            store.kv_put(&dkey, "null", now).await.map_err(store_err)?;
+            record::forget(store, &dkey).await.map_err(store_err)?;
             self.audit_stale(&e, &who).await?;
             let message = engine_err(e)?;
             let text = reply(

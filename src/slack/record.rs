@@ -1,14 +1,16 @@
-//! What gatebot remembers about each waiting message, in the store's key-value
-//! table. One key per concern so the inbox (clicks) and the outbox (notices),
-//! which run concurrently, never overwrite each other's facts.
+//! What gatebot remembers about each waiting message, one typed table per fact
+//! (`src/store/slack.rs`), keyed by the wait, so that the inbox (clicks) and the
+//! outbox (notices), which run concurrently, never overwrite each other's facts.
+//! [`get`] and [`put`] take a [`Key`], whose type names the fact and its table.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::marker::PhantomData;
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::gate::Millis;
-use crate::store::{Store, StoreError};
+use crate::store::{SlackDecision, SlackEnding, SlackFinal, SlackMessage, Store, StoreError};
 
 /// The wait a message announces.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,16 +25,16 @@ pub struct WaitInfo {
     pub since: Millis,
 }
 
-/// The posted message: `slack-msg:<wait_id>`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The posted message.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Posted {
     pub info: WaitInfo,
     pub channel: String,
     pub ts: String,
 }
 
-/// Who decided the wait: `slack-decision:<wait_id>`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Who decided the wait.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     pub approved: bool,
     /// Slack user id when decided in Slack (rendered as a mention).
@@ -55,15 +57,15 @@ impl Decision {
     }
 }
 
-/// The wait ended without a Slack decision: `slack-ended:<wait_id>`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The wait ended without a Slack decision.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Ended {
     pub outcome: String,
     pub at: Millis,
 }
 
-/// The canary's rollout ended: `slack-final:<wait_id>`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The canary's rollout ended.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Final {
     pub kind: String,
     pub message: String,
@@ -86,44 +88,82 @@ impl View {
     }
 }
 
-pub fn msg_key(wait_id: i64) -> String {
-    format!("slack-msg:{wait_id}")
-}
-pub fn decision_key(wait_id: i64) -> String {
-    format!("slack-decision:{wait_id}")
-}
-pub fn ended_key(wait_id: i64) -> String {
-    format!("slack-ended:{wait_id}")
-}
-pub fn final_key(wait_id: i64) -> String {
-    format!("slack-final:{wait_id}")
-}
-/// The latest message posted for a canary: where its progress is threaded.
-pub fn canary_key(canary: &str) -> String {
-    format!("slack-canary:{canary}")
-}
-/// Messages posted for a gate (most recent last): found when the gate changes elsewhere.
-pub fn gate_key(gate: &str) -> String {
-    format!("slack-gate:{gate}")
+/// How many of a gate's latest messages change when it opens elsewhere: older
+/// waits are over.
+const GATE_MESSAGES: i64 = 20;
+
+/// Where one fact about a wait's message is kept: its type names the table.
+#[derive(Debug)]
+pub struct Key<T> {
+    wait_id: i64,
+    fact: PhantomData<fn() -> T>,
 }
 
-pub async fn get<T: DeserializeOwned>(store: &Store, key: &str) -> Result<Option<T>, StoreError> {
-    let Some(text) = store.kv_get(key).await? else {
-        return Ok(None);
-    };
-    // `null` is written on purpose (a decision withdrawn); anything unreadable is not.
-    serde_json::from_str::<Option<T>>(&text).map_err(|e| StoreError::Corrupt(format!("{key}: {e}")))
+impl<T> Key<T> {
+    fn new(wait_id: i64) -> Self {
+        Self {
+            wait_id,
+            fact: PhantomData,
+        }
+    }
 }
 
-pub async fn put<T: Serialize>(
+pub fn msg_key(wait_id: i64) -> Key<Posted> {
+    Key::new(wait_id)
+}
+pub fn decision_key(wait_id: i64) -> Key<Decision> {
+    Key::new(wait_id)
+}
+pub fn ended_key(wait_id: i64) -> Key<Ended> {
+    Key::new(wait_id)
+}
+pub fn final_key(wait_id: i64) -> Key<Final> {
+    Key::new(wait_id)
+}
+
+/// A fact kept per waiting message, each in its own table.
+pub trait Fact: Sized + Sync {
+    fn load(
+        store: &Store,
+        wait_id: i64,
+    ) -> impl Future<Output = Result<Option<Self>, StoreError>> + Send;
+    fn save(
+        &self,
+        store: &Store,
+        wait_id: i64,
+        now: Millis,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+pub async fn get<T: Fact>(store: &Store, key: &Key<T>) -> Result<Option<T>, StoreError> {
+    T::load(store, key.wait_id).await
+}
+
+/// Writes a fact in a transaction of its own, replacing the one before. `now`
+/// is when (kept for messages: the latest post of a canary is found by it).
+pub async fn put<T: Fact>(
     store: &Store,
-    key: &str,
+    key: &Key<T>,
     value: &T,
     now: Millis,
 ) -> Result<(), StoreError> {
-    let text = serde_json::to_string(value)
-        .map_err(|e| StoreError::Corrupt(format!("cannot encode {key}: {e}")))?;
-    store.kv_put(key, &text, now).await
+    value.save(store, key.wait_id, now).await
+}
+
+/// Withdraws a decision whose change failed: the message is open again.
+/// Only decisions are ever withdrawn.
+pub async fn forget(store: &Store, key: &Key<Decision>) -> Result<(), StoreError> {
+    store.forget_slack_decision(key.wait_id).await
+}
+
+/// The wait of the latest message posted for a canary: where its progress is threaded.
+pub async fn latest_of_canary(store: &Store, canary: &str) -> Result<Option<i64>, StoreError> {
+    store.latest_slack_message_of_canary(canary).await
+}
+
+/// The waits of a gate's recent messages, oldest first: found when the gate changes elsewhere.
+pub async fn waits_of_gate(store: &Store, gate: &str) -> Result<Vec<i64>, StoreError> {
+    store.slack_messages_of_gate(gate, GATE_MESSAGES).await
 }
 
 pub async fn view(store: &Store, info: WaitInfo) -> Result<View, StoreError> {
@@ -136,17 +176,111 @@ pub async fn view(store: &Store, info: WaitInfo) -> Result<View, StoreError> {
     })
 }
 
-/// Remembers a posted message under its wait, its gate and its canary.
+/// Remembers a posted message; its gate and its canary find it from then on.
 pub async fn remember(store: &Store, posted: &Posted, now: Millis) -> Result<(), StoreError> {
-    let id = posted.info.wait_id;
-    put(store, &msg_key(id), posted, now).await?;
-    let gk = gate_key(&posted.info.gate);
-    let mut ids: Vec<i64> = get(store, &gk).await?.unwrap_or_default();
-    if !ids.contains(&id) {
-        ids.push(id);
+    put(store, &msg_key(posted.info.wait_id), posted, now).await
+}
+
+impl Fact for Posted {
+    async fn load(store: &Store, wait_id: i64) -> Result<Option<Self>, StoreError> {
+        let Some(m) = store.slack_message(wait_id).await? else {
+            return Ok(None);
+        };
+        let metadata = serde_json::from_str(&m.metadata).map_err(|e| {
+            StoreError::Corrupt(format!("metadata of Slack message {wait_id}: {e}"))
+        })?;
+        Ok(Some(Posted {
+            info: WaitInfo {
+                wait_id: m.wait_id,
+                gate: m.gate,
+                canary: m.canary,
+                checksum: m.checksum,
+                phase: m.phase,
+                metadata,
+                since: m.since,
+            },
+            channel: m.channel,
+            ts: m.ts,
+        }))
     }
-    // Only recent waits can still change; older ones are final.
-    let keep = ids.len().saturating_sub(20);
-    put(store, &gk, &ids[keep..].to_vec(), now).await?;
-    put(store, &canary_key(&posted.info.canary), &id, now).await
+
+    async fn save(&self, store: &Store, wait_id: i64, now: Millis) -> Result<(), StoreError> {
+        let metadata = serde_json::to_string(&self.info.metadata)
+            .map_err(|e| StoreError::Corrupt(format!("cannot encode metadata: {e}")))?;
+        let m = SlackMessage {
+            wait_id,
+            gate: self.info.gate.clone(),
+            canary: self.info.canary.clone(),
+            checksum: self.info.checksum.clone(),
+            phase: self.info.phase.clone(),
+            metadata,
+            since: self.info.since,
+            channel: self.channel.clone(),
+            ts: self.ts.clone(),
+        };
+        store.remember_slack_message(&m, now).await
+    }
+}
+
+impl Fact for Decision {
+    async fn load(store: &Store, wait_id: i64) -> Result<Option<Self>, StoreError> {
+        Ok(store.slack_decision(wait_id).await?.map(|d| Decision {
+            approved: d.approved,
+            user_id: d.user_id,
+            name: d.name,
+            via: d.via,
+            at: d.at,
+            reason: d.reason,
+            rollback_gate: d.rollback_gate,
+        }))
+    }
+
+    async fn save(&self, store: &Store, wait_id: i64, _now: Millis) -> Result<(), StoreError> {
+        let d = SlackDecision {
+            approved: self.approved,
+            user_id: self.user_id.clone(),
+            name: self.name.clone(),
+            via: self.via.clone(),
+            at: self.at,
+            reason: self.reason.clone(),
+            rollback_gate: self.rollback_gate.clone(),
+        };
+        store.remember_slack_decision(wait_id, &d).await
+    }
+}
+
+impl Fact for Ended {
+    async fn load(store: &Store, wait_id: i64) -> Result<Option<Self>, StoreError> {
+        Ok(store.slack_ending(wait_id).await?.map(|e| Ended {
+            outcome: e.outcome,
+            at: e.at,
+        }))
+    }
+
+    async fn save(&self, store: &Store, wait_id: i64, _now: Millis) -> Result<(), StoreError> {
+        let e = SlackEnding {
+            outcome: self.outcome.clone(),
+            at: self.at,
+        };
+        store.remember_slack_ending(wait_id, &e).await
+    }
+}
+
+impl Fact for Final {
+    async fn load(store: &Store, wait_id: i64) -> Result<Option<Self>, StoreError> {
+        Ok(store.slack_final(wait_id).await?.map(|f| Final {
+            kind: f.kind,
+            message: f.message,
+            at: f.at,
+        }))
+    }
+
+    async fn save(&self, store: &Store, wait_id: i64, _now: Millis) -> Result<(), StoreError> {
+        let f = SlackFinal {
+            kind: self.kind.clone(),
+            message: self.message.clone(),
+            at: self.at,
+        };
+        store.remember_slack_final(wait_id, &f).await
+    }
 }

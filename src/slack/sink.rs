@@ -340,10 +340,9 @@ impl SlackSink {
         reason: Option<String>,
         at: Millis,
     ) -> Result<(), SendError> {
-        let ids: Vec<i64> = record::get(&self.store, &record::gate_key(gate))
+        let ids = record::waits_of_gate(&self.store, gate)
             .await
-            .map_err(store_err)?
-            .unwrap_or_default();
+            .map_err(store_err)?;
         for id in ids {
             let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(id))
                 .await
@@ -387,7 +386,7 @@ impl SlackSink {
         checksum: &str,
         at: Millis,
     ) -> Result<(), SendError> {
-        let Some(wait_id) = record::get::<i64>(&self.store, &record::canary_key(canary))
+        let Some(wait_id) = record::latest_of_canary(&self.store, canary)
             .await
             .map_err(store_err)?
         else {

@@ -7,9 +7,11 @@
 mod loading;
 mod notify;
 pub mod pages;
+mod prs;
 mod queue;
 mod replicas;
 mod rows;
+mod slack;
 mod tx;
 #[cfg(test)]
 mod tx_tests;
@@ -26,9 +28,11 @@ use crate::gate::{Actor, Answer, CanaryRef, Gate, GateKey, GateStatus, Millis, S
 
 pub use loading::SeenRow;
 pub use notify::WaitBrief;
+pub use prs::StatusComment;
 pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};
 pub use replicas::{DEAD_AFTER, HEARTBEAT_EVERY};
 pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};
+pub use slack::{SlackDecision, SlackEnding, SlackFinal, SlackMessage};
 pub use tx::{WriteHealth, WriteTx};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -531,32 +535,6 @@ impl Store {
         rows.iter()
             .map(|r| r.try_get("gate_key").map_err(Into::into))
             .collect()
-    }
-
-    // ---- small facts ----
-
-    pub async fn kv_get(&self, k: &str) -> Result<Option<String>> {
-        let row = sqlx::query("SELECT v FROM kv WHERE k = $1")
-            .bind(k.to_string())
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.map(|r| r.try_get("v")).transpose()?)
-    }
-
-    pub async fn kv_put(&self, k: &str, v: &str, at: Millis) -> Result<()> {
-        // Through `begin` like every write: on SQLite a write outside the writer
-        // lock can make a concurrent transaction fail with SQLITE_BUSY.
-        let mut tx = self.begin().await?;
-        sqlx::query(
-            "INSERT INTO kv (k, v, updated_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (k) DO UPDATE SET v = excluded.v, updated_at = excluded.updated_at",
-        )
-        .bind(k.to_string())
-        .bind(v.to_string())
-        .bind(at)
-        .execute(tx.conn())
-        .await?;
-        tx.commit().await
     }
 }
 

@@ -5,6 +5,7 @@
 use sqlx::{Connection, Executor, Row, SqliteConnection};
 
 use super::Store;
+use crate::gate::{PrNumber, RepoName};
 
 struct Fixture {
     store: Store,
@@ -33,10 +34,19 @@ impl Fixture {
         self.fresh().await.execute(sql).await.expect("setup");
     }
 
-    /// Whether a committed kv row is visible to another connection.
-    async fn stored(&self, k: &str) -> bool {
-        let row = sqlx::query("SELECT COUNT(*) AS n FROM kv WHERE k = $1")
-            .bind(k)
+    /// A real write through the store, in a transaction of its own: a PR
+    /// author row whose login is `login`.
+    async fn write(&self, login: &str) -> super::Result<()> {
+        let repo: RepoName = "acme/shop".parse().expect("repo");
+        self.store
+            .remember_pr_author(&repo, PrNumber(1), login, 1)
+            .await
+    }
+
+    /// Whether a committed row with this login is visible to another connection.
+    async fn stored(&self, login: &str) -> bool {
+        let row = sqlx::query("SELECT COUNT(*) AS n FROM pr_authors WHERE login = $1")
+            .bind(login)
             .fetch_one(&mut self.fresh().await)
             .await
             .expect("read");
@@ -49,10 +59,18 @@ impl Fixture {
         conn.execute("PRAGMA busy_timeout = 0")
             .await
             .expect("pragma");
-        conn.execute("INSERT INTO kv (k, v, updated_at) VALUES ('elsewhere', 'x', 0)")
+        conn.execute(insert_author(90, "elsewhere").as_str())
             .await
             .is_ok()
     }
+}
+
+/// A raw insert of a PR author row, as a write inside a transaction.
+fn insert_author(number: u32, login: &str) -> String {
+    format!(
+        "INSERT INTO pr_authors (repo, number, login, learned_at) \
+         VALUES ('acme/raw', {number}, '{login}', 0)"
+    )
 }
 
 /// COMMIT itself fails (a deferred foreign key), and SQLite keeps the
@@ -80,10 +98,7 @@ async fn failed_commit_returns_its_connection_clean() {
         "the failure is recorded for readiness"
     );
 
-    f.store
-        .kv_put("after", "1", 1)
-        .await
-        .expect("the next write");
+    f.write("after").await.expect("the next write");
     assert!(f.stored("after").await, "the next write really committed");
     assert!(f.can_write_elsewhere().await, "no write lock left behind");
     assert!(
@@ -102,31 +117,25 @@ async fn failed_commit_returns_its_connection_clean() {
 async fn transaction_ended_by_sqlite_returns_its_connection_clean() {
     let f = one_connection_store().await;
     f.setup(
-        "CREATE TRIGGER boom BEFORE INSERT ON kv WHEN NEW.k = 'boom' \
+        "CREATE TRIGGER boom BEFORE INSERT ON pr_authors WHEN NEW.login = 'boom' \
          BEGIN SELECT RAISE(ROLLBACK, 'boom'); END",
     )
     .await;
     {
         let mut tx = f.store.begin().await.unwrap();
-        let failed = tx
-            .conn()
-            .execute("INSERT INTO kv (k, v, updated_at) VALUES ('boom', 'x', 0)")
-            .await;
+        let failed = tx.conn().execute(insert_author(2, "boom").as_str()).await;
         assert!(failed.is_err(), "the trigger rolls back");
         // Dropped here, as by `?`.
     }
     {
         let mut tx = f.store.begin().await.unwrap();
         tx.conn()
-            .execute("INSERT INTO kv (k, v, updated_at) VALUES ('dropped', 'x', 0)")
+            .execute(insert_author(3, "dropped").as_str())
             .await
             .unwrap();
         // Dropped uncommitted, as by an early return or a cancelled future.
     }
-    f.store
-        .kv_put("after", "1", 1)
-        .await
-        .expect("the next write");
+    f.write("after").await.expect("the next write");
     assert!(f.stored("after").await, "the next write really committed");
     assert!(!f.stored("dropped").await, "the dropped one did not");
     assert!(f.can_write_elsewhere().await, "no write lock left behind");
@@ -138,11 +147,11 @@ async fn rollback_ends_the_transaction() {
     let f = one_connection_store().await;
     let mut tx = f.store.begin().await.unwrap();
     tx.conn()
-        .execute("INSERT INTO kv (k, v, updated_at) VALUES ('undone', 'x', 0)")
+        .execute(insert_author(4, "undone").as_str())
         .await
         .unwrap();
     tx.rollback().await;
-    f.store.kv_put("after", "1", 1).await.unwrap();
+    f.write("after").await.unwrap();
     assert!(f.stored("after").await);
     assert!(!f.stored("undone").await);
 }

@@ -1,0 +1,176 @@
+//! What gatebot knows about each pull request beyond its gates: who opened it,
+//! when it last got new commits, and its status comment.
+
+use sqlx::Row;
+
+use super::{Result, Store, StoreError, WriteTx};
+use crate::gate::{Millis, PrNumber, RepoName};
+
+/// A pull request's status comment as last sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusComment {
+    pub comment_id: u64,
+    /// SHA-256 of the body it shows; None when not known (then it is edited anyway).
+    pub digest: Option<String>,
+}
+
+/// PR numbers and comment ids are u64 in the domain, BIGINT in the store.
+fn signed(n: u64, what: &str) -> Result<i64> {
+    i64::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} {n} is out of range")))
+}
+
+impl Store {
+    // ---- authors ----
+
+    /// Who opened the pull request, if gatebot has learned it.
+    pub async fn pr_author(&self, repo: &RepoName, number: PrNumber) -> Result<Option<String>> {
+        let row = sqlx::query("SELECT login FROM pr_authors WHERE repo = $1 AND number = $2")
+            .bind(repo.to_string())
+            .bind(signed(number.0, "PR number")?)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| r.try_get("login")).transpose()?)
+    }
+
+    pub async fn put_pr_author(
+        tx: &mut WriteTx<'_>,
+        repo: &RepoName,
+        number: PrNumber,
+        login: &str,
+        at: Millis,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO pr_authors (repo, number, login, learned_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (repo, number) DO UPDATE SET login = excluded.login, learned_at = excluded.learned_at \
+             WHERE pr_authors.login <> excluded.login",
+        )
+        .bind(repo.to_string())
+        .bind(signed(number.0, "PR number")?)
+        .bind(login.to_string())
+        .bind(at)
+        .execute(tx.conn())
+        .await?;
+        Ok(())
+    }
+
+    /// `put_pr_author` in a transaction of its own.
+    pub async fn remember_pr_author(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        login: &str,
+        at: Millis,
+    ) -> Result<()> {
+        let mut tx = self.begin().await?;
+        Self::put_pr_author(&mut tx, repo, number, login, at).await?;
+        tx.commit().await
+    }
+
+    // ---- pushes ----
+
+    /// When the pull request last got new commits (GitHub's time), if known.
+    pub async fn pr_pushed_at(&self, repo: &RepoName, number: PrNumber) -> Result<Option<Millis>> {
+        let row = sqlx::query("SELECT pushed_at FROM pr_pushes WHERE repo = $1 AND number = $2")
+            .bind(repo.to_string())
+            .bind(signed(number.0, "PR number")?)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| r.try_get("pushed_at")).transpose()?)
+    }
+
+    /// Records a push at `pushed_at`. Deliveries come out of order, so the time
+    /// only moves forward; one statement, so concurrent writers cannot undo that.
+    pub async fn put_pr_push(
+        tx: &mut WriteTx<'_>,
+        repo: &RepoName,
+        number: PrNumber,
+        pushed_at: Millis,
+        now: Millis,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO pr_pushes (repo, number, pushed_at, recorded_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (repo, number) DO UPDATE SET pushed_at = excluded.pushed_at, \
+             recorded_at = excluded.recorded_at WHERE pr_pushes.pushed_at < excluded.pushed_at",
+        )
+        .bind(repo.to_string())
+        .bind(signed(number.0, "PR number")?)
+        .bind(pushed_at)
+        .bind(now)
+        .execute(tx.conn())
+        .await?;
+        Ok(())
+    }
+
+    /// `put_pr_push` in a transaction of its own.
+    pub async fn remember_pr_push(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        pushed_at: Millis,
+        now: Millis,
+    ) -> Result<()> {
+        let mut tx = self.begin().await?;
+        Self::put_pr_push(&mut tx, repo, number, pushed_at, now).await?;
+        tx.commit().await
+    }
+
+    // ---- status comments ----
+
+    pub async fn status_comment(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+    ) -> Result<Option<StatusComment>> {
+        let row = sqlx::query(
+            "SELECT comment_id, digest FROM status_comments WHERE repo = $1 AND number = $2",
+        )
+        .bind(repo.to_string())
+        .bind(signed(number.0, "PR number")?)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let id: i64 = row.try_get("comment_id")?;
+        Ok(Some(StatusComment {
+            comment_id: u64::try_from(id)
+                .map_err(|_| StoreError::Corrupt(format!("status comment id {id}")))?,
+            digest: row.try_get("digest")?,
+        }))
+    }
+
+    pub async fn put_status_comment(
+        tx: &mut WriteTx<'_>,
+        repo: &RepoName,
+        number: PrNumber,
+        comment: &StatusComment,
+        at: Millis,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO status_comments (repo, number, comment_id, digest, updated_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (repo, number) DO UPDATE SET \
+             comment_id = excluded.comment_id, digest = excluded.digest, updated_at = excluded.updated_at",
+        )
+        .bind(repo.to_string())
+        .bind(signed(number.0, "PR number")?)
+        .bind(signed(comment.comment_id, "comment id")?)
+        .bind(comment.digest.clone())
+        .bind(at)
+        .execute(tx.conn())
+        .await?;
+        Ok(())
+    }
+
+    /// `put_status_comment` in a transaction of its own.
+    pub async fn remember_status_comment(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        comment: &StatusComment,
+        at: Millis,
+    ) -> Result<()> {
+        let mut tx = self.begin().await?;
+        Self::put_status_comment(&mut tx, repo, number, comment, at).await?;
+        tx.commit().await
+    }
+}

@@ -1,0 +1,505 @@
+//! The typed tables that replaced the key/value table `kv`, on both stores:
+//! each round trip, a push time that only moves forward, a Slack decision
+//! withdrawn, and an upgrade that carries old `kv` rows over.
+
+pub mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use gatebot::gate::{PrNumber, RepoName};
+use gatebot::github::pushes;
+use gatebot::slack::record::{self, Decision, Ended, Final, Posted, WaitInfo};
+use gatebot::store::{StatusComment, Store};
+use serde_json::json;
+use sqlx::{AnyPool, Row};
+use support::harness::{Backend, TestDb};
+
+on_both_stores!(
+    pr_authors_round_trip,
+    pr_push_times_only_move_forward,
+    status_comments_round_trip,
+    slack_facts_round_trip,
+    a_slack_decision_is_forgotten,
+    kv_rows_survive_the_upgrade,
+);
+
+async fn store(backend: Backend) -> (TestDb, Store) {
+    let db = TestDb::new(backend).await;
+    let store = Store::connect(&db.url).await.expect("store");
+    (db, store)
+}
+
+fn repo() -> RepoName {
+    "acme/shop".parse().unwrap()
+}
+
+fn info(wait_id: i64, gate: &str, canary: &str) -> WaitInfo {
+    WaitInfo {
+        wait_id,
+        gate: gate.into(),
+        canary: canary.into(),
+        checksum: format!("rev-{wait_id}"),
+        phase: "Progressing".into(),
+        metadata: BTreeMap::from([("pr".to_string(), "42".to_string())]),
+        since: 1_000 + wait_id,
+    }
+}
+
+async fn pr_authors_round_trip(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let repo = repo();
+    assert_eq!(store.pr_author(&repo, PrNumber(42)).await.unwrap(), None);
+    gatebot::core::authors::remember(&store, &repo, PrNumber(42), "alice", 10)
+        .await
+        .unwrap();
+    gatebot::core::authors::remember(&store, &repo, PrNumber(42), "alice", 20)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .pr_author(&repo, PrNumber(42))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("alice")
+    );
+    assert_eq!(store.pr_author(&repo, PrNumber(43)).await.unwrap(), None);
+    let other: RepoName = "acme/other".parse().unwrap();
+    assert_eq!(store.pr_author(&other, PrNumber(42)).await.unwrap(), None);
+}
+
+async fn pr_push_times_only_move_forward(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let repo = repo();
+    let n = PrNumber(7);
+    assert_eq!(pushes::last(&store, &repo, n).await.unwrap(), None);
+    pushes::remember(&store, &repo, n, 5_000, 1).await.unwrap();
+    pushes::remember(&store, &repo, n, 3_000, 2).await.unwrap();
+    assert_eq!(pushes::last(&store, &repo, n).await.unwrap(), Some(5_000));
+    pushes::remember(&store, &repo, n, 6_000, 3).await.unwrap();
+    assert_eq!(pushes::last(&store, &repo, n).await.unwrap(), Some(6_000));
+
+    // Deliveries out of order and at once: the latest push wins whatever the order.
+    let n = PrNumber(8);
+    let writers: Vec<_> = [40, 10, 90, 30, 70, 20, 80, 60, 50]
+        .into_iter()
+        .map(|t| {
+            let (store, repo) = (store.clone(), repo.clone());
+            tokio::spawn(async move { pushes::remember(&store, &repo, n, t, t).await })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap().unwrap();
+    }
+    assert_eq!(pushes::last(&store, &repo, n).await.unwrap(), Some(90));
+}
+
+async fn status_comments_round_trip(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let repo = repo();
+    let n = PrNumber(42);
+    assert_eq!(store.status_comment(&repo, n).await.unwrap(), None);
+    let first = StatusComment {
+        comment_id: 9_000_000_001,
+        digest: Some("aa".into()),
+    };
+    store
+        .remember_status_comment(&repo, n, &first, 1)
+        .await
+        .unwrap();
+    assert_eq!(store.status_comment(&repo, n).await.unwrap(), Some(first));
+    // Recreated after someone deleted it: a new id and digest replace both.
+    let second = StatusComment {
+        comment_id: 9_000_000_002,
+        digest: Some("bb".into()),
+    };
+    let mut tx = store.begin().await.unwrap();
+    Store::put_status_comment(&mut tx, &repo, n, &second, 2)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(store.status_comment(&repo, n).await.unwrap(), Some(second));
+    assert_eq!(
+        store.status_comment(&repo, PrNumber(43)).await.unwrap(),
+        None
+    );
+}
+
+async fn slack_facts_round_trip(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let canary = "test/podinfo";
+    assert_eq!(
+        record::get(&store, &record::msg_key(1)).await.unwrap(),
+        None
+    );
+    let mut gate_waits = Vec::new();
+    for id in 1..=22 {
+        let posted = Posted {
+            info: info(id, "promote/pr/acme/shop#42", canary),
+            channel: "C1".into(),
+            ts: format!("1700000000.{id:06}"),
+        };
+        record::remember(&store, &posted, 100 + id).await.unwrap();
+        gate_waits.push(id);
+        assert_eq!(
+            record::get(&store, &record::msg_key(id)).await.unwrap(),
+            Some(posted)
+        );
+    }
+    let elsewhere = Posted {
+        info: WaitInfo {
+            metadata: BTreeMap::new(),
+            ..info(30, "rollback/pr/acme/shop#42", "test/other")
+        },
+        channel: "C2".into(),
+        ts: "1700000001.000001".into(),
+    };
+    record::remember(&store, &elsewhere, 200).await.unwrap();
+    assert_eq!(
+        record::get(&store, &record::msg_key(30)).await.unwrap(),
+        Some(elsewhere)
+    );
+    assert_eq!(
+        record::waits_of_gate(&store, "promote/pr/acme/shop#42")
+            .await
+            .unwrap(),
+        gate_waits[2..].to_vec(),
+        "the latest 20, oldest first"
+    );
+    assert_eq!(
+        record::latest_of_canary(&store, canary).await.unwrap(),
+        Some(22)
+    );
+    // Posted again (a retry): the latest post of the canary is that one's.
+    let again = Posted {
+        info: info(3, "promote/pr/acme/shop#42", canary),
+        channel: "C1".into(),
+        ts: "1700000002.000003".into(),
+    };
+    record::remember(&store, &again, 300).await.unwrap();
+    assert_eq!(
+        record::latest_of_canary(&store, canary).await.unwrap(),
+        Some(3)
+    );
+    assert_eq!(
+        record::latest_of_canary(&store, "test/none").await.unwrap(),
+        None
+    );
+
+    let view = record::view(&store, info(1, "g", canary)).await.unwrap();
+    assert!(view.open(), "nothing decided, ended or final yet");
+    let decision = Decision {
+        approved: false,
+        user_id: Some("UALICE".into()),
+        name: "alice".into(),
+        via: "slack".into(),
+        at: 400,
+        reason: Some("too slow".into()),
+        rollback_gate: Some("rollback/pr/acme/shop#42".into()),
+    };
+    record::put(&store, &record::decision_key(1), &decision, 400)
+        .await
+        .unwrap();
+    let ended = Ended {
+        outcome: "expired".into(),
+        at: 500,
+    };
+    record::put(&store, &record::ended_key(1), &ended, 500)
+        .await
+        .unwrap();
+    let fin = Final {
+        kind: "succeeded".into(),
+        message: "promotion completed".into(),
+        at: 600,
+    };
+    record::put(&store, &record::final_key(1), &fin, 600)
+        .await
+        .unwrap();
+    let view = record::view(&store, info(1, "g", canary)).await.unwrap();
+    assert_eq!(view.decision, Some(decision));
+    assert_eq!(view.ended, Some(ended));
+    assert_eq!(view.final_state, Some(fin));
+    let other = record::view(&store, info(2, "g", canary)).await.unwrap();
+    assert!(other.open(), "facts are per wait");
+}
+
+async fn a_slack_decision_is_forgotten(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let key = record::decision_key(5);
+    let mut decision = Decision {
+        approved: true,
+        user_id: None,
+        name: "bob".into(),
+        via: "github".into(),
+        at: 10,
+        reason: None,
+        rollback_gate: None,
+    };
+    record::put(&store, &key, &decision, 10).await.unwrap();
+    assert_eq!(
+        record::get(&store, &key).await.unwrap(),
+        Some(decision.clone())
+    );
+    // A later decision replaces it.
+    decision.user_id = Some("UBOB".into());
+    decision.via = "slack".into();
+    record::put(&store, &key, &decision, 11).await.unwrap();
+    assert_eq!(
+        record::get(&store, &key).await.unwrap(),
+        Some(decision.clone())
+    );
+    // The change it asked for failed: the message is open again.
+    record::forget(&store, &key).await.unwrap();
+    assert_eq!(record::get(&store, &key).await.unwrap(), None);
+    record::forget(&store, &key).await.unwrap();
+    record::put(&store, &key, &decision, 12).await.unwrap();
+    assert_eq!(record::get(&store, &key).await.unwrap(), Some(decision));
+}
+
+/// A database at the schema before the typed tables (migrations 0001–0003),
+/// as a previous release left it.
+async fn previous_schema(db: &TestDb) -> AnyPool {
+    let dialect = match db.backend {
+        Backend::Sqlite => "sqlite",
+        Backend::Postgres => "postgres",
+    };
+    let all = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations")
+        .join(dialect);
+    let old = db.dir.path().join("previous-migrations");
+    std::fs::create_dir_all(&old).unwrap();
+    for name in ["0001_init.sql", "0002_replicas.sql", "0003_missing_prs.sql"] {
+        std::fs::copy(all.join(name), old.join(name)).unwrap();
+    }
+    let url = match db.backend {
+        Backend::Sqlite => {
+            std::fs::create_dir_all(db.dir.path().join("data")).unwrap();
+            format!("{}?mode=rwc", db.url)
+        }
+        Backend::Postgres => db.url.clone(),
+    };
+    sqlx::any::install_default_drivers();
+    let pool = AnyPool::connect(&url).await.unwrap();
+    sqlx::migrate::Migrator::new(old.as_path())
+        .await
+        .unwrap()
+        .run(&pool)
+        .await
+        .unwrap();
+    pool
+}
+
+async fn kv_rows_survive_the_upgrade(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let pool = previous_schema(&db).await;
+    let posted = |id: i64, canary: &str| {
+        json!({
+            "info": {"wait_id": id, "gate": "promote/pr/acme/shop#42", "canary": canary,
+                     "checksum": format!("rev-{id}"), "phase": "Progressing",
+                     "metadata": {"pr": "42", "team": "shop"}, "since": 1_000 + id},
+            "channel": "C1", "ts": format!("1700000000.{id:06}"),
+        })
+        .to_string()
+    };
+    let rows: Vec<(String, String, i64)> = vec![
+        ("pr-author:acme/shop#42".into(), "alice".into(), 100),
+        ("pr-pushed:acme/shop#42".into(), "1700000000000".into(), 101),
+        (
+            "github-status-comment:acme/shop#42".into(),
+            "9001".into(),
+            102,
+        ),
+        (
+            "github-status-hash:acme/shop#42".into(),
+            "abc123".into(),
+            102,
+        ),
+        (
+            "github-status-comment:acme/shop#7".into(),
+            "9002".into(),
+            103,
+        ),
+        ("slack-msg:5".into(), posted(5, "test/podinfo"), 200),
+        ("slack-msg:6".into(), posted(6, "test/podinfo"), 201),
+        // Written before messages kept metadata: serde's default, an empty map.
+        (
+            "slack-msg:7".into(),
+            json!({"info": {"wait_id": 7, "gate": "g7", "canary": "test/old", "checksum": "c",
+                            "phase": "Progressing", "since": 7}, "channel": "C7", "ts": "7.0"})
+            .to_string(),
+            202,
+        ),
+        (
+            "slack-decision:5".into(),
+            json!({"approved": true, "user_id": "UALICE", "name": "alice", "via": "slack",
+                   "at": 300, "reason": null, "rollback_gate": null})
+            .to_string(),
+            300,
+        ),
+        (
+            "slack-decision:7".into(),
+            json!({"approved": false, "user_id": null, "name": "bob", "via": "api",
+                   "at": 301, "reason": "no", "rollback_gate": "rollback/pr/acme/shop#42"})
+            .to_string(),
+            301,
+        ),
+        // Withdrawn: no decision.
+        ("slack-decision:6".into(), "null".into(), 302),
+        (
+            "slack-ended:6".into(),
+            json!({"outcome": "expired", "at": 400}).to_string(),
+            400,
+        ),
+        (
+            "slack-final:5".into(),
+            json!({"kind": "succeeded", "message": "done", "at": 500}).to_string(),
+            500,
+        ),
+        ("slack-canary:test/podinfo".into(), "6".into(), 201),
+        (
+            "slack-gate:promote/pr/acme/shop#42".into(),
+            "[5,6]".into(),
+            201,
+        ),
+        // Never written by gatebot: left behind without failing the upgrade.
+        ("pr-author:no-number".into(), "x".into(), 1),
+        ("pr-pushed:acme/shop#9".into(), "soon".into(), 1),
+        ("something-else".into(), "{".into(), 1),
+    ];
+    for (k, v, at) in &rows {
+        sqlx::query("INSERT INTO kv (k, v, updated_at) VALUES ($1, $2, $3)")
+            .bind(k.clone())
+            .bind(v.clone())
+            .bind(*at)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    pool.close().await;
+
+    let store = Store::connect(&db.url).await.expect("migrates");
+    let repo = repo();
+    assert_eq!(
+        store
+            .pr_author(&repo, PrNumber(42))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("alice")
+    );
+    assert_eq!(
+        store.pr_pushed_at(&repo, PrNumber(42)).await.unwrap(),
+        Some(1_700_000_000_000)
+    );
+    assert_eq!(store.pr_pushed_at(&repo, PrNumber(9)).await.unwrap(), None);
+    assert_eq!(
+        store.status_comment(&repo, PrNumber(42)).await.unwrap(),
+        Some(StatusComment {
+            comment_id: 9001,
+            digest: Some("abc123".into())
+        })
+    );
+    assert_eq!(
+        store.status_comment(&repo, PrNumber(7)).await.unwrap(),
+        Some(StatusComment {
+            comment_id: 9002,
+            digest: None
+        })
+    );
+
+    let five = record::get(&store, &record::msg_key(5))
+        .await
+        .unwrap()
+        .expect("message 5");
+    assert_eq!(five.info.gate, "promote/pr/acme/shop#42");
+    assert_eq!(five.info.canary, "test/podinfo");
+    assert_eq!(five.info.checksum, "rev-5");
+    assert_eq!(five.info.since, 1_005);
+    assert_eq!(
+        five.info.metadata,
+        BTreeMap::from([
+            ("pr".to_string(), "42".to_string()),
+            ("team".to_string(), "shop".to_string())
+        ])
+    );
+    assert_eq!(
+        (five.channel.as_str(), five.ts.as_str()),
+        ("C1", "1700000000.000005")
+    );
+    let seven = record::get(&store, &record::msg_key(7))
+        .await
+        .unwrap()
+        .expect("message 7");
+    assert!(seven.info.metadata.is_empty());
+    assert_eq!(
+        record::waits_of_gate(&store, "promote/pr/acme/shop#42")
+            .await
+            .unwrap(),
+        vec![5, 6]
+    );
+    assert_eq!(
+        record::latest_of_canary(&store, "test/podinfo")
+            .await
+            .unwrap(),
+        Some(6)
+    );
+
+    let view5 = record::view(&store, five.info).await.unwrap();
+    assert_eq!(
+        view5.decision,
+        Some(Decision {
+            approved: true,
+            user_id: Some("UALICE".into()),
+            name: "alice".into(),
+            via: "slack".into(),
+            at: 300,
+            reason: None,
+            rollback_gate: None,
+        })
+    );
+    assert_eq!(view5.ended, None);
+    assert_eq!(
+        view5.final_state,
+        Some(Final {
+            kind: "succeeded".into(),
+            message: "done".into(),
+            at: 500
+        })
+    );
+    let decision7 = record::get(&store, &record::decision_key(7))
+        .await
+        .unwrap()
+        .expect("decision 7");
+    assert!(!decision7.approved);
+    assert_eq!(decision7.reason.as_deref(), Some("no"));
+    assert_eq!(
+        decision7.rollback_gate.as_deref(),
+        Some("rollback/pr/acme/shop#42")
+    );
+    assert_eq!(
+        record::get(&store, &record::decision_key(6)).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        record::get(&store, &record::ended_key(6)).await.unwrap(),
+        Some(Ended {
+            outcome: "expired".into(),
+            at: 400
+        })
+    );
+
+    // kv itself is gone.
+    sqlx::any::install_default_drivers();
+    let pool = AnyPool::connect(&db.url).await.unwrap();
+    let gone = sqlx::query("SELECT COUNT(*) AS n FROM kv")
+        .fetch_one(&pool)
+        .await;
+    assert!(gone.is_err(), "kv was dropped");
+    let n: i64 = sqlx::query("SELECT COUNT(*) AS n FROM slack_messages")
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get("n");
+    assert_eq!(n, 3);
+}
