@@ -2,7 +2,6 @@
 //! each round trip, a push time that only moves forward, a Slack decision
 //! withdrawn, and an upgrade that carries old `kv` rows over.
 
-pub mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,9 +12,9 @@ use gatebot::slack::record::{self, Decision, Ended, Final, Posted, WaitInfo};
 use gatebot::store::{StatusComment, Store};
 use serde_json::json;
 use sqlx::{AnyPool, Row};
-use support::harness::{Backend, TestDb};
+use gatebot_testkit::harness::{Backend, TestDb};
 
-on_both_stores!(
+gatebot_testkit::on_both_stores!(
     pr_authors_round_trip,
     pr_push_times_only_move_forward,
     status_comments_round_trip,
