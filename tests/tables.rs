@@ -2,7 +2,6 @@
 //! each round trip, a push time that only moves forward, a Slack decision
 //! withdrawn, and an upgrade that carries old `kv` rows over.
 
-
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -10,9 +9,9 @@ use gatebot::gate::{PrNumber, RepoName};
 use gatebot::github::pushes;
 use gatebot::slack::record::{self, Decision, Ended, Final, Posted, WaitInfo};
 use gatebot::store::{StatusComment, Store};
+use gatebot_testkit::harness::{Backend, TestDb};
 use serde_json::json;
 use sqlx::{AnyPool, Row};
-use gatebot_testkit::harness::{Backend, TestDb};
 
 gatebot_testkit::on_both_stores!(
     pr_authors_round_trip,

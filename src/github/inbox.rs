@@ -94,6 +94,22 @@ impl Reply {
     }
 }
 
+/// A PR author seen for the first time in a delivery.
+struct Learned {
+    repo: RepoName,
+    number: PrNumber,
+    login: String,
+}
+
+impl Learned {
+    async fn write(&self, unit: &mut Unit<'_>) -> Result<(), SendError> {
+        let now = unit.now();
+        Store::put_pr_author(unit.tx(), &self.repo, self.number, &self.login, now)
+            .await
+            .map_err(retry)
+    }
+}
+
 /// Settles the delivery in `unit` and commits it.
 async fn finish(mut unit: Unit<'_>, item: &QueueItem, lease: &Lease) -> Result<Settled, SendError> {
     let now = unit.now();
@@ -174,16 +190,48 @@ impl GithubInbox {
         .map_err(retry)
     }
 
-    /// Queues `jobs` and settles the delivery in one transaction.
+    /// Queues `jobs`, records a newly learned PR author and settles the
+    /// delivery in one transaction; with nothing to write, the worker settles it.
     async fn settle(
         &self,
         item: &QueueItem,
         lease: &Lease,
         jobs: Vec<NewJob>,
+        learned: Option<Learned>,
     ) -> Result<Settled, SendError> {
+        if jobs.is_empty() && learned.is_none() {
+            return Ok(Settled::NotYet);
+        }
         let mut unit = self.state.engine.begin().await.map_err(retry)?;
         unit.enqueue(&jobs).await.map_err(retry)?;
+        if let Some(learned) = &learned {
+            learned.write(&mut unit).await?;
+        }
         finish(unit, item, lease).await
+    }
+
+    /// The PR's author when gatebot did not know it yet (for four eyes in
+    /// Slack, which sees no pull request).
+    async fn new_author(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        login: &str,
+    ) -> Result<Option<Learned>, SendError> {
+        if login.is_empty() {
+            return Ok(None);
+        }
+        let known = self
+            .state
+            .store
+            .pr_author(repo, number)
+            .await
+            .map_err(retry)?;
+        Ok((known.as_deref() != Some(login)).then(|| Learned {
+            repo: repo.clone(),
+            number,
+            login: login.to_string(),
+        }))
     }
 
     fn count(&self, command: &str, result: &'static str) {
@@ -209,12 +257,12 @@ impl GithubInbox {
         if let Some(i) = &e.installation {
             self.client.learn_installation(&repo, i.id);
         }
-        self.remember_author(&repo, number, &e.issue.user.login)
-            .await?;
+        // Written with the rest of what the comment does.
+        let learned = self.new_author(&repo, number, &e.issue.user.login).await?;
         let body = e.comment.body.clone().unwrap_or_default();
         let author = &e.comment.user;
         if is_own_comment(&body) || self.is_self(author).await {
-            return Ok(Settled::NotYet);
+            return self.settle(item, lease, Vec::new(), learned).await;
         }
         let parsed = match e.action.as_str() {
             "created" => parse_comment(&body),
@@ -222,7 +270,7 @@ impl GithubInbox {
                 Some(old) => new_commands(&old.from, &body),
                 None => Vec::new(),
             },
-            _ => return Ok(Settled::NotYet),
+            _ => return self.settle(item, lease, Vec::new(), learned).await,
         };
         let once = |purpose: &str| format!("github:{delivery}:{purpose}");
         let installation = e.installation.as_ref().map(|i| i.id);
@@ -249,10 +297,10 @@ impl GithubInbox {
                         message: "commands inside quotes or code are not run: write it at the start of a line of its own".into(),
                     }])?;
                     let jobs = vec![comment(text).once(once("reply"))?];
-                    return self.settle(item, lease, jobs).await;
+                    return self.settle(item, lease, jobs, learned).await;
                 }
             }
-            return Ok(Settled::NotYet);
+            return self.settle(item, lease, Vec::new(), learned).await;
         }
         if author.is_bot() {
             for p in &parsed {
@@ -266,7 +314,12 @@ impl GithubInbox {
                 }],
             )?;
             return self
-                .settle(item, lease, vec![comment(text).once(once("reply"))?])
+                .settle(
+                    item,
+                    lease,
+                    vec![comment(text).once(once("reply"))?],
+                    learned,
+                )
                 .await;
         }
 
@@ -330,6 +383,9 @@ impl GithubInbox {
             jobs.push(react("confused").once(once("confused"))?);
         }
         unit.enqueue(&jobs).await.map_err(retry)?;
+        if let Some(learned) = &learned {
+            learned.write(&mut unit).await?;
+        }
         finish(unit, item, lease).await
     }
 
