@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::{Handler, Lease, SendError, Settled};
 use crate::clock::SharedClock;
@@ -200,7 +201,17 @@ impl Worker {
         item: QueueItem,
     ) {
         let worker = Arc::clone(self);
-        let task = running.spawn(async move { worker.run_one(&item).await });
+        // One span per delivery or job, named by its id, so that one approval
+        // can be followed from its delivery to the calls its jobs make.
+        let span = tracing::info_span!(
+            "item",
+            queue = self.label(),
+            id = %item.id,
+            route = %item.route,
+            topic = %item.topic,
+            attempt = item.attempts,
+        );
+        let task = running.spawn(async move { worker.run_one(&item).await }.instrument(span));
         tasks.insert(task.id(), lane);
     }
 

@@ -1,0 +1,86 @@
+//! One approval can be followed through the logs: the delivery's work and each
+//! outbox job it causes log inside a span named by its id.
+
+use std::time::Duration;
+
+use gatebot::github::verify::sign;
+use gatebot_testkit::fake_github::{Failure, FakeGithub};
+use gatebot_testkit::github_payloads::comment;
+use gatebot_testkit::harness::{client, eventually, Backend, TestDb};
+use gatebot_testkit::served::Served;
+use serde_json::Value;
+
+const SECRET: &str = "tracing-webhook-secret";
+const WAIT: Duration = Duration::from_secs(20);
+
+fn lines(logs: &str) -> Vec<Value> {
+    logs.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The `item` span's id of a JSON log line, if it was logged inside one.
+fn item_id(line: &Value) -> Option<&str> {
+    line["spans"]
+        .as_array()?
+        .iter()
+        .find(|s| s["name"] == "item")?["id"]
+        .as_str()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_and_its_jobs_log_under_their_ids() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let github = FakeGithub::start().await;
+    github.set_permission("alice", "write");
+    // The first write to GitHub fails once, so that its job logs a retry.
+    github.fail_writes([Failure::server_error()]);
+    let served = Served::start(
+        &db,
+        &[
+            ("GATEBOT_LOG_FORMAT", "json"),
+            ("RUST_LOG", "info"),
+            ("GATEBOT_OUTBOX_BACKOFF", "50ms"),
+            ("GATEBOT_GITHUB_WEBHOOK_SECRET", SECRET),
+            ("GATEBOT_GITHUB_TOKEN", "ghp_test"),
+            ("GATEBOT_GITHUB_API_URL", &github.url),
+            ("GATEBOT_GITHUB_REPOSITORY", "acme/shop"),
+        ],
+    );
+    let body = serde_json::to_vec(&comment(42, 4201, "alice", "/promote")).unwrap();
+    let r = client()
+        .post(format!("{}/webhooks/github", served.url))
+        .header("x-github-event", "issue_comment")
+        .header("x-github-delivery", "trace-1")
+        .header("x-hub-signature-256", sign(SECRET, &body))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    eventually("the reactions to be sent", WAIT, || async {
+        github.reactions_on(4201).len() == 2
+    })
+    .await;
+
+    let logs = lines(&served.logs());
+    let changed = logs
+        .iter()
+        .find(|l| l["message"] == "gate changed")
+        .expect("the approval is logged");
+    let delivery = item_id(changed).expect("the gate change is logged in the delivery's span");
+    assert!(delivery.starts_with("github:"), "{changed}");
+    let retried = logs
+        .iter()
+        .find(|l| l["message"] == "will retry")
+        .expect("the failed reaction is logged");
+    let job = item_id(retried).expect("a job's retry is logged in the job's span");
+    assert_ne!(job, delivery, "a job has an id of its own");
+    assert!(
+        logs.iter().any(|l| l["message"] == "will retry"
+            && l["spans"].as_array().is_some_and(|s| s
+                .iter()
+                .any(|s| s["queue"] == "outbox" && s["route"] == "github"))),
+        "the job's span names its queue and sink"
+    );
+}
