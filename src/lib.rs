@@ -5,7 +5,7 @@
 //!
 //! Modules are layered; each uses only those in the groups above it
 //! (docs/architecture.md draws it, tests/layering.rs checks it):
-//! the domain (`gate`, `command`, `clock`); support (`config`, `metrics`,
+//! the domain (`gate`, `command`, `clock`); support (`cache`, `config`, `metrics`,
 //! `outbound`, `templates`, `policy`, `store`, `telemetry`, `notify`, `http`);
 //! the core (`core`); the channels (`flagger`, `api`, `github`, `slack`), which
 //! never use each other; and `bootstrap`, which builds and composes them.
@@ -16,6 +16,7 @@ pub mod command;
 pub mod gate;
 
 // Support below the core.
+pub mod cache;
 pub mod config;
 pub mod http;
 pub mod metrics;

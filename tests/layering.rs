@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     ("domain", &["gate"]),
     ("domain", &["command", "clock"]),
-    ("support", &["config", "metrics", "outbound", "templates"]),
+    (
+        "support",
+        &["cache", "config", "metrics", "outbound", "templates"],
+    ),
     ("support", &["policy", "store", "telemetry"]),
     ("support", &["notify", "http"]),
     ("core", &["core"]),

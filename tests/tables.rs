@@ -18,7 +18,7 @@ gatebot_testkit::on_both_stores!(
     pr_push_times_only_move_forward,
     status_comments_round_trip,
     slack_facts_round_trip,
-    a_slack_decision_is_forgotten,
+    a_slack_decision_goes_with_its_transaction,
     kv_rows_survive_the_upgrade,
 );
 
@@ -222,7 +222,7 @@ async fn slack_facts_round_trip(backend: Backend) {
     assert!(other.open(), "facts are per wait");
 }
 
-async fn a_slack_decision_is_forgotten(backend: Backend) {
+async fn a_slack_decision_goes_with_its_transaction(backend: Backend) {
     let (_db, store) = store(backend).await;
     let key = record::decision_key(5);
     let mut decision = Decision {
@@ -247,12 +247,16 @@ async fn a_slack_decision_is_forgotten(backend: Backend) {
         record::get(&store, &key).await.unwrap(),
         Some(decision.clone())
     );
-    // The change it asked for failed: the message is open again.
-    record::forget(&store, &key).await.unwrap();
-    assert_eq!(record::get(&store, &key).await.unwrap(), None);
-    record::forget(&store, &key).await.unwrap();
-    record::put(&store, &key, &decision, 12).await.unwrap();
-    assert_eq!(record::get(&store, &key).await.unwrap(), Some(decision));
+    // A decision written with a change that then fails goes with it.
+    let other = record::decision_key(8);
+    let mut tx = store.begin().await.unwrap();
+    record::decide_in(&mut tx, &other, &decision).await.unwrap();
+    tx.rollback().await;
+    assert_eq!(record::get(&store, &other).await.unwrap(), None);
+    let mut tx = store.begin().await.unwrap();
+    record::decide_in(&mut tx, &other, &decision).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(record::get(&store, &other).await.unwrap(), Some(decision));
 }
 
 /// A database at the schema before the typed tables (migrations 0001–0003),

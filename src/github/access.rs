@@ -2,11 +2,11 @@
 //! and four eyes, asked of GitHub (answers trusted for a minute), and whether
 //! the comment is still about the PR's current revision.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::client::GithubClient;
+use crate::cache::TtlCache;
 use crate::command::Command;
 use crate::config::Permission;
 use crate::core::commands::kind_opened_by;
@@ -19,8 +19,8 @@ use crate::policy::Policy;
 /// How long a permission or team answer is trusted.
 const CACHE_TTL: Duration = Duration::from_secs(60);
 
-/// (repository or team, login) → when asked, and the answer.
-type Cache<T> = Mutex<HashMap<(String, String), (Instant, T)>>;
+/// (repository or team, login) → the answer.
+type Cache<T> = TtlCache<(String, String), T>;
 
 pub struct Access {
     client: Arc<GithubClient>,
@@ -34,8 +34,8 @@ impl Access {
         Self {
             client,
             policy,
-            permissions: Mutex::new(HashMap::new()),
-            teams: Mutex::new(HashMap::new()),
+            permissions: TtlCache::new(CACHE_TTL),
+            teams: TtlCache::new(CACHE_TTL),
         }
     }
 
@@ -45,21 +45,14 @@ impl Access {
         user: &str,
     ) -> Result<Option<Permission>, SendError> {
         let key = (repo.to_string(), user.to_ascii_lowercase());
-        if let Some((at, p)) = self.permissions.lock().expect("cache poisoned").get(&key) {
-            if at.elapsed() < CACHE_TTL {
-                return Ok(*p);
-            }
-        }
-        let p = self
-            .client
-            .permission(repo, user)
-            .await
-            .map_err(|e| e.to_send_error())?;
         self.permissions
-            .lock()
-            .expect("cache poisoned")
-            .insert(key, (Instant::now(), p));
-        Ok(p)
+            .get_or_fetch(key, || async {
+                self.client
+                    .permission(repo, user)
+                    .await
+                    .map_err(|e| e.to_send_error())
+            })
+            .await
     }
 
     async fn in_team(&self, repo: &RepoName, team: &str, user: &str) -> Result<bool, SendError> {
@@ -67,21 +60,14 @@ impl Access {
             return Ok(false);
         };
         let key = (team.to_ascii_lowercase(), user.to_ascii_lowercase());
-        if let Some((at, m)) = self.teams.lock().expect("cache poisoned").get(&key) {
-            if at.elapsed() < CACHE_TTL {
-                return Ok(*m);
-            }
-        }
-        let m = self
-            .client
-            .team_member(repo, org, slug, user)
-            .await
-            .map_err(|e| e.to_send_error())?;
         self.teams
-            .lock()
-            .expect("cache poisoned")
-            .insert(key, (Instant::now(), m));
-        Ok(m)
+            .get_or_fetch(key, || async {
+                self.client
+                    .team_member(repo, org, slug, user)
+                    .await
+                    .map_err(|e| e.to_send_error())
+            })
+            .await
     }
 
     /// Ok(Err(why)) when the person may not run the command.

@@ -59,8 +59,13 @@ async fn receive(
         ));
     }
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    verify(secret.expose_secret(), header("x-hub-signature-256"), body)
-        .map_err(|e| Reject::new(StatusCode::UNAUTHORIZED, e.reason(), e.message()))?;
+    verify(secret.expose_secret(), header("x-hub-signature-256"), body).map_err(|e| {
+        Reject::new(
+            StatusCode::UNAUTHORIZED,
+            e.reason(),
+            super::verify::message(e),
+        )
+    })?;
 
     let event = header("x-github-event").unwrap_or("").trim();
     if event.is_empty() {

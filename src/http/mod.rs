@@ -8,6 +8,7 @@ pub mod guard;
 pub mod limits;
 pub mod receipts;
 pub mod server;
+pub mod signature;
 
 // Body limits per route, enforced by `limits::bounded` before any handler runs.
 // A body over its limit gets 413, one that is not whole within

@@ -1,11 +1,11 @@
 //! Who may act from Slack: user ids listed directly, or members of listed user
 //! groups (fetched with usergroups.users.list and cached briefly).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::client::SlackApi;
+use crate::cache::TtlCache;
 use crate::notify::SendError;
 use crate::policy::SlackRule;
 
@@ -39,19 +39,17 @@ pub fn quick(rule: &SlackRule, user: &str) -> Option<Verdict> {
     None
 }
 
-/// Group id → (fetched at, members).
-type GroupCache = HashMap<String, (Instant, Arc<Vec<String>>)>;
-
 pub struct Approvers {
     api: Arc<SlackApi>,
-    cache: Mutex<GroupCache>,
+    /// Group id → members.
+    cache: TtlCache<String, Arc<Vec<String>>>,
 }
 
 impl Approvers {
     pub fn new(api: Arc<SlackApi>) -> Self {
         Self {
             api,
-            cache: Mutex::new(HashMap::new()),
+            cache: TtlCache::new(GROUP_TTL),
         }
     }
 
@@ -68,17 +66,11 @@ impl Approvers {
     }
 
     async fn members(&self, group: &str) -> Result<Arc<Vec<String>>, SendError> {
-        if let Some((at, users)) = self.cache.lock().expect("cache poisoned").get(group) {
-            if at.elapsed() < GROUP_TTL {
-                return Ok(users.clone());
-            }
-        }
-        let users = Arc::new(self.api.group_members(group).await?);
         self.cache
-            .lock()
-            .expect("cache poisoned")
-            .insert(group.to_string(), (Instant::now(), users.clone()));
-        Ok(users)
+            .get_or_fetch(group.to_string(), || async {
+                Ok(Arc::new(self.api.group_members(group).await?))
+            })
+            .await
     }
 }
 

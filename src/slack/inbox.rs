@@ -380,13 +380,16 @@ impl SlackInbox {
             reason: None,
             rollback_gate: rollback.as_ref().map(ToString::to_string),
         };
-        // Written first so the notice of the change finds the message decided.
+        // The decision, the change and the message's refresh commit together:
+        // the notice of the change finds the message decided, and a change
+        // that fails leaves no decision behind.
         let dkey = record::decision_key(wait_id);
-        record::put(store, &dkey, &decision, now)
+        let mut unit = engine.begin().await.map_err(store_err)?;
+        record::decide_in(unit.tx(), &dkey, &decision)
             .await
             .map_err(store_err)?;
         let result = match (&rollback, click.approve) {
-            (_, true) => commands::apply(engine, command, &Subject::Gate(key.clone()), &who)
+            (_, true) => commands::apply_in(&mut unit, command, &Subject::Gate(key.clone()), &who)
                 .await
                 .map(|_| ()),
             (Some(rb), false) => {
@@ -394,8 +397,7 @@ impl SlackInbox {
                     "revision {phase_rev} rejected in Slack",
                     phase_rev = wait.as_ref().map_or("", |w| w.checksum.as_str())
                 );
-                engine
-                    .open(rb, &who.clone().reason(Some(why)))
+                unit.open(rb, &who.clone().reason(Some(why)))
                     .await
                     .map(|_| ())
             }
@@ -405,14 +407,13 @@ impl SlackInbox {
                     i.user_label(),
                     wait.as_ref().map_or("", |w| w.checksum.as_str())
                 );
-                engine
-                    .close(&key, &who.clone().reason(Some(why)))
+                unit.close(&key, &who.clone().reason(Some(why)))
                     .await
                     .map(|_| ())
             }
         };
         if let Err(e) = result {
-            record::forget(store, &dkey).await.map_err(store_err)?;
+            unit.rollback().await;
             self.audit_stale(&e, &who).await?;
             let message = engine_err(e)?;
             let text = reply(
@@ -421,10 +422,10 @@ impl SlackInbox {
             );
             return self.respond(url, text).await;
         }
-        engine
-            .enqueue(&[SlackJob::Refresh { wait_id }.job(None)?])
+        unit.enqueue(&[SlackJob::Refresh { wait_id }.job(None)?])
             .await
             .map_err(store_err)?;
+        unit.commit().await.map_err(store_err)?;
         Ok(())
     }
 

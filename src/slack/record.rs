@@ -10,7 +10,9 @@ use std::marker::PhantomData;
 use serde::{Deserialize, Serialize};
 
 use crate::gate::Millis;
-use crate::store::{SlackDecision, SlackEnding, SlackFinal, SlackMessage, Store, StoreError};
+use crate::store::{
+    SlackDecision, SlackEnding, SlackFinal, SlackMessage, Store, StoreError, WriteTx,
+};
 
 /// The wait a message announces.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -150,10 +152,13 @@ pub async fn put<T: Fact>(
     value.save(store, key.wait_id, now).await
 }
 
-/// Withdraws a decision whose change failed: the message is open again.
-/// Only decisions are ever withdrawn.
-pub async fn forget(store: &Store, key: &Key<Decision>) -> Result<(), StoreError> {
-    store.forget_slack_decision(key.wait_id).await
+/// Records a decision inside the transaction of the change it decides.
+pub async fn decide_in(
+    tx: &mut WriteTx<'_>,
+    key: &Key<Decision>,
+    d: &Decision,
+) -> Result<(), StoreError> {
+    Store::put_slack_decision(tx, key.wait_id, &d.row()).await
 }
 
 /// The wait of the latest message posted for a canary: where its progress is threaded.
@@ -236,7 +241,13 @@ impl Fact for Decision {
     }
 
     async fn save(&self, store: &Store, wait_id: i64, _now: Millis) -> Result<(), StoreError> {
-        let d = SlackDecision {
+        store.remember_slack_decision(wait_id, &self.row()).await
+    }
+}
+
+impl Decision {
+    fn row(&self) -> SlackDecision {
+        SlackDecision {
             approved: self.approved,
             user_id: self.user_id.clone(),
             name: self.name.clone(),
@@ -244,8 +255,7 @@ impl Fact for Decision {
             at: self.at,
             reason: self.reason.clone(),
             rollback_gate: self.rollback_gate.clone(),
-        };
-        store.remember_slack_decision(wait_id, &d).await
+        }
     }
 }
 

@@ -82,7 +82,13 @@ fn verified(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Millis
         body,
         state.clock.now_secs(),
     )
-    .map_err(|e| Reject::new(StatusCode::UNAUTHORIZED, e.reason(), e.to_string()))?;
+    .map_err(|e| {
+        Reject::new(
+            StatusCode::UNAUTHORIZED,
+            e.reason(),
+            super::verify::message(e),
+        )
+    })?;
     Ok(secs.saturating_mul(1000))
 }
 

@@ -200,22 +200,6 @@ impl Store {
         tx.commit().await
     }
 
-    /// Withdraws a decision (the change it asked for failed): the buttons come back.
-    pub async fn delete_slack_decision(tx: &mut WriteTx<'_>, wait_id: i64) -> Result<()> {
-        sqlx::query("DELETE FROM slack_decisions WHERE wait_id = $1")
-            .bind(wait_id)
-            .execute(tx.conn())
-            .await?;
-        Ok(())
-    }
-
-    /// `delete_slack_decision` in a transaction of its own.
-    pub async fn forget_slack_decision(&self, wait_id: i64) -> Result<()> {
-        let mut tx = self.begin().await?;
-        Self::delete_slack_decision(&mut tx, wait_id).await?;
-        tx.commit().await
-    }
-
     // ---- endings ----
 
     pub async fn slack_ending(&self, wait_id: i64) -> Result<Option<SlackEnding>> {
