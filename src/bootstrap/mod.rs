@@ -127,6 +127,7 @@ impl Gatebot {
             wake: outbox_wake,
             owner: owner.clone(),
             idle: Default::default(),
+            finisher: Default::default(),
         };
         let mut drain = Drain::default();
         drain.add(&outbox);
@@ -149,6 +150,7 @@ impl Gatebot {
             wake: inbox_wake,
             owner,
             idle: Default::default(),
+            finisher: Default::default(),
         };
         drain.add(&inbox);
         // Test and operations knob (undocumented in --help): start working the inbox

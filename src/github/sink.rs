@@ -384,7 +384,10 @@ impl Handler for GithubSink {
             GithubJob::Comment { repo, number, .. } | GithubJob::Status { repo, number } => {
                 Some(format!("{repo}#{number}"))
             }
-            GithubJob::Reaction { .. } => None,
+            // 👀 before 🚀 or 😕: one comment's reactions in the order queued.
+            GithubJob::Reaction {
+                repo, comment_id, ..
+            } => Some(format!("{repo}/comments/{comment_id}")),
         }
     }
 

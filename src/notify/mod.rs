@@ -2,6 +2,7 @@
 //! configured sink, and the worker that runs durable jobs from a queue.
 
 pub mod burst;
+pub mod finish;
 mod worker;
 
 use std::collections::BTreeMap;

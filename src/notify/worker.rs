@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::finish::Finisher;
 use super::{Handler, Lease, SendError, Settled};
 use crate::clock::SharedClock;
 use crate::metrics::{JobLabels, Metrics};
@@ -56,6 +57,8 @@ pub struct Worker {
     pub owner: String,
     /// Tells a [`Drain`] when a pass found nothing due.
     pub idle: Idle,
+    /// Settles finished items in group commits.
+    pub finisher: Finisher,
 }
 
 impl Worker {
@@ -136,19 +139,30 @@ impl Worker {
                 && claimed < concurrency * CLAIM_AHEAD
             {
                 let now = self.clock.now_ms();
-                match self.store.claim(self.queue, &self.owner, now, lease).await {
-                    Ok(Some(item)) => {
-                        claimed += 1;
-                        let lane = self.lane_of(&item);
-                        match lanes.get_mut(&lane) {
-                            Some(behind) => behind.push_back(item),
-                            None => {
-                                lanes.insert(lane.clone(), VecDeque::new());
-                                self.start(&mut running, &mut tasks, lane, item);
+                // One transaction claims what there is room for.
+                let room = (concurrency * CLAIM_AHEAD - claimed).min(concurrency);
+                match self
+                    .store
+                    .claim_many(self.queue, &self.owner, now, lease, room)
+                    .await
+                {
+                    Ok(items) => {
+                        let full = items.len() == room;
+                        for item in items {
+                            claimed += 1;
+                            let lane = self.lane_of(&item);
+                            match lanes.get_mut(&lane) {
+                                Some(behind) => behind.push_back(item),
+                                None => {
+                                    lanes.insert(lane.clone(), VecDeque::new());
+                                    self.start(&mut running, &mut tasks, lane, item);
+                                }
                             }
                         }
+                        if !full {
+                            break;
+                        }
                     }
-                    Ok(None) => break,
                     Err(e) => failure = Some(e),
                 }
             }
@@ -238,8 +252,8 @@ impl Worker {
             Ok(Settled::Done) => ("done", true),
             Ok(Settled::NotYet) => (
                 "done",
-                self.store
-                    .finish(self.queue, &item.id, &self.owner, now)
+                self.finisher
+                    .finish(&self.store, self.queue, &self.owner, &item.id, now)
                     .await?,
             ),
             Err(SendError::Retry { after, message })

@@ -57,6 +57,9 @@ pub enum StoreError {
     Unavailable(#[from] sqlx::Error),
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
+    /// A write shared with others (a group commit) failed or was not made.
+    #[error("the store is unavailable: {0}")]
+    Shared(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

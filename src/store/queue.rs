@@ -163,16 +163,18 @@ impl Store {
         Ok(stored)
     }
 
-    /// Takes the next due item for `lease_ms`, or None. An item is free when
-    /// its lease ran out or when its owner is another replica that has not been
-    /// seen for [`super::DEAD_AFTER`] (a process that died holding it).
-    pub async fn claim(
+    /// Takes up to `limit` due items for `lease_ms`, in due order, in one
+    /// transaction. An item is free when its lease ran out or when its owner is
+    /// another replica that has not been seen for [`super::DEAD_AFTER`] (a
+    /// process that died holding it).
+    pub async fn claim_many(
         &self,
         queue: QueueName,
         owner: &str,
         now: Millis,
         lease_ms: i64,
-    ) -> Result<Option<QueueItem>> {
+        limit: usize,
+    ) -> Result<Vec<QueueItem>> {
         let table = queue.table();
         let free = format!(
             "(lease_until IS NULL OR lease_until < $3 OR (lease_owner <> $2 AND NOT EXISTS \
@@ -184,33 +186,60 @@ impl Store {
             Backend::Postgres => "FOR UPDATE SKIP LOCKED",
             Backend::Sqlite => "",
         };
+        // MATERIALIZED: the pick runs once. As `id IN (subquery)`, PostgreSQL may
+        // run the subquery again per row and take more than `limit`.
         let sql = format!(
-            "UPDATE {table} SET lease_until = $1, lease_owner = $2, attempts = attempts + 1{} \
-             WHERE id = (SELECT id FROM {table} WHERE state = 'pending' AND next_attempt_at <= $3 \
-                 AND {free} ORDER BY next_attempt_at, id LIMIT 1 {lock}) \
-             AND state = 'pending' AND {free} \
-             RETURNING {}",
+            "WITH picked AS MATERIALIZED (SELECT id FROM {table} WHERE state = 'pending' \
+                 AND next_attempt_at <= $3 AND {free} ORDER BY next_attempt_at, id LIMIT $5 {lock}) \
+             UPDATE {table} SET lease_until = $1, lease_owner = $2, attempts = attempts + 1{} \
+             WHERE id IN (SELECT id FROM picked) AND state = 'pending' AND {free} \
+             RETURNING {}, next_attempt_at",
             queue.on_claim(),
             queue.columns()
         );
         let mut tx = self.begin().await?;
-        let row = sqlx::query(&sql)
+        let rows = sqlx::query(&sql)
             .bind(now + lease_ms)
             .bind(owner.to_string())
             .bind(now)
             .bind(now - millis(super::DEAD_AFTER))
-            .fetch_optional(tx.conn())
+            .bind(i64::try_from(limit.max(1)).unwrap_or(i64::MAX))
+            .fetch_all(tx.conn())
             .await?;
         tx.commit().await?;
-        let Some(row) = row else { return Ok(None) };
-        Ok(Some(QueueItem {
-            id: row.try_get("id")?,
-            route: row.try_get("route")?,
-            topic: row.try_get("topic")?,
-            payload: row.try_get("payload")?,
-            attempts: row.try_get("attempts")?,
-            created_at: row.try_get("created_at")?,
-        }))
+        let mut items = rows
+            .iter()
+            .map(|row| {
+                let due: Millis = row.try_get("next_attempt_at")?;
+                let item = QueueItem {
+                    id: row.try_get("id")?,
+                    route: row.try_get("route")?,
+                    topic: row.try_get("topic")?,
+                    payload: row.try_get("payload")?,
+                    attempts: row.try_get("attempts")?,
+                    created_at: row.try_get("created_at")?,
+                };
+                Ok((due, item))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // RETURNING keeps no order: restore the claim's.
+        items.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.id.cmp(&y.id)));
+        Ok(items.into_iter().map(|(_, item)| item).collect())
+    }
+
+    /// Takes the next due item for `lease_ms`, or None (see [`Store::claim_many`]).
+    pub async fn claim(
+        &self,
+        queue: QueueName,
+        owner: &str,
+        now: Millis,
+        lease_ms: i64,
+    ) -> Result<Option<QueueItem>> {
+        Ok(self
+            .claim_many(queue, owner, now, lease_ms, 1)
+            .await?
+            .into_iter()
+            .next())
     }
 
     /// Marks a claimed item done. False when the lease was lost to another worker.
@@ -249,6 +278,24 @@ impl Store {
     ) -> Result<bool> {
         self.settle(queue, id, owner, "failed", now, Some(error), Some(now))
             .await
+    }
+
+    /// Marks claimed items done in one transaction; for each, false when its
+    /// lease was lost to another worker.
+    pub async fn finish_many(
+        &self,
+        queue: QueueName,
+        owner: &str,
+        items: &[(String, Millis)],
+    ) -> Result<Vec<bool>> {
+        let mut tx = self.begin().await?;
+        let mut settled = Vec::with_capacity(items.len());
+        for (id, now) in items {
+            settled
+                .push(settle_in(&mut tx, queue, id, owner, "done", *now, None, Some(*now)).await?);
+        }
+        tx.commit().await?;
+        Ok(settled)
     }
 
     /// Marks a claimed item done inside `tx`, the transaction of its effects,
