@@ -2,6 +2,10 @@
 //!
 //! Every secret may also be given as a file: `GATEBOT_X_FILE=/path` reads `GATEBOT_X`
 //! from that file (Kubernetes secret volumes, Docker secrets).
+//!
+//! Over 400 lines on purpose: every setting is declared here once, with its
+//! flag, variable, default and help, so `--help`, `.env.example` and the docs
+//! are checked against one place.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

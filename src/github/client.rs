@@ -5,6 +5,9 @@
 //!
 //! Nothing here retries: the outbox does, so a POST is never sent twice by a
 //! lower layer.
+//!
+//! Over 400 lines on purpose: the file is the list of GitHub endpoints gatebot
+//! calls, each a small function over one request helper.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

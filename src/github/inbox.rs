@@ -9,89 +9,32 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
-
-use super::access::{Access, CommentAuthorizer, Stale};
+use super::access::{Access, Stale};
 use super::client::GithubClient;
+use super::comment::{Line, Reply, Step};
 use super::events::{IssueCommentEvent, PullRequestEvent, User};
 use super::sink::GithubJob;
-use super::status::view;
-use super::{is_own_comment, pushes, quoted_command, MARKER, SOURCE};
-use crate::command::{new_commands, parse_comment, Command, Parsed};
+use super::{is_own_comment, pushes, quoted_command, SOURCE};
+use crate::command::{new_commands, parse_comment, Parsed};
 use crate::core::authors;
-use crate::core::commands::{self, Subject};
-use crate::core::dispatch::{self, Outcome, Request};
+use crate::core::commands::Subject;
+use crate::core::dispatch;
 use crate::core::unit::Unit;
 use crate::core::AppState;
-use crate::core::Provenance;
-use crate::gate::state::rfc3339;
-use crate::gate::{Actor, GateKind, PrNumber, RepoName, Source};
+use crate::gate::{PrNumber, RepoName};
 use crate::notify::{BoxFuture, Handler, Lease, SendError, Settled};
 use crate::policy::Policy;
 use crate::store::{NewJob, QueueItem, Store};
 
 pub struct GithubInbox {
-    state: AppState,
-    client: Arc<GithubClient>,
-    access: Access,
+    pub(super) state: AppState,
+    pub(super) client: Arc<GithubClient>,
+    pub(super) access: Access,
     own_login: tokio::sync::OnceCell<String>,
 }
 
 fn retry(e: impl std::fmt::Display) -> SendError {
     SendError::retry(e.to_string())
-}
-
-/// One line of a reply.
-struct Line {
-    command: Option<String>,
-    message: String,
-}
-
-/// What came of one comment.
-#[derive(Default)]
-struct Reply {
-    lines: Vec<Line>,
-    applied: bool,
-    refused: bool,
-    extra: Vec<(GithubJob, &'static str)>,
-}
-
-/// One line of a comment, decided before the transaction opens.
-enum Step {
-    Unknown(String),
-    /// `/help` or `/status`: a comment to post.
-    Answer {
-        job: GithubJob,
-        purpose: &'static str,
-    },
-    Command {
-        request: Request,
-        verdict: Result<(), String>,
-    },
-}
-
-impl Reply {
-    fn render(&mut self, command: Command, outcome: Outcome<String>) {
-        let why = match outcome {
-            Outcome::Applied(_) => {
-                self.applied = true;
-                return;
-            }
-            Outcome::Denied(why) => why,
-            Outcome::Held { gate, by, via } => {
-                format!("{gate} is held by {by} via {via}: comment `/unhold` first")
-            }
-            Outcome::WrittenBeforeClose { closed_at, .. } => format!(
-                "written before the gate closed at {}: comment again",
-                rfc3339(closed_at)
-            ),
-        };
-        self.refused = true;
-        self.lines.push(Line {
-            command: Some(format!("/{command}")),
-            message: format!("not done: {why}"),
-        });
-    }
 }
 
 /// A PR author seen for the first time in a delivery.
@@ -130,7 +73,7 @@ impl GithubInbox {
         }
     }
 
-    fn allowed(&self, repo: &RepoName) -> bool {
+    pub(super) fn allowed(&self, repo: &RepoName) -> bool {
         let list = &self.state.config.github.allowed_repositories;
         list.is_empty() || list.contains(repo)
     }
@@ -173,7 +116,7 @@ impl GithubInbox {
     }
 
     /// For four eyes in Slack, which sees no pull request.
-    async fn remember_author(
+    pub(super) async fn remember_author(
         &self,
         repo: &RepoName,
         number: PrNumber,
@@ -387,164 +330,6 @@ impl GithubInbox {
             learned.write(&mut unit).await?;
         }
         finish(unit, item, lease).await
-    }
-
-    /// What one command-shaped line of a comment comes to, before anything is written.
-    async fn step(
-        &self,
-        parsed: Parsed,
-        e: &IssueCommentEvent,
-        repo: &RepoName,
-        subject: &Subject,
-        stale: &Stale,
-        delivery: &str,
-    ) -> Result<Step, SendError> {
-        let user = &e.comment.user.login;
-        let number = PrNumber(e.issue.number);
-        let inv = match parsed {
-            Parsed::Unknown { word, .. } => return Ok(Step::Unknown(word)),
-            Parsed::Command(inv) => inv,
-        };
-        let command = inv.command;
-        let installation = e.installation.as_ref().map(|i| i.id);
-        let comment = |body: String| GithubJob::Comment {
-            repo: repo.clone(),
-            number,
-            body,
-            installation,
-        };
-        match command {
-            Command::Help => {
-                let text = self
-                    .state
-                    .templates
-                    .render(
-                        "github/help.md.j2",
-                        json!({"marker": MARKER, "author": user, "subject": subject.display(), "commands": dispatch::help()}),
-                    )
-                    .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
-                return Ok(Step::Answer {
-                    job: comment(text),
-                    purpose: "help",
-                });
-            }
-            Command::Status => {
-                let pr = view(&self.state.store, repo, number, self.state.clock.now_ms())
-                    .await
-                    .map_err(retry)?;
-                let text = self
-                    .state
-                    .templates
-                    .render(
-                        "github/status.md.j2",
-                        json!({"marker": MARKER, "subject": pr.subject, "gates": pr.gates, "events": pr.events, "reply": true}),
-                    )
-                    .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
-                return Ok(Step::Answer {
-                    job: comment(text),
-                    purpose: "status",
-                });
-            }
-            _ => {}
-        }
-        let request = Request {
-            command,
-            subject: subject.clone(),
-            who: Provenance::new(Actor::new(user.clone(), Source::Github))
-                .delivery(delivery)
-                .written_at(e.written_at())
-                .reason(inv.reason.clone()),
-        };
-        let authorizer = CommentAuthorizer {
-            access: &self.access,
-            repo,
-            user,
-            pr_author: &e.issue.user.login,
-            stale,
-        };
-        let verdict = dispatch::authorize(&request, &authorizer).await?;
-        Ok(Step::Command { request, verdict })
-    }
-
-    fn reply(&self, author: &str, lines: Vec<Line>) -> Result<String, SendError> {
-        let lines: Vec<_> = lines
-            .into_iter()
-            .map(|l| json!({"command": l.command, "message": l.message}))
-            .collect();
-        self.state
-            .templates
-            .render(
-                "github/reply.md.j2",
-                json!({"marker": MARKER, "author": author, "lines": lines}),
-            )
-            .map_err(|e| SendError::Permanent(format!("{e:#}")))
-    }
-
-    async fn pull_request(&self, delivery: &str, payload: &str) -> Result<(), SendError> {
-        let e: PullRequestEvent = serde_json::from_str(payload)
-            .map_err(|err| SendError::Permanent(format!("unreadable delivery: {err}")))?;
-        let Some((repo, number)) = e.pr() else {
-            return Ok(());
-        };
-        if !self.allowed(&repo) {
-            return Ok(());
-        }
-        if let Some(i) = &e.installation {
-            self.client.learn_installation(&repo, i.id);
-        }
-        self.remember_author(&repo, number, &e.pull_request.user.login)
-            .await?;
-        let (kinds, reason) = match e.action.as_str() {
-            "synchronize" => {
-                if let Some(at) = e.updated_at() {
-                    pushes::remember(
-                        &self.state.store,
-                        &repo,
-                        number,
-                        at,
-                        self.state.engine.now(),
-                    )
-                    .await
-                    .map_err(retry)?;
-                }
-                let sha = e
-                    .after
-                    .as_deref()
-                    .unwrap_or("")
-                    .chars()
-                    .take(7)
-                    .collect::<String>();
-                (
-                    // Checked at start; were it unreadable, closing nothing would hide it.
-                    self.state
-                        .config
-                        .close_on_push_kinds()
-                        .map_err(SendError::Permanent)?,
-                    if sha.is_empty() {
-                        "new commits pushed".to_string()
-                    } else {
-                        format!("new commits pushed ({sha})")
-                    },
-                )
-            }
-            "closed" if e.pull_request.merged != Some(true) => (
-                GateKind::ROUTABLE.to_vec(),
-                "pull request closed without merging".to_string(),
-            ),
-            _ => return Ok(()),
-        };
-        let login = if e.sender.login.is_empty() {
-            "github".to_string()
-        } else {
-            e.sender.login.clone()
-        };
-        let who = Provenance::new(Actor::new(login, Source::Github))
-            .reason(Some(reason))
-            .delivery(delivery);
-        commands::close_pr_gates(&self.state.engine, &repo, number, &kinds, &who)
-            .await
-            .map_err(retry)?;
-        Ok(())
     }
 }
 

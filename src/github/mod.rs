@@ -10,8 +10,10 @@
 pub mod access;
 pub mod app;
 pub mod client;
+mod comment;
 pub mod events;
 pub mod inbox;
+pub mod pulls;
 pub mod pushes;
 pub mod routes;
 pub mod sink;

@@ -8,6 +8,9 @@
 //! Past GATEBOT_NOTIFY_BURST new waits a minute on one PR, the next edit waits
 //! for the minute to end. A PR GitHub answers 404 for is remembered for a day,
 //! and its jobs are dropped meanwhile without calling GitHub.
+//!
+//! Over 400 lines: planning and running share the job type and the status
+//! comment's lookup; splitting them would split one protocol in two.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use super::answers::{refusal, reply, SlackAuthorizer};
 use super::approvers::{Approvers, Verdict};
 use super::blocks::hhmm;
 use super::client::Response;
@@ -14,7 +15,7 @@ use super::sink::{parse_gate, SlackJob};
 use crate::command::{parse_slash, Command};
 use crate::core::authors::PrAuthors;
 use crate::core::commands::{self, Subject};
-use crate::core::dispatch::{self, Authorizer, Outcome, Request};
+use crate::core::dispatch::{self, Outcome, Request};
 use crate::core::AppState;
 use crate::core::{EngineError, Provenance};
 use crate::gate::{Actor, CanaryRef, GateKey, GateKind, GateStatus, Scope, Source};
@@ -63,46 +64,6 @@ pub fn rollback_of(key: &GateKey, phase: &str) -> Option<GateKey> {
     }
 }
 
-/// An ephemeral text from `slack/reply.j2`.
-pub fn reply(templates: &Templates, ctx: serde_json::Value) -> String {
-    templates
-        .render("slack/reply.j2", ctx)
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|e| format!("{e:#}"))
-}
-
-/// The refusal for a verdict other than Allowed.
-pub fn refusal(
-    templates: &Templates,
-    verdict: &Verdict,
-    rule: &SlackRule,
-    command: Command,
-    user: &str,
-) -> String {
-    let what = match verdict {
-        Verdict::Nobody => "nobody",
-        _ => "not_approver",
-    };
-    let approvers: Vec<String> = rule
-        .approvers
-        .iter()
-        .map(|a| {
-            if a.starts_with('S') {
-                format!("<!subteam^{a}>")
-            } else {
-                format!("<@{a}>")
-            }
-        })
-        .collect();
-    reply(
-        templates,
-        json!({
-            "what": what, "user": user, "command": format!("/gatebot {}", command.as_str()),
-            "setting": rule.setting, "approvers": approvers.join(", "),
-        }),
-    )
-}
-
 fn engine_err(e: EngineError) -> Result<String, SendError> {
     match e {
         EngineError::Held { .. } | EngineError::WrittenBeforeClose { .. } => Ok(e.to_string()),
@@ -112,85 +73,6 @@ fn engine_err(e: EngineError) -> Result<String, SendError> {
 
 fn store_err(e: crate::store::StoreError) -> SendError {
     SendError::retry(format!("store: {e}"))
-}
-
-/// Why Slack refuses someone: not an approver by the policy, or four eyes.
-#[derive(Debug)]
-pub enum SlackDenied {
-    Approver {
-        verdict: Verdict,
-        rule: SlackRule,
-        user: String,
-    },
-    FourEyes(String),
-}
-
-impl std::fmt::Display for SlackDenied {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Approver {
-                verdict: Verdict::Nobody,
-                rule,
-                ..
-            } => write!(f, "nobody may act from Slack: set {}", rule.setting),
-            Self::Approver { rule, user, .. } => {
-                write!(f, "{user} is not an approver ({})", rule.setting)
-            }
-            Self::FourEyes(why) => f.write_str(why),
-        }
-    }
-}
-
-impl SlackDenied {
-    /// The ephemeral answer.
-    pub fn reply(&self, templates: &Templates, command: Command) -> String {
-        match self {
-            Self::Approver {
-                verdict,
-                rule,
-                user,
-            } => refusal(templates, verdict, rule, command, user),
-            Self::FourEyes(why) => reply(templates, json!({"what": "self", "message": why})),
-        }
-    }
-}
-
-/// Slack's rules for a slash command: the policy's approvers, then four eyes.
-struct SlackAuthorizer<'a> {
-    inbox: &'a SlackInbox,
-    rule: SlackRule,
-    user: &'a str,
-}
-
-impl Authorizer for SlackAuthorizer<'_> {
-    type Denied = SlackDenied;
-
-    fn authorize<'a>(
-        &'a self,
-        _command: Command,
-        keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), SlackDenied>, SendError>> {
-        Box::pin(async move {
-            let verdict = self.inbox.approvers.check(&self.rule, self.user).await?;
-            if verdict != Verdict::Allowed {
-                return Ok(Err(SlackDenied::Approver {
-                    verdict,
-                    rule: self.rule.clone(),
-                    user: self.user.to_string(),
-                }));
-            }
-            // A subject's gates share its scope.
-            let own = match keys.first() {
-                Some(key) => {
-                    self.inbox
-                        .own_pull_request(&self.rule, self.user, &key.scope)
-                        .await?
-                }
-                None => None,
-            };
-            Ok(own.map_or(Ok(()), |why| Err(SlackDenied::FourEyes(why))))
-        })
-    }
 }
 
 impl Handler for SlackInbox {
@@ -251,7 +133,7 @@ impl SlackInbox {
 
     /// Why `user` may not act on gates of `scope` under four eyes: they opened
     /// the pull request, by the policy's GitHub-to-Slack user mapping.
-    async fn own_pull_request(
+    pub(super) async fn own_pull_request(
         &self,
         rule: &SlackRule,
         user: &str,

@@ -4,6 +4,7 @@
 //! - `inbox`: apply stored clicks and commands.
 //! - `sink`: every Slack write, through the outbox.
 
+pub mod answers;
 pub mod approvers;
 pub mod blocks;
 pub mod client;

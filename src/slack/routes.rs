@@ -16,8 +16,9 @@ use secrecy::ExposeSecret;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use super::answers::{reply, SlackDenied};
 use super::approvers::{quick, Verdict};
-use super::inbox::{reply, SlackDenied, CLICK, SLASH};
+use super::inbox::{CLICK, SLASH};
 use super::payload::{Interaction, SlashCommand};
 use super::verify::verify;
 use crate::command::{parse_slash, Command};
