@@ -4,56 +4,44 @@
 
 use super::*;
 
+#[derive(Clone, Copy)]
+enum Act {
+    Open,
+    Close,
+    Hold,
+    Unhold,
+}
+
 impl Engine {
-    /// Opens a gate ([`Unit::open`]).
+    /// Opens a gate ([`Unit::open`]) in a unit of its own.
     pub async fn open(&self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
-        let mut unit = self.begin().await?;
-        match unit.open(key, who).await {
-            Ok(gate) => {
-                unit.commit().await?;
-                Ok(gate)
-            }
-            Err(e) => {
-                unit.rollback().await;
-                Err(e)
-            }
-        }
+        self.alone(Act::Open, key, who).await
     }
 
-    /// Closes a gate ([`Unit::close`]).
+    /// Closes a gate ([`Unit::close`]) in a unit of its own.
     pub async fn close(&self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
-        let mut unit = self.begin().await?;
-        match unit.close(key, who).await {
-            Ok(gate) => {
-                unit.commit().await?;
-                Ok(gate)
-            }
-            Err(e) => {
-                unit.rollback().await;
-                Err(e)
-            }
-        }
+        self.alone(Act::Close, key, who).await
     }
 
-    /// Holds a gate ([`Unit::hold`]).
+    /// Holds a gate ([`Unit::hold`]) in a unit of its own.
     pub async fn hold(&self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
-        let mut unit = self.begin().await?;
-        match unit.hold(key, who).await {
-            Ok(gate) => {
-                unit.commit().await?;
-                Ok(gate)
-            }
-            Err(e) => {
-                unit.rollback().await;
-                Err(e)
-            }
-        }
+        self.alone(Act::Hold, key, who).await
     }
 
-    /// Lifts a hold ([`Unit::unhold`]).
+    /// Lifts a hold ([`Unit::unhold`]) in a unit of its own.
     pub async fn unhold(&self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+        self.alone(Act::Unhold, key, who).await
+    }
+
+    async fn alone(&self, act: Act, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
         let mut unit = self.begin().await?;
-        match unit.unhold(key, who).await {
+        let done = match act {
+            Act::Open => unit.open(key, who).await,
+            Act::Close => unit.close(key, who).await,
+            Act::Hold => unit.hold(key, who).await,
+            Act::Unhold => unit.unhold(key, who).await,
+        };
+        match done {
             Ok(gate) => {
                 unit.commit().await?;
                 Ok(gate)
