@@ -12,6 +12,8 @@ mod change;
 mod check;
 pub mod commands;
 pub mod dispatch;
+#[cfg(test)]
+mod dispatch_tests;
 mod events;
 mod memory;
 mod page;

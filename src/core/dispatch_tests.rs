@@ -1,0 +1,164 @@
+//! The one command path on a real SQLite file and the manual clock: what each
+//! outcome changes and what it audits, whatever channel asked.
+
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+use super::commands::Subject;
+use super::dispatch::{self, Authorizer, Outcome, Request};
+use super::{Engine, EngineSettings, Provenance, CHECK_DEADLINE};
+use crate::clock::ManualClock;
+use crate::command::Command;
+use crate::gate::{Actor, Channels, GateKey, GateStatus, Source};
+use crate::metrics::Metrics;
+use crate::notify::{BoxFuture, Notifier, SendError};
+use crate::store::Store;
+
+struct Fixture {
+    engine: Engine,
+    clock: Arc<ManualClock>,
+    _dir: tempfile::TempDir,
+}
+
+async fn engine() -> Fixture {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::connect(&format!("sqlite://{}/gatebot.db", dir.path().display()))
+        .await
+        .expect("store");
+    let clock = ManualClock::new(1_000_000);
+    let engine = Engine::new(
+        store,
+        clock.clone(),
+        EngineSettings {
+            approval_ttl: None,
+            default_repo: None,
+            check_deadline: CHECK_DEADLINE,
+            channels: Channels::default(),
+        },
+        Arc::new(Metrics::new()),
+        Notifier::new(Vec::new()),
+        Arc::new(Notify::new()),
+    )
+    .await
+    .expect("engine");
+    Fixture {
+        engine,
+        clock,
+        _dir: dir,
+    }
+}
+
+/// Says yes, or no with a reason.
+struct Decides(Option<&'static str>);
+
+impl Authorizer for Decides {
+    type Denied = &'static str;
+
+    fn authorize<'a>(
+        &'a self,
+        _command: Command,
+        _keys: &'a [GateKey],
+    ) -> BoxFuture<'a, Result<Result<(), &'static str>, SendError>> {
+        Box::pin(async move { Ok(self.0.map_or(Ok(()), Err)) })
+    }
+}
+
+fn key(path: &str) -> GateKey {
+    GateKey::parse(path, None).expect("key")
+}
+
+fn request(command: Command, gate: &str, delivery: &str, written_at: i64) -> Request {
+    Request {
+        command,
+        subject: Subject::Gate(key(gate)),
+        who: Provenance::new(Actor::new("alice", Source::Github))
+            .delivery(delivery)
+            .written_at(Some(written_at)),
+    }
+}
+
+const PROMOTE: &str = "/gates/promote/acme/shop/pr/42";
+
+async fn actions(engine: &Engine, gate: &str) -> Vec<String> {
+    let mut log = engine
+        .store()
+        .audit_log(Some(&key(gate)), 100)
+        .await
+        .expect("audit");
+    log.reverse();
+    log.into_iter().map(|e| e.action).collect()
+}
+
+#[tokio::test]
+async fn an_authorized_command_opens_and_is_audited_once() {
+    let f = engine().await;
+    let r = request(Command::Promote, PROMOTE, "d1", 999_000);
+    let out = dispatch::run(&f.engine, "test", &r, &Decides(None)).await;
+    assert!(matches!(out, Ok(Outcome::Applied(_))), "{out:?}");
+    assert!(matches!(
+        f.engine.gate(&key(PROMOTE)).await.unwrap().status,
+        GateStatus::Open(_)
+    ));
+    // The same delivery again changes nothing and is not audited twice.
+    let again = dispatch::run(&f.engine, "test", &r, &Decides(None)).await;
+    assert!(matches!(again, Ok(Outcome::Applied(_))), "{again:?}");
+    assert_eq!(actions(&f.engine, PROMOTE).await, ["open"]);
+}
+
+#[tokio::test]
+async fn a_denied_command_changes_nothing_and_is_audited_on_every_gate_it_names() {
+    let f = engine().await;
+    let mut r = request(Command::Hold, PROMOTE, "d1", 999_000);
+    r.subject = Subject::Pr {
+        repo: "acme/shop".parse().unwrap(),
+        number: crate::gate::PrNumber(42),
+    };
+    let out = dispatch::run(&f.engine, "test", &r, &Decides(Some("not a maintainer"))).await;
+    assert!(
+        matches!(out, Ok(Outcome::Denied("not a maintainer"))),
+        "{out:?}"
+    );
+    for kind in ["start", "promote", "traffic"] {
+        let gate = format!("/gates/{kind}/acme/shop/pr/42");
+        assert_eq!(actions(&f.engine, &gate).await, ["refuse"], "{gate}");
+        assert!(matches!(
+            f.engine.gate(&key(&gate)).await.unwrap().status,
+            GateStatus::Closed { .. }
+        ));
+    }
+    let log = f.engine.store().audit_log(None, 10).await.unwrap();
+    assert!(log
+        .iter()
+        .all(|e| e.reason.as_deref() == Some("refused /hold: not a maintainer")));
+}
+
+#[tokio::test]
+async fn a_held_gate_and_a_stale_command_are_refused_and_audited() {
+    let f = engine().await;
+    let hold = request(Command::Hold, PROMOTE, "h1", 999_000);
+    assert!(matches!(
+        dispatch::run(&f.engine, "test", &hold, &Decides(None)).await,
+        Ok(Outcome::Applied(_))
+    ));
+    let promote = request(Command::Promote, PROMOTE, "p1", 999_500);
+    let held = dispatch::run(&f.engine, "test", &promote, &Decides(None)).await;
+    assert!(matches!(held, Ok(Outcome::Held { .. })), "{held:?}");
+
+    let unhold = request(Command::Unhold, PROMOTE, "u1", 999_600);
+    dispatch::run(&f.engine, "test", &unhold, &Decides(None))
+        .await
+        .unwrap();
+    // Written before the unhold closed the gate: about what came before.
+    f.clock.advance(1_000);
+    let stale = request(Command::Promote, PROMOTE, "p2", 999_000);
+    let out = dispatch::run(&f.engine, "test", &stale, &Decides(None)).await;
+    assert!(
+        matches!(out, Ok(Outcome::WrittenBeforeClose { .. })),
+        "{out:?}"
+    );
+    assert_eq!(
+        actions(&f.engine, PROMOTE).await,
+        ["hold", "refuse", "unhold", "refuse"]
+    );
+}
