@@ -222,9 +222,13 @@ pub fn wait_message(
             gate: view.info.gate.clone(),
             wait_id: view.info.wait_id,
         })?;
-        let reject_means = match GateKey::parse(&view.info.gate, None).map(|k| k.kind) {
-            Ok(GateKind::Promote | GateKind::Traffic) => "roll the canary back",
-            _ => "keep the gate closed",
+        // As the click will do it: a Reject that opens a rollback gate says so.
+        let rolls_back = GateKey::parse(&view.info.gate, None)
+            .is_ok_and(|k| super::inbox::rollback_of(&k, &view.info.phase).is_some());
+        let reject_means = if rolls_back {
+            "roll the canary back"
+        } else {
+            "keep the gate closed"
         };
         blocks.push(Block::Actions {
             block_id: format!("gatebot-wait-{}", view.info.wait_id),
