@@ -26,14 +26,21 @@ pub async fn remember(
     login: &str,
     at: Millis,
 ) -> Result<(), StoreError> {
-    if login.is_empty() {
-        return Ok(());
-    }
-    // Authors never change; skip the write when it is known already.
-    if store.pr_author(repo, number).await?.as_deref() == Some(login) {
+    if !is_new(store, repo, number, login).await? {
         return Ok(());
     }
     store.remember_pr_author(repo, number, login, at).await
+}
+
+/// Whether `login` is worth writing as the PR's author: named, and not known
+/// already (authors never change, so a known one needs no write).
+pub async fn is_new(
+    store: &Store,
+    repo: &RepoName,
+    number: PrNumber,
+    login: &str,
+) -> Result<bool, StoreError> {
+    Ok(!login.is_empty() && store.pr_author(repo, number).await?.as_deref() != Some(login))
 }
 
 #[derive(Clone)]

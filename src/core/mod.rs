@@ -274,12 +274,22 @@ impl Engine {
     pub async fn enqueue(&self, jobs: &[crate::store::NewJob]) -> Result<usize, StoreError> {
         let now = self.now();
         let mut tx = self.store.begin().await?;
-        let mut queued = 0;
-        for job in jobs {
-            queued += usize::from(Store::enqueue(&mut tx, job, now).await?);
-        }
+        let queued = queue_jobs(&mut tx, jobs, now).await?;
         tx.commit().await?;
         self.after_commit(&[], queued);
         Ok(queued)
     }
+}
+
+/// Queues `jobs` in `tx`; how many were new (a once-key seen before queues nothing).
+pub(crate) async fn queue_jobs(
+    tx: &mut WriteTx<'_>,
+    jobs: &[crate::store::NewJob],
+    now: Millis,
+) -> Result<usize, StoreError> {
+    let mut queued = 0;
+    for job in jobs {
+        queued += usize::from(Store::enqueue(tx, job, now).await?);
+    }
+    Ok(queued)
 }

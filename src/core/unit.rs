@@ -71,9 +71,7 @@ impl<'e> Unit<'e> {
 
     /// Queues jobs that no gate change carries (replies, reactions).
     pub async fn enqueue(&mut self, jobs: &[NewJob]) -> Result<(), StoreError> {
-        for job in jobs {
-            self.queued += usize::from(Store::enqueue(&mut self.tx, job, self.now).await?);
-        }
+        self.queued += super::queue_jobs(&mut self.tx, jobs, self.now).await?;
         Ok(())
     }
 
@@ -200,8 +198,9 @@ impl<'e> Unit<'e> {
     /// before is not audited twice.
     pub async fn refuse(&mut self, key: &GateKey, who: &Provenance) -> Result<(), StoreError> {
         if let Some(delivery) = &who.delivery {
-            let store = self.engine.store.clone();
-            if store
+            let engine = self.engine;
+            if engine
+                .store
                 .applied(&mut self.tx, delivery, &key.to_string(), "refuse")
                 .await?
             {
@@ -230,8 +229,9 @@ impl<'e> Unit<'e> {
             return Ok(gate);
         };
         if let Some(delivery) = &who.delivery {
-            let store = self.engine.store.clone();
-            if store
+            let engine = self.engine;
+            if engine
+                .store
                 .applied(&mut self.tx, delivery, &key.to_string(), action)
                 .await?
             {

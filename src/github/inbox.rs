@@ -161,16 +161,10 @@ impl GithubInbox {
         number: PrNumber,
         login: &str,
     ) -> Result<Option<Learned>, SendError> {
-        if login.is_empty() {
-            return Ok(None);
-        }
-        let known = self
-            .state
-            .store
-            .pr_author(repo, number)
+        let new = authors::is_new(&self.state.store, repo, number, login)
             .await
             .map_err(retry)?;
-        Ok((known.as_deref() != Some(login)).then(|| Learned {
+        Ok(new.then(|| Learned {
             repo: repo.clone(),
             number,
             login: login.to_string(),
