@@ -332,6 +332,10 @@ pub enum Target {
     Canary { namespace: String, name: String },
     /// A gate path such as `/gates/promote/acme/shop/pr/42`, as typed.
     Gate(String),
+    /// `ns/<namespace>`: the namespace's gates.
+    Namespace(String),
+    /// `named/<name>`: gates a pipeline created.
+    Named(String),
 }
 
 /// A parsed `/gatebot …` command.
@@ -358,12 +362,14 @@ impl fmt::Display for SlashError {
             SlashError::MissingTarget(c) => write!(
                 f,
                 "`/gatebot {c}` needs a pull request or canary: try `/gatebot {c} 42`, \
-                 `/gatebot {c} owner/repo#42` or `/gatebot {c} canary/<namespace>/<name>`"
+                 `/gatebot {c} owner/repo#42`, `/gatebot {c} canary/<namespace>/<name>`, \
+                 `/gatebot {c} ns/<namespace>` or `/gatebot {c} named/<name>`"
             ),
             SlashError::BadTarget(t) => write!(
                 f,
                 "`{t}` is not a pull request, canary or gate: use `42`, `#42`, \
-                 `owner/repo#42`, `canary/<namespace>/<name>` or `/gates/<kind>/…`"
+                 `owner/repo#42`, `canary/<namespace>/<name>`, `ns/<namespace>`, \
+                 `named/<name>` or `/gates/<kind>/…`"
             ),
         }
     }
@@ -442,6 +448,15 @@ pub fn parse_target(token: &str) -> Option<Target> {
             namespace: namespace.to_string(),
             name: name.to_string(),
         });
+    }
+    // Checked again, with the reason, when the target becomes a gate key.
+    if let Some(ns) = token.strip_prefix("ns/") {
+        let ok = !ns.is_empty() && !ns.contains('/');
+        return ok.then(|| Target::Namespace(ns.to_string()));
+    }
+    if let Some(name) = token.strip_prefix("named/") {
+        let ok = !name.is_empty() && !name.contains('/');
+        return ok.then(|| Target::Named(name.to_string()));
     }
     for prefix in ["https://github.com/", "http://github.com/", "github.com/"] {
         if let Some(path) = token.strip_prefix(prefix) {
@@ -1147,6 +1162,32 @@ Thanks for the review!
                 Some("ok")
             ))
         );
+    }
+
+    #[test]
+    fn slash_namespace_and_named_targets() {
+        assert_eq!(
+            parse_slash("promote ns/test all at once"),
+            Ok(slash(
+                Command::Promote,
+                Some(Target::Namespace("test".into())),
+                Some("all at once")
+            ))
+        );
+        assert_eq!(
+            parse_slash("start named/release-2026-12-01"),
+            Ok(slash(
+                Command::Start,
+                Some(Target::Named("release-2026-12-01".into())),
+                None
+            ))
+        );
+        for bad in ["promote ns/", "promote named/a/b"] {
+            assert!(
+                matches!(parse_slash(bad), Err(SlashError::BadTarget(_))),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

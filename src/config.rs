@@ -19,8 +19,9 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::gate::{GateKind, RepoName};
 
 /// Environment variables that hold secrets and may come from `<NAME>_FILE`.
-pub const SECRET_VARS: [&str; 7] = [
+pub const SECRET_VARS: [&str; 8] = [
     "GATEBOT_ADMIN_TOKEN",
+    "GATEBOT_PIPELINE_TOKEN",
     "GATEBOT_GITHUB_WEBHOOK_SECRET",
     "GATEBOT_GITHUB_TOKEN",
     "GATEBOT_GITHUB_APP_PRIVATE_KEY",
@@ -172,6 +173,9 @@ pub fn unset_meaning(env: &str) -> Option<&'static str> {
         "GATEBOT_ADMIN_TOKEN" => {
             "the operator API is read-only (`gatebot gates open` and /api/v1 writes are refused)"
         }
+        "GATEBOT_PIPELINE_TOKEN" => {
+            "pipelines create named gates with GATEBOT_ADMIN_TOKEN, or not at all"
+        }
         "GATEBOT_GITHUB_REPOSITORY" => {
             "short keys like pr/42 are refused (write /gates/<kind>/<owner>/<repo>/pr/<n>)"
         }
@@ -204,6 +208,31 @@ pub enum Command {
     Gates(GatesArgs),
     /// Check the configuration (and that the store opens) without serving.
     CheckConfig(Box<Config>),
+    /// Wait for a gate's decision: exits 0 when it opens, 1 when it is
+    /// rejected, retired or the wait times out, 2 when gatebot cannot tell.
+    Wait(WaitArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    /// The gate, e.g. /gates/promote/named/release-2026-12-01.
+    pub gate: String,
+
+    /// gatebot server to talk to.
+    #[arg(long, env = "GATEBOT_SERVER", default_value = "http://127.0.0.1:8080")]
+    pub server: String,
+
+    /// Bearer token: GATEBOT_PIPELINE_TOKEN, else GATEBOT_ADMIN_TOKEN.
+    #[arg(long, env = "GATEBOT_PIPELINE_TOKEN", value_parser = parse_secret, hide_env_values = true)]
+    pub token: Option<SecretString>,
+
+    /// Give up (exit 1) after this long.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub timeout: Duration,
+
+    /// How often to ask.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub interval: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -263,6 +292,11 @@ pub struct Config {
     /// Bearer token for /api/v1 and the CLI. Without it the write routes are disabled.
     #[arg(long, env = "GATEBOT_ADMIN_TOKEN", value_parser = parse_secret, hide_env_values = true)]
     pub admin_token: Option<SecretString>,
+
+    /// A narrower token for pipelines: it may create, read, wait on and retire
+    /// named gates (`POST /api/v1/gates`), and nothing else.
+    #[arg(long, env = "GATEBOT_PIPELINE_TOKEN", value_parser = parse_secret, hide_env_values = true)]
+    pub pipeline_token: Option<SecretString>,
 
     /// How long an approval stays usable before Flagger first uses it.
     #[arg(long, env = "GATEBOT_APPROVAL_TTL", default_value = "24h", value_parser = parse_duration)]
@@ -444,6 +478,13 @@ impl Config {
 
     pub fn admin_token(&self) -> Option<&str> {
         self.admin_token
+            .as_ref()
+            .map(|t| t.expose_secret())
+            .filter(|t| !t.is_empty())
+    }
+
+    pub fn pipeline_token(&self) -> Option<&str> {
+        self.pipeline_token
             .as_ref()
             .map(|t| t.expose_secret())
             .filter(|t| !t.is_empty())

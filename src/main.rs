@@ -32,16 +32,42 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Serve(config) => serve(*config).await,
-            Command::Gates(args) => gatebot::api::cli::run(args).await,
-            Command::CheckConfig(config) => check_config(*config, settings).await,
+            Command::Serve(config) => serve(*config).await.map(|()| ExitCode::SUCCESS),
+            Command::Gates(args) => gatebot::api::cli::run(args)
+                .await
+                .map(|()| ExitCode::SUCCESS),
+            Command::CheckConfig(config) => check_config(*config, settings)
+                .await
+                .map(|()| ExitCode::SUCCESS),
+            Command::Wait(args) => Ok(wait(args).await),
         }
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("gatebot: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// 0 approved, 1 rejected (or retired, or timed out), 2 cannot tell.
+async fn wait(args: gatebot::config::WaitArgs) -> ExitCode {
+    // The pipeline token is the one a pipeline has; the admin token also works.
+    let token = args.token.clone().or_else(|| {
+        std::env::var("GATEBOT_ADMIN_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty())
+            .map(Into::into)
+    });
+    match gatebot::api::wait::run(&args, token).await {
+        Ok(decided) => {
+            println!("{}", decided.message);
+            ExitCode::from(if decided.approved { 0 } else { 1 })
+        }
+        Err(e) => {
+            eprintln!("gatebot: {e:#}");
+            ExitCode::from(2)
         }
     }
 }

@@ -62,6 +62,12 @@ impl Templates {
         env.set_lstrip_blocks(true);
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Lenient);
         env.add_filter("time", |ms: i64| crate::gate::state::rfc3339(ms));
+        // Text from outside (a pipeline's title) cannot form Slack links or mentions.
+        env.add_filter("mrkdwn", |s: String| {
+            s.replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+        });
         for (name, source) in builtin() {
             let source = match &dir {
                 Some(dir) if dir.join(name).is_file() => std::fs::read_to_string(dir.join(name))

@@ -237,6 +237,7 @@ async fn outbox_jobs_are_sent_once_across_replicas_and_survive_a_dead_worker() {
         actor: gatebot::gate::Actor::new("alice", gatebot::gate::Source::Api),
         reason: None,
         at: now,
+        pr: None,
     };
     let mut tx = store.begin().await.unwrap();
     gatebot::store::Store::enqueue(&mut tx, &notice.job("test").unwrap(), now)

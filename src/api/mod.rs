@@ -3,6 +3,8 @@
 
 pub mod cli;
 pub mod health;
+pub mod named;
+pub mod wait;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -14,7 +16,7 @@ use serde_json::{json, Value};
 use crate::core::AppState;
 use crate::core::{EngineError, GateDetail, Provenance};
 use crate::gate::{Gate, GateKey};
-use crate::http::auth::{admin, reader};
+use crate::http::auth::{admin, pipeline, reader};
 use crate::http::error::Reject;
 
 fn parse_key(state: &AppState, text: &str) -> Result<GateKey, Reject> {
@@ -61,7 +63,10 @@ pub async fn show(
     headers: HeaderMap,
     Path(key): Path<String>,
 ) -> Result<Json<GateDetail>, Reject> {
-    reader(state.config.admin_token(), &headers)?;
+    // A pipeline waiting on its gate (`gatebot wait`) may read it with its own token.
+    if pipeline(None, state.config.pipeline_token(), &headers).is_err() {
+        reader(state.config.admin_token(), &headers)?;
+    }
     let key = parse_key(&state, &key)?;
     Ok(Json(state.engine.detail(&key).await?))
 }

@@ -106,10 +106,13 @@ pub fn app(state: AppState) -> Router {
         .route_layer(body(FLAGGER_BODY_LIMIT));
 
     let api = Router::new()
-        .route("/api/v1/gates", get(api::list))
+        .route("/api/v1/gates", get(api::list).post(api::named::create))
         .route("/api/v1/gates/open", post(api::open))
         .route("/api/v1/gates/close", post(api::close))
-        .route("/api/v1/gates/{*key}", get(api::show))
+        .route(
+            "/api/v1/gates/{*key}",
+            get(api::show).delete(api::named::retire),
+        )
         .route("/api/v1/waits", get(api::waits))
         .route("/api/v1/audit", get(api::audit))
         .route("/api/v1/outbox", get(api::outbox))

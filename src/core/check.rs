@@ -144,6 +144,8 @@ impl Engine {
                 actor: Actor::gatebot(),
                 reason: Some("approval expired".into()),
                 at: now,
+                // The status comment of a named gate's PR shows the expiry time already.
+                pr: None,
             });
         }
 

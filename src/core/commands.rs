@@ -4,7 +4,9 @@
 use crate::command::{Command, Target};
 use crate::core::unit::Unit;
 use crate::core::{Engine, EngineError, GateSummary, Provenance};
-use crate::gate::{CanaryRef, Gate, GateKey, GateKind, GateStatus, PrNumber, RepoName, Scope};
+use crate::gate::{
+    CanaryRef, Gate, GateKey, GateKind, GateName, GateStatus, Namespace, PrNumber, RepoName, Scope,
+};
 
 /// What a command is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +16,10 @@ pub enum Subject {
         number: PrNumber,
     },
     Canary(CanaryRef),
+    /// Every canary of a namespace, at its namespace gates.
+    Namespace(Namespace),
+    /// The gates a pipeline created by this name.
+    Named(GateName),
     /// One gate named in full.
     Gate(GateKey),
 }
@@ -26,6 +32,8 @@ impl Subject {
                 number: *number,
             },
             Self::Canary(c) => Scope::Canary(c.clone()),
+            Self::Namespace(ns) => Scope::Namespace(ns.clone()),
+            Self::Named(name) => Scope::Named(name.clone()),
             Self::Gate(key) => key.scope.clone(),
         }
     }
@@ -201,6 +209,10 @@ pub fn subject_of(
         Target::Canary { namespace, name } => {
             Subject::Canary(CanaryRef::new(&namespace, &name).map_err(|e| e.to_string())?)
         }
+        Target::Namespace(ns) => {
+            Subject::Namespace(Namespace::new(&ns).map_err(|e| e.to_string())?)
+        }
+        Target::Named(name) => Subject::Named(GateName::new(&name).map_err(|e| e.to_string())?),
         Target::Gate(path) => {
             Subject::Gate(GateKey::parse(&path, default_repo).map_err(|e| e.to_string())?)
         }

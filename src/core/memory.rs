@@ -15,13 +15,13 @@ use std::collections::BTreeMap;
 use indexmap::{IndexMap, IndexSet};
 
 use crate::gate::{
-    Actor, Answer, Approval, CanaryRef, Change, Gate, GateKey, GateStatus, Millis, PrNumber,
-    RepoName, Scope,
+    Actor, Answer, Approval, CanaryRef, Change, Gate, GateKey, GateName, GateStatus, Millis,
+    Namespace, PrNumber, RepoName, Scope,
 };
 pub use compact::SeenEntry;
 use compact::{
     halves, ApprovalId, Approved, CanaryLookup, CanaryName, Changed, Key, Phase, Pin, ReasonDigest,
-    Revision, Slot, Status, NEVER,
+    Revision, Slot, Status, Tag, NEVER,
 };
 
 /// One observation as loaded from the store.
@@ -40,6 +40,8 @@ pub struct Memory {
     keeps_gates: bool,
     repos: IndexSet<RepoName>,
     canaries: IndexSet<CanaryName>,
+    /// Namespaces and gate names of gates scoped by them.
+    names: IndexSet<Box<str>>,
     actors: IndexSet<Actor>,
     gates: IndexMap<Key, Slot>,
 }
@@ -51,6 +53,7 @@ impl Memory {
             keeps_gates,
             repos: IndexSet::new(),
             canaries: IndexSet::new(),
+            names: IndexSet::new(),
             actors: IndexSet::new(),
             gates: IndexMap::new(),
         }
@@ -64,6 +67,7 @@ impl Memory {
     pub fn shrink_to_fit(&mut self) {
         self.repos.shrink_to_fit();
         self.canaries.shrink_to_fit();
+        self.names.shrink_to_fit();
         self.actors.shrink_to_fit();
         self.gates.shrink_to_fit();
     }
@@ -73,13 +77,19 @@ impl Memory {
     }
 
     fn find(&self, key: &GateKey) -> Option<Key> {
-        let (pr, id, number) = match &key.scope {
-            Scope::Pr { repo, number } => (true, self.repos.get_index_of(repo)?, number.0),
-            Scope::Canary(c) => (false, self.canaries.get_index_of(&CanaryLookup::of(c))?, 0),
+        let (tag, id, number) = match &key.scope {
+            Scope::Pr { repo, number } => (Tag::Pr, self.repos.get_index_of(repo)?, number.0),
+            Scope::Canary(c) => (
+                Tag::Canary,
+                self.canaries.get_index_of(&CanaryLookup::of(c))?,
+                0,
+            ),
+            Scope::Namespace(ns) => (Tag::Namespace, self.names.get_index_of(ns.as_str())?, 0),
+            Scope::Named(name) => (Tag::Named, self.names.get_index_of(name.as_str())?, 0),
         };
         Some(Key {
             kind: key.kind,
-            pr,
+            tag,
             id: id as u32,
             number,
         })
@@ -89,15 +99,26 @@ impl Memory {
         if let Some(k) = self.find(key) {
             return k;
         }
-        let (pr, id, number) = match &key.scope {
-            Scope::Pr { repo, number } => (true, self.repos.insert_full(repo.clone()).0, number.0),
-            Scope::Canary(c) => (false, self.canary_id(&c.to_string()), 0),
+        let (tag, id, number) = match &key.scope {
+            Scope::Pr { repo, number } => {
+                (Tag::Pr, self.repos.insert_full(repo.clone()).0, number.0)
+            }
+            Scope::Canary(c) => (Tag::Canary, self.canary_id(&c.to_string()), 0),
+            Scope::Namespace(ns) => (Tag::Namespace, self.name_id(ns.as_str()), 0),
+            Scope::Named(name) => (Tag::Named, self.name_id(name.as_str()), 0),
         };
         Key {
             kind: key.kind,
-            pr,
+            tag,
             id: id as u32,
             number,
+        }
+    }
+
+    fn name_id(&mut self, name: &str) -> usize {
+        match self.names.get_index_of(name) {
+            Some(i) => i,
+            None => self.names.insert_full(name.into()).0,
         }
     }
 
@@ -119,14 +140,18 @@ impl Memory {
     }
 
     fn gate_key(&self, k: &Key) -> Option<GateKey> {
-        let scope = if k.pr {
-            Scope::Pr {
+        let name = || self.names.get_index(k.id as usize);
+        let scope = match k.tag {
+            Tag::Pr => Scope::Pr {
                 repo: self.repos.get_index(k.id as usize)?.clone(),
                 number: PrNumber(k.number),
+            },
+            Tag::Canary => {
+                let (ns, name) = self.canary_text(k.id).split_once('/')?;
+                Scope::Canary(CanaryRef::new(ns, name).ok()?)
             }
-        } else {
-            let (ns, name) = self.canary_text(k.id).split_once('/')?;
-            Scope::Canary(CanaryRef::new(ns, name).ok()?)
+            Tag::Namespace => Scope::Namespace(Namespace::new(name()?).ok()?),
+            Tag::Named => Scope::Named(GateName::new(name()?).ok()?),
         };
         Some(GateKey::new(k.kind, scope))
     }

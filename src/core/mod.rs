@@ -16,6 +16,7 @@ pub mod dispatch;
 mod dispatch_tests;
 mod events;
 mod memory;
+pub mod named;
 mod page;
 mod read;
 pub mod unit;

@@ -33,6 +33,9 @@ pub struct GateDetail {
     pub observations: Vec<ObservationRow>,
     pub waits: Vec<WaitRow>,
     pub audit: Vec<AuditEntry>,
+    /// What the pipeline that created a named gate said about it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub named: Option<crate::store::NamedGate>,
 }
 
 impl Engine {
@@ -104,6 +107,7 @@ impl Engine {
             observations: self.store.observations_for(key).await?,
             waits: self.store.waits(Some(key), false, 50).await?,
             audit: self.store.audit_log(Some(key), 100).await?,
+            named: self.named(key).await?,
         })
     }
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{Engine, EngineError, Provenance};
-use crate::gate::{Approval, Change, Gate, GateKey, GateStatus, Millis};
+use crate::gate::{Approval, Change, Gate, GateKey, GateStatus, Millis, Scope};
 use crate::metrics::CommandLabels;
 use crate::notify::Notice;
 use crate::store::{AuditEntry, NewJob, Store, StoreError, WriteTx};
@@ -213,6 +213,35 @@ impl<'e> Unit<'e> {
         Ok(())
     }
 
+    /// Audits what is not a gate change (a named gate created) and queues
+    /// its notices.
+    pub(super) async fn record(
+        &mut self,
+        entry: AuditEntry,
+        notices: &[Notice],
+    ) -> Result<(), StoreError> {
+        self.queued += self
+            .engine
+            .finish(
+                &mut self.tx,
+                std::slice::from_ref(&entry),
+                notices,
+                self.now,
+            )
+            .await?;
+        self.audits.push(entry);
+        Ok(())
+    }
+
+    /// Queues notices that no audit entry carries (waits ended by a change).
+    pub(super) async fn notify(&mut self, notices: &[Notice]) -> Result<(), StoreError> {
+        self.queued += self
+            .engine
+            .finish(&mut self.tx, &[], notices, self.now)
+            .await?;
+        Ok(())
+    }
+
     /// One change by a person: computes the new status, writes it, audits it,
     /// queues its notice. A delivery already applied changes nothing.
     pub(super) async fn change(
@@ -246,18 +275,26 @@ impl<'e> Unit<'e> {
             }
         }
         let entry = audit_entry(key, action, who, now);
+        let pr = match key.scope {
+            Scope::Named(_) => Store::named_gate_in(&mut self.tx, key)
+                .await?
+                .and_then(|n| n.spec.pr),
+            _ => None,
+        };
         let notice = Notice::GateChanged {
             gate: key.to_string(),
             action: action.to_string(),
             actor: who.actor.clone(),
             reason: who.reason.clone(),
             at: now,
+            pr,
         };
         self.queued += self
             .engine
             .finish(&mut self.tx, std::slice::from_ref(&entry), &[notice], now)
             .await?;
         self.audits.push(entry);
+        super::named::decided(self, key, action).await?;
         self.gates.insert(key.to_string(), gate.clone());
         self.changes
             .push((key.to_string(), action.to_string(), who.clone()));
@@ -265,7 +302,12 @@ impl<'e> Unit<'e> {
     }
 }
 
-fn audit_entry(key: &GateKey, action: &str, who: &Provenance, now: Millis) -> AuditEntry {
+pub(super) fn audit_entry(
+    key: &GateKey,
+    action: &str,
+    who: &Provenance,
+    now: Millis,
+) -> AuditEntry {
     AuditEntry {
         at: now,
         gate: key.to_string(),

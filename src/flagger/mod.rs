@@ -90,6 +90,12 @@ pub async fn scoped_gate(
     )
     .map_err(|e| Reject::bad_request("bad_gate", e.to_string()))?;
     let input = FlaggerBody::parse(&body)?.unwrap_or_default().input()?;
+    if let Some(canary) = input.canary.as_ref().filter(|c| !key.admits(c)) {
+        return Err(Reject::bad_request(
+            "wrong_namespace",
+            format!("{key} is the gate of {}; canary {canary} is not in it: point its webhook at /gates/{}/{}", key.subject(), key.kind, canary.namespace),
+        ));
+    }
     Ok(answer(&state, &key, &input).await)
 }
 

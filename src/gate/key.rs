@@ -192,11 +192,82 @@ impl fmt::Display for CanaryRef {
     }
 }
 
+/// A Kubernetes namespace: an RFC 1123 label, as Kubernetes validates it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Namespace(String);
+
+impl Namespace {
+    pub fn new(s: &str) -> Result<Self, KeyError> {
+        if !valid_k8s_label(s) {
+            return Err(KeyError::BadNamespace(printable(s)));
+        }
+        Ok(Self(s.to_string()))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The name of a gate that a pipeline created (`POST /api/v1/gates`):
+/// 1 to 100 ASCII letters, digits, `-`, `_` and `.`, starting with a letter
+/// or digit, never `..`. Matched exactly, case included.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GateName(String);
+
+impl GateName {
+    pub const MAX_LEN: usize = 100;
+
+    pub fn new(s: &str) -> Result<Self, KeyError> {
+        let ok = !s.is_empty()
+            && s.len() <= Self::MAX_LEN
+            && s.as_bytes()[0].is_ascii_alphanumeric()
+            && !s.contains("..")
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !ok {
+            return Err(KeyError::BadName(printable(s)));
+        }
+        Ok(Self(s.to_string()))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for GateName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Input echoed in an error: shortened and escaped, so that a hostile name
+/// cannot fill a log line or a reply.
+fn printable(s: &str) -> String {
+    let mut out: String = s.chars().take(64).flat_map(char::escape_default).collect();
+    if s.chars().count() > 64 {
+        out.push('…');
+    }
+    out
+}
+
 /// What a gate belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Scope {
-    Pr { repo: RepoName, number: PrNumber },
+    Pr {
+        repo: RepoName,
+        number: PrNumber,
+    },
     Canary(CanaryRef),
+    /// Every canary of a namespace; pinned per canary.
+    Namespace(Namespace),
+    /// A gate a pipeline created by name.
+    Named(GateName),
 }
 
 impl fmt::Display for Scope {
@@ -204,6 +275,8 @@ impl fmt::Display for Scope {
         match self {
             Scope::Pr { repo, number } => write!(f, "{repo}/pr/{number}"),
             Scope::Canary(c) => write!(f, "canary/{}/{}", c.namespace, c.name),
+            Scope::Namespace(ns) => write!(f, "{ns}"),
+            Scope::Named(name) => write!(f, "named/{name}"),
         }
     }
 }
@@ -220,8 +293,12 @@ pub struct GateKey {
 pub enum KeyError {
     #[error("unknown gate kind `{0}`: use start, promote, traffic or rollback")]
     UnknownKind(String),
-    #[error("`{0}` is not a gate: write /gates/<kind>/pr/<n>, /gates/<kind>/<owner>/<repo>/pr/<n> or /gates/<kind>/canary/<namespace>/<name>")]
+    #[error("`{0}` is not a gate: write /gates/<kind>/pr/<n>, /gates/<kind>/<owner>/<repo>/pr/<n>, /gates/<kind>/canary/<namespace>/<name>, /gates/<kind>/<namespace> or /gates/<kind>/named/<name>")]
     BadPath(String),
+    #[error("`{0}` is not a Kubernetes namespace: up to 63 lowercase letters, digits and `-`, starting and ending with a letter or digit")]
+    BadNamespace(String),
+    #[error("`{0}` is not a gate name: 1 to 100 ASCII letters, digits, `-`, `_` and `.`, starting with a letter or digit, without `..`")]
+    BadName(String),
     #[error("`{0}` is not a repository: write owner/name")]
     BadRepository(String),
     #[error("`{0}` is not a pull request number")]
@@ -240,7 +317,7 @@ impl GateKey {
     pub fn pr(&self) -> Option<(&RepoName, PrNumber)> {
         match &self.scope {
             Scope::Pr { repo, number } => Some((repo, *number)),
-            Scope::Canary(_) => None,
+            _ => None,
         }
     }
 
@@ -264,7 +341,10 @@ impl GateKey {
                 number: n.parse()?,
             },
             ["canary", ns, name] => Scope::Canary(CanaryRef::new(ns, name)?),
-            _ => return Err(KeyError::BadPath(segments.join("/"))),
+            ["named", name] => Scope::Named(GateName::new(name)?),
+            // One segment names a namespace; every other form has two or more.
+            [ns] => Scope::Namespace(Namespace::new(ns)?),
+            _ => return Err(KeyError::BadPath(printable(&segments.join("/")))),
         };
         Ok(Self { kind, scope })
     }
@@ -306,6 +386,17 @@ impl GateKey {
         match &self.scope {
             Scope::Pr { repo, number } => format!("{repo}#{number}"),
             Scope::Canary(c) => format!("canary {c}"),
+            Scope::Namespace(ns) => format!("namespace {ns}"),
+            Scope::Named(name) => format!("gate {name}"),
+        }
+    }
+
+    /// Whether `canary` may ask at this gate: a namespace gate answers only
+    /// the canaries of its namespace.
+    pub fn admits(&self, canary: &CanaryRef) -> bool {
+        match &self.scope {
+            Scope::Namespace(ns) => canary.namespace == ns.0,
+            _ => true,
         }
     }
 }
@@ -334,6 +425,17 @@ fn valid_segment(s: &str) -> bool {
         && s != ".."
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Kubernetes namespaces (RFC 1123 label).
+fn valid_k8s_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 /// Kubernetes names (RFC 1123 subdomain, loosely).
@@ -421,6 +523,63 @@ mod tests {
         ] {
             assert!(GateKey::parse(text, Some(&repo())).is_err(), "{text}");
         }
+    }
+
+    #[test]
+    fn one_segment_names_a_namespace() {
+        let k = GateKey::parse("/gates/start/test", Some(&repo())).unwrap();
+        assert_eq!(k.scope, Scope::Namespace(Namespace::new("test").unwrap()));
+        assert_eq!(k.to_string(), "/gates/start/test");
+        assert_eq!(k.subject(), "namespace test");
+        assert!(k.admits(&CanaryRef::new("test", "podinfo").unwrap()));
+        assert!(!k.admits(&CanaryRef::new("prod", "podinfo").unwrap()));
+        assert_eq!(GateKey::parse(&k.to_string(), None).unwrap(), k);
+    }
+
+    #[test]
+    fn named_gates_round_trip() {
+        let k = GateKey::parse("/gates/promote/named/release-2026-12-01", None).unwrap();
+        assert_eq!(
+            k.scope,
+            Scope::Named(GateName::new("release-2026-12-01").unwrap())
+        );
+        assert_eq!(k.to_string(), "/gates/promote/named/release-2026-12-01");
+        assert_eq!(GateKey::parse(&k.to_string(), None).unwrap(), k);
+    }
+
+    #[test]
+    fn bad_namespaces_and_names_are_refused_with_what_is_allowed() {
+        let long = "a".repeat(64);
+        for ns in ["", "Test", "-a", "a-", "a.b", "a_b", "é", long.as_str()] {
+            assert!(Namespace::new(ns).is_err(), "{ns:?}");
+        }
+        let long = "a".repeat(101);
+        for name in [
+            "",
+            "a/b",
+            "..",
+            "a..b",
+            ".a",
+            "-a",
+            "naïve",
+            "a b",
+            long.as_str(),
+        ] {
+            let err = GateName::new(name).unwrap_err();
+            assert!(err.to_string().contains("1 to 100"), "{name:?}: {err}");
+        }
+        assert!(GateName::new(&"a".repeat(100)).is_ok());
+        assert!(GateName::new("Release_1.2").is_ok());
+        assert!(GateKey::parse("/gates/promote/named/a/b", None).is_err());
+        assert!(GateKey::parse("/gates/promote/named/..", None).is_err());
+        let shown = GateName::new(&"\u{202e}".repeat(200))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            shown.len() < 1000,
+            "echoed input is bounded: {}",
+            shown.len()
+        );
     }
 
     #[test]

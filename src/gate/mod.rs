@@ -4,7 +4,9 @@ pub mod event;
 pub mod key;
 pub mod state;
 
-pub use key::{CanaryRef, GateKey, GateKind, KeyError, PrNumber, RepoName, Scope};
+pub use key::{
+    CanaryRef, GateKey, GateKind, GateName, KeyError, Namespace, PrNumber, RepoName, Scope,
+};
 pub use state::{
     decide, wait_step, Actor, Answer, Approval, Change, Channels, Check, Gate, GateStatus, Millis,
     Seen, Source, Verdict, WaitStep,

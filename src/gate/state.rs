@@ -288,7 +288,7 @@ pub fn open_hint(key: &GateKey, channels: Channels) -> String {
                 ways.push(cli);
             }
         }
-        (Scope::Canary(_), _) => {
+        (Scope::Canary(_) | Scope::Namespace(_) | Scope::Named(_), _) => {
             if channels.slack {
                 ways.push("approve in Slack".to_string());
             }
@@ -306,7 +306,9 @@ pub fn open_hint(key: &GateKey, channels: Channels) -> String {
 fn unhold_hint(key: &GateKey) -> String {
     match &key.scope {
         Scope::Pr { .. } => format!("comment /unhold on {}", key.subject()),
-        Scope::Canary(_) => format!("run `gatebot gates open {key}`"),
+        Scope::Canary(_) | Scope::Namespace(_) | Scope::Named(_) => {
+            format!("run `gatebot gates open {key}`")
+        }
     }
 }
 

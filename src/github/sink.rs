@@ -380,6 +380,14 @@ fn digest(body: &str) -> String {
     hex::encode(Sha256::digest(body.as_bytes()))
 }
 
+/// The PR of a named gate's announcement (`pr` and `repository`, which
+/// gatebot wrote itself).
+fn named_pr(metadata: &std::collections::BTreeMap<String, String>) -> Option<(RepoName, PrNumber)> {
+    let number = metadata.get("pr")?.parse().ok()?;
+    let repo = metadata.get("repository")?.parse().ok()?;
+    Some((repo, number))
+}
+
 impl Handler for GithubSink {
     /// Writes to one pull request go out in order (the status comment's edits, replies).
     fn lane(&self, item: &QueueItem) -> Option<String> {
@@ -415,10 +423,19 @@ impl Sink for GithubSink {
             | Notice::GateChanged { gate, .. } => vec![gate],
             Notice::CanaryEvent { gates, .. } => gates.iter().collect(),
         };
+        let named_pr = match notice {
+            Notice::GateChanged { pr, .. } => pr.clone(),
+            // A named gate's announcement names its PR as a canary's metadata does.
+            Notice::WaitStarted {
+                canary, metadata, ..
+            } if canary.is_empty() => named_pr(metadata),
+            _ => None,
+        };
         let prs: BTreeSet<(RepoName, PrNumber)> = gates
             .into_iter()
             .filter_map(|g| GateKey::parse(g, None).ok())
             .filter_map(|k| k.pr().map(|(r, n)| (r.clone(), n)))
+            .chain(named_pr)
             .filter(|(r, _)| self.allowed.is_empty() || self.allowed.contains(r))
             .collect();
         let mut jobs = Vec::with_capacity(prs.len());

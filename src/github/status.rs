@@ -21,6 +21,10 @@ pub struct CanaryView {
 pub struct GateView {
     pub kind: &'static str,
     pub key: String,
+    /// A named gate's name (a pipeline's gate that names this PR).
+    pub name: Option<String>,
+    /// A named gate's title.
+    pub title: Option<String>,
     pub command: &'static str,
     /// open | closed | held (an expired approval shows as closed).
     pub state: &'static str,
@@ -69,19 +73,30 @@ pub async fn view(
     let mut gates = Vec::new();
     let mut ever_waited = false;
     let mut canaries = BTreeSet::new();
-    for kind in GateKind::ROUTABLE {
-        let key = GateKey::new(
-            kind,
-            Scope::Pr {
+    let mut keys: Vec<(GateKey, Option<String>)> = GateKind::ROUTABLE
+        .into_iter()
+        .map(|kind| {
+            let scope = Scope::Pr {
                 repo: repo.clone(),
                 number,
-            },
-        );
+            };
+            (GateKey::new(kind, scope), None)
+        })
+        .collect();
+    for named in store.named_gates_of_pr(repo, number).await? {
+        keys.push((named.key, named.spec.title));
+    }
+    for (key, title) in keys {
+        let kind = key.kind;
+        let name = match &key.scope {
+            Scope::Named(name) => Some(name.to_string()),
+            _ => None,
+        };
         let gate = store.load_gate(&key).await?;
         let observations = store.observations_for(&key).await?;
         let waits = store.waits(Some(&key), false, 50).await?;
         ever_waited |= !waits.is_empty();
-        if gate.is_none() && observations.is_empty() {
+        if gate.is_none() && observations.is_empty() && name.is_none() {
             continue;
         }
         let open_since: BTreeMap<&str, Millis> = waits
@@ -92,6 +107,10 @@ pub async fn view(
         let mut view = GateView {
             kind: kind.as_str(),
             key: key.to_string(),
+            // A pipeline's gate waits for approval from its announcement on.
+            waiting: name.is_some() && open_since.contains_key(""),
+            name,
+            title,
             command: kind.command(),
             state: "closed",
             by: None,
@@ -99,7 +118,6 @@ pub async fn view(
             reason: None,
             at: None,
             expires_at: None,
-            waiting: false,
             canaries: Vec::new(),
         };
         let change = match gate.as_ref().map(|g| &g.status) {

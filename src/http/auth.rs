@@ -35,13 +35,53 @@ pub fn admin(expected: Option<&str>, headers: &HeaderMap) -> Result<Actor, Rejec
                 "missing bearer token: send Authorization: Bearer <this server's GATEBOT_ADMIN_TOKEN>",
             )
         })?;
-    // Hashing first makes the comparison constant-time in the length too.
-    let same: bool = Sha256::digest(given.trim().as_bytes())
-        .ct_eq(&Sha256::digest(expected.as_bytes()))
-        .into();
-    if !same {
+    if !same(given, expected) {
         return Err(Reject::unauthorized(WRONG_TOKEN));
     }
+    Ok(actor(headers))
+}
+
+/// Hashing first makes the comparison constant-time in the length too.
+fn same(given: &str, expected: &str) -> bool {
+    Sha256::digest(given.trim().as_bytes())
+        .ct_eq(&Sha256::digest(expected.as_bytes()))
+        .into()
+}
+
+/// The routes a pipeline uses (named gates) take the admin token or the
+/// narrower `GATEBOT_PIPELINE_TOKEN`.
+pub fn pipeline(
+    admin_token: Option<&str>,
+    pipeline_token: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<Actor, Reject> {
+    let Some(pipeline_token) = pipeline_token else {
+        return admin(admin_token, headers);
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(given) if same(given, pipeline_token) => {
+            let mut actor = actor(headers);
+            if actor.name == "admin" {
+                actor.name = "pipeline".into();
+            }
+            Ok(actor)
+        }
+        _ => admin(admin_token, headers).map_err(|r| {
+            Reject::new(
+                r.status,
+                r.reason,
+                format!("{} (or GATEBOT_PIPELINE_TOKEN)", r.message),
+            )
+        }),
+    }
+}
+
+/// Who the caller says acts (`X-Gatebot-Actor`), and through what.
+fn actor(headers: &HeaderMap) -> Actor {
     let source = match headers
         .get("x-gatebot-source")
         .and_then(|v| v.to_str().ok())
@@ -55,7 +95,7 @@ pub fn admin(expected: Option<&str>, headers: &HeaderMap) -> Result<Actor, Rejec
         .map(str::trim)
         .filter(|n| !n.is_empty() && n.len() <= 64 && n.chars().all(|c| c.is_ascii_graphic()))
         .unwrap_or("admin");
-    Ok(Actor::new(name, source))
+    Actor::new(name, source)
 }
 
 /// Reads need the token when one is set, and are open when none is.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gate::{Actor, Millis};
+use crate::gate::{Actor, Millis, PrNumber, RepoName};
 use crate::store::{NewJob, QueueItem, QueueName};
 
 pub use worker::{Drain, Idle, Worker, WorkerSettings};
@@ -48,6 +48,9 @@ pub enum Notice {
         actor: Actor,
         reason: Option<String>,
         at: Millis,
+        /// The pull request a named gate names (other gates name theirs in the key).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pr: Option<(RepoName, PrNumber)>,
     },
     /// A milestone from Flagger's event hook, for the gates the canary asks.
     CanaryEvent {

@@ -109,6 +109,11 @@ struct WaitCtx {
     since_secs: i64,
     since_hhmm: String,
     decision: Option<DecisionCtx>,
+    /// A named gate's title and links (from the pipeline that created it).
+    title: Option<String>,
+    links: Vec<crate::store::Link>,
+    /// At a namespace gate: every canary waiting there.
+    waiting: Vec<String>,
     ended: Option<serde_json::Value>,
     #[serde(rename = "final")]
     final_state: Option<serde_json::Value>,
@@ -142,6 +147,20 @@ pub fn pr_link(
     ))
 }
 
+/// A named gate's links, which gatebot itself wrote into the announcement.
+fn links_of(metadata: &std::collections::BTreeMap<String, String>) -> Vec<crate::store::Link> {
+    let Some(text) = metadata.get("links") else {
+        return Vec::new();
+    };
+    match serde_json::from_str(text) {
+        Ok(links) => links,
+        Err(e) => {
+            tracing::warn!(error = %e, "links of a named gate are unreadable: shown without them");
+            Vec::new()
+        }
+    }
+}
+
 fn context(view: &View, default_repo: Option<&RepoName>) -> WaitCtx {
     let info = &view.info;
     let key = GateKey::parse(&info.gate, None).ok();
@@ -170,6 +189,9 @@ fn context(view: &View, default_repo: Option<&RepoName>) -> WaitCtx {
         since_secs: info.since.div_euclid(1000),
         since_hhmm: hhmm(info.since),
         decision: view.decision.as_ref().map(DecisionCtx::from),
+        title: info.metadata.get("title").cloned(),
+        links: links_of(&info.metadata),
+        waiting: view.waiting.clone(),
         ended: view.ended.as_ref().map(|e| {
             serde_json::json!({"outcome": e.outcome, "at": e.at, "at_hhmm": hhmm(e.at)})
         }),
@@ -215,7 +237,11 @@ pub fn wait_message(
 ) -> anyhow::Result<(String, Vec<Block>)> {
     let ctx = context(view, default_repo);
     let main = templates.render("slack/wait.j2", &ctx)?.trim().to_string();
-    let fallback = format!("{} is waiting at {}", ctx.canary, ctx.gate);
+    let fallback = match &ctx.title {
+        _ if !ctx.canary.is_empty() => format!("{} is waiting at {}", ctx.canary, ctx.gate),
+        Some(title) => format!("{title} waits for approval at {}", ctx.gate),
+        None => format!("{} waits for approval", ctx.gate),
+    };
     let mut blocks = vec![section(main)];
     if view.open() {
         let value = serde_json::to_string(&ButtonValue {
@@ -278,6 +304,7 @@ mod tests {
 
     fn view() -> View {
         View {
+            waiting: Vec::new(),
             info: WaitInfo {
                 wait_id: 7,
                 gate: "/gates/promote/acme/shop/pr/42".into(),

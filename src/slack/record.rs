@@ -78,6 +78,8 @@ pub struct Final {
 #[derive(Debug, Clone, PartialEq)]
 pub struct View {
     pub info: WaitInfo,
+    /// At a namespace gate: every canary waiting there now.
+    pub waiting: Vec<String>,
     pub decision: Option<Decision>,
     pub ended: Option<Ended>,
     pub final_state: Option<Final>,
@@ -171,9 +173,27 @@ pub async fn waits_of_gate(store: &Store, gate: &str) -> Result<Vec<i64>, StoreE
     store.slack_messages_of_gate(gate, GATE_MESSAGES).await
 }
 
+/// The most canaries a namespace gate's message lists.
+const WAITING_SHOWN: i64 = 50;
+
 pub async fn view(store: &Store, info: WaitInfo) -> Result<View, StoreError> {
     let id = info.wait_id;
+    let waiting = match crate::gate::GateKey::parse(&info.gate, None) {
+        Ok(key) if matches!(key.scope, crate::gate::Scope::Namespace(_)) => {
+            let mut canaries: Vec<String> = store
+                .waits(Some(&key), true, WAITING_SHOWN)
+                .await?
+                .into_iter()
+                .map(|w| w.canary)
+                .filter(|c| !c.is_empty())
+                .collect();
+            canaries.sort();
+            canaries
+        }
+        _ => Vec::new(),
+    };
     Ok(View {
+        waiting,
         decision: get(store, &decision_key(id)).await?,
         ended: get(store, &ended_key(id)).await?,
         final_state: get(store, &final_key(id)).await?,

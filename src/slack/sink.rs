@@ -177,6 +177,7 @@ impl Sink for SlackSink {
                 actor,
                 reason,
                 at,
+                ..
             } if action == "open" => vec![SlackJob::GateOpened {
                 gate: gate.clone(),
                 actor: actor.clone(),

@@ -5,6 +5,7 @@
 //! there is one code path to test. Only migrations, BEGIN and job claiming differ.
 
 mod loading;
+mod named;
 mod notify;
 pub mod pages;
 mod prs;
@@ -27,6 +28,7 @@ use tokio::sync::Mutex;
 use crate::gate::{Actor, Answer, CanaryRef, Gate, GateKey, GateStatus, Millis, Source};
 
 pub use loading::SeenRow;
+pub use named::{Link, NamedGate, NamedSpec};
 pub use notify::WaitBrief;
 pub use prs::StatusComment;
 pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};

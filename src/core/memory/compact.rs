@@ -138,12 +138,22 @@ impl Equivalent<CanaryName> for CanaryLookup<'_> {
     }
 }
 
-/// A gate key in 16 bytes: the repository or canary by number.
+/// What a [`Key`]'s `id` numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Tag {
+    /// A repository (and `number` is the PR).
+    Pr,
+    Canary,
+    /// A namespace or a gate name, interned among the names.
+    Namespace,
+    Named,
+}
+
+/// A gate key in 16 bytes: the repository, canary or name by number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) struct Key {
     pub(super) kind: GateKind,
-    pub(super) pr: bool,
-    /// The repository (a PR gate) or the canary (a canary gate).
+    pub(super) tag: Tag,
     pub(super) id: u32,
     pub(super) number: u64,
 }

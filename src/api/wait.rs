@@ -1,0 +1,201 @@
+//! `gatebot wait <gate>`: a pipeline step that blocks until people decide.
+//! It asks the API (`GET /api/v1/gates/…`) until the gate opens (exit 0) or
+//! is closed, rejected or retired after the wait began (exit 1).
+
+use std::time::Duration;
+
+use anyhow::Context;
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::config::WaitArgs;
+use crate::gate::state::rfc3339;
+
+/// How the wait ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    pub approved: bool,
+    pub message: String,
+}
+
+/// Why one question went unanswered.
+enum Failed {
+    /// Asking again will not help (a wrong token, an unknown gate).
+    Fatal(anyhow::Error),
+    Transient(anyhow::Error),
+}
+
+pub async fn run(args: &WaitArgs, token: Option<SecretString>) -> anyhow::Result<Decided> {
+    let base = args.server.trim_end_matches('/');
+    let gate = args.gate.trim().trim_matches('/');
+    let gate = gate.strip_prefix("gates/").unwrap_or(gate);
+    let url = format!("{base}/api/v1/gates/{gate}");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(15))
+        .build()?;
+    let deadline = Instant::now() + args.timeout;
+    let mut since: Option<Since> = None;
+    let mut last_error = None;
+    loop {
+        let mut req = client
+            .get(&url)
+            .header("x-gatebot-source", "cli")
+            .header("x-gatebot-actor", "pipeline");
+        if let Some(t) = &token {
+            req = req.bearer_auth(t.expose_secret());
+        }
+        match fetch(req).await {
+            Ok(gate) => {
+                last_error = None;
+                if let Some(decided) = decide(&gate, &mut since) {
+                    return Ok(decided);
+                }
+            }
+            Err(Failed::Fatal(e)) => return Err(e),
+            Err(Failed::Transient(e)) => {
+                // Said once per outage, not at every interval.
+                if last_error.is_none() {
+                    eprintln!("gatebot: {e:#}; asking again every {:?}", args.interval);
+                }
+                last_error = Some(e);
+            }
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return match last_error {
+                Some(e) => Err(e.context(format!("gave up after {:?}", args.timeout))),
+                None => Ok(Decided {
+                    approved: false,
+                    message: format!(
+                        "/gates/{gate}: nobody decided within {}",
+                        humantime::format_duration(args.timeout)
+                    ),
+                }),
+            };
+        }
+        tokio::time::sleep(args.interval.min(deadline - now)).await;
+    }
+}
+
+async fn fetch(req: reqwest::RequestBuilder) -> Result<Value, Failed> {
+    let response = req
+        .send()
+        .await
+        .map_err(|e| Failed::Transient(anyhow::anyhow!("cannot reach gatebot ({e})")))?;
+    let status = response.status();
+    let body = response
+        .text()
+        .await
+        .context("the server's answer was cut off")
+        .map_err(Failed::Transient)?;
+    if status.is_success() {
+        return serde_json::from_str(&body)
+            .context("the server did not answer JSON")
+            .map_err(Failed::Fatal);
+    }
+    let e = anyhow::anyhow!("gatebot answered {status}: {}", body.trim());
+    if status.is_server_error() || status.as_u16() == 429 || status.as_u16() == 408 {
+        Err(Failed::Transient(e))
+    } else {
+        Err(Failed::Fatal(e))
+    }
+}
+
+/// What counts as a rejection: a close after this point.
+#[derive(Debug, Clone, Copy)]
+enum Since {
+    /// A named gate: anything since its creation.
+    Created(i64),
+    /// Any other gate: a change newer than the one first seen.
+    Change(Option<i64>),
+}
+
+/// The decision the gate shows, if any. `since` is set at the first answer.
+fn decide(gate: &Value, since: &mut Option<Since>) -> Option<Decided> {
+    let key = gate["key"].as_str().unwrap_or("the gate");
+    let change_at = gate["change"]["at"].as_i64();
+    let by = || {
+        let c = &gate["change"];
+        let mut who = format!(
+            "{} via {}",
+            c["by"]["name"].as_str().unwrap_or("?"),
+            c["by"]["source"].as_str().unwrap_or("?")
+        );
+        if let Some(r) = c["reason"].as_str().filter(|r| !r.is_empty()) {
+            who.push_str(&format!(" ({r})"));
+        }
+        who
+    };
+    let named = &gate["named"];
+    if let Some(at) = named["retired_at"].as_i64() {
+        return Some(Decided {
+            approved: false,
+            message: format!("{key} was retired at {}", rfc3339(at)),
+        });
+    }
+    let since = *since.get_or_insert(match named["created_at"].as_i64() {
+        Some(created) => Since::Created(created),
+        None => Since::Change(change_at),
+    });
+    match gate["state"].as_str() {
+        Some("open") => Some(Decided {
+            approved: true,
+            message: format!("{key} approved by {}", by()),
+        }),
+        Some("closed") => {
+            let at = change_at?;
+            let rejected = match since {
+                Since::Created(created) => at >= created,
+                Since::Change(first) => first.is_none_or(|f| at > f),
+            };
+            rejected.then(|| Decided {
+                approved: false,
+                message: format!("{key} was closed by {} at {}", by(), rfc3339(at)),
+            })
+        }
+        // A hold is a pause: someone may still lift it and approve.
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_named_gate_rejected_before_the_first_question_counts() {
+        let gate = json!({"key": "/gates/promote/named/r1", "state": "closed",
+            "change": {"by": {"name": "U1", "source": "slack"}, "reason": null, "at": 20},
+            "named": {"created_at": 10, "retired_at": null}});
+        let d = decide(&gate, &mut None).unwrap();
+        assert!(!d.approved);
+        assert!(
+            d.message.contains("closed by U1 via slack"),
+            "{}",
+            d.message
+        );
+    }
+
+    #[test]
+    fn an_old_close_of_another_gate_is_not_a_rejection() {
+        let mut since = None;
+        let old = json!({"key": "k", "state": "closed", "change": {"by": {"name": "a", "source": "api"}, "at": 5}});
+        assert_eq!(decide(&old, &mut since), None);
+        let new = json!({"key": "k", "state": "closed", "change": {"by": {"name": "b", "source": "api"}, "at": 6}});
+        assert!(!decide(&new, &mut since).unwrap().approved);
+        let held = json!({"key": "k", "state": "held", "change": {"by": {"name": "b", "source": "api"}, "at": 7}});
+        assert_eq!(decide(&held, &mut Some(Since::Change(Some(5)))), None);
+    }
+
+    #[test]
+    fn open_is_approved_and_retired_is_not() {
+        let open = json!({"key": "k", "state": "open", "change": {"by": {"name": "alice", "source": "github"}, "at": 5}});
+        assert!(decide(&open, &mut None).unwrap().approved);
+        let retired =
+            json!({"key": "k", "state": "held", "named": {"created_at": 1, "retired_at": 9}});
+        assert!(!decide(&retired, &mut None).unwrap().approved);
+    }
+}

@@ -1,0 +1,255 @@
+//! Named gates: created by a pipeline (`POST /api/v1/gates`), announced at
+//! once, before Flagger first asks, and retired when the pipeline is done.
+//! Everything else (approvals, pins, expiry, holds) is any gate's.
+
+use std::collections::BTreeMap;
+
+use super::unit::{audit_entry, Unit};
+use super::{Engine, EngineError, Provenance};
+use crate::gate::{Gate, GateKey, Millis, Scope};
+use crate::notify::Notice;
+use crate::store::{NamedGate, NamedSpec, Store, StoreError};
+
+/// Why a named gate could not be created or retired.
+#[derive(Debug, thiserror::Error)]
+pub enum NamedError {
+    #[error("{key} is not a named gate: write /gates/<kind>/named/<name>")]
+    NotNamed { key: GateKey },
+    #[error("{key} was created at {} with another {}: retire it first, or choose another name", crate::gate::state::rfc3339(*created_at), fields.join(", "))]
+    Conflict {
+        key: GateKey,
+        created_at: Millis,
+        fields: Vec<&'static str>,
+    },
+    #[error("{key} was retired at {}: choose another name", crate::gate::state::rfc3339(*at))]
+    Retired { key: GateKey, at: Millis },
+    #[error("{key} was never created")]
+    NotFound { key: GateKey },
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+impl From<StoreError> for NamedError {
+    fn from(e: StoreError) -> Self {
+        Self::Engine(EngineError::Store(e))
+    }
+}
+
+/// A named gate and its state.
+#[derive(Debug, Clone)]
+pub struct Named {
+    pub named: NamedGate,
+    pub gate: Gate,
+    /// False when the same gate existed already.
+    pub created: bool,
+}
+
+/// The outcome of a wait that ends because its named gate changed.
+fn announcement_outcome(action: &str) -> Option<&'static str> {
+    match action {
+        "open" => Some("approved"),
+        "close" => Some("rejected"),
+        "hold" => Some("held"),
+        _ => None,
+    }
+}
+
+impl Engine {
+    /// Creates a named gate and announces it (in the unit that creates it);
+    /// the same spec again is the same gate.
+    pub async fn create_named(
+        &self,
+        key: &GateKey,
+        spec: NamedSpec,
+        who: &Provenance,
+    ) -> Result<Named, NamedError> {
+        if !matches!(key.scope, Scope::Named(_)) || !key.kind.pinned() {
+            return Err(NamedError::NotNamed { key: key.clone() });
+        }
+        let mut unit = self.begin().await?;
+        if let Some(named) = Store::named_gate_in(unit.tx(), key).await? {
+            unit.rollback().await;
+            if let Some(at) = named.retired_at {
+                return Err(NamedError::Retired {
+                    key: key.clone(),
+                    at,
+                });
+            }
+            let fields = named.spec.differences(&spec);
+            if !fields.is_empty() {
+                return Err(NamedError::Conflict {
+                    key: key.clone(),
+                    created_at: named.created_at,
+                    fields,
+                });
+            }
+            let gate = self.gate(key).await?;
+            return Ok(Named {
+                named,
+                gate,
+                created: false,
+            });
+        }
+        let now = unit.now();
+        let named = NamedGate {
+            key: key.clone(),
+            spec,
+            created_at: now,
+            created_by: who.actor.name.clone(),
+            retired_at: None,
+        };
+        Store::put_named_gate(unit.tx(), &named).await?;
+        let metadata = announcement_metadata(&named);
+        let text = serde_json::to_string(&metadata)
+            .map_err(|e| StoreError::Corrupt(format!("cannot encode metadata: {e}")))?;
+        let mut notices = Vec::new();
+        if let Some(wait_id) = Store::start_announcement(unit.tx(), key, &text, now).await? {
+            notices.push(Notice::WaitStarted {
+                wait_id,
+                gate: key.to_string(),
+                canary: String::new(),
+                checksum: String::new(),
+                phase: String::new(),
+                reason: format!("waiting for approval of {}", key.subject()),
+                metadata,
+                at: now,
+            });
+        }
+        unit.record(audit_entry(key, "create", who, now), &notices)
+            .await?;
+        let gate = unit.gate(key).await?;
+        unit.commit().await?;
+        tracing::info!(gate = %key, actor = %who.actor.name, "named gate created");
+        Ok(Named {
+            named,
+            gate,
+            created: true,
+        })
+    }
+
+    /// Retires a named gate: held (so that nobody approves it by mistake; an
+    /// unhold brings it back), and every wait at it ended.
+    pub async fn retire_named(&self, key: &GateKey, who: &Provenance) -> Result<Named, NamedError> {
+        let mut unit = self.begin().await?;
+        let Some(mut named) = Store::named_gate_in(unit.tx(), key).await? else {
+            unit.rollback().await;
+            return Err(NamedError::NotFound { key: key.clone() });
+        };
+        if named.retired_at.is_some() {
+            unit.rollback().await;
+            let gate = self.gate(key).await?;
+            return Ok(Named {
+                named,
+                gate,
+                created: false,
+            });
+        }
+        let now = unit.now();
+        named.retired_at = Some(now);
+        Store::put_named_gate(unit.tx(), &named).await?;
+        let why = who.clone().reason(Some(
+            who.reason
+                .clone()
+                .map_or_else(|| "retired".to_string(), |r| format!("retired: {r}")),
+        ));
+        // Waits first: the hold would end the announcement as "held".
+        let ended = end_waits(&mut unit, key, "retired").await?;
+        let gate = unit.hold(key, &why).await?;
+        unit.commit().await?;
+        for canary in ended {
+            self.memory().end_wait(key, &canary);
+        }
+        tracing::info!(gate = %key, actor = %who.actor.name, "named gate retired");
+        Ok(Named {
+            named,
+            gate,
+            created: false,
+        })
+    }
+
+    /// The named gate, if `key` names one that was created.
+    pub async fn named(&self, key: &GateKey) -> Result<Option<NamedGate>, StoreError> {
+        if !matches!(key.scope, Scope::Named(_)) {
+            return Ok(None);
+        }
+        self.store.named_gate(key).await
+    }
+}
+
+/// Ends the announcement of a named gate that someone decided.
+pub(super) async fn decided(
+    unit: &mut Unit<'_>,
+    key: &GateKey,
+    action: &str,
+) -> Result<(), StoreError> {
+    let Some(outcome) = announcement_outcome(action) else {
+        return Ok(());
+    };
+    if !matches!(key.scope, Scope::Named(_)) {
+        return Ok(());
+    }
+    let now = unit.now();
+    if let Some(wait_id) = Store::end_wait_of(unit.tx(), key, "", outcome, now).await? {
+        let notice = Notice::WaitEnded {
+            wait_id,
+            gate: key.to_string(),
+            canary: String::new(),
+            outcome: outcome.to_string(),
+            at: now,
+        };
+        unit.notify(&[notice]).await?;
+    }
+    Ok(())
+}
+
+/// Ends every wait at `key` and tells people; returns the canaries whose
+/// waits ended (the announcement has none).
+async fn end_waits(
+    unit: &mut Unit<'_>,
+    key: &GateKey,
+    outcome: &str,
+) -> Result<Vec<crate::gate::CanaryRef>, StoreError> {
+    let now = unit.now();
+    let ended = Store::end_waits_of_gate(unit.tx(), key, outcome, now).await?;
+    let notices: Vec<Notice> = ended
+        .iter()
+        .map(|(wait_id, canary)| Notice::WaitEnded {
+            wait_id: *wait_id,
+            gate: key.to_string(),
+            canary: canary.clone(),
+            outcome: outcome.to_string(),
+            at: now,
+        })
+        .collect();
+    unit.notify(&notices).await?;
+    Ok(ended
+        .into_iter()
+        .filter_map(|(_, c)| {
+            let (ns, name) = c.split_once('/')?;
+            crate::gate::CanaryRef::new(ns, name).ok()
+        })
+        .collect())
+}
+
+/// What the announcement carries to the sinks: the Slack channel, the PR
+/// (`pr`, `repository`, as a canary's metadata names them), title and links.
+fn announcement_metadata(named: &NamedGate) -> BTreeMap<String, String> {
+    let spec = &named.spec;
+    let mut m = BTreeMap::new();
+    if let Some(title) = &spec.title {
+        m.insert("title".into(), title.clone());
+    }
+    if !spec.links.is_empty() {
+        if let Ok(links) = serde_json::to_string(&spec.links) {
+            m.insert("links".into(), links);
+        }
+    }
+    if let Some(channel) = &spec.slack_channel {
+        m.insert("slack_channel".into(), channel.clone());
+    }
+    if let Some((repo, number)) = &spec.pr {
+        m.insert("pr".into(), number.to_string());
+        m.insert("repository".into(), repo.to_string());
+    }
+    m
+}

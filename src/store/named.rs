@@ -1,0 +1,235 @@
+//! Gates a pipeline created by name, and the waits that announce them.
+
+use serde::{Deserialize, Serialize};
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::{Result, Store, StoreError, WriteTx};
+use crate::gate::{GateKey, Millis, PrNumber, RepoName};
+
+/// A link shown with a named gate: a pipeline run, a change list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    pub url: String,
+}
+
+/// What the pipeline said about its gate; creating it again with the same
+/// spec is the same gate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NamedSpec {
+    pub title: Option<String>,
+    pub links: Vec<Link>,
+    pub slack_channel: Option<String>,
+    /// `owner/repo#42` in JSON.
+    #[serde(serialize_with = "pr_text")]
+    pub pr: Option<(RepoName, PrNumber)>,
+}
+
+fn pr_text<S: serde::Serializer>(
+    pr: &Option<(RepoName, PrNumber)>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match pr {
+        Some((repo, n)) => s.collect_str(&format_args!("{repo}#{n}")),
+        None => s.serialize_none(),
+    }
+}
+
+impl NamedSpec {
+    /// The fields in which `other` differs from this spec.
+    pub fn differences(&self, other: &NamedSpec) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.title != other.title {
+            out.push("title");
+        }
+        if self.links != other.links {
+            out.push("links");
+        }
+        if self.slack_channel != other.slack_channel {
+            out.push("slack_channel");
+        }
+        if self.pr != other.pr {
+            out.push("pr");
+        }
+        out
+    }
+}
+
+/// A named gate as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NamedGate {
+    #[serde(skip)]
+    pub key: GateKey,
+    #[serde(flatten)]
+    pub spec: NamedSpec,
+    pub created_at: Millis,
+    pub created_by: String,
+    pub retired_at: Option<Millis>,
+}
+
+fn named_from_row(row: &AnyRow) -> Result<NamedGate> {
+    let key_text: String = row.try_get("gate_key")?;
+    let key = GateKey::parse(&key_text, None)
+        .map_err(|e| StoreError::Corrupt(format!("named gate {key_text}: {e}")))?;
+    let links: String = row.try_get("links")?;
+    let links = serde_json::from_str(&links)
+        .map_err(|e| StoreError::Corrupt(format!("links of {key_text}: {e}")))?;
+    let repo: Option<String> = row.try_get("pr_repo")?;
+    let number: Option<i64> = row.try_get("pr_number")?;
+    let pr = match (repo, number) {
+        (Some(repo), Some(n)) => Some((
+            repo.parse()
+                .map_err(|e| StoreError::Corrupt(format!("PR of {key_text}: {e}")))?,
+            PrNumber(
+                u64::try_from(n)
+                    .map_err(|_| StoreError::Corrupt(format!("PR of {key_text}: {n}")))?,
+            ),
+        )),
+        _ => None,
+    };
+    Ok(NamedGate {
+        key,
+        spec: NamedSpec {
+            title: row.try_get("title")?,
+            links,
+            slack_channel: row.try_get("slack_channel")?,
+            pr,
+        },
+        created_at: row.try_get("created_at")?,
+        created_by: row.try_get("created_by")?,
+        retired_at: row.try_get("retired_at")?,
+    })
+}
+
+impl Store {
+    pub async fn named_gate(&self, key: &GateKey) -> Result<Option<NamedGate>> {
+        let row = sqlx::query("SELECT * FROM named_gates WHERE gate_key = $1")
+            .bind(key.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(named_from_row).transpose()
+    }
+
+    /// The live named gates that name a pull request, by key.
+    pub async fn named_gates_of_pr(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+    ) -> Result<Vec<NamedGate>> {
+        let number = i64::try_from(number.0)
+            .map_err(|_| StoreError::Corrupt(format!("PR number {number} is out of range")))?;
+        let rows = sqlx::query(
+            "SELECT * FROM named_gates WHERE pr_repo = $1 AND pr_number = $2 AND retired_at IS NULL \
+             ORDER BY gate_key LIMIT 20",
+        )
+        .bind(repo.to_string())
+        .bind(number)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(named_from_row).collect()
+    }
+
+    /// The named gate, read inside a unit (so that two creations take turns).
+    pub async fn named_gate_in(tx: &mut WriteTx<'_>, key: &GateKey) -> Result<Option<NamedGate>> {
+        let row = sqlx::query("SELECT * FROM named_gates WHERE gate_key = $1")
+            .bind(key.to_string())
+            .fetch_optional(tx.conn())
+            .await?;
+        row.as_ref().map(named_from_row).transpose()
+    }
+
+    pub async fn put_named_gate(tx: &mut WriteTx<'_>, g: &NamedGate) -> Result<()> {
+        let links = serde_json::to_string(&g.spec.links)
+            .map_err(|e| StoreError::Corrupt(format!("cannot encode links: {e}")))?;
+        let number = match &g.spec.pr {
+            Some((_, n)) => Some(
+                i64::try_from(n.0)
+                    .map_err(|_| StoreError::Corrupt(format!("PR number {n} is out of range")))?,
+            ),
+            None => None,
+        };
+        sqlx::query(
+            "INSERT INTO named_gates (gate_key, title, links, slack_channel, pr_repo, pr_number, created_at, created_by, retired_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (gate_key) DO UPDATE SET retired_at = excluded.retired_at",
+        )
+        .bind(g.key.to_string())
+        .bind(g.spec.title.clone())
+        .bind(links)
+        .bind(g.spec.slack_channel.clone())
+        .bind(g.spec.pr.as_ref().map(|(r, _)| r.to_string()))
+        .bind(number)
+        .bind(g.created_at)
+        .bind(g.created_by.clone())
+        .bind(g.retired_at)
+        .execute(tx.conn())
+        .await?;
+        Ok(())
+    }
+
+    /// Starts the wait that announces a named gate before any canary asks
+    /// (its canary is empty). None: one is open already.
+    pub async fn start_announcement(
+        tx: &mut WriteTx<'_>,
+        key: &GateKey,
+        metadata: &str,
+        at: Millis,
+    ) -> Result<Option<i64>> {
+        let row = sqlx::query(
+            "INSERT INTO waits (gate_key, canary, checksum, phase, metadata, started_at) \
+             VALUES ($1, '', '', '', $2, $3) \
+             ON CONFLICT (gate_key, canary) WHERE ended_at IS NULL DO NOTHING RETURNING id",
+        )
+        .bind(key.to_string())
+        .bind(metadata.to_string())
+        .bind(at)
+        .fetch_optional(tx.conn())
+        .await?;
+        Ok(row.map(|r| r.try_get("id")).transpose()?)
+    }
+
+    /// Ends the open wait of `canary` (as stored: empty for an announcement).
+    pub async fn end_wait_of(
+        tx: &mut WriteTx<'_>,
+        key: &GateKey,
+        canary: &str,
+        outcome: &str,
+        at: Millis,
+    ) -> Result<Option<i64>> {
+        let row = sqlx::query(
+            "UPDATE waits SET ended_at = $3, outcome = $4 \
+             WHERE gate_key = $1 AND canary = $2 AND ended_at IS NULL RETURNING id",
+        )
+        .bind(key.to_string())
+        .bind(canary.to_string())
+        .bind(at)
+        .bind(outcome.to_string())
+        .fetch_optional(tx.conn())
+        .await?;
+        Ok(row.map(|r| r.try_get("id")).transpose()?)
+    }
+
+    /// Ends every open wait at a gate: (wait id, canary; empty for an announcement).
+    pub async fn end_waits_of_gate(
+        tx: &mut WriteTx<'_>,
+        key: &GateKey,
+        outcome: &str,
+        at: Millis,
+    ) -> Result<Vec<(i64, String)>> {
+        let rows = sqlx::query(
+            "UPDATE waits SET ended_at = $2, outcome = $3 \
+             WHERE gate_key = $1 AND ended_at IS NULL RETURNING id, canary",
+        )
+        .bind(key.to_string())
+        .bind(at)
+        .bind(outcome.to_string())
+        .fetch_all(tx.conn())
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("id")?, r.try_get("canary")?)))
+            .collect()
+    }
+}
