@@ -138,7 +138,7 @@ fn created_json(n: &Named) -> serde_json::Value {
         "gate": key,
         // Flagger's webhook URL is gatebot's address followed by this path.
         "url": key,
-        "api": format!("/api/v1{}", key.strip_prefix("/gates").unwrap_or(&key)),
+        "api": format!("/api/v1{key}"),
         "created": n.created,
         "state": n.gate,
         "named": n.named,

@@ -114,9 +114,13 @@ enum Since {
 /// The decision the gate shows, if any. `since` is set at the first answer.
 fn decide(gate: &Value, since: &mut Option<Since>) -> Option<Decided> {
     let key = gate["key"].as_str().unwrap_or("the gate");
-    let change_at = gate["change"]["at"].as_i64();
+    // An approval carries its change inline; a closed or held gate under `change`.
+    let c = match &gate["change"] {
+        Value::Object(_) => &gate["change"],
+        _ => gate,
+    };
+    let change_at = c["at"].as_i64();
     let by = || {
-        let c = &gate["change"];
         let mut who = format!(
             "{} via {}",
             c["by"]["name"].as_str().unwrap_or("?"),
@@ -192,8 +196,10 @@ mod tests {
 
     #[test]
     fn open_is_approved_and_retired_is_not() {
-        let open = json!({"key": "k", "state": "open", "change": {"by": {"name": "alice", "source": "github"}, "at": 5}});
-        assert!(decide(&open, &mut None).unwrap().approved);
+        let open = json!({"key": "k", "state": "open", "by": {"name": "alice", "source": "github"}, "at": 5});
+        let d = decide(&open, &mut None).unwrap();
+        assert!(d.approved);
+        assert_eq!(d.message, "k approved by alice via github");
         let retired =
             json!({"key": "k", "state": "held", "named": {"created_at": 1, "retired_at": 9}});
         assert!(!decide(&retired, &mut None).unwrap().approved);
