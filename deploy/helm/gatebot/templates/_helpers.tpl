@@ -84,7 +84,7 @@ Name of the Secret the chart creates.
 */}}
 {{- define "gatebot.createSecret" -}}
 {{- $v := .Values }}
-{{- if and (not $v.existingSecret) (or $v.adminToken $v.github.webhookSecret $v.github.token $v.github.appPrivateKey $v.slack.signingSecret $v.slack.botToken $v.postgres.url) }}true{{ end }}
+{{- if and (not $v.existingSecret) (or $v.adminToken $v.pipelineToken $v.github.webhookSecret $v.github.token $v.github.appPrivateKey $v.slack.signingSecret $v.slack.botToken $v.postgres.url) }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -92,6 +92,7 @@ Secret-backed settings: environment variable → (values key, existingSecretKeys
 */}}
 {{- define "gatebot.secretEnv" -}}
 GATEBOT_ADMIN_TOKEN: [adminToken, adminToken]
+GATEBOT_PIPELINE_TOKEN: [pipelineToken, pipelineToken]
 GATEBOT_GITHUB_WEBHOOK_SECRET: [github.webhookSecret, githubWebhookSecret]
 GATEBOT_GITHUB_TOKEN: [github.token, githubToken]
 GATEBOT_GITHUB_APP_PRIVATE_KEY: [github.appPrivateKey, githubAppPrivateKey]
