@@ -155,6 +155,32 @@ fn said(v: &Value) -> String {
     v.as_str().map_or_else(|| v.to_string(), str::to_string)
 }
 
+impl Env {
+    /// `/gatebot <text>` from `user`, signed as Slack signs it.
+    async fn slash(&self, user: &str, text: &str, trigger: &str) -> (u16, String) {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs([
+                ("command", "/gatebot"),
+                ("text", text),
+                ("user_id", user),
+                ("user_name", "alice"),
+                ("team_id", "T0"),
+                ("channel_id", "C0"),
+                ("response_url", &self.slack.response_url(trigger)),
+                ("trigger_id", trigger),
+            ])
+            .finish();
+        let r = post_signed(
+            &self.server.at("/webhooks/slack/commands"),
+            &body,
+            NOW / 1000,
+            SECRET,
+        )
+        .await;
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+}
+
 fn text_of(message: &Request) -> String {
     message.body["blocks"].to_string()
 }
@@ -181,7 +207,43 @@ gatebot_testkit::on_both_stores!(
     creating_twice_is_idempotent_and_a_different_body_conflicts,
     retiring_holds_the_gate_and_ends_its_waits,
     gatebot_wait_exits_on_approval_and_on_rejection,
+    slash_commands_open_namespace_and_named_gates,
 );
+
+async fn slash_commands_open_namespace_and_named_gates(backend: Backend) {
+    let env = env(backend).await;
+    let (status, _) = env
+        .create(PIPELINE_TOKEN, &json!({"kind": "start", "name": "r3"}))
+        .await;
+    assert_eq!(status, 201);
+    assert_eq!(
+        env.slash(ALICE, "promote ns/test all services", "T1")
+            .await
+            .0,
+        200
+    );
+    assert_eq!(env.slash(ALICE, "start named/r3", "T2").await.0, 200);
+    let (status, bad) = env.slash(ALICE, "promote ns/Bad_NS", "T3").await;
+    assert_eq!(status, 200);
+    env.server.drained().await;
+    let ns = env.detail("/gates/promote/test").await;
+    assert_eq!(ns["state"], "open", "{ns}");
+    assert_eq!(ns["by"]["source"], "slack");
+    assert_eq!(ns["reason"], "all services");
+    let named = env.detail("/gates/start/named/r3").await;
+    assert_eq!(named["state"], "open", "{named}");
+    // A bad namespace is answered with what is allowed, and opens nothing.
+    assert!(bad.contains("not a Kubernetes namespace"), "{bad}");
+    let gates = env.server.api("/api/v1/gates").await["gates"].clone();
+    assert_eq!(gates.as_array().unwrap().len(), 2, "{gates}");
+    // Holding a namespace holds its start, promote and traffic gates.
+    assert_eq!(env.slash(ALICE, "hold ns/test freeze", "T4").await.0, 200);
+    env.server.drained().await;
+    for kind in ["start", "promote", "traffic"] {
+        let g = env.detail(&format!("/gates/{kind}/test")).await;
+        assert_eq!(g["state"], "held", "{kind}: {g}");
+    }
+}
 
 async fn one_namespace_approval_promotes_each_canary_once(backend: Backend) {
     let env = env(backend).await;
