@@ -264,9 +264,16 @@ async fn one_namespace_approval_promotes_each_canary_once(backend: Backend) {
     assert_eq!(waits.as_array().unwrap().len(), 2, "{waits}");
     let last = env.waiting_messages().pop().expect("a waiting message");
     let text = text_of(&last);
+    let both = "Waiting at this namespace gate: *test/backend*, *test/podinfo*";
+    assert!(text.contains(both), "{text}");
+    // The first canary's message was rewritten to list the second.
+    let first_ts = "1714572120.000001";
+    let updated = env.slack.ok("chat.update");
     assert!(
-        text.contains("Waiting at this namespace gate: *test/backend*, *test/podinfo*"),
-        "{text}"
+        updated
+            .iter()
+            .any(|u| u.body["ts"] == first_ts && u.body["blocks"].to_string().contains(both)),
+        "{updated:?}"
     );
 
     // A canary of another namespace is refused, and changes nothing.

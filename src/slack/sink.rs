@@ -313,7 +313,37 @@ impl SlackSink {
         record::remember(&self.store, &posted, self.now())
             .await
             .map_err(store_err)?;
-        Ok(())
+        self.refresh_namespace(&posted.info).await
+    }
+
+    /// At a namespace gate, the earlier messages list the canary that just
+    /// started waiting too: they are rewritten, as jobs of their own.
+    async fn refresh_namespace(&self, info: &WaitInfo) -> Result<(), SendError> {
+        let namespace_gate = GateKey::parse(&info.gate, None)
+            .is_ok_and(|k| matches!(k.scope, crate::gate::Scope::Namespace(_)));
+        if !namespace_gate {
+            return Ok(());
+        }
+        let others: Vec<i64> = record::waits_of_gate(&self.store, &info.gate)
+            .await
+            .map_err(store_err)?
+            .into_iter()
+            .filter(|w| *w != info.wait_id)
+            .collect();
+        if others.is_empty() {
+            return Ok(());
+        }
+        let now = self.now();
+        let mut tx = self.store.begin().await.map_err(store_err)?;
+        for wait_id in others {
+            let job = SlackJob::Refresh { wait_id }
+                .job(None)
+                .map_err(|e| SendError::Permanent(e.to_string()))?;
+            Store::enqueue(&mut tx, &job, now)
+                .await
+                .map_err(store_err)?;
+        }
+        tx.commit().await.map_err(store_err)
     }
 
     /// Rewrites a posted message from the stored state (no-op until it is posted:
