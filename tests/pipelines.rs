@@ -456,6 +456,8 @@ async fn creating_twice_is_idempotent_and_a_different_body_conflicts(backend: Ba
     assert_eq!(r.status().as_u16(), 401);
     for path in [
         "/gates/promote/Test",
+        "/gates/promote/%C3%A9",
+        "/gates/promote/named/na%C3%AFve",
         "/gates/promote/-x",
         "/gates/promote/named/a..b",
     ] {
