@@ -409,7 +409,7 @@ impl Sink for GithubSink {
     }
 
     fn plan(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
-        let gates: Vec<&String> = match notice {
+        let gates: Vec<&GateKey> = match notice {
             Notice::WaitStarted { gate, .. }
             | Notice::WaitEnded { gate, .. }
             | Notice::GateChanged { gate, .. } => vec![gate],
@@ -417,7 +417,6 @@ impl Sink for GithubSink {
         };
         let prs: BTreeSet<(RepoName, PrNumber)> = gates
             .into_iter()
-            .filter_map(|g| GateKey::parse(g, None).ok())
             .filter_map(|k| k.pr().map(|(r, n)| (r.clone(), n)))
             .filter(|(r, _)| self.allowed.is_empty() || self.allowed.contains(r))
             .collect();

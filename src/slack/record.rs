@@ -9,17 +9,19 @@ use std::marker::PhantomData;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gate::Millis;
+use crate::gate::audit::as_text;
+use crate::gate::{CanaryRef, GateKey, Millis};
 use crate::store::{
     SlackDecision, SlackEnding, SlackFinal, SlackMessage, Store, StoreError, WriteTx,
 };
 
-/// The wait a message announces.
+/// The wait a message announces. Stored in jobs with its key and canary as text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WaitInfo {
     pub wait_id: i64,
-    pub gate: String,
-    pub canary: String,
+    pub gate: GateKey,
+    #[serde(with = "as_text")]
+    pub canary: CanaryRef,
     pub checksum: String,
     pub phase: String,
     #[serde(default)]
@@ -191,14 +193,17 @@ impl Fact for Posted {
         let Some(m) = store.slack_message(wait_id).await? else {
             return Ok(None);
         };
-        let metadata = serde_json::from_str(&m.metadata).map_err(|e| {
-            StoreError::Corrupt(format!("metadata of Slack message {wait_id}: {e}"))
-        })?;
+        let corrupt = |what: &str, e: &dyn std::fmt::Display| {
+            StoreError::Corrupt(format!("{what} of Slack message {wait_id}: {e}"))
+        };
+        let metadata = serde_json::from_str(&m.metadata).map_err(|e| corrupt("metadata", &e))?;
+        let gate = GateKey::parse(&m.gate, None).map_err(|e| corrupt("gate", &e))?;
+        let canary = m.canary.parse().map_err(|e| corrupt("canary", &e))?;
         Ok(Some(Posted {
             info: WaitInfo {
                 wait_id: m.wait_id,
-                gate: m.gate,
-                canary: m.canary,
+                gate,
+                canary,
                 checksum: m.checksum,
                 phase: m.phase,
                 metadata,
@@ -214,8 +219,8 @@ impl Fact for Posted {
             .map_err(|e| StoreError::Corrupt(format!("cannot encode metadata: {e}")))?;
         let m = SlackMessage {
             wait_id,
-            gate: self.info.gate.clone(),
-            canary: self.info.canary.clone(),
+            gate: self.info.gate.to_string(),
+            canary: self.info.canary.to_string(),
             checksum: self.info.checksum.clone(),
             phase: self.info.phase.clone(),
             metadata,
