@@ -74,6 +74,13 @@ pub struct DropLabels {
     pub reason: &'static str,
 }
 
+/// Which queue a write transaction worked: `inbox`, `outbox`, or `none`
+/// (gate checks, API commands, housekeeping).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    pub queue: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub http_requests: Family<HttpLabels, Counter>,
@@ -227,6 +234,16 @@ impl Metrics {
             events,
             notifications_dropped,
         }
+    }
+
+    /// Registers the store's count of committed write transactions (kept by
+    /// the store, which commits them).
+    pub fn count_store_writes(&mut self, committed: Family<WriteLabels, Counter>) {
+        self.registry.register(
+            "store_write_transactions",
+            "Write transactions committed, by the queue they worked (inbox, outbox, none); idle claims, heartbeats and probes are not counted",
+            committed,
+        );
     }
 
     /// Counts a notification that was not sent on its own.

@@ -132,7 +132,7 @@ async fn approval_while_waiting_promotes_next_tick(backend: Backend) {
     server.drained().await;
     assert!(sink.waits_started()
             .iter()
-            .any(|n| matches!(n, Notice::WaitStarted { gate, checksum, .. } if gate == "/gates/promote/acme/shop/pr/8" && checksum == "rev-b")), "drained, yet still waiting for the promotion wait notice");
+            .any(|n| matches!(n, Notice::WaitStarted { gate, checksum, .. } if gate.to_string() == "/gates/promote/acme/shop/pr/8" && checksum == "rev-b")), "drained, yet still waiting for the promotion wait notice");
 
     server.open("/gates/promote/pr/8").await;
     sim.tick().await;
@@ -460,7 +460,7 @@ async fn event_hook_records_timeline(backend: Backend) {
     // Milestones reach the sinks, tied to the canary's PR gates.
     server.drained().await;
     assert!(sink.notices().iter().any(|n| matches!(n, Notice::CanaryEvent { kind, gates, .. }
-            if kind == "promotion_completed" && gates.contains(&"/gates/promote/acme/shop/pr/14".to_string()))), "drained, yet still waiting for the completion notice");
+            if kind == "promotion_completed" && gates.iter().any(|g| g.to_string() == "/gates/promote/acme/shop/pr/14"))), "drained, yet still waiting for the completion notice");
 }
 
 // ---- SQLite-only and clock-driven behaviour ----

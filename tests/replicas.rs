@@ -215,7 +215,7 @@ async fn outbox_jobs_are_sent_once_across_replicas_and_survive_a_dead_worker() {
         .into_iter()
         .chain(sink_b.notices())
         .map(|n| match n {
-            gatebot::notify::Notice::GateChanged { gate, .. } => gate,
+            gatebot::notify::Notice::GateChanged { gate, .. } => gate.to_string(),
             other => panic!("unexpected {other:?}"),
         })
         .collect();
@@ -232,8 +232,8 @@ async fn outbox_jobs_are_sent_once_across_replicas_and_survive_a_dead_worker() {
         .unwrap()
         .as_millis() as i64;
     let notice = gatebot::notify::Notice::GateChanged {
-        gate: "/gates/promote/acme/shop/pr/99".into(),
-        action: "open".into(),
+        gate: gatebot::gate::GateKey::parse("/gates/promote/acme/shop/pr/99", None).unwrap(),
+        action: gatebot::gate::AuditAction::Open,
         actor: gatebot::gate::Actor::new("alice", gatebot::gate::Source::Api),
         reason: None,
         at: now,

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use gatebot::gate::{PrNumber, RepoName};
+use gatebot::gate::{GateKey, PrNumber, RepoName};
 use gatebot::github::pushes;
 use gatebot::slack::record::{self, Decision, Ended, Final, Posted, WaitInfo};
 use gatebot::store::{StatusComment, Store};
@@ -35,8 +35,8 @@ fn repo() -> RepoName {
 fn info(wait_id: i64, gate: &str, canary: &str) -> WaitInfo {
     WaitInfo {
         wait_id,
-        gate: gate.into(),
-        canary: canary.into(),
+        gate: GateKey::parse(gate, None).expect("a gate key"),
+        canary: Some(canary.parse().expect("a canary")),
         checksum: format!("rev-{wait_id}"),
         phase: "Progressing".into(),
         metadata: BTreeMap::from([("pr".to_string(), "42".to_string())]),
@@ -134,7 +134,7 @@ async fn slack_facts_round_trip(backend: Backend) {
     let mut gate_waits = Vec::new();
     for id in 1..=22 {
         let posted = Posted {
-            info: info(id, "promote/pr/acme/shop#42", canary),
+            info: info(id, "/gates/promote/acme/shop/pr/42", canary),
             channel: "C1".into(),
             ts: format!("1700000000.{id:06}"),
         };
@@ -148,7 +148,7 @@ async fn slack_facts_round_trip(backend: Backend) {
     let elsewhere = Posted {
         info: WaitInfo {
             metadata: BTreeMap::new(),
-            ..info(30, "rollback/pr/acme/shop#42", "test/other")
+            ..info(30, "/gates/rollback/acme/shop/pr/42", "test/other")
         },
         channel: "C2".into(),
         ts: "1700000001.000001".into(),
@@ -159,7 +159,7 @@ async fn slack_facts_round_trip(backend: Backend) {
         Some(elsewhere)
     );
     assert_eq!(
-        record::waits_of_gate(&store, "promote/pr/acme/shop#42")
+        record::waits_of_gate(&store, "/gates/promote/acme/shop/pr/42")
             .await
             .unwrap(),
         gate_waits[2..].to_vec(),
@@ -171,7 +171,7 @@ async fn slack_facts_round_trip(backend: Backend) {
     );
     // Posted again (a retry): the latest post of the canary is that one's.
     let again = Posted {
-        info: info(3, "promote/pr/acme/shop#42", canary),
+        info: info(3, "/gates/promote/acme/shop/pr/42", canary),
         channel: "C1".into(),
         ts: "1700000002.000003".into(),
     };
@@ -185,7 +185,9 @@ async fn slack_facts_round_trip(backend: Backend) {
         None
     );
 
-    let view = record::view(&store, info(1, "g", canary)).await.unwrap();
+    let view = record::view(&store, info(1, "/gates/promote/acme/shop/pr/1", canary))
+        .await
+        .unwrap();
     assert!(view.open(), "nothing decided, ended or final yet");
     let decision = Decision {
         approved: false,
@@ -194,7 +196,7 @@ async fn slack_facts_round_trip(backend: Backend) {
         via: "slack".into(),
         at: 400,
         reason: Some("too slow".into()),
-        rollback_gate: Some("rollback/pr/acme/shop#42".into()),
+        rollback_gate: Some("/gates/rollback/acme/shop/pr/42".into()),
     };
     record::put(&store, &record::decision_key(1), &decision, 400)
         .await
@@ -214,11 +216,15 @@ async fn slack_facts_round_trip(backend: Backend) {
     record::put(&store, &record::final_key(1), &fin, 600)
         .await
         .unwrap();
-    let view = record::view(&store, info(1, "g", canary)).await.unwrap();
+    let view = record::view(&store, info(1, "/gates/promote/acme/shop/pr/1", canary))
+        .await
+        .unwrap();
     assert_eq!(view.decision, Some(decision));
     assert_eq!(view.ended, Some(ended));
     assert_eq!(view.final_state, Some(fin));
-    let other = record::view(&store, info(2, "g", canary)).await.unwrap();
+    let other = record::view(&store, info(2, "/gates/promote/acme/shop/pr/2", canary))
+        .await
+        .unwrap();
     assert!(other.open(), "facts are per wait");
 }
 
@@ -297,7 +303,7 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
     let pool = previous_schema(&db).await;
     let posted = |id: i64, canary: &str| {
         json!({
-            "info": {"wait_id": id, "gate": "promote/pr/acme/shop#42", "canary": canary,
+            "info": {"wait_id": id, "gate": "/gates/promote/acme/shop/pr/42", "canary": canary,
                      "checksum": format!("rev-{id}"), "phase": "Progressing",
                      "metadata": {"pr": "42", "team": "shop"}, "since": 1_000 + id},
             "channel": "C1", "ts": format!("1700000000.{id:06}"),
@@ -327,7 +333,7 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
         // Written before messages kept metadata: serde's default, an empty map.
         (
             "slack-msg:7".into(),
-            json!({"info": {"wait_id": 7, "gate": "g7", "canary": "test/old", "checksum": "c",
+            json!({"info": {"wait_id": 7, "gate": "/gates/promote/acme/shop/pr/7", "canary": "test/old", "checksum": "c",
                             "phase": "Progressing", "since": 7}, "channel": "C7", "ts": "7.0"})
             .to_string(),
             202,
@@ -342,7 +348,7 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
         (
             "slack-decision:7".into(),
             json!({"approved": false, "user_id": null, "name": "bob", "via": "api",
-                   "at": 301, "reason": "no", "rollback_gate": "rollback/pr/acme/shop#42"})
+                   "at": 301, "reason": "no", "rollback_gate": "/gates/rollback/acme/shop/pr/42"})
             .to_string(),
             301,
         ),
@@ -360,7 +366,7 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
         ),
         ("slack-canary:test/podinfo".into(), "6".into(), 201),
         (
-            "slack-gate:promote/pr/acme/shop#42".into(),
+            "slack-gate:/gates/promote/acme/shop/pr/42".into(),
             "[5,6]".into(),
             201,
         ),
@@ -414,8 +420,11 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
         .await
         .unwrap()
         .expect("message 5");
-    assert_eq!(five.info.gate, "promote/pr/acme/shop#42");
-    assert_eq!(five.info.canary, "test/podinfo");
+    assert_eq!(five.info.gate.to_string(), "/gates/promote/acme/shop/pr/42");
+    assert_eq!(
+        five.info.canary.as_ref().unwrap().to_string(),
+        "test/podinfo"
+    );
     assert_eq!(five.info.checksum, "rev-5");
     assert_eq!(five.info.since, 1_005);
     assert_eq!(
@@ -435,7 +444,7 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
         .expect("message 7");
     assert!(seven.info.metadata.is_empty());
     assert_eq!(
-        record::waits_of_gate(&store, "promote/pr/acme/shop#42")
+        record::waits_of_gate(&store, "/gates/promote/acme/shop/pr/42")
             .await
             .unwrap(),
         vec![5, 6]
@@ -477,7 +486,7 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
     assert_eq!(decision7.reason.as_deref(), Some("no"));
     assert_eq!(
         decision7.rollback_gate.as_deref(),
-        Some("rollback/pr/acme/shop#42")
+        Some("/gates/rollback/acme/shop/pr/42")
     );
     assert_eq!(
         record::get(&store, &record::decision_key(6)).await.unwrap(),

@@ -58,7 +58,9 @@ impl Gatebot {
         }
         let clock = options.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let store = Store::connect(&config.database_url).await?;
-        let metrics = Arc::new(Metrics::new());
+        let mut metrics = Metrics::new();
+        metrics.count_store_writes(store.write_health().committed().clone());
+        let metrics = Arc::new(metrics);
         let templates = templates::Templates::new(config.templates_dir.clone())?;
         let policy = policy::Policy::from_config(&config)?;
         let outbox_wake = Arc::new(Notify::new());

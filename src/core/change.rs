@@ -65,19 +65,13 @@ impl Engine {
     /// canary asks. Returns how many.
     pub async fn expire_due(&self) -> Result<usize, EngineError> {
         let now = self.now();
-        let due: Vec<GateKey> = self
-            .store
-            .expired_gates(now)
-            .await?
-            .iter()
-            .filter_map(|k| GateKey::parse(k, None).ok())
-            .collect();
+        let due = self.store.expired_gates(now).await?;
         let who = Provenance::new(Actor::gatebot()).reason(Some("approval expired".into()));
         let mut expired = 0;
         for key in &due {
             let mut unit = self.begin().await?;
             let gate = unit
-                .change(key, "expire", &who, |gate, now, _| {
+                .change(key, AuditAction::Expire, &who, |gate, now, _| {
                     Ok(match &gate.status {
                         GateStatus::Open(a) if a.expired(now) => Some(GateStatus::Closed {
                             change: Some(Change {

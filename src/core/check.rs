@@ -121,12 +121,12 @@ impl Engine {
             if let GateStatus::Open(approval) = &gate.status {
                 audits.push(AuditEntry {
                     at: now,
-                    gate: key.to_string(),
-                    action: "expire".into(),
+                    gate: key.clone(),
+                    action: AuditAction::Expire,
                     actor: Actor::gatebot(),
                     reason: Some(format!("approval by {} expired", approval.change.by.name)),
                     revision: Some(check.checksum.clone()),
-                    canary: Some(check.canary.to_string()),
+                    canary: Some(check.canary.clone()),
                     delivery: None,
                 });
             }
@@ -139,8 +139,8 @@ impl Engine {
             };
             Store::put_gate(&mut tx, &gate).await?;
             notices.push(Notice::GateChanged {
-                gate: key.to_string(),
-                action: "expire".into(),
+                gate: key.clone(),
+                action: AuditAction::Expire,
                 actor: Actor::gatebot(),
                 reason: Some("approval expired".into()),
                 at: now,
@@ -166,12 +166,12 @@ impl Engine {
                 if pinned == check.checksum {
                     audits.push(AuditEntry {
                         at: now,
-                        gate: key.to_string(),
-                        action: "pin".into(),
+                        gate: key.clone(),
+                        action: AuditAction::Pin,
                         actor: approval.change.by.clone(),
                         reason: Some(format!("approval used by {}", check.canary)),
                         revision: Some(pinned),
-                        canary: Some(check.canary.to_string()),
+                        canary: Some(check.canary.clone()),
                         delivery: None,
                     });
                 } else {
@@ -206,18 +206,18 @@ impl Engine {
                 {
                     audits.push(AuditEntry {
                         at: now,
-                        gate: key.to_string(),
-                        action: "wait".into(),
+                        gate: key.clone(),
+                        action: AuditAction::Wait,
                         actor: Actor::gatebot(),
                         reason: Some(verdict.reason.clone()),
                         revision: Some(check.checksum.clone()),
-                        canary: Some(check.canary.to_string()),
+                        canary: Some(check.canary.clone()),
                         delivery: None,
                     });
                     notices.push(Notice::WaitStarted {
                         wait_id,
-                        gate: key.to_string(),
-                        canary: check.canary.to_string(),
+                        gate: key.clone(),
+                        canary: Some(check.canary.clone()),
                         checksum: check.checksum.clone(),
                         phase: check.phase.clone(),
                         reason: verdict.reason.clone(),
@@ -276,8 +276,8 @@ impl Engine {
 fn wait_ended(id: i64, key: &GateKey, check: &Check, outcome: &str, at: Millis) -> Notice {
     Notice::WaitEnded {
         wait_id: id,
-        gate: key.to_string(),
-        canary: check.canary.to_string(),
+        gate: key.clone(),
+        canary: Some(check.canary.clone()),
         outcome: outcome.to_string(),
         at,
     }

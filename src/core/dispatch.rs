@@ -48,13 +48,13 @@ pub enum Outcome<D> {
     Denied(D),
     /// A hold stands in the way; lifting it is the person's next step.
     Held {
-        gate: String,
+        gate: GateKey,
         by: String,
         via: Source,
     },
     /// Sent before the gate's last close, so it was about what came before.
     WrittenBeforeClose {
-        gate: String,
+        gate: GateKey,
         closed_at: Millis,
     },
 }

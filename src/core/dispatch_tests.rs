@@ -10,7 +10,7 @@ use super::dispatch::{self, Authorizer, Outcome, Request};
 use super::{Engine, EngineSettings, Provenance, CHECK_DEADLINE};
 use crate::clock::ManualClock;
 use crate::command::Command;
-use crate::gate::{Actor, Channels, GateKey, GateStatus, Source};
+use crate::gate::{Actor, Channels, DeliveryId, GateKey, GateStatus, Source};
 use crate::metrics::Metrics;
 use crate::notify::{BoxFuture, Notifier, SendError};
 use crate::store::Store;
@@ -73,7 +73,7 @@ fn request(command: Command, gate: &str, delivery: &str, written_at: i64) -> Req
         command,
         subject: Subject::Gate(key(gate)),
         who: Provenance::new(Actor::new("alice", Source::Github))
-            .delivery(delivery)
+            .delivery(DeliveryId::github(delivery))
             .written_at(Some(written_at)),
     }
 }
@@ -87,7 +87,7 @@ async fn actions(engine: &Engine, gate: &str) -> Vec<String> {
         .await
         .expect("audit");
     log.reverse();
-    log.into_iter().map(|e| e.action).collect()
+    log.into_iter().map(|e| e.action.to_string()).collect()
 }
 
 #[tokio::test]

@@ -16,7 +16,7 @@ impl Engine {
         let kind = classify(message);
         let row = EventRow {
             received_at: now,
-            canary: canary.to_string(),
+            canary: canary.clone(),
             phase: input.phase.clone(),
             checksum: input.checksum.clone(),
             event_type: event_type.to_string(),
@@ -25,10 +25,10 @@ impl Engine {
             flagger_at,
             metadata: serde_json::to_string(&input.metadata).unwrap_or_else(|_| "{}".into()),
         };
-        let mut gates: Vec<String> = self.store.gates_of_canary(&canary.to_string()).await?;
+        let mut gates = self.store.gates_of_canary(canary).await?;
         if let Some(pr) = self.pr_from_metadata(&input.metadata) {
             for kind in [GateKind::Start, GateKind::Promote] {
-                let key = GateKey::new(kind, pr.clone()).to_string();
+                let key = GateKey::new(kind, pr.clone());
                 if !gates.contains(&key) {
                     gates.push(key);
                 }
@@ -39,26 +39,23 @@ impl Engine {
         let mut notices = Vec::new();
         if kind.is_final() {
             let outcome = kind.as_str();
-            let keys: HashSet<&String> = gates.iter().collect();
+            let keys: HashSet<&GateKey> = gates.iter().collect();
             for key in keys {
-                let Ok(key) = GateKey::parse(key, None) else {
-                    continue;
-                };
-                if let Some(id) = Store::end_wait(&mut tx, &key, canary, outcome, now).await? {
+                if let Some(id) = Store::end_wait(&mut tx, key, canary, outcome, now).await? {
                     notices.push(Notice::WaitEnded {
                         wait_id: id,
-                        gate: key.to_string(),
-                        canary: canary.to_string(),
+                        gate: key.clone(),
+                        canary: Some(canary.clone()),
                         outcome: outcome.to_string(),
                         at: now,
                     });
-                    self.memory().end_wait(&key, canary);
+                    self.memory().end_wait(key, canary);
                 }
             }
         }
         if kind.is_milestone() {
             notices.push(Notice::CanaryEvent {
-                canary: canary.to_string(),
+                canary: canary.clone(),
                 gates,
                 kind: kind.as_str().to_string(),
                 message: message.to_string(),

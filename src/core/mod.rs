@@ -36,8 +36,8 @@ use crate::clock::SharedClock;
 use crate::gate::event::{classify, EventKind};
 use crate::gate::state::{closed_word, one_line, open_hint};
 use crate::gate::{
-    decide, wait_step, Actor, Answer, CanaryRef, Change, Channels, Check, Gate, GateKey, GateKind,
-    GateStatus, Millis, RepoName, Scope, Verdict, WaitStep,
+    decide, wait_step, Actor, Answer, AuditAction, CanaryRef, Change, Channels, Check, DeliveryId,
+    Gate, GateKey, GateKind, GateStatus, Millis, RepoName, Scope, Verdict, WaitStep,
 };
 use crate::metrics::{ActionLabels, GateLabels, KindLabels, Metrics};
 use crate::notify::{Notice, Notifier};
@@ -51,14 +51,14 @@ use memory::{Memory, Observed};
 pub enum EngineError {
     #[error("{gate} is held by {by} via {via}: lift the hold first")]
     Held {
-        gate: String,
+        gate: GateKey,
         by: String,
         via: crate::gate::Source,
     },
     /// The command predates the gate's last close, so it was about an earlier
     /// revision (or a state someone has since ended).
     #[error("{gate} closed at {}, after this was sent: send it again if it still holds", crate::gate::state::rfc3339(*closed_at))]
-    WrittenBeforeClose { gate: String, closed_at: Millis },
+    WrittenBeforeClose { gate: GateKey, closed_at: Millis },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -96,7 +96,7 @@ pub struct Provenance {
     pub actor: Actor,
     pub reason: Option<String>,
     /// Webhook delivery or click id: the same delivery never applies twice.
-    pub delivery: Option<String>,
+    pub delivery: Option<DeliveryId>,
     /// When the person gave the command, by the source's signed time (GitHub's
     /// `updated_at`, Slack's request timestamp). An open written before the
     /// gate's last close is refused: it was about what came before.
@@ -122,8 +122,8 @@ impl Provenance {
         self
     }
 
-    pub fn delivery(mut self, delivery: impl Into<String>) -> Self {
-        self.delivery = Some(delivery.into());
+    pub fn delivery(mut self, delivery: DeliveryId) -> Self {
+        self.delivery = Some(delivery);
         self
     }
 
@@ -167,18 +167,16 @@ impl Engine {
         }
         store
             .each_observation(|o| {
-                if let Ok(gate) = GateKey::parse(&o.gate, None) {
-                    memory.load(Observed {
-                        gate: &gate,
-                        canary: &o.canary,
-                        checksum: &o.checksum,
-                        phase: &o.phase,
-                        answer: o.answer,
-                        reason: &o.reason,
-                        wait_open: o.wait_open,
-                        last_seen: o.last_seen,
-                    });
-                }
+                memory.load(Observed {
+                    gate: &o.gate,
+                    canary: &o.canary,
+                    checksum: &o.checksum,
+                    phase: &o.phase,
+                    answer: o.answer,
+                    reason: &o.reason,
+                    wait_open: o.wait_open,
+                    last_seen: o.last_seen,
+                });
             })
             .await?;
         memory.shrink_to_fit();
@@ -261,7 +259,7 @@ impl Engine {
             self.metrics
                 .audit_events
                 .get_or_create(&ActionLabels {
-                    action: entry.action.clone(),
+                    action: entry.action.to_string(),
                 })
                 .inc();
         }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::unit::{audit_entry, Unit};
 use super::{Engine, EngineError, Provenance};
-use crate::gate::{Gate, GateKey, Millis, Scope};
+use crate::gate::{AuditAction, Gate, GateKey, Millis, Scope};
 use crate::notify::Notice;
 use crate::store::{NamedGate, NamedSpec, Store, StoreError};
 
@@ -45,11 +45,11 @@ pub struct Named {
 }
 
 /// The outcome of a wait that ends because its named gate changed.
-fn announcement_outcome(action: &str) -> Option<&'static str> {
+fn announcement_outcome(action: AuditAction) -> Option<&'static str> {
     match action {
-        "open" => Some("approved"),
-        "close" => Some("rejected"),
-        "hold" => Some("held"),
+        AuditAction::Open => Some("approved"),
+        AuditAction::Close => Some("rejected"),
+        AuditAction::Hold => Some("held"),
         _ => None,
     }
 }
@@ -106,8 +106,8 @@ impl Engine {
         if let Some(wait_id) = Store::start_announcement(unit.tx(), key, &text, now).await? {
             notices.push(Notice::WaitStarted {
                 wait_id,
-                gate: key.to_string(),
-                canary: String::new(),
+                gate: key.clone(),
+                canary: None,
                 checksum: String::new(),
                 phase: String::new(),
                 reason: format!("waiting for approval of {}", key.subject()),
@@ -115,7 +115,7 @@ impl Engine {
                 at: now,
             });
         }
-        unit.record(audit_entry(key, "create", who, now), &notices)
+        unit.record(audit_entry(key, AuditAction::Create, who, now), &notices)
             .await?;
         let gate = unit.gate(key).await?;
         unit.commit().await?;
@@ -180,7 +180,7 @@ impl Engine {
 pub(super) async fn decided(
     unit: &mut Unit<'_>,
     key: &GateKey,
-    action: &str,
+    action: AuditAction,
 ) -> Result<(), StoreError> {
     let Some(outcome) = announcement_outcome(action) else {
         return Ok(());
@@ -192,8 +192,8 @@ pub(super) async fn decided(
     if let Some(wait_id) = Store::end_wait_of(unit.tx(), key, "", outcome, now).await? {
         let notice = Notice::WaitEnded {
             wait_id,
-            gate: key.to_string(),
-            canary: String::new(),
+            gate: key.clone(),
+            canary: None,
             outcome: outcome.to_string(),
             at: now,
         };
@@ -215,20 +215,14 @@ async fn end_waits(
         .iter()
         .map(|(wait_id, canary)| Notice::WaitEnded {
             wait_id: *wait_id,
-            gate: key.to_string(),
+            gate: key.clone(),
             canary: canary.clone(),
             outcome: outcome.to_string(),
             at: now,
         })
         .collect();
     unit.notify(&notices).await?;
-    Ok(ended
-        .into_iter()
-        .filter_map(|(_, c)| {
-            let (ns, name) = c.split_once('/')?;
-            crate::gate::CanaryRef::new(ns, name).ok()
-        })
-        .collect())
+    Ok(ended.into_iter().filter_map(|(_, c)| c).collect())
 }
 
 /// What the announcement carries to the sinks: the Slack channel, the PR

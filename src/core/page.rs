@@ -35,24 +35,24 @@ impl Engine {
                 next: None,
             });
         };
-        let mut stored: HashMap<String, Gate> = match self.store.backend() {
+        let (first, last) = (first.to_string(), last.to_string());
+        let mut stored: HashMap<GateKey, Gate> = match self.store.backend() {
             Backend::Sqlite => {
                 let memory = self.memory();
                 keys.iter()
-                    .filter_map(|k| GateKey::parse(k, None).ok())
-                    .filter_map(|k| memory.gate(&k).map(|g| (k.to_string(), g)))
+                    .filter_map(|k| memory.gate(k).map(|g| (k.clone(), g)))
                     .collect()
             }
             Backend::Postgres => self
                 .store
-                .gates_between(first, last)
+                .gates_between(&first, &last)
                 .await?
                 .into_iter()
-                .map(|g| (g.key.to_string(), g))
+                .map(|g| (g.key.clone(), g))
                 .collect(),
         };
-        let mut canaries: HashMap<String, Vec<CanarySeen>> = HashMap::new();
-        for c in self.store.canaries_between(first, last).await? {
+        let mut canaries: HashMap<GateKey, Vec<CanarySeen>> = HashMap::new();
+        for c in self.store.canaries_between(&first, &last).await? {
             canaries.entry(c.gate).or_default().push(CanarySeen {
                 canary: c.canary,
                 checksum: c.checksum,
@@ -64,22 +64,20 @@ impl Engine {
             });
         }
         let memory = self.memory();
-        let next = more.then(|| last.clone());
+        let next = more.then_some(last);
         let gates = keys
             .iter()
-            .filter_map(|text| {
-                // A key that no longer parses is skipped, as `list` does.
-                let key = GateKey::parse(text, None).ok()?;
+            .map(|key| {
                 let gate = stored
-                    .remove(text)
+                    .remove(key)
                     .unwrap_or_else(|| Gate::closed(key.clone()));
-                let mut at_gate = canaries.remove(text).unwrap_or_default();
+                let mut at_gate = canaries.remove(key).unwrap_or_default();
                 for c in &mut at_gate {
-                    if let Some(at) = memory.last_seen(&key, &c.canary) {
+                    if let Some(at) = memory.last_seen(key, &c.canary) {
                         c.last_seen = c.last_seen.max(at);
                     }
                 }
-                Some(summarise(gate, at_gate))
+                summarise(gate, at_gate)
             })
             .collect();
         Ok(GatePage { gates, next })

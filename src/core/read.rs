@@ -41,6 +41,14 @@ pub struct GateDetail {
 impl Engine {
     /// Every gate anyone opened or Flagger asked, with the canaries at it.
     pub async fn list(&self) -> Result<Vec<GateSummary>, StoreError> {
+        self.summaries(|_| true).await
+    }
+
+    /// [`Engine::list`], of the gates `keep` keeps.
+    async fn summaries(
+        &self,
+        keep: impl Fn(&GateKey) -> bool,
+    ) -> Result<Vec<GateSummary>, StoreError> {
         let mut gates: BTreeMap<String, Gate> = match self.store.backend() {
             Backend::Sqlite => self
                 .memory()
@@ -66,27 +74,24 @@ impl Engine {
             .collect();
         let mut canaries: BTreeMap<String, Vec<CanarySeen>> = BTreeMap::new();
         for o in observations {
-            if let Ok(key) = GateKey::parse(&o.gate, None) {
-                gates
-                    .entry(o.gate.clone())
-                    .or_insert_with(|| Gate::closed(key));
-            }
-            canaries
-                .entry(o.gate.clone())
-                .or_default()
-                .push(CanarySeen {
-                    waiting_since: o.wait_id.and_then(|id| waits.get(&id).copied()),
-                    canary: o.canary,
-                    checksum: o.checksum,
-                    phase: o.phase,
-                    answer: o.answer,
-                    reason: o.reason,
-                    last_seen: o.last_seen,
-                });
+            let key = o.gate.to_string();
+            gates
+                .entry(key.clone())
+                .or_insert_with(|| Gate::closed(o.gate.clone()));
+            canaries.entry(key).or_default().push(CanarySeen {
+                waiting_since: o.wait_id.and_then(|id| waits.get(&id).copied()),
+                canary: o.canary.to_string(),
+                checksum: o.checksum,
+                phase: o.phase,
+                answer: o.answer,
+                reason: o.reason,
+                last_seen: o.last_seen,
+            });
         }
         let memory = self.memory();
         Ok(gates
             .into_values()
+            .filter(|gate| keep(&gate.key))
             .map(|gate| {
                 let key = gate.key.to_string();
                 let mut at_gate = canaries.remove(&key).unwrap_or_default();
@@ -117,17 +122,8 @@ impl Engine {
         repo: &RepoName,
         number: crate::gate::PrNumber,
     ) -> Result<Vec<GateSummary>, StoreError> {
-        Ok(self
-            .list()
-            .await?
-            .into_iter()
-            .filter(|g| {
-                GateKey::parse(&g.gate, None)
-                    .ok()
-                    .and_then(|k| k.pr().map(|(r, n)| r == repo && n == number))
-                    .unwrap_or(false)
-            })
-            .collect())
+        self.summaries(|k| k.pr().is_some_and(|(r, n)| r == repo && n == number))
+            .await
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{Engine, EngineError, Provenance};
-use crate::gate::{Approval, Change, Gate, GateKey, GateStatus, Millis, Scope};
+use crate::gate::{Approval, AuditAction, Change, Gate, GateKey, GateStatus, Millis, Scope};
 use crate::metrics::CommandLabels;
 use crate::notify::Notice;
 use crate::store::{AuditEntry, NewJob, Store, StoreError, WriteTx};
@@ -23,7 +23,7 @@ pub struct Unit<'e> {
     audits: Vec<AuditEntry>,
     queued: usize,
     counts: Vec<CommandLabels>,
-    changes: Vec<(String, String, Provenance)>,
+    changes: Vec<(GateKey, AuditAction, Provenance)>,
 }
 
 impl Engine {
@@ -110,15 +110,16 @@ impl<'e> Unit<'e> {
     /// before the gate's last close; a no-op when older than the approval in force.
     pub async fn open(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
         let written = |at: Millis| who.written_at.is_some_and(|w| w < at);
-        self.change(key, "open", who, |gate, now, ttl| match &gate.status {
+        let open = AuditAction::Open;
+        self.change(key, open, who, |gate, now, ttl| match &gate.status {
             GateStatus::Held { change } => Err(EngineError::Held {
-                gate: key.to_string(),
+                gate: key.clone(),
                 by: change.by.name.clone(),
                 via: change.by.source,
             }),
             GateStatus::Closed { change: Some(c) } if written(c.at) => {
                 Err(EngineError::WrittenBeforeClose {
-                    gate: key.to_string(),
+                    gate: key.clone(),
                     closed_at: c.at,
                 })
             }
@@ -148,7 +149,7 @@ impl<'e> Unit<'e> {
 
     /// Closes a gate (a hold stays a hold).
     pub async fn close(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
-        self.change(key, "close", who, |gate, now, _| {
+        self.change(key, AuditAction::Close, who, |gate, now, _| {
             Ok(match gate.status {
                 GateStatus::Held { .. } => None,
                 _ => Some(GateStatus::Closed {
@@ -165,7 +166,7 @@ impl<'e> Unit<'e> {
 
     /// Closes a gate and refuses approvals until `unhold`.
     pub async fn hold(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
-        self.change(key, "hold", who, |_, now, _| {
+        self.change(key, AuditAction::Hold, who, |_, now, _| {
             Ok(Some(GateStatus::Held {
                 change: Change {
                     by: who.actor.clone(),
@@ -179,7 +180,7 @@ impl<'e> Unit<'e> {
 
     /// Lifts a hold; the gate stays closed until someone approves.
     pub async fn unhold(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
-        self.change(key, "unhold", who, |gate, now, _| {
+        self.change(key, AuditAction::Unhold, who, |gate, now, _| {
             Ok(match gate.status {
                 GateStatus::Held { .. } => Some(GateStatus::Closed {
                     change: Some(Change {
@@ -201,13 +202,13 @@ impl<'e> Unit<'e> {
             let engine = self.engine;
             if engine
                 .store
-                .applied(&mut self.tx, delivery, &key.to_string(), "refuse")
+                .applied(&mut self.tx, delivery, key, AuditAction::Refuse)
                 .await?
             {
                 return Ok(());
             }
         }
-        let entry = audit_entry(key, "refuse", who, self.now);
+        let entry = audit_entry(key, AuditAction::Refuse, who, self.now);
         Store::audit(&mut self.tx, &entry).await?;
         self.audits.push(entry);
         Ok(())
@@ -247,7 +248,7 @@ impl<'e> Unit<'e> {
     pub(super) async fn change(
         &mut self,
         key: &GateKey,
-        action: &str,
+        action: AuditAction,
         who: &Provenance,
         next: impl FnOnce(&Gate, Millis, Option<Duration>) -> Result<Option<GateStatus>, EngineError>,
     ) -> Result<Gate, EngineError> {
@@ -261,7 +262,7 @@ impl<'e> Unit<'e> {
             let engine = self.engine;
             if engine
                 .store
-                .applied(&mut self.tx, delivery, &key.to_string(), action)
+                .applied(&mut self.tx, delivery, key, action)
                 .await?
             {
                 return Ok(gate);
@@ -282,8 +283,8 @@ impl<'e> Unit<'e> {
             _ => None,
         };
         let notice = Notice::GateChanged {
-            gate: key.to_string(),
-            action: action.to_string(),
+            gate: key.clone(),
+            action,
             actor: who.actor.clone(),
             reason: who.reason.clone(),
             at: now,
@@ -296,22 +297,21 @@ impl<'e> Unit<'e> {
         self.audits.push(entry);
         super::named::decided(self, key, action).await?;
         self.gates.insert(key.to_string(), gate.clone());
-        self.changes
-            .push((key.to_string(), action.to_string(), who.clone()));
+        self.changes.push((key.clone(), action, who.clone()));
         Ok(gate)
     }
 }
 
 pub(super) fn audit_entry(
     key: &GateKey,
-    action: &str,
+    action: AuditAction,
     who: &Provenance,
     now: Millis,
 ) -> AuditEntry {
     AuditEntry {
         at: now,
-        gate: key.to_string(),
-        action: action.to_string(),
+        gate: key.clone(),
+        action,
         actor: who.actor.clone(),
         reason: who.reason.clone(),
         revision: None,

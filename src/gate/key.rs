@@ -256,6 +256,17 @@ fn printable(s: &str) -> String {
     out
 }
 
+/// `namespace/name`, as rows and notices store it.
+impl FromStr for CanaryRef {
+    type Err = KeyError;
+    fn from_str(s: &str) -> Result<Self, KeyError> {
+        match s.split_once('/') {
+            Some((namespace, name)) => Self::new(namespace, name),
+            None => Err(KeyError::BadCanary(s.to_string())),
+        }
+    }
+}
+
 /// What a gate belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Scope {
@@ -414,6 +425,14 @@ impl fmt::Display for GateKey {
 impl Serialize for GateKey {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
+    }
+}
+
+/// Stored keys are written whole (`Display`), so they read back without a default repository.
+impl<'de> Deserialize<'de> for GateKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::parse(&s, None).map_err(serde::de::Error::custom)
     }
 }
 

@@ -1,9 +1,11 @@
 //! The domain: gate keys, state and decisions. Knows no HTTP and no database.
 
+pub mod audit;
 pub mod event;
 pub mod key;
 pub mod state;
 
+pub use audit::{AuditAction, DeliveryId};
 pub use key::{
     CanaryRef, GateKey, GateKind, GateName, KeyError, Namespace, PrNumber, RepoName, Scope,
 };

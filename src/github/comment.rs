@@ -15,7 +15,7 @@ use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Outcome, Request};
 use crate::core::Provenance;
 use crate::gate::state::rfc3339;
-use crate::gate::{Actor, PrNumber, RepoName, Source};
+use crate::gate::{Actor, DeliveryId, PrNumber, RepoName, Source};
 use crate::notify::SendError;
 
 fn retry(e: impl std::fmt::Display) -> SendError {
@@ -84,7 +84,7 @@ impl GithubInbox {
         repo: &RepoName,
         subject: &Subject,
         stale: &Stale,
-        delivery: &str,
+        delivery: &DeliveryId,
     ) -> Result<Step, SendError> {
         let user = &e.comment.user.login;
         let number = PrNumber(e.issue.number);
@@ -138,7 +138,7 @@ impl GithubInbox {
             command,
             subject: subject.clone(),
             who: Provenance::new(Actor::new(user.clone(), Source::Github))
-                .delivery(delivery)
+                .delivery(delivery.clone())
                 .written_at(e.written_at())
                 .reason(inv.reason.clone()),
         };

@@ -21,7 +21,7 @@ use crate::core::commands::Subject;
 use crate::core::dispatch;
 use crate::core::unit::Unit;
 use crate::core::AppState;
-use crate::gate::{PrNumber, RepoName};
+use crate::gate::{DeliveryId, PrNumber, RepoName};
 use crate::notify::{BoxFuture, Handler, Lease, SendError, Settled};
 use crate::policy::Policy;
 use crate::store::{NewJob, QueueItem, Store};
@@ -180,7 +180,7 @@ impl GithubInbox {
     async fn issue_comment(
         &self,
         item: &QueueItem,
-        delivery: &str,
+        delivery: &DeliveryId,
         lease: &Lease,
     ) -> Result<Settled, SendError> {
         let e: IssueCommentEvent = serde_json::from_str(&item.payload)
@@ -209,7 +209,7 @@ impl GithubInbox {
             },
             _ => return self.settle(item, lease, Vec::new(), learned).await,
         };
-        let once = |purpose: &str| format!("github:{delivery}:{purpose}");
+        let once = |purpose: &str| delivery.once_key("github", purpose);
         let installation = e.installation.as_ref().map(|i| i.id);
         let comment = |body: String| GithubJob::Comment {
             repo: repo.clone(),
@@ -327,6 +327,11 @@ impl GithubInbox {
     }
 }
 
+/// The delivery an inbox item holds: its id is `github:` and the signed id.
+fn delivery_of(item: &QueueItem) -> DeliveryId {
+    DeliveryId::github(item.id.strip_prefix("github:").unwrap_or(&item.id))
+}
+
 fn word(p: &Parsed) -> String {
     match p {
         Parsed::Command(inv) => inv.command.as_str().to_string(),
@@ -351,9 +356,9 @@ impl Handler for GithubInbox {
 
     fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
         Box::pin(async move {
-            let delivery = item.id.strip_prefix("github:").unwrap_or(&item.id);
+            let delivery = delivery_of(item);
             match item.topic.as_str() {
-                "pull_request" => self.pull_request(delivery, &item.payload).await,
+                "pull_request" => self.pull_request(&delivery, &item.payload).await,
                 _ => Ok(()),
             }
         })
@@ -365,9 +370,9 @@ impl Handler for GithubInbox {
         lease: &'a Lease,
     ) -> BoxFuture<'a, Result<Settled, SendError>> {
         Box::pin(async move {
-            let delivery = item.id.strip_prefix("github:").unwrap_or(&item.id);
+            let delivery = delivery_of(item);
             match item.topic.as_str() {
-                "issue_comment" => self.issue_comment(item, delivery, lease).await,
+                "issue_comment" => self.issue_comment(item, &delivery, lease).await,
                 _ => self.handle(item).await.map(|()| Settled::NotYet),
             }
         })

@@ -6,7 +6,7 @@ use super::inbox::GithubInbox;
 use super::pushes;
 use crate::core::commands;
 use crate::core::Provenance;
-use crate::gate::{Actor, GateKind, Source};
+use crate::gate::{Actor, DeliveryId, GateKind, Source};
 use crate::notify::SendError;
 
 fn retry(e: impl std::fmt::Display) -> SendError {
@@ -16,7 +16,7 @@ fn retry(e: impl std::fmt::Display) -> SendError {
 impl GithubInbox {
     pub(super) async fn pull_request(
         &self,
-        delivery: &str,
+        delivery: &DeliveryId,
         payload: &str,
     ) -> Result<(), SendError> {
         let e: PullRequestEvent = serde_json::from_str(payload)
@@ -78,7 +78,7 @@ impl GithubInbox {
         };
         let who = Provenance::new(Actor::new(login, Source::Github))
             .reason(Some(reason))
-            .delivery(delivery);
+            .delivery(delivery.clone());
         commands::close_pr_gates(&self.state.engine, &repo, number, &kinds, &who)
             .await
             .map_err(retry)?;

@@ -417,7 +417,7 @@ impl Sink for GithubSink {
     }
 
     fn plan(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
-        let gates: Vec<&String> = match notice {
+        let gates: Vec<&GateKey> = match notice {
             Notice::WaitStarted { gate, .. }
             | Notice::WaitEnded { gate, .. }
             | Notice::GateChanged { gate, .. } => vec![gate],
@@ -428,12 +428,11 @@ impl Sink for GithubSink {
             // A named gate's announcement names its PR as a canary's metadata does.
             Notice::WaitStarted {
                 canary, metadata, ..
-            } if canary.is_empty() => named_pr(metadata),
+            } if canary.is_none() => named_pr(metadata),
             _ => None,
         };
         let prs: BTreeSet<(RepoName, PrNumber)> = gates
             .into_iter()
-            .filter_map(|g| GateKey::parse(g, None).ok())
             .filter_map(|k| k.pr().map(|(r, n)| (r.clone(), n)))
             .chain(named_pr)
             .filter(|(r, _)| self.allowed.is_empty() || self.allowed.contains(r))

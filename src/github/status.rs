@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::gate::{GateKey, GateKind, GateStatus, Millis, PrNumber, RepoName, Scope};
+use crate::gate::{CanaryRef, GateKey, GateKind, GateStatus, Millis, PrNumber, RepoName, Scope};
 use crate::store::{Store, StoreError};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -99,16 +99,16 @@ pub async fn view(
         if gate.is_none() && observations.is_empty() && name.is_none() {
             continue;
         }
-        let open_since: BTreeMap<&str, Millis> = waits
+        let open_since: BTreeMap<Option<&CanaryRef>, Millis> = waits
             .iter()
             .filter(|w| w.ended_at.is_none())
-            .map(|w| (w.canary.as_str(), w.started_at))
+            .map(|w| (w.canary.as_ref(), w.started_at))
             .collect();
         let mut view = GateView {
             kind: kind.as_str(),
             key: key.to_string(),
             // A pipeline's gate waits for approval from its announcement on.
-            waiting: name.is_some() && open_since.contains_key(""),
+            waiting: name.is_some() && open_since.contains_key(&None),
             name,
             title,
             command: kind.command(),
@@ -144,11 +144,11 @@ pub async fn view(
             view.at = Some(c.at);
         }
         for o in observations {
-            let waiting_since = open_since.get(o.canary.as_str()).copied();
+            let waiting_since = open_since.get(&Some(&o.canary)).copied();
             view.waiting |= waiting_since.is_some();
             canaries.insert(o.canary.clone());
             view.canaries.push(CanaryView {
-                canary: o.canary,
+                canary: o.canary.to_string(),
                 phase: o.phase,
                 checksum: o.checksum,
                 answer: o.answer,
@@ -159,10 +159,13 @@ pub async fn view(
     }
     let mut events = Vec::new();
     for canary in &canaries {
-        for e in store.events(Some(canary), EVENTS_SHOWN as i64).await? {
+        for e in store
+            .events(Some(&canary.to_string()), EVENTS_SHOWN as i64)
+            .await?
+        {
             events.push(EventView {
                 at: e.received_at,
-                canary: e.canary,
+                canary: e.canary.to_string(),
                 kind: e.kind,
                 event_type: e.event_type,
                 message: e.message,

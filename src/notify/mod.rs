@@ -13,20 +13,25 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gate::{Actor, Millis, PrNumber, RepoName};
+use crate::gate::audit::as_text;
+use crate::gate::{Actor, AuditAction, CanaryRef, GateKey, Millis, PrNumber, RepoName};
 use crate::store::{NewJob, QueueItem, QueueName};
 
 pub use worker::{Drain, Idle, Worker, WorkerSettings};
 
-/// Something people may want to hear about. Stored as the payload of jobs.
+/// Something people may want to hear about. Stored as the payload of jobs:
+/// keys and canaries are kept as their text, so payloads queued before these
+/// fields were typed still read back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Notice {
     /// Flagger started waiting at a closed gate.
     WaitStarted {
         wait_id: i64,
-        gate: String,
-        canary: String,
+        gate: GateKey,
+        /// None: a named gate announced before any canary asks.
+        #[serde(with = "as_text::or_empty")]
+        canary: Option<CanaryRef>,
         checksum: String,
         phase: String,
         reason: String,
@@ -36,15 +41,16 @@ pub enum Notice {
     /// The gate opened for a waiting canary (or the wait was superseded).
     WaitEnded {
         wait_id: i64,
-        gate: String,
-        canary: String,
+        gate: GateKey,
+        #[serde(with = "as_text::or_empty")]
+        canary: Option<CanaryRef>,
         outcome: String,
         at: Millis,
     },
     /// Someone opened, closed, held or released a gate, or it expired.
     GateChanged {
-        gate: String,
-        action: String,
+        gate: GateKey,
+        action: AuditAction,
         actor: Actor,
         reason: Option<String>,
         at: Millis,
@@ -54,8 +60,9 @@ pub enum Notice {
     },
     /// A milestone from Flagger's event hook, for the gates the canary asks.
     CanaryEvent {
-        canary: String,
-        gates: Vec<String>,
+        #[serde(with = "as_text")]
+        canary: CanaryRef,
+        gates: Vec<GateKey>,
         kind: String,
         message: String,
         event_type: String,
@@ -233,5 +240,31 @@ impl Notifier {
 
     pub fn names(&self) -> Vec<&'static str> {
         self.sinks.iter().map(|s| s.name()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Payloads as the outbox holds them since before keys were typed: each
+    /// still reads back, and is written again byte for byte.
+    #[test]
+    fn stored_payloads_read_back_unchanged() {
+        for text in [
+            r#"{"type":"wait_started","wait_id":3,"gate":"/gates/promote/acme/shop/pr/42","canary":"test/podinfo","checksum":"rev-a","phase":"Progressing","reason":"waiting","metadata":{"pr":"42"},"at":10}"#,
+            r#"{"type":"wait_ended","wait_id":3,"gate":"/loadtester/gate/test/podinfo","canary":"test/podinfo","outcome":"opened","at":11}"#,
+            r#"{"type":"gate_changed","gate":"/gates/traffic/canary/test/podinfo","action":"expire","actor":{"name":"gatebot","source":"gatebot"},"reason":null,"at":12}"#,
+            r#"{"type":"canary_event","canary":"test/podinfo","gates":["/gates/start/acme/shop/pr/7","/gates/promote/acme/shop/pr/7"],"kind":"promotion_completed","message":"done","event_type":"Normal","phase":"Succeeded","checksum":"rev-a","metadata":{},"at":13}"#,
+        ] {
+            let notice: Notice = serde_json::from_str(text).expect(text);
+            assert_eq!(serde_json::to_string(&notice).unwrap(), text);
+        }
+    }
+
+    #[test]
+    fn a_payload_with_a_bad_key_is_an_error() {
+        let text = r#"{"type":"wait_ended","wait_id":3,"gate":"g","canary":"test/podinfo","outcome":"opened","at":11}"#;
+        assert!(serde_json::from_str::<Notice>(text).is_err());
     }
 }

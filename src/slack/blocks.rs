@@ -163,24 +163,24 @@ fn links_of(metadata: &std::collections::BTreeMap<String, String>) -> Vec<crate:
 
 fn context(view: &View, default_repo: Option<&RepoName>) -> WaitCtx {
     let info = &view.info;
-    let key = GateKey::parse(&info.gate, None).ok();
-    let link = pr_link(key.as_ref(), &info.metadata, default_repo);
-    let subject = match (&link, &key) {
-        (Some((s, _)), _) => s.clone(),
-        (None, Some(k)) => k.subject(),
-        (None, None) => info.canary.clone(),
+    let key = &info.gate;
+    let link = pr_link(Some(key), &info.metadata, default_repo);
+    let subject = match &link {
+        Some((s, _)) => s.clone(),
+        None => key.subject(),
     };
     WaitCtx {
-        canary: info.canary.clone(),
-        gate: info.gate.clone(),
-        kind: key
+        canary: info
+            .canary
             .as_ref()
-            .map_or("gate", |k| match k.kind {
-                GateKind::LegacyGate => "loadtester",
-                other => other.as_str(),
-            })
-            .to_string(),
-        hook: key.as_ref().map_or("", |k| k.kind.flagger_hook()).to_string(),
+            .map_or_else(String::new, ToString::to_string),
+        gate: key.to_string(),
+        kind: match key.kind {
+            GateKind::LegacyGate => "loadtester",
+            other => other.as_str(),
+        }
+        .to_string(),
+        hook: key.kind.flagger_hook().to_string(),
         subject,
         pr_url: link.map(|(_, url)| url),
         revision: info.checksum.clone(),
@@ -245,12 +245,11 @@ pub fn wait_message(
     let mut blocks = vec![section(main)];
     if view.open() {
         let value = serde_json::to_string(&ButtonValue {
-            gate: view.info.gate.clone(),
+            gate: view.info.gate.to_string(),
             wait_id: view.info.wait_id,
         })?;
         // As the click will do it: a Reject that opens a rollback gate says so.
-        let rolls_back = GateKey::parse(&view.info.gate, None)
-            .is_ok_and(|k| super::inbox::rollback_of(&k, &view.info.phase).is_some());
+        let rolls_back = super::inbox::rollback_of(&view.info.gate, &view.info.phase).is_some();
         let reject_means = if rolls_back {
             "roll the canary back"
         } else {
@@ -307,8 +306,8 @@ mod tests {
             waiting: Vec::new(),
             info: WaitInfo {
                 wait_id: 7,
-                gate: "/gates/promote/acme/shop/pr/42".into(),
-                canary: "test/podinfo".into(),
+                gate: GateKey::parse("/gates/promote/acme/shop/pr/42", None).unwrap(),
+                canary: Some("test/podinfo".parse().unwrap()),
                 checksum: "85d557f47b".into(),
                 phase: "Progressing".into(),
                 metadata: Default::default(),

@@ -18,7 +18,7 @@ use crate::core::commands::{self, Subject};
 use crate::core::dispatch::{self, Outcome, Request};
 use crate::core::AppState;
 use crate::core::{EngineError, Provenance};
-use crate::gate::{Actor, CanaryRef, GateKey, GateKind, GateStatus, Scope, Source};
+use crate::gate::{Actor, DeliveryId, GateKey, GateKind, GateStatus, Scope, Source};
 use crate::notify::{BoxFuture, Handler, SendError};
 use crate::policy::SlackRule;
 use crate::store::QueueItem;
@@ -170,20 +170,16 @@ impl SlackInbox {
         let store = &self.state.store;
         let url = i.response_url.as_deref();
         let user = i.user.id.clone();
-        let click_id = format!("slack:{}", i.click_id());
         let mut who = Provenance::new(Actor::new(i.user_label(), Source::Slack))
-            .delivery(&click_id)
+            .delivery(DeliveryId::slack_click(&i.click_id()))
             .written_at(i.signed_at);
         let key = parse_gate(&click.value.gate)?;
         let wait_id = click.value.wait_id;
         let wait = store.wait(wait_id).await.map_err(store_err)?;
         // The message showed one revision of one canary: the click approves that
         // one, never a newer revision that reaches the gate before it asks again.
-        if let Some(w) = &wait {
-            let canary = w.canary.split_once('/');
-            if let Some(canary) = canary.and_then(|(ns, name)| CanaryRef::new(ns, name).ok()) {
-                who = who.revision(canary, w.checksum.clone());
-            }
+        if let Some((w, canary)) = wait.as_ref().and_then(|w| Some((w, w.canary.clone()?))) {
+            who = who.revision(canary, w.checksum.clone());
         }
         let phase = wait.as_ref().map(|w| w.phase.clone()).unwrap_or_default();
         let command = command_for(key.kind, click.approve, &phase);
@@ -328,7 +324,7 @@ impl SlackInbox {
             subject,
             who: Provenance::new(Actor::new(c.user_label(), Source::Slack))
                 .reason(inv.reason.clone())
-                .delivery(format!("slack:{}", c.trigger_id))
+                .delivery(DeliveryId::slack_command(&c.trigger_id))
                 .written_at(c.signed_at),
         };
         let authorizer = SlackAuthorizer {
@@ -367,10 +363,7 @@ impl SlackInbox {
         let EngineError::WrittenBeforeClose { gate, .. } = e else {
             return Ok(());
         };
-        match GateKey::parse(gate, None) {
-            Ok(key) => self.refuse(&key, who, &e.to_string()).await,
-            Err(_) => Ok(()),
-        }
+        self.refuse(gate, who, &e.to_string()).await
     }
 }
 

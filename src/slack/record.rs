@@ -9,17 +9,20 @@ use std::marker::PhantomData;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gate::Millis;
+use crate::gate::audit::as_text;
+use crate::gate::{CanaryRef, GateKey, Millis};
 use crate::store::{
     SlackDecision, SlackEnding, SlackFinal, SlackMessage, Store, StoreError, WriteTx,
 };
 
-/// The wait a message announces.
+/// The wait a message announces. Stored in jobs with its key and canary as text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WaitInfo {
     pub wait_id: i64,
-    pub gate: String,
-    pub canary: String,
+    pub gate: GateKey,
+    /// None: a named gate announced before any canary asks.
+    #[serde(with = "as_text::or_empty")]
+    pub canary: Option<CanaryRef>,
     pub checksum: String,
     pub phase: String,
     #[serde(default)]
@@ -178,14 +181,13 @@ const WAITING_SHOWN: i64 = 50;
 
 pub async fn view(store: &Store, info: WaitInfo) -> Result<View, StoreError> {
     let id = info.wait_id;
-    let waiting = match crate::gate::GateKey::parse(&info.gate, None) {
-        Ok(key) if matches!(key.scope, crate::gate::Scope::Namespace(_)) => {
+    let waiting = match info.gate.scope {
+        crate::gate::Scope::Namespace(_) => {
             let mut canaries: Vec<String> = store
-                .waits(Some(&key), true, WAITING_SHOWN)
+                .waits(Some(&info.gate), true, WAITING_SHOWN)
                 .await?
                 .into_iter()
-                .map(|w| w.canary)
-                .filter(|c| !c.is_empty())
+                .filter_map(|w| w.canary.map(|c| c.to_string()))
                 .collect();
             canaries.sort();
             canaries
@@ -211,14 +213,20 @@ impl Fact for Posted {
         let Some(m) = store.slack_message(wait_id).await? else {
             return Ok(None);
         };
-        let metadata = serde_json::from_str(&m.metadata).map_err(|e| {
-            StoreError::Corrupt(format!("metadata of Slack message {wait_id}: {e}"))
-        })?;
+        let corrupt = |what: &str, e: &dyn std::fmt::Display| {
+            StoreError::Corrupt(format!("{what} of Slack message {wait_id}: {e}"))
+        };
+        let metadata = serde_json::from_str(&m.metadata).map_err(|e| corrupt("metadata", &e))?;
+        let gate = GateKey::parse(&m.gate, None).map_err(|e| corrupt("gate", &e))?;
+        let canary = match m.canary.as_str() {
+            "" => None,
+            text => Some(text.parse().map_err(|e| corrupt("canary", &e))?),
+        };
         Ok(Some(Posted {
             info: WaitInfo {
                 wait_id: m.wait_id,
-                gate: m.gate,
-                canary: m.canary,
+                gate,
+                canary,
                 checksum: m.checksum,
                 phase: m.phase,
                 metadata,
@@ -234,8 +242,12 @@ impl Fact for Posted {
             .map_err(|e| StoreError::Corrupt(format!("cannot encode metadata: {e}")))?;
         let m = SlackMessage {
             wait_id,
-            gate: self.info.gate.clone(),
-            canary: self.info.canary.clone(),
+            gate: self.info.gate.to_string(),
+            canary: self
+                .info
+                .canary
+                .as_ref()
+                .map_or_else(String::new, ToString::to_string),
             checksum: self.info.checksum.clone(),
             phase: self.info.phase.clone(),
             metadata,

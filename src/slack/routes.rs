@@ -26,7 +26,7 @@ use crate::core::commands::{self, Subject};
 use crate::core::dispatch;
 use crate::core::AppState;
 use crate::core::Provenance;
-use crate::gate::{Actor, Millis, Source};
+use crate::gate::{Actor, DeliveryId, Millis, Source};
 use crate::http::error::Reject;
 use crate::http::receipts::Receipts;
 use crate::http::SLACK_BODY_LIMIT;
@@ -198,7 +198,7 @@ async fn commands(
         Some(Verdict::Allowed) | None => {}
         Some(verdict) => {
             let who = Provenance::new(Actor::new(command.user_label(), Source::Slack))
-                .delivery(format!("slack:{}", command.trigger_id))
+                .delivery(DeliveryId::slack_command(&command.trigger_id))
                 .written_at(command.signed_at);
             let denied = SlackDenied::Approver {
                 verdict,

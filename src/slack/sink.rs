@@ -13,7 +13,7 @@ use super::blocks;
 use super::client::{Response, SlackApi};
 use super::record::{self, Decision, Ended, Final, Posted, WaitInfo};
 use crate::clock::SharedClock;
-use crate::gate::{Actor, GateKey, Millis, RepoName};
+use crate::gate::{Actor, AuditAction, GateKey, Millis, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::burst::{Admit, Burst};
 use crate::notify::{encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
@@ -127,7 +127,7 @@ impl Sink for SlackSink {
                 ..
             } => {
                 let Some(channel) = self.channel_of(metadata) else {
-                    tracing::debug!(gate, "no Slack channel for this wait: set GATEBOT_SLACK_CHANNEL or slack_channel metadata");
+                    tracing::debug!(gate = %gate, "no Slack channel for this wait: set GATEBOT_SLACK_CHANNEL or slack_channel metadata");
                     return Ok(Vec::new());
                 };
                 if let Admit::Digest { start, end } = self.burst.admit(channel, *at) {
@@ -178,8 +178,8 @@ impl Sink for SlackSink {
                 reason,
                 at,
                 ..
-            } if action == "open" => vec![SlackJob::GateOpened {
-                gate: gate.clone(),
+            } if *action == AuditAction::Open => vec![SlackJob::GateOpened {
+                gate: gate.to_string(),
                 actor: actor.clone(),
                 reason: reason.clone(),
                 at: *at,
@@ -193,7 +193,7 @@ impl Sink for SlackSink {
                 at,
                 ..
             } if THREADED.contains(&kind.as_str()) => vec![SlackJob::CanaryEvent {
-                canary: canary.clone(),
+                canary: canary.to_string(),
                 kind: kind.clone(),
                 message: message.clone(),
                 checksum: checksum.clone(),
@@ -319,12 +319,11 @@ impl SlackSink {
     /// At a namespace gate, the earlier messages list the canary that just
     /// started waiting too: they are rewritten, as jobs of their own.
     async fn refresh_namespace(&self, info: &WaitInfo) -> Result<(), SendError> {
-        let namespace_gate = GateKey::parse(&info.gate, None)
-            .is_ok_and(|k| matches!(k.scope, crate::gate::Scope::Namespace(_)));
+        let namespace_gate = matches!(info.gate.scope, crate::gate::Scope::Namespace(_));
         if !namespace_gate {
             return Ok(());
         }
-        let others: Vec<i64> = record::waits_of_gate(&self.store, &info.gate)
+        let others: Vec<i64> = record::waits_of_gate(&self.store, &info.gate.to_string())
             .await
             .map_err(store_err)?
             .into_iter()

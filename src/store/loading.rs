@@ -6,14 +6,14 @@
 use sqlx::Row;
 
 use super::{rows, Result, Store};
-use crate::gate::{Answer, Gate, GateStatus, Millis};
+use crate::gate::{Answer, Gate, GateKey, GateStatus, Millis};
 
 const PAGE: i64 = 2000;
 
 /// The last check of a canary at a gate, as the engine keeps it.
 #[derive(Debug, Clone)]
 pub struct SeenRow {
-    pub gate: String,
+    pub gate: GateKey,
     pub canary: String,
     pub checksum: String,
     pub phase: String,
@@ -84,8 +84,9 @@ impl Store {
                 return Ok(());
             }
             for row in &rows {
+                let gate_key: String = row.try_get("gate_key")?;
                 let seen = SeenRow {
-                    gate: row.try_get("gate_key")?,
+                    gate: rows::key_in(row, "gate_key")?,
                     canary: row.try_get("canary")?,
                     checksum: row.try_get("checksum")?,
                     phase: row.try_get("phase")?,
@@ -97,7 +98,7 @@ impl Store {
                     last_seen: row.try_get("last_seen")?,
                     wait_open: row.try_get::<Option<i64>, _>("wait_id")?.is_some(),
                 };
-                gate.clone_from(&seen.gate);
+                gate = gate_key;
                 canary.clone_from(&seen.canary);
                 f(seen);
             }

@@ -25,7 +25,9 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 use tokio::sync::Mutex;
 
-use crate::gate::{Actor, Answer, CanaryRef, Gate, GateKey, GateStatus, Millis, Source};
+use crate::gate::{
+    Actor, Answer, AuditAction, CanaryRef, DeliveryId, Gate, GateKey, GateStatus, Millis, Source,
+};
 
 pub use loading::SeenRow;
 pub use named::{Link, NamedGate, NamedSpec};
@@ -270,14 +272,12 @@ impl Store {
     }
 
     /// Open gates whose approval ran out by `now`.
-    pub async fn expired_gates(&self, now: Millis) -> Result<Vec<String>> {
+    pub async fn expired_gates(&self, now: Millis) -> Result<Vec<GateKey>> {
         let rows = sqlx::query("SELECT key FROM gates WHERE status = 'open' AND expires_at <= $1")
             .bind(now)
             .fetch_all(&self.pool)
             .await?;
-        rows.iter()
-            .map(|r| r.try_get("key").map_err(Into::into))
-            .collect()
+        rows.iter().map(|r| rows::key_in(r, "key")).collect()
     }
 
     /// Records the revision an approval was first used for. Returns the pinned
@@ -473,14 +473,14 @@ impl Store {
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(entry.at)
-        .bind(entry.gate.clone())
-        .bind(entry.action.clone())
+        .bind(entry.gate.to_string())
+        .bind(entry.action.as_str())
         .bind(entry.actor.name.clone())
         .bind(entry.actor.source.as_str())
         .bind(entry.reason.clone())
         .bind(entry.revision.clone())
-        .bind(entry.canary.clone())
-        .bind(entry.delivery.clone())
+        .bind(entry.canary.as_ref().map(CanaryRef::to_string))
+        .bind(entry.delivery.as_ref().map(|d| d.as_str().to_string()))
         .execute(tx.conn())
         .await?;
         Ok(())
@@ -505,7 +505,7 @@ impl Store {
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
         )
         .bind(e.received_at)
-        .bind(e.canary.clone())
+        .bind(e.canary.to_string())
         .bind(e.phase.clone())
         .bind(e.checksum.clone())
         .bind(e.event_type.clone())
@@ -530,16 +530,14 @@ impl Store {
     }
 
     /// The gates a canary has asked, most recent first: how an event finds its PR.
-    pub async fn gates_of_canary(&self, canary: &str) -> Result<Vec<String>> {
+    pub async fn gates_of_canary(&self, canary: &CanaryRef) -> Result<Vec<GateKey>> {
         let rows = sqlx::query(
             "SELECT gate_key FROM observations WHERE canary = $1 ORDER BY last_seen DESC",
         )
         .bind(canary.to_string())
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| r.try_get("gate_key").map_err(Into::into))
-            .collect()
+        rows.iter().map(|r| rows::key_in(r, "gate_key")).collect()
     }
 }
 
@@ -586,16 +584,16 @@ impl Store {
     pub async fn applied(
         &self,
         tx: &mut WriteTx<'_>,
-        delivery: &str,
-        gate: &str,
-        action: &str,
+        delivery: &DeliveryId,
+        gate: &GateKey,
+        action: AuditAction,
     ) -> Result<bool> {
         let row = sqlx::query(
             "SELECT COUNT(*) AS n FROM audit WHERE delivery = $1 AND gate_key = $2 AND action = $3",
         )
-        .bind(delivery.to_string())
+        .bind(delivery.as_str().to_string())
         .bind(gate.to_string())
-        .bind(action.to_string())
+        .bind(action.as_str())
         .fetch_one(tx.conn())
         .await?;
         Ok(row.try_get::<i64, _>("n")? > 0)

@@ -5,7 +5,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::{Result, Store, StoreError, WriteTx};
-use crate::gate::{GateKey, Millis, PrNumber, RepoName};
+use crate::gate::{CanaryRef, GateKey, Millis, PrNumber, RepoName};
 
 /// A link shown with a named gate: a pipeline run, a change list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -212,13 +212,13 @@ impl Store {
         Ok(row.map(|r| r.try_get("id")).transpose()?)
     }
 
-    /// Ends every open wait at a gate: (wait id, canary; empty for an announcement).
+    /// Ends every open wait at a gate: (wait id, canary; None for an announcement).
     pub async fn end_waits_of_gate(
         tx: &mut WriteTx<'_>,
         key: &GateKey,
         outcome: &str,
         at: Millis,
-    ) -> Result<Vec<(i64, String)>> {
+    ) -> Result<Vec<(i64, Option<CanaryRef>)>> {
         let rows = sqlx::query(
             "UPDATE waits SET ended_at = $2, outcome = $3 \
              WHERE gate_key = $1 AND ended_at IS NULL RETURNING id, canary",
@@ -229,7 +229,17 @@ impl Store {
         .fetch_all(tx.conn())
         .await?;
         rows.iter()
-            .map(|r| Ok((r.try_get("id")?, r.try_get("canary")?)))
+            .map(|r| {
+                let canary: String = r.try_get("canary")?;
+                let canary = match canary.as_str() {
+                    "" => None,
+                    text => Some(
+                        text.parse()
+                            .map_err(|e| StoreError::Corrupt(format!("canary {text}: {e}")))?,
+                    ),
+                };
+                Ok((r.try_get("id")?, canary))
+            })
             .collect()
     }
 }

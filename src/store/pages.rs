@@ -9,12 +9,12 @@ use std::collections::HashMap;
 use sqlx::Row;
 
 use super::{rows, Result, Store};
-use crate::gate::{Gate, GateStatus, Millis};
+use crate::gate::{Gate, GateKey, GateStatus, Millis};
 
 /// What one canary last asked one gate, as the gate list shows it.
 #[derive(Debug, Clone)]
 pub struct CanaryRow {
-    pub gate: String,
+    pub gate: GateKey,
     pub canary: String,
     pub checksum: String,
     pub phase: String,
@@ -28,7 +28,7 @@ pub struct CanaryRow {
 impl Store {
     /// Up to `limit` keys, in order, after `after`, of every gate the list
     /// shows: those with a row and those only Flagger has asked.
-    pub async fn gate_keys_after(&self, after: Option<&str>, limit: i64) -> Result<Vec<String>> {
+    pub async fn gate_keys_after(&self, after: Option<&str>, limit: i64) -> Result<Vec<GateKey>> {
         // Every key is longer than "", so "" starts from the first.
         let rows = sqlx::query(
             "SELECT k.key FROM (SELECT key FROM gates UNION SELECT gate_key AS key FROM observations) AS k \
@@ -38,9 +38,7 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| r.try_get("key").map_err(Into::into))
-            .collect()
+        rows.iter().map(|r| rows::key_in(r, "key")).collect()
     }
 
     /// The stored gates with keys from `first` to `last`, with their pins.
@@ -92,7 +90,7 @@ impl Store {
         rows.iter()
             .map(|r| {
                 Ok(CanaryRow {
-                    gate: r.try_get("gate_key")?,
+                    gate: rows::key_in(r, "gate_key")?,
                     canary: r.try_get("canary")?,
                     checksum: r.try_get("checksum")?,
                     phase: r.try_get("phase")?,

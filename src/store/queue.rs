@@ -17,6 +17,11 @@ pub enum QueueName {
 
 impl QueueName {
     fn table(self) -> &'static str {
+        self.label()
+    }
+
+    /// The queue's name in metrics and logs.
+    pub fn label(self) -> &'static str {
         match self {
             Self::Outbox => "outbox",
             Self::Inbox => "inbox",
@@ -125,6 +130,7 @@ impl Store {
         now: Millis,
     ) -> Result<bool> {
         let mut tx = self.begin().await?;
+        tx.serves(QueueName::Inbox);
         let done = sqlx::query(
             "INSERT INTO inbox (id, source, kind, payload, received_at, next_attempt_at) \
              VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (id) DO NOTHING",
@@ -144,6 +150,7 @@ impl Store {
     /// share one disk flush. Per delivery: false when it was stored before.
     pub async fn receive_many(&self, items: &[Delivery], now: Millis) -> Result<Vec<bool>> {
         let mut tx = self.begin().await?;
+        tx.serves(QueueName::Inbox);
         let mut stored = Vec::with_capacity(items.len());
         for d in items {
             let done = sqlx::query(
@@ -198,6 +205,7 @@ impl Store {
             queue.columns()
         );
         let mut tx = self.begin().await?;
+        tx.serves(queue);
         let rows = sqlx::query(&sql)
             .bind(now + lease_ms)
             .bind(owner.to_string())
@@ -206,6 +214,10 @@ impl Store {
             .bind(i64::try_from(limit.max(1)).unwrap_or(i64::MAX))
             .fetch_all(tx.conn())
             .await?;
+        if rows.is_empty() {
+            // An idle poll: not a write worth counting.
+            tx.wrote_nothing();
+        }
         tx.commit().await?;
         let mut items = rows
             .iter()
@@ -399,6 +411,7 @@ async fn settle_in(
     error: Option<&str>,
     done_at: Option<Millis>,
 ) -> Result<bool> {
+    tx.serves(queue);
     let sql = format!(
         "UPDATE {} SET state = $3, next_attempt_at = $4, last_error = COALESCE($5, last_error), \
          done_at = $6, lease_until = NULL, lease_owner = NULL WHERE id = $1 AND lease_owner = $2",

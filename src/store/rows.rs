@@ -7,25 +7,29 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::{actor_from, Result, StoreError};
-use crate::gate::{Actor, Approval, Change, Gate, GateKey, GateStatus, Millis};
+use crate::gate::audit::as_text;
+use crate::gate::{
+    Actor, Approval, AuditAction, CanaryRef, Change, DeliveryId, Gate, GateKey, GateStatus, Millis,
+};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditEntry {
     pub at: Millis,
-    pub gate: String,
-    /// open | close | hold | unhold | pin | expire | refuse | wait
-    pub action: String,
+    pub gate: GateKey,
+    pub action: AuditAction,
     pub actor: Actor,
     pub reason: Option<String>,
     pub revision: Option<String>,
-    pub canary: Option<String>,
-    pub delivery: Option<String>,
+    #[serde(with = "as_text::option")]
+    pub canary: Option<CanaryRef>,
+    pub delivery: Option<DeliveryId>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ObservationRow {
-    pub gate: String,
-    pub canary: String,
+    pub gate: GateKey,
+    #[serde(with = "as_text")]
+    pub canary: CanaryRef,
     pub checksum: String,
     pub phase: String,
     pub answer: String,
@@ -39,8 +43,10 @@ pub struct ObservationRow {
 #[derive(Debug, Clone, Serialize)]
 pub struct WaitRow {
     pub id: i64,
-    pub gate: String,
-    pub canary: String,
+    pub gate: GateKey,
+    /// None for the wait that announces a named gate before any canary asks.
+    #[serde(with = "as_text::or_empty")]
+    pub canary: Option<CanaryRef>,
     pub checksum: String,
     pub phase: String,
     pub metadata: serde_json::Value,
@@ -52,7 +58,8 @@ pub struct WaitRow {
 #[derive(Debug, Clone, Serialize)]
 pub struct EventRow {
     pub received_at: Millis,
-    pub canary: String,
+    #[serde(with = "as_text")]
+    pub canary: CanaryRef,
     pub phase: String,
     pub checksum: String,
     pub event_type: String,
@@ -67,10 +74,31 @@ fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or(serde_json::Value::Null)
 }
 
+/// The gate key in `column`; one that does not parse is corrupt, never skipped.
+pub(super) fn key_in(row: &AnyRow, column: &str) -> Result<GateKey> {
+    let text: String = row.try_get(column)?;
+    GateKey::parse(&text, None).map_err(|e| StoreError::Corrupt(format!("gate key {text}: {e}")))
+}
+
+/// The canary (`namespace/name`) in `column`.
+pub(super) fn canary_in(row: &AnyRow, column: &str) -> Result<CanaryRef> {
+    let text: String = row.try_get(column)?;
+    text.parse()
+        .map_err(|e| StoreError::Corrupt(format!("canary {text}: {e}")))
+}
+
+fn optional_canary_in(row: &AnyRow, column: &str) -> Result<Option<CanaryRef>> {
+    let text: Option<String> = row.try_get(column)?;
+    text.map(|t| {
+        t.parse()
+            .map_err(|e| StoreError::Corrupt(format!("canary {t}: {e}")))
+    })
+    .transpose()
+}
+
 pub(super) fn gate_from_row(row: &AnyRow) -> Result<Gate> {
     let key_text: String = row.try_get("key")?;
-    let key = GateKey::parse(&key_text, None)
-        .map_err(|e| StoreError::Corrupt(format!("gate key {key_text}: {e}")))?;
+    let key = key_in(row, "key")?;
     let status: String = row.try_get("status")?;
     let change = actor_from(row, "actor", "source")?.map(|by| -> Result<Change> {
         Ok(Change {
@@ -100,8 +128,8 @@ pub(super) fn gate_from_row(row: &AnyRow) -> Result<Gate> {
 
 pub(super) fn observation_from_row(row: &AnyRow) -> Result<ObservationRow> {
     Ok(ObservationRow {
-        gate: row.try_get("gate_key")?,
-        canary: row.try_get("canary")?,
+        gate: key_in(row, "gate_key")?,
+        canary: canary_in(row, "canary")?,
         checksum: row.try_get("checksum")?,
         phase: row.try_get("phase")?,
         answer: row.try_get("answer")?,
@@ -116,8 +144,15 @@ pub(super) fn observation_from_row(row: &AnyRow) -> Result<ObservationRow> {
 pub(super) fn wait_from_row(row: &AnyRow) -> Result<WaitRow> {
     Ok(WaitRow {
         id: row.try_get("id")?,
-        gate: row.try_get("gate_key")?,
-        canary: row.try_get("canary")?,
+        gate: key_in(row, "gate_key")?,
+        // "" is a named gate's announcement, which no canary made.
+        canary: match row.try_get::<String, _>("canary")?.as_str() {
+            "" => None,
+            text => Some(
+                text.parse()
+                    .map_err(|e| StoreError::Corrupt(format!("canary {text}: {e}")))?,
+            ),
+        },
         checksum: row.try_get("checksum")?,
         phase: row.try_get("phase")?,
         metadata: json(&row.try_get::<String, _>("metadata")?),
@@ -128,22 +163,27 @@ pub(super) fn wait_from_row(row: &AnyRow) -> Result<WaitRow> {
 }
 
 pub(super) fn audit_from_row(row: &AnyRow) -> Result<AuditEntry> {
+    let action: String = row.try_get("action")?;
     Ok(AuditEntry {
         at: row.try_get("at")?,
-        gate: row.try_get("gate_key")?,
-        action: row.try_get("action")?,
+        gate: key_in(row, "gate_key")?,
+        action: action
+            .parse()
+            .map_err(|e| StoreError::Corrupt(format!("audit entry: {e}")))?,
         actor: actor_from(row, "actor", "source")?.unwrap_or_else(Actor::gatebot),
         reason: row.try_get("reason")?,
         revision: row.try_get("revision")?,
-        canary: row.try_get("canary")?,
-        delivery: row.try_get("delivery")?,
+        canary: optional_canary_in(row, "canary")?,
+        delivery: row
+            .try_get::<Option<String>, _>("delivery")?
+            .map(DeliveryId::stored),
     })
 }
 
 pub(super) fn event_from_row(row: &AnyRow) -> Result<EventRow> {
     Ok(EventRow {
         received_at: row.try_get("received_at")?,
-        canary: row.try_get("canary")?,
+        canary: canary_in(row, "canary")?,
         phase: row.try_get("phase")?,
         checksum: row.try_get("checksum")?,
         event_type: row.try_get("event_type")?,

@@ -11,11 +11,14 @@
 use std::sync::Mutex as StdMutex;
 use std::time::{Duration, Instant};
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, Executor};
 use tokio::sync::MutexGuard;
 
-use super::Result;
+use super::{QueueName, Result};
+use crate::metrics::WriteLabels;
 
 /// How long ending a failed transaction may take before its connection is
 /// simply closed (closing rolls back too).
@@ -32,6 +35,10 @@ pub struct WriteTx<'a> {
     /// Where a real write's outcome is recorded (None for probes and heartbeats,
     /// which must not mask a failing real write).
     writes: Option<&'a WriteHealth>,
+    /// The queue whose items this transaction stored, claimed or settled.
+    queue: Option<QueueName>,
+    /// False when it turned out to write nothing (a claim that found nothing due).
+    counted: bool,
     _turn: Option<MutexGuard<'a, ()>>,
 }
 
@@ -50,6 +57,8 @@ impl<'a> WriteTx<'a> {
             conn,
             ended: false,
             writes,
+            queue: None,
+            counted: true,
             _turn: turn,
         };
         if let Err(e) = tx.conn.execute(begin).await {
@@ -64,12 +73,26 @@ impl<'a> WriteTx<'a> {
         &mut self.conn
     }
 
+    /// Marks this transaction as one that works `queue` (for the count of
+    /// write transactions by queue).
+    pub(super) fn serves(&mut self, queue: QueueName) {
+        self.queue = Some(queue);
+    }
+
+    /// Marks this transaction as having written nothing: it is not counted.
+    pub(super) fn wrote_nothing(&mut self) {
+        self.counted = false;
+    }
+
     /// Commits. An error means nothing of this transaction is stored.
     pub async fn commit(mut self) -> Result<()> {
         match self.conn.execute("COMMIT").await {
             Ok(_) => {
                 self.ended = true;
                 self.record(Ok(()));
+                if let Some(writes) = self.writes.filter(|_| self.counted) {
+                    writes.count(self.queue);
+                }
                 Ok(())
             }
             Err(e) => {
@@ -114,6 +137,9 @@ impl Drop for WriteTx<'_> {
 #[derive(Debug, Default)]
 pub struct WriteHealth {
     last: StdMutex<Last>,
+    /// Real write transactions committed, by the queue they worked
+    /// (`gatebot_store_write_transactions_total`).
+    committed: Family<WriteLabels, Counter>,
 }
 
 #[derive(Debug, Default)]
@@ -129,6 +155,16 @@ impl WriteHealth {
             Ok(()) => last.ok_at = Some(Instant::now()),
             Err(e) => last.failed = Some((Instant::now(), e.to_string())),
         }
+    }
+
+    fn count(&self, queue: Option<QueueName>) {
+        let queue = queue.map_or("none", QueueName::label);
+        self.committed.get_or_create(&WriteLabels { queue }).inc();
+    }
+
+    /// The count of committed write transactions, to register with the other metrics.
+    pub fn committed(&self) -> &Family<WriteLabels, Counter> {
+        &self.committed
     }
 
     /// The error of a real write that failed within `window` and that no real

@@ -1,0 +1,241 @@
+//! What the audit log records: the action taken and the delivery that caused
+//! it. Both are stored and shown as plain strings; these types make sure only
+//! known actions and well-formed delivery ids are written.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// One line of the audit log says which of these happened to a gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditAction {
+    Open,
+    Close,
+    Hold,
+    Unhold,
+    /// An approval was first used for a revision of a canary.
+    Pin,
+    /// An approval ran out.
+    Expire,
+    /// Someone was not allowed to do what they asked.
+    Refuse,
+    /// A canary started waiting at a closed gate.
+    Wait,
+    /// A pipeline created a named gate.
+    Create,
+}
+
+impl AuditAction {
+    pub const ALL: [AuditAction; 9] = [
+        Self::Open,
+        Self::Close,
+        Self::Hold,
+        Self::Unhold,
+        Self::Pin,
+        Self::Expire,
+        Self::Refuse,
+        Self::Wait,
+        Self::Create,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Close => "close",
+            Self::Hold => "hold",
+            Self::Unhold => "unhold",
+            Self::Pin => "pin",
+            Self::Expire => "expire",
+            Self::Refuse => "refuse",
+            Self::Wait => "wait",
+            Self::Create => "create",
+        }
+    }
+}
+
+impl fmt::Display for AuditAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not an audit action")]
+pub struct UnknownAction(pub String);
+
+impl FromStr for AuditAction {
+    type Err = UnknownAction;
+    fn from_str(s: &str) -> Result<Self, UnknownAction> {
+        Self::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| UnknownAction(s.to_string()))
+    }
+}
+
+/// What a person's command arrived in, as the audit log keeps it: the same
+/// delivery never applies twice. Each channel's scheme is written here once;
+/// the strings are stored, so a scheme never changes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DeliveryId(String);
+
+impl DeliveryId {
+    /// A GitHub delivery, by the id made of what GitHub signs (the comment or
+    /// pull request event's `signed_id`), kept unprefixed as it always was.
+    pub fn github(signed_id: &str) -> Self {
+        Self(signed_id.to_string())
+    }
+
+    /// A Slack button click, by its `click_id` (the trigger id Slack signs).
+    pub fn slack_click(click_id: &str) -> Self {
+        Self(format!("slack:{click_id}"))
+    }
+
+    /// A Slack slash command, by its trigger id.
+    pub fn slack_command(trigger_id: &str) -> Self {
+        Self(format!("slack:{trigger_id}"))
+    }
+
+    /// An id read back from the store, as it was written.
+    pub fn stored(text: String) -> Self {
+        Self(text)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The once-key of a job this delivery queues for `purpose` (a reply, a
+    /// reaction): queued once however often the delivery is worked.
+    pub fn once_key(&self, source: &str, purpose: &str) -> String {
+        format!("{source}:{}:{purpose}", self.0)
+    }
+}
+
+impl fmt::Display for DeliveryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Serde for fields kept as their text (`ns/name`, a gate path) in stored
+/// payloads and API rows, whatever the type's own serde form.
+pub mod as_text {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<T: Display, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(value)
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
+    where
+        T: FromStr,
+        T::Err: Display,
+        D: Deserializer<'de>,
+    {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+
+    /// The same for an optional field (`null` when absent).
+    pub mod option {
+        use std::fmt::Display;
+        use std::str::FromStr;
+
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        pub fn serialize<T: Display, S: Serializer>(
+            value: &Option<T>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            match value {
+                Some(v) => s.collect_str(v),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
+        where
+            T: FromStr,
+            T::Err: Display,
+            D: Deserializer<'de>,
+        {
+            Option::<String>::deserialize(d)?
+                .map(|text| text.parse().map_err(serde::de::Error::custom))
+                .transpose()
+        }
+    }
+
+    /// An optional value whose absence is stored as "" (a wait that announces
+    /// a named gate has no canary; the field was a plain string before).
+    pub mod or_empty {
+        use std::fmt::Display;
+        use std::str::FromStr;
+
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        pub fn serialize<T: Display, S: Serializer>(
+            value: &Option<T>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            match value {
+                Some(v) => s.collect_str(v),
+                None => s.serialize_str(""),
+            }
+        }
+
+        pub fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
+        where
+            T: FromStr,
+            T::Err: Display,
+            D: Deserializer<'de>,
+        {
+            let text = String::deserialize(d)?;
+            if text.is_empty() {
+                return Ok(None);
+            }
+            text.parse().map(Some).map_err(serde::de::Error::custom)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_read_back_as_written() {
+        for a in AuditAction::ALL {
+            assert_eq!(a.as_str().parse::<AuditAction>(), Ok(a));
+            assert_eq!(
+                serde_json::to_string(&a).unwrap(),
+                format!("\"{}\"", a.as_str())
+            );
+        }
+        assert!("reopen".parse::<AuditAction>().is_err());
+    }
+
+    #[test]
+    fn delivery_schemes_are_the_stored_ones() {
+        assert_eq!(
+            DeliveryId::github("comment:1:t:created:ab").as_str(),
+            "comment:1:t:created:ab"
+        );
+        assert_eq!(DeliveryId::slack_click("T1").as_str(), "slack:T1");
+        assert_eq!(DeliveryId::slack_command("T2").as_str(), "slack:T2");
+        assert_eq!(
+            serde_json::to_string(&DeliveryId::slack_click("T1")).unwrap(),
+            "\"slack:T1\""
+        );
+        assert_eq!(
+            DeliveryId::github("d").once_key("github", "reply"),
+            "github:d:reply"
+        );
+    }
+}

@@ -1,0 +1,99 @@
+//! Stored rows decode into typed keys, canaries, actions and delivery ids: the
+//! JSON the API shows is the text it always was, and a row whose key does not
+//! parse is reported as corrupt, never skipped.
+
+use gatebot::gate::{Actor, AuditAction, CanaryRef, DeliveryId, GateKey, Source};
+use gatebot::store::{AuditEntry, Store, StoreError};
+use gatebot_testkit::harness::{Backend, TestDb};
+use serde_json::json;
+use sqlx::AnyPool;
+
+gatebot_testkit::on_both_stores!(
+    audit_entries_show_as_text,
+    a_bad_stored_key_is_corrupt_not_skipped,
+);
+
+const GATE: &str = "/gates/promote/acme/shop/pr/42";
+
+async fn store(backend: Backend) -> (TestDb, Store) {
+    let db = TestDb::new(backend).await;
+    let store = Store::connect(&db.url).await.expect("store");
+    (db, store)
+}
+
+async fn audit_entries_show_as_text(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let key = GateKey::parse(GATE, None).unwrap();
+    let entry = AuditEntry {
+        at: 1_000,
+        gate: key.clone(),
+        action: AuditAction::Pin,
+        actor: Actor::new("alice", Source::Slack),
+        reason: Some("approval used by test/podinfo".into()),
+        revision: Some("rev-a".into()),
+        canary: Some(CanaryRef::new("test", "podinfo").unwrap()),
+        delivery: Some(DeliveryId::slack_click("T1")),
+    };
+    let mut tx = store.begin().await.unwrap();
+    Store::audit(&mut tx, &entry).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let log = store.audit_log(Some(&key), 10).await.unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].gate, key);
+    assert_eq!(log[0].action, AuditAction::Pin);
+    assert_eq!(
+        serde_json::to_value(&log[0]).unwrap(),
+        json!({
+            "at": 1_000,
+            "gate": GATE,
+            "action": "pin",
+            "actor": {"name": "alice", "source": "slack"},
+            "reason": "approval used by test/podinfo",
+            "revision": "rev-a",
+            "canary": "test/podinfo",
+            "delivery": "slack:T1",
+        })
+    );
+}
+
+async fn a_bad_stored_key_is_corrupt_not_skipped(backend: Backend) {
+    let (db, store) = store(backend).await;
+    sqlx::any::install_default_drivers();
+    let pool = AnyPool::connect(&db.url).await.unwrap();
+    // Rows gatebot never writes: a key that is not a gate, an unknown action.
+    for (gate, action) in [("promote/pr/acme/shop#42", "open"), (GATE, "reopen")] {
+        sqlx::query(
+            "INSERT INTO audit (at, gate_key, action, actor, source) VALUES (1, $1, $2, 'x', 'api')",
+        )
+        .bind(gate)
+        .bind(action)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO observations (gate_key, canary, checksum, phase, answer, reason, metadata, first_seen, last_seen) \
+         VALUES ('not-a-gate', 'test/podinfo', 'c', 'Progressing', 'closed', 'r', '{}', 1, 1)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+
+    let audit = store.audit_log(None, 10).await;
+    assert!(
+        matches!(audit, Err(StoreError::Corrupt(_))),
+        "the audit log says it is unreadable: {audit:?}"
+    );
+    let observations = store.load_observations().await;
+    assert!(
+        matches!(observations, Err(StoreError::Corrupt(ref e)) if e.contains("not-a-gate")),
+        "observations say which key: {observations:?}"
+    );
+    let canary = CanaryRef::new("test", "podinfo").unwrap();
+    assert!(matches!(
+        store.gates_of_canary(&canary).await,
+        Err(StoreError::Corrupt(_))
+    ));
+}
