@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::answers::{refusal, reply, SlackAuthorizer};
-use super::approvers::{Approvers, Verdict};
+use super::answers::{reply, SlackAuthorizer};
+use super::approvers::Approvers;
 use super::blocks::hhmm;
 use super::client::Response;
 use super::payload::{Interaction, SlashCommand};
@@ -15,7 +15,7 @@ use super::sink::{parse_gate, SlackJob};
 use crate::command::{parse_slash, Command};
 use crate::core::authors::PrAuthors;
 use crate::core::commands::{self, Subject};
-use crate::core::dispatch::{self, Outcome, Request};
+use crate::core::dispatch::{self, Authorizer, Outcome, Request};
 use crate::core::AppState;
 use crate::core::{EngineError, Provenance};
 use crate::gate::{Actor, DeliveryId, GateKey, GateKind, GateStatus, Scope, Source};
@@ -199,21 +199,20 @@ impl SlackInbox {
             return self.respond(url, text).await;
         }
 
-        let rule = self.state.policy.slack(command);
-        let verdict = self.approvers.check(&rule, &user).await?;
-        if verdict != Verdict::Allowed {
-            let text = refusal(self.templates(), &verdict, &rule, command, &user);
-            let why = match verdict {
-                Verdict::Nobody => format!("nobody may act from Slack: set {}", rule.setting),
-                _ => format!("{user} is not an approver ({})", rule.setting),
-            };
-            self.refuse(&key, &who, &why).await?;
-            return self.respond(url, text).await;
-        }
-        if let Some(why) = self.own_pull_request(&rule, &user, &key.scope).await? {
-            self.refuse(&key, &who, &why).await?;
-            let text = reply(self.templates(), json!({"what": "self", "message": why}));
-            return self.respond(url, text).await;
+        // The same rules as the slash command (approvers, then four eyes).
+        let authorizer = SlackAuthorizer {
+            inbox: self,
+            rule: self.state.policy.slack(command),
+            user: &user,
+        };
+        if let Err(denied) = authorizer
+            .authorize(command, std::slice::from_ref(&key))
+            .await?
+        {
+            self.refuse(&key, &who, &denied.to_string()).await?;
+            return self
+                .respond(url, denied.reply(self.templates(), command))
+                .await;
         }
 
         // The wait is over, or the gate was opened elsewhere meanwhile.
