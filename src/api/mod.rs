@@ -8,13 +8,13 @@ pub mod wait;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::core::AppState;
-use crate::core::{EngineError, GateDetail, Provenance};
+use crate::core::{GateDetail, Provenance};
 use crate::gate::{Gate, GateKey};
 use crate::http::auth::{admin, pipeline, reader};
 use crate::http::error::Reject;
@@ -116,13 +116,7 @@ async fn change(
     } else {
         state.engine.close(&key, &who).await
     };
-    let gate = result.map_err(|e| match e {
-        EngineError::Held { .. } => Reject::new(StatusCode::CONFLICT, "held", e.to_string()),
-        EngineError::WrittenBeforeClose { .. } => {
-            Reject::new(StatusCode::CONFLICT, "stale", e.to_string())
-        }
-        EngineError::Store(e) => e.into(),
-    })?;
+    let gate = result?;
     Ok(Json(gate))
 }
 

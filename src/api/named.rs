@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::core::named::{Named, NamedError};
-use crate::core::{AppState, EngineError, Provenance};
+use crate::core::{AppState, Provenance};
 use crate::gate::{GateKey, GateKind, GateName, PrNumber, RepoName, Scope};
 use crate::http::auth::pipeline;
 use crate::http::error::Reject;
@@ -152,8 +152,7 @@ fn named_reject(e: NamedError) -> Reject {
         NamedError::Conflict { .. } => Reject::new(StatusCode::CONFLICT, "conflict", e.to_string()),
         NamedError::Retired { .. } => Reject::new(StatusCode::CONFLICT, "retired", e.to_string()),
         NamedError::NotFound { .. } => Reject::not_found(e.to_string()),
-        NamedError::Engine(EngineError::Store(s)) => s.into(),
-        NamedError::Engine(other) => Reject::new(StatusCode::CONFLICT, "held", other.to_string()),
+        NamedError::Engine(e) => e.into(),
     }
 }
 

@@ -63,6 +63,21 @@ pub enum EngineError {
     Store(#[from] StoreError),
 }
 
+/// How the API and the loadtester's routes answer a change the core refused:
+/// a hold or a stale command is a conflict, a store failure is a 503.
+impl From<EngineError> for crate::http::error::Reject {
+    fn from(e: EngineError) -> Self {
+        use axum::http::StatusCode;
+        match e {
+            EngineError::Held { .. } => Self::new(StatusCode::CONFLICT, "held", e.to_string()),
+            EngineError::WrittenBeforeClose { .. } => {
+                Self::new(StatusCode::CONFLICT, "stale", e.to_string())
+            }
+            EngineError::Store(e) => e.into(),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
     pub approval_ttl: Option<Duration>,

@@ -226,15 +226,7 @@ pub async fn legacy_set(
     } else {
         state.engine.close(&key, &who).await
     };
-    result.map_err(|e| match e {
-        crate::core::EngineError::Held { .. } => {
-            Reject::new(StatusCode::CONFLICT, "held", e.to_string())
-        }
-        crate::core::EngineError::WrittenBeforeClose { .. } => {
-            Reject::new(StatusCode::CONFLICT, "stale", e.to_string())
-        }
-        crate::core::EngineError::Store(e) => e.into(),
-    })?;
+    result?;
     let word = if open { "opened" } else { "closed" };
     Ok(text(StatusCode::ACCEPTED, &format!("{key} {word}")))
 }
