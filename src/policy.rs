@@ -20,6 +20,12 @@
 //!
 //! [users]                            # GitHub login = Slack user id
 //! alice = "U012AB3CD"
+//!
+//! [[deadlines]]                      # how long a canary may wait for people
+//! kind = "promote"
+//! after = "2h"
+//! on_deadline = "rollback"           # rollback | close | nothing
+//! namespace = "prod"                 # optional: repository, namespace or canary
 //! ```
 
 use std::collections::BTreeMap;
@@ -30,6 +36,8 @@ use serde::Deserialize;
 
 use crate::command::Command;
 use crate::config::{Config, Permission};
+use crate::gate::deadline::{Deadline, DeadlineRule, OnDeadline};
+use crate::gate::{CanaryRef, GateKind, Namespace};
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -40,6 +48,74 @@ struct File {
     slack: SlackSection,
     #[serde(default)]
     users: BTreeMap<String, String>,
+    #[serde(default)]
+    deadlines: Vec<DeadlineEntry>,
+}
+
+/// One `[[deadlines]]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeadlineEntry {
+    kind: String,
+    after: String,
+    on_deadline: Option<OnDeadline>,
+    repository: Option<String>,
+    namespace: Option<String>,
+    canary: Option<String>,
+}
+
+impl DeadlineEntry {
+    fn rule(&self, n: usize) -> anyhow::Result<DeadlineRule> {
+        let at = || format!("deadlines[{n}]");
+        let kind = match GateKind::from_route(&self.kind) {
+            Some(k) if k.has_waits() => k,
+            _ => anyhow::bail!(
+                "{}: kind `{}`: write start, promote or traffic (nobody waits at a rollback gate)",
+                at(),
+                self.kind
+            ),
+        };
+        let after = humantime::parse_duration(&self.after)
+            .with_context(|| format!("{}: after `{}`: write e.g. 30m, 2h, 1d", at(), self.after))?;
+        let action = self
+            .on_deadline
+            .unwrap_or_else(|| OnDeadline::default_for(kind));
+        if !action.allowed_at(kind) {
+            anyhow::bail!(
+                "{}: on_deadline = \"rollback\" at the start gate: Flagger does not check rollback hooks while it waits to start (fluxcd/flagger#1432); write \"close\" or \"nothing\"",
+                at()
+            );
+        }
+        let repository = match &self.repository {
+            Some(r) => Some(
+                r.parse()
+                    .map_err(|e| anyhow::anyhow!("{}: repository: {e}", at()))?,
+            ),
+            None => None,
+        };
+        let namespace = match &self.namespace {
+            Some(ns) => Some(
+                Namespace::new(ns)
+                    .map_err(|e| anyhow::anyhow!("{}: namespace: {e}", at()))?
+                    .to_string(),
+            ),
+            None => None,
+        };
+        let canary = match &self.canary {
+            Some(c) => Some(
+                c.parse::<CanaryRef>()
+                    .map_err(|e| anyhow::anyhow!("{}: canary: {e}", at()))?,
+            ),
+            None => None,
+        };
+        Ok(DeadlineRule {
+            kind,
+            repository,
+            namespace,
+            canary,
+            deadline: Deadline { after, action },
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -103,6 +179,16 @@ pub struct Policy {
     default_permission: Permission,
     default_approvers: Vec<String>,
     source: Option<String>,
+    deadlines: Vec<DeadlineRule>,
+}
+
+/// Reads the `[[deadlines]]` tables into rules, saying which one is wrong.
+fn deadline_rules(file: &File) -> anyhow::Result<Vec<DeadlineRule>> {
+    file.deadlines
+        .iter()
+        .enumerate()
+        .map(|(n, d)| d.rule(n))
+        .collect()
 }
 
 /// Commands that open a gate: the ones four eyes applies to by default.
@@ -119,11 +205,18 @@ impl Policy {
             Some(path) => (read(path)?, Some(path.display().to_string())),
             None => (File::default(), None),
         };
+        let deadlines = deadline_rules(&file).with_context(|| {
+            format!(
+                "GATEBOT_POLICY: {}",
+                source.as_deref().unwrap_or("the policy file")
+            )
+        })?;
         let policy = Self {
             file,
             default_permission: config.github.min_permission,
             default_approvers: clean(&config.slack.approvers),
             source,
+            deadlines,
         };
         Ok(policy)
     }
@@ -134,8 +227,10 @@ impl Policy {
         default_permission: Permission,
         default_approvers: &[String],
     ) -> anyhow::Result<Self> {
+        let file: File = toml::from_str(text).context("the policy file does not parse")?;
         Ok(Self {
-            file: toml::from_str(text).context("the policy file does not parse")?,
+            deadlines: deadline_rules(&file)?,
+            file,
             default_permission,
             default_approvers: clean(default_approvers),
             source: Some("policy".into()),
@@ -196,6 +291,11 @@ impl Policy {
         }
     }
 
+    /// The wait deadlines, in the file's order (checked when it was read).
+    pub fn deadlines(&self) -> &[DeadlineRule] {
+        &self.deadlines
+    }
+
     /// The Slack user id of a GitHub login, when the policy maps them.
     pub fn slack_user_of(&self, github_login: &str) -> Option<&str> {
         self.file
@@ -253,6 +353,53 @@ alice = "U1"
 
     fn policy() -> Policy {
         Policy::parse(FILE, Permission::Write, &["U0".into()]).unwrap()
+    }
+
+    #[test]
+    fn deadlines_are_read_and_bad_ones_say_which_and_what_to_write() {
+        let ok = Policy::parse(
+            "[[deadlines]]\nkind = \"promote\"\nafter = \"2h\"\nnamespace = \"prod\"\n",
+            Permission::Write,
+            &[],
+        )
+        .unwrap();
+        let rules = ok.deadlines();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(
+            rules[0].deadline.after,
+            std::time::Duration::from_secs(7200)
+        );
+        assert_eq!(rules[0].deadline.action, OnDeadline::Rollback);
+        assert_eq!(rules[0].namespace.as_deref(), Some("prod"));
+        for (text, says) in [
+            (
+                "kind = \"start\"\nafter = \"1h\"\non_deadline = \"rollback\"",
+                "flagger#1432",
+            ),
+            (
+                "kind = \"rollback\"\nafter = \"1h\"",
+                "nobody waits at a rollback gate",
+            ),
+            ("kind = \"promote\"\nafter = \"soon\"", "write e.g. 30m"),
+            (
+                "kind = \"promote\"\nafter = \"1h\"\nnamespace = \"Prod\"",
+                "namespace",
+            ),
+            (
+                "kind = \"promote\"\nafter = \"1h\"\non_deadline = \"explode\"",
+                "on_deadline",
+            ),
+        ] {
+            let file = format!(
+                "[[deadlines]]\nkind = \"traffic\"\nafter = \"1h\"\n\n[[deadlines]]\n{text}\n"
+            );
+            let err = Policy::parse(&file, Permission::Write, &[]).unwrap_err();
+            let err = format!("{err:#}");
+            assert!(err.contains(says), "{text}: {err}");
+            if !says.contains("on_deadline") {
+                assert!(err.contains("deadlines[1]"), "{text}: {err}");
+            }
+        }
     }
 
     #[test]

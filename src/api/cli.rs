@@ -312,6 +312,22 @@ pub async fn check_config(
         ok = false;
         let _ = writeln!(text, "problem:         {e:#}");
     }
+    match crate::policy::Policy::from_config(&config) {
+        Ok(policy) => {
+            if let Some(path) = &config.policy {
+                let _ = writeln!(
+                    text,
+                    "policy:          {} ({} deadline rule(s))",
+                    path.display(),
+                    policy.deadlines().len()
+                );
+            }
+        }
+        Err(e) => {
+            ok = false;
+            let _ = writeln!(text, "problem:         {e:#}");
+        }
+    }
     match crate::store::Store::connect(&config.database_url).await {
         Ok(store) => {
             let _ = writeln!(

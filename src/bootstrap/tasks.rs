@@ -59,6 +59,13 @@ pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
         if let Err(e) = state.engine.expire_due().await {
             tracing::warn!(error = %e, "could not expire approvals");
         }
+        if let Err(e) = state
+            .engine
+            .enforce_deadlines(state.policy.deadlines())
+            .await
+        {
+            tracing::warn!(error = %e, "could not apply wait deadlines");
+        }
         if let Ok(n) = state.store.pending(QueueName::Outbox).await {
             state.metrics.outbox_pending.set(n);
         }

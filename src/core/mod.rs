@@ -11,6 +11,7 @@ pub mod authors;
 mod change;
 mod check;
 pub mod commands;
+pub mod deadlines;
 pub mod dispatch;
 #[cfg(test)]
 mod dispatch_tests;

@@ -25,10 +25,12 @@ pub enum AuditAction {
     Wait,
     /// A pipeline created a named gate.
     Create,
+    /// A wait outlasted its deadline.
+    Deadline,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 9] = [
+    pub const ALL: [AuditAction; 10] = [
         Self::Open,
         Self::Close,
         Self::Hold,
@@ -38,6 +40,7 @@ impl AuditAction {
         Self::Refuse,
         Self::Wait,
         Self::Create,
+        Self::Deadline,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -51,6 +54,7 @@ impl AuditAction {
             Self::Refuse => "refuse",
             Self::Wait => "wait",
             Self::Create => "create",
+            Self::Deadline => "deadline",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The domain: gate keys, state and decisions. Knows no HTTP and no database.
 
 pub mod audit;
+pub mod deadline;
 pub mod event;
 pub mod key;
 pub mod state;

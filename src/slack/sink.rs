@@ -23,7 +23,8 @@ use crate::templates::Templates;
 pub const NAME: &str = "slack";
 
 /// Canary events worth a reply in the message's thread.
-const THREADED: [&str; 4] = [
+const THREADED: [&str; 5] = [
+    "deadline",
     "promotion_started",
     "promotion_completed",
     "rolling_back",

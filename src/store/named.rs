@@ -1,4 +1,5 @@
-//! Gates a pipeline created by name, and the waits that announce them.
+//! Gates a pipeline created by name, the waits that announce them, and wait
+//! deadlines.
 
 use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
@@ -241,5 +242,32 @@ impl Store {
                 Ok((r.try_get("id")?, canary))
             })
             .collect()
+    }
+}
+
+impl Store {
+    /// Open waits of canaries whose deadline has not been acted on, oldest first.
+    pub async fn waits_without_deadline(&self, limit: i64) -> Result<Vec<super::WaitRow>> {
+        let rows = sqlx::query(
+            "SELECT * FROM waits WHERE ended_at IS NULL AND deadline_at IS NULL AND canary <> '' \
+             ORDER BY id LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(super::rows::wait_from_row).collect()
+    }
+
+    /// Marks a wait's deadline as acted on; false when another replica did,
+    /// or the wait ended meanwhile.
+    pub async fn mark_deadline(tx: &mut WriteTx<'_>, wait_id: i64, at: Millis) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE waits SET deadline_at = $2 WHERE id = $1 AND deadline_at IS NULL AND ended_at IS NULL",
+        )
+        .bind(wait_id)
+        .bind(at)
+        .execute(tx.conn())
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
 }
