@@ -35,7 +35,11 @@ impl Engine {
                     Ok(Some(d)) => d,
                     Ok(None) => continue,
                     Err(why) => {
+                        // Said once: the wait is marked, so later passes skip it.
                         tracing::warn!(gate = %wait.gate, canary = %canary, "{why}: no deadline");
+                        let mut unit = self.begin().await?;
+                        Store::mark_deadline(unit.tx(), wait.id, now).await?;
+                        unit.commit().await?;
                         continue;
                     }
                 };
