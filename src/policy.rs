@@ -50,6 +50,51 @@ struct File {
     users: BTreeMap<String, String>,
     #[serde(default)]
     deadlines: Vec<DeadlineEntry>,
+    #[serde(default)]
+    reminders: RemindersEntry,
+}
+
+/// `[reminders]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RemindersEntry {
+    #[serde(default)]
+    at: Vec<String>,
+    kinds: Option<Vec<String>>,
+}
+
+/// When people are reminded of a wait, and at which kinds of gate.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Reminders {
+    /// Ascending; empty: no reminders.
+    pub at: Vec<std::time::Duration>,
+    pub kinds: Vec<GateKind>,
+}
+
+impl RemindersEntry {
+    fn read(&self) -> anyhow::Result<Reminders> {
+        let mut at = Vec::with_capacity(self.at.len());
+        for (n, text) in self.at.iter().enumerate() {
+            at.push(humantime::parse_duration(text).with_context(|| {
+                format!("reminders.at[{n}]: `{text}`: write e.g. \"30m\", \"2h\", \"8h\"")
+            })?);
+        }
+        at.sort();
+        at.dedup();
+        let kinds = match &self.kinds {
+            None => vec![GateKind::Start, GateKind::Promote, GateKind::Traffic],
+            Some(kinds) => kinds
+                .iter()
+                .map(|k| match GateKind::from_route(k) {
+                    Some(kind) if kind.has_waits() => Ok(kind),
+                    _ => Err(anyhow::anyhow!(
+                        "reminders.kinds: `{k}`: write start, promote or traffic"
+                    )),
+                })
+                .collect::<anyhow::Result<_>>()?,
+        };
+        Ok(Reminders { at, kinds })
+    }
 }
 
 /// One `[[deadlines]]` table.
@@ -180,6 +225,7 @@ pub struct Policy {
     default_approvers: Vec<String>,
     source: Option<String>,
     deadlines: Vec<DeadlineRule>,
+    reminders: Reminders,
 }
 
 /// Reads the `[[deadlines]]` tables into rules, saying which one is wrong.
@@ -211,12 +257,19 @@ impl Policy {
                 source.as_deref().unwrap_or("the policy file")
             )
         })?;
+        let reminders = file.reminders.read().with_context(|| {
+            format!(
+                "GATEBOT_POLICY: {}",
+                source.as_deref().unwrap_or("the policy file")
+            )
+        })?;
         let policy = Self {
             file,
             default_permission: config.github.min_permission,
             default_approvers: clean(&config.slack.approvers),
             source,
             deadlines,
+            reminders,
         };
         Ok(policy)
     }
@@ -230,6 +283,7 @@ impl Policy {
         let file: File = toml::from_str(text).context("the policy file does not parse")?;
         Ok(Self {
             deadlines: deadline_rules(&file)?,
+            reminders: file.reminders.read()?,
             file,
             default_permission,
             default_approvers: clean(default_approvers),
@@ -294,6 +348,10 @@ impl Policy {
     /// The wait deadlines, in the file's order (checked when it was read).
     pub fn deadlines(&self) -> &[DeadlineRule] {
         &self.deadlines
+    }
+
+    pub fn reminders(&self) -> &Reminders {
+        &self.reminders
     }
 
     /// The Slack user id of a GitHub login, when the policy maps them.

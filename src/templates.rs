@@ -22,6 +22,14 @@ const BUILTIN: &[(&str, &str)] = &[
         "github/help.md.j2",
         include_str!("../templates/github/help.md.j2"),
     ),
+    (
+        "slack/reminder.j2",
+        include_str!("../templates/slack/reminder.j2"),
+    ),
+    (
+        "github/reminder.md.j2",
+        include_str!("../templates/github/reminder.md.j2"),
+    ),
     ("slack/wait.j2", include_str!("../templates/slack/wait.j2")),
     (
         "slack/status.j2",

@@ -66,6 +66,9 @@ pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
         {
             tracing::warn!(error = %e, "could not apply wait deadlines");
         }
+        if let Err(e) = state.engine.send_reminders(&state.policy).await {
+            tracing::warn!(error = %e, "could not send reminders");
+        }
         if let Ok(n) = state.store.pending(QueueName::Outbox).await {
             state.metrics.outbox_pending.set(n);
         }

@@ -20,6 +20,7 @@ mod memory;
 pub mod named;
 mod page;
 mod read;
+pub mod reminders;
 pub mod unit;
 
 pub use app::{AppState, Shared};

@@ -4,6 +4,7 @@ pub mod audit;
 pub mod deadline;
 pub mod event;
 pub mod key;
+pub mod reminder;
 pub mod state;
 
 pub use audit::{AuditAction, DeliveryId};

@@ -422,6 +422,7 @@ impl Sink for GithubSink {
             | Notice::WaitEnded { gate, .. }
             | Notice::GateChanged { gate, .. } => vec![gate],
             Notice::CanaryEvent { gates, .. } => gates.iter().collect(),
+            Notice::Reminder { gate, .. } => vec![gate],
         };
         let named_pr = match notice {
             Notice::GateChanged { pr, .. } => pr.clone(),
@@ -453,7 +454,62 @@ impl Sink for GithubSink {
                 }
             }
             jobs.push(job);
+            if let Some(job) = self.reminder_comment(notice, repo, *number)? {
+                jobs.push(job);
+            }
         }
         Ok(jobs)
+    }
+}
+
+impl GithubSink {
+    /// One comment per reminder point that mentions who may decide; none when
+    /// the policy names nobody (the status comment's edit says it anyway).
+    fn reminder_comment(
+        &self,
+        notice: &Notice,
+        repo: &RepoName,
+        number: PrNumber,
+    ) -> Result<Option<NewJob>, PayloadError> {
+        let Notice::Reminder {
+            wait_id,
+            gate,
+            canary,
+            checksum,
+            waited,
+            point,
+            github_mentions,
+            ..
+        } = notice
+        else {
+            return Ok(None);
+        };
+        if github_mentions.is_empty() {
+            return Ok(None);
+        }
+        let rendered = self.templates.render(
+            "github/reminder.md.j2",
+            serde_json::json!({
+                "marker": super::MARKER, "mentions": github_mentions,
+                "canary": canary.to_string(), "kind": gate.kind.as_str(),
+                "command": gate.kind.command(), "revision": checksum, "waited": waited,
+            }),
+        );
+        let body = match rendered {
+            Ok(body) => body,
+            // A broken custom template: said loudly; the status comment still shows the wait.
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "cannot render the reminder comment");
+                self.metrics.dropped(SINK, "unrenderable");
+                return Ok(None);
+            }
+        };
+        let job = GithubJob::Comment {
+            repo: repo.clone(),
+            number,
+            body: body.trim().to_string(),
+            installation: None,
+        };
+        Ok(Some(job.once(format!("github-remind:{wait_id}:{point}"))?))
     }
 }

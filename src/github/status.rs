@@ -15,6 +15,8 @@ pub struct CanaryView {
     pub checksum: String,
     pub answer: String,
     pub waiting_since: Option<Millis>,
+    /// Reminder points passed in the wait going on (0: none yet).
+    pub reminders: i64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -104,6 +106,11 @@ pub async fn view(
             .filter(|w| w.ended_at.is_none())
             .map(|w| (w.canary.as_ref(), w.started_at))
             .collect();
+        let reminded: BTreeMap<Option<&CanaryRef>, i64> = waits
+            .iter()
+            .filter(|w| w.ended_at.is_none())
+            .map(|w| (w.canary.as_ref(), w.reminders_sent))
+            .collect();
         let mut view = GateView {
             kind: kind.as_str(),
             key: key.to_string(),
@@ -153,6 +160,7 @@ pub async fn view(
                 checksum: o.checksum,
                 answer: o.answer,
                 waiting_since,
+                reminders: reminded.get(&Some(&o.canary)).copied().unwrap_or(0),
             });
         }
         gates.push(view);

@@ -58,6 +58,22 @@ pub enum Notice {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pr: Option<(RepoName, PrNumber)>,
     },
+    /// A wait has lasted to one of the policy's reminder points.
+    Reminder {
+        wait_id: i64,
+        gate: GateKey,
+        #[serde(with = "as_text")]
+        canary: CanaryRef,
+        checksum: String,
+        /// The point reached, as people read it: "2h".
+        waited: String,
+        /// Which point (1 for the first): one reminder each.
+        point: i64,
+        /// Who may decide: Slack users and groups, GitHub teams.
+        slack_mentions: Vec<String>,
+        github_mentions: Vec<String>,
+        at: Millis,
+    },
     /// A milestone from Flagger's event hook, for the gates the canary asks.
     CanaryEvent {
         #[serde(with = "as_text")]
@@ -80,6 +96,7 @@ impl Notice {
             Self::WaitEnded { .. } => "wait_ended",
             Self::GateChanged { .. } => "gate_changed",
             Self::CanaryEvent { .. } => "canary_event",
+            Self::Reminder { .. } => "reminder",
         }
     }
 

@@ -66,6 +66,15 @@ pub enum SlackJob {
         response_url: String,
         response: Response,
     },
+    /// A reminder in the thread of a waiting message, mentioning who may decide.
+    Remind {
+        wait_id: i64,
+        canary: String,
+        kind: String,
+        checksum: String,
+        waited: String,
+        mentions: Vec<String>,
+    },
     /// One message for the waits of a minute over GATEBOT_NOTIFY_BURST in a channel.
     Digest {
         channel: String,
@@ -84,6 +93,7 @@ impl SlackJob {
             Self::CanaryEvent { .. } => "canary_event",
             Self::Respond { .. } => "respond",
             Self::Digest { .. } => "digest",
+            Self::Remind { .. } => "remind",
         }
     }
 
@@ -201,6 +211,26 @@ impl Sink for SlackSink {
                 at: *at,
             }
             .job(None)?],
+            Notice::Reminder {
+                wait_id,
+                gate,
+                canary,
+                checksum,
+                waited,
+                point,
+                slack_mentions,
+                ..
+            } => {
+                let job = SlackJob::Remind {
+                    wait_id: *wait_id,
+                    canary: canary.to_string(),
+                    kind: gate.kind.as_str().to_string(),
+                    checksum: checksum.clone(),
+                    waited: waited.clone(),
+                    mentions: slack_mentions.clone(),
+                };
+                vec![job.job(Some(format!("slack-remind:{wait_id}:{point}")))?]
+            }
             _ => Vec::new(),
         })
     }
@@ -281,7 +311,73 @@ impl SlackSink {
                 since,
                 until,
             } => self.digest(&channel, since, until).await,
+            SlackJob::Remind {
+                wait_id,
+                canary,
+                kind,
+                checksum,
+                waited,
+                mentions,
+            } => {
+                self.remind(wait_id, &canary, &kind, &checksum, &waited, &mentions)
+                    .await
+            }
         }
+    }
+
+    /// A thread reply under the waiting message, unless someone decided or the
+    /// wait ended since the reminder was queued.
+    async fn remind(
+        &self,
+        wait_id: i64,
+        canary: &str,
+        kind: &str,
+        checksum: &str,
+        waited: &str,
+        mentions: &[String],
+    ) -> Result<(), SendError> {
+        let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(wait_id))
+            .await
+            .map_err(store_err)?
+        else {
+            return Ok(());
+        };
+        let view = record::view(&self.store, posted.info.clone())
+            .await
+            .map_err(store_err)?;
+        let ended = self
+            .store
+            .wait(wait_id)
+            .await
+            .map_err(store_err)?
+            .is_none_or(|w| w.ended_at.is_some());
+        if !view.open() || ended {
+            return Ok(());
+        }
+        let mentions: Vec<String> = mentions
+            .iter()
+            .map(|m| {
+                if m.starts_with('S') {
+                    format!("<!subteam^{m}>")
+                } else {
+                    format!("<@{m}>")
+                }
+            })
+            .collect();
+        let text = self
+            .templates
+            .render(
+                "slack/reminder.j2",
+                serde_json::json!({
+                    "mentions": mentions.join(" "), "canary": canary, "kind": kind,
+                    "revision": checksum, "waited": waited,
+                }),
+            )
+            .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
+        self.api
+            .post_message(&posted.channel, text.trim(), None, Some(&posted.ts))
+            .await?;
+        Ok(())
     }
 
     async fn post_wait(&self, info: WaitInfo, channel: &str) -> Result<(), SendError> {

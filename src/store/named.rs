@@ -1,5 +1,5 @@
-//! Gates a pipeline created by name, the waits that announce them, and wait
-//! deadlines.
+//! Gates a pipeline created by name, the waits that announce them, and what
+//! the policy does to long waits (deadlines, reminders).
 
 use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
@@ -266,6 +266,39 @@ impl Store {
         )
         .bind(wait_id)
         .bind(at)
+        .execute(tx.conn())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+impl Store {
+    /// Open waits of canaries, oldest first, for reminders.
+    pub async fn open_canary_waits(&self, limit: i64) -> Result<Vec<super::WaitRow>> {
+        let rows = sqlx::query(
+            "SELECT * FROM waits WHERE ended_at IS NULL AND deadline_at IS NULL AND canary <> '' \
+             ORDER BY id LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(super::rows::wait_from_row).collect()
+    }
+
+    /// Records that a wait was reminded of `to` points, from `from`; false
+    /// when another replica did, or the wait ended meanwhile.
+    pub async fn mark_reminded(
+        tx: &mut WriteTx<'_>,
+        wait_id: i64,
+        from: i64,
+        to: i64,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE waits SET reminders_sent = $3 WHERE id = $1 AND reminders_sent = $2 AND ended_at IS NULL",
+        )
+        .bind(wait_id)
+        .bind(from)
+        .bind(to)
         .execute(tx.conn())
         .await?;
         Ok(done.rows_affected() == 1)

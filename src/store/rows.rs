@@ -53,6 +53,9 @@ pub struct WaitRow {
     pub started_at: Millis,
     pub ended_at: Option<Millis>,
     pub outcome: Option<String>,
+    /// How many of the policy's reminder points people were reminded of.
+    #[serde(skip)]
+    pub reminders_sent: i64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -159,6 +162,7 @@ pub(super) fn wait_from_row(row: &AnyRow) -> Result<WaitRow> {
         started_at: row.try_get("started_at")?,
         ended_at: row.try_get("ended_at")?,
         outcome: row.try_get("outcome")?,
+        reminders_sent: row.try_get("reminders_sent")?,
     })
 }
 
