@@ -430,6 +430,54 @@ pub fn parse_slash(text: &str) -> Result<SlashInvocation, SlashError> {
     })
 }
 
+/// `/gatebot freeze [all|owner/repo|ns/<namespace>] [for 2h|until <time>] <reason>`,
+/// after the word `freeze` (or `unfreeze`, which takes only the scope).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FreezeLine {
+    pub scope: Option<String>,
+    pub for_: Option<String>,
+    pub until: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// `freeze …` or `unfreeze …`: the verb and the text after it.
+pub fn freeze_verb(text: &str) -> Option<(&'static str, &str)> {
+    let (word, rest) = next_token(text);
+    match word.trim_start_matches('/').to_ascii_lowercase().as_str() {
+        "freeze" => Some(("freeze", rest)),
+        "unfreeze" => Some(("unfreeze", rest)),
+        _ => None,
+    }
+}
+
+/// Splits the text after `freeze`; the scope and the times are checked where
+/// they become a freeze.
+pub fn parse_freeze(text: &str) -> FreezeLine {
+    let mut line = FreezeLine::default();
+    let (first, mut rest) = next_token(text);
+    if first == "all" || first.contains('/') {
+        line.scope = Some(first.to_string());
+    } else {
+        rest = text;
+    }
+    let (word, after) = next_token(rest);
+    let (value, after_value) = next_token(after);
+    match word {
+        "for" if !value.is_empty() => {
+            line.for_ = Some(value.to_string());
+            rest = after_value;
+        }
+        "until" if !value.is_empty() => {
+            line.until = Some(value.to_string());
+            rest = after_value;
+        }
+        _ => {}
+    }
+    let reason = rest.trim();
+    line.reason = (!reason.is_empty()).then(|| reason.to_string());
+    line
+}
+
 /// Parses one target token; see [`Target`] for the accepted forms.
 pub fn parse_target(token: &str) -> Option<Target> {
     // Slack wraps links as `<url>` or `<url|label>`.
@@ -1162,6 +1210,22 @@ Thanks for the review!
                 Some("ok")
             ))
         );
+    }
+
+    #[test]
+    fn freeze_lines_split_into_scope_time_and_reason() {
+        let f = parse_freeze("acme/shop for 2h end of year");
+        assert_eq!(f.scope.as_deref(), Some("acme/shop"));
+        assert_eq!(f.for_.as_deref(), Some("2h"));
+        assert_eq!(f.reason.as_deref(), Some("end of year"));
+        let f = parse_freeze("until 2026-12-24T18:00:00Z holidays");
+        assert_eq!(f.scope, None);
+        assert_eq!(f.until.as_deref(), Some("2026-12-24T18:00:00Z"));
+        assert_eq!(f.reason.as_deref(), Some("holidays"));
+        let f = parse_freeze("incident 42 in progress");
+        assert_eq!(f.scope, None);
+        assert_eq!(f.reason.as_deref(), Some("incident 42 in progress"));
+        assert_eq!(parse_freeze("ns/prod").reason, None);
     }
 
     #[test]

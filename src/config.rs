@@ -211,6 +211,52 @@ pub enum Command {
     /// Wait for a gate's decision: exits 0 when it opens, 1 when it is
     /// rejected, retired or the wait times out, 2 when gatebot cannot tell.
     Wait(WaitArgs),
+    /// Freeze changes (start, promote and traffic gates answer closed), or list freezes.
+    Freeze(FreezeArgs),
+    /// Lift the freezes of a scope.
+    Unfreeze(UnfreezeArgs),
+}
+
+/// Where the CLI's freeze verbs send their requests.
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// gatebot server to talk to.
+    #[arg(long, env = "GATEBOT_SERVER", default_value = "http://127.0.0.1:8080")]
+    pub server: String,
+
+    /// Admin token (sent as a bearer token).
+    #[arg(long, env = "GATEBOT_ADMIN_TOKEN", value_parser = parse_secret, hide_env_values = true)]
+    pub token: Option<SecretString>,
+}
+
+#[derive(Debug, Args)]
+pub struct FreezeArgs {
+    /// all (the default), owner/repo or ns/<namespace>.
+    pub scope: Option<String>,
+
+    /// Why; required to freeze. Without it the freezes in force are listed.
+    #[arg(long)]
+    pub reason: Option<String>,
+
+    /// End by itself after this long (e.g. 2h).
+    #[arg(long = "for", conflicts_with = "until")]
+    pub for_: Option<String>,
+
+    /// End by itself then (RFC 3339, e.g. 2026-12-24T18:00:00Z).
+    #[arg(long)]
+    pub until: Option<String>,
+
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct UnfreezeArgs {
+    /// all (the default), owner/repo or ns/<namespace>.
+    pub scope: Option<String>,
+
+    #[command(flatten)]
+    pub server: ServerArgs,
 }
 
 #[derive(Debug, Args)]

@@ -40,6 +40,12 @@ fn main() -> ExitCode {
                 .await
                 .map(|()| ExitCode::SUCCESS),
             Command::Wait(args) => Ok(wait(args).await),
+            Command::Freeze(args) => gatebot::api::cli::freeze(args)
+                .await
+                .map(|()| ExitCode::SUCCESS),
+            Command::Unfreeze(args) => gatebot::api::cli::unfreeze(args)
+                .await
+                .map(|()| ExitCode::SUCCESS),
         }
     });
     match result {

@@ -312,8 +312,17 @@ impl Policy {
     }
 
     pub fn slack(&self, command: Command) -> SlackRule {
+        self.slack_rule(command.as_str(), approves(command))
+    }
+
+    /// Who may `freeze` and `unfreeze` from Slack (`[slack.commands.freeze]`).
+    pub fn slack_named(&self, name: &str) -> SlackRule {
+        self.slack_rule(name, false)
+    }
+
+    fn slack_rule(&self, name: &str, approves: bool) -> SlackRule {
         let section = &self.file.slack;
-        let specific = section.commands.get(command.as_str());
+        let specific = section.commands.get(name);
         let (approvers, setting) = match (
             specific.and_then(|c| c.approvers.as_ref()),
             &section.approvers,
@@ -322,7 +331,7 @@ impl Policy {
                 clean(a),
                 format!(
                     "slack.commands.{}.approvers in {}",
-                    command.as_str(),
+                    name,
                     self.source_name()
                 ),
             ),
@@ -339,7 +348,7 @@ impl Policy {
             approvers,
             forbid_self_approval: specific
                 .and_then(|c| c.forbid_self_approval)
-                .or(section.forbid_self_approval.filter(|_| approves(command)))
+                .or(section.forbid_self_approval.filter(|_| approves))
                 .unwrap_or(false),
             setting,
         }

@@ -368,3 +368,87 @@ mod tests {
         );
     }
 }
+
+fn client_for(server: &crate::config::ServerArgs) -> anyhow::Result<(String, reqwest::Client)> {
+    let base = server.server.trim_end_matches('/').to_string();
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(15))
+        .build()?;
+    Ok((base, client))
+}
+
+fn authed(
+    server: &crate::config::ServerArgs,
+    req: reqwest::RequestBuilder,
+) -> reqwest::RequestBuilder {
+    let req = req
+        .header("x-gatebot-source", "cli")
+        .header("x-gatebot-actor", local_user());
+    match &server.token {
+        Some(t) => req.bearer_auth(t.expose_secret()),
+        None => req,
+    }
+}
+
+/// `gatebot freeze [scope] --reason … [--for 2h | --until …]`, or the list.
+pub async fn freeze(args: crate::config::FreezeArgs) -> anyhow::Result<()> {
+    let (base, client) = client_for(&args.server)?;
+    let has_token = args.server.token.is_some();
+    let Some(reason) = args.reason else {
+        let value = call(
+            authed(&args.server, client.get(format!("{base}/api/v1/freezes"))),
+            &base,
+            "list freezes",
+        )
+        .await
+        .map_err(|e| token_hint(e, has_token))?;
+        let freezes = value["freezes"]
+            .as_array()
+            .cloned()
+            .context("the server's answer has no list of freezes")?;
+        if freezes.is_empty() {
+            println!("nothing is frozen");
+        }
+        for f in freezes {
+            println!("{}", f["line"].as_str().unwrap_or("?"));
+        }
+        return Ok(());
+    };
+    let body = json!({
+        "scope": args.scope.as_deref().unwrap_or("all"), "reason": reason,
+        "for": args.for_, "until": args.until,
+    });
+    let value = call(
+        authed(
+            &args.server,
+            client.post(format!("{base}/api/v1/freezes")).json(&body),
+        ),
+        &base,
+        "freeze",
+    )
+    .await
+    .map_err(|e| token_hint(e, has_token))?;
+    println!("{}", value["line"].as_str().unwrap_or("frozen"));
+    Ok(())
+}
+
+/// `gatebot unfreeze [scope]`.
+pub async fn unfreeze(args: crate::config::UnfreezeArgs) -> anyhow::Result<()> {
+    let (base, client) = client_for(&args.server)?;
+    let has_token = args.server.token.is_some();
+    let scope = args.scope.as_deref().unwrap_or("all");
+    let url = format!(
+        "{base}/api/v1/freezes?scope={}",
+        form_urlencoded::byte_serialize(scope.as_bytes()).collect::<String>()
+    );
+    let value = call(authed(&args.server, client.delete(url)), &base, "unfreeze")
+        .await
+        .map_err(|e| token_hint(e, has_token))?;
+    let lifted = value["lifted"].as_array().map_or(0, Vec::len);
+    if lifted == 0 {
+        println!("nothing was frozen in {scope}");
+    } else {
+        println!("lifted {lifted} freeze(s) of {scope}");
+    }
+    Ok(())
+}

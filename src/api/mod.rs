@@ -2,6 +2,7 @@
 //! health, readiness and metrics.
 
 pub mod cli;
+pub mod freezes;
 pub mod health;
 pub mod named;
 pub mod wait;

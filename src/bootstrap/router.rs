@@ -113,6 +113,12 @@ pub fn app(state: AppState) -> Router {
             "/api/v1/gates/{*key}",
             get(api::show).delete(api::named::retire),
         )
+        .route(
+            "/api/v1/freezes",
+            get(api::freezes::list)
+                .post(api::freezes::create)
+                .delete(api::freezes::lift),
+        )
         .route("/api/v1/waits", get(api::waits))
         .route("/api/v1/audit", get(api::audit))
         .route("/api/v1/outbox", get(api::outbox))

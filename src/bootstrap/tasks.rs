@@ -69,6 +69,12 @@ pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
         if let Err(e) = state.engine.send_reminders(&state.policy).await {
             tracing::warn!(error = %e, "could not send reminders");
         }
+        // Another replica may have frozen or lifted; SQLite has one writer.
+        if state.store.backend() == crate::store::Backend::Postgres {
+            if let Err(e) = state.engine.reload_freezes().await {
+                tracing::warn!(error = %e, "could not re-read freezes");
+            }
+        }
         if let Ok(n) = state.store.pending(QueueName::Outbox).await {
             state.metrics.outbox_pending.set(n);
         }

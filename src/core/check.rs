@@ -40,7 +40,13 @@ impl Engine {
             return Ok(verdict);
         }
         let Some(canary) = &input.canary else {
-            return Ok(peek(&gate, self.now(), self.settings.channels));
+            let now = self.now();
+            return Ok(self.unless_frozen(
+                key,
+                None,
+                now,
+                peek(&gate, now, self.settings.channels),
+            ));
         };
         let check = Check {
             canary: canary.clone(),
@@ -62,14 +68,24 @@ impl Engine {
         now: Millis,
     ) -> Option<Verdict> {
         let Some(canary) = &input.canary else {
-            return Some(peek(gate, now, self.settings.channels));
+            return Some(self.unless_frozen(
+                key,
+                None,
+                now,
+                peek(gate, now, self.settings.channels),
+            ));
         };
         let check = Check {
             canary: canary.clone(),
             checksum: input.checksum.clone(),
             phase: input.phase.clone(),
         };
-        let verdict = decide(gate, &check, now, self.settings.channels);
+        let verdict = self.unless_frozen(
+            key,
+            Some(canary),
+            now,
+            decide(gate, &check, now, self.settings.channels),
+        );
         if verdict.pin || verdict.expired {
             return None;
         }
@@ -111,7 +127,12 @@ impl Engine {
         let _turn = self.write.lock().await;
         let now = self.now();
         let mut gate = self.gate(key).await?;
-        let mut verdict = decide(&gate, check, now, self.settings.channels);
+        let mut verdict = self.unless_frozen(
+            key,
+            Some(&check.canary),
+            now,
+            decide(&gate, check, now, self.settings.channels),
+        );
         let metadata = serde_json::to_string(&input.metadata).unwrap_or_else(|_| "{}".into());
         let mut notices = Vec::new();
         let mut audits = Vec::new();
@@ -176,7 +197,12 @@ impl Engine {
                     });
                 } else {
                     // Another replica pinned this canary to another revision first.
-                    verdict = decide(&gate, check, now, self.settings.channels);
+                    verdict = self.unless_frozen(
+                        key,
+                        Some(&check.canary),
+                        now,
+                        decide(&gate, check, now, self.settings.channels),
+                    );
                 }
             }
         }

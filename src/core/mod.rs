@@ -16,6 +16,7 @@ pub mod dispatch;
 #[cfg(test)]
 mod dispatch_tests;
 mod events;
+mod freezes;
 mod memory;
 pub mod named;
 mod page;
@@ -167,6 +168,9 @@ pub struct Engine {
     memory: Mutex<Memory>,
     /// Serialises the slow path so two checks of one canary don't both start a wait.
     write: tokio::sync::Mutex<()>,
+    /// The change freezes in force, and whether there are any (read first).
+    freezes: std::sync::RwLock<Vec<crate::gate::freeze::Freeze>>,
+    any_freeze: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
@@ -198,7 +202,10 @@ impl Engine {
             .await?;
         memory.shrink_to_fit();
         tracing::info!(gates = memory.len(), "loaded gates and last checks");
+        let freezes = store.active_freezes(clock.now_ms()).await?;
         Ok(Self {
+            any_freeze: std::sync::atomic::AtomicBool::new(!freezes.is_empty()),
+            freezes: std::sync::RwLock::new(freezes),
             store,
             clock,
             settings,

@@ -3,6 +3,7 @@
 pub mod audit;
 pub mod deadline;
 pub mod event;
+pub mod freeze;
 pub mod key;
 pub mod reminder;
 pub mod state;

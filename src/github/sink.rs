@@ -423,6 +423,8 @@ impl Sink for GithubSink {
             | Notice::GateChanged { gate, .. } => vec![gate],
             Notice::CanaryEvent { gates, .. } => gates.iter().collect(),
             Notice::Reminder { gate, .. } => vec![gate],
+            // Announced in Slack; a frozen gate's answer says so on its own.
+            Notice::Frozen { .. } | Notice::Unfrozen { .. } => Vec::new(),
         };
         let named_pr = match notice {
             Notice::GateChanged { pr, .. } => pr.clone(),

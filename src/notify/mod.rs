@@ -74,6 +74,21 @@ pub enum Notice {
         github_mentions: Vec<String>,
         at: Millis,
     },
+    /// Someone froze changes: announced once.
+    Frozen {
+        id: i64,
+        scope: String,
+        /// Who, why, until when: the reason Flagger reads too.
+        line: String,
+        at: Millis,
+    },
+    /// Someone lifted the freezes of a scope.
+    Unfrozen {
+        ids: Vec<i64>,
+        scope: String,
+        by: Actor,
+        at: Millis,
+    },
     /// A milestone from Flagger's event hook, for the gates the canary asks.
     CanaryEvent {
         #[serde(with = "as_text")]
@@ -97,6 +112,8 @@ impl Notice {
             Self::GateChanged { .. } => "gate_changed",
             Self::CanaryEvent { .. } => "canary_event",
             Self::Reminder { .. } => "reminder",
+            Self::Frozen { .. } => "frozen",
+            Self::Unfrozen { .. } => "unfrozen",
         }
     }
 

@@ -307,6 +307,9 @@ impl SlackInbox {
     }
 
     async fn slash(&self, c: &SlashCommand) -> Result<(), SendError> {
+        if let Some((verb, rest)) = crate::command::freeze_verb(&c.text) {
+            return self.freeze(c, verb, rest).await;
+        }
         let url = Some(c.response_url.as_str());
         let inv = match parse_slash(&c.text) {
             Ok(inv) => inv,
@@ -351,6 +354,54 @@ impl SlackInbox {
                     self.templates(),
                     json!({"what": "error", "message": message}),
                 )
+            }
+        };
+        self.respond(url, text).await
+    }
+
+    /// `/gatebot freeze …` and `/gatebot unfreeze …`, by the policy's
+    /// `slack.commands.freeze` (or `unfreeze`) approvers.
+    async fn freeze(&self, c: &SlashCommand, verb: &str, rest: &str) -> Result<(), SendError> {
+        use crate::gate::freeze::{end_of, FreezeScope};
+        let url = Some(c.response_url.as_str());
+        let line = crate::command::parse_freeze(rest);
+        let scope: FreezeScope = match line.scope.as_deref().unwrap_or("all").parse() {
+            Ok(s) => s,
+            Err(e) => return self.respond(url, e.to_string()).await,
+        };
+        let rule = self.state.policy.slack_named(verb);
+        if self.approvers.check(&rule, &c.user_id).await? != super::approvers::Verdict::Allowed {
+            let text = format!(
+                "<@{}> may not {verb} from Slack: the approvers are in {}",
+                c.user_id, rule.setting
+            );
+            return self.respond(url, text).await;
+        }
+        let engine = &self.state.engine;
+        let who = Actor::new(c.user_label(), Source::Slack);
+        let failed = |e: EngineError| match e {
+            EngineError::Store(e) => store_err(e),
+            other => SendError::retry(other.to_string()),
+        };
+        let text = if verb == "freeze" {
+            let until = match end_of(engine.now(), line.for_.as_deref(), line.until.as_deref()) {
+                Ok(u) => u,
+                Err(e) => return self.respond(url, e).await,
+            };
+            let Some(reason) = line.reason else {
+                return self.respond(url, "a freeze needs a reason".into()).await;
+            };
+            let delivery = format!("slack:{}", c.trigger_id);
+            let f = engine
+                .freeze(scope, until, &reason, &who, Some(&delivery))
+                .await
+                .map_err(failed)?;
+            format!(":snowflake: Changes are {}", f.reason_line())
+        } else {
+            let lifted = engine.unfreeze(&scope, &who).await.map_err(failed)?;
+            match lifted.len() {
+                0 => format!("nothing was frozen in {scope}"),
+                n => format!(":sunny: lifted {n} freeze(s) of {scope}"),
             }
         };
         self.respond(url, text).await

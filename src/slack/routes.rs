@@ -153,6 +153,50 @@ async fn commands(
         command.trigger_id = format!("signed-{}", signed_digest(signed_at, &body));
     }
     let templates = &state.templates;
+    if let Some((verb, rest)) = crate::command::freeze_verb(&command.text) {
+        let line = crate::command::parse_freeze(rest);
+        let usage = format!(
+            "write `/gatebot {verb} [all|owner/repo|ns/<namespace>]{}`",
+            if verb == "freeze" {
+                " [for 2h|until <time>] <reason>"
+            } else {
+                ""
+            }
+        );
+        let checked = line
+            .scope
+            .as_deref()
+            .unwrap_or("all")
+            .parse::<crate::gate::freeze::FreezeScope>()
+            .map_err(|e| e.to_string())
+            .and_then(|_| {
+                crate::gate::freeze::end_of(
+                    state.engine.now(),
+                    line.for_.as_deref(),
+                    line.until.as_deref(),
+                )
+            });
+        if let Err(e) = checked {
+            return Ok(ephemeral(format!("{e}: {usage}")));
+        }
+        if verb == "freeze" && line.reason.is_none() {
+            return Ok(ephemeral(format!("a freeze needs a reason: {usage}")));
+        }
+        let id = format!("command:{}", command.trigger_id);
+        let payload = serde_json::to_string(&command).map_err(|e| {
+            Reject::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "unencodable",
+                format!("cannot store the command: {e}"),
+            )
+        })?;
+        store_receipt(&receipts, id, SLASH, payload).await?;
+        let scope = line.scope.unwrap_or_else(|| "all".into());
+        return Ok(ephemeral(reply(
+            templates,
+            json!({"what": "received", "command": format!("/gatebot {verb}"), "subject": scope}),
+        )));
+    }
     let inv = match parse_slash(&command.text) {
         Ok(inv) => inv,
         Err(e) => return Ok(ephemeral(e.to_string())),
@@ -246,11 +290,17 @@ async fn status(state: &AppState, subject: Option<&Subject>) -> Result<String, R
             "this gatebot (gates with a canary waiting)".to_string(),
         ),
     };
+    let freezes: Vec<String> = state
+        .engine
+        .freezes()
+        .iter()
+        .map(|f| f.reason_line())
+        .collect();
     state
         .templates
         .render(
             "slack/status_reply.j2",
-            json!({"subject": label, "gates": gates}),
+            json!({"subject": label, "gates": gates, "freezes": freezes}),
         )
         .map(|t| t.trim().to_string())
         .map_err(|e| Reject::unavailable(format!("{e:#}")))

@@ -75,6 +75,8 @@ pub enum SlackJob {
         waited: String,
         mentions: Vec<String>,
     },
+    /// A freeze or its lifting, in the default channel.
+    Announce { text: String },
     /// One message for the waits of a minute over GATEBOT_NOTIFY_BURST in a channel.
     Digest {
         channel: String,
@@ -94,6 +96,7 @@ impl SlackJob {
             Self::Respond { .. } => "respond",
             Self::Digest { .. } => "digest",
             Self::Remind { .. } => "remind",
+            Self::Announce { .. } => "announce",
         }
     }
 
@@ -231,6 +234,23 @@ impl Sink for SlackSink {
                 };
                 vec![job.job(Some(format!("slack-remind:{wait_id}:{point}")))?]
             }
+            Notice::Frozen { id, line, .. } if self.channel.is_some() => {
+                let text = format!(":snowflake: Changes are {line}");
+                vec![SlackJob::Announce { text }.job(Some(format!("slack-frozen:{id}")))?]
+            }
+            Notice::Unfrozen { ids, scope, by, .. } if self.channel.is_some() => {
+                let text = format!(
+                    ":sunny: The freeze of {scope} was lifted by {} via {}.",
+                    by.name, by.source
+                );
+                // Each freeze is lifted once: its id makes the announcement's once-key.
+                let once = ids
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",");
+                vec![SlackJob::Announce { text }.job(Some(format!("slack-unfrozen:{once}")))?]
+            }
             _ => Vec::new(),
         })
     }
@@ -311,6 +331,13 @@ impl SlackSink {
                 since,
                 until,
             } => self.digest(&channel, since, until).await,
+            SlackJob::Announce { text } => {
+                let Some(channel) = &self.channel else {
+                    return Ok(());
+                };
+                self.api.post_message(channel, &text, None, None).await?;
+                Ok(())
+            }
             SlackJob::Remind {
                 wait_id,
                 canary,

@@ -4,6 +4,7 @@
 //! share (`$n` parameters, `ON CONFLICT`, `RETURNING`, partial unique indexes), so
 //! there is one code path to test. Only migrations, BEGIN and job claiming differ.
 
+mod freezes;
 mod loading;
 mod named;
 mod notify;

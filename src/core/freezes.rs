@@ -1,0 +1,124 @@
+//! Change freezes, applied: kept in memory for the check (a flag makes the
+//! usual case, no freeze, one atomic load), written in one unit with their
+//! announcement, and re-read by the housekeeping pass so that replicas see
+//! each other's.
+
+use std::sync::atomic::Ordering;
+
+use super::*;
+use crate::gate::freeze::{frozen, Freeze, FreezeScope};
+
+impl Engine {
+    /// `verdict`, unless a freeze holds the gate: then closed, with the
+    /// freeze's reason, and nothing pinned (an expiry is still recorded).
+    pub(super) fn unless_frozen(
+        &self,
+        key: &GateKey,
+        canary: Option<&CanaryRef>,
+        now: Millis,
+        verdict: Verdict,
+    ) -> Verdict {
+        if !self.any_freeze.load(Ordering::Acquire) {
+            return verdict;
+        }
+        let freezes = self.freezes.read().expect("freezes poisoned");
+        match frozen(&freezes, key, canary, now) {
+            Some(f) => Verdict {
+                expired: verdict.expired,
+                ..Verdict::closed(f.reason_line())
+            },
+            None => verdict,
+        }
+    }
+
+    /// The freezes in force, oldest first.
+    pub fn freezes(&self) -> Vec<Freeze> {
+        let now = self.now();
+        let freezes = self.freezes.read().expect("freezes poisoned");
+        freezes.iter().filter(|f| f.active(now)).cloned().collect()
+    }
+
+    /// Re-reads the freezes in force (another replica may have changed them).
+    pub async fn reload_freezes(&self) -> Result<(), StoreError> {
+        let active = self.store.active_freezes(self.now()).await?;
+        self.set_freezes(active);
+        Ok(())
+    }
+
+    pub(super) fn set_freezes(&self, active: Vec<Freeze>) {
+        let mut freezes = self.freezes.write().expect("freezes poisoned");
+        self.any_freeze.store(!active.is_empty(), Ordering::Release);
+        *freezes = active;
+    }
+
+    /// Freezes `scope` (until `until`, or until lifted), announced in the same
+    /// unit. A `delivery` that froze already gives back its freeze.
+    pub async fn freeze(
+        &self,
+        scope: FreezeScope,
+        until: Option<Millis>,
+        reason: &str,
+        who: &Actor,
+        delivery: Option<&str>,
+    ) -> Result<Freeze, EngineError> {
+        let mut unit = self.begin().await?;
+        let now = unit.now();
+        let inserted =
+            Store::insert_freeze(unit.tx(), &scope, reason, who, now, until, delivery).await?;
+        let Some(id) = inserted else {
+            let done = match delivery {
+                Some(d) => Store::freeze_of_delivery(unit.tx(), d).await?,
+                None => None,
+            };
+            unit.rollback().await;
+            return done.ok_or_else(|| {
+                EngineError::Store(StoreError::Corrupt("a freeze was not stored".into()))
+            });
+        };
+        let freeze = Freeze {
+            id,
+            scope,
+            reason: reason.to_string(),
+            by: who.clone(),
+            at: now,
+            until,
+        };
+        unit.notify(&[Notice::Frozen {
+            id,
+            scope: freeze.scope.to_string(),
+            line: freeze.reason_line(),
+            at: now,
+        }])
+        .await?;
+        unit.commit().await?;
+        tracing::info!(scope = %freeze.scope, actor = %who.name, source = %who.source, "frozen");
+        self.reload_freezes().await?;
+        Ok(freeze)
+    }
+
+    /// Lifts the freezes of `scope`; returns them (none: nothing was frozen there).
+    pub async fn unfreeze(
+        &self,
+        scope: &FreezeScope,
+        who: &Actor,
+    ) -> Result<Vec<Freeze>, EngineError> {
+        let mut unit = self.begin().await?;
+        let now = unit.now();
+        let lifted = Store::lift_freezes(unit.tx(), scope, who, now).await?;
+        if !lifted.is_empty() {
+            unit.notify(&[Notice::Unfrozen {
+                ids: lifted.iter().map(|f| f.id).collect(),
+                scope: scope.to_string(),
+                by: who.clone(),
+                at: now,
+            }])
+            .await?;
+        }
+        unit.commit().await?;
+        if !lifted.is_empty() {
+            tracing::info!(scope = %scope, actor = %who.name, source = %who.source, "unfrozen");
+        }
+        self.reload_freezes().await?;
+        Ok(lifted)
+    }
+}
