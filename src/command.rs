@@ -113,13 +113,20 @@ pub enum Parsed {
         word: String,
         line: usize,
     },
+    /// `/freeze [for 2h|until <time>] <reason>` or `/unfreeze`: the PR's repository.
+    Freeze {
+        unfreeze: bool,
+        /// The text after the word.
+        rest: String,
+        line: usize,
+    },
 }
 
 impl Parsed {
     pub fn line(&self) -> usize {
         match self {
             Parsed::Command(inv) => inv.line,
-            Parsed::Unknown { line, .. } => *line,
+            Parsed::Unknown { line, .. } | Parsed::Freeze { line, .. } => *line,
         }
     }
 }
@@ -181,11 +188,13 @@ pub fn new_commands(old: &str, new: &str) -> Vec<Parsed> {
     enum Key {
         Command(Command, Option<String>),
         Unknown(String),
+        Freeze(bool, String),
     }
     fn key(p: &Parsed) -> Key {
         match p {
             Parsed::Command(inv) => Key::Command(inv.command, inv.reason.clone()),
             Parsed::Unknown { word, .. } => Key::Unknown(word.to_ascii_lowercase()),
+            Parsed::Freeze { unfreeze, rest, .. } => Key::Freeze(*unfreeze, rest.clone()),
         }
     }
     let mut seen: HashMap<Key, usize> = HashMap::new();
@@ -219,6 +228,15 @@ fn flush(pending: &mut Option<Pending>, body: &str, limit: usize, out: &mut Vec<
 }
 
 fn make(word: &str, rest: &str, line: usize) -> Parsed {
+    for (verb, unfreeze) in [("freeze", false), ("unfreeze", true)] {
+        if word.eq_ignore_ascii_case(verb) {
+            return Parsed::Freeze {
+                unfreeze,
+                rest: rest.to_string(),
+                line,
+            };
+        }
+    }
     let Some(command) = Command::parse_word(word) else {
         return Parsed::Unknown {
             word: word.to_string(),

@@ -292,8 +292,17 @@ impl Policy {
     }
 
     pub fn github(&self, command: Command) -> GithubRule {
+        self.github_rule(command.as_str(), command == Command::Promote)
+    }
+
+    /// Who may `/freeze` and `/unfreeze` on a PR (`[github.commands.freeze]`).
+    pub fn github_named(&self, name: &str) -> GithubRule {
+        self.github_rule(name, false)
+    }
+
+    fn github_rule(&self, name: &str, four_eyes_by_default: bool) -> GithubRule {
         let section = &self.file.github;
-        let specific = section.commands.get(command.as_str());
+        let specific = section.commands.get(name);
         GithubRule {
             min_permission: specific
                 .and_then(|c| c.min_permission)
@@ -306,7 +315,7 @@ impl Policy {
                 .and_then(|c| c.forbid_self_approval)
                 .or(section
                     .forbid_self_approval
-                    .filter(|_| command == Command::Promote))
+                    .filter(|_| four_eyes_by_default))
                 .unwrap_or(false),
         }
     }

@@ -7,10 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gatebot::clock::{ManualClock, SharedClock};
+use gatebot::github::verify::sign;
 use gatebot::notify::WorkerSettings;
 use gatebot::Options;
+use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::fake_slack::{post_signed, FakeSlack};
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
+use gatebot_testkit::github_payloads::comment;
 use gatebot_testkit::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
 
@@ -35,11 +38,19 @@ approvers = ["UALICE"]
 
 [slack.commands.unfreeze]
 approvers = ["UALICE"]
+
+[github.commands.freeze]
+min_permission = "maintain"
+
+[github.commands.unfreeze]
+min_permission = "maintain"
 "#;
+const GITHUB_SECRET: &str = "github-secret";
 
 struct Env {
     server: TestServer,
     slack: FakeSlack,
+    github: FakeGithub,
     clock: Arc<ManualClock>,
     db: TestDb,
 }
@@ -47,7 +58,13 @@ struct Env {
 async fn env(backend: Backend) -> Env {
     let db = TestDb::new(backend).await;
     let slack = FakeSlack::start().await;
+    let github = FakeGithub::start().await;
+    github.set_permission("maria", "maintain");
+    github.set_permission("walt", "write");
     let mut config = db.config();
+    config.github.token = Some("ghp_test".to_string().into());
+    config.github.webhook_secret = Some(GITHUB_SECRET.to_string().into());
+    config.github.api_url = github.url.clone();
     config.github.repository = Some("acme/shop".parse().unwrap());
     config.admin_token = Some(ADMIN_TOKEN.to_string().into());
     config.slack.signing_secret = Some(SECRET.to_string().into());
@@ -71,6 +88,7 @@ async fn env(backend: Backend) -> Env {
     Env {
         server,
         slack,
+        github,
         clock,
         db,
     }
@@ -135,6 +153,31 @@ impl Env {
             .collect()
     }
 
+    /// A signed PR comment on acme/shop#42, applied.
+    async fn comment(&self, id: u64, user: &str, body: &str) {
+        let payload = serde_json::to_vec(&comment(42, id, user, body)).unwrap();
+        let r = client()
+            .post(self.server.at("/webhooks/github"))
+            .header("content-type", "application/json")
+            .header("x-github-event", "issue_comment")
+            .header("x-github-delivery", format!("delivery-{id}"))
+            .header("x-hub-signature-256", sign(GITHUB_SECRET, &payload))
+            .body(payload)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+        self.server.drained().await;
+    }
+
+    fn replies(&self) -> Vec<String> {
+        self.github
+            .replies(42)
+            .into_iter()
+            .map(|c| c.body)
+            .collect()
+    }
+
     fn cli(&self, args: &[&str]) -> std::process::Output {
         std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
             .args(args)
@@ -159,6 +202,7 @@ async fn check(env: &Env, gate: &str, canary: (&str, &str)) -> (u16, String) {
 }
 
 gatebot_testkit::on_both_stores!(
+    a_pr_comment_freezes_its_repository_by_the_policy,
     a_slack_freeze_holds_a_preapproved_release_until_lifted,
     a_cli_freeze_for_a_while_ends_by_itself,
     bad_freezes_and_unauthorized_people_change_nothing,
@@ -330,4 +374,53 @@ async fn bad_freezes_and_unauthorized_people_change_nothing(backend: Backend) {
     env.server.drained().await;
     assert!(env.freezes().await.is_empty());
     assert!(env.announcements().is_empty());
+}
+
+async fn a_pr_comment_freezes_its_repository_by_the_policy(backend: Backend) {
+    let env = env(backend).await;
+    env.comment(1, "walt", "/freeze release week").await;
+    assert!(
+        env.freezes().await.is_empty(),
+        "write permission is not enough"
+    );
+    let replies = env.replies();
+    assert!(
+        replies
+            .iter()
+            .any(|r| r.contains("`/freeze`: not done: `/freeze` needs maintain permission")),
+        "{replies:?}"
+    );
+
+    env.comment(2, "maria", "/freeze all of it").await;
+    assert!(env.freezes().await.is_empty());
+    assert!(env
+        .replies()
+        .iter()
+        .any(|r| r.contains("on a pull request `/freeze` is for acme/shop")));
+
+    env.comment(3, "maria", "/freeze for 2h release week").await;
+    let freezes = env.freezes().await;
+    assert_eq!(freezes.len(), 1, "{freezes:?}");
+    assert_eq!(freezes[0]["scope"], "acme/shop");
+    assert_eq!(freezes[0]["until"], NOW + 2 * HOUR);
+    assert!(
+        env.replies()
+            .iter()
+            .any(|r| r.contains("changes are frozen (acme/shop) by maria via github")),
+        "{:?}",
+        env.replies()
+    );
+    assert!(env.github.reactions_on(3).contains(&"rocket".to_string()));
+    env.server.open("/gates/promote/pr/42").await;
+    let (status, reason) = check(&env, "/gates/promote/pr/42", ("test", "podinfo")).await;
+    assert_eq!(status, 403);
+    assert!(
+        reason.contains("frozen (acme/shop) by maria via github"),
+        "{reason}"
+    );
+
+    env.comment(4, "maria", "/unfreeze").await;
+    assert!(env.freezes().await.is_empty());
+    let (status, _) = check(&env, "/gates/promote/pr/42", ("test", "podinfo")).await;
+    assert_eq!(status, 200);
 }

@@ -185,13 +185,23 @@ pub struct HelpEntry {
     pub description: &'static str,
 }
 
-/// Every command, in the order help lists them.
+/// Every command, in the order help lists them; freezes last (they are not
+/// about one gate, so they are no [`Command`]).
 pub fn help() -> Vec<HelpEntry> {
-    Command::ALL
+    let mut entries: Vec<HelpEntry> = Command::ALL
         .iter()
         .map(|c| HelpEntry {
             name: c.as_str(),
             description: c.description(),
         })
-        .collect()
+        .collect();
+    entries.push(HelpEntry {
+        name: "freeze",
+        description: "freeze changes, so that start, promote and traffic gates answer closed: `for 2h` or `until <time>` (optional), then a reason",
+    });
+    entries.push(HelpEntry {
+        name: "unfreeze",
+        description: "lift a freeze",
+    });
+    entries
 }

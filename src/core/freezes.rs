@@ -5,6 +5,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::unit::Unit;
 use super::*;
 use crate::gate::freeze::{frozen, Freeze, FreezeScope};
 
@@ -62,36 +63,8 @@ impl Engine {
         delivery: Option<&str>,
     ) -> Result<Freeze, EngineError> {
         let mut unit = self.begin().await?;
-        let now = unit.now();
-        let inserted =
-            Store::insert_freeze(unit.tx(), &scope, reason, who, now, until, delivery).await?;
-        let Some(id) = inserted else {
-            let done = match delivery {
-                Some(d) => Store::freeze_of_delivery(unit.tx(), d).await?,
-                None => None,
-            };
-            unit.rollback().await;
-            return done.ok_or_else(|| {
-                EngineError::Store(StoreError::Corrupt("a freeze was not stored".into()))
-            });
-        };
-        let freeze = Freeze {
-            id,
-            scope,
-            reason: reason.to_string(),
-            by: who.clone(),
-            at: now,
-            until,
-        };
-        unit.notify(&[Notice::Frozen {
-            id,
-            scope: freeze.scope.to_string(),
-            line: freeze.reason_line(),
-            at: now,
-        }])
-        .await?;
+        let freeze = freeze_in(&mut unit, scope, until, reason, who, delivery).await?;
         unit.commit().await?;
-        tracing::info!(scope = %freeze.scope, actor = %who.name, source = %who.source, "frozen");
         self.reload_freezes().await?;
         Ok(freeze)
     }
@@ -103,22 +76,71 @@ impl Engine {
         who: &Actor,
     ) -> Result<Vec<Freeze>, EngineError> {
         let mut unit = self.begin().await?;
-        let now = unit.now();
-        let lifted = Store::lift_freezes(unit.tx(), scope, who, now).await?;
-        if !lifted.is_empty() {
-            unit.notify(&[Notice::Unfrozen {
-                ids: lifted.iter().map(|f| f.id).collect(),
-                scope: scope.to_string(),
-                by: who.clone(),
-                at: now,
-            }])
-            .await?;
-        }
+        let lifted = unfreeze_in(&mut unit, scope, who).await?;
         unit.commit().await?;
-        if !lifted.is_empty() {
-            tracing::info!(scope = %scope, actor = %who.name, source = %who.source, "unfrozen");
-        }
         self.reload_freezes().await?;
         Ok(lifted)
     }
+}
+
+/// [`Engine::freeze`] in a larger unit (a PR comment's); the caller re-reads
+/// the freezes ([`Engine::reload_freezes`]) once it commits.
+pub async fn freeze_in(
+    unit: &mut Unit<'_>,
+    scope: FreezeScope,
+    until: Option<Millis>,
+    reason: &str,
+    who: &Actor,
+    delivery: Option<&str>,
+) -> Result<Freeze, EngineError> {
+    let now = unit.now();
+    let inserted =
+        Store::insert_freeze(unit.tx(), &scope, reason, who, now, until, delivery).await?;
+    let Some(id) = inserted else {
+        let done = match delivery {
+            Some(d) => Store::freeze_of_delivery(unit.tx(), d).await?,
+            None => None,
+        };
+        return done.ok_or_else(|| {
+            EngineError::Store(StoreError::Corrupt("a freeze was not stored".into()))
+        });
+    };
+    let freeze = Freeze {
+        id,
+        scope,
+        reason: reason.to_string(),
+        by: who.clone(),
+        at: now,
+        until,
+    };
+    unit.notify(&[Notice::Frozen {
+        id,
+        scope: freeze.scope.to_string(),
+        line: freeze.reason_line(),
+        at: now,
+    }])
+    .await?;
+    tracing::info!(scope = %freeze.scope, actor = %who.name, source = %who.source, "frozen");
+    Ok(freeze)
+}
+
+/// [`Engine::unfreeze`] in a larger unit.
+pub async fn unfreeze_in(
+    unit: &mut Unit<'_>,
+    scope: &FreezeScope,
+    who: &Actor,
+) -> Result<Vec<Freeze>, EngineError> {
+    let now = unit.now();
+    let lifted = Store::lift_freezes(unit.tx(), scope, who, now).await?;
+    if !lifted.is_empty() {
+        unit.notify(&[Notice::Unfrozen {
+            ids: lifted.iter().map(|f| f.id).collect(),
+            scope: scope.to_string(),
+            by: who.clone(),
+            at: now,
+        }])
+        .await?;
+        tracing::info!(scope = %scope, actor = %who.name, source = %who.source, "unfrozen");
+    }
+    Ok(lifted)
 }

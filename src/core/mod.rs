@@ -16,7 +16,7 @@ pub mod dispatch;
 #[cfg(test)]
 mod dispatch_tests;
 mod events;
-mod freezes;
+pub mod freezes;
 mod memory;
 pub mod named;
 mod page;

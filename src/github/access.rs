@@ -79,6 +79,29 @@ impl Access {
         pr_author: &str,
     ) -> Result<Result<(), String>, SendError> {
         let rule = self.policy.github(command);
+        self.authorize_rule(command.as_str(), rule, repo, user, pr_author)
+            .await
+    }
+
+    /// `/freeze` and `/unfreeze`: the policy's `github.commands.<name>` rule.
+    pub async fn authorize_named(
+        &self,
+        name: &str,
+        repo: &RepoName,
+        user: &str,
+    ) -> Result<Result<(), String>, SendError> {
+        let rule = self.policy.github_named(name);
+        self.authorize_rule(name, rule, repo, user, "").await
+    }
+
+    async fn authorize_rule(
+        &self,
+        command: &str,
+        rule: crate::policy::GithubRule,
+        repo: &RepoName,
+        user: &str,
+        pr_author: &str,
+    ) -> Result<Result<(), String>, SendError> {
         if rule.forbid_self_approval && user.eq_ignore_ascii_case(pr_author) {
             return Ok(Err(format!(
                 "you opened this pull request, so someone else must run `/{command}` (four eyes)"

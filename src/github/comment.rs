@@ -15,7 +15,7 @@ use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Outcome, Request};
 use crate::core::Provenance;
 use crate::gate::state::rfc3339;
-use crate::gate::{Actor, DeliveryId, PrNumber, RepoName, Source};
+use crate::gate::{Actor, DeliveryId, Millis, PrNumber, RepoName, Source};
 use crate::notify::SendError;
 
 fn retry(e: impl std::fmt::Display) -> SendError {
@@ -47,6 +47,14 @@ pub(super) enum Step {
     },
     Command {
         request: Request,
+        verdict: Result<(), String>,
+    },
+    /// `/freeze` or `/unfreeze` of the PR's repository, authorized or not.
+    Freeze {
+        unfreeze: bool,
+        until: Option<Millis>,
+        reason: Option<String>,
+        who: Actor,
         verdict: Result<(), String>,
     },
 }
@@ -90,6 +98,9 @@ impl GithubInbox {
         let number = PrNumber(e.issue.number);
         let inv = match parsed {
             Parsed::Unknown { word, .. } => return Ok(Step::Unknown(word)),
+            Parsed::Freeze { unfreeze, rest, .. } => {
+                return self.freeze_step(unfreeze, &rest, repo, user).await;
+            }
             Parsed::Command(inv) => inv,
         };
         let command = inv.command;
@@ -151,6 +162,53 @@ impl GithubInbox {
         };
         let verdict = dispatch::authorize(&request, &authorizer).await?;
         Ok(Step::Command { request, verdict })
+    }
+
+    /// `/freeze [for 2h|until <time>] <reason>` freezes the PR's repository;
+    /// other scopes are frozen from Slack or the CLI.
+    async fn freeze_step(
+        &self,
+        unfreeze: bool,
+        rest: &str,
+        repo: &RepoName,
+        user: &str,
+    ) -> Result<Step, SendError> {
+        let verb = if unfreeze { "unfreeze" } else { "freeze" };
+        let line = crate::command::parse_freeze(rest);
+        let who = Actor::new(user.to_string(), Source::Github);
+        let refuse = |why: String| Step::Freeze {
+            unfreeze,
+            until: None,
+            reason: None,
+            who: who.clone(),
+            verdict: Err(why),
+        };
+        if line.scope.is_some() {
+            return Ok(refuse(format!(
+                "on a pull request `/{verb}` is for {repo}: freeze other scopes with `/gatebot {verb}` in Slack or `gatebot {verb}`"
+            )));
+        }
+        let until = match crate::gate::freeze::end_of(
+            self.state.clock.now_ms(),
+            line.for_.as_deref(),
+            line.until.as_deref(),
+        ) {
+            Ok(u) => u,
+            Err(e) => return Ok(refuse(e)),
+        };
+        if !unfreeze && line.reason.is_none() {
+            return Ok(refuse(
+                "a freeze needs a reason: `/freeze [for 2h|until <time>] <reason>`".into(),
+            ));
+        }
+        let verdict = self.access.authorize_named(verb, repo, user).await?;
+        Ok(Step::Freeze {
+            unfreeze,
+            until,
+            reason: line.reason,
+            who,
+            verdict,
+        })
     }
 
     pub(super) fn reply(&self, author: &str, lines: Vec<Line>) -> Result<String, SendError> {

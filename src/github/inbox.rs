@@ -19,8 +19,10 @@ use crate::command::{new_commands, parse_comment, Parsed};
 use crate::core::authors;
 use crate::core::commands::Subject;
 use crate::core::dispatch;
+use crate::core::freezes;
 use crate::core::unit::Unit;
 use crate::core::AppState;
+use crate::gate::freeze::FreezeScope;
 use crate::gate::{DeliveryId, PrNumber, RepoName};
 use crate::notify::{BoxFuture, Handler, Lease, SendError, Settled};
 use crate::policy::Policy;
@@ -284,6 +286,7 @@ impl GithubInbox {
             steps.push(self.step(p, &e, &repo, &subject, &stale, delivery).await?);
         }
         let mut out = Reply::default();
+        let mut froze = false;
         let mut unit = self.state.engine.begin().await.map_err(retry)?;
         let mut jobs = vec![react("eyes").once(once("eyes"))?];
         for step in steps {
@@ -304,6 +307,56 @@ impl GithubInbox {
                     let outcome = dispatch::decide(&mut unit, SOURCE, &request, verdict).await?;
                     out.render(request.command, outcome);
                 }
+                Step::Freeze {
+                    unfreeze,
+                    until,
+                    reason,
+                    who,
+                    verdict,
+                } => {
+                    froze = true;
+                    let verb = if unfreeze { "unfreeze" } else { "freeze" };
+                    let message = match verdict {
+                        Err(why) => {
+                            unit.count(SOURCE, verb, "refused");
+                            out.refused = true;
+                            format!("not done: {why}")
+                        }
+                        Ok(()) => {
+                            unit.count(SOURCE, verb, "applied");
+                            out.applied = true;
+                            let scope = FreezeScope::Repo(repo.clone());
+                            let done = if unfreeze {
+                                freezes::unfreeze_in(&mut unit, &scope, &who)
+                                    .await
+                                    .map(|lifted| match lifted.len() {
+                                        0 => format!("nothing was frozen in {scope}"),
+                                        n => format!("lifted {n} freeze(s) of {scope}"),
+                                    })
+                            } else {
+                                let reason = reason.unwrap_or_default();
+                                freezes::freeze_in(
+                                    &mut unit,
+                                    scope,
+                                    until,
+                                    &reason,
+                                    &who,
+                                    Some(delivery.as_str()),
+                                )
+                                .await
+                                .map(|f| format!("changes are {}", f.reason_line()))
+                            };
+                            done.map_err(|e| match e {
+                                crate::core::EngineError::Store(e) => retry(e),
+                                other => SendError::retry(other.to_string()),
+                            })?
+                        }
+                    };
+                    out.lines.push(Line {
+                        command: Some(format!("/{verb}")),
+                        message,
+                    });
+                }
             }
         }
         for (job, purpose) in out.extra {
@@ -323,7 +376,11 @@ impl GithubInbox {
         if let Some(learned) = &learned {
             learned.write(&mut unit).await?;
         }
-        finish(unit, item, lease).await
+        let settled = finish(unit, item, lease).await?;
+        if froze {
+            self.state.engine.reload_freezes().await.map_err(retry)?;
+        }
+        Ok(settled)
     }
 }
 
@@ -336,6 +393,9 @@ fn word(p: &Parsed) -> String {
     match p {
         Parsed::Command(inv) => inv.command.as_str().to_string(),
         Parsed::Unknown { .. } => "unknown".to_string(),
+        Parsed::Freeze { unfreeze, .. } => {
+            if *unfreeze { "unfreeze" } else { "freeze" }.to_string()
+        }
     }
 }
 
