@@ -627,7 +627,7 @@ mod tests {
             .into_iter()
             .filter_map(|p| match p {
                 Parsed::Command(inv) => Some((inv.command, inv.reason)),
-                Parsed::Unknown { .. } => None,
+                Parsed::Unknown { .. } | Parsed::Freeze { .. } => None,
             })
             .collect()
     }

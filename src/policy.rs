@@ -37,6 +37,7 @@ use serde::Deserialize;
 use crate::command::Command;
 use crate::config::{Config, Permission};
 use crate::gate::deadline::{Deadline, DeadlineRule, OnDeadline};
+use crate::gate::window::{Calendar, Window};
 use crate::gate::{CanaryRef, GateKind, Namespace};
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -52,6 +53,79 @@ struct File {
     deadlines: Vec<DeadlineEntry>,
     #[serde(default)]
     reminders: RemindersEntry,
+    #[serde(default)]
+    windows: Vec<WindowEntry>,
+    /// Dates (`2026-12-24`) on which no release window opens.
+    #[serde(default)]
+    holidays: Vec<String>,
+}
+
+/// One `[[windows]]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WindowEntry {
+    kind: String,
+    days: Option<Vec<String>>,
+    from: String,
+    to: String,
+    timezone: Option<String>,
+}
+
+/// Reads the `[[windows]]` tables and `holidays`, saying which entry is wrong.
+fn calendar(file: &File) -> anyhow::Result<Calendar> {
+    const DAYS: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
+    let mut windows = Vec::new();
+    for (n, w) in file.windows.iter().enumerate() {
+        let at = format!("windows[{n}]");
+        let kind = match GateKind::from_route(&w.kind) {
+            Some(k) if !k.is_rollback() => k,
+            _ => anyhow::bail!(
+                "{at}: kind `{}`: write start, promote or traffic (a rollback is never held back)",
+                w.kind
+            ),
+        };
+        let mut days = [true; 7];
+        if let Some(list) = &w.days {
+            days = [false; 7];
+            for d in list {
+                let i = DAYS
+                    .iter()
+                    .position(|x| x.eq_ignore_ascii_case(d.get(..3).unwrap_or(d)))
+                    .ok_or_else(|| anyhow::anyhow!("{at}: day `{d}`: write mon, tue, … sun"))?;
+                days[i] = true;
+            }
+        }
+        let time = |t: &str, field: &str| -> anyhow::Result<jiff::civil::Time> {
+            t.parse()
+                .with_context(|| format!("{at}: {field} `{t}`: write e.g. \"08:00\""))
+        };
+        let (from, to) = (time(&w.from, "from")?, time(&w.to, "to")?);
+        if from >= to {
+            anyhow::bail!("{at}: from {} is not before to {}", w.from, w.to);
+        }
+        let tz_name = w.timezone.clone().unwrap_or_else(|| "UTC".into());
+        let tz = jiff::tz::TimeZone::get(&tz_name).with_context(|| {
+            format!("{at}: timezone `{tz_name}`: write an IANA name such as \"Europe/Berlin\"")
+        })?;
+        windows.push(Window {
+            kind,
+            days,
+            from,
+            to,
+            tz,
+            tz_name,
+        });
+    }
+    let holidays = file
+        .holidays
+        .iter()
+        .enumerate()
+        .map(|(n, d)| {
+            d.parse()
+                .with_context(|| format!("holidays[{n}]: `{d}`: write e.g. \"2026-12-24\""))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok(Calendar { windows, holidays })
 }
 
 /// `[reminders]`.
@@ -226,6 +300,7 @@ pub struct Policy {
     source: Option<String>,
     deadlines: Vec<DeadlineRule>,
     reminders: Reminders,
+    calendar: Calendar,
 }
 
 /// Reads the `[[deadlines]]` tables into rules, saying which one is wrong.
@@ -263,7 +338,14 @@ impl Policy {
                 source.as_deref().unwrap_or("the policy file")
             )
         })?;
+        let calendar = calendar(&file).with_context(|| {
+            format!(
+                "GATEBOT_POLICY: {}",
+                source.as_deref().unwrap_or("the policy file")
+            )
+        })?;
         let policy = Self {
+            calendar,
             file,
             default_permission: config.github.min_permission,
             default_approvers: clean(&config.slack.approvers),
@@ -284,6 +366,7 @@ impl Policy {
         Ok(Self {
             deadlines: deadline_rules(&file)?,
             reminders: file.reminders.read()?,
+            calendar: calendar(&file)?,
             file,
             default_permission,
             default_approvers: clean(default_approvers),
@@ -370,6 +453,11 @@ impl Policy {
 
     pub fn reminders(&self) -> &Reminders {
         &self.reminders
+    }
+
+    /// The release windows and holidays.
+    pub fn calendar(&self) -> &Calendar {
+        &self.calendar
     }
 
     /// The Slack user id of a GitHub login, when the policy maps them.

@@ -11,12 +11,11 @@ use gatebot::notify::WorkerSettings;
 use gatebot::Options;
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::fake_slack::FakeSlack;
-use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
+use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
 use gatebot_testkit::harness::{Backend, TestDb, TestServer, ADMIN_TOKEN};
 
 /// 2024-05-01T14:02:00Z
 const NOW: i64 = 1_714_572_120_000;
-const HOUR: i64 = 3_600_000;
 const CANARY: Strategy = Strategy::Canary {
     step_weight: 50,
     max_weight: 50,

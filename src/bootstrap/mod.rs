@@ -88,6 +88,7 @@ impl Gatebot {
                     github: config.github.webhook_secret.is_some(),
                     slack: config.slack.signing_secret.is_some(),
                 },
+                calendar: policy.calendar().clone(),
             },
             metrics.clone(),
             notifier.clone(),

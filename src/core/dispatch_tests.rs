@@ -35,6 +35,7 @@ async fn engine() -> Fixture {
             default_repo: None,
             check_deadline: CHECK_DEADLINE,
             channels: Channels::default(),
+            calendar: Default::default(),
         },
         Arc::new(Metrics::new()),
         Notifier::new(Vec::new()),

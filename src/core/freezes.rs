@@ -1,13 +1,15 @@
-//! Change freezes, applied: kept in memory for the check (a flag makes the
-//! usual case, no freeze, one atomic load), written in one unit with their
-//! announcement, and re-read by the housekeeping pass so that replicas see
-//! each other's.
+//! What holds a gate closed whatever was approved: change freezes, kept in
+//! memory for the check (a flag makes the usual case, no freeze, one atomic
+//! load), written in one unit with their announcement, and re-read by the
+//! housekeeping pass so that replicas see each other's; and release windows,
+//! whose answer per gate kind is kept until it changes.
 
 use std::sync::atomic::Ordering;
 
 use super::unit::Unit;
 use super::*;
 use crate::gate::freeze::{frozen, Freeze, FreezeScope};
+use crate::gate::window::WindowState;
 
 impl Engine {
     /// `verdict`, unless a freeze holds the gate: then closed, with the
@@ -19,17 +21,36 @@ impl Engine {
         now: Millis,
         verdict: Verdict,
     ) -> Verdict {
-        if !self.any_freeze.load(Ordering::Acquire) {
+        let held = |reason: String| Verdict {
+            expired: verdict.expired,
+            ..Verdict::closed(reason)
+        };
+        if self.any_freeze.load(Ordering::Acquire) {
+            let freezes = self.freezes.read().expect("freezes poisoned");
+            if let Some(f) = frozen(&freezes, key, canary, now) {
+                return held(f.reason_line());
+            }
+        }
+        if self.settings.calendar.windows.is_empty() {
             return verdict;
         }
-        let freezes = self.freezes.read().expect("freezes poisoned");
-        match frozen(&freezes, key, canary, now) {
-            Some(f) => Verdict {
-                expired: verdict.expired,
-                ..Verdict::closed(f.reason_line())
-            },
-            None => verdict,
+        match self.window(key.kind, now) {
+            WindowState::Closed { reason, .. } => held(reason),
+            _ => verdict,
         }
+    }
+
+    /// The calendar's answer for `kind`, computed once per change of it.
+    fn window(&self, kind: GateKind, now: Millis) -> WindowState {
+        let mut cached = self.windows.lock().expect("windows poisoned");
+        if let Some((since, state)) = cached.get(&kind) {
+            if *since <= now && now < state.valid_until() {
+                return state.clone();
+            }
+        }
+        let state = self.settings.calendar.state(kind, now);
+        cached.insert(kind, (now, state.clone()));
+        state
     }
 
     /// The freezes in force, oldest first.

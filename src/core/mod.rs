@@ -90,6 +90,8 @@ pub struct EngineSettings {
     pub check_deadline: Duration,
     /// The ways of opening a gate that closed answers name.
     pub channels: Channels,
+    /// The policy's release windows: outside them a gate answers closed.
+    pub calendar: crate::gate::window::Calendar,
 }
 
 /// The default [`EngineSettings::check_deadline`].
@@ -171,6 +173,8 @@ pub struct Engine {
     /// The change freezes in force, and whether there are any (read first).
     freezes: std::sync::RwLock<Vec<crate::gate::freeze::Freeze>>,
     any_freeze: std::sync::atomic::AtomicBool,
+    /// The calendar's answer per gate kind, kept until it changes.
+    windows: Mutex<HashMap<GateKind, (Millis, crate::gate::window::WindowState)>>,
 }
 
 impl Engine {
@@ -205,6 +209,7 @@ impl Engine {
         let freezes = store.active_freezes(clock.now_ms()).await?;
         Ok(Self {
             any_freeze: std::sync::atomic::AtomicBool::new(!freezes.is_empty()),
+            windows: Mutex::new(HashMap::new()),
             freezes: std::sync::RwLock::new(freezes),
             store,
             clock,

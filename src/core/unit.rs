@@ -133,9 +133,12 @@ impl<'e> Unit<'e> {
                     reason: who.reason.clone(),
                     at: now,
                 },
-                expires_at: ttl
-                    .filter(|_| key.kind.pinned())
-                    .map(|t| now + t.as_millis() as Millis),
+                // Counted from when it can first be used: an approval given
+                // outside the release window waits for the window.
+                expires_at: ttl.filter(|_| key.kind.pinned()).map(|t| {
+                    let from = self.engine.settings.calendar.usable_from(key.kind, now);
+                    from + t.as_millis() as Millis
+                }),
                 pins: who
                     .revision
                     .iter()

@@ -7,6 +7,7 @@ pub mod freeze;
 pub mod key;
 pub mod reminder;
 pub mod state;
+pub mod window;
 
 pub use audit::{AuditAction, DeliveryId};
 pub use key::{
