@@ -354,21 +354,6 @@ pub async fn check_config(
     ConfigReport { ok, text }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::api_path;
-
-    #[test]
-    fn gate_keys_work_with_or_without_gates_prefix() {
-        assert_eq!(api_path("/gates/promote/pr/42"), "promote/pr/42");
-        assert_eq!(api_path("promote/pr/42"), "promote/pr/42");
-        assert_eq!(
-            api_path("/loadtester/gate/test/podinfo"),
-            "loadtester/gate/test/podinfo"
-        );
-    }
-}
-
 fn client_for(server: &crate::config::ServerArgs) -> anyhow::Result<(String, reqwest::Client)> {
     let base = server.server.trim_end_matches('/').to_string();
     let client = reqwest::Client::builder()
@@ -451,4 +436,19 @@ pub async fn unfreeze(args: crate::config::UnfreezeArgs) -> anyhow::Result<()> {
         println!("lifted {lifted} freeze(s) of {scope}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::api_path;
+
+    #[test]
+    fn gate_keys_work_with_or_without_gates_prefix() {
+        assert_eq!(api_path("/gates/promote/pr/42"), "promote/pr/42");
+        assert_eq!(api_path("promote/pr/42"), "promote/pr/42");
+        assert_eq!(
+            api_path("/loadtester/gate/test/podinfo"),
+            "loadtester/gate/test/podinfo"
+        );
+    }
 }

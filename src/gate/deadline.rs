@@ -199,6 +199,14 @@ mod tests {
             .collect()
     }
 
+    /// A wait, its metadata, and the deadline it gets (seconds, action).
+    type Case<'a> = (
+        &'a Scope,
+        &'a CanaryRef,
+        &'a [(&'a str, &'a str)],
+        Option<(u64, OnDeadline)>,
+    );
+
     #[test]
     fn the_most_specific_rule_wins_and_metadata_wins_over_rules() {
         let mut repo = rule(GateKind::Promote, 7200, OnDeadline::Rollback);
@@ -215,12 +223,7 @@ mod tests {
         let staging = CanaryRef::new("staging", "podinfo").unwrap();
         let backend = CanaryRef::new("prod", "backend").unwrap();
         let rules = [any.clone(), repo.clone(), ns.clone(), one.clone()];
-        let table: [(
-            &Scope,
-            &CanaryRef,
-            &[(&str, &str)],
-            Option<(u64, OnDeadline)>,
-        ); 6] = [
+        let table: [Case; 6] = [
             (&pr(), &podinfo(), &[], Some((600, OnDeadline::Close))),
             (&pr(), &backend, &[], Some((3600, OnDeadline::Nothing))),
             (&pr(), &staging, &[], Some((7200, OnDeadline::Rollback))),
