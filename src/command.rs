@@ -515,12 +515,16 @@ pub fn parse_target(token: &str) -> Option<Target> {
             name: name.to_string(),
         });
     }
-    // Checked again, with the reason, when the target becomes a gate key.
-    if let Some(ns) = token.strip_prefix("ns/") {
+    // Checked again, with the reason, when the target becomes a gate key. A
+    // `#` makes it a PR of an owner named `ns` or `named`.
+    if let Some(ns) = token.strip_prefix("ns/").filter(|_| !token.contains('#')) {
         let ok = !ns.is_empty() && !ns.contains('/');
         return ok.then(|| Target::Namespace(ns.to_string()));
     }
-    if let Some(name) = token.strip_prefix("named/") {
+    if let Some(name) = token
+        .strip_prefix("named/")
+        .filter(|_| !token.contains('#'))
+    {
         let ok = !name.is_empty() && !name.contains('/');
         return ok.then(|| Target::Named(name.to_string()));
     }
@@ -1264,6 +1268,8 @@ Thanks for the review!
                 None
             ))
         );
+        assert_eq!(parse_target("ns/shop#7"), pr(Some("ns/shop"), 7));
+        assert_eq!(parse_target("named/shop#7"), pr(Some("named/shop"), 7));
         for bad in ["promote ns/", "promote named/a/b"] {
             assert!(
                 matches!(parse_slash(bad), Err(SlashError::BadTarget(_))),
