@@ -4,6 +4,23 @@
 use super::memory::SeenEntry;
 use super::*;
 
+/// A check's answer and, when it was written down, what it changed: the one
+/// thing about it worth a line at info. The steady state changes nothing.
+#[derive(Debug)]
+pub struct Checked {
+    pub verdict: Verdict,
+    pub change: Option<&'static str>,
+}
+
+impl Checked {
+    fn settled(verdict: Verdict) -> Self {
+        Self {
+            verdict,
+            change: None,
+        }
+    }
+}
+
 impl Engine {
     /// Answers Flagger within the check deadline, whatever the store does.
     /// Without a canary (a GET with no body) it only peeks.
@@ -11,7 +28,7 @@ impl Engine {
     /// A check that cannot read or record what it needs in time answers closed
     /// with [`STORE_BUSY`]; nothing of it is remembered, so the next poll tries
     /// again. Dropping the unfinished write rolls it back.
-    pub async fn check(&self, key: &GateKey, input: &CheckInput) -> Result<Verdict, EngineError> {
+    pub async fn check(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, EngineError> {
         // SQLite's steady state is answered from memory, with no timer to arm.
         if self.store.backend() == Backend::Sqlite {
             let gate = self
@@ -19,7 +36,7 @@ impl Engine {
                 .gate(key)
                 .unwrap_or_else(|| Gate::closed(key.clone()));
             if let Some(verdict) = self.settled(key, &gate, input, self.now()) {
-                return Ok(verdict);
+                return Ok(Checked::settled(verdict));
             }
         }
         let deadline = self.settings.check_deadline;
@@ -29,27 +46,31 @@ impl Engine {
                 self.metrics.checks_store_busy.inc();
                 self.count_check(key.kind, Answer::Closed);
                 tracing::warn!(gate = %key, ?deadline, "gate check could not reach the store in time: answering closed");
-                Ok(Verdict::closed(STORE_BUSY))
+                Ok(Checked::settled(Verdict::closed(STORE_BUSY)))
             }
         }
     }
 
-    async fn check_now(&self, key: &GateKey, input: &CheckInput) -> Result<Verdict, EngineError> {
+    async fn check_now(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, EngineError> {
         let gate = self.gate(key).await?;
         if let Some(verdict) = self.settled(key, &gate, input, self.now()) {
-            return Ok(verdict);
+            return Ok(Checked::settled(verdict));
         }
         let Some(canary) = &input.canary else {
-            return Ok(peek(&gate, self.now(), self.settings.channels));
+            return Ok(Checked::settled(peek(
+                &gate,
+                self.now(),
+                self.settings.channels,
+            )));
         };
         let check = Check {
             canary: canary.clone(),
             checksum: input.checksum.clone(),
             phase: input.phase.clone(),
         };
-        let verdict = self.record_check(key, &check, input).await?;
-        self.count_check(key.kind, verdict.answer);
-        Ok(verdict)
+        let checked = self.record_check(key, &check, input).await?;
+        self.count_check(key.kind, checked.verdict.answer);
+        Ok(checked)
     }
 
     /// The answer when nothing needs writing: a peek (no canary), or the same
@@ -107,7 +128,7 @@ impl Engine {
         key: &GateKey,
         check: &Check,
         input: &CheckInput,
-    ) -> Result<Verdict, EngineError> {
+    ) -> Result<Checked, EngineError> {
         let _turn = self.write.lock().await;
         let now = self.now();
         let mut gate = self.gate(key).await?;
@@ -116,6 +137,8 @@ impl Engine {
         let mut notices = Vec::new();
         let mut audits = Vec::new();
         let mut tx = self.store.begin().await?;
+        // What this check changes, most telling first (see `change`).
+        let mut pinned_now = false;
 
         if verdict.expired {
             if let GateStatus::Open(approval) = &gate.status {
@@ -164,6 +187,7 @@ impl Engine {
                     .pins
                     .insert(check.canary.to_string(), pinned.clone());
                 if pinned == check.checksum {
+                    pinned_now = true;
                     audits.push(AuditEntry {
                         at: now,
                         gate: key.to_string(),
@@ -181,9 +205,18 @@ impl Engine {
             }
         }
 
-        let seen = self.memory().last(key, &check.canary).map(SeenEntry::seen);
+        let (seen, before) = {
+            let memory = self.memory();
+            let last = memory.last(key, &check.canary);
+            (
+                last.map(SeenEntry::seen),
+                last.map(|s| Before::of(s, check)),
+            )
+        };
         let mut wait_open = seen.as_ref().is_some_and(|s| s.wait_open);
-        match wait_step(key.kind, seen.as_ref(), check, verdict.answer) {
+        let step = wait_step(key.kind, seen.as_ref(), check, verdict.answer);
+        let change = change(verdict.expired, pinned_now, step, before, verdict.answer);
+        match step {
             WaitStep::Nothing => {}
             step @ (WaitStep::Start | WaitStep::Restart) => {
                 if step == WaitStep::Restart {
@@ -269,7 +302,50 @@ impl Engine {
             wait_open,
             now,
         );
-        Ok(verdict)
+        Ok(Checked {
+            verdict,
+            change: Some(change),
+        })
+    }
+}
+
+/// How a check compares with the canary's last one at the gate.
+#[derive(Clone, Copy)]
+struct Before {
+    answer: Answer,
+    same_revision: bool,
+    same_phase: bool,
+}
+
+impl Before {
+    fn of(s: &SeenEntry, check: &Check) -> Self {
+        Self {
+            answer: s.answer,
+            same_revision: s.checksum == check.checksum,
+            same_phase: s.phase == check.phase,
+        }
+    }
+}
+
+/// The one change a recorded check is logged for, the most telling first.
+fn change(
+    expired: bool,
+    pinned: bool,
+    step: WaitStep,
+    before: Option<Before>,
+    answer: Answer,
+) -> &'static str {
+    match (step, before) {
+        _ if expired => "approval expired",
+        _ if pinned => "approval pinned to this revision",
+        (WaitStep::Start, _) => "wait started",
+        (WaitStep::Restart, _) => "wait restarted for a new revision",
+        (WaitStep::End, _) => "wait ended",
+        (_, None) => "first check",
+        (_, Some(b)) if b.answer != answer => "answer changed",
+        (_, Some(b)) if !b.same_revision => "new revision",
+        (_, Some(b)) if !b.same_phase => "phase changed",
+        _ => "reason changed",
     }
 }
 

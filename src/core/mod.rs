@@ -22,6 +22,7 @@ mod read;
 pub mod unit;
 
 pub use app::{AppState, Shared};
+pub use check::Checked;
 pub use page::GatePage;
 pub use read::{CanarySeen, GateDetail, GateSummary};
 
