@@ -64,9 +64,9 @@ impl Engine {
             )));
         };
         let check = Check {
-            canary: canary.clone(),
-            checksum: input.checksum.clone(),
-            phase: input.phase.clone(),
+            canary,
+            checksum: &input.checksum,
+            phase: &input.phase,
         };
         let checked = self.record_check(key, &check, input).await?;
         self.count_check(key.kind, checked.verdict.answer);
@@ -86,9 +86,9 @@ impl Engine {
             return Some(peek(gate, now, self.settings.channels));
         };
         let check = Check {
-            canary: canary.clone(),
-            checksum: input.checksum.clone(),
-            phase: input.phase.clone(),
+            canary,
+            checksum: &input.checksum,
+            phase: &input.phase,
         };
         let verdict = decide(gate, &check, now, self.settings.channels);
         if verdict.pin || verdict.expired {
@@ -126,7 +126,7 @@ impl Engine {
     async fn record_check(
         &self,
         key: &GateKey,
-        check: &Check,
+        check: &Check<'_>,
         input: &CheckInput,
     ) -> Result<Checked, EngineError> {
         let _turn = self.write.lock().await;
@@ -148,7 +148,7 @@ impl Engine {
                     action: "expire".into(),
                     actor: Actor::gatebot(),
                     reason: Some(format!("approval by {} expired", approval.change.by.name)),
-                    revision: Some(check.checksum.clone()),
+                    revision: Some(check.checksum.to_string()),
                     canary: Some(check.canary.to_string()),
                     delivery: None,
                 });
@@ -243,7 +243,7 @@ impl Engine {
                         action: "wait".into(),
                         actor: Actor::gatebot(),
                         reason: Some(verdict.reason.clone()),
-                        revision: Some(check.checksum.clone()),
+                        revision: Some(check.checksum.to_string()),
                         canary: Some(check.canary.to_string()),
                         delivery: None,
                     });
@@ -251,8 +251,8 @@ impl Engine {
                         wait_id,
                         gate: key.to_string(),
                         canary: check.canary.to_string(),
-                        checksum: check.checksum.clone(),
-                        phase: check.phase.clone(),
+                        checksum: check.checksum.to_string(),
+                        phase: check.phase.to_string(),
                         reason: verdict.reason.clone(),
                         metadata: input.metadata.clone(),
                         at: now,
@@ -318,7 +318,7 @@ struct Before {
 }
 
 impl Before {
-    fn of(s: &SeenEntry, check: &Check) -> Self {
+    fn of(s: &SeenEntry, check: &Check<'_>) -> Self {
         Self {
             answer: s.answer,
             same_revision: s.checksum == check.checksum,
@@ -349,7 +349,7 @@ fn change(
     }
 }
 
-fn wait_ended(id: i64, key: &GateKey, check: &Check, outcome: &str, at: Millis) -> Notice {
+fn wait_ended(id: i64, key: &GateKey, check: &Check<'_>, outcome: &str, at: Millis) -> Notice {
     Notice::WaitEnded {
         wait_id: id,
         gate: key.to_string(),

@@ -121,7 +121,7 @@ pub async fn canary_gate(
 async fn answer(state: &AppState, key: &GateKey, input: &CheckInput) -> Response {
     match state.engine.check(key, input).await {
         Ok(checked) => {
-            let mut response = verdict_response(&checked.verdict);
+            let mut response = verdict_response(checked.verdict);
             if let Some(change) = checked.change {
                 response.extensions_mut().insert(Changed(change));
             }
@@ -138,12 +138,20 @@ async fn answer(state: &AppState, key: &GateKey, input: &CheckInput) -> Response
     }
 }
 
-fn verdict_response(verdict: &Verdict) -> Response {
+fn verdict_response(verdict: Verdict) -> Response {
     let status = match verdict.answer {
         Answer::Open => StatusCode::OK,
         Answer::Closed => StatusCode::FORBIDDEN,
     };
-    text(status, &verdict.reason)
+    // The reason becomes the body as it is: every check answers one.
+    let mut line = verdict.reason;
+    line.push('\n');
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        line,
+    )
+        .into_response()
 }
 
 fn text(status: StatusCode, line: &str) -> Response {

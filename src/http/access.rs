@@ -8,10 +8,11 @@
 use std::time::Instant;
 
 use axum::extract::Request;
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 use tower_http::request_id::RequestId;
-use tracing::Instrument;
+use tracing::{Instrument, Span};
 
 /// Put on a gate check's response when the check was written down: what changed.
 #[derive(Debug, Clone, Copy)]
@@ -27,27 +28,50 @@ pub fn polled(path: &str) -> bool {
 }
 
 pub async fn log(req: Request, next: Next) -> Response {
+    // Cheap copies (shared bytes), kept for a line logged after the handler ran.
+    let method = req.method().clone();
+    let uri = req.uri().clone();
     let id = req
         .extensions()
         .get::<RequestId>()
-        .and_then(|id| id.header_value().to_str().ok())
-        .unwrap_or("-");
-    let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id);
-    let polled = polled(req.uri().path());
+        .map(|id| id.header_value().clone());
+    let id = id.as_ref().and_then(|v| v.to_str().ok()).unwrap_or("-");
+    let polled = polled(uri.path());
+    let inner = span(!polled, &method, uri.path(), id);
     let started = Instant::now();
-    let response = next.run(req).instrument(span.clone()).await;
+    let response = next.run(req).instrument(inner.clone()).await;
     let latency = format_args!("{} ms", started.elapsed().as_millis());
     let status = response.status().as_u16();
-    let _in = span.enter();
-    match response.extensions().get::<Changed>() {
-        Some(Changed(change)) => {
+    let changed = response.extensions().get::<Changed>().map(|c| c.0);
+    let failed = response.status().is_server_error();
+    if polled && changed.is_none() && !failed {
+        let _in = inner.enter();
+        tracing::debug!(%latency, status, "finished processing request");
+        return response;
+    }
+    // A polled route's line at info gets the info span its steady state goes without.
+    let outer = if polled {
+        span(true, &method, uri.path(), id)
+    } else {
+        inner
+    };
+    let _in = outer.enter();
+    match changed {
+        Some(change) => {
             tracing::info!(%latency, status, change, "finished processing request: {change}")
         }
-        None if response.status().is_server_error() => {
-            tracing::error!(%latency, status, "response failed")
-        }
-        None if polled => tracing::debug!(%latency, status, "finished processing request"),
+        None if failed => tracing::error!(%latency, status, "response failed"),
         None => tracing::info!(%latency, status, "finished processing request"),
     }
     response
+}
+
+/// The `request` span, at info or (for a polled route) at debug: a span at
+/// info costs every request its formatted fields even when nothing is logged.
+fn span(info: bool, method: &Method, path: &str, id: &str) -> Span {
+    if info {
+        tracing::info_span!("request", %method, path = %path, request_id = %id)
+    } else {
+        tracing::debug_span!("request", %method, path = %path, request_id = %id)
+    }
 }

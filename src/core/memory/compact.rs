@@ -18,6 +18,12 @@ impl PartialEq<String> for Revision {
     }
 }
 
+impl PartialEq<&str> for Revision {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
 /// A phase as Flagger sent it: one of its own phases, or anything else as is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Phase {
@@ -60,6 +66,12 @@ impl Phase {
 impl PartialEq<String> for Phase {
     fn eq(&self, other: &String) -> bool {
         self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Phase {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
     }
 }
 
