@@ -99,8 +99,8 @@ impl Engine {
         let step = wait_step(key.kind, Some(&s.seen()), &check, verdict.answer);
         let same = step == WaitStep::Nothing
             && s.answer == verdict.answer
-            && s.checksum == check.checksum
-            && s.phase == check.phase
+            && s.checksum.is(check.checksum)
+            && s.phase.is(check.phase)
             && s.reason == verdict.reason;
         if !same {
             return None;
@@ -178,8 +178,8 @@ impl Engine {
                     &mut tx,
                     key,
                     &approval.id,
-                    &check.canary,
-                    &check.checksum,
+                    check.canary,
+                    check.checksum,
                     now,
                 )
                 .await?;
@@ -207,7 +207,7 @@ impl Engine {
 
         let (seen, before) = {
             let memory = self.memory();
-            let last = memory.last(key, &check.canary);
+            let last = memory.last(key, check.canary);
             (
                 last.map(SeenEntry::seen),
                 last.map(|s| Before::of(s, check)),
@@ -221,7 +221,7 @@ impl Engine {
             step @ (WaitStep::Start | WaitStep::Restart) => {
                 if step == WaitStep::Restart {
                     if let Some(id) =
-                        Store::end_wait(&mut tx, key, &check.canary, "superseded", now).await?
+                        Store::end_wait(&mut tx, key, check.canary, "superseded", now).await?
                     {
                         notices.push(wait_ended(id, key, check, "superseded", now));
                     }
@@ -229,9 +229,9 @@ impl Engine {
                 if let Some(wait_id) = Store::start_wait(
                     &mut tx,
                     key,
-                    &check.canary,
-                    &check.checksum,
-                    &check.phase,
+                    check.canary,
+                    check.checksum,
+                    check.phase,
                     &metadata,
                     now,
                 )
@@ -267,8 +267,7 @@ impl Engine {
                 wait_open = true;
             }
             WaitStep::End => {
-                if let Some(id) =
-                    Store::end_wait(&mut tx, key, &check.canary, "opened", now).await?
+                if let Some(id) = Store::end_wait(&mut tx, key, check.canary, "opened", now).await?
                 {
                     notices.push(wait_ended(id, key, check, "opened", now));
                 }
@@ -279,9 +278,9 @@ impl Engine {
         Store::observe(
             &mut tx,
             key,
-            &check.canary,
-            &check.checksum,
-            &check.phase,
+            check.canary,
+            check.checksum,
+            check.phase,
             verdict.answer,
             &verdict.reason,
             &metadata,
@@ -294,9 +293,9 @@ impl Engine {
         self.remember(&gate);
         self.memory().observe(
             key,
-            &check.canary,
-            &check.checksum,
-            &check.phase,
+            check.canary,
+            check.checksum,
+            check.phase,
             verdict.answer,
             &verdict.reason,
             wait_open,
@@ -321,8 +320,8 @@ impl Before {
     fn of(s: &SeenEntry, check: &Check<'_>) -> Self {
         Self {
             answer: s.answer,
-            same_revision: s.checksum == check.checksum,
-            same_phase: s.phase == check.phase,
+            same_revision: s.checksum.is(check.checksum),
+            same_phase: s.phase.is(check.phase),
         }
     }
 }

@@ -18,9 +18,9 @@ impl PartialEq<String> for Revision {
     }
 }
 
-impl PartialEq<&str> for Revision {
-    fn eq(&self, other: &&str) -> bool {
-        *self.0 == **other
+impl Revision {
+    pub fn is(&self, checksum: &str) -> bool {
+        *self.0 == *checksum
     }
 }
 
@@ -69,9 +69,9 @@ impl PartialEq<String> for Phase {
     }
 }
 
-impl PartialEq<&str> for Phase {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
+impl Phase {
+    pub fn is(&self, phase: &str) -> bool {
+        self.as_str() == phase
     }
 }
 
