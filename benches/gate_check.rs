@@ -9,6 +9,7 @@
 //! server's `main` sets it up (`telemetry::init`, `RUST_LOG` or else `info`,
 //! text to stderr), because what the check logs is part of what it costs;
 //! send stderr to a file (`2>gate_check.log`) as a container runtime would.
+//! `GATE_CHECK_ONLY=<case>` runs one case alone, for `perf record -p`.
 
 use std::time::{Duration, Instant};
 
@@ -144,7 +145,7 @@ async fn scenario(database_url: &str, gates: usize) {
     let base = server.url.clone();
     // The steady state: one canary polling one gate with the same revision.
     let body = json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "85d557f47b"}).to_string();
-    let stats = measure(&[
+    let cases = [
         Load::new(format!("{base}/healthz"), None),
         Load::new(format!("{base}/gates/promote/pr/42"), Some(body.clone())),
         Load::new(
@@ -154,8 +155,19 @@ async fn scenario(database_url: &str, gates: usize) {
         // The same closed gate looked at without a body: the check's work
         // without the cost of sending and reading Flagger's body.
         Load::new(format!("{base}/gates/promote/pr/42"), None),
-    ])
-    .await;
+    ];
+    // For a profiler: `GATE_CHECK_ONLY=1` runs the closed gate alone for 10 s
+    // (0 `/healthz`, 1 closed, 2 open, 3 GET without a body).
+    if let Some(i) = std::env::var("GATE_CHECK_ONLY")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        let taken = cases[i].run(Duration::from_secs(10)).await.len();
+        println!("case {i} alone: {:.0} req/s", taken as f64 / 10.0);
+        server.stop().await;
+        return;
+    }
+    let stats = measure(&cases).await;
     let [health, closed, open, peek] = &stats[..] else {
         unreachable!("four cases")
     };
