@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::Semaphore;
+use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
@@ -62,8 +63,13 @@ pub fn app(state: AppState) -> Router {
                 flagger::legacy_check(s, GateKind::LegacyRollback, b)
             }),
         )
-        .layer(DefaultBodyLimit::max(FLAGGER_BODY_LIMIT))
-        .route_layer(body(FLAGGER_BODY_LIMIT));
+        // Both limits in one layer: axum clones every layer's boxed service on
+        // every request, and this is the route Flagger polls.
+        .route_layer(
+            ServiceBuilder::new()
+                .layer(body(FLAGGER_BODY_LIMIT))
+                .layer(DefaultBodyLimit::max(FLAGGER_BODY_LIMIT)),
+        );
 
     let flagger = Router::new()
         .route(
