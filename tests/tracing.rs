@@ -84,3 +84,71 @@ async fn a_delivery_and_its_jobs_log_under_their_ids() {
         "the job's span names its queue and sink"
     );
 }
+
+/// Flagger polls every gate at every interval: the same answer again logs
+/// nothing at info, and each change logs one line, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_check_logs_nothing_and_a_change_one_line() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let served = Served::start(
+        &db,
+        &[
+            ("GATEBOT_LOG_FORMAT", "json"),
+            ("RUST_LOG", "info"),
+            ("GATEBOT_GITHUB_REPOSITORY", "acme/shop"),
+        ],
+    );
+    let gate = "/gates/promote/pr/42";
+    let check = |checksum: &'static str| {
+        let url = format!("{}{gate}", served.url);
+        async move {
+            let body = serde_json::json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": checksum});
+            let r = client().post(url).json(&body).send().await.unwrap();
+            assert_eq!(r.status(), 403);
+        }
+    };
+    // Lines about the gate's route, after a marker request (an unknown route,
+    // logged at info) has shown that everything before it was written.
+    let mut markers = 0;
+    let mut logged = || {
+        markers += 1;
+        let marker = format!("/marker/{markers}");
+        let url = format!("{}{marker}", served.url);
+        let served = &served;
+        async move {
+            assert_eq!(client().get(url).send().await.unwrap().status(), 404);
+            eventually("the marker's access line", WAIT, || async {
+                lines(&served.logs())
+                    .iter()
+                    .any(|l| l["span"]["path"] == marker.as_str())
+            })
+            .await;
+            lines(&served.logs())
+                .into_iter()
+                .filter(|l| l["span"]["path"] == gate)
+                .collect::<Vec<_>>()
+        }
+    };
+
+    check("r1").await;
+    let first = logged().await;
+    assert_eq!(first.len(), 1, "a new wait logs one line: {first:?}");
+    assert_eq!(first[0]["level"], "INFO", "{}", first[0]);
+    assert_eq!(first[0]["change"], "wait started", "{}", first[0]);
+    assert_eq!(first[0]["status"], 403, "{}", first[0]);
+
+    for _ in 0..5 {
+        check("r1").await;
+    }
+    let steady = logged().await;
+    assert_eq!(steady.len(), 1, "the steady state logs nothing: {steady:?}");
+
+    check("r2").await;
+    let restarted = logged().await;
+    assert_eq!(
+        restarted.len(),
+        2,
+        "a new revision logs one line: {restarted:?}"
+    );
+    assert_eq!(restarted[1]["change"], "wait restarted for a new revision");
+}

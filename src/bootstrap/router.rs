@@ -12,17 +12,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::Semaphore;
+use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{
-    MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
-};
-use tower_http::trace::{DefaultOnResponse, TraceLayer};
-use tracing::Level;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
 use crate::api::{self, health};
 use crate::core::AppState;
 use crate::flagger;
 use crate::gate::GateKind;
+use crate::http::access;
 use crate::http::error::{Reject, Rejected};
 use crate::http::guard::{self, Failed, OnFailure};
 use crate::http::limits::{self, BodyLimit, WEBHOOK_BODY_READERS};
@@ -65,8 +63,13 @@ pub fn app(state: AppState) -> Router {
                 flagger::legacy_check(s, GateKind::LegacyRollback, b)
             }),
         )
-        .layer(DefaultBodyLimit::max(FLAGGER_BODY_LIMIT))
-        .route_layer(body(FLAGGER_BODY_LIMIT));
+        // Both limits in one layer: axum clones every layer's boxed service on
+        // every request, and this is the route Flagger polls.
+        .route_layer(
+            ServiceBuilder::new()
+                .layer(body(FLAGGER_BODY_LIMIT))
+                .layer(DefaultBodyLimit::max(FLAGGER_BODY_LIMIT)),
+        );
 
     let flagger = Router::new()
         .route(
@@ -169,19 +172,8 @@ pub fn harden(state: AppState, checks: Router<AppState>, rest: Router<AppState>)
         .merge(guarded(rest, false))
         .route_layer(middleware::from_fn_with_state(state.clone(), observe))
         .fallback(not_found)
-        .layer(
-            TraceLayer::new_for_http()
-                // One access-log line per request; Flagger's polling is a few per minute per gate.
-                .on_response(DefaultOnResponse::new().level(Level::INFO))
-                .make_span_with(|req: &Request| {
-                let id = req
-                    .extensions()
-                    .get::<RequestId>()
-                    .and_then(|id| id.header_value().to_str().ok())
-                    .unwrap_or("-");
-                tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
-            }),
-        )
+        // The access log (`http::access`): at debug for routes machines poll.
+        .layer(middleware::from_fn(access::log))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .with_state(state)

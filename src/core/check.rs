@@ -4,6 +4,23 @@
 use super::memory::SeenEntry;
 use super::*;
 
+/// A check's answer and, when it was written down, what it changed: the one
+/// thing about it worth a line at info. The steady state changes nothing.
+#[derive(Debug)]
+pub struct Checked {
+    pub verdict: Verdict,
+    pub change: Option<&'static str>,
+}
+
+impl Checked {
+    fn settled(verdict: Verdict) -> Self {
+        Self {
+            verdict,
+            change: None,
+        }
+    }
+}
+
 impl Engine {
     /// Answers Flagger within the check deadline, whatever the store does.
     /// Without a canary (a GET with no body) it only peeks.
@@ -11,7 +28,7 @@ impl Engine {
     /// A check that cannot read or record what it needs in time answers closed
     /// with [`STORE_BUSY`]; nothing of it is remembered, so the next poll tries
     /// again. Dropping the unfinished write rolls it back.
-    pub async fn check(&self, key: &GateKey, input: &CheckInput) -> Result<Verdict, EngineError> {
+    pub async fn check(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, EngineError> {
         // SQLite's steady state is answered from memory, with no timer to arm.
         if self.store.backend() == Backend::Sqlite {
             let gate = self
@@ -19,7 +36,7 @@ impl Engine {
                 .gate(key)
                 .unwrap_or_else(|| Gate::closed(key.clone()));
             if let Some(verdict) = self.settled(key, &gate, input, self.now()) {
-                return Ok(verdict);
+                return Ok(Checked::settled(verdict));
             }
         }
         let deadline = self.settings.check_deadline;
@@ -29,33 +46,33 @@ impl Engine {
                 self.metrics.checks_store_busy.inc();
                 self.count_check(key.kind, Answer::Closed);
                 tracing::warn!(gate = %key, ?deadline, "gate check could not reach the store in time: answering closed");
-                Ok(Verdict::closed(STORE_BUSY))
+                Ok(Checked::settled(Verdict::closed(STORE_BUSY)))
             }
         }
     }
 
-    async fn check_now(&self, key: &GateKey, input: &CheckInput) -> Result<Verdict, EngineError> {
+    async fn check_now(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, EngineError> {
         let gate = self.gate(key).await?;
         if let Some(verdict) = self.settled(key, &gate, input, self.now()) {
-            return Ok(verdict);
+            return Ok(Checked::settled(verdict));
         }
         let Some(canary) = &input.canary else {
             let now = self.now();
-            return Ok(self.unless_frozen(
+            return Ok(Checked::settled(self.unless_frozen(
                 key,
                 None,
                 now,
                 peek(&gate, now, self.settings.channels),
-            ));
+            )));
         };
         let check = Check {
-            canary: canary.clone(),
-            checksum: input.checksum.clone(),
-            phase: input.phase.clone(),
+            canary,
+            checksum: &input.checksum,
+            phase: &input.phase,
         };
-        let verdict = self.record_check(key, &check, input).await?;
-        self.count_check(key.kind, verdict.answer);
-        Ok(verdict)
+        let checked = self.record_check(key, &check, input).await?;
+        self.count_check(key.kind, checked.verdict.answer);
+        Ok(checked)
     }
 
     /// The answer when nothing needs writing: a peek (no canary), or the same
@@ -76,9 +93,9 @@ impl Engine {
             ));
         };
         let check = Check {
-            canary: canary.clone(),
-            checksum: input.checksum.clone(),
-            phase: input.phase.clone(),
+            canary,
+            checksum: &input.checksum,
+            phase: &input.phase,
         };
         let verdict = self.unless_frozen(
             key,
@@ -94,8 +111,8 @@ impl Engine {
         let step = wait_step(key.kind, Some(&s.seen()), &check, verdict.answer);
         let same = step == WaitStep::Nothing
             && s.answer == verdict.answer
-            && s.checksum == check.checksum
-            && s.phase == check.phase
+            && s.checksum.is(check.checksum)
+            && s.phase.is(check.phase)
             && s.reason == verdict.reason;
         if !same {
             return None;
@@ -121,9 +138,9 @@ impl Engine {
     async fn record_check(
         &self,
         key: &GateKey,
-        check: &Check,
+        check: &Check<'_>,
         input: &CheckInput,
-    ) -> Result<Verdict, EngineError> {
+    ) -> Result<Checked, EngineError> {
         let _turn = self.write.lock().await;
         let now = self.now();
         let mut gate = self.gate(key).await?;
@@ -137,6 +154,8 @@ impl Engine {
         let mut notices = Vec::new();
         let mut audits = Vec::new();
         let mut tx = self.store.begin().await?;
+        // What this check changes, most telling first (see `change`).
+        let mut pinned_now = false;
 
         if verdict.expired {
             if let GateStatus::Open(approval) = &gate.status {
@@ -146,7 +165,7 @@ impl Engine {
                     action: AuditAction::Expire,
                     actor: Actor::gatebot(),
                     reason: Some(format!("approval by {} expired", approval.change.by.name)),
-                    revision: Some(check.checksum.clone()),
+                    revision: Some(check.checksum.to_string()),
                     canary: Some(check.canary.clone()),
                     delivery: None,
                 });
@@ -176,8 +195,8 @@ impl Engine {
                     &mut tx,
                     key,
                     &approval.id,
-                    &check.canary,
-                    &check.checksum,
+                    check.canary,
+                    check.checksum,
                     now,
                 )
                 .await?;
@@ -185,6 +204,7 @@ impl Engine {
                     .pins
                     .insert(check.canary.to_string(), pinned.clone());
                 if pinned == check.checksum {
+                    pinned_now = true;
                     audits.push(AuditEntry {
                         at: now,
                         gate: key.clone(),
@@ -207,14 +227,23 @@ impl Engine {
             }
         }
 
-        let seen = self.memory().last(key, &check.canary).map(SeenEntry::seen);
+        let (seen, before) = {
+            let memory = self.memory();
+            let last = memory.last(key, check.canary);
+            (
+                last.map(SeenEntry::seen),
+                last.map(|s| Before::of(s, check)),
+            )
+        };
         let mut wait_open = seen.as_ref().is_some_and(|s| s.wait_open);
-        match wait_step(key.kind, seen.as_ref(), check, verdict.answer) {
+        let step = wait_step(key.kind, seen.as_ref(), check, verdict.answer);
+        let change = change(verdict.expired, pinned_now, step, before, verdict.answer);
+        match step {
             WaitStep::Nothing => {}
             step @ (WaitStep::Start | WaitStep::Restart) => {
                 if step == WaitStep::Restart {
                     if let Some(id) =
-                        Store::end_wait(&mut tx, key, &check.canary, "superseded", now).await?
+                        Store::end_wait(&mut tx, key, check.canary, "superseded", now).await?
                     {
                         notices.push(wait_ended(id, key, check, "superseded", now));
                     }
@@ -222,9 +251,9 @@ impl Engine {
                 if let Some(wait_id) = Store::start_wait(
                     &mut tx,
                     key,
-                    &check.canary,
-                    &check.checksum,
-                    &check.phase,
+                    check.canary,
+                    check.checksum,
+                    check.phase,
                     &metadata,
                     now,
                 )
@@ -236,7 +265,7 @@ impl Engine {
                         action: AuditAction::Wait,
                         actor: Actor::gatebot(),
                         reason: Some(verdict.reason.clone()),
-                        revision: Some(check.checksum.clone()),
+                        revision: Some(check.checksum.to_string()),
                         canary: Some(check.canary.clone()),
                         delivery: None,
                     });
@@ -244,8 +273,8 @@ impl Engine {
                         wait_id,
                         gate: key.clone(),
                         canary: Some(check.canary.clone()),
-                        checksum: check.checksum.clone(),
-                        phase: check.phase.clone(),
+                        checksum: check.checksum.to_string(),
+                        phase: check.phase.to_string(),
                         reason: verdict.reason.clone(),
                         metadata: input.metadata.clone(),
                         at: now,
@@ -260,8 +289,7 @@ impl Engine {
                 wait_open = true;
             }
             WaitStep::End => {
-                if let Some(id) =
-                    Store::end_wait(&mut tx, key, &check.canary, "opened", now).await?
+                if let Some(id) = Store::end_wait(&mut tx, key, check.canary, "opened", now).await?
                 {
                     notices.push(wait_ended(id, key, check, "opened", now));
                 }
@@ -272,9 +300,9 @@ impl Engine {
         Store::observe(
             &mut tx,
             key,
-            &check.canary,
-            &check.checksum,
-            &check.phase,
+            check.canary,
+            check.checksum,
+            check.phase,
             verdict.answer,
             &verdict.reason,
             &metadata,
@@ -287,19 +315,62 @@ impl Engine {
         self.remember(&gate);
         self.memory().observe(
             key,
-            &check.canary,
-            &check.checksum,
-            &check.phase,
+            check.canary,
+            check.checksum,
+            check.phase,
             verdict.answer,
             &verdict.reason,
             wait_open,
             now,
         );
-        Ok(verdict)
+        Ok(Checked {
+            verdict,
+            change: Some(change),
+        })
     }
 }
 
-fn wait_ended(id: i64, key: &GateKey, check: &Check, outcome: &str, at: Millis) -> Notice {
+/// How a check compares with the canary's last one at the gate.
+#[derive(Clone, Copy)]
+struct Before {
+    answer: Answer,
+    same_revision: bool,
+    same_phase: bool,
+}
+
+impl Before {
+    fn of(s: &SeenEntry, check: &Check<'_>) -> Self {
+        Self {
+            answer: s.answer,
+            same_revision: s.checksum.is(check.checksum),
+            same_phase: s.phase.is(check.phase),
+        }
+    }
+}
+
+/// The one change a recorded check is logged for, the most telling first.
+fn change(
+    expired: bool,
+    pinned: bool,
+    step: WaitStep,
+    before: Option<Before>,
+    answer: Answer,
+) -> &'static str {
+    match (step, before) {
+        _ if expired => "approval expired",
+        _ if pinned => "approval pinned to this revision",
+        (WaitStep::Start, _) => "wait started",
+        (WaitStep::Restart, _) => "wait restarted for a new revision",
+        (WaitStep::End, _) => "wait ended",
+        (_, None) => "first check",
+        (_, Some(b)) if b.answer != answer => "answer changed",
+        (_, Some(b)) if !b.same_revision => "new revision",
+        (_, Some(b)) if !b.same_phase => "phase changed",
+        _ => "reason changed",
+    }
+}
+
+fn wait_ended(id: i64, key: &GateKey, check: &Check<'_>, outcome: &str, at: Millis) -> Notice {
     Notice::WaitEnded {
         wait_id: id,
         gate: key.clone(),

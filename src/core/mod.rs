@@ -25,6 +25,7 @@ pub mod reminders;
 pub mod unit;
 
 pub use app::{AppState, Shared};
+pub use check::Checked;
 pub use page::GatePage;
 pub use read::{CanarySeen, GateDetail, GateSummary};
 

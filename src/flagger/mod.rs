@@ -13,6 +13,7 @@ use serde::Deserialize;
 use crate::core::AppState;
 use crate::core::{CheckInput, Provenance};
 use crate::gate::{Actor, Answer, CanaryRef, GateKey, GateKind, Scope, Source, Verdict};
+use crate::http::access::Changed;
 use crate::http::auth::admin;
 use crate::http::error::Reject;
 
@@ -119,7 +120,13 @@ pub async fn canary_gate(
 
 async fn answer(state: &AppState, key: &GateKey, input: &CheckInput) -> Response {
     match state.engine.check(key, input).await {
-        Ok(verdict) => verdict_response(&verdict),
+        Ok(checked) => {
+            let mut response = verdict_response(checked.verdict);
+            if let Some(change) = checked.change {
+                response.extensions_mut().insert(Changed(change));
+            }
+            response
+        }
         // Closed is Flagger's safe default; a 5xx might be retried or alerted on.
         Err(e) => {
             tracing::warn!(gate = %key, error = %e, "gate check failed: answering closed");
@@ -131,12 +138,20 @@ async fn answer(state: &AppState, key: &GateKey, input: &CheckInput) -> Response
     }
 }
 
-fn verdict_response(verdict: &Verdict) -> Response {
+fn verdict_response(verdict: Verdict) -> Response {
     let status = match verdict.answer {
         Answer::Open => StatusCode::OK,
         Answer::Closed => StatusCode::FORBIDDEN,
     };
-    text(status, &verdict.reason)
+    // The reason becomes the body as it is: every check answers one.
+    let mut line = verdict.reason;
+    line.push('\n');
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        line,
+    )
+        .into_response()
 }
 
 fn text(status: StatusCode, line: &str) -> Response {

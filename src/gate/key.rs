@@ -184,6 +184,12 @@ impl CanaryRef {
             name: name.to_string(),
         })
     }
+
+    /// Whether `text` is this canary as `namespace/name`, without building that.
+    pub fn is(&self, text: &str) -> bool {
+        text.split_once('/')
+            .is_some_and(|(ns, name)| ns == self.namespace && name == self.name)
+    }
 }
 
 impl fmt::Display for CanaryRef {

@@ -2,7 +2,7 @@
 //! approval is pinned or expires, and when a wait starts or ends. No I/O.
 
 use std::collections::BTreeMap;
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -136,12 +136,13 @@ impl Gate {
     }
 }
 
-/// What Flagger says when it asks a gate.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
-    pub canary: CanaryRef,
-    pub checksum: String,
-    pub phase: String,
+/// What Flagger says when it asks a gate, borrowed from the request: the
+/// steady state copies none of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Check<'a> {
+    pub canary: &'a CanaryRef,
+    pub checksum: &'a str,
+    pub phase: &'a str,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -193,6 +194,7 @@ pub struct Channels {
 }
 
 /// The answer to one check. Pure: same gate, check, time and channels, same verdict.
+/// Every check answers with its reason, so each is written into one buffer.
 pub fn decide(gate: &Gate, check: &Check, now: Millis, channels: Channels) -> Verdict {
     let key = &gate.key;
     let closed = closed_word(key.kind);
@@ -205,7 +207,11 @@ pub fn decide(gate: &Gate, check: &Check, now: Millis, channels: Channels) -> Ve
             unhold_hint(key)
         )),
         GateStatus::Closed { .. } => {
-            Verdict::closed(format!("{closed}: {}", open_hint(key, channels)))
+            let mut reason = String::with_capacity(REASON_CAPACITY);
+            reason.push_str(closed);
+            reason.push_str(": ");
+            write_open_hint(&mut reason, key, channels);
+            Verdict::closed(reason)
         }
         GateStatus::Open(approval) if approval.expired(now) => Verdict {
             expired: true,
@@ -218,11 +224,13 @@ pub fn decide(gate: &Gate, check: &Check, now: Millis, channels: Channels) -> Ve
         },
         GateStatus::Open(approval) => {
             let by = &approval.change.by;
-            let approved = format!(
+            let mut approved = String::with_capacity(REASON_CAPACITY);
+            let _ = write!(
+                approved,
                 "approved by {} via {} at {}",
                 by.name,
                 by.source,
-                rfc3339(approval.change.at)
+                Rfc3339(approval.change.at)
             );
             if !key.kind.pinned() {
                 return Verdict {
@@ -232,29 +240,43 @@ pub fn decide(gate: &Gate, check: &Check, now: Millis, channels: Channels) -> Ve
                     expired: false,
                 };
             }
-            match approval.pins.get(&check.canary.to_string()) {
-                Some(pinned) if *pinned == check.checksum => Verdict {
-                    answer: Answer::Open,
-                    reason: format!("{approved} for revision {pinned}"),
-                    pin: false,
-                    expired: false,
-                },
+            let pinned = approval
+                .pins
+                .iter()
+                .find(|(canary, _)| check.canary.is(canary))
+                .map(|(_, revision)| revision);
+            match pinned {
+                Some(pinned) if *pinned == check.checksum => {
+                    let _ = write!(approved, " for revision {pinned}");
+                    Verdict {
+                        answer: Answer::Open,
+                        reason: approved,
+                        pin: false,
+                        expired: false,
+                    }
+                }
                 Some(pinned) => Verdict::closed(format!(
                     "{closed}: the approval by {} was for revision {pinned}, this is revision {}; {}",
                     by.name,
                     check.checksum,
                     open_hint(key, channels)
                 )),
-                None => Verdict {
-                    answer: Answer::Open,
-                    reason: format!("{approved} for revision {}", check.checksum),
-                    pin: true,
-                    expired: false,
-                },
+                None => {
+                    let _ = write!(approved, " for revision {}", check.checksum);
+                    Verdict {
+                        answer: Answer::Open,
+                        reason: approved,
+                        pin: true,
+                        expired: false,
+                    }
+                }
             }
         }
     }
 }
+
+/// Room for most reasons, so that writing one does not grow the buffer.
+const REASON_CAPACITY: usize = 160;
 
 /// How a closed answer starts: a closed rollback gate is the normal state, not a wait.
 pub fn closed_word(kind: GateKind) -> &'static str {
@@ -267,39 +289,63 @@ pub fn closed_word(kind: GateKind) -> &'static str {
 
 /// What a person does to open this gate, naming only the ways this server offers.
 pub fn open_hint(key: &GateKey, channels: Channels) -> String {
-    let cli = format!("run `gatebot gates open {key}`");
-    let mut ways = Vec::new();
+    let mut hint = String::with_capacity(REASON_CAPACITY);
+    write_open_hint(&mut hint, key, channels);
+    hint
+}
+
+/// [`open_hint`], appended to `out`.
+fn write_open_hint(out: &mut String, key: &GateKey, channels: Channels) {
+    let mut ways = Ways { out, any: false };
+    let cli = |ways: &mut Ways| ways.add(format_args!("run `gatebot gates open {key}`"));
     match (&key.scope, key.kind) {
         (_, GateKind::LegacyGate) => {
             if channels.slack {
-                ways.push("approve in Slack".to_string());
+                ways.add(format_args!("approve in Slack"));
             }
-            ways.push("POST /gate/open".to_string());
+            ways.add(format_args!("POST /gate/open"));
         }
-        (_, GateKind::LegacyRollback) => ways.push("POST /rollback/open".to_string()),
-        (Scope::Pr { .. }, kind) => {
+        (_, GateKind::LegacyRollback) => ways.add(format_args!("POST /rollback/open")),
+        (Scope::Pr { repo, number }, kind) => {
             if channels.github {
-                ways.push(format!("comment {} on {}", kind.command(), key.subject()));
+                ways.add(format_args!(
+                    "comment {} on {repo}#{number}",
+                    kind.command()
+                ));
             }
             if channels.slack {
-                ways.push("approve in Slack".to_string());
+                ways.add(format_args!("approve in Slack"));
             }
-            if ways.is_empty() {
-                ways.push(cli);
+            if !ways.any {
+                cli(&mut ways);
             }
         }
         (Scope::Canary(_) | Scope::Namespace(_) | Scope::Named(_), _) => {
             if channels.slack {
-                ways.push("approve in Slack".to_string());
+                ways.add(format_args!("approve in Slack"));
             }
-            ways.push(cli);
+            cli(&mut ways);
         }
     }
-    let hint = ways.join(" or ");
     if key.kind.is_rollback() {
-        format!("{hint} to roll back")
-    } else {
-        hint
+        ways.out.push_str(" to roll back");
+    }
+}
+
+/// Ways of opening a gate, written one after another with " or " between.
+struct Ways<'a> {
+    out: &'a mut String,
+    any: bool,
+}
+
+impl Ways<'_> {
+    fn add(&mut self, way: fmt::Arguments<'_>) {
+        if self.any {
+            self.out.push_str(" or ");
+        }
+        self.any = true;
+        // Writing to a String cannot fail.
+        let _ = self.out.write_fmt(way);
     }
 }
 
@@ -325,8 +371,17 @@ pub fn one_line(s: &str) -> String {
 }
 
 pub fn rfc3339(ms: Millis) -> String {
-    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_seconds(t).to_string()
+    Rfc3339(ms).to_string()
+}
+
+/// [`rfc3339`] without a String of its own, for writing into another.
+struct Rfc3339(Millis);
+
+impl fmt::Display for Rfc3339 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = UNIX_EPOCH + Duration::from_millis(self.0.max(0) as u64);
+        humantime::format_rfc3339_seconds(t).fmt(f)
+    }
 }
 
 /// What the last check by a canary at a gate left behind. The revision is shared
@@ -389,11 +444,12 @@ mod tests {
         GateKey::parse(&format!("/gates/{kind}/acme/shop/pr/42"), None).unwrap()
     }
 
-    fn check(canary: &str, checksum: &str) -> Check {
+    fn check<'a>(canary: &str, checksum: &'a str) -> Check<'a> {
         Check {
-            canary: CanaryRef::new("test", canary).unwrap(),
-            checksum: checksum.into(),
-            phase: "Progressing".into(),
+            // A check borrows its canary; a test's may live as long as the test.
+            canary: Box::leak(Box::new(CanaryRef::new("test", canary).unwrap())),
+            checksum,
+            phase: "Progressing",
         }
     }
 

@@ -2,6 +2,7 @@
 //! the server's own accept loop, panic and timeout guards, bearer tokens.
 //! Knows no channel.
 
+pub mod access;
 pub mod auth;
 pub mod error;
 pub mod guard;

@@ -18,6 +18,12 @@ impl PartialEq<String> for Revision {
     }
 }
 
+impl Revision {
+    pub fn is(&self, checksum: &str) -> bool {
+        *self.0 == *checksum
+    }
+}
+
 /// A phase as Flagger sent it: one of its own phases, or anything else as is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Phase {
@@ -60,6 +66,12 @@ impl Phase {
 impl PartialEq<String> for Phase {
     fn eq(&self, other: &String) -> bool {
         self.as_str() == other
+    }
+}
+
+impl Phase {
+    pub fn is(&self, phase: &str) -> bool {
+        self.as_str() == phase
     }
 }
 
