@@ -146,7 +146,7 @@ impl Engine {
         let mut gate = self.gate(key).await?;
         let mut verdict = self.unless_frozen(
             key,
-            Some(&check.canary),
+            Some(check.canary),
             now,
             decide(&gate, check, now, self.settings.channels),
         );
@@ -219,7 +219,7 @@ impl Engine {
                     // Another replica pinned this canary to another revision first.
                     verdict = self.unless_frozen(
                         key,
-                        Some(&check.canary),
+                        Some(check.canary),
                         now,
                         decide(&gate, check, now, self.settings.channels),
                     );
