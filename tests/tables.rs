@@ -17,6 +17,7 @@ gatebot_testkit::on_both_stores!(
     pr_authors_round_trip,
     pr_push_times_only_move_forward,
     status_comments_round_trip,
+    one_replica_at_a_time_creates_a_status_comment,
     slack_facts_round_trip,
     a_slack_decision_goes_with_its_transaction,
     kv_rows_survive_the_upgrade,
@@ -513,4 +514,59 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
         .unwrap()
         .get("n");
     assert_eq!(n, 3);
+}
+
+/// Two replicas sending a PR's first status comment: one claims its creation,
+/// the other waits; a failed creation gives the claim back, and a claim left
+/// by a crashed replica is taken over after a minute.
+async fn one_replica_at_a_time_creates_a_status_comment(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let (repo, n, minute) = (repo(), PrNumber(7), 60_000);
+    assert!(store
+        .claim_status_creation(&repo, n, 1_000, minute)
+        .await
+        .unwrap());
+    assert!(
+        !store
+            .claim_status_creation(&repo, n, 2_000, minute)
+            .await
+            .unwrap(),
+        "held"
+    );
+    store.release_status_creation(&repo, n).await.unwrap();
+    assert!(
+        store
+            .claim_status_creation(&repo, n, 3_000, minute)
+            .await
+            .unwrap(),
+        "given back"
+    );
+    assert!(
+        store
+            .claim_status_creation(&repo, n, 3_000 + minute + 1, minute)
+            .await
+            .unwrap(),
+        "a stale claim is taken over"
+    );
+    let sent = StatusComment {
+        comment_id: 55,
+        digest: None,
+    };
+    store
+        .remember_status_comment(&repo, n, &sent, 4_000)
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .claim_status_creation(&repo, n, 10 * minute, minute)
+            .await
+            .unwrap(),
+        "it exists"
+    );
+    store.release_status_creation(&repo, n).await.unwrap();
+    assert_eq!(
+        store.status_comment(&repo, n).await.unwrap(),
+        Some(sent),
+        "a real one stays"
+    );
 }

@@ -257,6 +257,8 @@ impl GithubSink {
                 .status_comment(repo, number)
                 .await
                 .map_err(retry)?;
+            // Comment id 0: another replica is creating it.
+            let known = known.filter(|k| k.comment_id != 0);
             let id = match known {
                 Some(known) => {
                     if known.digest.as_deref() == Some(hash.as_str()) {
@@ -278,27 +280,27 @@ impl GithubSink {
                     }
                 }
                 None => {
-                    // A crash between creating and remembering must not make a second one.
-                    let marker = status_marker(repo, number);
-                    let found = self
-                        .client
-                        .find_comment(repo, number, &marker, None)
+                    let now = self.clock.now_ms();
+                    if !self
+                        .store
+                        .claim_status_creation(repo, number, now, CREATION_CLAIM)
                         .await
-                        .map_err(on_pr)?;
-                    match found {
-                        Some(id) => {
-                            self.client
-                                .edit_comment(repo, id, &body)
-                                .await
-                                .map_err(|e| e.to_send_error())?;
-                            id
-                        }
-                        None => self
-                            .client
-                            .create_comment(repo, number, &body)
-                            .await
-                            .map_err(on_pr)?,
+                        .map_err(retry)?
+                    {
+                        return Err(SendError::retry(format!(
+                            "the status comment of {repo}#{number} is being created elsewhere"
+                        ))
+                        .into());
                     }
+                    let created = self.create_status(repo, number, &body).await;
+                    if created.is_err() {
+                        // Failed: the next attempt (here or on another replica) may claim it.
+                        self.store
+                            .release_status_creation(repo, number)
+                            .await
+                            .map_err(retry)?;
+                    }
+                    created?
                 }
             };
             let sent = StatusComment {
@@ -312,6 +314,38 @@ impl GithubSink {
             last_sent = Some(body);
         }
         Ok(())
+    }
+}
+
+impl GithubSink {
+    /// The first version of a PR's status comment, unless one exists already
+    /// (a crash between creating and remembering must not make a second one).
+    async fn create_status(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        body: &str,
+    ) -> Result<u64, Failure> {
+        let marker = status_marker(repo, number);
+        let found = self
+            .client
+            .find_comment(repo, number, &marker, None)
+            .await
+            .map_err(on_pr)?;
+        match found {
+            Some(id) => {
+                self.client
+                    .edit_comment(repo, id, body)
+                    .await
+                    .map_err(|e| e.to_send_error())?;
+                Ok(id)
+            }
+            None => Ok(self
+                .client
+                .create_comment(repo, number, body)
+                .await
+                .map_err(on_pr)?),
+        }
     }
 }
 
@@ -387,6 +421,10 @@ fn named_pr(metadata: &std::collections::BTreeMap<String, String>) -> Option<(Re
     let repo = metadata.get("repository")?.parse().ok()?;
     Some((repo, number))
 }
+
+/// How long a replica's claim to create a status comment stands before
+/// another may take it over (the first crashed meanwhile).
+const CREATION_CLAIM: Millis = 60_000;
 
 impl Handler for GithubSink {
     /// Writes to one pull request go out in order (the status comment's edits, replies).

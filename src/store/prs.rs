@@ -161,6 +161,46 @@ impl Store {
         Ok(())
     }
 
+    /// Claims the creation of a PR's status comment, so that two replicas
+    /// sending its first version do not both create one: a row with comment
+    /// id 0 stands for "being created". False when another holds the claim
+    /// (taken less than `stale_after` ago) or the comment exists.
+    pub async fn claim_status_creation(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        now: Millis,
+        stale_after: Millis,
+    ) -> Result<bool> {
+        let mut tx = self.begin().await?;
+        let row = sqlx::query(
+            "INSERT INTO status_comments (repo, number, comment_id, digest, updated_at) \
+             VALUES ($1, $2, 0, NULL, $3) ON CONFLICT (repo, number) DO UPDATE SET updated_at = excluded.updated_at \
+             WHERE status_comments.comment_id = 0 AND status_comments.updated_at < $4 RETURNING comment_id",
+        )
+        .bind(repo.to_string())
+        .bind(signed(number.0, "PR number")?)
+        .bind(now)
+        .bind(now - stale_after)
+        .fetch_optional(tx.conn())
+        .await?;
+        tx.commit().await?;
+        Ok(row.is_some())
+    }
+
+    /// Gives a claim to create back (creating failed).
+    pub async fn release_status_creation(&self, repo: &RepoName, number: PrNumber) -> Result<()> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "DELETE FROM status_comments WHERE repo = $1 AND number = $2 AND comment_id = 0",
+        )
+        .bind(repo.to_string())
+        .bind(signed(number.0, "PR number")?)
+        .execute(tx.conn())
+        .await?;
+        tx.commit().await
+    }
+
     /// `put_status_comment` in a transaction of its own.
     pub async fn remember_status_comment(
         &self,
