@@ -211,6 +211,81 @@ fn report(
         check.rps, health.rps, check.p99);
 }
 
+/// A policy of 100 rules: deadlines, reminders, per-command rules, freezes'
+/// and release windows (one of them covering the promote gate, open all day).
+fn hundred_rules() -> String {
+    let mut p = String::from(
+        "holidays = [\"2030-12-25\"]\n\n[reminders]\nat = [\"30m\", \"2h\", \"8h\"]\n\n",
+    );
+    for c in [
+        "start", "promote", "traffic", "rollback", "hold", "unhold", "freeze", "unfreeze",
+    ] {
+        p += &format!("[github.commands.{c}]\nmin_permission = \"write\"\n\n[slack.commands.{c}]\napprovers = [\"U0\", \"S0\"]\n\n");
+    }
+    for i in 0..70 {
+        let kind = ["start", "promote", "traffic"][i % 3];
+        p += &format!("[[deadlines]]\nkind = \"{kind}\"\nafter = \"{}h\"\nnamespace = \"ns{i}\"\non_deadline = \"nothing\"\n\n", i + 1);
+    }
+    for kind in ["promote", "start", "traffic"] {
+        p += &format!("[[windows]]\nkind = \"{kind}\"\nfrom = \"00:00\"\nto = \"23:59:59\"\ntimezone = \"Europe/Berlin\"\n\n");
+    }
+    p += "[users]\n";
+    for i in 0..11 {
+        p += &format!("user{i} = \"U{i}\"\n");
+    }
+    p
+}
+
+/// The same steady-state checks on two servers, one without a policy and one
+/// with 100 rules, measured in turns: the policy must cost under 10 %.
+async fn policy_scenario() {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let policy = dirs[1].path().join("policy.toml");
+    std::fs::write(&policy, hundred_rules()).unwrap();
+    let mut servers = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let url = format!("sqlite://{}/gatebot.db", dir.path().display());
+        let mut config = Config::with_database(&url);
+        config.github.repository = Some("acme/shop".parse().unwrap());
+        if i == 1 {
+            config.policy = Some(policy.clone());
+        }
+        Gatebot::start(config.clone()).await.unwrap().stop().await;
+        seed(&url, 100).await;
+        servers.push(harness::TestServer::start(config, gatebot::Options::default()).await);
+    }
+    let body = json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "85d557f47b"}).to_string();
+    let check = |s: &harness::TestServer| {
+        Load::new(format!("{}/gates/promote/pr/42", s.url), Some(body.clone()))
+    };
+    let open = |s: &harness::TestServer| {
+        Load::new(
+            format!("{}/gates/promote/seed/repo/pr/51", s.url),
+            Some(body.clone()),
+        )
+    };
+    let cases = [
+        check(&servers[0]),
+        check(&servers[1]),
+        open(&servers[0]),
+        open(&servers[1]),
+    ];
+    let stats = measure(&cases).await;
+    for s in servers {
+        s.stop().await;
+    }
+    println!("sqlite, 100 gates, without a policy and with 100 rules, in turns:");
+    for (name, without, with) in [
+        ("closed", &stats[0], &stats[1]),
+        ("open+pinned", &stats[2], &stats[3]),
+    ] {
+        println!(
+            "  => gate check ({name}): {:.0} req/s without a policy, {:.0} with 100 rules; ratio {:.2} (goal >= 0.90); p99 {:.2?} / {:.2?}",
+            without.rps, with.rps, with.rps / without.rps, without.p99, with.p99
+        );
+    }
+}
+
 fn main() {
     // As `main` does: RUST_LOG, or `info` when it is unset.
     telemetry::init(Config::with_database("sqlite::memory:").log_format);
@@ -223,11 +298,16 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(async {
+        if std::env::var("GATE_CHECK_POLICY_ONLY").is_ok() {
+            policy_scenario().await;
+            return;
+        }
         for gates in [100, 100_000] {
             let dir = tempfile::tempdir().unwrap();
             let url = format!("sqlite://{}/gatebot.db", dir.path().display());
             scenario(&url, gates).await;
         }
+        policy_scenario().await;
         if let Ok(pg) = std::env::var("GATEBOT_BENCH_POSTGRES_URL") {
             for gates in [100, 100_000] {
                 let mut admin = sqlx::PgConnection::connect(&pg).await.unwrap();
