@@ -516,36 +516,32 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
     assert_eq!(n, 3);
 }
 
-/// Two replicas sending a PR's first status comment: one claims its creation,
-/// the other waits; a failed creation gives the claim back, and a claim left
-/// by a crashed replica is taken over after a minute.
+/// Two replicas sending a PR's first status comment: one job claims its
+/// creation, another waits; the same job taken over gets it back at once; a
+/// failed creation gives the claim back, and a claim left by a job that never
+/// came back is taken over after a minute.
 async fn one_replica_at_a_time_creates_a_status_comment(backend: Backend) {
     let (_db, store) = store(backend).await;
     let (repo, n, minute) = (repo(), PrNumber(7), 60_000);
-    assert!(store
-        .claim_status_creation(&repo, n, 1_000, minute)
-        .await
-        .unwrap());
+    let claim = |job: &'static str, at: i64| {
+        let (store, repo) = (store.clone(), repo.clone());
+        async move {
+            store
+                .claim_status_creation(&repo, n, job, at, minute)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(claim("job-1", 1_000).await);
+    assert!(!claim("job-2", 2_000).await, "held by another job");
     assert!(
-        !store
-            .claim_status_creation(&repo, n, 2_000, minute)
-            .await
-            .unwrap(),
-        "held"
+        claim("job-1", 2_500).await,
+        "the same job, taken over after its lease"
     );
     store.release_status_creation(&repo, n).await.unwrap();
+    assert!(claim("job-2", 3_000).await, "given back");
     assert!(
-        store
-            .claim_status_creation(&repo, n, 3_000, minute)
-            .await
-            .unwrap(),
-        "given back"
-    );
-    assert!(
-        store
-            .claim_status_creation(&repo, n, 3_000 + minute + 1, minute)
-            .await
-            .unwrap(),
+        claim("job-3", 3_000 + minute + 1).await,
         "a stale claim is taken over"
     );
     let sent = StatusComment {
@@ -556,13 +552,7 @@ async fn one_replica_at_a_time_creates_a_status_comment(backend: Backend) {
         .remember_status_comment(&repo, n, &sent, 4_000)
         .await
         .unwrap();
-    assert!(
-        !store
-            .claim_status_creation(&repo, n, 10 * minute, minute)
-            .await
-            .unwrap(),
-        "it exists"
-    );
+    assert!(!claim("job-3", 10 * minute).await, "it exists");
     store.release_status_creation(&repo, n).await.unwrap();
     assert_eq!(
         store.status_comment(&repo, n).await.unwrap(),

@@ -222,7 +222,7 @@ impl GithubSink {
                     .map(|_| ())
                     .map_err(on_pr)
             }
-            GithubJob::Status { repo, number } => self.status(&repo, number).await,
+            GithubJob::Status { repo, number } => self.status(&repo, number, &item.id).await,
         }
     }
 
@@ -239,7 +239,7 @@ impl GithubSink {
 
     /// Creates the PR's status comment, or edits it in place.
     /// Nothing when the PR has no status comment and needs none.
-    async fn status(&self, repo: &RepoName, number: PrNumber) -> Result<(), Failure> {
+    async fn status(&self, repo: &RepoName, number: PrNumber, job: &str) -> Result<(), Failure> {
         let retry = |e: crate::store::StoreError| SendError::retry(e.to_string());
         let mut last_sent: Option<String> = None;
         // A change committed while this job sends queues another job (claiming
@@ -283,7 +283,7 @@ impl GithubSink {
                     let now = self.clock.now_ms();
                     if !self
                         .store
-                        .claim_status_creation(repo, number, now, CREATION_CLAIM)
+                        .claim_status_creation(repo, number, job, now, CREATION_CLAIM)
                         .await
                         .map_err(retry)?
                     {
@@ -422,8 +422,8 @@ fn named_pr(metadata: &std::collections::BTreeMap<String, String>) -> Option<(Re
     Some((repo, number))
 }
 
-/// How long a replica's claim to create a status comment stands before
-/// another may take it over (the first crashed meanwhile).
+/// How long a claim to create a status comment stands against another job
+/// (the same job, taken over after its lease, takes it over at once).
 const CREATION_CLAIM: Millis = 60_000;
 
 impl Handler for GithubSink {

@@ -161,25 +161,33 @@ impl Store {
         Ok(())
     }
 
-    /// Claims the creation of a PR's status comment, so that two replicas
-    /// sending its first version do not both create one: a row with comment
-    /// id 0 stands for "being created". False when another holds the claim
-    /// (taken less than `stale_after` ago) or the comment exists.
+    /// Claims the creation of a PR's status comment for outbox job `job`, so
+    /// that two replicas sending its first version do not both create one: a
+    /// row with comment id 0 stands for "being created", its digest naming the
+    /// job. False when another job holds the claim (taken less than
+    /// `stale_after` ago) or the comment exists. The same job, retried or taken
+    /// over from a dead replica, gets its claim back at once.
     pub async fn claim_status_creation(
         &self,
         repo: &RepoName,
         number: PrNumber,
+        job: &str,
         now: Millis,
         stale_after: Millis,
     ) -> Result<bool> {
         let mut tx = self.begin().await?;
+        let owner = format!("creating:{job}");
         let row = sqlx::query(
             "INSERT INTO status_comments (repo, number, comment_id, digest, updated_at) \
-             VALUES ($1, $2, 0, NULL, $3) ON CONFLICT (repo, number) DO UPDATE SET updated_at = excluded.updated_at \
-             WHERE status_comments.comment_id = 0 AND status_comments.updated_at < $4 RETURNING comment_id",
+             VALUES ($1, $2, 0, $3, $4) ON CONFLICT (repo, number) DO UPDATE \
+             SET updated_at = excluded.updated_at, digest = excluded.digest \
+             WHERE status_comments.comment_id = 0 \
+             AND (status_comments.digest = excluded.digest OR status_comments.updated_at < $5) \
+             RETURNING comment_id",
         )
         .bind(repo.to_string())
         .bind(signed(number.0, "PR number")?)
+        .bind(owner)
         .bind(now)
         .bind(now - stale_after)
         .fetch_optional(tx.conn())
