@@ -50,14 +50,17 @@ struct File {
     #[serde(default)]
     users: BTreeMap<String, String>,
     #[serde(default)]
-    deadlines: Vec<DeadlineEntry>,
+    deadlines: Vec<toml::Spanned<DeadlineEntry>>,
     #[serde(default)]
     reminders: RemindersEntry,
     #[serde(default)]
-    windows: Vec<WindowEntry>,
+    windows: Vec<toml::Spanned<WindowEntry>>,
     /// Dates (`2026-12-24`) on which no release window opens.
     #[serde(default)]
     holidays: Vec<String>,
+    /// Where each line of the text starts (for errors that name a line).
+    #[serde(skip)]
+    line_starts: Vec<usize>,
 }
 
 /// One `[[windows]]` table.
@@ -76,7 +79,8 @@ fn calendar(file: &File) -> anyhow::Result<Calendar> {
     const DAYS: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
     let mut windows = Vec::new();
     for (n, w) in file.windows.iter().enumerate() {
-        let at = format!("windows[{n}]");
+        let at = format!("windows[{n}] (line {})", file.line_of(w.span()));
+        let w = w.get_ref();
         let kind = match GateKind::from_route(&w.kind) {
             Some(k) if !k.is_rollback() => k,
             _ => anyhow::bail!(
@@ -184,8 +188,8 @@ struct DeadlineEntry {
 }
 
 impl DeadlineEntry {
-    fn rule(&self, n: usize) -> anyhow::Result<DeadlineRule> {
-        let at = || format!("deadlines[{n}]");
+    fn rule(&self, n: usize, line: usize) -> anyhow::Result<DeadlineRule> {
+        let at = || format!("deadlines[{n}] (line {line})");
         let kind = match GateKind::from_route(&self.kind) {
             Some(k) if k.has_waits() => k,
             _ => anyhow::bail!(
@@ -308,7 +312,7 @@ fn deadline_rules(file: &File) -> anyhow::Result<Vec<DeadlineRule>> {
     file.deadlines
         .iter()
         .enumerate()
-        .map(|(n, d)| d.rule(n))
+        .map(|(n, d)| d.get_ref().rule(n, file.line_of(d.span())))
         .collect()
 }
 
@@ -362,7 +366,7 @@ impl Policy {
         default_permission: Permission,
         default_approvers: &[String],
     ) -> anyhow::Result<Self> {
-        let file: File = toml::from_str(text).context("the policy file does not parse")?;
+        let file = File::parse(text).context("the policy file does not parse")?;
         Ok(Self {
             deadlines: deadline_rules(&file)?,
             reminders: file.reminders.read()?,
@@ -486,8 +490,25 @@ impl Policy {
 fn read(path: &Path) -> anyhow::Result<File> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("GATEBOT_POLICY: cannot read {}", path.display()))?;
-    toml::from_str(&text)
-        .with_context(|| format!("GATEBOT_POLICY: {} does not parse", path.display()))
+    File::parse(&text).with_context(|| format!("GATEBOT_POLICY: {} does not parse", path.display()))
+}
+
+impl File {
+    /// Parses the file and keeps where each line starts, so that errors about
+    /// an entry can name its line.
+    fn parse(text: &str) -> Result<Self, toml::de::Error> {
+        let mut file: File = toml::from_str(text)?;
+        file.line_starts = std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
+        Ok(file)
+    }
+
+    /// The 1-based line of a byte span's start.
+    fn line_of(&self, span: std::ops::Range<usize>) -> usize {
+        self.line_starts
+            .partition_point(|start| *start <= span.start)
+    }
 }
 
 fn clean(ids: &[String]) -> Vec<String> {
@@ -561,7 +582,8 @@ alice = "U1"
             let err = format!("{err:#}");
             assert!(err.contains(says), "{text}: {err}");
             if !says.contains("on_deadline") {
-                assert!(err.contains("deadlines[1]"), "{text}: {err}");
+                // The second entry's table starts on line 5.
+                assert!(err.contains("deadlines[1] (line 5)"), "{text}: {err}");
             }
         }
     }

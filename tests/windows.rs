@@ -111,7 +111,7 @@ async fn an_approval_on_friday_evening_promotes_on_monday_morning(backend: Backe
 #[test]
 fn a_bad_window_says_which_and_what_to_write() {
     for (text, says) in [
-        ("[[windows]]\nkind = \"promote\"\nfrom = \"08:00\"\nto = \"16:00\"\ntimezone = \"Mars/Olympus\"\n", "windows[0]: timezone `Mars/Olympus`"),
+        ("[[windows]]\nkind = \"promote\"\nfrom = \"08:00\"\nto = \"16:00\"\ntimezone = \"Mars/Olympus\"\n", "windows[0] (line 1): timezone `Mars/Olympus`"),
         ("[[windows]]\nkind = \"promote\"\nfrom = \"16:00\"\nto = \"08:00\"\n", "is not before"),
         ("[[windows]]\nkind = \"rollback\"\nfrom = \"08:00\"\nto = \"16:00\"\n", "a rollback is never held back"),
         ("[[windows]]\nkind = \"promote\"\ndays = [\"funday\"]\nfrom = \"08:00\"\nto = \"16:00\"\n", "day `funday`"),
