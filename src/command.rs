@@ -468,6 +468,30 @@ pub fn freeze_verb(text: &str) -> Option<(&'static str, &str)> {
     }
 }
 
+impl FreezeLine {
+    /// The scope (`all` when none is named) and when the freeze ends, or what
+    /// is wrong with them.
+    pub fn read(
+        &self,
+        now: crate::gate::Millis,
+    ) -> Result<
+        (
+            crate::gate::freeze::FreezeScope,
+            Option<crate::gate::Millis>,
+        ),
+        String,
+    > {
+        let scope = self
+            .scope
+            .as_deref()
+            .unwrap_or("all")
+            .parse()
+            .map_err(|e: crate::gate::KeyError| e.to_string())?;
+        let until = crate::gate::freeze::end_of(now, self.for_.as_deref(), self.until.as_deref())?;
+        Ok((scope, until))
+    }
+}
+
 /// Splits the text after `freeze`; the scope and the times are checked where
 /// they become a freeze.
 pub fn parse_freeze(text: &str) -> FreezeLine {

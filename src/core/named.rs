@@ -189,7 +189,7 @@ pub(super) async fn decided(
         return Ok(());
     }
     let now = unit.now();
-    if let Some(wait_id) = Store::end_wait_of(unit.tx(), key, "", outcome, now).await? {
+    if let Some(wait_id) = Store::end_announcement(unit.tx(), key, outcome, now).await? {
         let notice = Notice::WaitEnded {
             wait_id,
             gate: key.clone(),

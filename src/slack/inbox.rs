@@ -362,12 +362,11 @@ impl SlackInbox {
     /// `/gatebot freeze …` and `/gatebot unfreeze …`, by the policy's
     /// `slack.commands.freeze` (or `unfreeze`) approvers.
     async fn freeze(&self, c: &SlashCommand, verb: &str, rest: &str) -> Result<(), SendError> {
-        use crate::gate::freeze::{end_of, FreezeScope};
         let url = Some(c.response_url.as_str());
         let line = crate::command::parse_freeze(rest);
-        let scope: FreezeScope = match line.scope.as_deref().unwrap_or("all").parse() {
-            Ok(s) => s,
-            Err(e) => return self.respond(url, e.to_string()).await,
+        let (scope, until) = match line.read(self.state.engine.now()) {
+            Ok(read) => read,
+            Err(e) => return self.respond(url, e).await,
         };
         let rule = self.state.policy.slack_named(verb);
         if self.approvers.check(&rule, &c.user_id).await? != super::approvers::Verdict::Allowed {
@@ -384,10 +383,6 @@ impl SlackInbox {
             other => SendError::retry(other.to_string()),
         };
         let text = if verb == "freeze" {
-            let until = match end_of(engine.now(), line.for_.as_deref(), line.until.as_deref()) {
-                Ok(u) => u,
-                Err(e) => return self.respond(url, e).await,
-            };
             let Some(reason) = line.reason else {
                 return self.respond(url, "a freeze needs a reason".into()).await;
             };

@@ -163,20 +163,7 @@ async fn commands(
                 ""
             }
         );
-        let checked = line
-            .scope
-            .as_deref()
-            .unwrap_or("all")
-            .parse::<crate::gate::freeze::FreezeScope>()
-            .map_err(|e| e.to_string())
-            .and_then(|_| {
-                crate::gate::freeze::end_of(
-                    state.engine.now(),
-                    line.for_.as_deref(),
-                    line.until.as_deref(),
-                )
-            });
-        if let Err(e) = checked {
+        if let Err(e) = line.read(state.engine.now()) {
             return Ok(ephemeral(format!("{e}: {usage}")));
         }
         if verb == "freeze" && line.reason.is_none() {

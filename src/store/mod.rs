@@ -420,17 +420,7 @@ impl Store {
         outcome: &str,
         at: Millis,
     ) -> Result<Option<i64>> {
-        let row = sqlx::query(
-            "UPDATE waits SET ended_at = $3, outcome = $4 \
-             WHERE gate_key = $1 AND canary = $2 AND ended_at IS NULL RETURNING id",
-        )
-        .bind(key.to_string())
-        .bind(canary.to_string())
-        .bind(at)
-        .bind(outcome.to_string())
-        .fetch_optional(tx.conn())
-        .await?;
-        Ok(row.map(|r| r.try_get("id")).transpose()?)
+        Self::end_wait_as(tx, key, &canary.to_string(), outcome, at).await
     }
 
     pub async fn waits(

@@ -192,8 +192,18 @@ impl Store {
         Ok(row.map(|r| r.try_get("id")).transpose()?)
     }
 
-    /// Ends the open wait of `canary` (as stored: empty for an announcement).
-    pub async fn end_wait_of(
+    /// Ends a named gate's announcement (the wait no canary made).
+    pub async fn end_announcement(
+        tx: &mut WriteTx<'_>,
+        key: &GateKey,
+        outcome: &str,
+        at: Millis,
+    ) -> Result<Option<i64>> {
+        Self::end_wait_as(tx, key, "", outcome, at).await
+    }
+
+    /// Ends the open wait of `canary` as stored (empty for an announcement).
+    pub(super) async fn end_wait_as(
         tx: &mut WriteTx<'_>,
         key: &GateKey,
         canary: &str,
