@@ -341,6 +341,23 @@ impl LineIndex {
     }
 }
 
+/// Break glass: a reason that starts with `--force` asks to open the gate past
+/// freezes, release windows and missing approvals. Returns whether it does,
+/// and the reason without the flag.
+pub fn split_force(reason: Option<String>) -> (bool, Option<String>) {
+    let Some(text) = reason else {
+        return (false, None);
+    };
+    let trimmed = text.trim_start();
+    match trimmed.strip_prefix("--force") {
+        Some(rest) if rest.is_empty() || rest.starts_with(char::is_whitespace) => {
+            let rest = rest.trim();
+            (true, (!rest.is_empty()).then(|| rest.to_string()))
+        }
+        _ => (false, Some(text)),
+    }
+}
+
 /// What a Slack command acts on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -661,6 +678,25 @@ mod tests {
     }
 
     // --- Command words ---
+
+    #[test]
+    fn force_is_a_flag_before_the_reason() {
+        let table = [
+            (None, (false, None)),
+            (Some("--force db is down"), (true, Some("db is down"))),
+            (Some("  --force   db is down "), (true, Some("db is down"))),
+            (Some("--force"), (true, None)),
+            (Some("--forced landing"), (false, Some("--forced landing"))),
+            (Some("ship it --force"), (false, Some("ship it --force"))),
+        ];
+        for (reason, (force, rest)) in table {
+            assert_eq!(
+                split_force(reason.map(str::to_string)),
+                (force, rest.map(str::to_string)),
+                "{reason:?}"
+            );
+        }
+    }
 
     #[test]
     fn parse_word_is_case_insensitive_and_round_trips() {

@@ -21,6 +21,13 @@
 //! [users]                            # GitHub login = Slack user id
 //! alice = "U012AB3CD"
 //!
+//! [[approvals]]                      # N-of-M: distinct people a gate needs
+//! kind = "promote"
+//! required = 2                       # optional: repository or namespace
+//!
+//! [github.commands.force]            # break glass: `/promote --force <reason>`
+//! teams = ["acme/sre"]
+//!
 //! [[deadlines]]                      # how long a canary may wait for people
 //! kind = "promote"
 //! after = "2h"
@@ -38,7 +45,7 @@ use crate::command::Command;
 use crate::config::{Config, Permission};
 use crate::gate::deadline::{Deadline, DeadlineRule, OnDeadline};
 use crate::gate::window::{Calendar, Window};
-use crate::gate::{CanaryRef, GateKind, Namespace};
+use crate::gate::{CanaryRef, GateKind, Namespace, QuorumRule};
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -55,6 +62,8 @@ struct File {
     reminders: RemindersEntry,
     #[serde(default)]
     windows: Vec<toml::Spanned<WindowEntry>>,
+    #[serde(default)]
+    approvals: Vec<toml::Spanned<ApprovalsEntry>>,
     /// Dates (`2026-12-24`) on which no release window opens.
     #[serde(default)]
     holidays: Vec<String>,
@@ -173,6 +182,61 @@ impl RemindersEntry {
         };
         Ok(Reminders { at, kinds })
     }
+}
+
+/// One `[[approvals]]` table: how many people a kind of gate needs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalsEntry {
+    kind: String,
+    required: i64,
+    repository: Option<String>,
+    namespace: Option<String>,
+}
+
+/// Reads the `[[approvals]]` tables, saying which one is wrong.
+fn quorum_rules(file: &File) -> anyhow::Result<Vec<QuorumRule>> {
+    let mut rules = Vec::with_capacity(file.approvals.len());
+    for (n, entry) in file.approvals.iter().enumerate() {
+        let at = format!("approvals[{n}] (line {})", file.line_of(entry.span()));
+        let a = entry.get_ref();
+        let kind = match GateKind::from_route(&a.kind) {
+            Some(k) if !k.is_rollback() && !k.is_legacy() => k,
+            _ => anyhow::bail!(
+                "{at}: kind `{}`: write start, promote or traffic (a rollback never waits for a second person)",
+                a.kind
+            ),
+        };
+        let required = match u32::try_from(a.required) {
+            Ok(r @ 1..=20) => r,
+            _ => anyhow::bail!(
+                "{at}: required = {}: write how many distinct people must approve, 1 to 20",
+                a.required
+            ),
+        };
+        let repository = match &a.repository {
+            Some(r) => Some(
+                r.parse()
+                    .map_err(|e| anyhow::anyhow!("{at}: repository: {e}"))?,
+            ),
+            None => None,
+        };
+        let namespace = match &a.namespace {
+            Some(ns) => Some(
+                Namespace::new(ns)
+                    .map_err(|e| anyhow::anyhow!("{at}: namespace: {e}"))?
+                    .to_string(),
+            ),
+            None => None,
+        };
+        rules.push(QuorumRule {
+            kind,
+            repository,
+            namespace,
+            required,
+        });
+    }
+    Ok(rules)
 }
 
 /// One `[[deadlines]]` table.
@@ -305,6 +369,7 @@ pub struct Policy {
     deadlines: Vec<DeadlineRule>,
     reminders: Reminders,
     calendar: Calendar,
+    quorum: Vec<QuorumRule>,
 }
 
 /// Reads the `[[deadlines]]` tables into rules, saying which one is wrong.
@@ -348,8 +413,15 @@ impl Policy {
                 source.as_deref().unwrap_or("the policy file")
             )
         })?;
+        let quorum = quorum_rules(&file).with_context(|| {
+            format!(
+                "GATEBOT_POLICY: {}",
+                source.as_deref().unwrap_or("the policy file")
+            )
+        })?;
         let policy = Self {
             calendar,
+            quorum,
             file,
             default_permission: config.github.min_permission,
             default_approvers: clean(&config.slack.approvers),
@@ -371,6 +443,7 @@ impl Policy {
             deadlines: deadline_rules(&file)?,
             reminders: file.reminders.read()?,
             calendar: calendar(&file)?,
+            quorum: quorum_rules(&file)?,
             file,
             default_permission,
             default_approvers: clean(default_approvers),
@@ -459,6 +532,32 @@ impl Policy {
         &self.reminders
     }
 
+    /// How many people each kind of gate needs, in the file's order.
+    pub fn quorum(&self) -> &[QuorumRule] {
+        &self.quorum
+    }
+
+    /// Who may break glass (`/promote --force <reason>`) from GitHub: only
+    /// what `[github.commands.force]` says; None when it says nothing.
+    pub fn github_force(&self) -> Option<GithubRule> {
+        self.file
+            .github
+            .commands
+            .contains_key("force")
+            .then(|| self.github_rule("force", false))
+    }
+
+    /// Who may break glass from Slack: only `[slack.commands.force].approvers`,
+    /// never the general approvers.
+    pub fn slack_force(&self) -> Option<SlackRule> {
+        let approvers = self.file.slack.commands.get("force")?.approvers.as_ref()?;
+        Some(SlackRule {
+            approvers: clean(approvers),
+            forbid_self_approval: false,
+            setting: format!("slack.commands.force.approvers in {}", self.source_name()),
+        })
+    }
+
     /// The release windows and holidays.
     pub fn calendar(&self) -> &Calendar {
         &self.calendar
@@ -538,6 +637,74 @@ alice = "U1"
 
     fn policy() -> Policy {
         Policy::parse(FILE, Permission::Write, &["U0".into()]).unwrap()
+    }
+
+    #[test]
+    fn approvals_are_read_and_bad_ones_name_their_line() {
+        let ok = Policy::parse(
+            "[[approvals]]\nkind = \"promote\"\nrequired = 2\n\n[[approvals]]\nkind = \"traffic\"\nrequired = 3\nnamespace = \"prod\"\n",
+            Permission::Write,
+            &[],
+        )
+        .unwrap();
+        let rules = ok.quorum();
+        assert_eq!(rules.len(), 2);
+        assert_eq!((rules[0].kind, rules[0].required), (GateKind::Promote, 2));
+        assert_eq!(rules[1].namespace.as_deref(), Some("prod"));
+        let table = [
+            (
+                "\n[[approvals]]\nkind = \"rollback\"\nrequired = 2\n",
+                "approvals[0] (line 2): kind `rollback`: write start, promote or traffic",
+            ),
+            (
+                "[[approvals]]\nkind = \"promote\"\nrequired = 0\n",
+                "approvals[0] (line 1): required = 0: write how many distinct people must approve, 1 to 20",
+            ),
+            (
+                "[[approvals]]\nkind = \"promote\"\nrequired = 2\nrepository = \"nope\"\n",
+                "approvals[0] (line 1): repository:",
+            ),
+        ];
+        for (text, want) in table {
+            let err = format!(
+                "{:#}",
+                Policy::parse(text, Permission::Write, &[]).unwrap_err()
+            );
+            assert!(err.contains(want), "{text:?}: {err}");
+        }
+    }
+
+    /// docs/policy.md's complete example is a valid file.
+    #[test]
+    fn the_documented_example_is_valid() {
+        let doc = include_str!("../docs/policy.md");
+        let start = doc.find("```toml\n").expect("an example") + "```toml\n".len();
+        let end = start + doc[start..].find("```").expect("its end");
+        let p = Policy::parse(&doc[start..end], Permission::Write, &[]).unwrap();
+        assert_eq!(p.quorum().len(), 2);
+        assert!(p.github_force().is_some() && p.slack_force().is_some());
+        assert_eq!(p.deadlines().len(), 3);
+    }
+
+    #[test]
+    fn break_glass_is_only_for_whom_the_policy_names() {
+        let none = policy();
+        assert_eq!(none.github_force(), None);
+        assert_eq!(none.slack_force(), None);
+        let named = Policy::parse(
+            "[slack]\napprovers = [\"U1\"]\n[github.commands.force]\nmin_permission = \"admin\"\n[slack.commands.force]\napprovers = [\"S0ONCALL\"]\n",
+            Permission::Write,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            named.github_force().map(|r| r.min_permission),
+            Some(Permission::Admin)
+        );
+        assert_eq!(
+            named.slack_force().map(|r| r.approvers),
+            Some(vec!["S0ONCALL".to_string()])
+        );
     }
 
     #[test]

@@ -89,6 +89,7 @@ impl Gatebot {
                     slack: config.slack.signing_secret.is_some(),
                 },
                 calendar: policy.calendar().clone(),
+                quorum: policy.quorum().to_vec(),
             },
             metrics.clone(),
             notifier.clone(),

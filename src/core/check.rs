@@ -387,6 +387,7 @@ fn peek(gate: &Gate, now: Millis, channels: Channels) -> Verdict {
         reason,
         pin: false,
         expired: false,
+        forced: false,
     };
     match &gate.status {
         GateStatus::Open(a) if !a.expired(now) => Verdict {
@@ -399,10 +400,17 @@ fn peek(gate: &Gate, now: Millis, channels: Channels) -> Verdict {
             ),
             pin: false,
             expired: false,
+            forced: a.forced,
         },
         GateStatus::Held { change } => closed(format!(
             "held by {} via {}",
             change.by.name, change.by.source
+        )),
+        GateStatus::Approving(t) => closed(format!(
+            "{}: {}: {}",
+            closed_word(gate.key.kind),
+            t.summary(),
+            open_hint(&gate.key, channels)
         )),
         _ => closed(format!(
             "{}: {}",

@@ -91,8 +91,23 @@ impl Applied {
             Command::Unhold => "released",
             _ => "opened",
         };
-        let keys: Vec<String> = self.gates.iter().map(|g| g.key.to_string()).collect();
-        format!("{verb} {}", keys.join(", "))
+        let mut keys: Vec<String> = Vec::new();
+        let mut counted: Vec<String> = Vec::new();
+        for g in &self.gates {
+            match &g.status {
+                GateStatus::Approving(t) => counted.push(format!("{} ({})", g.key, t.summary())),
+                _ => keys.push(g.key.to_string()),
+            }
+        }
+        match (keys.is_empty(), counted.is_empty()) {
+            (_, true) => format!("{verb} {}", keys.join(", ")),
+            (true, false) => format!("approval counted at {}", counted.join(", ")),
+            (false, false) => format!(
+                "{verb} {}; approval counted at {}",
+                keys.join(", "),
+                counted.join(", ")
+            ),
+        }
     }
 }
 
@@ -159,7 +174,11 @@ pub async fn close_pr_gates(
                 number,
             },
         );
-        if matches!(unit.gate(&key).await?.status, GateStatus::Open(_)) {
+        // New commits: an approval, or the count towards one, was for what came before.
+        if matches!(
+            unit.gate(&key).await?.status,
+            GateStatus::Open(_) | GateStatus::Approving(_)
+        ) {
             closed.push(unit.close(&key, who).await?);
         }
     }

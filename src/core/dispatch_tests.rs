@@ -36,6 +36,7 @@ async fn engine() -> Fixture {
             check_deadline: CHECK_DEADLINE,
             channels: Channels::default(),
             calendar: Default::default(),
+            quorum: Vec::new(),
         },
         Arc::new(Metrics::new()),
         Notifier::new(Vec::new()),

@@ -20,8 +20,8 @@ use crate::gate::{
 };
 pub use compact::SeenEntry;
 use compact::{
-    halves, ApprovalId, Approved, CanaryLookup, CanaryName, Changed, Key, Phase, Pin, ReasonDigest,
-    Revision, Slot, Status, Tag, NEVER,
+    halves, ApprovalId, Approved, CanaryLookup, CanaryName, Changed, Key, Phase, Pin, Quorum,
+    ReasonDigest, Revision, Slot, Status, Tag, NEVER,
 };
 
 /// One observation as loaded from the store.
@@ -208,8 +208,15 @@ impl Memory {
                     change: self.changed(&a.change),
                     expires_at: a.expires_at.unwrap_or(NEVER),
                     pins: pins.into_boxed_slice(),
+                    quorum: (a.approvers.len() > 1 || a.forced).then(|| {
+                        Box::new(Quorum {
+                            approvers: a.approvers.clone(),
+                            forced: a.forced,
+                        })
+                    }),
                 })
             }
+            GateStatus::Approving(t) => Status::Approving(Box::new(t.clone())),
         };
         self.gates.entry(key).or_default().status = Some(status);
     }
@@ -260,7 +267,13 @@ impl Memory {
                         )
                     })
                     .collect::<BTreeMap<_, _>>(),
+                approvers: a
+                    .quorum
+                    .as_ref()
+                    .map_or_else(Vec::new, |q| q.approvers.clone()),
+                forced: a.quorum.as_ref().is_some_and(|q| q.forced),
             }),
+            Status::Approving(t) => GateStatus::Approving((**t).clone()),
         }
     }
 
@@ -280,6 +293,18 @@ impl Memory {
             .iter_mut()
             .find(|(c, _)| *c == canary)
             .map(|(_, s)| s)
+    }
+
+    /// The canaries waiting at a gate now, each with the revision that waits.
+    pub fn waiting_at(&self, key: &GateKey) -> Vec<(String, String)> {
+        let Some(slot) = self.find(key).and_then(|k| self.gates.get(&k)) else {
+            return Vec::new();
+        };
+        slot.seen
+            .iter()
+            .filter(|(_, s)| s.wait_open)
+            .map(|(c, s)| (self.canary_text(*c).to_string(), s.checksum.0.to_string()))
+            .collect()
     }
 
     /// When the canary (`namespace/name`) last asked the gate.
@@ -405,6 +430,8 @@ mod tests {
                     .iter()
                     .map(|(c, s)| (c.to_string(), s.to_string()))
                     .collect(),
+                approvers: Vec::new(),
+                forced: false,
             }),
         }
     }
@@ -419,8 +446,33 @@ mod tests {
         if let GateStatus::Open(a) = &mut odd.status {
             a.id = "not-a-uuid".into();
         }
+        let mut quorum = open(
+            &key("/gates/start/acme/shop/pr/43"),
+            &[("test/podinfo", "r1")],
+        );
+        if let GateStatus::Open(a) = &mut quorum.status {
+            a.approvers = vec![
+                Actor::new("alice", Source::Github),
+                Actor::new("bob", Source::Slack),
+            ];
+            a.forced = true;
+        }
+        let approving = Gate {
+            key: key("/gates/traffic/acme/shop/pr/42"),
+            status: GateStatus::Approving(crate::gate::Tally::new(2).with(crate::gate::Vote {
+                person: "alice".into(),
+                change: Change {
+                    by: Actor::new("alice", Source::Github),
+                    reason: None,
+                    at: 5,
+                },
+                revision: Some(("test/podinfo".into(), "r1".into())),
+            })),
+        };
         let gates = [
             odd,
+            quorum,
+            approving,
             open(&canary, &[]),
             Gate {
                 key: legacy.clone(),
@@ -442,7 +494,7 @@ mod tests {
         assert_eq!(m.gate(&key("/gates/start/acme/shop/pr/42")), None);
         let mut all = m.gates();
         all.sort_by_key(|g| g.key.to_string());
-        assert_eq!(all.len(), 3);
+        assert_eq!(all.len(), 5);
     }
 
     #[test]

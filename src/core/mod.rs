@@ -93,6 +93,8 @@ pub struct EngineSettings {
     pub channels: Channels,
     /// The policy's release windows: outside them a gate answers closed.
     pub calendar: crate::gate::window::Calendar,
+    /// How many people each gate needs (the policy's `[[approvals]]`).
+    pub quorum: Vec<crate::gate::QuorumRule>,
 }
 
 /// The default [`EngineSettings::check_deadline`].
@@ -125,6 +127,13 @@ pub struct Provenance {
     /// The revision the person saw (a click on a waiting message): the approval
     /// is pinned to it for that canary at once, so it never opens a newer one.
     pub revision: Option<(CanaryRef, String)>,
+    /// Who the actor is across channels, for counting distinct approvers
+    /// (a GitHub login, mapped from Slack by the policy's `[users]`). None:
+    /// the actor's name.
+    pub person: Option<String>,
+    /// Break glass: open past freezes, release windows and missing approvals.
+    /// The channel checked that the person may.
+    pub force: bool,
 }
 
 impl Provenance {
@@ -135,6 +144,8 @@ impl Provenance {
             delivery: None,
             written_at: None,
             revision: None,
+            person: None,
+            force: false,
         }
     }
 
@@ -156,6 +167,24 @@ impl Provenance {
     pub fn revision(mut self, canary: CanaryRef, checksum: impl Into<String>) -> Self {
         self.revision = Some((canary, checksum.into()));
         self
+    }
+
+    pub fn person(mut self, person: impl Into<String>) -> Self {
+        self.person = Some(person.into());
+        self
+    }
+
+    pub fn force(mut self, force: bool) -> Self {
+        self.force = force;
+        self
+    }
+
+    /// The person this is, for counting approvals: one login in any case.
+    pub fn person_name(&self) -> String {
+        self.person
+            .as_deref()
+            .unwrap_or(&self.actor.name)
+            .to_ascii_lowercase()
     }
 }
 

@@ -47,7 +47,7 @@ pub struct Named {
 /// The outcome of a wait that ends because its named gate changed.
 fn announcement_outcome(action: AuditAction) -> Option<&'static str> {
     match action {
-        AuditAction::Open => Some("approved"),
+        AuditAction::Open | AuditAction::Force => Some("approved"),
         AuditAction::Close => Some("rejected"),
         AuditAction::Hold => Some("held"),
         _ => None,

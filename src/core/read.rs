@@ -11,6 +11,12 @@ pub struct GateSummary {
     pub reason: Option<String>,
     pub at: Option<Millis>,
     pub expires_at: Option<Millis>,
+    /// At a gate that needs several people: "1 of 2 approvals: @alice".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<String>,
+    /// Opened by break glass.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub forced: bool,
     pub canaries: Vec<CanarySeen>,
 }
 
@@ -132,10 +138,18 @@ pub(super) fn summarise(gate: Gate, canaries: Vec<CanarySeen>) -> GateSummary {
         GateStatus::Open(a) => ("open", Some(&a.change), a.expires_at),
         GateStatus::Closed { change } => ("closed", change.as_ref(), None),
         GateStatus::Held { change } => ("held", Some(change), None),
+        GateStatus::Approving(t) => ("approving", t.votes.last().map(|v| &v.change), None),
+    };
+    let (approvals, forced) = match &gate.status {
+        GateStatus::Approving(t) => (Some(t.summary()), false),
+        GateStatus::Open(a) => (crate::gate::quorum::opened_by(a), a.forced),
+        _ => (None, false),
     };
     GateSummary {
         gate: gate.key.to_string(),
         state,
+        approvals,
+        forced,
         by: change.map(|c| c.by.clone()),
         reason: change.and_then(|c| c.reason.clone()),
         at: change.map(|c| c.at),

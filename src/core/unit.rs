@@ -3,11 +3,14 @@
 //! transaction. What it changed becomes visible (memory, metrics, the outbox's
 //! wake-up, the log) only once it commits; dropped uncommitted, nothing happened.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use super::{Engine, EngineError, Provenance};
-use crate::gate::{Approval, AuditAction, Change, Gate, GateKey, GateStatus, Millis, Scope};
+use crate::gate::quorum::{self, Tally, Vote};
+use crate::gate::{
+    Actor, Approval, AuditAction, CanaryRef, Change, Gate, GateKey, GateStatus, Millis, Scope,
+};
 use crate::metrics::CommandLabels;
 use crate::notify::Notice;
 use crate::store::{AuditEntry, NewJob, Store, StoreError, WriteTx};
@@ -108,46 +111,117 @@ impl<'e> Unit<'e> {
     /// Opens a gate: a new approval, expiring after the TTL, unpinned unless the
     /// person saw one revision (`Provenance::revision`). Refused when written
     /// before the gate's last close; a no-op when older than the approval in force.
+    /// A gate that needs several people counts the approval and opens with the
+    /// last one needed; break glass (`Provenance::force`) opens it at once.
     pub async fn open(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+        let gate = self.gate(key).await?;
         let written = |at: Millis| who.written_at.is_some_and(|w| w < at);
-        let open = AuditAction::Open;
-        self.change(key, open, who, |gate, now, ttl| match &gate.status {
-            GateStatus::Held { change } => Err(EngineError::Held {
-                gate: key.clone(),
-                by: change.by.name.clone(),
-                via: change.by.source,
-            }),
+        match &gate.status {
+            GateStatus::Held { change } => {
+                return Err(EngineError::Held {
+                    gate: key.clone(),
+                    by: change.by.name.clone(),
+                    via: change.by.source,
+                })
+            }
             GateStatus::Closed { change: Some(c) } if written(c.at) => {
-                Err(EngineError::WrittenBeforeClose {
+                return Err(EngineError::WrittenBeforeClose {
                     gate: key.clone(),
                     closed_at: c.at,
                 })
             }
             // Older than the approval in force: adds nothing, and must not re-arm
             // it with a fresh TTL and no pins.
-            GateStatus::Open(a) if written(a.change.at) => Ok(None),
-            _ => Ok(Some(GateStatus::Open(Approval {
-                id: uuid::Uuid::new_v4().to_string(),
-                change: Change {
-                    by: who.actor.clone(),
-                    reason: who.reason.clone(),
-                    at: now,
-                },
-                // Counted from when it can first be used: an approval given
-                // outside the release window waits for the window.
-                expires_at: ttl.filter(|_| key.kind.pinned()).map(|t| {
+            GateStatus::Open(a) if written(a.change.at) => return Ok(gate),
+            _ => {}
+        }
+        let now = self.now;
+        let change = Change {
+            by: who.actor.clone(),
+            reason: who.reason.clone(),
+            at: now,
+        };
+        let revision = who
+            .revision
+            .as_ref()
+            .map(|(c, r)| (c.to_string(), r.clone()));
+        let approval = |pins: BTreeMap<String, String>, approvers: Vec<Actor>| Approval {
+            id: uuid::Uuid::new_v4().to_string(),
+            change: change.clone(),
+            // Counted from when it can first be used: an approval given
+            // outside the release window waits for the window.
+            expires_at: self
+                .engine
+                .settings
+                .approval_ttl
+                .filter(|_| key.kind.pinned())
+                .map(|t| {
                     let from = self.engine.settings.calendar.usable_from(key.kind, now);
                     from + t.as_millis() as Millis
                 }),
-                pins: who
-                    .revision
-                    .iter()
-                    .filter(|_| key.kind.pinned())
-                    .map(|(canary, checksum)| (canary.to_string(), checksum.clone()))
-                    .collect(),
-            }))),
-        })
-        .await
+            pins: pins.into_iter().filter(|_| key.kind.pinned()).collect(),
+            approvers,
+            forced: who.force,
+        };
+        if who.force {
+            let status = GateStatus::Open(approval(revision.into_iter().collect(), Vec::new()));
+            return self
+                .change(key, AuditAction::Force, who, |_, _, _| Ok(Some(status)))
+                .await;
+        }
+        let waiting = self.engine.memory().waiting_at(key);
+        let namespaces: Vec<&str> = waiting
+            .iter()
+            .map(|(c, _)| c.as_str())
+            .chain(revision.as_ref().map(|(c, _)| c.as_str()))
+            .filter_map(|c| c.split_once('/').map(|(ns, _)| ns))
+            .collect();
+        let required = quorum::required(&self.engine.settings.quorum, key, &namespaces);
+        if required <= 1 {
+            let status = GateStatus::Open(approval(revision.into_iter().collect(), Vec::new()));
+            return self
+                .change(key, AuditAction::Open, who, |_, _, _| Ok(Some(status)))
+                .await;
+        }
+        // The revision the person saw: the one a click showed, or the one
+        // waiting when only one waits (what the status comment shows).
+        let vote = Vote {
+            person: who.person_name(),
+            change: change.clone(),
+            revision: revision.or_else(|| match waiting.as_slice() {
+                [one] => Some(one.clone()),
+                _ => None,
+            }),
+        };
+        let tally = match gate.status {
+            GateStatus::Approving(t) => Tally { required, ..t },
+            // Already open for what this approves: nothing to count.
+            GateStatus::Open(a)
+                if !a.expired(now)
+                    && vote
+                        .revision
+                        .as_ref()
+                        .is_none_or(|(c, r)| a.pins.get(c).is_none_or(|p| p == r)) =>
+            {
+                return Ok(Gate {
+                    key: key.clone(),
+                    status: GateStatus::Open(a),
+                });
+            }
+            _ => Tally::new(required),
+        };
+        let tally = tally.with(vote);
+        let (action, status) = if tally.complete() {
+            let approvers = tally.votes.iter().map(|v| v.change.by.clone()).collect();
+            (
+                AuditAction::Open,
+                GateStatus::Open(approval(tally.pins(), approvers)),
+            )
+        } else {
+            (AuditAction::Approve, GateStatus::Approving(tally))
+        };
+        self.change(key, action, who, |_, _, _| Ok(Some(status)))
+            .await
     }
 
     /// Closes a gate (a hold stays a hold).
@@ -273,9 +347,13 @@ impl<'e> Unit<'e> {
         }
         gate.status = status;
         Store::put_gate(&mut self.tx, &gate).await?;
-        if let (GateStatus::Open(a), Some((canary, _))) = (&gate.status, &who.revision) {
-            if let Some(checksum) = a.pins.get(&canary.to_string()) {
-                Store::pin(&mut self.tx, key, &a.id, canary, checksum, now).await?;
+        if let GateStatus::Open(a) = &gate.status {
+            // A new approval, pinned at once to what the people approved.
+            for (canary, checksum) in &a.pins {
+                let canary: CanaryRef = canary
+                    .parse()
+                    .map_err(|e| StoreError::Corrupt(format!("pinned canary `{canary}`: {e}")))?;
+                Store::pin(&mut self.tx, key, &a.id, &canary, checksum, now).await?;
             }
         }
         let entry = audit_entry(key, action, who, now);

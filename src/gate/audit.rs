@@ -27,10 +27,14 @@ pub enum AuditAction {
     Create,
     /// A wait outlasted its deadline.
     Deadline,
+    /// One approval of a gate that needs several; it stays closed.
+    Approve,
+    /// Break glass: opened past freezes, windows and missing approvals.
+    Force,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 10] = [
+    pub const ALL: [AuditAction; 12] = [
         Self::Open,
         Self::Close,
         Self::Hold,
@@ -41,6 +45,8 @@ impl AuditAction {
         Self::Wait,
         Self::Create,
         Self::Deadline,
+        Self::Approve,
+        Self::Force,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -55,6 +61,8 @@ impl AuditAction {
             Self::Wait => "wait",
             Self::Create => "create",
             Self::Deadline => "deadline",
+            Self::Approve => "approve",
+            Self::Force => "force",
         }
     }
 }

@@ -5,6 +5,7 @@ pub mod deadline;
 pub mod event;
 pub mod freeze;
 pub mod key;
+pub mod quorum;
 pub mod reminder;
 pub mod state;
 pub mod window;
@@ -13,6 +14,7 @@ pub use audit::{AuditAction, DeliveryId};
 pub use key::{
     CanaryRef, GateKey, GateKind, GateName, KeyError, Namespace, PrNumber, RepoName, Scope,
 };
+pub use quorum::{QuorumRule, Tally, Vote};
 pub use state::{
     decide, wait_step, Actor, Answer, Approval, Change, Channels, Check, Gate, GateStatus, Millis,
     Seen, Source, Verdict, WaitStep,

@@ -8,6 +8,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::key::{CanaryRef, GateKey, GateKind, Scope};
+use super::quorum::Tally;
 
 /// Unix time in milliseconds.
 pub type Millis = i64;
@@ -89,6 +90,13 @@ pub struct Approval {
     pub expires_at: Option<Millis>,
     /// canary → the revision (Flagger checksum) this approval was first used for.
     pub pins: BTreeMap<String, String>,
+    /// Everyone whose approvals together opened a gate that needs several
+    /// people, in order; empty when one sufficed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub approvers: Vec<Actor>,
+    /// Break glass: opened past a freeze, a release window or missing approvals.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub forced: bool,
 }
 
 impl Approval {
@@ -108,6 +116,8 @@ pub enum GateStatus {
     Held {
         change: Change,
     },
+    /// Closed: some of the people the gate needs have approved.
+    Approving(Tally),
 }
 
 impl GateStatus {
@@ -116,6 +126,7 @@ impl GateStatus {
             Self::Closed { .. } => "closed",
             Self::Open(_) => "open",
             Self::Held { .. } => "held",
+            Self::Approving(_) => "approving",
         }
     }
 }
@@ -170,6 +181,8 @@ pub struct Verdict {
     pub pin: bool,
     /// The approval has run out; the gate should be recorded as expired.
     pub expired: bool,
+    /// Opened by break glass: no freeze or release window holds it.
+    pub forced: bool,
 }
 
 impl Verdict {
@@ -179,6 +192,7 @@ impl Verdict {
             reason: reason.into(),
             pin: false,
             expired: false,
+            forced: false,
         }
     }
 }
@@ -213,6 +227,11 @@ pub fn decide(gate: &Gate, check: &Check, now: Millis, channels: Channels) -> Ve
             write_open_hint(&mut reason, key, channels);
             Verdict::closed(reason)
         }
+        GateStatus::Approving(tally) => Verdict::closed(format!(
+            "{closed}: {}: {}",
+            tally.reason(check),
+            open_hint(key, channels)
+        )),
         GateStatus::Open(approval) if approval.expired(now) => Verdict {
             expired: true,
             ..Verdict::closed(format!(
@@ -225,19 +244,15 @@ pub fn decide(gate: &Gate, check: &Check, now: Millis, channels: Channels) -> Ve
         GateStatus::Open(approval) => {
             let by = &approval.change.by;
             let mut approved = String::with_capacity(REASON_CAPACITY);
-            let _ = write!(
-                approved,
-                "approved by {} via {} at {}",
-                by.name,
-                by.source,
-                Rfc3339(approval.change.at)
-            );
+            write_approved(&mut approved, approval);
+            let forced = approval.forced;
             if !key.kind.pinned() {
                 return Verdict {
                     answer: Answer::Open,
                     reason: approved,
                     pin: false,
                     expired: false,
+                    forced,
                 };
             }
             let pinned = approval
@@ -253,6 +268,7 @@ pub fn decide(gate: &Gate, check: &Check, now: Millis, channels: Channels) -> Ve
                         reason: approved,
                         pin: false,
                         expired: false,
+                        forced,
                     }
                 }
                 Some(pinned) => Verdict::closed(format!(
@@ -268,11 +284,47 @@ pub fn decide(gate: &Gate, check: &Check, now: Millis, channels: Channels) -> Ve
                         reason: approved,
                         pin: true,
                         expired: false,
+                        forced,
                     }
                 }
             }
         }
     }
+}
+
+/// "approved by alice via github at …", naming everyone a gate needed, and
+/// break glass first.
+fn write_approved(out: &mut String, approval: &Approval) {
+    let by = &approval.change.by;
+    if approval.forced {
+        let _ = write!(
+            out,
+            "forced open by {} via {} at {}{}",
+            by.name,
+            by.source,
+            Rfc3339(approval.change.at),
+            reason_suffix(&approval.change.reason)
+        );
+        return;
+    }
+    if approval.approvers.len() > 1 {
+        out.push_str("approved by ");
+        for (n, a) in approval.approvers.iter().enumerate() {
+            if n > 0 {
+                out.push_str(" and ");
+            }
+            let _ = write!(out, "{} via {}", a.name, a.source);
+        }
+        let _ = write!(out, " at {}", Rfc3339(approval.change.at));
+        return;
+    }
+    let _ = write!(
+        out,
+        "approved by {} via {} at {}",
+        by.name,
+        by.source,
+        Rfc3339(approval.change.at)
+    );
 }
 
 /// Room for most reasons, so that writing one does not grow the buffer.
@@ -468,8 +520,95 @@ mod tests {
                     .iter()
                     .map(|(c, s)| (format!("test/{c}"), s.to_string()))
                     .collect(),
+                approvers: Vec::new(),
+                forced: false,
             }),
         }
+    }
+
+    fn vote(name: &str, revision: Option<&str>) -> crate::gate::Vote {
+        crate::gate::Vote {
+            person: name.into(),
+            change: Change {
+                by: Actor::new(name, Source::Github),
+                reason: None,
+                at: T0,
+            },
+            revision: revision.map(|r| ("test/podinfo".to_string(), r.to_string())),
+        }
+    }
+
+    /// Several people: closed until enough approved this revision, the reason
+    /// saying who is still needed; opened by them, it names them all.
+    #[test]
+    fn a_gate_that_needs_two_says_who_approved_and_who_is_missing() {
+        let approving = |votes: Vec<crate::gate::Vote>| Gate {
+            key: key(GateKind::Promote),
+            status: GateStatus::Approving(votes.into_iter().fold(Tally::new(2), Tally::with)),
+        };
+        // (votes, checksum asked, answer, reason)
+        let table = [
+            (vec![vote("alice", Some("r1"))], "r1", Answer::Closed,
+             "waiting: 1 of 2 approvals: @alice for revision r1; 1 more approval needed, from someone other than @alice: comment /promote on acme/shop#42"),
+            (vec![vote("alice", Some("r1"))], "r2", Answer::Closed,
+             "waiting: 0 of 2 approvals for revision r2; 2 more approvals needed: comment /promote on acme/shop#42"),
+            (vec![vote("alice", None)], "r2", Answer::Closed,
+             "waiting: 1 of 2 approvals: @alice for revision r2; 1 more approval needed, from someone other than @alice: comment /promote on acme/shop#42"),
+        ];
+        for (votes, checksum, answer, reason) in table {
+            let v = decide(&approving(votes), &check("podinfo", checksum), T0);
+            assert_eq!((v.answer, v.reason.as_str()), (answer, reason));
+        }
+        // docs/policy.md quotes it.
+        let quoted = super::decide(
+            &approving(vec![vote("alice", Some("85d557f47b"))]),
+            &check("podinfo", "85d557f47b"),
+            T0,
+            Channels {
+                github: true,
+                slack: true,
+            },
+        )
+        .reason;
+        assert!(
+            include_str!("../../docs/policy.md").contains(&format!("      {quoted}\n")),
+            "not quoted: {quoted}"
+        );
+        let mut both = open(GateKind::Promote, &[("podinfo", "r1")], None);
+        if let GateStatus::Open(a) = &mut both.status {
+            a.approvers = vec![
+                Actor::new("alice", Source::Github),
+                Actor::new("bob", Source::Slack),
+            ];
+        }
+        let v = decide(&both, &check("podinfo", "r1"), T0);
+        assert_eq!(v.answer, Answer::Open);
+        assert!(
+            v.reason
+                .starts_with("approved by alice via github and bob via slack at "),
+            "{}",
+            v.reason
+        );
+        assert!(!v.forced);
+    }
+
+    /// Break glass says so to Flagger, and tells the core to pass freezes and windows.
+    #[test]
+    fn a_forced_approval_is_named_and_marked() {
+        let mut forced = open(GateKind::Promote, &[], None);
+        if let GateStatus::Open(a) = &mut forced.status {
+            a.forced = true;
+            a.change.reason = Some("payments down".into());
+        }
+        let v = decide(&forced, &check("podinfo", "r1"), T0);
+        assert_eq!(v.answer, Answer::Open);
+        assert!(v.forced);
+        assert!(
+            v.reason.starts_with("forced open by alice via github at ")
+                && v.reason.contains("(payments down) for revision r1"),
+            "{}",
+            v.reason
+        );
     }
 
     #[test]

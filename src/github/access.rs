@@ -94,6 +94,22 @@ impl Access {
         self.authorize_rule(name, rule, repo, user, "").await
     }
 
+    /// Break glass: the policy's `[github.commands.force]`, which must exist.
+    pub async fn authorize_force(
+        &self,
+        repo: &RepoName,
+        user: &str,
+        pr_author: &str,
+    ) -> Result<Result<(), String>, SendError> {
+        let Some(rule) = self.policy.github_force() else {
+            return Ok(Err(
+                "break glass is not set up: the policy names who may force with [github.commands.force]".into(),
+            ));
+        };
+        self.authorize_rule("promote --force", rule, repo, user, pr_author)
+            .await
+    }
+
     async fn authorize_rule(
         &self,
         command: &str,
@@ -148,6 +164,8 @@ pub struct CommentAuthorizer<'a> {
     pub user: &'a str,
     pub pr_author: &'a str,
     pub stale: &'a Stale,
+    /// Break glass was asked for: the force rule decides, not the command's.
+    pub force: bool,
 }
 
 impl Authorizer for CommentAuthorizer<'_> {
@@ -171,6 +189,17 @@ impl Authorizer for CommentAuthorizer<'_> {
                     "written before the push at {}, so it was about an earlier revision: comment again",
                     rfc3339(*at)
                 )));
+            }
+            if self.force {
+                if kind_opened_by(command).is_none_or(GateKind::is_rollback) {
+                    return Ok(Err(format!(
+                        "`--force` opens a start, promote or traffic gate, not `/{command}`"
+                    )));
+                }
+                return self
+                    .access
+                    .authorize_force(self.repo, self.user, self.pr_author)
+                    .await;
             }
             self.access
                 .authorize(command, self.repo, self.user, self.pr_author)

@@ -15,7 +15,7 @@ use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Outcome, Request};
 use crate::core::Provenance;
 use crate::gate::state::rfc3339;
-use crate::gate::{Actor, DeliveryId, Millis, PrNumber, RepoName, Source};
+use crate::gate::{Actor, DeliveryId, GateStatus, Millis, PrNumber, RepoName, Source};
 use crate::notify::SendError;
 
 fn retry(e: impl std::fmt::Display) -> SendError {
@@ -62,8 +62,19 @@ pub(super) enum Step {
 impl Reply {
     pub(super) fn render(&mut self, command: Command, outcome: Outcome<String>) {
         let why = match outcome {
-            Outcome::Applied(_) => {
+            Outcome::Applied(applied) => {
                 self.applied = true;
+                // Counted, not opened: say how many more the gate needs.
+                if applied
+                    .gates
+                    .iter()
+                    .any(|g| matches!(g.status, GateStatus::Approving(_)))
+                {
+                    self.lines.push(Line {
+                        command: Some(format!("/{command}")),
+                        message: applied.summary(),
+                    });
+                }
                 return;
             }
             Outcome::Denied(why) => why,
@@ -145,13 +156,15 @@ impl GithubInbox {
             }
             _ => {}
         }
+        let (force, reason) = crate::command::split_force(inv.reason.clone());
         let request = Request {
             command,
             subject: subject.clone(),
             who: Provenance::new(Actor::new(user.clone(), Source::Github))
                 .delivery(delivery.clone())
                 .written_at(e.written_at())
-                .reason(inv.reason.clone()),
+                .reason(reason.clone())
+                .force(force),
         };
         let authorizer = CommentAuthorizer {
             access: &self.access,
@@ -159,8 +172,14 @@ impl GithubInbox {
             user,
             pr_author: &e.issue.user.login,
             stale,
+            force,
         };
-        let verdict = dispatch::authorize(&request, &authorizer).await?;
+        let verdict = match dispatch::authorize(&request, &authorizer).await? {
+            Ok(()) if force && reason.is_none() => Err(format!(
+                "break glass needs a reason: `/{command} --force <reason>`"
+            )),
+            verdict => verdict,
+        };
         Ok(Step::Command { request, verdict })
     }
 

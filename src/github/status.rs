@@ -36,6 +36,10 @@ pub struct GateView {
     pub at: Option<Millis>,
     pub expires_at: Option<Millis>,
     pub waiting: bool,
+    /// At a gate that needs several people: "1 of 2 approvals: @alice".
+    pub approvals: Option<String>,
+    /// Opened by break glass.
+    pub forced: bool,
     pub canaries: Vec<CanaryView>,
 }
 
@@ -125,12 +129,16 @@ pub async fn view(
             reason: None,
             at: None,
             expires_at: None,
+            approvals: None,
+            forced: false,
             canaries: Vec::new(),
         };
         let change = match gate.as_ref().map(|g| &g.status) {
             Some(GateStatus::Open(a)) if !a.expired(now) => {
                 view.state = "open";
                 view.expires_at = a.expires_at;
+                view.approvals = crate::gate::quorum::opened_by(a);
+                view.forced = a.forced;
                 Some(&a.change)
             }
             Some(GateStatus::Open(_)) => {
@@ -142,6 +150,10 @@ pub async fn view(
                 Some(change)
             }
             Some(GateStatus::Closed { change }) => change.as_ref(),
+            Some(GateStatus::Approving(t)) => {
+                view.approvals = Some(t.summary());
+                t.votes.last().map(|v| &v.change)
+            }
             None => None,
         };
         if let Some(c) = change {

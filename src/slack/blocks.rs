@@ -114,6 +114,8 @@ struct WaitCtx {
     links: Vec<crate::store::Link>,
     /// At a namespace gate: every canary waiting there.
     waiting: Vec<String>,
+    /// At a gate that needs several people: "1 of 2 approvals: @alice".
+    approvals: Option<String>,
     ended: Option<serde_json::Value>,
     #[serde(rename = "final")]
     final_state: Option<serde_json::Value>,
@@ -192,6 +194,7 @@ fn context(view: &View, default_repo: Option<&RepoName>) -> WaitCtx {
         title: info.metadata.get("title").cloned(),
         links: links_of(&info.metadata),
         waiting: view.waiting.clone(),
+        approvals: view.approvals.clone(),
         ended: view.ended.as_ref().map(|e| {
             serde_json::json!({"outcome": e.outcome, "at": e.at, "at_hhmm": hhmm(e.at)})
         }),
@@ -316,6 +319,7 @@ mod tests {
             decision: None,
             ended: None,
             final_state: None,
+            approvals: None,
         }
     }
 

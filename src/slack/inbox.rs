@@ -171,6 +171,7 @@ impl SlackInbox {
         let url = i.response_url.as_deref();
         let user = i.user.id.clone();
         let mut who = Provenance::new(Actor::new(i.user_label(), Source::Slack))
+            .person(self.person(&user))
             .delivery(DeliveryId::slack_click(&i.click_id()))
             .written_at(i.signed_at);
         let key = parse_gate(&click.value.gate)?;
@@ -262,13 +263,18 @@ impl SlackInbox {
         // that fails leaves no decision behind.
         let dkey = record::decision_key(wait_id);
         let mut unit = engine.begin().await.map_err(store_err)?;
-        record::decide_in(unit.tx(), &dkey, &decision)
-            .await
-            .map_err(store_err)?;
+        // An approval that only counts towards several leaves the buttons for
+        // the others: the message is not decided.
+        let mut decided = true;
         let result = match (&rollback, click.approve) {
             (_, true) => commands::apply_in(&mut unit, command, &Subject::Gate(key.clone()), &who)
                 .await
-                .map(|_| ()),
+                .map(|applied| {
+                    decided = !applied
+                        .gates
+                        .iter()
+                        .any(|g| matches!(g.status, GateStatus::Approving(_)));
+                }),
             (Some(rb), false) => {
                 let why = format!(
                     "revision {phase_rev} rejected in Slack",
@@ -299,6 +305,11 @@ impl SlackInbox {
             );
             return self.respond(url, text).await;
         }
+        if decided {
+            record::decide_in(unit.tx(), &dkey, &decision)
+                .await
+                .map_err(store_err)?;
+        }
         unit.enqueue(&[SlackJob::Refresh { wait_id }.job(None)?])
             .await
             .map_err(store_err)?;
@@ -321,17 +332,28 @@ impl SlackInbox {
             Ok(None) => return Ok(()),
             Err(e) => return self.respond(url, e).await,
         };
+        let (force, reason) = crate::command::split_force(inv.reason.clone());
+        let rule = if force {
+            match self.force_rule(inv.command, reason.as_deref()) {
+                Ok(rule) => rule,
+                Err(why) => return self.respond(url, why).await,
+            }
+        } else {
+            self.state.policy.slack(inv.command)
+        };
         let request = Request {
             command: inv.command,
             subject,
             who: Provenance::new(Actor::new(c.user_label(), Source::Slack))
-                .reason(inv.reason.clone())
+                .person(self.person(&c.user_id))
+                .reason(reason)
+                .force(force)
                 .delivery(DeliveryId::slack_command(&c.trigger_id))
                 .written_at(c.signed_at),
         };
         let authorizer = SlackAuthorizer {
             inbox: self,
-            rule: self.state.policy.slack(inv.command),
+            rule,
             user: &c.user_id,
         };
         let outcome = dispatch::run(&self.state.engine, "slack", &request, &authorizer).await?;
@@ -400,6 +422,33 @@ impl SlackInbox {
             }
         };
         self.respond(url, text).await
+    }
+
+    /// Who a Slack user is when approvals are counted: their GitHub login by
+    /// the policy's `[users]`, so approving from both counts once.
+    fn person(&self, user_id: &str) -> String {
+        match self.state.policy.github_login_of(user_id) {
+            Some(login) => login.to_string(),
+            None => format!("slack:{user_id}"),
+        }
+    }
+
+    /// Break glass from Slack: only a gate-opening command, with a reason, by
+    /// the policy's `slack.commands.force` approvers.
+    fn force_rule(&self, command: Command, reason: Option<&str>) -> Result<SlackRule, String> {
+        if crate::core::commands::kind_opened_by(command).is_none_or(GateKind::is_rollback) {
+            return Err(format!(
+                "`--force` opens a start, promote or traffic gate, not `{command}`"
+            ));
+        }
+        if reason.is_none() {
+            return Err(format!(
+                "break glass needs a reason: `/gatebot {command} <target> --force <reason>`"
+            ));
+        }
+        self.state.policy.slack_force().ok_or_else(|| {
+            "break glass is not set up: the policy names who may force with [slack.commands.force] approvers".to_string()
+        })
     }
 
     /// A click or command sent before the gate's last close is refused; the

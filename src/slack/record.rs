@@ -10,7 +10,7 @@ use std::marker::PhantomData;
 use serde::{Deserialize, Serialize};
 
 use crate::gate::audit::as_text;
-use crate::gate::{CanaryRef, GateKey, Millis};
+use crate::gate::{CanaryRef, GateKey, GateStatus, Millis};
 use crate::store::{
     SlackDecision, SlackEnding, SlackFinal, SlackMessage, Store, StoreError, WriteTx,
 };
@@ -86,6 +86,8 @@ pub struct View {
     pub decision: Option<Decision>,
     pub ended: Option<Ended>,
     pub final_state: Option<Final>,
+    /// At a gate that needs several people: who approved so far, or who opened it.
+    pub approvals: Option<String>,
 }
 
 impl View {
@@ -194,7 +196,13 @@ pub async fn view(store: &Store, info: WaitInfo) -> Result<View, StoreError> {
         }
         _ => Vec::new(),
     };
+    let approvals = match store.load_gate(&info.gate).await?.map(|g| g.status) {
+        Some(GateStatus::Approving(t)) => Some(t.summary()),
+        Some(GateStatus::Open(a)) => crate::gate::quorum::opened_by(&a),
+        _ => None,
+    };
     Ok(View {
+        approvals,
         waiting,
         decision: get(store, &decision_key(id)).await?,
         ended: get(store, &ended_key(id)).await?,

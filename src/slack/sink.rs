@@ -53,6 +53,9 @@ pub enum SlackJob {
         reason: Option<String>,
         at: Millis,
     },
+    /// An approval counted towards a gate that needs several people: its
+    /// open messages show the count.
+    RefreshGate { gate: String },
     /// A milestone: a reply in the thread, and the final state on the message.
     CanaryEvent {
         canary: String,
@@ -92,6 +95,7 @@ impl SlackJob {
             Self::Refresh { .. } => "refresh",
             Self::WaitEnded { .. } => "wait_ended",
             Self::GateOpened { .. } => "gate_opened",
+            Self::RefreshGate { .. } => "refresh_gate",
             Self::CanaryEvent { .. } => "canary_event",
             Self::Respond { .. } => "respond",
             Self::Digest { .. } => "digest",
@@ -199,6 +203,39 @@ impl Sink for SlackSink {
                 at: *at,
             }
             .job(None)?],
+            Notice::GateChanged { gate, action, .. } if *action == AuditAction::Approve => {
+                vec![SlackJob::RefreshGate {
+                    gate: gate.to_string(),
+                }
+                .job(None)?]
+            }
+            // Break glass is loud: the messages say who forced it and why, and
+            // the channel hears of it.
+            Notice::GateChanged {
+                gate,
+                action,
+                actor,
+                reason,
+                at,
+                ..
+            } if *action == AuditAction::Force => {
+                let why = reason.as_deref().unwrap_or("no reason given");
+                let mut jobs = vec![SlackJob::GateOpened {
+                    gate: gate.to_string(),
+                    actor: actor.clone(),
+                    reason: Some(format!("break glass: {why}")),
+                    at: *at,
+                }
+                .job(None)?];
+                if self.channel.is_some() {
+                    let text = format!(
+                        ":rotating_light: *Break glass:* {} forced `{gate}` open via {}: {why}. Freezes, release windows and missing approvals did not hold it.",
+                        actor.name, actor.source
+                    );
+                    jobs.push(SlackJob::Announce { text }.job(None)?);
+                }
+                jobs
+            }
             Notice::CanaryEvent {
                 canary,
                 kind,
@@ -312,6 +349,7 @@ impl SlackSink {
                 reason,
                 at,
             } => self.gate_opened(&gate, actor, reason, at).await,
+            SlackJob::RefreshGate { gate } => self.refresh_gate(&gate).await,
             SlackJob::CanaryEvent {
                 canary,
                 kind,
@@ -531,6 +569,28 @@ impl SlackSink {
             .await
             .map_err(store_err)?;
             self.refresh(id).await?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites the gate's messages that still wait for people.
+    async fn refresh_gate(&self, gate: &str) -> Result<(), SendError> {
+        let ids = record::waits_of_gate(&self.store, gate)
+            .await
+            .map_err(store_err)?;
+        for id in ids {
+            let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(id))
+                .await
+                .map_err(store_err)?
+            else {
+                continue;
+            };
+            let view = record::view(&self.store, posted.info)
+                .await
+                .map_err(store_err)?;
+            if view.open() {
+                self.refresh(id).await?;
+            }
         }
         Ok(())
     }

@@ -41,7 +41,9 @@ impl Store {
             let Some(last) = rows.last() else {
                 return Ok(());
             };
+            let first: String = rows[0].try_get("key")?;
             after = last.try_get("key")?;
+            let mut votes = self.votes_between(&first, &after).await?;
             let mut current: Option<(String, Gate)> = None;
             for row in &rows {
                 let key: String = row.try_get("key")?;
@@ -49,7 +51,11 @@ impl Store {
                     if let Some((_, gate)) = current.take() {
                         f(gate);
                     }
-                    current = Some((key, rows::gate_from_row(row)?));
+                    let mut gate = rows::gate_from_row(row)?;
+                    if let Some(v) = votes.remove(&key) {
+                        super::votes::attach(&mut gate, v);
+                    }
+                    current = Some((key, gate));
                 }
                 let pin: Option<String> = row.try_get("pin_canary")?;
                 if let (Some(canary), Some((_, gate))) = (pin, current.as_mut()) {

@@ -17,6 +17,7 @@ mod slack;
 mod tx;
 #[cfg(test)]
 mod tx_tests;
+mod votes;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -206,9 +207,22 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
+        let mut votes = match (rows.first(), rows.last()) {
+            (Some(first), Some(last)) => {
+                self.votes_between(
+                    &first.try_get::<String, _>("key")?,
+                    &last.try_get::<String, _>("key")?,
+                )
+                .await?
+            }
+            _ => Default::default(),
+        };
         let mut gates = Vec::with_capacity(rows.len());
         for row in &rows {
             let mut gate = rows::gate_from_row(row)?;
+            if let Some(v) = votes.remove(&gate.key.to_string()) {
+                votes::attach(&mut gate, v);
+            }
             if let GateStatus::Open(approval) = &mut gate.status {
                 for pin in &pins {
                     if pin.try_get::<String, _>("approval_id")? == approval.id {
@@ -232,6 +246,10 @@ impl Store {
             return Ok(None);
         };
         let mut gate = rows::gate_from_row(&row)?;
+        if votes::has_votes(&row)? {
+            let v = self.votes_of(key).await?;
+            votes::attach(&mut gate, v);
+        }
         if let GateStatus::Open(approval) = &mut gate.status {
             let pins = sqlx::query("SELECT canary, checksum FROM pins WHERE approval_id = $1")
                 .bind(approval.id.clone())
@@ -251,13 +269,20 @@ impl Store {
             GateStatus::Open(a) => (Some(a.id.clone()), Some(&a.change), a.expires_at),
             GateStatus::Closed { change } => (None, change.as_ref(), None),
             GateStatus::Held { change } => (None, Some(change), None),
+            GateStatus::Approving(t) => (None, t.votes.last().map(|v| &v.change), None),
+        };
+        let (required, forced) = match &gate.status {
+            GateStatus::Open(a) => (a.approvers.len().max(1) as i64, i64::from(a.forced)),
+            GateStatus::Approving(t) => (i64::from(t.required), 0),
+            _ => (1, 0),
         };
         sqlx::query(
-            "INSERT INTO gates (key, status, approval_id, actor, source, reason, changed_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+            "INSERT INTO gates (key, status, approval_id, actor, source, reason, changed_at, expires_at, required, forced) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
              ON CONFLICT (key) DO UPDATE SET status = excluded.status, approval_id = excluded.approval_id, \
              actor = excluded.actor, source = excluded.source, reason = excluded.reason, \
-             changed_at = excluded.changed_at, expires_at = excluded.expires_at",
+             changed_at = excluded.changed_at, expires_at = excluded.expires_at, \
+             required = excluded.required, forced = excluded.forced",
         )
         .bind(gate.key.to_string())
         .bind(gate.status.name())
@@ -267,9 +292,11 @@ impl Store {
         .bind(change.and_then(|c| c.reason.clone()))
         .bind(change.map_or(0, |c| c.at))
         .bind(expires_at)
+        .bind(required)
+        .bind(forced)
         .execute(tx.conn())
         .await?;
-        Ok(())
+        Self::put_votes(tx, gate).await
     }
 
     /// Open gates whose approval ran out by `now`.

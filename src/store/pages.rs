@@ -62,9 +62,13 @@ impl Store {
                 .or_default()
                 .push((p.try_get("canary")?, p.try_get("checksum")?));
         }
+        let mut votes = self.votes_between(first, last).await?;
         let mut gates = Vec::with_capacity(rows.len());
         for row in &rows {
             let mut gate = rows::gate_from_row(row)?;
+            if let Some(v) = votes.remove(&gate.key.to_string()) {
+                super::votes::attach(&mut gate, v);
+            }
             if let GateStatus::Open(approval) = &mut gate.status {
                 approval
                     .pins

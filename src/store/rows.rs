@@ -10,6 +10,7 @@ use super::{actor_from, Result, StoreError};
 use crate::gate::audit::as_text;
 use crate::gate::{
     Actor, Approval, AuditAction, CanaryRef, Change, DeliveryId, Gate, GateKey, GateStatus, Millis,
+    Tally,
 };
 
 #[derive(Debug, Clone, Serialize)]
@@ -121,8 +122,13 @@ pub(super) fn gate_from_row(row: &AnyRow) -> Result<Gate> {
             change,
             expires_at: row.try_get("expires_at")?,
             pins: BTreeMap::new(),
+            approvers: Vec::new(),
+            forced: row.try_get::<i64, _>("forced")? != 0,
         }),
         ("held", Some(change)) => GateStatus::Held { change },
+        ("approving", _) => GateStatus::Approving(Tally::new(
+            u32::try_from(row.try_get::<i64, _>("required")?).unwrap_or(u32::MAX),
+        )),
         ("closed", change) => GateStatus::Closed { change },
         (other, _) => return Err(StoreError::Corrupt(format!("gate {key_text} is `{other}`"))),
     };

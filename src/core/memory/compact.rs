@@ -219,6 +219,15 @@ pub(super) struct Approved {
     /// `NEVER` when it does not expire (half the size of an `Option`).
     pub(super) expires_at: Millis,
     pub(super) pins: Box<[Pin]>,
+    /// Who opened a gate that needed several people, or break glass; None
+    /// for the usual one approval (a pointer's size, not a `Vec`'s).
+    pub(super) quorum: Option<Box<Quorum>>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Quorum {
+    pub(super) approvers: Vec<crate::gate::Actor>,
+    pub(super) forced: bool,
 }
 
 pub(super) const NEVER: Millis = Millis::MIN;
@@ -228,6 +237,8 @@ pub(super) enum Status {
     Closed(Option<Changed>),
     Open(Approved),
     Held(Changed),
+    /// Rare, and never on the steady path: kept as the domain has it.
+    Approving(Box<crate::gate::Tally>),
 }
 
 #[derive(Debug, Default)]

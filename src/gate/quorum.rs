@@ -1,0 +1,321 @@
+//! N-of-M approvals: a gate that needs several people opens only when that
+//! many distinct people approved the same revision. Pure rules and counting;
+//! the policy file fills the rules and the core keeps the tally.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::key::{GateKey, GateKind, RepoName, Scope};
+use super::state::{Approval, Change, Check};
+
+/// How many people a kind of gate needs, optionally only in one repository
+/// (PR gates) or namespace. The most specific rule wins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumRule {
+    pub kind: GateKind,
+    pub repository: Option<RepoName>,
+    pub namespace: Option<String>,
+    pub required: u32,
+}
+
+impl QuorumRule {
+    /// How specific a matching rule is; None when it does not match.
+    fn matches(&self, key: &GateKey, namespaces: &[&str]) -> Option<u8> {
+        if self.kind != key.kind {
+            return None;
+        }
+        let mut rank = 0;
+        if let Some(repo) = &self.repository {
+            match &key.scope {
+                Scope::Pr { repo: r, .. } if r == repo => rank = 1,
+                _ => return None,
+            }
+        }
+        if let Some(ns) = &self.namespace {
+            let of_scope = match &key.scope {
+                Scope::Canary(c) => Some(c.namespace.as_str()),
+                Scope::Namespace(n) => Some(n.as_str()),
+                Scope::Pr { .. } | Scope::Named(_) => None,
+            };
+            let here = of_scope
+                .into_iter()
+                .chain(namespaces.iter().copied())
+                .any(|n| n == ns);
+            if !here {
+                return None;
+            }
+            rank += 2;
+        }
+        Some(rank)
+    }
+}
+
+/// The number of distinct people `key` needs: 1 unless a rule says more. A
+/// PR's gate is in the namespaces of the canaries waiting at it.
+pub fn required(rules: &[QuorumRule], key: &GateKey, namespaces: &[&str]) -> u32 {
+    if key.kind.is_rollback() || key.kind.is_legacy() {
+        return 1;
+    }
+    rules
+        .iter()
+        .filter_map(|r| Some((r.matches(key, namespaces)?, r)))
+        // The last of equally specific rules wins, as in the file's order.
+        .max_by_key(|(rank, _)| *rank)
+        .map_or(1, |(_, r)| r.required.max(1))
+}
+
+/// One person's approval of a gate that needs several.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Vote {
+    /// Who they are across channels (a GitHub login, by the policy's `[users]`
+    /// for Slack): the same person approving twice counts once.
+    pub person: String,
+    #[serde(flatten)]
+    pub change: Change,
+    /// The canary and revision they approved; None: whatever waits next.
+    pub revision: Option<(String, String)>,
+}
+
+impl Vote {
+    /// Whether this vote approves `checksum` of `canary` (an unpinned one does).
+    fn approves(&self, canary: &str, checksum: &str) -> bool {
+        self.revision
+            .as_ref()
+            .is_none_or(|(c, r)| c != canary || r == checksum)
+    }
+
+    /// Whether the two votes name other revisions of the same canary.
+    fn disagrees(&self, other: &Vote) -> bool {
+        self.revision
+            .as_ref()
+            .is_some_and(|(c, r)| !other.approves(c, r))
+    }
+}
+
+/// The approvals so far of a gate that needs `required` people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Tally {
+    pub required: u32,
+    pub votes: Vec<Vote>,
+}
+
+impl Tally {
+    pub fn new(required: u32) -> Self {
+        Self {
+            required,
+            votes: Vec::new(),
+        }
+    }
+
+    /// Counts `vote`: votes for another revision give way to it (a new
+    /// revision starts from zero); a person who approved this already keeps
+    /// their first approval, from whichever channel.
+    pub fn with(mut self, vote: Vote) -> Self {
+        self.votes.retain(|v| !v.disagrees(&vote));
+        if !self.votes.iter().any(|v| v.person == vote.person) {
+            self.votes.push(vote);
+        }
+        self
+    }
+
+    /// Enough distinct people approved.
+    pub fn complete(&self) -> bool {
+        self.votes.len() >= self.required as usize
+    }
+
+    /// The revisions the votes name, together: the approval they open is pinned to them.
+    pub fn pins(&self) -> BTreeMap<String, String> {
+        self.votes
+            .iter()
+            .filter_map(|v| v.revision.clone())
+            .collect()
+    }
+
+    /// The votes that approve what `check` asks about.
+    fn counting<'a>(&'a self, check: &'a Check<'a>) -> impl Iterator<Item = &'a Vote> {
+        self.votes.iter().filter(|v| {
+            v.revision
+                .as_ref()
+                .is_none_or(|(c, r)| !check.canary.is(c) || r == check.checksum)
+        })
+    }
+
+    /// "1 of 2 approvals: @alice", for messages and the status comment.
+    pub fn summary(&self) -> String {
+        summary(self.required, self.votes.iter())
+    }
+
+    /// Why `check` waits: how many approved this revision and who is still needed.
+    pub fn reason(&self, check: &Check) -> String {
+        let counting: Vec<&Vote> = self.counting(check).collect();
+        let missing = (self.required as usize).saturating_sub(counting.len());
+        let mut out = summary(self.required, counting.iter().copied());
+        let _ = write!(out, " for revision {}; ", check.checksum);
+        let _ = write!(
+            out,
+            "{missing} more {} needed",
+            if missing == 1 {
+                "approval"
+            } else {
+                "approvals"
+            }
+        );
+        if !counting.is_empty() {
+            let names: Vec<String> = counting
+                .iter()
+                .map(|v| format!("@{}", v.change.by.name))
+                .collect();
+            let _ = write!(out, ", from someone other than {}", names.join(" and "));
+        }
+        out
+    }
+}
+
+/// "2 of 2 approvals: @alice, @bob" for a gate several people opened.
+pub fn opened_by(approval: &Approval) -> Option<String> {
+    let n = approval.approvers.len();
+    (n > 1).then(|| {
+        let names: Vec<String> = approval
+            .approvers
+            .iter()
+            .map(|a| format!("@{}", a.name))
+            .collect();
+        format!("{n} of {n} approvals: {}", names.join(", "))
+    })
+}
+
+fn summary<'a>(required: u32, votes: impl Iterator<Item = &'a Vote>) -> String {
+    let names: Vec<String> = votes.map(|v| format!("@{}", v.change.by.name)).collect();
+    let noun = if required == 1 {
+        "approval"
+    } else {
+        "approvals"
+    };
+    if names.is_empty() {
+        format!("0 of {required} {noun}")
+    } else {
+        format!("{} of {required} {noun}: {}", names.len(), names.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::{Actor, CanaryRef, PrNumber, Source};
+
+    fn pr_gate(kind: GateKind) -> GateKey {
+        GateKey::new(
+            kind,
+            Scope::Pr {
+                repo: "acme/shop".parse().unwrap(),
+                number: PrNumber(42),
+            },
+        )
+    }
+
+    fn rule(kind: GateKind, repo: Option<&str>, ns: Option<&str>, required: u32) -> QuorumRule {
+        QuorumRule {
+            kind,
+            repository: repo.map(|r| r.parse().unwrap()),
+            namespace: ns.map(str::to_string),
+            required,
+        }
+    }
+
+    fn vote(person: &str, pins: &[(&str, &str)]) -> Vote {
+        Vote {
+            person: person.into(),
+            change: Change {
+                by: Actor::new(person, Source::Github),
+                reason: None,
+                at: 0,
+            },
+            revision: pins.first().map(|(c, r)| (c.to_string(), r.to_string())),
+        }
+    }
+
+    #[test]
+    fn the_most_specific_rule_says_how_many() {
+        let rules = [
+            rule(GateKind::Promote, None, None, 2),
+            rule(GateKind::Promote, Some("acme/shop"), None, 3),
+            rule(GateKind::Promote, None, Some("prod"), 4),
+            rule(GateKind::Traffic, Some("acme/other"), None, 5),
+        ];
+        let promote = pr_gate(GateKind::Promote);
+        // (gate, namespaces waiting there, required)
+        let table: [(&GateKey, &[&str], u32); 6] = [
+            (&promote, &[], 3),
+            (&promote, &["prod"], 4),
+            (&promote, &["dev"], 3),
+            (&pr_gate(GateKind::Traffic), &[], 1),
+            (&pr_gate(GateKind::Rollback), &[], 1),
+            (
+                &GateKey::new(
+                    GateKind::Promote,
+                    Scope::Canary(CanaryRef::new("prod", "podinfo").unwrap()),
+                ),
+                &[],
+                4,
+            ),
+        ];
+        for (key, namespaces, want) in table {
+            assert_eq!(
+                required(&rules, key, namespaces),
+                want,
+                "{key} in {namespaces:?}"
+            );
+        }
+        assert_eq!(required(&[], &promote, &[]), 1);
+    }
+
+    #[test]
+    fn one_person_counts_once_and_a_new_revision_starts_from_zero() {
+        // (votes in order, distinct people counted, complete at 2)
+        let table: [(&[Vote], usize); 4] = [
+            (&[vote("alice", &[]), vote("alice", &[])], 1),
+            (&[vote("alice", &[]), vote("bob", &[])], 2),
+            (
+                &[
+                    vote("alice", &[("prod/app", "r1")]),
+                    vote("bob", &[("prod/app", "r2")]),
+                ],
+                1,
+            ),
+            (
+                &[
+                    vote("alice", &[("prod/app", "r1")]),
+                    vote("bob", &[("prod/web", "r9")]),
+                ],
+                2,
+            ),
+        ];
+        for (votes, counted) in table {
+            let tally = votes.iter().cloned().fold(Tally::new(2), Tally::with);
+            assert_eq!(tally.votes.len(), counted, "{votes:?}");
+            assert_eq!(tally.complete(), counted == 2);
+        }
+    }
+
+    #[test]
+    fn the_reason_says_who_approved_this_revision_and_who_is_needed() {
+        let canary = CanaryRef::new("prod", "app").unwrap();
+        let check = |checksum| Check {
+            canary: &canary,
+            checksum,
+            phase: "WaitingPromotion",
+        };
+        let tally = Tally::new(2).with(vote("alice", &[("prod/app", "r1")]));
+        assert_eq!(tally.summary(), "1 of 2 approvals: @alice");
+        assert_eq!(
+            tally.reason(&check("r1")),
+            "1 of 2 approvals: @alice for revision r1; 1 more approval needed, from someone other than @alice"
+        );
+        assert_eq!(
+            tally.reason(&check("r2")),
+            "0 of 2 approvals for revision r2; 2 more approvals needed"
+        );
+    }
+}
