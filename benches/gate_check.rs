@@ -211,8 +211,9 @@ fn report(
         check.rps, health.rps, check.p99);
 }
 
-/// A policy of 100 rules: deadlines, reminders, per-command rules, freezes'
-/// and release windows (one of them covering the promote gate, open all day).
+/// A policy of 100 rules: deadlines, reminders, per-command rules, freezes',
+/// approvals by several people, break glass and release windows (one of them
+/// covering the promote gate, open all day).
 fn hundred_rules() -> String {
     let mut p = String::from(
         "holidays = [\"2030-12-25\"]\n\n[reminders]\nat = [\"30m\", \"2h\", \"8h\"]\n\n",
@@ -222,10 +223,17 @@ fn hundred_rules() -> String {
     ] {
         p += &format!("[github.commands.{c}]\nmin_permission = \"write\"\n\n[slack.commands.{c}]\napprovers = [\"U0\", \"S0\"]\n\n");
     }
-    for i in 0..70 {
+    for i in 0..60 {
         let kind = ["start", "promote", "traffic"][i % 3];
         p += &format!("[[deadlines]]\nkind = \"{kind}\"\nafter = \"{}h\"\nnamespace = \"ns{i}\"\non_deadline = \"nothing\"\n\n", i + 1);
     }
+    // Approvals by several people, in namespaces the bench's gates are not in
+    // (its gates are opened by one API call).
+    for i in 60..70 {
+        let kind = ["start", "promote", "traffic"][i % 3];
+        p += &format!("[[approvals]]\nkind = \"{kind}\"\nrequired = 2\nnamespace = \"ns{i}\"\n\n");
+    }
+    p += "[github.commands.force]\nmin_permission = \"admin\"\n\n";
     for kind in ["promote", "start", "traffic"] {
         p += &format!("[[windows]]\nkind = \"{kind}\"\nfrom = \"00:00\"\nto = \"23:59:59\"\ntimezone = \"Europe/Berlin\"\n\n");
     }
