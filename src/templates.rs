@@ -52,6 +52,47 @@ const BUILTIN: &[(&str, &str)] = &[
         "slack/digest.j2",
         include_str!("../templates/slack/digest.j2"),
     ),
+    // The web pages: HTML-escaped everywhere (by the `.html` in their names).
+    (
+        "web/base.html.j2",
+        include_str!("../templates/web/base.html.j2"),
+    ),
+    (
+        "web/macros.html.j2",
+        include_str!("../templates/web/macros.html.j2"),
+    ),
+    (
+        "web/waiting.html.j2",
+        include_str!("../templates/web/waiting.html.j2"),
+    ),
+    (
+        "web/gate.html.j2",
+        include_str!("../templates/web/gate.html.j2"),
+    ),
+    (
+        "web/audit_rows.html.j2",
+        include_str!("../templates/web/audit_rows.html.j2"),
+    ),
+    (
+        "web/pr.html.j2",
+        include_str!("../templates/web/pr.html.j2"),
+    ),
+    (
+        "web/audit.html.j2",
+        include_str!("../templates/web/audit.html.j2"),
+    ),
+    (
+        "web/health.html.j2",
+        include_str!("../templates/web/health.html.j2"),
+    ),
+    (
+        "web/signin.html.j2",
+        include_str!("../templates/web/signin.html.j2"),
+    ),
+    (
+        "web/confirm.html.j2",
+        include_str!("../templates/web/confirm.html.j2"),
+    ),
 ];
 
 fn builtin() -> impl Iterator<Item = &'static (&'static str, &'static str)> {

@@ -22,6 +22,8 @@ pub enum Source {
     Cli,
     Loadtester,
     Gatebot,
+    /// The pages under /ui.
+    Web,
 }
 
 impl Source {
@@ -33,6 +35,7 @@ impl Source {
             Self::Cli => "cli",
             Self::Loadtester => "loadtester",
             Self::Gatebot => "gatebot",
+            Self::Web => "web",
         }
     }
 
@@ -43,6 +46,7 @@ impl Source {
             "cli" => Self::Cli,
             "loadtester" => Self::Loadtester,
             "gatebot" => Self::Gatebot,
+            "web" => Self::Web,
             _ => Self::Api,
         }
     }
