@@ -106,7 +106,18 @@ pub struct Templates {
 
 impl Templates {
     pub fn new(dir: Option<PathBuf>) -> anyhow::Result<Self> {
+        Self::with_links(dir, None)
+    }
+
+    /// Like [`Templates::new`]; with `public_url` (GATEBOT_PUBLIC_URL) set,
+    /// templates get it as `public_url` and link to the gate pages there.
+    pub fn with_links(dir: Option<PathBuf>, public_url: Option<&str>) -> anyhow::Result<Self> {
         let mut env = Environment::new();
+        if let Some(url) = public_url.map(|u| u.trim().trim_end_matches('/')) {
+            if !url.is_empty() {
+                env.add_global("public_url", url.to_string());
+            }
+        }
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Lenient);

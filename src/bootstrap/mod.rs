@@ -64,7 +64,10 @@ impl Gatebot {
         let mut metrics = Metrics::new();
         metrics.count_store_writes(store.write_health().committed().clone());
         let metrics = Arc::new(metrics);
-        let templates = templates::Templates::new(config.templates_dir.clone())?;
+        let templates = templates::Templates::with_links(
+            config.templates_dir.clone(),
+            config.public_url.as_deref(),
+        )?;
         let policy = policy::Policy::from_config(&config)?;
         let outbox_wake = Arc::new(Notify::new());
         let inbox_wake = Arc::new(Notify::new());
