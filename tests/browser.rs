@@ -376,16 +376,14 @@ async fn sign_in_with_github_approve_confirm_and_the_canary_promotes() {
     rig.screenshot("gate.png").await;
 
     sim.tick().await;
-    let last = sim
-        .calls_of(HookType::ConfirmPromotion)
-        .last()
-        .unwrap()
-        .clone();
-    assert!(last.passed(), "the gate answers 200: {}", last.response);
+    let (passed, response) = {
+        let last = *sim.calls_of(HookType::ConfirmPromotion).last().unwrap();
+        (last.passed(), last.response.clone())
+    };
+    assert!(passed, "the gate answers 200: {response}");
     assert!(
-        last.response.starts_with("approved by wanda via web"),
-        "{}",
-        last.response
+        response.starts_with("approved by wanda via web"),
+        "{response}"
     );
     assert!(
         sim.run_until(|s| s.phase() == Phase::Succeeded, 5).await,

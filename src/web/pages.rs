@@ -111,7 +111,7 @@ async fn timeline(
     for c in canaries {
         events.extend(state.store.events(Some(c), 50).await?);
     }
-    events.sort_by(|a, b| b.received_at.cmp(&a.received_at));
+    events.sort_by_key(|e| std::cmp::Reverse(e.received_at));
     events.truncate(100);
     Ok(events
         .into_iter()
@@ -247,7 +247,7 @@ pub async fn pull_request(
         }));
         audit.extend(state.store.audit_log(Some(&key), 50).await?);
     }
-    audit.sort_by(|a, b| b.at.cmp(&a.at));
+    audit.sort_by_key(|e| std::cmp::Reverse(e.at));
     audit.truncate(100);
     let audit: Vec<_> = audit
         .iter()
