@@ -19,7 +19,7 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::gate::{GateKind, RepoName};
 
 /// Environment variables that hold secrets and may come from `<NAME>_FILE`.
-pub const SECRET_VARS: [&str; 8] = [
+pub const SECRET_VARS: [&str; 10] = [
     "GATEBOT_ADMIN_TOKEN",
     "GATEBOT_PIPELINE_TOKEN",
     "GATEBOT_GITHUB_WEBHOOK_SECRET",
@@ -28,6 +28,8 @@ pub const SECRET_VARS: [&str; 8] = [
     "GATEBOT_SLACK_SIGNING_SECRET",
     "GATEBOT_SLACK_BOT_TOKEN",
     "GATEBOT_DATABASE_URL",
+    "GATEBOT_UI_SESSION_KEY",
+    "GATEBOT_UI_GITHUB_CLIENT_SECRET",
 ];
 
 /// Where a setting's value came from, as `check-config` shows it.
@@ -410,11 +412,66 @@ pub struct Config {
     #[arg(long, env = "GATEBOT_NOTIFY_BURST", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub notify_burst: u32,
 
+    /// Where people reach gatebot's pages (https://gatebot.example.com);
+    /// messages link to a gate's page there when it is set.
+    #[arg(long, env = "GATEBOT_PUBLIC_URL")]
+    pub public_url: Option<String>,
+
     #[command(flatten)]
     pub github: GithubConfig,
 
     #[command(flatten)]
     pub slack: SlackConfig,
+
+    #[command(flatten)]
+    pub ui: UiConfig,
+}
+
+/// Whether the pages under /ui are served, and whether they take actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UiMode {
+    /// No pages: /ui answers 404.
+    Off,
+    /// Pages, sign-in, but no actions.
+    ReadOnly,
+    /// Pages, and actions for signed-in people allowed to act.
+    On,
+}
+
+/// The web pages (docs/web.md).
+#[derive(Debug, Clone, Args)]
+pub struct UiConfig {
+    /// off, read-only or on.
+    #[arg(long = "ui", env = "GATEBOT_UI", value_enum, default_value = "on")]
+    pub mode: UiMode,
+    /// Signs session cookies (32 bytes or more). Unset: a random key per start,
+    /// so sessions end at a restart and do not cross replicas.
+    #[arg(long = "ui-session-key", env = "GATEBOT_UI_SESSION_KEY", value_parser = parse_secret, hide_env_values = true)]
+    pub session_key: Option<SecretString>,
+    /// How long a sign-in lasts.
+    #[arg(long = "ui-session-ttl", env = "GATEBOT_UI_SESSION_TTL", default_value = "12h", value_parser = parse_duration)]
+    pub session_ttl: Duration,
+    /// "Sign in with GitHub": the GitHub App's or an OAuth App's client id.
+    #[arg(long = "ui-github-client-id", env = "GATEBOT_UI_GITHUB_CLIENT_ID")]
+    pub github_client_id: Option<String>,
+    /// Its client secret.
+    #[arg(long = "ui-github-client-secret", env = "GATEBOT_UI_GITHUB_CLIENT_SECRET", value_parser = parse_secret, hide_env_values = true)]
+    pub github_client_secret: Option<SecretString>,
+    /// Where GitHub's OAuth pages are (GitHub Enterprise: https://ghe.example.com).
+    #[arg(
+        long = "ui-github-oauth-url",
+        env = "GATEBOT_UI_GITHUB_OAUTH_URL",
+        default_value = "https://github.com"
+    )]
+    pub github_oauth_url: String,
+    /// Authenticating proxies (addresses or CIDRs, comma-separated) whose
+    /// X-Forwarded-User / X-Forwarded-Email are believed. Empty: none.
+    #[arg(
+        long = "ui-trusted-proxies",
+        env = "GATEBOT_UI_TRUSTED_PROXIES",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -584,6 +641,17 @@ impl Config {
         }
         if (gh.token.is_some() || gh.app_id.is_some()) && gh.webhook_secret.is_none() {
             out.push("GitHub credentials without GATEBOT_GITHUB_WEBHOOK_SECRET: set the secret so /webhooks/github can verify deliveries".into());
+        }
+        let ui = &self.ui;
+        if ui.github_client_id.is_some() != ui.github_client_secret.is_some() {
+            out.push("Sign in with GitHub needs both GATEBOT_UI_GITHUB_CLIENT_ID and GATEBOT_UI_GITHUB_CLIENT_SECRET".into());
+        }
+        if ui
+            .session_key
+            .as_ref()
+            .is_some_and(|k| k.expose_secret().len() < 32)
+        {
+            out.push("GATEBOT_UI_SESSION_KEY must be at least 32 characters".into());
         }
         let sl = &self.slack;
         if sl.signing_secret.is_some() != sl.bot_token.is_some() {

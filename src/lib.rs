@@ -7,7 +7,7 @@
 //! (docs/architecture.md draws it, tests/layering.rs checks it):
 //! the domain (`gate`, `command`, `clock`); support (`cache`, `config`, `metrics`,
 //! `outbound`, `templates`, `policy`, `store`, `telemetry`, `notify`, `http`);
-//! the core (`core`); the channels (`flagger`, `api`, `github`, `slack`), which
+//! the core (`core`); the channels (`flagger`, `api`, `github`, `slack`, `web`), which
 //! never use each other; and `bootstrap`, which builds and composes them.
 
 // The domain.
@@ -34,6 +34,7 @@ pub mod api;
 pub mod flagger;
 pub mod github;
 pub mod slack;
+pub mod web;
 
 pub mod bootstrap;
 

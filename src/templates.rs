@@ -52,6 +52,47 @@ const BUILTIN: &[(&str, &str)] = &[
         "slack/digest.j2",
         include_str!("../templates/slack/digest.j2"),
     ),
+    // The web pages: HTML-escaped everywhere (by the `.html` in their names).
+    (
+        "web/base.html.j2",
+        include_str!("../templates/web/base.html.j2"),
+    ),
+    (
+        "web/macros.html.j2",
+        include_str!("../templates/web/macros.html.j2"),
+    ),
+    (
+        "web/waiting.html.j2",
+        include_str!("../templates/web/waiting.html.j2"),
+    ),
+    (
+        "web/gate.html.j2",
+        include_str!("../templates/web/gate.html.j2"),
+    ),
+    (
+        "web/audit_rows.html.j2",
+        include_str!("../templates/web/audit_rows.html.j2"),
+    ),
+    (
+        "web/pr.html.j2",
+        include_str!("../templates/web/pr.html.j2"),
+    ),
+    (
+        "web/audit.html.j2",
+        include_str!("../templates/web/audit.html.j2"),
+    ),
+    (
+        "web/health.html.j2",
+        include_str!("../templates/web/health.html.j2"),
+    ),
+    (
+        "web/signin.html.j2",
+        include_str!("../templates/web/signin.html.j2"),
+    ),
+    (
+        "web/confirm.html.j2",
+        include_str!("../templates/web/confirm.html.j2"),
+    ),
 ];
 
 fn builtin() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
@@ -65,7 +106,18 @@ pub struct Templates {
 
 impl Templates {
     pub fn new(dir: Option<PathBuf>) -> anyhow::Result<Self> {
+        Self::with_links(dir, None)
+    }
+
+    /// Like [`Templates::new`]; with `public_url` (GATEBOT_PUBLIC_URL) set,
+    /// templates get it as `public_url` and link to the gate pages there.
+    pub fn with_links(dir: Option<PathBuf>, public_url: Option<&str>) -> anyhow::Result<Self> {
         let mut env = Environment::new();
+        if let Some(url) = public_url.map(|u| u.trim().trim_end_matches('/')) {
+            if !url.is_empty() {
+                env.add_global("public_url", url.to_string());
+            }
+        }
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Lenient);

@@ -16,7 +16,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("support", &["policy", "store", "telemetry"]),
     ("support", &["notify", "http"]),
     ("core", &["core"]),
-    ("channels", &["flagger", "api", "github", "slack"]),
+    ("channels", &["flagger", "api", "github", "slack", "web"]),
     ("bootstrap", &["bootstrap"]),
 ];
 

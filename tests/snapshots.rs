@@ -80,6 +80,7 @@ struct Env {
 struct Setup {
     approval_ttl: Option<Duration>,
     burst: Option<u32>,
+    public_url: Option<String>,
 }
 
 /// gatebot with GitHub (a token) and Slack both configured against fakes.
@@ -111,6 +112,7 @@ async fn env(backend: Backend, setup: Setup) -> Env {
     if let Some(burst) = setup.burst {
         config.notify_burst = burst;
     }
+    config.public_url = setup.public_url;
     let clock = ManualClock::new(NOW);
     let options = Options {
         clock: Some(clock.clone() as SharedClock),
@@ -504,7 +506,37 @@ gatebot_testkit::on_both_stores!(
     slack_slash_commands_and_refusals,
     slack_burst_digest,
     slack_canary_scoped_and_loadtester_waits,
+    messages_link_to_the_gate_page_with_a_public_url,
 );
+
+/// With GATEBOT_PUBLIC_URL the waiting message and the status comment link to
+/// the gate's page; without it (every other snapshot) they do not.
+async fn messages_link_to_the_gate_page_with_a_public_url(backend: Backend) {
+    let env = env(
+        backend,
+        Setup {
+            public_url: Some("https://gatebot.example.com/".into()),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let mut sim = env.canary("test", 42, vec![]).await;
+    assert_eq!(env.step(&mut sim).await, Phase::Waiting);
+    let start = env
+        .waiting_message_for("/gates/start/acme/shop/pr/42")
+        .await;
+    env.snap_json(
+        "slack_wait_start_linked",
+        "chat.postMessage of the waiting message, linking to the gate page",
+        &start.body,
+    );
+    env.snap(
+        "github_status_new_wait_linked",
+        "the PR status comment, each gate linking to its page",
+        &env.status_comment(42).await,
+    );
+    env.server.stop().await;
+}
 
 // ---- GitHub ----
 

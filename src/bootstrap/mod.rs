@@ -4,8 +4,9 @@
 
 mod router;
 mod tasks;
+mod web_access;
 
-pub use router::{app, harden};
+pub use router::{app, app_with, harden};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -45,6 +46,8 @@ pub struct Gatebot {
     shutdown: CancellationToken,
     tasks: JoinSet<()>,
     drain: Drain,
+    /// The pages under /ui, built once.
+    web: Arc<crate::web::Web>,
 }
 
 impl Gatebot {
@@ -61,7 +64,10 @@ impl Gatebot {
         let mut metrics = Metrics::new();
         metrics.count_store_writes(store.write_health().committed().clone());
         let metrics = Arc::new(metrics);
-        let templates = templates::Templates::new(config.templates_dir.clone())?;
+        let templates = templates::Templates::with_links(
+            config.templates_dir.clone(),
+            config.public_url.as_deref(),
+        )?;
         let policy = policy::Policy::from_config(&config)?;
         let outbox_wake = Arc::new(Notify::new());
         let inbox_wake = Arc::new(Notify::new());
@@ -97,6 +103,19 @@ impl Gatebot {
         )
         .await
         .context("cannot load gates from the store")?;
+        // One channel of changes for every open page (server-sent events).
+        let (changes, _) = tokio::sync::broadcast::channel(1024);
+        engine.publish_to(changes.clone());
+        let authority = github.clone().map(|client| {
+            Arc::new(web_access::GithubAuthority::new(
+                client,
+                policy.clone(),
+                store.clone(),
+                clock.clone(),
+                config.github.repository.clone(),
+            )) as Arc<dyn crate::web::Authority>
+        });
+        let web = Arc::new(crate::web::Web::new(&config, changes, authority)?);
         let state = AppState(Arc::new(Shared {
             config,
             store: store.clone(),
@@ -178,6 +197,7 @@ impl Gatebot {
             shutdown,
             tasks,
             drain,
+            web,
         })
     }
 
@@ -188,7 +208,7 @@ impl Gatebot {
     }
 
     pub fn router(&self) -> Router {
-        app(self.state.clone())
+        app_with(self.state.clone(), self.web.clone())
     }
 
     /// Serves until `signal`, lets in-flight requests finish (up to the

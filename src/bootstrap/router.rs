@@ -29,8 +29,30 @@ use crate::http::{API_BODY_LIMIT, FLAGGER_BODY_LIMIT, GITHUB_BODY_LIMIT, SLACK_B
 use crate::metrics::{FailureLabels, HttpLabels, RouteLabels};
 use crate::{github, slack};
 
-/// The router, shared by `main` and the tests.
+/// The router, shared by `main` and the tests; the pages under /ui see
+/// changes but let nobody act by GitHub login ([`app_with`] is what
+/// [`crate::Gatebot`] serves).
 pub fn app(state: AppState) -> Router {
+    let changes = state.engine.changes().unwrap_or_else(|| {
+        let (changes, _) = tokio::sync::broadcast::channel(1024);
+        state.engine.publish_to(changes.clone());
+        changes
+    });
+    match crate::web::Web::new(&state.config, changes, None) {
+        Ok(web) => compose(state, Some(Arc::new(web))),
+        Err(e) => {
+            tracing::error!(error = %e, "the web pages are off");
+            compose(state, None)
+        }
+    }
+}
+
+/// The router with the pages `web`.
+pub fn app_with(state: AppState, web: Arc<crate::web::Web>) -> Router {
+    compose(state, Some(web))
+}
+
+fn compose(state: AppState, web: Option<Arc<crate::web::Web>>) -> Router {
     let read_timeout = state.config.body_read_timeout;
     let body =
         |max| middleware::from_fn_with_state(BodyLimit::new(max, read_timeout), limits::bounded);
@@ -145,7 +167,8 @@ pub fn app(state: AppState) -> Router {
         .merge(webhooks)
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics));
+        .route("/metrics", get(health::metrics))
+        .merge(web.map(crate::web::routes).unwrap_or_default());
     harden(state, checks, rest)
 }
 

@@ -23,6 +23,7 @@ mod page;
 mod read;
 pub mod reminders;
 pub mod unit;
+pub mod watch;
 
 pub use app::{AppState, Shared};
 pub use check::Checked;
@@ -205,6 +206,8 @@ pub struct Engine {
     any_freeze: std::sync::atomic::AtomicBool,
     /// The calendar's answer per gate kind, kept until it changes.
     windows: Mutex<HashMap<GateKind, (Millis, crate::gate::window::WindowState)>>,
+    /// Where committed changes are published for open pages (`watch`).
+    changes: std::sync::OnceLock<watch::Changes>,
 }
 
 impl Engine {
@@ -240,6 +243,7 @@ impl Engine {
         Ok(Self {
             any_freeze: std::sync::atomic::AtomicBool::new(!freezes.is_empty()),
             windows: Mutex::new(HashMap::new()),
+            changes: std::sync::OnceLock::new(),
             freezes: std::sync::RwLock::new(freezes),
             store,
             clock,
@@ -314,6 +318,7 @@ impl Engine {
     }
 
     fn after_commit(&self, audits: &[AuditEntry], queued: usize) {
+        self.publish(audits);
         for entry in audits {
             self.metrics
                 .audit_events

@@ -23,6 +23,8 @@ pub enum Source {
     Cli,
     Loadtester,
     Gatebot,
+    /// The pages under /ui.
+    Web,
 }
 
 impl Source {
@@ -34,6 +36,7 @@ impl Source {
             Self::Cli => "cli",
             Self::Loadtester => "loadtester",
             Self::Gatebot => "gatebot",
+            Self::Web => "web",
         }
     }
 
@@ -44,6 +47,7 @@ impl Source {
             "cli" => Self::Cli,
             "loadtester" => Self::Loadtester,
             "gatebot" => Self::Gatebot,
+            "web" => Self::Web,
             _ => Self::Api,
         }
     }

@@ -204,6 +204,8 @@ async fn connection(
 ) {
     // One write per response already; no reason to let Nagle hold it back.
     let _ = stream.set_nodelay(true);
+    // The peer's address, for the pages' trusted proxies (`web::session`).
+    let peer = stream.peer_addr().ok();
     let _open = Open::new(&metrics.http_connections);
     let phase = Arc::new(Phase::new(Instant::now() + limits.header_read_timeout));
     let io = TokioIo::new(Watched {
@@ -213,7 +215,11 @@ async fn connection(
     });
     let service = {
         let phase = phase.clone();
-        service_fn(move |req: Request<Incoming>| {
+        service_fn(move |mut req: Request<Incoming>| {
+            if let Some(peer) = peer {
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+            }
             let busy = Busy::start(&phase, limits.idle_timeout);
             let router = router.clone();
             async move {

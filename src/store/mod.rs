@@ -18,6 +18,7 @@ mod tx;
 #[cfg(test)]
 mod tx_tests;
 mod votes;
+mod web;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +41,7 @@ pub use replicas::{DEAD_AFTER, HEARTBEAT_EVERY};
 pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};
 pub use slack::{SlackDecision, SlackEnding, SlackFinal, SlackMessage};
 pub use tx::{WriteHealth, WriteTx};
+pub use web::AuditSearch;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

@@ -110,6 +110,8 @@ pub struct Inner {
     write_delay: Mutex<std::time::Duration>,
     /// Writes applied but not yet answered, by Authorization header.
     in_flight: Mutex<HashMap<String, usize>>,
+    /// Who signs in through the OAuth web flow (`set_oauth_login`); empty: nobody.
+    oauth_login: Mutex<String>,
 }
 
 /// Counts a write as in flight until its answer is sent or abandoned.
@@ -162,6 +164,8 @@ impl FakeGithub {
                 post(react),
             )
             .route("/user", get(user))
+            .route("/login/oauth/authorize", get(oauth_authorize))
+            .route("/login/oauth/access_token", post(oauth_token))
             .route("/app", get(app_info))
             .route("/repos/{owner}/{repo}/installation", get(installation))
             .route("/app/installations/{id}/access_tokens", post(access_token))
@@ -173,6 +177,12 @@ impl FakeGithub {
             let _ = axum::serve(listener, app).await;
         });
         Self { url, inner }
+    }
+
+    /// The person who signs in with GitHub's OAuth web flow: the fake's
+    /// authorize page approves at once and sends the browser back.
+    pub fn set_oauth_login(&self, login: &str) {
+        *self.inner.oauth_login.lock().unwrap() = login.to_string();
     }
 
     /// Makes `login`'s permission lookup answer only after `delay` (a hanging GitHub).
@@ -577,9 +587,46 @@ async fn react(
         .into_response()
 }
 
-async fn user(State(inner): State<Arc<Inner>>) -> Response {
-    let login = inner.login.lock().unwrap().clone();
+async fn user(State(inner): State<Arc<Inner>>, headers: HeaderMap) -> Response {
+    // A token from the OAuth web flow names its person; any other, the bot.
+    let oauth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer gho-"))
+        .map(str::to_string);
+    let login = oauth.unwrap_or_else(|| inner.login.lock().unwrap().clone());
     Json(user_json(&login, "User")).into_response()
+}
+
+/// GitHub's authorize page, approving at once: back to `redirect_uri` with a
+/// code and the `state` it was given.
+async fn oauth_authorize(
+    State(inner): State<Arc<Inner>>,
+    axum::extract::Query(q): axum::extract::Query<HashMap<String, String>>,
+) -> Response {
+    let login = inner.oauth_login.lock().unwrap().clone();
+    let (Some(back), false) = (q.get("redirect_uri"), login.is_empty()) else {
+        return (StatusCode::FORBIDDEN, "nobody signs in").into_response();
+    };
+    let mut url = format!("{back}?code=code-{login}");
+    if let Some(state) = q.get("state") {
+        url.push_str("&state=");
+        url.push_str(&form_urlencoded::byte_serialize(state.as_bytes()).collect::<String>());
+    }
+    (StatusCode::FOUND, [("location", url)]).into_response()
+}
+
+/// Trades a code for a token, as `POST /login/oauth/access_token` does.
+async fn oauth_token(body: Bytes) -> Response {
+    let form: HashMap<String, String> = form_urlencoded::parse(&body).into_owned().collect();
+    match form.get("code").and_then(|c| c.strip_prefix("code-")) {
+        Some(login) if form.get("client_secret").is_some_and(|s| !s.is_empty()) => {
+            Json(json!({"access_token": format!("gho-{login}"), "token_type": "bearer", "scope": ""}))
+                .into_response()
+        }
+        _ => Json(json!({"error": "bad_verification_code", "error_description": "The code passed is incorrect or expired."}))
+            .into_response(),
+    }
 }
 
 async fn app_info() -> Response {

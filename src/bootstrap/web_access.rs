@@ -1,0 +1,102 @@
+//! Who may act from the web pages: a GitHub login, judged by GitHub's rules
+//! for a PR comment (the policy's permission, teams, four eyes). Built here
+//! because the web channel may not use the GitHub channel itself.
+
+use std::sync::Arc;
+
+use crate::clock::SharedClock;
+use crate::command::Command;
+use crate::core::authors::PrAuthors;
+use crate::core::dispatch::Authorizer;
+use crate::gate::{GateKey, RepoName};
+use crate::github::access::{Access, CommentAuthorizer, Stale};
+use crate::github::client::GithubClient;
+use crate::notify::{BoxFuture, SendError};
+use crate::policy::Policy;
+use crate::store::Store;
+
+pub struct GithubAuthority {
+    access: Access,
+    authors: PrAuthors,
+    store: Store,
+    clock: SharedClock,
+    default_repo: Option<RepoName>,
+}
+
+impl GithubAuthority {
+    pub fn new(
+        client: Arc<GithubClient>,
+        policy: Policy,
+        store: Store,
+        clock: SharedClock,
+        default_repo: Option<RepoName>,
+    ) -> Self {
+        Self {
+            authors: PrAuthors {
+                store: store.clone(),
+                lookup: Some(client.clone() as Arc<dyn crate::core::authors::AuthorLookup>),
+            },
+            access: Access::new(client, policy),
+            store,
+            clock,
+            default_repo,
+        }
+    }
+}
+
+impl crate::web::Authority for GithubAuthority {
+    fn authorize<'a>(
+        &'a self,
+        login: &'a str,
+        command: Command,
+        keys: &'a [GateKey],
+    ) -> BoxFuture<'a, Result<Result<(), String>, SendError>> {
+        Box::pin(async move {
+            let retry = |e: crate::store::StoreError| SendError::retry(format!("store: {e}"));
+            // A command's gates share one scope.
+            let Some(key) = keys.first() else {
+                return Ok(Ok(()));
+            };
+            let pr = match key.pr() {
+                Some((repo, n)) => Some((repo.clone(), n)),
+                None => self
+                    .store
+                    .named_gate(key)
+                    .await
+                    .map_err(retry)?
+                    .and_then(|g| g.spec.pr),
+            };
+            let (repo, author) = match pr {
+                Some((repo, n)) => {
+                    let author = self
+                        .authors
+                        .author(&repo, n, self.clock.now_ms())
+                        .await?
+                        .unwrap_or_default();
+                    (repo, author)
+                }
+                None => match &self.default_repo {
+                    Some(repo) => (repo.clone(), String::new()),
+                    None => return Ok(Err(
+                        "this gate belongs to no repository, so there is no GitHub permission to check: use Slack, the CLI or the admin token".to_string(),
+                    )),
+                },
+            };
+            // The page shows the gate as it is now: nothing is stale.
+            let stale = Stale {
+                closed_unmerged: false,
+                pushed: None,
+            };
+            CommentAuthorizer {
+                access: &self.access,
+                repo: &repo,
+                user: login,
+                pr_author: &author,
+                stale: &stale,
+                force: false,
+            }
+            .authorize(command, keys)
+            .await
+        })
+    }
+}

@@ -1,0 +1,387 @@
+//! The read-only pages: what waits now, one gate, one pull request, the audit
+//! log and the notifications' health. Every list is a page of a bounded size
+//! read by an indexed range, so 10,000 gates cost what 10 do.
+
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::view::{self, when, Permits, Viewer, When};
+use super::{gate_path, render, Problem};
+use crate::core::AppState;
+use crate::gate::{GateKey, Millis, PrNumber, RepoName};
+use crate::store::AuditSearch;
+
+/// Rows per page.
+pub const PAGE: usize = 50;
+
+fn page_limit() -> i64 {
+    i64::try_from(PAGE + 1).unwrap_or(i64::MAX)
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Cursor {
+    before: Option<i64>,
+}
+
+pub async fn waiting(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Query(cursor): Query<Cursor>,
+) -> Result<Response, Problem> {
+    let now = state.clock.now_ms();
+    let mut waits = state
+        .store
+        .open_waits_page(cursor.before, page_limit())
+        .await?;
+    let more = waits.len() > PAGE;
+    waits.truncate(PAGE);
+    let next = if more {
+        waits.last().map(|w| w.id)
+    } else {
+        None
+    };
+    let total = state.store.open_wait_count().await?;
+    let mut permits = Permits::new(&state, &viewer);
+    let mut rows = Vec::with_capacity(waits.len());
+    for wait in &waits {
+        rows.push(view::waiting_row(&state, wait, now, &mut permits).await?);
+    }
+    let here = match cursor.before {
+        Some(b) => format!("/ui?before={b}"),
+        None => "/ui".to_string(),
+    };
+    render(
+        &state,
+        "waiting.html.j2",
+        json!({
+            "base": viewer.base(here), "rows": rows, "total": total, "next": next,
+            "paged": cursor.before.is_some(),
+        }),
+    )
+}
+
+#[derive(Serialize)]
+struct AuditRow {
+    id: i64,
+    at: When,
+    gate: String,
+    gate_url: String,
+    action: &'static str,
+    actor: String,
+    source: &'static str,
+    reason: Option<String>,
+    revision: Option<String>,
+    canary: Option<String>,
+}
+
+fn audit_row(id: i64, e: &crate::store::AuditEntry, now: Millis) -> AuditRow {
+    AuditRow {
+        id,
+        at: when(e.at, now),
+        gate: e.gate.to_string(),
+        gate_url: gate_path(&e.gate),
+        action: e.action.as_str(),
+        actor: e.actor.name.clone(),
+        source: e.actor.source.as_str(),
+        reason: e.reason.clone(),
+        revision: e.revision.clone(),
+        canary: e.canary.as_ref().map(ToString::to_string),
+    }
+}
+
+#[derive(Serialize)]
+struct EventView {
+    at: When,
+    canary: String,
+    kind: String,
+    phase: String,
+    revision: String,
+    message: String,
+}
+
+/// The Flagger timeline of `canaries`, newest first.
+async fn timeline(
+    state: &AppState,
+    canaries: &[String],
+    now: Millis,
+) -> Result<Vec<EventView>, Problem> {
+    let mut events = Vec::new();
+    for c in canaries {
+        events.extend(state.store.events(Some(c), 50).await?);
+    }
+    events.sort_by_key(|e| std::cmp::Reverse(e.received_at));
+    events.truncate(100);
+    Ok(events
+        .into_iter()
+        .map(|e| EventView {
+            at: when(e.received_at, now),
+            canary: e.canary.to_string(),
+            kind: e.kind,
+            phase: e.phase,
+            revision: e.checksum,
+            message: e.message,
+        })
+        .collect())
+}
+
+pub async fn gate(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Path(rest): Path<String>,
+) -> Result<Response, Problem> {
+    show_gate(state, viewer, &format!("/gates/{rest}")).await
+}
+
+pub async fn legacy_gate(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Path(rest): Path<String>,
+) -> Result<Response, Problem> {
+    show_gate(state, viewer, &format!("/loadtester/{rest}")).await
+}
+
+async fn show_gate(state: AppState, viewer: Viewer, path: &str) -> Result<Response, Problem> {
+    let key = GateKey::parse(path, state.config.github.repository.as_ref())
+        .map_err(|e| Problem::bad_request(format!("no such gate: {e}")))?;
+    let now = state.clock.now_ms();
+    let detail = state.engine.detail(&key).await?;
+    let open_wait = detail.waits.iter().find(|w| w.ended_at.is_none());
+    let metadata = open_wait
+        .map(|w| w.metadata.clone())
+        .or_else(|| detail.observations.first().map(|o| o.metadata.clone()))
+        .unwrap_or(serde_json::Value::Null);
+    let title = view::title_of(&state, &key, &metadata).await?;
+    let pr = match key.pr() {
+        Some((repo, n)) => Some(view::pr_view(&state, repo, n.0).await?),
+        None => None,
+    };
+    let mut permits = Permits::new(&state, &viewer);
+    let buttons = permits.buttons(&detail.gate).await;
+    let canaries: Vec<_> = detail
+        .observations
+        .iter()
+        .map(|o| {
+            json!({
+                "canary": o.canary.to_string(), "revision": o.checksum, "phase": o.phase,
+                "answer": o.answer, "reason": o.reason, "last_seen": when(o.last_seen, now),
+                "waiting": o.wait_id.is_some(),
+            })
+        })
+        .collect();
+    let waits: Vec<_> = detail
+        .waits
+        .iter()
+        .map(|w| {
+            json!({
+                "canary": w.canary.as_ref().map(ToString::to_string), "revision": w.checksum,
+                "phase": w.phase, "started": when(w.started_at, now),
+                "ended": w.ended_at.map(|t| when(t, now)), "outcome": w.outcome,
+            })
+        })
+        .collect();
+    let audit: Vec<_> = detail
+        .audit
+        .iter()
+        .enumerate()
+        .map(|(i, e)| audit_row(i64::try_from(i).unwrap_or(0), e, now))
+        .collect();
+    let names: Vec<String> = detail
+        .observations
+        .iter()
+        .map(|o| o.canary.to_string())
+        .collect();
+    let here = gate_path(&key);
+    render(
+        &state,
+        "gate.html.j2",
+        json!({
+            "base": viewer.base(here),
+            "gate": key.to_string(), "kind": key.kind.as_str(), "subject": key.subject(),
+            "title": title, "pr": pr,
+            "state": view::state_view(&detail.gate, now),
+            "buttons": buttons,
+            "wait": open_wait.map(|w| json!({
+                "canary": w.canary.as_ref().map(ToString::to_string), "revision": w.checksum,
+                "since": when(w.started_at, now),
+            })),
+            "canaries": canaries, "waits": waits, "audit": audit,
+            "timeline": timeline(&state, &names, now).await?,
+        }),
+    )
+}
+
+pub async fn pull_request(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Path((owner, repo, number)): Path<(String, String, String)>,
+) -> Result<Response, Problem> {
+    let repo = RepoName::new(&owner, &repo)
+        .map_err(|e| Problem::bad_request(format!("no such repository: {e}")))?;
+    let number: PrNumber = number
+        .parse()
+        .map_err(|e| Problem::bad_request(format!("no such pull request: {e}")))?;
+    let now = state.clock.now_ms();
+    let pr = view::pr_view(&state, &repo, number.0).await?;
+    let summaries = state.engine.gates_of_pr(&repo, number).await?;
+    let mut permits = Permits::new(&state, &viewer);
+    let mut gates = Vec::new();
+    let mut audit = Vec::new();
+    let mut names = Vec::new();
+    for s in &summaries {
+        let Ok(key) = GateKey::parse(&s.gate, None) else {
+            continue;
+        };
+        let gate = state.engine.gate(&key).await?;
+        names.extend(s.canaries.iter().map(|c| c.canary.clone()));
+        let waiting = s.canaries.iter().find(|c| c.waiting_since.is_some());
+        gates.push(json!({
+            "gate": s.gate, "gate_url": gate_path(&key), "kind": key.kind.as_str(),
+            "state": view::state_view(&gate, now),
+            "wait": waiting.map(|c| json!({
+                "canary": c.canary, "revision": c.checksum,
+                "since": c.waiting_since.map(|t| when(t, now)),
+            })),
+            "buttons": permits.buttons(&gate).await,
+        }));
+        audit.extend(state.store.audit_log(Some(&key), 50).await?);
+    }
+    audit.sort_by_key(|e| std::cmp::Reverse(e.at));
+    audit.truncate(100);
+    let audit: Vec<_> = audit
+        .iter()
+        .enumerate()
+        .map(|(i, e)| audit_row(i64::try_from(i).unwrap_or(0), e, now))
+        .collect();
+    names.sort();
+    names.dedup();
+    render(
+        &state,
+        "pr.html.j2",
+        json!({
+            "base": viewer.base(pr.url.clone()), "pr": pr, "gates": gates, "audit": audit,
+            "timeline": timeline(&state, &names, now).await?,
+        }),
+    )
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+pub struct AuditQuery {
+    #[serde(default)]
+    actor: String,
+    #[serde(default)]
+    repo: String,
+    #[serde(default)]
+    gate: String,
+    #[serde(default)]
+    since: String,
+    #[serde(default)]
+    until: String,
+    before: Option<i64>,
+}
+
+/// `2026-12-01`, `2026-12-01T10:00` (UTC) or a full RFC 3339 time.
+fn parse_time(field: &str, text: &str) -> Result<Option<Millis>, Problem> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let bad = || {
+        Problem::bad_request(format!(
+            "{field}: `{text}` is not a time (2026-12-01, 2026-12-01T10:00 in UTC, or RFC 3339)"
+        ))
+    };
+    if let Ok(t) = text.parse::<jiff::Timestamp>() {
+        return Ok(Some(t.as_millisecond()));
+    }
+    let civil = text
+        .parse::<jiff::civil::DateTime>()
+        .or_else(|_| text.parse::<jiff::civil::Date>().map(|d| d.at(0, 0, 0, 0)))
+        .map_err(|_| bad())?;
+    let t = jiff::tz::TimeZone::UTC
+        .to_timestamp(civil)
+        .map_err(|_| bad())?;
+    Ok(Some(t.as_millisecond()))
+}
+
+pub async fn audit(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Query(q): Query<AuditQuery>,
+) -> Result<Response, Problem> {
+    let now = state.clock.now_ms();
+    let gate = if q.gate.trim().is_empty() {
+        String::new()
+    } else {
+        GateKey::parse(&q.gate, state.config.github.repository.as_ref())
+            .map_err(|e| Problem::bad_request(format!("gate: {e}")))?
+            .to_string()
+    };
+    let search = AuditSearch {
+        actor: q.actor.trim().trim_start_matches('@').to_string(),
+        repo: q.repo.trim().to_string(),
+        gate,
+        since: parse_time("since", &q.since)?,
+        until: parse_time("until", &q.until)?,
+        before: q.before,
+    };
+    let mut found = state.store.search_audit(&search, page_limit()).await?;
+    let more = found.len() > PAGE;
+    found.truncate(PAGE);
+    let rows: Vec<_> = found.iter().map(|(id, e)| audit_row(*id, e, now)).collect();
+    let next = if more {
+        found.last().map(|(id, _)| {
+            let mut s = form_urlencoded::Serializer::new(String::new());
+            s.append_pair("actor", &q.actor)
+                .append_pair("repo", &q.repo)
+                .append_pair("gate", &q.gate)
+                .append_pair("since", &q.since)
+                .append_pair("until", &q.until)
+                .append_pair("before", &id.to_string());
+            format!("/ui/audit?{}", s.finish())
+        })
+    } else {
+        None
+    };
+    render(
+        &state,
+        "audit.html.j2",
+        json!({ "base": viewer.base("/ui/audit"), "q": q, "rows": rows, "next": next }),
+    )
+}
+
+pub async fn health(State(state): State<AppState>, viewer: Viewer) -> Result<Response, Problem> {
+    let now = state.clock.now_ms();
+    let job = |j: &crate::store::Job| {
+        json!({
+            "sink": j.sink, "topic": j.topic, "state": j.state, "attempts": j.attempts,
+            "created": when(j.created_at, now), "next": when(j.next_attempt_at, now),
+            "overdue": j.next_attempt_at <= now, "error": j.last_error,
+        })
+    };
+    let queued: Vec<_> = state
+        .store
+        .jobs(Some("pending"), i64::try_from(PAGE).unwrap_or(50))
+        .await?
+        .iter()
+        .map(job)
+        .collect();
+    let failed: Vec<_> = state
+        .store
+        .jobs(Some("failed"), i64::try_from(PAGE).unwrap_or(50))
+        .await?
+        .iter()
+        .map(job)
+        .collect();
+    let pending = state.store.pending(crate::store::QueueName::Outbox).await?;
+    let inbox = state.store.pending(crate::store::QueueName::Inbox).await?;
+    render(
+        &state,
+        "health.html.j2",
+        json!({
+            "base": viewer.base("/ui/health"), "queued": queued, "failed": failed,
+            "pending": pending, "inbox": inbox,
+        }),
+    )
+}

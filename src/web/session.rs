@@ -1,0 +1,319 @@
+//! Who is looking at a page: a signed session cookie (admin token or GitHub
+//! sign-in), or a trusted proxy's header. Cookies are `HttpOnly`, `Secure`,
+//! `SameSite=Lax`, scoped to `/ui` and signed with HMAC-SHA256; their expiry
+//! is inside the signed value, so an old cookie replayed after its time is refused.
+
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+
+use axum::http::{header, HeaderMap};
+use hmac::{Hmac, Mac};
+use secrecy::{ExposeSecret, SecretString};
+use serde::Serialize;
+use sha2::Sha256;
+
+use super::Web;
+use crate::gate::Millis;
+use crate::policy::Policy;
+
+pub const SESSION_COOKIE: &str = "gatebot_session";
+pub const OAUTH_COOKIE: &str = "gatebot_oauth";
+
+/// How someone signed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Via {
+    /// The admin token: an operator, who may do what the API may.
+    Admin,
+    /// Sign in with GitHub: acts as that login.
+    Github,
+    /// An authenticating proxy's header, mapped by the policy's `[users]`.
+    Proxy,
+}
+
+impl Via {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Admin => "admin",
+            Self::Github => "github",
+            Self::Proxy => "proxy",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "admin" => Some(Self::Admin),
+            "github" => Some(Self::Github),
+            "proxy" => Some(Self::Proxy),
+            _ => None,
+        }
+    }
+}
+
+/// A signed-in person.
+#[derive(Debug, Clone, Serialize)]
+pub struct Session {
+    pub login: String,
+    pub via: Via,
+    /// Every state-changing form carries it back.
+    pub csrf: String,
+    #[serde(skip)]
+    pub expires: Millis,
+}
+
+/// Signs and checks the values gatebot hands the browser.
+pub struct Signer {
+    key: Vec<u8>,
+}
+
+type HmacSha256 = Hmac<Sha256>;
+
+impl Signer {
+    /// With the configured key, or a random one for this process.
+    pub fn new(key: Option<&SecretString>) -> Self {
+        let key = match key {
+            Some(k) => k.expose_secret().as_bytes().to_vec(),
+            None => format!("{}{}", random_token(), random_token()).into_bytes(),
+        };
+        Self { key }
+    }
+
+    fn mac(&self, purpose: &str, value: &str) -> HmacSha256 {
+        // Any key length is accepted by HMAC.
+        let mut mac = HmacSha256::new_from_slice(&self.key).expect("HMAC takes any key length");
+        mac.update(purpose.as_bytes());
+        mac.update(b"\0");
+        mac.update(value.as_bytes());
+        mac
+    }
+
+    pub fn sign(&self, purpose: &str, value: &str) -> String {
+        hex::encode(self.mac(purpose, value).finalize().into_bytes())
+    }
+
+    /// Constant-time.
+    pub fn verify(&self, purpose: &str, value: &str, signature: &str) -> bool {
+        let Ok(given) = hex::decode(signature) else {
+            return false;
+        };
+        self.mac(purpose, value).verify_slice(&given).is_ok()
+    }
+
+    /// `value.signature`
+    pub fn seal(&self, purpose: &str, value: &str) -> String {
+        format!("{value}.{}", self.sign(purpose, value))
+    }
+
+    /// The value of a sealed string whose signature holds.
+    pub fn open<'a>(&self, purpose: &str, sealed: &'a str) -> Option<&'a str> {
+        let (value, signature) = sealed.rsplit_once('.')?;
+        self.verify(purpose, value, signature).then_some(value)
+    }
+}
+
+/// 122 random bits as 32 hex digits.
+pub fn random_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// GitHub logins: letters, digits and hyphens (and nothing a cookie or a
+/// page would need to escape).
+pub fn is_login(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+}
+
+impl Session {
+    pub fn new(login: &str, via: Via, now: Millis, ttl_ms: Millis) -> Self {
+        Self {
+            login: login.to_string(),
+            via,
+            csrf: random_token(),
+            expires: now.saturating_add(ttl_ms),
+        }
+    }
+
+    /// `login.via.expires.csrf`, sealed.
+    pub fn cookie_value(&self, signer: &Signer) -> String {
+        let value = format!(
+            "{}.{}.{}.{}",
+            self.login,
+            self.via.as_str(),
+            self.expires,
+            self.csrf
+        );
+        signer.seal("session", &value)
+    }
+
+    fn from_cookie(signer: &Signer, sealed: &str, now: Millis) -> Option<Self> {
+        let value = signer.open("session", sealed)?;
+        let mut parts = value.split('.');
+        let (login, via, expires, csrf) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let expires: Millis = expires.parse().ok()?;
+        if parts.next().is_some() || expires <= now || !is_login(login) {
+            return None;
+        }
+        Some(Self {
+            login: login.to_string(),
+            via: Via::parse(via)?,
+            csrf: csrf.to_string(),
+            expires,
+        })
+    }
+}
+
+/// The value of cookie `name` in the request's `Cookie` headers.
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// A `Set-Cookie` value under `/ui`; `max_age` 0 removes it.
+pub fn set_cookie(name: &str, value: &str, max_age_secs: u64) -> String {
+    format!("{name}={value}; Path=/ui; Max-Age={max_age_secs}; HttpOnly; Secure; SameSite=Lax")
+}
+
+/// Who is asking: the session cookie, else a trusted proxy's header.
+pub fn who(
+    web: &Web,
+    policy: &Policy,
+    headers: &HeaderMap,
+    peer: Option<SocketAddr>,
+    now: Millis,
+) -> Option<Session> {
+    if let Some(s) = cookie(headers, SESSION_COOKIE)
+        .and_then(|sealed| Session::from_cookie(&web.signer, sealed, now))
+    {
+        return Some(s);
+    }
+    forwarded(web, policy, headers, peer?)
+}
+
+/// oauth2-proxy's `X-Forwarded-User` (else `X-Forwarded-Email`), believed only
+/// from a configured proxy and only when the policy's `[users]` lists it as a
+/// GitHub login. The CSRF token is derived from the login, so no cookie is needed.
+fn forwarded(web: &Web, policy: &Policy, headers: &HeaderMap, peer: SocketAddr) -> Option<Session> {
+    if !web.proxies.iter().any(|c| c.contains(peer.ip())) {
+        return None;
+    }
+    let named = |h: &str| {
+        headers
+            .get(h)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    let user = named("x-forwarded-user").or_else(|| named("x-forwarded-email"))?;
+    // Listed in [users] by its GitHub login.
+    policy.slack_user_of(user)?;
+    if !is_login(user) {
+        return None;
+    }
+    Some(Session {
+        login: user.to_string(),
+        via: Via::Proxy,
+        csrf: web.signer.sign("proxy-csrf", &user.to_ascii_lowercase())[..32].to_string(),
+        expires: Millis::MAX,
+    })
+}
+
+/// An address or a network (`10.0.0.0/8`, `::1`), as GATEBOT_UI_TRUSTED_PROXIES lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    net: IpAddr,
+    bits: u8,
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("`{s}` is not an address or CIDR (10.0.0.0/8, 127.0.0.1, ::1)");
+        let (addr, bits) = match s.split_once('/') {
+            Some((a, b)) => (a, Some(b)),
+            None => (s, None),
+        };
+        let net: IpAddr = addr.trim().parse().map_err(|_| bad())?;
+        let max = if net.is_ipv4() { 32 } else { 128 };
+        let bits = match bits {
+            Some(b) => b.trim().parse::<u8>().map_err(|_| bad())?,
+            None => max,
+        };
+        if bits > max {
+            return Err(bad());
+        }
+        Ok(Self { net, bits })
+    }
+}
+
+impl Cidr {
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        // An IPv4 peer may arrive as ::ffff:a.b.c.d on a dual-stack socket.
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.net, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.bits)).unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.bits))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn networks_contain_their_addresses_only() {
+        let net: Cidr = "10.1.0.0/16".parse().unwrap();
+        assert!(net.contains("10.1.200.3".parse().unwrap()));
+        assert!(!net.contains("10.2.0.1".parse().unwrap()));
+        assert!(net.contains("::ffff:10.1.0.9".parse().unwrap()));
+        let one: Cidr = "127.0.0.1".parse().unwrap();
+        assert!(one.contains("127.0.0.1".parse().unwrap()));
+        assert!(!one.contains("127.0.0.2".parse().unwrap()));
+        let all: Cidr = "0.0.0.0/0".parse().unwrap();
+        assert!(all.contains("8.8.8.8".parse().unwrap()));
+        assert!("10.0.0.0/33".parse::<Cidr>().is_err());
+        assert!("proxy".parse::<Cidr>().is_err());
+    }
+
+    #[test]
+    fn a_session_cookie_is_checked_and_expires() {
+        let signer = Signer::new(None);
+        let s = Session::new("alice", Via::Github, 1_000, 60_000);
+        let sealed = s.cookie_value(&signer);
+        let back = Session::from_cookie(&signer, &sealed, 2_000).unwrap();
+        assert_eq!((back.login.as_str(), back.via), ("alice", Via::Github));
+        assert_eq!(back.csrf, s.csrf);
+        assert!(
+            Session::from_cookie(&signer, &sealed, 61_000).is_none(),
+            "expired"
+        );
+        let forged = sealed.replacen("alice", "mallory", 1);
+        assert!(
+            Session::from_cookie(&signer, &forged, 2_000).is_none(),
+            "forged"
+        );
+        let other = Signer::new(None);
+        assert!(
+            Session::from_cookie(&other, &sealed, 2_000).is_none(),
+            "other key"
+        );
+    }
+}

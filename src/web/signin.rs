@@ -1,0 +1,337 @@
+//! Signing in and out: the admin token (a form), GitHub's OAuth web flow
+//! (`state` in a signed, short-lived cookie, checked on the way back), and
+//! signing out. A trusted proxy's header needs no step here (`session`).
+
+use std::time::Duration;
+
+use axum::extract::{Form, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{AppendHeaders, IntoResponse, Redirect, Response};
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+
+use super::session::{self, Session, Via, OAUTH_COOKIE, SESSION_COOKIE};
+use super::view::Viewer;
+use super::{render, Problem};
+use crate::config::Config;
+use crate::core::AppState;
+
+/// How long the trip to GitHub and back may take.
+const OAUTH_TRIP: Duration = Duration::from_secs(600);
+
+/// GitHub's OAuth web flow, when configured.
+pub struct OAuth {
+    client_id: String,
+    client_secret: SecretString,
+    /// `https://github.com`: /login/oauth/authorize and /login/oauth/access_token.
+    web_url: String,
+    /// GitHub's API, where `GET /user` names the person.
+    api_url: String,
+    http: reqwest::Client,
+}
+
+static HTTP: crate::outbound::Shared = crate::outbound::Shared::new();
+
+impl OAuth {
+    pub fn from_config(config: &Config) -> anyhow::Result<Option<Self>> {
+        let ui = &config.ui;
+        let (Some(id), Some(secret)) = (&ui.github_client_id, &ui.github_client_secret) else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            client_id: id.trim().to_string(),
+            client_secret: secret.clone(),
+            web_url: ui.github_oauth_url.trim_end_matches('/').to_string(),
+            api_url: config.github.api_url.trim_end_matches('/').to_string(),
+            http: HTTP.get(Duration::from_secs(10))?,
+        }))
+    }
+
+    /// The login of whoever GitHub handed `code` to.
+    async fn login(&self, code: &str, redirect_uri: &str) -> Result<String, String> {
+        #[derive(Deserialize)]
+        struct Token {
+            access_token: Option<String>,
+            error_description: Option<String>,
+        }
+        #[derive(Deserialize)]
+        struct User {
+            login: String,
+        }
+        let token: Token = self
+            .http
+            .post(format!("{}/login/oauth/access_token", self.web_url))
+            .header(header::ACCEPT, "application/json")
+            .form(&[
+                ("client_id", self.client_id.as_str()),
+                ("client_secret", self.client_secret.expose_secret()),
+                ("code", code),
+                ("redirect_uri", redirect_uri),
+            ])
+            .send()
+            .await
+            .map_err(|e| format!("GitHub did not answer: {e}"))?
+            .json()
+            .await
+            .map_err(|e| format!("GitHub's token answer does not read: {e}"))?;
+        let Some(access) = token.access_token else {
+            return Err(format!(
+                "GitHub gave no token: {}",
+                token.error_description.unwrap_or_default()
+            ));
+        };
+        let user: User = self
+            .http
+            .get(format!("{}/user", self.api_url))
+            .bearer_auth(access)
+            .header(header::ACCEPT, "application/vnd.github+json")
+            .send()
+            .await
+            .map_err(|e| format!("GitHub did not answer: {e}"))?
+            .error_for_status()
+            .map_err(|e| format!("GitHub would not name you: {e}"))?
+            .json()
+            .await
+            .map_err(|e| format!("GitHub's user answer does not read: {e}"))?;
+        Ok(user.login)
+    }
+}
+
+/// Where GitHub sends people back: under GATEBOT_PUBLIC_URL, else this host.
+fn callback_url(viewer: &Viewer, headers: &HeaderMap) -> String {
+    let base = viewer.web.public_url.clone().unwrap_or_else(|| {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("localhost");
+        format!("http://{host}")
+    });
+    format!("{base}/ui/signin/github/callback")
+}
+
+#[derive(Serialize)]
+struct SigninPage<'a> {
+    base: super::view::Base<'a>,
+    me: Option<&'a Session>,
+    github: bool,
+    token: bool,
+    proxy: bool,
+    csrf: String,
+    message: Option<&'a str>,
+}
+
+fn trip_ms() -> i64 {
+    i64::try_from(OAUTH_TRIP.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn signin_csrf(state: &AppState, viewer: &Viewer) -> String {
+    // The sign-in form has no session yet: a signed, expiring token stands in.
+    let until = state.clock.now_ms().saturating_add(trip_ms());
+    viewer.web.signer.seal("signin", &until.to_string())
+}
+
+/// Compares secrets in constant time (hashing first hides the length too).
+fn same_secret(given: &str, expected: &str) -> bool {
+    use sha2::{Digest, Sha256};
+    use subtle::ConstantTimeEq;
+    Sha256::digest(given.trim().as_bytes())
+        .ct_eq(&Sha256::digest(expected.as_bytes()))
+        .into()
+}
+
+fn signin_page(
+    state: &AppState,
+    viewer: &Viewer,
+    message: Option<&str>,
+) -> Result<Response, Problem> {
+    render(
+        state,
+        "signin.html.j2",
+        SigninPage {
+            base: viewer.base("/ui/signin"),
+            me: viewer.session.as_ref(),
+            github: viewer.web.oauth.is_some(),
+            token: state.config.admin_token().is_some(),
+            proxy: !viewer.web.proxies.is_empty(),
+            csrf: signin_csrf(state, viewer),
+            message,
+        },
+    )
+}
+
+pub async fn page(State(state): State<AppState>, viewer: Viewer) -> Result<Response, Problem> {
+    signin_page(&state, &viewer, None)
+}
+
+#[derive(Deserialize)]
+pub struct TokenForm {
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    csrf: String,
+}
+
+/// The admin token, typed into a form, becomes an operator's session.
+pub async fn token(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Form(form): Form<TokenForm>,
+) -> Result<Response, Problem> {
+    let fresh = viewer
+        .web
+        .signer
+        .open("signin", &form.csrf)
+        .and_then(|until| until.parse::<i64>().ok())
+        .is_some_and(|until| until > state.clock.now_ms());
+    if !fresh {
+        return Err(Problem::forbidden(
+            "this form carries no valid CSRF token: reload the sign-in page and try again",
+        ));
+    }
+    let Some(expected) = state.config.admin_token() else {
+        return Err(Problem::forbidden(
+            "this server has no GATEBOT_ADMIN_TOKEN, so nobody signs in with one",
+        ));
+    };
+    if !same_secret(&form.token, expected) {
+        let mut r = signin_page(
+            &state,
+            &viewer,
+            Some("That is not this server's admin token."),
+        )?;
+        *r.status_mut() = StatusCode::UNAUTHORIZED;
+        return Ok(r);
+    }
+    Ok(signed_in(&state, &viewer, "admin", Via::Admin))
+}
+
+fn signed_in(state: &AppState, viewer: &Viewer, login: &str, via: Via) -> Response {
+    let ttl = viewer.web.session_ttl;
+    let session = Session::new(
+        login,
+        via,
+        state.clock.now_ms(),
+        i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
+    );
+    let cookie = session::set_cookie(
+        SESSION_COOKIE,
+        &session.cookie_value(&viewer.web.signer),
+        ttl.as_secs(),
+    );
+    tracing::info!(login, via = ?via, "signed in to the web pages");
+    (
+        AppendHeaders([
+            (header::SET_COOKIE, cookie),
+            (header::SET_COOKIE, session::set_cookie(OAUTH_COOKIE, "", 0)),
+        ]),
+        Redirect::to("/ui"),
+    )
+        .into_response()
+}
+
+/// Off to GitHub, with a fresh `state` remembered in a signed cookie.
+pub async fn github(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    let Some(oauth) = &viewer.web.oauth else {
+        return Err(Problem::bad_request(
+            "Sign in with GitHub is not configured: set GATEBOT_UI_GITHUB_CLIENT_ID and GATEBOT_UI_GITHUB_CLIENT_SECRET",
+        ));
+    };
+    let nonce = session::random_token();
+    let until = state.clock.now_ms().saturating_add(trip_ms());
+    let cookie = viewer.web.signer.seal("oauth", &format!("{nonce}-{until}"));
+    let redirect = callback_url(&viewer, &headers);
+    let url = format!(
+        "{}/login/oauth/authorize?{}",
+        oauth.web_url,
+        form_urlencoded::Serializer::new(String::new())
+            .append_pair("client_id", &oauth.client_id)
+            .append_pair("redirect_uri", &redirect)
+            .append_pair("state", &nonce)
+            .append_pair("allow_signup", "false")
+            .finish()
+    );
+    Ok((
+        [(
+            header::SET_COOKIE,
+            session::set_cookie(OAUTH_COOKIE, &cookie, OAUTH_TRIP.as_secs()),
+        )],
+        Redirect::to(&url),
+    )
+        .into_response())
+}
+
+#[derive(Deserialize)]
+pub struct Callback {
+    code: Option<String>,
+    state: Option<String>,
+    error_description: Option<String>,
+}
+
+/// Back from GitHub: the `state` must be the one this browser was given.
+pub async fn callback(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    headers: HeaderMap,
+    Query(back): Query<Callback>,
+) -> Result<Response, Problem> {
+    let Some(oauth) = &viewer.web.oauth else {
+        return Err(Problem::bad_request(
+            "Sign in with GitHub is not configured",
+        ));
+    };
+    if let Some(why) = back.error_description {
+        return Err(Problem::forbidden(format!("GitHub said no: {why}")));
+    }
+    let expected = session::cookie(&headers, OAUTH_COOKIE)
+        .and_then(|sealed| viewer.web.signer.open("oauth", sealed))
+        .and_then(|v| v.split_once('-'))
+        .filter(|(_, until)| until.parse::<i64>().is_ok_and(|u| u > state.clock.now_ms()))
+        .map(|(nonce, _)| nonce.to_string());
+    let (Some(expected), Some(given)) = (expected, back.state) else {
+        return Err(Problem::forbidden(
+            "the sign-in has no state to check (it took too long, or cookies are off): sign in again",
+        ));
+    };
+    if !same_secret(&given, &expected) {
+        return Err(Problem::forbidden(
+            "the OAuth state does not match the one this browser was given: sign in again",
+        ));
+    }
+    let Some(code) = back.code.filter(|c| !c.is_empty()) else {
+        return Err(Problem::bad_request("GitHub sent no code"));
+    };
+    let login = oauth
+        .login(&code, &callback_url(&viewer, &headers))
+        .await
+        .map_err(Problem::unavailable)?;
+    if !session::is_login(&login) {
+        return Err(Problem::forbidden(format!(
+            "`{login}` is not a GitHub login"
+        )));
+    }
+    Ok(signed_in(&state, &viewer, &login, Via::Github))
+}
+
+#[derive(Deserialize)]
+pub struct SignoutForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+pub async fn signout(viewer: Viewer, Form(form): Form<SignoutForm>) -> Result<Response, Problem> {
+    if let Some(s) = &viewer.session {
+        super::actions::check_csrf(s, &form.csrf)?;
+    }
+    Ok((
+        [(
+            header::SET_COOKIE,
+            session::set_cookie(SESSION_COOKIE, "", 0),
+        )],
+        Redirect::to("/ui"),
+    )
+        .into_response())
+}

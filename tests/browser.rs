@@ -1,0 +1,504 @@
+//! The pages in a real browser: headless Chromium driven through chromedriver
+//! (WebDriver, `fantoccini`). Without Chromium and chromedriver every test
+//! prints `SKIPPED: chromium not installed` and passes; `.ci/run` installs them.
+//!
+//! Each test starts its own gatebot (in-process, SQLite), fake GitHub and
+//! chromedriver; chromedriver and the browser it starts run in a process group
+//! of their own that is killed when the test ends, however it ends.
+//! Screenshots go to target/screenshots/.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
+use gatebot_testkit::harness::{
+    options_with, Backend, RecordingSink, TestDb, TestServer, ADMIN_TOKEN,
+};
+use gatebot_testkit::served::free_port;
+use serde_json::json;
+
+const CANARY: Strategy = Strategy::Canary {
+    step_weight: 50,
+    max_weight: 50,
+};
+
+fn find_program(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    names.iter().find_map(|name| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+/// chromedriver and the browser, when both are installed.
+fn chromium() -> Option<(PathBuf, PathBuf)> {
+    let driver = find_program(&["chromedriver"])?;
+    let browser = find_program(&["chromium", "chromium-browser", "google-chrome"])?;
+    Some((driver, browser))
+}
+
+/// chromedriver in a process group of its own; dropping it kills the group
+/// (chromedriver and every browser process it started) and reaps it.
+struct Driver {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn start_driver(driver: &Path) -> Driver {
+    use std::os::unix::process::CommandExt;
+    let port = free_port();
+    let child = Command::new(driver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("chromedriver starts");
+    let driver = Driver {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let http = reqwest::Client::new();
+    loop {
+        let ready = http
+            .get(format!("{}/status", driver.url))
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status().is_success());
+        if ready.is_some() {
+            return driver;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "chromedriver did not answer within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn open_browser(driver: &Driver, browser: &Path) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": browser,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1280,900", "--no-first-run", "--disable-extensions"],
+        }),
+    );
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a browser session")
+}
+
+/// Everything one test runs against; dropped in reverse order.
+struct Rig {
+    browser: Client,
+    _driver: Driver,
+    server: TestServer,
+    github: FakeGithub,
+    _db: TestDb,
+}
+
+impl Rig {
+    /// None (after saying so) when Chromium is missing.
+    async fn start() -> Option<Self> {
+        let Some((driver, browser)) = chromium() else {
+            println!("SKIPPED: chromium not installed");
+            return None;
+        };
+        let db = TestDb::new(Backend::Sqlite).await;
+        let github = FakeGithub::start().await;
+        let mut config = db.config();
+        config.github.repository = Some("acme/shop".parse().unwrap());
+        config.admin_token = Some(ADMIN_TOKEN.to_string().into());
+        config.github.token = Some("test-token".to_string().into());
+        config.github.webhook_secret = Some("secret".to_string().into());
+        config.github.api_url = github.url.clone();
+        config.ui.github_client_id = Some("client-1".into());
+        config.ui.github_client_secret = Some("client-secret".to_string().into());
+        config.ui.github_oauth_url = github.url.clone();
+        let server = TestServer::start(config, options_with(&RecordingSink::new(), None)).await;
+        let driver = start_driver(&driver).await;
+        let browser = open_browser(&driver, &browser).await;
+        Some(Self {
+            browser,
+            _driver: driver,
+            server,
+            github,
+            _db: db,
+        })
+    }
+
+    /// A page of gatebot, by `localhost` (a secure context: Secure cookies work over http).
+    fn page(&self, path: &str) -> String {
+        format!("http://localhost:{}{path}", self.server.addr.port())
+    }
+
+    async fn goto(&self, path: &str) {
+        self.browser
+            .goto(&self.page(path))
+            .await
+            .expect("the page loads");
+    }
+
+    async fn js(&self, script: &str) -> serde_json::Value {
+        self.browser.execute(script, vec![]).await.expect(script)
+    }
+
+    /// Polls `script` until it returns true.
+    async fn until(&self, what: &str, within: Duration, script: &str) {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.js(script).await == json!(true) {
+                return;
+            }
+            if Instant::now() >= deadline {
+                let live = self
+                    .js("return document.getElementById('live').innerHTML")
+                    .await;
+                panic!("{what}: not within {within:?}; the page shows {live}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn live(&self) {
+        self.until(
+            "the page listens for changes",
+            Duration::from_secs(10),
+            "return document.body.dataset.live === 'on'",
+        )
+        .await;
+    }
+
+    async fn click(&self, css: &str) {
+        self.browser
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"))
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("click {css}: {e}"));
+    }
+
+    async fn text(&self, css: &str) -> String {
+        self.browser
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"))
+            .text()
+            .await
+            .unwrap()
+    }
+
+    async fn screenshot(&self, name: &str) {
+        let png = self.browser.screenshot().await.expect("a screenshot");
+        let dir = screenshots();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), png).unwrap();
+    }
+
+    async fn sign_in_with_github(&self, login: &str) {
+        self.github.set_oauth_login(login);
+        self.goto("/ui/signin").await;
+        self.click("#signin-github").await;
+        let me = self.text("#me").await;
+        assert!(me.contains(&format!("Signed in as {login}")), "{me}");
+    }
+
+    async fn sign_in_with_token(&self) {
+        self.goto("/ui/signin").await;
+        self.browser
+            .find(Locator::Css("#token"))
+            .await
+            .unwrap()
+            .send_keys(ADMIN_TOKEN)
+            .await
+            .unwrap();
+        self.click("form.stack button[type=submit]").await;
+        let me = self.text("#me").await;
+        assert!(me.contains("Signed in as admin"), "{me}");
+    }
+
+    fn canary(&self, pr: u64, title: Option<&str>) -> FlaggerSim {
+        let hooks = pr_hooks(&self.server.url, pr)
+            .into_iter()
+            .map(|h| match title {
+                Some(t) => h.with_metadata("title", t),
+                None => h,
+            })
+            .collect();
+        let mut sim = FlaggerSim::new("podinfo", "test", CANARY, hooks);
+        sim.deploy("rev-a");
+        sim
+    }
+
+    async fn stop(self) {
+        let _ = self.browser.close().await;
+    }
+}
+
+/// target/screenshots, beside the test binary's profile directory.
+fn screenshots() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/debug/deps/browser-… → target
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| "target".into());
+    target.join("screenshots")
+}
+
+/// A new revision past its first deployment (which asks no gate).
+async fn release(sim: &mut FlaggerSim, checksum: &str) {
+    sim.tick().await;
+    assert_eq!(sim.phase(), Phase::Initialized);
+    sim.deploy(checksum);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_canary_appears_within_a_second_without_reload() {
+    let Some(rig) = Rig::start().await else {
+        return;
+    };
+    rig.goto("/ui").await;
+    rig.live().await;
+    assert_eq!(rig.text("#waiting-count").await, "0");
+    rig.js("window.notReloaded = 42; return true").await;
+
+    let mut sim = rig.canary(42, Some("Faster checkout"));
+    // From before Flagger's first call: the wait starts during these ticks.
+    let waited = Instant::now();
+    release(&mut sim, "rev-b").await;
+    sim.tick().await;
+    assert_eq!(sim.phase(), Phase::Waiting, "held at the start gate");
+    rig.until(
+        "the wait shows",
+        Duration::from_secs(1),
+        "const row = document.querySelector('#waiting tr[data-gate=\"/gates/start/acme/shop/pr/42\"]'); \
+         return !!row && row.textContent.includes('test/podinfo') && row.textContent.includes('Faster checkout')",
+    )
+    .await;
+    let took = waited.elapsed();
+    assert_eq!(
+        rig.js("return window.notReloaded").await,
+        json!(42),
+        "no full reload"
+    );
+    assert_eq!(rig.text("#waiting-count").await, "1");
+    // The time is the viewer's, with UTC in the tooltip.
+    let title = rig
+        .js("return document.querySelector('#waiting time').getAttribute('title')")
+        .await;
+    assert!(title.as_str().unwrap().ends_with(" UTC"), "{title}");
+    println!("the wait showed {took:?} after the check");
+    rig.screenshot("waiting.png").await;
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_in_with_github_approve_confirm_and_the_canary_promotes() {
+    let Some(rig) = Rig::start().await else {
+        return;
+    };
+    rig.github.set_permission("wanda", "write");
+    rig.server.open("/gates/start/pr/8").await;
+    let mut sim = rig.canary(8, Some("Checkout in one step"));
+    release(&mut sim, "rev-b").await;
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
+            .await
+    );
+    sim.tick().await;
+    assert!(!sim
+        .calls_of(HookType::ConfirmPromotion)
+        .last()
+        .unwrap()
+        .passed());
+
+    rig.sign_in_with_github("wanda").await;
+    let row = "#waiting tr[data-gate=\"/gates/promote/acme/shop/pr/8\"]";
+    rig.text(row).await;
+    rig.screenshot("waiting-signed-in.png").await;
+    rig.click(&format!("{row} button[data-action=approve]"))
+        .await;
+    let heading = rig.text("h1").await;
+    assert!(
+        heading.starts_with("Approve"),
+        "a confirmation first: {heading}"
+    );
+    assert_eq!(
+        gatebot_testkit::harness::status(
+            gatebot_testkit::harness::client().post(rig.server.at("/gates/promote/pr/8"))
+                .json(&json!({"name": "podinfo", "namespace": "test", "checksum": "rev-b", "phase": "WaitingPromotion"}))
+        )
+        .await,
+        403,
+        "nothing changes before the confirmation"
+    );
+    rig.browser
+        .find(Locator::Css("#reason"))
+        .await
+        .unwrap()
+        .send_keys("canary metrics look right")
+        .await
+        .unwrap();
+    rig.click("#confirm-button").await;
+    let state = rig.text("#gate-state").await;
+    assert!(state.contains("OPEN") || state.contains("open"), "{state}");
+    assert!(state.contains("@wanda via web"), "{state}");
+    rig.screenshot("gate.png").await;
+
+    sim.tick().await;
+    let (passed, response) = {
+        let last = *sim.calls_of(HookType::ConfirmPromotion).last().unwrap();
+        (last.passed(), last.response.clone())
+    };
+    assert!(passed, "the gate answers 200: {response}");
+    assert!(
+        response.starts_with("approved by wanda via web"),
+        "{response}"
+    );
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::Succeeded, 5).await,
+        "promoted"
+    );
+    assert_eq!(sim.promoted_checksum(), "rev-b");
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_sees_no_approve_button_and_a_forged_post_is_refused() {
+    let Some(rig) = Rig::start().await else {
+        return;
+    };
+    rig.github.set_permission("rita", "read");
+    rig.server.open("/gates/start/pr/9").await;
+    let mut sim = rig.canary(9, None);
+    release(&mut sim, "rev-b").await;
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
+            .await
+    );
+
+    rig.sign_in_with_github("rita").await;
+    rig.goto("/ui").await;
+    rig.text("#waiting tr[data-gate=\"/gates/promote/acme/shop/pr/9\"]")
+        .await;
+    assert_eq!(
+        rig.js("return document.querySelectorAll('button[data-action=approve]').length")
+            .await,
+        json!(0),
+        "a reader gets no Approve button"
+    );
+    // The reader's own CSRF token, in a form the page never offered.
+    rig.js(
+        "const f = document.createElement('form'); f.method = 'post'; f.action = '/ui/act'; \
+         const csrf = document.querySelector('input[name=csrf]').value; \
+         for (const [k, v] of Object.entries({gate: '/gates/promote/acme/shop/pr/9', action: 'approve', csrf, confirmed: 'yes'})) { \
+           const i = document.createElement('input'); i.type = 'hidden'; i.name = k; i.value = v; f.appendChild(i); } \
+         document.body.appendChild(f); f.submit(); return true",
+    )
+    .await;
+    let why = rig.text("#problem").await;
+    assert!(why.starts_with("refused:"), "{why}");
+    assert!(
+        why.contains("needs write permission on acme/shop and you have read"),
+        "{why}"
+    );
+    sim.tick().await;
+    assert!(
+        !sim.calls_of(HookType::ConfirmPromotion)
+            .last()
+            .unwrap()
+            .passed(),
+        "still closed"
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_form_without_a_csrf_token_is_refused() {
+    let Some(rig) = Rig::start().await else {
+        return;
+    };
+    rig.server.open("/gates/start/pr/10").await;
+    let mut sim = rig.canary(10, None);
+    release(&mut sim, "rev-b").await;
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
+            .await
+    );
+
+    rig.sign_in_with_token().await;
+    let hold = "#waiting tr[data-gate=\"/gates/promote/acme/shop/pr/10\"] button[data-action=hold]";
+    rig.text(hold).await;
+    rig.js(&format!(
+        "document.querySelector('{}').form.querySelector('input[name=csrf]').remove(); return true",
+        hold.replace('\'', "\\'")
+    ))
+    .await;
+    rig.click(hold).await;
+    let why = rig.text("#problem").await;
+    assert!(why.contains("no CSRF token"), "{why}");
+    let gate = rig
+        .server
+        .api("/api/v1/gates/promote/acme/shop/pr/10")
+        .await;
+    assert_eq!(gate["state"], "closed", "{gate}");
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pr_title_with_a_script_tag_is_shown_as_text() {
+    let Some(rig) = Rig::start().await else {
+        return;
+    };
+    const TITLE: &str =
+        "<script>window.pwned = 1</script><b>bold</b> & <img src=x onerror=\"window.pwned=2\">";
+    rig.goto("/ui").await;
+    rig.live().await;
+    let mut sim = rig.canary(11, Some(TITLE));
+    release(&mut sim, "rev-b").await;
+    sim.tick().await;
+    let title = "#waiting tr[data-gate=\"/gates/start/acme/shop/pr/11\"] .title";
+    assert_eq!(rig.text(title).await, TITLE);
+    rig.goto("/ui/gates/start/acme/shop/pr/11").await;
+    assert_eq!(rig.text("#title").await, TITLE);
+    assert_eq!(
+        rig.js("return typeof window.pwned").await,
+        json!("undefined")
+    );
+    assert_eq!(
+        rig.js("return document.querySelectorAll('#live b, #live img').length")
+            .await,
+        json!(0)
+    );
+    rig.stop().await;
+}
