@@ -38,8 +38,15 @@
     return a && (a.tagName === "INPUT" || a.tagName === "TEXTAREA") && a.closest("#live");
   }
 
+  // At most one refetch per page every 700 ms, however often gates change:
+  // busy replicas serve pages without starving Flagger's checks, and a change
+  // still shows within a second.
+  var last = 0;
+  var EVERY = 700;
+
   function refresh() {
     timer = null;
+    last = Date.now();
     if (typing()) { schedule(1000); return; }
     fetch(location.href, { credentials: "same-origin", headers: { Accept: "text/html" } })
       .then(function (r) { return r.ok ? r.text() : null; })
@@ -58,7 +65,7 @@
   }
 
   function schedule(delay) {
-    if (!timer) timer = setTimeout(refresh, delay);
+    if (!timer) timer = setTimeout(refresh, Math.max(delay, last + EVERY - Date.now()));
   }
 
   function connect() {
