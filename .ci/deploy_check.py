@@ -89,7 +89,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "policy": "[github.commands.promote]\nteams = [\"acme/release\"]\n",
         "templates": {"overrides": {
             "github/status.md.j2": "Gate {{ gate }} is waiting\n",
-            "slack/wait.json.j2": "{\"blocks\": []}\n",
+            "slack/wait.j2": "{\"blocks\": []}\n",
         }},
         "logFormat": "text",
         "logLevel": "info,gatebot=debug",
