@@ -11,7 +11,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::TypedMetric;
+use prometheus_client::registry::{Metric, Registry};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
@@ -127,6 +128,9 @@ pub struct WriteLabels {
 
 pub struct Metrics {
     registry: Registry,
+    /// (name, type, help) of every metric, so that /metrics describes the
+    /// families that have no series yet too (see `render`).
+    described: Vec<(&'static str, &'static str, &'static str)>,
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_duration: Family<RouteLabels, Histogram>,
     pub http_failures: Family<FailureLabels, Counter>,
@@ -212,6 +216,7 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("gatebot");
+        let mut described = Vec::new();
         let http_requests = Family::<HttpLabels, Counter>::default();
         let http_duration = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
             Histogram::new([
@@ -241,119 +246,160 @@ impl Metrics {
         let deadlines_passed = Counter::default();
         let build = Family::<BuildLabels, Gauge>::default();
         build.get_or_create(&build_labels()).set(1);
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "build_info",
             "The running build: version, git commit, rustc; always 1",
             build,
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "http_requests",
             "HTTP requests by matched route",
             http_requests.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "http_request_duration_seconds",
             "HTTP request latency by matched route",
             http_duration.clone(),
         );
-        registry.register(
+        register(&mut registry, &mut described,
             "http_failures",
             "Requests gatebot failed to answer itself (panic, timeout), by route; also counted in http_requests",
             http_failures.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "http_connections",
             "Open HTTP connections",
             http_connections.clone(),
         );
-        registry.register(
+        register(&mut registry, &mut described,
             "http_connections_cut",
             "Connections closed for sending no request head in time (header_timeout) or staying idle (idle_timeout)",
             http_connections_cut.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "gate_checks",
             "Gate answers by kind and result",
             gate_checks.clone(),
         );
-        registry.register(
+        register(&mut registry, &mut described,
             "gate_checks_store_busy",
             "Gate checks answered closed because the store did not answer within the check deadline",
             checks_store_busy.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "waits_started",
             "Waits started (one per canary and gate)",
             waits_started.clone(),
         );
-        registry.register("waits_open", "Waits not yet ended", waits_open.clone());
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
+            "waits_open",
+            "Waits not yet ended",
+            waits_open.clone(),
+        );
+        register(
+            &mut registry,
+            &mut described,
             "audit_events",
             "Audit log entries by action",
             audit_events.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "rejected_requests",
             "Requests refused before doing anything, by route and reason",
             rejected.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "queue_jobs",
             "Outbox and inbox items run, by result",
             jobs.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "outbox_pending",
             "Notification jobs waiting to be sent",
             outbox_pending.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "inbox_pending",
             "Webhook deliveries waiting to be worked",
             inbox_pending.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "commands",
             "Commands from people, by source and result",
             commands.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "flagger_events",
             "Flagger events received, by kind",
             events.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "notifications_dropped",
             "Notifications not sent on their own, by sink and reason",
             notifications_dropped.clone(),
         );
-        registry.register(
+        register(&mut registry, &mut described,
             "outbound_requests",
             "Calls to GitHub and Slack, by service, endpoint and result (ok, rate_limited, client_error, server_error, api_error, transport, timeout)",
             outbound_calls.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "outbound_request_duration_seconds",
             "Latency of calls to GitHub and Slack, by service and endpoint, whatever their result",
             outbound_duration.clone(),
         );
-        registry.register(
+        register(&mut registry, &mut described,
             "queue_oldest_pending_age_seconds",
             "Age of the oldest pending item, by queue (outbox: notifications, inbox: deliveries); 0 when none is pending",
             queue_oldest.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "store_ready",
             "1 when the latest readiness probe (/readyz) found the store writable, else 0",
             store_ready.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "wait_deadlines_passed",
             "Waits that outlasted their deadline and were acted on (rolled back, closed, or told)",
             deadlines_passed.clone(),
         );
         Self {
             registry,
+            described,
             http_requests,
             http_duration,
             http_failures,
@@ -391,7 +437,7 @@ impl Metrics {
     /// Registers the store's histogram of how long waits lasted (the store
     /// observes it when a transaction that ended waits commits).
     pub fn time_decisions(&mut self, decisions: Family<DecisionLabels, Histogram>) {
-        self.registry.register(
+        register(&mut self.registry, &mut self.described,
             "wait_duration_seconds",
             "How long waits lasted, from the first check to their end, by gate kind and outcome (opened: the time to a decision)",
             decisions,
@@ -408,7 +454,7 @@ impl Metrics {
     /// Registers the store's count of committed write transactions (kept by
     /// the store, which commits them).
     pub fn count_store_writes(&mut self, committed: Family<WriteLabels, Counter>) {
-        self.registry.register(
+        register(&mut self.registry, &mut self.described,
             "store_write_transactions",
             "Write transactions committed, by the queue they worked (inbox, outbox, none); idle claims, heartbeats and probes are not counted",
             committed,
@@ -434,10 +480,44 @@ impl Metrics {
             .inc();
     }
 
+    /// The OpenMetrics text. A family without series is not encoded by
+    /// prometheus-client; its HELP and TYPE are added before `# EOF` (a family
+    /// with no samples is valid OpenMetrics), so every metric gatebot has is
+    /// listed from the start, for people and for the chart's checks.
     pub fn render(&self) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = encode(&mut out, &self.registry);
-        out
+        let mut missing = String::new();
+        for (name, kind, help) in &self.described {
+            if !out.contains(&format!("# TYPE gatebot_{name} {kind}\n")) {
+                missing.push_str(&format!(
+                    "# HELP gatebot_{name} {help}.\n# TYPE gatebot_{name} {kind}\n"
+                ));
+            }
+        }
+        match out.strip_suffix("# EOF\n") {
+            Some(head) if !missing.is_empty() => format!("{head}{missing}# EOF\n"),
+            _ => out,
+        }
     }
+}
+
+/// Registers `metric` and remembers its name, type and help for `render`.
+fn register<M: Metric + TypedMetric>(
+    registry: &mut Registry,
+    described: &mut Vec<(&'static str, &'static str, &'static str)>,
+    name: &'static str,
+    help: &'static str,
+    metric: M,
+) {
+    let kind = match M::TYPE {
+        prometheus_client::metrics::MetricType::Counter => "counter",
+        prometheus_client::metrics::MetricType::Gauge => "gauge",
+        prometheus_client::metrics::MetricType::Histogram => "histogram",
+        prometheus_client::metrics::MetricType::Info => "info",
+        prometheus_client::metrics::MetricType::Unknown => "unknown",
+    };
+    described.push((name, kind, help));
+    registry.register(name, help, metric);
 }

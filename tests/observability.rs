@@ -246,6 +246,24 @@ async fn build_info_names_version_commit_and_compiler() {
     );
     assert!(series.starts_with(&want), "{series} starts with {want}");
     let rustc = series[want.len()..].trim_end_matches("\"}");
+    // Families with no series yet are described too, so the chart's alerts and
+    // dashboard can be checked against a fresh process (.ci/deploy_check.py).
+    let text = client()
+        .get(format!("{}/metrics", served.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for described in [
+        "# TYPE gatebot_outbound_requests counter\n",
+        "# TYPE gatebot_wait_duration_seconds histogram\n",
+        "# TYPE gatebot_notifications_dropped counter\n",
+    ] {
+        assert!(text.contains(described), "{described} in {text}");
+    }
+    assert!(text.ends_with("# EOF\n"), "{text}");
     assert!(
         rustc.split('.').count() == 3 && rustc.split('.').all(|p| p.parse::<u32>().is_ok()),
         "rustc version {rustc}"
