@@ -11,6 +11,9 @@
 # binary: see BENCHMARKS.md
 
 FROM rust:1-bookworm AS builder
+# The context has no .git: pass the commit for gatebot_build_info, e.g.
+#   docker build --build-arg GATEBOT_BUILD_COMMIT=$(git rev-parse --short=12 HEAD) .
+ARG GATEBOT_BUILD_COMMIT=
 WORKDIR /app
 COPY . .
 RUN cargo build --release --locked \

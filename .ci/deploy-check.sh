@@ -2,6 +2,10 @@
 # Offline checks of the deployment files (Helm chart, kustomize base, app manifests).
 #
 #   bash .ci/deploy-check.sh [--chart PATH] [--kustomize PATH]
+#   bash .ci/deploy-check.sh --write-readme     # regenerate the chart's README.md
+#
+# The metric names that the chart's alerts and dashboard use are checked against the
+# /metrics of the real binary: $GATEBOT_BIN, or target/debug/gatebot built here.
 #
 # Needs PyPI only, to fill a virtualenv the first time; everything after that is offline:
 #   helm-python-sdk      Helm's Go SDK as a shared library (lint and render, no helm binary)
@@ -53,4 +57,11 @@ if ! command -v kubectl >/dev/null 2>&1; then
 fi
 
 cd "$root"
+if [[ "${1:-}" == "--write-readme" ]]; then
+  exec "$venv/bin/python" "$here/chart_readme.py" --write
+fi
+if [[ -z "${GATEBOT_BIN:-}" ]]; then
+  cargo build --locked --quiet --bin gatebot
+  export GATEBOT_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/gatebot"
+fi
 exec "$venv/bin/python" "$here/deploy_check.py" "$@"

@@ -89,7 +89,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "policy": "[github.commands.promote]\nteams = [\"acme/release\"]\n",
         "templates": {"overrides": {
             "github/status.md.j2": "Gate {{ gate }} is waiting\n",
-            "slack/wait.json.j2": "{\"blocks\": []}\n",
+            "slack/wait.j2": "{\"blocks\": []}\n",
         }},
         "logFormat": "text",
         "logLevel": "info,gatebot=debug",
@@ -110,6 +110,17 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             "extraFrom": [{"namespaceSelector": {"matchLabels": {
                 "kubernetes.io/metadata.name": "ci"}}}],
         },
+    },
+    "observability": {
+        "prometheusRule": {"enabled": True, "additionalLabels": {"release": "prometheus"},
+                           "alertLabels": {"team": "delivery"}},
+        "grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "Flagger"}},
+        "prometheusScrapeAnnotations": True,
+    },
+    "private-cluster": {
+        "loadtester": {"openAccess": True},
+        "volumes": [{"name": "ca", "configMap": {"name": "corporate-ca"}}],
+        "volumeMounts": [{"name": "ca", "mountPath": "/etc/gatebot/ca", "readOnly": True}],
     },
     "limits": {"limits": {"headerReadTimeout": "3s", "idleTimeout": "75s", "maxConnections": 256,
                           "bodyReadTimeout": "5s", "requestTimeout": "8s"}},
@@ -189,6 +200,8 @@ def validate_k8s(docs: list[dict[str, Any]]) -> str:
         name = f"{doc['kind']}/{doc.get('metadata', {}).get('name')}"
         if doc["kind"] == "ServiceMonitor":
             check_service_monitor(doc)
+        elif doc["kind"] == "PrometheusRule":
+            check_prometheus_rule(doc)
         else:
             try:
                 kv.validate(doc, KUBE_VERSION, strict=True)
@@ -199,6 +212,28 @@ def validate_k8s(docs: list[dict[str, Any]]) -> str:
                 raise AssertionError(exc.message) from None
         kinds.append(name)
     return ", ".join(kinds)
+
+
+def check_prometheus_rule(rule: dict[str, Any]) -> None:
+    expect(rule.get("apiVersion") == "monitoring.coreos.com/v1", "PrometheusRule apiVersion")
+    md = rule.get("metadata", {})
+    expect(bool(md.get("name")) and bool(md.get("namespace")), "PrometheusRule name/namespace")
+    spec = rule.get("spec", {})
+    expect(set(spec) == {"groups"}, f"PrometheusRule spec fields {sorted(spec)}")
+    for group in spec["groups"]:
+        expect(set(group) <= {"name", "interval", "rules"} and group.get("name"),
+               f"rule group fields {sorted(group)}")
+        for r in group["rules"]:
+            expect(set(r) <= {"alert", "record", "expr", "for", "labels", "annotations"},
+                   f"rule fields {sorted(r)}")
+            expect(bool(r.get("alert")) != bool(r.get("record")), f"alert or record: {r}")
+            expect(isinstance(r.get("expr"), str) and r["expr"].strip(), f"expr of {r}")
+            expect(re.fullmatch(r"[0-9]+(s|m|h)", str(r.get("for", "1m"))) is not None,
+                   f"for of {r.get('alert')}")
+            for k in ("labels", "annotations"):
+                expect(all(isinstance(v, str) for v in (r.get(k) or {}).values()),
+                       f"{k} of {r.get('alert')} must be strings")
+            expect(r["expr"].count("(") == r["expr"].count(")"), f"parentheses in {r['expr']}")
 
 
 def check_service_monitor(sm: dict[str, Any]) -> None:
@@ -685,6 +720,25 @@ def chart_checks(ck: Checks, chart: Path) -> None:
            refuses({"existingSecret": "s", "postgres": {"url": "postgres://a:b@c/d"}},
                    "postgres.url is a secret"))
 
+    observability_checks(ck, chart, need)
+
+    def private_cluster() -> str:
+        docs = need("private-cluster")
+        c = container_of(docs)
+        envs = env_map(c)
+        expect(envs.get("GATEBOT_LOADTESTER_OPEN_ACCESS", {}).get("value") == "true",
+               "loadtester.openAccess sets GATEBOT_LOADTESTER_OPEN_ACCESS")
+        expect("GATEBOT_LOADTESTER_OPEN_ACCESS" not in env_map(container_of(need("defaults"))),
+               "open access is off by default")
+        pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+        vols = {v["name"]: v for v in pod["volumes"]}
+        expect(vols.get("ca") == {"name": "ca", "configMap": {"name": "corporate-ca"}}, "volumes")
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        expect(mounts.get("ca", {}).get("mountPath") == "/etc/gatebot/ca", "volumeMounts")
+        expect("/tmp" in {m["mountPath"] for m in c["volumeMounts"]}, "the chart's mounts stay")
+        return "loadtester.openAccess, extra volumes and mounts"
+    ck.run("loadtester.openAccess, volumes and volumeMounts", private_cluster)
+
     # The example values files shipped with the chart must render and pass the same checks.
     for example in sorted((ROOT / "deploy" / "examples").glob("values-*.yaml")):
         def ex(example: Path = example) -> str:
@@ -694,6 +748,163 @@ def chart_checks(ck: Checks, chart: Path) -> None:
             sqlite = not (values.get("postgres") or {})
             return check_deployment(one(docs, "Deployment"), sqlite=sqlite)
         ck.run(f"example {example.relative_to(ROOT)}", ex)
+
+
+# --------------------------------------------------------------------------- observability
+
+ALERTS = {"GatebotNotificationsFailing", "GatebotNotificationsDropped", "GatebotWaitPastDeadline",
+          "GatebotSignatureFailures", "GatebotStoreNotReady"}
+DASHBOARD_PANELS = {"Waits open", "Waits started", "Approvals by channel", "Time to decision",
+                    "Oldest pending notification", "Queue depth",
+                    "GitHub and Slack calls by result", "Gate checks by kind and result",
+                    "Gate check latency"}
+METRIC = re.compile(r"\bgatebot_[a-z0-9_]+")
+
+
+def exported_series(binary: str) -> set[str]:
+    """Every series name the real binary's /metrics can carry (counters as `_total`,
+    histograms as `_bucket`/`_sum`/`_count`), from its `# TYPE` lines."""
+    import socket
+    import tempfile
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"PATH": os.environ.get("PATH", ""), "GATEBOT_LISTEN": f"127.0.0.1:{port}",
+               "GATEBOT_DATABASE_URL": f"sqlite://{tmp}/gatebot.db"}
+        # Its logs go to a file: a pipe nobody reads could fill and stall it.
+        log = open(Path(tmp) / "log", "w+")  # noqa: SIM115 - closed below
+        proc = subprocess.Popen([binary, "serve"], cwd=tmp, env=env,
+                                stdout=subprocess.DEVNULL, stderr=log)
+        # Straight to 127.0.0.1, whatever http_proxy says.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    with opener.open(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                        text = r.read().decode()
+                    break
+                except OSError:
+                    if proc.poll() is not None:
+                        log.seek(0)
+                        raise AssertionError(f"gatebot exited: {log.read()}")
+                    expect(time.monotonic() < deadline, "gatebot did not serve /metrics in 20 s")
+                    time.sleep(0.05)
+        finally:
+            proc.kill()
+            proc.wait()
+            log.close()
+    names: set[str] = set()
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"],
+                "gauge": [""], "info": ["_info"]}
+    for m in re.finditer(r"^# TYPE (\S+) (\S+)$", text, re.M):
+        name, kind = m.groups()
+        for suffix in suffixes.get(kind, [""]):
+            names.add(name + suffix)
+    expect(names, "no # TYPE lines in /metrics")
+    return names
+
+
+def observability_checks(ck: Checks, chart: Path,
+                         need: Callable[[str], list[dict[str, Any]]]) -> None:
+    dashboard_file = chart / "dashboards" / "gatebot.json"
+
+    def chart_metadata() -> str:
+        meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+        expect(str(meta.get("home", "")).startswith("https://"), "Chart.yaml home")
+        expect(meta.get("sources") and all(str(u).startswith("https://")
+                                            for u in meta["sources"]), "Chart.yaml sources")
+        expect(meta.get("maintainers") and all(m.get("name") for m in meta["maintainers"]),
+               "Chart.yaml maintainers")
+        return "home, sources, maintainers"
+    ck.run("Chart.yaml home, sources, maintainers", chart_metadata)
+
+    def readme() -> str:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import chart_readme  # noqa: PLC0415 - beside this file
+        want = chart_readme.render(chart)
+        path = chart / "README.md"
+        expect(path.is_file() and path.read_text() == want,
+               f"{path.relative_to(ROOT)} is not what values.yaml's `# --` comments give: "
+               "run bash .ci/deploy-check.sh --write-readme")
+        return f"{len(chart_readme.described((chart / 'values.yaml').read_text()))} values"
+    ck.run("chart README.md generated from values.yaml", readme)
+
+    def default_off() -> str:
+        docs = need("defaults")
+        kinds = {d["kind"] for d in docs}
+        expect("PrometheusRule" not in kinds, "PrometheusRule rendered by default")
+        expect(not [d for d in of_kind(docs, "ConfigMap")
+                    if "grafana_dashboard" in d["metadata"].get("labels", {})],
+               "dashboard ConfigMap rendered by default")
+        ann = one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+        expect(not any(k.startswith("prometheus.io/") for k in ann), "scrape annotations by default")
+        return "no rule, no dashboard, no scrape annotations"
+    ck.run("observability is opt-in", default_off)
+
+    state: dict[str, Any] = {}
+
+    def rule() -> str:
+        docs = need("observability")
+        pr = one(docs, "PrometheusRule")
+        expect(pr["metadata"]["labels"].get("release") == "prometheus", "additionalLabels")
+        rules = [r for g in pr["spec"]["groups"] for r in g["rules"]]
+        names = {r["alert"] for r in rules}
+        expect(names == ALERTS, f"alerts {sorted(names)}")
+        for r in rules:
+            expect(r["labels"].get("team") == "delivery", f"alertLabels on {r['alert']}")
+            expect(METRIC.search(r["expr"]), f"{r['alert']} names no gatebot metric")
+        state["exprs"] = {r["alert"]: r["expr"] for r in rules}
+        return ", ".join(sorted(names))
+    ck.run("PrometheusRule alerts", rule)
+
+    def dashboard() -> str:
+        docs = need("observability")
+        cms = [d for d in of_kind(docs, "ConfigMap")
+               if d["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
+        expect(len(cms) == 1, f"one ConfigMap labelled grafana_dashboard, found {len(cms)}")
+        cm = cms[0]
+        expect(cm["metadata"].get("annotations") == {"grafana_folder": "Flagger"}, "annotations")
+        shipped = json.loads(dashboard_file.read_text())
+        expect(json.loads(cm["data"]["gatebot.json"]) == shipped,
+               "the ConfigMap's dashboard differs from dashboards/gatebot.json")
+        titles = {p["title"] for p in shipped["panels"]}
+        expect(DASHBOARD_PANELS <= titles, f"panels missing: {sorted(DASHBOARD_PANELS - titles)}")
+        ids = [p["id"] for p in shipped["panels"]]
+        expect(len(ids) == len(set(ids)), "panel ids repeat")
+        exprs = [t["expr"] for p in shipped["panels"] for t in p.get("targets", [])]
+        state["dashboard"] = exprs
+        return f"{len(shipped['panels'])} panels, {len(exprs)} queries"
+    ck.run("Grafana dashboard ConfigMap", dashboard)
+
+    def scrape() -> str:
+        ann = one(need("observability"), "Deployment")["spec"]["template"]["metadata"]["annotations"]
+        want = {"prometheus.io/scrape": "true", "prometheus.io/port": "8080",
+                "prometheus.io/path": "/metrics"}
+        expect({k: ann.get(k) for k in want} == want, f"scrape annotations {ann}")
+        return "prometheus.io/scrape, port, path"
+    ck.run("prometheus.io pod annotations", scrape)
+
+    def metrics_exist() -> str:
+        binary = os.environ.get("GATEBOT_BIN", "")
+        expect(binary and Path(binary).is_file(), f"GATEBOT_BIN {binary!r} is not the binary")
+        exported = exported_series(binary)
+        used: dict[str, set[str]] = {}
+        for where, exprs in (("alert", state.get("exprs", {}).values()),
+                             ("dashboard", state.get("dashboard", []))):
+            for e in exprs:
+                for name in METRIC.findall(e):
+                    used.setdefault(name, set()).add(where)
+        expect(used, "no metric names found in the rules and the dashboard")
+        missing = sorted(f"{n} ({', '.join(sorted(w))})" for n, w in used.items()
+                         if n not in exported)
+        expect(not missing, f"not exported by {binary}: {missing}")
+        return f"{len(used)} metric names, all in /metrics"
+    ck.run("alerts and dashboard use only exported metrics", metrics_exist)
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

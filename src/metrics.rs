@@ -1,11 +1,18 @@
 //! Prometheus metrics, one registry per server (so tests can read their own).
+//!
+//! Over 400 lines on purpose: the file is the list of every metric gatebot
+//! exports, each registered with its help text (the chart's dashboard and
+//! alerts name them; tests/metrics.rs checks that they exist).
+
+use std::time::Duration;
 
 use prometheus_client::encoding::{text::encode, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::TypedMetric;
+use prometheus_client::registry::{Metric, Registry};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
@@ -74,6 +81,44 @@ pub struct DropLabels {
     pub reason: &'static str,
 }
 
+/// The build that runs: one series, always 1.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: &'static str,
+    /// The git commit it was built from, `unknown` without git at build time.
+    pub commit: &'static str,
+    pub rustc: &'static str,
+}
+
+/// An outbound call: which service, which endpoint (a fixed name such as
+/// `create_comment` or `chat.postMessage`, never a path with ids in it).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub service: &'static str,
+    pub endpoint: &'static str,
+}
+
+/// An outbound call's result: `ok`, `rate_limited`, `client_error`,
+/// `server_error`, `api_error` (Slack's `ok: false`), `transport`, `timeout`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallResultLabels {
+    pub service: &'static str,
+    pub endpoint: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub queue: &'static str,
+}
+
+/// How a wait ended (`opened`, `superseded`, `promoted`, …) at a gate of `kind`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub kind: String,
+    pub outcome: String,
+}
+
 /// Which queue a write transaction worked: `inbox`, `outbox`, or `none`
 /// (gate checks, API commands, housekeeping).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -83,6 +128,9 @@ pub struct WriteLabels {
 
 pub struct Metrics {
     registry: Registry,
+    /// (name, type, help) of every metric, so that /metrics describes the
+    /// families that have no series yet too (see `render`).
+    described: Vec<(&'static str, &'static str, &'static str)>,
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_duration: Family<RouteLabels, Histogram>,
     pub http_failures: Family<FailureLabels, Counter>,
@@ -101,6 +149,62 @@ pub struct Metrics {
     pub commands: Family<CommandLabels, Counter>,
     pub events: Family<ActionLabels, Counter>,
     pub notifications_dropped: Family<DropLabels, Counter>,
+    pub outbound_calls: Family<CallResultLabels, Counter>,
+    pub outbound_duration: Family<CallLabels, Histogram>,
+    /// Age of the oldest pending item of each queue (0 when it is empty).
+    pub queue_oldest: Family<QueueLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// 1 when the latest readiness probe found the store writable, else 0.
+    pub store_ready: Gauge,
+    pub deadlines_passed: Counter,
+}
+
+/// Records the calls to one outside service (GitHub, Slack) into the server's
+/// metrics; cheap to clone (the families are shared).
+#[derive(Clone, Debug)]
+pub struct OutboundCalls {
+    service: &'static str,
+    counts: Family<CallResultLabels, Counter>,
+    duration: Family<CallLabels, Histogram>,
+}
+
+impl OutboundCalls {
+    pub fn observe(&self, endpoint: &'static str, result: &'static str, took: Duration) {
+        let service = self.service;
+        self.counts
+            .get_or_create(&CallResultLabels {
+                service,
+                endpoint,
+                result,
+            })
+            .inc();
+        self.duration
+            .get_or_create(&CallLabels { service, endpoint })
+            .observe(took.as_secs_f64());
+    }
+}
+
+/// The values of `gatebot_build_info`, fixed at build time (see build.rs).
+pub fn build_labels() -> BuildLabels {
+    BuildLabels {
+        version: env!("CARGO_PKG_VERSION"),
+        commit: env!("GATEBOT_BUILD_COMMIT"),
+        rustc: env!("GATEBOT_BUILD_RUSTC"),
+    }
+}
+
+/// Latency buckets for calls to GitHub and Slack (each bounded at 5 s).
+const CALL_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0,
+];
+
+/// From a few seconds (an approval already waiting) to a day and more.
+pub const DECISION_BUCKETS: [f64; 12] = [
+    1.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0,
+];
+
+/// The histogram of how long waits lasted, kept by the store (which ends them).
+pub fn decision_family() -> Family<DecisionLabels, Histogram> {
+    Family::new_with_constructor(|| Histogram::new(DECISION_BUCKETS))
 }
 
 impl Default for Metrics {
@@ -112,6 +216,7 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("gatebot");
+        let mut described = Vec::new();
         let http_requests = Family::<HttpLabels, Counter>::default();
         let http_duration = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
             Histogram::new([
@@ -133,89 +238,168 @@ impl Metrics {
         let commands = Family::<CommandLabels, Counter>::default();
         let events = Family::<ActionLabels, Counter>::default();
         let notifications_dropped = Family::<DropLabels, Counter>::default();
-        registry.register(
+        let outbound_calls = Family::<CallResultLabels, Counter>::default();
+        let outbound_duration =
+            Family::<CallLabels, Histogram>::new_with_constructor(|| Histogram::new(CALL_BUCKETS));
+        let queue_oldest = Family::default();
+        let store_ready = Gauge::default();
+        let deadlines_passed = Counter::default();
+        let build = Family::<BuildLabels, Gauge>::default();
+        build.get_or_create(&build_labels()).set(1);
+        register(
+            &mut registry,
+            &mut described,
+            "build_info",
+            "The running build: version, git commit, rustc; always 1",
+            build,
+        );
+        register(
+            &mut registry,
+            &mut described,
             "http_requests",
             "HTTP requests by matched route",
             http_requests.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "http_request_duration_seconds",
             "HTTP request latency by matched route",
             http_duration.clone(),
         );
-        registry.register(
+        register(&mut registry, &mut described,
             "http_failures",
             "Requests gatebot failed to answer itself (panic, timeout), by route; also counted in http_requests",
             http_failures.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "http_connections",
             "Open HTTP connections",
             http_connections.clone(),
         );
-        registry.register(
+        register(&mut registry, &mut described,
             "http_connections_cut",
             "Connections closed for sending no request head in time (header_timeout) or staying idle (idle_timeout)",
             http_connections_cut.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "gate_checks",
             "Gate answers by kind and result",
             gate_checks.clone(),
         );
-        registry.register(
+        register(&mut registry, &mut described,
             "gate_checks_store_busy",
             "Gate checks answered closed because the store did not answer within the check deadline",
             checks_store_busy.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "waits_started",
             "Waits started (one per canary and gate)",
             waits_started.clone(),
         );
-        registry.register("waits_open", "Waits not yet ended", waits_open.clone());
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
+            "waits_open",
+            "Waits not yet ended",
+            waits_open.clone(),
+        );
+        register(
+            &mut registry,
+            &mut described,
             "audit_events",
             "Audit log entries by action",
             audit_events.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "rejected_requests",
             "Requests refused before doing anything, by route and reason",
             rejected.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "queue_jobs",
             "Outbox and inbox items run, by result",
             jobs.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "outbox_pending",
             "Notification jobs waiting to be sent",
             outbox_pending.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "inbox_pending",
             "Webhook deliveries waiting to be worked",
             inbox_pending.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "commands",
             "Commands from people, by source and result",
             commands.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "flagger_events",
             "Flagger events received, by kind",
             events.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut described,
             "notifications_dropped",
             "Notifications not sent on their own, by sink and reason",
             notifications_dropped.clone(),
         );
+        register(&mut registry, &mut described,
+            "outbound_requests",
+            "Calls to GitHub and Slack, by service, endpoint and result (ok, rate_limited, client_error, server_error, api_error, transport, timeout)",
+            outbound_calls.clone(),
+        );
+        register(
+            &mut registry,
+            &mut described,
+            "outbound_request_duration_seconds",
+            "Latency of calls to GitHub and Slack, by service and endpoint, whatever their result",
+            outbound_duration.clone(),
+        );
+        register(&mut registry, &mut described,
+            "queue_oldest_pending_age_seconds",
+            "Age of the oldest pending item, by queue (outbox: notifications, inbox: deliveries); 0 when none is pending",
+            queue_oldest.clone(),
+        );
+        register(
+            &mut registry,
+            &mut described,
+            "store_ready",
+            "1 when the latest readiness probe (/readyz) found the store writable, else 0",
+            store_ready.clone(),
+        );
+        register(
+            &mut registry,
+            &mut described,
+            "wait_deadlines_passed",
+            "Waits that outlasted their deadline and were acted on (rolled back, closed, or told)",
+            deadlines_passed.clone(),
+        );
         Self {
             registry,
+            described,
             http_requests,
             http_duration,
             http_failures,
@@ -233,13 +417,44 @@ impl Metrics {
             commands,
             events,
             notifications_dropped,
+            outbound_calls,
+            outbound_duration,
+            queue_oldest,
+            store_ready,
+            deadlines_passed,
         }
+    }
+
+    /// The recorder for calls to `service` (`github`, `slack`).
+    pub fn outbound(&self, service: &'static str) -> OutboundCalls {
+        OutboundCalls {
+            service,
+            counts: self.outbound_calls.clone(),
+            duration: self.outbound_duration.clone(),
+        }
+    }
+
+    /// Registers the store's histogram of how long waits lasted (the store
+    /// observes it when a transaction that ended waits commits).
+    pub fn time_decisions(&mut self, decisions: Family<DecisionLabels, Histogram>) {
+        register(&mut self.registry, &mut self.described,
+            "wait_duration_seconds",
+            "How long waits lasted, from the first check to their end, by gate kind and outcome (opened: the time to a decision)",
+            decisions,
+        );
+    }
+
+    /// Sets the age of `queue`'s oldest pending item.
+    pub fn queue_age(&self, queue: &'static str, age: Duration) {
+        self.queue_oldest
+            .get_or_create(&QueueLabels { queue })
+            .set(age.as_secs_f64());
     }
 
     /// Registers the store's count of committed write transactions (kept by
     /// the store, which commits them).
     pub fn count_store_writes(&mut self, committed: Family<WriteLabels, Counter>) {
-        self.registry.register(
+        register(&mut self.registry, &mut self.described,
             "store_write_transactions",
             "Write transactions committed, by the queue they worked (inbox, outbox, none); idle claims, heartbeats and probes are not counted",
             committed,
@@ -265,10 +480,44 @@ impl Metrics {
             .inc();
     }
 
+    /// The OpenMetrics text. A family without series is not encoded by
+    /// prometheus-client; its HELP and TYPE are added before `# EOF` (a family
+    /// with no samples is valid OpenMetrics), so every metric gatebot has is
+    /// listed from the start, for people and for the chart's checks.
     pub fn render(&self) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = encode(&mut out, &self.registry);
-        out
+        let mut missing = String::new();
+        for (name, kind, help) in &self.described {
+            if !out.contains(&format!("# TYPE gatebot_{name} {kind}\n")) {
+                missing.push_str(&format!(
+                    "# HELP gatebot_{name} {help}.\n# TYPE gatebot_{name} {kind}\n"
+                ));
+            }
+        }
+        match out.strip_suffix("# EOF\n") {
+            Some(head) if !missing.is_empty() => format!("{head}{missing}# EOF\n"),
+            _ => out,
+        }
     }
+}
+
+/// Registers `metric` and remembers its name, type and help for `render`.
+fn register<M: Metric + TypedMetric>(
+    registry: &mut Registry,
+    described: &mut Vec<(&'static str, &'static str, &'static str)>,
+    name: &'static str,
+    help: &'static str,
+    metric: M,
+) {
+    let kind = match M::TYPE {
+        prometheus_client::metrics::MetricType::Counter => "counter",
+        prometheus_client::metrics::MetricType::Gauge => "gauge",
+        prometheus_client::metrics::MetricType::Histogram => "histogram",
+        prometheus_client::metrics::MetricType::Info => "info",
+        prometheus_client::metrics::MetricType::Unknown => "unknown",
+    };
+    described.push((name, kind, help));
+    registry.register(name, help, metric);
 }

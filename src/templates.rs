@@ -1,7 +1,9 @@
 //! Message templates (minijinja). Built-in copies of `templates/` are compiled
-//! in; a file of the same name under `GATEBOT_TEMPLATES_DIR` overrides one.
+//! in; a file of the same name under `GATEBOT_TEMPLATES_DIR` overrides one. A
+//! file there that overrides nothing (a typo, an old name) is refused at start,
+//! since it would otherwise be ignored without a word.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -112,6 +114,9 @@ impl Templates {
     /// Like [`Templates::new`]; with `public_url` (GATEBOT_PUBLIC_URL) set,
     /// templates get it as `public_url` and link to the gate pages there.
     pub fn with_links(dir: Option<PathBuf>, public_url: Option<&str>) -> anyhow::Result<Self> {
+        if let Some(dir) = &dir {
+            refuse_unknown(dir)?;
+        }
         let mut env = Environment::new();
         if let Some(url) = public_url.map(|u| u.trim().trim_end_matches('/')) {
             if !url.is_empty() {
@@ -155,4 +160,51 @@ impl Templates {
     pub fn names(&self) -> Vec<&'static str> {
         builtin().map(|(n, _)| *n).collect()
     }
+}
+
+/// Fails when a file under `dir` is not the name of a built-in template, and
+/// lists the names that are. Names starting with `.` are skipped: hidden files,
+/// and the `..data` links Kubernetes puts in a mounted ConfigMap.
+fn refuse_unknown(dir: &Path) -> anyhow::Result<()> {
+    if !dir.is_dir() {
+        return Ok(());
+    }
+    let mut unknown = Vec::new();
+    let mut pending = vec![(dir.to_path_buf(), String::new())];
+    while let Some((path, prefix)) = pending.pop() {
+        let entries = std::fs::read_dir(&path)
+            .with_context(|| format!("cannot read the templates directory {}", path.display()))?;
+        for entry in entries {
+            let entry = entry.with_context(|| {
+                format!("cannot read the templates directory {}", path.display())
+            })?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            let relative = format!("{prefix}{name}");
+            let full = entry.path();
+            if full.is_dir() {
+                pending.push((full, format!("{relative}/")));
+            } else if !builtin().any(|(n, _)| *n == relative) {
+                unknown.push(relative);
+            }
+        }
+    }
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    unknown.sort();
+    let valid: Vec<&str> = builtin().map(|(n, _)| *n).collect();
+    anyhow::bail!(
+        "{} overrides no template: {} (GATEBOT_TEMPLATES_DIR {}); the templates are: {}",
+        if unknown.len() == 1 {
+            "this file"
+        } else {
+            "these files"
+        },
+        unknown.join(", "),
+        dir.display(),
+        valid.join(", ")
+    )
 }

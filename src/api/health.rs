@@ -25,27 +25,37 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// full disk is a reason to take traffic away, not to restart the process.
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let now = state.clock.now_ms();
-    let unready = |why: String| {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: {why}\n"),
-        )
-    };
-    match tokio::time::timeout(PROBE_TIMEOUT, state.store.probe_write(now)).await {
-        Err(_) => unready(format!("a test write did not finish in {PROBE_TIMEOUT:?}")),
-        Ok(Err(e)) => unready(format!("writes fail: {e}")),
-        Ok(Ok(())) => match state
+    let problem = match tokio::time::timeout(PROBE_TIMEOUT, state.store.probe_write(now)).await {
+        Err(_) => Some(format!("a test write did not finish in {PROBE_TIMEOUT:?}")),
+        Ok(Err(e)) => Some(format!("writes fail: {e}")),
+        Ok(Ok(())) => state
             .store
             .write_health()
             .recent_failure(FAILED_WRITE_COUNTS_FOR)
-        {
-            Some(e) => unready(format!("a write failed just now: {e}")),
-            None => (StatusCode::OK, "ready\n".to_string()),
-        },
+            .map(|e| format!("a write failed just now: {e}")),
+    };
+    // For the store-not-ready alert: the probe's answer, as a gauge.
+    state.metrics.store_ready.set(i64::from(problem.is_none()));
+    match problem {
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
+        None => (StatusCode::OK, "ready\n".to_string()),
     }
 }
 
+/// How long counting the queues may hold up a scrape.
+const QUEUE_COUNT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The queue gauges are read fresh for each scrape (two indexed counts), so
+/// an alert on the oldest pending notification sees its age now.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let report = state
+        .store
+        .report_queues(&state.metrics, state.clock.now_ms());
+    // A slow store leaves the last values (housekeeping refreshes them too).
+    let _ = tokio::time::timeout(QUEUE_COUNT_TIMEOUT, report).await;
     (
         [(
             header::CONTENT_TYPE,

@@ -63,6 +63,7 @@ impl Gatebot {
         let store = Store::connect(&config.database_url).await?;
         let mut metrics = Metrics::new();
         metrics.count_store_writes(store.write_health().committed().clone());
+        metrics.time_decisions(store.write_health().decisions().clone());
         let metrics = Arc::new(metrics);
         let templates = templates::Templates::with_links(
             config.templates_dir.clone(),
@@ -72,7 +73,7 @@ impl Gatebot {
         let outbox_wake = Arc::new(Notify::new());
         let inbox_wake = Arc::new(Notify::new());
         let mut sinks = options.sinks;
-        let github = github::client(&config)?;
+        let github = github::client(&config, &metrics)?;
         sinks.extend(github::sinks(
             github.as_ref(),
             &config,

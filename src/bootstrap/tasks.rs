@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::SharedClock;
 use crate::core::AppState;
 use crate::gate;
-use crate::store::{self, QueueName, Store};
+use crate::store::{self, Store};
 
 /// Before the workers start: on SQLite (one process) every lease is a dead
 /// process's, so take them back; on both stores, say this replica is alive
@@ -59,12 +59,15 @@ pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
         if let Err(e) = state.engine.expire_due().await {
             tracing::warn!(error = %e, "could not expire approvals");
         }
-        if let Err(e) = state
+        match state
             .engine
             .enforce_deadlines(state.policy.deadlines())
             .await
         {
-            tracing::warn!(error = %e, "could not apply wait deadlines");
+            Ok(acted) => {
+                state.metrics.deadlines_passed.inc_by(acted as u64);
+            }
+            Err(e) => tracing::warn!(error = %e, "could not apply wait deadlines"),
         }
         if let Err(e) = state.engine.send_reminders(&state.policy).await {
             tracing::warn!(error = %e, "could not send reminders");
@@ -75,11 +78,9 @@ pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
                 tracing::warn!(error = %e, "could not re-read freezes");
             }
         }
-        if let Ok(n) = state.store.pending(QueueName::Outbox).await {
-            state.metrics.outbox_pending.set(n);
-        }
-        if let Ok(n) = state.store.pending(QueueName::Inbox).await {
-            state.metrics.inbox_pending.set(n);
-        }
+        state
+            .store
+            .report_queues(&state.metrics, state.clock.now_ms())
+            .await;
     }
 }

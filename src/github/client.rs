@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::http::HeaderMap;
 use reqwest::Method;
@@ -23,6 +23,7 @@ use serde_json::{json, Value};
 use super::app::{AppKey, TokenCache};
 use crate::config::{GithubConfig, Permission};
 use crate::gate::{Millis, PrNumber, RepoName};
+use crate::metrics::OutboundCalls;
 use crate::notify::SendError;
 use crate::outbound;
 
@@ -127,6 +128,7 @@ pub struct GithubClient {
     tokens: TokenCache,
     /// repo → installation, learned from deliveries or looked up.
     repo_installations: Mutex<HashMap<String, u64>>,
+    calls: OutboundCalls,
 }
 
 #[derive(Deserialize)]
@@ -188,7 +190,10 @@ pub struct PullUser {
 
 impl GithubClient {
     /// None when no credentials are configured.
-    pub fn from_config(config: &GithubConfig) -> anyhow::Result<Option<Self>> {
+    pub fn from_config(
+        config: &GithubConfig,
+        calls: OutboundCalls,
+    ) -> anyhow::Result<Option<Self>> {
         let auth = match (&config.token, config.app_id, &config.app_private_key) {
             (Some(token), _, _) => Auth::Token(token.clone()),
             (None, Some(id), Some(key)) => {
@@ -202,6 +207,7 @@ impl GithubClient {
             auth,
             tokens: TokenCache::default(),
             repo_installations: Mutex::new(HashMap::new()),
+            calls,
         }))
     }
 
@@ -241,7 +247,7 @@ impl GithubClient {
             Some(id) => id,
             None => {
                 let path = format!("/repos/{}/{}/installation", repo.owner(), repo.name());
-                let found: IdAnswer = self.read(&jwt()?, &path).await?;
+                let found: IdAnswer = self.read("installation", &jwt()?, &path).await?;
                 self.learn_installation(repo, found.id);
                 found.id
             }
@@ -251,7 +257,13 @@ impl GithubClient {
         }
         let path = format!("/app/installations/{id}/access_tokens");
         let minted = self
-            .call(&jwt()?, Method::POST, &path, Some(&json!({})))
+            .call(
+                "access_token",
+                &jwt()?,
+                Method::POST,
+                &path,
+                Some(&json!({})),
+            )
             .await
             // A missing installation is not "no such user/team": retry it
             // rather than let a caller read it as an answer.
@@ -280,7 +292,10 @@ impl GithubClient {
             repo.name(),
             segment(user)
         );
-        match self.read::<PermissionAnswer>(&auth, &path).await {
+        match self
+            .read::<PermissionAnswer>("permission", &auth, &path)
+            .await
+        {
             Ok(a) => Ok(parse_permission(&a.permission, a.role_name.as_deref())),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
@@ -302,7 +317,10 @@ impl GithubClient {
             segment(team),
             segment(user)
         );
-        match self.read::<MembershipAnswer>(&auth, &path).await {
+        match self
+            .read::<MembershipAnswer>("team_membership", &auth, &path)
+            .await
+        {
             Ok(m) => Ok(m.state == "active"),
             Err(e) if e.is_not_found() => Ok(false),
             Err(e) => Err(e),
@@ -312,17 +330,22 @@ impl GithubClient {
     pub async fn pull(&self, repo: &RepoName, number: PrNumber) -> Result<PullInfo, ApiError> {
         let auth = self.bearer(Some(repo)).await?;
         let path = format!("/repos/{}/{}/pulls/{}", repo.owner(), repo.name(), number.0);
-        self.read(&auth, &path).await
+        self.read("pull", &auth, &path).await
     }
 
     /// The login gatebot comments as (`name[bot]` for an App).
     pub async fn own_login(&self) -> Result<String, ApiError> {
         let auth = self.bearer(None).await?;
         match &self.auth {
-            Auth::Token(_) => Ok(self.read::<LoginAnswer>(&auth, "/user").await?.login),
+            Auth::Token(_) => Ok(self
+                .read::<LoginAnswer>("own_login", &auth, "/user")
+                .await?
+                .login),
             Auth::App(_) => Ok(format!(
                 "{}[bot]",
-                self.read::<LoginAnswer>(&auth, "/app").await?.slug
+                self.read::<LoginAnswer>("own_login", &auth, "/app")
+                    .await?
+                    .slug
             )),
         }
     }
@@ -340,7 +363,7 @@ impl GithubClient {
             repo.name()
         );
         let body = json!({ "content": content });
-        self.call(&auth, Method::POST, &path, Some(&body))
+        self.call("react", &auth, Method::POST, &path, Some(&body))
             .await
             .map(|_| ())
     }
@@ -359,7 +382,9 @@ impl GithubClient {
             number.0
         );
         let body = json!({ "body": body });
-        let text = self.call(&auth, Method::POST, &path, Some(&body)).await?;
+        let text = self
+            .call("create_comment", &auth, Method::POST, &path, Some(&body))
+            .await?;
         decode::<IdAnswer>(&text).map(|a| a.id)
     }
 
@@ -371,7 +396,7 @@ impl GithubClient {
             repo.name()
         );
         let body = json!({ "body": body });
-        self.call(&auth, Method::PATCH, &path, Some(&body))
+        self.call("edit_comment", &auth, Method::PATCH, &path, Some(&body))
             .await
             .map(|_| ())
     }
@@ -396,7 +421,7 @@ impl GithubClient {
             let at = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
             path.push_str(&format!("&since={}", humantime::format_rfc3339_seconds(at)));
         }
-        let comments: Vec<CommentAnswer> = self.read(&auth, &path).await?;
+        let comments: Vec<CommentAnswer> = self.read("find_comment", &auth, &path).await?;
         Ok(comments
             .into_iter()
             .find(|c| c.body.as_deref().is_some_and(|b| b.contains(marker)))
@@ -405,16 +430,19 @@ impl GithubClient {
 
     async fn read<T: DeserializeOwned>(
         &self,
+        endpoint: &'static str,
         auth: &SecretString,
         path: &str,
     ) -> Result<T, ApiError> {
-        let text = self.call(auth, Method::GET, path, None).await?;
+        let text = self.call(endpoint, auth, Method::GET, path, None).await?;
         decode(&text)
     }
 
     /// One call: the body of a successful answer, or the classified failure.
+    /// Counted and timed under `endpoint`, whatever its result.
     async fn call(
         &self,
+        endpoint: &'static str,
         auth: &SecretString,
         method: Method,
         path: &str,
@@ -428,14 +456,41 @@ impl GithubClient {
         if let Some(body) = body {
             request = request.json(body);
         }
-        within(async {
+        let started = Instant::now();
+        let answered = tokio::time::timeout(CALL_TIMEOUT, async {
             let response = request
                 .send()
                 .await
                 .map_err(|e| ApiError::Transport(e.to_string()))?;
             answer(response).await
         })
-        .await
+        .await;
+        let (result, answer) = match answered {
+            Ok(answer) => (result_of(&answer), answer),
+            // Bounds the whole call, so a hanging GitHub holds up only the
+            // work waiting on that call.
+            Err(_) => (
+                "timeout",
+                Err(ApiError::Transport(format!(
+                    "no answer within {CALL_TIMEOUT:?}"
+                ))),
+            ),
+        };
+        self.calls.observe(endpoint, result, started.elapsed());
+        answer
+    }
+}
+
+/// A call's result as `gatebot_outbound_requests_total` counts it.
+fn result_of(answer: &Result<String, ApiError>) -> &'static str {
+    match answer {
+        Ok(_) => "ok",
+        Err(ApiError::Status {
+            rate_limited: true, ..
+        }) => "rate_limited",
+        Err(ApiError::Status { status, .. }) if *status >= 500 => "server_error",
+        Err(ApiError::Status { .. }) => "client_error",
+        Err(ApiError::Transport(_)) => "transport",
     }
 }
 
@@ -464,20 +519,6 @@ fn segment(s: &str) -> String {
         }
     }
     out
-}
-
-/// Bounds one call, from sending to the answer's last byte, so a hanging
-/// GitHub holds up only the work waiting on that call.
-async fn within<T>(
-    call: impl std::future::Future<Output = Result<T, ApiError>>,
-) -> Result<T, ApiError> {
-    tokio::time::timeout(CALL_TIMEOUT, call)
-        .await
-        .unwrap_or_else(|_| {
-            Err(ApiError::Transport(format!(
-                "no answer within {CALL_TIMEOUT:?}"
-            )))
-        })
 }
 
 fn decode<T: DeserializeOwned>(text: &str) -> Result<T, ApiError> {

@@ -55,8 +55,8 @@ pub fn routes() -> Router<AppState> {
 
 /// The one GitHub client (and installation-token cache) of a replica; None
 /// without credentials.
-pub fn client(config: &Config) -> anyhow::Result<Option<Arc<GithubClient>>> {
-    Ok(GithubClient::from_config(&config.github)?.map(Arc::new))
+pub fn client(config: &Config, metrics: &Metrics) -> anyhow::Result<Option<Arc<GithubClient>>> {
+    Ok(GithubClient::from_config(&config.github, metrics.outbound(SOURCE))?.map(Arc::new))
 }
 
 impl AuthorLookup for GithubClient {

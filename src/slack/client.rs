@@ -1,7 +1,7 @@
 //! Slack Web API calls over reqwest, with `GATEBOT_SLACK_API_URL` as the base,
 //! and how their failures map onto the outbox's retry rules.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::blocks::Block;
+use crate::metrics::OutboundCalls;
 use crate::notify::SendError;
 use crate::outbound;
 
@@ -22,6 +23,7 @@ pub struct SlackApi {
     /// The Web API root without a trailing slash.
     base: String,
     token: String,
+    calls: OutboundCalls,
 }
 
 /// A message posted to an interaction's or command's `response_url`.
@@ -57,6 +59,20 @@ pub enum CallError {
     Transport(String),
 }
 
+impl CallError {
+    /// The result as `gatebot_outbound_requests_total` counts it.
+    fn result(&self) -> &'static str {
+        match self {
+            Self::RateLimited(_) => "rate_limited",
+            Self::Api(code) if code == "ratelimited" => "rate_limited",
+            Self::Api(_) => "api_error",
+            Self::Http(status) if status.is_server_error() => "server_error",
+            Self::Http(_) => "client_error",
+            Self::Transport(_) => "transport",
+        }
+    }
+}
+
 impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -81,11 +97,12 @@ struct Members {
 }
 
 impl SlackApi {
-    pub fn new(api_url: &str, bot_token: &str) -> anyhow::Result<Self> {
+    pub fn new(api_url: &str, bot_token: &str, calls: OutboundCalls) -> anyhow::Result<Self> {
         Ok(Self {
             http: HTTP.get(CALL_TIMEOUT)?,
             base: api_url.trim_end_matches('/').to_string(),
             token: bot_token.to_string(),
+            calls,
         })
     }
 
@@ -128,7 +145,7 @@ impl SlackApi {
             .parse()
             .map_err(|e| SendError::Permanent(format!("response_url `{response_url}`: {e}")))?;
         let request = self.http.post(url).json(body);
-        let _: Value = within("response_url", call(request)).await?;
+        let _: Value = self.within("response_url", call(request)).await?;
         Ok(())
     }
 
@@ -140,14 +157,14 @@ impl SlackApi {
             .get(format!("{}/{method}", self.base))
             .query(&[("usergroup", group)])
             .bearer_auth(&self.token);
-        let members: Members = within(method, call(request)).await?;
+        let members: Members = self.within(method, call(request)).await?;
         Ok(members.users)
     }
 
     /// A Web API method taking a JSON body.
     async fn method<T: DeserializeOwned>(
         &self,
-        method: &str,
+        method: &'static str,
         body: &Value,
     ) -> Result<T, SendError> {
         let request = self
@@ -155,7 +172,30 @@ impl SlackApi {
             .post(format!("{}/{method}", self.base))
             .bearer_auth(&self.token)
             .json(body);
-        within(method, call(request)).await
+        self.within(method, call(request)).await
+    }
+
+    /// Bounds one call, so a hanging Slack holds up only the work waiting on
+    /// it; counts and times it under `method`, whatever its result.
+    async fn within<T>(
+        &self,
+        method: &'static str,
+        call: impl std::future::Future<Output = Result<T, CallError>>,
+    ) -> Result<T, SendError> {
+        let started = Instant::now();
+        let answered = tokio::time::timeout(CALL_TIMEOUT, call).await;
+        let result = match &answered {
+            Err(_) => "timeout",
+            Ok(Ok(_)) => "ok",
+            Ok(Err(e)) => e.result(),
+        };
+        self.calls.observe(method, result, started.elapsed());
+        match answered {
+            Ok(answer) => answer.map_err(|e| classify(method, e)),
+            Err(_) => Err(SendError::retry(format!(
+                "Slack {method}: no answer within {CALL_TIMEOUT:?}"
+            ))),
+        }
     }
 }
 
@@ -236,19 +276,6 @@ const PERMANENT: &[&str] = &[
 /// the outbox's attempt limit, rather than dropping a message on a new code.
 /// The longest one Slack call may take.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Bounds one call, so a hanging Slack holds up only the work waiting on it.
-async fn within<T>(
-    method: &str,
-    call: impl std::future::Future<Output = Result<T, CallError>>,
-) -> Result<T, SendError> {
-    match tokio::time::timeout(CALL_TIMEOUT, call).await {
-        Ok(answer) => answer.map_err(|e| classify(method, e)),
-        Err(_) => Err(SendError::retry(format!(
-            "Slack {method}: no answer within {CALL_TIMEOUT:?}"
-        ))),
-    }
-}
 
 pub fn classify(method: &str, e: CallError) -> SendError {
     match e {

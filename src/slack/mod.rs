@@ -47,11 +47,12 @@ fn bot_token(config: &Config) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-fn api(config: &Config) -> anyhow::Result<Option<Arc<client::SlackApi>>> {
+fn api(config: &Config, metrics: &Metrics) -> anyhow::Result<Option<Arc<client::SlackApi>>> {
     match bot_token(config) {
         Some(token) => Ok(Some(Arc::new(client::SlackApi::new(
             &config.slack.api_url,
             token,
+            metrics.outbound("slack"),
         )?))),
         None => Ok(None),
     }
@@ -64,7 +65,7 @@ pub fn sinks(
     clock: &SharedClock,
     metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Vec<Arc<dyn Sink>>> {
-    let Some(api) = api(config)? else {
+    let Some(api) = api(config, metrics)? else {
         return Ok(Vec::new());
     };
     Ok(vec![Arc::new(sink::SlackSink {
@@ -88,7 +89,7 @@ pub fn inbox_handlers(
     state: &AppState,
     authors: Option<Arc<dyn AuthorLookup>>,
 ) -> anyhow::Result<HashMap<String, Arc<dyn Handler>>> {
-    let Some(api) = api(&state.config)? else {
+    let Some(api) = api(&state.config, &state.metrics)? else {
         return Ok(HashMap::new());
     };
     let handler = inbox::SlackInbox {

@@ -212,7 +212,7 @@ impl Store {
     ) -> Result<Option<i64>> {
         let row = sqlx::query(
             "UPDATE waits SET ended_at = $3, outcome = $4 \
-             WHERE gate_key = $1 AND canary = $2 AND ended_at IS NULL RETURNING id",
+             WHERE gate_key = $1 AND canary = $2 AND ended_at IS NULL RETURNING id, started_at",
         )
         .bind(key.to_string())
         .bind(canary.to_string())
@@ -220,7 +220,13 @@ impl Store {
         .bind(outcome.to_string())
         .fetch_optional(tx.conn())
         .await?;
-        Ok(row.map(|r| r.try_get("id")).transpose()?)
+        let Some(row) = row else { return Ok(None) };
+        tx.ended_wait(
+            key.kind,
+            outcome,
+            at - row.try_get::<Millis, _>("started_at")?,
+        );
+        Ok(Some(row.try_get("id")?))
     }
 
     /// Ends every open wait at a gate: (wait id, canary; None for an announcement).
@@ -232,13 +238,20 @@ impl Store {
     ) -> Result<Vec<(i64, Option<CanaryRef>)>> {
         let rows = sqlx::query(
             "UPDATE waits SET ended_at = $2, outcome = $3 \
-             WHERE gate_key = $1 AND ended_at IS NULL RETURNING id, canary",
+             WHERE gate_key = $1 AND ended_at IS NULL RETURNING id, canary, started_at",
         )
         .bind(key.to_string())
         .bind(at)
         .bind(outcome.to_string())
         .fetch_all(tx.conn())
         .await?;
+        for r in &rows {
+            tx.ended_wait(
+                key.kind,
+                outcome,
+                at - r.try_get::<Millis, _>("started_at")?,
+            );
+        }
         rows.iter()
             .map(|r| {
                 let canary: String = r.try_get("canary")?;

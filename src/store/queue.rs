@@ -2,12 +2,15 @@
 //! (webhook deliveries stored before they are acknowledged). Both are claimed
 //! with a lease so a worker that dies mid-job leaves it to be taken again.
 
+use std::time::Duration;
+
 use serde::Serialize;
 use sqlx::Row;
 
 use super::replicas::millis;
 use super::{Backend, Result, Store, WriteTx};
 use crate::gate::Millis;
+use crate::metrics::Metrics;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueName {
@@ -349,6 +352,40 @@ impl Store {
             .fetch_one(&self.pool)
             .await?
             .try_get("n")?)
+    }
+
+    /// The number of pending items and when the oldest was queued (received).
+    pub async fn depth(&self, queue: QueueName) -> Result<(i64, Option<Millis>)> {
+        let created = match queue {
+            QueueName::Outbox => "created_at",
+            QueueName::Inbox => "received_at",
+        };
+        let sql = format!(
+            "SELECT COUNT(*) AS n, MIN({created}) AS oldest FROM {} WHERE state = 'pending'",
+            queue.table()
+        );
+        let row = sqlx::query(&sql).fetch_one(&self.pool).await?;
+        Ok((row.try_get("n")?, row.try_get("oldest")?))
+    }
+
+    /// Sets the queue gauges (pending items, the oldest one's age) from the
+    /// store; a queue the store cannot count keeps its last values.
+    pub async fn report_queues(&self, metrics: &Metrics, now: Millis) {
+        for queue in [QueueName::Outbox, QueueName::Inbox] {
+            let (n, oldest) = match self.depth(queue).await {
+                Ok(depth) => depth,
+                Err(e) => {
+                    tracing::debug!(queue = queue.label(), error = %e, "cannot count the queue");
+                    continue;
+                }
+            };
+            match queue {
+                QueueName::Outbox => metrics.outbox_pending.set(n),
+                QueueName::Inbox => metrics.inbox_pending.set(n),
+            };
+            let age = oldest.map_or(0, |at| (now - at).max(0));
+            metrics.queue_age(queue.label(), Duration::from_millis(age as u64));
+        }
     }
 
     /// The earliest time a pending item is due, if any: how long a worker may

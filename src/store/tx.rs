@@ -13,12 +13,14 @@ use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, Executor};
 use tokio::sync::MutexGuard;
 
 use super::{QueueName, Result};
-use crate::metrics::WriteLabels;
+use crate::gate::{GateKind, Millis};
+use crate::metrics::{DecisionLabels, WriteLabels};
 
 /// How long ending a failed transaction may take before its connection is
 /// simply closed (closing rolls back too).
@@ -39,6 +41,9 @@ pub struct WriteTx<'a> {
     queue: Option<QueueName>,
     /// False when it turned out to write nothing (a claim that found nothing due).
     counted: bool,
+    /// Waits this transaction ended: (gate kind, outcome, how long they lasted),
+    /// observed once it commits.
+    ended_waits: Vec<(GateKind, String, Millis)>,
     _turn: Option<MutexGuard<'a, ()>>,
 }
 
@@ -59,6 +64,7 @@ impl<'a> WriteTx<'a> {
             writes,
             queue: None,
             counted: true,
+            ended_waits: Vec::new(),
             _turn: turn,
         };
         if let Err(e) = tx.conn.execute(begin).await {
@@ -84,6 +90,12 @@ impl<'a> WriteTx<'a> {
         self.counted = false;
     }
 
+    /// Notes a wait this transaction ended, for `gatebot_wait_duration_seconds`.
+    pub(super) fn ended_wait(&mut self, kind: GateKind, outcome: &str, lasted: Millis) {
+        self.ended_waits
+            .push((kind, outcome.to_string(), lasted.max(0)));
+    }
+
     /// Commits. An error means nothing of this transaction is stored.
     pub async fn commit(mut self) -> Result<()> {
         match self.conn.execute("COMMIT").await {
@@ -92,6 +104,11 @@ impl<'a> WriteTx<'a> {
                 self.record(Ok(()));
                 if let Some(writes) = self.writes.filter(|_| self.counted) {
                     writes.count(self.queue);
+                }
+                if let Some(writes) = self.writes {
+                    for (kind, outcome, lasted) in std::mem::take(&mut self.ended_waits) {
+                        writes.decided(kind, outcome, lasted);
+                    }
                 }
                 Ok(())
             }
@@ -134,12 +151,25 @@ impl Drop for WriteTx<'_> {
 
 /// The outcome of the latest real write (a transaction that began or
 /// committed, or failed to), for readiness.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WriteHealth {
     last: StdMutex<Last>,
     /// Real write transactions committed, by the queue they worked
     /// (`gatebot_store_write_transactions_total`).
     committed: Family<WriteLabels, Counter>,
+    /// How long the waits that committed transactions ended had lasted
+    /// (`gatebot_wait_duration_seconds`).
+    decisions: Family<DecisionLabels, Histogram>,
+}
+
+impl Default for WriteHealth {
+    fn default() -> Self {
+        Self {
+            last: StdMutex::default(),
+            committed: Family::default(),
+            decisions: crate::metrics::decision_family(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -160,6 +190,21 @@ impl WriteHealth {
     fn count(&self, queue: Option<QueueName>) {
         let queue = queue.map_or("none", QueueName::label);
         self.committed.get_or_create(&WriteLabels { queue }).inc();
+    }
+
+    fn decided(&self, kind: GateKind, outcome: String, lasted: Millis) {
+        let labels = DecisionLabels {
+            kind: kind.to_string(),
+            outcome,
+        };
+        self.decisions
+            .get_or_create(&labels)
+            .observe(lasted as f64 / 1000.0);
+    }
+
+    /// How long ended waits lasted, to register with the other metrics.
+    pub fn decisions(&self) -> &Family<DecisionLabels, Histogram> {
+        &self.decisions
     }
 
     /// The count of committed write transactions, to register with the other metrics.
