@@ -103,6 +103,19 @@ async fn env(backend: Backend) -> Env {
     }
 }
 
+/// The status comment without its timeline, whose events depend on how the
+/// simulator's ticks fell.
+fn gates_part(status: &str) -> String {
+    status
+        .split("<details>")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.starts_with("| `start`") && !l.starts_with("| `rollback`"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// A rendered message, with the times that differ from run to run filtered.
 fn snap(name: &str, text: &str) {
     let mut settings = insta::Settings::clone_current();
@@ -300,6 +313,19 @@ async fn waiting_to_promote(env: &Env, rev: &str) -> FlaggerSim {
     sim
 }
 
+/// Flagger's promote checks, tick after tick, until one answers with `want`
+/// (a check may answer "store busy" on a loaded machine, and is asked again
+/// at the next tick, as Flagger does); the last answer.
+async fn ask(sim: &mut FlaggerSim, want: &str) -> String {
+    for _ in 0..10 {
+        sim.tick().await;
+        if last_promote_reason(sim).contains(want) {
+            break;
+        }
+    }
+    last_promote_reason(sim)
+}
+
 fn last_promote_reason(sim: &FlaggerSim) -> String {
     sim.calls_of(HookType::ConfirmPromotion)
         .last()
@@ -336,9 +362,8 @@ async fn two_people_open_a_gate_that_needs_two_and_the_author_does_not_count(bac
         "{}",
         env.replies()
     );
-    sim.tick().await;
+    let reason = ask(&mut sim, "1 of 2 approvals").await;
     assert_eq!(sim.phase(), Phase::WaitingPromotion);
-    let reason = last_promote_reason(&sim);
     assert!(
         reason.contains("1 of 2 approvals: @alice for revision rev-b; 1 more approval needed, from someone other than @alice"),
         "{reason}"
@@ -357,7 +382,10 @@ async fn two_people_open_a_gate_that_needs_two_and_the_author_does_not_count(bac
         "{message}"
     );
     if backend == Backend::Sqlite {
-        snap("status_comment_one_of_two", &env.status_comment());
+        snap(
+            "status_comment_one_of_two",
+            &gates_part(&env.status_comment()),
+        );
         snap(
             "slack_message_one_of_two",
             &serde_json::to_string_pretty(&message["blocks"]).unwrap(),
@@ -401,15 +429,14 @@ async fn a_hold_or_a_new_revision_starts_the_count_from_zero(backend: Backend) {
     let env = env(backend).await;
     let mut sim = waiting_to_promote(&env, "rev-b").await;
     env.comment(1, "alice", "/promote").await;
-    sim.tick().await;
-    assert!(last_promote_reason(&sim).contains("1 of 2 approvals: @alice"));
+    let reason = ask(&mut sim, "1 of 2 approvals").await;
+    assert!(reason.contains("1 of 2 approvals: @alice"), "{reason}");
 
     // A hold resets the count; lifted, the gate starts from zero.
     env.comment(2, "walt", "/hold").await;
     env.comment(3, "walt", "/unhold").await;
     env.comment(4, "walt", "/promote").await;
-    sim.tick().await;
-    let reason = last_promote_reason(&sim);
+    let reason = ask(&mut sim, "1 of 2 approvals").await;
     assert!(reason.contains("1 of 2 approvals: @walt"), "{reason}");
     assert!(
         !reason.contains("@alice"),
@@ -425,15 +452,14 @@ async fn a_hold_or_a_new_revision_starts_the_count_from_zero(backend: Backend) {
         )
         .await
     );
-    let reason = last_promote_reason(&sim);
+    let reason = ask(&mut sim, "of 2 approvals").await;
     assert!(
         reason.contains("0 of 2 approvals for revision rev-c; 2 more approvals needed"),
         "{reason}"
     );
     env.server.drained().await;
     env.comment(5, "alice", "/promote").await;
-    sim.tick().await;
-    let reason = last_promote_reason(&sim);
+    let reason = ask(&mut sim, "1 of 2 approvals").await;
     assert!(
         reason.contains("1 of 2 approvals: @alice for revision rev-c"),
         "{reason}"
@@ -502,7 +528,7 @@ async fn break_glass_passes_a_freeze_and_a_missing_approval_loudly(backend: Back
         "{status}"
     );
     if backend == Backend::Sqlite {
-        snap("status_comment_break_glass", &status);
+        snap("status_comment_break_glass", &gates_part(&status));
     }
     // Other gates stay frozen.
     let r = client()
