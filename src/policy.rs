@@ -66,7 +66,7 @@ struct File {
     approvals: Vec<toml::Spanned<ApprovalsEntry>>,
     /// Dates (`2026-12-24`) on which no release window opens.
     #[serde(default)]
-    holidays: Vec<String>,
+    holidays: Vec<toml::Spanned<String>>,
     /// Where each line of the text starts (for errors that name a line).
     #[serde(skip)]
     line_starts: Vec<usize>,
@@ -134,8 +134,11 @@ fn calendar(file: &File) -> anyhow::Result<Calendar> {
         .iter()
         .enumerate()
         .map(|(n, d)| {
-            d.parse()
-                .with_context(|| format!("holidays[{n}]: `{d}`: write e.g. \"2026-12-24\""))
+            let line = file.line_of(d.span());
+            let d = d.get_ref();
+            d.parse().with_context(|| {
+                format!("holidays[{n}] (line {line}): `{d}`: write e.g. \"2026-12-24\"")
+            })
         })
         .collect::<anyhow::Result<_>>()?;
     Ok(Calendar { windows, holidays })
@@ -146,8 +149,8 @@ fn calendar(file: &File) -> anyhow::Result<Calendar> {
 #[serde(deny_unknown_fields)]
 struct RemindersEntry {
     #[serde(default)]
-    at: Vec<String>,
-    kinds: Option<Vec<String>>,
+    at: Vec<toml::Spanned<String>>,
+    kinds: Option<Vec<toml::Spanned<String>>>,
 }
 
 /// When people are reminded of a wait, and at which kinds of gate.
@@ -159,11 +162,15 @@ pub struct Reminders {
 }
 
 impl RemindersEntry {
-    fn read(&self) -> anyhow::Result<Reminders> {
+    fn read(&self, file: &File) -> anyhow::Result<Reminders> {
         let mut at = Vec::with_capacity(self.at.len());
         for (n, text) in self.at.iter().enumerate() {
+            let line = file.line_of(text.span());
+            let text = text.get_ref();
             at.push(humantime::parse_duration(text).with_context(|| {
-                format!("reminders.at[{n}]: `{text}`: write e.g. \"30m\", \"2h\", \"8h\"")
+                format!(
+                    "reminders.at[{n}] (line {line}): `{text}`: write e.g. \"30m\", \"2h\", \"8h\""
+                )
             })?);
         }
         at.sort();
@@ -172,10 +179,12 @@ impl RemindersEntry {
             None => vec![GateKind::Start, GateKind::Promote, GateKind::Traffic],
             Some(kinds) => kinds
                 .iter()
-                .map(|k| match GateKind::from_route(k) {
+                .map(|k| match GateKind::from_route(k.get_ref()) {
                     Some(kind) if kind.has_waits() => Ok(kind),
                     _ => Err(anyhow::anyhow!(
-                        "reminders.kinds: `{k}`: write start, promote or traffic"
+                        "reminders.kinds (line {}): `{}`: write start, promote or traffic",
+                        file.line_of(k.span()),
+                        k.get_ref()
                     )),
                 })
                 .collect::<anyhow::Result<_>>()?,
@@ -401,7 +410,7 @@ impl Policy {
                 source.as_deref().unwrap_or("the policy file")
             )
         })?;
-        let reminders = file.reminders.read().with_context(|| {
+        let reminders = file.reminders.read(&file).with_context(|| {
             format!(
                 "GATEBOT_POLICY: {}",
                 source.as_deref().unwrap_or("the policy file")
@@ -441,7 +450,7 @@ impl Policy {
         let file = File::parse(text).context("the policy file does not parse")?;
         Ok(Self {
             deadlines: deadline_rules(&file)?,
-            reminders: file.reminders.read()?,
+            reminders: file.reminders.read(&file)?,
             calendar: calendar(&file)?,
             quorum: quorum_rules(&file)?,
             file,
@@ -663,6 +672,31 @@ alice = "U1"
             (
                 "[[approvals]]\nkind = \"promote\"\nrequired = 2\nrepository = \"nope\"\n",
                 "approvals[0] (line 1): repository:",
+            ),
+        ];
+        for (text, want) in table {
+            let err = format!(
+                "{:#}",
+                Policy::parse(text, Permission::Write, &[]).unwrap_err()
+            );
+            assert!(err.contains(want), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn holidays_and_reminders_errors_name_their_line() {
+        let table = [
+            (
+                "\nholidays = [\"2026-12-24\",\n  \"christmas\"]\n",
+                "holidays[1] (line 3): `christmas`",
+            ),
+            (
+                "[reminders]\nat = [\"30m\",\n  \"soon\"]\n",
+                "reminders.at[1] (line 3): `soon`",
+            ),
+            (
+                "[reminders]\nat = [\"30m\"]\nkinds = [\"rollback\"]\n",
+                "reminders.kinds (line 3): `rollback`",
             ),
         ];
         for (text, want) in table {
