@@ -527,17 +527,12 @@ impl SlackSink {
             .await
     }
 
-    /// A gate opened elsewhere: its undecided messages say by whom and lose their buttons.
-    async fn gate_opened(
-        &self,
-        gate: &str,
-        actor: Actor,
-        reason: Option<String>,
-        at: Millis,
-    ) -> Result<(), SendError> {
+    /// The waits of the gate's posted messages that still wait for people.
+    async fn open_messages(&self, gate: &str) -> Result<Vec<i64>, SendError> {
         let ids = record::waits_of_gate(&self.store, gate)
             .await
             .map_err(store_err)?;
+        let mut open = Vec::with_capacity(ids.len());
         for id in ids {
             let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(id))
                 .await
@@ -548,9 +543,22 @@ impl SlackSink {
             let view = record::view(&self.store, posted.info)
                 .await
                 .map_err(store_err)?;
-            if !view.open() {
-                continue;
+            if view.open() {
+                open.push(id);
             }
+        }
+        Ok(open)
+    }
+
+    /// A gate opened elsewhere: its undecided messages say by whom and lose their buttons.
+    async fn gate_opened(
+        &self,
+        gate: &str,
+        actor: Actor,
+        reason: Option<String>,
+        at: Millis,
+    ) -> Result<(), SendError> {
+        for id in self.open_messages(gate).await? {
             let decision = Decision {
                 approved: true,
                 user_id: None,
@@ -575,22 +583,8 @@ impl SlackSink {
 
     /// Rewrites the gate's messages that still wait for people.
     async fn refresh_gate(&self, gate: &str) -> Result<(), SendError> {
-        let ids = record::waits_of_gate(&self.store, gate)
-            .await
-            .map_err(store_err)?;
-        for id in ids {
-            let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(id))
-                .await
-                .map_err(store_err)?
-            else {
-                continue;
-            };
-            let view = record::view(&self.store, posted.info)
-                .await
-                .map_err(store_err)?;
-            if view.open() {
-                self.refresh(id).await?;
-            }
+        for id in self.open_messages(gate).await? {
+            self.refresh(id).await?;
         }
         Ok(())
     }
