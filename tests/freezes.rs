@@ -4,20 +4,13 @@
 //! change nothing.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use gatebot::clock::{ManualClock, SharedClock};
-use gatebot::github::verify::sign;
-use gatebot::notify::WorkerSettings;
-use gatebot::Options;
-use gatebot_testkit::fake_github::FakeGithub;
-use gatebot_testkit::fake_slack::{post_signed, FakeSlack};
+use gatebot::clock::ManualClock;
+use gatebot_testkit::chatops::{ChatOps, Setup};
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
-use gatebot_testkit::github_payloads::comment;
-use gatebot_testkit::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
+use gatebot_testkit::harness::{client, Backend, ADMIN_TOKEN};
 use serde_json::{json, Value};
 
-const SECRET: &str = "test-signing-secret";
 /// 2024-05-01T14:02:00Z
 const NOW: i64 = 1_714_572_120_000;
 const HOUR: i64 = 3_600_000;
@@ -45,93 +38,44 @@ min_permission = "maintain"
 [github.commands.unfreeze]
 min_permission = "maintain"
 "#;
-const GITHUB_SECRET: &str = "github-secret";
 
 struct Env {
-    server: TestServer,
-    slack: FakeSlack,
-    github: FakeGithub,
+    chat: ChatOps,
     clock: Arc<ManualClock>,
-    db: TestDb,
 }
 
-async fn env(backend: Backend) -> Env {
-    let db = TestDb::new(backend).await;
-    let slack = FakeSlack::start().await;
-    let github = FakeGithub::start().await;
-    github.set_permission("maria", "maintain");
-    github.set_permission("walt", "write");
-    let mut config = db.config();
-    config.github.token = Some("ghp_test".to_string().into());
-    config.github.webhook_secret = Some(GITHUB_SECRET.to_string().into());
-    config.github.api_url = github.url.clone();
-    config.github.repository = Some("acme/shop".parse().unwrap());
-    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
-    config.slack.signing_secret = Some(SECRET.to_string().into());
-    config.slack.bot_token = Some("xoxb-test-token".to_string().into());
-    config.slack.channel = Some("#deploys".into());
-    config.slack.api_url = slack.api_url();
-    let policy = db.dir.path().join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
-    config.policy = Some(policy);
-    let clock = ManualClock::new(NOW);
-    let options = Options {
-        clock: Some(clock.clone() as SharedClock),
-        worker: Some(WorkerSettings {
-            base_backoff: Duration::from_millis(50),
-            idle_poll: Duration::from_millis(50),
-            ..Default::default()
-        }),
-        ..Options::default()
-    };
-    let server = TestServer::start(config, options).await;
-    Env {
-        server,
-        slack,
-        github,
-        clock,
-        db,
+impl std::ops::Deref for Env {
+    type Target = ChatOps;
+    fn deref(&self) -> &ChatOps {
+        &self.chat
     }
 }
 
+async fn env(backend: Backend) -> Env {
+    let clock = ManualClock::new(NOW);
+    let chat = ChatOps::start(
+        backend,
+        Setup {
+            policy: POLICY,
+            permissions: &[("maria", "maintain"), ("walt", "write")],
+            clock: Some(clock.clone()),
+        },
+    )
+    .await;
+    Env { chat, clock }
+}
+
 impl Env {
-    /// `/gatebot <text>`; the inline answer's text.
+    /// `/gatebot <text>`; the inline answer's status and text.
     async fn slash(&self, user: &str, text: &str, trigger: &str) -> (u16, String) {
-        let body = form_urlencoded::Serializer::new(String::new())
-            .extend_pairs([
-                ("command", "/gatebot"),
-                ("text", text),
-                ("user_id", user),
-                ("user_name", "someone"),
-                ("team_id", "T0"),
-                ("channel_id", "C0"),
-                ("response_url", &self.slack.response_url(trigger)),
-                ("trigger_id", trigger),
-            ])
-            .finish();
-        let r = post_signed(
-            &self.server.at("/webhooks/slack/commands"),
-            &body,
-            NOW / 1000,
-            SECRET,
-        )
-        .await;
-        let status = r.status().as_u16();
-        let body: Value = r.json().await.unwrap_or(Value::Null);
-        (
-            status,
-            body["text"].as_str().unwrap_or_default().to_string(),
-        )
+        self.chat.slash(user, "someone", text, trigger).await
     }
 
     /// What gatebot answered later on a command's response_url.
     async fn answer(&self, trigger: &str) -> String {
-        self.server.drained().await;
-        self.slack
-            .ok("respond")
+        self.answers(trigger)
+            .await
             .into_iter()
-            .filter(|r| r.body["_response_url_id"] == trigger)
-            .map(|r| r.body["text"].as_str().unwrap_or_default().to_string())
             .next()
             .unwrap_or_else(|| panic!("drained, yet no answer on {trigger}'s response_url"))
     }
@@ -143,39 +87,9 @@ impl Env {
             .clone()
     }
 
-    /// Posted messages that are not thread replies or waiting messages.
-    fn announcements(&self) -> Vec<String> {
-        self.slack
-            .ok("chat.postMessage")
-            .into_iter()
-            .filter(|r| r.body.get("blocks").is_none() && r.body.get("thread_ts").is_none())
-            .map(|r| r.body["text"].as_str().unwrap_or_default().to_string())
-            .collect()
-    }
-
     /// A signed PR comment on acme/shop#42, applied.
     async fn comment(&self, id: u64, user: &str, body: &str) {
-        let payload = serde_json::to_vec(&comment(42, id, user, body)).unwrap();
-        let r = client()
-            .post(self.server.at("/webhooks/github"))
-            .header("content-type", "application/json")
-            .header("x-github-event", "issue_comment")
-            .header("x-github-delivery", format!("delivery-{id}"))
-            .header("x-hub-signature-256", sign(GITHUB_SECRET, &payload))
-            .body(payload)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
-        self.server.drained().await;
-    }
-
-    fn replies(&self) -> Vec<String> {
-        self.github
-            .replies(42)
-            .into_iter()
-            .map(|c| c.body)
-            .collect()
+        self.comment_by(42, "Kobzol", id, user, body).await;
     }
 
     fn cli(&self, args: &[&str]) -> std::process::Output {
@@ -383,7 +297,7 @@ async fn a_pr_comment_freezes_its_repository_by_the_policy(backend: Backend) {
         env.freezes().await.is_empty(),
         "write permission is not enough"
     );
-    let replies = env.replies();
+    let replies = env.replies(42);
     assert!(
         replies
             .iter()
@@ -394,7 +308,7 @@ async fn a_pr_comment_freezes_its_repository_by_the_policy(backend: Backend) {
     env.comment(2, "maria", "/freeze all of it").await;
     assert!(env.freezes().await.is_empty());
     assert!(env
-        .replies()
+        .replies(42)
         .iter()
         .any(|r| r.contains("on a pull request `/freeze` is for acme/shop")));
 
@@ -404,11 +318,11 @@ async fn a_pr_comment_freezes_its_repository_by_the_policy(backend: Backend) {
     assert_eq!(freezes[0]["scope"], "acme/shop");
     assert_eq!(freezes[0]["until"], NOW + 2 * HOUR);
     assert!(
-        env.replies()
+        env.replies(42)
             .iter()
             .any(|r| r.contains("changes are frozen (acme/shop) by maria via github")),
         "{:?}",
-        env.replies()
+        env.replies(42)
     );
     assert!(env.github.reactions_on(3).contains(&"rocket".to_string()));
     env.server.open("/gates/promote/pr/42").await;

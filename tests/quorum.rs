@@ -5,20 +5,11 @@
 //! break glass by the policy's role passes a freeze and a missing approval,
 //! loudly, and nobody else may.
 
-use std::time::Duration;
-
-use gatebot::github::verify::sign;
-use gatebot::notify::WorkerSettings;
-use gatebot::Options;
-use gatebot_testkit::fake_github::FakeGithub;
-use gatebot_testkit::fake_slack::{post_signed, FakeSlack, Request};
+use gatebot_testkit::chatops::{ChatOps, Setup};
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
-use gatebot_testkit::github_payloads::comment_at;
-use gatebot_testkit::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
+use gatebot_testkit::harness::{client, Backend};
 use serde_json::{json, Value};
 
-const SECRET: &str = "test-signing-secret";
-const GITHUB_SECRET: &str = "github-secret";
 /// Alice is on GitHub and in Slack (mapped by `[users]`); Bob only in Slack.
 const ALICE: &str = "UALICE";
 const BOB: &str = "UBOB";
@@ -53,54 +44,24 @@ kind = "promote"
 required = 2
 "#;
 
-struct Env {
-    server: TestServer,
-    slack: FakeSlack,
-    github: FakeGithub,
-    _db: TestDb,
-}
-
-async fn env(backend: Backend) -> Env {
-    let db = TestDb::new(backend).await;
-    let slack = FakeSlack::start().await;
-    let github = FakeGithub::start().await;
-    for (login, role) in [
-        ("alice", "write"),
-        ("carol", "write"),
-        ("walt", "write"),
-        ("maria", "admin"),
-    ] {
-        github.set_permission(login, role);
-    }
-    github.set_author(42, "carol");
-    let mut config = db.config();
-    config.github.token = Some("ghp_test".to_string().into());
-    config.github.webhook_secret = Some(GITHUB_SECRET.to_string().into());
-    config.github.api_url = github.url.clone();
-    config.github.repository = Some("acme/shop".parse().unwrap());
-    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
-    config.slack.signing_secret = Some(SECRET.to_string().into());
-    config.slack.bot_token = Some("xoxb-test-token".to_string().into());
-    config.slack.channel = Some("#deploys".into());
-    config.slack.api_url = slack.api_url();
-    let policy = db.dir.path().join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
-    config.policy = Some(policy);
-    let options = Options {
-        worker: Some(WorkerSettings {
-            base_backoff: Duration::from_millis(50),
-            idle_poll: Duration::from_millis(50),
-            ..Default::default()
-        }),
-        ..Options::default()
-    };
-    let server = TestServer::start(config, options).await;
-    Env {
-        server,
-        slack,
-        github,
-        _db: db,
-    }
+/// Carol opened acme/shop#42.
+async fn env(backend: Backend) -> ChatOps {
+    let env = ChatOps::start(
+        backend,
+        Setup {
+            policy: POLICY,
+            permissions: &[
+                ("alice", "write"),
+                ("carol", "write"),
+                ("walt", "write"),
+                ("maria", "admin"),
+            ],
+            clock: None,
+        },
+    )
+    .await;
+    env.github.set_author(42, "carol");
+    env
 }
 
 /// The status comment without its timeline, whose events depend on how the
@@ -128,40 +89,26 @@ fn snap(name: &str, text: &str) {
     settings.bind(|| insta::assert_snapshot!(name, text));
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
+const PROMOTE: &str = "/gates/promote/acme/shop/pr/42";
+
+/// What the tests ask of the shared set-up, for PR 42.
+trait Pr42 {
+    async fn comment(&self, id: u64, user: &str, body: &str);
+    fn all_replies(&self) -> String;
+    fn status_comment(&self) -> String;
+    fn promote_message(&self) -> Value;
+    async fn click_approve(&self, user: &str, name: &str, trigger: &str);
+    async fn slash_answer(&self, user: &str, text: &str, trigger: &str) -> String;
+    async fn audit_actions(&self) -> Vec<String>;
 }
 
-impl Env {
-    /// A signed comment on acme/shop#42 by `user`, applied.
+impl Pr42 for ChatOps {
     async fn comment(&self, id: u64, user: &str, body: &str) {
-        let mut payload = comment_at(42, id, user, body, now_ms());
-        payload["issue"]["user"]["login"] = json!("carol");
-        let payload = serde_json::to_vec(&payload).unwrap();
-        let r = client()
-            .post(self.server.at("/webhooks/github"))
-            .header("content-type", "application/json")
-            .header("x-github-event", "issue_comment")
-            .header("x-github-delivery", format!("delivery-{id}"))
-            .header("x-hub-signature-256", sign(GITHUB_SECRET, &payload))
-            .body(payload)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
-        self.server.drained().await;
+        self.comment_by(42, "carol", id, user, body).await;
     }
 
-    fn replies(&self) -> String {
-        self.github
-            .replies(42)
-            .into_iter()
-            .map(|c| c.body)
-            .collect::<Vec<_>>()
-            .join("\n---\n")
+    fn all_replies(&self) -> String {
+        self.replies(42).join("\n---\n")
     }
 
     fn status_comment(&self) -> String {
@@ -172,123 +119,43 @@ impl Env {
             .unwrap_or_default()
     }
 
-    /// The latest version of the waiting message of the promote gate.
+    /// The latest version of the promote gate's waiting message.
     fn promote_message(&self) -> Value {
         let posted = self
-            .slack
-            .ok("chat.postMessage")
-            .into_iter()
-            .rfind(|r| {
-                r.body.get("thread_ts").is_none()
-                    && r.body["blocks"].to_string().contains("/gates/promote/")
-            })
+            .waiting_message(PROMOTE)
             .expect("a waiting message for the promote gate");
         self.slack
             .ok("chat.update")
             .into_iter()
-            .rfind(|r| r.body["blocks"].to_string().contains("/gates/promote/"))
+            .rfind(|r| r.body["blocks"].to_string().contains(PROMOTE))
             .map_or(posted.body, |r| r.body)
     }
 
-    fn announcements(&self) -> Vec<String> {
-        self.slack
-            .ok("chat.postMessage")
-            .into_iter()
-            .filter(|r| r.body.get("blocks").is_none() && r.body.get("thread_ts").is_none())
-            .map(|r| r.body["text"].as_str().unwrap_or_default().to_string())
-            .collect()
-    }
-
     async fn click_approve(&self, user: &str, name: &str, trigger: &str) {
-        let message: Request = self
-            .slack
-            .ok("chat.postMessage")
-            .into_iter()
-            .rfind(|r| {
-                r.body.get("thread_ts").is_none()
-                    && r.body["blocks"].to_string().contains("/gates/promote/")
-            })
-            .expect("a waiting message");
-        let value = message.body["blocks"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|b| b["type"] == "actions")
-            .flat_map(|b| b["elements"].as_array().cloned().unwrap_or_default())
-            .find(|b| b["action_id"] == "gatebot_approve")
-            .and_then(|b| b["value"].as_str().map(str::to_string))
-            .expect("an Approve button");
-        let payload = json!({
-            "type": "block_actions",
-            "team": {"id": "T0", "domain": "acme"},
-            "user": {"id": user, "username": name, "name": name, "team_id": "T0"},
-            "api_app_id": "A0", "token": "legacy",
-            "container": {"type": "message", "message_ts": "1714572120.000001", "channel_id": "CDEPLOYS", "is_ephemeral": false},
-            "trigger_id": trigger,
-            "channel": {"id": "CDEPLOYS", "name": "deploys"},
-            "message": {"type": "message", "ts": "1714572120.000001", "text": "…"},
-            "response_url": self.slack.response_url(trigger),
-            "actions": [{"action_id": "gatebot_approve", "block_id": "b", "type": "button", "value": value,
-                         "text": {"type": "plain_text", "text": "Approve"}, "action_ts": "1714572121.000001"}],
-        });
-        let body = form_urlencoded::Serializer::new(String::new())
-            .append_pair("payload", &payload.to_string())
-            .finish();
-        let r = post_signed(
-            &self.server.at("/webhooks/slack/interactions"),
-            &body,
-            now_ms() / 1000,
-            SECRET,
-        )
-        .await;
-        assert_eq!(r.status().as_u16(), 200);
+        let message = self.waiting_message(PROMOTE).expect("a waiting message");
+        assert_eq!(
+            self.click(user, name, "gatebot_approve", &message, trigger)
+                .await,
+            200
+        );
         self.server.drained().await;
     }
 
-    /// `/gatebot <text>` from `user`; what gatebot answered, inline or later.
-    async fn slash(&self, user: &str, text: &str, trigger: &str) -> String {
-        let body = form_urlencoded::Serializer::new(String::new())
-            .extend_pairs([
-                ("command", "/gatebot"),
-                ("text", text),
-                ("user_id", user),
-                ("user_name", &user.to_ascii_lowercase()),
-                ("team_id", "T0"),
-                ("channel_id", "C0"),
-                ("response_url", &self.slack.response_url(trigger)),
-                ("trigger_id", trigger),
-            ])
-            .finish();
-        let r = post_signed(
-            &self.server.at("/webhooks/slack/commands"),
-            &body,
-            now_ms() / 1000,
-            SECRET,
-        )
-        .await;
-        assert_eq!(r.status().as_u16(), 200);
-        let inline: Value = r.json().await.unwrap_or(Value::Null);
-        self.server.drained().await;
-        let later: Vec<String> = self
-            .slack
-            .ok("respond")
-            .into_iter()
-            .filter(|r| r.body["_response_url_id"] == trigger)
-            .map(|r| r.body["text"].as_str().unwrap_or_default().to_string())
-            .collect();
-        format!(
-            "{} {}",
-            inline["text"].as_str().unwrap_or_default(),
-            later.join(" ")
-        )
+    /// What gatebot answered, inline and later.
+    async fn slash_answer(&self, user: &str, text: &str, trigger: &str) -> String {
+        let (status, inline) = self
+            .slash(user, &user.to_ascii_lowercase(), text, trigger)
+            .await;
+        assert_eq!(status, 200);
+        format!("{inline} {}", self.answers(trigger).await.join(" "))
     }
 
     async fn audit_actions(&self) -> Vec<String> {
-        let audit = self
+        let gate = self
             .server
-            .api("/api/v1/gates/promote/acme/shop/pr/42")
+            .api(&format!("/api/v1/gates{}", &PROMOTE[6..]))
             .await;
-        audit["audit"]
+        gate["audit"]
             .as_array()
             .unwrap()
             .iter()
@@ -298,7 +165,7 @@ impl Env {
 }
 
 /// Flagger, waiting at the promote gate of PR 42 at revision `rev`.
-async fn waiting_to_promote(env: &Env, rev: &str) -> FlaggerSim {
+async fn waiting_to_promote(env: &ChatOps, rev: &str) -> FlaggerSim {
     env.server.open("/gates/start/pr/42").await;
     let mut sim = FlaggerSim::new("podinfo", "test", CANARY, pr_hooks(&env.server.url, 42));
     sim.deploy("rev-a");
@@ -347,20 +214,20 @@ async fn two_people_open_a_gate_that_needs_two_and_the_author_does_not_count(bac
     // The author's approval does not count (four eyes), from GitHub or Slack.
     env.comment(1, "carol", "/promote").await;
     assert!(
-        env.replies().contains("someone else must"),
+        env.all_replies().contains("someone else must"),
         "{}",
-        env.replies()
+        env.all_replies()
     );
     assert!(!env.audit_actions().await.contains(&"approve".to_string()));
 
     // Alice, from GitHub: one of two.
     env.comment(2, "alice", "/promote").await;
     assert!(
-        env.replies().contains(
+        env.all_replies().contains(
             "approval counted at /gates/promote/acme/shop/pr/42 (1 of 2 approvals: @alice)"
         ),
         "{}",
-        env.replies()
+        env.all_replies()
     );
     let reason = ask(&mut sim, "1 of 2 approvals").await;
     assert_eq!(sim.phase(), Phase::WaitingPromotion);
@@ -470,14 +337,16 @@ async fn a_hold_or_a_new_revision_starts_the_count_from_zero(backend: Backend) {
 async fn break_glass_passes_a_freeze_and_a_missing_approval_loudly(backend: Backend) {
     let env = env(backend).await;
     let mut sim = waiting_to_promote(&env, "rev-b").await;
-    let frozen = env.slash(ALICE, "freeze acme/shop incident 12", "T0").await;
+    let frozen = env
+        .slash_answer(ALICE, "freeze acme/shop incident 12", "T0")
+        .await;
     assert!(frozen.contains("frozen"), "{frozen}");
 
     // Nobody but the policy's role, and never without a reason.
     env.comment(1, "walt", "/promote --force payments are down")
         .await;
     env.comment(2, "maria", "/promote --force").await;
-    let replies = env.replies();
+    let replies = env.all_replies();
     assert!(
         replies
             .contains("`/promote --force` needs admin permission on acme/shop and you have write"),
@@ -488,13 +357,15 @@ async fn break_glass_passes_a_freeze_and_a_missing_approval_loudly(backend: Back
         "{replies}"
     );
     let refused = env
-        .slash(ALICE, "promote 42 --force payments are down", "T1")
+        .slash_answer(ALICE, "promote 42 --force payments are down", "T1")
         .await;
     assert!(
         refused.contains("slack.commands.force.approvers"),
         "{refused}"
     );
-    let rollback = env.slash(BOB, "rollback 42 --force because", "T2").await;
+    let rollback = env
+        .slash_answer(BOB, "rollback 42 --force because", "T2")
+        .await;
     assert!(rollback.contains("not `rollback`"), "{rollback}");
     sim.tick().await;
     assert_eq!(sim.phase(), Phase::WaitingPromotion);

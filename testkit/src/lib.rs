@@ -7,6 +7,7 @@
 
 use std::path::Path;
 
+pub mod chatops;
 pub mod fake_github;
 pub mod fake_slack;
 pub mod flagger;

@@ -1,0 +1,232 @@
+//! gatebot with GitHub and Slack both set up against their fakes, and a policy
+//! file: what the release-policy tests share. People act as the real
+//! channels carry them: signed PR comments, signed slash commands and clicks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gatebot::clock::{Clock, ManualClock, SharedClock};
+use gatebot::github::verify::sign;
+use gatebot::notify::WorkerSettings;
+use gatebot::{Config, Options};
+use serde_json::{json, Value};
+
+use crate::fake_github::FakeGithub;
+use crate::fake_slack::{post_signed, FakeSlack, Request};
+use crate::github_payloads::comment_at;
+use crate::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
+
+pub const SLACK_SECRET: &str = "test-signing-secret";
+pub const GITHUB_SECRET: &str = "github-secret";
+
+pub struct ChatOps {
+    pub server: TestServer,
+    pub slack: FakeSlack,
+    pub github: FakeGithub,
+    /// Set when the test drives time; else requests are signed at the wall clock's now.
+    pub clock: Option<Arc<ManualClock>>,
+    pub db: TestDb,
+}
+
+/// How a test sets up its gatebot.
+#[derive(Default)]
+pub struct Setup<'a> {
+    pub policy: &'a str,
+    /// GitHub logins and their repository permission on the fake.
+    pub permissions: &'a [(&'a str, &'a str)],
+    pub clock: Option<Arc<ManualClock>>,
+}
+
+impl ChatOps {
+    pub async fn start(backend: Backend, setup: Setup<'_>) -> Self {
+        Self::start_with(backend, setup, |_| {}).await
+    }
+
+    /// [`ChatOps::start`], with the configuration edited last.
+    pub async fn start_with(
+        backend: Backend,
+        setup: Setup<'_>,
+        edit: impl FnOnce(&mut Config),
+    ) -> Self {
+        let db = TestDb::new(backend).await;
+        let slack = FakeSlack::start().await;
+        let github = FakeGithub::start().await;
+        for (login, role) in setup.permissions {
+            github.set_permission(login, role);
+        }
+        let mut config = db.config();
+        config.github.token = Some("ghp_test".to_string().into());
+        config.github.webhook_secret = Some(GITHUB_SECRET.to_string().into());
+        config.github.api_url = github.url.clone();
+        config.github.repository = Some("acme/shop".parse().unwrap());
+        config.admin_token = Some(ADMIN_TOKEN.to_string().into());
+        config.slack.signing_secret = Some(SLACK_SECRET.to_string().into());
+        config.slack.bot_token = Some("xoxb-test-token".to_string().into());
+        config.slack.channel = Some("#deploys".into());
+        config.slack.api_url = slack.api_url();
+        let policy = db.dir.path().join("policy.toml");
+        std::fs::write(&policy, setup.policy).unwrap();
+        config.policy = Some(policy);
+        edit(&mut config);
+        let options = Options {
+            clock: setup.clock.clone().map(|c| c as SharedClock),
+            worker: Some(WorkerSettings {
+                base_backoff: Duration::from_millis(50),
+                idle_poll: Duration::from_millis(50),
+                ..Default::default()
+            }),
+            ..Options::default()
+        };
+        let server = TestServer::start(config, options).await;
+        Self {
+            server,
+            slack,
+            github,
+            clock: setup.clock,
+            db,
+        }
+    }
+
+    /// Now, as the requests are signed.
+    pub fn now_ms(&self) -> i64 {
+        match &self.clock {
+            Some(clock) => clock.now_ms(),
+            None => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64,
+        }
+    }
+
+    /// A signed comment by `user` on acme/shop#`pr`, whose author is
+    /// `author`, applied.
+    pub async fn comment_by(&self, pr: u64, author: &str, id: u64, user: &str, body: &str) {
+        let mut payload = comment_at(pr, id, user, body, self.now_ms());
+        payload["issue"]["user"]["login"] = json!(author);
+        let payload = serde_json::to_vec(&payload).unwrap();
+        let r = client()
+            .post(self.server.at("/webhooks/github"))
+            .header("content-type", "application/json")
+            .header("x-github-event", "issue_comment")
+            .header("x-github-delivery", format!("delivery-{id}"))
+            .header("x-hub-signature-256", sign(GITHUB_SECRET, &payload))
+            .body(payload)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+        self.server.drained().await;
+    }
+
+    /// gatebot's replies on acme/shop#`pr`, one after another.
+    pub fn replies(&self, pr: u64) -> Vec<String> {
+        self.github
+            .replies(pr)
+            .into_iter()
+            .map(|c| c.body)
+            .collect()
+    }
+
+    /// `/gatebot <text>` from `user` (named `name`); the inline answer's
+    /// status and text.
+    pub async fn slash(&self, user: &str, name: &str, text: &str, trigger: &str) -> (u16, String) {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs([
+                ("command", "/gatebot"),
+                ("text", text),
+                ("user_id", user),
+                ("user_name", name),
+                ("team_id", "T0"),
+                ("channel_id", "C0"),
+                ("response_url", &self.slack.response_url(trigger)),
+                ("trigger_id", trigger),
+            ])
+            .finish();
+        let r = post_signed(
+            &self.server.at("/webhooks/slack/commands"),
+            &body,
+            self.now_ms() / 1000,
+            SLACK_SECRET,
+        )
+        .await;
+        let status = r.status().as_u16();
+        let body: Value = r.json().await.unwrap_or(Value::Null);
+        (
+            status,
+            body["text"].as_str().unwrap_or_default().to_string(),
+        )
+    }
+
+    /// What gatebot answered later on a command's response_url, once drained.
+    pub async fn answers(&self, trigger: &str) -> Vec<String> {
+        self.server.drained().await;
+        self.slack
+            .ok("respond")
+            .into_iter()
+            .filter(|r| r.body["_response_url_id"] == trigger)
+            .map(|r| r.body["text"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    /// A click of `action` on a posted message by `user` (named `name`); the status.
+    pub async fn click(
+        &self,
+        user: &str,
+        name: &str,
+        action: &str,
+        message: &Request,
+        trigger: &str,
+    ) -> u16 {
+        let value = message.body["blocks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["type"] == "actions")
+            .flat_map(|b| b["elements"].as_array().cloned().unwrap_or_default())
+            .find(|b| b["action_id"] == action)
+            .and_then(|b| b["value"].as_str().map(str::to_string))
+            .unwrap_or_else(|| panic!("no {action} button in {}", message.body));
+        let payload = json!({
+            "type": "block_actions",
+            "team": {"id": "T0", "domain": "acme"},
+            "user": {"id": user, "username": name, "name": name, "team_id": "T0"},
+            "api_app_id": "A0", "token": "legacy",
+            "container": {"type": "message", "message_ts": "1714572120.000001", "channel_id": "CDEPLOYS", "is_ephemeral": false},
+            "trigger_id": trigger,
+            "channel": {"id": "CDEPLOYS", "name": "deploys"},
+            "message": {"type": "message", "ts": "1714572120.000001", "text": "…"},
+            "response_url": self.slack.response_url(trigger),
+            "actions": [{"action_id": action, "block_id": "b", "type": "button", "value": value,
+                         "text": {"type": "plain_text", "text": "Approve"}, "action_ts": "1714572121.000001"}],
+        });
+        let body = form_urlencoded::Serializer::new(String::new())
+            .append_pair("payload", &payload.to_string())
+            .finish();
+        post_signed(
+            &self.server.at("/webhooks/slack/interactions"),
+            &body,
+            self.now_ms() / 1000,
+            SLACK_SECRET,
+        )
+        .await
+        .status()
+        .as_u16()
+    }
+
+    /// Posted messages that are neither thread replies nor waiting messages.
+    pub fn announcements(&self) -> Vec<String> {
+        self.slack
+            .ok("chat.postMessage")
+            .into_iter()
+            .filter(|r| r.body.get("blocks").is_none() && r.body.get("thread_ts").is_none())
+            .map(|r| r.body["text"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    /// The latest waiting message posted for the gate `key`.
+    pub fn waiting_message(&self, key: &str) -> Option<Request> {
+        self.slack.ok("chat.postMessage").into_iter().rfind(|r| {
+            r.body.get("thread_ts").is_none() && r.body["blocks"].to_string().contains(key)
+        })
+    }
+}
