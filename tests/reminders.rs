@@ -4,15 +4,11 @@
 //! one mention comment; none once the wait is over.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use gatebot::clock::{ManualClock, SharedClock};
-use gatebot::notify::WorkerSettings;
-use gatebot::Options;
-use gatebot_testkit::fake_github::FakeGithub;
-use gatebot_testkit::fake_slack::FakeSlack;
+use gatebot::clock::ManualClock;
+use gatebot_testkit::chatops::{ChatOps, Setup};
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
-use gatebot_testkit::harness::{Backend, TestDb, TestServer, ADMIN_TOKEN};
+use gatebot_testkit::harness::Backend;
 
 /// 2024-05-01T14:02:00Z
 const NOW: i64 = 1_714_572_120_000;
@@ -33,49 +29,29 @@ at = ["2h", "30m", "8h"]
 "#;
 
 struct Env {
-    server: TestServer,
-    slack: FakeSlack,
-    github: FakeGithub,
+    chat: ChatOps,
     clock: Arc<ManualClock>,
-    _db: TestDb,
+}
+
+impl std::ops::Deref for Env {
+    type Target = ChatOps;
+    fn deref(&self) -> &ChatOps {
+        &self.chat
+    }
 }
 
 async fn env(backend: Backend) -> Env {
-    let db = TestDb::new(backend).await;
-    let slack = FakeSlack::start().await;
-    let github = FakeGithub::start().await;
-    let mut config = db.config();
-    config.github.repository = Some("acme/shop".parse().unwrap());
-    config.github.token = Some("ghp_test".to_string().into());
-    config.github.webhook_secret = Some("github-secret".to_string().into());
-    config.github.api_url = github.url.clone();
-    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
-    config.slack.signing_secret = Some("slack-secret".to_string().into());
-    config.slack.bot_token = Some("xoxb-test-token".to_string().into());
-    config.slack.channel = Some("#deploys".into());
-    config.slack.api_url = slack.api_url();
-    config.slack.approvers = vec!["UALICE".into()];
-    let policy = db.dir.path().join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
-    config.policy = Some(policy);
     let clock = ManualClock::new(NOW);
-    let options = Options {
-        clock: Some(clock.clone() as SharedClock),
-        worker: Some(WorkerSettings {
-            base_backoff: Duration::from_millis(50),
-            idle_poll: Duration::from_millis(50),
-            ..Default::default()
-        }),
-        ..Options::default()
+    let setup = Setup {
+        policy: POLICY,
+        permissions: &[],
+        clock: Some(clock.clone()),
     };
-    let server = TestServer::start(config, options).await;
-    Env {
-        server,
-        slack,
-        github,
-        clock,
-        _db: db,
-    }
+    let chat = ChatOps::start_with(backend, setup, |config| {
+        config.slack.approvers = vec!["UALICE".into()];
+    })
+    .await;
+    Env { chat, clock }
 }
 
 impl Env {
