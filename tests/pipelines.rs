@@ -5,16 +5,13 @@
 
 use std::time::Duration;
 
-use gatebot::clock::{ManualClock, SharedClock};
-use gatebot::notify::WorkerSettings;
-use gatebot::Options;
-use gatebot_testkit::fake_github::FakeGithub;
-use gatebot_testkit::fake_slack::{post_signed, FakeSlack, Request};
+use gatebot::clock::ManualClock;
+use gatebot_testkit::chatops::{ChatOps, Setup};
+use gatebot_testkit::fake_slack::Request;
 use gatebot_testkit::flagger::{FlaggerSim, Hook, HookType, Phase, Strategy};
-use gatebot_testkit::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
+use gatebot_testkit::harness::{client, Backend, ADMIN_TOKEN};
 use serde_json::{json, Value};
 
-const SECRET: &str = "test-signing-secret";
 /// 2024-05-01T14:02:00Z: messages show fixed times.
 const NOW: i64 = 1_714_572_120_000;
 const PIPELINE_TOKEN: &str = "test-pipeline-token";
@@ -25,44 +22,28 @@ const CANARY: Strategy = Strategy::Canary {
 };
 
 struct Env {
-    server: TestServer,
-    slack: FakeSlack,
-    github: FakeGithub,
-    _db: TestDb,
+    chat: ChatOps,
+}
+
+impl std::ops::Deref for Env {
+    type Target = ChatOps;
+    fn deref(&self) -> &ChatOps {
+        &self.chat
+    }
 }
 
 async fn env(backend: Backend) -> Env {
-    let db = TestDb::new(backend).await;
-    let slack = FakeSlack::start().await;
-    let github = FakeGithub::start().await;
-    let mut config = db.config();
-    config.github.repository = Some("acme/shop".parse().unwrap());
-    config.github.token = Some("ghp_test".to_string().into());
-    config.github.api_url = github.url.clone();
-    config.github.webhook_secret = Some("github-secret".to_string().into());
-    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
-    config.pipeline_token = Some(PIPELINE_TOKEN.to_string().into());
-    config.slack.signing_secret = Some(SECRET.to_string().into());
-    config.slack.bot_token = Some("xoxb-test-token".to_string().into());
-    config.slack.channel = Some("#deploys".into());
-    config.slack.api_url = slack.api_url();
-    config.slack.approvers = vec![ALICE.to_string()];
-    let options = Options {
-        clock: Some(ManualClock::new(NOW) as SharedClock),
-        worker: Some(WorkerSettings {
-            base_backoff: Duration::from_millis(50),
-            idle_poll: Duration::from_millis(50),
-            ..Default::default()
-        }),
-        ..Options::default()
+    let setup = Setup {
+        policy: "",
+        permissions: &[],
+        clock: Some(ManualClock::new(NOW)),
     };
-    let server = TestServer::start(config, options).await;
-    Env {
-        server,
-        slack,
-        github,
-        _db: db,
-    }
+    let chat = ChatOps::start_with(backend, setup, |config| {
+        config.pipeline_token = Some(PIPELINE_TOKEN.to_string().into());
+        config.slack.approvers = vec![ALICE.to_string()];
+    })
+    .await;
+    Env { chat }
 }
 
 impl Env {
@@ -106,40 +87,9 @@ impl Env {
     }
 
     async fn click(&self, user: &str, action: &str, message: &Request, trigger: &str) -> u16 {
-        let value = message.body["blocks"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|b| b["type"] == "actions")
-            .flat_map(|b| b["elements"].as_array().cloned().unwrap_or_default())
-            .find(|b| b["action_id"] == action)
-            .and_then(|b| b["value"].as_str().map(str::to_string))
-            .unwrap_or_else(|| panic!("no {action} button in {}", message.body));
-        let payload = json!({
-            "type": "block_actions",
-            "team": {"id": "T0", "domain": "acme"},
-            "user": {"id": user, "username": "alice", "name": "alice", "team_id": "T0"},
-            "api_app_id": "A0", "token": "legacy",
-            "container": {"type": "message", "message_ts": "1714572120.000001", "channel_id": "CDEPLOYS", "is_ephemeral": false},
-            "trigger_id": trigger,
-            "channel": {"id": "CDEPLOYS", "name": "deploys"},
-            "message": {"type": "message", "ts": "1714572120.000001", "text": "…"},
-            "response_url": self.slack.response_url(trigger),
-            "actions": [{"action_id": action, "block_id": "b", "type": "button", "value": value,
-                         "text": {"type": "plain_text", "text": "Approve"}, "action_ts": "1714572121.000001"}],
-        });
-        let body = form_urlencoded::Serializer::new(String::new())
-            .append_pair("payload", &payload.to_string())
-            .finish();
-        post_signed(
-            &self.server.at("/webhooks/slack/interactions"),
-            &body,
-            NOW / 1000,
-            SECRET,
-        )
-        .await
-        .status()
-        .as_u16()
+        self.chat
+            .click(user, "alice", action, message, trigger)
+            .await
     }
 }
 
@@ -158,26 +108,7 @@ fn said(v: &Value) -> String {
 impl Env {
     /// `/gatebot <text>` from `user`, signed as Slack signs it.
     async fn slash(&self, user: &str, text: &str, trigger: &str) -> (u16, String) {
-        let body = form_urlencoded::Serializer::new(String::new())
-            .extend_pairs([
-                ("command", "/gatebot"),
-                ("text", text),
-                ("user_id", user),
-                ("user_name", "alice"),
-                ("team_id", "T0"),
-                ("channel_id", "C0"),
-                ("response_url", &self.slack.response_url(trigger)),
-                ("trigger_id", trigger),
-            ])
-            .finish();
-        let r = post_signed(
-            &self.server.at("/webhooks/slack/commands"),
-            &body,
-            NOW / 1000,
-            SECRET,
-        )
-        .await;
-        (r.status().as_u16(), r.text().await.unwrap())
+        self.chat.slash(user, "alice", text, trigger).await
     }
 }
 
@@ -543,7 +474,7 @@ fn wait_for(env: &Env, gate: &str) -> tokio::process::Child {
         .env("GATEBOT_SERVER", &env.server.url)
         .env("GATEBOT_PIPELINE_TOKEN", PIPELINE_TOKEN)
         .env_remove("GATEBOT_ADMIN_TOKEN")
-        .current_dir(env._db.dir.path())
+        .current_dir(env.db.dir.path())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -587,7 +518,7 @@ async fn gatebot_wait_exits_on_approval_and_on_rejection(backend: Backend) {
         .env("GATEBOT_SERVER", &env.server.url)
         .env_remove("GATEBOT_PIPELINE_TOKEN")
         .env_remove("GATEBOT_ADMIN_TOKEN")
-        .current_dir(env._db.dir.path())
+        .current_dir(env.db.dir.path())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
