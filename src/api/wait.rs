@@ -31,9 +31,7 @@ pub async fn run(args: &WaitArgs, token: Option<SecretString>) -> anyhow::Result
     let gate = args.gate.trim().trim_matches('/');
     let gate = gate.strip_prefix("gates/").unwrap_or(gate);
     let url = format!("{base}/api/v1/gates/{gate}");
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(15))
-        .build()?;
+    let client = crate::outbound::client(&args.outbound, Duration::from_secs(15))?;
     let deadline = Instant::now() + args.timeout;
     let mut since: Option<Since> = None;
     let mut last_error = None;

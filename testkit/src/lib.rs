@@ -12,6 +12,7 @@ pub mod fake_slack;
 pub mod flagger;
 pub mod github_payloads;
 pub mod harness;
+pub mod proxy;
 pub mod raw;
 pub mod served;
 
