@@ -437,7 +437,7 @@ pub struct Config {
 }
 
 /// How outbound calls (GitHub, Slack, the CLI) leave the network: the usual
-/// proxy variables.
+/// proxy variables, and one more CA to trust next to the OS roots.
 #[derive(Debug, Clone, Default, Args)]
 pub struct OutboundConfig {
     /// Proxy for https:// calls (also read as `https_proxy`).
@@ -452,6 +452,11 @@ pub struct OutboundConfig {
     /// comma separated (also read as `no_proxy`).
     #[arg(long = "no-proxy", env = "NO_PROXY")]
     pub no_proxy: Option<String>,
+
+    /// A PEM file of CA certificates trusted for outbound calls as well as the
+    /// OS roots (a TLS-inspecting proxy's CA, GitHub Enterprise's own CA).
+    #[arg(long = "extra-ca-file", env = "GATEBOT_EXTRA_CA_FILE")]
+    pub extra_ca_file: Option<PathBuf>,
 }
 
 impl OutboundConfig {
@@ -487,6 +492,13 @@ impl OutboundConfig {
 
     pub fn no_proxy(&self) -> Option<String> {
         Self::var(&self.no_proxy, "no_proxy")
+    }
+
+    /// Empty counts as unset (as `.env.example` leaves it).
+    pub fn extra_ca_file(&self) -> Option<&std::path::Path> {
+        self.extra_ca_file
+            .as_deref()
+            .filter(|p| !p.as_os_str().is_empty())
     }
 }
 

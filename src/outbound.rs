@@ -1,7 +1,8 @@
 //! The HTTP clients for outbound calls (GitHub, Slack, the CLI): one
 //! `reqwest::Client` per service for the whole process, so connections and TLS
-//! sessions are reused. rustls, trusting the OS roots and the optional extra CA
-//! file; through the proxies that `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` name.
+//! sessions are reused. rustls, trusting the OS roots (never bundled ones) and
+//! the optional extra CA file; through the proxies that
+//! `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` name.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -48,7 +49,25 @@ pub fn builder(config: &OutboundConfig) -> anyhow::Result<reqwest::ClientBuilder
             .with_context(|| format!("HTTP_PROXY {url:?} is not a proxy URL"))?;
         builder = builder.proxy(proxy.no_proxy(no_proxy));
     }
+    if let Some(path) = config.extra_ca_file() {
+        for cert in extra_roots(path)? {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
     Ok(builder)
+}
+
+/// The certificates of a PEM bundle; a file without any is refused rather
+/// than trusting nothing more in silence.
+fn extra_roots(path: &std::path::Path) -> anyhow::Result<Vec<reqwest::Certificate>> {
+    let what = || format!("GATEBOT_EXTRA_CA_FILE {}", path.display());
+    let pem = std::fs::read(path).with_context(|| format!("cannot read {}", what()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .with_context(|| format!("{} is not a PEM bundle", what()))?;
+    if certs.is_empty() {
+        anyhow::bail!("{} holds no PEM certificate", what());
+    }
+    Ok(certs)
 }
 
 /// One line for check-config: the proxies without their credentials.
@@ -68,10 +87,13 @@ pub fn describe(config: &OutboundConfig) -> String {
         )
     };
     format!(
-        "https proxy {}, http proxy {}, no proxy for {}",
+        "https proxy {}, http proxy {}, no proxy for {}; trusts the OS roots{}",
         shown(config.https_proxy()),
         shown(config.http_proxy()),
-        config.no_proxy().unwrap_or_else(|| "-".to_string())
+        config.no_proxy().unwrap_or_else(|| "-".to_string()),
+        config
+            .extra_ca_file()
+            .map_or_else(String::new, |p| format!(" and {}", p.display()))
     )
 }
 
@@ -112,6 +134,24 @@ impl Default for Shared {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// A transport error with its causes: reqwest's own message does not say
+/// why ("error sending request"); the chain does (a certificate from an
+/// unknown issuer, a refused proxy connection).
+pub fn why(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(e) = cause {
+        let part = e.to_string();
+        // hyper and reqwest repeat their inner error's text; say it once.
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cause = e.source();
+    }
+    text
 }
 
 /// Reads a body of at most `limit` bytes, so a misbehaving server cannot make

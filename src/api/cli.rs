@@ -73,7 +73,8 @@ pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
 async fn call(req: reqwest::RequestBuilder, base: &str, what: &str) -> anyhow::Result<Value> {
     let response = req.send().await.map_err(|e| {
         anyhow::anyhow!(
-            "cannot reach gatebot at {base} ({e}): is it running? Set --server or GATEBOT_SERVER"
+            "cannot reach gatebot at {base} ({}): is it running? Set --server or GATEBOT_SERVER",
+            crate::outbound::why(&e)
         )
     })?;
     let status = response.status();

@@ -77,10 +77,12 @@ pub async fn run(args: &WaitArgs, token: Option<SecretString>) -> anyhow::Result
 }
 
 async fn fetch(req: reqwest::RequestBuilder) -> Result<Value, Failed> {
-    let response = req
-        .send()
-        .await
-        .map_err(|e| Failed::Transient(anyhow::anyhow!("cannot reach gatebot ({e})")))?;
+    let response = req.send().await.map_err(|e| {
+        Failed::Transient(anyhow::anyhow!(
+            "cannot reach gatebot ({})",
+            crate::outbound::why(&e)
+        ))
+    })?;
     let status = response.status();
     let body = response
         .text()

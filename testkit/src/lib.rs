@@ -15,6 +15,7 @@ pub mod harness;
 pub mod proxy;
 pub mod raw;
 pub mod served;
+pub mod tls;
 
 /// The repository's root, where `tests/fixtures/` lives: this crate is the
 /// workspace member `testkit/` directly inside it.
