@@ -440,12 +440,14 @@ pub struct Config {
 /// proxy variables, and one more CA to trust next to the OS roots.
 #[derive(Debug, Clone, Default, Args)]
 pub struct OutboundConfig {
-    /// Proxy for https:// calls (also read as `https_proxy`).
-    #[arg(long = "https-proxy", env = "HTTPS_PROXY")]
+    /// Proxy for https:// calls (also read as `https_proxy`). Its value is
+    /// never printed: a proxy URL may carry a password (check-config shows it
+    /// without one).
+    #[arg(long = "https-proxy", env = "HTTPS_PROXY", hide_env_values = true)]
     pub https_proxy: Option<String>,
 
     /// Proxy for http:// calls (also read as `http_proxy`).
-    #[arg(long = "http-proxy", env = "HTTP_PROXY")]
+    #[arg(long = "http-proxy", env = "HTTP_PROXY", hide_env_values = true)]
     pub http_proxy: Option<String>,
 
     /// Hosts, domains (.example.com), IPs or CIDRs reached without the proxy,

@@ -41,12 +41,12 @@ pub fn builder(config: &OutboundConfig) -> anyhow::Result<reqwest::ClientBuilder
         .and_then(|list| reqwest::NoProxy::from_string(&list));
     if let Some(url) = config.https_proxy() {
         let proxy = reqwest::Proxy::https(&url)
-            .with_context(|| format!("HTTPS_PROXY {url:?} is not a proxy URL"))?;
+            .context("HTTPS_PROXY is not a proxy URL (write http://host:port)")?;
         builder = builder.proxy(proxy.no_proxy(no_proxy.clone()));
     }
     if let Some(url) = config.http_proxy() {
         let proxy = reqwest::Proxy::http(&url)
-            .with_context(|| format!("HTTP_PROXY {url:?} is not a proxy URL"))?;
+            .context("HTTP_PROXY is not a proxy URL (write http://host:port)")?;
         builder = builder.proxy(proxy.no_proxy(no_proxy));
     }
     if let Some(path) = config.extra_ca_file() {

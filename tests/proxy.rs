@@ -120,3 +120,38 @@ async fn the_cli_goes_through_the_proxy() {
     assert_eq!(connects[0].method, "CONNECT");
     assert_eq!(connects[0].target, format!("127.0.0.1:{port}"));
 }
+
+/// check-config shows the proxies without their credentials, and refuses one
+/// that is not a URL.
+#[test]
+fn check_config_shows_the_proxy_without_its_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |proxy: &str| {
+        Command::new(bin())
+            .env_clear()
+            .current_dir(dir.path())
+            .arg("check-config")
+            .env(
+                "GATEBOT_DATABASE_URL",
+                format!("sqlite://{}/g.db", dir.path().display()),
+            )
+            .env("HTTPS_PROXY", proxy)
+            .env("no_proxy", ".corp.example")
+            .output()
+            .unwrap()
+    };
+    let out = check("http://alice:hunter2@proxy.corp.example:3128");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("https proxy http://proxy.corp.example:3128/, http proxy none, no proxy for .corp.example"),
+        "{text}"
+    );
+    assert!(!text.contains("hunter2"), "{text}");
+
+    let out = check("http://[not a host");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("problem:         HTTPS_PROXY"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+}
