@@ -229,6 +229,9 @@ pub struct ServerArgs {
     /// Admin token (sent as a bearer token).
     #[arg(long, env = "GATEBOT_ADMIN_TOKEN", value_parser = parse_secret, hide_env_values = true)]
     pub token: Option<SecretString>,
+
+    #[command(flatten)]
+    pub outbound: OutboundConfig,
 }
 
 #[derive(Debug, Args)]
@@ -281,6 +284,9 @@ pub struct WaitArgs {
     /// How often to ask.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub interval: Duration,
+
+    #[command(flatten)]
+    pub outbound: OutboundConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -425,6 +431,77 @@ pub struct Config {
 
     #[command(flatten)]
     pub ui: UiConfig,
+
+    #[command(flatten)]
+    pub outbound: OutboundConfig,
+}
+
+/// How outbound calls (GitHub, Slack, the CLI) leave the network: the usual
+/// proxy variables, and one more CA to trust next to the OS roots.
+#[derive(Debug, Clone, Default, Args)]
+pub struct OutboundConfig {
+    /// Proxy for https:// calls (also read as `https_proxy`). Its value is
+    /// never printed: a proxy URL may carry a password (check-config shows it
+    /// without one).
+    #[arg(long = "https-proxy", env = "HTTPS_PROXY", hide_env_values = true)]
+    pub https_proxy: Option<String>,
+
+    /// Proxy for http:// calls (also read as `http_proxy`).
+    #[arg(long = "http-proxy", env = "HTTP_PROXY", hide_env_values = true)]
+    pub http_proxy: Option<String>,
+
+    /// Hosts, domains (.example.com), IPs or CIDRs reached without the proxy,
+    /// comma separated (also read as `no_proxy`).
+    #[arg(long = "no-proxy", env = "NO_PROXY")]
+    pub no_proxy: Option<String>,
+
+    /// A PEM file of CA certificates trusted for outbound calls as well as the
+    /// OS roots (a TLS-inspecting proxy's CA, GitHub Enterprise's own CA).
+    #[arg(long = "extra-ca-file", env = "GATEBOT_EXTRA_CA_FILE")]
+    pub extra_ca_file: Option<PathBuf>,
+}
+
+impl OutboundConfig {
+    /// The settings from the environment alone (for clients built before any
+    /// configuration is read).
+    pub fn from_env() -> Self {
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            outbound: OutboundConfig,
+        }
+        // Every field is an optional string: parsing no flags cannot fail.
+        Wrapper::try_parse_from(["gatebot"]).map_or_else(|_| Self::default(), |w| w.outbound)
+    }
+
+    /// A proxy variable, upper case first as curl reads them, then lower case;
+    /// empty counts as unset.
+    fn var(given: &Option<String>, lower: &str) -> Option<String> {
+        let set = |v: &str| Some(v.trim().to_string()).filter(|v| !v.is_empty());
+        given
+            .as_deref()
+            .and_then(set)
+            .or_else(|| std::env::var(lower).ok().as_deref().and_then(set))
+    }
+
+    pub fn https_proxy(&self) -> Option<String> {
+        Self::var(&self.https_proxy, "https_proxy")
+    }
+
+    pub fn http_proxy(&self) -> Option<String> {
+        Self::var(&self.http_proxy, "http_proxy")
+    }
+
+    pub fn no_proxy(&self) -> Option<String> {
+        Self::var(&self.no_proxy, "no_proxy")
+    }
+
+    /// Empty counts as unset (as `.env.example` leaves it).
+    pub fn extra_ca_file(&self) -> Option<&std::path::Path> {
+        self.extra_ca_file
+            .as_deref()
+            .filter(|p| !p.as_os_str().is_empty())
+    }
 }
 
 /// Whether the pages under /ui are served, and whether they take actions.
@@ -689,6 +766,9 @@ pub struct GatesArgs {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+
+    #[command(flatten)]
+    pub outbound: OutboundConfig,
 
     #[command(subcommand)]
     pub action: GatesAction,

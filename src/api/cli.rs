@@ -9,9 +9,7 @@ use crate::gate::state::rfc3339;
 
 pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
     let base = args.server.trim_end_matches('/').to_string();
-    let client = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(15))
-        .build()?;
+    let client = crate::outbound::client(&args.outbound, std::time::Duration::from_secs(15))?;
     let auth = |req: reqwest::RequestBuilder| {
         let req = req
             .header("x-gatebot-source", "cli")
@@ -75,7 +73,8 @@ pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
 async fn call(req: reqwest::RequestBuilder, base: &str, what: &str) -> anyhow::Result<Value> {
     let response = req.send().await.map_err(|e| {
         anyhow::anyhow!(
-            "cannot reach gatebot at {base} ({e}): is it running? Set --server or GATEBOT_SERVER"
+            "cannot reach gatebot at {base} ({}): is it running? Set --server or GATEBOT_SERVER",
+            crate::outbound::why(&e)
         )
     })?;
     let status = response.status();
@@ -304,6 +303,15 @@ pub async fn check_config(
         sl.api_url,
         sl.approvers.len()
     );
+    let _ = writeln!(
+        text,
+        "outbound:        {}",
+        crate::outbound::describe(&config.outbound)
+    );
+    if let Err(e) = crate::outbound::builder(&config.outbound) {
+        ok = false;
+        let _ = writeln!(text, "problem:         {e:#}");
+    }
     for problem in config.problems() {
         ok = false;
         let _ = writeln!(text, "problem:         {problem}");
@@ -356,9 +364,7 @@ pub async fn check_config(
 
 fn client_for(server: &crate::config::ServerArgs) -> anyhow::Result<(String, reqwest::Client)> {
     let base = server.server.trim_end_matches('/').to_string();
-    let client = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(15))
-        .build()?;
+    let client = crate::outbound::client(&server.outbound, std::time::Duration::from_secs(15))?;
     Ok((base, client))
 }
 

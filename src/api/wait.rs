@@ -31,9 +31,7 @@ pub async fn run(args: &WaitArgs, token: Option<SecretString>) -> anyhow::Result
     let gate = args.gate.trim().trim_matches('/');
     let gate = gate.strip_prefix("gates/").unwrap_or(gate);
     let url = format!("{base}/api/v1/gates/{gate}");
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(15))
-        .build()?;
+    let client = crate::outbound::client(&args.outbound, Duration::from_secs(15))?;
     let deadline = Instant::now() + args.timeout;
     let mut since: Option<Since> = None;
     let mut last_error = None;
@@ -79,10 +77,12 @@ pub async fn run(args: &WaitArgs, token: Option<SecretString>) -> anyhow::Result
 }
 
 async fn fetch(req: reqwest::RequestBuilder) -> Result<Value, Failed> {
-    let response = req
-        .send()
-        .await
-        .map_err(|e| Failed::Transient(anyhow::anyhow!("cannot reach gatebot ({e})")))?;
+    let response = req.send().await.map_err(|e| {
+        Failed::Transient(anyhow::anyhow!(
+            "cannot reach gatebot ({})",
+            crate::outbound::why(&e)
+        ))
+    })?;
     let status = response.status();
     let body = response
         .text()

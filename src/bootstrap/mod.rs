@@ -59,6 +59,8 @@ impl Gatebot {
         if let Some(problem) = config.problems().into_iter().next() {
             anyhow::bail!(problem);
         }
+        // Before any client is built: they all take these proxies and roots.
+        crate::outbound::configure(&config.outbound)?;
         let clock = options.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let store = Store::connect(&config.database_url).await?;
         let mut metrics = Metrics::new();

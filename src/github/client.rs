@@ -461,7 +461,7 @@ impl GithubClient {
             let response = request
                 .send()
                 .await
-                .map_err(|e| ApiError::Transport(e.to_string()))?;
+                .map_err(|e| ApiError::Transport(outbound::why(&e)))?;
             answer(response).await
         })
         .await;

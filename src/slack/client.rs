@@ -205,7 +205,7 @@ async fn call<T: DeserializeOwned>(request: reqwest::RequestBuilder) -> Result<T
     let response = request
         .send()
         .await
-        .map_err(|e| CallError::Transport(e.to_string()))?;
+        .map_err(|e| CallError::Transport(outbound::why(&e)))?;
     let status = response.status();
     let retry_after = response
         .headers()

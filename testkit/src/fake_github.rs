@@ -136,12 +136,20 @@ pub struct FakeGithub {
 
 impl FakeGithub {
     pub async fn start() -> Self {
+        Self::start_with_prefix("").await
+    }
+
+    /// GitHub Enterprise Server's layout: the REST API under `prefix`
+    /// (`/api/v3`), nothing at the root; `url` includes the prefix. Requests are
+    /// recorded with their full path, so a call that missed the prefix shows
+    /// as a 404 at the root.
+    pub async fn start_with_prefix(prefix: &str) -> Self {
         let inner = Arc::new(Inner {
             next_id: AtomicU64::new(9_000_000),
             login: Mutex::new("gatebot-test".into()),
             ..Inner::default()
         });
-        let app = Router::new()
+        let routes = Router::new()
             .route(
                 "/repos/{owner}/{repo}/collaborators/{user}/permission",
                 get(permission),
@@ -168,11 +176,17 @@ impl FakeGithub {
             .route("/login/oauth/access_token", post(oauth_token))
             .route("/app", get(app_info))
             .route("/repos/{owner}/{repo}/installation", get(installation))
-            .route("/app/installations/{id}/access_tokens", post(access_token))
+            .route("/app/installations/{id}/access_tokens", post(access_token));
+        let routes = if prefix.is_empty() {
+            routes
+        } else {
+            Router::new().nest(prefix, routes)
+        };
+        let app = routes
             .layer(middleware::from_fn_with_state(inner.clone(), record))
             .with_state(inner.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let url = format!("http://{}{prefix}", listener.local_addr().unwrap());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });

@@ -13,8 +13,10 @@ pub mod fake_slack;
 pub mod flagger;
 pub mod github_payloads;
 pub mod harness;
+pub mod proxy;
 pub mod raw;
 pub mod served;
+pub mod tls;
 
 /// The repository's root, where `tests/fixtures/` lives: this crate is the
 /// workspace member `testkit/` directly inside it.
