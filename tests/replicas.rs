@@ -148,10 +148,14 @@ async fn two_replicas_behind_flagger_agree() {
         r.status()
     };
     assert_eq!(peek(a.url.clone()).await, 200, "peek on A");
-    eventually("the peek on B to answer 200", Duration::from_secs(1), || {
-        let b = b.url.clone();
-        async move { peek(b).await == 200 }
-    })
+    eventually(
+        "the peek on B to answer 200",
+        Duration::from_secs(1),
+        || {
+            let b = b.url.clone();
+            async move { peek(b).await == 200 }
+        },
+    )
     .await;
     assert!(
         sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
