@@ -54,6 +54,18 @@ async fn check(server: &TestServer, gate: &str) -> u16 {
         .as_u16()
 }
 
+/// A look at `gate` without a canary (what a person or a dashboard asks): the
+/// status code. It writes nothing, so it times what B knows, not B's own writes.
+async fn peek(server: &TestServer, gate: &str) -> u16 {
+    client()
+        .get(format!("{}{gate}", server.url))
+        .send()
+        .await
+        .expect("peek answers")
+        .status()
+        .as_u16()
+}
+
 async fn change(server: &TestServer, action: &str, gate: &str) {
     let r = client()
         .post(format!("{}/api/v1/gates/{action}", server.url))
@@ -65,12 +77,19 @@ async fn change(server: &TestServer, action: &str, gate: &str) {
     assert_eq!(r.status(), 200, "{action} {gate}");
 }
 
-/// Polls `server`'s check of `gate` until it answers `status`; how long that took.
+/// Polls `server`'s answer for `gate` until it is `status`, then checks that
+/// Flagger's check agrees; how long the answer took to change.
 async fn seen(server: &TestServer, gate: &str, status: u16, within: Duration) -> Duration {
     let started = Instant::now();
     loop {
-        if check(server, gate).await == status {
-            return started.elapsed();
+        if peek(server, gate).await == status {
+            let took = started.elapsed();
+            assert_eq!(
+                check(server, gate).await,
+                status,
+                "Flagger's check of {gate}"
+            );
+            return took;
         }
         assert!(
             started.elapsed() < within,
@@ -127,9 +146,10 @@ async fn without_its_listener_a_replica_reads_the_store_until_it_is_back() {
     let (a, b) = (replica(&db).await, replica(&db).await);
     until_trusted(&[&a, &b]).await;
     let reloads = b.state.metrics.gate_cache_reloads.get();
-    let gate = "/gates/promote/pr/7";
-    assert_eq!(check(&b, gate).await, 403);
-    assert_eq!(check(&b, gate).await, 403);
+    let (gate, unseen) = ("/gates/promote/pr/7", "/gates/promote/pr/8");
+    for g in [gate, gate, unseen, unseen] {
+        assert_eq!(check(&b, g).await, 403);
+    }
 
     assert!(cut_listeners(&db).await >= 2, "both listeners were found");
     eventually(
@@ -139,6 +159,7 @@ async fn without_its_listener_a_replica_reads_the_store_until_it_is_back() {
     )
     .await;
     // Made while B cannot hear it: B still sees it, from the store.
+    change(&a, "open", unseen).await;
     change(&a, "open", gate).await;
     let took = seen(&b, gate, 200, Duration::from_secs(1)).await;
     assert!(
@@ -151,6 +172,8 @@ async fn without_its_listener_a_replica_reads_the_store_until_it_is_back() {
     })
     .await;
     assert!(b.state.metrics.gate_cache_reloads.get() > reloads);
+    // A change B missed and never checked while down is in its memory again.
+    assert_eq!(check(&b, unseen).await, 200, "reloaded before trusted");
     // Listening again: a change on A reaches B's memory in time.
     change(&a, "close", gate).await;
     let took = seen(&b, gate, 403, WAIT).await;
