@@ -9,7 +9,9 @@
 //! server's `main` sets it up (`telemetry::init`, `RUST_LOG` or else `info`,
 //! text to stderr), because what the check logs is part of what it costs;
 //! send stderr to a file (`2>gate_check.log`) as a container runtime would.
-//! `GATE_CHECK_ONLY=<case>` runs one case alone, for `perf record -p`.
+//! `GATE_CHECK_ONLY=<case>` runs one case alone, for `perf record -p`. With
+//! PostgreSQL it ends with SQLite and a PostgreSQL replica checked in turns:
+//! the replica's rate as a share of SQLite's (issue 15's goal is 0.8).
 
 use std::time::{Duration, Instant};
 
@@ -294,6 +296,55 @@ async fn policy_scenario() {
     }
 }
 
+/// Issue 15: the same steady-state checks on a SQLite server and on a
+/// PostgreSQL replica (once it answers from memory), in turns, so that a
+/// neighbour's build slows both alike: PostgreSQL's share of SQLite's rate.
+async fn replica_scenario(pg_database: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite://{}/gatebot.db", dir.path().display());
+    let mut servers = Vec::new();
+    for url in [sqlite.as_str(), pg_database] {
+        let mut config = Config::with_database(url);
+        config.github.repository = Some("acme/shop".parse().unwrap());
+        Gatebot::start(config.clone()).await.unwrap().stop().await;
+        seed(url, 100).await;
+        servers.push(harness::TestServer::start(config, gatebot::Options::default()).await);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while servers[1].state.metrics.gate_cache_trusted.get() != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the replica never answered from memory"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let body = json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "85d557f47b"}).to_string();
+    let check = |s: &harness::TestServer, path: &str| {
+        Load::new(format!("{}{path}", s.url), Some(body.clone()))
+    };
+    let (closed, open) = ("/gates/promote/pr/42", "/gates/promote/seed/repo/pr/51");
+    let cases = [
+        check(&servers[0], closed),
+        check(&servers[1], closed),
+        check(&servers[0], open),
+        check(&servers[1], open),
+    ];
+    let stats = measure(&cases).await;
+    for s in servers {
+        s.stop().await;
+    }
+    println!("sqlite and a postgres replica, 100 gates each, in turns:");
+    for (name, sqlite, pg) in [
+        ("closed", &stats[0], &stats[1]),
+        ("open+pinned", &stats[2], &stats[3]),
+    ] {
+        println!(
+            "  => gate check ({name}): {:.0} req/s on SQLite, {:.0} on a PostgreSQL replica; ratio {:.2} (goal >= 0.80); p99 {:.2?} / {:.2?}",
+            sqlite.rps, pg.rps, pg.rps / sqlite.rps, sqlite.p99, pg.p99
+        );
+    }
+}
+
 fn main() {
     // As `main` does: RUST_LOG, or `info` when it is unset.
     telemetry::init(Config::with_database("sqlite::memory:").log_format);
@@ -325,7 +376,11 @@ fn main() {
                     .await
                     .unwrap();
                 let base = pg.rsplit_once('/').map_or(pg.as_str(), |(b, _)| b);
-                scenario(&format!("{base}/{name}"), gates).await;
+                let database = format!("{base}/{name}");
+                scenario(&database, gates).await;
+                if gates == 100 {
+                    replica_scenario(&database).await;
+                }
             }
         }
     });

@@ -156,6 +156,11 @@ pub struct Metrics {
     /// 1 when the latest readiness probe found the store writable, else 0.
     pub store_ready: Gauge,
     pub deadlines_passed: Counter,
+    /// 1 while gate checks are answered from memory (SQLite, or PostgreSQL
+    /// with the gate-change listener connected), 0 while each reads the store.
+    pub gate_cache_trusted: Gauge,
+    /// Times every gate was read back into memory after the listener (re)connected.
+    pub gate_cache_reloads: Counter,
 }
 
 /// Records the calls to one outside service (GitHub, Slack) into the server's
@@ -244,6 +249,8 @@ impl Metrics {
         let queue_oldest = Family::default();
         let store_ready = Gauge::default();
         let deadlines_passed = Counter::default();
+        let gate_cache_trusted = Gauge::default();
+        let gate_cache_reloads = Counter::default();
         let build = Family::<BuildLabels, Gauge>::default();
         build.get_or_create(&build_labels()).set(1);
         register(
@@ -397,6 +404,20 @@ impl Metrics {
             "Waits that outlasted their deadline and were acted on (rolled back, closed, or told)",
             deadlines_passed.clone(),
         );
+        register(
+            &mut registry,
+            &mut described,
+            "gate_cache_trusted",
+            "1 while gate checks are answered from memory; 0 on PostgreSQL while the gate-change listener is down and each check reads the store",
+            gate_cache_trusted.clone(),
+        );
+        register(
+            &mut registry,
+            &mut described,
+            "gate_cache_reloads",
+            "Times every gate was read back into memory after the gate-change listener (re)connected (PostgreSQL)",
+            gate_cache_reloads.clone(),
+        );
         Self {
             registry,
             described,
@@ -422,6 +443,8 @@ impl Metrics {
             queue_oldest,
             store_ready,
             deadlines_passed,
+            gate_cache_trusted,
+            gate_cache_reloads,
         }
     }
 

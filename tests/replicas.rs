@@ -136,16 +136,27 @@ async fn two_replicas_behind_flagger_agree() {
     }
     assert_eq!(sim.phase(), Phase::Waiting);
 
-    // Opened through one replica, open on both at once.
+    // Opened through one replica: open there at once, and on the other as soon
+    // as its memory hears of it (tests/cache.rs holds that to 100 ms).
     open_via(&a.url, "/gates/start/pr/42").await;
-    for replica in [&a.url, &b.url] {
+    let peek = |replica: String| async move {
         let r = client()
             .get(format!("{replica}/gates/start/pr/42"))
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status(), 200, "peek on {replica}");
-    }
+        r.status()
+    };
+    assert_eq!(peek(a.url.clone()).await, 200, "peek on A");
+    eventually(
+        "the peek on B to answer 200",
+        Duration::from_secs(1),
+        || {
+            let b = b.url.clone();
+            async move { peek(b).await == 200 }
+        },
+    )
+    .await;
     assert!(
         sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
             .await

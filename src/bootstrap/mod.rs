@@ -26,7 +26,7 @@ use crate::metrics::Metrics;
 use crate::notify::{Drain, Handler, Notifier, Sink, Worker, WorkerSettings};
 use crate::store::{self, QueueName, Store};
 use crate::{gate, github, http, policy, slack, templates};
-use tasks::{heartbeat, housekeeping, take_over_leases};
+use tasks::{follow_gates, heartbeat, housekeeping, take_over_leases};
 
 /// What tests (and embedders) may swap in.
 #[derive(Default)]
@@ -136,6 +136,7 @@ impl Gatebot {
         take_over_leases(&store, clock.now_ms()).await;
         if store.backend() == store::Backend::Postgres {
             tasks.spawn(heartbeat(store.clone(), clock.clone(), shutdown.clone()));
+            tasks.spawn(follow_gates(state.clone(), shutdown.clone()));
         }
         let settings = options.worker.unwrap_or_else(|| WorkerSettings {
             base_backoff: state.config.outbox_backoff,

@@ -44,6 +44,16 @@ pub(super) async fn heartbeat(store: Store, clock: SharedClock, shutdown: Cancel
     }
 }
 
+/// PostgreSQL: keeps this replica's gates in memory current with every
+/// replica's changes (see `core::gate_cache`), until shutdown.
+pub(super) async fn follow_gates(state: AppState, shutdown: CancellationToken) {
+    let url = state.config.database_url.clone();
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        () = state.engine.follow_gates(&url) => {}
+    }
+}
+
 /// Every few seconds: write last-seen times, expire approvals, refresh gauges.
 pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));

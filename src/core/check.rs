@@ -29,8 +29,9 @@ impl Engine {
     /// with [`STORE_BUSY`]; nothing of it is remembered, so the next poll tries
     /// again. Dropping the unfinished write rolls it back.
     pub async fn check(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, EngineError> {
-        // SQLite's steady state is answered from memory, with no timer to arm.
-        if self.store.backend() == Backend::Sqlite {
+        // The steady state is answered from memory, with no timer to arm: always
+        // on SQLite, and on PostgreSQL while other replicas' changes are heard.
+        if self.answers_from_memory() {
             let gate = self
                 .memory()
                 .gate(key)

@@ -1,6 +1,7 @@
-//! What the engine keeps in memory: with SQLite every gate (this process is the
-//! only writer, so the copy is the truth), and with either store the last check
-//! of every canary at every gate (what the steady-state check compares against).
+//! What the engine keeps in memory: every gate (with SQLite this process is the
+//! only writer, so the copy is the truth; with PostgreSQL it is trusted while
+//! other replicas' changes are heard), and the last check of every canary at
+//! every gate (what the steady-state check compares against).
 //!
 //! Sized for 100,000 gates in a few tens of megabytes: repositories, canaries and
 //! people are stored once and referred to by number; a revision is shared by a
@@ -47,7 +48,7 @@ pub struct Memory {
 }
 
 impl Memory {
-    /// `keeps_gates`: this process is the only writer (SQLite).
+    /// `keeps_gates`: gates are kept too, not only last checks.
     pub fn new(keeps_gates: bool) -> Self {
         Self {
             keeps_gates,
@@ -57,10 +58,6 @@ impl Memory {
             actors: IndexSet::new(),
             gates: IndexMap::new(),
         }
-    }
-
-    pub fn keeps_gates(&self) -> bool {
-        self.keeps_gates
     }
 
     /// Gives back what loading left over.
@@ -156,7 +153,7 @@ impl Memory {
         Some(GateKey::new(k.kind, scope))
     }
 
-    // ---- gates (SQLite only) ----
+    // ---- gates ----
 
     /// The gate as last written, if this memory keeps gates and it was ever changed.
     pub fn gate(&self, key: &GateKey) -> Option<Gate> {

@@ -2,9 +2,10 @@
 //! and the Flagger timeline, and queues notifications. Uses the store; knows no HTTP.
 //!
 //! The steady-state check (same canary, same revision, same answer) reads memory
-//! and writes nothing: with SQLite this process is the only writer, so its cache
-//! of gates is the truth; with PostgreSQL other replicas write too, so the gate
-//! row is read per check. Last-seen times are kept in memory and flushed in batches.
+//! and writes nothing: with SQLite this process is the only writer, so its copy
+//! of the gates is the truth; with PostgreSQL other replicas write too, so the
+//! copy is kept current by their announcements and trusted only while they can
+//! be heard (`gate_cache`). Last-seen times are kept in memory and flushed in batches.
 
 mod app;
 pub mod authors;
@@ -17,6 +18,7 @@ pub mod dispatch;
 mod dispatch_tests;
 mod events;
 pub mod freezes;
+mod gate_cache;
 mod memory;
 pub mod named;
 mod page;
@@ -196,9 +198,13 @@ pub struct Engine {
     metrics: Arc<Metrics>,
     notifier: Notifier,
     outbox_wake: Arc<Notify>,
-    /// Every gate with SQLite (kept current by this process's writes), and the
-    /// last check of every canary at every gate.
+    /// Every gate (kept current by this process's writes, and on PostgreSQL by
+    /// other replicas' announcements), and the last check of every canary at every gate.
     memory: Mutex<Memory>,
+    /// Whether checks may answer from the gates in memory: always on SQLite; on
+    /// PostgreSQL only while the gate-change listener is connected and has
+    /// reloaded every gate since it (re)connected.
+    cache_trusted: std::sync::atomic::AtomicBool,
     /// Serialises the slow path so two checks of one canary don't both start a wait.
     write: tokio::sync::Mutex<()>,
     /// The change freezes in force, and whether there are any (read first).
@@ -219,8 +225,11 @@ impl Engine {
         notifier: Notifier,
         outbox_wake: Arc<Notify>,
     ) -> Result<Self, StoreError> {
-        let mut memory = Memory::new(store.backend() == Backend::Sqlite);
-        if memory.keeps_gates() {
+        let mut memory = Memory::new(true);
+        // PostgreSQL: the gate-change listener loads them once it listens, so
+        // that no change made in between is missed (`follow_gates`).
+        let sqlite = store.backend() == Backend::Sqlite;
+        if sqlite {
             store.each_gate(|gate| memory.put_gate(&gate)).await?;
         }
         store
@@ -240,7 +249,9 @@ impl Engine {
         memory.shrink_to_fit();
         tracing::info!(gates = memory.len(), "loaded gates and last checks");
         let freezes = store.active_freezes(clock.now_ms()).await?;
+        metrics.gate_cache_trusted.set(i64::from(sqlite));
         Ok(Self {
+            cache_trusted: std::sync::atomic::AtomicBool::new(sqlite),
             any_freeze: std::sync::atomic::AtomicBool::new(!freezes.is_empty()),
             windows: Mutex::new(HashMap::new()),
             changes: std::sync::OnceLock::new(),

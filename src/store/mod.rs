@@ -5,6 +5,7 @@
 //! there is one code path to test. Only migrations, BEGIN and job claiming differ.
 
 mod freezes;
+mod gate_events;
 mod loading;
 mod named;
 mod notify;
@@ -32,6 +33,7 @@ use crate::gate::{
     Actor, Answer, AuditAction, CanaryRef, DeliveryId, Gate, GateKey, GateStatus, Millis, Source,
 };
 
+pub use gate_events::{GateEvent, GateEvents, GATES_CHANNEL, LISTENER_APPLICATION_NAME};
 pub use loading::SeenRow;
 pub use named::{Link, NamedGate, NamedSpec};
 pub use notify::WaitBrief;
@@ -298,7 +300,8 @@ impl Store {
         .bind(forced)
         .execute(tx.conn())
         .await?;
-        Self::put_votes(tx, gate).await
+        Self::put_votes(tx, gate).await?;
+        Self::announce_gate(tx, &gate.key).await
     }
 
     /// Open gates whose approval ran out by `now`.
@@ -320,7 +323,7 @@ impl Store {
         checksum: &str,
         at: Millis,
     ) -> Result<String> {
-        sqlx::query(
+        let inserted = sqlx::query(
             "INSERT INTO pins (approval_id, canary, gate_key, checksum, pinned_at) \
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT (approval_id, canary) DO NOTHING",
         )
@@ -330,7 +333,11 @@ impl Store {
         .bind(checksum.to_string())
         .bind(at)
         .execute(tx.conn())
-        .await?;
+        .await?
+        .rows_affected();
+        if inserted > 0 {
+            Self::announce_gate(tx, key).await?;
+        }
         let row = sqlx::query("SELECT checksum FROM pins WHERE approval_id = $1 AND canary = $2")
             .bind(approval_id.to_string())
             .bind(canary.to_string())
