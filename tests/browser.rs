@@ -192,28 +192,43 @@ impl Rig {
         .await;
     }
 
+    /// Clicks `css`, finding it again if a live update replaced it meanwhile.
     async fn click(&self, css: &str) {
-        self.browser
-            .wait()
-            .at_most(Duration::from_secs(10))
-            .for_element(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("{css}: {e}"))
-            .click()
-            .await
-            .unwrap_or_else(|e| panic!("click {css}: {e}"));
+        let mut last = None;
+        for _ in 0..10 {
+            let found = self
+                .browser
+                .wait()
+                .at_most(Duration::from_secs(10))
+                .for_element(Locator::Css(css))
+                .await
+                .unwrap_or_else(|e| panic!("{css}: {e}"));
+            match found.click().await {
+                Ok(_) => return,
+                // The page swapped its <main> between finding and clicking.
+                Err(e) => last = Some(e),
+            }
+        }
+        panic!("click {css}: {last:?}");
     }
 
+    /// The text of `css`, finding it again if a live update replaced it meanwhile.
     async fn text(&self, css: &str) -> String {
-        self.browser
-            .wait()
-            .at_most(Duration::from_secs(10))
-            .for_element(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("{css}: {e}"))
-            .text()
-            .await
-            .unwrap()
+        let mut last = None;
+        for _ in 0..10 {
+            let found = self
+                .browser
+                .wait()
+                .at_most(Duration::from_secs(10))
+                .for_element(Locator::Css(css))
+                .await
+                .unwrap_or_else(|e| panic!("{css}: {e}"));
+            match found.text().await {
+                Ok(text) => return text,
+                Err(e) => last = Some(e),
+            }
+        }
+        panic!("text of {css}: {last:?}");
     }
 
     async fn screenshot(&self, name: &str) {
