@@ -212,6 +212,25 @@ impl Rig {
         panic!("click {css}: {last:?}");
     }
 
+    /// Types `keys` into `css`, finding it again if a live update replaced it meanwhile.
+    async fn type_into(&self, css: &str, keys: &str) {
+        let mut last = None;
+        for _ in 0..10 {
+            let found = self
+                .browser
+                .wait()
+                .at_most(Duration::from_secs(10))
+                .for_element(Locator::Css(css))
+                .await
+                .unwrap_or_else(|e| panic!("{css}: {e}"));
+            match found.send_keys(keys).await {
+                Ok(()) => return,
+                Err(e) => last = Some(e),
+            }
+        }
+        panic!("type into {css}: {last:?}");
+    }
+
     /// The text of `css`, finding it again if a live update replaced it meanwhile.
     async fn text(&self, css: &str) -> String {
         let mut last = None;
@@ -248,13 +267,7 @@ impl Rig {
 
     async fn sign_in_with_token(&self) {
         self.goto("/ui/signin").await;
-        self.browser
-            .find(Locator::Css("#token"))
-            .await
-            .unwrap()
-            .send_keys(ADMIN_TOKEN)
-            .await
-            .unwrap();
+        self.type_into("#token", ADMIN_TOKEN).await;
         self.click("form.stack button[type=submit]").await;
         let me = self.text("#me").await;
         assert!(me.contains("Signed in as admin"), "{me}");
@@ -377,13 +390,7 @@ async fn sign_in_with_github_approve_confirm_and_the_canary_promotes() {
         403,
         "nothing changes before the confirmation"
     );
-    rig.browser
-        .find(Locator::Css("#reason"))
-        .await
-        .unwrap()
-        .send_keys("canary metrics look right")
-        .await
-        .unwrap();
+    rig.type_into("#reason", "canary metrics look right").await;
     rig.click("#confirm-button").await;
     let state = rig.text("#gate-state").await;
     assert!(state.contains("OPEN") || state.contains("open"), "{state}");
