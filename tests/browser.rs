@@ -192,62 +192,42 @@ impl Rig {
         .await;
     }
 
-    /// Clicks `css`, finding it again if a live update replaced it meanwhile.
+    /// Does `act` on the element `css`, finding it again when a live update
+    /// swapped the page's <main> between finding and acting.
+    async fn on<T, F, Fut>(&self, css: &str, act: F) -> T
+    where
+        F: Fn(fantoccini::elements::Element) -> Fut,
+        Fut: std::future::Future<Output = Result<T, fantoccini::error::CmdError>>,
+    {
+        let mut last = None;
+        for _ in 0..10 {
+            let found = self
+                .browser
+                .wait()
+                .at_most(Duration::from_secs(10))
+                .for_element(Locator::Css(css))
+                .await
+                .unwrap_or_else(|e| panic!("{css}: {e}"));
+            match act(found).await {
+                Ok(done) => return done,
+                Err(e) => last = Some(e),
+            }
+        }
+        panic!("{css}: {last:?}");
+    }
+
     async fn click(&self, css: &str) {
-        let mut last = None;
-        for _ in 0..10 {
-            let found = self
-                .browser
-                .wait()
-                .at_most(Duration::from_secs(10))
-                .for_element(Locator::Css(css))
-                .await
-                .unwrap_or_else(|e| panic!("{css}: {e}"));
-            match found.click().await {
-                Ok(_) => return,
-                // The page swapped its <main> between finding and clicking.
-                Err(e) => last = Some(e),
-            }
-        }
-        panic!("click {css}: {last:?}");
+        self.on(css, |e| async move { e.click().await.map(drop) })
+            .await
     }
 
-    /// Types `keys` into `css`, finding it again if a live update replaced it meanwhile.
     async fn type_into(&self, css: &str, keys: &str) {
-        let mut last = None;
-        for _ in 0..10 {
-            let found = self
-                .browser
-                .wait()
-                .at_most(Duration::from_secs(10))
-                .for_element(Locator::Css(css))
-                .await
-                .unwrap_or_else(|e| panic!("{css}: {e}"));
-            match found.send_keys(keys).await {
-                Ok(()) => return,
-                Err(e) => last = Some(e),
-            }
-        }
-        panic!("type into {css}: {last:?}");
+        self.on(css, |e| async move { e.send_keys(keys).await })
+            .await
     }
 
-    /// The text of `css`, finding it again if a live update replaced it meanwhile.
     async fn text(&self, css: &str) -> String {
-        let mut last = None;
-        for _ in 0..10 {
-            let found = self
-                .browser
-                .wait()
-                .at_most(Duration::from_secs(10))
-                .for_element(Locator::Css(css))
-                .await
-                .unwrap_or_else(|e| panic!("{css}: {e}"));
-            match found.text().await {
-                Ok(text) => return text,
-                Err(e) => last = Some(e),
-            }
-        }
-        panic!("text of {css}: {last:?}");
+        self.on(css, |e| async move { e.text().await }).await
     }
 
     async fn screenshot(&self, name: &str) {
