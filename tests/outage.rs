@@ -2,116 +2,20 @@
 //! other tests keep theirs). Needs GATEBOT_TEST_PG_CTL (path to pg_ctl) and,
 //! when running as root, GATEBOT_TEST_PG_OS_USER; `bash .ci/run` sets both.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
+use gatebot_testkit::cluster::Cluster;
 use gatebot_testkit::harness::{client, eventually, TestServer, ADMIN_TOKEN};
 use serde_json::json;
 
-struct Cluster {
-    bin: PathBuf,
-    data: PathBuf,
-    port: u16,
-    user: Option<String>,
-    _dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    fn run(&self, program: &str, args: &str) -> bool {
-        let cmd = format!("{} {args}", self.bin.join(program).display());
-        let status = match &self.user {
-            Some(user) => Command::new("su")
-                .args([user.as_str(), "-s", "/bin/sh", "-c", &cmd])
-                .status(),
-            None => Command::new("sh").args(["-c", &cmd]).status(),
-        };
-        status.map(|s| s.success()).unwrap_or(false)
-    }
-
-    fn start(&self) {
-        let opts = format!(
-            "-o '-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off'",
-            self.port,
-            self.data.parent().unwrap().display()
-        );
-        assert!(self.run(
-            "pg_ctl",
-            &format!(
-                "-D {} -l {}/log -w {opts} start",
-                self.data.display(),
-                self.data.parent().unwrap().display()
-            )
-        ));
-    }
-
-    fn stop(&self) {
-        assert!(self.run(
-            "pg_ctl",
-            &format!("-D {} -m fast -w stop", self.data.display())
-        ));
-    }
-
-    fn new() -> Option<Self> {
-        let pg_ctl = std::env::var("GATEBOT_TEST_PG_CTL").ok()?;
-        let bin = Path::new(&pg_ctl).parent()?.to_path_buf();
-        let user = std::env::var("GATEBOT_TEST_PG_OS_USER")
-            .ok()
-            .filter(|u| !u.is_empty());
-        let dir = tempfile::tempdir().ok()?;
-        if let Some(user) = &user {
-            Command::new("chown")
-                .args([user.as_str(), dir.path().to_str()?])
-                .status()
-                .ok()?;
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
-            .port();
-        let cluster = Self {
-            bin,
-            data: dir.path().join("data"),
-            port,
-            user,
-            _dir: dir,
-        };
-        assert!(cluster.run(
-            "initdb",
-            &format!(
-                "-D {} -A trust -U postgres --no-sync >/dev/null",
-                cluster.data.display()
-            )
-        ));
-        cluster.start();
-        Some(cluster)
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.run(
-            "pg_ctl",
-            &format!(
-                "-D {} -m immediate stop >/dev/null 2>&1",
-                self.data.display()
-            ),
-        );
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_postgres_closes_gates_and_recovers_by_itself() {
-    let Some(cluster) = Cluster::new() else {
+    let Some(cluster) = Cluster::init() else {
         eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_PG_CTL to run the outage test (bash .ci/run does)");
         return;
     };
-    let mut config = gatebot::Config::with_database(&cluster.url());
+    cluster.start("");
+    let mut config = gatebot::Config::with_database(&cluster.url(""));
     config.github.repository = Some("acme/shop".parse().unwrap());
     config.admin_token = Some(ADMIN_TOKEN.to_string().into());
     let server = TestServer::start(config, Default::default()).await;
@@ -166,7 +70,7 @@ async fn losing_postgres_closes_gates_and_recovers_by_itself() {
         .unwrap();
     assert_eq!(r.status(), 503, "a change that cannot be stored is refused");
 
-    cluster.start();
+    cluster.start("");
     eventually("recovery", Duration::from_secs(30), || async {
         check().await.0 == 200
     })

@@ -6,124 +6,23 @@
 //! it) and, when running as root, GATEBOT_TEST_PG_OS_USER; `bash .ci/run`
 //! sets both.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
+use gatebot_testkit::cluster::Cluster;
 use gatebot_testkit::harness::{TestServer, ADMIN_TOKEN};
 use gatebot_testkit::tls::TestCa;
 use sqlx::Connection;
 
-/// A cluster with TLS on, stopped (immediately) when dropped.
-struct TlsCluster {
-    bin: PathBuf,
-    data: PathBuf,
-    port: u16,
-    user: Option<String>,
-    dir: tempfile::TempDir,
-}
-
-impl TlsCluster {
-    fn run(&self, program: &str, args: &str) -> bool {
-        let cmd = format!("{} {args}", self.bin.join(program).display());
-        let status = match &self.user {
-            Some(user) => Command::new("su")
-                .args([user.as_str(), "-s", "/bin/sh", "-c", &cmd])
-                .status(),
-            None => Command::new("sh").args(["-c", &cmd]).status(),
-        };
-        status.map(|s| s.success()).unwrap_or(false)
-    }
-
-    /// A file the server reads: owned by its OS user, readable only by it
-    /// (PostgreSQL refuses a key others can read).
-    fn write_private(&self, name: &str, contents: &str) -> PathBuf {
-        let path = self.dir.path().join(name);
-        std::fs::write(&path, contents).unwrap();
-        Command::new("chmod")
-            .args(["600", path.to_str().unwrap()])
-            .status()
-            .unwrap();
-        if let Some(user) = &self.user {
-            Command::new("chown")
-                .args([user.as_str(), path.to_str().unwrap()])
-                .status()
-                .unwrap();
-        }
-        path
-    }
-
-    fn new(ca: &TestCa) -> Option<Self> {
-        let pg_ctl = std::env::var("GATEBOT_TEST_PG_CTL").ok()?;
-        let bin = Path::new(&pg_ctl).parent()?.to_path_buf();
-        let user = std::env::var("GATEBOT_TEST_PG_OS_USER")
-            .ok()
-            .filter(|u| !u.is_empty());
-        let dir = tempfile::tempdir().ok()?;
-        if let Some(user) = &user {
-            Command::new("chown")
-                .args([user.as_str(), dir.path().to_str()?])
-                .status()
-                .ok()?;
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
-            .port();
-        let cluster = Self {
-            bin,
-            data: dir.path().join("data"),
-            port,
-            user,
-            dir,
-        };
-        assert!(cluster.run(
-            "initdb",
-            &format!(
-                "-D {} -A trust -U postgres --no-sync >/dev/null",
-                cluster.data.display()
-            )
-        ));
-        let server = ca.server_cert();
-        let cert = cluster.write_private("server.crt", &server.cert_pem);
-        let key = cluster.write_private("server.key", &server.key_pem);
-        let opts = format!(
-            "-o '-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off \
-             -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}'",
-            cluster.port,
-            cluster.dir.path().display(),
-            cert.display(),
-            key.display()
-        );
-        assert!(cluster.run(
-            "pg_ctl",
-            &format!(
-                "-D {} -l {}/log -w {opts} start >/dev/null",
-                cluster.data.display(),
-                cluster.dir.path().display()
-            )
-        ));
-        Some(cluster)
-    }
-
-    fn url(&self, query: &str) -> String {
-        format!(
-            "postgres://postgres@127.0.0.1:{}/postgres?{query}",
-            self.port
-        )
-    }
-}
-
-impl Drop for TlsCluster {
-    fn drop(&mut self) {
-        self.run(
-            "pg_ctl",
-            &format!(
-                "-D {} -m immediate stop >/dev/null 2>&1",
-                self.data.display()
-            ),
-        );
-    }
+/// A cluster with TLS on, its certificate from `ca`.
+fn tls_cluster(ca: &TestCa) -> Option<Cluster> {
+    let cluster = Cluster::init()?;
+    let server = ca.server_cert();
+    let cert = cluster.write_private("server.crt", &server.cert_pem);
+    let key = cluster.write_private("server.key", &server.key_pem);
+    cluster.start(&format!(
+        "-c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+        cert.display(),
+        key.display()
+    ));
+    Some(cluster)
 }
 
 /// Whether the connection made with `url` is encrypted, as the server sees it.
@@ -137,14 +36,14 @@ async fn encrypted(url: &str) -> Result<bool, sqlx::Error> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_full_connects_with_the_right_ca_and_refuses_another() {
     let ca = TestCa::new("gatebot test PostgreSQL CA");
-    let Some(cluster) = TlsCluster::new(&ca) else {
+    let Some(cluster) = tls_cluster(&ca) else {
         eprintln!(
             "SKIPPED: set GATEBOT_TEST_PG_CTL (and GATEBOT_TEST_PG_OS_USER as root) to run the PostgreSQL TLS test (bash .ci/run does)"
         );
         return;
     };
-    let ca_file = ca.write(cluster.dir.path(), "root.crt");
-    let other_file = TestCa::new("another CA").write(cluster.dir.path(), "other.crt");
+    let ca_file = ca.write(cluster.dir(), "root.crt");
+    let other_file = TestCa::new("another CA").write(cluster.dir(), "other.crt");
     let full = cluster.url(&format!(
         "sslmode=verify-full&sslrootcert={}",
         ca_file.display()

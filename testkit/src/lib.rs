@@ -8,6 +8,7 @@
 use std::path::Path;
 
 pub mod chatops;
+pub mod cluster;
 pub mod fake_github;
 pub mod fake_slack;
 pub mod flagger;
