@@ -19,7 +19,7 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::gate::{GateKind, RepoName};
 
 /// Environment variables that hold secrets and may come from `<NAME>_FILE`.
-pub const SECRET_VARS: [&str; 10] = [
+pub const SECRET_VARS: [&str; 11] = [
     "GATEBOT_ADMIN_TOKEN",
     "GATEBOT_PIPELINE_TOKEN",
     "GATEBOT_GITHUB_WEBHOOK_SECRET",
@@ -27,6 +27,7 @@ pub const SECRET_VARS: [&str; 10] = [
     "GATEBOT_GITHUB_APP_PRIVATE_KEY",
     "GATEBOT_SLACK_SIGNING_SECRET",
     "GATEBOT_SLACK_BOT_TOKEN",
+    "GATEBOT_SLACK_APP_TOKEN",
     "GATEBOT_DATABASE_URL",
     "GATEBOT_UI_SESSION_KEY",
     "GATEBOT_UI_GITHUB_CLIENT_SECRET",
@@ -185,7 +186,12 @@ pub fn unset_meaning(env: &str) -> Option<&'static str> {
             "GitHub deliveries are refused: /promote comments open nothing"
         }
         "GATEBOT_GITHUB_TOKEN" => "and no GitHub App: nothing is posted on pull requests",
-        "GATEBOT_SLACK_SIGNING_SECRET" => "Slack requests are refused: no approvals from Slack",
+        "GATEBOT_SLACK_SIGNING_SECRET" => {
+            "Slack's HTTP requests are refused (Socket Mode needs none)"
+        }
+        "GATEBOT_SLACK_APP_TOKEN" => {
+            "no Socket Mode: Slack must reach /webhooks/slack/* over a public URL"
+        }
         "GATEBOT_SLACK_BOT_TOKEN" => "nothing is posted to Slack",
         _ => return None,
     })
@@ -619,6 +625,10 @@ pub struct SlackConfig {
     #[arg(long = "slack-bot-token", env = "GATEBOT_SLACK_BOT_TOKEN", value_parser = parse_secret, hide_env_values = true)]
     pub bot_token: Option<SecretString>,
 
+    /// App-level token (xapp-…, scope connections:write): takes clicks and slash commands over Socket Mode, with no public URL.
+    #[arg(long = "slack-app-token", env = "GATEBOT_SLACK_APP_TOKEN", value_parser = parse_secret, hide_env_values = true)]
+    pub app_token: Option<SecretString>,
+
     /// Channel for waiting messages (id or #name); a Canary webhook's metadata `slack_channel` overrides it.
     #[arg(long = "slack-channel", env = "GATEBOT_SLACK_CHANNEL")]
     pub channel: Option<String>,
@@ -639,6 +649,21 @@ pub struct SlackConfig {
         value_delimiter = ','
     )]
     pub approvers: Vec<String>,
+}
+
+impl SlackConfig {
+    /// The app-level token when Socket Mode is on.
+    pub fn socket_mode_token(&self) -> Option<&str> {
+        self.app_token
+            .as_ref()
+            .map(|t| t.expose_secret())
+            .filter(|t| !t.is_empty())
+    }
+
+    /// Whether Slack can reach gatebot at all: signed HTTP requests or Socket Mode.
+    pub fn inbound(&self) -> bool {
+        self.signing_secret.is_some() || self.socket_mode_token().is_some()
+    }
 }
 
 impl Config {
@@ -731,10 +756,18 @@ impl Config {
             out.push("GATEBOT_UI_SESSION_KEY must be at least 32 characters".into());
         }
         let sl = &self.slack;
-        if sl.signing_secret.is_some() != sl.bot_token.is_some() {
+        let inbound = sl.signing_secret.is_some() || sl.app_token.is_some();
+        if inbound != sl.bot_token.is_some() {
             out.push(
-                "Slack needs both GATEBOT_SLACK_SIGNING_SECRET and GATEBOT_SLACK_BOT_TOKEN".into(),
+                "Slack needs GATEBOT_SLACK_BOT_TOKEN and GATEBOT_SLACK_SIGNING_SECRET (or GATEBOT_SLACK_APP_TOKEN for Socket Mode)".into(),
             );
+        }
+        if sl
+            .app_token
+            .as_ref()
+            .is_some_and(|t| !t.expose_secret().starts_with("xapp-"))
+        {
+            out.push("GATEBOT_SLACK_APP_TOKEN must be an app-level token (xapp-…) with the connections:write scope".into());
         }
         for a in &sl.approvers {
             let a = a.trim();
@@ -803,5 +836,32 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    fn slack(secret: bool, bot: bool, app: Option<&str>) -> Vec<String> {
+        let mut config = super::Config::with_database("sqlite://unused.db");
+        let s = |v: &str| Some(v.to_string().into());
+        config.slack.signing_secret = if secret { s("secret") } else { None };
+        config.slack.bot_token = if bot { s("xoxb-1") } else { None };
+        config.slack.app_token = app.and_then(s);
+        config
+            .problems()
+            .into_iter()
+            .filter(|p| p.contains("SLACK"))
+            .collect()
+    }
+
+    #[test]
+    fn slack_takes_a_signing_secret_or_an_app_token_with_the_bot_token() {
+        assert!(slack(false, false, None).is_empty());
+        assert!(slack(true, true, None).is_empty());
+        assert!(slack(false, true, Some("xapp-1-A1-x")).is_empty());
+        assert!(slack(true, true, Some("xapp-1-A1-x")).is_empty());
+        let missing = slack(false, false, Some("xapp-1-A1-x"));
+        assert!(missing[0].contains("GATEBOT_SLACK_BOT_TOKEN"), "{missing:?}");
+        assert_eq!(slack(false, true, None).len(), 1, "a bot token alone");
+        let wrong = slack(false, true, Some("xoxb-not-an-app-token"));
+        assert!(wrong[0].contains("xapp-"), "{wrong:?}");
+        assert!(!wrong[0].contains("xoxb-not"), "the token itself is never shown");
     }
 }

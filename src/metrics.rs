@@ -119,6 +119,21 @@ pub struct DecisionLabels {
     pub outcome: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+/// A Socket Mode envelope by its `type` (`interactive`, `slash_commands`,
+/// `events_api`, `other`) and what became of it: `acked` (stored, or nothing
+/// to store), `refused` (acknowledged with the reason, changing nothing) or
+/// `unacked` (not stored in time: Slack delivers it again).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EnvelopeLabels {
+    pub kind: &'static str,
+    pub result: &'static str,
+}
+
 /// Which queue a write transaction worked: `inbox`, `outbox`, or `none`
 /// (gate checks, API commands, housekeeping).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -161,6 +176,15 @@ pub struct Metrics {
     pub gate_cache_trusted: Gauge,
     /// Times every gate was read back into memory after the listener (re)connected.
     pub gate_cache_reloads: Counter,
+    /// Open Slack Socket Mode connections (greeted by Slack's `hello`).
+    pub socket_connections: Gauge,
+    /// Socket Mode connections opened (`ok`) or not (`failed`).
+    pub socket_connects: Family<ResultLabels, Counter>,
+    /// Socket Mode connections ended, by why.
+    pub socket_disconnects: Family<ReasonLabels, Counter>,
+    pub socket_envelopes: Family<EnvelopeLabels, Counter>,
+    /// From reading an envelope to sending its acknowledgement.
+    pub socket_ack_duration: Histogram,
 }
 
 /// Records the calls to one outside service (GitHub, Slack) into the server's
@@ -251,6 +275,13 @@ impl Metrics {
         let deadlines_passed = Counter::default();
         let gate_cache_trusted = Gauge::default();
         let gate_cache_reloads = Counter::default();
+        let socket_connections = Gauge::default();
+        let socket_connects = Family::<ResultLabels, Counter>::default();
+        let socket_disconnects = Family::<ReasonLabels, Counter>::default();
+        let socket_envelopes = Family::<EnvelopeLabels, Counter>::default();
+        let socket_ack_duration = Histogram::new([
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0,
+        ]);
         let build = Family::<BuildLabels, Gauge>::default();
         build.get_or_create(&build_labels()).set(1);
         register(
@@ -418,6 +449,37 @@ impl Metrics {
             "Times every gate was read back into memory after the gate-change listener (re)connected (PostgreSQL)",
             gate_cache_reloads.clone(),
         );
+        register(
+            &mut registry,
+            &mut described,
+            "slack_socket_connections",
+            "Open Slack Socket Mode connections (0 without GATEBOT_SLACK_APP_TOKEN)",
+            socket_connections.clone(),
+        );
+        register(
+            &mut registry,
+            &mut described,
+            "slack_socket_connects",
+            "Attempts to open a Slack Socket Mode connection, by result (ok, failed)",
+            socket_connects.clone(),
+        );
+        register(&mut registry, &mut described,
+            "slack_socket_disconnects",
+            "Slack Socket Mode connections ended, by reason (refresh_requested, warning, link_disabled, closed, error, silent, shutdown)",
+            socket_disconnects.clone(),
+        );
+        register(&mut registry, &mut described,
+            "slack_socket_envelopes",
+            "Slack Socket Mode envelopes by kind and result (acked, refused, unacked: Slack delivers it again)",
+            socket_envelopes.clone(),
+        );
+        register(
+            &mut registry,
+            &mut described,
+            "slack_socket_ack_duration_seconds",
+            "Time from reading a Socket Mode envelope to acknowledging it (Slack waits 3 s)",
+            socket_ack_duration.clone(),
+        );
         Self {
             registry,
             described,
@@ -445,6 +507,11 @@ impl Metrics {
             deadlines_passed,
             gate_cache_trusted,
             gate_cache_reloads,
+            socket_connections,
+            socket_connects,
+            socket_disconnects,
+            socket_envelopes,
+            socket_ack_duration,
         }
     }
 

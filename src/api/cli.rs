@@ -296,7 +296,16 @@ pub async fn check_config(
     if let Some(repo) = &gh.repository {
         let _ = writeln!(text, "default repo:    {repo}");
     }
-    let slack = if sl.bot_token.is_some() { "on" } else { "off" };
+    let slack = match (
+        sl.bot_token.is_some(),
+        sl.signing_secret.is_some(),
+        sl.socket_mode_token().is_some(),
+    ) {
+        (false, _, _) => "off",
+        (true, true, true) => "on, HTTP and Socket Mode",
+        (true, false, true) => "on, Socket Mode",
+        (true, _, false) => "on, HTTP",
+    };
     let _ = writeln!(
         text,
         "slack:           {slack} (API {}), {} approver(s)",

@@ -95,7 +95,7 @@ impl Gatebot {
                 check_deadline: engine::CHECK_DEADLINE,
                 channels: gate::Channels {
                     github: config.github.webhook_secret.is_some(),
-                    slack: config.slack.signing_secret.is_some(),
+                    slack: config.slack.inbound(),
                 },
                 calendar: policy.calendar().clone(),
                 quorum: policy.quorum().to_vec(),
@@ -196,6 +196,11 @@ impl Gatebot {
             inbox.run(inbox_shutdown).await
         });
         tasks.spawn(housekeeping(state.clone(), shutdown.clone()));
+        let receipts =
+            http::receipts::Receipts::new(store.clone(), clock.clone(), state.inbox_wake.clone());
+        if let Some(socket) = slack::socket_mode(&state, receipts)? {
+            tasks.spawn(socket.run(shutdown.clone()));
+        }
         Ok(Self {
             state,
             shutdown,

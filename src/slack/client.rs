@@ -18,6 +18,39 @@ const BODY_LIMIT: usize = 4 * 1024 * 1024;
 
 static HTTP: outbound::Shared = outbound::Shared::new();
 
+/// The largest Socket Mode message read: what the HTTP routes take as a body.
+pub const SOCKET_MESSAGE_LIMIT: usize = crate::http::SLACK_BODY_LIMIT;
+
+/// An open Socket Mode connection.
+pub type Socket = tokio_tungstenite::WebSocketStream<reqwest::Upgraded>;
+
+/// Why no Socket Mode connection opened; Slack may say when to try again.
+#[derive(Debug)]
+pub struct SocketError {
+    pub message: String,
+    pub retry_after: Option<Duration>,
+}
+
+impl SocketError {
+    fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+}
+
+impl std::fmt::Display for SocketError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+#[derive(Deserialize)]
+struct Opened {
+    url: String,
+}
+
 pub struct SlackApi {
     http: reqwest::Client,
     /// The Web API root without a trailing slash.
@@ -173,6 +206,123 @@ impl SlackApi {
             .bearer_auth(&self.token)
             .json(body);
         self.within(method, call(request)).await
+    }
+
+    /// Opens a Socket Mode connection: `apps.connections.open` with the
+    /// app-level token for a one-time WebSocket URL, then the WebSocket itself,
+    /// upgraded from a request of the same client (so through the same
+    /// proxies, trusting the same roots).
+    pub async fn open_socket(&self, app_token: &str) -> Result<Socket, SocketError> {
+        let method = "apps.connections.open";
+        let request = self
+            .http
+            .post(format!("{}/{method}", self.base))
+            .bearer_auth(app_token)
+            .json(&json!({}));
+        let started = Instant::now();
+        let answered = tokio::time::timeout(CALL_TIMEOUT, call::<Opened>(request)).await;
+        let result = match &answered {
+            Err(_) => "timeout",
+            Ok(Ok(_)) => "ok",
+            Ok(Err(e)) => e.result(),
+        };
+        self.calls.observe(method, result, started.elapsed());
+        let opened = match answered {
+            Ok(Ok(opened)) => opened,
+            Ok(Err(CallError::RateLimited(after))) => {
+                return Err(SocketError {
+                    message: format!("{method}: rate limited by Slack"),
+                    retry_after: after,
+                })
+            }
+            Ok(Err(CallError::Api(code))) => {
+                let hint = match code.as_str() {
+                    "invalid_auth" | "not_authed" | "token_revoked" | "not_allowed_token_type" => {
+                        ": check GATEBOT_SLACK_APP_TOKEN (an app-level xapp- token)"
+                    }
+                    "missing_scope" => ": the app-level token needs the connections:write scope",
+                    "not_allowed" => ": turn Socket Mode on in the app's settings",
+                    _ => "",
+                };
+                return Err(SocketError::new(format!("{method}: {code}{hint}")));
+            }
+            Ok(Err(e)) => return Err(SocketError::new(format!("{method}: {e}"))),
+            Err(_) => {
+                return Err(SocketError::new(format!(
+                    "{method}: no answer within {CALL_TIMEOUT:?}"
+                )))
+            }
+        };
+        let started = Instant::now();
+        let upgraded = tokio::time::timeout(CALL_TIMEOUT, self.upgrade(&opened.url)).await;
+        let result = match &upgraded {
+            Err(_) => "timeout",
+            Ok(Ok(_)) => "ok",
+            Ok(Err(_)) => "transport",
+        };
+        self.calls.observe("websocket", result, started.elapsed());
+        match upgraded {
+            Ok(socket) => socket.map_err(SocketError::new),
+            Err(_) => Err(SocketError::new(format!(
+                "the Socket Mode WebSocket did not open within {CALL_TIMEOUT:?}"
+            ))),
+        }
+    }
+
+    async fn upgrade(&self, url: &str) -> Result<Socket, String> {
+        use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
+        use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+
+        let mut url: reqwest::Url = url
+            .parse()
+            .map_err(|e| format!("apps.connections.open gave no URL: {e}"))?;
+        let scheme = match url.scheme() {
+            "wss" => "https",
+            "ws" => "http",
+            other => {
+                return Err(format!(
+                    "apps.connections.open gave a {other}: URL, not wss:"
+                ))
+            }
+        };
+        url.set_scheme(scheme)
+            .map_err(|()| "cannot read the Socket Mode URL".to_string())?;
+        let key = generate_key();
+        let response = self
+            .http
+            .get(url)
+            .header(reqwest::header::CONNECTION, "Upgrade")
+            .header(reqwest::header::UPGRADE, "websocket")
+            .header(reqwest::header::SEC_WEBSOCKET_VERSION, "13")
+            .header(reqwest::header::SEC_WEBSOCKET_KEY, &key)
+            .send()
+            .await
+            .map_err(|e| format!("Socket Mode WebSocket: {}", outbound::why(&e)))?;
+        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+            return Err(format!(
+                "Socket Mode WebSocket: HTTP {} instead of 101 Switching Protocols",
+                response.status()
+            ));
+        }
+        let accepted = response
+            .headers()
+            .get(reqwest::header::SEC_WEBSOCKET_ACCEPT)
+            .and_then(|v| v.to_str().ok());
+        if accepted != Some(derive_accept_key(key.as_bytes()).as_str()) {
+            return Err("Socket Mode WebSocket: Sec-WebSocket-Accept does not match".into());
+        }
+        let io = response
+            .upgrade()
+            .await
+            .map_err(|e| format!("Socket Mode WebSocket: {}", outbound::why(&e)))?;
+        // Envelopes are small; a larger frame is refused by the framing itself.
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(SOCKET_MESSAGE_LIMIT))
+            .max_frame_size(Some(SOCKET_MESSAGE_LIMIT));
+        Ok(
+            tokio_tungstenite::WebSocketStream::from_raw_socket(io, Role::Client, Some(config))
+                .await,
+        )
     }
 
     /// Bounds one call, so a hanging Slack holds up only the work waiting on

@@ -4,6 +4,7 @@
 //! - `inbox`: apply stored clicks and commands.
 //! - `sink`: every Slack write, through the outbox.
 
+pub mod accept;
 pub mod answers;
 pub mod approvers;
 pub mod blocks;
@@ -14,6 +15,7 @@ pub mod payload;
 pub mod record;
 pub mod routes;
 pub mod sink;
+pub mod socket;
 pub mod verify;
 
 use std::collections::HashMap;
@@ -36,10 +38,13 @@ pub fn routes() -> Router<AppState> {
     routes::routes()
 }
 
-/// The bot token when Slack is configured (both secrets set).
+/// The bot token when Slack is configured: the bot token, and a signing
+/// secret or an app token for what Slack sends.
 fn bot_token(config: &Config) -> Option<&str> {
     let slack = &config.slack;
-    slack.signing_secret.as_ref()?;
+    if !slack.inbound() {
+        return None;
+    }
     slack
         .bot_token
         .as_ref()
@@ -104,4 +109,23 @@ pub fn inbox_handlers(
         "slack".to_string(),
         Arc::new(handler) as Arc<dyn Handler>,
     )]))
+}
+
+/// The Socket Mode channel, when `GATEBOT_SLACK_APP_TOKEN` (and the bot token) are set.
+pub fn socket_mode(
+    state: &AppState,
+    receipts: crate::http::receipts::Receipts,
+) -> anyhow::Result<Option<Arc<socket::SocketMode>>> {
+    let Some(token) = state.config.slack.app_token.clone() else {
+        return Ok(None);
+    };
+    let Some(api) = api(&state.config, &state.metrics)? else {
+        return Ok(None);
+    };
+    Ok(Some(Arc::new(socket::SocketMode::new(
+        state.clone(),
+        receipts,
+        api,
+        token,
+    ))))
 }

@@ -1,0 +1,215 @@
+//! What a Slack click or slash command becomes once its sender is trusted,
+//! whichever way it came (the signed HTTP routes or a Socket Mode envelope):
+//! stored durably as a receipt, answered at once only with what needs no
+//! Slack call and changes no gate. The inbox does the rest.
+
+use axum::http::StatusCode;
+use serde_json::json;
+
+use super::answers::{reply, SlackDenied};
+use super::approvers::{quick, Verdict};
+use super::inbox::{CLICK, SLASH};
+use super::payload::{Interaction, SlashCommand};
+use crate::command::{parse_slash, Command};
+use crate::core::commands::{self, Subject};
+use crate::core::dispatch;
+use crate::core::AppState;
+use crate::core::Provenance;
+use crate::gate::{Actor, DeliveryId, Millis, Source};
+use crate::http::error::Reject;
+use crate::http::receipts::Receipts;
+use crate::store::Delivery;
+
+/// Stores a delivery durably before it is acknowledged.
+/// A redelivered id is a success too: Slack retries what it did not see answered.
+async fn store_receipt(
+    receipts: &Receipts,
+    id: String,
+    kind: &'static str,
+    payload: String,
+) -> Result<(), Reject> {
+    let delivery = Delivery {
+        source: "slack".into(),
+        delivery: id,
+        kind: kind.into(),
+        payload,
+    };
+    receipts
+        .store(delivery)
+        .await
+        .map(|_| ())
+        .map_err(Reject::unavailable)
+}
+
+/// Stores a click on one of gatebot's buttons; other interactions (and other
+/// apps' buttons) are accepted and ignored. `acted_at` is when the person
+/// clicked as far as gatebot can trust (Unix ms).
+pub async fn interaction(
+    receipts: &Receipts,
+    mut interaction: Interaction,
+    acted_at: Millis,
+) -> Result<(), Reject> {
+    if interaction.kind != "block_actions" || interaction.click().is_none() {
+        return Ok(());
+    }
+    if interaction.user.id.is_empty() {
+        return Err(Reject::bad_request(
+            "malformed_payload",
+            "the click names no user",
+        ));
+    }
+    // trigger_id is in what Slack sent: a replay or a redelivery is a duplicate.
+    let id = format!("click:{}", interaction.click_id());
+    interaction.signed_at = Some(acted_at);
+    let json = serde_json::to_string(&interaction)
+        .map_err(|e| Reject::bad_request("malformed_payload", e.to_string()))?;
+    store_receipt(receipts, id, CLICK, json).await
+}
+
+/// Answers or stores a slash command (whose `trigger_id` is set); returns
+/// the text Slack shows the person at once.
+pub async fn command(
+    state: &AppState,
+    receipts: &Receipts,
+    mut command: SlashCommand,
+    acted_at: Millis,
+) -> Result<String, Reject> {
+    command.signed_at = Some(acted_at);
+    let templates = &state.templates;
+    if let Some((verb, rest)) = crate::command::freeze_verb(&command.text) {
+        let line = crate::command::parse_freeze(rest);
+        let usage = format!(
+            "write `/gatebot {verb} [all|owner/repo|ns/<namespace>]{}`",
+            if verb == "freeze" {
+                " [for 2h|until <time>] <reason>"
+            } else {
+                ""
+            }
+        );
+        if let Err(e) = line.read(state.engine.now()) {
+            return Ok(format!("{e}: {usage}"));
+        }
+        if verb == "freeze" && line.reason.is_none() {
+            return Ok(format!("a freeze needs a reason: {usage}"));
+        }
+        let id = format!("command:{}", command.trigger_id);
+        let payload = serde_json::to_string(&command).map_err(|e| {
+            Reject::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "unencodable",
+                format!("cannot store the command: {e}"),
+            )
+        })?;
+        store_receipt(receipts, id, SLASH, payload).await?;
+        let scope = line.scope.unwrap_or_else(|| "all".into());
+        return Ok(reply(
+            templates,
+            json!({"what": "received", "command": format!("/gatebot {verb}"), "subject": scope}),
+        ));
+    }
+    let inv = match parse_slash(&command.text) {
+        Ok(inv) => inv,
+        Err(e) => return Ok(e.to_string()),
+    };
+    let slash = if command.command.is_empty() {
+        "/gatebot".to_string()
+    } else {
+        command.command.clone()
+    };
+    if inv.command == Command::Help {
+        let commands = dispatch::help();
+        let default_repo = state
+            .config
+            .github
+            .repository
+            .as_ref()
+            .map(|r| r.to_string());
+        let text = templates
+            .render(
+                "slack/help.j2",
+                json!({"slash": slash, "commands": commands, "default_repo": default_repo}),
+            )
+            .map_err(|e| Reject::unavailable(format!("{e:#}")))?;
+        return Ok(text.trim().to_string());
+    }
+    let subject =
+        match commands::subject_of(inv.target.clone(), state.config.github.repository.as_ref()) {
+            Ok(s) => s,
+            Err(e) => return Ok(e),
+        };
+    if inv.command == Command::Status {
+        return status(state, subject.as_ref()).await;
+    }
+    let Some(subject) = subject else {
+        return Ok(parse_slash(&format!("{} ", inv.command.as_str()))
+            .err()
+            .map_or_else(|| "which pull request?".into(), |e| e.to_string()));
+    };
+    let rule = state.policy.slack(inv.command);
+    match quick(&rule, &command.user_id) {
+        Some(Verdict::Allowed) | None => {}
+        Some(verdict) => {
+            let who = Provenance::new(Actor::new(command.user_label(), Source::Slack))
+                .delivery(DeliveryId::slack_command(&command.trigger_id))
+                .written_at(command.signed_at);
+            let denied = SlackDenied::Approver {
+                verdict,
+                rule,
+                user: command.user_id.clone(),
+            };
+            let keys = commands::gates_for(inv.command, &subject);
+            dispatch::refuse(&state.engine, inv.command, &keys, &who, &denied.to_string())
+                .await
+                .map_err(|e| Reject::unavailable(e.to_string()))?;
+            return Ok(denied.reply(templates, inv.command));
+        }
+    }
+    let id = format!("command:{}", command.trigger_id);
+    let payload = serde_json::to_string(&command).map_err(|e| {
+        Reject::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "unencodable",
+            format!("cannot store the command: {e}"),
+        )
+    })?;
+    store_receipt(receipts, id, SLASH, payload).await?;
+    Ok(reply(
+        templates,
+        json!({"what": "received", "command": format!("{slash} {}", inv.command.as_str()), "subject": subject.display()}),
+    ))
+}
+
+async fn status(state: &AppState, subject: Option<&Subject>) -> Result<String, Reject> {
+    let (gates, label) = match subject {
+        Some(s) => (
+            commands::status(&state.engine, s)
+                .await
+                .map_err(|e| Reject::unavailable(e.to_string()))?,
+            s.display(),
+        ),
+        None => (
+            state
+                .engine
+                .list()
+                .await?
+                .into_iter()
+                .filter(|g| g.canaries.iter().any(|c| c.waiting_since.is_some()))
+                .collect(),
+            "this gatebot (gates with a canary waiting)".to_string(),
+        ),
+    };
+    let freezes: Vec<String> = state
+        .engine
+        .freezes()
+        .iter()
+        .map(|f| f.reason_line())
+        .collect();
+    state
+        .templates
+        .render(
+            "slack/status_reply.j2",
+            json!({"subject": label, "gates": gates, "freezes": freezes}),
+        )
+        .map(|t| t.trim().to_string())
+        .map_err(|e| Reject::unavailable(format!("{e:#}")))
+}
