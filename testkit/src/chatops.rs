@@ -26,6 +26,8 @@ pub struct ChatOps {
     /// Set when the test drives time; else requests are signed at the wall clock's now.
     pub clock: Option<Arc<ManualClock>>,
     pub db: TestDb,
+    /// What the server was started with, for another replica of it.
+    pub config: Config,
 }
 
 /// How a test sets up its gatebot.
@@ -35,6 +37,18 @@ pub struct Setup<'a> {
     /// GitHub logins and their repository permission on the fake.
     pub permissions: &'a [(&'a str, &'a str)],
     pub clock: Option<Arc<ManualClock>>,
+}
+
+fn options(clock: Option<Arc<ManualClock>>) -> Options {
+    Options {
+        clock: clock.map(|c| c as SharedClock),
+        worker: Some(WorkerSettings {
+            base_backoff: Duration::from_millis(50),
+            idle_poll: Duration::from_millis(50),
+            ..Default::default()
+        }),
+        ..Options::default()
+    }
 }
 
 impl ChatOps {
@@ -68,23 +82,20 @@ impl ChatOps {
         std::fs::write(&policy, setup.policy).unwrap();
         config.policy = Some(policy);
         edit(&mut config);
-        let options = Options {
-            clock: setup.clock.clone().map(|c| c as SharedClock),
-            worker: Some(WorkerSettings {
-                base_backoff: Duration::from_millis(50),
-                idle_poll: Duration::from_millis(50),
-                ..Default::default()
-            }),
-            ..Options::default()
-        };
-        let server = TestServer::start(config, options).await;
+        let server = TestServer::start(config.clone(), options(setup.clock.clone())).await;
         Self {
             server,
             slack,
             github,
             clock: setup.clock,
             db,
+            config,
         }
+    }
+
+    /// Another replica of the server, on the same store and fakes.
+    pub async fn replica(&self) -> TestServer {
+        TestServer::start(self.config.clone(), options(self.clock.clone())).await
     }
 
     /// Now, as the requests are signed.
@@ -213,6 +224,63 @@ impl ChatOps {
         .as_u16()
     }
 
+    /// The interaction Slack sends for a click of `action` on a posted
+    /// message by `user` (named `name`): Slack's documented example with
+    /// this button, person and trigger. Socket Mode carries it as JSON.
+    pub fn click_payload(
+        &self,
+        user: &str,
+        name: &str,
+        action: &str,
+        message: &Request,
+        trigger: &str,
+    ) -> Value {
+        let button = message.body["blocks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["type"] == "actions")
+            .flat_map(|b| b["elements"].as_array().cloned().unwrap_or_default())
+            .find(|b| b["action_id"] == action)
+            .unwrap_or_else(|| panic!("no {action} button in {}", message.body));
+        let mut payload = fixture_json("slack/block_actions.docs-example.json");
+        payload["user"] =
+            json!({"id": user, "username": name, "name": name, "team_id": "T9TK3CUKW"});
+        payload["trigger_id"] = json!(trigger);
+        payload["response_url"] = json!(self.slack.response_url(trigger));
+        payload["message"]["ts"] = json!("1714572120.000001");
+        payload["container"]["message_ts"] = json!("1714572120.000001");
+        let action_ts = format!("{:.6}", self.now_ms() as f64 / 1000.0);
+        payload["actions"] = json!([{
+            "action_id": action, "block_id": "b", "type": "button",
+            "value": button["value"], "text": button["text"], "action_ts": action_ts,
+        }]);
+        payload
+    }
+
+    /// The slash command Slack sends over Socket Mode: the fields of Slack's
+    /// signing example as a JSON object, with this person, text and trigger.
+    pub fn slash_payload(&self, user: &str, name: &str, text: &str, trigger: &str) -> Value {
+        let path = crate::repository()
+            .join("tests/fixtures/slack/slash_command.signing-docs-example.body");
+        let body = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut fields: serde_json::Map<String, Value> = form_urlencoded::parse(&body)
+            .map(|(k, v)| (k.into_owned(), Value::String(v.into_owned())))
+            .collect();
+        for (k, v) in [
+            ("command", "/gatebot"),
+            ("text", text),
+            ("user_id", user),
+            ("user_name", name),
+            ("response_url", &self.slack.response_url(trigger)),
+            ("trigger_id", trigger),
+        ] {
+            fields.insert(k.into(), json!(v));
+        }
+        fields.insert("is_enterprise_install".into(), json!(false));
+        Value::Object(fields)
+    }
+
     /// Posted messages that are neither thread replies nor waiting messages.
     pub fn announcements(&self) -> Vec<String> {
         self.slack
@@ -229,4 +297,11 @@ impl ChatOps {
             r.body.get("thread_ts").is_none() && r.body["blocks"].to_string().contains(key)
         })
     }
+}
+
+/// A JSON file under tests/fixtures/.
+fn fixture_json(name: &str) -> Value {
+    let path = crate::repository().join("tests/fixtures").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

@@ -1,13 +1,16 @@
 //! A fake Slack Web API for black-box tests: answers `chat.postMessage`,
 //! `chat.update`, `usergroups.users.list` and `response_url` posts with Slack's
 //! response shapes, records every request, and fails on demand (429 + Retry-After).
+//! It also speaks Socket Mode: `apps.connections.open` and the WebSocket
+//! behind it (see [`crate::fake_socket_mode`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use axum::body::Bytes;
+use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -15,6 +18,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
+
+use crate::fake_socket_mode::Hub;
 
 /// One request the fake received.
 #[derive(Debug, Clone)]
@@ -40,6 +45,9 @@ struct Inner {
     failures: Mutex<HashMap<String, VecDeque<Failure>>>,
     groups: Mutex<HashMap<String, Vec<String>>>,
     ts: AtomicU64,
+    socket: Arc<Hub>,
+    /// `ws://host:port`, for the Socket Mode URLs handed out.
+    ws_base: OnceLock<String>,
 }
 
 #[derive(Clone)]
@@ -60,9 +68,14 @@ impl FakeSlack {
                 get(group_users).post(group_users),
             )
             .route("/respond/{id}", post(respond))
+            .route("/api/apps.connections.open", post(connections_open))
+            .route("/link/", get(link))
             .with_state(inner.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
+        let _ = inner
+            .ws_base
+            .set(format!("ws://{}", listener.local_addr().unwrap()));
         tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
@@ -77,6 +90,11 @@ impl FakeSlack {
     /// A `response_url` that this fake answers.
     pub fn response_url(&self, id: &str) -> String {
         format!("{}/respond/{id}", self.url)
+    }
+
+    /// The Socket Mode side: connections, envelopes, acknowledgements.
+    pub fn socket(&self) -> &Hub {
+        &self.inner.socket
     }
 
     pub fn set_group(&self, group: &str, users: &[&str]) {
@@ -258,6 +276,29 @@ async fn respond(
         return r;
     }
     Json(json!({"ok": true})).into_response()
+}
+
+/// `apps.connections.open`: only an app-level token gets a WebSocket URL.
+async fn connections_open(State(s): State<Arc<Inner>>, headers: HeaderMap) -> Response {
+    if let Some(r) = s.record("apps.connections.open", &headers, json!({})) {
+        return r;
+    }
+    let app_token = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("Bearer xapp-"));
+    if !app_token {
+        return Json(json!({"ok": false, "error": "not_allowed_token_type"})).into_response();
+    }
+    let ticket = uuid::Uuid::new_v4();
+    let base = s.ws_base.get().cloned().unwrap_or_default();
+    Json(json!({"ok": true, "url": format!("{base}/link/?ticket={ticket}&app_id=A0FAKE")}))
+        .into_response()
+}
+
+async fn link(State(s): State<Arc<Inner>>, upgrade: WebSocketUpgrade) -> Response {
+    let hub = s.socket.clone();
+    upgrade.on_upgrade(move |socket| async move { hub.serve(socket).await })
 }
 
 /// A request to gatebot signed as Slack signs it: `v0:<ts>:<body>` with `secret`.
