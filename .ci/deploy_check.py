@@ -50,6 +50,7 @@ if (ROOT / ".env.example").is_file():
 SECRET_ENV = {
     "GATEBOT_ADMIN_TOKEN", "GATEBOT_GITHUB_WEBHOOK_SECRET", "GATEBOT_GITHUB_TOKEN",
     "GATEBOT_GITHUB_APP_PRIVATE_KEY", "GATEBOT_SLACK_SIGNING_SECRET", "GATEBOT_SLACK_BOT_TOKEN",
+    "GATEBOT_SLACK_APP_TOKEN",
 }
 WEBHOOK_PATHS = ["/webhooks/github", "/webhooks/slack/interactions", "/webhooks/slack/commands"]
 SQLITE_URL = "sqlite:///data/gatebot.db"
@@ -119,6 +120,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     },
     "private-cluster": {
         "loadtester": {"openAccess": True},
+        "slack": {"botToken": "xoxb-1", "appToken": "xapp-1-A0-1-secret", "channel": "C0123"},
+        "networkPolicy": {"ingressNamespace": ""},
         "volumes": [{"name": "ca", "configMap": {"name": "corporate-ca"}}],
         "volumeMounts": [{"name": "ca", "mountPath": "/etc/gatebot/ca", "readOnly": True}],
     },
@@ -588,7 +591,7 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         keys = set(secret["data"])
         for env, (sname, key, _) in refs.items():
             expect(sname == "gatebot" and key in keys, f"{env} refers to a missing key {key}")
-        expect(set(refs) == SECRET_ENV - {"GATEBOT_GITHUB_APP_PRIVATE_KEY"}
+        expect(set(refs) == SECRET_ENV - {"GATEBOT_GITHUB_APP_PRIVATE_KEY", "GATEBOT_SLACK_APP_TOKEN"}
                | {"GATEBOT_DATABASE_URL"}, f"secret env {sorted(refs)}")
         expect(base64.b64decode(secret["data"]["database-url"]).decode()
                == SCENARIOS["postgres"]["postgres"]["url"], "database-url content")
@@ -736,8 +739,17 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         mounts = {m["name"]: m for m in c["volumeMounts"]}
         expect(mounts.get("ca", {}).get("mountPath") == "/etc/gatebot/ca", "volumeMounts")
         expect("/tmp" in {m["mountPath"] for m in c["volumeMounts"]}, "the chart's mounts stay")
-        return "loadtester.openAccess, extra volumes and mounts"
-    ck.run("loadtester.openAccess, volumes and volumeMounts", private_cluster)
+        # Socket Mode: the app token from the chart's Secret, never in the Deployment.
+        refs = secret_refs(c)
+        expect(refs.get("GATEBOT_SLACK_APP_TOKEN") == ("gatebot", "slack-app-token", False),
+               f"app token from the Secret, got {refs.get('GATEBOT_SLACK_APP_TOKEN')}")
+        secret = one(docs, "Secret")
+        expect(base64.b64decode(secret["data"]["slack-app-token"]).decode() == "xapp-1-A0-1-secret",
+               "slack-app-token content")
+        expect("xapp-1-A0-1-secret" not in json.dumps(one(docs, "Deployment")),
+               "the app token appears in the Deployment")
+        return "loadtester.openAccess, extra volumes and mounts, Socket Mode token"
+    ck.run("loadtester.openAccess, volumes and volumeMounts, Socket Mode", private_cluster)
 
     # The example values files shipped with the chart must render and pass the same checks.
     for example in sorted((ROOT / "deploy" / "examples").glob("values-*.yaml")):
@@ -753,7 +765,7 @@ def chart_checks(ck: Checks, chart: Path) -> None:
 # --------------------------------------------------------------------------- observability
 
 ALERTS = {"GatebotNotificationsFailing", "GatebotNotificationsDropped", "GatebotWaitPastDeadline",
-          "GatebotSignatureFailures", "GatebotStoreNotReady"}
+          "GatebotSignatureFailures", "GatebotStoreNotReady", "GatebotSlackSocketModeDown"}
 DASHBOARD_PANELS = {"Waits open", "Waits started", "Approvals by channel", "Time to decision",
                     "Oldest pending notification", "Queue depth",
                     "GitHub and Slack calls by result", "Gate checks by kind and result",
@@ -1023,6 +1035,25 @@ def app_manifest_checks(ck: Checks) -> None:
         expect(cmd["usage_hint"] == "promote 42 | status | help", "usage hint")
         return "3 bot scopes, /gatebot, interactivity"
     ck.run("slack app manifest", slack)
+
+    def slack_socket_mode() -> str:
+        http = yaml.safe_load((ROOT / "deploy" / "slack-app-manifest.yaml").read_text())
+        m = yaml.safe_load((ROOT / "deploy" / "slack-app-manifest.socket-mode.yaml").read_text())
+        expect(m["oauth_config"] == http["oauth_config"], "the same bot scopes as the HTTP app")
+        expect(m["display_information"] == http["display_information"], "the same app")
+        st = m["settings"]
+        expect(st["socket_mode_enabled"] is True, "socket_mode_enabled must be true")
+        expect(st["interactivity"] == {"is_enabled": True},
+               f"interactivity without a request URL, got {st['interactivity']}")
+        expect(st["org_deploy_enabled"] is False and "event_subscriptions" not in st,
+               "no org deploy, no event subscriptions")
+        cmds = m["features"]["slash_commands"]
+        expect([c["command"] for c in cmds] == ["/gatebot"] and "url" not in cmds[0],
+               "/gatebot without a URL")
+        expect("example.com" not in (ROOT / "deploy" / "slack-app-manifest.socket-mode.yaml")
+               .read_text(), "no host to replace in Socket Mode")
+        return "Socket Mode on, no URLs, the same scopes"
+    ck.run("slack app manifest (Socket Mode)", slack_socket_mode)
 
     def github() -> str:
         m = json.loads((ROOT / "deploy" / "github-app-manifest.json").read_text())

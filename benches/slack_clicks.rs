@@ -1,8 +1,12 @@
 //! Signed Slack button clicks at a fixed rate against an in-process gatebot:
 //! throughput and time to acknowledge (goal: p99 < 20 ms at 500 clicks/s).
+//! With `GATEBOT_BENCH_SOCKET=1` the same clicks come as Socket Mode envelopes
+//! over the fake Slack's WebSocket, timed from sending each until its
+//! acknowledgement is back.
 //!
 //!     cargo bench --bench slack_clicks
 //!     GATEBOT_BENCH_RATE=1000 GATEBOT_BENCH_SECS=10 cargo bench --bench slack_clicks
+//!     GATEBOT_BENCH_SOCKET=1 cargo bench --bench slack_clicks
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,6 +33,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn main() {
     let rate = env_or("GATEBOT_BENCH_RATE", 500);
     let secs = env_or("GATEBOT_BENCH_SECS", 5);
+    let socket = env_or("GATEBOT_BENCH_SOCKET", 0) == 1;
     let slack = fake_slack::FakeSlack::start().await;
     let dir = tempfile::tempdir().unwrap();
     let mut config =
@@ -39,7 +44,20 @@ async fn main() {
     config.slack.channel = Some("#deploys".into());
     config.slack.api_url = slack.api_url();
     config.slack.approvers = vec!["UALICE".into()];
+    if socket {
+        config.slack.app_token = Some("xapp-1-bench".to_string().into());
+    }
     let server = harness::TestServer::start(config, Options::default()).await;
+    let connection = if socket {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while slack.socket().open().is_empty() {
+            assert!(Instant::now() < deadline, "no Socket Mode connection");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Some(slack.socket().open()[0])
+    } else {
+        None
+    };
     let base = server.url.clone();
 
     // One wait to click on.
@@ -60,6 +78,7 @@ async fn main() {
     let failures = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
+    let mut envelopes = Vec::with_capacity(total as usize);
     for n in 0..total {
         tick.tick().await;
         let payload = json!({
@@ -69,6 +88,14 @@ async fn main() {
             "response_url": slack.response_url(&format!("bench-{n}")),
             "actions": [{"action_id": "gatebot_approve", "type": "button", "value": value, "action_ts": "1.0"}],
         });
+        if let Some(connection) = connection {
+            let sent = Instant::now();
+            envelopes.push((
+                slack.socket().send_to(connection, "interactive", payload),
+                sent,
+            ));
+            continue;
+        }
         let body = form_urlencoded::Serializer::new(String::new())
             .append_pair("payload", &payload.to_string())
             .finish();
@@ -100,13 +127,40 @@ async fn main() {
         });
     }
     while tasks.join_next().await.is_some() {}
+    if !envelopes.is_empty() {
+        // Every acknowledgement, or what came within 10 s of the last send.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while slack.socket().acks().len() < envelopes.len() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let acks: std::collections::HashMap<String, Instant> = slack
+            .socket()
+            .acks()
+            .into_iter()
+            .map(|a| (a.envelope_id, a.at))
+            .collect();
+        let mut l = latencies.lock().unwrap();
+        for (id, sent) in &envelopes {
+            match acks.get(id) {
+                Some(at) => l.push(at.duration_since(*sent)),
+                None => {
+                    failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+    }
     let elapsed = started.elapsed();
     let mut l = latencies.lock().unwrap().clone();
     l.sort();
     let ok = l.len();
-    println!("slack_clicks: {total} signed clicks offered at {rate}/s over {secs} s");
+    let what = if socket {
+        "Socket Mode envelopes"
+    } else {
+        "signed clicks"
+    };
+    println!("slack_clicks: {total} {what} offered at {rate}/s over {secs} s");
     println!(
-        "  acknowledged 200: {ok}, failed: {}, throughput {:.0} clicks/s",
+        "  acknowledged: {ok}, failed: {}, throughput {:.0} clicks/s",
         failures.load(std::sync::atomic::Ordering::Relaxed),
         ok as f64 / elapsed.as_secs_f64()
     );
