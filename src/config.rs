@@ -858,10 +858,16 @@ mod tests {
         assert!(slack(false, true, Some("xapp-1-A1-x")).is_empty());
         assert!(slack(true, true, Some("xapp-1-A1-x")).is_empty());
         let missing = slack(false, false, Some("xapp-1-A1-x"));
-        assert!(missing[0].contains("GATEBOT_SLACK_BOT_TOKEN"), "{missing:?}");
+        assert!(
+            missing[0].contains("GATEBOT_SLACK_BOT_TOKEN"),
+            "{missing:?}"
+        );
         assert_eq!(slack(false, true, None).len(), 1, "a bot token alone");
         let wrong = slack(false, true, Some("xoxb-not-an-app-token"));
         assert!(wrong[0].contains("xapp-"), "{wrong:?}");
-        assert!(!wrong[0].contains("xoxb-not"), "the token itself is never shown");
+        assert!(
+            !wrong[0].contains("xoxb-not"),
+            "the token itself is never shown"
+        );
     }
 }

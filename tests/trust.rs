@@ -7,6 +7,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::fake_slack::FakeSlack;
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
 use gatebot_testkit::harness::{eventually, Backend, TestDb, ADMIN_TOKEN};
 use gatebot_testkit::proxy::FakeProxy;
@@ -127,4 +128,54 @@ async fn github_over_tls_through_the_proxy_with_the_extra_ca() {
     let tunnels = proxy.seen_to(&format!("localhost:{}", front.port));
     assert!(!tunnels.is_empty(), "{:?}", proxy.seen());
     assert!(tunnels.iter().all(|p| p.method == "CONNECT"), "{tunnels:?}");
+}
+
+/// Slack Socket Mode from a private cluster: `apps.connections.open` and the
+/// WebSocket both go through the proxy with CONNECT, over TLS from the private
+/// CA, and a slash command comes back over the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_socket_mode_through_the_proxy_with_the_extra_ca() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let slack = FakeSlack::start().await;
+    let ca = TestCa::new("gatebot test CA");
+    let upstream = slack.url.trim_start_matches("http://").to_string();
+    let front = TlsFront::start(&ca.server_cert(), upstream).await;
+    slack.socket_urls_at(&format!("wss://localhost:{}", front.port));
+    let proxy = FakeProxy::start().await;
+    let ca_file = ca.write(db.dir.path(), "ca.pem");
+    let api = format!("https://localhost:{}/api", front.port);
+    let _served = Served::start(
+        &db,
+        &[
+            ("GATEBOT_SLACK_BOT_TOKEN", "xoxb-test"),
+            ("GATEBOT_SLACK_APP_TOKEN", "xapp-1-A0FAKE-1-test"),
+            ("GATEBOT_SLACK_API_URL", &api),
+            ("GATEBOT_EXTRA_CA_FILE", ca_file.to_str().unwrap()),
+            ("HTTPS_PROXY", &proxy.url),
+        ],
+    );
+    eventually("a Socket Mode connection", WAIT, || async {
+        slack.socket().open().len() == 1
+    })
+    .await;
+    let tunnels = proxy.seen_to(&format!("localhost:{}", front.port));
+    assert!(!tunnels.is_empty(), "{:?}", proxy.seen());
+    assert!(tunnels.iter().all(|p| p.method == "CONNECT"), "{tunnels:?}");
+    let help = serde_json::json!({
+        "command": "/gatebot", "text": "help", "user_id": "U1", "user_name": "u",
+        "team_id": "T1", "channel_id": "C1", "trigger_id": "t1",
+        "response_url": slack.response_url("t1"),
+    });
+    let envelope = slack
+        .socket()
+        .send_to(slack.socket().open()[0], "slash_commands", help);
+    eventually("the command acknowledged", WAIT, || async {
+        !slack.socket().acks_of(&envelope).is_empty()
+    })
+    .await;
+    let ack = slack.socket().acks_of(&envelope).remove(0);
+    assert!(ack.payload.unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .contains("promote"));
 }

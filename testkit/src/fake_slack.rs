@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -47,7 +47,7 @@ struct Inner {
     ts: AtomicU64,
     socket: Arc<Hub>,
     /// `ws://host:port`, for the Socket Mode URLs handed out.
-    ws_base: OnceLock<String>,
+    ws_base: Mutex<String>,
 }
 
 #[derive(Clone)]
@@ -73,9 +73,7 @@ impl FakeSlack {
             .with_state(inner.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let _ = inner
-            .ws_base
-            .set(format!("ws://{}", listener.local_addr().unwrap()));
+        *inner.ws_base.lock().unwrap() = format!("ws://{}", listener.local_addr().unwrap());
         tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
@@ -90,6 +88,12 @@ impl FakeSlack {
     /// A `response_url` that this fake answers.
     pub fn response_url(&self, id: &str) -> String {
         format!("{}/respond/{id}", self.url)
+    }
+
+    /// Socket Mode URLs are handed out under `base` (`wss://host:port` of a
+    /// TLS front forwarding here) instead of this fake's own `ws://` address.
+    pub fn socket_urls_at(&self, base: &str) {
+        *self.inner.ws_base.lock().unwrap() = base.to_string();
     }
 
     /// The Socket Mode side: connections, envelopes, acknowledgements.
@@ -291,7 +295,7 @@ async fn connections_open(State(s): State<Arc<Inner>>, headers: HeaderMap) -> Re
         return Json(json!({"ok": false, "error": "not_allowed_token_type"})).into_response();
     }
     let ticket = uuid::Uuid::new_v4();
-    let base = s.ws_base.get().cloned().unwrap_or_default();
+    let base = s.ws_base.lock().unwrap().clone();
     Json(json!({"ok": true, "url": format!("{base}/link/?ticket={ticket}&app_id=A0FAKE")}))
         .into_response()
 }
