@@ -41,6 +41,19 @@ async fn store_receipt(
         .map_err(Reject::unavailable)
 }
 
+/// Stores a slash command for the inbox, under its trigger id.
+async fn store_command(receipts: &Receipts, command: &SlashCommand) -> Result<(), Reject> {
+    let id = format!("command:{}", command.trigger_id);
+    let payload = serde_json::to_string(command).map_err(|e| {
+        Reject::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "unencodable",
+            format!("cannot store the command: {e}"),
+        )
+    })?;
+    store_receipt(receipts, id, SLASH, payload).await
+}
+
 /// Stores a click on one of gatebot's buttons; other interactions (and other
 /// apps' buttons) are accepted and ignored. `acted_at` is when the person
 /// clicked as far as gatebot can trust (Unix ms).
@@ -92,15 +105,7 @@ pub async fn command(
         if verb == "freeze" && line.reason.is_none() {
             return Ok(format!("a freeze needs a reason: {usage}"));
         }
-        let id = format!("command:{}", command.trigger_id);
-        let payload = serde_json::to_string(&command).map_err(|e| {
-            Reject::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "unencodable",
-                format!("cannot store the command: {e}"),
-            )
-        })?;
-        store_receipt(receipts, id, SLASH, payload).await?;
+        store_command(receipts, &command).await?;
         let scope = line.scope.unwrap_or_else(|| "all".into());
         return Ok(reply(
             templates,
@@ -164,15 +169,7 @@ pub async fn command(
             return Ok(denied.reply(templates, inv.command));
         }
     }
-    let id = format!("command:{}", command.trigger_id);
-    let payload = serde_json::to_string(&command).map_err(|e| {
-        Reject::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "unencodable",
-            format!("cannot store the command: {e}"),
-        )
-    })?;
-    store_receipt(receipts, id, SLASH, payload).await?;
+    store_command(receipts, &command).await?;
     Ok(reply(
         templates,
         json!({"what": "received", "command": format!("{slash} {}", inv.command.as_str()), "subject": subject.display()}),

@@ -188,15 +188,10 @@ impl ChatOps {
         message: &Request,
         trigger: &str,
     ) -> u16 {
-        let value = message.body["blocks"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|b| b["type"] == "actions")
-            .flat_map(|b| b["elements"].as_array().cloned().unwrap_or_default())
-            .find(|b| b["action_id"] == action)
-            .and_then(|b| b["value"].as_str().map(str::to_string))
-            .unwrap_or_else(|| panic!("no {action} button in {}", message.body));
+        let value = button(message, action)["value"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("the {action} button has no value"));
         let payload = json!({
             "type": "block_actions",
             "team": {"id": "T0", "domain": "acme"},
@@ -235,14 +230,7 @@ impl ChatOps {
         message: &Request,
         trigger: &str,
     ) -> Value {
-        let button = message.body["blocks"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|b| b["type"] == "actions")
-            .flat_map(|b| b["elements"].as_array().cloned().unwrap_or_default())
-            .find(|b| b["action_id"] == action)
-            .unwrap_or_else(|| panic!("no {action} button in {}", message.body));
+        let button = button(message, action);
         let mut payload = fixture_json("slack/block_actions.docs-example.json");
         payload["user"] =
             json!({"id": user, "username": name, "name": name, "team_id": "T9TK3CUKW"});
@@ -297,6 +285,18 @@ impl ChatOps {
             r.body.get("thread_ts").is_none() && r.body["blocks"].to_string().contains(key)
         })
     }
+}
+
+/// The button `action` of a posted message.
+fn button(message: &Request, action: &str) -> Value {
+    message.body["blocks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b["type"] == "actions")
+        .flat_map(|b| b["elements"].as_array().cloned().unwrap_or_default())
+        .find(|b| b["action_id"] == action)
+        .unwrap_or_else(|| panic!("no {action} button in {}", message.body))
 }
 
 /// A JSON file under tests/fixtures/.

@@ -164,6 +164,18 @@ impl Hub {
 
     /// What a closed connection left unacknowledged goes to the newest open one.
     fn redeliver(&self) {
+        self.resend(|p, connections| !connections[p.connection].open);
+    }
+
+    /// Delivers every unacknowledged envelope again on the newest open
+    /// connection, as Slack does when no acknowledgement came within 3 s.
+    pub fn retry_unacked(&self) {
+        self.resend(|_, _| true);
+    }
+
+    /// Sends the pending envelopes that `which` picks again, on the newest
+    /// open connection, one attempt later.
+    fn resend(&self, which: impl Fn(&Pending, &[Connection]) -> bool) {
         let mut state = self.state.lock().unwrap();
         let Some(target) = state.connections.iter().rposition(|c| c.open) else {
             return;
@@ -174,34 +186,13 @@ impl Hub {
             ..
         } = &mut *state;
         for p in pending.iter_mut() {
-            if !connections[p.connection].open {
+            if which(p, connections) {
                 p.connection = target;
                 p.attempt += 1;
                 let _ = connections[target]
                     .tx
                     .send(Command::Frame(Self::envelope(p)));
             }
-        }
-    }
-
-    /// Delivers every unacknowledged envelope again on the newest open
-    /// connection, as Slack does when no acknowledgement came within 3 s.
-    pub fn retry_unacked(&self) {
-        let mut state = self.state.lock().unwrap();
-        let Some(target) = state.connections.iter().rposition(|c| c.open) else {
-            return;
-        };
-        let State {
-            connections,
-            pending,
-            ..
-        } = &mut *state;
-        for p in pending.iter_mut() {
-            p.connection = target;
-            p.attempt += 1;
-            let _ = connections[target]
-                .tx
-                .send(Command::Frame(Self::envelope(p)));
         }
     }
 
