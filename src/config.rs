@@ -756,8 +756,7 @@ impl Config {
             out.push("GATEBOT_UI_SESSION_KEY must be at least 32 characters".into());
         }
         let sl = &self.slack;
-        let inbound = sl.signing_secret.is_some() || sl.app_token.is_some();
-        if inbound != sl.bot_token.is_some() {
+        if sl.inbound() != sl.bot_token.is_some() {
             out.push(
                 "Slack needs GATEBOT_SLACK_BOT_TOKEN and GATEBOT_SLACK_SIGNING_SECRET (or GATEBOT_SLACK_APP_TOKEN for Socket Mode)".into(),
             );

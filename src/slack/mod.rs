@@ -116,7 +116,12 @@ pub fn socket_mode(
     state: &AppState,
     receipts: crate::http::receipts::Receipts,
 ) -> anyhow::Result<Option<Arc<socket::SocketMode>>> {
-    let Some(token) = state.config.slack.app_token.clone() else {
+    let slack = &state.config.slack;
+    let Some(token) = slack
+        .app_token
+        .clone()
+        .filter(|_| slack.socket_mode_token().is_some())
+    else {
         return Ok(None);
     };
     let Some(api) = api(&state.config, &state.metrics)? else {
