@@ -769,7 +769,8 @@ ALERTS = {"GatebotNotificationsFailing", "GatebotNotificationsDropped", "Gatebot
 DASHBOARD_PANELS = {"Waits open", "Waits started", "Approvals by channel", "Time to decision",
                     "Oldest pending notification", "Queue depth",
                     "GitHub and Slack calls by result", "Gate checks by kind and result",
-                    "Gate check latency"}
+                    "Gate check latency", "Slack Socket Mode connections",
+                    "Slack Socket Mode envelopes"}
 METRIC = re.compile(r"\bgatebot_[a-z0-9_]+")
 
 

@@ -478,6 +478,14 @@ mod tests {
     }
 
     #[test]
+    fn disconnect_reasons_are_slacks_or_other() {
+        for reason in ["refresh_requested", "warning", "link_disabled"] {
+            assert_eq!(disconnect_reason(reason), reason);
+        }
+        assert_eq!(disconnect_reason("too_many_websockets"), "other");
+    }
+
+    #[test]
     fn frames_parse_leniently() {
         let f: Frame = serde_json::from_str(
             r#"{"type":"disconnect","reason":"refresh_requested","debug_info":{"host":"h"}}"#,
