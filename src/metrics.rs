@@ -465,7 +465,7 @@ impl Metrics {
         );
         register(&mut registry, &mut described,
             "slack_socket_disconnects",
-            "Slack Socket Mode connections ended, by reason (refresh_requested, warning, link_disabled, closed, error, silent, shutdown)",
+            "Slack Socket Mode connections ended, by reason (Slack's refresh_requested, warning, link_disabled or other; closed, error, silent, shutdown)",
             socket_disconnects.clone(),
         );
         register(&mut registry, &mut described,
