@@ -160,7 +160,15 @@ impl SocketMode {
                     }
                 }
                 Some(ended) = connections.join_next() => {
-                    let Ok(ended) = ended else { continue };
+                    let Ok(ended) = ended else {
+                        // A connection's task panicked: which one is unknown, so
+                        // open another rather than risk holding none.
+                        tracing::error!("a Slack Socket Mode connection failed; opening another");
+                        active = None;
+                        failures += 1;
+                        wait = backoff(failures);
+                        continue;
+                    };
                     if active == Some(ended.id) {
                         active = None;
                         failures = if ended.greeted && ended.lived >= HEALTHY_AFTER { 0 } else { failures + 1 };
