@@ -381,7 +381,8 @@ async fn a_disconnect_refresh_opens_the_next_connection_first() {
 }
 
 /// A dropped connection whose replacement cannot open at first is retried
-/// with backoff; a connection that goes silent (no pong) is replaced.
+/// with backoff; a healthy idle connection is kept past the silence limit,
+/// and one that goes silent (no pong) is replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_network_is_retried_and_a_silent_connection_replaced() {
     let env = env(Backend::Sqlite).await;
@@ -410,8 +411,18 @@ async fn a_lost_network_is_retried_and_a_silent_connection_replaced() {
         1.0
     );
 
-    // The link goes quiet without closing: no pong comes back.
+    // A healthy connection outlives the silence limit: Slack's pongs count.
     let quiet = only_open(&env);
+    eventually(
+        "four pings answered (20 s, past the 15 s silence limit)",
+        Duration::from_secs(40),
+        || async { socket(&env).pings(quiet) >= 4 },
+    )
+    .await;
+    assert_eq!(socket(&env).open(), [quiet], "the same connection");
+    assert_eq!(socket(&env).opened(), 2);
+
+    // The link goes quiet without closing: no pong comes back.
     socket(&env).freeze(quiet);
     eventually(
         "a new connection in place of the silent one",

@@ -40,6 +40,8 @@ enum Command {
 struct Connection {
     tx: mpsc::UnboundedSender<Command>,
     open: bool,
+    /// Pings gatebot sent on it (each answered with a pong while it is read).
+    pings: usize,
 }
 
 struct Pending {
@@ -77,7 +79,11 @@ impl Hub {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (index, open) = {
             let mut state = self.state.lock().unwrap();
-            state.connections.push(Connection { tx, open: true });
+            state.connections.push(Connection {
+                tx,
+                open: true,
+                pings: 0,
+            });
             let open = state.connections.iter().filter(|c| c.open).count();
             (state.connections.len() - 1, open)
         };
@@ -125,6 +131,9 @@ impl Hub {
                             self.received(index, &text);
                         }
                         Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                        Some(Ok(Message::Ping(_))) => {
+                            self.state.lock().unwrap().connections[index].pings += 1;
+                        }
                         Some(Ok(_)) => {}
                     },
                 }
@@ -248,6 +257,11 @@ impl Hub {
 
     pub fn lose_next_ack(&self, connection: usize) {
         self.command(connection, Command::LoseNextAck);
+    }
+
+    /// Pings gatebot sent on connection `connection`.
+    pub fn pings(&self, connection: usize) -> usize {
+        self.state.lock().unwrap().connections[connection].pings
     }
 
     /// Connections opened so far, open or not.
