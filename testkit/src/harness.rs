@@ -88,6 +88,50 @@ impl TestDb {
     }
 }
 
+/// A PostgreSQL test database is dropped with its test (a developer's
+/// cluster otherwise keeps every one), unless the test failed: then it is
+/// kept to look at, and named. On its own thread and runtime, since `Drop`
+/// cannot wait; `FORCE` ends the connections a server left open, and a
+/// cluster that does not answer within seconds keeps the database.
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if self.backend != Backend::Postgres {
+            return;
+        }
+        if std::thread::panicking() {
+            eprintln!("kept the failed test's database {}", self.url);
+            return;
+        }
+        let (Some(admin), Some((_, name))) = (postgres_url(), self.url.rsplit_once('/')) else {
+            return;
+        };
+        let name = name.to_string();
+        let dropped = std::thread::spawn(move || {
+            use sqlx::Connection;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                tokio::time::timeout(Duration::from_secs(10), async {
+                    let mut conn = sqlx::PgConnection::connect(&admin).await.ok()?;
+                    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut conn)
+                        .await
+                        .ok()
+                })
+                .await
+                .ok()
+                .flatten()
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Some(_))) {
+            eprintln!("note: test database {} was not dropped", self.url);
+        }
+    }
+}
+
 /// gatebot serving on 127.0.0.1 with a random port.
 pub struct TestServer {
     pub url: String,
