@@ -46,15 +46,30 @@ fn chromium() -> Option<(PathBuf, PathBuf)> {
 struct Driver {
     child: std::process::Child,
     url: String,
+    /// Kills the group if the test outlives [`TEST_LIMIT`].
+    watchdog: tokio::task::JoinHandle<()>,
+}
+
+/// How long one test may drive its browser. Past it the browser and
+/// chromedriver are killed, so a hung WebDriver command fails the test
+/// instead of holding CI.
+const TEST_LIMIT: Duration = Duration::from_secs(150);
+/// How long a new browser session may take; a slower one is retried with a
+/// new chromedriver (Chromium's start now and then hangs).
+const SESSION_LIMIT: Duration = Duration::from_secs(30);
+const SESSION_ATTEMPTS: u32 = 3;
+
+fn kill_group(pid: u32) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pid}")])
+        .stderr(Stdio::null())
+        .status();
 }
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let group = format!("-{}", self.child.id());
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &group])
-            .stderr(Stdio::null())
-            .status();
+        self.watchdog.abort();
+        kill_group(self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -70,9 +85,16 @@ async fn start_driver(driver: &Path) -> Driver {
         .process_group(0)
         .spawn()
         .expect("chromedriver starts");
+    let pid = child.id();
+    let watchdog = tokio::spawn(async move {
+        tokio::time::sleep(TEST_LIMIT).await;
+        eprintln!("the browser test ran past {TEST_LIMIT:?}: killing chromedriver and Chromium");
+        kill_group(pid);
+    });
     let driver = Driver {
         child,
         url: format!("http://127.0.0.1:{port}"),
+        watchdog,
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     let http = reqwest::Client::new();
@@ -92,6 +114,33 @@ async fn start_driver(driver: &Path) -> Driver {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// chromedriver and a session of the browser, retried with a fresh
+/// chromedriver when the session does not start within [`SESSION_LIMIT`].
+async fn driven_browser(driver: &Path, browser: &Path) -> (Driver, Client) {
+    for attempt in 1..=SESSION_ATTEMPTS {
+        let started = start_driver(driver).await;
+        match tokio::time::timeout(SESSION_LIMIT, open_browser(&started, browser)).await {
+            Ok(client) => {
+                // chromedriver's own limits, well inside TEST_LIMIT.
+                let limits = fantoccini::wd::TimeoutConfiguration::new(
+                    Some(Duration::from_secs(10)),
+                    Some(Duration::from_secs(20)),
+                    None,
+                );
+                client
+                    .update_timeouts(limits)
+                    .await
+                    .expect("WebDriver timeouts");
+                return (started, client);
+            }
+            Err(_) => eprintln!(
+                "no browser session within {SESSION_LIMIT:?} (attempt {attempt} of {SESSION_ATTEMPTS}): trying a new chromedriver"
+            ),
+        }
+    }
+    panic!("no browser session in {SESSION_ATTEMPTS} attempts");
 }
 
 async fn open_browser(driver: &Driver, browser: &Path) -> Client {
@@ -139,8 +188,7 @@ impl Rig {
         config.ui.github_client_secret = Some("client-secret".to_string().into());
         config.ui.github_oauth_url = github.url.clone();
         let server = TestServer::start(config, options_with(&RecordingSink::new(), None)).await;
-        let driver = start_driver(&driver).await;
-        let browser = open_browser(&driver, &browser).await;
+        let (driver, browser) = driven_browser(&driver, &browser).await;
         Some(Self {
             browser,
             _driver: driver,
