@@ -48,6 +48,7 @@ pub struct Gatebot {
     drain: Drain,
     /// The pages under /ui, built once.
     web: Arc<crate::web::Web>,
+    receipts: http::receipts::Receipts,
 }
 
 impl Gatebot {
@@ -196,9 +197,11 @@ impl Gatebot {
             inbox.run(inbox_shutdown).await
         });
         tasks.spawn(housekeeping(state.clone(), shutdown.clone()));
+        // One receipt writer for the webhooks and Socket Mode: one commit for
+        // what arrives together, whichever way it came.
         let receipts =
             http::receipts::Receipts::new(store.clone(), clock.clone(), state.inbox_wake.clone());
-        if let Some(socket) = slack::socket_mode(&state, receipts)? {
+        if let Some(socket) = slack::socket_mode(&state, receipts.clone())? {
             tasks.spawn(socket.run(shutdown.clone()));
         }
         Ok(Self {
@@ -207,6 +210,7 @@ impl Gatebot {
             tasks,
             drain,
             web,
+            receipts,
         })
     }
 
@@ -217,7 +221,7 @@ impl Gatebot {
     }
 
     pub fn router(&self) -> Router {
-        app_with(self.state.clone(), self.web.clone())
+        app_with(self.state.clone(), self.web.clone(), self.receipts.clone())
     }
 
     /// Serves until `signal`, lets in-flight requests finish (up to the

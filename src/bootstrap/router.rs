@@ -33,26 +33,32 @@ use crate::{github, slack};
 /// changes but let nobody act by GitHub login ([`app_with`] is what
 /// [`crate::Gatebot`] serves).
 pub fn app(state: AppState) -> Router {
+    let receipts = Receipts::new(
+        state.store.clone(),
+        state.clock.clone(),
+        state.inbox_wake.clone(),
+    );
     let changes = state.engine.changes().unwrap_or_else(|| {
         let (changes, _) = tokio::sync::broadcast::channel(1024);
         state.engine.publish_to(changes.clone());
         changes
     });
     match crate::web::Web::new(&state.config, changes, None) {
-        Ok(web) => compose(state, Some(Arc::new(web))),
+        Ok(web) => compose(state, Some(Arc::new(web)), receipts),
         Err(e) => {
             tracing::error!(error = %e, "the web pages are off");
-            compose(state, None)
+            compose(state, None, receipts)
         }
     }
 }
 
-/// The router with the pages `web`.
-pub fn app_with(state: AppState, web: Arc<crate::web::Web>) -> Router {
-    compose(state, Some(web))
+/// The router with the pages `web`, storing webhook receipts through
+/// `receipts` (which Socket Mode shares).
+pub fn app_with(state: AppState, web: Arc<crate::web::Web>, receipts: Receipts) -> Router {
+    compose(state, Some(web), receipts)
 }
 
-fn compose(state: AppState, web: Option<Arc<crate::web::Web>>) -> Router {
+fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, receipts: Receipts) -> Router {
     let read_timeout = state.config.body_read_timeout;
     let body =
         |max| middleware::from_fn_with_state(BodyLimit::new(max, read_timeout), limits::bounded);
@@ -155,11 +161,7 @@ fn compose(state: AppState, web: Option<Arc<crate::web::Web>>) -> Router {
     let webhooks = Router::new()
         .merge(github::routes().route_layer(webhook_body(GITHUB_BODY_LIMIT)))
         .merge(slack::routes().route_layer(webhook_body(SLACK_BODY_LIMIT)))
-        .layer(axum::Extension(Receipts::new(
-            state.store.clone(),
-            state.clock.clone(),
-            state.inbox_wake.clone(),
-        )));
+        .layer(axum::Extension(receipts));
 
     let rest = Router::new()
         .merge(flagger)

@@ -17,8 +17,8 @@ const MAX_BATCH: usize = 256;
 
 type Reply = oneshot::Sender<Result<bool, String>>;
 
-/// Lives in the router (one per server); its writer task starts on first use
-/// and ends when the router is dropped.
+/// One per server, shared by the webhook routes and Slack Socket Mode; its
+/// writer task starts on first use and ends when the last clone is dropped.
 #[derive(Clone)]
 pub struct Receipts {
     tx: Arc<OnceLock<mpsc::Sender<(Delivery, Reply)>>>,
