@@ -762,9 +762,8 @@ impl Config {
             );
         }
         if sl
-            .app_token
-            .as_ref()
-            .is_some_and(|t| !t.expose_secret().starts_with("xapp-"))
+            .socket_mode_token()
+            .is_some_and(|t| !t.starts_with("xapp-"))
         {
             out.push("GATEBOT_SLACK_APP_TOKEN must be an app-level token (xapp-…) with the connections:write scope".into());
         }

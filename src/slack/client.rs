@@ -219,23 +219,15 @@ impl SlackApi {
             .post(format!("{}/{method}", self.base))
             .bearer_auth(app_token)
             .json(&json!({}));
-        let started = Instant::now();
-        let answered = tokio::time::timeout(CALL_TIMEOUT, call::<Opened>(request)).await;
-        let result = match &answered {
-            Err(_) => "timeout",
-            Ok(Ok(_)) => "ok",
-            Ok(Err(e)) => e.result(),
-        };
-        self.calls.observe(method, result, started.elapsed());
-        let opened = match answered {
-            Ok(Ok(opened)) => opened,
-            Ok(Err(CallError::RateLimited(after))) => {
+        let opened = match self.timed(method, call::<Opened>(request)).await {
+            Some(Ok(opened)) => opened,
+            Some(Err(CallError::RateLimited(after))) => {
                 return Err(SocketError {
                     message: format!("{method}: rate limited by Slack"),
                     retry_after: after,
                 })
             }
-            Ok(Err(CallError::Api(code))) => {
+            Some(Err(CallError::Api(code))) => {
                 let hint = match code.as_str() {
                     "invalid_auth" | "not_authed" | "token_revoked" | "not_allowed_token_type" => {
                         ": check GATEBOT_SLACK_APP_TOKEN (an app-level xapp- token)"
@@ -246,24 +238,21 @@ impl SlackApi {
                 };
                 return Err(SocketError::new(format!("{method}: {code}{hint}")));
             }
-            Ok(Err(e)) => return Err(SocketError::new(format!("{method}: {e}"))),
-            Err(_) => {
+            Some(Err(e)) => return Err(SocketError::new(format!("{method}: {e}"))),
+            None => {
                 return Err(SocketError::new(format!(
                     "{method}: no answer within {CALL_TIMEOUT:?}"
                 )))
             }
         };
-        let started = Instant::now();
-        let upgraded = tokio::time::timeout(CALL_TIMEOUT, self.upgrade(&opened.url)).await;
-        let result = match &upgraded {
-            Err(_) => "timeout",
-            Ok(Ok(_)) => "ok",
-            Ok(Err(_)) => "transport",
+        let upgrade = async {
+            self.upgrade(&opened.url)
+                .await
+                .map_err(CallError::Transport)
         };
-        self.calls.observe("websocket", result, started.elapsed());
-        match upgraded {
-            Ok(socket) => socket.map_err(SocketError::new),
-            Err(_) => Err(SocketError::new(format!(
+        match self.timed("websocket", upgrade).await {
+            Some(socket) => socket.map_err(|e| SocketError::new(e.to_string())),
+            None => Err(SocketError::new(format!(
                 "the Socket Mode WebSocket did not open within {CALL_TIMEOUT:?}"
             ))),
         }
@@ -332,20 +321,30 @@ impl SlackApi {
         method: &'static str,
         call: impl std::future::Future<Output = Result<T, CallError>>,
     ) -> Result<T, SendError> {
-        let started = Instant::now();
-        let answered = tokio::time::timeout(CALL_TIMEOUT, call).await;
-        let result = match &answered {
-            Err(_) => "timeout",
-            Ok(Ok(_)) => "ok",
-            Ok(Err(e)) => e.result(),
-        };
-        self.calls.observe(method, result, started.elapsed());
-        match answered {
-            Ok(answer) => answer.map_err(|e| classify(method, e)),
-            Err(_) => Err(SendError::retry(format!(
+        match self.timed(method, call).await {
+            Some(answer) => answer.map_err(|e| classify(method, e)),
+            None => Err(SendError::retry(format!(
                 "Slack {method}: no answer within {CALL_TIMEOUT:?}"
             ))),
         }
+    }
+
+    /// The call, bounded by [`CALL_TIMEOUT`] (None when it ran out) and
+    /// counted and timed under `endpoint`.
+    async fn timed<T>(
+        &self,
+        endpoint: &'static str,
+        call: impl std::future::Future<Output = Result<T, CallError>>,
+    ) -> Option<Result<T, CallError>> {
+        let started = Instant::now();
+        let answered = tokio::time::timeout(CALL_TIMEOUT, call).await.ok();
+        let result = match &answered {
+            None => "timeout",
+            Some(Ok(_)) => "ok",
+            Some(Err(e)) => e.result(),
+        };
+        self.calls.observe(endpoint, result, started.elapsed());
+        answered
     }
 }
 

@@ -116,12 +116,7 @@ pub fn socket_mode(
     state: &AppState,
     receipts: crate::http::receipts::Receipts,
 ) -> anyhow::Result<Option<Arc<socket::SocketMode>>> {
-    let slack = &state.config.slack;
-    let Some(token) = slack
-        .app_token
-        .clone()
-        .filter(|_| slack.socket_mode_token().is_some())
-    else {
+    let Some(token) = state.config.slack.socket_mode_token() else {
         return Ok(None);
     };
     let Some(api) = api(&state.config, &state.metrics)? else {
@@ -131,6 +126,6 @@ pub fn socket_mode(
         state.clone(),
         receipts,
         api,
-        token,
+        token.to_string().into(),
     ))))
 }
