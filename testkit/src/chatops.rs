@@ -179,7 +179,8 @@ impl ChatOps {
             .collect()
     }
 
-    /// A click of `action` on a posted message by `user` (named `name`); the status.
+    /// A signed click of `action` on a posted message by `user` (named
+    /// `name`) over HTTP, as [`ChatOps::click_payload`]; the status.
     pub async fn click(
         &self,
         user: &str,
@@ -188,23 +189,7 @@ impl ChatOps {
         message: &Request,
         trigger: &str,
     ) -> u16 {
-        let value = button(message, action)["value"]
-            .as_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| panic!("the {action} button has no value"));
-        let payload = json!({
-            "type": "block_actions",
-            "team": {"id": "T0", "domain": "acme"},
-            "user": {"id": user, "username": name, "name": name, "team_id": "T0"},
-            "api_app_id": "A0", "token": "legacy",
-            "container": {"type": "message", "message_ts": "1714572120.000001", "channel_id": "CDEPLOYS", "is_ephemeral": false},
-            "trigger_id": trigger,
-            "channel": {"id": "CDEPLOYS", "name": "deploys"},
-            "message": {"type": "message", "ts": "1714572120.000001", "text": "…"},
-            "response_url": self.slack.response_url(trigger),
-            "actions": [{"action_id": action, "block_id": "b", "type": "button", "value": value,
-                         "text": {"type": "plain_text", "text": "Approve"}, "action_ts": "1714572121.000001"}],
-        });
+        let payload = self.click_payload(user, name, action, message, trigger);
         let body = form_urlencoded::Serializer::new(String::new())
             .append_pair("payload", &payload.to_string())
             .finish();
@@ -238,6 +223,8 @@ impl ChatOps {
         payload["response_url"] = json!(self.slack.response_url(trigger));
         payload["message"]["ts"] = json!("1714572120.000001");
         payload["container"]["message_ts"] = json!("1714572120.000001");
+        payload["channel"] = json!({"id": "CDEPLOYS", "name": "deploys"});
+        payload["container"]["channel_id"] = json!("CDEPLOYS");
         let action_ts = format!("{:.6}", self.now_ms() as f64 / 1000.0);
         payload["actions"] = json!([{
             "action_id": action, "block_id": "b", "type": "button",

@@ -97,7 +97,10 @@ impl Hub {
             self.redeliver();
             let mut lose_next_ack = false;
             loop {
+                // The test's commands first: a drop queued right after an
+                // envelope happens before any acknowledgement is read.
                 tokio::select! {
+                    biased;
                     command = rx.recv() => match command {
                         Some(Command::Frame(text)) => {
                             if socket.send(Message::Text(text.into())).await.is_err() {
