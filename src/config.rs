@@ -305,6 +305,10 @@ fn parse_secret(s: &str) -> Result<SecretString, String> {
     Ok(SecretString::from(s.to_string()))
 }
 
+fn parse_flagger_tokens(s: &str) -> Result<crate::gate::FlaggerTokens, String> {
+    s.parse()
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (write e.g. 30s, 15m, 24h)"))
 }
@@ -366,6 +370,13 @@ pub struct Config {
     /// /rollback/open and /rollback/close, as the loadtester does (drop-in migration).
     #[arg(long, env = "GATEBOT_LOADTESTER_OPEN_ACCESS", default_value_t = false)]
     pub loadtester_open_access: bool,
+
+    /// Flagger's checks and events must carry a cluster's token: comma-separated
+    /// `<cluster>=<SHA-256 hex of its token>`. The gate URL carries the token
+    /// (`/gates/t/<token>/promote/pr/42`, or `?token=<token>`). Empty: anyone
+    /// who can reach the port can create waits.
+    #[arg(long, env = "GATEBOT_FLAGGER_TOKENS", default_value = "", value_parser = parse_flagger_tokens, hide_default_value = true)]
+    pub flagger_tokens: crate::gate::FlaggerTokens,
 
     /// Log format.
     #[arg(long, env = "GATEBOT_LOG_FORMAT", value_enum, default_value = "text")]

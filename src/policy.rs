@@ -33,6 +33,9 @@
 //! after = "2h"
 //! on_deadline = "rollback"           # rollback | close | nothing
 //! namespace = "prod"                 # optional: repository, namespace or canary
+//!
+//! [deadline_metadata]                # believe `deadline` in the hook metadata of
+//! allow = true                       # checks without a Flagger token (default false)
 //! ```
 
 use std::collections::BTreeMap;
@@ -60,6 +63,10 @@ struct File {
     deadlines: Vec<toml::Spanned<DeadlineEntry>>,
     #[serde(default)]
     reminders: RemindersEntry,
+    /// `[deadline_metadata]`: TOML can't have a `[deadlines]` table beside
+    /// the `[[deadlines]]` array, so it has a name of its own.
+    #[serde(default)]
+    deadline_metadata: DeadlineMetadataEntry,
     #[serde(default)]
     windows: Vec<toml::Spanned<WindowEntry>>,
     #[serde(default)]
@@ -70,6 +77,16 @@ struct File {
     /// Where each line of the text starts (for errors that name a line).
     #[serde(skip)]
     line_starts: Vec<usize>,
+}
+
+/// Whether a deadline in the hook metadata of a check that carries no Flagger
+/// token is believed. Off: anyone who reaches the port could pose as a canary
+/// and set a deadline that rolls it back.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeadlineMetadataEntry {
+    #[serde(default)]
+    allow: bool,
 }
 
 /// One `[[windows]]` table.
@@ -535,6 +552,48 @@ impl Policy {
     /// The wait deadlines, in the file's order (checked when it was read).
     pub fn deadlines(&self) -> &[DeadlineRule] {
         &self.deadlines
+    }
+
+    /// Whether deadlines from unauthenticated checks' metadata are believed.
+    pub fn metadata_deadlines(&self) -> bool {
+        self.file.deadline_metadata.allow
+    }
+
+    /// Whether a deadline can roll a canary back: the policy's, or one in
+    /// the hook metadata it believes.
+    pub fn rolls_back_on_deadline(&self) -> bool {
+        self.metadata_deadlines()
+            || self
+                .deadlines
+                .iter()
+                .any(|d| d.deadline.action == OnDeadline::Rollback)
+    }
+
+    /// What an operator should know about Flagger's side of this server:
+    /// without Flagger tokens, whoever reaches the port can pose as any
+    /// canary, and a deadline that rolls back lets them roll it back.
+    pub fn door_warnings(&self, tokens: &crate::gate::FlaggerTokens) -> Vec<String> {
+        let mut out = Vec::new();
+        if !tokens.is_empty() {
+            return out;
+        }
+        if self.rolls_back_on_deadline() {
+            out.push("deadline rollbacks without Flagger tokens: anyone who can reach the port can pose as a canary, start its wait early and have the deadline roll it back; set GATEBOT_FLAGGER_TOKENS".into());
+        }
+        if self.metadata_deadlines() {
+            out.push("[deadline_metadata] allow = true: any caller's hook metadata can set a canary's deadline".into());
+        }
+        out
+    }
+
+    /// When waits' deadlines fall and reminders are due.
+    pub fn timers(&self) -> crate::gate::timers::WaitTimers {
+        crate::gate::timers::WaitTimers {
+            deadlines: self.deadlines.clone(),
+            metadata_deadlines: self.metadata_deadlines(),
+            reminders: self.reminders.at.clone(),
+            reminder_kinds: self.reminders.kinds.clone(),
+        }
     }
 
     pub fn reminders(&self) -> &Reminders {

@@ -7,8 +7,10 @@ use std::sync::Arc;
 
 use gatebot::clock::ManualClock;
 use gatebot_testkit::chatops::{ChatOps, Setup};
-use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
-use gatebot_testkit::harness::Backend;
+use gatebot_testkit::flagger::{
+    flagger_tokens, pr_hooks, with_token, FlaggerSim, Hook, HookType, Phase, Strategy,
+};
+use gatebot_testkit::harness::{client, Backend};
 use serde_json::Value;
 
 /// 2024-05-01T14:02:00Z
@@ -44,14 +46,30 @@ impl std::ops::Deref for Env {
 }
 
 async fn env(backend: Backend) -> Env {
+    env_with(backend, POLICY, |_| {}).await
+}
+
+/// The Flagger token of the one cluster of [`authenticated`].
+const TOKEN: &str = "flagger-token-of-prod";
+
+/// A server whose Flagger's side takes checks with `TOKEN` only.
+async fn authenticated(backend: Backend) -> Env {
+    env_with(backend, POLICY, |config| {
+        config.flagger_tokens = flagger_tokens(&[("prod", TOKEN)]);
+    })
+    .await
+}
+
+async fn env_with(backend: Backend, policy: &str, edit: impl FnOnce(&mut gatebot::Config)) -> Env {
     let clock = ManualClock::new(NOW);
     let setup = Setup {
-        policy: POLICY,
+        policy,
         permissions: &[],
         clock: Some(clock.clone()),
     };
     let chat = ChatOps::start_with(backend, setup, |config| {
         config.slack.approvers = vec!["UALICE".into()];
+        edit(config);
     })
     .await;
     Env { chat, clock }
@@ -60,14 +78,31 @@ async fn env(backend: Backend) -> Env {
 impl Env {
     /// What the housekeeping task does every few seconds, run now.
     async fn enforce(&self) -> usize {
-        let state = &self.server.state;
-        let n = state
+        let n = self
+            .server
+            .state
             .engine
-            .enforce_deadlines(state.policy.deadlines())
+            .enforce_deadlines()
             .await
             .expect("deadlines apply");
         self.server.drained().await;
         n
+    }
+
+    /// A check as anyone inside the cluster can send it: status and answer.
+    async fn check(&self, path: &str, body: Value) -> (u16, String) {
+        let response = client()
+            .post(format!("{}{path}", self.server.url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    async fn open_waits(&self) -> usize {
+        let waits = self.server.api("/api/v1/waits?open=true").await;
+        waits["waits"].as_array().map_or(0, Vec::len)
     }
 
     async fn audit(&self, gate: &str) -> Vec<Value> {
@@ -95,7 +130,11 @@ impl Env {
 
 /// A canary of PR `pr` past its first deployment, with `revision` applied.
 async fn released(env: &Env, pr: u64, revision: &str) -> FlaggerSim {
-    let mut sim = FlaggerSim::new("podinfo", "test", CANARY, pr_hooks(&env.server.url, pr));
+    released_with(pr_hooks(&env.server.url, pr), revision).await
+}
+
+async fn released_with(hooks: Vec<Hook>, revision: &str) -> FlaggerSim {
+    let mut sim = FlaggerSim::new("podinfo", "test", CANARY, hooks);
     sim.deploy("rev-a");
     sim.tick().await;
     assert_eq!(sim.phase(), Phase::Initialized);
@@ -107,6 +146,9 @@ gatebot_testkit::on_both_stores!(
     waiting_for_promotion_past_the_deadline_rolls_back_at_the_next_tick,
     the_start_gate_deadline_closes_the_wait_without_a_rollback,
     metadata_overrides_the_policy_and_a_new_revision_starts_a_new_deadline,
+    a_deadline_rolls_back_only_the_canary_and_revision_whose_wait_ran_out,
+    metadata_from_an_unauthenticated_check_sets_no_deadline,
+    a_check_without_the_clusters_token_is_refused_and_changes_nothing,
 );
 
 async fn waiting_for_promotion_past_the_deadline_rolls_back_at_the_next_tick(backend: Backend) {
@@ -128,10 +170,9 @@ async fn waiting_for_promotion_past_the_deadline_rolls_back_at_the_next_tick(bac
     env.clock.advance(2000);
     // Two passes at once (as two replicas would run them) act once.
     let state = &env.server.state;
-    let rules = state.policy.deadlines();
     let (a, b) = tokio::join!(
-        state.engine.enforce_deadlines(rules),
-        state.engine.enforce_deadlines(rules)
+        state.engine.enforce_deadlines(),
+        state.engine.enforce_deadlines()
     );
     assert_eq!(a.unwrap() + b.unwrap(), 1, "acted on once");
     assert_eq!(env.enforce().await, 0, "and never again");
@@ -235,10 +276,11 @@ async fn the_start_gate_deadline_closes_the_wait_without_a_rollback(backend: Bac
     assert_eq!(rollback["state"], "closed", "{rollback}");
 }
 
+/// A deadline in the metadata of an authenticated check (the cluster's token).
 async fn metadata_overrides_the_policy_and_a_new_revision_starts_a_new_deadline(backend: Backend) {
-    let env = env(backend).await;
+    let env = authenticated(backend).await;
     env.server.open("/gates/start/pr/9").await;
-    let hooks = pr_hooks(&env.server.url, 9)
+    let hooks = with_token(pr_hooks(&env.server.url, 9), TOKEN)
         .into_iter()
         .map(|h| match h.hook_type {
             HookType::ConfirmPromotion => h
@@ -292,6 +334,137 @@ async fn metadata_overrides_the_policy_and_a_new_revision_starts_a_new_deadline(
     assert_eq!(env.enforce().await, 0, "the new wait just started");
     env.clock.advance(30 * 60_000);
     assert_eq!(env.enforce().await, 1);
+}
+
+/// The first reproduction of the trust issue: a made-up canary with a one-second
+/// deadline in its metadata, and the real canary on the same PR. Metadata from
+/// an unauthenticated check is not heard; when the policy's own deadline rolls
+/// the real canary back, only it, at the revision that waited, gets 200 at
+/// the rollback gate: every other canary, at any revision, gets 403.
+async fn a_deadline_rolls_back_only_the_canary_and_revision_whose_wait_ran_out(backend: Backend) {
+    let env = env(backend).await;
+    let canary = |name: &str, ns: &str, checksum: &str| serde_json::json!({"name": name, "namespace": ns, "phase": "Progressing", "checksum": checksum});
+    let evil = serde_json::json!({"name": "evil", "namespace": "test", "phase": "Progressing",
+        "checksum": "x", "metadata": {"deadline": "1s", "on_deadline": "rollback"}});
+    let (status, _) = env
+        .check("/gates/promote/pr/800", canary("podinfo", "test", "real1"))
+        .await;
+    assert_eq!(status, 403);
+    env.clock.advance(60_000);
+    assert_eq!(env.check("/gates/promote/pr/800", evil).await.0, 403);
+    env.clock.advance(8_000);
+    assert_eq!(
+        env.enforce().await,
+        0,
+        "a caller's metadata sets no deadline"
+    );
+    // The policy's 2h passes for podinfo's wait, which started first.
+    env.clock.advance(2 * HOUR - 68_000);
+    assert_eq!(env.enforce().await, 1);
+    let rollback = "/gates/rollback/pr/800";
+    let (status, answer) = env
+        .check(rollback, canary("podinfo", "test", "real1"))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer.starts_with("approved by policy via gatebot"),
+        "{answer}"
+    );
+    for (name, ns, checksum) in [
+        ("evil", "test", "x"),
+        ("backend", "prod", "real1"),
+        ("podinfo", "test", "real2"),
+        ("stranger", "other", "s1"),
+    ] {
+        let (status, answer) = env.check(rollback, canary(name, ns, checksum)).await;
+        assert_eq!(status, 403, "{ns}/{name} at {checksum}: {answer}");
+    }
+    // Its own deadline by the policy ends evil's wait too: that rolls back
+    // evil alone, and podinfo's rollback stands.
+    env.clock.advance(60_000);
+    assert_eq!(env.enforce().await, 1);
+    assert_eq!(
+        env.check(rollback, canary("evil", "test", "x")).await.0,
+        200
+    );
+    assert_eq!(
+        env.check(rollback, canary("podinfo", "test", "real1"))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        env.check(rollback, canary("backend", "prod", "real1"))
+            .await
+            .0,
+        403
+    );
+}
+
+/// Without a Flagger token, a check's metadata can't set a deadline, unless the
+/// policy allows it (`[deadline_metadata] allow = true`).
+async fn metadata_from_an_unauthenticated_check_sets_no_deadline(backend: Backend) {
+    let body = serde_json::json!({"name": "podinfo", "namespace": "test", "phase": "Progressing",
+        "checksum": "r1", "metadata": {"deadline": "1s"}});
+    let allowing = format!("{POLICY}\n[deadline_metadata]\nallow = true\n");
+    for (policy, acted) in [(POLICY, 0), (allowing.as_str(), 1)] {
+        let env = env_with(backend, policy, |_| {}).await;
+        assert_eq!(env.check("/gates/traffic/pr/5", body.clone()).await.0, 403);
+        env.clock.advance(5_000);
+        assert_eq!(env.enforce().await, acted, "{policy}");
+    }
+}
+
+/// With `GATEBOT_FLAGGER_TOKENS`, a check or an event without the token, or
+/// with another, is 401: no wait starts, nothing is recorded, it is counted.
+async fn a_check_without_the_clusters_token_is_refused_and_changes_nothing(backend: Backend) {
+    let env = authenticated(backend).await;
+    let body = serde_json::json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "r1"});
+    for path in [
+        "/gates/promote/pr/5".to_string(),
+        "/gates/promote/pr/5?token=wrong".to_string(),
+        "/gates/t/wrong/promote/pr/5".to_string(),
+        "/gates/promote".to_string(),
+        "/gate/check".to_string(),
+        "/flagger/events".to_string(),
+    ] {
+        let (status, answer) = env.check(&path, body.clone()).await;
+        assert_eq!(status, 401, "{path}: {answer}");
+        assert!(answer.starts_with("unauthorized: "), "{answer}");
+        assert!(!answer.contains(TOKEN));
+    }
+    assert_eq!(env.open_waits().await, 0);
+    let events = env.server.api("/api/v1/events").await;
+    assert_eq!(
+        events["events"].as_array().map(Vec::len),
+        Some(0),
+        "{events}"
+    );
+    let refused = env
+        .server
+        .metric("gatebot_rejected_requests_total{route=\"/gates/{kind}/{*scope}\",reason=\"flagger_token_missing\"}")
+        .await;
+    assert_eq!(refused, 1.0);
+    // The token in the path or the query names the cluster, and the wait starts.
+    let (status, answer) = env
+        .check(&format!("/gates/t/{TOKEN}/promote/pr/5"), body.clone())
+        .await;
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.starts_with("waiting: "), "{answer}");
+    let (status, _) = env
+        .check(&format!("/gates/promote/pr/6?token={TOKEN}"), body)
+        .await;
+    assert_eq!(status, 403);
+    assert_eq!(env.open_waits().await, 2);
+    let waits = env.server.api("/api/v1/waits").await;
+    assert!(
+        waits["waits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|w| w["cluster"] == "prod"),
+        "{waits}"
+    );
 }
 
 #[test]

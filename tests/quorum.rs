@@ -205,7 +205,76 @@ gatebot_testkit::on_both_stores!(
     two_people_open_a_gate_that_needs_two_and_the_author_does_not_count,
     a_hold_or_a_new_revision_starts_the_count_from_zero,
     break_glass_passes_a_freeze_and_a_missing_approval_loudly,
+    a_namespace_rule_is_judged_when_its_canary_asks,
 );
+
+/// `prod` needs two people; every other namespace one.
+const PROD_NEEDS_TWO: &str = r#"
+[[approvals]]
+kind = "promote"
+namespace = "prod"
+required = 2
+"#;
+
+/// The count is judged when a canary asks, by its own rule: one approval,
+/// given before any canary waits or while only `dev` waits, opens the PR's
+/// gate for `dev` and leaves `prod` at 1 of 2 until a second person approves.
+async fn a_namespace_rule_is_judged_when_its_canary_asks(backend: Backend) {
+    let env = ChatOps::start(
+        backend,
+        Setup {
+            policy: PROD_NEEDS_TWO,
+            permissions: &[("alice", "write"), ("bob", "write")],
+            clock: None,
+        },
+    )
+    .await;
+    let check = |pr: u64, ns: &'static str, checksum: &'static str| {
+        let url = env.server.at(&format!("/gates/promote/pr/{pr}"));
+        async move {
+            let body = json!({"name": "podinfo", "namespace": ns, "phase": "WaitingPromotion", "checksum": checksum});
+            let r = client().post(url).json(&body).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    // Opened with the API before any canary waits.
+    env.server.open("/gates/promote/pr/80").await;
+    let (status, prod) = check(80, "prod", "p1").await;
+    assert_eq!(status, 403, "{prod}");
+    assert!(
+        prod.starts_with(
+            "waiting: 1 of 2 approvals: @admin for revision p1; 1 more approval needed"
+        ),
+        "{prod}"
+    );
+    let (status, dev) = check(80, "dev", "d1").await;
+    assert_eq!(status, 200, "{dev}");
+    assert!(dev.starts_with("approved by admin via api at "), "{dev}");
+    // Pinned for dev: its next revision waits again.
+    assert_eq!(check(80, "dev", "d2").await.0, 403);
+    // A second person opens prod.
+    env.github.set_author(80, "carol");
+    env.comment_by(80, "carol", 1, "alice", "/promote").await;
+    let (status, prod) = check(80, "prod", "p1").await;
+    assert_eq!(status, 200, "{prod}");
+    assert!(
+        prod.starts_with("approved by admin via api and alice via github at "),
+        "{prod}"
+    );
+    assert_eq!(check(80, "dev", "d1").await.0, 200, "dev keeps its pin");
+
+    // One signed /promote while only a dev canary waits.
+    env.github.set_author(81, "carol");
+    assert_eq!(check(81, "dev", "d1").await.0, 403);
+    env.comment_by(81, "carol", 2, "bob", "/promote").await;
+    assert_eq!(check(81, "dev", "d1").await.0, 200);
+    let (status, prod) = check(81, "prod", "p1").await;
+    assert_eq!(status, 403, "{prod}");
+    assert!(
+        prod.contains("1 of 2 approvals: @bob for revision p1"),
+        "{prod}"
+    );
+}
 
 async fn two_people_open_a_gate_that_needs_two_and_the_author_does_not_count(backend: Backend) {
     let env = env(backend).await;

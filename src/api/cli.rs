@@ -329,6 +329,11 @@ pub async fn check_config(
         ok = false;
         let _ = writeln!(text, "problem:         {e:#}");
     }
+    let _ = writeln!(
+        text,
+        "flagger:         {}",
+        flagger_door(&config.flagger_tokens)
+    );
     match crate::policy::Policy::from_config(&config) {
         Ok(policy) => {
             if let Some(path) = &config.policy {
@@ -338,6 +343,9 @@ pub async fn check_config(
                     path.display(),
                     policy.deadlines().len()
                 );
+            }
+            for warning in policy.door_warnings(&config.flagger_tokens) {
+                let _ = writeln!(text, "warning:         {warning}");
             }
         }
         Err(e) => {
@@ -369,6 +377,15 @@ pub async fn check_config(
         }
     );
     ConfigReport { ok, text }
+}
+
+/// Who may reach Flagger's side: the clusters with tokens, or anyone.
+pub fn flagger_door(tokens: &crate::gate::FlaggerTokens) -> String {
+    if tokens.is_empty() {
+        return "open: no GATEBOT_FLAGGER_TOKENS, so anyone who can reach the port can create waits".into();
+    }
+    let names: Vec<&str> = tokens.clusters().map(|c| c.as_str()).collect();
+    format!("checks need a token, of cluster {}", names.join(", "))
 }
 
 fn client_for(server: &crate::config::ServerArgs) -> anyhow::Result<(String, reqwest::Client)> {

@@ -73,6 +73,9 @@ impl Gatebot {
             config.public_url.as_deref(),
         )?;
         let policy = policy::Policy::from_config(&config)?;
+        for warning in policy.door_warnings(&config.flagger_tokens) {
+            tracing::warn!("{warning}");
+        }
         let outbox_wake = Arc::new(Notify::new());
         let inbox_wake = Arc::new(Notify::new());
         let mut sinks = options.sinks;
@@ -100,6 +103,7 @@ impl Gatebot {
                 },
                 calendar: policy.calendar().clone(),
                 quorum: policy.quorum().to_vec(),
+                timers: policy.timers(),
             },
             metrics.clone(),
             notifier.clone(),
@@ -107,6 +111,17 @@ impl Gatebot {
         )
         .await
         .context("cannot load gates from the store")?;
+        // The policy may have changed since the waits in progress started.
+        let rescheduled = engine
+            .schedule_waits()
+            .await
+            .context("cannot set the timers of the waits in progress")?;
+        if rescheduled > 0 {
+            tracing::info!(
+                waits = rescheduled,
+                "timers of waits in progress set by the policy now in force"
+            );
+        }
         // One channel of changes for every open page (server-sent events).
         let (changes, _) = tokio::sync::broadcast::channel(1024);
         engine.publish_to(changes.clone());

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, RawQuery, Request, State};
 use axum::http::HeaderMap;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -81,14 +81,25 @@ fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, receipts: Receipt
             "/gates/{kind}/{*scope}",
             get(flagger::scoped_gate).post(flagger::scoped_gate),
         )
+        // The Flagger token in the path: `/gates/t/…` is matched before `{kind}`.
+        .route(
+            "/gates/t/{token}/{kind}",
+            get(flagger::canary_gate_with_token).post(flagger::canary_gate_with_token),
+        )
+        .route(
+            "/gates/t/{token}/{kind}/{*scope}",
+            get(flagger::scoped_gate_with_token).post(flagger::scoped_gate_with_token),
+        )
         .route(
             "/gate/check",
-            post(|s: State<AppState>, b: Bytes| flagger::legacy_check(s, GateKind::LegacyGate, b)),
+            post(|s: State<AppState>, q: RawQuery, b: Bytes| {
+                flagger::legacy_check(s, GateKind::LegacyGate, q.0, b)
+            }),
         )
         .route(
             "/rollback/check",
-            post(|s: State<AppState>, b: Bytes| {
-                flagger::legacy_check(s, GateKind::LegacyRollback, b)
+            post(|s: State<AppState>, q: RawQuery, b: Bytes| {
+                flagger::legacy_check(s, GateKind::LegacyRollback, q.0, b)
             }),
         )
         // Both limits in one layer: axum clones every layer's boxed service on

@@ -69,11 +69,7 @@ pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
         if let Err(e) = state.engine.expire_due().await {
             tracing::warn!(error = %e, "could not expire approvals");
         }
-        match state
-            .engine
-            .enforce_deadlines(state.policy.deadlines())
-            .await
-        {
+        match state.engine.enforce_deadlines().await {
             Ok(acted) => {
                 state.metrics.deadlines_passed.inc_by(acted as u64);
             }

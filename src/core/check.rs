@@ -3,6 +3,8 @@
 
 use super::memory::SeenEntry;
 use super::*;
+use crate::gate::timers::WaitFacts;
+use crate::store::NewWait;
 
 /// A check's answer and, when it was written down, what it changed: the one
 /// thing about it worth a line at info. The steady state changes nothing.
@@ -102,7 +104,13 @@ impl Engine {
             key,
             Some(canary),
             now,
-            decide(gate, &check, now, self.settings.channels),
+            decide(
+                gate,
+                &check,
+                now,
+                self.settings.channels,
+                &self.settings.quorum,
+            ),
         );
         if verdict.pin || verdict.expired {
             return None;
@@ -149,7 +157,13 @@ impl Engine {
             key,
             Some(check.canary),
             now,
-            decide(&gate, check, now, self.settings.channels),
+            decide(
+                &gate,
+                check,
+                now,
+                self.settings.channels,
+                &self.settings.quorum,
+            ),
         );
         let metadata = serde_json::to_string(&input.metadata).unwrap_or_else(|_| "{}".into());
         let mut notices = Vec::new();
@@ -191,26 +205,25 @@ impl Engine {
         }
 
         if verdict.pin {
-            if let GateStatus::Open(approval) = &mut gate.status {
-                let pinned = Store::pin(
-                    &mut tx,
-                    key,
-                    &approval.id,
-                    check.canary,
-                    check.checksum,
-                    now,
-                )
-                .await?;
-                approval
-                    .pins
-                    .insert(check.canary.to_string(), pinned.clone());
+            // An approval, or votes enough for this canary's rule.
+            let by = match &gate.status {
+                GateStatus::Open(approval) => Some(approval.change.by.clone()),
+                GateStatus::Approving(tally) => tally.votes.last().map(|v| v.change.by.clone()),
+                _ => None,
+            };
+            if let (Some(id), Some(by)) = (gate.status.pins_id().map(str::to_string), by) {
+                let pinned =
+                    Store::pin(&mut tx, key, &id, check.canary, check.checksum, now).await?;
+                if let Some(pins) = gate.status.pins_mut() {
+                    pins.insert(check.canary.to_string(), pinned.clone());
+                }
                 if pinned == check.checksum {
                     pinned_now = true;
                     audits.push(AuditEntry {
                         at: now,
                         gate: key.clone(),
                         action: AuditAction::Pin,
-                        actor: approval.change.by.clone(),
+                        actor: by,
                         reason: Some(format!("approval used by {}", check.canary)),
                         revision: Some(pinned),
                         canary: Some(check.canary.clone()),
@@ -222,7 +235,13 @@ impl Engine {
                         key,
                         Some(check.canary),
                         now,
-                        decide(&gate, check, now, self.settings.channels),
+                        decide(
+                            &gate,
+                            check,
+                            now,
+                            self.settings.channels,
+                            &self.settings.quorum,
+                        ),
                     );
                 }
             }
@@ -249,17 +268,27 @@ impl Engine {
                         notices.push(wait_ended(id, key, check, "superseded", now));
                     }
                 }
-                if let Some(wait_id) = Store::start_wait(
-                    &mut tx,
+                let timers = &self.settings.timers;
+                let facts = WaitFacts {
+                    kind: key.kind,
+                    scope: &key.scope,
+                    canary: check.canary,
+                    metadata: &input.metadata,
+                    started_at: now,
+                    authenticated: input.cluster.is_some(),
+                };
+                let wait = NewWait {
                     key,
-                    check.canary,
-                    check.checksum,
-                    check.phase,
-                    &metadata,
-                    now,
-                )
-                .await?
-                {
+                    canary: check.canary,
+                    checksum: check.checksum,
+                    phase: check.phase,
+                    metadata: &metadata,
+                    at: now,
+                    due_at: timers.due_at(&facts),
+                    remind_at: timers.remind_at(key.kind, now, 0),
+                    cluster: input.cluster.as_ref(),
+                };
+                if let Some(wait_id) = Store::start_wait(&mut tx, &wait).await? {
                     audits.push(AuditEntry {
                         at: now,
                         gate: key.clone(),

@@ -8,53 +8,111 @@ use std::collections::BTreeMap;
 
 use super::unit::audit_entry;
 use super::*;
-use crate::gate::deadline::{deadline_for, DeadlineRule, OnDeadline};
+use crate::gate::deadline::OnDeadline;
+use crate::gate::timers::WaitFacts;
 use crate::gate::{AuditAction, GateKind, Source};
-use crate::store::{EventRow, WaitRow};
-
-/// The most waits looked at in one pass; the rest wait for the next one.
-const PASS: i64 = 1000;
+use crate::store::{EventRow, WaitRow, WAIT_PAGE};
 
 /// Who acts when a deadline passes, in the audit log.
 pub fn policy_actor() -> Actor {
     Actor::new("policy", Source::Gatebot)
 }
 
+/// What a stored wait's timers depend on.
+pub(super) fn facts<'a>(
+    wait: &'a WaitRow,
+    canary: &'a CanaryRef,
+    metadata: &'a BTreeMap<String, String>,
+) -> WaitFacts<'a> {
+    WaitFacts {
+        kind: wait.gate.kind,
+        scope: &wait.gate.scope,
+        canary,
+        metadata,
+        started_at: wait.started_at,
+        authenticated: wait.cluster.is_some(),
+    }
+}
+
 impl Engine {
-    /// Acts on every wait whose deadline passed. Returns how many.
-    pub async fn enforce_deadlines(&self, rules: &[DeadlineRule]) -> Result<usize, EngineError> {
+    /// Acts on every wait whose deadline passed: only those are read, a page
+    /// at a time, however many other waits there are. Returns how many.
+    pub async fn enforce_deadlines(&self) -> Result<usize, EngineError> {
         let now = self.now();
         let mut acted = 0;
-        for wait in self.store.waits_without_deadline(PASS).await? {
-            let Some(canary) = wait.canary.clone() else {
-                continue;
-            };
-            let metadata = strings(&wait.metadata);
-            let deadline =
-                match deadline_for(rules, wait.gate.kind, &wait.gate.scope, &canary, &metadata) {
-                    Ok(Some(d)) => d,
-                    Ok(None) => continue,
-                    Err(why) => {
-                        // Said once: the wait is marked, so later passes skip it.
-                        tracing::warn!(gate = %wait.gate, canary = %canary, "{why}: no deadline");
-                        let mut unit = self.begin().await?;
-                        Store::mark_deadline(unit.tx(), wait.id, now).await?;
-                        unit.commit().await?;
-                        continue;
-                    }
-                };
-            let due = wait.started_at + deadline.after.as_millis() as Millis;
-            if now < due {
-                continue;
+        let mut after = None;
+        loop {
+            let page = self.store.due_waits(now, after).await?;
+            for wait in &page {
+                acted += usize::from(self.deadline_due(wait, now).await?);
             }
-            if self
-                .deadline_passed(&wait, &canary, deadline.after, deadline.action, now)
-                .await?
-            {
-                acted += 1;
+            match page.last() {
+                Some(last) if page.len() == WAIT_PAGE => {
+                    after = Some((last.due_at.unwrap_or(now), last.id))
+                }
+                _ => return Ok(acted),
             }
         }
-        Ok(acted)
+    }
+
+    /// A wait whose deadline fell: acted on by the rule that set it.
+    async fn deadline_due(&self, wait: &WaitRow, now: Millis) -> Result<bool, EngineError> {
+        let Some(canary) = wait.canary.clone() else {
+            return Ok(false);
+        };
+        let metadata = strings(&wait.metadata);
+        let deadline = match self
+            .settings
+            .timers
+            .deadline(&facts(wait, &canary, &metadata))
+        {
+            Ok(Some(d)) => d,
+            Ok(None) => {
+                // Set by a policy no longer in force.
+                let mut unit = self.begin().await?;
+                Store::set_timers(unit.tx(), wait.id, None, wait.remind_at).await?;
+                unit.commit().await?;
+                return Ok(false);
+            }
+            Err(why) => {
+                // Said once: the wait is marked, so later passes skip it.
+                tracing::warn!(gate = %wait.gate, canary = %canary, "{why}: no deadline");
+                let mut unit = self.begin().await?;
+                Store::mark_deadline(unit.tx(), wait.id, now).await?;
+                unit.commit().await?;
+                return Ok(false);
+            }
+        };
+        self.deadline_passed(wait, &canary, deadline.after, deadline.action, now)
+            .await
+    }
+
+    /// Works out every open wait's timers again by the policy in force (at
+    /// start-up: the policy may have changed since they started). Writes
+    /// only those that differ. Returns how many changed.
+    pub async fn schedule_waits(&self) -> Result<usize, EngineError> {
+        let timers = &self.settings.timers;
+        let (mut after, mut changed) = (0, 0);
+        loop {
+            let page = self.store.open_waits_after(after).await?;
+            let mut unit = self.begin().await?;
+            for wait in &page {
+                let Some(canary) = &wait.canary else { continue };
+                let metadata = strings(&wait.metadata);
+                let due = timers.due_at(&facts(wait, canary, &metadata));
+                let sent = usize::try_from(wait.reminders_sent).unwrap_or(usize::MAX);
+                let remind = timers.remind_at(wait.gate.kind, wait.started_at, sent);
+                if (due, remind) != (wait.due_at, wait.remind_at) {
+                    Store::set_timers(unit.tx(), wait.id, due, remind).await?;
+                    changed += 1;
+                }
+            }
+            unit.commit().await?;
+            match page.last() {
+                Some(last) if page.len() == WAIT_PAGE => after = last.id,
+                _ => return Ok(changed),
+            }
+        }
     }
 
     /// One wait's deadline, in one unit: marked, acted on, audited, told.
@@ -89,8 +147,9 @@ impl Engine {
         let who = Provenance::new(policy_actor()).reason(Some(message.clone()));
         match action {
             OnDeadline::Rollback => {
-                // Pinned to the waiting revision: it never rolls back the next one.
-                let who = who.clone().revision(canary.clone(), revision.clone());
+                // For the waiting canary and revision only: it never rolls back
+                // the next revision, nor any other canary at this gate.
+                let who = who.clone().only(canary.clone(), revision.clone());
                 if let Err(e) = unit.open(&rollback, &who).await {
                     unit.rollback().await;
                     return match e {
@@ -154,7 +213,7 @@ impl Engine {
 }
 
 /// A wait's metadata as the hook sent it, values as text.
-fn strings(metadata: &serde_json::Value) -> BTreeMap<String, String> {
+pub(super) fn strings(metadata: &serde_json::Value) -> BTreeMap<String, String> {
     let Some(map) = metadata.as_object() else {
         return BTreeMap::new();
     };

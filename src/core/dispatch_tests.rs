@@ -37,6 +37,7 @@ async fn engine() -> Fixture {
             channels: Channels::default(),
             calendar: Default::default(),
             quorum: Vec::new(),
+            timers: Default::default(),
         },
         Arc::new(Metrics::new()),
         Notifier::new(Vec::new()),

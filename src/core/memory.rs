@@ -205,10 +205,11 @@ impl Memory {
                     change: self.changed(&a.change),
                     expires_at: a.expires_at.unwrap_or(NEVER),
                     pins: pins.into_boxed_slice(),
-                    quorum: (a.approvers.len() > 1 || a.forced).then(|| {
+                    quorum: (a.approvers.len() > 1 || a.forced || a.exclusive).then(|| {
                         Box::new(Quorum {
                             approvers: a.approvers.clone(),
                             forced: a.forced,
+                            exclusive: a.exclusive,
                         })
                     }),
                 })
@@ -269,6 +270,7 @@ impl Memory {
                     .as_ref()
                     .map_or_else(Vec::new, |q| q.approvers.clone()),
                 forced: a.quorum.as_ref().is_some_and(|q| q.forced),
+                exclusive: a.quorum.as_ref().is_some_and(|q| q.exclusive),
             }),
             Status::Approving(t) => GateStatus::Approving((**t).clone()),
         }
@@ -429,6 +431,7 @@ mod tests {
                     .collect(),
                 approvers: Vec::new(),
                 forced: false,
+                exclusive: false,
             }),
         }
     }
@@ -454,21 +457,34 @@ mod tests {
             ];
             a.forced = true;
         }
-        let approving = Gate {
+        let mut exclusive = open(
+            &key("/gates/rollback/acme/shop/pr/44"),
+            &[("test/podinfo", "r1")],
+        );
+        if let GateStatus::Open(a) = &mut exclusive.status {
+            a.exclusive = true;
+        }
+        let mut approving = Gate {
             key: key("/gates/traffic/acme/shop/pr/42"),
-            status: GateStatus::Approving(crate::gate::Tally::new(2).with(crate::gate::Vote {
-                person: "alice".into(),
-                change: Change {
-                    by: Actor::new("alice", Source::Github),
-                    reason: None,
-                    at: 5,
+            status: GateStatus::Approving(crate::gate::Tally::new("t", 2).with(
+                crate::gate::Vote {
+                    person: "alice".into(),
+                    change: Change {
+                        by: Actor::new("alice", Source::Github),
+                        reason: None,
+                        at: 5,
+                    },
+                    revision: Some(("test/podinfo".into(), "r1".into())),
                 },
-                revision: Some(("test/podinfo".into(), "r1".into())),
-            })),
+            )),
         };
+        if let GateStatus::Approving(t) = &mut approving.status {
+            t.pins.insert("dev/podinfo".into(), "d1".into());
+        }
         let gates = [
             odd,
             quorum,
+            exclusive,
             approving,
             open(&canary, &[]),
             Gate {
@@ -491,7 +507,7 @@ mod tests {
         assert_eq!(m.gate(&key("/gates/start/acme/shop/pr/42")), None);
         let mut all = m.gates();
         all.sort_by_key(|g| g.key.to_string());
-        assert_eq!(all.len(), 5);
+        assert_eq!(all.len(), gates.len());
     }
 
     #[test]

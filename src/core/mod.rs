@@ -98,6 +98,8 @@ pub struct EngineSettings {
     pub calendar: crate::gate::window::Calendar,
     /// How many people each gate needs (the policy's `[[approvals]]`).
     pub quorum: Vec<crate::gate::QuorumRule>,
+    /// When waits' deadlines fall and reminders are due (the policy's).
+    pub timers: crate::gate::timers::WaitTimers,
 }
 
 /// The default [`EngineSettings::check_deadline`].
@@ -114,6 +116,8 @@ pub struct CheckInput {
     pub checksum: String,
     pub phase: String,
     pub metadata: BTreeMap<String, String>,
+    /// The cluster whose Flagger token the check carried; None without tokens.
+    pub cluster: Option<crate::gate::ClusterName>,
 }
 
 /// Who did something and on which delivery (for replays and the audit log).
@@ -137,6 +141,9 @@ pub struct Provenance {
     /// Break glass: open past freezes, release windows and missing approvals.
     /// The channel checked that the person may.
     pub force: bool,
+    /// The approval opens for the canary of `revision` only (a deadline's
+    /// rollback): no other canary is rolled back by it.
+    pub exclusive: bool,
 }
 
 impl Provenance {
@@ -149,6 +156,7 @@ impl Provenance {
             revision: None,
             person: None,
             force: false,
+            exclusive: false,
         }
     }
 
@@ -170,6 +178,13 @@ impl Provenance {
     pub fn revision(mut self, canary: CanaryRef, checksum: impl Into<String>) -> Self {
         self.revision = Some((canary, checksum.into()));
         self
+    }
+
+    /// For the canary of `canary` at `checksum` only: every other canary, at
+    /// any revision, finds the gate closed.
+    pub fn only(mut self, canary: CanaryRef, checksum: impl Into<String>) -> Self {
+        self.exclusive = true;
+        self.revision(canary, checksum)
     }
 
     pub fn person(mut self, person: impl Into<String>) -> Self {

@@ -8,58 +8,81 @@ use super::*;
 use crate::command::Command;
 use crate::gate::reminder;
 use crate::policy::Policy;
-
-/// The most waits looked at in one pass.
-const PASS: i64 = 1000;
+use crate::store::{WaitRow, WAIT_PAGE};
 
 impl Engine {
-    /// Sends the reminders due now. Returns how many.
+    /// Sends the reminders due now: only the waits whose next reminder is
+    /// due are read, a page at a time. Returns how many.
     pub async fn send_reminders(&self, policy: &Policy) -> Result<usize, EngineError> {
-        let points = &policy.reminders().at;
-        if points.is_empty() {
+        if policy.reminders().at.is_empty() {
             return Ok(0);
         }
         let now = self.now();
-        let mut sent = 0;
-        for wait in self.store.open_canary_waits(PASS).await? {
-            let Some(canary) = wait.canary.clone() else {
-                continue;
-            };
-            let kind = wait.gate.kind;
-            let command = match kind {
-                GateKind::Start => Command::Start,
-                GateKind::Promote => Command::Promote,
-                GateKind::Traffic => Command::Traffic,
-                _ => continue,
-            };
-            if !policy.reminders().kinds.contains(&kind) {
-                continue;
+        let (mut sent, mut after) = (0, None);
+        loop {
+            let page = self.store.waits_to_remind(now, after).await?;
+            for wait in &page {
+                sent += usize::from(self.remind(policy, wait, now).await?);
             }
-            let before = usize::try_from(wait.reminders_sent.max(0)).unwrap_or(usize::MAX);
-            let Some((passed, point)) = reminder::due(points, wait.started_at, now, before) else {
-                continue;
-            };
-            let mut unit = self.begin().await?;
-            if !Store::mark_reminded(unit.tx(), wait.id, wait.reminders_sent, passed as i64).await?
-            {
-                unit.rollback().await;
-                continue;
+            match page.last() {
+                Some(last) if page.len() == WAIT_PAGE => {
+                    after = Some((last.remind_at.unwrap_or(now), last.id))
+                }
+                _ => return Ok(sent),
             }
-            let notice = Notice::Reminder {
-                wait_id: wait.id,
-                gate: wait.gate.clone(),
-                canary,
-                checksum: wait.checksum.clone(),
-                waited: humantime::format_duration(point).to_string(),
-                point: passed as i64,
-                slack_mentions: policy.slack(command).approvers,
-                github_mentions: policy.github(command).teams,
-                at: now,
-            };
-            unit.notify(&[notice]).await?;
-            unit.commit().await?;
-            sent += 1;
         }
-        Ok(sent)
+    }
+
+    /// One wait's reminder, for the latest point passed; the next one is set.
+    async fn remind(
+        &self,
+        policy: &Policy,
+        wait: &WaitRow,
+        now: Millis,
+    ) -> Result<bool, EngineError> {
+        let Some(canary) = wait.canary.clone() else {
+            return Ok(false);
+        };
+        let kind = wait.gate.kind;
+        let command = match kind {
+            GateKind::Start => Command::Start,
+            GateKind::Promote => Command::Promote,
+            GateKind::Traffic => Command::Traffic,
+            _ => return Ok(false),
+        };
+        let points = &policy.reminders().at;
+        let before = usize::try_from(wait.reminders_sent.max(0)).unwrap_or(usize::MAX);
+        let due = reminder::due(points, wait.started_at, now, before);
+        let passed = due.map_or(before, |(passed, _)| passed);
+        let next = self
+            .settings
+            .timers
+            .remind_at(kind, wait.started_at, passed);
+        let mut unit = self.begin().await?;
+        if !Store::mark_reminded(unit.tx(), wait.id, wait.reminders_sent, passed as i64, next)
+            .await?
+        {
+            unit.rollback().await;
+            return Ok(false);
+        }
+        let Some((passed, point)) = due else {
+            // Not due after all (set by another policy): only its next time moved.
+            unit.commit().await?;
+            return Ok(false);
+        };
+        let notice = Notice::Reminder {
+            wait_id: wait.id,
+            gate: wait.gate.clone(),
+            canary,
+            checksum: wait.checksum.clone(),
+            waited: humantime::format_duration(point).to_string(),
+            point: passed as i64,
+            slack_mentions: policy.slack(command).approvers,
+            github_mentions: policy.github(command).teams,
+            at: now,
+        };
+        unit.notify(&[notice]).await?;
+        unit.commit().await?;
+        Ok(true)
     }
 }

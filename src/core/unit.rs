@@ -145,46 +145,53 @@ impl<'e> Unit<'e> {
             .revision
             .as_ref()
             .map(|(c, r)| (c.to_string(), r.clone()));
-        let approval = |pins: BTreeMap<String, String>, approvers: Vec<Actor>| Approval {
-            id: uuid::Uuid::new_v4().to_string(),
-            change: change.clone(),
-            // Counted from when it can first be used: an approval given
-            // outside the release window waits for the window.
-            expires_at: self
-                .engine
-                .settings
-                .approval_ttl
-                .filter(|_| key.kind.pinned())
-                .map(|t| {
-                    let from = self.engine.settings.calendar.usable_from(key.kind, now);
-                    from + t.as_millis() as Millis
-                }),
-            pins: pins.into_iter().filter(|_| key.kind.pinned()).collect(),
-            approvers,
-            forced: who.force,
-        };
-        if who.force {
-            let status = GateStatus::Open(approval(revision.into_iter().collect(), Vec::new()));
-            return self
-                .change(key, AuditAction::Force, who, |_, _, _| Ok(Some(status)))
-                .await;
+        let exclusive = who.exclusive && revision.is_some();
+        let approval =
+            |id: String, pins: BTreeMap<String, String>, approvers: Vec<Actor>| Approval {
+                id,
+                change: change.clone(),
+                // Counted from when it can first be used: an approval given
+                // outside the release window waits for the window.
+                expires_at: self
+                    .engine
+                    .settings
+                    .approval_ttl
+                    .filter(|_| key.kind.pinned())
+                    .map(|t| {
+                        let from = self.engine.settings.calendar.usable_from(key.kind, now);
+                        from + t.as_millis() as Millis
+                    }),
+                pins: pins.into_iter().filter(|_| key.kind.pinned()).collect(),
+                approvers,
+                forced: who.force,
+                exclusive,
+            };
+        let new_id = || uuid::Uuid::new_v4().to_string();
+        if let (true, Some((canary, checksum)), GateStatus::Open(a)) =
+            (exclusive, &revision, &gate.status)
+        {
+            if !a.expired(now) {
+                return self.open_also(key, a, canary, checksum, who).await;
+            }
         }
-        let waiting = self.engine.memory().waiting_at(key);
-        let namespaces: Vec<&str> = waiting
-            .iter()
-            .map(|(c, _)| c.as_str())
-            .chain(revision.as_ref().map(|(c, _)| c.as_str()))
-            .filter_map(|c| c.split_once('/').map(|(ns, _)| ns))
-            .collect();
-        let required = quorum::required(&self.engine.settings.quorum, key, &namespaces);
-        if required <= 1 {
-            let status = GateStatus::Open(approval(revision.into_iter().collect(), Vec::new()));
+        // What the gate's most demanding canary could need: each canary is
+        // judged by its own rule when it asks (`gate::decide`).
+        let required = quorum::most(&self.engine.settings.quorum, key);
+        if who.force || required <= 1 {
+            let action = if who.force {
+                AuditAction::Force
+            } else {
+                AuditAction::Open
+            };
+            let pins = revision.into_iter().collect();
+            let status = GateStatus::Open(approval(new_id(), pins, Vec::new()));
             return self
-                .change(key, AuditAction::Open, who, |_, _, _| Ok(Some(status)))
+                .change(key, action, who, |_, _, _| Ok(Some(status)))
                 .await;
         }
         // The revision the person saw: the one a click showed, or the one
         // waiting when only one waits (what the status comment shows).
+        let waiting = self.engine.memory().waiting_at(key);
         let vote = Vote {
             person: who.person_name(),
             change: change.clone(),
@@ -208,19 +215,49 @@ impl<'e> Unit<'e> {
                     status: GateStatus::Open(a),
                 });
             }
-            _ => Tally::new(required),
+            _ => Tally::new(new_id(), required),
         };
         let tally = tally.with(vote);
         let (action, status) = if tally.complete() {
             let approvers = tally.votes.iter().map(|v| v.change.by.clone()).collect();
+            let pins = tally.all_pins();
             (
                 AuditAction::Open,
-                GateStatus::Open(approval(tally.pins(), approvers)),
+                GateStatus::Open(approval(tally.id, pins, approvers)),
             )
         } else {
             (AuditAction::Approve, GateStatus::Approving(tally))
         };
         self.change(key, action, who, |_, _, _| Ok(Some(status)))
+            .await
+    }
+
+    /// A gate already open when an approval for one canary only comes (a
+    /// second deadline's rollback): an approval for every canary already
+    /// covers it; one for other canaries only is extended to it, so that
+    /// neither canary loses its rollback to the other.
+    async fn open_also(
+        &mut self,
+        key: &GateKey,
+        open: &Approval,
+        canary: &str,
+        checksum: &str,
+        who: &Provenance,
+    ) -> Result<Gate, EngineError> {
+        let pinned = open.pins.get(canary);
+        if pinned.is_some_and(|p| p == checksum) || (!open.exclusive && pinned.is_none()) {
+            return Ok(Gate {
+                key: key.clone(),
+                status: GateStatus::Open(open.clone()),
+            });
+        }
+        let mut approval = open.clone();
+        approval.exclusive = true;
+        approval
+            .pins
+            .insert(canary.to_string(), checksum.to_string());
+        let status = GateStatus::Open(approval);
+        self.change(key, AuditAction::Open, who, |_, _, _| Ok(Some(status)))
             .await
     }
 

@@ -5,14 +5,16 @@
 use std::collections::BTreeMap;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use crate::core::AppState;
 use crate::core::{CheckInput, Provenance};
-use crate::gate::{Actor, Answer, CanaryRef, GateKey, GateKind, Scope, Source, Verdict};
+use crate::gate::{
+    Actor, Answer, CanaryRef, ClusterName, GateKey, GateKind, Scope, Source, Verdict,
+};
 use crate::http::access::Changed;
 use crate::http::auth::admin;
 use crate::http::error::Reject;
@@ -47,8 +49,9 @@ impl FlaggerBody {
             .map_err(|e| Reject::bad_request("bad_canary", e.to_string()))
     }
 
-    fn input(self) -> Result<CheckInput, Reject> {
+    fn input(self, cluster: Option<ClusterName>) -> Result<CheckInput, Reject> {
         Ok(CheckInput {
+            cluster,
             canary: self.canary()?,
             checksum: self.checksum,
             phase: self.phase,
@@ -76,13 +79,69 @@ fn kind_of(kind: &str) -> Result<GateKind, Reject> {
     })
 }
 
+/// The cluster a request of Flagger's comes from, by the token its URL
+/// carries: in the path (`/gates/t/<token>/…`) or as `?token=`. Without
+/// `GATEBOT_FLAGGER_TOKENS` every request is let in, naming no cluster.
+fn cluster(
+    state: &AppState,
+    in_path: Option<&str>,
+    query: Option<&str>,
+) -> Result<Option<ClusterName>, Reject> {
+    let tokens = &state.config.flagger_tokens;
+    if tokens.is_empty() {
+        return Ok(None);
+    }
+    let in_query = query.and_then(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "token")
+            .map(|(_, v)| v.into_owned())
+    });
+    let Some(token) = in_path.map(str::to_string).or(in_query) else {
+        return Err(Reject::new(
+            StatusCode::UNAUTHORIZED,
+            "flagger_token_missing",
+            "unauthorized: this gatebot takes checks only with a Flagger token: point the webhook at /gates/t/<token>/… (or add ?token=<token>)",
+        ));
+    };
+    match tokens.cluster_of(&token) {
+        Some(cluster) => Ok(Some(cluster.clone())),
+        None => Err(Reject::new(
+            StatusCode::UNAUTHORIZED,
+            "flagger_token_wrong",
+            "unauthorized: the Flagger token is not one of this gatebot's (GATEBOT_FLAGGER_TOKENS)",
+        )),
+    }
+}
+
 /// `/gates/{kind}/{*scope}`
 pub async fn scoped_gate(
     State(state): State<AppState>,
     Path((kind, scope)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
     body: Bytes,
 ) -> Result<Response, Reject> {
-    let kind = kind_of(&kind)?;
+    let cluster = cluster(&state, None, query.as_deref())?;
+    scoped(&state, &kind, &scope, cluster, &body).await
+}
+
+/// `/gates/t/{token}/{kind}/{*scope}`
+pub async fn scoped_gate_with_token(
+    State(state): State<AppState>,
+    Path((token, kind, scope)): Path<(String, String, String)>,
+    body: Bytes,
+) -> Result<Response, Reject> {
+    let cluster = cluster(&state, Some(&token), None)?;
+    scoped(&state, &kind, &scope, cluster, &body).await
+}
+
+async fn scoped(
+    state: &AppState,
+    kind: &str,
+    scope: &str,
+    cluster: Option<ClusterName>,
+    body: &[u8],
+) -> Result<Response, Reject> {
+    let kind = kind_of(kind)?;
     let segments: Vec<&str> = scope.trim_matches('/').split('/').collect();
     let key = GateKey::from_scope_segments(
         kind,
@@ -90,24 +149,49 @@ pub async fn scoped_gate(
         state.engine.settings().default_repo.as_ref(),
     )
     .map_err(|e| Reject::bad_request("bad_gate", e.to_string()))?;
-    let input = FlaggerBody::parse(&body)?.unwrap_or_default().input()?;
+    let input = FlaggerBody::parse(body)?
+        .unwrap_or_default()
+        .input(cluster)?;
     if let Some(canary) = input.canary.as_ref().filter(|c| !key.admits(c)) {
         return Err(Reject::bad_request(
             "wrong_namespace",
             format!("{key} is the gate of {}; canary {canary} is not in it: point its webhook at /gates/{}/{}", key.subject(), key.kind, canary.namespace),
         ));
     }
-    Ok(answer(&state, &key, &input).await)
+    Ok(answer(state, &key, &input).await)
 }
 
 /// `/gates/{kind}`: scoped to the canary named in Flagger's body.
 pub async fn canary_gate(
     State(state): State<AppState>,
     Path(kind): Path<String>,
+    RawQuery(query): RawQuery,
     body: Bytes,
 ) -> Result<Response, Reject> {
-    let kind = kind_of(&kind)?;
-    let input = FlaggerBody::parse(&body)?.unwrap_or_default().input()?;
+    let cluster = cluster(&state, None, query.as_deref())?;
+    of_canary(&state, &kind, cluster, &body).await
+}
+
+/// `/gates/t/{token}/{kind}`
+pub async fn canary_gate_with_token(
+    State(state): State<AppState>,
+    Path((token, kind)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, Reject> {
+    let cluster = cluster(&state, Some(&token), None)?;
+    of_canary(&state, &kind, cluster, &body).await
+}
+
+async fn of_canary(
+    state: &AppState,
+    kind: &str,
+    cluster: Option<ClusterName>,
+    body: &[u8],
+) -> Result<Response, Reject> {
+    let kind = kind_of(kind)?;
+    let input = FlaggerBody::parse(body)?
+        .unwrap_or_default()
+        .input(cluster)?;
     let Some(canary) = input.canary.clone() else {
         return Err(Reject::bad_request(
             "no_canary",
@@ -115,7 +199,7 @@ pub async fn canary_gate(
         ));
     };
     let key = GateKey::new(kind, Scope::Canary(canary));
-    Ok(answer(&state, &key, &input).await)
+    Ok(answer(state, &key, &input).await)
 }
 
 async fn answer(state: &AppState, key: &GateKey, input: &CheckInput) -> Response {
@@ -164,10 +248,15 @@ fn text(status: StatusCode, line: &str) -> Response {
 }
 
 /// `POST /flagger/events`: store the event, answer at once.
-pub async fn event(State(state): State<AppState>, body: Bytes) -> Result<Response, Reject> {
+pub async fn event(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> Result<Response, Reject> {
+    let cluster = cluster(&state, None, query.as_deref())?;
     let input = FlaggerBody::parse(&body)?
         .ok_or_else(|| Reject::bad_request("empty_body", "expected Flagger's event JSON"))?
-        .input()?;
+        .input(cluster)?;
     let canary = input.canary.clone().ok_or_else(|| {
         Reject::bad_request("no_canary", "the event names no canary (name, namespace)")
     })?;
@@ -192,12 +281,16 @@ pub async fn event(State(state): State<AppState>, body: Bytes) -> Result<Respons
 
 // ---- the loadtester's gate API ----
 
-fn legacy_key(kind: GateKind, body: &[u8]) -> Result<(GateKey, CheckInput), Reject> {
+fn legacy_key(
+    kind: GateKind,
+    cluster: Option<ClusterName>,
+    body: &[u8],
+) -> Result<(GateKey, CheckInput), Reject> {
     let input = FlaggerBody::parse(body)?
         .ok_or_else(|| {
             Reject::bad_request("empty_body", "expected a JSON body with name and namespace")
         })?
-        .input()?;
+        .input(cluster)?;
     let canary = input.canary.clone().ok_or_else(|| {
         Reject::bad_request("no_canary", "the body names no canary (name, namespace)")
     })?;
@@ -208,9 +301,11 @@ fn legacy_key(kind: GateKind, body: &[u8]) -> Result<(GateKey, CheckInput), Reje
 pub async fn legacy_check(
     State(state): State<AppState>,
     kind: GateKind,
+    query: Option<String>,
     body: Bytes,
 ) -> Result<Response, Reject> {
-    let (key, input) = legacy_key(kind, &body)?;
+    let cluster = cluster(&state, None, query.as_deref())?;
+    let (key, input) = legacy_key(kind, cluster, &body)?;
     Ok(answer(&state, &key, &input).await)
 }
 
@@ -234,7 +329,7 @@ pub async fn legacy_set(
             )
         })?
     };
-    let (key, _) = legacy_key(kind, &body)?;
+    let (key, _) = legacy_key(kind, None, &body)?;
     let who = Provenance::new(actor);
     let result = if open {
         state.engine.open(&key, &who).await

@@ -254,7 +254,7 @@ impl fmt::Display for GateName {
 
 /// Input echoed in an error: shortened and escaped, so that a hostile name
 /// cannot fill a log line or a reply.
-fn printable(s: &str) -> String {
+pub(crate) fn printable(s: &str) -> String {
     let mut out: String = s.chars().take(64).flat_map(char::escape_default).collect();
     if s.chars().count() > 64 {
         out.push('…');
@@ -453,7 +453,7 @@ fn valid_segment(s: &str) -> bool {
 }
 
 /// Kubernetes namespaces (RFC 1123 label).
-fn valid_k8s_label(s: &str) -> bool {
+pub(crate) fn valid_k8s_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63

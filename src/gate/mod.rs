@@ -1,6 +1,7 @@
 //! The domain: gate keys, state and decisions. Knows no HTTP and no database.
 
 pub mod audit;
+pub mod cluster;
 pub mod deadline;
 pub mod event;
 pub mod freeze;
@@ -8,9 +9,11 @@ pub mod key;
 pub mod quorum;
 pub mod reminder;
 pub mod state;
+pub mod timers;
 pub mod window;
 
 pub use audit::{AuditAction, DeliveryId};
+pub use cluster::{ClusterName, FlaggerTokens};
 pub use key::{
     CanaryRef, GateKey, GateKind, GateName, KeyError, Namespace, PrNumber, RepoName, Scope,
 };

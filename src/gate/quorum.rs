@@ -52,6 +52,18 @@ impl QuorumRule {
     }
 }
 
+/// The most people any canary at `key` could need: what a gate must collect
+/// before it opens for every canary. A PR's or a named gate's canaries may be
+/// in any namespace, so each namespace rule counts; a canary's or a
+/// namespace's gate knows its namespace.
+pub fn most(rules: &[QuorumRule], key: &GateKey) -> u32 {
+    rules
+        .iter()
+        .filter_map(|r| r.namespace.as_deref())
+        .map(|ns| required(rules, key, &[ns]))
+        .fold(required(rules, key, &[]), u32::max)
+}
+
 /// The number of distinct people `key` needs: 1 unless a rule says more. A
 /// PR's gate is in the namespaces of the canaries waiting at it.
 pub fn required(rules: &[QuorumRule], key: &GateKey, namespaces: &[&str]) -> u32 {
@@ -94,18 +106,30 @@ impl Vote {
     }
 }
 
-/// The approvals so far of a gate that needs `required` people.
+/// The approvals so far of a gate whose canaries may need up to `required`
+/// people. Each canary is judged when it asks, by its own rule: the votes
+/// may already be enough for a canary whose rule asks fewer, which is then
+/// pinned to the revision they opened, as an approval's canaries are.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Tally {
+    /// Names the pins of the canaries these votes opened; the approval the
+    /// tally becomes keeps it, and so keeps them.
+    #[serde(skip)]
+    pub id: String,
     pub required: u32,
     pub votes: Vec<Vote>,
+    /// canary → the revision the votes opened for it.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub pins: BTreeMap<String, String>,
 }
 
 impl Tally {
-    pub fn new(required: u32) -> Self {
+    pub fn new(id: impl Into<String>, required: u32) -> Self {
         Self {
+            id: id.into(),
             required,
             votes: Vec::new(),
+            pins: BTreeMap::new(),
         }
     }
 
@@ -125,16 +149,16 @@ impl Tally {
         self.votes.len() >= self.required as usize
     }
 
-    /// The revisions the votes name, together: the approval they open is pinned to them.
-    pub fn pins(&self) -> BTreeMap<String, String> {
-        self.votes
-            .iter()
-            .filter_map(|v| v.revision.clone())
-            .collect()
+    /// The revisions the votes name and those they opened already, together:
+    /// the approval they open is pinned to them.
+    pub fn all_pins(&self) -> BTreeMap<String, String> {
+        let named = self.votes.iter().filter_map(|v| v.revision.clone());
+        // What a canary was opened for stands over what a vote named.
+        named.chain(self.pins.clone()).collect()
     }
 
     /// The votes that approve what `check` asks about.
-    fn counting<'a>(&'a self, check: &'a Check<'a>) -> impl Iterator<Item = &'a Vote> {
+    pub fn counting<'a>(&'a self, check: &'a Check<'a>) -> impl Iterator<Item = &'a Vote> {
         self.votes.iter().filter(|v| {
             v.revision
                 .as_ref()
@@ -147,11 +171,12 @@ impl Tally {
         summary(self.required, self.votes.iter())
     }
 
-    /// Why `check` waits: how many approved this revision and who is still needed.
-    pub fn reason(&self, check: &Check) -> String {
+    /// Why `check` waits, when its canary needs `needed` people: how many
+    /// approved this revision and who is still needed.
+    pub fn reason(&self, check: &Check, needed: u32) -> String {
         let counting: Vec<&Vote> = self.counting(check).collect();
-        let missing = (self.required as usize).saturating_sub(counting.len());
-        let mut out = summary(self.required, counting.iter().copied());
+        let missing = (needed as usize).saturating_sub(counting.len());
+        let mut out = summary(needed, counting.iter().copied());
         let _ = write!(out, " for revision {}; ", check.checksum);
         let _ = write!(
             out,
@@ -271,6 +296,25 @@ mod tests {
         assert_eq!(required(&[], &promote, &[]), 1);
     }
 
+    /// A PR's gate collects what its most demanding canary could need; a
+    /// canary's own gate knows its namespace.
+    #[test]
+    fn the_most_a_gate_collects_counts_every_namespace_rule() {
+        let rules = [
+            rule(GateKind::Promote, None, Some("prod"), 2),
+            rule(GateKind::Promote, None, Some("dev"), 1),
+            rule(GateKind::Promote, Some("acme/other"), Some("prod"), 5),
+        ];
+        let dev = GateKey::new(
+            GateKind::Promote,
+            Scope::Canary(CanaryRef::new("dev", "podinfo").unwrap()),
+        );
+        assert_eq!(most(&rules, &pr_gate(GateKind::Promote)), 2);
+        assert_eq!(most(&rules, &dev), 1);
+        assert_eq!(most(&rules, &pr_gate(GateKind::Rollback)), 1);
+        assert_eq!(most(&[], &pr_gate(GateKind::Promote)), 1);
+    }
+
     #[test]
     fn one_person_counts_once_and_a_new_revision_starts_from_zero() {
         // (votes in order, distinct people counted, complete at 2)
@@ -293,7 +337,7 @@ mod tests {
             ),
         ];
         for (votes, counted) in table {
-            let tally = votes.iter().cloned().fold(Tally::new(2), Tally::with);
+            let tally = votes.iter().cloned().fold(Tally::new("t", 2), Tally::with);
             assert_eq!(tally.votes.len(), counted, "{votes:?}");
             assert_eq!(tally.complete(), counted == 2);
         }
@@ -307,14 +351,14 @@ mod tests {
             checksum,
             phase: "WaitingPromotion",
         };
-        let tally = Tally::new(2).with(vote("alice", &[("prod/app", "r1")]));
+        let tally = Tally::new("t", 2).with(vote("alice", &[("prod/app", "r1")]));
         assert_eq!(tally.summary(), "1 of 2 approvals: @alice");
         assert_eq!(
-            tally.reason(&check("r1")),
+            tally.reason(&check("r1"), 2),
             "1 of 2 approvals: @alice for revision r1; 1 more approval needed, from someone other than @alice"
         );
         assert_eq!(
-            tally.reason(&check("r2")),
+            tally.reason(&check("r2"), 2),
             "0 of 2 approvals for revision r2; 2 more approvals needed"
         );
     }

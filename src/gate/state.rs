@@ -8,7 +8,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::key::{CanaryRef, GateKey, GateKind, Scope};
-use super::quorum::Tally;
+use super::quorum::{self, QuorumRule, Tally, Vote};
 
 /// Unix time in milliseconds.
 pub type Millis = i64;
@@ -101,6 +101,10 @@ pub struct Approval {
     /// Break glass: opened past a freeze, a release window or missing approvals.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub forced: bool,
+    /// For its pinned canaries only (a deadline's rollback): every other
+    /// canary finds the gate closed.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub exclusive: bool,
 }
 
 impl Approval {
@@ -125,6 +129,24 @@ pub enum GateStatus {
 }
 
 impl GateStatus {
+    /// What names the pins: the approval in force, or the votes collected.
+    pub fn pins_id(&self) -> Option<&str> {
+        match self {
+            Self::Open(a) => Some(&a.id),
+            Self::Approving(t) => Some(&t.id),
+            _ => None,
+        }
+    }
+
+    /// canary → revision, of the approval in force or of the votes collected.
+    pub fn pins_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
+        match self {
+            Self::Open(a) => Some(&mut a.pins),
+            Self::Approving(t) => Some(&mut t.pins),
+            _ => None,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Self::Closed { .. } => "closed",
@@ -211,9 +233,17 @@ pub struct Channels {
     pub slack: bool,
 }
 
-/// The answer to one check. Pure: same gate, check, time and channels, same verdict.
+/// The answer to one check. Pure: same gate, check, time, channels and
+/// quorum rules, same verdict. A gate that collects approvals opens for the
+/// canary that asks when enough people approved for its own rule.
 /// Every check answers with its reason, so each is written into one buffer.
-pub fn decide(gate: &Gate, check: &Check, now: Millis, channels: Channels) -> Verdict {
+pub fn decide(
+    gate: &Gate,
+    check: &Check,
+    now: Millis,
+    channels: Channels,
+    quorum: &[QuorumRule],
+) -> Verdict {
     let key = &gate.key;
     let closed = closed_word(key.kind);
     match &gate.status {
@@ -231,11 +261,7 @@ pub fn decide(gate: &Gate, check: &Check, now: Millis, channels: Channels) -> Ve
             write_open_hint(&mut reason, key, channels);
             Verdict::closed(reason)
         }
-        GateStatus::Approving(tally) => Verdict::closed(format!(
-            "{closed}: {}: {}",
-            tally.reason(check),
-            open_hint(key, channels)
-        )),
+        GateStatus::Approving(tally) => approving(key, tally, check, channels, quorum),
         GateStatus::Open(approval) if approval.expired(now) => Verdict {
             expired: true,
             ..Verdict::closed(format!(
@@ -264,6 +290,15 @@ pub fn decide(gate: &Gate, check: &Check, now: Millis, channels: Channels) -> Ve
                 .iter()
                 .find(|(canary, _)| check.canary.is(canary))
                 .map(|(_, revision)| revision);
+            if pinned.is_none() && approval.exclusive {
+                let canaries: Vec<&str> = approval.pins.keys().map(String::as_str).collect();
+                return Verdict::closed(format!(
+                    "{closed}: the approval by {} is for {} only; {}",
+                    by.name,
+                    canaries.join(" and "),
+                    open_hint(key, channels)
+                ));
+            }
             match pinned {
                 Some(pinned) if *pinned == check.checksum => {
                     let _ = write!(approved, " for revision {pinned}");
@@ -293,6 +328,75 @@ pub fn decide(gate: &Gate, check: &Check, now: Millis, channels: Channels) -> Ve
                 }
             }
         }
+    }
+}
+
+/// The answer of a gate that is collecting approvals: open for a canary the
+/// votes opened for this revision, or whose own rule they now meet (pin it).
+fn approving(
+    key: &GateKey,
+    tally: &Tally,
+    check: &Check,
+    channels: Channels,
+    rules: &[QuorumRule],
+) -> Verdict {
+    let closed = closed_word(key.kind);
+    let open = |votes: Vec<&Vote>, revision: &str, pin: bool| {
+        let mut reason = String::with_capacity(REASON_CAPACITY);
+        write_voted(&mut reason, &votes);
+        let _ = write!(reason, " for revision {revision}");
+        Verdict {
+            answer: Answer::Open,
+            reason,
+            pin,
+            expired: false,
+            forced: false,
+        }
+    };
+    let counting: Vec<&Vote> = tally.counting(check).collect();
+    let pinned = tally.pins.iter().find(|(c, _)| check.canary.is(c));
+    match pinned {
+        // Opened for this revision: by whoever approved it then, even if
+        // later votes for another revision have since replaced theirs.
+        Some((_, revision)) if *revision == check.checksum => {
+            let voters = if counting.is_empty() {
+                tally.votes.iter().collect()
+            } else {
+                counting
+            };
+            open(voters, revision, false)
+        }
+        Some((_, revision)) => Verdict::closed(format!(
+            "{closed}: the approvals were for revision {revision}, this is revision {}; {}",
+            check.checksum,
+            open_hint(key, channels)
+        )),
+        None => {
+            let needed = quorum::required(rules, key, &[check.canary.namespace.as_str()]);
+            if counting.len() >= needed as usize {
+                return open(counting, check.checksum, true);
+            }
+            Verdict::closed(format!(
+                "{closed}: {}: {}",
+                tally.reason(check, needed),
+                open_hint(key, channels)
+            ))
+        }
+    }
+}
+
+/// "approved by alice via github and bob via slack at …": the votes that
+/// opened a gate for one canary.
+fn write_voted(out: &mut String, votes: &[&Vote]) {
+    out.push_str("approved by ");
+    for (n, v) in votes.iter().enumerate() {
+        if n > 0 {
+            out.push_str(" and ");
+        }
+        let _ = write!(out, "{} via {}", v.change.by.name, v.change.by.source);
+    }
+    if let Some(at) = votes.iter().map(|v| v.change.at).max() {
+        let _ = write!(out, " at {}", Rfc3339(at));
     }
 }
 
@@ -480,7 +584,17 @@ mod tests {
 
     /// The unit tests read reasons of a server with GitHub configured.
     fn decide(gate: &Gate, check: &Check, now: Millis) -> Verdict {
-        super::decide(gate, check, now, GITHUB)
+        super::decide(gate, check, now, GITHUB, &two())
+    }
+
+    /// Every promote gate needs two people.
+    fn two() -> Vec<QuorumRule> {
+        vec![QuorumRule {
+            kind: GateKind::Promote,
+            repository: None,
+            namespace: None,
+            required: 2,
+        }]
     }
 
     const GITHUB: Channels = Channels {
@@ -526,6 +640,7 @@ mod tests {
                     .collect(),
                 approvers: Vec::new(),
                 forced: false,
+                exclusive: false,
             }),
         }
     }
@@ -548,7 +663,7 @@ mod tests {
     fn a_gate_that_needs_two_says_who_approved_and_who_is_missing() {
         let approving = |votes: Vec<crate::gate::Vote>| Gate {
             key: key(GateKind::Promote),
-            status: GateStatus::Approving(votes.into_iter().fold(Tally::new(2), Tally::with)),
+            status: GateStatus::Approving(votes.into_iter().fold(Tally::new("t", 2), Tally::with)),
         };
         // (votes, checksum asked, answer, reason)
         let table = [
@@ -572,6 +687,7 @@ mod tests {
                 github: true,
                 slack: true,
             },
+            &two(),
         )
         .reason;
         assert!(
@@ -594,6 +710,95 @@ mod tests {
             v.reason
         );
         assert!(!v.forced);
+    }
+
+    /// A namespace's rule is judged when its canary asks: one approval opens
+    /// the PR's gate for `dev` (pinning it) and leaves `prod` waiting for two.
+    #[test]
+    fn each_canary_is_judged_by_its_own_namespace_rule() {
+        let rules = vec![QuorumRule {
+            kind: GateKind::Promote,
+            repository: None,
+            namespace: Some("prod".into()),
+            required: 2,
+        }];
+        let mut tally = Tally::new("t", 2).with(vote("alice", None));
+        let gate = |tally: &Tally| Gate {
+            key: key(GateKind::Promote),
+            status: GateStatus::Approving(tally.clone()),
+        };
+        let dev = CanaryRef::new("dev", "podinfo").unwrap();
+        let prod = CanaryRef::new("prod", "podinfo").unwrap();
+        let ask = |tally: &Tally, canary: &CanaryRef, checksum: &str| {
+            let check = Check {
+                canary,
+                checksum,
+                phase: "WaitingPromotion",
+            };
+            super::decide(&gate(tally), &check, T0, GITHUB, &rules)
+        };
+        let v = ask(&tally, &dev, "d1");
+        assert_eq!((v.answer, v.pin), (Answer::Open, true), "{}", v.reason);
+        assert!(
+            v.reason.starts_with("approved by alice via github at "),
+            "{}",
+            v.reason
+        );
+        assert!(v.reason.ends_with(" for revision d1"), "{}", v.reason);
+        let v = ask(&tally, &prod, "p1");
+        assert_eq!(v.answer, Answer::Closed);
+        assert!(
+            v.reason
+                .starts_with("waiting: 1 of 2 approvals: @alice for revision p1"),
+            "{}",
+            v.reason
+        );
+        // Pinned: dev's next revision waits again.
+        tally.pins.insert("dev/podinfo".into(), "d1".into());
+        assert_eq!(ask(&tally, &dev, "d1").answer, Answer::Open);
+        assert!(!ask(&tally, &dev, "d1").pin);
+        let v = ask(&tally, &dev, "d2");
+        assert_eq!(v.answer, Answer::Closed);
+        assert!(
+            v.reason
+                .contains("were for revision d1, this is revision d2"),
+            "{}",
+            v.reason
+        );
+        // A second person opens prod.
+        let tally = tally.with(vote("bob", None));
+        assert_eq!(ask(&tally, &prod, "p1").answer, Answer::Open);
+    }
+
+    /// A deadline's rollback is for the canary whose wait ran out: any other
+    /// canary, at any revision, is not rolled back by it.
+    #[test]
+    fn an_exclusive_approval_opens_for_its_canaries_only() {
+        let mut gate = open(GateKind::Rollback, &[("podinfo", "real1")], None);
+        if let GateStatus::Open(a) = &mut gate.status {
+            a.exclusive = true;
+        }
+        assert_eq!(
+            decide(&gate, &check("podinfo", "real1"), T0).answer,
+            Answer::Open
+        );
+        for (canary, checksum) in [("evil", "x"), ("backend", "real1"), ("podinfo", "real2")] {
+            let v = decide(&gate, &check(canary, checksum), T0);
+            assert_eq!(
+                v.answer,
+                Answer::Closed,
+                "{canary} at {checksum}: {}",
+                v.reason
+            );
+            assert!(!v.pin);
+        }
+        let v = decide(&gate, &check("evil", "x"), T0);
+        assert!(
+            v.reason
+                .starts_with("not rolling back: the approval by alice is for test/podinfo only; "),
+            "{}",
+            v.reason
+        );
     }
 
     /// Break glass says so to Flagger, and tells the core to pass freezes and windows.
@@ -635,6 +840,7 @@ mod tests {
                 &check("podinfo", "r1"),
                 T0,
                 channels,
+                &[],
             )
             .reason
         };
@@ -678,6 +884,7 @@ mod tests {
                 &check("podinfo", "r1"),
                 T0,
                 channels,
+                &[],
             )
             .reason
         };
@@ -711,7 +918,7 @@ mod tests {
             slack: true,
         };
         let say = |gate: &Gate, checksum, channels| {
-            super::decide(gate, &check("podinfo", checksum), at, channels).reason
+            super::decide(gate, &check("podinfo", checksum), at, channels, &[]).reason
         };
         let closed = |kind| Gate::closed(key(kind));
         let quotes = [

@@ -69,9 +69,47 @@ pub async fn log(req: Request, next: Next) -> Response {
 /// The `request` span, at info or (for a polled route) at debug: a span at
 /// info costs every request its formatted fields even when nothing is logged.
 fn span(info: bool, method: &Method, path: &str, id: &str) -> Span {
+    let path = Redacted(path);
     if info {
         tracing::info_span!("request", %method, path = %path, request_id = %id)
     } else {
         tracing::debug_span!("request", %method, path = %path, request_id = %id)
+    }
+}
+
+/// A path as logged: the Flagger token of `/gates/t/<token>/…` is a secret.
+/// (Query strings, where `?token=` goes, are never logged.)
+pub struct Redacted<'a>(pub &'a str);
+
+impl std::fmt::Display for Redacted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.strip_prefix("/gates/t/") {
+            Some(rest) => {
+                let after = rest.find('/').map_or("", |i| &rest[i..]);
+                write!(f, "/gates/t/***{after}")
+            }
+            None => f.write_str(self.0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Redacted;
+
+    #[test]
+    fn a_flagger_token_in_the_path_is_never_shown() {
+        let table = [
+            (
+                "/gates/t/s3cret/promote/pr/42",
+                "/gates/t/***/promote/pr/42",
+            ),
+            ("/gates/t/s3cret", "/gates/t/***"),
+            ("/gates/promote/pr/42", "/gates/promote/pr/42"),
+            ("/healthz", "/healthz"),
+        ];
+        for (path, shown) in table {
+            assert_eq!(Redacted(path).to_string(), shown);
+        }
     }
 }

@@ -6,7 +6,7 @@
 use sqlx::Row;
 
 use super::{rows, Result, Store};
-use crate::gate::{Answer, Gate, GateKey, GateStatus, Millis};
+use crate::gate::{Answer, Gate, GateKey, Millis};
 
 const PAGE: i64 = 2000;
 
@@ -31,7 +31,7 @@ impl Store {
             let rows = sqlx::query(
                 "SELECT g.*, p.canary AS pin_canary, p.checksum AS pin_checksum \
                  FROM (SELECT * FROM gates WHERE key > $1 ORDER BY key LIMIT $2) g \
-                 LEFT JOIN pins p ON p.approval_id = g.approval_id AND g.status = 'open' \
+                 LEFT JOIN pins p ON p.approval_id = g.approval_id AND g.status IN ('open', 'approving') \
                  ORDER BY g.key, p.canary",
             )
             .bind(after.clone())
@@ -59,8 +59,8 @@ impl Store {
                 }
                 let pin: Option<String> = row.try_get("pin_canary")?;
                 if let (Some(canary), Some((_, gate))) = (pin, current.as_mut()) {
-                    if let GateStatus::Open(approval) = &mut gate.status {
-                        approval.pins.insert(canary, row.try_get("pin_checksum")?);
+                    if let Some(pins) = gate.status.pins_mut() {
+                        pins.insert(canary, row.try_get("pin_checksum")?);
                     }
                 }
             }

@@ -19,6 +19,7 @@ mod tx;
 #[cfg(test)]
 mod tx_tests;
 mod votes;
+mod waits;
 mod web;
 
 use std::sync::Arc;
@@ -43,6 +44,7 @@ pub use replicas::{DEAD_AFTER, HEARTBEAT_EVERY};
 pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};
 pub use slack::{SlackDecision, SlackEnding, SlackFinal, SlackMessage};
 pub use tx::{WriteHealth, WriteTx};
+pub use waits::{NewWait, PAGE as WAIT_PAGE};
 pub use web::AuditSearch;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,12 +229,14 @@ impl Store {
             if let Some(v) = votes.remove(&gate.key.to_string()) {
                 votes::attach(&mut gate, v);
             }
-            if let GateStatus::Open(approval) = &mut gate.status {
+            if let Some(id) = gate.status.pins_id().map(str::to_string) {
+                let mine = gate
+                    .status
+                    .pins_mut()
+                    .expect("a status with a pins id has pins");
                 for pin in &pins {
-                    if pin.try_get::<String, _>("approval_id")? == approval.id {
-                        approval
-                            .pins
-                            .insert(pin.try_get("canary")?, pin.try_get("checksum")?);
+                    if pin.try_get::<String, _>("approval_id")? == id {
+                        mine.insert(pin.try_get("canary")?, pin.try_get("checksum")?);
                     }
                 }
             }
@@ -254,39 +258,44 @@ impl Store {
             let v = self.votes_of(key).await?;
             votes::attach(&mut gate, v);
         }
-        if let GateStatus::Open(approval) = &mut gate.status {
+        if let Some(id) = gate.status.pins_id().map(str::to_string) {
             let pins = sqlx::query("SELECT canary, checksum FROM pins WHERE approval_id = $1")
-                .bind(approval.id.clone())
+                .bind(id)
                 .fetch_all(&self.pool)
                 .await?;
-            for pin in pins {
-                approval
-                    .pins
-                    .insert(pin.try_get("canary")?, pin.try_get("checksum")?);
+            if let Some(mine) = gate.status.pins_mut() {
+                for pin in pins {
+                    mine.insert(pin.try_get("canary")?, pin.try_get("checksum")?);
+                }
             }
         }
         Ok(Some(gate))
     }
 
     pub async fn put_gate(tx: &mut WriteTx<'_>, gate: &Gate) -> Result<()> {
-        let (approval_id, change, expires_at) = match &gate.status {
-            GateStatus::Open(a) => (Some(a.id.clone()), Some(&a.change), a.expires_at),
-            GateStatus::Closed { change } => (None, change.as_ref(), None),
-            GateStatus::Held { change } => (None, Some(change), None),
-            GateStatus::Approving(t) => (None, t.votes.last().map(|v| &v.change), None),
+        let (change, expires_at) = match &gate.status {
+            GateStatus::Open(a) => (Some(&a.change), a.expires_at),
+            GateStatus::Closed { change } => (change.as_ref(), None),
+            GateStatus::Held { change } => (Some(change), None),
+            GateStatus::Approving(t) => (t.votes.last().map(|v| &v.change), None),
         };
-        let (required, forced) = match &gate.status {
-            GateStatus::Open(a) => (a.approvers.len().max(1) as i64, i64::from(a.forced)),
-            GateStatus::Approving(t) => (i64::from(t.required), 0),
-            _ => (1, 0),
+        let approval_id = gate.status.pins_id().map(str::to_string);
+        let (required, forced, exclusive) = match &gate.status {
+            GateStatus::Open(a) => (
+                a.approvers.len().max(1) as i64,
+                i64::from(a.forced),
+                i64::from(a.exclusive),
+            ),
+            GateStatus::Approving(t) => (i64::from(t.required), 0, 0),
+            _ => (1, 0, 0),
         };
         sqlx::query(
-            "INSERT INTO gates (key, status, approval_id, actor, source, reason, changed_at, expires_at, required, forced) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+            "INSERT INTO gates (key, status, approval_id, actor, source, reason, changed_at, expires_at, required, forced, exclusive) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
              ON CONFLICT (key) DO UPDATE SET status = excluded.status, approval_id = excluded.approval_id, \
              actor = excluded.actor, source = excluded.source, reason = excluded.reason, \
              changed_at = excluded.changed_at, expires_at = excluded.expires_at, \
-             required = excluded.required, forced = excluded.forced",
+             required = excluded.required, forced = excluded.forced, exclusive = excluded.exclusive",
         )
         .bind(gate.key.to_string())
         .bind(gate.status.name())
@@ -298,6 +307,7 @@ impl Store {
         .bind(expires_at)
         .bind(required)
         .bind(forced)
+        .bind(exclusive)
         .execute(tx.conn())
         .await?;
         Self::put_votes(tx, gate).await?;
@@ -422,27 +432,21 @@ impl Store {
 
     /// Starts a wait unless one is open. Returns the new wait's id, or None when
     /// another check (here or on another replica) started it first.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn start_wait(
-        tx: &mut WriteTx<'_>,
-        key: &GateKey,
-        canary: &CanaryRef,
-        checksum: &str,
-        phase: &str,
-        metadata: &str,
-        at: Millis,
-    ) -> Result<Option<i64>> {
+    pub async fn start_wait(tx: &mut WriteTx<'_>, wait: &NewWait<'_>) -> Result<Option<i64>> {
         let row = sqlx::query(
-            "INSERT INTO waits (gate_key, canary, checksum, phase, metadata, started_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) \
+            "INSERT INTO waits (gate_key, canary, checksum, phase, metadata, started_at, due_at, remind_at, cluster) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
              ON CONFLICT (gate_key, canary) WHERE ended_at IS NULL DO NOTHING RETURNING id",
         )
-        .bind(key.to_string())
-        .bind(canary.to_string())
-        .bind(checksum.to_string())
-        .bind(phase.to_string())
-        .bind(metadata.to_string())
-        .bind(at)
+        .bind(wait.key.to_string())
+        .bind(wait.canary.to_string())
+        .bind(wait.checksum.to_string())
+        .bind(wait.phase.to_string())
+        .bind(wait.metadata.to_string())
+        .bind(wait.at)
+        .bind(wait.due_at)
+        .bind(wait.remind_at)
+        .bind(wait.cluster.map(|c| c.as_str().to_string()))
         .fetch_optional(tx.conn())
         .await?;
         Ok(row.map(|r| r.try_get("id")).transpose()?)

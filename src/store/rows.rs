@@ -57,6 +57,14 @@ pub struct WaitRow {
     /// How many of the policy's reminder points people were reminded of.
     #[serde(skip)]
     pub reminders_sent: i64,
+    /// The cluster whose Flagger token the check that started it carried.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<crate::gate::ClusterName>,
+    /// When its deadline falls and its next reminder is due (`store::waits`).
+    #[serde(skip)]
+    pub due_at: Option<Millis>,
+    #[serde(skip)]
+    pub remind_at: Option<Millis>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -124,9 +132,13 @@ pub(super) fn gate_from_row(row: &AnyRow) -> Result<Gate> {
             pins: BTreeMap::new(),
             approvers: Vec::new(),
             forced: row.try_get::<i64, _>("forced")? != 0,
+            exclusive: row.try_get::<i64, _>("exclusive")? != 0,
         }),
         ("held", Some(change)) => GateStatus::Held { change },
         ("approving", _) => GateStatus::Approving(Tally::new(
+            // Tallies stored before they had pins had no id: name them by their gate.
+            row.try_get::<Option<String>, _>("approval_id")?
+                .unwrap_or_else(|| format!("votes:{key_text}")),
             u32::try_from(row.try_get::<i64, _>("required")?).unwrap_or(u32::MAX),
         )),
         ("closed", change) => GateStatus::Closed { change },
@@ -169,6 +181,9 @@ pub(super) fn wait_from_row(row: &AnyRow) -> Result<WaitRow> {
         ended_at: row.try_get("ended_at")?,
         outcome: row.try_get("outcome")?,
         reminders_sent: row.try_get("reminders_sent")?,
+        cluster: super::waits::cluster_of(row)?,
+        due_at: row.try_get("due_at")?,
+        remind_at: row.try_get("remind_at")?,
     })
 }
 

@@ -820,6 +820,34 @@ async fn post(url: &str, body: &str, timeout: Duration) -> (Option<u16>, String)
 
 /// The hooks a Canary for pull request `pr` points at gatebot (at `base`): the
 /// start, promote and rollback gates of the PR, and the event hook.
+/// `GATEBOT_FLAGGER_TOKENS` for `(cluster, token)` pairs: each token's SHA-256.
+pub fn flagger_tokens(pairs: &[(&str, &str)]) -> gatebot::gate::FlaggerTokens {
+    use sha2::Digest;
+    let setting: Vec<String> = pairs
+        .iter()
+        .map(|(cluster, token)| format!("{cluster}={}", hex::encode(sha2::Sha256::digest(token))))
+        .collect();
+    setting
+        .join(",")
+        .parse()
+        .expect("a valid GATEBOT_FLAGGER_TOKENS")
+}
+
+/// The hooks of a Flagger whose cluster has `token`: gate URLs carry it in
+/// the path (`/gates/t/<token>/…`), the others as `?token=`.
+pub fn with_token(hooks: Vec<Hook>, token: &str) -> Vec<Hook> {
+    hooks
+        .into_iter()
+        .map(|mut h| {
+            h.url = match h.url.split_once("/gates/") {
+                Some((base, rest)) => format!("{base}/gates/t/{token}/{rest}"),
+                None => format!("{}?token={token}", h.url),
+            };
+            h
+        })
+        .collect()
+}
+
 pub fn pr_hooks(base: &str, pr: u64) -> Vec<Hook> {
     vec![
         Hook::new(

@@ -219,8 +219,9 @@ pub(super) struct Approved {
     /// `NEVER` when it does not expire (half the size of an `Option`).
     pub(super) expires_at: Millis,
     pub(super) pins: Box<[Pin]>,
-    /// Who opened a gate that needed several people, or break glass; None
-    /// for the usual one approval (a pointer's size, not a `Vec`'s).
+    /// Who opened a gate that needed several people, break glass, or an
+    /// approval for its pinned canaries only; None for the usual one approval
+    /// (a pointer's size, not a `Vec`'s).
     pub(super) quorum: Option<Box<Quorum>>,
 }
 
@@ -228,6 +229,7 @@ pub(super) struct Approved {
 pub(super) struct Quorum {
     pub(super) approvers: Vec<crate::gate::Actor>,
     pub(super) forced: bool,
+    pub(super) exclusive: bool,
 }
 
 pub(super) const NEVER: Millis = Millis::MIN;
