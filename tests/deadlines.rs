@@ -149,6 +149,7 @@ gatebot_testkit::on_both_stores!(
     a_deadline_rolls_back_only_the_canary_and_revision_whose_wait_ran_out,
     metadata_from_an_unauthenticated_check_sets_no_deadline,
     a_check_without_the_clusters_token_is_refused_and_changes_nothing,
+    deadlines_and_reminders_are_kept_past_fifty_thousand_other_waits,
 );
 
 async fn waiting_for_promotion_past_the_deadline_rolls_back_at_the_next_tick(backend: Backend) {
@@ -465,6 +466,53 @@ async fn a_check_without_the_clusters_token_is_refused_and_changes_nothing(backe
             .all(|w| w["cluster"] == "prod"),
         "{waits}"
     );
+}
+
+/// Waits of made-up canaries that no deadline or reminder applies to, as many
+/// as a flood of checks would leave, written straight into the store.
+async fn flood(env: &Env, waits: usize) {
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    let mut conn = sqlx::AnyConnection::connect(&env.db.url).await.unwrap();
+    for batch in 0..waits.div_ceil(1000) {
+        let rows: Vec<String> = (batch * 1000..((batch + 1) * 1000).min(waits))
+            .map(|n| format!("('/gates/traffic/canary/junk/c{n}', 'junk/c{n}', 'x', 'Progressing', '{{}}', {NOW})"))
+            .collect();
+        let sql = format!(
+            "INSERT INTO waits (gate_key, canary, checksum, phase, metadata, started_at) VALUES {}",
+            rows.join(", ")
+        );
+        sqlx::query(&sql).execute(&mut conn).await.unwrap();
+    }
+}
+
+/// Every wait with a deadline or a reminder is acted on in its pass, however
+/// many other waits there are: housekeeping reads only the ones that are due.
+async fn deadlines_and_reminders_are_kept_past_fifty_thousand_other_waits(backend: Backend) {
+    let policy = format!("{POLICY}\n[reminders]\nat = [\"30m\"]\nkinds = [\"promote\"]\n");
+    let env = env_with(backend, &policy, |_| {}).await;
+    flood(&env, 50_000).await;
+    // What a restart does: the waits in progress get the policy's timers.
+    let started = std::time::Instant::now();
+    assert_eq!(env.server.state.engine.schedule_waits().await.unwrap(), 0);
+    eprintln!(
+        "timers of 50,000 waits looked at in {:?}",
+        started.elapsed()
+    );
+
+    let body = serde_json::json!({"name": "podinfo", "namespace": "test", "phase": "WaitingPromotion", "checksum": "r1"});
+    assert_eq!(env.check("/gates/promote/pr/12", body.clone()).await.0, 403);
+    env.clock.advance(30 * 60_000);
+    let state = &env.server.state;
+    assert_eq!(
+        state.engine.send_reminders(&state.policy).await.unwrap(),
+        1,
+        "reminded"
+    );
+    env.clock.advance(2 * HOUR);
+    assert_eq!(env.enforce().await, 1, "rolled back");
+    let rollback = env.check("/gates/rollback/pr/12", body).await;
+    assert_eq!(rollback.0, 200, "{}", rollback.1);
 }
 
 #[test]
