@@ -59,6 +59,9 @@ PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEexample\n-----END RSA PRIVATE KEY---
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "defaults": {},
+    "flagger-tokens-off": {"flaggerTokens": {"enabled": False}},
+    "flagger-tokens-existing": {"flaggerTokens": {"existingSecret": "flagger", "existingSecretKey": "setting",
+                                                  "cluster": "prod-eu"}},
     "exposed": {
         "ingress": {
             "enabled": True,
@@ -189,8 +192,13 @@ def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d.get("kind") == kind]
 
 
+def flagger_token_secret(d: dict[str, Any]) -> bool:
+    return d.get("kind") == "Secret" and d["metadata"]["name"].endswith("-flagger-token")
+
+
 def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = of_kind(docs, kind)
+    # The generated Flagger token has a Secret of its own, beside the chart's.
+    found = [d for d in of_kind(docs, kind) if not flagger_token_secret(d)]
     expect(len(found) == 1, f"expected one {kind}, found {len(found)}")
     return found[0]
 
@@ -445,8 +453,8 @@ def chart_checks(ck: Checks, chart: Path) -> None:
     def defaults_check() -> str:
         docs = need("defaults")
         kinds = sorted(d["kind"] for d in docs)
-        expect(kinds == ["Deployment", "NetworkPolicy", "PersistentVolumeClaim", "Service",
-                         "ServiceAccount"], f"default objects {kinds}")
+        expect(kinds == ["Deployment", "NetworkPolicy", "PersistentVolumeClaim", "Secret",
+                         "Service", "ServiceAccount"], f"default objects {kinds}")
         c = container_of(docs)
         envs = env_map(c)
         expect(envs["GATEBOT_DATABASE_URL"].get("value") == SQLITE_URL, "default database URL")
@@ -590,6 +598,8 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         secret = one(docs, "Secret")
         keys = set(secret["data"])
         for env, (sname, key, _) in refs.items():
+            if env == "GATEBOT_FLAGGER_TOKENS":
+                continue  # the generated token's own Secret (the Flagger tokens check)
             expect(sname == "gatebot" and key in keys, f"{env} refers to a missing key {key}")
         expect(set(refs) == SECRET_ENV - {"GATEBOT_GITHUB_APP_PRIVATE_KEY", "GATEBOT_SLACK_APP_TOKEN"}
                | {"GATEBOT_DATABASE_URL"}, f"secret env {sorted(refs)}")
@@ -607,7 +617,8 @@ def chart_checks(ck: Checks, chart: Path) -> None:
 
     def existing_secret() -> str:
         docs = need("existing-secret")
-        expect(not of_kind(docs, "Secret"), "a Secret is rendered although existingSecret is set")
+        expect(not [d for d in of_kind(docs, "Secret") if not flagger_token_secret(d)],
+               "a Secret is rendered although existingSecret is set")
         refs = secret_refs(container_of(docs))
         for env in SECRET_ENV:
             expect(env in refs and refs[env][0] == "gatebot-secrets" and refs[env][2],
@@ -692,12 +703,43 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         return "config and secret changes roll the pods"
     ck.run("checksum annotations", checksums)
 
+    def flagger_tokens_check() -> str:
+        import base64
+        import hashlib
+        docs = need("defaults")
+        secret = next(d for d in of_kind(docs, "Secret") if flagger_token_secret(d))
+        expect(secret["metadata"].get("annotations", {}).get("helm.sh/resource-policy") == "keep",
+               "the Flagger token Secret must be kept (helm.sh/resource-policy: keep)")
+        data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+        expect(len(data.get("token", "")) >= 32, "the generated Flagger token is at least 32 characters")
+        want = "default=" + hashlib.sha256(data["token"].encode()).hexdigest()
+        expect(data.get("tokens") == want, "GATEBOT_FLAGGER_TOKENS holds the token's SHA-256, not the token")
+        env = env_map(one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0])
+        ref = env["GATEBOT_FLAGGER_TOKENS"]["valueFrom"]["secretKeyRef"]
+        expect(ref == {"name": "gatebot-flagger-token", "key": "tokens"}, f"GATEBOT_FLAGGER_TOKENS from {ref}")
+        off = need("flagger-tokens-off")
+        expect(not [d for d in of_kind(off, "Secret") if flagger_token_secret(d)], "a token Secret with tokens off")
+        expect("GATEBOT_FLAGGER_TOKENS" not in env_map(one(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]),
+               "GATEBOT_FLAGGER_TOKENS set with tokens off")
+        mine = need("flagger-tokens-existing")
+        expect(not [d for d in of_kind(mine, "Secret") if flagger_token_secret(d)], "a token Secret beside flaggerTokens.existingSecret")
+        ref = env_map(one(mine, "Deployment")["spec"]["template"]["spec"]["containers"][0])["GATEBOT_FLAGGER_TOKENS"]["valueFrom"]["secretKeyRef"]
+        expect(ref == {"name": "flagger", "key": "setting"}, f"GATEBOT_FLAGGER_TOKENS from {ref}")
+        return "on by default: a generated token kept across upgrades, its SHA-256 in GATEBOT_FLAGGER_TOKENS"
+    ck.run("Flagger tokens", flagger_tokens_check)
+
     def notes_check() -> str:
         text = notes(raw["defaults"])
         for kind in ("start", "promote", "traffic", "rollback"):
-            url = f"http://gatebot.{NAMESPACE}/gates/{kind}/pr/42"
+            url = f"http://gatebot.{NAMESPACE}/gates/t/$FLAGGER_TOKEN/{kind}/pr/42"
             expect(url in text, f"NOTES lacks {url}")
-        expect(f"http://gatebot.{NAMESPACE}/flagger/events" in text, "NOTES lacks /flagger/events")
+        expect(f"http://gatebot.{NAMESPACE}/flagger/events?token=$FLAGGER_TOKEN" in text,
+               "NOTES lacks /flagger/events with the token")
+        expect("get secret gatebot-flagger-token -o jsonpath='{.data.token}'" in text,
+               "NOTES does not say where the Flagger token is")
+        off = notes(raw["flagger-tokens-off"])
+        expect(f"http://gatebot.{NAMESPACE}/gates/promote/pr/42" in off and "WARNING: flaggerTokens.enabled=false" in off,
+               "NOTES without tokens: plain URLs and a warning")
         for p in WEBHOOK_PATHS:
             expect(p in text, f"NOTES lacks {p}")
         return "gate, event and webhook URLs"

@@ -80,6 +80,13 @@ Name of the Secret the chart creates.
 {{- end }}
 
 {{/*
+Name of the Secret holding the Flagger token the chart generates.
+*/}}
+{{- define "gatebot.flaggerTokenSecret" -}}
+{{- printf "%s-flagger-token" (include "gatebot.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
 "true" when the chart must create its own Secret (some inline secret value is set).
 */}}
 {{- define "gatebot.createSecret" -}}
