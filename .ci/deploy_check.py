@@ -602,7 +602,7 @@ def chart_checks(ck: Checks, chart: Path) -> None:
                 continue  # the generated token's own Secret (the Flagger tokens check)
             expect(sname == "gatebot" and key in keys, f"{env} refers to a missing key {key}")
         expect(set(refs) == SECRET_ENV - {"GATEBOT_GITHUB_APP_PRIVATE_KEY", "GATEBOT_SLACK_APP_TOKEN"}
-               | {"GATEBOT_DATABASE_URL"}, f"secret env {sorted(refs)}")
+               | {"GATEBOT_DATABASE_URL", "GATEBOT_FLAGGER_TOKENS"}, f"secret env {sorted(refs)}")
         expect(base64.b64decode(secret["data"]["database-url"]).decode()
                == SCENARIOS["postgres"]["postgres"]["url"], "database-url content")
         envs = env_map(c)
