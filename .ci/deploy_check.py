@@ -1119,8 +1119,10 @@ def app_manifest_checks(ck: Checks) -> None:
         expect(c["apiVersion"] == "flagger.app/v1beta1", "Canary apiVersion")
         hooks = {h["type"]: h for h in c["spec"]["analysis"]["webhooks"]}
         base = "http://gatebot.flagger-system"
-        want = {"confirm-rollout": "/gates/start/pr/42", "confirm-promotion": "/gates/promote/pr/42",
-                "rollback": "/gates/rollback/pr/42", "event": "/flagger/events"}
+        token = "${FLAGGER_TOKEN}"
+        want = {"confirm-rollout": f"/gates/t/{token}/start/pr/42",
+                "confirm-promotion": f"/gates/t/{token}/promote/pr/42",
+                "rollback": f"/gates/t/{token}/rollback/pr/42", "event": f"/flagger/events?token={token}"}
         for t, path in want.items():
             expect(t in hooks and hooks[t]["url"] == base + path, f"{t} hook url")
         for t in ("confirm-rollout", "confirm-promotion"):
