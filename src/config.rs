@@ -18,9 +18,11 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::gate::{GateKind, RepoName};
 
-/// Environment variables that hold secrets and may come from `<NAME>_FILE`.
-pub const SECRET_VARS: [&str; 11] = [
+/// Environment variables that hold secrets (or their hashes) and may come
+/// from `<NAME>_FILE`.
+pub const SECRET_VARS: [&str; 12] = [
     "GATEBOT_ADMIN_TOKEN",
+    "GATEBOT_API_TOKENS",
     "GATEBOT_PIPELINE_TOKEN",
     "GATEBOT_GITHUB_WEBHOOK_SECRET",
     "GATEBOT_GITHUB_TOKEN",
@@ -179,6 +181,9 @@ pub fn unset_meaning(env: &str) -> Option<&'static str> {
         "GATEBOT_PIPELINE_TOKEN" => {
             "pipelines create named gates with GATEBOT_ADMIN_TOKEN, or not at all"
         }
+        "GATEBOT_API_TOKENS" => {
+            "the admin token is the only operator: everyone using it counts as one person, \"admin\""
+        }
         "GATEBOT_GITHUB_REPOSITORY" => {
             "short keys like pr/42 are refused (write /gates/<kind>/<owner>/<repo>/pr/<n>)"
         }
@@ -305,6 +310,98 @@ fn parse_secret(s: &str) -> Result<SecretString, String> {
     Ok(SecretString::from(s.to_string()))
 }
 
+/// Named operator tokens (`GATEBOT_API_TOKENS`): each is one person, known
+/// to the server only by the SHA-256 of its token, so the setting holds no
+/// secret.
+#[derive(Debug, Clone, Default)]
+pub struct ApiTokens {
+    tokens: Vec<ApiToken>,
+    /// Why the setting does not read (then there are no tokens): reported by
+    /// [`Config::problems`], since clap's own error would repeat the value.
+    invalid: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ApiToken {
+    /// Who acts with it: letters, digits and hyphens, like a GitHub login.
+    pub name: String,
+    pub sha256: [u8; 32],
+}
+
+impl std::str::FromStr for ApiTokens {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_api_tokens(s)
+    }
+}
+
+impl ApiTokens {
+    pub fn iter(&self) -> impl Iterator<Item = &ApiToken> {
+        self.tokens.iter()
+    }
+}
+
+/// Names the server gives identities of its own.
+const RESERVED_NAMES: [&str; 3] = ["admin", "pipeline", "gatebot"];
+
+/// As clap reads it: never an error, which clap would print with the value.
+fn read_api_tokens(s: &str) -> Result<ApiTokens, String> {
+    Ok(parse_api_tokens(s).unwrap_or_else(|e| ApiTokens {
+        tokens: Vec::new(),
+        invalid: Some(e),
+    }))
+}
+
+/// `alice=<64 hex digits>,bob=<…>`. An error never repeats what follows `=`:
+/// a token pasted by mistake in place of its hash must not reach a log.
+fn parse_api_tokens(s: &str) -> Result<ApiTokens, String> {
+    let mut tokens: Vec<ApiToken> = Vec::new();
+    for (n, entry) in s.split(',').map(str::trim).enumerate() {
+        if entry.is_empty() {
+            continue;
+        }
+        let (name, hash) = entry
+            .split_once('=')
+            .ok_or_else(|| format!("entry {} is not name=<sha256 hex of the token>", n + 1))?;
+        let name = name.trim();
+        let valid_name = !name.is_empty()
+            && name.len() <= 64
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+        if !valid_name {
+            return Err(format!(
+                "entry {}: a name is 1 to 64 letters, digits or hyphens",
+                n + 1
+            ));
+        }
+        if RESERVED_NAMES.iter().any(|r| r.eq_ignore_ascii_case(name)) {
+            return Err(format!(
+                "`{name}` is a name gatebot uses itself: pick another"
+            ));
+        }
+        let mut sha256 = [0u8; 32];
+        hex::decode_to_slice(hash.trim(), &mut sha256).map_err(|_| {
+            format!("`{name}`: the value must be the token's SHA-256 in 64 hex digits (`printf %s \"$TOKEN\" | sha256sum`), not the token")
+        })?;
+        if tokens.iter().any(|t| t.name.eq_ignore_ascii_case(name)) {
+            return Err(format!("`{name}` is named twice: one name, one token"));
+        }
+        if let Some(other) = tokens.iter().find(|t| t.sha256 == sha256) {
+            return Err(format!(
+                "`{name}` and `{}` have the same token: a token is one person",
+                other.name
+            ));
+        }
+        tokens.push(ApiToken {
+            name: name.to_string(),
+            sha256,
+        });
+    }
+    Ok(ApiTokens {
+        tokens,
+        invalid: None,
+    })
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (write e.g. 30s, 15m, 24h)"))
 }
@@ -352,6 +449,11 @@ pub struct Config {
     /// Bearer token for /api/v1 and the CLI. Without it the write routes are disabled.
     #[arg(long, env = "GATEBOT_ADMIN_TOKEN", value_parser = parse_secret, hide_env_values = true)]
     pub admin_token: Option<SecretString>,
+
+    /// Named operator tokens, one person each: `alice=<sha256 hex of her
+    /// token>,bob=<…>`. Each acts as its name, with the admin token's rights.
+    #[arg(long, env = "GATEBOT_API_TOKENS", value_parser = read_api_tokens, hide_env_values = true)]
+    pub api_tokens: Option<ApiTokens>,
 
     /// A narrower token for pipelines: it may create, read, wait on and retire
     /// named gates (`POST /api/v1/gates`), and nothing else.
@@ -695,6 +797,16 @@ impl Config {
             .filter(|t| !t.is_empty())
     }
 
+    /// The named operator tokens (none when unset).
+    pub fn api_tokens(&self) -> impl Iterator<Item = &ApiToken> {
+        self.api_tokens.iter().flat_map(ApiTokens::iter)
+    }
+
+    /// Whether any operator token (the admin token or a named one) is set.
+    pub fn has_operators(&self) -> bool {
+        self.admin_token().is_some() || self.api_tokens().next().is_some()
+    }
+
     /// A config for tests and tools: defaults, a given database, no integrations.
     pub fn with_database(url: &str) -> Self {
         let mut config = Self::try_parse_defaults();
@@ -731,6 +843,10 @@ impl Config {
         if self.max_connections == 0 {
             out.push("GATEBOT_MAX_CONNECTIONS must be at least 1".into());
         }
+        if let Some(e) = self.api_tokens.as_ref().and_then(|t| t.invalid.as_ref()) {
+            out.push(format!("GATEBOT_API_TOKENS: {e}"));
+        }
+        out.extend(self.shared_tokens());
         let gh = &self.github;
         if gh.app_id.is_some() != gh.app_private_key.is_some() {
             out.push(
@@ -772,6 +888,30 @@ impl Config {
             if !(a.is_empty() || a.starts_with('U') || a.starts_with('W') || a.starts_with('S')) {
                 out.push(format!(
                     "GATEBOT_SLACK_APPROVERS: `{a}` is not a user (U…, W…) or user group (S…) id"
+                ));
+            }
+        }
+        out
+    }
+}
+
+impl Config {
+    /// A named token that is also the admin or the pipeline token would be
+    /// two identities at once.
+    fn shared_tokens(&self) -> Vec<String> {
+        use sha2::{Digest, Sha256};
+        let others = [
+            ("GATEBOT_ADMIN_TOKEN", self.admin_token()),
+            ("GATEBOT_PIPELINE_TOKEN", self.pipeline_token()),
+        ];
+        let mut out = Vec::new();
+        for (var, token) in others {
+            let Some(token) = token else { continue };
+            let hash: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+            for t in self.api_tokens().filter(|t| t.sha256 == hash) {
+                out.push(format!(
+                    "GATEBOT_API_TOKENS: `{}` has the same token as {var}: give each person a token of their own",
+                    t.name
                 ));
             }
         }

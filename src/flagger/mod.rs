@@ -223,10 +223,10 @@ pub async fn legacy_set(
     body: Bytes,
 ) -> Result<Response, Reject> {
     let actor = if state.config.loadtester_open_access {
-        admin(state.config.admin_token(), &headers)
+        admin(&state.config, &headers)
             .unwrap_or_else(|_| Actor::new("anonymous", Source::Loadtester))
     } else {
-        admin(state.config.admin_token(), &headers).map_err(|r| {
+        admin(&state.config, &headers).map_err(|r| {
             Reject::new(
                 r.status,
                 r.reason,
