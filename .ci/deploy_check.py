@@ -81,6 +81,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "slack": {"signingSecret": "sss", "botToken": "xoxb-1", "channel": "C0123",
                   "approvers": ["U0ALICE", "S0DEPLOY"]},
         "adminToken": "admin",
+        "apiTokens": ["alice=" + "a1" * 32, "bob=" + "b2" * 32],
         "approvalTTL": "24h",
     },
     "existing-secret": {
@@ -609,6 +610,9 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         expect(envs["GATEBOT_SLACK_APPROVERS"]["value"] == "U0ALICE,S0DEPLOY", "approvers")
         expect(envs["GATEBOT_APPROVAL_TTL"]["value"] == "24h", "approval TTL")
         expect(envs["GATEBOT_GITHUB_REPOSITORY"]["value"] == "acme/shop", "repository")
+        # Named tokens are hashes: a plain value, one comma-separated setting.
+        expect(envs["GATEBOT_API_TOKENS"].get("value")
+               == f"alice={'a1' * 32},bob={'b2' * 32}", "named API tokens")
         text = json.dumps(dep)
         for secret_value in ("hunter2", "ghp_example", "xoxb-1", "whsec"):
             expect(secret_value not in text, "a secret value appears in the Deployment")
@@ -764,6 +768,8 @@ def chart_checks(ck: Checks, chart: Path) -> None:
     ck.run("postgres.url with existingSecret fails",
            refuses({"existingSecret": "s", "postgres": {"url": "postgres://a:b@c/d"}},
                    "postgres.url is a secret"))
+    ck.run("apiTokens with a token in place of its hash fails",
+           refuses({"apiTokens": ["alice=the-token-itself"]}, "apiTokens"))
 
     observability_checks(ck, chart, need)
 

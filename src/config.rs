@@ -18,9 +18,11 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::gate::{GateKind, RepoName};
 
-/// Environment variables that hold secrets and may come from `<NAME>_FILE`.
-pub const SECRET_VARS: [&str; 11] = [
+/// Environment variables that hold secrets (or their hashes) and may come
+/// from `<NAME>_FILE`.
+pub const SECRET_VARS: [&str; 12] = [
     "GATEBOT_ADMIN_TOKEN",
+    "GATEBOT_API_TOKENS",
     "GATEBOT_PIPELINE_TOKEN",
     "GATEBOT_GITHUB_WEBHOOK_SECRET",
     "GATEBOT_GITHUB_TOKEN",
@@ -179,6 +181,9 @@ pub fn unset_meaning(env: &str) -> Option<&'static str> {
         "GATEBOT_PIPELINE_TOKEN" => {
             "pipelines create named gates with GATEBOT_ADMIN_TOKEN, or not at all"
         }
+        "GATEBOT_API_TOKENS" => {
+            "the admin token is the only operator: everyone using it counts as one person, \"admin\""
+        }
         "GATEBOT_GITHUB_REPOSITORY" => {
             "short keys like pr/42 are refused (write /gates/<kind>/<owner>/<repo>/pr/<n>)"
         }
@@ -305,8 +310,77 @@ fn parse_secret(s: &str) -> Result<SecretString, String> {
     Ok(SecretString::from(s.to_string()))
 }
 
-fn parse_flagger_tokens(s: &str) -> Result<crate::gate::FlaggerTokens, String> {
-    s.parse()
+/// A setting read leniently: clap's own error would print the value (a
+/// token pasted in place of its hash), so what does not read is kept as its
+/// error and reported by [`Config::problems`], and the value is empty.
+#[derive(Debug, Clone, Default)]
+pub struct Lenient<T> {
+    value: T,
+    invalid: Option<String>,
+}
+
+impl<T> Lenient<T> {
+    pub fn get(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T> From<T> for Lenient<T> {
+    fn from(value: T) -> Self {
+        Self {
+            value,
+            invalid: None,
+        }
+    }
+}
+
+fn lenient<T: std::str::FromStr<Err = String> + Default>(s: &str) -> Result<Lenient<T>, String> {
+    Ok(match s.parse::<T>() {
+        Ok(value) => Lenient::<T>::from(value),
+        Err(e) => Lenient {
+            value: T::default(),
+            invalid: Some(e),
+        },
+    })
+}
+
+/// Named operator tokens (`GATEBOT_API_TOKENS`): each is one person, known
+/// to the server only by the SHA-256 of its token, so the setting holds no
+/// secret.
+#[derive(Debug, Clone, Default)]
+pub struct ApiTokens(crate::gate::tokens::HashedTokens);
+
+impl std::str::FromStr for ApiTokens {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        crate::gate::tokens::HashedTokens::parse(s, operator_name).map(Self)
+    }
+}
+
+impl ApiTokens {
+    pub fn tokens(&self) -> &crate::gate::tokens::HashedTokens {
+        &self.0
+    }
+}
+
+/// Names the server gives identities of its own.
+const RESERVED_NAMES: [&str; 3] = ["admin", "pipeline", "gatebot"];
+
+/// Who acts with a named token: letters, digits and hyphens, like a GitHub
+/// login, so that the token and the login of one person count once.
+fn operator_name(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    if !valid {
+        return Err("a name is 1 to 64 letters, digits or hyphens".into());
+    }
+    if RESERVED_NAMES.iter().any(|r| r.eq_ignore_ascii_case(name)) {
+        return Err(format!(
+            "`{name}` is a name gatebot uses itself: pick another"
+        ));
+    }
+    Ok(())
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -357,6 +431,11 @@ pub struct Config {
     #[arg(long, env = "GATEBOT_ADMIN_TOKEN", value_parser = parse_secret, hide_env_values = true)]
     pub admin_token: Option<SecretString>,
 
+    /// Named operator tokens, one person each: `alice=<sha256 hex of her
+    /// token>,bob=<…>`. Each acts as its name, with the admin token's rights.
+    #[arg(long, env = "GATEBOT_API_TOKENS", value_parser = lenient::<ApiTokens>, default_value = "", hide_default_value = true, hide_env_values = true)]
+    pub api_tokens: Lenient<ApiTokens>,
+
     /// A narrower token for pipelines: it may create, read, wait on and retire
     /// named gates (`POST /api/v1/gates`), and nothing else.
     #[arg(long, env = "GATEBOT_PIPELINE_TOKEN", value_parser = parse_secret, hide_env_values = true)]
@@ -375,8 +454,8 @@ pub struct Config {
     /// `<cluster>=<SHA-256 hex of its token>`. The gate URL carries the token
     /// (`/gates/t/<token>/promote/pr/42`, or `?token=<token>`). Empty: anyone
     /// who can reach the port can create waits.
-    #[arg(long, env = "GATEBOT_FLAGGER_TOKENS", default_value = "", value_parser = parse_flagger_tokens, hide_default_value = true)]
-    pub flagger_tokens: crate::gate::FlaggerTokens,
+    #[arg(long, env = "GATEBOT_FLAGGER_TOKENS", default_value = "", value_parser = lenient::<crate::gate::FlaggerTokens>, hide_default_value = true, hide_env_values = true)]
+    pub flagger_tokens: Lenient<crate::gate::FlaggerTokens>,
 
     /// Log format.
     #[arg(long, env = "GATEBOT_LOG_FORMAT", value_enum, default_value = "text")]
@@ -706,6 +785,21 @@ impl Config {
             .filter(|t| !t.is_empty())
     }
 
+    /// The named operator tokens (none when unset): name and SHA-256.
+    pub fn api_tokens(&self) -> impl Iterator<Item = (&str, &[u8; 32])> {
+        self.api_tokens.get().tokens().entries()
+    }
+
+    /// The clusters whose Flagger may ask gates, by token.
+    pub fn flagger_tokens(&self) -> &crate::gate::FlaggerTokens {
+        self.flagger_tokens.get()
+    }
+
+    /// Whether any operator token (the admin token or a named one) is set.
+    pub fn has_operators(&self) -> bool {
+        self.admin_token().is_some() || self.api_tokens().next().is_some()
+    }
+
     /// A config for tests and tools: defaults, a given database, no integrations.
     pub fn with_database(url: &str) -> Self {
         let mut config = Self::try_parse_defaults();
@@ -742,6 +836,15 @@ impl Config {
         if self.max_connections == 0 {
             out.push("GATEBOT_MAX_CONNECTIONS must be at least 1".into());
         }
+        for (name, invalid) in [
+            ("GATEBOT_API_TOKENS", &self.api_tokens.invalid),
+            ("GATEBOT_FLAGGER_TOKENS", &self.flagger_tokens.invalid),
+        ] {
+            if let Some(e) = invalid {
+                out.push(format!("{name}: {e}"));
+            }
+        }
+        out.extend(self.shared_tokens());
         let gh = &self.github;
         if gh.app_id.is_some() != gh.app_private_key.is_some() {
             out.push(
@@ -783,6 +886,28 @@ impl Config {
             if !(a.is_empty() || a.starts_with('U') || a.starts_with('W') || a.starts_with('S')) {
                 out.push(format!(
                     "GATEBOT_SLACK_APPROVERS: `{a}` is not a user (U…, W…) or user group (S…) id"
+                ));
+            }
+        }
+        out
+    }
+}
+
+impl Config {
+    /// A named token that is also the admin or the pipeline token would be
+    /// two identities at once.
+    fn shared_tokens(&self) -> Vec<String> {
+        let others = [
+            ("GATEBOT_ADMIN_TOKEN", self.admin_token()),
+            ("GATEBOT_PIPELINE_TOKEN", self.pipeline_token()),
+        ];
+        let mut out = Vec::new();
+        for (var, token) in others {
+            let Some(token) = token else { continue };
+            let hash = crate::gate::tokens::sha256(token);
+            for (name, _) in self.api_tokens().filter(|(_, h)| **h == hash) {
+                out.push(format!(
+                    "GATEBOT_API_TOKENS: `{name}` has the same token as {var}: give each person a token of their own"
                 ));
             }
         }

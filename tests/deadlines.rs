@@ -55,7 +55,7 @@ const TOKEN: &str = "flagger-token-of-prod";
 /// A server whose Flagger's side takes checks with `TOKEN` only.
 async fn authenticated(backend: Backend) -> Env {
     env_with(backend, POLICY, |config| {
-        config.flagger_tokens = flagger_tokens(&[("prod", TOKEN)]);
+        config.flagger_tokens = flagger_tokens(&[("prod", TOKEN)]).into();
     })
     .await
 }
@@ -513,6 +513,52 @@ async fn deadlines_and_reminders_are_kept_past_fifty_thousand_other_waits(backen
     assert_eq!(env.enforce().await, 1, "rolled back");
     let rollback = env.check("/gates/rollback/pr/12", body).await;
     assert_eq!(rollback.0, 200, "{}", rollback.1);
+}
+
+/// `check-config` says whether Flagger's door is open and warns where a
+/// deadline could roll back without tokens; a token pasted in place of its
+/// hash is refused and never repeated.
+#[test]
+fn check_config_tells_who_may_reach_flaggers_side() {
+    let run = |envs: &[(&str, &str)]| {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("policy.toml"), POLICY).unwrap();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"));
+        cmd.arg("check-config")
+            .current_dir(dir.path())
+            .env_clear()
+            .env("GATEBOT_DATABASE_URL", "sqlite://g.db")
+            .env("GATEBOT_POLICY", "policy.toml");
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (ok, open) = run(&[]);
+    assert!(ok, "{open}");
+    assert!(open.contains("flagger:         open: no GATEBOT_FLAGGER_TOKENS, so anyone who can reach the port can create waits"), "{open}");
+    assert!(open.contains("warning:         deadline rollbacks without Flagger tokens: anyone who can reach the port can pose as a canary"), "{open}");
+    let hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+    let (ok, closed) = run(&[("GATEBOT_FLAGGER_TOKENS", &format!("prod-eu={hash}"))]);
+    assert!(ok, "{closed}");
+    assert!(
+        closed.contains("flagger:         checks need a token, of cluster prod-eu"),
+        "{closed}"
+    );
+    assert!(
+        !closed.contains("warning:         deadline rollbacks"),
+        "{closed}"
+    );
+    let (ok, pasted) = run(&[("GATEBOT_FLAGGER_TOKENS", "prod-eu=hunter2-the-token")]);
+    assert!(!ok, "{pasted}");
+    assert!(
+        pasted.contains("GATEBOT_FLAGGER_TOKENS: `prod-eu`: the value must be the token's SHA-256"),
+        "{pasted}"
+    );
+    assert!(!pasted.contains("hunter2"), "{pasted}");
 }
 
 #[test]

@@ -296,11 +296,11 @@ async fn token_refusals_say_whether_the_server_or_the_cli_lacks_it() {
     };
     assert_eq!(
         open(&served.url, None),
-        "gatebot: could not open the gate: 401 missing bearer token: send Authorization: Bearer <this server's GATEBOT_ADMIN_TOKEN> (this command has no token: set GATEBOT_ADMIN_TOKEN for this command to the server's token)\n"
+        "gatebot: could not open the gate: 401 missing bearer token: send Authorization: Bearer <this server's GATEBOT_ADMIN_TOKEN, or your own token from its GATEBOT_API_TOKENS> (this command has no token: set GATEBOT_ADMIN_TOKEN for this command to the server's token or your own)\n"
     );
     assert_eq!(
         open(&served.url, Some("not-the-servers")),
-        "gatebot: could not open the gate: 401 wrong bearer token: the token sent does not match this server's GATEBOT_ADMIN_TOKEN (this command's GATEBOT_ADMIN_TOKEN is not the server's: use the token `gatebot serve` runs with)\n"
+        "gatebot: could not open the gate: 401 wrong bearer token: the token sent is neither this server's GATEBOT_ADMIN_TOKEN nor one of its GATEBOT_API_TOKENS (this command's GATEBOT_ADMIN_TOKEN is not the server's: use the token `gatebot serve` runs with, or your own)\n"
     );
     drop(served);
 
@@ -308,10 +308,10 @@ async fn token_refusals_say_whether_the_server_or_the_cli_lacks_it() {
     let tokenless = Served::start(&db, &[("GATEBOT_ADMIN_TOKEN", "")]);
     assert_eq!(
         open(&tokenless.url, Some("anything")),
-        "gatebot: could not open the gate: 403 the operator API is read-only: this server has no GATEBOT_ADMIN_TOKEN; set it where `gatebot serve` runs and restart it\n"
+        "gatebot: could not open the gate: 403 the operator API is read-only: this server has no GATEBOT_ADMIN_TOKEN (nor GATEBOT_API_TOKENS); set one where `gatebot serve` runs and restart it\n"
     );
     assert_eq!(
         open(&tokenless.url, None),
-        "gatebot: could not open the gate: 403 the operator API is read-only: this server has no GATEBOT_ADMIN_TOKEN; set it where `gatebot serve` runs and restart it (this command has no token either: set GATEBOT_ADMIN_TOKEN for it too)\n"
+        "gatebot: could not open the gate: 403 the operator API is read-only: this server has no GATEBOT_ADMIN_TOKEN (nor GATEBOT_API_TOKENS); set one where `gatebot serve` runs and restart it (this command has no token either: set GATEBOT_ADMIN_TOKEN for it too)\n"
     );
 }

@@ -224,11 +224,11 @@ async fn a_cli_freeze_for_a_while_ends_by_itself(backend: Backend) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.contains("frozen (ns/prod) by ops via cli"),
+        stdout.contains("frozen (ns/prod) by admin via api"),
         "{stdout}"
     );
     assert!(
-        stdout.contains("until 2024-05-01T15:02:00Z: incident 7"),
+        stdout.contains("until 2024-05-01T15:02:00Z: claims ops via cli; incident 7"),
         "{stdout}"
     );
     let out = env.cli(&["freeze"]);

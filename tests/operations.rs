@@ -137,14 +137,17 @@ async fn cli_opens_lists_shows_and_closes_gates() {
     assert!(
         out.contains("/gates/promote/acme/shop/pr/42")
             && out.contains("open")
-            && out.contains("carol (cli)"),
+            && out.contains("admin (api)"),
         "{out}"
     );
     assert!(out.contains("test/podinfo@r1"), "{out}");
 
     let o = cli(&url, Some(ADMIN_TOKEN), &["show", "promote/pr/42"]);
     let out = stdout(&o);
-    assert!(out.contains("carol via cli: dashboards green"), "{out}");
+    assert!(
+        out.contains("admin via api: claims carol via cli; dashboards green"),
+        "the token is the person, the local user a claim: {out}"
+    );
     assert!(out.contains("pin"), "{out}");
 
     let o = cli(&url, Some(ADMIN_TOKEN), &["close", "gates/promote/pr/42"]);
@@ -415,7 +418,7 @@ async fn operator_api_writes_need_a_configured_token() {
     // The fix is on the server, not in the request.
     assert_eq!(
         r.text().await.unwrap(),
-        "the operator API is read-only: this server has no GATEBOT_ADMIN_TOKEN; set it where `gatebot serve` runs and restart it\n"
+        "the operator API is read-only: this server has no GATEBOT_ADMIN_TOKEN (nor GATEBOT_API_TOKENS); set one where `gatebot serve` runs and restart it\n"
     );
     // Reads stay available.
     let r = client()

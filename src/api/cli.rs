@@ -109,8 +109,8 @@ fn token_hint(e: anyhow::Error, has_token: bool) -> anyhow::Error {
         return e;
     };
     let hint = match (refused.status, has_token) {
-        (401, false) => " (this command has no token: set GATEBOT_ADMIN_TOKEN for this command to the server's token)",
-        (401, true) => " (this command's GATEBOT_ADMIN_TOKEN is not the server's: use the token `gatebot serve` runs with)",
+        (401, false) => " (this command has no token: set GATEBOT_ADMIN_TOKEN for this command to the server's token or your own)",
+        (401, true) => " (this command's GATEBOT_ADMIN_TOKEN is not the server's: use the token `gatebot serve` runs with, or your own)",
         (403, false) if refused.body.contains("GATEBOT_ADMIN_TOKEN") => {
             " (this command has no token either: set GATEBOT_ADMIN_TOKEN for it too)"
         }
@@ -254,6 +254,12 @@ pub async fn check_config(
     for s in settings {
         let value = match (&s.value, s.secret, s.origin) {
             (_, _, crate::config::Origin::Unset) => "-".to_string(),
+            // Hashes, not secrets, but long: the names say what matters.
+            _ if s.env == "GATEBOT_API_TOKENS" => config
+                .api_tokens()
+                .map(|(name, _)| name)
+                .collect::<Vec<_>>()
+                .join(", "),
             (_, true, _) => "(secret, set)".to_string(),
             (Some(v), false, _) => v.clone(),
             (None, false, _) => String::new(),
@@ -278,15 +284,7 @@ pub async fn check_config(
         "approval TTL:    {}",
         humantime::format_duration(config.approval_ttl)
     );
-    let _ = writeln!(
-        text,
-        "operator API:    {}",
-        if config.admin_token().is_some() {
-            "enabled (token set)"
-        } else {
-            "read-only (GATEBOT_ADMIN_TOKEN unset)"
-        }
-    );
+    let _ = writeln!(text, "operator API:    {}", operators(&config));
     let github = match (&gh.token, gh.app_id) {
         (Some(_), _) => "token",
         (None, Some(_)) => "GitHub App",
@@ -332,7 +330,7 @@ pub async fn check_config(
     let _ = writeln!(
         text,
         "flagger:         {}",
-        flagger_door(&config.flagger_tokens)
+        flagger_door(config.flagger_tokens())
     );
     match crate::policy::Policy::from_config(&config) {
         Ok(policy) => {
@@ -344,7 +342,7 @@ pub async fn check_config(
                     policy.deadlines().len()
                 );
             }
-            for warning in policy.door_warnings(&config.flagger_tokens) {
+            for warning in policy.door_warnings(config.flagger_tokens()) {
                 let _ = writeln!(text, "warning:         {warning}");
             }
         }
@@ -386,6 +384,23 @@ pub fn flagger_door(tokens: &crate::gate::FlaggerTokens) -> String {
     }
     let names: Vec<&str> = tokens.clusters().map(|c| c.as_str()).collect();
     format!("checks need a token, of cluster {}", names.join(", "))
+}
+
+/// Who may use the operator API: each token is one person.
+fn operators(config: &crate::Config) -> String {
+    let mut who: Vec<String> = Vec::new();
+    if config.admin_token().is_some() {
+        who.push("the admin token (one person, \"admin\")".into());
+    }
+    let named: Vec<&str> = config.api_tokens().map(|(name, _)| name).collect();
+    if !named.is_empty() {
+        who.push(format!("named tokens: {}", named.join(", ")));
+    }
+    if who.is_empty() {
+        "read-only (GATEBOT_ADMIN_TOKEN and GATEBOT_API_TOKENS unset)".into()
+    } else {
+        format!("enabled for {}", who.join("; "))
+    }
 }
 
 fn client_for(server: &crate::config::ServerArgs) -> anyhow::Result<(String, reqwest::Client)> {

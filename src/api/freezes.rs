@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use crate::core::AppState;
 use crate::gate::freeze::{end_of, Freeze, FreezeScope};
-use crate::http::auth::{admin, reader};
+use crate::http::auth::{operator, reader};
 use crate::http::error::Reject;
 
 /// A reason, one line, at most this many characters.
@@ -27,7 +27,7 @@ pub async fn list(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, Reject> {
-    reader(state.config.admin_token(), &headers)?;
+    reader(&state.config, &headers)?;
     let freezes: Vec<Value> = state.engine.freezes().iter().map(freeze_json).collect();
     Ok(Json(json!({ "freezes": freezes })))
 }
@@ -62,7 +62,7 @@ pub async fn create(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Reject> {
-    let actor = admin(state.config.admin_token(), &headers)?;
+    let caller = operator(&state.config, &headers)?;
     let body: FreezeBody = serde_json::from_slice(&body).map_err(|e| {
         Reject::bad_request(
             "malformed_json",
@@ -86,9 +86,13 @@ pub async fn create(
         body.until.as_deref(),
     )
     .map_err(|e| Reject::bad_request("bad_time", e))?;
+    // What the caller claims is said with the reason it gives.
+    let reason = caller
+        .reason(Some(reason.to_string()))
+        .unwrap_or_else(|| reason.to_string());
     let freeze = state
         .engine
-        .freeze(scope, until, reason, &actor, None)
+        .freeze(scope, until, &reason, &caller.actor, None)
         .await?;
     Ok((StatusCode::CREATED, Json(freeze_json(&freeze))).into_response())
 }
@@ -104,7 +108,7 @@ pub async fn lift(
     headers: HeaderMap,
     Query(q): Query<LiftQuery>,
 ) -> Result<Json<Value>, Reject> {
-    let actor = admin(state.config.admin_token(), &headers)?;
+    let actor = operator(&state.config, &headers)?.actor;
     let scope = scope_of(q.scope.as_deref())?;
     let lifted = state.engine.unfreeze(&scope, &actor).await?;
     let lifted: Vec<Value> = lifted.iter().map(freeze_json).collect();

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use crate::core::AppState;
 use crate::core::{GateDetail, Provenance};
 use crate::gate::{Gate, GateKey};
-use crate::http::auth::{admin, pipeline, reader};
+use crate::http::auth::{is_pipeline, operator, reader};
 use crate::http::error::Reject;
 
 fn parse_key(state: &AppState, text: &str) -> Result<GateKey, Reject> {
@@ -44,7 +44,7 @@ pub async fn list(
     headers: HeaderMap,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, Reject> {
-    reader(state.config.admin_token(), &headers)?;
+    reader(&state.config, &headers)?;
     let limit = match q.limit {
         None => DEFAULT_PAGE,
         Some(n) if (1..=MAX_PAGE).contains(&n) => n,
@@ -65,8 +65,8 @@ pub async fn show(
     Path(key): Path<String>,
 ) -> Result<Json<GateDetail>, Reject> {
     // A pipeline waiting on its gate (`gatebot wait`) may read it with its own token.
-    if pipeline(None, state.config.pipeline_token(), &headers).is_err() {
-        reader(state.config.admin_token(), &headers)?;
+    if !is_pipeline(&state.config, &headers) {
+        reader(&state.config, &headers)?;
     }
     let key = parse_key(&state, &key)?;
     Ok(Json(state.engine.detail(&key).await?))
@@ -102,7 +102,7 @@ async fn change(
     body: Bytes,
     open: bool,
 ) -> Result<Json<Gate>, Reject> {
-    let actor = admin(state.config.admin_token(), &headers)?;
+    let caller = operator(&state.config, &headers)?;
     // The API is ours, so unlike webhooks it is strict: a typo is an error.
     let body: ChangeBody = serde_json::from_slice(&body).map_err(|e| {
         Reject::bad_request(
@@ -111,7 +111,7 @@ async fn change(
         )
     })?;
     let key = parse_key(&state, &body.gate)?;
-    let who = Provenance::new(actor).reason(body.reason);
+    let who = Provenance::new(caller.actor.clone()).reason(caller.reason(body.reason));
     let result = if open {
         state.engine.open(&key, &who).await
     } else {
@@ -133,7 +133,7 @@ pub async fn waits(
     headers: HeaderMap,
     Query(q): Query<WaitsQuery>,
 ) -> Result<Json<Value>, Reject> {
-    reader(state.config.admin_token(), &headers)?;
+    reader(&state.config, &headers)?;
     let key = q
         .gate
         .as_deref()
@@ -154,7 +154,7 @@ pub async fn audit(
     headers: HeaderMap,
     Query(q): Query<AuditQuery>,
 ) -> Result<Json<Value>, Reject> {
-    reader(state.config.admin_token(), &headers)?;
+    reader(&state.config, &headers)?;
     let key = q
         .gate
         .as_deref()
@@ -177,7 +177,7 @@ pub async fn outbox(
     headers: HeaderMap,
     Query(q): Query<OutboxQuery>,
 ) -> Result<Json<Value>, Reject> {
-    reader(state.config.admin_token(), &headers)?;
+    reader(&state.config, &headers)?;
     let jobs = state.store.jobs(q.state.as_deref(), 500).await?;
     Ok(Json(json!({ "jobs": jobs })))
 }
@@ -192,7 +192,7 @@ pub async fn events(
     headers: HeaderMap,
     Query(q): Query<EventsQuery>,
 ) -> Result<Json<Value>, Reject> {
-    reader(state.config.admin_token(), &headers)?;
+    reader(&state.config, &headers)?;
     let events = state.store.events(q.canary.as_deref(), 500).await?;
     Ok(Json(json!({ "events": events })))
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::core::named::{Named, NamedError};
 use crate::core::{AppState, Provenance};
 use crate::gate::{GateKey, GateKind, GateName, PrNumber, RepoName, Scope};
-use crate::http::auth::pipeline;
+use crate::http::auth::{pipeline, Caller};
 use crate::http::error::Reject;
 use crate::store::{Link, NamedSpec};
 
@@ -156,17 +156,19 @@ fn named_reject(e: NamedError) -> Reject {
     }
 }
 
+/// The token's identity, with what the caller claims as the reason.
+fn provenance(caller: Caller) -> Provenance {
+    let reason = caller.reason(None);
+    Provenance::new(caller.actor).reason(reason)
+}
+
 /// `POST /api/v1/gates`: 201 created, 200 the same gate again, 409 a different one.
 pub async fn create(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Reject> {
-    let actor = pipeline(
-        state.config.admin_token(),
-        state.config.pipeline_token(),
-        &headers,
-    )?;
+    let caller = pipeline(&state.config, &headers)?;
     let body: CreateBody = serde_json::from_slice(&body).map_err(|e| {
         bad(
             "malformed_json",
@@ -200,7 +202,7 @@ pub async fn create(
     let key = GateKey::new(kind, Scope::Named(name));
     let named = state
         .engine
-        .create_named(&key, spec, &Provenance::new(actor))
+        .create_named(&key, spec, &provenance(caller))
         .await
         .map_err(named_reject)?;
     let status = if named.created {
@@ -218,11 +220,7 @@ pub async fn retire(
     headers: HeaderMap,
     Path(key): Path<String>,
 ) -> Result<Response, Reject> {
-    let actor = pipeline(
-        state.config.admin_token(),
-        state.config.pipeline_token(),
-        &headers,
-    )?;
+    let caller = pipeline(&state.config, &headers)?;
     let key = GateKey::parse(&key, state.engine.settings().default_repo.as_ref())
         .map_err(|e| bad("bad_gate", e.to_string()))?;
     if !matches!(key.scope, Scope::Named(_)) {
@@ -230,7 +228,7 @@ pub async fn retire(
     }
     let named = state
         .engine
-        .retire_named(&key, &Provenance::new(actor))
+        .retire_named(&key, &provenance(caller))
         .await
         .map_err(named_reject)?;
     Ok(Json(created_json(&named)).into_response())

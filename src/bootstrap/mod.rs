@@ -73,7 +73,7 @@ impl Gatebot {
             config.public_url.as_deref(),
         )?;
         let policy = policy::Policy::from_config(&config)?;
-        for warning in policy.door_warnings(&config.flagger_tokens) {
+        for warning in policy.door_warnings(config.flagger_tokens()) {
             tracing::warn!("{warning}");
         }
         let outbox_wake = Arc::new(Notify::new());

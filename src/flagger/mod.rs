@@ -87,7 +87,7 @@ fn cluster(
     in_path: Option<&str>,
     query: Option<&str>,
 ) -> Result<Option<ClusterName>, Reject> {
-    let tokens = &state.config.flagger_tokens;
+    let tokens = state.config.flagger_tokens();
     if tokens.is_empty() {
         return Ok(None);
     }
@@ -318,10 +318,10 @@ pub async fn legacy_set(
     body: Bytes,
 ) -> Result<Response, Reject> {
     let actor = if state.config.loadtester_open_access {
-        admin(state.config.admin_token(), &headers)
+        admin(&state.config, &headers)
             .unwrap_or_else(|_| Actor::new("anonymous", Source::Loadtester))
     } else {
-        admin(state.config.admin_token(), &headers).map_err(|r| {
+        admin(&state.config, &headers).map_err(|r| {
             Reject::new(
                 r.status,
                 r.reason,

@@ -5,8 +5,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+use super::tokens::HashedTokens;
 
 /// A cluster's name: a DNS label (lower-case letters, digits and `-`, at
 /// most 63), as Kubernetes names its contexts and namespaces.
@@ -41,38 +40,34 @@ impl fmt::Display for ClusterName {
 }
 
 /// The Flagger tokens a server takes: each cluster's name and the SHA-256
-/// of its token (`GATEBOT_FLAGGER_TOKENS=prod-eu=<hex>,staging=<hex>`), so
-/// that the setting holds no secret. Empty: Flagger's side is open.
+/// of its token (`GATEBOT_FLAGGER_TOKENS=prod-eu=<hex>,staging=<hex>`).
+/// Empty: Flagger's side is open.
 #[derive(Clone, Default)]
-pub struct FlaggerTokens(Vec<(ClusterName, [u8; 32])>);
+pub struct FlaggerTokens {
+    tokens: HashedTokens,
+    /// The same names, as cluster names.
+    clusters: Vec<ClusterName>,
+}
 
 impl FlaggerTokens {
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.tokens.is_empty()
     }
 
     pub fn clusters(&self) -> impl Iterator<Item = &ClusterName> {
-        self.0.iter().map(|(name, _)| name)
+        self.clusters.iter()
     }
 
-    /// The cluster `token` belongs to. Every entry is compared, in constant
-    /// time, so the answer's time tells nothing of which one matched.
+    /// The cluster `token` belongs to (compared in constant time).
     pub fn cluster_of(&self, token: &str) -> Option<&ClusterName> {
-        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let mut found = None;
-        for (name, hash) in &self.0 {
-            if bool::from(digest.ct_eq(hash)) {
-                found = Some(name);
-            }
-        }
-        found
+        let name = self.tokens.holder(token)?;
+        self.clusters.iter().find(|c| c.as_str() == name)
     }
 }
 
-/// Names the clusters only: the hashes are not secrets, but nobody needs them in a log.
 impl fmt::Debug for FlaggerTokens {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.clusters()).finish()
+        self.tokens.fmt(f)
     }
 }
 
@@ -80,34 +75,12 @@ impl FromStr for FlaggerTokens {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let mut tokens = Vec::new();
-        for (n, pair) in s
-            .split(',')
-            .map(str::trim)
-            .filter(|p| !p.is_empty())
-            .enumerate()
-        {
-            let at = n + 1;
-            let (name, hex) = pair.split_once('=').ok_or_else(|| {
-                format!("entry {at}: write <cluster>=<sha256 hex of its token>, e.g. prod-eu=$(printf %s \"$TOKEN\" | sha256sum | cut -d' ' -f1)")
-            })?;
-            let name: ClusterName = name
-                .trim()
-                .parse()
-                .map_err(|e| format!("entry {at}: {e}"))?;
-            let hash = hex::decode(hex.trim())
-                .ok()
-                .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
-                .ok_or_else(|| format!("entry {at} ({name}): the token's SHA-256 is 64 hex digits, not the token itself"))?;
-            if tokens.iter().any(|(n, _): &(ClusterName, _)| *n == name) {
-                return Err(format!("entry {at}: cluster {name} is named twice"));
-            }
-            if tokens.iter().any(|(_, h)| *h == hash) {
-                return Err(format!("entry {at} ({name}): the same token as another cluster: give each cluster its own"));
-            }
-            tokens.push((name, hash));
-        }
-        Ok(Self(tokens))
+        let tokens = HashedTokens::parse(s, |name| name.parse::<ClusterName>().map(drop))?;
+        let clusters = tokens
+            .entries()
+            .map(|(name, _)| name.parse())
+            .collect::<Result<_, _>>()?;
+        Ok(Self { tokens, clusters })
     }
 }
 
@@ -115,48 +88,24 @@ impl FromStr for FlaggerTokens {
 mod tests {
     use super::*;
 
-    fn sha256(token: &str) -> String {
-        hex::encode(Sha256::digest(token.as_bytes()))
-    }
-
     #[test]
-    fn a_token_names_its_cluster_and_nothing_else_does() {
+    fn a_flagger_token_names_its_cluster() {
         let setting = format!(
-            "prod-eu={}, staging={}",
-            sha256("s3cret-eu"),
-            sha256("s3cret-st")
+            "prod-eu={}",
+            hex::encode(super::super::tokens::sha256("t1"))
         );
         let tokens: FlaggerTokens = setting.parse().unwrap();
-        assert_eq!(tokens.cluster_of("s3cret-eu").unwrap().as_str(), "prod-eu");
-        assert_eq!(tokens.cluster_of("s3cret-st").unwrap().as_str(), "staging");
-        for wrong in ["", "s3cret", "S3CRET-EU", &sha256("s3cret-eu")] {
-            assert!(tokens.cluster_of(wrong).is_none(), "{wrong}");
-        }
         assert_eq!(
-            format!("{tokens:?}"),
-            "[ClusterName(\"prod-eu\"), ClusterName(\"staging\")]"
+            tokens.cluster_of("t1").map(ClusterName::as_str),
+            Some("prod-eu")
         );
-        assert!("".parse::<FlaggerTokens>().unwrap().is_empty());
-    }
-
-    #[test]
-    fn a_bad_setting_says_what_to_write_and_never_echoes_a_token() {
-        let h = sha256("x");
-        let table = [
-            ("prod-eu".to_string(), "write <cluster>="),
-            (
-                "prod-eu=hunter2".to_string(),
-                "64 hex digits, not the token itself",
-            ),
-            (format!("Prod={h}"), "DNS label"),
-            (format!("a={h},a={}", sha256("y")), "named twice"),
-            (format!("a={h},b={h}"), "its own"),
-        ];
-        for (setting, says) in table {
-            let err = setting.parse::<FlaggerTokens>().unwrap_err();
-            assert!(err.contains(says), "{setting}: {err}");
-            assert!(!err.contains("hunter2"), "{err}");
-        }
+        assert!(tokens.cluster_of("t2").is_none());
+        let bad = format!("Prod={}", hex::encode(super::super::tokens::sha256("t1")));
+        let err = bad.parse::<FlaggerTokens>().unwrap_err();
+        assert!(
+            err.contains("entry 1: cluster name `Prod`: write a DNS label"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod quorum;
 pub mod reminder;
 pub mod state;
 pub mod timers;
+pub mod tokens;
 pub mod window;
 
 pub use audit::{AuditAction, DeliveryId};

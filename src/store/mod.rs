@@ -14,6 +14,7 @@ mod prs;
 mod queue;
 mod replicas;
 mod rows;
+mod sessions;
 mod slack;
 mod tx;
 #[cfg(test)]

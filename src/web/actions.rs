@@ -90,11 +90,12 @@ impl Authorizer for WebAuthorizer<'_> {
                 )));
             }
             if self.session.via == Via::Admin {
-                // An operator with the admin token, as on the API.
-                return Ok(if self.state.config.admin_token().is_some() {
+                // An operator with a token, as on the API. The session ended
+                // already if its token is no longer configured (`session::who`).
+                return Ok(if self.state.config.has_operators() {
                     Ok(())
                 } else {
-                    Err(Denied("this server no longer has an admin token".into()))
+                    Err(Denied("this server no longer has an operator token".into()))
                 });
             }
             let Some(authority) = &self.viewer.web.authority else {

@@ -15,6 +15,7 @@ mod session;
 mod signin;
 mod view;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +47,8 @@ const FORM_BODY_LIMIT: usize = 16 * 1024;
 pub struct Web {
     mode: UiMode,
     signer: Signer,
+    /// The operator tokens configured now, by fingerprint: whom each names.
+    operators: HashMap<String, String>,
     session_ttl: Duration,
     oauth: Option<signin::OAuth>,
     proxies: Vec<Cidr>,
@@ -75,9 +78,15 @@ impl Web {
                     .map_err(|e| anyhow::anyhow!("GATEBOT_UI_TRUSTED_PROXIES: {e}"))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        let signer = Signer::new(ui.session_key.as_ref());
+        let operators = crate::http::auth::operator_hashes(config)
+            .into_iter()
+            .map(|(name, hash)| (signer.fingerprint(&hash), name))
+            .collect();
         Ok(Self {
             mode: ui.mode,
-            signer: Signer::new(ui.session_key.as_ref()),
+            signer,
+            operators,
             session_ttl: ui.session_ttl,
             oauth: signin::OAuth::from_config(config)?,
             proxies,

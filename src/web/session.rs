@@ -1,7 +1,11 @@
-//! Who is looking at a page: a signed session cookie (admin token or GitHub
-//! sign-in), or a trusted proxy's header. Cookies are `HttpOnly`, `Secure`,
-//! `SameSite=Lax`, scoped to `/ui` and signed with HMAC-SHA256; their expiry
-//! is inside the signed value, so an old cookie replayed after its time is refused.
+//! Who is looking at a page: a signed session cookie (an operator's token or
+//! GitHub sign-in), or a trusted proxy's header. Cookies are `HttpOnly`,
+//! `Secure`, `SameSite=Lax`, scoped to `/ui` and signed with HMAC-SHA256; their
+//! expiry is inside the signed value, so an old cookie replayed after its time
+//! is refused. A cookie also carries its session's id, which signing out
+//! revokes in the store for every replica, and, when signed in with a token,
+//! that token's fingerprint: the session ends once the token is no longer
+//! configured.
 
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
@@ -23,7 +27,8 @@ pub const OAUTH_COOKIE: &str = "gatebot_oauth";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Via {
-    /// The admin token: an operator, who may do what the API may.
+    /// An operator's token (the admin token or a named one): acts as its
+    /// name, and may do what the API may.
     Admin,
     /// Sign in with GitHub: acts as that login.
     Github,
@@ -59,6 +64,12 @@ pub struct Session {
     pub csrf: String,
     #[serde(skip)]
     pub expires: Millis,
+    /// What signing out revokes; None for a proxy's header, which has no cookie.
+    #[serde(skip)]
+    pub id: Option<String>,
+    /// The fingerprint of the token signed in with ([`Signer::fingerprint`]).
+    #[serde(skip)]
+    pub token: Option<String>,
 }
 
 /// Signs and checks the values gatebot hands the browser.
@@ -104,6 +115,13 @@ impl Signer {
         format!("{value}.{}", self.sign(purpose, value))
     }
 
+    /// A token's fingerprint for a session cookie: a short HMAC of its
+    /// SHA-256 under the session key, so the cookie shows nothing of the
+    /// token and a token is recognised without keeping it.
+    pub fn fingerprint(&self, sha256: &[u8; 32]) -> String {
+        self.sign("token", &hex::encode(sha256))[..32].to_string()
+    }
+
     /// The value of a sealed string whose signature holds.
     pub fn open<'a>(&self, purpose: &str, sealed: &'a str) -> Option<&'a str> {
         let (value, signature) = sealed.rsplit_once('.')?;
@@ -122,24 +140,32 @@ pub fn is_login(s: &str) -> bool {
     !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
 }
 
+/// In a cookie: no token fingerprint.
+const NO_TOKEN: &str = "-";
+
 impl Session {
-    pub fn new(login: &str, via: Via, now: Millis, ttl_ms: Millis) -> Self {
+    /// A new session; `token` is the fingerprint of the token signed in with.
+    pub fn new(login: &str, via: Via, now: Millis, ttl_ms: Millis, token: Option<String>) -> Self {
         Self {
             login: login.to_string(),
             via,
             csrf: random_token(),
             expires: now.saturating_add(ttl_ms),
+            id: Some(random_token()),
+            token,
         }
     }
 
-    /// `login.via.expires.csrf`, sealed.
+    /// `login.via.expires.csrf.id.token`, sealed.
     pub fn cookie_value(&self, signer: &Signer) -> String {
         let value = format!(
-            "{}.{}.{}.{}",
+            "{}.{}.{}.{}.{}.{}",
             self.login,
             self.via.as_str(),
             self.expires,
-            self.csrf
+            self.csrf,
+            self.id.as_deref().unwrap_or(NO_TOKEN),
+            self.token.as_deref().unwrap_or(NO_TOKEN)
         );
         signer.seal("session", &value)
     }
@@ -147,10 +173,16 @@ impl Session {
     fn from_cookie(signer: &Signer, sealed: &str, now: Millis) -> Option<Self> {
         let value = signer.open("session", sealed)?;
         let mut parts = value.split('.');
-        let (login, via, expires, csrf) =
-            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let (login, via, expires, csrf, id, token) = (
+            parts.next()?,
+            parts.next()?,
+            parts.next()?,
+            parts.next()?,
+            parts.next()?,
+            parts.next()?,
+        );
         let expires: Millis = expires.parse().ok()?;
-        if parts.next().is_some() || expires <= now || !is_login(login) {
+        if parts.next().is_some() || expires <= now || !is_login(login) || id == NO_TOKEN {
             return None;
         }
         Some(Self {
@@ -158,7 +190,21 @@ impl Session {
             via: Via::parse(via)?,
             csrf: csrf.to_string(),
             expires,
+            id: Some(id.to_string()),
+            token: (token != NO_TOKEN).then(|| token.to_string()),
         })
+    }
+
+    /// Whether a session signed in with a token may go on: that token is
+    /// still configured, and still names this person. Others need no token.
+    fn token_still_configured(&self, web: &Web) -> bool {
+        if self.via != Via::Admin {
+            return true;
+        }
+        self.token
+            .as_ref()
+            .and_then(|fingerprint| web.operators.get(fingerprint))
+            .is_some_and(|name| *name == self.login)
     }
 }
 
@@ -189,6 +235,7 @@ pub fn who(
 ) -> Option<Session> {
     if let Some(s) = cookie(headers, SESSION_COOKIE)
         .and_then(|sealed| Session::from_cookie(&web.signer, sealed, now))
+        .filter(|s| s.token_still_configured(web))
     {
         return Some(s);
     }
@@ -220,6 +267,8 @@ fn forwarded(web: &Web, policy: &Policy, headers: &HeaderMap, peer: SocketAddr) 
         via: Via::Proxy,
         csrf: web.signer.sign("proxy-csrf", &user.to_ascii_lowercase())[..32].to_string(),
         expires: Millis::MAX,
+        id: None,
+        token: None,
     })
 }
 
@@ -296,11 +345,12 @@ mod tests {
     #[test]
     fn a_session_cookie_is_checked_and_expires() {
         let signer = Signer::new(None);
-        let s = Session::new("alice", Via::Github, 1_000, 60_000);
+        let s = Session::new("alice", Via::Github, 1_000, 60_000, None);
         let sealed = s.cookie_value(&signer);
         let back = Session::from_cookie(&signer, &sealed, 2_000).unwrap();
         assert_eq!((back.login.as_str(), back.via), ("alice", Via::Github));
         assert_eq!(back.csrf, s.csrf);
+        assert_eq!((back.id.as_deref(), back.token), (s.id.as_deref(), None));
         assert!(
             Session::from_cookie(&signer, &sealed, 61_000).is_none(),
             "expired"

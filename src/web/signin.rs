@@ -1,6 +1,8 @@
-//! Signing in and out: the admin token (a form), GitHub's OAuth web flow
-//! (`state` in a signed, short-lived cookie, checked on the way back), and
-//! signing out. A trusted proxy's header needs no step here (`session`).
+//! Signing in and out: an operator's token (a form: the admin token or a
+//! named one), GitHub's OAuth web flow (`state` in a signed, short-lived
+//! cookie, checked on the way back and used once), and signing out, which ends
+//! the session on every replica. A trusted proxy's header needs no step here
+//! (`session`).
 
 use std::time::Duration;
 
@@ -15,6 +17,7 @@ use super::view::Viewer;
 use super::{render, Problem};
 use crate::config::Config;
 use crate::core::AppState;
+use crate::http::auth::operator_of;
 
 /// How long the trip to GitHub and back may take.
 const OAUTH_TRIP: Duration = Duration::from_secs(600);
@@ -132,11 +135,13 @@ fn signin_csrf(state: &AppState, viewer: &Viewer) -> String {
 
 /// Compares secrets in constant time (hashing first hides the length too).
 fn same_secret(given: &str, expected: &str) -> bool {
-    use sha2::{Digest, Sha256};
     use subtle::ConstantTimeEq;
-    Sha256::digest(given.trim().as_bytes())
-        .ct_eq(&Sha256::digest(expected.as_bytes()))
-        .into()
+    sha256(given.trim()).ct_eq(&sha256(expected)).into()
+}
+
+fn sha256(text: &str) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(text.as_bytes()).into()
 }
 
 fn signin_page(
@@ -151,7 +156,7 @@ fn signin_page(
             base: viewer.base("/ui/signin"),
             me: viewer.session.as_ref(),
             github: viewer.web.oauth.is_some(),
-            token: state.config.admin_token().is_some(),
+            token: state.config.has_operators(),
             proxy: !viewer.web.proxies.is_empty(),
             csrf: signin_csrf(state, viewer),
             message,
@@ -171,7 +176,8 @@ pub struct TokenForm {
     csrf: String,
 }
 
-/// The admin token, typed into a form, becomes an operator's session.
+/// An operator's token, typed into a form, becomes that operator's session,
+/// bound to the token: it ends when the token is no longer configured.
 pub async fn token(
     State(state): State<AppState>,
     viewer: Viewer,
@@ -188,30 +194,44 @@ pub async fn token(
             "this form carries no valid CSRF token: reload the sign-in page and try again",
         ));
     }
-    let Some(expected) = state.config.admin_token() else {
+    if !state.config.has_operators() {
         return Err(Problem::forbidden(
-            "this server has no GATEBOT_ADMIN_TOKEN, so nobody signs in with one",
+            "this server has no GATEBOT_ADMIN_TOKEN or GATEBOT_API_TOKENS, so nobody signs in with one",
         ));
-    };
-    if !same_secret(&form.token, expected) {
+    }
+    let Some(name) = operator_of(&state.config, &form.token) else {
         let mut r = signin_page(
             &state,
             &viewer,
-            Some("That is not this server's admin token."),
+            Some("That is not this server's admin token or one of its named tokens."),
         )?;
         *r.status_mut() = StatusCode::UNAUTHORIZED;
         return Ok(r);
-    }
-    Ok(signed_in(&state, &viewer, "admin", Via::Admin))
+    };
+    let fingerprint = viewer.web.signer.fingerprint(&sha256(form.token.trim()));
+    Ok(signed_in(
+        &state,
+        &viewer,
+        &name,
+        Via::Admin,
+        Some(fingerprint),
+    ))
 }
 
-fn signed_in(state: &AppState, viewer: &Viewer, login: &str, via: Via) -> Response {
+fn signed_in(
+    state: &AppState,
+    viewer: &Viewer,
+    login: &str,
+    via: Via,
+    token: Option<String>,
+) -> Response {
     let ttl = viewer.web.session_ttl;
     let session = Session::new(
         login,
         via,
         state.clock.now_ms(),
         i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
+        token,
     );
     let cookie = session::set_cookie(
         SESSION_COOKIE,
@@ -286,12 +306,13 @@ pub async fn callback(
     if let Some(why) = back.error_description {
         return Err(Problem::forbidden(format!("GitHub said no: {why}")));
     }
+    let now = state.clock.now_ms();
     let expected = session::cookie(&headers, OAUTH_COOKIE)
         .and_then(|sealed| viewer.web.signer.open("oauth", sealed))
         .and_then(|v| v.split_once('-'))
-        .filter(|(_, until)| until.parse::<i64>().is_ok_and(|u| u > state.clock.now_ms()))
-        .map(|(nonce, _)| nonce.to_string());
-    let (Some(expected), Some(given)) = (expected, back.state) else {
+        .and_then(|(nonce, until)| Some((nonce.to_string(), until.parse::<i64>().ok()?)))
+        .filter(|(_, until)| *until > now);
+    let (Some((expected, until)), Some(given)) = (expected, back.state) else {
         return Err(Problem::forbidden(
             "the sign-in has no state to check (it took too long, or cookies are off): sign in again",
         ));
@@ -304,6 +325,10 @@ pub async fn callback(
     let Some(code) = back.code.filter(|c| !c.is_empty()) else {
         return Err(Problem::bad_request("GitHub sent no code"));
     };
+    let state_hash = hex::encode(sha256(&expected));
+    if state.store.oauth_state_used(&state_hash).await? {
+        return Err(Problem::forbidden(STATE_USED));
+    }
     let login = oauth
         .login(&code, &callback_url(&viewer, &headers))
         .await
@@ -313,8 +338,17 @@ pub async fn callback(
             "`{login}` is not a GitHub login"
         )));
     }
-    Ok(signed_in(&state, &viewer, &login, Via::Github))
+    // Marked used only once GitHub named someone, so that the table grows
+    // with real sign-ins, not with whoever calls this route; two replays at
+    // once still get one session between them.
+    if !state.store.use_oauth_state(&state_hash, until, now).await? {
+        return Err(Problem::forbidden(STATE_USED));
+    }
+    Ok(signed_in(&state, &viewer, &login, Via::Github, None))
 }
+
+/// A callback whose `state` signed someone in already (a replayed URL).
+const STATE_USED: &str = "this sign-in was used already: sign in again";
 
 #[derive(Deserialize)]
 pub struct SignoutForm {
@@ -322,9 +356,28 @@ pub struct SignoutForm {
     csrf: String,
 }
 
-pub async fn signout(viewer: Viewer, Form(form): Form<SignoutForm>) -> Result<Response, Problem> {
+/// Ends the session for every replica (a copy of the cookie is refused until
+/// it would have expired), then removes the cookie.
+pub async fn signout(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Form(form): Form<SignoutForm>,
+) -> Result<Response, Problem> {
     if let Some(s) = &viewer.session {
         super::actions::check_csrf(s, &form.csrf)?;
+        if let Some(id) = &s.id {
+            state
+                .store
+                .revoke_session(id, s.expires, state.clock.now_ms())
+                .await
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "cannot record a sign-out");
+                    Problem::unavailable(
+                        "not signed out: gatebot cannot write to its store right now; try again",
+                    )
+                })?;
+            tracing::info!(login = %s.login, "signed out of the web pages");
+        }
     }
     Ok((
         [(

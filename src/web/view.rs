@@ -43,8 +43,24 @@ impl FromRequestParts<AppState> for Viewer {
             peer,
             state.clock.now_ms(),
         );
+        let session = match session {
+            Some(s) if signed_out(state, &s).await? => None,
+            other => other,
+        };
         Ok(Self { web, session })
     }
+}
+
+/// Whether the session was signed out, on any replica. When the store cannot
+/// say, nobody is taken for signed in.
+async fn signed_out(state: &AppState, session: &Session) -> Result<bool, Problem> {
+    let Some(id) = &session.id else {
+        return Ok(false);
+    };
+    state.store.session_revoked(id).await.map_err(|e| {
+        tracing::warn!(error = %e, "cannot check whether a session was signed out");
+        Problem::unavailable("gatebot cannot check your sign-in right now: reload in a moment")
+    })
 }
 
 /// What every page's frame shows.
