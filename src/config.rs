@@ -881,7 +881,6 @@ impl Span {
         if ok {
             return None;
         }
-        let fmt = |d: Duration| humantime::format_duration(d).to_string();
         let zero = self
             .zero
             .map(|z| format!(", or 0 for {z}"))
@@ -889,10 +888,23 @@ impl Span {
         Some(format!(
             "{} must be from {} to {}{zero}, not {}",
             self.env,
-            fmt(self.min),
-            fmt(self.max),
-            fmt(self.value)
+            bound(self.min),
+            bound(self.max),
+            humantime::format_duration(self.value)
         ))
+    }
+}
+
+/// A range's end in the largest unit that divides it (365d, not 11months 30days…).
+fn bound(d: Duration) -> String {
+    let s = d.as_secs();
+    match () {
+        _ if d.is_zero() => "0s".to_string(),
+        _ if d.subsec_millis() != 0 || s == 0 => format!("{}ms", d.as_millis()),
+        _ if s % DAY == 0 => format!("{}d", s / DAY),
+        _ if s % 3600 == 0 => format!("{}h", s / 3600),
+        _ if s % 60 == 0 => format!("{}m", s / 60),
+        _ => format!("{s}s"),
     }
 }
 

@@ -852,7 +852,7 @@ async fn redeliver(
     inner.redelivery_requests.lock().unwrap().push(id);
     let inner = inner.clone();
     tokio::spawn(async move {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         send(&inner, &d.event, &d.guid, d.body, true).await;
     });
     (StatusCode::ACCEPTED, Json(json!({}))).into_response()
