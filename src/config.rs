@@ -821,24 +821,94 @@ impl Config {
         let spans = [
             Span {
                 zero: Some("approvals that never expire"),
-                ..span("GATEBOT_APPROVAL_TTL", self.approval_ttl, secs(60), secs(365 * DAY))
+                ..span(
+                    "GATEBOT_APPROVAL_TTL",
+                    self.approval_ttl,
+                    secs(60),
+                    secs(365 * DAY),
+                )
             },
-            span("GATEBOT_SHUTDOWN_TIMEOUT", self.shutdown_timeout, ZERO, secs(3600)),
-            span("GATEBOT_OUTBOX_BACKOFF", self.outbox_backoff, ms(10), secs(600)),
-            span("GATEBOT_OUTBOX_LEASE", self.outbox_lease, secs(1), secs(3600)),
-            span("GATEBOT_HEADER_READ_TIMEOUT", self.header_read_timeout, ms(100), secs(300)),
-            span("GATEBOT_IDLE_TIMEOUT", self.idle_timeout, ms(100), secs(3600)),
-            span("GATEBOT_BODY_READ_TIMEOUT", self.body_read_timeout, ms(100), secs(300)),
-            span("GATEBOT_REQUEST_TIMEOUT", self.request_timeout, ms(100), secs(600)),
-            span("GATEBOT_UI_SESSION_TTL", self.ui.session_ttl, secs(60), secs(30 * DAY)),
-            span("GATEBOT_NAMED_GATE_RETENTION", self.named_gate_retention, secs(3600), secs(3650 * DAY)),
+            span(
+                "GATEBOT_SHUTDOWN_TIMEOUT",
+                self.shutdown_timeout,
+                ZERO,
+                secs(3600),
+            ),
+            span(
+                "GATEBOT_OUTBOX_BACKOFF",
+                self.outbox_backoff,
+                ms(10),
+                secs(600),
+            ),
+            span(
+                "GATEBOT_OUTBOX_LEASE",
+                self.outbox_lease,
+                secs(1),
+                secs(3600),
+            ),
+            span(
+                "GATEBOT_HEADER_READ_TIMEOUT",
+                self.header_read_timeout,
+                ms(100),
+                secs(300),
+            ),
+            span(
+                "GATEBOT_IDLE_TIMEOUT",
+                self.idle_timeout,
+                ms(100),
+                secs(3600),
+            ),
+            span(
+                "GATEBOT_BODY_READ_TIMEOUT",
+                self.body_read_timeout,
+                ms(100),
+                secs(300),
+            ),
+            span(
+                "GATEBOT_REQUEST_TIMEOUT",
+                self.request_timeout,
+                ms(100),
+                secs(600),
+            ),
+            span(
+                "GATEBOT_UI_SESSION_TTL",
+                self.ui.session_ttl,
+                secs(60),
+                secs(30 * DAY),
+            ),
+            span(
+                "GATEBOT_NAMED_GATE_RETENTION",
+                self.named_gate_retention,
+                secs(3600),
+                secs(3650 * DAY),
+            ),
         ];
         let mut out: Vec<String> = spans.iter().filter_map(Span::problem).collect();
         let counts: [(&str, i64, i64, i64); 4] = [
-            ("GATEBOT_OUTBOX_MAX_ATTEMPTS", self.outbox_max_attempts, 1, 100),
-            ("GATEBOT_MAX_CONNECTIONS", self.max_connections as i64, 1, 65_536),
-            ("GATEBOT_NAMED_GATES_LIVE", i64::from(self.named_gates_live), 1, 100_000),
-            ("GATEBOT_NAMED_GATES_PER_HOUR", i64::from(self.named_gates_per_hour), 1, 10_000),
+            (
+                "GATEBOT_OUTBOX_MAX_ATTEMPTS",
+                self.outbox_max_attempts,
+                1,
+                100,
+            ),
+            (
+                "GATEBOT_MAX_CONNECTIONS",
+                self.max_connections as i64,
+                1,
+                65_536,
+            ),
+            (
+                "GATEBOT_NAMED_GATES_LIVE",
+                i64::from(self.named_gates_live),
+                1,
+                100_000,
+            ),
+            (
+                "GATEBOT_NAMED_GATES_PER_HOUR",
+                i64::from(self.named_gates_per_hour),
+                1,
+                10_000,
+            ),
         ];
         for (env, value, min, max) in counts {
             if !(min..=max).contains(&value) {
@@ -853,7 +923,10 @@ impl Config {
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         for proxy in self.ui.trusted_proxies.iter().map(|p| p.trim()) {
-            if proxy.rsplit_once('/').is_some_and(|(_, bits)| bits.trim() == "0") {
+            if proxy
+                .rsplit_once('/')
+                .is_some_and(|(_, bits)| bits.trim() == "0")
+            {
                 out.push(format!(
                     "GATEBOT_UI_TRUSTED_PROXIES: {proxy} trusts every address: anyone who can reach gatebot can sign in to the pages as anyone by sending X-Forwarded-User; name only your authenticating proxy's addresses"
                 ));
@@ -901,9 +974,9 @@ fn bound(d: Duration) -> String {
     match () {
         _ if d.is_zero() => "0s".to_string(),
         _ if d.subsec_millis() != 0 || s == 0 => format!("{}ms", d.as_millis()),
-        _ if s % DAY == 0 => format!("{}d", s / DAY),
-        _ if s % 3600 == 0 => format!("{}h", s / 3600),
-        _ if s % 60 == 0 => format!("{}m", s / 60),
+        _ if s.is_multiple_of(DAY) => format!("{}d", s / DAY),
+        _ if s.is_multiple_of(3600) => format!("{}h", s / 3600),
+        _ if s.is_multiple_of(60) => format!("{}m", s / 60),
         _ => format!("{s}s"),
     }
 }

@@ -45,7 +45,10 @@ async fn the_pipeline_token_reads_only_named_gates() {
     assert_eq!(status, 403, "{text}");
     assert!(text.contains("reads only named gates"), "{text}");
     assert!(!text.contains("admin via api"), "no history leaks: {text}");
-    for path in ["/api/v1/gates/promote/named/r1", "/api/v1/gates/promote/named/never"] {
+    for path in [
+        "/api/v1/gates/promote/named/r1",
+        "/api/v1/gates/promote/named/never",
+    ] {
         let (status, text) = get(env.server.at(path), PIPELINE_TOKEN).await;
         assert_eq!(status, 200, "{path}: {text}");
     }
@@ -176,7 +179,8 @@ async fn with_the_store_locked_every_sender_is_answered_within_2_s(backend: Back
         .expect("a waiting message");
 
     let lock = StoreLock::take(&env.db).await;
-    let payload = serde_json::to_vec(&comment_at(42, 77, "alice", "/promote", env.now_ms())).unwrap();
+    let payload =
+        serde_json::to_vec(&comment_at(42, 77, "alice", "/promote", env.now_ms())).unwrap();
     let github = client()
         .post(env.server.at("/webhooks/github"))
         .header("content-type", "application/json")
@@ -189,7 +193,9 @@ async fn with_the_store_locked_every_sender_is_answered_within_2_s(backend: Back
     assert!(took < ANSWER_WITHIN, "GitHub waited {took:?}");
 
     let started = Instant::now();
-    let status = env.click("UALICE", "alice", "gatebot_approve", &message, "trig-1").await;
+    let status = env
+        .click("UALICE", "alice", "gatebot_approve", &message, "trig-1")
+        .await;
     let took = started.elapsed();
     assert_eq!(status, 503, "a Slack click");
     assert!(took < ANSWER_WITHIN, "the click waited {took:?}");
@@ -201,7 +207,9 @@ async fn with_the_store_locked_every_sender_is_answered_within_2_s(backend: Back
     assert!(took < ANSWER_WITHIN, "the command waited {took:?}");
     // Refused, so written to the audit log: as bounded.
     let started = Instant::now();
-    let (status, _) = env.slash("UMALLORY", "mallory", "promote 42", "trig-3").await;
+    let (status, _) = env
+        .slash("UMALLORY", "mallory", "promote 42", "trig-3")
+        .await;
     assert_eq!(status, 503, "a refused slash command");
     assert!(started.elapsed() < ANSWER_WITHIN, "{:?}", started.elapsed());
 
@@ -209,20 +217,25 @@ async fn with_the_store_locked_every_sender_is_answered_within_2_s(backend: Back
         "name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "rev-1",
         "metadata": {"eventMessage": "Advance podinfo.test canary weight 50", "eventType": "Normal"},
     });
-    let (status, took, text) = timed(client().post(env.server.at("/flagger/events")).json(&event)).await;
+    let (status, took, text) =
+        timed(client().post(env.server.at("/flagger/events")).json(&event)).await;
     assert_eq!(status, 202, "{text}");
     assert!(took < Duration::from_secs(1), "the event waited {took:?}");
     assert!(text.contains("recorded in order as soon as"), "{text}");
 
     lock.release().await;
-    eventually("the event recorded once the store is free", Duration::from_secs(15), || async {
-        let events = env.server.api("/api/v1/events").await;
-        events["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["message"] == "Advance podinfo.test canary weight 50")
-    })
+    eventually(
+        "the event recorded once the store is free",
+        Duration::from_secs(15),
+        || async {
+            let events = env.server.api("/api/v1/events").await;
+            events["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["message"] == "Advance podinfo.test canary weight 50")
+        },
+    )
     .await;
     let r = post_signed(
         &env.server.at("/webhooks/slack/commands"),
@@ -291,7 +304,10 @@ async fn dangerous_settings_are_warned_about_by_check_config_and_at_start() {
     let proxies = "GATEBOT_UI_TRUSTED_PROXIES: 0.0.0.0/0 trusts every address";
     let (ok, text) = check_config(&[("GATEBOT_UI_TRUSTED_PROXIES", "10.0.0.0/8,0.0.0.0/0")]);
     assert!(ok, "a warning, not a problem:\n{text}");
-    assert!(text.contains(&format!("warning:         {proxies}")), "{text}");
+    assert!(
+        text.contains(&format!("warning:         {proxies}")),
+        "{text}"
+    );
     let (_, text) = check_config(&[("GATEBOT_UI_TRUSTED_PROXIES", "10.0.0.0/8")]);
     assert!(!text.contains("warning:"), "{text}");
 
@@ -308,6 +324,9 @@ async fn dangerous_settings_are_warned_about_by_check_config_and_at_start() {
         logs.contains("GATEBOT_UI_TRUSTED_PROXIES: ::/0 trusts every address"),
         "{logs}"
     );
-    assert!(logs.contains("GATEBOT_LOADTESTER_OPEN_ACCESS=true: anyone"), "{logs}");
+    assert!(
+        logs.contains("GATEBOT_LOADTESTER_OPEN_ACCESS=true: anyone"),
+        "{logs}"
+    );
     let _: Value = served.api("/api/v1/gates").await;
 }

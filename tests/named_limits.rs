@@ -117,7 +117,10 @@ async fn a_gate_past_its_size_limit_is_refused(backend: Backend) {
         2.0
     );
     assert!(created(&env, "fits").await);
-    assert!(!created(&env, "big").await, "nothing of the refused gate is kept");
+    assert!(
+        !created(&env, "big").await,
+        "nothing of the refused gate is kept"
+    );
 }
 
 /// Whether the named gate `/gates/promote/named/<name>` was created.
@@ -145,7 +148,12 @@ async fn creations_past_a_tokens_hourly_quota_get_429_with_the_limit(backend: Ba
         "{}",
         r.text
     );
-    assert!(r.text.contains("pipeline created 3 named gates in the last hour"), "{}", r.text);
+    assert!(
+        r.text
+            .contains("pipeline created 3 named gates in the last hour"),
+        "{}",
+        r.text
+    );
     // The oldest of the three leaves the window 57 minutes from now.
     assert_eq!(r.retry_after, Some(57 * 60), "{}", r.text);
     assert_eq!(
@@ -191,7 +199,9 @@ async fn concurrent_creations_on_two_replicas_never_pass_the_quota(backend: Back
     };
     let urls = [
         env.server.url.clone(),
-        other.as_ref().map_or(env.server.url.clone(), |o| o.url.clone()),
+        other
+            .as_ref()
+            .map_or(env.server.url.clone(), |o| o.url.clone()),
     ];
     for round in 0..10 {
         let start = std::sync::Arc::new(tokio::sync::Barrier::new(2));
@@ -202,7 +212,10 @@ async fn concurrent_creations_on_two_replicas_never_pass_the_quota(backend: Back
                 tokio::spawn(async move {
                     let name = format!("g{round}-{n}");
                     start.wait().await;
-                    (create(&url, PIPELINE_TOKEN, &gate(&name)).await.status, name)
+                    (
+                        create(&url, PIPELINE_TOKEN, &gate(&name)).await.status,
+                        name,
+                    )
                 })
             })
             .collect();
@@ -258,7 +271,10 @@ async fn a_retired_gates_details_are_pruned_after_the_retention(backend: Backend
             "links": ["https://ci.example.com/run/1"], "slack_channel": "C123",
         })
     };
-    assert_eq!(create(url, PIPELINE_TOKEN, &body("release-1")).await.status, 201);
+    assert_eq!(
+        create(url, PIPELINE_TOKEN, &body("release-1")).await.status,
+        201
+    );
     let _sim = canary_waiting_at(env.server.at(path)).await;
     env.server.drained().await;
     assert_eq!(retire(url, "release-1").await, 200);
@@ -267,7 +283,10 @@ async fn a_retired_gates_details_are_pruned_after_the_retention(backend: Backend
     // Retired: the answer says so, and points at nothing that answers 409.
     let (status, reason) = check(&env.server.at(path)).await;
     assert_eq!(status, 403);
-    assert!(reason.starts_with("retired by pipeline via api at "), "{reason}");
+    assert!(
+        reason.starts_with("retired by pipeline via api at "),
+        "{reason}"
+    );
     assert!(!reason.contains("gatebot gates open"), "{reason}");
     let detail = env.server.api(&format!("/api/v1{path}")).await;
     assert_eq!(detail["named"]["title"], "Release release-1");
@@ -279,19 +298,30 @@ async fn a_retired_gates_details_are_pruned_after_the_retention(backend: Backend
             .filter(|w| !w["ended_at"].is_null())
             .count()
     };
-    assert!(ended(&detail) >= 2, "the announcement and the canary's wait: {detail}");
+    assert!(
+        ended(&detail) >= 2,
+        "the announcement and the canary's wait: {detail}"
+    );
     let audit_before = detail["audit"].as_array().unwrap().len();
 
     // Another gate, retired two days later: 29 days on, it is kept.
     clock.advance(2 * 24 * HOUR);
-    assert_eq!(create(url, PIPELINE_TOKEN, &body("release-2")).await.status, 201);
+    assert_eq!(
+        create(url, PIPELINE_TOKEN, &body("release-2")).await.status,
+        201
+    );
     assert_eq!(retire(url, "release-2").await, 200);
     clock.advance(29 * 24 * HOUR);
-    eventually("the first retired gate pruned", Duration::from_secs(20), || async {
-        env.server.api(&format!("/api/v1{path}")).await["named"]["pruned_at"].is_i64()
-    })
+    eventually(
+        "the first retired gate pruned",
+        Duration::from_secs(20),
+        || async { env.server.api(&format!("/api/v1{path}")).await["named"]["pruned_at"].is_i64() },
+    )
     .await;
-    let kept = env.server.api("/api/v1/gates/promote/named/release-2").await;
+    let kept = env
+        .server
+        .api("/api/v1/gates/promote/named/release-2")
+        .await;
     assert_eq!(kept["named"]["title"], "Release release-2", "{kept}");
     assert!(kept["named"]["pruned_at"].is_null());
 
@@ -303,7 +333,11 @@ async fn a_retired_gates_details_are_pruned_after_the_retention(backend: Backend
     assert_eq!(named["slack_channel"], Value::Null);
     assert_eq!(named["created_by"], "pipeline");
     assert!(named["retired_at"].is_i64());
-    assert_eq!(ended(&detail), 0, "ended waits and their metadata are gone: {detail}");
+    assert_eq!(
+        ended(&detail),
+        0,
+        "ended waits and their metadata are gone: {detail}"
+    );
     assert_eq!(detail["observations"], json!([]), "{detail}");
     assert_eq!(detail["state"], "held");
     assert_eq!(
@@ -316,5 +350,8 @@ async fn a_retired_gates_details_are_pruned_after_the_retention(backend: Backend
     assert_eq!(again.status, 409, "{}", again.text);
     let (status, reason) = check(&env.server.at(path)).await;
     assert_eq!(status, 403);
-    assert!(reason.starts_with("retired by pipeline via api at "), "{reason}");
+    assert!(
+        reason.starts_with("retired by pipeline via api at "),
+        "{reason}"
+    );
 }

@@ -78,7 +78,10 @@ fn now_ms() -> i64 {
 
 async fn promote(github: &FakeGithub, pr: u64, comment: u64) -> u16 {
     github
-        .deliver("issue_comment", &comment_at(pr, comment, "alice", "/promote", now_ms()))
+        .deliver(
+            "issue_comment",
+            &comment_at(pr, comment, "alice", "/promote", now_ms()),
+        )
         .await
 }
 
@@ -110,7 +113,10 @@ async fn refused_deliveries_are_asked_for_again_once_the_store_is_back(backend: 
     assert_eq!(promote(&github, 62, 9402).await, 503);
     assert_eq!(promote(&github, 63, 9403).await, 503);
     let refused: Vec<u64> = github.deliveries()[1..].iter().map(|d| d.id).collect();
-    assert!(github.redelivery_requests().is_empty(), "not while the store is down");
+    assert!(
+        github.redelivery_requests().is_empty(),
+        "not while the store is down"
+    );
     lock.release().await;
 
     eventually("both refused deliveries asked for", WAIT, || async {
@@ -119,7 +125,10 @@ async fn refused_deliveries_are_asked_for_again_once_the_store_is_back(backend: 
     .await;
     let mut asked = github.redelivery_requests();
     asked.sort_unstable();
-    assert_eq!(asked, refused, "each refused delivery, once; never {through}");
+    assert_eq!(
+        asked, refused,
+        "each refused delivery, once; never {through}"
+    );
     for id in &refused {
         eventually("the redelivery answered", WAIT, || async {
             attempts(&github, *id).len() == 2
@@ -134,12 +143,19 @@ async fn refused_deliveries_are_asked_for_again_once_the_store_is_back(backend: 
     }
     // Asked with the App's JWT, and counted.
     let lists = github.requests_to("/app/hook/deliveries");
-    assert!(lists.iter().all(|r| r.authorization.as_deref().is_some_and(|a| a.starts_with("Bearer ey"))));
+    assert!(lists.iter().all(|r| r
+        .authorization
+        .as_deref()
+        .is_some_and(|a| a.starts_with("Bearer ey"))));
     let metrics = server.metrics().await;
     assert!(
         metrics.contains(r#"endpoint="redeliver""#),
         "redelivery requests are counted: {}",
-        metrics.lines().filter(|l| l.contains("outbound")).collect::<Vec<_>>().join("\n")
+        metrics
+            .lines()
+            .filter(|l| l.contains("outbound"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     server.drained().await;
     let reactions = github.reactions_on(9402);

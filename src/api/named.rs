@@ -156,7 +156,9 @@ fn named_reject(e: NamedError) -> Reject {
         NamedError::Conflict { .. } => Reject::new(StatusCode::CONFLICT, "conflict", e.to_string()),
         NamedError::Retired { .. } => Reject::new(StatusCode::CONFLICT, "retired", e.to_string()),
         NamedError::NotFound { .. } => Reject::not_found(e.to_string()),
-        NamedError::Quota { .. } => Reject::new(StatusCode::TOO_MANY_REQUESTS, "quota", e.to_string()),
+        NamedError::Quota { .. } => {
+            Reject::new(StatusCode::TOO_MANY_REQUESTS, "quota", e.to_string())
+        }
         NamedError::Engine(e) => e.into(),
     }
 }

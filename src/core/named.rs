@@ -228,9 +228,11 @@ impl Engine {
         let now = unit.now();
         named.retired_at = Some(now);
         Store::put_named_gate(unit.tx(), &named).await?;
-        let why = who.clone().reason(Some(crate::gate::state::retirement_reason(
-            who.reason.as_deref(),
-        )));
+        let why = who
+            .clone()
+            .reason(Some(crate::gate::state::retirement_reason(
+                who.reason.as_deref(),
+            )));
         // Waits first: the hold would end the announcement as "held".
         let ended = end_waits(&mut unit, key, "retired").await?;
         let gate = unit.hold(key, &why).await?;
@@ -256,7 +258,10 @@ impl Engine {
             .prune_retired_named(now.saturating_sub(keep), now, PRUNE_BATCH)
             .await?;
         if !pruned.is_empty() {
-            tracing::info!(gates = pruned.len(), "pruned the details of retired named gates");
+            tracing::info!(
+                gates = pruned.len(),
+                "pruned the details of retired named gates"
+            );
         }
         Ok(pruned.len())
     }

@@ -427,7 +427,9 @@ const RETIRED: &str = "retired";
 fn is_retirement(key: &GateKey, change: &Change) -> bool {
     matches!(key.scope, Scope::Named(_))
         && change.reason.as_deref().is_some_and(|r| {
-            r == RETIRED || r.strip_prefix(RETIRED).is_some_and(|rest| rest.starts_with(": "))
+            r == RETIRED
+                || r.strip_prefix(RETIRED)
+                    .is_some_and(|rest| rest.starts_with(": "))
         })
 }
 

@@ -584,10 +584,13 @@ fn decode<T: DeserializeOwned>(text: &str) -> Result<T, ApiError> {
 /// The `cursor` of a `Link` header's `rel="next"` URL.
 fn next_cursor(headers: &HeaderMap) -> Option<String> {
     let link = headers.get(reqwest::header::LINK)?.to_str().ok()?;
-    let next = link
-        .split(',')
-        .find(|part| part.contains("rel=\"next\""))?;
-    let url = next.split(';').next()?.trim().trim_start_matches('<').trim_end_matches('>');
+    let next = link.split(',').find(|part| part.contains("rel=\"next\""))?;
+    let url = next
+        .split(';')
+        .next()?
+        .trim()
+        .trim_start_matches('<')
+        .trim_end_matches('>');
     let query = url.split_once('?')?.1;
     form_urlencoded::parse(query.as_bytes())
         .find(|(k, _)| k == "cursor")

@@ -113,7 +113,10 @@ impl Redeliveries {
                 return;
             };
             let refused = self.clear();
-            tracing::info!(refused, "the store takes receipts again: asking GitHub for the deliveries it refused");
+            tracing::info!(
+                refused,
+                "the store takes receipts again: asking GitHub for the deliveries it refused"
+            );
             // A minute of margin: GitHub stamps a delivery when it sent it.
             pass(&client, since.saturating_sub(60_000), &mut asked).await;
             tokio::select! {
@@ -287,9 +290,16 @@ mod tests {
             d(1, "a", 503),
         ];
         let asked: Vec<u64> = refused_only(&list, since).iter().map(|d| d.id).collect();
-        assert_eq!(asked, [5], "a: its latest attempt; b got through; c was refused for good");
+        assert_eq!(
+            asked,
+            [5],
+            "a: its latest attempt; b got through; c was refused for good"
+        );
         let later = unix_ms(humantime::parse_rfc3339("2026-01-02T00:00:00Z").unwrap());
-        assert!(refused_only(&list, later).is_empty(), "older than the window");
+        assert!(
+            refused_only(&list, later).is_empty(),
+            "older than the window"
+        );
     }
 
     #[test]

@@ -818,9 +818,7 @@ async fn list_deliveries(
         let link = format!(
             "<https://api.github.com/app/hook/deliveries?per_page={per_page}&cursor=v1_{last}>; rel=\"next\""
         );
-        response
-            .headers_mut()
-            .insert("link", link.parse().unwrap());
+        response.headers_mut().insert("link", link.parse().unwrap());
     }
     response
 }
