@@ -519,6 +519,20 @@ pub struct Config {
     #[arg(long, env = "GATEBOT_PUBLIC_URL")]
     pub public_url: Option<String>,
 
+    /// Most named gates (`POST /api/v1/gates`) not retired at once; past it a
+    /// creation gets 429.
+    #[arg(long, env = "GATEBOT_NAMED_GATES_LIVE", default_value_t = 500)]
+    pub named_gates_live: u32,
+
+    /// Most named gates one token creates in an hour; past it a creation gets 429.
+    #[arg(long, env = "GATEBOT_NAMED_GATES_PER_HOUR", default_value_t = 30)]
+    pub named_gates_per_hour: u32,
+
+    /// How long a retired named gate keeps its details (title, links, waits);
+    /// then only its name, its state and its audit lines are kept.
+    #[arg(long, env = "GATEBOT_NAMED_GATE_RETENTION", default_value = "30d", value_parser = parse_duration)]
+    pub named_gate_retention: Duration,
+
     #[command(flatten)]
     pub github: GithubConfig,
 
@@ -819,22 +833,15 @@ impl Config {
 
     /// Problems worth refusing to start for, each with what to do.
     pub fn problems(&self) -> Vec<String> {
-        let mut out = Vec::new();
+        let mut out = self.out_of_range();
         if let Err(e) = self.close_on_push_kinds() {
             out.push(e);
         }
-        for (name, value) in [
-            ("GATEBOT_HEADER_READ_TIMEOUT", self.header_read_timeout),
-            ("GATEBOT_IDLE_TIMEOUT", self.idle_timeout),
-            ("GATEBOT_BODY_READ_TIMEOUT", self.body_read_timeout),
-            ("GATEBOT_REQUEST_TIMEOUT", self.request_timeout),
-        ] {
-            if value.is_zero() {
-                out.push(format!("{name} must be longer than 0s"));
-            }
-        }
-        if self.max_connections == 0 {
-            out.push("GATEBOT_MAX_CONNECTIONS must be at least 1".into());
+        if let Some(dir) = self.templates_dir.as_ref().filter(|d| !d.is_dir()) {
+            out.push(format!(
+                "GATEBOT_TEMPLATES_DIR: {} is not a directory: create it, or unset the setting for the built-in templates",
+                dir.display()
+            ));
         }
         for (name, invalid) in [
             ("GATEBOT_API_TOKENS", &self.api_tokens.invalid),
@@ -912,6 +919,201 @@ impl Config {
             }
         }
         out
+    }
+}
+
+/// The range a duration setting must fall in; `zero` is also allowed when it
+/// has a meaning of its own.
+struct Span {
+    env: &'static str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+    zero: Option<&'static str>,
+}
+
+const fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+const ZERO: Duration = Duration::ZERO;
+
+const DAY: u64 = 24 * 3600;
+
+impl Config {
+    /// Values outside what gatebot can work with, each naming its setting and range.
+    fn out_of_range(&self) -> Vec<String> {
+        let span = |env, value, min, max| Span {
+            env,
+            value,
+            min,
+            max,
+            zero: None,
+        };
+        let spans = [
+            Span {
+                zero: Some("approvals that never expire"),
+                ..span(
+                    "GATEBOT_APPROVAL_TTL",
+                    self.approval_ttl,
+                    secs(60),
+                    secs(365 * DAY),
+                )
+            },
+            span(
+                "GATEBOT_SHUTDOWN_TIMEOUT",
+                self.shutdown_timeout,
+                ZERO,
+                secs(3600),
+            ),
+            span(
+                "GATEBOT_OUTBOX_BACKOFF",
+                self.outbox_backoff,
+                ms(10),
+                secs(600),
+            ),
+            span(
+                "GATEBOT_OUTBOX_LEASE",
+                self.outbox_lease,
+                secs(1),
+                secs(3600),
+            ),
+            span(
+                "GATEBOT_HEADER_READ_TIMEOUT",
+                self.header_read_timeout,
+                ms(100),
+                secs(300),
+            ),
+            span(
+                "GATEBOT_IDLE_TIMEOUT",
+                self.idle_timeout,
+                ms(100),
+                secs(3600),
+            ),
+            span(
+                "GATEBOT_BODY_READ_TIMEOUT",
+                self.body_read_timeout,
+                ms(100),
+                secs(300),
+            ),
+            span(
+                "GATEBOT_REQUEST_TIMEOUT",
+                self.request_timeout,
+                ms(100),
+                secs(600),
+            ),
+            span(
+                "GATEBOT_UI_SESSION_TTL",
+                self.ui.session_ttl,
+                secs(60),
+                secs(30 * DAY),
+            ),
+            span(
+                "GATEBOT_NAMED_GATE_RETENTION",
+                self.named_gate_retention,
+                secs(3600),
+                secs(3650 * DAY),
+            ),
+        ];
+        let mut out: Vec<String> = spans.iter().filter_map(Span::problem).collect();
+        let counts: [(&str, i64, i64, i64); 4] = [
+            (
+                "GATEBOT_OUTBOX_MAX_ATTEMPTS",
+                self.outbox_max_attempts,
+                1,
+                100,
+            ),
+            (
+                "GATEBOT_MAX_CONNECTIONS",
+                self.max_connections as i64,
+                1,
+                65_536,
+            ),
+            (
+                "GATEBOT_NAMED_GATES_LIVE",
+                i64::from(self.named_gates_live),
+                1,
+                100_000,
+            ),
+            (
+                "GATEBOT_NAMED_GATES_PER_HOUR",
+                i64::from(self.named_gates_per_hour),
+                1,
+                10_000,
+            ),
+        ];
+        for (env, value, min, max) in counts {
+            if !(min..=max).contains(&value) {
+                out.push(format!("{env} must be from {min} to {max}, not {value}"));
+            }
+        }
+        out
+    }
+
+    /// Settings that work but put gates at risk, each with why; logged at start
+    /// and shown by `check-config`.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for proxy in self.ui.trusted_proxies.iter().map(|p| p.trim()) {
+            if proxy
+                .rsplit_once('/')
+                .is_some_and(|(_, bits)| bits.trim() == "0")
+            {
+                out.push(format!(
+                    "GATEBOT_UI_TRUSTED_PROXIES: {proxy} trusts every address: anyone who can reach gatebot can sign in to the pages as anyone by sending X-Forwarded-User; name only your authenticating proxy's addresses"
+                ));
+            }
+        }
+        // Longer than any one GitHub or Slack call (5 s), or another replica
+        // takes over a notification still being sent.
+        if self.outbox_lease < secs(10) {
+            out.push(format!(
+                "GATEBOT_OUTBOX_LEASE={}: shorter than a GitHub or Slack call may take (5s), so a notification still being sent may be sent again by another replica; 60s is the default",
+                humantime::format_duration(self.outbox_lease)
+            ));
+        }
+        if self.loadtester_open_access {
+            out.push("GATEBOT_LOADTESTER_OPEN_ACCESS=true: anyone who can reach gatebot can open and close gates through /gate/open and /rollback/open, as with the loadtester".into());
+        }
+        out
+    }
+}
+
+impl Span {
+    fn problem(&self) -> Option<String> {
+        let ok = (self.value.is_zero() && self.zero.is_some())
+            || (self.min..=self.max).contains(&self.value);
+        if ok {
+            return None;
+        }
+        let zero = self
+            .zero
+            .map(|z| format!(", or 0 for {z}"))
+            .unwrap_or_default();
+        Some(format!(
+            "{} must be from {} to {}{zero}, not {}",
+            self.env,
+            bound(self.min),
+            bound(self.max),
+            humantime::format_duration(self.value)
+        ))
+    }
+}
+
+/// A range's end in the largest unit that divides it (365d, not 11months 30days…).
+fn bound(d: Duration) -> String {
+    let s = d.as_secs();
+    match () {
+        _ if d.is_zero() => "0s".to_string(),
+        _ if d.subsec_millis() != 0 || s == 0 => format!("{}ms", d.as_millis()),
+        _ if s.is_multiple_of(DAY) => format!("{}d", s / DAY),
+        _ if s.is_multiple_of(3600) => format!("{}h", s / 3600),
+        _ if s.is_multiple_of(60) => format!("{}m", s / 60),
+        _ => format!("{s}s"),
     }
 }
 

@@ -616,12 +616,13 @@ impl Policy {
     }
 
     /// Who may break glass from Slack: only `[slack.commands.force].approvers`,
-    /// never the general approvers.
+    /// never the general approvers; four eyes as that table says.
     pub fn slack_force(&self) -> Option<SlackRule> {
-        let approvers = self.file.slack.commands.get("force")?.approvers.as_ref()?;
+        let force = self.file.slack.commands.get("force")?;
+        let approvers = force.approvers.as_ref()?;
         Some(SlackRule {
             approvers: clean(approvers),
-            forbid_self_approval: false,
+            forbid_self_approval: force.forbid_self_approval.unwrap_or(false),
             setting: format!("slack.commands.force.approvers in {}", self.source_name()),
         })
     }

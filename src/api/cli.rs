@@ -323,6 +323,9 @@ pub async fn check_config(
         ok = false;
         let _ = writeln!(text, "problem:         {problem}");
     }
+    for warning in config.warnings() {
+        let _ = writeln!(text, "warning:         {warning}");
+    }
     if let Err(e) = crate::templates::Templates::new(config.templates_dir.clone()) {
         ok = false;
         let _ = writeln!(text, "problem:         {e:#}");

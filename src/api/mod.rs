@@ -9,14 +9,14 @@ pub mod wait;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::core::AppState;
 use crate::core::{GateDetail, Provenance};
-use crate::gate::{Gate, GateKey};
+use crate::gate::{Gate, GateKey, Scope};
 use crate::http::auth::{is_pipeline, operator, reader};
 use crate::http::error::Reject;
 
@@ -64,11 +64,20 @@ pub async fn show(
     headers: HeaderMap,
     Path(key): Path<String>,
 ) -> Result<Json<GateDetail>, Reject> {
-    // A pipeline waiting on its gate (`gatebot wait`) may read it with its own token.
-    if !is_pipeline(&state.config, &headers) {
+    // A pipeline waiting on its gate (`gatebot wait`) may read it with its
+    // own token: its named gates, and no other gate's history.
+    let by_pipeline = is_pipeline(&state.config, &headers);
+    if !by_pipeline {
         reader(&state.config, &headers)?;
     }
     let key = parse_key(&state, &key)?;
+    if by_pipeline && !matches!(key.scope, Scope::Named(_)) {
+        return Err(Reject::new(
+            StatusCode::FORBIDDEN,
+            "not_named",
+            format!("the pipeline token reads only named gates (/gates/<kind>/named/<name>), and {key} is not one: read it with GATEBOT_ADMIN_TOKEN"),
+        ));
+    }
     Ok(Json(state.engine.detail(&key).await?))
 }
 

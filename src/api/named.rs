@@ -3,13 +3,13 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::core::named::{Named, NamedError};
+use crate::core::named::{Named, NamedError, NamedLimits};
 use crate::core::{AppState, Provenance};
 use crate::gate::{GateKey, GateKind, GateName, PrNumber, RepoName, Scope};
 use crate::http::auth::{pipeline, Caller};
@@ -21,6 +21,10 @@ const MAX_LINKS: usize = 10;
 const MAX_URL: usize = 2000;
 /// Titles and link texts, in characters.
 const MAX_TEXT: usize = 200;
+/// What one gate's title, links, channel and PR may take together, as the
+/// JSON they are stored in: each copy (the gate, its announcement, the Slack
+/// message) stays this small (README, "Limits and guarantees").
+pub const MAX_SPEC_BYTES: usize = 2048;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -152,6 +156,9 @@ fn named_reject(e: NamedError) -> Reject {
         NamedError::Conflict { .. } => Reject::new(StatusCode::CONFLICT, "conflict", e.to_string()),
         NamedError::Retired { .. } => Reject::new(StatusCode::CONFLICT, "retired", e.to_string()),
         NamedError::NotFound { .. } => Reject::not_found(e.to_string()),
+        NamedError::Quota { .. } => {
+            Reject::new(StatusCode::TOO_MANY_REQUESTS, "quota", e.to_string())
+        }
         NamedError::Engine(e) => e.into(),
     }
 }
@@ -160,6 +167,33 @@ fn named_reject(e: NamedError) -> Reject {
 fn provenance(caller: Caller) -> Provenance {
     let reason = caller.reason(None);
     Provenance::new(caller.actor).reason(reason)
+}
+
+/// A refusal past a quota carries when to ask again.
+fn named_answer(e: NamedError) -> Response {
+    let retry_after = match &e {
+        NamedError::Quota { retry_after, .. } => Some(retry_after.as_secs().max(1)),
+        _ => None,
+    };
+    let mut response = named_reject(e).into_response();
+    if let Some(secs) = retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
+}
+
+/// The whole spec within `MAX_SPEC_BYTES`.
+fn within_size(spec: &NamedSpec) -> Result<(), Reject> {
+    let size = serde_json::to_vec(spec).map_or(usize::MAX, |v| v.len());
+    if size > MAX_SPEC_BYTES {
+        return Err(bad(
+            "too_large",
+            format!("a named gate's title, links, slack_channel and pr take at most {MAX_SPEC_BYTES} bytes together (as JSON); these take {size}"),
+        ));
+    }
+    Ok(())
 }
 
 /// `POST /api/v1/gates`: 201 created, 200 the same gate again, 409 a different one.
@@ -199,12 +233,20 @@ pub async fn create(
             .map(|p| pr(p, default_repo.as_ref()))
             .transpose()?,
     };
+    within_size(&spec)?;
     let key = GateKey::new(kind, Scope::Named(name));
-    let named = state
+    let limits = NamedLimits {
+        live: state.config.named_gates_live,
+        per_hour: state.config.named_gates_per_hour,
+    };
+    let named = match state
         .engine
-        .create_named(&key, spec, &provenance(caller))
+        .create_named(&key, spec, &provenance(caller), &limits)
         .await
-        .map_err(named_reject)?;
+    {
+        Ok(named) => named,
+        Err(e) => return Ok(named_answer(e)),
+    };
     let status = if named.created {
         StatusCode::CREATED
     } else {

@@ -6,7 +6,7 @@ mod router;
 mod tasks;
 mod web_access;
 
-pub use router::{app, app_with, harden};
+pub use router::{app, app_with, harden, Webhooks};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -49,6 +49,7 @@ pub struct Gatebot {
     /// The pages under /ui, built once.
     web: Arc<crate::web::Web>,
     receipts: http::receipts::Receipts,
+    redeliveries: github::redeliver::Redeliveries,
 }
 
 impl Gatebot {
@@ -59,6 +60,9 @@ impl Gatebot {
     pub async fn start_with(config: Config, options: Options) -> anyhow::Result<Self> {
         if let Some(problem) = config.problems().into_iter().next() {
             anyhow::bail!(problem);
+        }
+        for warning in config.warnings() {
+            tracing::warn!("{warning}");
         }
         // Before any client is built: they all take these proxies and roots.
         crate::outbound::configure(&config.outbound)?;
@@ -178,6 +182,7 @@ impl Gatebot {
         let mut inbox_handlers: std::collections::HashMap<String, Arc<dyn Handler>> =
             options.inbox.into_iter().collect();
         inbox_handlers.extend(github::inbox_handlers(&state, github.as_ref()));
+        let app_client = github.clone();
         let authors = github.map(|c| c as Arc<dyn crate::core::authors::AuthorLookup>);
         inbox_handlers.extend(slack::inbox_handlers(&state, authors)?);
         let inbox = Worker {
@@ -219,6 +224,15 @@ impl Gatebot {
         if let Some(socket) = slack::socket_mode(&state, receipts.clone())? {
             tasks.spawn(socket.run(shutdown.clone()));
         }
+        // GitHub keeps an App's deliveries: what gatebot refused, it asks for again.
+        let redeliveries = github::redeliver::Redeliveries::default();
+        if let Some(app) = app_client.filter(|c| c.is_app()) {
+            tasks.spawn(
+                redeliveries
+                    .clone()
+                    .run(app, store.clone(), shutdown.clone()),
+            );
+        }
         Ok(Self {
             state,
             shutdown,
@@ -226,6 +240,7 @@ impl Gatebot {
             drain,
             web,
             receipts,
+            redeliveries,
         })
     }
 
@@ -236,7 +251,11 @@ impl Gatebot {
     }
 
     pub fn router(&self) -> Router {
-        app_with(self.state.clone(), self.web.clone(), self.receipts.clone())
+        let webhooks = Webhooks {
+            receipts: self.receipts.clone(),
+            redeliveries: self.redeliveries.clone(),
+        };
+        app_with(self.state.clone(), self.web.clone(), webhooks)
     }
 
     /// Serves until `signal`, lets in-flight requests finish (up to the

@@ -20,6 +20,7 @@ use crate::api::{self, health};
 use crate::core::AppState;
 use crate::flagger;
 use crate::gate::GateKind;
+use crate::github::redeliver::Redeliveries;
 use crate::http::access;
 use crate::http::error::{Reject, Rejected};
 use crate::http::guard::{self, Failed, OnFailure};
@@ -38,6 +39,10 @@ pub fn app(state: AppState) -> Router {
         state.clock.clone(),
         state.inbox_wake.clone(),
     );
+    let receipts = Webhooks {
+        receipts,
+        redeliveries: Redeliveries::default(),
+    };
     let changes = state.engine.changes().unwrap_or_else(|| {
         let (changes, _) = tokio::sync::broadcast::channel(1024);
         state.engine.publish_to(changes.clone());
@@ -52,13 +57,24 @@ pub fn app(state: AppState) -> Router {
     }
 }
 
-/// The router with the pages `web`, storing webhook receipts through
-/// `receipts` (which Socket Mode shares).
-pub fn app_with(state: AppState, web: Arc<crate::web::Web>, receipts: Receipts) -> Router {
-    compose(state, Some(web), receipts)
+/// What the webhook routes share with the rest of the server: the receipt
+/// writer (which Socket Mode shares) and the GitHub deliveries to ask for again.
+pub struct Webhooks {
+    pub receipts: Receipts,
+    pub redeliveries: Redeliveries,
 }
 
-fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, receipts: Receipts) -> Router {
+/// The router with the pages `web`, storing webhook receipts through
+/// `webhooks`.
+pub fn app_with(state: AppState, web: Arc<crate::web::Web>, webhooks: Webhooks) -> Router {
+    compose(state, Some(web), webhooks)
+}
+
+fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, webhooks: Webhooks) -> Router {
+    let Webhooks {
+        receipts,
+        redeliveries,
+    } = webhooks;
     let read_timeout = state.config.body_read_timeout;
     let body =
         |max| middleware::from_fn_with_state(BodyLimit::new(max, read_timeout), limits::bounded);
@@ -143,7 +159,12 @@ fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, receipts: Receipt
             "/gate/halt",
             get(flagger::legacy_halt).post(flagger::legacy_halt),
         )
-        .route("/flagger/events", post(flagger::event))
+        .route(
+            "/flagger/events",
+            post(flagger::event).layer(axum::Extension(flagger::events::EventIntake::new(
+                state.clone(),
+            ))),
+        )
         .layer(DefaultBodyLimit::max(FLAGGER_BODY_LIMIT))
         .route_layer(body(FLAGGER_BODY_LIMIT));
 
@@ -170,7 +191,15 @@ fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, receipts: Receipt
 
     // One receipt writer for every webhook source: more deliveries per commit.
     let webhooks = Router::new()
-        .merge(github::routes().route_layer(webhook_body(GITHUB_BODY_LIMIT)))
+        .merge(
+            github::routes()
+                .route_layer(webhook_body(GITHUB_BODY_LIMIT))
+                // Outside the body limit: its 503s are refusals too.
+                .route_layer(middleware::from_fn_with_state(
+                    redeliveries,
+                    github::redeliver::note_refusals,
+                )),
+        )
         .merge(slack::routes().route_layer(webhook_body(SLACK_BODY_LIMIT)))
         .layer(axum::Extension(receipts));
 

@@ -54,7 +54,8 @@ pub(super) async fn follow_gates(state: AppState, shutdown: CancellationToken) {
     }
 }
 
-/// Every few seconds: write last-seen times, expire approvals, refresh gauges.
+/// Every few seconds: write last-seen times, expire approvals, act on
+/// deadlines and reminders, prune retired named gates, refresh gauges.
 pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -77,6 +78,10 @@ pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
         }
         if let Err(e) = state.engine.send_reminders(&state.policy).await {
             tracing::warn!(error = %e, "could not send reminders");
+        }
+        let retention = state.config.named_gate_retention;
+        if let Err(e) = state.engine.prune_retired_named(retention).await {
+            tracing::warn!(error = %e, "could not prune retired named gates");
         }
         // Another replica may have frozen or lifted; SQLite has one writer.
         if state.store.backend() == crate::store::Backend::Postgres {

@@ -3,12 +3,34 @@
 //! Everything else (approvals, pins, expiry, holds) is any gate's.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use super::unit::{audit_entry, Unit};
 use super::{Engine, EngineError, Provenance};
 use crate::gate::{AuditAction, Gate, GateKey, Millis, Scope};
 use crate::notify::Notice;
 use crate::store::{NamedGate, NamedSpec, Store, StoreError};
+
+/// How many named gates there may be (`GATEBOT_NAMED_GATES_LIVE`,
+/// `GATEBOT_NAMED_GATES_PER_HOUR`): each costs store space until it is
+/// retired and pruned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamedLimits {
+    /// Created and not yet retired, by anyone.
+    pub live: u32,
+    /// Created by one token in the last hour.
+    pub per_hour: u32,
+}
+
+/// The window of `NamedLimits::per_hour`.
+const HOUR_MS: Millis = 3_600_000;
+
+/// Which quota a creation ran into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Quota {
+    Live { limit: u32 },
+    PerHour { limit: u32, actor: String },
+}
 
 /// Why a named gate could not be created or retired.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +47,12 @@ pub enum NamedError {
     Retired { key: GateKey, at: Millis },
     #[error("{key} was never created")]
     NotFound { key: GateKey },
+    #[error("{}", quota_message(quota, *retry_after))]
+    Quota {
+        quota: Quota,
+        /// When a creation may succeed again, at the earliest.
+        retry_after: Duration,
+    },
     #[error(transparent)]
     Engine(#[from] EngineError),
 }
@@ -35,6 +63,48 @@ impl From<StoreError> for NamedError {
     }
 }
 
+fn quota_message(quota: &Quota, retry_after: Duration) -> String {
+    match quota {
+        Quota::Live { limit } => format!(
+            "{limit} named gates are live, the most this server keeps (GATEBOT_NAMED_GATES_LIVE={limit}): retire one (DELETE /api/v1/gates/<kind>/named/<name>) before creating another"
+        ),
+        Quota::PerHour { limit, actor } => format!(
+            "{actor} created {limit} named gates in the last hour, the most one token may (GATEBOT_NAMED_GATES_PER_HOUR={limit}): try again in {}s",
+            retry_after.as_secs()
+        ),
+    }
+}
+
+/// Refused past a quota; Ok with nothing to say otherwise.
+async fn check_quota(
+    unit: &mut Unit<'_>,
+    limits: &NamedLimits,
+    actor: &str,
+) -> Result<(), NamedError> {
+    let now = unit.now();
+    let counts = Store::named_counts(unit.tx(), actor, now - HOUR_MS).await?;
+    if counts.live >= i64::from(limits.live) {
+        return Err(NamedError::Quota {
+            quota: Quota::Live { limit: limits.live },
+            // Nothing frees a slot but a retirement: ask again in a minute.
+            retry_after: Duration::from_secs(60),
+        });
+    }
+    if counts.created >= i64::from(limits.per_hour) {
+        let frees_at = counts.oldest_created.unwrap_or(now) + HOUR_MS;
+        // Whole seconds, rounded up: a Retry-After names seconds.
+        let wait_ms = u64::try_from(frees_at - now).unwrap_or(0).max(1);
+        return Err(NamedError::Quota {
+            quota: Quota::PerHour {
+                limit: limits.per_hour,
+                actor: actor.to_string(),
+            },
+            retry_after: Duration::from_secs(wait_ms.div_ceil(1000)),
+        });
+    }
+    Ok(())
+}
+
 /// A named gate and its state.
 #[derive(Debug, Clone)]
 pub struct Named {
@@ -43,6 +113,9 @@ pub struct Named {
     /// False when the same gate existed already.
     pub created: bool,
 }
+
+/// Retired gates pruned per housekeeping pass (every 5 s).
+const PRUNE_BATCH: i64 = 100;
 
 /// The outcome of a wait that ends because its named gate changed.
 fn announcement_outcome(action: AuditAction) -> Option<&'static str> {
@@ -56,17 +129,20 @@ fn announcement_outcome(action: AuditAction) -> Option<&'static str> {
 
 impl Engine {
     /// Creates a named gate and announces it (in the unit that creates it);
-    /// the same spec again is the same gate.
+    /// the same spec again is the same gate, and costs no quota. A new gate
+    /// past `limits` is refused.
     pub async fn create_named(
         &self,
         key: &GateKey,
         spec: NamedSpec,
         who: &Provenance,
+        limits: &NamedLimits,
     ) -> Result<Named, NamedError> {
         if !matches!(key.scope, Scope::Named(_)) || !key.kind.pinned() {
             return Err(NamedError::NotNamed { key: key.clone() });
         }
         let mut unit = self.begin().await?;
+        self.store.lock_named_creations(unit.tx()).await?;
         if let Some(named) = Store::named_gate_in(unit.tx(), key).await? {
             unit.rollback().await;
             if let Some(at) = named.retired_at {
@@ -90,6 +166,10 @@ impl Engine {
                 created: false,
             });
         }
+        if let Err(e) = check_quota(&mut unit, limits, &who.actor.name).await {
+            unit.rollback().await;
+            return Err(e);
+        }
         let now = unit.now();
         let named = NamedGate {
             key: key.clone(),
@@ -97,6 +177,7 @@ impl Engine {
             created_at: now,
             created_by: who.actor.name.clone(),
             retired_at: None,
+            pruned_at: None,
         };
         Store::put_named_gate(unit.tx(), &named).await?;
         let metadata = announcement_metadata(&named);
@@ -147,11 +228,11 @@ impl Engine {
         let now = unit.now();
         named.retired_at = Some(now);
         Store::put_named_gate(unit.tx(), &named).await?;
-        let why = who.clone().reason(Some(
-            who.reason
-                .clone()
-                .map_or_else(|| "retired".to_string(), |r| format!("retired: {r}")),
-        ));
+        let why = who
+            .clone()
+            .reason(Some(crate::gate::state::retirement_reason(
+                who.reason.as_deref(),
+            )));
         // Waits first: the hold would end the announcement as "held".
         let ended = end_waits(&mut unit, key, "retired").await?;
         let gate = unit.hold(key, &why).await?;
@@ -165,6 +246,24 @@ impl Engine {
             gate,
             created: false,
         })
+    }
+
+    /// Prunes the details of gates retired longer than `retention` ago, a
+    /// batch at a time (see `Store::prune_retired_named`); how many it pruned.
+    pub async fn prune_retired_named(&self, retention: Duration) -> Result<usize, StoreError> {
+        let now = self.now();
+        let keep = Millis::try_from(retention.as_millis()).unwrap_or(Millis::MAX);
+        let pruned = self
+            .store
+            .prune_retired_named(now.saturating_sub(keep), now, PRUNE_BATCH)
+            .await?;
+        if !pruned.is_empty() {
+            tracing::info!(
+                gates = pruned.len(),
+                "pruned the details of retired named gates"
+            );
+        }
+        Ok(pruned.len())
     }
 
     /// The named gate, if `key` names one that was created.

@@ -2,12 +2,15 @@
 //! the event hook. See flagger-protocol.md: 200 opens, anything else keeps the
 //! gate closed, and 403 is never retried, so a closed gate is always 403.
 
+pub mod events;
+
 use std::collections::BTreeMap;
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use serde::Deserialize;
 
 use crate::core::AppState;
@@ -18,6 +21,7 @@ use crate::gate::{
 use crate::http::access::Changed;
 use crate::http::auth::admin;
 use crate::http::error::Reject;
+use events::{Event, EventIntake, Taken};
 
 /// The body of a Flagger webhook call. Unknown fields are ignored.
 #[derive(Debug, Default, Deserialize)]
@@ -247,9 +251,11 @@ fn text(status: StatusCode, line: &str) -> Response {
         .into_response()
 }
 
-/// `POST /flagger/events`: store the event, answer at once.
+/// `POST /flagger/events`: hand the event to the intake, answer at once
+/// (see [`events`]).
 pub async fn event(
     State(state): State<AppState>,
+    Extension(intake): Extension<EventIntake>,
     RawQuery(query): RawQuery,
     body: Bytes,
 ) -> Result<Response, Reject> {
@@ -271,12 +277,30 @@ pub async fn event(
         .cloned()
         .unwrap_or_else(|| "Normal".into());
     let flagger_at = input.metadata.get("timestamp").and_then(|t| t.parse().ok());
-    let kind = state
-        .engine
-        .record_event(&canary, &input, &message, &event_type, flagger_at)
-        .await
-        .map_err(|e| Reject::unavailable(e.to_string()))?;
-    Ok(text(StatusCode::OK, &format!("recorded {}", kind.as_str())))
+    let event = Event {
+        canary,
+        input,
+        message,
+        event_type,
+        flagger_at,
+    };
+    Ok(match intake.take(event).await {
+        Taken::Recorded(kind) => text(StatusCode::OK, &format!("recorded {}", kind.as_str())),
+        Taken::Queued => text(
+            StatusCode::ACCEPTED,
+            "accepted: the store is slow to answer, so the event is kept and recorded in order as soon as it does",
+        ),
+        Taken::Full => {
+            let mut r = Reject::unavailable(format!(
+                "{} events are waiting for the store already: this one is not kept",
+                events::QUEUED
+            ))
+            .into_response();
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+            r
+        }
+    })
 }
 
 // ---- the loadtester's gate API ----

@@ -247,6 +247,13 @@ pub fn decide(
     let key = &gate.key;
     let closed = closed_word(key.kind);
     match &gate.status {
+        GateStatus::Held { change } if is_retirement(key, change) => Verdict::closed(format!(
+            "retired by {} via {} at {}{}: a retired gate takes no approvals; the pipeline creates a gate with another name for its next run",
+            change.by.name,
+            change.by.source,
+            Rfc3339(change.at),
+            retirement_suffix(change.reason.as_deref()),
+        )),
         GateStatus::Held { change } => Verdict::closed(format!(
             "held by {} via {}{}: {} to lift it",
             change.by.name,
@@ -507,6 +514,36 @@ impl Ways<'_> {
         // Writing to a String cannot fail.
         let _ = self.out.write_fmt(way);
     }
+}
+
+/// What a pipeline's retirement holds its named gate with: "retired", or
+/// "retired: <why>" with the pipeline's reason.
+pub fn retirement_reason(why: Option<&str>) -> String {
+    match why.map(str::trim).filter(|w| !w.is_empty()) {
+        Some(why) => format!("{RETIRED}: {why}"),
+        None => RETIRED.to_string(),
+    }
+}
+
+const RETIRED: &str = "retired";
+
+/// A named gate held by its retirement (not by someone's `hold`).
+fn is_retirement(key: &GateKey, change: &Change) -> bool {
+    matches!(key.scope, Scope::Named(_))
+        && change.reason.as_deref().is_some_and(|r| {
+            r == RETIRED
+                || r.strip_prefix(RETIRED)
+                    .is_some_and(|rest| rest.starts_with(": "))
+        })
+}
+
+/// The pipeline's reason for retiring, as " (why)".
+fn retirement_suffix(reason: Option<&str>) -> String {
+    let why = reason
+        .and_then(|r| r.strip_prefix(RETIRED))
+        .and_then(|r| r.strip_prefix(": "))
+        .map(|r| r.to_string());
+    reason_suffix(&why)
 }
 
 fn unhold_hint(key: &GateKey) -> String {

@@ -172,6 +172,20 @@ struct LoginAnswer {
     slug: String,
 }
 
+/// One delivery of the App's webhook, as `GET /app/hook/deliveries` lists it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct HookDelivery {
+    pub id: u64,
+    /// The `X-GitHub-Delivery` header: the same for every attempt of one event.
+    #[serde(default)]
+    pub guid: String,
+    #[serde(default)]
+    pub delivered_at: String,
+    /// What gatebot answered (0 when GitHub got no answer).
+    #[serde(default)]
+    pub status_code: u16,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct PullInfo {
     #[serde(default)]
@@ -428,6 +442,33 @@ impl GithubClient {
             .map(|c| c.id))
     }
 
+    /// A page of the App's webhook deliveries, newest first, and the cursor
+    /// of the next page (GitHub's `Link: <…&cursor=…>; rel="next"`).
+    pub async fn hook_deliveries(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<(Vec<HookDelivery>, Option<String>), ApiError> {
+        let auth = self.bearer(None).await?;
+        let mut path = "/app/hook/deliveries?per_page=100".to_string();
+        if let Some(c) = cursor {
+            path.push_str("&cursor=");
+            path.push_str(&segment(c));
+        }
+        let (text, headers) = self
+            .call_with_headers("hook_deliveries", &auth, Method::GET, &path, None)
+            .await?;
+        Ok((decode(&text)?, next_cursor(&headers)))
+    }
+
+    /// Asks GitHub to deliver the App's webhook delivery `id` again.
+    pub async fn redeliver(&self, id: u64) -> Result<(), ApiError> {
+        let auth = self.bearer(None).await?;
+        let path = format!("/app/hook/deliveries/{id}/attempts");
+        self.call("redeliver", &auth, Method::POST, &path, None)
+            .await
+            .map(|_| ())
+    }
+
     async fn read<T: DeserializeOwned>(
         &self,
         endpoint: &'static str,
@@ -448,6 +489,20 @@ impl GithubClient {
         path: &str,
         body: Option<&Value>,
     ) -> Result<String, ApiError> {
+        self.call_with_headers(endpoint, auth, method, path, body)
+            .await
+            .map(|(text, _)| text)
+    }
+
+    /// [`Self::call`], with the answer's headers.
+    async fn call_with_headers(
+        &self,
+        endpoint: &'static str,
+        auth: &SecretString,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(String, HeaderMap), ApiError> {
         let mut request = self
             .http
             .request(method, format!("{}{path}", self.base))
@@ -482,7 +537,7 @@ impl GithubClient {
 }
 
 /// A call's result as `gatebot_outbound_requests_total` counts it.
-fn result_of(answer: &Result<String, ApiError>) -> &'static str {
+fn result_of<T>(answer: &Result<T, ApiError>) -> &'static str {
     match answer {
         Ok(_) => "ok",
         Err(ApiError::Status {
@@ -526,8 +581,24 @@ fn decode<T: DeserializeOwned>(text: &str) -> Result<T, ApiError> {
         .map_err(|e| ApiError::Transport(format!("unexpected answer from GitHub: {e}")))
 }
 
-/// The body of a successful answer, or the classified failure.
-async fn answer(response: reqwest::Response) -> Result<String, ApiError> {
+/// The `cursor` of a `Link` header's `rel="next"` URL.
+fn next_cursor(headers: &HeaderMap) -> Option<String> {
+    let link = headers.get(reqwest::header::LINK)?.to_str().ok()?;
+    let next = link.split(',').find(|part| part.contains("rel=\"next\""))?;
+    let url = next
+        .split(';')
+        .next()?
+        .trim()
+        .trim_start_matches('<')
+        .trim_end_matches('>');
+    let query = url.split_once('?')?.1;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "cursor")
+        .map(|(_, v)| v.into_owned())
+}
+
+/// The body and headers of a successful answer, or the classified failure.
+async fn answer(response: reqwest::Response) -> Result<(String, HeaderMap), ApiError> {
     let status = response.status();
     let headers = response.headers().clone();
     let bytes = outbound::body(response, BODY_LIMIT)
@@ -535,7 +606,7 @@ async fn answer(response: reqwest::Response) -> Result<String, ApiError> {
         .map_err(ApiError::Transport)?;
     let text = String::from_utf8_lossy(&bytes).into_owned();
     if status.is_success() {
-        return Ok(text);
+        return Ok((text, headers));
     }
     let (rate_limited, retry_after) = rate_limit(status.as_u16(), &headers, &text);
     let message = serde_json::from_str::<Value>(&text)

@@ -6,6 +6,7 @@
 //! - [`sink`]: the `github` outbox sink: reactions, replies, the status comment.
 //! - [`client`]: the REST calls (reqwest), with rate-limit aware errors.
 //! - [`app`]: GitHub App authentication (JWT, installation tokens).
+//! - [`redeliver`]: asks GitHub to deliver again what gatebot had to refuse.
 
 pub mod access;
 pub mod app;
@@ -15,6 +16,7 @@ pub mod events;
 pub mod inbox;
 pub mod pulls;
 pub mod pushes;
+pub mod redeliver;
 pub mod routes;
 pub mod sink;
 pub mod status;

@@ -2,8 +2,12 @@
 //! commands): deliveries that arrive together are stored in one transaction, so
 //! they share one disk flush instead of paying one each. Every caller still gets
 //! its answer only after the commit, and the inbox worker is woken by it.
+//! A receipt the store cannot take within [`RECEIPT_WITHIN`] is refused (503),
+//! well inside GitHub's 10 s and Slack's 3 s, so that the sender retries
+//! rather than gives up on a connection that hangs.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -14,6 +18,11 @@ use crate::store::{Delivery, Store};
 
 /// Most deliveries written in one transaction.
 const MAX_BATCH: usize = 256;
+
+/// How long a caller waits for its receipt to be stored before it is told
+/// the store is unavailable. A write still under way may yet store it; a
+/// redelivery of it is then a duplicate.
+pub const RECEIPT_WITHIN: Duration = Duration::from_millis(1500);
 
 type Reply = oneshot::Sender<Result<bool, String>>;
 
@@ -46,7 +55,19 @@ impl Receipts {
     }
 
     /// Stores the delivery; false when it was stored before (a redelivery).
+    /// Err when the store did not take it within [`RECEIPT_WITHIN`].
     pub async fn store(&self, delivery: Delivery) -> Result<bool, String> {
+        tokio::time::timeout(RECEIPT_WITHIN, self.store_unbounded(delivery))
+            .await
+            .map_err(|_| {
+                format!(
+                    "the store did not take the receipt within {}: try again",
+                    humantime::format_duration(RECEIPT_WITHIN)
+                )
+            })?
+    }
+
+    async fn store_unbounded(&self, delivery: Delivery) -> Result<bool, String> {
         let tx = self.tx.get_or_init(|| {
             let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
             tokio::spawn(writer(self.target.clone(), rx));

@@ -17,7 +17,7 @@ use super::verify::verify;
 use crate::core::AppState;
 use crate::gate::Millis;
 use crate::http::error::Reject;
-use crate::http::receipts::Receipts;
+use crate::http::receipts::{Receipts, RECEIPT_WITHIN};
 use crate::http::SLACK_BODY_LIMIT;
 
 pub fn routes() -> Router<AppState> {
@@ -99,6 +99,18 @@ async fn commands(
         // Slack always sends one; without it the signed request itself is the id.
         command.trigger_id = format!("signed-{}", signed_digest(signed_at, &body));
     }
-    let text = accept::command(&state, &receipts, command, signed_at).await?;
+    // Refusals and `status` read or write the store too: Slack gives up after
+    // 3 s, so a store that does not answer in time is a 503 it retries.
+    let text = tokio::time::timeout(
+        RECEIPT_WITHIN,
+        accept::command(&state, &receipts, command, signed_at),
+    )
+    .await
+    .map_err(|_| {
+        Reject::unavailable(format!(
+            "the store did not answer within {}: try again",
+            humantime::format_duration(RECEIPT_WITHIN)
+        ))
+    })??;
     Ok(Json(json!({"response_type": "ephemeral", "text": text})).into_response())
 }

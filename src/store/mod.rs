@@ -37,7 +37,7 @@ use crate::gate::{
 
 pub use gate_events::{GateEvent, GateEvents, GATES_CHANNEL, LISTENER_APPLICATION_NAME};
 pub use loading::SeenRow;
-pub use named::{Link, NamedGate, NamedSpec};
+pub use named::{Link, NamedCounts, NamedGate, NamedSpec};
 pub use notify::WaitBrief;
 pub use prs::StatusComment;
 pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};

@@ -69,6 +69,9 @@ pub struct NamedGate {
     pub created_at: Millis,
     pub created_by: String,
     pub retired_at: Option<Millis>,
+    /// When a retired gate's details (title, links, waits) were pruned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pruned_at: Option<Millis>,
 }
 
 fn named_from_row(row: &AnyRow) -> Result<NamedGate> {
@@ -102,6 +105,7 @@ fn named_from_row(row: &AnyRow) -> Result<NamedGate> {
         created_at: row.try_get("created_at")?,
         created_by: row.try_get("created_by")?,
         retired_at: row.try_get("retired_at")?,
+        pruned_at: row.try_get("pruned_at")?,
     })
 }
 
@@ -266,4 +270,119 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// How many named gates are live, and how many one actor created lately.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamedCounts {
+    /// Created and not retired.
+    pub live: i64,
+    /// Created by the actor since the time asked.
+    pub created: i64,
+    /// When the oldest of those was created.
+    pub oldest_created: Option<Millis>,
+}
+
+impl Store {
+    /// Inside a unit that creates a named gate: on PostgreSQL, creations by
+    /// every replica take turns from here to the commit, so the counts read
+    /// next stay true until the new gate is written (SQLite has one writer).
+    pub async fn lock_named_creations(&self, tx: &mut WriteTx<'_>) -> Result<()> {
+        if self.backend == super::Backend::Postgres {
+            sqlx::query("LOCK TABLE named_gates IN SHARE ROW EXCLUSIVE MODE")
+                .execute(tx.conn())
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The live named gates, and those `actor` created since `since`.
+    pub async fn named_counts(
+        tx: &mut WriteTx<'_>,
+        actor: &str,
+        since: Millis,
+    ) -> Result<NamedCounts> {
+        let live: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM named_gates WHERE retired_at IS NULL")
+                .fetch_one(tx.conn())
+                .await?;
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM named_gates \
+             WHERE created_by = $1 AND created_at > $2",
+        )
+        .bind(actor.to_string())
+        .bind(since)
+        .fetch_one(tx.conn())
+        .await?;
+        Ok(NamedCounts {
+            live,
+            created: row.try_get("n")?,
+            oldest_created: row.try_get("oldest")?,
+        })
+    }
+
+    /// Prunes the details of up to `limit` gates retired before `before`:
+    /// their title, links, channel and PR, their ended waits and what Slack
+    /// showed of them, and the canaries' last checks. The name, the gate's
+    /// state (held) and the audit lines stay. Returns the gates pruned.
+    pub async fn prune_retired_named(
+        &self,
+        before: Millis,
+        now: Millis,
+        limit: i64,
+    ) -> Result<Vec<GateKey>> {
+        let mut tx = self.begin().await?;
+        let keys: Vec<String> = sqlx::query_scalar(
+            "SELECT gate_key FROM named_gates WHERE pruned_at IS NULL AND retired_at < $1 \
+             ORDER BY retired_at LIMIT $2",
+        )
+        .bind(before)
+        .bind(limit)
+        .fetch_all(tx.conn())
+        .await?;
+        if keys.is_empty() {
+            tx.rollback().await;
+            return Ok(Vec::new());
+        }
+        for key in &keys {
+            prune_one(&mut tx, key, now).await?;
+        }
+        tx.commit().await?;
+        keys.iter()
+            .map(|k| {
+                GateKey::parse(k, None)
+                    .map_err(|e| StoreError::Corrupt(format!("named gate {k}: {e}")))
+            })
+            .collect()
+    }
+}
+
+async fn prune_one(tx: &mut WriteTx<'_>, key: &str, now: Millis) -> Result<()> {
+    sqlx::query(
+        "UPDATE named_gates SET title = NULL, links = '[]', slack_channel = NULL, \
+         pr_repo = NULL, pr_number = NULL, pruned_at = $2 WHERE gate_key = $1",
+    )
+    .bind(key.to_string())
+    .bind(now)
+    .execute(tx.conn())
+    .await?;
+    for table in ["slack_decisions", "slack_endings", "slack_finals"] {
+        sqlx::query(&format!(
+            "DELETE FROM {table} WHERE wait_id IN (SELECT wait_id FROM slack_messages WHERE gate = $1)"
+        ))
+        .bind(key.to_string())
+        .execute(tx.conn())
+        .await?;
+    }
+    for statement in [
+        "DELETE FROM slack_messages WHERE gate = $1",
+        "DELETE FROM waits WHERE gate_key = $1 AND ended_at IS NOT NULL",
+        "DELETE FROM observations WHERE gate_key = $1",
+    ] {
+        sqlx::query(statement)
+            .bind(key.to_string())
+            .execute(tx.conn())
+            .await?;
+    }
+    Ok(())
 }

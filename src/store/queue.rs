@@ -173,6 +173,18 @@ impl Store {
         Ok(stored)
     }
 
+    /// Whether a delivery could be stored now: a write transaction that takes
+    /// the inbox's write lock, changes nothing and is rolled back. Not
+    /// recorded for readiness; callers bound how long it may take.
+    pub async fn inbox_writable(&self) -> Result<()> {
+        let mut tx = self.begin_recorded(None).await?;
+        sqlx::query("UPDATE inbox SET state = state WHERE id = ''")
+            .execute(tx.conn())
+            .await?;
+        tx.rollback().await;
+        Ok(())
+    }
+
     /// Takes up to `limit` due items for `lease_ms`, in due order, in one
     /// transaction. An item is free when its lease ran out or when its owner is
     /// another replica that has not been seen for [`super::DEAD_AFTER`] (a

@@ -42,6 +42,28 @@ pub struct FakeReaction {
     pub content: String,
 }
 
+/// One webhook delivery the fake made to gatebot, as GitHub keeps it for an
+/// App (`GET /app/hook/deliveries`).
+#[derive(Debug, Clone)]
+pub struct FakeDelivery {
+    pub id: u64,
+    /// `X-GitHub-Delivery`: the same for every attempt of one event.
+    pub guid: String,
+    pub event: String,
+    pub redelivery: bool,
+    /// What gatebot answered; 0 when it did not answer.
+    pub status_code: u16,
+    pub delivered_at: std::time::SystemTime,
+    body: Vec<u8>,
+}
+
+/// Where the App's webhook goes: gatebot's URL and the secret that signs it.
+#[derive(Debug, Clone)]
+struct Hook {
+    url: String,
+    secret: String,
+}
+
 /// An answer to give instead of the real one.
 #[derive(Debug, Clone)]
 pub struct Failure {
@@ -112,6 +134,11 @@ pub struct Inner {
     in_flight: Mutex<HashMap<String, usize>>,
     /// Who signs in through the OAuth web flow (`set_oauth_login`); empty: nobody.
     oauth_login: Mutex<String>,
+    hook: Mutex<Option<Hook>>,
+    /// Every delivery made, oldest first.
+    deliveries: Mutex<Vec<FakeDelivery>>,
+    /// The delivery ids gatebot asked to deliver again, in order.
+    redelivery_requests: Mutex<Vec<u64>>,
 }
 
 /// Counts a write as in flight until its answer is sent or abandoned.
@@ -176,7 +203,9 @@ impl FakeGithub {
             .route("/login/oauth/access_token", post(oauth_token))
             .route("/app", get(app_info))
             .route("/repos/{owner}/{repo}/installation", get(installation))
-            .route("/app/installations/{id}/access_tokens", post(access_token));
+            .route("/app/installations/{id}/access_tokens", post(access_token))
+            .route("/app/hook/deliveries", get(list_deliveries))
+            .route("/app/hook/deliveries/{id}/attempts", post(redeliver));
         let routes = if prefix.is_empty() {
             routes
         } else {
@@ -327,6 +356,32 @@ impl FakeGithub {
 
     pub fn requests(&self) -> Vec<Recorded> {
         self.inner.requests.lock().unwrap().clone()
+    }
+
+    /// The App's webhook goes to `url`, signed with `secret`.
+    pub fn set_webhook(&self, url: &str, secret: &str) {
+        *self.inner.hook.lock().unwrap() = Some(Hook {
+            url: url.to_string(),
+            secret: secret.to_string(),
+        });
+    }
+
+    /// Delivers `event` to the App's webhook as GitHub does (a new guid,
+    /// signed) and keeps the delivery; gatebot's answer.
+    pub async fn deliver(&self, event: &str, payload: &Value) -> u16 {
+        let body = serde_json::to_vec(payload).unwrap();
+        let guid = uuid::Uuid::new_v4().to_string();
+        send(&self.inner, event, &guid, body, false).await
+    }
+
+    /// Every delivery made, oldest first.
+    pub fn deliveries(&self) -> Vec<FakeDelivery> {
+        self.inner.deliveries.lock().unwrap().clone()
+    }
+
+    /// The delivery ids gatebot asked to deliver again, in order.
+    pub fn redelivery_requests(&self) -> Vec<u64> {
+        self.inner.redelivery_requests.lock().unwrap().clone()
     }
 
     /// Requests to paths containing `part`.
@@ -662,4 +717,141 @@ async fn access_token(Path(id): Path<u64>) -> Response {
         ),
     )
         .into_response()
+}
+
+/// Posts one delivery attempt to the App's webhook and keeps it.
+async fn send(inner: &Arc<Inner>, event: &str, guid: &str, body: Vec<u8>, redelivery: bool) -> u16 {
+    let hook = inner
+        .hook
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("set_webhook first");
+    let answer = crate::harness::client()
+        .post(&hook.url)
+        .header("content-type", "application/json")
+        .header("x-github-event", event)
+        .header("x-github-delivery", guid)
+        .header(
+            "x-hub-signature-256",
+            gatebot::github::verify::sign(&hook.secret, &body),
+        )
+        .body(body.clone())
+        .send()
+        .await;
+    let status_code = answer.map_or(0, |r| r.status().as_u16());
+    inner.deliveries.lock().unwrap().push(FakeDelivery {
+        id: inner.next_id.fetch_add(1, Ordering::SeqCst),
+        guid: guid.to_string(),
+        event: event.to_string(),
+        redelivery,
+        status_code,
+        delivered_at: std::time::SystemTime::now(),
+        body,
+    });
+    status_code
+}
+
+/// Only the App's JWT may read or redeliver its deliveries.
+fn app_jwt(headers: &HeaderMap) -> bool {
+    headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.starts_with("Bearer ey"))
+}
+
+fn delivery_json(d: &FakeDelivery) -> Value {
+    let status = match d.status_code {
+        0 => "timed out".to_string(),
+        200..=299 => "OK".to_string(),
+        code => StatusCode::from_u16(code)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("error")
+            .to_string(),
+    };
+    json!({
+        "id": d.id, "guid": d.guid,
+        "delivered_at": humantime::format_rfc3339_seconds(d.delivered_at).to_string(),
+        "redelivery": d.redelivery, "duration": 0.03, "status": status,
+        "status_code": d.status_code, "event": d.event, "action": "created",
+        "installation_id": 32739733, "repository_id": 1296269, "throttled_at": null
+    })
+}
+
+/// `GET /app/hook/deliveries`: newest first, `per_page` at a time, the next
+/// page's cursor in `Link` as GitHub gives it.
+async fn list_deliveries(
+    State(inner): State<Arc<Inner>>,
+    headers: HeaderMap,
+    axum::extract::Query(q): axum::extract::Query<HashMap<String, String>>,
+) -> Response {
+    if !app_jwt(&headers) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"message": "A JSON web token could not be decoded"})),
+        )
+            .into_response();
+    }
+    let per_page = q
+        .get("per_page")
+        .and_then(|p| p.parse::<usize>().ok())
+        .unwrap_or(30)
+        .clamp(1, 100);
+    let before = q
+        .get("cursor")
+        .and_then(|c| c.strip_prefix("v1_"))
+        .and_then(|c| c.parse::<u64>().ok());
+    let all: Vec<FakeDelivery> = inner
+        .deliveries
+        .lock()
+        .unwrap()
+        .iter()
+        .rev()
+        .filter(|d| before.is_none_or(|b| d.id < b))
+        .cloned()
+        .collect();
+    let page: Vec<Value> = all.iter().take(per_page).map(delivery_json).collect();
+    let mut response = Json(page).into_response();
+    if all.len() > per_page {
+        let last = all[per_page - 1].id;
+        let link = format!(
+            "<https://api.github.com/app/hook/deliveries?per_page={per_page}&cursor=v1_{last}>; rel=\"next\""
+        );
+        response.headers_mut().insert("link", link.parse().unwrap());
+    }
+    response
+}
+
+/// `POST /app/hook/deliveries/{id}/attempts`: 202, then the delivery again,
+/// under its guid, as GitHub does it: a moment later.
+async fn redeliver(
+    State(inner): State<Arc<Inner>>,
+    headers: HeaderMap,
+    Path(id): Path<u64>,
+) -> Response {
+    if !app_jwt(&headers) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"message": "A JSON web token could not be decoded"})),
+        )
+            .into_response();
+    }
+    let Some(d) = inner
+        .deliveries
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|d| d.id == id)
+        .cloned()
+    else {
+        return not_found();
+    };
+    inner.redelivery_requests.lock().unwrap().push(id);
+    let inner = inner.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        send(&inner, &d.event, &d.guid, d.body, true).await;
+    });
+    (StatusCode::ACCEPTED, Json(json!({}))).into_response()
 }
