@@ -652,3 +652,70 @@ async fn promote_and_hold_racing_on_two_replicas_end_as_in_some_serial_order() {
         }
     }
 }
+
+/// Posts an operator change (`open` or `close`) of `gate` to a replica.
+async fn change_via(replica: &str, verb: &str, gate: &str) -> u16 {
+    client()
+        .post(format!("{replica}/api/v1/gates/{verb}"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"gate": gate}))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_row_lock_neither_hangs_a_write_nor_keeps_memory_stale() {
+    use sqlx::Connection;
+    if skip() {
+        return;
+    }
+    let db = TestDb::new(Backend::Postgres).await;
+    let vars = [("GATEBOT_GITHUB_REPOSITORY", "acme/shop"), ("RUST_LOG", "warn")];
+    let a = Served::start(&db, &vars);
+    let b = Served::start(&db, &vars);
+    let (x, y) = ("/gates/start/pr/1", "/gates/start/pr/2");
+    open_via(&a.url, x).await;
+    open_via(&a.url, y).await;
+    let check = |replica: String| async move {
+        client()
+            .get(format!("{replica}{y}"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    eventually("B to hear Y opened", WAIT, || async { check(b.url.clone()).await == 200 }).await;
+
+    // A client cut off mid-transaction: X's row stays locked.
+    let mut stuck = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut stuck).await.unwrap();
+    sqlx::query("SELECT key FROM gates WHERE key = $1 FOR UPDATE")
+        .bind(x)
+        .execute(&mut stuck)
+        .await
+        .unwrap();
+
+    // A write on B that touches X, and meanwhile A closes Y.
+    let started = std::time::Instant::now();
+    let write_x = tokio::spawn({
+        let b = b.url.clone();
+        async move { (change_via(&b, "close", x).await, started.elapsed()) }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(change_via(&a.url, "close", y).await, 200, "close Y on A");
+    eventually(
+        "B to answer 403 for Y",
+        Duration::from_secs(3),
+        || async { check(b.url.clone()).await == 403 },
+    )
+    .await;
+    let (code, took) = write_x.await.unwrap();
+    assert_ne!(code, 200, "X's write cannot have its lock");
+    assert!(took < Duration::from_secs(5), "X's write answered in {took:?}");
+    sqlx::query("ROLLBACK").execute(&mut stuck).await.unwrap();
+    assert_eq!(change_via(&b.url, "close", x).await, 200, "X once the lock is gone");
+}
