@@ -693,11 +693,12 @@ async fn a_stuck_row_lock_neither_hangs_a_write_nor_keeps_memory_stale() {
     // A client cut off mid-transaction: X's row stays locked.
     let mut stuck = sqlx::PgConnection::connect(&db.url).await.unwrap();
     sqlx::query("BEGIN").execute(&mut stuck).await.unwrap();
-    sqlx::query("SELECT key FROM gates WHERE key = $1 FOR UPDATE")
-        .bind(x)
+    let locked = sqlx::query("SELECT key FROM gates WHERE key = $1 FOR UPDATE")
+        .bind("/gates/start/acme/shop/pr/1")
         .execute(&mut stuck)
         .await
         .unwrap();
+    assert_eq!(locked.rows_affected(), 1, "X's row is locked");
 
     // A write on B that touches X, and meanwhile A closes Y.
     let started = std::time::Instant::now();
