@@ -647,8 +647,14 @@ async fn promote_and_hold_racing_on_two_replicas_end_as_in_some_serial_order() {
             "PR {pr}: {actions:?}"
         );
         for replica in [&a, &b] {
-            let state = replica.api(&format!("/api/v1/gates/promote/acme/shop/pr/{pr}")).await;
-            assert_eq!(state["state"], "held", "PR {pr} on {}: {state}", replica.url);
+            let state = replica
+                .api(&format!("/api/v1/gates/promote/acme/shop/pr/{pr}"))
+                .await;
+            assert_eq!(
+                state["state"], "held",
+                "PR {pr} on {}: {state}",
+                replica.url
+            );
         }
     }
 }
@@ -673,7 +679,10 @@ async fn a_stuck_row_lock_neither_hangs_a_write_nor_keeps_memory_stale() {
         return;
     }
     let db = TestDb::new(Backend::Postgres).await;
-    let vars = [("GATEBOT_GITHUB_REPOSITORY", "acme/shop"), ("RUST_LOG", "warn")];
+    let vars = [
+        ("GATEBOT_GITHUB_REPOSITORY", "acme/shop"),
+        ("RUST_LOG", "warn"),
+    ];
     let a = Served::start(&db, &vars);
     let b = Served::start(&db, &vars);
     let (x, y) = ("/gates/start/pr/1", "/gates/start/pr/2");
@@ -688,7 +697,10 @@ async fn a_stuck_row_lock_neither_hangs_a_write_nor_keeps_memory_stale() {
             .status()
             .as_u16()
     };
-    eventually("B to hear Y opened", WAIT, || async { check(b.url.clone()).await == 200 }).await;
+    eventually("B to hear Y opened", WAIT, || async {
+        check(b.url.clone()).await == 200
+    })
+    .await;
 
     // A client cut off mid-transaction: X's row stays locked.
     let mut stuck = sqlx::PgConnection::connect(&db.url).await.unwrap();
@@ -708,15 +720,20 @@ async fn a_stuck_row_lock_neither_hangs_a_write_nor_keeps_memory_stale() {
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(change_via(&a.url, "close", y).await, 200, "close Y on A");
-    eventually(
-        "B to answer 403 for Y",
-        Duration::from_secs(3),
-        || async { check(b.url.clone()).await == 403 },
-    )
+    eventually("B to answer 403 for Y", Duration::from_secs(3), || async {
+        check(b.url.clone()).await == 403
+    })
     .await;
     let (code, took) = write_x.await.unwrap();
     assert_ne!(code, 200, "X's write cannot have its lock");
-    assert!(took < Duration::from_secs(5), "X's write answered in {took:?}");
+    assert!(
+        took < Duration::from_secs(5),
+        "X's write answered in {took:?}"
+    );
     sqlx::query("ROLLBACK").execute(&mut stuck).await.unwrap();
-    assert_eq!(change_via(&b.url, "close", x).await, 200, "X once the lock is gone");
+    assert_eq!(
+        change_via(&b.url, "close", x).await,
+        200,
+        "X once the lock is gone"
+    );
 }

@@ -83,7 +83,6 @@ impl Store {
         }
         Ok(votes)
     }
-
 }
 
 /// The votes of one gate, in order, read on `conn`.
