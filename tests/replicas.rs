@@ -630,7 +630,13 @@ async fn promote_and_hold_racing_on_two_replicas_end_as_in_some_serial_order() {
             assert_eq!((p, h), (202, 202), "PR {pr} stored");
         }
     });
-    futures_util::future::join_all(sends).await;
+    // As many at once as a replica reads webhook bodies (the rest would be
+    // turned away), so that the pairs race each other as well.
+    use futures_util::StreamExt;
+    futures_util::stream::iter(sends)
+        .buffer_unordered(gatebot::http::limits::WEBHOOK_BODY_READERS)
+        .collect::<Vec<()>>()
+        .await;
 
     // Whichever came first, a serial order ends held: promote then hold, or
     // hold then a promote refused. The audit must tell the same story.
@@ -725,7 +731,8 @@ async fn a_stuck_row_lock_neither_hangs_a_write_nor_keeps_memory_stale() {
     })
     .await;
     let (code, took) = write_x.await.unwrap();
-    assert_ne!(code, 200, "X's write cannot have its lock");
+    // Tried a few times, each failing within the lock timeout, then refused.
+    assert_eq!(code, 503, "X's write cannot have its lock");
     assert!(
         took < Duration::from_secs(5),
         "X's write answered in {took:?}"
