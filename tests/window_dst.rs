@@ -104,7 +104,12 @@ fn transitions(tz: &TimeZone) -> Vec<i64> {
     let all: Vec<i64> = tz
         .following(start)
         .map(|t| t.timestamp().as_millisecond())
-        .take_while(|at| *at < "2027-01-01T00:00:00Z".parse::<Timestamp>().unwrap().as_millisecond())
+        .take_while(|at| {
+            *at < "2027-01-01T00:00:00Z"
+                .parse::<Timestamp>()
+                .unwrap()
+                .as_millisecond()
+        })
         .collect();
     assert_eq!(all.len(), 2, "two transitions in 2026");
     all
@@ -228,7 +233,12 @@ timezone = "Europe/Berlin"
 #[test]
 fn the_berlin_window_closes_at_the_spring_jump_and_opens_twice_in_the_fold() {
     let cal = calendar(BERLIN);
-    let open = |t: &str| matches!(cal.state(GateKind::Promote, at(t)), WindowState::Open { .. });
+    let open = |t: &str| {
+        matches!(
+            cal.state(GateKind::Promote, at(t)),
+            WindowState::Open { .. }
+        )
+    };
     // 2026-03-29: 01:00 CET is 00:00Z; at 01:00Z the clock jumps from 02:00
     // CET to 03:00 CEST, past 02:30, so the window ends there.
     assert!(open("2026-03-29T00:00:00Z"));
@@ -258,7 +268,9 @@ fn the_berlin_window_closes_at_the_spring_jump_and_opens_twice_in_the_fold() {
 
 #[test]
 fn what_closed_windows_say_across_the_transitions() {
-    let inside_the_gap = BERLIN.replace("\"01:00\"", "\"02:30\"").replace("to = \"02:30\"", "to = \"02:45\"");
+    let inside_the_gap = BERLIN
+        .replace("\"01:00\"", "\"02:30\"")
+        .replace("to = \"02:30\"", "to = \"02:45\"");
     let cases = [
         (BERLIN.to_string(), "2026-03-29T01:00:10Z"),
         (BERLIN.to_string(), "2026-10-25T00:30:00Z"),

@@ -83,7 +83,11 @@ const LOOKAHEAD: Millis = 366 * DAY_MS;
 const FIRST_SPAN: Millis = 8 * DAY_MS;
 
 fn local(tz: &TimeZone, at: Millis) -> Option<jiff::ZonedDateTime> {
-    Some(Timestamp::from_millisecond(at).ok()?.to_zoned_datetime(tz.clone()))
+    Some(
+        Timestamp::from_millisecond(at)
+            .ok()?
+            .to_zoned_datetime(tz.clone()),
+    )
 }
 
 /// Every instant whose local time in `tz` is `dt`: one, two in a fold, none
@@ -120,7 +124,10 @@ impl Window {
         let (Some(first), Some(last)) = (local(&self.tz, lo), local(&self.tz, hi)) else {
             return;
         };
-        let (mut date, last) = (first.date().yesterday().unwrap_or(first.date()), last.date());
+        let (mut date, last) = (
+            first.date().yesterday().unwrap_or(first.date()),
+            last.date(),
+        );
         while date <= last.tomorrow().unwrap_or(last) {
             for time in [Time::midnight(), self.from, self.to] {
                 out.extend(instants_of(&self.tz, date.to_datetime(time)));
