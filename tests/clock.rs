@@ -189,8 +189,8 @@ async fn deliver(url: &str, id: &str, payload: &Value) {
     assert_eq!(r.status(), 202, "delivery {id} stored");
 }
 
-/// The scenario: a close on B, a `/promote` written 5 s before it
-/// delivered to A. Refused; one written 5 s after the close opens the gate.
+/// A close on B, then a `/promote` written (by GitHub's clock, the real time)
+/// 5 s before it, delivered to A: refused. One written 5 s after it opens the gate.
 async fn written_before_close_holds_across_replicas(p: &Pair) {
     let gate = "/gates/promote/pr/30";
     change(&p.a.url, true, gate).await;
@@ -208,7 +208,7 @@ async fn written_before_close_holds_across_replicas(p: &Pair) {
     deliver(
         &p.a.url,
         "early",
-        &comment_at(30, 3001, "alice", "/promote", at - 5_000),
+        &comment_at(30, 3001, "alice", "/promote", before - 5_000),
     )
     .await;
     eventually("the refusal's reply", WAIT, || async {
@@ -229,12 +229,12 @@ async fn written_before_close_holds_across_replicas(p: &Pair) {
     }
 
     // Written 5 s after the close (the comment's time may not be ahead of now).
-    let wait = (at + 5_000 - now_ms()).max(0) as u64;
+    let wait = (after + 5_000 - now_ms()).max(0) as u64;
     tokio::time::sleep(Duration::from_millis(wait)).await;
     deliver(
         &p.a.url,
         "late",
-        &comment_at(30, 3002, "alice", "/promote", at + 5_000),
+        &comment_at(30, 3002, "alice", "/promote", after + 5_000),
     )
     .await;
     for url in [&p.a.url, &p.b.url] {
