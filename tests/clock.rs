@@ -321,3 +321,13 @@ async fn leases_hold(p: &Pair) {
         assert_eq!(job["attempts"], 1, "taken once: {job}");
     }
 }
+
+/// SQLite is one process: its clock is the only one, nothing to correct, and
+/// a clock far off is no reason to be unready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sqlite_the_offset_is_zero_and_readiness_ignores_the_clock() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let one = Served::start(&db, &[("GATEBOT_TEST_CLOCK_OFFSET", "-90s")]);
+    assert_eq!(metric(&one.url, "gatebot_clock_offset_seconds").await, 0.0);
+    assert_eq!(readyz(&one.url).await, (200, "ready\n".to_string()));
+}
