@@ -566,3 +566,181 @@ async fn duplicate_deliveries_to_both_replicas_apply_once() {
     }
     assert_eq!(slack.ok("chat.update").len(), 1, "the message updated once");
 }
+
+/// Sends a signed GitHub comment delivery to one replica.
+async fn deliver_comment(replica: &str, pr: u64, id: u64, user: &str, text: &str) -> u16 {
+    let body = serde_json::to_vec(&comment(pr, id, user, text)).unwrap();
+    client()
+        .post(format!("{replica}/webhooks/github"))
+        .header("x-github-event", "issue_comment")
+        .header("x-github-delivery", format!("race-{id}"))
+        .header(
+            "x-hub-signature-256",
+            gatebot::github::verify::sign(GITHUB_SECRET, &body),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// The actions on `gate`'s audit, oldest first.
+async fn audit_actions(replica: &Served, gate: &str) -> Vec<String> {
+    let audit = replica.api(&format!("/api/v1/audit?gate={gate}")).await;
+    let mut actions: Vec<String> = audit["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap_or("?").to_string())
+        .collect();
+    actions.reverse();
+    actions
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promote_and_hold_racing_on_two_replicas_end_as_in_some_serial_order() {
+    if skip() {
+        return;
+    }
+    const PRS: u64 = 200;
+    let db = TestDb::new(Backend::Postgres).await;
+    let github = FakeGithub::start().await;
+    github.set_permission("alice", "write");
+    github.set_permission("bob", "write");
+    let vars = [
+        ("GATEBOT_GITHUB_TOKEN", "ghp_test".to_string()),
+        ("GATEBOT_GITHUB_WEBHOOK_SECRET", GITHUB_SECRET.to_string()),
+        ("GATEBOT_GITHUB_API_URL", github.url.clone()),
+        ("GATEBOT_GITHUB_REPOSITORY", "acme/shop".to_string()),
+        ("RUST_LOG", "warn".to_string()),
+    ];
+    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let a = Served::start(&db, &vars);
+    let b = Served::start(&db, &vars);
+
+    // Each PR: alice's /promote to A and bob's /hold to B at the same instant.
+    let sends = (1..=PRS).map(|pr| {
+        let (a, b) = (a.url.clone(), b.url.clone());
+        async move {
+            let promote = deliver_comment(&a, pr, 10_000 + pr, "alice", "/promote");
+            let hold = deliver_comment(&b, pr, 20_000 + pr, "bob", "/hold");
+            let (p, h) = tokio::join!(promote, hold);
+            assert_eq!((p, h), (202, 202), "PR {pr} stored");
+        }
+    });
+    // As many at once as a replica reads webhook bodies (the rest would be
+    // turned away), so that the pairs race each other as well.
+    use futures_util::StreamExt;
+    futures_util::stream::iter(sends)
+        .buffer_unordered(gatebot::http::limits::WEBHOOK_BODY_READERS)
+        .collect::<Vec<()>>()
+        .await;
+
+    // Whichever came first, a serial order ends held: promote then hold, or
+    // hold then a promote refused. The audit must tell the same story.
+    for pr in 1..=PRS {
+        let gate = format!("/gates/promote/acme/shop/pr/{pr}");
+        eventually(&format!("both commands on PR {pr}"), WAIT, || async {
+            let now = audit_actions(&a, &gate).await;
+            now.len() >= 2 && now.iter().any(|x| x == "hold")
+        })
+        .await;
+        let actions = audit_actions(&a, &gate).await;
+        assert!(
+            actions == ["open", "hold"] || actions == ["hold", "refuse"],
+            "PR {pr}: {actions:?}"
+        );
+        for replica in [&a, &b] {
+            let state = replica
+                .api(&format!("/api/v1/gates/promote/acme/shop/pr/{pr}"))
+                .await;
+            assert_eq!(
+                state["state"], "held",
+                "PR {pr} on {}: {state}",
+                replica.url
+            );
+        }
+    }
+}
+
+/// Posts an operator change (`open` or `close`) of `gate` to a replica.
+async fn change_via(replica: &str, verb: &str, gate: &str) -> u16 {
+    client()
+        .post(format!("{replica}/api/v1/gates/{verb}"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"gate": gate}))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_row_lock_neither_hangs_a_write_nor_keeps_memory_stale() {
+    use sqlx::Connection;
+    if skip() {
+        return;
+    }
+    let db = TestDb::new(Backend::Postgres).await;
+    let vars = [
+        ("GATEBOT_GITHUB_REPOSITORY", "acme/shop"),
+        ("RUST_LOG", "warn"),
+    ];
+    let a = Served::start(&db, &vars);
+    let b = Served::start(&db, &vars);
+    let (x, y) = ("/gates/start/pr/1", "/gates/start/pr/2");
+    open_via(&a.url, x).await;
+    open_via(&a.url, y).await;
+    let check = |replica: String| async move {
+        client()
+            .get(format!("{replica}{y}"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    eventually("B to hear Y opened", WAIT, || async {
+        check(b.url.clone()).await == 200
+    })
+    .await;
+
+    // A client cut off mid-transaction: X's row stays locked.
+    let mut stuck = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut stuck).await.unwrap();
+    let locked = sqlx::query("SELECT key FROM gates WHERE key = $1 FOR UPDATE")
+        .bind("/gates/start/acme/shop/pr/1")
+        .execute(&mut stuck)
+        .await
+        .unwrap();
+    assert_eq!(locked.rows_affected(), 1, "X's row is locked");
+
+    // A write on B that touches X, and meanwhile A closes Y.
+    let started = std::time::Instant::now();
+    let write_x = tokio::spawn({
+        let b = b.url.clone();
+        async move { (change_via(&b, "close", x).await, started.elapsed()) }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(change_via(&a.url, "close", y).await, 200, "close Y on A");
+    eventually("B to answer 403 for Y", Duration::from_secs(3), || async {
+        check(b.url.clone()).await == 403
+    })
+    .await;
+    let (code, took) = write_x.await.unwrap();
+    // Tried a few times, each failing within the lock timeout, then refused.
+    assert_eq!(code, 503, "X's write cannot have its lock");
+    assert!(
+        took < Duration::from_secs(5),
+        "X's write answered in {took:?}"
+    );
+    sqlx::query("ROLLBACK").execute(&mut stuck).await.unwrap();
+    assert_eq!(
+        change_via(&b.url, "close", x).await,
+        200,
+        "X once the lock is gone"
+    );
+}

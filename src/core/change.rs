@@ -4,6 +4,18 @@
 
 use super::*;
 
+/// How many times a change whose gate was locked is tried before it is
+/// refused (503): with `store::LOCK_TIMEOUT` of 1 s, an answer within 4 s.
+const ATTEMPTS: u32 = 3;
+
+/// The wait before attempt `tried + 1`: 100 ms, then 200 ms, and up to as much
+/// again at random, so that writes that met at one lock do not meet again.
+fn backoff(tried: u32) -> Duration {
+    let base = Duration::from_millis(50 << tried.min(4));
+    let random = uuid::Uuid::new_v4().as_u128() as u64 % (base.as_millis() as u64 + 1);
+    base + Duration::from_millis(random)
+}
+
 #[derive(Clone, Copy)]
 enum Act {
     Open,
@@ -33,7 +45,17 @@ impl Engine {
         self.alone(Act::Unhold, key, who).await
     }
 
+    /// One change in a unit of its own, tried again when its gate was locked.
     async fn alone(&self, act: Act, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+        self.retrying(|| self.alone_once(act, key, who)).await
+    }
+
+    async fn alone_once(
+        &self,
+        act: Act,
+        key: &GateKey,
+        who: &Provenance,
+    ) -> Result<Gate, EngineError> {
         let mut unit = self.begin().await?;
         let done = match act {
             Act::Open => unit.open(key, who).await,
@@ -49,6 +71,28 @@ impl Engine {
             Err(e) => {
                 unit.rollback().await;
                 Err(e)
+            }
+        }
+    }
+
+    /// Runs `attempt` until it succeeds or fails otherwise than on a lock
+    /// (`StoreError::Contended`), at most [`ATTEMPTS`] times, a short random
+    /// while apart. Each attempt is a unit of its own: the write turn and the
+    /// transaction are given up before the wait.
+    pub(crate) async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T, EngineError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, EngineError>>,
+    {
+        let mut tried = 1;
+        loop {
+            match attempt().await {
+                Err(EngineError::Store(e)) if e.contended() && tried < ATTEMPTS => {
+                    tracing::info!(error = %e, attempt = tried, "a gate was locked: trying again");
+                    tokio::time::sleep(backoff(tried)).await;
+                    tried += 1;
+                }
+                done => return done,
             }
         }
     }

@@ -152,7 +152,10 @@ impl Engine {
     ) -> Result<Checked, EngineError> {
         let _turn = self.write.lock().await;
         let now = self.now();
-        let mut gate = self.gate(key).await?;
+        let mut tx = self.store.begin().await?;
+        // Locked: an expiry or a pin is decided on the gate as it stands, not on
+        // one that another replica has since held or approved anew.
+        let mut gate = self.gate_in(&mut tx, key).await?;
         let mut verdict = self.unless_frozen(
             key,
             Some(check.canary),
@@ -168,7 +171,6 @@ impl Engine {
         let metadata = serde_json::to_string(&input.metadata).unwrap_or_else(|_| "{}".into());
         let mut notices = Vec::new();
         let mut audits = Vec::new();
-        let mut tx = self.store.begin().await?;
         // What this check changes, most telling first (see `change`).
         let mut pinned_now = false;
 
@@ -340,8 +342,8 @@ impl Engine {
         )
         .await?;
         let queued = self.finish(&mut tx, &audits, &notices, now).await?;
+        let applying = self.applying.lock().await;
         tx.commit().await?;
-        self.after_commit(&audits, queued);
         self.remember(&gate);
         self.memory().observe(
             key,
@@ -353,6 +355,8 @@ impl Engine {
             wait_open,
             now,
         );
+        drop(applying);
+        self.after_commit(&audits, queued);
         Ok(Checked {
             verdict,
             change: Some(change),

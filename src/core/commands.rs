@@ -112,9 +112,20 @@ impl Applied {
 }
 
 /// Applies a gate-changing command (`start`, `promote`, `traffic`, `rollback`,
-/// `hold`, `unhold`) in one unit of its own. `status` and `help` change nothing
-/// and return no gates.
+/// `hold`, `unhold`) in one unit of its own, tried again when a gate it
+/// changes was locked. `status` and `help` change nothing and return no gates.
 pub async fn apply(
+    engine: &Engine,
+    command: Command,
+    subject: &Subject,
+    who: &Provenance,
+) -> Result<Applied, EngineError> {
+    engine
+        .retrying(|| apply_once(engine, command, subject, who))
+        .await
+}
+
+async fn apply_once(
     engine: &Engine,
     command: Command,
     subject: &Subject,

@@ -221,7 +221,15 @@ pub struct Engine {
     /// reloaded every gate since it (re)connected.
     cache_trusted: std::sync::atomic::AtomicBool,
     /// Serialises the slow path so two checks of one canary don't both start a wait.
+    /// On PostgreSQL a write holding it waits at most `store::LOCK_TIMEOUT` for a row.
     write: tokio::sync::Mutex<()>,
+    /// Orders what reaches the gates in memory: a local change's COMMIT and its
+    /// `remember`, and a re-read of a gate heard of over `LISTEN`, each whole.
+    /// Held only for statements that wait for no lock, never for a transaction.
+    applying: tokio::sync::Mutex<()>,
+    /// PostgreSQL: when the listener last showed that every change committed
+    /// before some moment is in memory (`gate_cache`).
+    heard: gate_cache::Heard,
     /// The change freezes in force, and whether there are any (read first).
     freezes: std::sync::RwLock<Vec<crate::gate::freeze::Freeze>>,
     any_freeze: std::sync::atomic::AtomicBool,
@@ -279,6 +287,8 @@ impl Engine {
             outbox_wake,
             memory: Mutex::new(memory),
             write: tokio::sync::Mutex::new(()),
+            applying: tokio::sync::Mutex::new(()),
+            heard: gate_cache::Heard::default(),
         })
     }
 
@@ -299,6 +309,17 @@ impl Engine {
         let found = match self.store.backend() {
             Backend::Sqlite => self.memory().gate(key),
             Backend::Postgres => self.store.load_gate(key).await?,
+        };
+        Ok(found.unwrap_or_else(|| Gate::closed(key.clone())))
+    }
+
+    /// The gate as `tx` may change it. PostgreSQL: read and locked in `tx`, so
+    /// that another replica's change to it waits for this one, or this for
+    /// theirs. SQLite: `tx` holds the only writer's lock, and memory is the row.
+    async fn gate_in(&self, tx: &mut WriteTx<'_>, key: &GateKey) -> Result<Gate, StoreError> {
+        let found = match self.store.backend() {
+            Backend::Sqlite => self.memory().gate(key),
+            Backend::Postgres => Store::lock_gate(tx, key).await?,
         };
         Ok(found.unwrap_or_else(|| Gate::closed(key.clone())))
     }

@@ -63,12 +63,14 @@ impl<'e> Unit<'e> {
         &mut self.tx
     }
 
-    /// The gate as this unit sees it (its own changes first). `&mut`: a unit's
-    /// transaction is not `Sync`, so a shared borrow could not cross the await.
+    /// The gate as this unit sees it (its own changes first), locked until the
+    /// unit ends on PostgreSQL ([`Engine::gate_in`]): what it decides on is
+    /// what it overwrites. `&mut`: a unit's transaction is not `Sync`, so a
+    /// shared borrow could not cross the await.
     pub async fn gate(&mut self, key: &GateKey) -> Result<Gate, StoreError> {
         match self.gates.get(&key.to_string()) {
             Some(gate) => Ok(gate.clone()),
-            None => self.engine.gate(key).await,
+            None => self.engine.gate_in(&mut self.tx, key).await,
         }
     }
 
@@ -89,11 +91,13 @@ impl<'e> Unit<'e> {
 
     pub async fn commit(self) -> Result<(), StoreError> {
         let engine = self.engine;
+        let applying = engine.applying.lock().await;
         self.tx.commit().await?;
-        engine.after_commit(&self.audits, self.queued);
         for gate in self.gates.values() {
             engine.remember(gate);
         }
+        drop(applying);
+        engine.after_commit(&self.audits, self.queued);
         for labels in &self.counts {
             engine.metrics.commands.get_or_create(labels).inc();
         }

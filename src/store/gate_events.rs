@@ -19,9 +19,15 @@ pub const GATES_CHANNEL: &str = "gatebot_gates";
 /// apart in `pg_stat_activity`.
 pub const LISTENER_APPLICATION_NAME: &str = "gatebot gate events";
 
+/// How a listener's own heartbeat on the channel begins (no gate key does).
+const PING_PREFIX: &str = "ping ";
+
 /// What came in on the channel.
 pub enum GateEvent {
     Changed(GateKey),
+    /// A heartbeat sent with [`GateEvents::ping`]: every change committed
+    /// before it was sent has come in before it.
+    Ping(String),
     /// A payload that is no gate key (someone else's NOTIFY on the channel).
     Unreadable(String),
 }
@@ -43,7 +49,11 @@ impl GateEvents {
     }
 
     async fn listen(url: &str) -> Result<Self> {
-        let options = PgConnectOptions::from_str(url)?.application_name(LISTENER_APPLICATION_NAME);
+        let lock = super::LOCK_TIMEOUT.as_millis().to_string();
+        let statement = super::STATEMENT_TIMEOUT.as_millis().to_string();
+        let options = PgConnectOptions::from_str(url)?
+            .application_name(LISTENER_APPLICATION_NAME)
+            .options([("lock_timeout", &lock), ("statement_timeout", &statement)]);
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(5))
@@ -60,9 +70,12 @@ impl GateEvents {
     /// connection is gone and announcements may have been missed.
     pub async fn next(&mut self) -> Result<GateEvent> {
         match self.listener.try_recv().await? {
-            Some(n) => Ok(match GateKey::parse(n.payload(), None) {
-                Ok(key) => GateEvent::Changed(key),
-                Err(_) => GateEvent::Unreadable(n.payload().to_string()),
+            Some(n) => Ok(match n.payload().strip_prefix(PING_PREFIX) {
+                Some(nonce) => GateEvent::Ping(nonce.to_string()),
+                None => match GateKey::parse(n.payload(), None) {
+                    Ok(key) => GateEvent::Changed(key),
+                    Err(_) => GateEvent::Unreadable(n.payload().to_string()),
+                },
             }),
             None => Err(lost(
                 std::io::ErrorKind::ConnectionAborted,
@@ -71,10 +84,16 @@ impl GateEvents {
         }
     }
 
-    /// A round trip on the listening connection: a connection that went silent
-    /// (a partition, a failover) is noticed without waiting for TCP to give up.
-    pub async fn ping(&mut self, limit: Duration) -> Result<()> {
-        let trip = sqlx::query("SELECT 1").execute(&mut self.listener);
+    /// Announces a heartbeat `nonce` on the channel, from the listening
+    /// connection, within `limit`: it comes back as [`GateEvent::Ping`] after
+    /// every change committed before it. The round trip also notices a
+    /// connection that went silent (a partition, a failover) without waiting
+    /// for TCP to give up.
+    pub async fn ping(&mut self, nonce: &str, limit: Duration) -> Result<()> {
+        let trip = sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(GATES_CHANNEL)
+            .bind(format!("{PING_PREFIX}{nonce}"))
+            .execute(&mut self.listener);
         match tokio::time::timeout(limit, trip).await {
             Ok(done) => done.map(drop).map_err(Into::into),
             Err(_) => Err(timed_out("a round trip on the gate-change listener")),

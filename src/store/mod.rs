@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{AnyPool, Row};
+use sqlx::{AnyConnection, AnyPool, Row};
 use tokio::sync::Mutex;
 
 use crate::gate::{
@@ -67,13 +67,46 @@ impl Backend {
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("the store is unavailable: {0}")]
-    Unavailable(#[from] sqlx::Error),
+    Unavailable(sqlx::Error),
+    /// A lock could not be had in time (PostgreSQL's `lock_timeout`, a
+    /// deadlock): nothing was written, and trying again shortly may succeed.
+    #[error("the store is busy: {0}")]
+    Contended(sqlx::Error),
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
     /// A write shared with others (a group commit) failed or was not made.
     #[error("the store is unavailable: {0}")]
     Shared(String),
 }
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        // lock_not_available, deadlock_detected, serialization_failure.
+        let contended = e
+            .as_database_error()
+            .and_then(|d| d.code())
+            .is_some_and(|c| matches!(c.as_ref(), "55P03" | "40P01" | "40001"));
+        if contended {
+            Self::Contended(e)
+        } else {
+            Self::Unavailable(e)
+        }
+    }
+}
+
+impl StoreError {
+    /// Whether the same write may succeed when tried again in a moment.
+    pub fn contended(&self) -> bool {
+        matches!(self, Self::Contended(_))
+    }
+}
+
+/// PostgreSQL: how long a statement may wait for a row lock, and run at all,
+/// before it fails. A gate row locked by a session that went away must not
+/// stall a write (and what waits behind it) for longer than this; both stay
+/// far below Flagger's interval.
+pub const LOCK_TIMEOUT: Duration = Duration::from_secs(1);
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -118,14 +151,18 @@ impl Store {
             .min_connections(1)
             .after_connect(move |conn, _| {
                 Box::pin(async move {
-                    if backend == Backend::Sqlite {
-                        for pragma in [
+                    let settings = match backend {
+                        Backend::Sqlite => [
                             "PRAGMA journal_mode = WAL",
                             "PRAGMA busy_timeout = 5000",
                             "PRAGMA foreign_keys = ON",
-                        ] {
-                            sqlx::query(pragma).execute(&mut *conn).await?;
-                        }
+                        ]
+                        .map(String::from)
+                        .to_vec(),
+                        Backend::Postgres => timeouts(LOCK_TIMEOUT, STATEMENT_TIMEOUT),
+                    };
+                    for setting in &settings {
+                        sqlx::query(setting).execute(&mut *conn).await?;
                     }
                     Ok(())
                 })
@@ -134,12 +171,7 @@ impl Store {
             .connect(&url)
             .await
             .with_context(|| format!("cannot open the {} store", backend.as_str()))?;
-        let migrator = match backend {
-            Backend::Sqlite => &SQLITE_MIGRATIONS,
-            Backend::Postgres => &POSTGRES_MIGRATIONS,
-        };
-        migrator
-            .run(&pool)
+        migrate(&pool, backend)
             .await
             .context("cannot migrate the store")?;
         Ok(Self {
@@ -247,30 +279,25 @@ impl Store {
     }
 
     pub async fn load_gate(&self, key: &GateKey) -> Result<Option<Gate>> {
-        let Some(row) = sqlx::query("SELECT * FROM gates WHERE key = $1")
-            .bind(key.to_string())
-            .fetch_optional(&self.pool)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let mut gate = rows::gate_from_row(&row)?;
-        if votes::has_votes(&row)? {
-            let v = self.votes_of(key).await?;
-            votes::attach(&mut gate, v);
+        let mut conn = self.pool.acquire().await?;
+        read_gate(&mut conn, key, "").await
+    }
+
+    /// PostgreSQL: the gate as it stands, read in `tx` and locked until `tx`
+    /// ends, so that a command decides on what no other replica can change
+    /// before it commits. The row is locked (`FOR UPDATE`); a gate with no row
+    /// yet is locked by its key, so that two first changes take turns too. A
+    /// lock not had within [`LOCK_TIMEOUT`] is [`StoreError::Contended`].
+    pub async fn lock_gate(tx: &mut WriteTx<'_>, key: &GateKey) -> Result<Option<Gate>> {
+        if let Some(gate) = read_gate(tx.conn(), key, " FOR UPDATE").await? {
+            return Ok(Some(gate));
         }
-        if let Some(id) = gate.status.pins_id().map(str::to_string) {
-            let pins = sqlx::query("SELECT canary, checksum FROM pins WHERE approval_id = $1")
-                .bind(id)
-                .fetch_all(&self.pool)
-                .await?;
-            if let Some(mine) = gate.status.pins_mut() {
-                for pin in pins {
-                    mine.insert(pin.try_get("canary")?, pin.try_get("checksum")?);
-                }
-            }
-        }
-        Ok(Some(gate))
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0)) IS NULL AS locked")
+            .bind(format!("gatebot gate {key}"))
+            .execute(tx.conn())
+            .await?;
+        // Another first change may have committed while this one waited.
+        read_gate(tx.conn(), key, " FOR UPDATE").await
     }
 
     pub async fn put_gate(tx: &mut WriteTx<'_>, gate: &Gate) -> Result<()> {
@@ -570,6 +597,60 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(|r| rows::key_in(r, "gate_key")).collect()
+    }
+}
+
+/// One gate with its votes and pins, read on `conn`; `lock` follows the
+/// gate's SELECT (" FOR UPDATE" or "").
+async fn read_gate(conn: &mut AnyConnection, key: &GateKey, lock: &str) -> Result<Option<Gate>> {
+    let Some(row) = sqlx::query(&format!("SELECT * FROM gates WHERE key = $1{lock}"))
+        .bind(key.to_string())
+        .fetch_optional(&mut *conn)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let mut gate = rows::gate_from_row(&row)?;
+    if votes::has_votes(&row)? {
+        let v = votes::votes_on(conn, key).await?;
+        votes::attach(&mut gate, v);
+    }
+    if let Some(id) = gate.status.pins_id().map(str::to_string) {
+        let pins = sqlx::query("SELECT canary, checksum FROM pins WHERE approval_id = $1")
+            .bind(id)
+            .fetch_all(&mut *conn)
+            .await?;
+        if let Some(mine) = gate.status.pins_mut() {
+            for pin in pins {
+                mine.insert(pin.try_get("canary")?, pin.try_get("checksum")?);
+            }
+        }
+    }
+    Ok(Some(gate))
+}
+
+/// The statements that set a PostgreSQL connection's timeouts (0: none).
+fn timeouts(lock: Duration, statement: Duration) -> Vec<String> {
+    vec![
+        format!("SET lock_timeout = {}", lock.as_millis()),
+        format!("SET statement_timeout = {}", statement.as_millis()),
+    ]
+}
+
+/// Runs the migrations. On PostgreSQL on a connection without the timeouts: a
+/// migration may rightly take long, and a replica starting beside another waits
+/// for its migration lock. The connection is closed after, not pooled.
+async fn migrate(pool: &AnyPool, backend: Backend) -> Result<(), sqlx::migrate::MigrateError> {
+    let mut conn = pool.acquire().await?;
+    conn.close_on_drop();
+    match backend {
+        Backend::Sqlite => SQLITE_MIGRATIONS.run(&mut *conn).await,
+        Backend::Postgres => {
+            for setting in timeouts(Duration::ZERO, Duration::ZERO) {
+                sqlx::query(&setting).execute(&mut *conn).await?;
+            }
+            POSTGRES_MIGRATIONS.run(&mut *conn).await
+        }
     }
 }
 

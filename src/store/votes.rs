@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use sqlx::any::AnyRow;
-use sqlx::Row;
+use sqlx::{AnyConnection, Row};
 
 use super::{actor_from, Result, Store, StoreError, WriteTx};
 use crate::gate::{Change, Gate, GateKey, GateStatus, Vote};
@@ -83,15 +83,15 @@ impl Store {
         }
         Ok(votes)
     }
+}
 
-    /// The votes of one gate, in order.
-    pub(super) async fn votes_of(&self, key: &GateKey) -> Result<Vec<Vote>> {
-        let rows = sqlx::query("SELECT * FROM votes WHERE gate_key = $1 ORDER BY position")
-            .bind(key.to_string())
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(vote_from_row).collect()
-    }
+/// The votes of one gate, in order, read on `conn`.
+pub(super) async fn votes_on(conn: &mut AnyConnection, key: &GateKey) -> Result<Vec<Vote>> {
+    let rows = sqlx::query("SELECT * FROM votes WHERE gate_key = $1 ORDER BY position")
+        .bind(key.to_string())
+        .fetch_all(conn)
+        .await?;
+    rows.iter().map(vote_from_row).collect()
 }
 
 fn vote_from_row(row: &AnyRow) -> Result<Vote> {
