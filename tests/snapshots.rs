@@ -1116,16 +1116,15 @@ async fn hostile_flagger_strings_are_escaped(backend: Backend) {
             !markdown || !outside_code(&body).contains("](https://evil)"),
             "a link in {body}"
         );
-        assert!(body.matches("<!-- gatebot:").count() <= 1, "a second marker in {body}");
+        assert!(
+            body.matches("<!-- gatebot:").count() <= 1,
+            "a second marker in {body}"
+        );
     }
     env.server.stop().await;
 }
 
 /// `markdown` without its code spans of single backticks, where nothing is a link.
 fn outside_code(markdown: &str) -> String {
-    markdown
-        .split('`')
-        .step_by(2)
-        .collect::<Vec<_>>()
-        .join(" ")
+    markdown.split('`').step_by(2).collect::<Vec<_>>().join(" ")
 }

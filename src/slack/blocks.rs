@@ -91,7 +91,10 @@ impl From<&Decision> for DecisionCtx {
             at: d.at,
             at_hhmm: hhmm(d.at),
             reason: d.reason.clone(),
-            rollback_gate: d.rollback_gate.as_deref().map(|g| mrkdwn(g, escape::METADATA)),
+            rollback_gate: d
+                .rollback_gate
+                .as_deref()
+                .map(|g| mrkdwn(g, escape::METADATA)),
         }
     }
 }

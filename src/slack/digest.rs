@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use super::sink::{store_err, SlackSink, POST_ONCE};
 use crate::gate::Millis;
-use crate::templates::escape::{self, mrkdwn};
 use crate::notify::SendError;
+use crate::templates::escape::{self, mrkdwn};
 
 /// Waits named in a digest; the rest are counted.
 const NAMED: usize = 10;

@@ -63,11 +63,7 @@ pub fn code(s: &str, max: usize) -> String {
     if text.trim().is_empty() {
         return "—".to_string();
     }
-    let longest = text
-        .split(|c| c != '`')
-        .map(str::len)
-        .max()
-        .unwrap_or(0);
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest + 1);
     // A space each side keeps a leading or trailing backtick out of the fence.
     let pad = if text.starts_with('`') || text.ends_with('`') {
@@ -89,7 +85,10 @@ mod tests {
     #[test]
     fn slack_loses_its_markup() {
         assert_eq!(
-            mrkdwn("abc` <!channel> <https://evil/login|Approve here> `", CHECKSUM),
+            mrkdwn(
+                "abc` <!channel> <https://evil/login|Approve here> `",
+                CHECKSUM
+            ),
             "abcˋ &lt;!channel&gt; &lt;https://evil/login|Approve here&gt; ˋ"
         );
         assert_eq!(mrkdwn("a*b_c~d\ne", NAME), "a∗b_c∼d e");
