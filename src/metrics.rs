@@ -170,6 +170,8 @@ pub struct Metrics {
     pub queue_oldest: Family<QueueLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// 1 when the latest readiness probe found the store writable, else 0.
     pub store_ready: Gauge,
+    /// Database clock minus this replica's, as measured at each heartbeat.
+    pub clock_offset: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub deadlines_passed: Counter,
     /// 1 while gate checks are answered from memory (SQLite, or PostgreSQL
     /// with the gate-change listener connected), 0 while each reads the store.
@@ -272,6 +274,7 @@ impl Metrics {
             Family::<CallLabels, Histogram>::new_with_constructor(|| Histogram::new(CALL_BUCKETS));
         let queue_oldest = Family::default();
         let store_ready = Gauge::default();
+        let clock_offset = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         let deadlines_passed = Counter::default();
         let gate_cache_trusted = Gauge::default();
         let gate_cache_reloads = Counter::default();
@@ -428,6 +431,11 @@ impl Metrics {
             "1 when the latest readiness probe (/readyz) found the store writable, else 0",
             store_ready.clone(),
         );
+        register(&mut registry, &mut described,
+            "clock_offset_seconds",
+            "The database's clock minus this replica's, measured at every heartbeat (PostgreSQL; 0 on SQLite); times are stamped corrected by it, and /readyz fails beyond 2 s",
+            clock_offset.clone(),
+        );
         register(
             &mut registry,
             &mut described,
@@ -504,6 +512,7 @@ impl Metrics {
             outbound_duration,
             queue_oldest,
             store_ready,
+            clock_offset,
             deadlines_passed,
             gate_cache_trusted,
             gate_cache_reloads,

@@ -3,6 +3,8 @@
 //! file there that overrides nothing (a typo, an old name) is refused at start,
 //! since it would otherwise be ignored without a word.
 
+pub mod escape;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

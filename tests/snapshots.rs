@@ -507,6 +507,7 @@ gatebot_testkit::on_both_stores!(
     slack_burst_digest,
     slack_canary_scoped_and_loadtester_waits,
     messages_link_to_the_gate_page_with_a_public_url,
+    hostile_flagger_strings_are_escaped,
 );
 
 /// With GATEBOT_PUBLIC_URL the waiting message and the status comment link to
@@ -1053,4 +1054,77 @@ async fn slack_canary_scoped_and_loadtester_waits(backend: Backend) {
         &legacy.body,
     );
     env.server.stop().await;
+}
+
+/// A checksum and an event message written to ping, link and hide a marker:
+/// what Slack and GitHub receive carries none of it as markup.
+const HOSTILE_CHECKSUM: &str = "abc` <!channel> <https://evil/login|Approve here> `";
+const HOSTILE_EVENT: &str =
+    "Rolling back <!channel> @acme/sre [Approve](https://evil) <!-- gatebot:status -->";
+
+async fn hostile_flagger_strings_are_escaped(backend: Backend) {
+    let env = env(backend, Setup::default()).await;
+    let mut sim = FlaggerSim::new("podinfo", "test", CANARY, pr_hooks(&env.server.url, 60));
+    sim.deploy(HOSTILE_CHECKSUM);
+    env.step(&mut sim).await;
+    sim.deploy("rev-b");
+    assert_eq!(env.step(&mut sim).await, Phase::Waiting);
+    let start = env
+        .waiting_message_for("/gates/start/acme/shop/pr/60")
+        .await;
+    env.snap_json(
+        "slack_wait_hostile",
+        "the waiting message of a canary whose checksum is written as Slack markup",
+        &start.body,
+    );
+    let event = json!({
+        "name": "podinfo", "namespace": "test", "phase": "Progressing",
+        "checksum": HOSTILE_CHECKSUM,
+        "metadata": {"eventMessage": HOSTILE_EVENT, "eventType": "Warning",
+                     "timestamp": NOW.to_string(), "pr": "60"},
+    });
+    let r = client()
+        .post(env.server.at("/flagger/events"))
+        .json(&event)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let thread = env.thread(&start).await;
+    env.snap_json(
+        "slack_thread_hostile",
+        "an event line whose message is written as Slack and GitHub markup",
+        &thread,
+    );
+    let comment = env.status_comment(60).await;
+    env.snap(
+        "github_status_hostile",
+        "the status comment showing a hostile checksum's canary and event",
+        &comment,
+    );
+    // Slack's mrkdwn has no `[text](url)` links; GitHub's markdown has.
+    let slack = env.slack.ok("chat.postMessage").into_iter();
+    let github = env.github.status_comments(60).into_iter();
+    let bodies = slack
+        .map(|r| (r.body.to_string(), false))
+        .chain(github.map(|c| (c.body, true)));
+    for (body, markdown) in bodies {
+        for bad in ["<!channel>", "<https://evil"] {
+            assert!(!body.contains(bad), "{bad} in {body}");
+        }
+        assert!(
+            !markdown || !outside_code(&body).contains("](https://evil)"),
+            "a link in {body}"
+        );
+        assert!(
+            body.matches("<!-- gatebot:").count() <= 1,
+            "a second marker in {body}"
+        );
+    }
+    env.server.stop().await;
+}
+
+/// `markdown` without its code spans of single backticks, where nothing is a link.
+fn outside_code(markdown: &str) -> String {
+    markdown.split('`').step_by(2).collect::<Vec<_>>().join(" ")
 }

@@ -21,7 +21,8 @@ const FAILED_WRITE_COUNTS_FOR: Duration = Duration::from_secs(5);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Ready when writes work: a test write succeeds within 2 s and no real write
-/// has failed in the last few seconds. Liveness (`/healthz`) stays separate: a
+/// has failed in the last few seconds; and on PostgreSQL, when this replica's
+/// clock is within `clock::OFFSET_LIMIT` of the database's. Liveness (`/healthz`) stays separate: a
 /// full disk is a reason to take traffic away, not to restart the process.
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let now = state.clock.now_ms();
@@ -36,6 +37,9 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     };
     // For the store-not-ready alert: the probe's answer, as a gauge.
     state.metrics.store_ready.set(i64::from(problem.is_none()));
+    // Answers are right (times are corrected), but a clock this wrong is a
+    // fault to fix before it is trusted with traffic.
+    let problem = problem.or_else(|| state.clock_sync.skew_problem());
     match problem {
         Some(why) => (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{SharedClock, SystemClock};
+use crate::clock::{CorrectedClock, SharedClock, SkewedClock, SystemClock};
 use crate::config::Config;
 use crate::core::{self as engine, AppState, Engine, EngineSettings, Shared};
 use crate::metrics::Metrics;
@@ -66,12 +66,26 @@ impl Gatebot {
         }
         // Before any client is built: they all take these proxies and roots.
         crate::outbound::configure(&config.outbound)?;
-        let clock = options.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        // A clock a test sets is the truth; the system clock is corrected to
+        // the database's on PostgreSQL (see `tasks::sync_clock`).
+        let measure = options.clock.is_none();
+        let local = match options.clock {
+            Some(clock) => clock,
+            None => system_clock()?,
+        };
+        let clock_sync = CorrectedClock::new(local);
+        let clock: SharedClock = clock_sync.clone();
         let store = Store::connect(&config.database_url).await?;
         let mut metrics = Metrics::new();
         metrics.count_store_writes(store.write_health().committed().clone());
         metrics.time_decisions(store.write_health().decisions().clone());
         let metrics = Arc::new(metrics);
+        let measure = measure && store.backend() == store::Backend::Postgres;
+        let mut skew_log = tasks::SkewLog::default();
+        if measure {
+            // Before anything is stamped.
+            tasks::sync_clock(&store, &clock_sync, &metrics, &mut skew_log).await;
+        }
         let templates = templates::Templates::with_links(
             config.templates_dir.clone(),
             config.public_url.as_deref(),
@@ -145,6 +159,7 @@ impl Gatebot {
             engine,
             metrics: metrics.clone(),
             clock: clock.clone(),
+            clock_sync: clock_sync.clone(),
             inbox_wake: inbox_wake.clone(),
             templates,
             policy,
@@ -155,7 +170,13 @@ impl Gatebot {
         let owner = store.replica().to_string();
         take_over_leases(&store, clock.now_ms()).await;
         if store.backend() == store::Backend::Postgres {
-            tasks.spawn(heartbeat(store.clone(), clock.clone(), shutdown.clone()));
+            let sync = measure.then(|| (clock_sync.clone(), metrics.clone(), skew_log));
+            tasks.spawn(heartbeat(
+                store.clone(),
+                clock.clone(),
+                sync,
+                shutdown.clone(),
+            ));
             tasks.spawn(follow_gates(state.clone(), shutdown.clone()));
         }
         let settings = options.worker.unwrap_or_else(|| WorkerSettings {
@@ -303,5 +324,23 @@ impl Gatebot {
             tracing::warn!(error = %e, "could not remove this replica's heartbeat");
         }
         self.state.store.close().await;
+    }
+}
+
+/// The system clock, moved by `GATEBOT_TEST_CLOCK_OFFSET` when that is set.
+/// For tests only (undocumented in --help): it runs a replica whose clock is
+/// wrong, e.g. `-90s`, to show that the correction to the database's clock holds.
+fn system_clock() -> anyhow::Result<SharedClock> {
+    match std::env::var("GATEBOT_TEST_CLOCK_OFFSET") {
+        Ok(text) if !text.trim().is_empty() => {
+            let skew = crate::clock::parse_offset(&text)
+                .map_err(|e| anyhow::anyhow!("GATEBOT_TEST_CLOCK_OFFSET: {e}"))?;
+            tracing::warn!(
+                offset_ms = skew,
+                "GATEBOT_TEST_CLOCK_OFFSET moves this replica's clock (for tests only)"
+            );
+            Ok(SkewedClock::new(Arc::new(SystemClock), skew))
+        }
+        _ => Ok(Arc::new(SystemClock)),
     }
 }

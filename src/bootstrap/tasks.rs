@@ -1,12 +1,14 @@
 //! The background tasks every replica runs beside the workers.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::SharedClock;
+use crate::clock::{CorrectedClock, SharedClock};
 use crate::core::AppState;
 use crate::gate;
+use crate::metrics::Metrics;
 use crate::store::{self, Store};
 
 /// Before the workers start: on SQLite (one process) every lease is a dead
@@ -25,9 +27,20 @@ pub(super) async fn take_over_leases(store: &Store, now: gate::Millis) {
     }
 }
 
+/// What the heartbeat measures the clock with: the clock it corrects, the
+/// metrics it reports to, and what it said last.
+pub(super) type ClockSync = (Arc<CorrectedClock>, Arc<Metrics>, SkewLog);
+
 /// PostgreSQL: says every second that this replica is alive, so that others
-/// take its leases within seconds of its death (see `store::DEAD_AFTER`).
-pub(super) async fn heartbeat(store: Store, clock: SharedClock, shutdown: CancellationToken) {
+/// take its leases within seconds of its death (see `store::DEAD_AFTER`);
+/// first, with `sync`, measures the clock's offset to the database's, so the
+/// heartbeat and everything after it are stamped in the database's time.
+pub(super) async fn heartbeat(
+    store: Store,
+    clock: SharedClock,
+    mut sync: Option<ClockSync>,
+    shutdown: CancellationToken,
+) {
     let mut tick = tokio::time::interval(store::HEARTBEAT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -35,12 +48,70 @@ pub(super) async fn heartbeat(store: Store, clock: SharedClock, shutdown: Cancel
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let beat = store.heartbeat(clock.now_ms());
+        let beat = async {
+            if let Some((corrected, metrics, log)) = sync.as_mut() {
+                sync_clock(&store, corrected, metrics, log).await;
+            }
+            store.heartbeat(clock.now_ms()).await
+        };
         match tokio::time::timeout(store::HEARTBEAT_EVERY * 2, beat).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "heartbeat failed"),
             Err(_) => tracing::warn!("heartbeat timed out"),
         }
+    }
+}
+
+/// A reading whose round trip took longer than this is not used: the offset
+/// is only known to within half the round trip.
+const READING_TRUSTED_WITHIN: gate::Millis = 1000;
+
+/// How often a clock that stays beyond the limit is logged again.
+const SKEW_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// When the clock's offset was last logged, so a lasting skew is said once a
+/// minute rather than every second.
+#[derive(Default)]
+pub(super) struct SkewLog {
+    warned: Option<Instant>,
+}
+
+/// Measures the offset to the database's clock and corrects by it; reports
+/// it as a gauge, and in the log when it is beyond `clock::OFFSET_LIMIT`.
+pub(super) async fn sync_clock(
+    store: &Store,
+    clock: &CorrectedClock,
+    metrics: &Metrics,
+    log: &mut SkewLog,
+) {
+    let reading = match store.clock_reading(clock.local()).await {
+        Ok(Some(r)) if r.round_trip_ms <= READING_TRUSTED_WITHIN => r,
+        Ok(Some(r)) => {
+            tracing::debug!(
+                round_trip_ms = r.round_trip_ms,
+                "clock reading too slow to use"
+            );
+            return;
+        }
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the database's clock");
+            return;
+        }
+    };
+    clock.set_offset(reading.offset_ms);
+    metrics.clock_offset.set(reading.offset_ms as f64 / 1000.0);
+    match clock.skew_problem() {
+        Some(why) if log.warned.is_none_or(|at| at.elapsed() >= SKEW_LOG_EVERY) => {
+            tracing::warn!(offset_ms = reading.offset_ms, "{why}");
+            log.warned = Some(Instant::now());
+        }
+        Some(_) => {}
+        None if log.warned.take().is_some() => tracing::info!(
+            offset_ms = reading.offset_ms,
+            "this replica's clock is within the limit of the database's again"
+        ),
+        None => {}
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use crate::clock::SharedClock;
+use crate::clock::{CorrectedClock, SharedClock};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -23,6 +23,8 @@ pub struct Shared {
     pub engine: Engine,
     pub metrics: Arc<Metrics>,
     pub clock: SharedClock,
+    /// The same clock, with its offset to the database's (for readiness).
+    pub clock_sync: Arc<CorrectedClock>,
     /// Nudges the inbox worker when a delivery is stored.
     pub inbox_wake: Arc<Notify>,
     pub templates: templates::Templates,

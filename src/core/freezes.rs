@@ -46,15 +46,10 @@ impl Engine {
 
     /// The calendar's answer for `kind`, computed once per change of it.
     fn window(&self, kind: GateKind, now: Millis) -> WindowState {
-        let mut cached = self.windows.lock().expect("windows poisoned");
-        if let Some((since, state)) = cached.get(&kind) {
-            if *since <= now && now < state.valid_until() {
-                return state.clone();
-            }
-        }
-        let state = self.settings.calendar.state(kind, now);
-        cached.insert(kind, (now, state.clone()));
-        state
+        self.windows
+            .lock()
+            .expect("windows poisoned")
+            .state(&self.settings.calendar, kind, now)
     }
 
     /// The freezes in force, oldest first.

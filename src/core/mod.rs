@@ -234,7 +234,7 @@ pub struct Engine {
     freezes: std::sync::RwLock<Vec<crate::gate::freeze::Freeze>>,
     any_freeze: std::sync::atomic::AtomicBool,
     /// The calendar's answer per gate kind, kept until it changes.
-    windows: Mutex<HashMap<GateKind, (Millis, crate::gate::window::WindowState)>>,
+    windows: Mutex<crate::gate::window::WindowCache>,
     /// Where committed changes are published for open pages (`watch`).
     changes: std::sync::OnceLock<watch::Changes>,
 }
@@ -276,7 +276,7 @@ impl Engine {
         Ok(Self {
             cache_trusted: std::sync::atomic::AtomicBool::new(sqlite),
             any_freeze: std::sync::atomic::AtomicBool::new(!freezes.is_empty()),
-            windows: Mutex::new(HashMap::new()),
+            windows: Mutex::new(Default::default()),
             changes: std::sync::OnceLock::new(),
             freezes: std::sync::RwLock::new(freezes),
             store,

@@ -140,7 +140,8 @@ impl GithubInbox {
             Command::Status => {
                 let pr = view(&self.state.store, repo, number, self.state.clock.now_ms())
                     .await
-                    .map_err(retry)?;
+                    .map_err(retry)?
+                    .for_markdown();
                 let text = self
                     .state
                     .templates

@@ -25,6 +25,7 @@ use crate::metrics::Metrics;
 use crate::notify::burst::{Admit, Burst};
 use crate::notify::{encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
 use crate::store::{NewJob, QueueItem, StatusComment, Store};
+use crate::templates::escape::{self, code};
 use crate::templates::Templates;
 
 pub const SINK: &str = "github";
@@ -366,6 +367,7 @@ async fn render(
     if known.is_none() && !pr.ever_waited {
         return Ok(None);
     }
+    let pr = pr.for_markdown();
     let ctx = serde_json::json!({
         "marker": status_marker(repo, number),
         "subject": pr.subject,
@@ -531,8 +533,9 @@ impl GithubSink {
             "github/reminder.md.j2",
             serde_json::json!({
                 "marker": super::MARKER, "mentions": github_mentions,
-                "canary": canary.to_string(), "kind": gate.kind.as_str(),
-                "command": gate.kind.command(), "revision": checksum, "waited": waited,
+                "canary": code(&canary.to_string(), escape::NAME), "kind": gate.kind.as_str(),
+                "command": gate.kind.command(), "revision": code(checksum, escape::CHECKSUM),
+                "waited": waited,
             }),
         );
         let body = match rendered {

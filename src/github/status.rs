@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::gate::{CanaryRef, GateKey, GateKind, GateStatus, Millis, PrNumber, RepoName, Scope};
 use crate::store::{Store, StoreError};
+use crate::templates::escape::{self, code};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct CanaryView {
@@ -60,6 +61,30 @@ pub struct PrView {
     /// Flagger has waited at one of this PR's gates at least once.
     #[serde(skip)]
     pub ever_waited: bool,
+}
+
+impl PrView {
+    /// The view with every string from Flagger's side (and a named gate's
+    /// title) as a capped code span, as the markdown templates get it: no
+    /// mention, link, HTML or marker can come through a canary's words.
+    pub fn for_markdown(mut self) -> Self {
+        for g in &mut self.gates {
+            g.title = g.title.as_deref().map(|t| code(t, escape::METADATA));
+            for c in &mut g.canaries {
+                c.canary = code(&c.canary, escape::NAME);
+                c.phase = code(&c.phase, escape::WORD);
+                c.checksum = code(&c.checksum, escape::CHECKSUM);
+                c.answer = code(&c.answer, escape::MESSAGE);
+            }
+        }
+        for e in &mut self.events {
+            e.canary = code(&e.canary, escape::NAME);
+            e.kind = code(&e.kind, escape::WORD);
+            e.event_type = code(&e.event_type, escape::WORD);
+            e.message = code(&e.message, escape::MESSAGE);
+        }
+        self
+    }
 }
 
 /// The marker that finds the status comment again (and tells gatebot's own

@@ -5,6 +5,7 @@ use serde::Serialize;
 use super::payload::{ButtonValue, APPROVE, REJECT};
 use super::record::{Decision, View};
 use crate::gate::{GateKey, GateKind, Millis, RepoName};
+use crate::templates::escape::{self, mrkdwn};
 use crate::templates::Templates;
 
 /// A Block Kit block, as much of it as gatebot sends.
@@ -90,7 +91,10 @@ impl From<&Decision> for DecisionCtx {
             at: d.at,
             at_hhmm: hhmm(d.at),
             reason: d.reason.clone(),
-            rollback_gate: d.rollback_gate.clone(),
+            rollback_gate: d
+                .rollback_gate
+                .as_deref()
+                .map(|g| mrkdwn(g, escape::METADATA)),
         }
     }
 }
@@ -167,16 +171,17 @@ fn context(view: &View, default_repo: Option<&RepoName>) -> WaitCtx {
     let info = &view.info;
     let key = &info.gate;
     let link = pr_link(Some(key), &info.metadata, default_repo);
+    // Everything from Flagger's side is escaped here, so a custom template gets it safe.
     let subject = match &link {
         Some((s, _)) => s.clone(),
-        None => key.subject(),
+        None => mrkdwn(&key.subject(), escape::METADATA),
     };
     WaitCtx {
         canary: info
             .canary
             .as_ref()
-            .map_or_else(String::new, ToString::to_string),
-        gate: key.to_string(),
+            .map_or_else(String::new, |c| mrkdwn(&c.to_string(), escape::METADATA)),
+        gate: mrkdwn(&key.to_string(), escape::METADATA),
         kind: match key.kind {
             GateKind::LegacyGate => "loadtester",
             other => other.as_str(),
@@ -185,21 +190,28 @@ fn context(view: &View, default_repo: Option<&RepoName>) -> WaitCtx {
         hook: key.kind.flagger_hook().to_string(),
         subject,
         pr_url: link.map(|(_, url)| url),
-        revision: info.checksum.clone(),
-        phase: info.phase.clone(),
+        revision: mrkdwn(&info.checksum, escape::CHECKSUM),
+        phase: mrkdwn(&info.phase, escape::WORD),
         since: info.since,
         since_secs: info.since.div_euclid(1000),
         since_hhmm: hhmm(info.since),
         decision: view.decision.as_ref().map(DecisionCtx::from),
-        title: info.metadata.get("title").cloned(),
+        title: info
+            .metadata
+            .get("title")
+            .map(|t| mrkdwn(t, escape::METADATA)),
         links: links_of(&info.metadata),
-        waiting: view.waiting.clone(),
+        waiting: view
+            .waiting
+            .iter()
+            .map(|c| mrkdwn(c, escape::METADATA))
+            .collect(),
         approvals: view.approvals.clone(),
         ended: view.ended.as_ref().map(|e| {
             serde_json::json!({"outcome": e.outcome, "at": e.at, "at_hhmm": hhmm(e.at)})
         }),
         final_state: view.final_state.as_ref().map(|f| {
-            serde_json::json!({"kind": f.kind, "message": f.message, "at": f.at, "at_hhmm": hhmm(f.at)})
+            serde_json::json!({"kind": mrkdwn(&f.kind, escape::WORD), "message": mrkdwn(&f.message, escape::MESSAGE), "at": f.at, "at_hhmm": hhmm(f.at)})
         }),
     }
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use super::sink::{store_err, SlackSink, POST_ONCE};
 use crate::gate::Millis;
 use crate::notify::SendError;
+use crate::templates::escape::{self, mrkdwn};
 
 /// Waits named in a digest; the rest are counted.
 const NAMED: usize = 10;
@@ -53,7 +54,10 @@ impl SlackSink {
                 }
                 count += 1;
                 if named.len() < NAMED {
-                    named.push(serde_json::json!({"gate": w.gate, "canary": w.canary}));
+                    named.push(serde_json::json!({
+                        "gate": mrkdwn(&w.gate, escape::METADATA),
+                        "canary": mrkdwn(&w.canary, escape::NAME),
+                    }));
                 }
             }
         }

@@ -18,6 +18,7 @@ use crate::metrics::Metrics;
 use crate::notify::burst::{Admit, Burst};
 use crate::notify::{encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
 use crate::store::{NewJob, QueueItem, Store};
+use crate::templates::escape::{self, mrkdwn};
 use crate::templates::Templates;
 
 pub const NAME: &str = "slack";
@@ -434,8 +435,9 @@ impl SlackSink {
             .render(
                 "slack/reminder.j2",
                 serde_json::json!({
-                    "mentions": mentions.join(" "), "canary": canary, "kind": kind,
-                    "revision": checksum, "waited": waited,
+                    "mentions": mentions.join(" "), "canary": mrkdwn(canary, escape::NAME),
+                    "kind": mrkdwn(kind, escape::WORD),
+                    "revision": mrkdwn(checksum, escape::CHECKSUM), "waited": waited,
                 }),
             )
             .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
@@ -614,8 +616,10 @@ impl SlackSink {
             .render(
                 "slack/event.j2",
                 serde_json::json!({
-                    "canary": canary, "kind": kind, "message": message,
-                    "revision": checksum, "gate": posted.info.gate,
+                    "canary": mrkdwn(canary, escape::NAME), "kind": mrkdwn(kind, escape::WORD),
+                    "message": mrkdwn(message, escape::MESSAGE),
+                    "revision": mrkdwn(checksum, escape::CHECKSUM),
+                    "gate": mrkdwn(&posted.info.gate.to_string(), escape::METADATA),
                 }),
             )
             .map_err(|e| SendError::Permanent(format!("{e:#}")))?;

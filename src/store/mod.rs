@@ -41,7 +41,7 @@ pub use named::{Link, NamedCounts, NamedGate, NamedSpec};
 pub use notify::WaitBrief;
 pub use prs::StatusComment;
 pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};
-pub use replicas::{DEAD_AFTER, HEARTBEAT_EVERY};
+pub use replicas::{ClockReading, DEAD_AFTER, HEARTBEAT_EVERY};
 pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};
 pub use slack::{SlackDecision, SlackEnding, SlackFinal, SlackMessage};
 pub use tx::{WriteHealth, WriteTx};

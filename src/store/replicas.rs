@@ -11,7 +11,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Result, Store};
+use super::{Backend, Result, Store};
+use crate::clock::Clock;
 use crate::gate::Millis;
 
 /// How often a PostgreSQL replica says it is alive.
@@ -26,6 +27,15 @@ const FORGET_AFTER: Duration = Duration::from_secs(3600);
 
 /// How long one write probe's outcome answers every `/readyz`.
 const PROBE_REUSE: Duration = Duration::from_secs(1);
+
+/// A reading of the database's clock: the offset to it, and how sure it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockReading {
+    /// Database time minus local time, at the midpoint of the round trip.
+    pub offset_ms: Millis,
+    /// The round trip; the offset is right to within half of it.
+    pub round_trip_ms: Millis,
+}
 
 pub(super) struct Probe {
     at: Instant,
@@ -59,6 +69,28 @@ impl Store {
             .execute(tx.conn())
             .await?;
         tx.commit().await
+    }
+
+    /// PostgreSQL: reads the database's clock (`clock_timestamp()`) and compares
+    /// it with `local` at the midpoint of the round trip. None on SQLite, whose
+    /// clock is this process's.
+    pub async fn clock_reading(&self, local: &dyn Clock) -> Result<Option<ClockReading>> {
+        if self.backend != Backend::Postgres {
+            return Ok(None);
+        }
+        // Connected first, so the round trip is the query's alone.
+        let mut conn = self.pool.acquire().await?;
+        let sent = local.now_ms();
+        let db: i64 = sqlx::query_scalar(
+            "SELECT CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)",
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        let back = local.now_ms();
+        Ok(Some(ClockReading {
+            offset_ms: db - (sent + (back - sent) / 2),
+            round_trip_ms: back - sent,
+        }))
     }
 
     /// A real write (this replica's heartbeat row), for readiness. Concurrent
