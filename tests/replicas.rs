@@ -737,6 +737,10 @@ async fn a_stuck_row_lock_neither_hangs_a_write_nor_keeps_memory_stale() {
         took < Duration::from_secs(5),
         "X's write answered in {took:?}"
     );
+    assert!(
+        took >= Duration::from_secs(2),
+        "X's write was tried again before it was refused: answered in {took:?}"
+    );
     sqlx::query("ROLLBACK").execute(&mut stuck).await.unwrap();
     assert_eq!(
         change_via(&b.url, "close", x).await,
