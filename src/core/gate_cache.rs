@@ -20,8 +20,7 @@
 //! write turn, which a write may hold while it waits for a row lock.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::Engine;
@@ -46,19 +45,34 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const FIRST_RETRY: Duration = Duration::from_secs(2);
 const LAST_RETRY: Duration = Duration::from_secs(30);
 
-/// Since when every committed change is known to be in memory.
-#[derive(Debug, Default)]
-pub(super) struct Heard(Mutex<Option<Instant>>);
+/// Since when every committed change is known to be in memory: milliseconds
+/// after `origin`, plus one (0: not yet). An atomic, because every check on
+/// PostgreSQL reads it.
+#[derive(Debug)]
+pub(super) struct Heard {
+    origin: Instant,
+    at: AtomicU64,
+}
+
+impl Default for Heard {
+    fn default() -> Self {
+        Self {
+            origin: Instant::now(),
+            at: AtomicU64::new(0),
+        }
+    }
+}
 
 impl Heard {
     fn set(&self, at: Instant) {
-        let mut heard = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        *heard = Some(heard.map_or(at, |h| h.max(at)));
+        let ms = at.saturating_duration_since(self.origin).as_millis() as u64 + 1;
+        self.at.fetch_max(ms, Ordering::AcqRel);
     }
 
     fn within(&self, limit: Duration) -> bool {
-        let heard = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        heard.is_some_and(|h| h.elapsed() < limit)
+        let at = self.at.load(Ordering::Acquire);
+        let now = self.origin.elapsed().as_millis() as u64 + 1;
+        at != 0 && now.saturating_sub(at) < limit.as_millis() as u64
     }
 }
 
