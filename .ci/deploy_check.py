@@ -814,12 +814,13 @@ def chart_checks(ck: Checks, chart: Path) -> None:
 
 ALERTS = {"GatebotNotificationsFailing", "GatebotNotificationsDropped", "GatebotWaitPastDeadline",
           "GatebotSignatureFailures", "GatebotStoreNotReady", "GatebotSlackSocketModeDown",
-          "GatebotClockSkew"}
+          "GatebotClockSkew", "GatebotStoreFilling"}
 DASHBOARD_PANELS = {"Waits open", "Waits started", "Approvals by channel", "Time to decision",
                     "Oldest pending notification", "Queue depth",
                     "GitHub and Slack calls by result", "Gate checks by kind and result",
                     "Gate check latency", "Slack Socket Mode connections",
-                    "Slack Socket Mode envelopes", "Clock offset to the database"}
+                    "Slack Socket Mode envelopes", "Clock offset to the database",
+                    "Store size", "Store rows by table"}
 METRIC = re.compile(r"\bgatebot_[a-z0-9_]+")
 
 

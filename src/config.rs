@@ -534,6 +534,9 @@ pub struct Config {
     pub named_gate_retention: Duration,
 
     #[command(flatten)]
+    pub retention: RetentionConfig,
+
+    #[command(flatten)]
     pub github: GithubConfig,
 
     #[command(flatten)]
@@ -852,6 +855,13 @@ impl Config {
             }
         }
         out.extend(self.shared_tokens());
+        let kept = &self.retention;
+        if kept.payloads > kept.deliveries {
+            out.push(
+                "GATEBOT_RETENTION_PAYLOADS is longer than GATEBOT_RETENTION_DELIVERIES: a payload cannot outlive its delivery"
+                    .into(),
+            );
+        }
         let gh = &self.github;
         if gh.app_id.is_some() != gh.app_private_key.is_some() {
             out.push(
@@ -944,6 +954,44 @@ const ZERO: Duration = Duration::ZERO;
 
 const DAY: u64 = 24 * 3600;
 
+/// How long what grows with traffic is kept (README, "Retention").
+#[derive(Debug, Clone, clap::Args)]
+pub struct RetentionConfig {
+    /// Done webhook deliveries and sent notifications keep their payload this long;
+    /// after it only their id (which stops a replay) is kept.
+    #[arg(long = "retention-payloads", env = "GATEBOT_RETENTION_PAYLOADS", default_value = "3d", value_parser = parse_duration)]
+    pub payloads: Duration,
+
+    /// Done webhook deliveries and notifications are forgotten after this; a GitHub
+    /// command or pull request event signed longer ago is then ignored as too old.
+    #[arg(long = "retention-deliveries", env = "GATEBOT_RETENTION_DELIVERIES", default_value = "30d", value_parser = parse_duration)]
+    pub deliveries: Duration,
+
+    /// Flagger's events, canaries' last checks, ended waits and their Slack messages.
+    #[arg(long = "retention-history", env = "GATEBOT_RETENTION_HISTORY", default_value = "90d", value_parser = parse_duration)]
+    pub history: Duration,
+
+    /// Audit entries; 0 keeps them for ever. What is pruned is counted and logged.
+    #[arg(long = "retention-audit", env = "GATEBOT_RETENTION_AUDIT", default_value = "365d", value_parser = parse_duration)]
+    pub audit: Duration,
+
+    /// How often a retention pass runs (one replica at a time).
+    #[arg(long = "retention-interval", env = "GATEBOT_RETENTION_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    pub interval: Duration,
+}
+
+impl RetentionConfig {
+    pub fn rules(&self) -> crate::store::Retention {
+        let ms = |d: Duration| d.as_millis().min(i64::MAX as u128) as i64;
+        crate::store::Retention {
+            payloads: ms(self.payloads),
+            deliveries: ms(self.deliveries),
+            history: ms(self.history),
+            audit: (!self.audit.is_zero()).then(|| ms(self.audit)),
+        }
+    }
+}
+
 impl Config {
     /// Values outside what gatebot can work with, each naming its setting and range.
     fn out_of_range(&self) -> Vec<String> {
@@ -1011,6 +1059,39 @@ impl Config {
                 self.ui.session_ttl,
                 secs(60),
                 secs(30 * DAY),
+            ),
+            span(
+                "GATEBOT_RETENTION_PAYLOADS",
+                self.retention.payloads,
+                secs(3600),
+                secs(365 * DAY),
+            ),
+            span(
+                "GATEBOT_RETENTION_DELIVERIES",
+                self.retention.deliveries,
+                secs(DAY),
+                secs(3650 * DAY),
+            ),
+            span(
+                "GATEBOT_RETENTION_HISTORY",
+                self.retention.history,
+                secs(DAY),
+                secs(3650 * DAY),
+            ),
+            Span {
+                zero: Some("an audit log kept for ever"),
+                ..span(
+                    "GATEBOT_RETENTION_AUDIT",
+                    self.retention.audit,
+                    secs(DAY),
+                    secs(3650 * DAY),
+                )
+            },
+            span(
+                "GATEBOT_RETENTION_INTERVAL",
+                self.retention.interval,
+                secs(1),
+                secs(DAY),
             ),
             span(
                 "GATEBOT_NAMED_GATE_RETENTION",

@@ -56,6 +56,11 @@ pub struct FailureLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TableLabels {
+    pub table: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: &'static str,
 }
@@ -173,6 +178,12 @@ pub struct Metrics {
     /// Database clock minus this replica's, as measured at each heartbeat.
     pub clock_offset: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub deadlines_passed: Counter,
+    /// Rows per table, counted at every retention pass.
+    pub store_rows: Family<TableLabels, Gauge>,
+    /// The store's size on disk, measured at every retention pass.
+    pub store_bytes: Gauge,
+    /// Rows deleted by retention, per table.
+    pub store_pruned: Family<TableLabels, Counter>,
     /// 1 while gate checks are answered from memory (SQLite, or PostgreSQL
     /// with the gate-change listener connected), 0 while each reads the store.
     pub gate_cache_trusted: Gauge,
@@ -276,6 +287,9 @@ impl Metrics {
         let store_ready = Gauge::default();
         let clock_offset = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         let deadlines_passed = Counter::default();
+        let store_rows = Family::<TableLabels, Gauge>::default();
+        let store_bytes = Gauge::default();
+        let store_pruned = Family::<TableLabels, Counter>::default();
         let gate_cache_trusted = Gauge::default();
         let gate_cache_reloads = Counter::default();
         let socket_connections = Gauge::default();
@@ -439,6 +453,27 @@ impl Metrics {
         register(
             &mut registry,
             &mut described,
+            "store_rows",
+            "Rows in each table of the store, counted at every retention pass",
+            store_rows.clone(),
+        );
+        register(
+            &mut registry,
+            &mut described,
+            "store_size_bytes",
+            "The store's size on disk: the SQLite file's pages, or the PostgreSQL database",
+            store_bytes.clone(),
+        );
+        register(
+            &mut registry,
+            &mut described,
+            "store_pruned_rows",
+            "Rows deleted by retention, per table (audit entries included: never silently)",
+            store_pruned.clone(),
+        );
+        register(
+            &mut registry,
+            &mut described,
             "wait_deadlines_passed",
             "Waits that outlasted their deadline and were acted on (rolled back, closed, or told)",
             deadlines_passed.clone(),
@@ -514,6 +549,9 @@ impl Metrics {
             store_ready,
             clock_offset,
             deadlines_passed,
+            store_rows,
+            store_bytes,
+            store_pruned,
             gate_cache_trusted,
             gate_cache_reloads,
             socket_connections,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use gatebot::github::verify::sign;
 use gatebot_testkit::fake_github::{Failure, FakeGithub};
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
-use gatebot_testkit::github_payloads::{comment, fixture};
+use gatebot_testkit::github_payloads::{comment, fixture, github_time, now_ms};
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use gatebot_testkit::served::ChildGuard;
 use serde_json::{json, Value};
@@ -63,6 +63,8 @@ fn pull_request_event(name: &str, pr: u64) -> Value {
     p["repository"]["full_name"] = json!("acme/shop");
     p["number"] = json!(pr);
     p["pull_request"]["number"] = json!(pr);
+    // GitHub stamps the event when it happens.
+    p["pull_request"]["updated_at"] = json!(github_time(now_ms()));
     p
 }
 
@@ -360,7 +362,7 @@ async fn push_and_close_close_the_gates(backend: Backend) {
     assert_eq!(deliver(server, "pull_request", &merged).await.0, 202);
     // Closed without merge (later: GitHub's updated_at tells the two apart): everything closes.
     let mut closed = pull_request_event("pull_request.closed.json", 45);
-    closed["pull_request"]["updated_at"] = json!("2019-05-15T15:22:00Z");
+    closed["pull_request"]["updated_at"] = json!(github_time(now_ms() + 1000));
     assert_eq!(deliver(server, "pull_request", &closed).await.0, 202);
     server.drained().await;
     assert!(

@@ -544,6 +544,35 @@ async fn comment_without_githubs_time_is_refused() {
     assert_eq!(env.check("/gates/promote/pr/57", "pr57", "rev1").await, 403);
 }
 
+/// Delivery ids are forgotten after GATEBOT_RETENTION_DELIVERIES (30 days),
+/// so what GitHub signed longer ago is refused at the door: a replay of it
+/// cannot run again once its id is gone. A comment or push signed inside the
+/// window is taken as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_github_signed_before_the_retention_window_is_refused() {
+    let env = env(Backend::Sqlite).await;
+    const DAY: i64 = 24 * 3600 * 1000;
+    let old = comment_at(58, 5801, "alice", "/promote", now_ms() - 31 * DAY);
+    let (status, text) = env.github("issue_comment", &old).await;
+    assert_eq!(status, 422, "{text}");
+    assert!(text.contains("GATEBOT_RETENTION_DELIVERIES"), "{text}");
+    let mut push = fixture("pull_request.synchronize.json");
+    push["repository"]["full_name"] = json!("acme/shop");
+    push["number"] = json!(58);
+    push["pull_request"]["number"] = json!(58);
+    push["pull_request"]["updated_at"] = json!(github_time(now_ms() - 31 * DAY));
+    let (status, text) = env.github("pull_request", &push).await;
+    assert_eq!(status, 422, "{text}");
+    let rejected = "gatebot_rejected_requests_total{route=\"/webhooks/github\",reason=\"too_old\"}";
+    assert_eq!(env.server.metric(rejected).await, 2.0);
+    env.inbox_idle().await;
+    assert_eq!(env.check("/gates/promote/pr/58", "pr58", "rev1").await, 403);
+
+    let recent = comment_at(58, 5802, "alice", "/promote", now_ms() - 29 * DAY);
+    let (status, text) = env.github("issue_comment", &recent).await;
+    assert_eq!(status, 202, "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slash_command_without_a_trigger_id_runs_once() {
     let env = env(Backend::Sqlite).await;

@@ -26,7 +26,7 @@ use crate::metrics::Metrics;
 use crate::notify::{Drain, Handler, Notifier, Sink, Worker, WorkerSettings};
 use crate::store::{self, QueueName, Store};
 use crate::{gate, github, http, policy, slack, templates};
-use tasks::{follow_gates, heartbeat, housekeeping, take_over_leases};
+use tasks::{follow_gates, heartbeat, housekeeping, retention, take_over_leases};
 
 /// What tests (and embedders) may swap in.
 #[derive(Default)]
@@ -239,6 +239,7 @@ impl Gatebot {
             inbox.run(inbox_shutdown).await
         });
         tasks.spawn(housekeeping(state.clone(), shutdown.clone()));
+        tasks.spawn(retention(state.clone(), shutdown.clone()));
         // One receipt writer for the webhooks and Socket Mode: one commit for
         // what arrives together, whichever way it came.
         let receipts =

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{CorrectedClock, SharedClock};
 use crate::core::AppState;
 use crate::gate;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TableLabels};
 use crate::store::{self, Store};
 
 /// Before the workers start: on SQLite (one process) every lease is a dead
@@ -164,5 +164,75 @@ pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
             .store
             .report_queues(&state.metrics, state.clock.now_ms())
             .await;
+    }
+}
+
+/// Retention: every `GATEBOT_RETENTION_INTERVAL` (and once at start), prunes
+/// what has outlived its setting, then reports the store's rows and size.
+pub(super) async fn retention(state: AppState, shutdown: CancellationToken) {
+    let rules = state.config.retention.rules();
+    let mut tick = tokio::time::interval(state.config.retention.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        prune_once(&state, &rules).await;
+        report_store_size(&state).await;
+    }
+}
+
+async fn prune_once(state: &AppState, rules: &store::Retention) {
+    let pruned = match state.store.prune(rules, state.clock.now_ms()).await {
+        Ok(pruned) => pruned,
+        Err(e) => {
+            tracing::warn!(error = %e, "retention pass failed; it is tried again at the next");
+            return;
+        }
+    };
+    for p in pruned {
+        let labels = TableLabels { table: p.table };
+        state
+            .metrics
+            .store_pruned
+            .get_or_create(&labels)
+            .inc_by(p.deleted);
+        if p.table == "audit" {
+            // The audit log is what people read afterwards: never pruned silently.
+            tracing::info!(
+                deleted = p.deleted,
+                kept_for = %humantime::format_duration(state.config.retention.audit),
+                "pruned audit entries older than GATEBOT_RETENTION_AUDIT"
+            );
+        } else {
+            tracing::debug!(
+                table = p.table,
+                deleted = p.deleted,
+                payloads_cleared = p.cleared,
+                "pruned"
+            );
+        }
+    }
+}
+
+async fn report_store_size(state: &AppState) {
+    match state.store.row_counts().await {
+        Ok(counts) => {
+            for (table, n) in counts {
+                state
+                    .metrics
+                    .store_rows
+                    .get_or_create(&TableLabels { table })
+                    .set(n);
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "cannot count the store's rows"),
+    }
+    match state.store.size_bytes().await {
+        Ok(bytes) => {
+            state.metrics.store_bytes.set(bytes);
+        }
+        Err(e) => tracing::debug!(error = %e, "cannot measure the store's size"),
     }
 }

@@ -181,6 +181,11 @@ impl PullRequestEvent {
         github_time(self.pull_request.updated_at.as_deref()?)
     }
 
+    /// When GitHub last changed the pull request, as it signed it.
+    pub fn signed_at(&self) -> Option<Millis> {
+        github_time(self.pull_request.updated_at.as_deref()?)
+    }
+
     /// This event, from fields GitHub signs: the pull request, the action, the
     /// new head and the PR's `updated_at`. Equal for a redelivery or a replay.
     pub fn signed_id(&self) -> String {

@@ -15,6 +15,7 @@ use super::events::{IssueCommentEvent, PullRequestEvent};
 use super::verify::verify;
 use super::{is_own_comment, SOURCE};
 use crate::core::AppState;
+use crate::gate::Millis;
 use crate::http::error::Reject;
 use crate::http::receipts::Receipts;
 use crate::store::Delivery;
@@ -116,6 +117,7 @@ async fn receive(
                     "comment.id or comment.updated_at (an RFC 3339 UTC time) is missing: commands are keyed by them",
                 ));
             };
+            too_old(state, e.written_at())?;
             (id, serde_json::to_string(&e).map_err(malformed)?)
         }
         "pull_request" => {
@@ -129,6 +131,7 @@ async fn receive(
                     e.repository.full_name
                 )));
             }
+            too_old(state, e.signed_at())?;
             (e.signed_id(), serde_json::to_string(&e).map_err(malformed)?)
         }
         other => return Ok(ignored(format_args!("gatebot does not use {other} events"))),
@@ -150,4 +153,23 @@ async fn receive(
     }
     tracing::debug!(delivery = guid, id = %signed_id, "GitHub delivery stored");
     Ok(text(StatusCode::ACCEPTED, "accepted"))
+}
+
+/// Delivery ids are forgotten after `GATEBOT_RETENTION_DELIVERIES`, so what
+/// GitHub signed longer ago than that is refused: a replay of it cannot run
+/// again once its id is gone.
+fn too_old(state: &AppState, signed_at: Option<Millis>) -> Result<(), Reject> {
+    let window = state.config.retention.deliveries;
+    let oldest = state.clock.now_ms() - window.as_millis() as Millis;
+    match signed_at {
+        Some(at) if at < oldest => Err(Reject::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "too_old",
+            format!(
+                "signed more than {} ago (GATEBOT_RETENTION_DELIVERIES): too old to act on",
+                humantime::format_duration(window)
+            ),
+        )),
+        _ => Ok(()),
+    }
 }

@@ -13,6 +13,7 @@ pub mod pages;
 mod prs;
 mod queue;
 mod replicas;
+mod retention;
 mod rows;
 mod sessions;
 mod slack;
@@ -42,6 +43,7 @@ pub use notify::WaitBrief;
 pub use prs::StatusComment;
 pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};
 pub use replicas::{ClockReading, DEAD_AFTER, HEARTBEAT_EVERY};
+pub use retention::{Pruned, Retention};
 pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};
 pub use slack::{SlackDecision, SlackEnding, SlackFinal, SlackMessage};
 pub use tx::{WriteHealth, WriteTx};
@@ -127,6 +129,32 @@ pub struct Store {
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
+/// SQLite frees pages that retention empties only with `auto_vacuum`
+/// incremental; a file made without it is rewritten once (`VACUUM`).
+async fn incremental_vacuum_on(pool: &AnyPool) -> anyhow::Result<()> {
+    let mode: i64 = sqlx::query_scalar("PRAGMA auto_vacuum")
+        .fetch_one(pool)
+        .await?;
+    if mode == 2 {
+        return Ok(());
+    }
+    let mut conn = pool.acquire().await?;
+    let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
+        .fetch_one(&mut *conn)
+        .await?;
+    if pages > 8 {
+        tracing::info!(
+            pages,
+            "rewriting the SQLite file once so that it can shrink"
+        );
+    }
+    sqlx::query("PRAGMA auto_vacuum = INCREMENTAL")
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("VACUUM").execute(&mut *conn).await?;
+    Ok(())
+}
+
 impl Store {
     /// Connects and migrates. `url` is `sqlite://path` (file and directory created
     /// when missing) or `postgres://…`.
@@ -171,6 +199,11 @@ impl Store {
             .connect(&url)
             .await
             .with_context(|| format!("cannot open the {} store", backend.as_str()))?;
+        if backend == Backend::Sqlite {
+            incremental_vacuum_on(&pool)
+                .await
+                .context("cannot set SQLite's auto_vacuum")?;
+        }
         migrate(&pool, backend)
             .await
             .context("cannot migrate the store")?;

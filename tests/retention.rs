@@ -1,0 +1,252 @@
+//! Retention over real HTTP on both stores, on a manual clock: what grows with
+//! traffic (deliveries and notifications, Flagger's events, canaries' last
+//! checks, ended waits, audit entries) is pruned once it outlives its setting,
+//! and nothing else is: an open wait stays, a gate still answers. Payloads go
+//! before ids; the audit log goes last, counted. SQLite's file shrinks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gatebot::clock::{Clock, ManualClock, SharedClock};
+use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer};
+use serde_json::json;
+use sqlx::{AnyConnection, Connection};
+
+const HOUR: i64 = 3600 * 1000;
+const DAY: i64 = 24 * HOUR;
+const GATE: &str = "/gates/promote/acme/shop/pr/1";
+const STUCK: &str = "/gates/promote/acme/shop/pr/2";
+const WAIT: Duration = Duration::from_secs(20);
+/// Flagger's events seeded to give the SQLite file something to give back.
+const SEEDED_EVENTS: i64 = 20_000;
+
+struct Env {
+    server: TestServer,
+    clock: Arc<ManualClock>,
+    conn: AnyConnection,
+    _db: TestDb,
+}
+
+async fn env(backend: Backend) -> Env {
+    let db = TestDb::new(backend).await;
+    let mut config = db.config();
+    config.admin_token = Some(gatebot_testkit::harness::ADMIN_TOKEN.to_string().into());
+    config.retention.payloads = Duration::from_secs(3600);
+    config.retention.deliveries = Duration::from_secs(24 * 3600);
+    config.retention.history = Duration::from_secs(24 * 3600);
+    config.retention.audit = Duration::from_secs(3 * 24 * 3600);
+    config.retention.interval = Duration::from_secs(1);
+    let clock = ManualClock::new(gatebot_testkit::github_payloads::now_ms());
+    let options = gatebot::Options {
+        clock: Some(clock.clone() as SharedClock),
+        ..Default::default()
+    };
+    let server = TestServer::start(config, options).await;
+    sqlx::any::install_default_drivers();
+    let conn = AnyConnection::connect(&db.url).await.unwrap();
+    Env {
+        server,
+        clock,
+        conn,
+        _db: db,
+    }
+}
+
+impl Env {
+    async fn check(&self, gate: &str, name: &str) -> u16 {
+        let body =
+            json!({"name": name, "namespace": "test", "phase": "Progressing", "checksum": "rev1"});
+        let r = client()
+            .post(self.server.at(gate))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        r.status().as_u16()
+    }
+
+    async fn count(&mut self, sql: &str) -> i64 {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(&mut self.conn)
+            .await
+            .unwrap()
+    }
+
+    /// Waits until `sql` counts `n`.
+    async fn until(&mut self, what: &str, sql: &str, n: i64) {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let got = self.count(sql).await;
+            if got == n {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: {got}, not {n}, within {WAIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Rows that only the prune can have left behind: a done inbox and outbox
+    /// row with a payload, and many of Flagger's events, all of now.
+    async fn seed(&mut self) {
+        let now = self.clock.now_ms();
+        let big = "x".repeat(1000);
+        sqlx::query(
+            "INSERT INTO inbox (id, source, kind, payload, received_at, next_attempt_at, state, done_at) \
+             VALUES ('github:seeded', 'github', 'issue_comment', $1, $2, $2, 'done', $2)",
+        )
+        .bind(&big)
+        .bind(now)
+        .execute(&mut self.conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO outbox (id, sink, topic, payload, created_at, next_attempt_at, state, done_at) \
+             VALUES ('seeded', 'github', 'status', $1, $2, $2, 'done', $2)",
+        )
+        .bind(&big)
+        .bind(now)
+        .execute(&mut self.conn)
+        .await
+        .unwrap();
+        let mut tx = self.conn.begin().await.unwrap();
+        for i in 0..SEEDED_EVENTS {
+            sqlx::query(
+                "INSERT INTO events (received_at, canary, phase, checksum, event_type, kind, message) \
+                 VALUES ($1, $2, 'Progressing', 'rev1', 'Normal', 'other', $3)",
+            )
+            .bind(now)
+            .bind(format!("test/seeded-{}", i % 50))
+            .bind(&big)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        }
+        tx.commit().await.unwrap();
+    }
+
+    async fn sqlite_pages(&mut self) -> i64 {
+        self.count("SELECT page_count FROM pragma_page_count()")
+            .await
+    }
+}
+
+gatebot_testkit::on_both_stores!(what_outlives_its_retention_is_pruned_and_nothing_else);
+
+async fn what_outlives_its_retention_is_pruned_and_nothing_else(backend: Backend) {
+    let mut env = env(backend).await;
+    // A canary waits, is approved and passes; another keeps waiting.
+    assert_eq!(env.check(GATE, "podinfo").await, 403);
+    env.server.open(GATE).await;
+    assert_eq!(env.check(GATE, "podinfo").await, 200);
+    assert_eq!(env.check(STUCK, "stuck").await, 403);
+    env.server.drained().await;
+    env.seed().await;
+    let pages_before = match backend {
+        Backend::Sqlite => env.sqlite_pages().await,
+        Backend::Postgres => 0,
+    };
+    let audit_before = env.count("SELECT COUNT(*) FROM audit").await;
+    assert!(audit_before >= 2, "an open and a pin at least");
+
+    // Past GATEBOT_RETENTION_PAYLOADS: payloads go, ids stay.
+    env.clock.advance(2 * HOUR);
+    env.until(
+        "payloads left",
+        "SELECT COUNT(*) FROM inbox WHERE id = 'github:seeded' AND payload <> ''",
+        0,
+    )
+    .await;
+    env.until(
+        "outbox payloads left",
+        "SELECT COUNT(*) FROM outbox WHERE id = 'seeded' AND payload <> ''",
+        0,
+    )
+    .await;
+    assert_eq!(
+        env.count("SELECT COUNT(*) FROM inbox WHERE id = 'github:seeded'")
+            .await,
+        1,
+        "the id is kept: it still stops a replay"
+    );
+
+    // Past GATEBOT_RETENTION_DELIVERIES and _HISTORY.
+    env.clock.advance(2 * DAY);
+    env.until("events", "SELECT COUNT(*) FROM events", 0).await;
+    env.until(
+        "done deliveries",
+        "SELECT COUNT(*) FROM inbox WHERE state <> 'pending'",
+        0,
+    )
+    .await;
+    env.until(
+        "done notifications",
+        "SELECT COUNT(*) FROM outbox WHERE state <> 'pending'",
+        0,
+    )
+    .await;
+    env.until(
+        "ended waits",
+        "SELECT COUNT(*) FROM waits WHERE ended_at IS NOT NULL",
+        0,
+    )
+    .await;
+    env.until("observations", "SELECT COUNT(*) FROM observations", 0)
+        .await;
+    assert_eq!(
+        env.count("SELECT COUNT(*) FROM waits WHERE ended_at IS NULL")
+            .await,
+        1,
+        "the wait that is still open is kept"
+    );
+    assert_eq!(
+        env.count("SELECT COUNT(*) FROM audit").await,
+        audit_before,
+        "the audit log is kept longer"
+    );
+    if backend == Backend::Sqlite {
+        // The pages freed go back to the file system at the end of the pass.
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let pages_after = env.sqlite_pages().await;
+            if pages_after * 2 < pages_before {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the file gives back what was pruned: {pages_before} pages, then {pages_after}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    // Past GATEBOT_RETENTION_AUDIT: the audit entries go, counted.
+    env.clock.advance(2 * DAY);
+    env.until("audit entries", "SELECT COUNT(*) FROM audit", 0)
+        .await;
+    let pruned = r#"gatebot_store_pruned_rows_total{table="audit"}"#;
+    eventually("audit pruning counted", WAIT, || async {
+        env.server.metric(pruned).await >= audit_before as f64
+    })
+    .await;
+    eventually("rows reported", WAIT, || async {
+        env.server
+            .metric(r#"gatebot_store_rows{table="audit"}"#)
+            .await
+            == 0.0
+            && env
+                .server
+                .metric(r#"gatebot_store_rows{table="waits"}"#)
+                .await
+                == 1.0
+            && env.server.metric("gatebot_store_size_bytes").await > 0.0
+    })
+    .await;
+
+    // What is left still works.
+    assert_eq!(env.check(STUCK, "stuck").await, 403);
+    let ready = client().get(env.server.at("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status().as_u16(), 200);
+}
