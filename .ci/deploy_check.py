@@ -1311,6 +1311,82 @@ def install_checks(ck: Checks) -> None:
     ck.run("docs/install-kubernetes.md's helm commands render", guide)
 
 
+# --------------------------------------------------------------------------- docs/gitops.md
+
+GITOPS_TOKEN = "t0ken-for-the-check"
+
+
+def expect_pr_hooks(canary: dict[str, Any], pr: str, token: str) -> None:
+    """The Canary's gate URLs and event metadata name pull request `pr`, with the token."""
+    expect(canary.get("kind") == "Canary", f"not a Canary: {canary.get('kind')}")
+    hooks = {h["type"]: h for h in canary["spec"]["analysis"]["webhooks"]}
+    base = "http://gatebot.flagger-system"
+    for kind, hook in (("start", "confirm-rollout"), ("promote", "confirm-promotion"),
+                       ("rollback", "rollback")):
+        want = f"{base}/gates/t/{token}/{kind}/pr/{pr}"
+        expect(hooks.get(hook, {}).get("url") == want, f"{hook}: {hooks.get(hook)} is not {want}")
+    expect(hooks["event"]["url"] == f"{base}/flagger/events?token={token}", "event hook URL")
+    expect(hooks["event"].get("metadata") == {"pr": pr}, f"event metadata {hooks['event'].get('metadata')}")
+
+
+def gitops_checks(ck: Checks, chart: Path) -> None:
+    text = (ROOT / "docs" / "gitops.md").read_text()
+    blocks = re.findall(r"^```yaml\n(.*?)^```", text, re.S | re.M)
+    plain = [d for b in blocks if "{{" not in b for d in yaml.safe_load_all(b) if d]
+    commands = [c for b in sh_blocks(text) for c in sh_commands(b)]
+
+    def flux() -> str:
+        ks = next(d for d in plain if d.get("apiVersion", "").startswith("kustomize.toolkit.fluxcd.io"))
+        canary = next(b for b in blocks if "kind: Canary" in b and "${PR_NUMBER}" in b)
+        variables = dict(ks["spec"]["postBuild"]["substitute"])
+        secrets = created_secrets(commands)
+        for source in ks["spec"]["postBuild"]["substituteFrom"]:
+            expect(source["kind"] == "Secret" and source["name"] in secrets,
+                   f"substituteFrom {source}: the guide creates {sorted(secrets)}")
+            ns, keys = secrets[source["name"]]
+            expect(ns == ks["metadata"]["namespace"], f"the Secret is in {ns}, not beside the Kustomization")
+            variables.update({k: GITOPS_TOKEN for k in keys})
+        token = next(d for d in manifests(render(chart, {})) if flagger_token_secret(d))
+        copy_cmd = " ".join(next(c for c in commands if "create" in c))
+        expect(f"-n {NAMESPACE} get secret {token['metadata']['name']} " in copy_cmd
+               and "{.data.token}" in copy_cmd, "the token is copied from the chart's Secret")
+        unknown = set(re.findall(r"\$\{(\w+)\}", canary)) - set(variables)
+        expect(not unknown, f"variables Flux has no value for: {sorted(unknown)}")
+        out = re.sub(r"\$\{(\w+)\}", lambda m: str(variables[m.group(1)]), canary)
+        expect_pr_hooks(yaml.safe_load(out), "42", GITOPS_TOKEN)
+        return f"Kustomization {ks['metadata']['name']}: PR_NUMBER and FLAGGER_TOKEN substituted"
+    ck.run("docs/gitops.md: Flux substitutes the PR and the token", flux)
+
+    def argo() -> str:
+        import tempfile
+        app = next(d for d in plain if d.get("kind") == "Application")
+        values = json.loads(json.dumps(app["spec"]["source"]["helm"]["valuesObject"])
+                            .replace("${FLAGGER_TOKEN}", GITOPS_TOKEN))
+        defaults = next(b for b in blocks if b.startswith("image:") and "gatebot:" in b)
+        template = next(b for b in blocks if "{{" in b)
+        with tempfile.TemporaryDirectory() as tmp:
+            app_chart = Path(tmp) / "podinfo"
+            (app_chart / "templates").mkdir(parents=True)
+            (app_chart / "Chart.yaml").write_text("apiVersion: v2\nname: podinfo\nversion: 0.1.0\n")
+            (app_chart / "values.yaml").write_text(defaults)
+            (app_chart / "templates" / "canary.yaml").write_text(template)
+
+            def canary(v: dict[str, Any]) -> dict[str, Any]:
+                with helm.Chart.load(app_chart) as c:
+                    out = c.render(values=v, name=app["metadata"]["name"],
+                                   namespace=app["spec"]["destination"]["namespace"], is_install=True)
+                return one(manifests(out), "Canary")
+            expect_pr_hooks(canary(values), "42", GITOPS_TOKEN)
+            try:
+                canary(deep_merge(values, {"gatebot": {"pr": ""}}))
+            except helm.HelmError as exc:
+                expect("gatebot.pr" in str(exc), f"refused without saying gatebot.pr: {exc}")
+            else:
+                raise AssertionError("the chart rendered a Canary without a PR number")
+        return f"Application {app['metadata']['name']}: the chart's Canary names PR 42; no PR, no render"
+    ck.run("docs/gitops.md: Argo CD's Helm values put the PR in the Canary", argo)
+
+
 # --------------------------------------------------------------------------- main
 
 def main() -> int:
@@ -1332,6 +1408,7 @@ def main() -> int:
     kustomize_checks(ck, args.kustomize.resolve(), args.kubectl or None)
     app_manifest_checks(ck)
     install_checks(ck)
+    gitops_checks(ck, args.chart.resolve())
     print(f"deploy: {ck.passed} passed, {ck.failed} failed")
     return 1 if ck.failed else 0
 
