@@ -164,6 +164,7 @@ impl InboxLock {
 gatebot_testkit::on_both_stores!(
     a_click_is_acknowledged_only_once_stored_and_flagger_promotes,
     a_dropped_connection_loses_nothing_and_applies_each_once,
+    a_burst_of_envelopes_is_held_to_a_bound_and_none_is_lost,
 );
 
 /// A click while the store cannot take its receipt is not acknowledged
@@ -501,4 +502,152 @@ async fn two_replicas_each_connect_and_every_click_is_applied_once() {
         .count();
     assert_eq!(announced, 1, "frozen and announced once");
     b.stop().await;
+}
+
+/// A Slack that answers every `hello` with `disconnect`: the replica never
+/// holds more than two connections, opens with backoff instead of at once,
+/// and settles on one connection when Slack does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnect_storm_holds_two_connections_and_backs_off() {
+    let env = env(Backend::Sqlite).await;
+    let first = only_open(&env);
+    socket(&env).disconnect_after_hello(Some("refresh_requested"));
+    socket(&env).disconnect(first, "refresh_requested");
+    let storm = Duration::from_secs(8);
+    let started = std::time::Instant::now();
+    let mut most = 0.0f64;
+    while started.elapsed() < storm {
+        most = most.max(env.server.metric("gatebot_slack_socket_connections").await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let opens = env.slack.attempts("apps.connections.open").len();
+    assert!(
+        socket(&env).max_open() <= 2,
+        "at most two connections at once, Slack saw {}",
+        socket(&env).max_open()
+    );
+    assert!(most <= 2.0, "gatebot held {most} greeted connections");
+    // 1 + opens at about 1, 2, 4 and 8 s; without backoff, one per disconnect.
+    assert!(opens <= 7, "{opens} opens in {storm:?} of disconnects");
+    assert!(opens >= 3, "still trying: {opens} opens");
+
+    // Slack calms down: one connection, which carries commands again.
+    socket(&env).disconnect_after_hello(None);
+    eventually(
+        "one lasting connection",
+        Duration::from_secs(30),
+        || async {
+            let open = socket(&env).open();
+            open.len() == 1 && env.server.metric("gatebot_slack_socket_connections").await == 1.0
+        },
+    )
+    .await;
+    let conn = only_open(&env);
+    let help = socket(&env).send_to(
+        conn,
+        "slash_commands",
+        env.slash_payload("UBOB", "bob", "help", "trig-1"),
+    );
+    acked(&env, &help).await;
+    assert!(socket(&env).max_open() <= 2);
+}
+
+/// `apps.connections.open` answered 429 with `Retry-After`: the next try
+/// waits that long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_on_opening_a_connection_is_obeyed() {
+    let env = env(Backend::Sqlite).await;
+    let first = only_open(&env);
+    env.slack.rate_limit_next("apps.connections.open", 3);
+    socket(&env).drop_connection(first);
+    eventually("connected again", Duration::from_secs(20), || async {
+        socket(&env).open().len() == 1 && socket(&env).opened() == 2
+    })
+    .await;
+    let attempts = env.slack.attempts("apps.connections.open");
+    assert_eq!(
+        attempts.len(),
+        3,
+        "the first, the limited one, and the next"
+    );
+    assert_eq!(attempts[1].status, 429);
+    let waited = attempts[2].at - attempts[1].at;
+    assert!(
+        waited >= Duration::from_secs(3),
+        "tried again after {waited:?}, before Retry-After's 3 s"
+    );
+}
+
+/// A burst of clicks while the store cannot take them: only a bounded number
+/// is held in memory at a time, the rest go back to Slack unacknowledged and
+/// are counted; once the store is back, every click is stored and the gate
+/// opens once.
+async fn a_burst_of_envelopes_is_held_to_a_bound_and_none_is_lost(backend: Backend) {
+    const BURST: usize = 200;
+    let env = env(backend).await;
+    let conn = only_open(&env);
+    let mut sim = waiting_to_promote(&env).await;
+    let lock = InboxLock::take(&env.db).await;
+    let clicks: Vec<String> = (0..BURST)
+        .map(|i| {
+            let payload = approve(&env, "UALICE", &format!("burst-{i}"));
+            socket(&env).send_to(conn, "interactive", payload)
+        })
+        .collect();
+    let shed = r#"gatebot_slack_socket_envelopes_total{kind="interactive",result="shed"}"#;
+    let unacked = r#"gatebot_slack_socket_envelopes_total{kind="interactive",result="unacked"}"#;
+    eventually("every envelope of the burst given back", WAIT, || async {
+        env.server.metric(shed).await + env.server.metric(unacked).await == BURST as f64
+    })
+    .await;
+    let held = env.server.metric(unacked).await;
+    assert!(
+        held <= 32.0,
+        "{held} envelopes were held waiting for the store at once"
+    );
+    assert!(
+        socket(&env).acks().is_empty(),
+        "nothing acknowledged unstored"
+    );
+    lock.release().await;
+
+    // Slack delivers each again; every one is stored, acknowledged once.
+    socket(&env).retry_unacked();
+    eventually(
+        "every click acknowledged",
+        Duration::from_secs(30),
+        || async {
+            if socket(&env).unacked() > 0 {
+                socket(&env).retry_unacked();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            clicks.iter().all(|c| !socket(&env).acks_of(c).is_empty())
+        },
+    )
+    .await;
+    // Every click is in the inbox once and worked; the first opens the gate.
+    // (The API shows only the latest 100 audit lines, so count in the store.)
+    sqlx::any::install_default_drivers();
+    let mut db = sqlx::AnyConnection::connect(&env.db.url).await.unwrap();
+    let worked = "SELECT COUNT(*) FROM inbox WHERE kind = 'block_actions' AND state = 'done'";
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (done,): (i64,) = sqlx::query_as(worked).fetch_one(&mut db).await.unwrap();
+        if done == BURST as i64 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{done} of {BURST} clicks worked"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (opens,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM audit WHERE gate_key LIKE '%promote%' AND action = 'open'",
+    )
+    .fetch_one(&mut db)
+    .await
+    .unwrap();
+    assert_eq!(opens, 1, "one person's clicks open the gate once");
+    promotes(&mut sim).await;
 }

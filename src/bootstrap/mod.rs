@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::Router;
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -50,6 +50,7 @@ pub struct Gatebot {
     web: Arc<crate::web::Web>,
     receipts: http::receipts::Receipts,
     redeliveries: github::redeliver::Redeliveries,
+    webhook_readers: Arc<Semaphore>,
 }
 
 impl Gatebot {
@@ -242,7 +243,10 @@ impl Gatebot {
         // what arrives together, whichever way it came.
         let receipts =
             http::receipts::Receipts::new(store.clone(), clock.clone(), state.inbox_wake.clone());
-        if let Some(socket) = slack::socket_mode(&state, receipts.clone())? {
+        // One cap on webhook work in hand, over HTTP and Socket Mode alike.
+        let webhook_readers = Arc::new(Semaphore::new(http::limits::WEBHOOK_BODY_READERS));
+        if let Some(socket) = slack::socket_mode(&state, receipts.clone(), webhook_readers.clone())?
+        {
             tasks.spawn(socket.run(shutdown.clone()));
         }
         // GitHub keeps an App's deliveries: what gatebot refused, it asks for again.
@@ -262,6 +266,7 @@ impl Gatebot {
             web,
             receipts,
             redeliveries,
+            webhook_readers,
         })
     }
 
@@ -275,6 +280,7 @@ impl Gatebot {
         let webhooks = Webhooks {
             receipts: self.receipts.clone(),
             redeliveries: self.redeliveries.clone(),
+            readers: self.webhook_readers.clone(),
         };
         app_with(self.state.clone(), self.web.clone(), webhooks)
     }

@@ -42,6 +42,7 @@ pub fn app(state: AppState) -> Router {
     let receipts = Webhooks {
         receipts,
         redeliveries: Redeliveries::default(),
+        readers: Arc::new(Semaphore::new(WEBHOOK_BODY_READERS)),
     };
     let changes = state.engine.changes().unwrap_or_else(|| {
         let (changes, _) = tokio::sync::broadcast::channel(1024);
@@ -62,6 +63,8 @@ pub fn app(state: AppState) -> Router {
 pub struct Webhooks {
     pub receipts: Receipts,
     pub redeliveries: Redeliveries,
+    /// The cap on webhook bodies handled at once (Socket Mode shares it).
+    pub readers: Arc<Semaphore>,
 }
 
 /// The router with the pages `web`, storing webhook receipts through
@@ -74,12 +77,12 @@ fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, webhooks: Webhook
     let Webhooks {
         receipts,
         redeliveries,
+        readers: webhook_readers,
     } = webhooks;
     let read_timeout = state.config.body_read_timeout;
     let body =
         |max| middleware::from_fn_with_state(BodyLimit::new(max, read_timeout), limits::bounded);
-    // One cap for both webhook sources: anyone may send to them.
-    let webhook_readers = Arc::new(Semaphore::new(WEBHOOK_BODY_READERS));
+    // One cap for both webhook sources (and Socket Mode): anyone may send to them.
     let webhook_body = |max| {
         middleware::from_fn_with_state(
             BodyLimit::new(max, read_timeout).shared(&webhook_readers),

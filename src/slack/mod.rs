@@ -115,6 +115,7 @@ pub fn inbox_handlers(
 pub fn socket_mode(
     state: &AppState,
     receipts: crate::http::receipts::Receipts,
+    readers: Arc<tokio::sync::Semaphore>,
 ) -> anyhow::Result<Option<Arc<socket::SocketMode>>> {
     let Some(token) = state.config.slack.socket_mode_token() else {
         return Ok(None);
@@ -125,6 +126,7 @@ pub fn socket_mode(
     Ok(Some(Arc::new(socket::SocketMode::new(
         state.clone(),
         receipts,
+        readers,
         api,
         token.to_string().into(),
     ))))

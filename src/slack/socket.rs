@@ -6,11 +6,15 @@
 //!
 //! One connection is kept open per replica. When Slack asks for a new one
 //! (`disconnect`: `refresh_requested`, `warning`, …) the next is opened
-//! first and the old one keeps delivering until Slack closes it. A lost or
+//! first and the old one keeps delivering until Slack closes it; a replica
+//! never holds more than two, so a third closes the oldest first. A lost or
 //! silent connection is replaced at once, then with growing, jittered delays
-//! while opening fails. Several replicas may each hold one: Slack gives an
-//! envelope to one of them, and a redelivery to another is a duplicate
-//! receipt, applied once.
+//! while opening fails or connections end young (a Slack that answers every
+//! `hello` with `disconnect`); opens are at least a second apart and
+//! `Retry-After` is obeyed. Envelopes share the HTTP webhooks' cap on work in
+//! hand, and what does not fit is left for Slack to deliver again. Several
+//! replicas may each hold one: Slack gives an envelope to one of them, and a
+//! redelivery to another is a duplicate receipt, applied once.
 //!
 //! slack-morphism's Socket Mode client opens its WebSocket with
 //! tokio-tungstenite's own connector: no `HTTPS_PROXY` and no
@@ -18,6 +22,7 @@
 //! upgraded from a request of gatebot's own Slack client instead
 //! ([`SlackApi::open_socket`]).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,8 +30,9 @@ use futures_util::{SinkExt, StreamExt};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::{self, JoinSet};
+use tokio::time::Instant as TokioInstant;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -37,6 +43,7 @@ use super::payload::{Interaction, SlashCommand};
 use crate::core::AppState;
 use crate::gate::Millis;
 use crate::http::error::Reject;
+use crate::http::limits::WEBHOOK_READER_WAIT;
 use crate::http::receipts::Receipts;
 use crate::metrics::{EnvelopeLabels, ReasonLabels, ResultLabels};
 
@@ -53,6 +60,18 @@ const ACK_WITHIN: Duration = Duration::from_secs(2);
 const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 /// A connection that lasted less than this counts as a failed attempt.
 const HEALTHY_AFTER: Duration = Duration::from_secs(5);
+/// Connections one replica holds at once: the live one, and one that still
+/// delivers after Slack asked for a new one. Slack allows 10 per app, shared
+/// by the replicas.
+const MAX_CONNECTIONS: usize = 2;
+/// Opens are at least this far apart, however quickly Slack ends connections.
+const MIN_OPEN_GAP: Duration = Duration::from_secs(1);
+/// A `Retry-After` longer than this is cut to it, so that one odd header
+/// cannot leave a replica without Slack for hours.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+/// Envelopes of one connection read and not yet stored: past this, one is
+/// left unacknowledged (Slack delivers it again), so a burst costs no memory.
+const IN_FLIGHT: usize = 32;
 const FIRST_RETRY: Duration = Duration::from_millis(500);
 const LAST_RETRY: Duration = Duration::from_secs(30);
 /// How far back Slack's own click time is believed (a redelivery after a
@@ -62,15 +81,38 @@ const ACTION_TS_WINDOW: Millis = 5 * 60 * 1000;
 pub struct SocketMode {
     state: AppState,
     receipts: Receipts,
+    /// The cap on webhook bodies handled at once, shared with the HTTP routes.
+    readers: Arc<Semaphore>,
     api: Arc<SlackApi>,
     token: SecretString,
 }
 
 /// How a connection ended.
 struct Ended {
-    id: u64,
     greeted: bool,
     lived: Duration,
+}
+
+/// The connections one replica holds, and when it may open the next.
+struct Pool {
+    tasks: JoinSet<Ended>,
+    /// Open or draining, oldest first.
+    alive: Vec<Live>,
+    /// The connection that is not draining; None while one is wanted.
+    active: Option<u64>,
+    next_id: u64,
+    /// Opens in a row that failed, or whose connection did not last.
+    failures: u32,
+    /// The last try to open one, whatever came of it.
+    last_open: Option<TokioInstant>,
+    next_open: TokioInstant,
+}
+
+struct Live {
+    id: u64,
+    task: task::Id,
+    stop: CancellationToken,
+    opened: Instant,
 }
 
 /// What one text message from Slack is, read leniently: unknown fields and
@@ -98,12 +140,14 @@ impl SocketMode {
     pub fn new(
         state: AppState,
         receipts: Receipts,
+        readers: Arc<Semaphore>,
         api: Arc<SlackApi>,
         token: SecretString,
     ) -> Self {
         Self {
             state,
             receipts,
+            readers,
             api,
             token,
         }
@@ -113,71 +157,42 @@ impl SocketMode {
     /// acknowledge what it has stored and close.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let (asks, mut asked) = mpsc::unbounded_channel::<u64>();
-        let mut connections: JoinSet<Ended> = JoinSet::new();
-        let mut active: Option<u64> = None;
-        let mut next_id = 0;
-        let mut failures = 0u32;
-        let mut wait = Duration::ZERO;
+        let mut pool = Pool::new();
         loop {
-            if active.is_none() {
-                if !wait.is_zero() {
-                    tokio::select! {
-                        () = shutdown.cancelled() => break,
-                        () = tokio::time::sleep(wait) => {}
-                    }
-                }
-                let opened = tokio::select! {
-                    () = shutdown.cancelled() => break,
-                    opened = self.api.open_socket(self.token.expose_secret()) => opened,
-                };
-                match opened {
-                    Ok(socket) => {
-                        self.connects("ok");
-                        next_id += 1;
-                        active = Some(next_id);
-                        let me = self.clone();
-                        let (asks, stop) = (asks.clone(), shutdown.clone());
-                        let span = tracing::info_span!("slack_socket", connection = next_id);
-                        connections.spawn(me.serve(next_id, socket, asks, stop).instrument(span));
-                    }
-                    Err(e) => {
-                        self.connects("failed");
-                        failures += 1;
-                        wait = e.retry_after.unwrap_or_else(|| backoff(failures));
-                        tracing::warn!(error = %e, attempt = failures, retry_in = ?wait, "cannot open a Slack Socket Mode connection");
-                        continue;
-                    }
-                }
+            if pool.active.is_none() && pool.alive.len() >= MAX_CONNECTIONS {
+                // A new connection is wanted and both places are taken: the
+                // oldest, already draining, closes first (what it is storing
+                // is still acknowledged).
+                pool.retire_oldest();
             }
+            let may_open = pool.active.is_none() && pool.alive.len() < MAX_CONNECTIONS;
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                Some(id) = asked.recv() => {
-                    // Slack asked for a new connection: open it now, the old one drains.
-                    if active == Some(id) {
-                        active = None;
-                        failures = 0;
-                        wait = Duration::ZERO;
-                    }
-                }
-                Some(ended) = connections.join_next() => {
-                    let Ok(ended) = ended else {
-                        // A connection's task panicked: which one is unknown, so
-                        // open another rather than risk holding none.
-                        tracing::error!("a Slack Socket Mode connection failed; opening another");
-                        active = None;
-                        failures += 1;
-                        wait = backoff(failures);
-                        continue;
+                () = tokio::time::sleep_until(pool.next_open), if may_open => {
+                    let opened = tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        opened = self.api.open_socket(self.token.expose_secret()) => opened,
                     };
-                    if active == Some(ended.id) {
-                        active = None;
-                        failures = if ended.greeted && ended.lived >= HEALTHY_AFTER { 0 } else { failures + 1 };
-                        wait = if failures == 0 { Duration::ZERO } else { backoff(failures) };
+                    match opened {
+                        Ok(socket) => {
+                            self.connects("ok");
+                            let (id, stop) = pool.opened(&shutdown);
+                            let span = tracing::info_span!("slack_socket", connection = id);
+                            let serving = self.clone().serve(id, socket, asks.clone(), stop.clone());
+                            pool.spawn(id, stop, serving.instrument(span));
+                        }
+                        Err(e) => {
+                            self.connects("failed");
+                            let wait = pool.failed(e.retry_after);
+                            tracing::warn!(error = %e, attempt = pool.failures, retry_in = ?wait, "cannot open a Slack Socket Mode connection");
+                        }
                     }
                 }
+                Some(id) = asked.recv() => pool.asked(id),
+                Some(ended) = pool.tasks.join_next_with_id() => pool.ended(ended),
             }
         }
-        while connections.join_next().await.is_some() {}
+        while pool.tasks.join_next().await.is_some() {}
     }
 
     fn connects(&self, result: &'static str) {
@@ -203,7 +218,7 @@ impl SocketMode {
         id: u64,
         socket: Socket,
         asks: mpsc::UnboundedSender<u64>,
-        shutdown: CancellationToken,
+        stop: CancellationToken,
     ) -> Ended {
         let started = Instant::now();
         let (mut tx, mut rx) = socket.split();
@@ -216,7 +231,8 @@ impl SocketMode {
         let reason = loop {
             tokio::select! {
                 biased;
-                () = shutdown.cancelled() => break "shutdown",
+                // Shutdown, or retired to make room for a newer connection.
+                () = stop.cancelled() => break if draining_until.is_some() { "retired" } else { "shutdown" },
                 Some(done) = handling.join_next() => {
                     if let Ok(Some(ack)) = done {
                         if tx.send(Message::text(ack)).await.is_err() {
@@ -248,6 +264,7 @@ impl SocketMode {
                                 }
                             }
                             Ok(frame) => match frame.envelope_id.clone().filter(|e| !e.is_empty()) {
+                                Some(envelope) if handling.len() >= IN_FLIGHT => self.shed(&envelope, &frame.kind),
                                 Some(envelope) => {
                                     let me = self.clone();
                                     handling.spawn(async move { me.envelope(envelope, frame, Instant::now()).await }.in_current_span());
@@ -275,7 +292,7 @@ impl SocketMode {
                 }
             }
         };
-        if reason == "shutdown" {
+        if matches!(reason, "shutdown" | "retired") {
             // What is being stored is still acknowledged; what was not read
             // yet goes to another connection.
             while let Some(done) = handling.join_next().await {
@@ -284,7 +301,7 @@ impl SocketMode {
                 }
             }
         }
-        if matches!(reason, "shutdown" | "silent" | "drained") {
+        if matches!(reason, "shutdown" | "retired" | "silent" | "drained") {
             let _ = tokio::time::timeout(Duration::from_secs(1), tx.close()).await;
         }
         if draining_until.is_none() {
@@ -299,10 +316,28 @@ impl SocketMode {
             "Slack Socket Mode connection closed"
         );
         Ended {
-            id,
             greeted,
             lived: started.elapsed(),
         }
+    }
+
+    /// An envelope left unacknowledged because too many are being stored:
+    /// Slack delivers it again after 3 s.
+    fn shed(&self, envelope: &str, kind: &str) {
+        let kind = envelope_kind(kind);
+        self.state
+            .metrics
+            .socket_envelopes
+            .get_or_create(&EnvelopeLabels {
+                kind,
+                result: "shed",
+            })
+            .inc();
+        tracing::debug!(
+            envelope,
+            kind,
+            "busy: not acknowledged, Slack delivers it again"
+        );
     }
 
     fn malformed(&self, what: &str) {
@@ -315,11 +350,13 @@ impl SocketMode {
     /// Stores what one envelope carries; the acknowledgement to send, or
     /// None to let Slack deliver it again.
     async fn envelope(&self, envelope: String, frame: Frame, read: Instant) -> Option<String> {
-        let kind = match frame.kind.as_str() {
-            "interactive" => "interactive",
-            "slash_commands" => "slash_commands",
-            "events_api" => "events_api",
-            _ => "other",
+        let kind = envelope_kind(&frame.kind);
+        // The same cap as webhook bodies over HTTP: a flood waits its turn
+        // briefly, then goes back to Slack unacknowledged.
+        let readers = self.readers.clone().acquire_owned();
+        let Ok(Ok(_permit)) = tokio::time::timeout(WEBHOOK_READER_WAIT, readers).await else {
+            self.shed(&envelope, kind);
+            return None;
         };
         if frame.retry_attempt.is_some_and(|n| n > 0) {
             tracing::debug!(
@@ -392,6 +429,125 @@ impl SocketMode {
         }
         let now = self.state.clock.now_ms();
         accept::command(&self.state, &self.receipts, command, now).await
+    }
+}
+
+impl Pool {
+    fn new() -> Self {
+        Self {
+            tasks: JoinSet::new(),
+            alive: Vec::new(),
+            active: None,
+            next_id: 0,
+            failures: 0,
+            last_open: None,
+            next_open: TokioInstant::now(),
+        }
+    }
+
+    /// A connection was opened: its id, and what stops it alone.
+    fn opened(&mut self, shutdown: &CancellationToken) -> (u64, CancellationToken) {
+        self.next_id += 1;
+        self.active = Some(self.next_id);
+        self.last_open = Some(TokioInstant::now());
+        (self.next_id, shutdown.child_token())
+    }
+
+    fn spawn(
+        &mut self,
+        id: u64,
+        stop: CancellationToken,
+        serving: impl Future<Output = Ended> + Send + 'static,
+    ) {
+        let task = self.tasks.spawn(serving).id();
+        self.alive.push(Live {
+            id,
+            task,
+            stop,
+            opened: Instant::now(),
+        });
+    }
+
+    /// Opening failed: when to try again, as Slack says or with backoff.
+    fn failed(&mut self, retry_after: Option<Duration>) -> Duration {
+        self.failures += 1;
+        self.last_open = Some(TokioInstant::now());
+        let wait = retry_after.map_or_else(
+            || backoff(self.failures),
+            |after| after.min(MAX_RETRY_AFTER),
+        );
+        self.schedule(wait);
+        wait
+    }
+
+    /// Slack asked connection `id` for a new one. One that did not last is a
+    /// failed attempt, so a Slack that ends every connection at once is
+    /// answered with backoff, not a storm of opens.
+    fn asked(&mut self, id: u64) {
+        if self.active != Some(id) {
+            return;
+        }
+        self.active = None;
+        let lived = self
+            .alive
+            .iter()
+            .find(|c| c.id == id)
+            .map(|c| c.opened.elapsed());
+        self.replace(lived.is_some_and(|lived| lived >= HEALTHY_AFTER));
+    }
+
+    fn ended(&mut self, ended: Result<(task::Id, Ended), task::JoinError>) {
+        let (task, healthy) = match ended {
+            Ok((task, e)) => (task, e.greeted && e.lived >= HEALTHY_AFTER),
+            Err(e) => {
+                tracing::error!(error = %e, "a Slack Socket Mode connection failed");
+                (e.id(), false)
+            }
+        };
+        let Some(at) = self.alive.iter().position(|c| c.task == task) else {
+            return;
+        };
+        let gone = self.alive.remove(at);
+        if self.active == Some(gone.id) {
+            self.active = None;
+            self.replace(healthy);
+        }
+    }
+
+    /// Schedules the open that replaces the active connection.
+    fn replace(&mut self, healthy: bool) {
+        self.failures = if healthy { 0 } else { self.failures + 1 };
+        let wait = if healthy {
+            Duration::ZERO
+        } else {
+            backoff(self.failures)
+        };
+        self.schedule(wait);
+    }
+
+    /// The next open: `wait` from now, and never sooner than
+    /// [`MIN_OPEN_GAP`] after the last try.
+    fn schedule(&mut self, wait: Duration) {
+        let now = TokioInstant::now();
+        let gap = self.last_open.map_or(now, |at| at + MIN_OPEN_GAP);
+        self.next_open = (now + wait).max(gap);
+    }
+
+    /// Closes the oldest draining connection, to make room for a new one.
+    fn retire_oldest(&self) {
+        if let Some(oldest) = self.alive.iter().find(|c| Some(c.id) != self.active) {
+            oldest.stop.cancel();
+        }
+    }
+}
+
+/// The envelope types gatebot names in metrics; anything else is `other`.
+fn envelope_kind(kind: &str) -> &'static str {
+    match kind {
+        "interactive" => "interactive",
+        "slash_commands" => "slash_commands",
+        "events_api" => "events_api",
+        _ => "other",
     }
 }
 

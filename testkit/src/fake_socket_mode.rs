@@ -59,6 +59,10 @@ struct State {
     acks: Vec<SocketAck>,
     /// Every frame gatebot sent that was not an acknowledgement.
     other: Vec<String>,
+    /// The most connections that were open at one time.
+    max_open: usize,
+    /// Sent right after every `hello` while set, as a Slack in trouble does.
+    disconnect_after_hello: Option<String>,
 }
 
 #[derive(Default)]
@@ -85,15 +89,22 @@ impl Hub {
                 pings: 0,
             });
             let open = state.connections.iter().filter(|c| c.open).count();
+            state.max_open = state.max_open.max(open);
             (state.connections.len() - 1, open)
         };
         let mut hello = frame("hello.json");
         hello["num_connections"] = json!(open);
+        let storm = self.state.lock().unwrap().disconnect_after_hello.clone();
         if socket
             .send(Message::Text(hello.to_string().into()))
             .await
             .is_ok()
         {
+            if let Some(reason) = storm {
+                let mut message = frame("disconnect.json");
+                message["reason"] = json!(reason);
+                let _ = socket.send(Message::Text(message.to_string().into())).await;
+            }
             self.redeliver();
             let mut lose_next_ack = false;
             loop {
@@ -246,6 +257,12 @@ impl Hub {
         self.send_raw(connection, &message.to_string());
     }
 
+    /// From now on every new connection gets `disconnect` with `reason`
+    /// right after its `hello` (None: back to normal).
+    pub fn disconnect_after_hello(&self, reason: Option<&str>) {
+        self.state.lock().unwrap().disconnect_after_hello = reason.map(str::to_string);
+    }
+
     pub fn drop_connection(&self, connection: usize) {
         self.command(connection, Command::Drop);
     }
@@ -278,6 +295,11 @@ impl Hub {
         (0..state.connections.len())
             .filter(|i| state.connections[*i].open)
             .collect()
+    }
+
+    /// The most connections that were open at one time so far.
+    pub fn max_open(&self) -> usize {
+        self.state.lock().unwrap().max_open
     }
 
     pub fn acks(&self) -> Vec<SocketAck> {
