@@ -6,6 +6,8 @@
 //! chromedriver; chromedriver and the browser it starts run in a process group
 //! of their own that is killed when the test ends, however it ends.
 //! Screenshots go to target/screenshots/.
+//! README's pictures (docs/pictures/) are checked against the message
+//! snapshots here too; that check needs no browser.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
