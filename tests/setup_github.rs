@@ -259,3 +259,32 @@ async fn the_way_back_needs_the_state_the_operator_and_a_public_url() {
     assert_eq!(status, 400, "{page}");
     assert!(unescape(&page).contains("set GATEBOT_PUBLIC_URL"), "{page}");
 }
+
+/// Whatever answers at GitHub's address, the conversion's answer is read up to a bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_answer_from_github_is_refused() {
+    let s = setup(Some(PUBLIC)).await;
+    s.github.pad_conversions(4 * 1024 * 1024);
+    let cookie = admin_session(&s.server).await;
+    let (_, _, page) = send(
+        browser().get(s.server.at("/ui/setup/github")),
+        Some(&cookie),
+    )
+    .await;
+    let action = attribute(&page, "id=\"manifest-form\"", "action");
+    let manifest = attribute(&page, "name=\"manifest\"", "value");
+    let (_, headers, _) = send(
+        browser()
+            .post(&action)
+            .form(&[("manifest", manifest.as_str())]),
+        None,
+    )
+    .await;
+    let back = headers["location"]
+        .to_str()
+        .unwrap()
+        .replace(PUBLIC, s.server.at("").trim_end_matches('/'));
+    let (status, _, page) = send(browser().get(&back), Some(&cookie)).await;
+    assert_eq!(status, 502, "{page}");
+    assert!(unescape(&page).contains("too large to be an App"), "{page}");
+}

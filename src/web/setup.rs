@@ -163,10 +163,7 @@ async fn convert(state: &AppState, code: &str) -> Result<CreatedApp, Problem> {
             ))
         })?;
     let status = response.status();
-    let body = response
-        .bytes()
-        .await
-        .map_err(|e| Problem::unavailable(format!("GitHub's answer was cut off: {e}")))?;
+    let body = bounded_body(response).await?;
     if !status.is_success() {
         return Err(Problem::new(
             StatusCode::BAD_GATEWAY,
@@ -177,13 +174,6 @@ async fn convert(state: &AppState, code: &str) -> Result<CreatedApp, Problem> {
             ),
         ));
     }
-    if body.len() > MAX_ANSWER {
-        return Err(Problem::new(
-            StatusCode::BAD_GATEWAY,
-            "GitHub refused",
-            "GitHub's answer is too large to be an App",
-        ));
-    }
     serde_json::from_slice(&body).map_err(|e| {
         Problem::new(
             StatusCode::BAD_GATEWAY,
@@ -191,6 +181,30 @@ async fn convert(state: &AppState, code: &str) -> Result<CreatedApp, Problem> {
             format!("GitHub's answer is not an App: {e}"),
         )
     })
+}
+
+/// The answer's body, read up to [`MAX_ANSWER`]: whatever answers there, it
+/// cannot make gatebot hold more.
+async fn bounded_body(mut response: reqwest::Response) -> Result<Vec<u8>, Problem> {
+    let too_large = || {
+        Problem::new(
+            StatusCode::BAD_GATEWAY,
+            "GitHub refused",
+            "GitHub's answer is too large to be an App",
+        )
+    };
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| Problem::unavailable(format!("GitHub's answer was cut off: {e}")))?
+    {
+        if body.len() + chunk.len() > MAX_ANSWER {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// Only an operator (signed in with a token) creates the App gatebot acts as.

@@ -143,6 +143,8 @@ pub struct Inner {
     app_manifests: Mutex<Vec<(Option<String>, Value)>>,
     /// Manifest codes not yet converted: code → (organization, manifest).
     manifest_codes: Mutex<HashMap<String, (Option<String>, Value)>>,
+    /// Bytes of padding added to each conversion's answer (a misbehaving host).
+    conversion_padding: AtomicU64,
 }
 
 /// Counts a write as in flight until its answer is sent or abandoned.
@@ -227,6 +229,11 @@ impl FakeGithub {
             let _ = axum::serve(listener, app).await;
         });
         Self { url, inner }
+    }
+
+    /// Pads each manifest conversion's answer with `bytes` more.
+    pub fn pad_conversions(&self, bytes: u64) {
+        self.inner.conversion_padding.store(bytes, Ordering::SeqCst);
     }
 
     /// The manifests GitHub was asked to create Apps from, with the organization.
@@ -953,6 +960,7 @@ async fn convert_manifest(State(inner): State<Arc<Inner>>, Path(code): Path<Stri
             "client_id": format!("Iv1.{id}"), "client_secret": format!("client-secret-{id}"),
             "webhook_secret": format!("webhook-secret-{id}"),
             "pem": format!("-----BEGIN RSA PRIVATE KEY-----\nkey-of-app-{id}\n-----END RSA PRIVATE KEY-----\n"),
+            "padding": "x".repeat(usize::try_from(inner.conversion_padding.load(Ordering::SeqCst)).unwrap_or(0)),
         })),
     )
         .into_response()
