@@ -8,6 +8,23 @@ fn main() {
     println!("cargo:rerun-if-changed=migrations");
     println!("cargo:rustc-env=GATEBOT_BUILD_COMMIT={}", commit());
     println!("cargo:rustc-env=GATEBOT_BUILD_RUSTC={}", rustc());
+    test_services();
+}
+
+/// Tests that need a PostgreSQL server (`gatebot_test_postgres`) or clusters
+/// of their own (`gatebot_test_pg_ctl`) are marked ignored when the setting is
+/// missing at build time, so the summary counts them as not run.
+fn test_services() {
+    for (var, cfg) in [
+        ("GATEBOT_TEST_POSTGRES_URL", "gatebot_test_postgres"),
+        ("GATEBOT_TEST_PG_CTL", "gatebot_test_pg_ctl"),
+    ] {
+        println!("cargo::rustc-check-cfg=cfg({cfg})");
+        println!("cargo:rerun-if-env-changed={var}");
+        if std::env::var(var).is_ok_and(|v| !v.is_empty()) {
+            println!("cargo:rustc-cfg={cfg}");
+        }
+    }
 }
 
 /// `GATEBOT_BUILD_COMMIT` when set (image builds, whose context has no .git), else

@@ -17,6 +17,7 @@ import copy
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,8 @@ SECRET_ENV = {
 }
 WEBHOOK_PATHS = ["/webhooks/github", "/webhooks/slack/interactions", "/webhooks/slack/commands"]
 SQLITE_URL = "sqlite:///data/gatebot.db"
+# No image is published, so the chart has no default: every render names one, as an install must.
+IMAGE = {"image": {"repository": "registry.example.com/platform/gatebot"}}
 
 PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEexample\n-----END RSA PRIVATE KEY-----\n"
 
@@ -163,7 +166,10 @@ def expect(cond: bool, msg: str) -> None:
 
 # --------------------------------------------------------------------------- helpers
 
-def render(chart: Path, values: dict[str, Any]) -> dict[str, str]:
+def render(chart: Path, values: dict[str, Any], *, image: bool = True) -> dict[str, str]:
+    """The chart rendered with `values`, and with IMAGE unless `image` is False."""
+    if image:
+        values = deep_merge(IMAGE, values)
     with helm.Chart.load(chart) as c:
         return c.render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
 
@@ -349,7 +355,8 @@ def chart_checks(ck: Checks, chart: Path) -> None:
 
     def lint(values: dict[str, Any] | None, label: str) -> None:
         def fn() -> str:
-            report = helm.lint(chart, values, strict=True, namespace=NAMESPACE,
+            report = helm.lint(chart, deep_merge(IMAGE, values or {}), strict=True,
+                               namespace=NAMESPACE,
                                kube_version=f"v{KUBE_VERSION}")
             bad = [m for m in report.get("messages", []) if m.get("severity", 0) >= 2]
             errors = report.get("errors") or []
@@ -749,16 +756,19 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         return "gate, event and webhook URLs"
     ck.run("NOTES.txt", notes_check)
 
-    def refuses(values: dict[str, Any], needle: str) -> Callable[[], str]:
+    def refuses(values: dict[str, Any], needle: str, *, image: bool = True) -> Callable[[], str]:
         def fn() -> str:
             try:
-                render(chart, values)
+                render(chart, values, image=image)
             except helm.HelmError as exc:
                 expect(needle in str(exc), f"failed, but without {needle!r}: {exc}")
                 return needle
             raise AssertionError(f"rendered although it must fail: {values}")
         return fn
 
+    ck.run("no image.repository fails, saying what to set",
+           refuses({}, "image.repository is not set: build the image from the repository's "
+                   "Dockerfile, push it, and pass --set image.repository=", image=False))
     ck.run("replicaCount 2 on SQLite fails",
            refuses({"replicaCount": 2},
                    "replicaCount is 2 but the store is SQLite, which only one pod may use"))
@@ -1140,6 +1150,244 @@ def app_manifest_checks(ck: Checks) -> None:
     ck.run("example Canary", canary)
 
 
+# --------------------------------------------------------------------------- install as written
+
+def sh_commands(block: str) -> list[list[str]]:
+    """The commands of a ```sh block: `\` continuations joined, comments and blanks left out."""
+    joined = re.sub(r"\\\n\s*", " ", block)
+    out = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            out.append(shlex.split(line, comments=True))
+    return out
+
+
+def sh_blocks(text: str) -> list[str]:
+    return re.findall(r"^```sh\n(.*?)^```", text, re.S | re.M)
+
+
+def install_section(readme: str) -> str:
+    section = readme.split("\n## Install on Kubernetes\n", 1)
+    expect(len(section) == 2, 'README.md has no "## Install on Kubernetes" section')
+    return section[1].split("\n## ", 1)[0]
+
+
+class HelmRun:
+    """One `helm install` or `helm upgrade [--install]` command line, as Helm reads it."""
+
+    def __init__(self, args: list[str], previous: dict[str, Any] | None) -> None:
+        expect(args[:1] == ["helm"], f"not a helm command: {args}")
+        rest = args[1:]
+        if rest[:2] == ["upgrade", "--install"]:
+            rest = rest[2:]
+        elif rest[:1] in (["upgrade"], ["install"]):
+            rest = rest[1:]
+        else:
+            raise AssertionError(f"unexpected helm command: {' '.join(args)}")
+        self.namespace = "default"
+        self.values: dict[str, Any] = {}
+        positional: list[str] = []
+        it = iter(rest)
+        for a in it:
+            if a in ("--namespace", "-n"):
+                self.namespace = next(it)
+            elif a == "--set":
+                self.values = deep_merge(self.values, helm.parse_set_string(next(it)))
+            elif a in ("-f", "--values"):
+                path = ROOT / next(it)
+                expect(path.is_file(), f"values file {path.relative_to(ROOT)} does not exist")
+                self.values = deep_merge(self.values, yaml.safe_load(path.read_text()) or {})
+            elif a == "--reuse-values":
+                expect(previous is not None, "--reuse-values before any install")
+                self.values = deep_merge(previous or {}, self.values)
+            elif a.startswith("-"):
+                raise AssertionError(f"option {a} is not understood by this check: {' '.join(args)}")
+            else:
+                positional.append(a)
+        expect(len(positional) == 2, f"helm wants RELEASE CHART, got {positional}")
+        self.release, chart = positional
+        self.chart = (ROOT / chart).resolve()
+        expect(self.chart == (ROOT / "deploy" / "helm" / "gatebot").resolve(),
+               f"chart path {chart} is not deploy/helm/gatebot")
+
+    def render(self) -> list[dict[str, Any]]:
+        with helm.Chart.load(self.chart) as c:
+            out = c.render(values=self.values, name=self.release, namespace=self.namespace,
+                           is_install=True)
+        docs = manifests(out)
+        validate_k8s(docs)
+        return docs
+
+
+def created_secrets(commands: list[list[str]]) -> dict[str, tuple[str, set[str]]]:
+    """`kubectl [-n NS] create secret generic NAME --from-…=KEY=…`: name -> (namespace, keys)."""
+    out: dict[str, tuple[str, set[str]]] = {}
+    for c in commands:
+        if c[:1] == ["kubectl"] and "create" in c and c[c.index("create") + 1:][:2] == ["secret", "generic"]:
+            i = c.index("create")
+            ns = c[c.index("-n") + 1] if "-n" in c else "default"
+            keys = {a.split("=", 2)[1] for a in c if a.startswith("--from-")}
+            out[c[i + 3]] = (ns, keys)
+    return out
+
+
+def helm_runs(commands: list[list[str]]) -> list[HelmRun]:
+    runs: list[HelmRun] = []
+    for c in commands:
+        if c[:1] == ["helm"]:
+            runs.append(HelmRun(c, runs[-1].values if runs else None))
+    return runs
+
+
+def install_checks(ck: Checks) -> None:
+    readme = (ROOT / "README.md").read_text()
+    state: dict[str, Any] = {}
+
+    def readme_install() -> str:
+        blocks = sh_blocks(install_section(readme))
+        expect(blocks, "README.md's Kubernetes section has no ```sh block")
+        commands = sh_commands(blocks[0])
+        pushed = [c[2] for c in commands if c[:2] == ["docker", "push"]]
+        builds = [c for c in commands if c[:2] == ["docker", "build"]]
+        expect(len(builds) == 1 and len(pushed) == 1, "one docker build and one docker push")
+        build = builds[0]
+        expect(build[-1] == "." and (ROOT / "Dockerfile").is_file(),
+               "docker build from the repository root, where the Dockerfile is")
+        expect(build[build.index("-t") + 1] == pushed[0], "docker push pushes what docker build tagged")
+        secrets = created_secrets(commands)
+        runs = helm_runs(commands)
+        expect(len(runs) == 1, f"one helm install, found {len(runs)}")
+        run = runs[0]
+        docs = run.render()
+        dep = one(docs, "Deployment")
+        c = container_of(docs)
+        expect(c["image"] == pushed[0], f"the chart runs {c['image']}, README pushes {pushed[0]}")
+        existing = run.values.get("existingSecret")
+        expect(existing in secrets, f"existingSecret={existing}, README creates {sorted(secrets)}")
+        ns, keys = secrets[existing]
+        expect(ns == run.namespace, f"the Secret is in {ns}, the release in {run.namespace}")
+        read = {key for name, key, _ in secret_refs(c).values() if name == existing}
+        expect(keys <= read, f"keys the chart does not read from {existing}: {sorted(keys - read)}")
+        known = {"docker", "helm"}
+        for cmd in commands:
+            if cmd[0] in known or cmd[:1] == ["kubectl"] and "secret" in cmd and "create" in cmd:
+                continue
+            line = " ".join(cmd)
+            if cmd[:1] == ["kubectl"] and "rollout" in cmd:
+                expect(f"deployment/{dep['metadata']['name']}" in cmd
+                       and cmd[cmd.index("-n") + 1] == run.namespace, f"{line}: the Deployment")
+            elif cmd[:1] == ["export"] and cmd[1].startswith("FLAGGER_TOKEN="):
+                token = next(d for d in of_kind(docs, "Secret") if flagger_token_secret(d))
+                expect(f"get secret {token['metadata']['name']} " in cmd[1]
+                       and f"-n {run.namespace} " in cmd[1] and "{.data.token}" in cmd[1]
+                       and "token" in token["data"], f"{line}: the chart's Flagger token Secret")
+            elif cmd[:1] == ["envsubst"]:
+                path = ROOT / cmd[cmd.index("<") + 1]
+                expect(path.is_file() and "${FLAGGER_TOKEN}" in path.read_text(),
+                       f"{line}: a Canary that uses $FLAGGER_TOKEN")
+                expect(cmd[-4:] == ["kubectl", "apply", "-f", "-"], f"{line}: applied")
+            else:
+                raise AssertionError(f"README command not checked here: {line}")
+        state["secret"] = existing
+        return (f"{len(commands)} commands; image {pushed[0]}, Secret {existing} "
+                f"({len(keys)} keys), release {run.release} in {run.namespace}")
+    ck.run("README's Kubernetes install renders as written", readme_install)
+
+    def guide() -> str:
+        text = (ROOT / "docs" / "install-kubernetes.md").read_text()
+        commands = [c for b in sh_blocks(text) for c in sh_commands(b)]
+        secrets = created_secrets(commands)
+        runs = helm_runs(commands)
+        expect(runs, "docs/install-kubernetes.md has no helm command")
+        for run in runs:
+            run.render()
+            existing = run.values.get("existingSecret")
+            expect(existing is None or existing in secrets,
+                   f"existingSecret={existing}, the guide creates {sorted(secrets)}")
+        names = {r.values.get("existingSecret") for r in runs} - {None}
+        expect(names == {state.get("secret")},
+               f"the guide's existingSecret {sorted(names)}, README's {state.get('secret')}")
+        return f"{len(runs)} helm commands render; the Secret is {state.get('secret')} everywhere"
+    ck.run("docs/install-kubernetes.md's helm commands render", guide)
+
+
+# --------------------------------------------------------------------------- docs/gitops.md
+
+GITOPS_TOKEN = "t0ken-for-the-check"
+
+
+def expect_pr_hooks(canary: dict[str, Any], pr: str, token: str) -> None:
+    """The Canary's gate URLs and event metadata name pull request `pr`, with the token."""
+    expect(canary.get("kind") == "Canary", f"not a Canary: {canary.get('kind')}")
+    hooks = {h["type"]: h for h in canary["spec"]["analysis"]["webhooks"]}
+    base = "http://gatebot.flagger-system"
+    for kind, hook in (("start", "confirm-rollout"), ("promote", "confirm-promotion"),
+                       ("rollback", "rollback")):
+        want = f"{base}/gates/t/{token}/{kind}/pr/{pr}"
+        expect(hooks.get(hook, {}).get("url") == want, f"{hook}: {hooks.get(hook)} is not {want}")
+    expect(hooks["event"]["url"] == f"{base}/flagger/events?token={token}", "event hook URL")
+    expect(hooks["event"].get("metadata") == {"pr": pr}, f"event metadata {hooks['event'].get('metadata')}")
+
+
+def gitops_checks(ck: Checks, chart: Path) -> None:
+    text = (ROOT / "docs" / "gitops.md").read_text()
+    blocks = re.findall(r"^```yaml\n(.*?)^```", text, re.S | re.M)
+    plain = [d for b in blocks if "{{" not in b for d in yaml.safe_load_all(b) if d]
+    commands = [c for b in sh_blocks(text) for c in sh_commands(b)]
+
+    def flux() -> str:
+        ks = next(d for d in plain if d.get("apiVersion", "").startswith("kustomize.toolkit.fluxcd.io"))
+        canary = next(b for b in blocks if "kind: Canary" in b and "${PR_NUMBER}" in b)
+        variables = dict(ks["spec"]["postBuild"]["substitute"])
+        secrets = created_secrets(commands)
+        for source in ks["spec"]["postBuild"]["substituteFrom"]:
+            expect(source["kind"] == "Secret" and source["name"] in secrets,
+                   f"substituteFrom {source}: the guide creates {sorted(secrets)}")
+            ns, keys = secrets[source["name"]]
+            expect(ns == ks["metadata"]["namespace"], f"the Secret is in {ns}, not beside the Kustomization")
+            variables.update({k: GITOPS_TOKEN for k in keys})
+        token = next(d for d in manifests(render(chart, {})) if flagger_token_secret(d))
+        copy_cmd = " ".join(next(c for c in commands if "create" in c))
+        expect(f"-n {NAMESPACE} get secret {token['metadata']['name']} " in copy_cmd
+               and "{.data.token}" in copy_cmd, "the token is copied from the chart's Secret")
+        unknown = set(re.findall(r"\$\{(\w+)\}", canary)) - set(variables)
+        expect(not unknown, f"variables Flux has no value for: {sorted(unknown)}")
+        out = re.sub(r"\$\{(\w+)\}", lambda m: str(variables[m.group(1)]), canary)
+        expect_pr_hooks(yaml.safe_load(out), "42", GITOPS_TOKEN)
+        return f"Kustomization {ks['metadata']['name']}: PR_NUMBER and FLAGGER_TOKEN substituted"
+    ck.run("docs/gitops.md: Flux substitutes the PR and the token", flux)
+
+    def argo() -> str:
+        import tempfile
+        app = next(d for d in plain if d.get("kind") == "Application")
+        values = json.loads(json.dumps(app["spec"]["source"]["helm"]["valuesObject"])
+                            .replace("${FLAGGER_TOKEN}", GITOPS_TOKEN))
+        defaults = next(b for b in blocks if b.startswith("image:") and "gatebot:" in b)
+        template = next(b for b in blocks if "{{" in b)
+        with tempfile.TemporaryDirectory() as tmp:
+            app_chart = Path(tmp) / "podinfo"
+            (app_chart / "templates").mkdir(parents=True)
+            (app_chart / "Chart.yaml").write_text("apiVersion: v2\nname: podinfo\nversion: 0.1.0\n")
+            (app_chart / "values.yaml").write_text(defaults)
+            (app_chart / "templates" / "canary.yaml").write_text(template)
+
+            def canary(v: dict[str, Any]) -> dict[str, Any]:
+                with helm.Chart.load(app_chart) as c:
+                    out = c.render(values=v, name=app["metadata"]["name"],
+                                   namespace=app["spec"]["destination"]["namespace"], is_install=True)
+                return one(manifests(out), "Canary")
+            expect_pr_hooks(canary(values), "42", GITOPS_TOKEN)
+            try:
+                canary(deep_merge(values, {"gatebot": {"pr": ""}}))
+            except helm.HelmError as exc:
+                expect("gatebot.pr" in str(exc), f"refused without saying gatebot.pr: {exc}")
+            else:
+                raise AssertionError("the chart rendered a Canary without a PR number")
+        return f"Application {app['metadata']['name']}: the chart's Canary names PR 42; no PR, no render"
+    ck.run("docs/gitops.md: Argo CD's Helm values put the PR in the Canary", argo)
+
+
 # --------------------------------------------------------------------------- main
 
 def main() -> int:
@@ -1160,6 +1408,8 @@ def main() -> int:
     chart_checks(ck, args.chart.resolve())
     kustomize_checks(ck, args.kustomize.resolve(), args.kubectl or None)
     app_manifest_checks(ck)
+    install_checks(ck)
+    gitops_checks(ck, args.chart.resolve())
     print(f"deploy: {ck.passed} passed, {ck.failed} failed")
     return 1 if ck.failed else 0
 

@@ -137,6 +137,8 @@ pub struct Setting {
     /// The value as given, for settings that are not secrets.
     pub value: Option<String>,
     pub secret: bool,
+    /// Given, but as an empty string (which means unset for most settings).
+    pub empty: bool,
 }
 
 /// Every setting of a subcommand, with where its value came from.
@@ -154,6 +156,9 @@ pub fn settings(command: &clap::Command, matches: &clap::ArgMatches) -> Vec<Sett
                 _ => Origin::Unset,
             };
             let secret = arg.is_hide_env_values_set();
+            let empty = matches
+                .get_raw(id)
+                .is_some_and(|mut raw| raw.all(|v| v.is_empty()));
             let value = match (secret, matches.get_raw(id)) {
                 (false, Some(raw)) => Some(
                     raw.map(|v| v.to_string_lossy().into_owned())
@@ -167,6 +172,7 @@ pub fn settings(command: &clap::Command, matches: &clap::ArgMatches) -> Vec<Sett
                 origin,
                 value,
                 secret,
+                empty,
             })
         })
         .collect()
@@ -202,6 +208,20 @@ pub fn unset_meaning(env: &str) -> Option<&'static str> {
     })
 }
 
+/// check-config reads every setting `serve` reads; its help points there
+/// instead of repeating each one.
+const CHECK_CONFIG_HELP: &str =
+    "It reads the settings `gatebot serve` reads, from the same flags, \
+the environment and .env (see `gatebot serve --help`, or .env.example), prints each with where it \
+came from, and exits non-zero when one is wrong or the store does not open.";
+
+/// The command line, with check-config's copies of serve's settings left out
+/// of its help (they still parse).
+pub fn cli() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().mut_subcommand("check-config", |c| c.mut_args(|a| a.hide(true)))
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "gatebot",
@@ -220,6 +240,7 @@ pub enum Command {
     /// Read and change gates on a running server.
     Gates(GatesArgs),
     /// Check the configuration (and that the store opens) without serving.
+    #[command(after_help = CHECK_CONFIG_HELP)]
     CheckConfig(Box<Config>),
     /// Wait for a gate's decision: exits 0 when it opens, 1 when it is
     /// rejected, retired or the wait times out, 2 when gatebot cannot tell.
@@ -248,18 +269,22 @@ pub struct ServerArgs {
 #[derive(Debug, Args)]
 pub struct FreezeArgs {
     /// all (the default), owner/repo or ns/<namespace>.
+    #[arg(requires = "reason")]
     pub scope: Option<String>,
 
-    /// Why; required to freeze. Without it the freezes in force are listed.
+    /// Why, shown to whoever the freeze refuses and kept in the audit log;
+    /// required to freeze. `gatebot freeze` alone lists the freezes in force.
     #[arg(long)]
     pub reason: Option<String>,
 
     /// End by itself after this long (e.g. 2h).
-    #[arg(long = "for", conflicts_with = "until")]
+    // A freeze without its reason must not fall back to listing: that would
+    // look like success during a change freeze.
+    #[arg(long = "for", conflicts_with = "until", requires = "reason")]
     pub for_: Option<String>,
 
     /// End by itself then (RFC 3339, e.g. 2026-12-24T18:00:00Z).
-    #[arg(long)]
+    #[arg(long, requires = "reason")]
     pub until: Option<String>,
 
     #[command(flatten)]
@@ -441,7 +466,9 @@ pub struct Config {
     #[arg(long, env = "GATEBOT_PIPELINE_TOKEN", value_parser = parse_secret, hide_env_values = true)]
     pub pipeline_token: Option<SecretString>,
 
-    /// How long an approval stays usable before Flagger first uses it.
+    /// An approval expires this long after it is given, whether or not Flagger
+    /// has used it (counted from the next opening of a release window when one
+    /// applies). 0: approvals never expire.
     #[arg(long, env = "GATEBOT_APPROVAL_TTL", default_value = "24h", value_parser = parse_duration)]
     pub approval_ttl: Duration,
 
@@ -1229,16 +1256,23 @@ pub enum GatesAction {
     /// List gates, their state and who waits at them.
     List,
     /// Show one gate: state, canaries, waits and history.
-    Show { gate: String },
+    Show {
+        /// The gate's URL path, e.g. /gates/promote/pr/42 or promote/acme/shop/pr/42.
+        gate: String,
+    },
     /// Open (approve) a gate.
     Open {
+        /// The gate's URL path, e.g. /gates/promote/pr/42 or promote/acme/shop/pr/42.
         gate: String,
+        /// Why, kept in the audit log with the change.
         #[arg(long)]
         reason: Option<String>,
     },
     /// Close a gate.
     Close {
+        /// The gate's URL path, e.g. /gates/promote/pr/42 or promote/acme/shop/pr/42.
         gate: String,
+        /// Why, kept in the audit log with the change.
         #[arg(long)]
         reason: Option<String>,
     },

@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{CommandFactory, FromArgMatches};
+use clap::FromArgMatches;
 use gatebot::config::{Cli, Command, Config, Setting};
 use gatebot::{telemetry, Gatebot};
 
@@ -12,7 +12,7 @@ fn main() -> ExitCode {
         eprintln!("gatebot: {e:#}");
         return ExitCode::from(2);
     }
-    let command = Cli::command();
+    let command = gatebot::config::cli();
     let matches = command.clone().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // Where each setting came from, for check-config.

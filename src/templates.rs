@@ -97,6 +97,14 @@ const BUILTIN: &[(&str, &str)] = &[
         "web/confirm.html.j2",
         include_str!("../templates/web/confirm.html.j2"),
     ),
+    (
+        "web/setup_github.html.j2",
+        include_str!("../templates/web/setup_github.html.j2"),
+    ),
+    (
+        "web/setup_github_done.html.j2",
+        include_str!("../templates/web/setup_github_done.html.j2"),
+    ),
 ];
 
 fn builtin() -> impl Iterator<Item = &'static (&'static str, &'static str)> {

@@ -6,6 +6,8 @@
 //! chromedriver; chromedriver and the browser it starts run in a process group
 //! of their own that is killed when the test ends, however it ends.
 //! Screenshots go to target/screenshots/.
+//! README's pictures (docs/pictures/) are checked against the message
+//! snapshots here too; that check needs no browser.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -551,4 +553,211 @@ async fn a_pr_title_with_a_script_tag_is_shown_as_text() {
         json!(0)
     );
     rig.stop().await;
+}
+
+// ----------------------------------------------------------------- README's pictures
+
+/// What a snapshot file pins: its body, after the front matter.
+fn snapshot_body(file: &str) -> &str {
+    file.splitn(3, "---\n")
+        .nth(2)
+        .expect("a snapshot has front matter")
+}
+
+/// The status comment as GitHub shows it: its Markdown (GitHub's dialect:
+/// tables, raw HTML such as `<details>`) in HTML, for the parts gatebot writes.
+fn status_comment_page(markdown: &str) -> String {
+    use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+    let text = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let mut body = String::new();
+    let mut head = false;
+    for event in Parser::new_ext(markdown, Options::ENABLE_TABLES) {
+        let cell = if head { "th" } else { "td" };
+        body.push_str(&match event {
+            Event::Start(Tag::Heading { level, .. }) => format!("<{level}>"),
+            Event::End(TagEnd::Heading(level)) => format!("</{level}>"),
+            Event::Start(Tag::Paragraph) => "<p>".into(),
+            Event::End(TagEnd::Paragraph) => "</p>".into(),
+            Event::Start(Tag::Table(_)) => "<table>".into(),
+            Event::End(TagEnd::Table) => "</tbody></table>".into(),
+            Event::Start(Tag::TableHead) => {
+                head = true;
+                "<thead><tr>".into()
+            }
+            Event::End(TagEnd::TableHead) => {
+                head = false;
+                "</tr></thead><tbody>".into()
+            }
+            Event::Start(Tag::TableRow) => "<tr>".into(),
+            Event::End(TagEnd::TableRow) => "</tr>".into(),
+            Event::Start(Tag::TableCell) => format!("<{cell}>"),
+            Event::End(TagEnd::TableCell) => format!("</{cell}>"),
+            Event::Start(Tag::List(_)) => "<ul>".into(),
+            Event::End(TagEnd::List(_)) => "</ul>".into(),
+            Event::Start(Tag::Item) => "<li>".into(),
+            Event::End(TagEnd::Item) => "</li>".into(),
+            Event::Start(Tag::Strong) => "<b>".into(),
+            Event::End(TagEnd::Strong) => "</b>".into(),
+            Event::Start(Tag::Emphasis) => "<i>".into(),
+            Event::End(TagEnd::Emphasis) => "</i>".into(),
+            Event::Start(Tag::Link { dest_url, .. }) => format!("<a href=\"{}\">", text(&dest_url)),
+            Event::End(TagEnd::Link) => "</a>".into(),
+            Event::Code(c) => format!("<code>{}</code>", text(&c)),
+            Event::Text(s) => text(&s),
+            Event::Html(h) | Event::InlineHtml(h) => h.to_string(),
+            Event::Start(Tag::HtmlBlock) | Event::End(TagEnd::HtmlBlock) => String::new(),
+            Event::SoftBreak => "\n".into(),
+            Event::HardBreak => "<br>".into(),
+            other => panic!("Markdown the picture does not draw: {other:?}"),
+        });
+    }
+    picture_page(
+        "pr",
+        &format!("<div class=\"who\"><b>gatebot</b> <span>bot</span> commented</div><div class=\"md\">{body}</div>"),
+    )
+}
+
+/// Slack's mrkdwn in HTML, as far as gatebot uses it: `<url|text>` links,
+/// `<@U…>` mentions, `<!date^…|fallback>`, *bold*, `code` and a few emoji.
+/// Everything else gatebot already escaped as entities, so it stays text.
+fn mrkdwn(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find('<') {
+        out.push_str(&rest[..at]);
+        let end = rest[at..].find('>').map_or(rest.len(), |e| at + e);
+        let inner = &rest[at + 1..end];
+        let (target, label) = inner.split_once('|').unwrap_or((inner, inner));
+        match target.chars().next() {
+            Some('@') => out.push_str(&format!("<span class=\"at\">@{}</span>", &target[1..])),
+            Some('!') => out.push_str(label),
+            _ => out.push_str(&format!("<a href=\"{target}\">{label}</a>")),
+        }
+        rest = rest.get(end + 1..).unwrap_or("");
+    }
+    out.push_str(rest);
+    let mut styled = String::new();
+    for (i, part) in out.split('`').enumerate() {
+        if i % 2 == 1 {
+            styled.push_str(&format!("<code>{part}</code>"));
+        } else {
+            for (j, p) in part.split('*').enumerate() {
+                styled.push_str(&if j % 2 == 1 {
+                    format!("<b>{p}</b>")
+                } else {
+                    p.to_string()
+                });
+            }
+        }
+    }
+    [
+        (":rocket:", "🚀"),
+        (":hourglass_flowing_sand:", "⏳"),
+        (":white_check_mark:", "✅"),
+        (":x:", "❌"),
+        (":rewind:", "⏪"),
+        (":traffic_light:", "🚦"),
+        ("\n", "<br>"),
+    ]
+    .iter()
+    .fold(styled, |s, (from, to)| s.replace(from, to))
+}
+
+/// The Slack message from its Block Kit, as close as a page can show it.
+fn slack_message_page(message: &serde_json::Value) -> String {
+    let mut body = String::from("<div class=\"who\"><b>gatebot</b> <span>APP</span></div>");
+    for block in message["blocks"].as_array().into_iter().flatten() {
+        match block["type"].as_str() {
+            Some("section") => body.push_str(&format!(
+                "<p>{}</p>",
+                mrkdwn(block["text"]["text"].as_str().unwrap_or(""))
+            )),
+            Some("context") => {
+                body.push_str("<p class=\"context\">");
+                for e in block["elements"].as_array().into_iter().flatten() {
+                    body.push_str(&mrkdwn(e["text"].as_str().unwrap_or("")));
+                }
+                body.push_str("</p>");
+            }
+            Some("actions") => {
+                body.push_str("<p>");
+                for e in block["elements"].as_array().into_iter().flatten() {
+                    body.push_str(&format!(
+                        "<button class=\"{}\">{}</button> ",
+                        e["style"].as_str().unwrap_or(""),
+                        e["text"]["text"].as_str().unwrap_or("")
+                    ));
+                }
+                body.push_str("</p>");
+            }
+            Some("divider") => body.push_str("<hr>"),
+            other => panic!("a block the picture does not draw: {other:?}"),
+        }
+    }
+    picture_page("slack", &body)
+}
+
+fn picture_page(kind: &str, body: &str) -> String {
+    const CSS: &str = "body{margin:0;padding:16px;background:#fff;font:14px/1.5 -apple-system,'Segoe UI',Helvetica,Arial,sans-serif;color:#1f2328}\
+        #card{max-width:760px;border:1px solid #d1d9e0;border-radius:6px}\
+        .who{background:#f6f8fa;border-bottom:1px solid #d1d9e0;padding:8px 16px}.who span{border:1px solid #d1d9e0;border-radius:2em;padding:0 6px;font-size:12px;color:#59636e}\
+        .md,.slack #card>p{padding:0 16px}table{border-collapse:collapse}td,th{border:1px solid #d1d9e0;padding:4px 10px}\
+        code{background:#eff1f3;border-radius:4px;padding:1px 4px;font-size:85%}a{color:#0969da}\
+        .slack .who{background:#fff;border:0}.slack .context{color:#616061;font-size:13px}.at{color:#1264a3;background:#e8f5fa}\
+        button{border:1px solid #ccc;border-radius:4px;background:#fff;padding:4px 12px;font-weight:bold}\
+        button.primary{background:#007a5a;color:#fff;border-color:#007a5a}button.danger{color:#e01e5a}";
+    format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><style>{CSS}</style></head>\n\
+         <body class=\"{kind}\"><div id=\"card\">{body}</div></body></html>\n"
+    )
+}
+
+/// README's pictures: the status comment and the Slack message rendered from
+/// the snapshots that pin what gatebot sends (tests/snapshots.rs). The pages
+/// in docs/pictures/ must be what the snapshots give now; with
+/// `GATEBOT_UPDATE_PICTURES=1` this test rewrites them and, in Chromium, their PNGs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_pictures_show_what_gatebot_sends() {
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/pictures");
+    let status = include_str!("snapshots/snapshots__github_status_waiting_promotion.snap");
+    let slack = include_str!("snapshots/snapshots__slack_wait_promote.snap");
+    let slack: serde_json::Value = serde_json::from_str(snapshot_body(slack)).unwrap();
+    let pages = [
+        ("status-comment", status_comment_page(snapshot_body(status))),
+        ("slack-message", slack_message_page(&slack)),
+    ];
+    let update = std::env::var("GATEBOT_UPDATE_PICTURES").is_ok_and(|v| v == "1");
+    for (name, html) in &pages {
+        let file = docs.join(format!("{name}.html"));
+        if update {
+            std::fs::create_dir_all(&docs).unwrap();
+            std::fs::write(&file, html).unwrap();
+        }
+        let committed = std::fs::read_to_string(&file).unwrap_or_default();
+        assert!(
+            committed == *html,
+            "{} is not what the snapshots give now: run GATEBOT_UPDATE_PICTURES=1 cargo test --test browser readme_pictures",
+            file.display()
+        );
+    }
+    if !update {
+        return;
+    }
+    let Some((driver, browser)) = chromium() else {
+        panic!("GATEBOT_UPDATE_PICTURES needs chromium and chromedriver for the PNGs");
+    };
+    let (_driver, client) = driven_browser(&driver, &browser).await;
+    client.set_window_size(900, 900).await.unwrap();
+    for (name, _) in &pages {
+        let url = format!("file://{}", docs.join(format!("{name}.html")).display());
+        client.goto(&url).await.unwrap();
+        let card = client.find(Locator::Css("#card")).await.unwrap();
+        let png = card.screenshot().await.unwrap();
+        std::fs::write(docs.join(format!("{name}.png")), png).unwrap();
+    }
+    let _ = client.close().await;
 }

@@ -114,6 +114,10 @@ async fn cut_listeners(db: &TestDb) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
 async fn a_change_on_one_replica_is_in_the_others_memory_within_100ms() {
     if skip() {
         return;
@@ -138,6 +142,10 @@ async fn a_change_on_one_replica_is_in_the_others_memory_within_100ms() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
 async fn without_its_listener_a_replica_reads_the_store_until_it_is_back() {
     if skip() {
         return;

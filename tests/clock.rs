@@ -30,6 +30,10 @@ fn skip() -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
 async fn a_replica_90s_behind_orders_events_by_the_database_clock() {
     if skip() {
         return;
@@ -38,6 +42,10 @@ async fn a_replica_90s_behind_orders_events_by_the_database_clock() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
 async fn a_replica_90s_ahead_orders_events_by_the_database_clock() {
     if skip() {
         return;

@@ -364,6 +364,10 @@ async fn restart_applies_an_acknowledged_command_within_two_seconds() {
 /// within seconds, not when the 60 s lease runs out. While the first is alive,
 /// its command is left alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
 async fn another_replica_takes_a_dead_replicas_command_within_seconds() {
     if postgres_url().is_none() {
         eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)");

@@ -159,9 +159,20 @@ fn gatebot(dir: &std::path::Path, env: &[(&str, &str)], args: &[&str]) -> std::p
         .expect("gatebot runs")
 }
 
+/// The longest setting's name, which sets the width of the name column.
+const WIDEST: usize = "GATEBOT_GITHUB_ALLOWED_REPOSITORIES".len();
+
 /// One line of check-config's settings table.
 fn setting(name: &str, origin: &str, value: &str) -> String {
-    format!("{name:<34} {origin:<12} {value}")
+    format!("{name:<WIDEST$} {origin:<12} {value}")
+}
+
+/// check-config's settings table: every line before the meanings of unset settings.
+fn settings_rows(text: &str) -> Vec<&str> {
+    text.lines()
+        .take_while(|l| !l.starts_with("listen:"))
+        .filter(|l| !l.contains(" unset: "))
+        .collect()
 }
 
 #[test]
@@ -181,7 +192,7 @@ fn dotenv_is_read_and_check_config_says_where_each_setting_came_from() {
     // The environment wins over .env.
     let out = gatebot(
         dir.path(),
-        &[("GATEBOT_APPROVAL_TTL", "2h")],
+        &[("GATEBOT_APPROVAL_TTL", "2h"), ("HTTPS_PROXY", "")],
         &["check-config"],
     );
     let text = String::from_utf8_lossy(&out.stdout);
@@ -194,7 +205,13 @@ fn dotenv_is_read_and_check_config_says_where_each_setting_came_from() {
         setting("GATEBOT_LISTEN", ".env", "127.0.0.1:9999"),
         setting("GATEBOT_APPROVAL_TTL", "environment", "2h"),
         setting("GATEBOT_IDLE_TIMEOUT", "default", "90s"),
-        setting("GATEBOT_DATABASE_URL", ".env", "(secret, set)"),
+        // The store's URL is shown: a SQLite URL holds no password.
+        setting("GATEBOT_DATABASE_URL", ".env", "sqlite://db/gatebot.db"),
+        // Empty is empty, not a secret that is set.
+        setting("HTTPS_PROXY", "environment", "(empty)"),
+        setting("GATEBOT_FLAGGER_TOKENS", "default", "(empty)"),
+        // Durations as they are written everywhere else.
+        "approval TTL:    2h (an approval expires 2h after it is given)".to_string(),
         setting("GATEBOT_ADMIN_TOKEN", "file (<NAME>_FILE)", "(secret, set)"),
         setting("GATEBOT_GITHUB_REPOSITORY", "unset", "-"),
         setting("GATEBOT_SLACK_CHANNEL", "unset", "-"),
@@ -210,6 +227,17 @@ fn dotenv_is_read_and_check_config_says_where_each_setting_came_from() {
         !text.contains("from-a-file"),
         "a secret was printed:\n{text}"
     );
+    let rows = settings_rows(&text);
+    assert!(rows.len() > 40, "the settings table:\n{text}");
+    for row in &rows {
+        // Every origin starts in the same column, after the longest name.
+        assert!(
+            row.len() > WIDEST + 1
+                && row.as_bytes()[WIDEST] == b' '
+                && row.as_bytes()[WIDEST + 1] != b' ',
+            "misaligned: `{row}` in:\n{text}"
+        );
+    }
     assert!(
         dir.path().join("db/gatebot.db").exists(),
         "the database named in .env was opened"
@@ -314,4 +342,166 @@ async fn token_refusals_say_whether_the_server_or_the_cli_lacks_it() {
         open(&tokenless.url, None),
         "gatebot: could not open the gate: 403 the operator API is read-only: this server has no GATEBOT_ADMIN_TOKEN (nor GATEBOT_API_TOKENS); set one where `gatebot serve` runs and restart it (this command has no token either: set GATEBOT_ADMIN_TOKEN for it too)\n"
     );
+}
+
+/// A database URL's password never shows; the rest of it does.
+#[test]
+fn check_config_shows_the_store_url_without_its_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = gatebot(
+        dir.path(),
+        &[(
+            "GATEBOT_DATABASE_URL",
+            "postgres://gatebot:hunter2@127.0.0.1:1/gatebot?sslmode=disable&password=hunter3",
+        )],
+        &["check-config"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("hunter"), "a password was printed:\n{text}");
+    let line = setting(
+        "GATEBOT_DATABASE_URL",
+        "environment",
+        "postgres://gatebot:***@127.0.0.1:1/gatebot?sslmode=disable&password=***",
+    );
+    assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+}
+
+/// check-config takes serve's settings, but its help does not list them all again.
+#[test]
+fn check_config_help_points_to_serve_and_its_flags_still_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let help = gatebot(dir.path(), &[], &["check-config", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(help.status.success(), "{text}");
+    assert!(text.lines().count() < 15, "check-config --help:\n{text}");
+    assert!(text.contains("`gatebot serve --help`"), "{text}");
+    let out = gatebot(
+        dir.path(),
+        &[("GATEBOT_DATABASE_URL", "sqlite://g.db")],
+        &["check-config", "--approval-ttl", "3h"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&setting("GATEBOT_APPROVAL_TTL", "flag", "3h")),
+        "{text}"
+    );
+}
+
+/// `<GATE>` and `--reason` say what they take.
+#[test]
+fn gate_and_reason_have_help() {
+    let dir = tempfile::tempdir().unwrap();
+    for verb in ["open", "close"] {
+        let out = gatebot(dir.path(), &[], &["gates", verb, "--help"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("<GATE>  The gate's URL path, e.g. /gates/promote/pr/42"),
+            "{text}"
+        );
+        assert!(
+            text.contains("--reason <REASON>  Why, kept in the audit log"),
+            "{text}"
+        );
+    }
+}
+
+/// During a change freeze, a freeze that silently did nothing would be worse than none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn freeze_without_a_reason_refuses_and_exits_non_zero() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let served = Served::start(&db, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("GATEBOT_SERVER", served.url.as_str()),
+        ("GATEBOT_ADMIN_TOKEN", gatebot_testkit::harness::ADMIN_TOKEN),
+    ];
+    for args in [
+        &["freeze", "acme/shop", "--for", "2h"][..],
+        &["freeze", "acme/shop"],
+        &["freeze", "--until", "2030-01-01T00:00:00Z"],
+    ] {
+        let out = gatebot(dir.path(), &env, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(stderr.contains("--reason <REASON>"), "{args:?}: {stderr}");
+    }
+    let list = gatebot(dir.path(), &env, &["freeze"]);
+    assert!(list.status.success());
+    assert_eq!(String::from_utf8_lossy(&list.stdout), "nothing is frozen\n");
+    let frozen = gatebot(
+        dir.path(),
+        &env,
+        &[
+            "freeze",
+            "acme/shop",
+            "--for",
+            "2h",
+            "--reason",
+            "end of year",
+        ],
+    );
+    assert!(frozen.status.success(), "{frozen:?}");
+}
+
+/// `gates show` on an open gate whose canary is answered closed says why in the state line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gates_show_explains_a_closed_canary_on_an_open_gate() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let served = Served::start(&db, &[("GATEBOT_GITHUB_REPOSITORY", "acme/shop")]);
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("GATEBOT_SERVER", served.url.as_str()),
+        ("GATEBOT_ADMIN_TOKEN", gatebot_testkit::harness::ADMIN_TOKEN),
+    ];
+    let check = |revision: &str| {
+        let url = format!("{}/gates/promote/pr/42", served.url);
+        let body = serde_json::json!({"name": "podinfo", "namespace": "test",
+            "phase": "Progressing", "checksum": revision});
+        async move {
+            gatebot_testkit::harness::client()
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    assert_eq!(check("r1").await, 403);
+    let open = gatebot(dir.path(), &env, &["gates", "open", "promote/pr/42"]);
+    assert!(open.status.success(), "{open:?}");
+    assert_eq!(check("r1").await, 200);
+    let show = || {
+        let out = gatebot(dir.path(), &env, &["gates", "show", "promote/pr/42"]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = show();
+    assert!(text.contains("\nstate: open\n"), "{text}");
+    assert_eq!(check("r2").await, 403);
+    let text = show();
+    assert!(
+        text.contains("\nstate: open, but closed for test/podinfo: it is at revision r2, and the approval is pinned to its revision r1\n"),
+        "{text}"
+    );
+}
+
+/// The approval TTL means one thing wherever it is described.
+#[test]
+fn the_approval_ttl_is_described_one_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let help = gatebot(dir.path(), &[], &["serve", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let said = "expires this long after it is given, whether or not Flagger has used it";
+    assert!(help.contains(&format!("An approval {said}")), "{help}");
+    let example = include_str!("../.env.example").replace("\n# ", " ");
+    assert!(
+        example.contains(&format!("An approval {said}")),
+        "{example}"
+    );
+    assert!(README.replace('\n', " ").contains(
+        "An approval expires `GATEBOT_APPROVAL_TTL` after it is given, whether or not Flagger has used it"
+    ));
 }

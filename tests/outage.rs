@@ -9,6 +9,10 @@ use gatebot_testkit::harness::{client, eventually, TestServer, ADMIN_TOKEN};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_pg_ctl),
+    ignore = "needs clusters of its own: set GATEBOT_TEST_PG_CTL"
+)]
 async fn losing_postgres_closes_gates_and_recovers_by_itself() {
     let Some(cluster) = Cluster::init() else {
         eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_PG_CTL to run the outage test (bash .ci/run does)");

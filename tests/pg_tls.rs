@@ -34,6 +34,10 @@ async fn encrypted(url: &str) -> Result<bool, sqlx::Error> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_pg_ctl),
+    ignore = "needs clusters of its own: set GATEBOT_TEST_PG_CTL"
+)]
 async fn verify_full_connects_with_the_right_ca_and_refuses_another() {
     let ca = TestCa::new("gatebot test PostgreSQL CA");
     let Some(cluster) = tls_cluster(&ca) else {

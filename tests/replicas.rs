@@ -97,6 +97,10 @@ async fn open_via(replica: &str, gate: &str) {
 /// Two real gatebot processes on one database behind a round-robin proxy, so
 /// Flagger's checks alternate between them, with GitHub and Slack configured.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
 async fn two_replicas_behind_flagger_agree() {
     if skip() {
         return;
@@ -197,6 +201,10 @@ async fn two_replicas_behind_flagger_agree() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
 async fn outbox_jobs_are_sent_once_across_replicas_and_survive_a_dead_worker() {
     if skip() {
         return;
@@ -298,6 +306,10 @@ const SLACK_SECRET: &str = "replica-slack-secret";
 /// no pull request gets two (nothing sent twice): the survivor takes the dead
 /// process's job when its lease runs out and finds the comment by its marker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
 async fn replica_killed_mid_send_loses_no_job_and_sends_none_twice() {
     if skip() {
         return;
@@ -380,6 +392,10 @@ async fn replica_killed_mid_send_loses_no_job_and_sends_none_twice() {
 /// every Slack click and command to both at once (as a retry racing the
 /// original would): each is applied once, answered once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
 async fn duplicate_deliveries_to_both_replicas_apply_once() {
     if skip() {
         return;
@@ -600,6 +616,10 @@ async fn audit_actions(replica: &Served, gate: &str) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
 async fn promote_and_hold_racing_on_two_replicas_end_as_in_some_serial_order() {
     if skip() {
         return;
@@ -679,6 +699,10 @@ async fn change_via(replica: &str, verb: &str, gate: &str) -> u16 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
 async fn a_stuck_row_lock_neither_hangs_a_write_nor_keeps_memory_stale() {
     use sqlx::Connection;
     if skip() {

@@ -80,6 +80,10 @@ fn only<T: Ord + Clone>(a: &BTreeSet<T>, b: &BTreeSet<T>) -> Vec<T> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
 async fn sqlite_and_postgres_schemas_are_the_same() {
     if postgres_url().is_none() {
         eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)");

@@ -7,7 +7,7 @@
 //! The clock is a manual one, so times in messages are fixed and stay in the
 //! snapshots (their format is part of what is checked); only what differs per
 //! run is filtered: uuids (job markers), wait ids, ports and the temporary
-//! directory. How to review and update them: README.md, next to `cargo test`.
+//! directory. How to review and update them: docs/testing.md, "Snapshots of messages".
 
 use std::sync::Arc;
 use std::time::Duration;

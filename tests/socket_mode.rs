@@ -456,6 +456,10 @@ async fn a_lost_network_is_retried_and_a_silent_connection_replaced() {
 /// (a retry racing the original) and a click whose connection died before
 /// its ack are each applied once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
 async fn two_replicas_each_connect_and_every_click_is_applied_once() {
     if postgres_url().is_none() {
         eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)");

@@ -4,7 +4,7 @@ use anyhow::{bail, Context};
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 
-use crate::config::{GatesAction, GatesArgs};
+use crate::config::{GatesAction, GatesArgs, Setting};
 use crate::gate::state::rfc3339;
 
 pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
@@ -204,7 +204,7 @@ fn print_list(value: &Value) {
 
 fn print_detail(value: &Value) {
     println!("gate:  {}", value["key"].as_str().unwrap_or("?"));
-    println!("state: {}", value["state"].as_str().unwrap_or("?"));
+    println!("state: {}", state_line(value));
     if let Some(by) = value["change"]["by"]["name"]
         .as_str()
         .or(value["by"]["name"].as_str())
@@ -237,6 +237,32 @@ fn print_detail(value: &Value) {
     }
 }
 
+/// The gate's state, and when it is open but some canary is answered closed
+/// (pinned to another revision, a freeze…), which and why, in the same line.
+fn state_line(value: &Value) -> String {
+    let state = value["state"].as_str().unwrap_or("?");
+    let closed: Vec<String> = value["observations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|o| state == "open" && o["answer"].as_str() == Some("closed"))
+        .map(|o| {
+            let canary = o["canary"].as_str().unwrap_or("?");
+            let at = o["checksum"].as_str().unwrap_or("?");
+            match value["pins"][canary].as_str() {
+                Some(pinned) if pinned != at => format!(
+                    "{canary}: it is at revision {at}, and the approval is pinned to its revision {pinned}"
+                ),
+                _ => format!("{canary}: {}", o["reason"].as_str().unwrap_or("?")),
+            }
+        })
+        .collect();
+    if closed.is_empty() {
+        return state.to_string();
+    }
+    format!("open, but closed for {}", closed.join("; "))
+}
+
 pub struct ConfigReport {
     pub ok: bool,
     pub text: String,
@@ -251,20 +277,10 @@ pub async fn check_config(
     let mut text = String::new();
     let mut ok = true;
     // Each setting, where it came from; never a secret's value.
+    let width = settings.iter().map(|s| s.env.len()).max().unwrap_or(0);
     for s in settings {
-        let value = match (&s.value, s.secret, s.origin) {
-            (_, _, crate::config::Origin::Unset) => "-".to_string(),
-            // Hashes, not secrets, but long: the names say what matters.
-            _ if s.env == "GATEBOT_API_TOKENS" => config
-                .api_tokens()
-                .map(|(name, _)| name)
-                .collect::<Vec<_>>()
-                .join(", "),
-            (_, true, _) => "(secret, set)".to_string(),
-            (Some(v), false, _) => v.clone(),
-            (None, false, _) => String::new(),
-        };
-        let _ = writeln!(text, "{:<34} {:<12} {value}", s.env, s.origin.as_str());
+        let value = setting_value(s, &config);
+        let _ = writeln!(text, "{:<width$} {:<12} {value}", s.env, s.origin.as_str());
     }
     for s in settings
         .iter()
@@ -279,11 +295,7 @@ pub async fn check_config(
     let gh = &config.github;
     let sl = &config.slack;
     let _ = writeln!(text, "listen:          {}", config.listen);
-    let _ = writeln!(
-        text,
-        "approval TTL:    {}",
-        humantime::format_duration(config.approval_ttl)
-    );
+    let _ = writeln!(text, "approval TTL:    {}", approval_ttl(&config, settings));
     let _ = writeln!(text, "operator API:    {}", operators(&config));
     let github = match (&gh.token, gh.app_id) {
         (Some(_), _) => "token",
@@ -378,6 +390,65 @@ pub async fn check_config(
         }
     );
     ConfigReport { ok, text }
+}
+
+/// What check-config shows for a setting: never a secret, but the store's URL
+/// without its password, and "(empty)" rather than a mark for an empty value.
+fn setting_value(s: &crate::config::Setting, config: &crate::Config) -> String {
+    use crate::config::Origin;
+    match s {
+        Setting {
+            origin: Origin::Unset,
+            ..
+        } => "-".to_string(),
+        Setting { empty: true, .. } => "(empty)".to_string(),
+        // Hashes, not secrets, but long: the names say what matters.
+        _ if s.env == "GATEBOT_API_TOKENS" => config
+            .api_tokens()
+            .map(|(name, _)| name)
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ if s.env == "GATEBOT_DATABASE_URL" => without_password(&config.database_url),
+        Setting { secret: true, .. } => "(secret, set)".to_string(),
+        Setting { value, .. } => value.clone().unwrap_or_default(),
+    }
+}
+
+/// A database URL with its password (in the user part or the query) replaced.
+fn without_password(url: &str) -> String {
+    let Ok(mut parsed) = reqwest::Url::parse(url) else {
+        return "(secret, set: not a URL)".to_string();
+    };
+    if parsed.password().is_some() && parsed.set_password(Some("***")).is_err() {
+        return "(secret, set)".to_string();
+    }
+    if parsed.query().is_some_and(|q| q.contains("password")) {
+        let pairs: Vec<(String, String)> = parsed
+            .query_pairs()
+            .map(|(k, v)| {
+                let secret = k.contains("password");
+                (
+                    k.into_owned(),
+                    if secret { "***".into() } else { v.into_owned() },
+                )
+            })
+            .collect();
+        parsed.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    parsed.to_string()
+}
+
+/// The TTL as it was written (`24h`, as everywhere else), and what it means.
+fn approval_ttl(config: &crate::Config, settings: &[crate::config::Setting]) -> String {
+    if config.approval_ttl.is_zero() {
+        return "0 (approvals never expire)".to_string();
+    }
+    let written = settings
+        .iter()
+        .find(|s| s.env == "GATEBOT_APPROVAL_TTL")
+        .and_then(|s| s.value.clone())
+        .unwrap_or_else(|| humantime::format_duration(config.approval_ttl).to_string());
+    format!("{written} (an approval expires {written} after it is given)")
 }
 
 /// Who may reach Flagger's side: the clusters with tokens, or anyone.

@@ -12,6 +12,7 @@ mod actions;
 mod events;
 mod pages;
 mod session;
+mod setup;
 mod signin;
 mod view;
 
@@ -129,6 +130,8 @@ pub fn routes(web: Arc<Web>) -> Router<AppState> {
         .route("/ui/signin/github", get(signin::github))
         .route("/ui/signin/github/callback", get(signin::callback))
         .route("/ui/signout", post(signin::signout))
+        .route("/ui/setup/github", get(setup::page))
+        .route("/ui/setup/github/callback", get(setup::callback))
         .route("/ui/act", post(actions::act))
         .layer(axum::extract::DefaultBodyLimit::max(FORM_BODY_LIMIT))
         .layer(middleware::from_fn(secure_headers))
@@ -139,13 +142,20 @@ pub fn routes(web: Arc<Web>) -> Router<AppState> {
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                    connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'";
 
+/// [`CSP`] with one more origin that forms may be sent to.
+fn csp_with_form_action(origin: &str) -> String {
+    CSP.replace(
+        "form-action 'self'",
+        &format!("form-action 'self' {origin}"),
+    )
+}
+
 async fn secure_headers(req: Request, next: Next) -> Response {
     let mut response = next.run(req).await;
     let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
+    // A page that sends a form elsewhere (setup) sets its own, stricter than none.
+    h.entry(header::CONTENT_SECURITY_POLICY)
+        .or_insert(HeaderValue::from_static(CSP));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,

@@ -139,6 +139,12 @@ pub struct Inner {
     deliveries: Mutex<Vec<FakeDelivery>>,
     /// The delivery ids gatebot asked to deliver again, in order.
     redelivery_requests: Mutex<Vec<u64>>,
+    /// Apps created from a manifest: (organization, manifest), in order.
+    app_manifests: Mutex<Vec<(Option<String>, Value)>>,
+    /// Manifest codes not yet converted: code → (organization, manifest).
+    manifest_codes: Mutex<HashMap<String, (Option<String>, Value)>>,
+    /// Bytes of padding added to each conversion's answer (a misbehaving host).
+    conversion_padding: AtomicU64,
 }
 
 /// Counts a write as in flight until its answer is sent or abandoned.
@@ -205,7 +211,10 @@ impl FakeGithub {
             .route("/repos/{owner}/{repo}/installation", get(installation))
             .route("/app/installations/{id}/access_tokens", post(access_token))
             .route("/app/hook/deliveries", get(list_deliveries))
-            .route("/app/hook/deliveries/{id}/attempts", post(redeliver));
+            .route("/app/hook/deliveries/{id}/attempts", post(redeliver))
+            .route("/settings/apps/new", post(new_app))
+            .route("/organizations/{org}/settings/apps/new", post(new_org_app))
+            .route("/app-manifests/{code}/conversions", post(convert_manifest));
         let routes = if prefix.is_empty() {
             routes
         } else {
@@ -220,6 +229,16 @@ impl FakeGithub {
             let _ = axum::serve(listener, app).await;
         });
         Self { url, inner }
+    }
+
+    /// Pads each manifest conversion's answer with `bytes` more.
+    pub fn pad_conversions(&self, bytes: u64) {
+        self.inner.conversion_padding.store(bytes, Ordering::SeqCst);
+    }
+
+    /// The manifests GitHub was asked to create Apps from, with the organization.
+    pub fn app_manifests(&self) -> Vec<(Option<String>, Value)> {
+        self.inner.app_manifests.lock().unwrap().clone()
     }
 
     /// The person who signs in with GitHub's OAuth web flow: the fake's
@@ -854,4 +873,95 @@ async fn redeliver(
         send(&inner, &d.event, &d.guid, d.body, true).await;
     });
     (StatusCode::ACCEPTED, Json(json!({}))).into_response()
+}
+
+/// GitHub's "create a GitHub App from a manifest" page, submitted at once: the
+/// form's `manifest` becomes a code, and the browser goes back to the
+/// manifest's `redirect_url` with it and the form's `state`.
+async fn new_app(
+    State(inner): State<Arc<Inner>>,
+    query: axum::extract::Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Response {
+    manifest_form(&inner, None, &query, &body)
+}
+
+async fn new_org_app(
+    State(inner): State<Arc<Inner>>,
+    Path(org): Path<String>,
+    query: axum::extract::Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Response {
+    manifest_form(&inner, Some(org), &query, &body)
+}
+
+fn manifest_form(
+    inner: &Inner,
+    org: Option<String>,
+    query: &HashMap<String, String>,
+    body: &[u8],
+) -> Response {
+    let form: HashMap<String, String> = form_urlencoded::parse(body).into_owned().collect();
+    let Some(manifest) = form
+        .get("manifest")
+        .and_then(|m| serde_json::from_str::<Value>(m).ok())
+    else {
+        return (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid GitHub App configuration: no manifest",
+        )
+            .into_response();
+    };
+    let complete = manifest["name"].is_string()
+        && manifest["hook_attributes"]["url"].is_string()
+        && manifest["default_permissions"].is_object();
+    let Some(back) = manifest["redirect_url"].as_str().filter(|_| complete) else {
+        return (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid GitHub App configuration",
+        )
+            .into_response();
+    };
+    let code = format!("manifest-{}", inner.next_id.fetch_add(1, Ordering::SeqCst));
+    let mut url = format!("{back}?code={code}");
+    if let Some(state) = query.get("state") {
+        url.push_str("&state=");
+        url.push_str(&form_urlencoded::byte_serialize(state.as_bytes()).collect::<String>());
+    }
+    inner
+        .app_manifests
+        .lock()
+        .unwrap()
+        .push((org.clone(), manifest.clone()));
+    inner
+        .manifest_codes
+        .lock()
+        .unwrap()
+        .insert(code, (org, manifest));
+    (StatusCode::FOUND, [("location", url)]).into_response()
+}
+
+/// `POST /app-manifests/{code}/conversions`: the App's credentials, once per code.
+async fn convert_manifest(State(inner): State<Arc<Inner>>, Path(code): Path<String>) -> Response {
+    let Some((org, manifest)) = inner.manifest_codes.lock().unwrap().remove(&code) else {
+        return (StatusCode::NOT_FOUND, Json(json!({"message": "Not Found"}))).into_response();
+    };
+    let id = inner.next_id.fetch_add(1, Ordering::SeqCst);
+    let name = manifest["name"].as_str().unwrap_or("gatebot").to_string();
+    let owner = org.unwrap_or_else(|| inner.login.lock().unwrap().clone());
+    (
+        StatusCode::CREATED,
+        Json(json!({
+            "id": id, "slug": name, "node_id": format!("A_{id}"), "name": name,
+            "owner": user_json(&owner, "Organization"),
+            "html_url": format!("https://github.com/apps/{name}"),
+            "external_url": manifest["url"], "permissions": manifest["default_permissions"],
+            "events": manifest["default_events"],
+            "client_id": format!("Iv1.{id}"), "client_secret": format!("client-secret-{id}"),
+            "webhook_secret": format!("webhook-secret-{id}"),
+            "pem": format!("-----BEGIN RSA PRIVATE KEY-----\nkey-of-app-{id}\n-----END RSA PRIVATE KEY-----\n"),
+            "padding": "x".repeat(usize::try_from(inner.conversion_padding.load(Ordering::SeqCst)).unwrap_or(0)),
+        })),
+    )
+        .into_response()
 }

@@ -30,15 +30,25 @@ macro_rules! on_both_stores {
                 super::$name($crate::harness::Backend::Sqlite).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[cfg_attr(
+                not(gatebot_test_postgres),
+                ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+            )]
             async fn postgres() {
-                if $crate::harness::postgres_url().is_none() {
-                    eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)");
-                    return;
-                }
+                $crate::harness::require_postgres();
                 super::$name($crate::harness::Backend::Postgres).await
             }
         }
     )*};
+}
+
+/// A PostgreSQL test run without GATEBOT_TEST_POSTGRES_URL (`--include-ignored`,
+/// or a build that had it) fails saying so, rather than passing having done nothing.
+pub fn require_postgres() {
+    assert!(
+        postgres_url().is_some(),
+        "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)"
+    );
 }
 
 pub fn postgres_url() -> Option<String> {

@@ -1,0 +1,284 @@
+//! `/ui/setup/github`: gatebot's GitHub App from GitHub's manifest flow
+//! (docs/github.md). An operator signed in with a token posts the manifest to
+//! GitHub (its own host for GitHub Enterprise), GitHub sends the browser back
+//! with a code, and gatebot trades the code for the App's id, private key and
+//! webhook secret, which it shows once and never keeps or logs.
+
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::session::Via;
+use super::view::Viewer;
+use super::{render, Problem};
+use crate::core::AppState;
+
+/// How long the form's `state` is good for: GitHub's code lasts an hour.
+const TRIP_MS: i64 = 60 * 60 * 1000;
+
+/// GitHub's answer to a conversion is a few KB; anything much larger is not it.
+const MAX_ANSWER: usize = 64 * 1024;
+
+/// What the App asks for: the same as deploy/github-app-manifest.json, with
+/// this server's URLs in place of the example's.
+const MANIFEST: &str = include_str!("../../deploy/github-app-manifest.json");
+const EXAMPLE_URL: &str = "https://gatebot.example.com";
+
+#[derive(Deserialize)]
+pub struct Start {
+    /// Create the App under this organization instead of the signed-in user.
+    #[serde(default)]
+    org: String,
+    /// The App's name, unique on the GitHub host.
+    #[serde(default)]
+    name: String,
+}
+
+pub async fn page(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Query(q): Query<Start>,
+) -> Result<Response, Problem> {
+    operator(&viewer)?;
+    let public = viewer.web.public_url.clone().ok_or_else(|| {
+        Problem::bad_request(
+            "set GATEBOT_PUBLIC_URL to where GitHub reaches gatebot (https://gatebot.example.com): \
+             the App's webhook and the way back from GitHub are under it",
+        )
+    })?;
+    let org = checked("org", q.org.trim(), 39)?;
+    let name = match checked("name", q.name.trim(), 34)? {
+        "" => "gatebot",
+        given => given,
+    };
+    let web = github_web(&state);
+    let target = match org {
+        "" => format!("{web}/settings/apps/new"),
+        org => format!("{web}/organizations/{org}/settings/apps/new"),
+    };
+    let until = state.clock.now_ms().saturating_add(TRIP_MS);
+    let sealed = viewer.web.signer.seal("github-app", &until.to_string());
+    let action = format!(
+        "{target}?state={}",
+        form_urlencoded::byte_serialize(sealed.as_bytes()).collect::<String>()
+    );
+    let manifest = manifest(&public, name)?;
+    let mut response = render(
+        &state,
+        "setup_github.html.j2",
+        json!({
+            "base": viewer.base("/ui/setup/github"), "action": action, "manifest": manifest,
+            "org": org, "name": name, "public": public, "web": web,
+        }),
+    )?;
+    // The one form that leaves gatebot: form-action names GitHub's origin too.
+    let csp = super::csp_with_form_action(&origin(&web)?);
+    let csp = HeaderValue::from_str(&csp)
+        .map_err(|_| Problem::bad_request("GATEBOT_UI_GITHUB_OAUTH_URL is not a usable URL"))?;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_SECURITY_POLICY, csp);
+    Ok(response)
+}
+
+#[derive(Deserialize)]
+pub struct Back {
+    #[serde(default)]
+    code: String,
+    #[serde(default)]
+    state: String,
+}
+
+/// What GitHub gives for the App, shown once.
+#[derive(Debug, Deserialize, Serialize)]
+struct CreatedApp {
+    id: u64,
+    slug: String,
+    html_url: String,
+    pem: String,
+    webhook_secret: Option<String>,
+    client_id: String,
+    client_secret: String,
+}
+
+/// GitHub's way back: the code becomes the App's credentials.
+pub async fn callback(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Query(q): Query<Back>,
+) -> Result<Response, Problem> {
+    operator(&viewer)?;
+    let fresh = viewer
+        .web
+        .signer
+        .open("github-app", &q.state)
+        .and_then(|until| until.parse::<i64>().ok())
+        .is_some_and(|until| until > state.clock.now_ms());
+    if !fresh {
+        return Err(Problem::forbidden(
+            "GitHub's answer carries no valid state (or it is over an hour old): start again at /ui/setup/github",
+        ));
+    }
+    let code = q.code.trim();
+    let well_formed = (1..=128).contains(&code.len())
+        && code
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !well_formed {
+        return Err(Problem::bad_request(
+            "GitHub's answer has no usable code: start again at /ui/setup/github",
+        ));
+    }
+    let app = convert(&state, code).await?;
+    tracing::info!(app_id = app.id, slug = %app.slug, "GitHub App created from the manifest");
+    render(
+        &state,
+        "setup_github_done.html.j2",
+        json!({
+            "base": viewer.base("/ui/setup/github"), "app": app,
+            "install": format!("{}/installations/new", app.html_url.trim_end_matches('/')),
+        }),
+    )
+}
+
+/// `POST /app-manifests/{code}/conversions`: no token, the code is the credential.
+async fn convert(state: &AppState, code: &str) -> Result<CreatedApp, Problem> {
+    let client = crate::outbound::client(&state.config.outbound, Duration::from_secs(10))
+        .map_err(|e| Problem::unavailable(format!("{e:#}")))?;
+    let api = state.config.github.api_url.trim_end_matches('/');
+    let response = client
+        .post(format!("{api}/app-manifests/{code}/conversions"))
+        .header(header::ACCEPT, "application/vnd.github+json")
+        .header(header::USER_AGENT, "gatebot")
+        .send()
+        .await
+        .map_err(|e| {
+            Problem::unavailable(format!(
+                "cannot reach GitHub at {api}: {}",
+                crate::outbound::why(&e)
+            ))
+        })?;
+    let status = response.status();
+    let body = bounded_body(response).await?;
+    if !status.is_success() {
+        return Err(Problem::new(
+            StatusCode::BAD_GATEWAY,
+            "GitHub refused",
+            format!(
+                "GitHub answered {status} to the code: a code works once and for an hour; \
+                 start again at /ui/setup/github"
+            ),
+        ));
+    }
+    serde_json::from_slice(&body).map_err(|e| {
+        Problem::new(
+            StatusCode::BAD_GATEWAY,
+            "GitHub refused",
+            format!("GitHub's answer is not an App: {e}"),
+        )
+    })
+}
+
+/// The answer's body, read up to [`MAX_ANSWER`]: whatever answers there, it
+/// cannot make gatebot hold more.
+async fn bounded_body(mut response: reqwest::Response) -> Result<Vec<u8>, Problem> {
+    let too_large = || {
+        Problem::new(
+            StatusCode::BAD_GATEWAY,
+            "GitHub refused",
+            "GitHub's answer is too large to be an App",
+        )
+    };
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| Problem::unavailable(format!("GitHub's answer was cut off: {e}")))?
+    {
+        if body.len() + chunk.len() > MAX_ANSWER {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Only an operator (signed in with a token) creates the App gatebot acts as.
+fn operator(viewer: &Viewer) -> Result<(), Problem> {
+    match &viewer.session {
+        Some(s) if s.via == Via::Admin => Ok(()),
+        _ => Err(Problem::forbidden(
+            "sign in with the admin token (or your own operator token) at /ui/signin to create the GitHub App",
+        )),
+    }
+}
+
+/// An organization or App name as GitHub allows them; empty when not given.
+fn checked<'a>(field: &str, value: &'a str, max: usize) -> Result<&'a str, Problem> {
+    let ok = value.len() <= max
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(value)
+    } else {
+        Err(Problem::bad_request(format!(
+            "{field}: at most {max} letters, digits, `-` and `_`"
+        )))
+    }
+}
+
+/// GitHub's web pages: github.com, or GitHub Enterprise Server's own host
+/// (the host of GATEBOT_UI_GITHUB_OAUTH_URL, which is the same setting).
+fn github_web(state: &AppState) -> String {
+    state
+        .config
+        .ui
+        .github_oauth_url
+        .trim_end_matches('/')
+        .to_string()
+}
+
+fn origin(url: &str) -> Result<String, Problem> {
+    reqwest::Url::parse(url)
+        .map(|u| u.origin().ascii_serialization())
+        .map_err(|_| Problem::bad_request("GATEBOT_UI_GITHUB_OAUTH_URL is not a URL"))
+}
+
+/// The shipped manifest with this server's webhook URL, the way back and the
+/// sign-in callback (an App's client id and secret sign people in too).
+fn manifest(public: &str, name: &str) -> Result<String, Problem> {
+    let mut m: serde_json::Value = serde_json::from_str(&MANIFEST.replace(EXAMPLE_URL, public))
+        .map_err(|e| Problem::unavailable(format!("the built-in manifest is broken: {e}")))?;
+    m["name"] = json!(name);
+    m["redirect_url"] = json!(format!("{public}/ui/setup/github/callback"));
+    m["callback_urls"] = json!([format!("{public}/ui/signin/github/callback")]);
+    serde_json::to_string(&m).map_err(|e| Problem::unavailable(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_manifest_points_at_this_server() {
+        let m: serde_json::Value =
+            serde_json::from_str(&super::manifest("https://gb.acme.test", "gatebot-acme").unwrap())
+                .unwrap();
+        assert_eq!(
+            m["hook_attributes"]["url"],
+            "https://gb.acme.test/webhooks/github"
+        );
+        assert_eq!(
+            m["redirect_url"],
+            "https://gb.acme.test/ui/setup/github/callback"
+        );
+        assert_eq!(m["name"], "gatebot-acme");
+        assert_eq!(
+            m["default_events"],
+            serde_json::json!(["issue_comment", "pull_request"])
+        );
+    }
+}

@@ -1,0 +1,290 @@
+//! `/ui/setup/github`: the GitHub App from GitHub's manifest flow, against the
+//! fake GitHub: the form to GitHub with the manifest, GitHub's way back with a
+//! code, and the code traded for the App's id, key and webhook secret, shown once.
+
+use std::time::Duration;
+
+use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::harness::{
+    options_with, Backend, RecordingSink, TestDb, TestServer, ADMIN_TOKEN,
+};
+use reqwest::header::HeaderMap;
+use reqwest::redirect::Policy;
+
+/// Where GitHub and people reach gatebot; an ingress would route it to the server.
+const PUBLIC: &str = "https://gatebot.acme.test";
+
+struct Setup {
+    server: TestServer,
+    github: FakeGithub,
+    _db: TestDb,
+}
+
+async fn setup(public_url: Option<&str>) -> Setup {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let github = FakeGithub::start().await;
+    let mut config = db.config();
+    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
+    config.github.api_url = github.url.clone();
+    config.ui.github_oauth_url = github.url.clone();
+    config.public_url = public_url.map(str::to_string);
+    let sink = RecordingSink::new();
+    let server = TestServer::start(config, options_with(&sink, None)).await;
+    Setup {
+        server,
+        github,
+        _db: db,
+    }
+}
+
+fn browser() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(Policy::none())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// An HTML attribute or text back to what it says.
+fn unescape(html: &str) -> String {
+    html.replace("&#x2f;", "/")
+        .replace("&quot;", "\"")
+        .replace("&#x27;", "'")
+        .replace("&#39;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+}
+
+async fn send(req: reqwest::RequestBuilder, cookie: Option<&str>) -> (u16, HeaderMap, String) {
+    let req = match cookie {
+        Some(c) => req.header("cookie", c),
+        None => req,
+    };
+    let r = req.send().await.unwrap();
+    let (status, headers) = (r.status().as_u16(), r.headers().clone());
+    (status, headers, r.text().await.unwrap())
+}
+
+/// The value of attribute `attr` of the element that has `marker` before it.
+fn attribute(html: &str, marker: &str, attr: &str) -> String {
+    let from = html
+        .find(marker)
+        .unwrap_or_else(|| panic!("no {marker} in {html}"));
+    let rest = &html[from..];
+    let at = rest
+        .find(&format!("{attr}=\""))
+        .unwrap_or_else(|| panic!("no {attr} after {marker} in {rest}"))
+        + attr.len()
+        + 2;
+    unescape(&rest[at..at + rest[at..].find('"').unwrap()])
+}
+
+async fn admin_session(server: &TestServer) -> String {
+    let (_, _, page) = send(browser().get(server.at("/ui/signin")), None).await;
+    let csrf = attribute(&page, "name=\"csrf\"", "value");
+    let (status, headers, _) = send(
+        browser()
+            .post(server.at("/ui/signin/token"))
+            .form(&[("token", ADMIN_TOKEN), ("csrf", &csrf)]),
+        None,
+    )
+    .await;
+    assert_eq!(status, 303);
+    headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("gatebot_session="))
+        .map(|v| v.split(';').next().unwrap().to_string())
+        .expect("a session cookie")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_creates_the_github_app_from_the_manifest() {
+    let s = setup(Some(PUBLIC)).await;
+    let (status, _, page) = send(browser().get(s.server.at("/ui/setup/github")), None).await;
+    assert_eq!(status, 403, "{page}");
+    assert!(
+        unescape(&page).contains("sign in with the admin token"),
+        "{page}"
+    );
+    let cookie = admin_session(&s.server).await;
+
+    // The page: a form to the organization's "new App" page on GitHub's host.
+    let (status, headers, page) = send(
+        browser().get(s.server.at("/ui/setup/github?org=acme&name=gatebot-acme")),
+        Some(&cookie),
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    let github_origin = s.github.url.trim_end_matches('/');
+    assert!(
+        csp.contains(&format!("form-action 'self' {github_origin};")),
+        "{csp}"
+    );
+    assert!(
+        csp.contains("script-src 'self';") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    let (_, other, _) = send(browser().get(s.server.at("/ui")), Some(&cookie)).await;
+    assert!(
+        other["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("form-action 'self';"),
+        "other pages keep forms at home"
+    );
+    let action = attribute(&page, "id=\"manifest-form\"", "action");
+    assert!(
+        action.starts_with(&format!(
+            "{github_origin}/organizations/acme/settings/apps/new?state="
+        )),
+        "{action}"
+    );
+    let manifest = attribute(&page, "name=\"manifest\"", "value");
+
+    // GitHub takes the form and sends the browser back with a code.
+    let (status, headers, body) = send(
+        browser()
+            .post(&action)
+            .form(&[("manifest", manifest.as_str())]),
+        None,
+    )
+    .await;
+    assert_eq!(status, 302, "{body}");
+    let back = headers["location"].to_str().unwrap().to_string();
+    let created = s.github.app_manifests();
+    assert_eq!(created.len(), 1);
+    let (org, m) = &created[0];
+    assert_eq!(org.as_deref(), Some("acme"));
+    assert_eq!(m["name"], "gatebot-acme");
+    assert_eq!(
+        m["hook_attributes"]["url"],
+        format!("{PUBLIC}/webhooks/github")
+    );
+    assert_eq!(
+        m["redirect_url"],
+        format!("{PUBLIC}/ui/setup/github/callback")
+    );
+    let shipped: serde_json::Value =
+        serde_json::from_str(include_str!("../deploy/github-app-manifest.json")).unwrap();
+    assert_eq!(m["default_permissions"], shipped["default_permissions"]);
+    assert_eq!(m["default_events"], shipped["default_events"]);
+    assert!(
+        back.starts_with(&format!("{PUBLIC}/ui/setup/github/callback?code=")),
+        "{back}"
+    );
+
+    // The ingress routes the public URL to gatebot; the code becomes the App's credentials.
+    let back = back.replace(PUBLIC, s.server.at("").trim_end_matches('/'));
+    let (status, headers, page) = send(browser().get(&back), Some(&cookie)).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(headers["cache-control"], "no-store");
+    let id = page
+        .split("id=\"app-id\">")
+        .nth(1)
+        .unwrap()
+        .split('<')
+        .next()
+        .unwrap();
+    assert!(id.parse::<u64>().is_ok(), "the App's id: {id}");
+    for shown in [
+        "webhook-secret-",
+        "key-of-app-",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "Iv1.",
+        "client-secret-",
+    ] {
+        assert!(unescape(&page).contains(shown), "{shown} not shown: {page}");
+    }
+    assert!(
+        unescape(&page).contains("https://github.com/apps/gatebot-acme/installations/new"),
+        "{page}"
+    );
+
+    // Shown once: the code does not work twice, and the page says to start again.
+    let (status, _, page) = send(browser().get(&back), Some(&cookie)).await;
+    assert_eq!(status, 502, "{page}");
+    assert!(unescape(&page).contains("a code works once"), "{page}");
+    assert!(!unescape(&page).contains("webhook-secret-"), "{page}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_way_back_needs_the_state_the_operator_and_a_public_url() {
+    let s = setup(Some(PUBLIC)).await;
+    let cookie = admin_session(&s.server).await;
+    let (_, _, page) = send(
+        browser().get(s.server.at("/ui/setup/github")),
+        Some(&cookie),
+    )
+    .await;
+    let action = attribute(&page, "id=\"manifest-form\"", "action");
+    assert!(
+        action.contains("/settings/apps/new?state="),
+        "a user's App: {action}"
+    );
+    let manifest = attribute(&page, "name=\"manifest\"", "value");
+    let (_, headers, _) = send(
+        browser()
+            .post(&action)
+            .form(&[("manifest", manifest.as_str())]),
+        None,
+    )
+    .await;
+    let back = headers["location"]
+        .to_str()
+        .unwrap()
+        .replace(PUBLIC, s.server.at("").trim_end_matches('/'));
+
+    // A forged state, and nobody signed in: refused, and the code is not spent.
+    let forged = format!("{}x", &back);
+    let (status, _, page) = send(browser().get(&forged), Some(&cookie)).await;
+    assert_eq!(status, 403, "{page}");
+    assert!(unescape(&page).contains("no valid state"), "{page}");
+    let (status, _, page) = send(browser().get(&back), None).await;
+    assert_eq!(status, 403, "{page}");
+    let (status, _, page) = send(browser().get(&back), Some(&cookie)).await;
+    assert_eq!(status, 200, "the code still works: {page}");
+
+    // Without GATEBOT_PUBLIC_URL there is no webhook URL to give GitHub.
+    let bare = setup(None).await;
+    let cookie = admin_session(&bare.server).await;
+    let (status, _, page) = send(
+        browser().get(bare.server.at("/ui/setup/github")),
+        Some(&cookie),
+    )
+    .await;
+    assert_eq!(status, 400, "{page}");
+    assert!(unescape(&page).contains("set GATEBOT_PUBLIC_URL"), "{page}");
+}
+
+/// Whatever answers at GitHub's address, the conversion's answer is read up to a bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_answer_from_github_is_refused() {
+    let s = setup(Some(PUBLIC)).await;
+    s.github.pad_conversions(4 * 1024 * 1024);
+    let cookie = admin_session(&s.server).await;
+    let (_, _, page) = send(
+        browser().get(s.server.at("/ui/setup/github")),
+        Some(&cookie),
+    )
+    .await;
+    let action = attribute(&page, "id=\"manifest-form\"", "action");
+    let manifest = attribute(&page, "name=\"manifest\"", "value");
+    let (_, headers, _) = send(
+        browser()
+            .post(&action)
+            .form(&[("manifest", manifest.as_str())]),
+        None,
+    )
+    .await;
+    let back = headers["location"]
+        .to_str()
+        .unwrap()
+        .replace(PUBLIC, s.server.at("").trim_end_matches('/'));
+    let (status, _, page) = send(browser().get(&back), Some(&cookie)).await;
+    assert_eq!(status, 502, "{page}");
+    assert!(unescape(&page).contains("too large to be an App"), "{page}");
+}
