@@ -89,6 +89,24 @@ static RULES: &[Rule] = &[
     rule("slack_decisions", "wait_id", "decided_at < $1 AND wait_id NOT IN (SELECT id FROM waits WHERE ended_at IS NULL)", Action::Delete, history),
     rule("slack_endings", "wait_id", "ended_at < $1", Action::Delete, history),
     rule("slack_finals", "wait_id", "final_at < $1", Action::Delete, history),
+    // A gate long closed, or whose approval expired long ago, answers as one
+    // never opened: closed. (Commands written before its close are older
+    // than any window that still accepts them.) Held and named gates stay.
+    rule(
+        "gates",
+        "key",
+        "changed_at < $1 AND (status = 'closed' OR (status = 'open' AND expires_at < $1)) \
+         AND key NOT IN (SELECT gate_key FROM named_gates)",
+        Action::Delete,
+        history,
+    ),
+    rule(
+        "votes",
+        "gate_key, position",
+        "voted_at < $1 AND gate_key NOT IN (SELECT key FROM gates)",
+        Action::Delete,
+        history,
+    ),
     // A pin of an approval no longer in force answers nothing any more.
     rule("pins", "approval_id, canary", "pinned_at < $1 AND approval_id NOT IN (SELECT approval_id FROM gates WHERE approval_id IS NOT NULL)", Action::Delete, history),
     rule("missing_prs", "repo, number", "marked_at < $1", Action::Delete, history),
