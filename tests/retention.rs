@@ -16,7 +16,7 @@ const HOUR: i64 = 3600 * 1000;
 const DAY: i64 = 24 * HOUR;
 const GATE: &str = "/gates/promote/acme/shop/pr/1";
 const STUCK: &str = "/gates/promote/acme/shop/pr/2";
-const WAIT: Duration = Duration::from_secs(20);
+const WAIT: Duration = Duration::from_secs(60);
 /// Flagger's events seeded to give the SQLite file something to give back.
 const SEEDED_EVENTS: i64 = 20_000;
 
