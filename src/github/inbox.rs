@@ -19,10 +19,8 @@ use crate::command::{new_commands, parse_comment, Parsed};
 use crate::core::authors;
 use crate::core::commands::Subject;
 use crate::core::dispatch;
-use crate::core::freezes;
 use crate::core::unit::Unit;
 use crate::core::AppState;
-use crate::gate::freeze::FreezeScope;
 use crate::gate::{DeliveryId, PrNumber, RepoName};
 use crate::notify::{BoxFuture, Handler, Lease, SendError, Settled};
 use crate::policy::Policy;
@@ -173,6 +171,15 @@ impl GithubInbox {
         }))
     }
 
+    /// The gate kinds a push closes. Checked at start (`Config::problems`);
+    /// were it unreadable, closing nothing would hide it.
+    pub(super) fn close_on_push(&self) -> Result<Vec<crate::gate::GateKind>, SendError> {
+        self.state
+            .config
+            .close_on_push_kinds()
+            .map_err(SendError::Permanent)
+    }
+
     fn count(&self, command: &str, result: &'static str) {
         dispatch::count(&self.state.engine, SOURCE, command, result);
     }
@@ -264,14 +271,14 @@ impl GithubInbox {
 
         let closed_unmerged = e.issue.state == "closed" && !self.merged(&e, &repo).await?;
         // Written before the last push: about an earlier revision (GitHub's clock on both sides).
-        let pushed = pushes::last(&self.state.store, &repo, number)
+        let pushed = match pushes::last(&self.state.store, &repo, number)
             .await
             .map_err(retry)?
             .filter(|at| e.written_at().is_some_and(|w| w < *at))
-            .map(|at| {
-                let kinds = self.state.config.close_on_push_kinds().unwrap_or_default();
-                (at, kinds)
-            });
+        {
+            Some(at) => Some((at, self.close_on_push()?)),
+            None => None,
+        };
         let stale = Stale {
             closed_unmerged,
             pushed,
@@ -303,59 +310,19 @@ impl GithubInbox {
                     unit.count(SOURCE, purpose, "answered");
                     out.extra.push((job, purpose));
                 }
-                Step::Command { request, verdict } => {
-                    let outcome = dispatch::decide(&mut unit, SOURCE, &request, verdict).await?;
-                    out.render(request.command, outcome);
+                Step::Unreadable { word, why } => {
+                    unit.count(SOURCE, word, "refused");
+                    out.refused(word, why);
                 }
-                Step::Freeze {
-                    unfreeze,
-                    until,
-                    reason,
-                    who,
-                    verdict,
+                Step::Command {
+                    request,
+                    authorized,
                 } => {
-                    froze = true;
-                    let verb = if unfreeze { "unfreeze" } else { "freeze" };
-                    let message = match verdict {
-                        Err(why) => {
-                            unit.count(SOURCE, verb, "refused");
-                            out.refused = true;
-                            format!("not done: {why}")
-                        }
-                        Ok(()) => {
-                            unit.count(SOURCE, verb, "applied");
-                            out.applied = true;
-                            let scope = FreezeScope::Repo(repo.clone());
-                            let done = if unfreeze {
-                                freezes::unfreeze_in(&mut unit, &scope, &who)
-                                    .await
-                                    .map(|lifted| match lifted.len() {
-                                        0 => format!("nothing was frozen in {scope}"),
-                                        n => format!("lifted {n} freeze(s) of {scope}"),
-                                    })
-                            } else {
-                                let reason = reason.unwrap_or_default();
-                                freezes::freeze_in(
-                                    &mut unit,
-                                    scope,
-                                    until,
-                                    &reason,
-                                    &who,
-                                    Some(delivery.as_str()),
-                                )
-                                .await
-                                .map(|f| format!("changes are {}", f.reason_line()))
-                            };
-                            done.map_err(|e| match e {
-                                crate::core::EngineError::Store(e) => retry(e),
-                                other => SendError::retry(other.to_string()),
-                            })?
-                        }
-                    };
-                    out.lines.push(Line {
-                        command: Some(format!("/{verb}")),
-                        message,
-                    });
+                    let outcome = dispatch::decide(&mut unit, SOURCE, &request, authorized)
+                        .await
+                        .map_err(retry)?;
+                    froze |= dispatch::changed_freezes(&outcome);
+                    out.render(&request.command, outcome);
                 }
             }
         }

@@ -10,7 +10,7 @@ use super::answers::{reply, SlackDenied};
 use super::approvers::{quick, Verdict};
 use super::inbox::{CLICK, SLASH};
 use super::payload::{Interaction, SlashCommand};
-use crate::command::{parse_slash, Command};
+use crate::command::{parse_slash, Verb};
 use crate::core::commands::{self, Subject};
 use crate::core::dispatch;
 use crate::core::AppState;
@@ -121,7 +121,7 @@ pub async fn command(
     } else {
         command.command.clone()
     };
-    if inv.command == Command::Help {
+    if inv.command == Verb::Help {
         let commands = dispatch::help();
         let default_repo = state
             .config
@@ -142,7 +142,7 @@ pub async fn command(
             Ok(s) => s,
             Err(e) => return Ok(e),
         };
-    if inv.command == Command::Status {
+    if inv.command == Verb::Status {
         return status(state, subject.as_ref()).await;
     }
     let Some(subject) = subject else {
@@ -163,10 +163,16 @@ pub async fn command(
                 user: command.user_id.clone(),
             };
             let keys = commands::gates_for(inv.command, &subject);
-            dispatch::refuse(&state.engine, inv.command, &keys, &who, &denied.to_string())
-                .await
-                .map_err(|e| Reject::unavailable(e.to_string()))?;
-            return Ok(denied.reply(templates, inv.command));
+            dispatch::refuse(
+                &state.engine,
+                inv.command.as_str(),
+                &keys,
+                &who,
+                &denied.to_string(),
+            )
+            .await
+            .map_err(|e| Reject::unavailable(e.to_string()))?;
+            return Ok(denied.reply(templates, inv.command.as_str()));
         }
     }
     store_command(receipts, &command).await?;

@@ -4,10 +4,10 @@
 use serde_json::json;
 
 use super::approvers::Verdict;
+use super::blocks::hhmm;
 use super::inbox::SlackInbox;
-use crate::command::Command;
-use crate::core::dispatch::Authorizer;
-use crate::gate::GateKey;
+use crate::core::dispatch::{Authorizer, Rule};
+use crate::gate::{GateKey, Millis};
 use crate::notify::{BoxFuture, SendError};
 use crate::policy::SlackRule;
 use crate::templates::Templates;
@@ -25,7 +25,7 @@ pub fn refusal(
     templates: &Templates,
     verdict: &Verdict,
     rule: &SlackRule,
-    command: Command,
+    command: &str,
     user: &str,
 ) -> String {
     let what = match verdict {
@@ -46,14 +46,15 @@ pub fn refusal(
     reply(
         templates,
         json!({
-            "what": what, "user": user, "command": format!("/gatebot {}", command.as_str()),
+            "what": what, "user": user, "command": format!("/gatebot {command}"),
             "setting": rule.setting, "approvers": approvers.join(", "),
         }),
     )
 }
 
-/// Why Slack refuses someone: not an approver by the policy, or four eyes.
-#[derive(Debug)]
+/// Why Slack refuses someone: not an approver by the policy, four eyes, no
+/// break glass set up, or a click on a message whose wait was decided or is over.
+#[derive(Debug, Clone)]
 pub enum SlackDenied {
     Approver {
         verdict: Verdict,
@@ -61,6 +62,16 @@ pub enum SlackDenied {
         user: String,
     },
     FourEyes(String),
+    NoForce,
+    /// The message was approved or rejected already.
+    Decided {
+        verb: &'static str,
+        name: String,
+        by: String,
+        at: Millis,
+    },
+    /// The wait the message showed ended (how).
+    Over(String),
 }
 
 impl std::fmt::Display for SlackDenied {
@@ -75,29 +86,59 @@ impl std::fmt::Display for SlackDenied {
                 write!(f, "{user} is not an approver ({})", rule.setting)
             }
             Self::FourEyes(why) => f.write_str(why),
+            Self::NoForce => f.write_str("break glass is not set up: the policy names who may force with [slack.commands.force] approvers"),
+            Self::Decided { verb, name, .. } => write!(f, "already {verb} by {name}"),
+            Self::Over(outcome) => write!(f, "the wait is over ({outcome})"),
         }
     }
 }
 
 impl SlackDenied {
-    /// The ephemeral answer.
-    pub fn reply(&self, templates: &Templates, command: Command) -> String {
+    /// The ephemeral answer to `/gatebot <command>` or a click.
+    pub fn reply(&self, templates: &Templates, command: &str) -> String {
         match self {
+            Self::Approver { rule, user, .. } if matches!(command, "freeze" | "unfreeze") => {
+                format!(
+                    "<@{user}> may not {command} from Slack: the approvers are in {}",
+                    rule.setting
+                )
+            }
             Self::Approver {
                 verdict,
                 rule,
                 user,
             } => refusal(templates, verdict, rule, command, user),
             Self::FourEyes(why) => reply(templates, json!({"what": "self", "message": why})),
+            Self::NoForce => self.to_string(),
+            Self::Decided { verb, by, at, .. } => reply(
+                templates,
+                json!({"what": "already", "verb": verb, "by": by, "at_hhmm": hhmm(*at)}),
+            ),
+            Self::Over(outcome) => reply(templates, json!({"what": "over", "outcome": outcome})),
         }
     }
 }
 
-/// Slack's rules for a slash command: the policy's approvers, then four eyes.
+/// Slack's rules: the click's message still waiting, the policy's approvers
+/// for the command's rule, then four eyes.
 pub(super) struct SlackAuthorizer<'a> {
     pub(super) inbox: &'a SlackInbox,
-    pub(super) rule: SlackRule,
     pub(super) user: &'a str,
+    /// A click on a message decided already: refused before anything else.
+    pub(super) decided: Option<SlackDenied>,
+    /// A click on a message whose wait is over: refused once the person may.
+    pub(super) over: Option<SlackDenied>,
+}
+
+impl SlackAuthorizer<'_> {
+    fn rule(&self, rule: Rule) -> Option<SlackRule> {
+        let policy = &self.inbox.state.policy;
+        match rule {
+            Rule::Verb(verb) => Some(policy.slack(verb)),
+            Rule::Force => policy.slack_force(),
+            other => Some(policy.slack_named(other.name())),
+        }
+    }
 }
 
 impl Authorizer for SlackAuthorizer<'_> {
@@ -105,28 +146,32 @@ impl Authorizer for SlackAuthorizer<'_> {
 
     fn authorize<'a>(
         &'a self,
-        _command: Command,
+        rule: Rule,
         keys: &'a [GateKey],
     ) -> BoxFuture<'a, Result<Result<(), SlackDenied>, SendError>> {
         Box::pin(async move {
-            let verdict = self.inbox.approvers.check(&self.rule, self.user).await?;
+            if let Some(decided) = &self.decided {
+                return Ok(Err(decided.clone()));
+            }
+            let Some(rule) = self.rule(rule) else {
+                return Ok(Err(SlackDenied::NoForce));
+            };
+            let verdict = self.inbox.approvers.check(&rule, self.user).await?;
             if verdict != Verdict::Allowed {
                 return Ok(Err(SlackDenied::Approver {
                     verdict,
-                    rule: self.rule.clone(),
+                    rule,
                     user: self.user.to_string(),
                 }));
             }
-            // A subject's gates share its scope.
-            let own = match keys.first() {
-                Some(key) => {
-                    self.inbox
-                        .own_pull_request(&self.rule, self.user, &key.scope)
-                        .await?
+            // A command's gates share its scope.
+            if let Some(key) = keys.first() {
+                let own = self.inbox.own_pull_request(&rule, self.user, &key.scope);
+                if let Some(why) = own.await? {
+                    return Ok(Err(SlackDenied::FourEyes(why)));
                 }
-                None => None,
-            };
-            Ok(own.map_or(Ok(()), |why| Err(SlackDenied::FourEyes(why))))
+            }
+            Ok(self.over.clone().map_or(Ok(()), Err))
         })
     }
 }

@@ -16,10 +16,10 @@ use subtle::ConstantTimeEq;
 use super::session::{Session, Via};
 use super::view::Viewer;
 use super::{gate_path, render, Problem};
-use crate::command::Command;
+use crate::command::{Command, Verb};
 use crate::config::UiMode;
-use crate::core::commands::Subject;
-use crate::core::dispatch::{self, Authorizer, Outcome, Request};
+use crate::core::commands::{rollback_of, Subject};
+use crate::core::dispatch::{self, Authorizer, Outcome, Request, Rule};
 use crate::core::{AppState, Provenance};
 use crate::gate::{Actor, CanaryRef, GateKey, GateKind, Source};
 use crate::notify::{BoxFuture, SendError};
@@ -31,31 +31,20 @@ pub trait Authority: Send + Sync {
     fn authorize<'a>(
         &'a self,
         login: &'a str,
-        command: Command,
+        rule: Rule,
         keys: &'a [GateKey],
     ) -> BoxFuture<'a, Result<Result<(), String>, SendError>>;
 }
 
-/// The command Approve runs at a gate of this kind.
-pub fn approve_command(kind: GateKind) -> Option<Command> {
-    match kind {
-        GateKind::Start => Some(Command::Start),
-        GateKind::Promote | GateKind::LegacyGate => Some(Command::Promote),
-        GateKind::Traffic => Some(Command::Traffic),
-        GateKind::Rollback | GateKind::LegacyRollback => Some(Command::Rollback),
-    }
+/// The command word Approve runs at a gate of this kind.
+pub fn approve_command(kind: GateKind) -> Verb {
+    Verb::opening(kind)
 }
 
-/// Reject of a promotion or a traffic step rolls the canary back: it opens
-/// the rollback gate of the same scope (as a Slack Reject does). Other gates
-/// have no Reject: Hold keeps them closed.
+/// The rollback gate a Reject at `key` opens, as the page shows it (the
+/// core decides it when the Reject is sent, by the canary's phase).
 pub fn reject_target(key: &GateKey) -> Option<GateKey> {
-    match key.kind {
-        GateKind::Promote | GateKind::Traffic => {
-            Some(GateKey::new(GateKind::Rollback, key.scope.clone()))
-        }
-        _ => None,
-    }
+    rollback_of(key, "")
 }
 
 /// The page's rules for one person.
@@ -66,7 +55,7 @@ struct WebAuthorizer<'a> {
 }
 
 /// Why the page refused.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Denied(String);
 
 impl fmt::Display for Denied {
@@ -80,7 +69,7 @@ impl Authorizer for WebAuthorizer<'_> {
 
     fn authorize<'a>(
         &'a self,
-        command: Command,
+        rule: Rule,
         keys: &'a [GateKey],
     ) -> BoxFuture<'a, Result<Result<(), Denied>, SendError>> {
         Box::pin(async move {
@@ -105,7 +94,7 @@ impl Authorizer for WebAuthorizer<'_> {
                 ))));
             };
             Ok(authority
-                .authorize(&self.session.login, command, keys)
+                .authorize(&self.session.login, rule, keys)
                 .await?
                 .map_err(Denied))
         })
@@ -113,7 +102,7 @@ impl Authorizer for WebAuthorizer<'_> {
 }
 
 /// Whether the viewer may run `command` at `key` (for showing its button).
-pub async fn may_act(state: &AppState, viewer: &Viewer, command: Command, key: &GateKey) -> bool {
+pub async fn may_act(state: &AppState, viewer: &Viewer, verb: Verb, key: &GateKey) -> bool {
     let Some(session) = &viewer.session else {
         return false;
     };
@@ -123,7 +112,7 @@ pub async fn may_act(state: &AppState, viewer: &Viewer, command: Command, key: &
         session,
     };
     match authorizer
-        .authorize(command, std::slice::from_ref(key))
+        .authorize(Rule::Verb(verb), std::slice::from_ref(key))
         .await
     {
         Ok(verdict) => verdict.is_ok(),
@@ -211,22 +200,19 @@ pub async fn act(
     let default_repo = state.config.github.repository.as_ref();
     let key = GateKey::parse(&form.gate, default_repo)
         .map_err(|e| Problem::bad_request(format!("no such gate: {e}")))?;
-    let (command, target) = match form.action {
-        Action::Approve => (
-            approve_command(key.kind)
-                .ok_or_else(|| Problem::bad_request("this gate takes no approval"))?,
-            key.clone(),
-        ),
-        Action::Reject => (
-            Command::Rollback,
-            reject_target(&key).ok_or_else(|| {
-                Problem::bad_request(
-                    "Reject rolls back a promotion or a traffic step; hold this gate to keep it closed",
-                )
-            })?,
-        ),
-        Action::Hold => (Command::Hold, key.clone()),
-        Action::Release => (Command::Unhold, key.clone()),
+    let reason = Some(form.reason.trim().to_string()).filter(|r| !r.is_empty());
+    let command = match form.action {
+        Action::Approve => Command::Open {
+            kind: key.kind,
+            reason,
+            force: false,
+        },
+        Action::Reject => Command::Reject {
+            phase: None,
+            reason,
+        },
+        Action::Hold => Command::Hold { reason },
+        Action::Release => Command::Unhold { reason },
     };
     let confirm = matches!(form.action, Action::Approve | Action::Reject);
     if confirm && form.confirmed != "yes" {
@@ -238,12 +224,14 @@ pub async fn act(
                 form: &form,
                 word: form.action.word(),
                 gate_url: gate_path(&key),
-                rollback: (form.action == Action::Reject).then(|| target.to_string()),
+                rollback: (form.action == Action::Reject)
+                    .then(|| reject_target(&key))
+                    .flatten()
+                    .map(|k| k.to_string()),
             },
         );
     }
-    let reason = Some(form.reason.trim().to_string()).filter(|r| !r.is_empty());
-    let mut who = Provenance::new(Actor::new(session.login.clone(), Source::Web)).reason(reason);
+    let mut who = Provenance::new(Actor::new(session.login.clone(), Source::Web));
     if form.action == Action::Approve && !form.revision.trim().is_empty() {
         if let Ok(canary) = form.canary.trim().parse::<CanaryRef>() {
             who = who.revision(canary, form.revision.trim());
@@ -251,7 +239,7 @@ pub async fn act(
     }
     let request = Request {
         command,
-        subject: Subject::Gate(target),
+        subject: Subject::Gate(key.clone()),
         who,
     };
     let authorizer = WebAuthorizer {
@@ -265,6 +253,7 @@ pub async fn act(
     match outcome {
         Outcome::Applied(_) => Ok(Redirect::to(&gate_path(&key)).into_response()),
         Outcome::Denied(why) => Err(Problem::forbidden(format!("refused: {why}"))),
+        Outcome::Invalid(why) => Err(Problem::bad_request(format!("refused: {why}"))),
         refused => Err(Problem::new(
             StatusCode::CONFLICT,
             "Not done",
@@ -284,5 +273,6 @@ fn refusal(outcome: &Outcome<Denied>) -> String {
         ),
         Outcome::Applied(_) => "done".into(),
         Outcome::Denied(why) => why.to_string(),
+        Outcome::Invalid(why) => why.to_string(),
     }
 }
