@@ -7,7 +7,7 @@ use std::fmt;
 
 use super::{split_force, Verb};
 use crate::gate::freeze::FreezeScope;
-use crate::gate::{GateKind, Millis};
+use crate::gate::{GateKind, Millis, Phase};
 
 /// A freeze's reason: one line of at most this many characters.
 pub const MAX_FREEZE_REASON: usize = 300;
@@ -27,7 +27,7 @@ pub enum Command {
     /// intake knows it. Whether it rolls back or keeps the gate closed is the
     /// core's to say.
     Reject {
-        phase: Option<String>,
+        phase: Option<Phase>,
         reason: Option<String>,
     },
     /// Close a gate (the API, the CLI, the loadtester's routes).

@@ -8,8 +8,8 @@ use super::{Engine, EngineError, GateSummary, Provenance};
 use crate::command::{freeze_reason, Command, Invalid, Target, Verb};
 use crate::gate::freeze::Freeze;
 use crate::gate::{
-    CanaryRef, Gate, GateKey, GateKind, GateName, GateStatus, Namespace, PrNumber, RepoName, Scope,
-    Source,
+    CanaryRef, Gate, GateKey, GateKind, GateName, GateStatus, Namespace, Phase, PrNumber, RepoName,
+    Scope, Source,
 };
 
 /// What a command is about.
@@ -133,8 +133,8 @@ pub fn gates_for(verb: Verb, subject: &Subject) -> Vec<GateKey> {
 /// promotion or a traffic step (and a loadtester's gate while its canary
 /// progresses) it rolls the canary back by opening the rollback gate of the
 /// same scope; anywhere else it keeps the gate closed.
-pub fn rollback_of(key: &GateKey, phase: &str) -> Option<GateKey> {
-    let progressing = matches!(phase, "Progressing" | "WaitingPromotion" | "Promoting");
+pub fn rollback_of(key: &GateKey, phase: &Phase) -> Option<GateKey> {
+    let progressing = phase.progressing();
     match key.kind {
         GateKind::Promote | GateKind::Traffic => {
             Some(GateKey::new(GateKind::Rollback, key.scope.clone()))
@@ -149,7 +149,7 @@ pub fn rollback_of(key: &GateKey, phase: &str) -> Option<GateKey> {
 /// The plan of `command` about `subject`; `phase` is Flagger's phase at a
 /// rejected gate. Break glass and a freeze's reason are checked here, for
 /// every intake alike.
-pub fn plan(command: &Command, subject: &Subject, phase: &str) -> Result<Plan, Invalid> {
+pub fn plan(command: &Command, subject: &Subject, phase: &Phase) -> Result<Plan, Invalid> {
     let plan = |rule, keys, act| Ok(Plan { rule, keys, act });
     match command {
         Command::Open {
@@ -443,5 +443,60 @@ mod tests {
         assert_eq!(keys(Verb::Hold).len(), 3, "a hold never blocks a rollback");
         assert!(keys(Verb::Status).is_empty());
         assert_eq!(pr().display(), "acme/shop#42");
+    }
+
+    #[test]
+    fn reject_rolls_back_only_where_a_canary_progresses() {
+        let scope = Scope::Canary(CanaryRef::new("test", "podinfo").unwrap());
+        let promote = GateKey::new(GateKind::Promote, scope.clone());
+        let waiting = Phase::parse("Waiting");
+        assert_eq!(
+            rollback_of(&promote, &waiting).unwrap().to_string(),
+            "/gates/rollback/canary/test/podinfo"
+        );
+        assert!(rollback_of(&GateKey::new(GateKind::Start, scope.clone()), &waiting).is_none());
+        let legacy = GateKey::new(GateKind::LegacyGate, scope);
+        assert_eq!(
+            rollback_of(&legacy, &Phase::WaitingPromotion)
+                .unwrap()
+                .to_string(),
+            "/loadtester/rollback/test/podinfo"
+        );
+        assert!(rollback_of(&legacy, &waiting).is_none());
+        let reject = Command::Reject {
+            phase: None,
+            reason: None,
+        };
+        let at = |key: &GateKey| plan(&reject, &Subject::Gate(key.clone()), &waiting).unwrap();
+        assert_eq!(at(&promote).rule, Rule::Verb(Verb::Rollback));
+        assert_eq!(at(&legacy).act, Act::Close);
+        assert_eq!(at(&legacy).rule, Rule::Verb(Verb::Promote));
+        assert_eq!(
+            plan(&reject, &pr(), &waiting).unwrap_err(),
+            Invalid::RejectWithoutGate
+        );
+    }
+
+    #[test]
+    fn break_glass_needs_a_reason_and_an_opening() {
+        let forced = |verb, text: &str| {
+            plan(
+                &Command::from_verb(verb, Some(text.into())),
+                &pr(),
+                &Phase::None,
+            )
+        };
+        assert_eq!(
+            forced(Verb::Promote, "--force prod").unwrap().rule,
+            Rule::Force
+        );
+        assert_eq!(
+            forced(Verb::Promote, "--force").unwrap_err(),
+            Invalid::ForceWithoutReason(Verb::Promote)
+        );
+        assert_eq!(
+            forced(Verb::Rollback, "--force x").unwrap_err(),
+            Invalid::ForceOpensNothing(Verb::Rollback)
+        );
     }
 }

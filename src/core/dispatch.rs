@@ -15,7 +15,7 @@ use super::commands::{apply_in, plan, Act, Applied, Plan, Subject};
 use super::unit::Unit;
 use super::{Engine, EngineError, Provenance};
 use crate::command::{Command, Invalid, Verb};
-use crate::gate::{GateKey, Millis, Source};
+use crate::gate::{GateKey, Millis, Phase, Source};
 use crate::metrics::CommandLabels;
 use crate::notify::{BoxFuture, SendError};
 use crate::store::StoreError;
@@ -168,13 +168,13 @@ pub async fn authorize<A: Authorizer>(
     Ok(Authorized { plan, verdict })
 }
 
-async fn phase_of(engine: &Engine, request: &Request) -> Result<String, SendError> {
+async fn phase_of(engine: &Engine, request: &Request) -> Result<Phase, SendError> {
     let (Command::Reject { phase: None, .. }, Subject::Gate(key)) =
         (&request.command, &request.subject)
     else {
         return Ok(match &request.command {
             Command::Reject { phase: Some(p), .. } => p.clone(),
-            _ => String::new(),
+            _ => Phase::None,
         });
     };
     let waits = engine
@@ -185,8 +185,7 @@ async fn phase_of(engine: &Engine, request: &Request) -> Result<String, SendErro
     Ok(waits
         .into_iter()
         .next()
-        .map(|w| w.phase)
-        .unwrap_or_default())
+        .map_or(Phase::None, |w| Phase::parse(&w.phase)))
 }
 
 /// Applies an authorized command, or audits its refusal on every gate it

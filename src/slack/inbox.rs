@@ -18,7 +18,7 @@ use crate::core::commands::{self, Applied, Subject};
 use crate::core::dispatch::{self, Outcome, Request};
 use crate::core::AppState;
 use crate::core::{EngineError, Provenance};
-use crate::gate::{Actor, DeliveryId, GateKey, GateStatus, Scope, Source};
+use crate::gate::{Actor, DeliveryId, GateKey, GateStatus, Phase, Scope, Source};
 use crate::notify::{BoxFuture, Handler, SendError};
 use crate::policy::SlackRule;
 use crate::store::{QueueItem, WaitRow};
@@ -187,7 +187,7 @@ impl SlackInbox {
             }
         } else {
             Command::Reject {
-                phase: Some(wait.map(|w| w.phase.clone()).unwrap_or_default()),
+                phase: Some(wait.map_or(Phase::None, |w| Phase::parse(&w.phase))),
                 reason: None,
             }
         };

@@ -44,7 +44,7 @@ pub fn approve_command(kind: GateKind) -> Verb {
 /// The rollback gate a Reject at `key` opens, as the page shows it (the
 /// core decides it when the Reject is sent, by the canary's phase).
 pub fn reject_target(key: &GateKey) -> Option<GateKey> {
-    rollback_of(key, "")
+    rollback_of(key, &crate::gate::Phase::None)
 }
 
 /// The page's rules for one person.
