@@ -44,6 +44,7 @@ gatebot_testkit::on_both_stores!(
     promote_during_a_freeze_is_applied_and_held_closed_everywhere,
     break_glass_without_a_force_rule_is_refused_everywhere,
     approving_a_held_gate_is_refused_everywhere,
+    promote_by_someone_who_may_not_is_refused_everywhere,
 );
 
 struct Env {
@@ -189,6 +190,7 @@ impl Env {
         let text = if text.is_empty() { inline } else { text };
         Said {
             applied: !text.contains("may not")
+                && !text.contains(":lock:")
                 && !text.contains("not set up")
                 && !text.contains("four eyes")
                 && !text.contains("held")
@@ -532,5 +534,26 @@ async fn approving_a_held_gate_is_refused_everywhere(backend: Backend) {
     assert!(!rows[0].1.applied);
     assert_eq!(rows[0].1.state, "held");
     assert_eq!(rows[0].1.audit, ["hold", "refuse"]);
+    same(&rows);
+}
+
+async fn promote_by_someone_who_may_not_is_refused_everywhere(backend: Backend) {
+    let env = env(backend).await;
+    // Mallory has no permission on GitHub and is no approver in Slack (where
+    // the refusal is answered at once, before the command is stored).
+    let github = env.comment(61, "bob", "mallory", "/promote").await;
+    let slack = env.slash("UMALLORY", "promote 62").await;
+    assert!(github.text.contains("needs write permission"), "{github:?}");
+    assert!(slack.text.contains("not an approver"), "{slack:?}");
+    let mut rows = Vec::new();
+    for (pr, via, said) in [(61, "github", &github), (62, "slack", &slack)] {
+        let gate = format!("/gates/promote/acme/shop/pr/{pr}");
+        rows.push((
+            via,
+            seen(&env, said, &gate, (via, "promote", "refused")).await,
+        ));
+    }
+    assert_eq!(rows[0].1.audit, ["refuse"]);
+    assert_eq!(rows[0].1.counted, 1.0);
     same(&rows);
 }

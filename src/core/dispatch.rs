@@ -228,10 +228,12 @@ fn engine_error(e: EngineError) -> SendError {
     SendError::retry(e.to_string())
 }
 
-/// Audits a refusal of `command` on each of `keys` ("refused /promote: …"),
-/// in a unit of its own.
+/// Audits and counts a refusal of `command` on each of `keys` ("refused
+/// /promote: …"), in a unit of its own: for a channel that refuses before
+/// it stores the command (Slack's slash command, whose sender is no approver).
 pub async fn refuse(
     engine: &Engine,
+    source: &'static str,
     command: &str,
     keys: &[GateKey],
     who: &Provenance,
@@ -241,6 +243,7 @@ pub async fn refuse(
     refuse_in(&mut unit, command, keys, who, why)
         .await
         .map_err(store)?;
+    unit.count(source, command, "refused");
     unit.commit().await.map_err(store)
 }
 

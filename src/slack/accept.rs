@@ -165,6 +165,7 @@ pub async fn command(
             let keys = commands::gates_for(inv.command, &subject);
             dispatch::refuse(
                 &state.engine,
+                "slack",
                 inv.command.as_str(),
                 &keys,
                 &who,
