@@ -32,6 +32,10 @@ pub struct Request {
     pub who: Provenance,
 }
 
+/// What an authorizer answers: `Ok(Err(why))` refuses; `Err` means "cannot
+/// tell now, try again".
+pub type Answer<'a, D> = BoxFuture<'a, Result<Result<(), D>, SendError>>;
+
 /// What a channel knows about who may do what: GitHub permissions and teams,
 /// Slack approvers, four eyes, a PR closed or pushed since the command, an
 /// operator's token.
@@ -39,13 +43,8 @@ pub trait Authorizer: Send + Sync {
     /// Why a person was refused; its `Display` is the audit log's reason.
     type Denied: fmt::Display + Clone + Send + Sync;
 
-    /// May the person do what `rule` governs at `keys`? `Ok(Err(why))`
-    /// refuses; `Err` means "cannot tell now, try again".
-    fn authorize<'a>(
-        &'a self,
-        rule: Rule,
-        keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), Self::Denied>, SendError>>;
+    /// May the person do what `rule` governs at `keys`?
+    fn authorize<'a>(&'a self, rule: Rule, keys: &'a [GateKey]) -> Answer<'a, Self::Denied>;
 }
 
 /// An authorizer for callers whose right was checked already (an operator's
@@ -55,11 +54,7 @@ pub struct Checked;
 impl Authorizer for Checked {
     type Denied = String;
 
-    fn authorize<'a>(
-        &'a self,
-        _rule: Rule,
-        _keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), String>, SendError>> {
+    fn authorize<'a>(&'a self, _rule: Rule, _keys: &'a [GateKey]) -> Answer<'a, String> {
         Box::pin(async { Ok(Ok(())) })
     }
 }

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use super::commands::Subject;
-use super::dispatch::{self, Authorizer, Outcome, Request, Rule};
+use super::dispatch::{self, Answer, Authorizer, Outcome, Request, Rule};
 use super::{Engine, EngineSettings, Provenance, CHECK_DEADLINE};
 use crate::clock::ManualClock;
 use crate::command::{Command, Verb};
 use crate::gate::{Actor, Channels, DeliveryId, GateKey, GateStatus, Source};
 use crate::metrics::Metrics;
-use crate::notify::{BoxFuture, Notifier, SendError};
+use crate::notify::Notifier;
 use crate::store::Store;
 
 struct Fixture {
@@ -58,11 +58,7 @@ struct Decides(Option<&'static str>);
 impl Authorizer for Decides {
     type Denied = &'static str;
 
-    fn authorize<'a>(
-        &'a self,
-        _rule: Rule,
-        _keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), &'static str>, SendError>> {
+    fn authorize<'a>(&'a self, _rule: Rule, _keys: &'a [GateKey]) -> Answer<'a, &'static str> {
         Box::pin(async move { Ok(self.0.map_or(Ok(()), Err)) })
     }
 }

@@ -9,10 +9,10 @@ use super::client::GithubClient;
 use crate::cache::TtlCache;
 use crate::command::Verb;
 use crate::config::Permission;
-use crate::core::dispatch::{Authorizer, Rule};
+use crate::core::dispatch::{Answer, Authorizer, Rule};
 use crate::gate::state::rfc3339;
 use crate::gate::{GateKey, GateKind, Millis, RepoName};
-use crate::notify::{BoxFuture, SendError};
+use crate::notify::SendError;
 use crate::policy::Policy;
 
 /// How long a permission or team answer is trusted.
@@ -189,11 +189,7 @@ impl CommentAuthorizer<'_> {
 impl Authorizer for CommentAuthorizer<'_> {
     type Denied = String;
 
-    fn authorize<'a>(
-        &'a self,
-        rule: Rule,
-        keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), String>, SendError>> {
+    fn authorize<'a>(&'a self, rule: Rule, keys: &'a [GateKey]) -> Answer<'a, String> {
         Box::pin(async move {
             let access = self.access;
             let (repo, user) = (self.repo, self.user);

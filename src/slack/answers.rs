@@ -6,9 +6,8 @@ use serde_json::json;
 use super::approvers::Verdict;
 use super::blocks::hhmm;
 use super::inbox::SlackInbox;
-use crate::core::dispatch::{Authorizer, Rule};
+use crate::core::dispatch::{Answer, Authorizer, Rule};
 use crate::gate::{GateKey, Millis};
-use crate::notify::{BoxFuture, SendError};
 use crate::policy::SlackRule;
 use crate::templates::Templates;
 
@@ -144,11 +143,7 @@ impl SlackAuthorizer<'_> {
 impl Authorizer for SlackAuthorizer<'_> {
     type Denied = SlackDenied;
 
-    fn authorize<'a>(
-        &'a self,
-        rule: Rule,
-        keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), SlackDenied>, SendError>> {
+    fn authorize<'a>(&'a self, rule: Rule, keys: &'a [GateKey]) -> Answer<'a, SlackDenied> {
         Box::pin(async move {
             if let Some(decided) = &self.decided {
                 return Ok(Err(decided.clone()));

@@ -19,7 +19,7 @@ use super::{gate_path, render, Problem};
 use crate::command::{Command, Verb};
 use crate::config::UiMode;
 use crate::core::commands::{rollback_of, Subject};
-use crate::core::dispatch::{self, Authorizer, Outcome, Request, Rule};
+use crate::core::dispatch::{self, Answer, Authorizer, Outcome, Request, Rule};
 use crate::core::{AppState, Provenance};
 use crate::gate::{Actor, CanaryRef, GateKey, GateKind, Source};
 use crate::notify::{BoxFuture, SendError};
@@ -67,11 +67,7 @@ impl fmt::Display for Denied {
 impl Authorizer for WebAuthorizer<'_> {
     type Denied = Denied;
 
-    fn authorize<'a>(
-        &'a self,
-        rule: Rule,
-        keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), Denied>, SendError>> {
+    fn authorize<'a>(&'a self, rule: Rule, keys: &'a [GateKey]) -> Answer<'a, Denied> {
         Box::pin(async move {
             if self.viewer.web.mode != UiMode::On {
                 return Ok(Err(Denied(
