@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use super::access::{Access, Stale};
 use super::client::GithubClient;
-use super::comment::{Line, Reply, Step};
 use super::events::{IssueCommentEvent, PullRequestEvent, User};
+use super::reply::{Line, Reply, Step};
 use super::sink::GithubJob;
 use super::{is_own_comment, pushes, quoted_command, SOURCE};
 use crate::command::{new_commands, parse_comment, Parsed};

@@ -17,6 +17,7 @@ pub mod inbox;
 pub mod pulls;
 pub mod pushes;
 pub mod redeliver;
+mod reply;
 pub mod routes;
 pub mod sink;
 pub mod status;

@@ -3,11 +3,13 @@
 
 use serde_json::json;
 
-use super::approvers::Verdict;
+use super::approvers::{Approvers, Verdict};
 use super::blocks::hhmm;
-use super::inbox::SlackInbox;
+use crate::core::authors::PrAuthors;
 use crate::core::dispatch::{Answer, Authorizer, Rule};
-use crate::gate::{GateKey, Millis};
+use crate::core::AppState;
+use crate::gate::{GateKey, Millis, Scope};
+use crate::notify::SendError;
 use crate::policy::SlackRule;
 use crate::templates::Templates;
 
@@ -121,7 +123,9 @@ impl SlackDenied {
 /// Slack's rules: the click's message still waiting, the policy's approvers
 /// for the command's rule, then four eyes.
 pub(super) struct SlackAuthorizer<'a> {
-    pub(super) inbox: &'a SlackInbox,
+    pub(super) state: &'a AppState,
+    pub(super) approvers: &'a Approvers,
+    pub(super) authors: &'a PrAuthors,
     pub(super) user: &'a str,
     /// A click on a message decided already: refused before anything else.
     pub(super) decided: Option<SlackDenied>,
@@ -131,12 +135,43 @@ pub(super) struct SlackAuthorizer<'a> {
 
 impl SlackAuthorizer<'_> {
     fn rule(&self, rule: Rule) -> Option<SlackRule> {
-        let policy = &self.inbox.state.policy;
+        let policy = &self.state.policy;
         match rule {
             Rule::Verb(verb) => Some(policy.slack(verb)),
             Rule::Force => policy.slack_force(),
             other => Some(policy.slack_named(other.name())),
         }
+    }
+
+    /// Why the user may not act on gates of `scope` under four eyes: they opened
+    /// the pull request, by the policy's GitHub-to-Slack user mapping.
+    async fn own_pull_request(
+        &self,
+        rule: &SlackRule,
+        scope: &Scope,
+    ) -> Result<Option<String>, SendError> {
+        let Scope::Pr { repo, number } = scope else {
+            return Ok(None);
+        };
+        if !rule.forbid_self_approval {
+            return Ok(None);
+        }
+        let user = self.user;
+        let Some(login) = self.state.policy.github_login_of(user) else {
+            return Ok(None);
+        };
+        let author = self
+            .authors
+            .author(repo, *number, self.state.engine.now())
+            .await?;
+        Ok(author
+            .is_some_and(|a| a.eq_ignore_ascii_case(login))
+            .then(|| {
+                format!(
+                    "{user} (@{login}) opened {repo}#{number}: someone else must approve (four eyes)",
+                    number = number.0
+                )
+            }))
     }
 }
 
@@ -151,7 +186,7 @@ impl Authorizer for SlackAuthorizer<'_> {
             let Some(rule) = self.rule(rule) else {
                 return Ok(Err(SlackDenied::NoForce));
             };
-            let verdict = self.inbox.approvers.check(&rule, self.user).await?;
+            let verdict = self.approvers.check(&rule, self.user).await?;
             if verdict != Verdict::Allowed {
                 return Ok(Err(SlackDenied::Approver {
                     verdict,
@@ -161,7 +196,7 @@ impl Authorizer for SlackAuthorizer<'_> {
             }
             // A command's gates share its scope.
             if let Some(key) = keys.first() {
-                let own = self.inbox.own_pull_request(&rule, self.user, &key.scope);
+                let own = self.own_pull_request(&rule, &key.scope);
                 if let Some(why) = own.await? {
                     return Ok(Err(SlackDenied::FourEyes(why)));
                 }

@@ -18,9 +18,8 @@ use crate::core::commands::{self, Applied, Subject};
 use crate::core::dispatch::{self, Outcome, Request};
 use crate::core::AppState;
 use crate::core::{EngineError, Provenance};
-use crate::gate::{Actor, DeliveryId, GateKey, GateStatus, Phase, Scope, Source};
+use crate::gate::{Actor, DeliveryId, GateKey, GateStatus, Phase, Source};
 use crate::notify::{BoxFuture, Handler, SendError};
-use crate::policy::SlackRule;
 use crate::store::{QueueItem, WaitRow};
 use crate::templates::Templates;
 
@@ -81,37 +80,6 @@ impl SlackInbox {
         Ok(())
     }
 
-    /// Why `user` may not act on gates of `scope` under four eyes: they opened
-    /// the pull request, by the policy's GitHub-to-Slack user mapping.
-    pub(super) async fn own_pull_request(
-        &self,
-        rule: &SlackRule,
-        user: &str,
-        scope: &Scope,
-    ) -> Result<Option<String>, SendError> {
-        let Scope::Pr { repo, number } = scope else {
-            return Ok(None);
-        };
-        if !rule.forbid_self_approval {
-            return Ok(None);
-        }
-        let Some(login) = self.state.policy.github_login_of(user) else {
-            return Ok(None);
-        };
-        let author = self
-            .authors
-            .author(repo, *number, self.state.engine.now())
-            .await?;
-        Ok(author
-            .is_some_and(|a| a.eq_ignore_ascii_case(login))
-            .then(|| {
-                format!(
-                    "{user} (@{login}) opened {repo}#{number}: someone else must approve (four eyes)",
-                    number = number.0
-                )
-            }))
-    }
-
     /// A click on a waiting message: Approve opens its gate, Reject is what
     /// the core says it is there. The decision, the change and the message's
     /// refresh commit together: the notice of the change finds the message
@@ -127,7 +95,9 @@ impl SlackInbox {
         let wait = self.state.store.wait(wait_id).await.map_err(store_err)?;
         let request = self.click_request(i, &key, click.approve, wait.as_ref());
         let authorizer = SlackAuthorizer {
-            inbox: self,
+            state: &self.state,
+            approvers: &self.approvers,
+            authors: &self.authors,
             user: &i.user.id,
             decided: self.decided(wait_id).await?,
             over: self.over(wait_id, wait.as_ref()).await?,
@@ -318,7 +288,9 @@ impl SlackInbox {
                 .written_at(c.signed_at),
         };
         let authorizer = SlackAuthorizer {
-            inbox: self,
+            state: &self.state,
+            approvers: &self.approvers,
+            authors: &self.authors,
             user: &c.user_id,
             decided: None,
             over: None,

@@ -1,11 +1,9 @@
 //! Approve, Reject, Hold and Release from a page: the same command path as a
 //! PR comment or a Slack click (`core::dispatch`), audited with source `web`.
 //! Every form carries the session's CSRF token; Approve and Reject ask for a
-//! confirmation first. Who may act is the [`Authority`]'s to say (GitHub's
+//! confirmation first. Who may act is `permit`'s to say (GitHub's
 //! permission, teams and four eyes for the person's login); the admin token's
 //! operators may act as the API may.
-
-use std::fmt;
 
 use axum::extract::{Form, State};
 use axum::http::StatusCode;
@@ -13,111 +11,15 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
-use super::session::{Session, Via};
+use super::permit::{reject_target, Denied, WebAuthorizer};
+use super::session::Session;
 use super::view::Viewer;
 use super::{gate_path, render, Problem};
-use crate::command::{Command, Verb};
-use crate::config::UiMode;
-use crate::core::commands::{rollback_of, Subject};
-use crate::core::dispatch::{self, Answer, Authorizer, Outcome, Request, Rule};
+use crate::command::Command;
+use crate::core::commands::Subject;
+use crate::core::dispatch::{self, Outcome, Request};
 use crate::core::{AppState, Provenance};
-use crate::gate::{Actor, CanaryRef, GateKey, GateKind, Source};
-use crate::notify::{BoxFuture, SendError};
-
-/// Who may run a command as a GitHub login: built in bootstrap from GitHub's
-/// rules (repository permission, teams, four eyes, the policy).
-pub trait Authority: Send + Sync {
-    /// `Ok(Err(why))` refuses; `Err` means "cannot tell now".
-    fn authorize<'a>(
-        &'a self,
-        login: &'a str,
-        rule: Rule,
-        keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), String>, SendError>>;
-}
-
-/// The command word Approve runs at a gate of this kind.
-pub fn approve_command(kind: GateKind) -> Verb {
-    Verb::opening(kind)
-}
-
-/// The rollback gate a Reject at `key` opens, as the page shows it (the
-/// core decides it when the Reject is sent, by the canary's phase).
-pub fn reject_target(key: &GateKey) -> Option<GateKey> {
-    rollback_of(key, &crate::gate::Phase::None)
-}
-
-/// The page's rules for one person.
-struct WebAuthorizer<'a> {
-    state: &'a AppState,
-    viewer: &'a Viewer,
-    session: &'a Session,
-}
-
-/// Why the page refused.
-#[derive(Debug, Clone)]
-pub struct Denied(String);
-
-impl fmt::Display for Denied {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl Authorizer for WebAuthorizer<'_> {
-    type Denied = Denied;
-
-    fn authorize<'a>(&'a self, rule: Rule, keys: &'a [GateKey]) -> Answer<'a, Denied> {
-        Box::pin(async move {
-            if self.viewer.web.mode != UiMode::On {
-                return Ok(Err(Denied(
-                    "this server's pages are read-only (GATEBOT_UI=read-only)".into(),
-                )));
-            }
-            if self.session.via == Via::Admin {
-                // An operator with a token, as on the API. The session ended
-                // already if its token is no longer configured (`session::who`).
-                return Ok(if self.state.config.has_operators() {
-                    Ok(())
-                } else {
-                    Err(Denied("this server no longer has an operator token".into()))
-                });
-            }
-            let Some(authority) = &self.viewer.web.authority else {
-                return Ok(Err(Denied(format!(
-                    "gatebot cannot check @{}'s GitHub permission: it has no GitHub credentials (GATEBOT_GITHUB_TOKEN or a GitHub App)",
-                    self.session.login
-                ))));
-            };
-            Ok(authority
-                .authorize(&self.session.login, rule, keys)
-                .await?
-                .map_err(Denied))
-        })
-    }
-}
-
-/// Whether the viewer may run `command` at `key` (for showing its button).
-pub async fn may_act(state: &AppState, viewer: &Viewer, verb: Verb, key: &GateKey) -> bool {
-    let Some(session) = &viewer.session else {
-        return false;
-    };
-    let authorizer = WebAuthorizer {
-        state,
-        viewer,
-        session,
-    };
-    match authorizer
-        .authorize(Rule::Verb(verb), std::slice::from_ref(key))
-        .await
-    {
-        Ok(verdict) => verdict.is_ok(),
-        Err(e) => {
-            tracing::debug!(error = %e, "cannot tell whether to show a button");
-            false
-        }
-    }
-}
+use crate::gate::{Actor, CanaryRef, GateKey, Source};
 
 /// The form's token must be the session's (constant-time).
 pub fn check_csrf(session: &Session, given: &str) -> Result<(), Problem> {
@@ -240,7 +142,7 @@ pub async fn act(
     };
     let authorizer = WebAuthorizer {
         state: &state,
-        viewer: &viewer,
+        web: &viewer.web,
         session: &session,
     };
     let outcome = dispatch::run(&state.engine, "web", &request, &authorizer)

@@ -11,6 +11,7 @@
 mod actions;
 mod events;
 mod pages;
+mod permit;
 mod session;
 mod signin;
 mod view;
@@ -28,7 +29,7 @@ use axum::{Extension, Router};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
-pub use actions::Authority;
+pub use permit::Authority;
 pub use session::Cidr;
 
 use crate::config::{Config, UiMode};

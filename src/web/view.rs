@@ -9,7 +9,7 @@ use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use serde::Serialize;
 
-use super::actions::{approve_command, may_act, reject_target};
+use super::permit::{approve_command, may_act, reject_target};
 use super::session::{self, Session};
 use super::{Problem, Web};
 use crate::command::Verb;
@@ -201,7 +201,14 @@ impl<'a> Permits<'a> {
         if let Some(&yes) = self.memo.get(&memo_key) {
             return yes;
         }
-        let yes = may_act(self.state, self.viewer, command, key).await;
+        let yes = may_act(
+            self.state,
+            &self.viewer.web,
+            self.viewer.session.as_ref(),
+            command,
+            key,
+        )
+        .await;
         self.memo.insert(memo_key, yes);
         yes
     }
