@@ -11,6 +11,7 @@
 mod actions;
 mod events;
 mod pages;
+mod permit;
 mod session;
 mod setup;
 mod signin;
@@ -29,7 +30,7 @@ use axum::{Extension, Router};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
-pub use actions::Authority;
+pub use permit::Authority;
 pub use session::Cidr;
 
 use crate::config::{Config, UiMode};
