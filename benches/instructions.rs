@@ -23,8 +23,10 @@ use std::time::{Duration, Instant};
 
 const ADMIN: &str = "bench-admin-token";
 const GATE: &str = "/gates/promote/acme/shop/pr/42";
-const CHECK: &str = r#"{"name":"podinfo","namespace":"test","phase":"Progressing","checksum":"rev1"}"#;
-const OTHER: &str = r#"{"name":"other","namespace":"test","phase":"Progressing","checksum":"rev1"}"#;
+const CHECK: &str =
+    r#"{"name":"podinfo","namespace":"test","phase":"Progressing","checksum":"rev1"}"#;
+const OTHER: &str =
+    r#"{"name":"other","namespace":"test","phase":"Progressing","checksum":"rev1"}"#;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Tool {
@@ -176,7 +178,11 @@ fn one(case: Case, conn: &mut Conn) {
         Case::OpenPinned => conn.request("POST", GATE, false, CHECK),
         Case::Closed => conn.request("POST", GATE, false, OTHER),
     };
-    let expected = if matches!(case, Case::Closed) { 403 } else { 200 };
+    let expected = if matches!(case, Case::Closed) {
+        403
+    } else {
+        200
+    };
     assert_eq!(status, expected, "{}", case.name());
 }
 
@@ -220,7 +226,10 @@ fn run(tool: Tool, case: Case, n: u64) -> u64 {
 fn callgrind_total(path: &PathBuf) -> u64 {
     let text = std::fs::read_to_string(path).expect("callgrind output");
     text.lines()
-        .find_map(|l| l.strip_prefix("summary:").or_else(|| l.strip_prefix("totals:")))
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+        })
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .expect("a summary line")
 }
