@@ -29,6 +29,19 @@ pub struct Retention {
     pub audit: Option<Millis>,
 }
 
+impl From<&crate::config::RetentionConfig> for Retention {
+    fn from(kept: &crate::config::RetentionConfig) -> Self {
+        let ms = |d: std::time::Duration| Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX);
+        Self {
+            payloads: ms(kept.payloads),
+            deliveries: ms(kept.deliveries),
+            history: ms(kept.history),
+            // 0 keeps the audit log for ever.
+            audit: (!kept.audit.is_zero()).then(|| ms(kept.audit)),
+        }
+    }
+}
+
 /// What a rule does to the rows it selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Action {
