@@ -316,8 +316,20 @@ impl Soak {
         assert!(retire.status().is_success(), "retire: {}", retire.status());
     }
 
-    /// Every approval acknowledged today still answers 200, applied once.
+    /// Every approval acknowledged today still answers 200, applied once, and
+    /// no wait is left open: every canary passed, whichever replica answered.
     async fn verify(&self, today: &[Expected]) {
+        sqlx::any::install_default_drivers();
+        let mut db = sqlx::AnyConnection::connect(&self.db.url).await.unwrap();
+        let open: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM waits WHERE ended_at IS NULL")
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+        assert_eq!(
+            open, 0,
+            "day {}: waits left open after their canaries passed",
+            self.day
+        );
         for e in today {
             assert_eq!(
                 self.check(&e.gate, e).await,

@@ -261,6 +261,15 @@ impl Engine {
         let step = wait_step(key.kind, seen.as_ref(), check, verdict.answer);
         let change = change(verdict.expired, pinned_now, step, before, verdict.answer);
         match step {
+            // An open answer that needs a write (a pin, a new observation) ends
+            // the canary's wait even when this replica did not see it start:
+            // on PostgreSQL another replica may have.
+            WaitStep::Nothing if verdict.answer == Answer::Open => {
+                if let Some(id) = Store::end_wait(&mut tx, key, check.canary, "opened", now).await?
+                {
+                    notices.push(wait_ended(id, key, check, "opened", now));
+                }
+            }
             WaitStep::Nothing => {}
             step @ (WaitStep::Start | WaitStep::Restart) => {
                 if step == WaitStep::Restart {
