@@ -8,12 +8,12 @@
 //! to `core::dispatch`, and learns who may act from an [`Authority`] that
 //! bootstrap builds (GitHub's permissions live in another channel).
 
-mod actions;
+pub(crate) mod actions;
 mod events;
-mod pages;
-mod session;
-mod setup;
-mod signin;
+pub(crate) mod pages;
+pub(crate) mod session;
+pub(crate) mod setup;
+pub(crate) mod signin;
 mod view;
 
 use std::collections::HashMap;
