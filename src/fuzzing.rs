@@ -317,6 +317,14 @@ fn policy_answers(p: &crate::policy::Policy) -> String {
         (p.slack_user_of("octocat"), p.github_login_of("U1")),
     );
     out += &format!("{}{}", p.metadata_deadlines(), p.rolls_back_on_deadline());
+    let now = 1_800_000_000_000;
+    for kind in GateKind::ROUTABLE {
+        let calendar = p.calendar();
+        out += &format!("{:?}", calendar.state(kind, now));
+        for hours in [0, 7, 30, 24 * 200] {
+            out += &format!("{}", calendar.open_at(kind, now + hours * 3_600_000));
+        }
+    }
     out
 }
 
