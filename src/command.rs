@@ -23,9 +23,15 @@ use std::fmt;
 
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 
-/// Something a person can ask of gatebot.
+use crate::gate::GateKind;
+
+mod asked;
+pub use asked::{freeze_reason, Command, Invalid, MAX_FREEZE_REASON};
+
+/// The word of a command (`/promote`): what help lists and the policy's
+/// per-command rules are keyed by. [`Command`] is the command with its data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Command {
+pub enum Verb {
     Start,
     Promote,
     Traffic,
@@ -36,35 +42,35 @@ pub enum Command {
     Help,
 }
 
-impl Command {
+impl Verb {
     /// Every command, in the order `/help` lists them.
-    pub const ALL: [Command; 8] = [
-        Command::Start,
-        Command::Promote,
-        Command::Traffic,
-        Command::Rollback,
-        Command::Hold,
-        Command::Unhold,
-        Command::Status,
-        Command::Help,
+    pub const ALL: [Verb; 8] = [
+        Verb::Start,
+        Verb::Promote,
+        Verb::Traffic,
+        Verb::Rollback,
+        Verb::Hold,
+        Verb::Unhold,
+        Verb::Status,
+        Verb::Help,
     ];
 
     pub fn as_str(&self) -> &'static str {
         match self {
-            Command::Start => "start",
-            Command::Promote => "promote",
-            Command::Traffic => "traffic",
-            Command::Rollback => "rollback",
-            Command::Hold => "hold",
-            Command::Unhold => "unhold",
-            Command::Status => "status",
-            Command::Help => "help",
+            Verb::Start => "start",
+            Verb::Promote => "promote",
+            Verb::Traffic => "traffic",
+            Verb::Rollback => "rollback",
+            Verb::Hold => "hold",
+            Verb::Unhold => "unhold",
+            Verb::Status => "status",
+            Verb::Help => "help",
         }
     }
 
     /// The command named by `w` (no leading slash), ignoring ASCII case.
-    pub fn parse_word(w: &str) -> Option<Command> {
-        Command::ALL
+    pub fn parse_word(w: &str) -> Option<Verb> {
+        Verb::ALL
             .into_iter()
             .find(|c| c.as_str().eq_ignore_ascii_case(w))
     }
@@ -72,24 +78,46 @@ impl Command {
     /// One line for help texts.
     pub fn description(&self) -> &'static str {
         match self {
-            Command::Start => "let the canary analysis start (confirm-rollout)",
-            Command::Promote => "promote the canary (confirm-promotion)",
-            Command::Traffic => "allow the next traffic increase (confirm-traffic-increase)",
-            Command::Rollback => "roll the canary back",
-            Command::Hold => "close this pull request's gates",
-            Command::Unhold => "lift a hold (also `/hold cancel`)",
-            Command::Status => "show the state of the gates",
-            Command::Help => "show this help",
+            Verb::Start => "let the canary analysis start (confirm-rollout)",
+            Verb::Promote => "promote the canary (confirm-promotion)",
+            Verb::Traffic => "allow the next traffic increase (confirm-traffic-increase)",
+            Verb::Rollback => "roll the canary back",
+            Verb::Hold => "close this pull request's gates",
+            Verb::Unhold => "lift a hold (also `/hold cancel`)",
+            Verb::Status => "show the state of the gates",
+            Verb::Help => "show this help",
+        }
+    }
+
+    /// The gate kind it opens, if it opens one.
+    pub fn kind_opened(self) -> Option<GateKind> {
+        match self {
+            Verb::Start => Some(GateKind::Start),
+            Verb::Promote => Some(GateKind::Promote),
+            Verb::Traffic => Some(GateKind::Traffic),
+            Verb::Rollback => Some(GateKind::Rollback),
+            Verb::Hold | Verb::Unhold | Verb::Status | Verb::Help => None,
+        }
+    }
+
+    /// The word that opens a gate of `kind` (a loadtester's gate is promoted,
+    /// its rollback gate rolled back).
+    pub fn opening(kind: GateKind) -> Verb {
+        match kind {
+            GateKind::Start => Verb::Start,
+            GateKind::Promote | GateKind::LegacyGate => Verb::Promote,
+            GateKind::Traffic => Verb::Traffic,
+            GateKind::Rollback | GateKind::LegacyRollback => Verb::Rollback,
         }
     }
 
     /// Whether the Slack form needs a pull request, canary or gate to act on.
     pub fn needs_target(&self) -> bool {
-        !matches!(self, Command::Status | Command::Help)
+        !matches!(self, Verb::Status | Verb::Help)
     }
 }
 
-impl fmt::Display for Command {
+impl fmt::Display for Verb {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -98,7 +126,7 @@ impl fmt::Display for Command {
 /// A recognised command in a comment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invocation {
-    pub command: Command,
+    pub command: Verb,
     pub reason: Option<String>,
     /// 1-based line in the body (`\n`, `\r\n` and a lone `\r` each end a line).
     pub line: usize,
@@ -186,7 +214,7 @@ pub fn parse_comment(body: &str) -> Vec<Parsed> {
 pub fn new_commands(old: &str, new: &str) -> Vec<Parsed> {
     #[derive(PartialEq, Eq, Hash)]
     enum Key {
-        Command(Command, Option<String>),
+        Command(Verb, Option<String>),
         Unknown(String),
         Freeze(bool, String),
     }
@@ -237,7 +265,7 @@ fn make(word: &str, rest: &str, line: usize) -> Parsed {
             };
         }
     }
-    let Some(command) = Command::parse_word(word) else {
+    let Some(command) = Verb::parse_word(word) else {
         return Parsed::Unknown {
             word: word.to_string(),
             line,
@@ -245,10 +273,10 @@ fn make(word: &str, rest: &str, line: usize) -> Parsed {
     };
     let mut reason = rest;
     let mut command = command;
-    if command == Command::Hold {
+    if command == Verb::Hold {
         let first = rest.split(char::is_whitespace).next().unwrap_or("");
         if first.eq_ignore_ascii_case("cancel") {
-            command = Command::Unhold;
+            command = Verb::Unhold;
             reason = rest[first.len()..].trim_start();
         }
     }
@@ -376,7 +404,7 @@ pub enum Target {
 /// A parsed `/gatebot …` command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlashInvocation {
-    pub command: Command,
+    pub command: Verb,
     pub target: Option<Target>,
     pub reason: Option<String>,
 }
@@ -384,7 +412,7 @@ pub struct SlashInvocation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SlashError {
     UnknownCommand(String),
-    MissingTarget(Command),
+    MissingTarget(Verb),
     BadTarget(String),
 }
 
@@ -419,19 +447,19 @@ pub fn parse_slash(text: &str) -> Result<SlashInvocation, SlashError> {
     let (word, rest) = next_token(text);
     if word.is_empty() {
         return Ok(SlashInvocation {
-            command: Command::Help,
+            command: Verb::Help,
             target: None,
             reason: None,
         });
     }
     let bare = word.strip_prefix('/').unwrap_or(word);
     let mut command =
-        Command::parse_word(bare).ok_or_else(|| SlashError::UnknownCommand(word.to_string()))?;
+        Verb::parse_word(bare).ok_or_else(|| SlashError::UnknownCommand(word.to_string()))?;
     let mut rest = rest;
-    if command == Command::Hold {
+    if command == Verb::Hold {
         let (next, after) = next_token(rest);
         if next.eq_ignore_ascii_case("cancel") {
-            command = Command::Unhold;
+            command = Verb::Unhold;
             rest = after;
         }
     }
@@ -439,7 +467,7 @@ pub fn parse_slash(text: &str) -> Result<SlashInvocation, SlashError> {
         let s = s.trim();
         (!s.is_empty()).then(|| s.to_string())
     };
-    if command == Command::Help {
+    if command == Verb::Help {
         return Ok(SlashInvocation {
             command,
             target: None,
@@ -651,7 +679,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn cmd(command: Command, reason: Option<&str>, line: usize) -> Parsed {
+    fn cmd(command: Verb, reason: Option<&str>, line: usize) -> Parsed {
         Parsed::Command(Invocation {
             command,
             reason: reason.map(str::to_string),
@@ -667,7 +695,7 @@ mod tests {
     }
 
     /// Commands only, as (command, reason) pairs.
-    fn commands(body: &str) -> Vec<(Command, Option<String>)> {
+    fn commands(body: &str) -> Vec<(Verb, Option<String>)> {
         parse_comment(body)
             .into_iter()
             .filter_map(|p| match p {
@@ -700,42 +728,36 @@ mod tests {
 
     #[test]
     fn parse_word_is_case_insensitive_and_round_trips() {
-        for c in Command::ALL {
-            assert_eq!(Command::parse_word(c.as_str()), Some(c));
-            assert_eq!(Command::parse_word(&c.as_str().to_uppercase()), Some(c));
+        for c in Verb::ALL {
+            assert_eq!(Verb::parse_word(c.as_str()), Some(c));
+            assert_eq!(Verb::parse_word(&c.as_str().to_uppercase()), Some(c));
             assert_eq!(c.to_string(), c.as_str());
         }
-        assert_eq!(Command::parse_word("PrOmOtE"), Some(Command::Promote));
-        assert_eq!(Command::parse_word("/promote"), None);
-        assert_eq!(Command::parse_word(""), None);
-        assert_eq!(Command::parse_word("promotex"), None);
+        assert_eq!(Verb::parse_word("PrOmOtE"), Some(Verb::Promote));
+        assert_eq!(Verb::parse_word("/promote"), None);
+        assert_eq!(Verb::parse_word(""), None);
+        assert_eq!(Verb::parse_word("promotex"), None);
     }
 
     // --- Comments: basics ---
 
     #[test]
     fn single_command() {
-        assert_eq!(
-            parse_comment("/promote"),
-            vec![cmd(Command::Promote, None, 1)]
-        );
+        assert_eq!(parse_comment("/promote"), vec![cmd(Verb::Promote, None, 1)]);
     }
 
     #[test]
     fn every_command_word() {
         let body = "/start\n/promote\n/traffic\n/rollback\n/hold\n/unhold\n/status\n/help\n";
-        let got: Vec<Command> = commands(body).into_iter().map(|(c, _)| c).collect();
-        assert_eq!(got, Command::ALL.to_vec());
+        let got: Vec<Verb> = commands(body).into_iter().map(|(c, _)| c).collect();
+        assert_eq!(got, Verb::ALL.to_vec());
     }
 
     #[test]
     fn case_insensitive() {
         assert_eq!(
             parse_comment("/PROMOTE\n/Rollback"),
-            vec![
-                cmd(Command::Promote, None, 1),
-                cmd(Command::Rollback, None, 2)
-            ]
+            vec![cmd(Verb::Promote, None, 1), cmd(Verb::Rollback, None, 2)]
         );
     }
 
@@ -743,7 +765,7 @@ mod tests {
     fn reason_is_trimmed_and_kept() {
         assert_eq!(
             parse_comment("/promote   metrics look good  "),
-            vec![cmd(Command::Promote, Some("metrics look good"), 1)]
+            vec![cmd(Verb::Promote, Some("metrics look good"), 1)]
         );
     }
 
@@ -751,10 +773,7 @@ mod tests {
     fn reason_keeps_markdown_as_typed() {
         assert_eq!(
             commands("/rollback errors in `checkout` *again*"),
-            vec![(
-                Command::Rollback,
-                Some("errors in `checkout` *again*".into())
-            )]
+            vec![(Verb::Rollback, Some("errors in `checkout` *again*".into()))]
         );
     }
 
@@ -762,13 +781,13 @@ mod tests {
     fn tab_separates_reason() {
         assert_eq!(
             commands("/hold\tfreeze"),
-            vec![(Command::Hold, Some("freeze".into()))]
+            vec![(Verb::Hold, Some("freeze".into()))]
         );
     }
 
     #[test]
     fn empty_reason_is_none() {
-        assert_eq!(commands("/status \t "), vec![(Command::Status, None)]);
+        assert_eq!(commands("/status \t "), vec![(Verb::Status, None)]);
     }
 
     #[test]
@@ -777,9 +796,9 @@ mod tests {
         assert_eq!(
             parse_comment(body),
             vec![
-                cmd(Command::Start, None, 3),
-                cmd(Command::Traffic, Some("step one"), 4),
-                cmd(Command::Promote, None, 6),
+                cmd(Verb::Start, None, 3),
+                cmd(Verb::Traffic, Some("step one"), 4),
+                cmd(Verb::Promote, None, 6),
             ]
         );
     }
@@ -789,7 +808,7 @@ mod tests {
         // Consecutive lines are one paragraph joined by soft breaks.
         assert_eq!(
             parse_comment("LGTM\n/promote ship it\nbye"),
-            vec![cmd(Command::Promote, Some("ship it"), 2)]
+            vec![cmd(Verb::Promote, Some("ship it"), 2)]
         );
     }
 
@@ -803,10 +822,7 @@ mod tests {
     fn crlf_bodies() {
         assert_eq!(
             parse_comment("hello\r\n/promote now\r\n\r\n/hold\r\n"),
-            vec![
-                cmd(Command::Promote, Some("now"), 2),
-                cmd(Command::Hold, None, 4)
-            ]
+            vec![cmd(Verb::Promote, Some("now"), 2), cmd(Verb::Hold, None, 4)]
         );
     }
 
@@ -814,10 +830,7 @@ mod tests {
     fn lone_cr_ends_a_line() {
         assert_eq!(
             parse_comment("a\r/promote x\r/status"),
-            vec![
-                cmd(Command::Promote, Some("x"), 2),
-                cmd(Command::Status, None, 3)
-            ]
+            vec![cmd(Verb::Promote, Some("x"), 2), cmd(Verb::Status, None, 3)]
         );
     }
 
@@ -828,11 +841,8 @@ mod tests {
 
     #[test]
     fn up_to_three_spaces_of_indent() {
-        assert_eq!(commands("   /promote"), vec![(Command::Promote, None)]);
-        assert_eq!(
-            commands("text\n   /promote"),
-            vec![(Command::Promote, None)]
-        );
+        assert_eq!(commands("   /promote"), vec![(Verb::Promote, None)]);
+        assert_eq!(commands("text\n   /promote"), vec![(Verb::Promote, None)]);
     }
 
     #[test]
@@ -847,9 +857,9 @@ mod tests {
         assert_eq!(
             parse_comment("/promote ok\\\n/status  \n/help"),
             vec![
-                cmd(Command::Promote, Some("ok"), 1),
-                cmd(Command::Status, None, 2),
-                cmd(Command::Help, None, 3),
+                cmd(Verb::Promote, Some("ok"), 1),
+                cmd(Verb::Status, None, 2),
+                cmd(Verb::Help, None, 3),
             ]
         );
     }
@@ -860,27 +870,24 @@ mod tests {
     fn hold_cancel_is_unhold() {
         assert_eq!(
             parse_comment("/hold cancel"),
-            vec![cmd(Command::Unhold, None, 1)]
+            vec![cmd(Verb::Unhold, None, 1)]
         );
         assert_eq!(
             parse_comment("/HOLD Cancel  QA passed"),
-            vec![cmd(Command::Unhold, Some("QA passed"), 1)]
+            vec![cmd(Verb::Unhold, Some("QA passed"), 1)]
         );
-        assert_eq!(
-            parse_comment("/unhold"),
-            vec![cmd(Command::Unhold, None, 1)]
-        );
+        assert_eq!(parse_comment("/unhold"), vec![cmd(Verb::Unhold, None, 1)]);
     }
 
     #[test]
     fn hold_with_other_reason_stays_hold() {
         assert_eq!(
             commands("/hold cancelled deploy window"),
-            vec![(Command::Hold, Some("cancelled deploy window".into()))]
+            vec![(Verb::Hold, Some("cancelled deploy window".into()))]
         );
         assert_eq!(
             commands("/hold waiting on QA"),
-            vec![(Command::Hold, Some("waiting on QA".into()))]
+            vec![(Verb::Hold, Some("waiting on QA".into()))]
         );
     }
 
@@ -892,7 +899,7 @@ mod tests {
         assert!(parse_comment(">/promote").is_empty());
         assert_eq!(
             commands("> someone said\n> /promote\n\n/rollback"),
-            vec![(Command::Rollback, None)]
+            vec![(Verb::Rollback, None)]
         );
     }
 
@@ -912,7 +919,7 @@ mod tests {
     fn backtick_fence_is_ignored() {
         assert_eq!(
             commands("```\n/promote\n```\n/status"),
-            vec![(Command::Status, None)]
+            vec![(Verb::Status, None)]
         );
         assert!(parse_comment("```sh\n/promote\n/rollback\n```").is_empty());
     }
@@ -921,7 +928,7 @@ mod tests {
     fn tilde_fence_is_ignored() {
         assert_eq!(
             commands("~~~\n/promote\n~~~\n/hold"),
-            vec![(Command::Hold, None)]
+            vec![(Verb::Hold, None)]
         );
     }
 
@@ -953,11 +960,11 @@ mod tests {
     fn html_comment_multi_line_is_ignored() {
         assert_eq!(
             commands("<!--\n/promote\n/rollback\n-->\n/status"),
-            vec![(Command::Status, None)]
+            vec![(Verb::Status, None)]
         );
         assert_eq!(
             commands("text <!--\n/promote\n--> after\n/hold"),
-            vec![(Command::Hold, None)]
+            vec![(Verb::Hold, None)]
         );
     }
 
@@ -978,10 +985,7 @@ mod tests {
     #[test]
     fn lazy_continuation_of_a_list_item_is_in_the_list() {
         assert!(parse_comment("- item\n/promote").is_empty());
-        assert_eq!(
-            commands("- item\n\n/promote"),
-            vec![(Command::Promote, None)]
-        );
+        assert_eq!(commands("- item\n\n/promote"), vec![(Verb::Promote, None)]);
     }
 
     #[test]
@@ -1038,7 +1042,7 @@ mod tests {
             parse_comment("/Deploy-It\n/promote\n/x_2"),
             vec![
                 unknown("Deploy-It", 1),
-                cmd(Command::Promote, None, 2),
+                cmd(Verb::Promote, None, 2),
                 unknown("x_2", 3)
             ]
         );
@@ -1053,7 +1057,7 @@ mod tests {
     fn leading_byte_order_mark_is_skipped() {
         assert_eq!(
             parse_comment("\u{feff}/promote"),
-            vec![cmd(Command::Promote, None, 1)]
+            vec![cmd(Verb::Promote, None, 1)]
         );
     }
 
@@ -1086,8 +1090,8 @@ Thanks for the review!
         assert_eq!(
             parse_comment(body),
             vec![
-                cmd(Command::Promote, Some("canary is healthy"), 13),
-                cmd(Command::Unhold, None, 14),
+                cmd(Verb::Promote, Some("canary is healthy"), 13),
+                cmd(Verb::Unhold, None, 14),
                 unknown("bogus", 16),
             ]
         );
@@ -1097,7 +1101,7 @@ Thanks for the review!
     fn unicode_text_around_commands() {
         assert_eq!(
             commands("héllo 🚀\n/promote déployer ✅"),
-            vec![(Command::Promote, Some("déployer ✅".into()))]
+            vec![(Verb::Promote, Some("déployer ✅".into()))]
         );
         assert!(parse_comment("/promoté").is_empty());
     }
@@ -1122,7 +1126,7 @@ Thanks for the review!
     fn new_commands_counts_duplicates() {
         assert_eq!(
             new_commands("/promote", "/promote\n/promote"),
-            vec![cmd(Command::Promote, None, 2)]
+            vec![cmd(Verb::Promote, None, 2)]
         );
     }
 
@@ -1130,11 +1134,11 @@ Thanks for the review!
     fn new_commands_compares_reasons() {
         assert_eq!(
             new_commands("/promote typo", "/promote fixed"),
-            vec![cmd(Command::Promote, Some("fixed"), 1)]
+            vec![cmd(Verb::Promote, Some("fixed"), 1)]
         );
         assert_eq!(
             new_commands("/hold cancel", "/unhold\n/status"),
-            vec![cmd(Command::Status, None, 2)]
+            vec![cmd(Verb::Status, None, 2)]
         );
     }
 
@@ -1142,7 +1146,7 @@ Thanks for the review!
     fn new_commands_unquoting_counts_as_new() {
         assert_eq!(
             new_commands("> /promote", "/promote"),
-            vec![cmd(Command::Promote, None, 1)]
+            vec![cmd(Verb::Promote, None, 1)]
         );
     }
 
@@ -1157,7 +1161,7 @@ Thanks for the review!
 
     // --- Slack ---
 
-    fn slash(command: Command, target: Option<Target>, reason: Option<&str>) -> SlashInvocation {
+    fn slash(command: Verb, target: Option<Target>, reason: Option<&str>) -> SlashInvocation {
         SlashInvocation {
             command,
             target,
@@ -1174,12 +1178,12 @@ Thanks for the review!
 
     #[test]
     fn slash_empty_is_help() {
-        assert_eq!(parse_slash(""), Ok(slash(Command::Help, None, None)));
-        assert_eq!(parse_slash("  \t "), Ok(slash(Command::Help, None, None)));
-        assert_eq!(parse_slash("help"), Ok(slash(Command::Help, None, None)));
+        assert_eq!(parse_slash(""), Ok(slash(Verb::Help, None, None)));
+        assert_eq!(parse_slash("  \t "), Ok(slash(Verb::Help, None, None)));
+        assert_eq!(parse_slash("help"), Ok(slash(Verb::Help, None, None)));
         assert_eq!(
             parse_slash("HELP promote"),
-            Ok(slash(Command::Help, None, Some("promote")))
+            Ok(slash(Verb::Help, None, Some("promote")))
         );
     }
 
@@ -1187,15 +1191,15 @@ Thanks for the review!
     fn slash_pr_numbers() {
         assert_eq!(
             parse_slash("promote 42"),
-            Ok(slash(Command::Promote, pr(None, 42), None))
+            Ok(slash(Verb::Promote, pr(None, 42), None))
         );
         assert_eq!(
             parse_slash("promote #42"),
-            Ok(slash(Command::Promote, pr(None, 42), None))
+            Ok(slash(Verb::Promote, pr(None, 42), None))
         );
         assert_eq!(
             parse_slash("Promote acme/shop#42"),
-            Ok(slash(Command::Promote, pr(Some("acme/shop"), 42), None))
+            Ok(slash(Verb::Promote, pr(Some("acme/shop"), 42), None))
         );
     }
 
@@ -1204,7 +1208,7 @@ Thanks for the review!
         assert_eq!(
             parse_slash("start 42   latency is fine, go  "),
             Ok(slash(
-                Command::Start,
+                Verb::Start,
                 pr(None, 42),
                 Some("latency is fine, go")
             ))
@@ -1214,12 +1218,12 @@ Thanks for the review!
     #[test]
     fn slash_each_targeted_command() {
         for (text, c) in [
-            ("traffic 7", Command::Traffic),
-            ("rollback 7", Command::Rollback),
-            ("hold 7", Command::Hold),
-            ("unhold 7", Command::Unhold),
-            ("hold cancel 7", Command::Unhold),
-            ("HOLD CANCEL 7", Command::Unhold),
+            ("traffic 7", Verb::Traffic),
+            ("rollback 7", Verb::Rollback),
+            ("hold 7", Verb::Hold),
+            ("unhold 7", Verb::Unhold),
+            ("hold cancel 7", Verb::Unhold),
+            ("HOLD CANCEL 7", Verb::Unhold),
         ] {
             assert_eq!(parse_slash(text), Ok(slash(c, pr(None, 7), None)), "{text}");
         }
@@ -1227,13 +1231,10 @@ Thanks for the review!
 
     #[test]
     fn slash_status_target_is_optional() {
-        assert_eq!(
-            parse_slash("status"),
-            Ok(slash(Command::Status, None, None))
-        );
+        assert_eq!(parse_slash("status"), Ok(slash(Verb::Status, None, None)));
         assert_eq!(
             parse_slash("status #3"),
-            Ok(slash(Command::Status, pr(None, 3), None))
+            Ok(slash(Verb::Status, pr(None, 3), None))
         );
         assert_eq!(
             parse_slash("status nonsense"),
@@ -1245,11 +1246,11 @@ Thanks for the review!
     fn slash_missing_target() {
         assert_eq!(
             parse_slash("promote"),
-            Err(SlashError::MissingTarget(Command::Promote))
+            Err(SlashError::MissingTarget(Verb::Promote))
         );
         assert_eq!(
             parse_slash("hold cancel"),
-            Err(SlashError::MissingTarget(Command::Unhold))
+            Err(SlashError::MissingTarget(Verb::Unhold))
         );
     }
 
@@ -1267,7 +1268,7 @@ Thanks for the review!
     fn slash_tolerates_a_leading_slash_on_the_word() {
         assert_eq!(
             parse_slash("/promote 42"),
-            Ok(slash(Command::Promote, pr(None, 42), None))
+            Ok(slash(Verb::Promote, pr(None, 42), None))
         );
     }
 
@@ -1276,7 +1277,7 @@ Thanks for the review!
         assert_eq!(
             parse_slash("promote canary/prod/podinfo"),
             Ok(slash(
-                Command::Promote,
+                Verb::Promote,
                 Some(Target::Canary {
                     namespace: "prod".into(),
                     name: "podinfo".into()
@@ -1287,7 +1288,7 @@ Thanks for the review!
         assert_eq!(
             parse_slash("promote /gates/promote/acme/shop/pr/42 ok"),
             Ok(slash(
-                Command::Promote,
+                Verb::Promote,
                 Some(Target::Gate("/gates/promote/acme/shop/pr/42".into())),
                 Some("ok")
             ))
@@ -1315,7 +1316,7 @@ Thanks for the review!
         assert_eq!(
             parse_slash("promote ns/test all at once"),
             Ok(slash(
-                Command::Promote,
+                Verb::Promote,
                 Some(Target::Namespace("test".into())),
                 Some("all at once")
             ))
@@ -1323,7 +1324,7 @@ Thanks for the review!
         assert_eq!(
             parse_slash("start named/release-2026-12-01"),
             Ok(slash(
-                Command::Start,
+                Verb::Start,
                 Some(Target::Named("release-2026-12-01".into())),
                 None
             ))
@@ -1342,11 +1343,7 @@ Thanks for the review!
     fn slash_github_urls() {
         assert_eq!(
             parse_slash("promote <https://github.com/acme/shop/pull/42|acme/shop#42> go"),
-            Ok(slash(
-                Command::Promote,
-                pr(Some("acme/shop"), 42),
-                Some("go")
-            ))
+            Ok(slash(Verb::Promote, pr(Some("acme/shop"), 42), Some("go")))
         );
         assert_eq!(
             parse_target("https://github.com/acme/shop.rs/pull/9/files"),
@@ -1387,7 +1384,7 @@ Thanks for the review!
 
     #[test]
     fn slash_error_messages_say_what_to_type() {
-        let m = SlashError::MissingTarget(Command::Promote).to_string();
+        let m = SlashError::MissingTarget(Verb::Promote).to_string();
         assert!(m.contains("`/gatebot promote 42`"), "{m}");
         let b = SlashError::BadTarget("x".into()).to_string();
         assert!(b.contains("`x`") && b.contains("owner/repo#42"), "{b}");
@@ -1499,7 +1496,7 @@ Thanks for the review!
         #[test]
         fn command_lines_are_found_between_paragraphs(
             words in prop::collection::vec(
-                (prop::sample::select(Command::ALL.to_vec()), "[a-z]{0,6}"), 1..8),
+                (prop::sample::select(Verb::ALL.to_vec()), "[a-z]{0,6}"), 1..8),
             upper in any::<bool>(),
         ) {
             let body: String = words
@@ -1510,7 +1507,7 @@ Thanks for the review!
                 })
                 .collect();
             let got = commands(&body);
-            let want: Vec<(Command, Option<String>)> = words
+            let want: Vec<(Verb, Option<String>)> = words
                 .iter()
                 .map(|(c, r)| (*c, (!r.is_empty()).then(|| r.clone())))
                 .collect();

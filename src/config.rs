@@ -1007,18 +1007,6 @@ pub struct RetentionConfig {
     pub interval: Duration,
 }
 
-impl RetentionConfig {
-    pub fn rules(&self) -> crate::store::Retention {
-        let ms = |d: Duration| d.as_millis().min(i64::MAX as u128) as i64;
-        crate::store::Retention {
-            payloads: ms(self.payloads),
-            deliveries: ms(self.deliveries),
-            history: ms(self.history),
-            audit: (!self.audit.is_zero()).then(|| ms(self.audit)),
-        }
-    }
-}
-
 impl Config {
     /// Values outside what gatebot can work with, each naming its setting and range.
     fn out_of_range(&self) -> Vec<String> {

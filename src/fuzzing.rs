@@ -4,7 +4,7 @@
 //! makes, and panics when a property the rest of gatebot relies on breaks,
 //! so that libFuzzer reports it as a crash. docs/testing.md says how to run them.
 
-use crate::command::{self, Command, Parsed, SlashInvocation, Target};
+use crate::command::{self, Parsed, SlashInvocation, Target, Verb};
 use crate::gate::{GateKey, GateKind, RepoName, Scope};
 
 /// The repository short keys (`pr/42`) and bare numbers resolve against.
@@ -87,7 +87,7 @@ pub fn slash(text: &str) {
     let repo = default_repo();
     if let Ok(Some(subject)) = crate::core::commands::subject_of(inv.target, Some(&repo)) {
         let _ = subject.display();
-        for c in Command::ALL {
+        for c in Verb::ALL {
             for key in crate::core::commands::gates_for(c, &subject) {
                 key_round_trips(&key);
             }
@@ -300,7 +300,7 @@ pub fn policy(text: &str) {
 
 fn policy_answers(p: &crate::policy::Policy) -> String {
     let mut out = String::new();
-    for c in Command::ALL {
+    for c in Verb::ALL {
         out += &format!("{:?}{:?}", p.github(c), p.slack(c));
     }
     for name in ["release", "x", ""] {

@@ -44,7 +44,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde::Deserialize;
 
-use crate::command::Command;
+use crate::command::Verb;
 use crate::config::{Config, Permission};
 use crate::gate::deadline::{Deadline, DeadlineRule, OnDeadline};
 use crate::gate::window::{Calendar, Window};
@@ -408,11 +408,8 @@ fn deadline_rules(file: &File) -> anyhow::Result<Vec<DeadlineRule>> {
 }
 
 /// Commands that open a gate: the ones four eyes applies to by default.
-fn approves(command: Command) -> bool {
-    matches!(
-        command,
-        Command::Promote | Command::Start | Command::Traffic
-    )
+fn approves(command: Verb) -> bool {
+    matches!(command, Verb::Promote | Verb::Start | Verb::Traffic)
 }
 
 impl Policy {
@@ -477,8 +474,8 @@ impl Policy {
         })
     }
 
-    pub fn github(&self, command: Command) -> GithubRule {
-        self.github_rule(command.as_str(), command == Command::Promote)
+    pub fn github(&self, command: Verb) -> GithubRule {
+        self.github_rule(command.as_str(), command == Verb::Promote)
     }
 
     /// Who may `/freeze` and `/unfreeze` on a PR (`[github.commands.freeze]`).
@@ -506,7 +503,7 @@ impl Policy {
         }
     }
 
-    pub fn slack(&self, command: Command) -> SlackRule {
+    pub fn slack(&self, command: Verb) -> SlackRule {
         self.slack_rule(command.as_str(), approves(command))
     }
 
@@ -851,11 +848,11 @@ alice = "U1"
     #[test]
     fn per_command_rules_override_defaults() {
         let p = policy();
-        let promote = p.github(Command::Promote);
+        let promote = p.github(Verb::Promote);
         assert_eq!(promote.min_permission, Permission::Maintain);
         assert_eq!(promote.teams, vec!["acme/release".to_string()]);
         assert!(promote.forbid_self_approval);
-        let start = p.github(Command::Start);
+        let start = p.github(Verb::Start);
         assert_eq!(start.min_permission, Permission::Write);
         assert!(start.teams.is_empty());
         assert!(
@@ -867,13 +864,13 @@ alice = "U1"
     #[test]
     fn slack_approvers_come_from_the_most_specific_place() {
         let p = policy();
-        assert_eq!(p.slack(Command::Rollback).approvers, vec!["S9".to_string()]);
+        assert_eq!(p.slack(Verb::Rollback).approvers, vec!["S9".to_string()]);
         assert_eq!(
-            p.slack(Command::Promote).approvers,
+            p.slack(Verb::Promote).approvers,
             vec!["U1".to_string(), "S2".to_string()]
         );
         let env_only = Policy::parse("", Permission::Write, &[" U0 ".into(), "".into()]).unwrap();
-        let rule = env_only.slack(Command::Promote);
+        let rule = env_only.slack(Verb::Promote);
         assert_eq!(rule.approvers, vec!["U0".to_string()]);
         assert_eq!(rule.setting, "GATEBOT_SLACK_APPROVERS");
     }

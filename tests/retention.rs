@@ -16,7 +16,7 @@ const HOUR: i64 = 3600 * 1000;
 const DAY: i64 = 24 * HOUR;
 const GATE: &str = "/gates/promote/acme/shop/pr/1";
 const STUCK: &str = "/gates/promote/acme/shop/pr/2";
-const WAIT: Duration = Duration::from_secs(20);
+const WAIT: Duration = Duration::from_secs(60);
 /// Flagger's events seeded to give the SQLite file something to give back.
 const SEEDED_EVENTS: i64 = 20_000;
 
@@ -111,6 +111,15 @@ impl Env {
         .execute(&mut self.conn)
         .await
         .unwrap();
+        // A hold is a person's word: kept however old.
+        sqlx::query(
+            "INSERT INTO gates (key, status, actor, source, reason, changed_at) \
+             VALUES ('/gates/promote/acme/shop/pr/3', 'held', 'alice', 'api', 'hold', $1)",
+        )
+        .bind(now)
+        .execute(&mut self.conn)
+        .await
+        .unwrap();
         let mut tx = self.conn.begin().await.unwrap();
         for i in 0..SEEDED_EVENTS {
             sqlx::query(
@@ -195,12 +204,25 @@ async fn what_outlives_its_retention_is_pruned_and_nothing_else(backend: Backend
     .await;
     env.until("observations", "SELECT COUNT(*) FROM observations", 0)
         .await;
+    env.until(
+        "the gate whose approval expired long ago",
+        "SELECT COUNT(*) FROM gates WHERE key = '/gates/promote/acme/shop/pr/1'",
+        0,
+    )
+    .await;
+    assert_eq!(
+        env.count("SELECT COUNT(*) FROM gates WHERE status = 'held'")
+            .await,
+        1,
+        "a held gate is kept"
+    );
     assert_eq!(
         env.count("SELECT COUNT(*) FROM waits WHERE ended_at IS NULL")
             .await,
         1,
         "the wait that is still open is kept"
     );
+
     assert_eq!(
         env.count("SELECT COUNT(*) FROM audit").await,
         audit_before,
@@ -245,8 +267,9 @@ async fn what_outlives_its_retention_is_pruned_and_nothing_else(backend: Backend
     })
     .await;
 
-    // What is left still works.
+    // What is left still works, and a pruned gate answers closed.
     assert_eq!(env.check(STUCK, "stuck").await, 403);
+    assert_eq!(env.check(GATE, "podinfo").await, 403);
     let ready = client().get(env.server.at("/readyz")).send().await.unwrap();
     assert_eq!(ready.status().as_u16(), 200);
 }

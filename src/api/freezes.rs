@@ -8,13 +8,14 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::core::AppState;
+use crate::command::Command;
+use crate::core::commands::{Applied, Subject};
+use crate::core::dispatch::{self, Checked, Request};
+use crate::core::{AppState, Provenance};
 use crate::gate::freeze::{end_of, Freeze, FreezeScope};
+use crate::gate::Actor;
 use crate::http::auth::{operator, reader};
 use crate::http::error::Reject;
-
-/// A reason, one line, at most this many characters.
-const MAX_REASON: usize = 300;
 
 pub fn freeze_json(f: &Freeze) -> Value {
     json!({
@@ -70,31 +71,41 @@ pub async fn create(
         )
     })?;
     let scope = scope_of(body.scope.as_deref())?;
-    let reason = body.reason.trim();
-    if reason.is_empty()
-        || reason.chars().count() > MAX_REASON
-        || reason.chars().any(char::is_control)
-    {
-        return Err(Reject::bad_request(
-            "bad_reason",
-            format!("a freeze needs a reason: one line of at most {MAX_REASON} characters"),
-        ));
-    }
     let until = end_of(
         state.engine.now(),
         body.for_.as_deref(),
         body.until.as_deref(),
     )
     .map_err(|e| Reject::bad_request("bad_time", e))?;
-    // What the caller claims is said with the reason it gives.
-    let reason = caller
-        .reason(Some(reason.to_string()))
-        .unwrap_or_else(|| reason.to_string());
-    let freeze = state
-        .engine
-        .freeze(scope, until, &reason, &caller.actor, None)
-        .await?;
+    // What the caller claims is said with a reason it gives; one it does not
+    // give is refused by the core, as from every intake.
+    let reason = match crate::command::freeze_reason(&body.reason) {
+        Ok(_) => caller.reason(Some(body.reason)).unwrap_or_default(),
+        Err(_) => body.reason,
+    };
+    let command = Command::Freeze {
+        scope,
+        until,
+        reason,
+    };
+    let applied = run(&state, command, &caller.actor).await?;
+    let freeze = applied
+        .froze
+        .ok_or_else(|| Reject::unavailable("the freeze was not made"))?;
     Ok((StatusCode::CREATED, Json(freeze_json(&freeze))).into_response())
+}
+
+/// Runs an operator's freeze or unfreeze through the one command path.
+async fn run(state: &AppState, command: Command, actor: &Actor) -> Result<Applied, Reject> {
+    let request = Request {
+        command,
+        subject: Subject::Nothing,
+        who: Provenance::new(actor.clone()),
+    };
+    dispatch::run(&state.engine, actor.source.as_str(), &request, &Checked)
+        .await
+        .map_err(|e| Reject::unavailable(e.to_string()))?
+        .applied()
 }
 
 #[derive(Debug, Deserialize)]
@@ -110,7 +121,10 @@ pub async fn lift(
 ) -> Result<Json<Value>, Reject> {
     let actor = operator(&state.config, &headers)?.actor;
     let scope = scope_of(q.scope.as_deref())?;
-    let lifted = state.engine.unfreeze(&scope, &actor).await?;
+    let command = Command::Unfreeze {
+        scope: scope.clone(),
+    };
+    let lifted = run(&state, command, &actor).await?.lifted;
     let lifted: Vec<Value> = lifted.iter().map(freeze_json).collect();
     Ok(Json(
         json!({ "scope": scope.to_string(), "lifted": lifted }),

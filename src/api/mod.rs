@@ -14,6 +14,9 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::command::Command;
+use crate::core::commands::Subject;
+use crate::core::dispatch::{self, Checked, Request};
 use crate::core::AppState;
 use crate::core::{GateDetail, Provenance};
 use crate::gate::{Gate, GateKey, Scope};
@@ -120,14 +123,36 @@ async fn change(
         )
     })?;
     let key = parse_key(&state, &body.gate)?;
-    let who = Provenance::new(caller.actor.clone()).reason(caller.reason(body.reason));
-    let result = if open {
-        state.engine.open(&key, &who).await
-    } else {
-        state.engine.close(&key, &who).await
+    let reason = caller.reason(body.reason);
+    let command = match open {
+        true => Command::Open {
+            kind: key.kind,
+            reason,
+            force: false,
+        },
+        false => Command::Close { reason },
     };
-    let gate = result?;
-    Ok(Json(gate))
+    let request = Request {
+        command,
+        subject: Subject::Gate(key),
+        who: Provenance::new(caller.actor.clone()),
+    };
+    Ok(Json(run(&state, &request).await?))
+}
+
+/// Runs an operator's command on one gate through the one command path;
+/// the token was checked already.
+async fn run(state: &AppState, request: &Request) -> Result<Gate, Reject> {
+    let source = request.who.actor.source.as_str();
+    let outcome = dispatch::run(&state.engine, source, request, &Checked)
+        .await
+        .map_err(|e| Reject::unavailable(e.to_string()))?;
+    let applied = outcome.applied()?;
+    applied
+        .gates
+        .into_iter()
+        .next()
+        .ok_or_else(|| Reject::unavailable("the command changed no gate"))
 }
 
 #[derive(Debug, Deserialize)]

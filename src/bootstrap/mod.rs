@@ -69,7 +69,7 @@ impl Gatebot {
         crate::outbound::configure(&config.outbound)?;
         // A clock a test sets is the truth; the system clock is corrected to
         // the database's on PostgreSQL (see `tasks::sync_clock`).
-        let measure = options.clock.is_none();
+        let measure = options.clock.is_none() && !simulated_date();
         let local = match options.clock {
             Some(clock) => clock,
             None => system_clock()?,
@@ -332,6 +332,20 @@ impl Gatebot {
         }
         self.state.store.close().await;
     }
+}
+
+/// For tests only (undocumented in --help): `GATEBOT_TEST_CLOCK_SIMULATED=true`
+/// makes `GATEBOT_TEST_CLOCK_OFFSET` a simulated date that every replica shares,
+/// so it is not corrected to the database's clock (tests/soak.rs moves a day at
+/// each restart).
+fn simulated_date() -> bool {
+    let on = std::env::var("GATEBOT_TEST_CLOCK_SIMULATED").is_ok_and(|v| v.trim() == "true");
+    if on {
+        tracing::warn!(
+            "GATEBOT_TEST_CLOCK_SIMULATED: the clock is not corrected to the database's (for tests only)"
+        );
+    }
+    on
 }
 
 /// The system clock, moved by `GATEBOT_TEST_CLOCK_OFFSET` when that is set.

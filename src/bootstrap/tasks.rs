@@ -170,7 +170,7 @@ pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
 /// Retention: every `GATEBOT_RETENTION_INTERVAL` (and once at start), prunes
 /// what has outlived its setting, then reports the store's rows and size.
 pub(super) async fn retention(state: AppState, shutdown: CancellationToken) {
-    let rules = state.config.retention.rules();
+    let rules = store::Retention::from(&state.config.retention);
     let mut tick = tokio::time::interval(state.config.retention.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -5,9 +5,8 @@
 use std::sync::Arc;
 
 use crate::clock::SharedClock;
-use crate::command::Command;
 use crate::core::authors::PrAuthors;
-use crate::core::dispatch::Authorizer;
+use crate::core::dispatch::{Authorizer, Rule};
 use crate::gate::{GateKey, RepoName};
 use crate::github::access::{Access, CommentAuthorizer, Stale};
 use crate::github::client::GithubClient;
@@ -48,7 +47,7 @@ impl crate::web::Authority for GithubAuthority {
     fn authorize<'a>(
         &'a self,
         login: &'a str,
-        command: Command,
+        rule: Rule,
         keys: &'a [GateKey],
     ) -> BoxFuture<'a, Result<Result<(), String>, SendError>> {
         Box::pin(async move {
@@ -93,9 +92,8 @@ impl crate::web::Authority for GithubAuthority {
                 user: login,
                 pr_author: &author,
                 stale: &stale,
-                force: false,
             }
-            .authorize(command, keys)
+            .authorize(rule, keys)
             .await
         })
     }

@@ -1,11 +1,15 @@
-//! What a command does to gates, shared by every place a person can give one
-//! (PR comments, Slack buttons, the slash command).
+//! What a command does: the gates it changes, the policy rule that governs
+//! it, what a button's Reject means, and applying it. Shared by every intake
+//! through `dispatch`.
 
-use crate::command::{Command, Target};
-use crate::core::unit::Unit;
-use crate::core::{Engine, EngineError, GateSummary, Provenance};
+use super::freezes::{freeze_in, unfreeze_in};
+use super::unit::Unit;
+use super::{Engine, EngineError, GateSummary, Provenance};
+use crate::command::{freeze_reason, Command, Invalid, Target, Verb};
+use crate::gate::freeze::Freeze;
 use crate::gate::{
-    CanaryRef, Gate, GateKey, GateKind, GateName, GateStatus, Namespace, PrNumber, RepoName, Scope,
+    CanaryRef, Gate, GateKey, GateKind, GateName, GateStatus, Namespace, Phase, PrNumber, RepoName,
+    Scope, Source,
 };
 
 /// What a command is about.
@@ -22,11 +26,13 @@ pub enum Subject {
     Named(GateName),
     /// One gate named in full.
     Gate(GateKey),
+    /// No gate: a freeze names its own scope.
+    Nothing,
 }
 
 impl Subject {
-    fn scope(&self) -> Scope {
-        match self {
+    fn scope(&self) -> Option<Scope> {
+        Some(match self {
             Self::Pr { repo, number } => Scope::Pr {
                 repo: repo.clone(),
                 number: *number,
@@ -35,60 +41,188 @@ impl Subject {
             Self::Namespace(ns) => Scope::Namespace(ns.clone()),
             Self::Named(name) => Scope::Named(name.clone()),
             Self::Gate(key) => key.scope.clone(),
-        }
+            Self::Nothing => return None,
+        })
     }
 
     /// How people name it: `acme/shop#42`.
     pub fn display(&self) -> String {
+        match (self, self.scope()) {
+            (Self::Gate(key), _) => key.to_string(),
+            (_, Some(scope)) => GateKey::new(GateKind::Start, scope).subject(),
+            (_, None) => "no gate".to_string(),
+        }
+    }
+
+    /// The gates of `kinds` it names.
+    fn gates(&self, kinds: &[GateKind]) -> Vec<GateKey> {
+        if let Self::Gate(key) = self {
+            return vec![key.clone()];
+        }
+        let Some(scope) = self.scope() else {
+            return Vec::new();
+        };
+        kinds
+            .iter()
+            .map(|k| GateKey::new(*k, scope.clone()))
+            .collect()
+    }
+}
+
+/// Which of the policy's rules governs a command: the word's, break glass's,
+/// or a rule of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rule {
+    Verb(Verb),
+    Force,
+    Close,
+    Freeze,
+    Unfreeze,
+}
+
+impl Rule {
+    /// The rule's name in the policy (`[github.commands.<name>]`).
+    pub fn name(self) -> &'static str {
         match self {
-            Self::Gate(key) => key.to_string(),
-            other => GateKey::new(GateKind::Start, other.scope()).subject(),
+            Self::Verb(verb) => verb.as_str(),
+            Self::Force => "force",
+            Self::Close => "close",
+            Self::Freeze => "freeze",
+            Self::Unfreeze => "unfreeze",
         }
     }
 }
 
-/// The gate kind a command opens, if it opens one.
-pub fn kind_opened_by(command: Command) -> Option<GateKind> {
-    match command {
-        Command::Start => Some(GateKind::Start),
-        Command::Promote => Some(GateKind::Promote),
-        Command::Traffic => Some(GateKind::Traffic),
-        Command::Rollback => Some(GateKind::Rollback),
+/// What a command does, decided before anyone is asked whether they may.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub rule: Rule,
+    /// The gates it changes (none for freezes, status and help).
+    pub keys: Vec<GateKey>,
+    pub act: Act,
+}
+
+/// The change a plan makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Act {
+    Open,
+    Close,
+    Hold,
+    Unhold,
+    Freeze,
+    Unfreeze,
+    /// Status and help: an answer, no change.
+    Answer,
+}
+
+/// The gates a command word changes.
+pub fn gates_for(verb: Verb, subject: &Subject) -> Vec<GateKey> {
+    match verb {
+        // A hold stops progress; it never stands in the way of a rollback.
+        Verb::Hold | Verb::Unhold => {
+            subject.gates(&[GateKind::Start, GateKind::Promote, GateKind::Traffic])
+        }
+        other => match other.kind_opened() {
+            Some(kind) => subject.gates(&[kind]),
+            None => subject.gates(&[]),
+        },
+    }
+}
+
+/// What a button's Reject at `key` means, wherever it is pressed: at a
+/// promotion or a traffic step (and a loadtester's gate while its canary
+/// progresses) it rolls the canary back by opening the rollback gate of the
+/// same scope; anywhere else it keeps the gate closed.
+pub fn rollback_of(key: &GateKey, phase: &Phase) -> Option<GateKey> {
+    let progressing = phase.progressing();
+    match key.kind {
+        GateKind::Promote | GateKind::Traffic => {
+            Some(GateKey::new(GateKind::Rollback, key.scope.clone()))
+        }
+        GateKind::LegacyGate if progressing => {
+            Some(GateKey::new(GateKind::LegacyRollback, key.scope.clone()))
+        }
         _ => None,
     }
 }
 
-/// The gates a command changes.
-pub fn gates_for(command: Command, subject: &Subject) -> Vec<GateKey> {
-    if let Subject::Gate(key) = subject {
-        return vec![key.clone()];
-    }
-    let scope = subject.scope();
+/// The plan of `command` about `subject`; `phase` is Flagger's phase at a
+/// rejected gate. Break glass and a freeze's reason are checked here, for
+/// every intake alike.
+pub fn plan(command: &Command, subject: &Subject, phase: &Phase) -> Result<Plan, Invalid> {
+    let plan = |rule, keys, act| Ok(Plan { rule, keys, act });
     match command {
-        // A hold stops progress; it never stands in the way of a rollback.
-        Command::Hold | Command::Unhold => [GateKind::Start, GateKind::Promote, GateKind::Traffic]
-            .into_iter()
-            .map(|k| GateKey::new(k, scope.clone()))
-            .collect(),
-        other => kind_opened_by(other)
-            .map(|k| vec![GateKey::new(k, scope)])
-            .unwrap_or_default(),
+        Command::Open {
+            kind,
+            reason,
+            force,
+        } => {
+            let verb = Verb::opening(*kind);
+            let keys = subject.gates(&[*kind]);
+            if !force {
+                return plan(Rule::Verb(verb), keys, Act::Open);
+            }
+            if kind.is_rollback() {
+                return Err(Invalid::ForceOpensNothing(verb));
+            }
+            if reason.is_none() {
+                return Err(Invalid::ForceWithoutReason(verb));
+            }
+            plan(Rule::Force, keys, Act::Open)
+        }
+        Command::Reject { .. } => {
+            let Subject::Gate(key) = subject else {
+                return Err(Invalid::RejectWithoutGate);
+            };
+            match rollback_of(key, phase) {
+                Some(rollback) => plan(Rule::Verb(Verb::Rollback), vec![rollback], Act::Open),
+                None => plan(
+                    Rule::Verb(Verb::opening(key.kind)),
+                    vec![key.clone()],
+                    Act::Close,
+                ),
+            }
+        }
+        Command::Close { .. } => plan(Rule::Close, gates_for(Verb::Hold, subject), Act::Close),
+        Command::Hold { .. } => plan(
+            Rule::Verb(Verb::Hold),
+            gates_for(Verb::Hold, subject),
+            Act::Hold,
+        ),
+        Command::Unhold { .. } => plan(
+            Rule::Verb(Verb::Unhold),
+            gates_for(Verb::Unhold, subject),
+            Act::Unhold,
+        ),
+        Command::Freeze { reason, .. } => {
+            freeze_reason(reason)?;
+            plan(Rule::Freeze, Vec::new(), Act::Freeze)
+        }
+        Command::Unfreeze { .. } => plan(Rule::Unfreeze, Vec::new(), Act::Unfreeze),
+        Command::Status => plan(Rule::Verb(Verb::Status), Vec::new(), Act::Answer),
+        Command::Help => plan(Rule::Verb(Verb::Help), Vec::new(), Act::Answer),
     }
 }
 
+/// What came of an applied command.
 #[derive(Debug, Clone)]
 pub struct Applied {
-    pub command: Command,
+    pub act: Act,
     /// The gates after the change.
     pub gates: Vec<Gate>,
+    /// The freeze made.
+    pub froze: Option<Freeze>,
+    /// The freezes lifted.
+    pub lifted: Vec<Freeze>,
 }
 
 impl Applied {
     /// One line for a reply: "opened /gates/promote/acme/shop/pr/42".
     pub fn summary(&self) -> String {
-        let verb = match self.command {
-            Command::Hold => "held",
-            Command::Unhold => "released",
+        let verb = match self.act {
+            Act::Hold => "held",
+            Act::Unhold => "released",
+            Act::Close => "closed",
             _ => "opened",
         };
         let mut keys: Vec<String> = Vec::new();
@@ -109,61 +243,95 @@ impl Applied {
             ),
         }
     }
-}
 
-/// Applies a gate-changing command (`start`, `promote`, `traffic`, `rollback`,
-/// `hold`, `unhold`) in one unit of its own, tried again when a gate it
-/// changes was locked. `status` and `help` change nothing and return no gates.
-pub async fn apply(
-    engine: &Engine,
-    command: Command,
-    subject: &Subject,
-    who: &Provenance,
-) -> Result<Applied, EngineError> {
-    engine
-        .retrying(|| apply_once(engine, command, subject, who))
-        .await
-}
-
-async fn apply_once(
-    engine: &Engine,
-    command: Command,
-    subject: &Subject,
-    who: &Provenance,
-) -> Result<Applied, EngineError> {
-    let mut unit = engine.begin().await?;
-    match apply_in(&mut unit, command, subject, who).await {
-        Ok(applied) => {
-            unit.commit().await?;
-            Ok(applied)
-        }
-        Err(e) => {
-            unit.rollback().await;
-            Err(e)
-        }
+    /// Whether an approval only counted towards a quorum somewhere.
+    pub fn counted_only(&self) -> bool {
+        self.gates
+            .iter()
+            .any(|g| matches!(g.status, GateStatus::Approving(_)))
     }
 }
 
-/// [`apply`] as part of a larger unit (one delivery's commands and replies).
+/// The reason written with the change: the person's, or for a Reject that
+/// gave none, where and what was rejected.
+fn reason_of(command: &Command, act: Act, who: &Provenance) -> Option<String> {
+    if let Some(reason) = command.reason() {
+        return Some(reason.to_string());
+    }
+    if !matches!(command, Command::Reject { .. }) {
+        return who.reason.clone();
+    }
+    let place = match who.actor.source {
+        Source::Slack => "Slack".to_string(),
+        Source::Github => "GitHub".to_string(),
+        Source::Web => "the web pages".to_string(),
+        other => other.to_string(),
+    };
+    let revision = who.revision.as_ref().map_or("", |(_, r)| r.as_str());
+    Some(match act {
+        Act::Open => format!("revision {revision} rejected in {place}"),
+        _ => format!(
+            "rejected in {place} by {} (revision {revision})",
+            who.actor.name
+        ),
+    })
+}
+
+/// Applies a planned command in `unit`. A freeze's change reaches the
+/// check's memory once the caller re-reads the freezes after the commit.
 pub async fn apply_in(
     unit: &mut Unit<'_>,
-    command: Command,
-    subject: &Subject,
+    command: &Command,
+    plan: &Plan,
     who: &Provenance,
 ) -> Result<Applied, EngineError> {
-    let mut gates = Vec::new();
-    for key in gates_for(command, subject) {
-        let gate = match command {
-            Command::Hold => unit.hold(&key, who).await?,
-            Command::Unhold => unit.unhold(&key, who).await?,
-            Command::Start | Command::Promote | Command::Traffic | Command::Rollback => {
-                unit.open(&key, who).await?
+    let who = who
+        .clone()
+        .reason(reason_of(command, plan.act, who))
+        .force(command.forced());
+    let mut applied = Applied {
+        act: plan.act,
+        gates: Vec::new(),
+        froze: None,
+        lifted: Vec::new(),
+    };
+    match command {
+        Command::Freeze {
+            scope,
+            until,
+            reason,
+        } => {
+            // The plan checked it.
+            let reason = reason.trim();
+            let delivery = who.delivery.as_ref().map(|d| d.as_str());
+            let freeze = freeze_in(unit, scope.clone(), *until, reason, &who.actor, delivery);
+            applied.froze = Some(freeze.await?);
+        }
+        Command::Unfreeze { scope } => {
+            applied.lifted = unfreeze_in(unit, scope, &who.actor).await?;
+        }
+        _ => {
+            for key in &plan.keys {
+                applied.gates.push(change(unit, plan.act, key, &who).await?);
             }
-            Command::Status | Command::Help => continue,
-        };
-        gates.push(gate);
+        }
     }
-    Ok(Applied { command, gates })
+    Ok(applied)
+}
+
+async fn change(
+    unit: &mut Unit<'_>,
+    act: Act,
+    key: &GateKey,
+    who: &Provenance,
+) -> Result<Gate, EngineError> {
+    match act {
+        Act::Open => unit.open(key, who).await,
+        Act::Close => unit.close(key, who).await,
+        Act::Hold => unit.hold(key, who).await,
+        Act::Unhold => unit.unhold(key, who).await,
+        Act::Freeze | Act::Unfreeze | Act::Answer => Ok(unit.gate(key).await?),
+    }
 }
 
 /// Closes the given kinds of a PR's gates (new commits pushed, PR closed), in
@@ -199,13 +367,11 @@ pub async fn close_pr_gates(
 
 /// The PR's gates and who waits at them, for `/status`.
 pub async fn status(engine: &Engine, subject: &Subject) -> Result<Vec<GateSummary>, EngineError> {
-    let wanted: Vec<String> = match subject {
-        Subject::Gate(key) => vec![key.to_string()],
-        other => GateKind::ROUTABLE
-            .into_iter()
-            .map(|k| GateKey::new(k, other.scope()).to_string())
-            .collect(),
-    };
+    let wanted: Vec<String> = subject
+        .gates(&GateKind::ROUTABLE)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     Ok(engine
         .list()
         .await?
@@ -269,20 +435,68 @@ mod tests {
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
         };
+        assert_eq!(keys(Verb::Promote), vec!["/gates/promote/acme/shop/pr/42"]);
         assert_eq!(
-            keys(Command::Promote),
-            vec!["/gates/promote/acme/shop/pr/42"]
-        );
-        assert_eq!(
-            keys(Command::Rollback),
+            keys(Verb::Rollback),
             vec!["/gates/rollback/acme/shop/pr/42"]
         );
-        assert_eq!(
-            keys(Command::Hold).len(),
-            3,
-            "a hold never blocks a rollback"
-        );
-        assert!(keys(Command::Status).is_empty());
+        assert_eq!(keys(Verb::Hold).len(), 3, "a hold never blocks a rollback");
+        assert!(keys(Verb::Status).is_empty());
         assert_eq!(pr().display(), "acme/shop#42");
+    }
+
+    #[test]
+    fn reject_rolls_back_only_where_a_canary_progresses() {
+        let scope = Scope::Canary(CanaryRef::new("test", "podinfo").unwrap());
+        let promote = GateKey::new(GateKind::Promote, scope.clone());
+        let waiting = Phase::parse("Waiting");
+        assert_eq!(
+            rollback_of(&promote, &waiting).unwrap().to_string(),
+            "/gates/rollback/canary/test/podinfo"
+        );
+        assert!(rollback_of(&GateKey::new(GateKind::Start, scope.clone()), &waiting).is_none());
+        let legacy = GateKey::new(GateKind::LegacyGate, scope);
+        assert_eq!(
+            rollback_of(&legacy, &Phase::WaitingPromotion)
+                .unwrap()
+                .to_string(),
+            "/loadtester/rollback/test/podinfo"
+        );
+        assert!(rollback_of(&legacy, &waiting).is_none());
+        let reject = Command::Reject {
+            phase: None,
+            reason: None,
+        };
+        let at = |key: &GateKey| plan(&reject, &Subject::Gate(key.clone()), &waiting).unwrap();
+        assert_eq!(at(&promote).rule, Rule::Verb(Verb::Rollback));
+        assert_eq!(at(&legacy).act, Act::Close);
+        assert_eq!(at(&legacy).rule, Rule::Verb(Verb::Promote));
+        assert_eq!(
+            plan(&reject, &pr(), &waiting).unwrap_err(),
+            Invalid::RejectWithoutGate
+        );
+    }
+
+    #[test]
+    fn break_glass_needs_a_reason_and_an_opening() {
+        let forced = |verb, text: &str| {
+            plan(
+                &Command::from_verb(verb, Some(text.into())),
+                &pr(),
+                &Phase::None,
+            )
+        };
+        assert_eq!(
+            forced(Verb::Promote, "--force prod").unwrap().rule,
+            Rule::Force
+        );
+        assert_eq!(
+            forced(Verb::Promote, "--force").unwrap_err(),
+            Invalid::ForceWithoutReason(Verb::Promote)
+        );
+        assert_eq!(
+            forced(Verb::Rollback, "--force x").unwrap_err(),
+            Invalid::ForceOpensNothing(Verb::Rollback)
+        );
     }
 }

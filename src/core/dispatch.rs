@@ -1,51 +1,73 @@
-//! The one command path. Every channel (PR comments, Slack's slash command,
-//! and whatever comes next) hands a [`Request`] and its own [`Authorizer`] to
-//! [`run`], and renders the [`Outcome`] in its own words. Authorization,
-//! refusals and their audit entries, held gates and stale commands are decided
-//! here once.
+//! The one command path. Every intake (PR comments, Slack's slash command
+//! and buttons, the web pages, the API and the CLI, the loadtester's routes,
+//! the freeze API, and whatever comes next) hands a [`Request`] and its own
+//! [`Authorizer`] to [`run`] (or [`authorize`] then [`decide`] in a larger
+//! unit), and renders the [`Outcome`] in its own words. What a command means
+//! at its gates, break glass, refusals and their audit entries, held gates,
+//! stale commands and the count in `gatebot_commands_total` are decided here
+//! once.
 
 use std::fmt;
 
 use serde::Serialize;
 
-use super::commands::{apply_in, gates_for, Applied, Subject};
+use super::commands::{apply_in, plan, Act, Applied, Plan, Subject};
 use super::unit::Unit;
 use super::{Engine, EngineError, Provenance};
-use crate::command::Command;
-use crate::gate::{GateKey, Millis, Source};
+use crate::command::{Command, Invalid, Verb};
+use crate::gate::{GateKey, Millis, Phase, Source};
 use crate::metrics::CommandLabels;
 use crate::notify::{BoxFuture, SendError};
 use crate::store::StoreError;
+
+pub use super::commands::Rule;
 
 /// A person's command, as a channel understood it.
 #[derive(Debug, Clone)]
 pub struct Request {
     pub command: Command,
     pub subject: Subject,
-    /// Who, on which delivery, when (by the channel's signed time), and why.
+    /// Who, on which delivery, when (by the channel's signed time). The
+    /// reason travels in the command.
     pub who: Provenance,
 }
 
+/// What an authorizer answers: `Ok(Err(why))` refuses; `Err` means "cannot
+/// tell now, try again".
+pub type Answer<'a, D> = BoxFuture<'a, Result<Result<(), D>, SendError>>;
+
 /// What a channel knows about who may do what: GitHub permissions and teams,
-/// Slack approvers, four eyes, a PR closed or pushed since the command.
+/// Slack approvers, four eyes, a PR closed or pushed since the command, an
+/// operator's token.
 pub trait Authorizer: Send + Sync {
     /// Why a person was refused; its `Display` is the audit log's reason.
-    type Denied: fmt::Display + Send;
+    type Denied: fmt::Display + Clone + Send + Sync;
 
-    /// `Ok(Err(why))` refuses; `Err` means "cannot tell now, try again".
-    fn authorize<'a>(
-        &'a self,
-        command: Command,
-        keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), Self::Denied>, SendError>>;
+    /// May the person do what `rule` governs at `keys`?
+    fn authorize<'a>(&'a self, rule: Rule, keys: &'a [GateKey]) -> Answer<'a, Self::Denied>;
 }
 
-/// What came of a command. Everything but `Applied` changed no gate and was audited.
+/// An authorizer for callers whose right was checked already (an operator's
+/// token on the API, the loadtester's routes).
+pub struct Checked;
+
+impl Authorizer for Checked {
+    type Denied = String;
+
+    fn authorize<'a>(&'a self, _rule: Rule, _keys: &'a [GateKey]) -> Answer<'a, String> {
+        Box::pin(async { Ok(Ok(())) })
+    }
+}
+
+/// What came of a command. Everything but `Applied` changed nothing and was
+/// audited at the gates it named.
 #[derive(Debug)]
 pub enum Outcome<D> {
     Applied(Applied),
     /// The channel's authorizer said no.
     Denied(D),
+    /// No one may send it so (break glass without a reason, a freeze's reason).
+    Invalid(Invalid),
     /// A hold stands in the way; lifting it is the person's next step.
     Held {
         gate: GateKey,
@@ -65,6 +87,7 @@ impl<D: fmt::Display> Outcome<D> {
         match self {
             Self::Applied(_) => None,
             Self::Denied(why) => Some(why.to_string()),
+            Self::Invalid(why) => Some(why.to_string()),
             Self::Held { gate, by, via } => Some(format!("{gate} is held by {by} via {via}")),
             Self::WrittenBeforeClose { gate, closed_at } => Some(format!(
                 "{gate} closed at {}, after this was sent",
@@ -74,57 +97,119 @@ impl<D: fmt::Display> Outcome<D> {
     }
 }
 
-/// Authorizes and applies one command in a unit of its own ([`authorize`],
-/// then [`decide`]). A store failure is for the caller to retry.
+/// A command planned and asked about, before any transaction opens.
+#[derive(Debug, Clone)]
+pub struct Authorized<D> {
+    plan: Result<Plan, Invalid>,
+    verdict: Result<(), D>,
+}
+
+impl<D> Authorized<D> {
+    /// The gates the command changes (none when it is invalid).
+    pub fn keys(&self) -> &[GateKey] {
+        self.plan.as_ref().map_or(&[], |p| p.keys.as_slice())
+    }
+
+    /// Whether it may be applied.
+    pub fn allowed(&self) -> bool {
+        self.plan.is_ok() && self.verdict.is_ok()
+    }
+}
+
+/// Plans, authorizes and applies one command in a unit of its own
+/// ([`authorize`], then [`decide`]), tried again when a gate it changes was
+/// locked. A store failure is for the caller to retry.
 pub async fn run<A: Authorizer>(
     engine: &Engine,
     source: &'static str,
     request: &Request,
     authorizer: &A,
 ) -> Result<Outcome<A::Denied>, SendError> {
-    let verdict = authorize(request, authorizer).await?;
-    let mut unit = engine.begin().await.map_err(store)?;
-    let outcome = decide(&mut unit, source, request, verdict).await?;
-    unit.commit().await.map_err(store)?;
+    let authorized = authorize(engine, request, authorizer).await?;
+    let outcome = engine
+        .retrying(|| async {
+            let mut unit = engine.begin().await?;
+            let outcome = decide(&mut unit, source, request, authorized.clone()).await?;
+            unit.commit().await?;
+            Ok(outcome)
+        })
+        .await
+        .map_err(engine_error)?;
+    if changed_freezes(&outcome) {
+        engine.reload_freezes().await.map_err(store)?;
+    }
     Ok(outcome)
 }
 
-/// Asks the channel whether the person may (network calls happen here,
-/// before any transaction is open).
+/// Whether the freezes in force changed: the check's copy is to be re-read.
+pub fn changed_freezes<D>(outcome: &Outcome<D>) -> bool {
+    matches!(outcome, Outcome::Applied(a) if matches!(a.act, Act::Freeze | Act::Unfreeze))
+}
+
+/// Plans the command and asks the channel whether the person may (network
+/// calls happen here, before any transaction is open). A Reject whose intake
+/// did not know Flagger's phase is judged by the gate's open wait.
 pub async fn authorize<A: Authorizer>(
+    engine: &Engine,
     request: &Request,
     authorizer: &A,
-) -> Result<Result<(), A::Denied>, SendError> {
-    let keys = gates_for(request.command, &request.subject);
-    authorizer.authorize(request.command, &keys).await
+) -> Result<Authorized<A::Denied>, SendError> {
+    let phase = phase_of(engine, request).await?;
+    let plan = plan(&request.command, &request.subject, &phase);
+    let verdict = match &plan {
+        Ok(plan) => authorizer.authorize(plan.rule, &plan.keys).await?,
+        Err(_) => Ok(()),
+    };
+    Ok(Authorized { plan, verdict })
+}
+
+async fn phase_of(engine: &Engine, request: &Request) -> Result<Phase, SendError> {
+    let (Command::Reject { phase: None, .. }, Subject::Gate(key)) =
+        (&request.command, &request.subject)
+    else {
+        return Ok(match &request.command {
+            Command::Reject { phase: Some(p), .. } => p.clone(),
+            _ => Phase::None,
+        });
+    };
+    let waits = engine
+        .store()
+        .waits(Some(key), true, 1)
+        .await
+        .map_err(store)?;
+    Ok(waits
+        .into_iter()
+        .next()
+        .map_or(Phase::None, |w| Phase::parse(&w.phase)))
 }
 
 /// Applies an authorized command, or audits its refusal on every gate it
-/// names, in `unit`.
+/// names, in `unit`; counts it either way once the unit commits.
 pub async fn decide<D: fmt::Display>(
     unit: &mut Unit<'_>,
     source: &'static str,
     request: &Request,
-    verdict: Result<(), D>,
-) -> Result<Outcome<D>, SendError> {
-    let command = request.command;
-    let outcome = match verdict {
-        Err(denied) => Outcome::Denied(denied),
-        Ok(()) => match apply_in(unit, command, &request.subject, &request.who).await {
+    authorized: Authorized<D>,
+) -> Result<Outcome<D>, EngineError> {
+    let name = request.command.name();
+    let keys = authorized.keys().to_vec();
+    let outcome = match (authorized.plan, authorized.verdict) {
+        (Err(invalid), _) => Outcome::Invalid(invalid),
+        (Ok(_), Err(denied)) => Outcome::Denied(denied),
+        (Ok(plan), Ok(())) => match apply_in(unit, &request.command, &plan, &request.who).await {
             Ok(applied) => Outcome::Applied(applied),
             Err(EngineError::Held { gate, by, via }) => Outcome::Held { gate, by, via },
             Err(EngineError::WrittenBeforeClose { gate, closed_at }) => {
                 Outcome::WrittenBeforeClose { gate, closed_at }
             }
-            Err(EngineError::Store(e)) => return Err(store(e)),
+            Err(e) => return Err(e),
         },
     };
     match outcome.refusal() {
-        None => unit.count(source, command.as_str(), "applied"),
+        None => unit.count(source, name, "applied"),
         Some(why) => {
-            let keys = gates_for(command, &request.subject);
-            refuse_in(unit, command, &keys, &request.who, &why).await?;
-            unit.count(source, command.as_str(), "refused");
+            refuse_in(unit, name, &keys, &request.who, &why).await?;
+            unit.count(source, name, "refused");
         }
     }
     Ok(outcome)
@@ -134,33 +219,42 @@ fn store(e: StoreError) -> SendError {
     SendError::retry(format!("store: {e}"))
 }
 
-/// Audits a refusal of `command` on each of `keys` ("refused /promote: …"),
-/// in a unit of its own.
+fn engine_error(e: EngineError) -> SendError {
+    SendError::retry(e.to_string())
+}
+
+/// Audits and counts a refusal of `command` on each of `keys` ("refused
+/// /promote: …"), in a unit of its own: for a channel that refuses before
+/// it stores the command (Slack's slash command, whose sender is no approver).
 pub async fn refuse(
     engine: &Engine,
-    command: Command,
+    source: &'static str,
+    command: &str,
     keys: &[GateKey],
     who: &Provenance,
     why: &str,
 ) -> Result<(), SendError> {
     let mut unit = engine.begin().await.map_err(store)?;
-    refuse_in(&mut unit, command, keys, who, why).await?;
+    refuse_in(&mut unit, command, keys, who, why)
+        .await
+        .map_err(store)?;
+    unit.count(source, command, "refused");
     unit.commit().await.map_err(store)
 }
 
 /// [`refuse`] in a larger unit. A delivery refused before is not audited twice.
 pub async fn refuse_in(
     unit: &mut Unit<'_>,
-    command: Command,
+    command: &str,
     keys: &[GateKey],
     who: &Provenance,
     why: &str,
-) -> Result<(), SendError> {
+) -> Result<(), StoreError> {
     let who = who
         .clone()
         .reason(Some(format!("refused /{command}: {why}")));
     for key in keys {
-        unit.refuse(key, &who).await.map_err(store)?;
+        unit.refuse(key, &who).await?;
     }
     Ok(())
 }
@@ -186,9 +280,9 @@ pub struct HelpEntry {
 }
 
 /// Every command, in the order help lists them; freezes last (they are not
-/// about one gate, so they are no [`Command`]).
+/// about one gate, so they are no [`Verb`]).
 pub fn help() -> Vec<HelpEntry> {
-    let mut entries: Vec<HelpEntry> = Command::ALL
+    let mut entries: Vec<HelpEntry> = Verb::ALL
         .iter()
         .map(|c| HelpEntry {
             name: c.as_str(),

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use super::commands::Subject;
-use super::dispatch::{self, Authorizer, Outcome, Request};
+use super::dispatch::{self, Answer, Authorizer, Outcome, Request, Rule};
 use super::{Engine, EngineSettings, Provenance, CHECK_DEADLINE};
 use crate::clock::ManualClock;
-use crate::command::Command;
+use crate::command::{Command, Verb};
 use crate::gate::{Actor, Channels, DeliveryId, GateKey, GateStatus, Source};
 use crate::metrics::Metrics;
-use crate::notify::{BoxFuture, Notifier, SendError};
+use crate::notify::Notifier;
 use crate::store::Store;
 
 struct Fixture {
@@ -58,11 +58,7 @@ struct Decides(Option<&'static str>);
 impl Authorizer for Decides {
     type Denied = &'static str;
 
-    fn authorize<'a>(
-        &'a self,
-        _command: Command,
-        _keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), &'static str>, SendError>> {
+    fn authorize<'a>(&'a self, _rule: Rule, _keys: &'a [GateKey]) -> Answer<'a, &'static str> {
         Box::pin(async move { Ok(self.0.map_or(Ok(()), Err)) })
     }
 }
@@ -71,9 +67,9 @@ fn key(path: &str) -> GateKey {
     GateKey::parse(path, None).expect("key")
 }
 
-fn request(command: Command, gate: &str, delivery: &str, written_at: i64) -> Request {
+fn request(verb: Verb, gate: &str, delivery: &str, written_at: i64) -> Request {
     Request {
-        command,
+        command: Command::from_verb(verb, None),
         subject: Subject::Gate(key(gate)),
         who: Provenance::new(Actor::new("alice", Source::Github))
             .delivery(DeliveryId::github(delivery))
@@ -96,7 +92,7 @@ async fn actions(engine: &Engine, gate: &str) -> Vec<String> {
 #[tokio::test]
 async fn an_authorized_command_opens_and_is_audited_once() {
     let f = engine().await;
-    let r = request(Command::Promote, PROMOTE, "d1", 999_000);
+    let r = request(Verb::Promote, PROMOTE, "d1", 999_000);
     let out = dispatch::run(&f.engine, "test", &r, &Decides(None)).await;
     assert!(matches!(out, Ok(Outcome::Applied(_))), "{out:?}");
     assert!(matches!(
@@ -112,7 +108,7 @@ async fn an_authorized_command_opens_and_is_audited_once() {
 #[tokio::test]
 async fn a_denied_command_changes_nothing_and_is_audited_on_every_gate_it_names() {
     let f = engine().await;
-    let mut r = request(Command::Hold, PROMOTE, "d1", 999_000);
+    let mut r = request(Verb::Hold, PROMOTE, "d1", 999_000);
     r.subject = Subject::Pr {
         repo: "acme/shop".parse().unwrap(),
         number: crate::gate::PrNumber(42),
@@ -139,22 +135,22 @@ async fn a_denied_command_changes_nothing_and_is_audited_on_every_gate_it_names(
 #[tokio::test]
 async fn a_held_gate_and_a_stale_command_are_refused_and_audited() {
     let f = engine().await;
-    let hold = request(Command::Hold, PROMOTE, "h1", 999_000);
+    let hold = request(Verb::Hold, PROMOTE, "h1", 999_000);
     assert!(matches!(
         dispatch::run(&f.engine, "test", &hold, &Decides(None)).await,
         Ok(Outcome::Applied(_))
     ));
-    let promote = request(Command::Promote, PROMOTE, "p1", 999_500);
+    let promote = request(Verb::Promote, PROMOTE, "p1", 999_500);
     let held = dispatch::run(&f.engine, "test", &promote, &Decides(None)).await;
     assert!(matches!(held, Ok(Outcome::Held { .. })), "{held:?}");
 
-    let unhold = request(Command::Unhold, PROMOTE, "u1", 999_600);
+    let unhold = request(Verb::Unhold, PROMOTE, "u1", 999_600);
     dispatch::run(&f.engine, "test", &unhold, &Decides(None))
         .await
         .unwrap();
     // Written before the unhold closed the gate: about what came before.
     f.clock.advance(1_000);
-    let stale = request(Command::Promote, PROMOTE, "p2", 999_000);
+    let stale = request(Verb::Promote, PROMOTE, "p2", 999_000);
     let out = dispatch::run(&f.engine, "test", &stale, &Decides(None)).await;
     assert!(
         matches!(out, Ok(Outcome::WrittenBeforeClose { .. })),

@@ -85,6 +85,33 @@ impl From<EngineError> for crate::http::error::Reject {
     }
 }
 
+impl<D: std::fmt::Display> dispatch::Outcome<D> {
+    /// The change, or how the API and the loadtester's routes answer a
+    /// refusal: not allowed 403, not valid 400, held or stale 409.
+    pub fn applied(self) -> Result<commands::Applied, crate::http::error::Reject> {
+        use crate::command::Invalid;
+        use crate::http::error::Reject;
+        use axum::http::StatusCode;
+        match self {
+            Self::Applied(applied) => Ok(applied),
+            Self::Denied(why) => Err(Reject::new(
+                StatusCode::FORBIDDEN,
+                "refused",
+                why.to_string(),
+            )),
+            Self::Invalid(Invalid::FreezeReason) => Err(Reject::bad_request(
+                "bad_reason",
+                Invalid::FreezeReason.to_string(),
+            )),
+            Self::Invalid(why) => Err(Reject::bad_request("invalid", why.to_string())),
+            Self::Held { gate, by, via } => Err(EngineError::Held { gate, by, via }.into()),
+            Self::WrittenBeforeClose { gate, closed_at } => {
+                Err(EngineError::WrittenBeforeClose { gate, closed_at }.into())
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
     pub approval_ttl: Option<Duration>,

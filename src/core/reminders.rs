@@ -5,7 +5,7 @@
 //! its deadline passed.
 
 use super::*;
-use crate::command::Command;
+use crate::command::Verb;
 use crate::gate::reminder;
 use crate::policy::Policy;
 use crate::store::{WaitRow, WAIT_PAGE};
@@ -45,9 +45,9 @@ impl Engine {
         };
         let kind = wait.gate.kind;
         let command = match kind {
-            GateKind::Start => Command::Start,
-            GateKind::Promote => Command::Promote,
-            GateKind::Traffic => Command::Traffic,
+            GateKind::Start => Verb::Start,
+            GateKind::Promote => Verb::Promote,
+            GateKind::Traffic => Verb::Traffic,
             _ => return Ok(false),
         };
         let points = &policy.reminders().at;

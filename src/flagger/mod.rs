@@ -13,6 +13,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use serde::Deserialize;
 
+use crate::command::Command;
+use crate::core::commands::Subject;
+use crate::core::dispatch::{self, Checked, Request};
 use crate::core::AppState;
 use crate::core::{CheckInput, Provenance};
 use crate::gate::{
@@ -354,13 +357,23 @@ pub async fn legacy_set(
         })?
     };
     let (key, _) = legacy_key(kind, None, &body)?;
-    let who = Provenance::new(actor);
-    let result = if open {
-        state.engine.open(&key, &who).await
-    } else {
-        state.engine.close(&key, &who).await
+    let command = match open {
+        true => Command::Open {
+            kind,
+            reason: None,
+            force: false,
+        },
+        false => Command::Close { reason: None },
     };
-    result?;
+    let request = Request {
+        command,
+        subject: Subject::Gate(key.clone()),
+        who: Provenance::new(actor),
+    };
+    dispatch::run(&state.engine, "loadtester", &request, &Checked)
+        .await
+        .map_err(|e| Reject::unavailable(e.to_string()))?
+        .applied()?;
     let word = if open { "opened" } else { "closed" };
     Ok(text(StatusCode::ACCEPTED, &format!("{key} {word}")))
 }

@@ -6,6 +6,7 @@ pub mod deadline;
 pub mod event;
 pub mod freeze;
 pub mod key;
+pub mod phase;
 pub mod quorum;
 pub mod reminder;
 pub mod state;
@@ -18,6 +19,7 @@ pub use cluster::{ClusterName, FlaggerTokens};
 pub use key::{
     CanaryRef, GateKey, GateKind, GateName, KeyError, Namespace, PrNumber, RepoName, Scope,
 };
+pub use phase::Phase;
 pub use quorum::{QuorumRule, Tally, Vote};
 pub use state::{
     decide, wait_step, Actor, Answer, Approval, Change, Channels, Check, Gate, GateStatus, Millis,

@@ -7,13 +7,12 @@ use std::time::Duration;
 
 use super::client::GithubClient;
 use crate::cache::TtlCache;
-use crate::command::Command;
+use crate::command::Verb;
 use crate::config::Permission;
-use crate::core::commands::kind_opened_by;
-use crate::core::dispatch::Authorizer;
+use crate::core::dispatch::{Answer, Authorizer, Rule};
 use crate::gate::state::rfc3339;
 use crate::gate::{GateKey, GateKind, Millis, RepoName};
-use crate::notify::{BoxFuture, SendError};
+use crate::notify::SendError;
 use crate::policy::Policy;
 
 /// How long a permission or team answer is trusted.
@@ -73,7 +72,7 @@ impl Access {
     /// Ok(Err(why)) when the person may not run the command.
     async fn authorize(
         &self,
-        command: Command,
+        command: Verb,
         repo: &RepoName,
         user: &str,
         pr_author: &str,
@@ -164,46 +163,52 @@ pub struct CommentAuthorizer<'a> {
     pub user: &'a str,
     pub pr_author: &'a str,
     pub stale: &'a Stale,
-    /// Break glass was asked for: the force rule decides, not the command's.
-    pub force: bool,
+}
+
+impl CommentAuthorizer<'_> {
+    /// Why a comment's command is about what came before, if it is.
+    fn stale(&self, rule: Rule, keys: &[GateKey]) -> Option<String> {
+        if self.stale.closed_unmerged {
+            return Some("this pull request was closed without merging, so its gates no longer take commands: reopen it first".to_string());
+        }
+        let (at, kinds) = self.stale.pushed.as_ref()?;
+        let opened = match rule {
+            Rule::Verb(verb) => verb.kind_opened(),
+            Rule::Force => keys.first().map(|k| k.kind),
+            _ => None,
+        };
+        opened.is_some_and(|k| kinds.contains(&k)).then(|| {
+            format!(
+                "written before the push at {}, so it was about an earlier revision: comment again",
+                rfc3339(*at)
+            )
+        })
+    }
 }
 
 impl Authorizer for CommentAuthorizer<'_> {
     type Denied = String;
 
-    fn authorize<'a>(
-        &'a self,
-        command: Command,
-        _keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), String>, SendError>> {
+    fn authorize<'a>(&'a self, rule: Rule, keys: &'a [GateKey]) -> Answer<'a, String> {
         Box::pin(async move {
-            if self.stale.closed_unmerged {
-                return Ok(Err("this pull request was closed without merging, so its gates no longer take commands: reopen it first".to_string()));
-            }
-            let pushed =
-                self.stale.pushed.as_ref().filter(|(_, kinds)| {
-                    kind_opened_by(command).is_some_and(|k| kinds.contains(&k))
-                });
-            if let Some((at, _)) = pushed {
-                return Ok(Err(format!(
-                    "written before the push at {}, so it was about an earlier revision: comment again",
-                    rfc3339(*at)
-                )));
-            }
-            if self.force {
-                if kind_opened_by(command).is_none_or(GateKind::is_rollback) {
-                    return Ok(Err(format!(
-                        "`--force` opens a start, promote or traffic gate, not `/{command}`"
-                    )));
+            let access = self.access;
+            let (repo, user) = (self.repo, self.user);
+            match rule {
+                Rule::Freeze | Rule::Unfreeze => {
+                    return access.authorize_named(rule.name(), repo, user).await
                 }
-                return self
-                    .access
-                    .authorize_force(self.repo, self.user, self.pr_author)
-                    .await;
+                Rule::Close => {
+                    return Ok(Err("a comment does not close gates: use `/hold`".into()))
+                }
+                Rule::Force | Rule::Verb(_) => {}
             }
-            self.access
-                .authorize(command, self.repo, self.user, self.pr_author)
-                .await
+            if let Some(why) = self.stale(rule, keys) {
+                return Ok(Err(why));
+            }
+            match rule {
+                Rule::Verb(verb) => access.authorize(verb, repo, user, self.pr_author).await,
+                _ => access.authorize_force(repo, user, self.pr_author).await,
+            }
         })
     }
 }

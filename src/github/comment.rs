@@ -1,97 +1,25 @@
-//! What a PR comment's lines come to, and the reply that says so: each
-//! command is authorized before the comment's transaction opens, then
-//! rendered from its outcome.
+//! What a PR comment's lines come to: each command parsed and authorized
+//! before the comment's transaction opens (the reply renders the outcome).
 
 use serde_json::json;
 
 use super::access::{CommentAuthorizer, Stale};
 use super::events::IssueCommentEvent;
 use super::inbox::GithubInbox;
+use super::reply::{Line, Step};
 use super::sink::GithubJob;
 use super::status::view;
 use super::MARKER;
-use crate::command::{Command, Parsed};
+use crate::command::{Command, Parsed, Verb};
 use crate::core::commands::Subject;
-use crate::core::dispatch::{self, Outcome, Request};
+use crate::core::dispatch::{self, Request};
 use crate::core::Provenance;
-use crate::gate::state::rfc3339;
-use crate::gate::{Actor, DeliveryId, GateStatus, Millis, PrNumber, RepoName, Source};
+use crate::gate::freeze::FreezeScope;
+use crate::gate::{Actor, DeliveryId, PrNumber, RepoName, Source};
 use crate::notify::SendError;
 
 fn retry(e: impl std::fmt::Display) -> SendError {
     SendError::retry(e.to_string())
-}
-
-/// One line of a reply.
-pub(super) struct Line {
-    pub(super) command: Option<String>,
-    pub(super) message: String,
-}
-
-/// What came of one comment.
-#[derive(Default)]
-pub(super) struct Reply {
-    pub(super) lines: Vec<Line>,
-    pub(super) applied: bool,
-    pub(super) refused: bool,
-    pub(super) extra: Vec<(GithubJob, &'static str)>,
-}
-
-/// One line of a comment, decided before the transaction opens.
-pub(super) enum Step {
-    Unknown(String),
-    /// `/help` or `/status`: a comment to post.
-    Answer {
-        job: GithubJob,
-        purpose: &'static str,
-    },
-    Command {
-        request: Request,
-        verdict: Result<(), String>,
-    },
-    /// `/freeze` or `/unfreeze` of the PR's repository, authorized or not.
-    Freeze {
-        unfreeze: bool,
-        until: Option<Millis>,
-        reason: Option<String>,
-        who: Actor,
-        verdict: Result<(), String>,
-    },
-}
-
-impl Reply {
-    pub(super) fn render(&mut self, command: Command, outcome: Outcome<String>) {
-        let why = match outcome {
-            Outcome::Applied(applied) => {
-                self.applied = true;
-                // Counted, not opened: say how many more the gate needs.
-                if applied
-                    .gates
-                    .iter()
-                    .any(|g| matches!(g.status, GateStatus::Approving(_)))
-                {
-                    self.lines.push(Line {
-                        command: Some(format!("/{command}")),
-                        message: applied.summary(),
-                    });
-                }
-                return;
-            }
-            Outcome::Denied(why) => why,
-            Outcome::Held { gate, by, via } => {
-                format!("{gate} is held by {by} via {via}: comment `/unhold` first")
-            }
-            Outcome::WrittenBeforeClose { closed_at, .. } => format!(
-                "written before the gate closed at {}: comment again",
-                rfc3339(closed_at)
-            ),
-        };
-        self.refused = true;
-        self.lines.push(Line {
-            command: Some(format!("/{command}")),
-            message: format!("not done: {why}"),
-        });
-    }
 }
 
 impl GithubInbox {
@@ -110,7 +38,7 @@ impl GithubInbox {
         let inv = match parsed {
             Parsed::Unknown { word, .. } => return Ok(Step::Unknown(word)),
             Parsed::Freeze { unfreeze, rest, .. } => {
-                return self.freeze_step(unfreeze, &rest, repo, user).await;
+                return self.freeze_step(unfreeze, &rest, e, repo, delivery).await;
             }
             Parsed::Command(inv) => inv,
         };
@@ -123,7 +51,7 @@ impl GithubInbox {
             installation,
         };
         match command {
-            Command::Help => {
+            Verb::Help => {
                 let text = self
                     .state
                     .templates
@@ -137,7 +65,7 @@ impl GithubInbox {
                     purpose: "help",
                 });
             }
-            Command::Status => {
+            Verb::Status => {
                 let pr = view(&self.state.store, repo, number, self.state.clock.now_ms())
                     .await
                     .map_err(retry)?
@@ -157,31 +85,40 @@ impl GithubInbox {
             }
             _ => {}
         }
-        let (force, reason) = crate::command::split_force(inv.reason.clone());
         let request = Request {
-            command,
+            command: Command::from_verb(command, inv.reason),
             subject: subject.clone(),
-            who: Provenance::new(Actor::new(user.clone(), Source::Github))
-                .delivery(delivery.clone())
-                .written_at(e.written_at())
-                .reason(reason.clone())
-                .force(force),
+            who: self.who(user, e, delivery),
         };
+        self.authorized(request, e, repo, stale).await
+    }
+
+    fn who(&self, user: &str, e: &IssueCommentEvent, delivery: &DeliveryId) -> Provenance {
+        Provenance::new(Actor::new(user.to_string(), Source::Github))
+            .delivery(delivery.clone())
+            .written_at(e.written_at())
+    }
+
+    /// Asks GitHub whether the person may (no transaction is open).
+    async fn authorized(
+        &self,
+        request: Request,
+        e: &IssueCommentEvent,
+        repo: &RepoName,
+        stale: &Stale,
+    ) -> Result<Step, SendError> {
         let authorizer = CommentAuthorizer {
             access: &self.access,
             repo,
-            user,
+            user: &e.comment.user.login,
             pr_author: &e.issue.user.login,
             stale,
-            force,
         };
-        let verdict = match dispatch::authorize(&request, &authorizer).await? {
-            Ok(()) if force && reason.is_none() => Err(format!(
-                "break glass needs a reason: `/{command} --force <reason>`"
-            )),
-            verdict => verdict,
-        };
-        Ok(Step::Command { request, verdict })
+        let authorized = dispatch::authorize(&self.state.engine, &request, &authorizer).await?;
+        Ok(Step::Command {
+            request: Box::new(request),
+            authorized,
+        })
     }
 
     /// `/freeze [for 2h|until <time>] <reason>` freezes the PR's repository;
@@ -190,45 +127,48 @@ impl GithubInbox {
         &self,
         unfreeze: bool,
         rest: &str,
+        e: &IssueCommentEvent,
         repo: &RepoName,
-        user: &str,
+        delivery: &DeliveryId,
     ) -> Result<Step, SendError> {
-        let verb = if unfreeze { "unfreeze" } else { "freeze" };
+        let word = if unfreeze { "unfreeze" } else { "freeze" };
         let line = crate::command::parse_freeze(rest);
-        let who = Actor::new(user.to_string(), Source::Github);
-        let refuse = |why: String| Step::Freeze {
-            unfreeze,
-            until: None,
-            reason: None,
-            who: who.clone(),
-            verdict: Err(why),
-        };
+        let unreadable = |why: String| Ok(Step::Unreadable { word, why });
         if line.scope.is_some() {
-            return Ok(refuse(format!(
-                "on a pull request `/{verb}` is for {repo}: freeze other scopes with `/gatebot {verb}` in Slack or `gatebot {verb}`"
-            )));
-        }
-        let until = match crate::gate::freeze::end_of(
-            self.state.clock.now_ms(),
-            line.for_.as_deref(),
-            line.until.as_deref(),
-        ) {
-            Ok(u) => u,
-            Err(e) => return Ok(refuse(e)),
-        };
-        if !unfreeze && line.reason.is_none() {
-            return Ok(refuse(
-                "a freeze needs a reason: `/freeze [for 2h|until <time>] <reason>`".into(),
+            return unreadable(format!(
+                "on a pull request `/{word}` is for {repo}: freeze other scopes with `/gatebot {word}` in Slack or `gatebot {word}`"
             ));
         }
-        let verdict = self.access.authorize_named(verb, repo, user).await?;
-        Ok(Step::Freeze {
-            unfreeze,
-            until,
-            reason: line.reason,
-            who,
-            verdict,
-        })
+        let scope = FreezeScope::Repo(repo.clone());
+        let command = if unfreeze {
+            Command::Unfreeze { scope }
+        } else {
+            let now = self.state.clock.now_ms();
+            let until =
+                match crate::gate::freeze::end_of(now, line.for_.as_deref(), line.until.as_deref())
+                {
+                    Ok(until) => until,
+                    Err(why) => return unreadable(why),
+                };
+            Command::Freeze {
+                scope,
+                until,
+                reason: line.reason.unwrap_or_default(),
+            }
+        };
+        let request = Request {
+            command,
+            subject: Subject::Pr {
+                repo: repo.clone(),
+                number: PrNumber(e.issue.number),
+            },
+            who: self.who(&e.comment.user.login, e, delivery),
+        };
+        let stale = Stale {
+            closed_unmerged: false,
+            pushed: None,
+        };
+        self.authorized(request, e, repo, &stale).await
     }
 
     pub(super) fn reply(&self, author: &str, lines: Vec<Line>) -> Result<String, SendError> {

@@ -11,18 +11,16 @@ use std::sync::Arc;
 
 use super::access::{Access, Stale};
 use super::client::GithubClient;
-use super::comment::{Line, Reply, Step};
 use super::events::{IssueCommentEvent, PullRequestEvent, User};
+use super::reply::{Line, Reply, Step};
 use super::sink::GithubJob;
 use super::{is_own_comment, pushes, quoted_command, SOURCE};
 use crate::command::{new_commands, parse_comment, Parsed};
 use crate::core::authors;
 use crate::core::commands::Subject;
 use crate::core::dispatch;
-use crate::core::freezes;
 use crate::core::unit::Unit;
 use crate::core::AppState;
-use crate::gate::freeze::FreezeScope;
 use crate::gate::{DeliveryId, PrNumber, RepoName};
 use crate::notify::{BoxFuture, Handler, Lease, SendError, Settled};
 use crate::policy::Policy;
@@ -173,6 +171,15 @@ impl GithubInbox {
         }))
     }
 
+    /// The gate kinds a push closes. Checked at start (`Config::problems`);
+    /// were it unreadable, closing nothing would hide it.
+    pub(super) fn close_on_push(&self) -> Result<Vec<crate::gate::GateKind>, SendError> {
+        self.state
+            .config
+            .close_on_push_kinds()
+            .map_err(SendError::Permanent)
+    }
+
     fn count(&self, command: &str, result: &'static str) {
         dispatch::count(&self.state.engine, SOURCE, command, result);
     }
@@ -199,179 +206,114 @@ impl GithubInbox {
         // Written with the rest of what the comment does.
         let learned = self.new_author(&repo, number, &e.issue.user.login).await?;
         let body = e.comment.body.clone().unwrap_or_default();
-        let author = &e.comment.user;
-        if is_own_comment(&body) || self.is_self(author).await {
-            return self.settle(item, lease, Vec::new(), learned).await;
-        }
-        let parsed = match e.action.as_str() {
-            "created" => parse_comment(&body),
-            "edited" => match e.changes.as_ref().and_then(|c| c.body.as_ref()) {
-                Some(old) => new_commands(&old.from, &body),
-                None => Vec::new(),
-            },
-            _ => return self.settle(item, lease, Vec::new(), learned).await,
-        };
-        let once = |purpose: &str| delivery.once_key("github", purpose);
-        let installation = e.installation.as_ref().map(|i| i.id);
-        let comment = |body: String| GithubJob::Comment {
-            repo: repo.clone(),
+        let c = Comment {
+            e: &e,
+            repo,
             number,
-            body,
-            installation,
+            delivery,
         };
-        let react = |content: &str| GithubJob::Reaction {
-            repo: repo.clone(),
-            comment_id: e.comment.id,
-            content: content.to_string(),
-            installation,
-        };
-
-        if parsed.is_empty() {
-            // A quoted or fenced command is not run; say so, since the person may
-            // have meant it.
-            if e.action == "created" && !author.is_bot() {
-                if let Some(cmd) = quoted_command(&body) {
-                    let text = self.reply(&author.login, vec![Line {
-                        command: Some(format!("/{cmd}")),
-                        message: "commands inside quotes or code are not run: write it at the start of a line of its own".into(),
-                    }])?;
-                    let jobs = vec![comment(text).once(once("reply"))?];
-                    return self.settle(item, lease, jobs, learned).await;
-                }
+        let jobs = match self.parse(&c, &body).await {
+            Some(parsed) if !parsed.is_empty() && !e.comment.user.is_bot() => {
+                return self.run(item, lease, &c, parsed, learned).await;
             }
-            return self.settle(item, lease, Vec::new(), learned).await;
+            Some(parsed) => self.not_run(&c, &body, &parsed)?,
+            None => Vec::new(),
+        };
+        self.settle(item, lease, jobs, learned).await
+    }
+
+    /// The comment's command lines; None when it is gatebot's own or neither
+    /// written nor edited.
+    async fn parse(&self, c: &Comment<'_>, body: &str) -> Option<Vec<Parsed>> {
+        if is_own_comment(body) || self.is_self(&c.e.comment.user).await {
+            return None;
         }
-        if author.is_bot() {
-            for p in &parsed {
+        match c.e.action.as_str() {
+            "created" => Some(parse_comment(body)),
+            "edited" => Some(match c.e.changes.as_ref().and_then(|c| c.body.as_ref()) {
+                Some(old) => new_commands(&old.from, body),
+                None => Vec::new(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The reply to a comment whose commands are not run: a bot's, or one
+    /// that quotes a command (the person may have meant it).
+    fn not_run(
+        &self,
+        c: &Comment<'_>,
+        body: &str,
+        parsed: &[Parsed],
+    ) -> Result<Vec<NewJob>, SendError> {
+        let author = &c.e.comment.user;
+        let line = if author.is_bot() && !parsed.is_empty() {
+            for p in parsed {
                 self.count(&word(p), "ignored");
             }
-            let text = self.reply(
-                &author.login,
-                vec![Line {
-                    command: None,
-                    message: "comments by bots are never run as commands".into(),
-                }],
-            )?;
-            return self
-                .settle(
-                    item,
-                    lease,
-                    vec![comment(text).once(once("reply"))?],
-                    learned,
-                )
-                .await;
-        }
+            Line {
+                command: None,
+                message: "comments by bots are never run as commands".into(),
+            }
+        } else {
+            let quoted =
+                quoted_command(body).filter(|_| c.e.action == "created" && !author.is_bot());
+            let Some(cmd) = quoted else {
+                return Ok(Vec::new());
+            };
+            Line {
+                command: Some(format!("/{cmd}")),
+                message: "commands inside quotes or code are not run: write it at the start of a line of its own".into(),
+            }
+        };
+        let text = self.reply(&author.login, vec![line])?;
+        Ok(vec![c.comment(text).once(c.once("reply"))?])
+    }
 
-        let closed_unmerged = e.issue.state == "closed" && !self.merged(&e, &repo).await?;
+    /// Why the comment's commands may be about what came before.
+    async fn stale(&self, c: &Comment<'_>) -> Result<Stale, SendError> {
+        let closed_unmerged = c.e.issue.state == "closed" && !self.merged(c.e, &c.repo).await?;
         // Written before the last push: about an earlier revision (GitHub's clock on both sides).
-        let pushed = pushes::last(&self.state.store, &repo, number)
+        let pushed = match pushes::last(&self.state.store, &c.repo, c.number)
             .await
             .map_err(retry)?
-            .filter(|at| e.written_at().is_some_and(|w| w < *at))
-            .map(|at| {
-                let kinds = self.state.config.close_on_push_kinds().unwrap_or_default();
-                (at, kinds)
-            });
-        let stale = Stale {
+            .filter(|at| c.e.written_at().is_some_and(|w| w < *at))
+        {
+            Some(at) => Some((at, self.close_on_push()?)),
+            None => None,
+        };
+        Ok(Stale {
             closed_unmerged,
             pushed,
-        };
+        })
+    }
+
+    /// Runs a comment's commands: each asked about first (GitHub may be
+    /// asked, no transaction is open), then all decided in one unit with the
+    /// replies, the reactions and the delivery's settlement.
+    async fn run(
+        &self,
+        item: &QueueItem,
+        lease: &Lease,
+        c: &Comment<'_>,
+        parsed: Vec<Parsed>,
+        learned: Option<Learned>,
+    ) -> Result<Settled, SendError> {
+        let stale = self.stale(c).await?;
         let subject = Subject::Pr {
-            repo: repo.clone(),
-            number,
+            repo: c.repo.clone(),
+            number: c.number,
         };
-        // Asking GitHub (permissions, teams) happens before the transaction opens.
         let mut steps = Vec::new();
         for p in parsed {
-            steps.push(self.step(p, &e, &repo, &subject, &stale, delivery).await?);
+            steps.push(
+                self.step(p, c.e, &c.repo, &subject, &stale, c.delivery)
+                    .await?,
+            );
         }
-        let mut out = Reply::default();
-        let mut froze = false;
         let mut unit = self.state.engine.begin().await.map_err(retry)?;
-        let mut jobs = vec![react("eyes").once(once("eyes"))?];
-        for step in steps {
-            match step {
-                Step::Unknown(word) => {
-                    unit.count(SOURCE, "unknown", "unknown");
-                    out.refused = true;
-                    out.lines.push(Line {
-                        command: Some(format!("/{word}")),
-                        message: "is not a gatebot command: comment `/help` for the list".into(),
-                    });
-                }
-                Step::Answer { job, purpose } => {
-                    unit.count(SOURCE, purpose, "answered");
-                    out.extra.push((job, purpose));
-                }
-                Step::Command { request, verdict } => {
-                    let outcome = dispatch::decide(&mut unit, SOURCE, &request, verdict).await?;
-                    out.render(request.command, outcome);
-                }
-                Step::Freeze {
-                    unfreeze,
-                    until,
-                    reason,
-                    who,
-                    verdict,
-                } => {
-                    froze = true;
-                    let verb = if unfreeze { "unfreeze" } else { "freeze" };
-                    let message = match verdict {
-                        Err(why) => {
-                            unit.count(SOURCE, verb, "refused");
-                            out.refused = true;
-                            format!("not done: {why}")
-                        }
-                        Ok(()) => {
-                            unit.count(SOURCE, verb, "applied");
-                            out.applied = true;
-                            let scope = FreezeScope::Repo(repo.clone());
-                            let done = if unfreeze {
-                                freezes::unfreeze_in(&mut unit, &scope, &who)
-                                    .await
-                                    .map(|lifted| match lifted.len() {
-                                        0 => format!("nothing was frozen in {scope}"),
-                                        n => format!("lifted {n} freeze(s) of {scope}"),
-                                    })
-                            } else {
-                                let reason = reason.unwrap_or_default();
-                                freezes::freeze_in(
-                                    &mut unit,
-                                    scope,
-                                    until,
-                                    &reason,
-                                    &who,
-                                    Some(delivery.as_str()),
-                                )
-                                .await
-                                .map(|f| format!("changes are {}", f.reason_line()))
-                            };
-                            done.map_err(|e| match e {
-                                crate::core::EngineError::Store(e) => retry(e),
-                                other => SendError::retry(other.to_string()),
-                            })?
-                        }
-                    };
-                    out.lines.push(Line {
-                        command: Some(format!("/{verb}")),
-                        message,
-                    });
-                }
-            }
-        }
-        for (job, purpose) in out.extra {
-            jobs.push(job.once(once(purpose))?);
-        }
-        if !out.lines.is_empty() {
-            let text = self.reply(&author.login, out.lines)?;
-            jobs.push(comment(text).once(once("reply"))?);
-        }
-        if out.applied {
-            jobs.push(react("rocket").once(once("rocket"))?);
-        }
-        if out.refused {
-            jobs.push(react("confused").once(once("confused"))?);
-        }
+        let (out, froze) = decide(&mut unit, steps).await?;
+        let jobs = self.answer(c, out)?;
         unit.enqueue(&jobs).await.map_err(retry)?;
         if let Some(learned) = &learned {
             learned.write(&mut unit).await?;
@@ -381,6 +323,98 @@ impl GithubInbox {
             self.state.engine.reload_freezes().await.map_err(retry)?;
         }
         Ok(settled)
+    }
+
+    /// The reactions, the reply and the answers a comment's commands came to.
+    fn answer(&self, c: &Comment<'_>, out: Reply) -> Result<Vec<NewJob>, SendError> {
+        let mut jobs = vec![c.react("eyes").once(c.once("eyes"))?];
+        for (job, purpose) in out.extra {
+            jobs.push(job.once(c.once(purpose))?);
+        }
+        if !out.lines.is_empty() {
+            let text = self.reply(&c.e.comment.user.login, out.lines)?;
+            jobs.push(c.comment(text).once(c.once("reply"))?);
+        }
+        if out.applied {
+            jobs.push(c.react("rocket").once(c.once("rocket"))?);
+        }
+        if out.refused {
+            jobs.push(c.react("confused").once(c.once("confused"))?);
+        }
+        Ok(jobs)
+    }
+}
+
+/// Decides a comment's steps in `unit`; whether a freeze changed.
+async fn decide(unit: &mut Unit<'_>, steps: Vec<Step>) -> Result<(Reply, bool), SendError> {
+    let mut out = Reply::default();
+    let mut froze = false;
+    for step in steps {
+        match step {
+            Step::Unknown(word) => {
+                unit.count(SOURCE, "unknown", "unknown");
+                out.refused = true;
+                out.lines.push(Line {
+                    command: Some(format!("/{word}")),
+                    message: "is not a gatebot command: comment `/help` for the list".into(),
+                });
+            }
+            Step::Answer { job, purpose } => {
+                unit.count(SOURCE, purpose, "answered");
+                out.extra.push((job, purpose));
+            }
+            Step::Unreadable { word, why } => {
+                unit.count(SOURCE, word, "refused");
+                out.refused(word, why);
+            }
+            Step::Command {
+                request,
+                authorized,
+            } => {
+                let outcome = dispatch::decide(unit, SOURCE, &request, authorized)
+                    .await
+                    .map_err(retry)?;
+                froze |= dispatch::changed_freezes(&outcome);
+                out.render(&request.command, outcome);
+            }
+        }
+    }
+    Ok((out, froze))
+}
+
+/// One comment's delivery, and the jobs that answer on its pull request.
+struct Comment<'a> {
+    e: &'a IssueCommentEvent,
+    repo: RepoName,
+    number: PrNumber,
+    delivery: &'a DeliveryId,
+}
+
+impl Comment<'_> {
+    fn once(&self, purpose: &str) -> String {
+        self.delivery.once_key("github", purpose)
+    }
+
+    fn installation(&self) -> Option<u64> {
+        self.e.installation.as_ref().map(|i| i.id)
+    }
+
+    fn comment(&self, body: String) -> GithubJob {
+        GithubJob::Comment {
+            repo: self.repo.clone(),
+            number: self.number,
+            body,
+            installation: self.installation(),
+        }
+    }
+
+    fn react(&self, content: &str) -> GithubJob {
+        GithubJob::Reaction {
+            repo: self.repo.clone(),
+            comment_id: self.e.comment.id,
+            content: content.to_string(),
+            installation: self.installation(),
+        }
     }
 }
 

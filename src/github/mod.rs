@@ -17,6 +17,7 @@ pub mod inbox;
 pub mod pulls;
 pub mod pushes;
 pub mod redeliver;
+mod reply;
 pub mod routes;
 pub mod sink;
 pub mod status;
@@ -30,7 +31,7 @@ use axum::routing::post;
 use axum::Router;
 
 use crate::clock::SharedClock;
-use crate::command::Command;
+use crate::command::Verb;
 use crate::config::Config;
 use crate::core::authors::AuthorLookup;
 use crate::core::AppState;
@@ -131,7 +132,7 @@ pub fn quoted_command(body: &str) -> Option<&'static str> {
         let end = rest
             .find(|c: char| !c.is_ascii_alphabetic())
             .unwrap_or(rest.len());
-        if let Some(c) = Command::parse_word(&rest[..end]) {
+        if let Some(c) = Verb::parse_word(&rest[..end]) {
             return Some(c.as_str());
         }
     }

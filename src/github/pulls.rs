@@ -53,11 +53,7 @@ impl GithubInbox {
                     .take(7)
                     .collect::<String>();
                 (
-                    // Checked at start; were it unreadable, closing nothing would hide it.
-                    self.state
-                        .config
-                        .close_on_push_kinds()
-                        .map_err(SendError::Permanent)?,
+                    self.close_on_push()?,
                     if sha.is_empty() {
                         "new commits pushed".to_string()
                     } else {

@@ -10,7 +10,7 @@ use super::answers::{reply, SlackDenied};
 use super::approvers::{quick, Verdict};
 use super::inbox::{CLICK, SLASH};
 use super::payload::{Interaction, SlashCommand};
-use crate::command::{parse_slash, Command};
+use crate::command::{parse_slash, Verb};
 use crate::core::commands::{self, Subject};
 use crate::core::dispatch;
 use crate::core::AppState;
@@ -88,29 +88,8 @@ pub async fn command(
     acted_at: Millis,
 ) -> Result<String, Reject> {
     command.signed_at = Some(acted_at);
-    let templates = &state.templates;
     if let Some((verb, rest)) = crate::command::freeze_verb(&command.text) {
-        let line = crate::command::parse_freeze(rest);
-        let usage = format!(
-            "write `/gatebot {verb} [all|owner/repo|ns/<namespace>]{}`",
-            if verb == "freeze" {
-                " [for 2h|until <time>] <reason>"
-            } else {
-                ""
-            }
-        );
-        if let Err(e) = line.read(state.engine.now()) {
-            return Ok(format!("{e}: {usage}"));
-        }
-        if verb == "freeze" && line.reason.is_none() {
-            return Ok(format!("a freeze needs a reason: {usage}"));
-        }
-        store_command(receipts, &command).await?;
-        let scope = line.scope.unwrap_or_else(|| "all".into());
-        return Ok(reply(
-            templates,
-            json!({"what": "received", "command": format!("/gatebot {verb}"), "subject": scope}),
-        ));
+        return freeze(state, receipts, &command, verb, rest).await;
     }
     let inv = match parse_slash(&command.text) {
         Ok(inv) => inv,
@@ -121,28 +100,15 @@ pub async fn command(
     } else {
         command.command.clone()
     };
-    if inv.command == Command::Help {
-        let commands = dispatch::help();
-        let default_repo = state
-            .config
-            .github
-            .repository
-            .as_ref()
-            .map(|r| r.to_string());
-        let text = templates
-            .render(
-                "slack/help.j2",
-                json!({"slash": slash, "commands": commands, "default_repo": default_repo}),
-            )
-            .map_err(|e| Reject::unavailable(format!("{e:#}")))?;
-        return Ok(text.trim().to_string());
+    if inv.command == Verb::Help {
+        return help(state, &slash);
     }
     let subject =
         match commands::subject_of(inv.target.clone(), state.config.github.repository.as_ref()) {
             Ok(s) => s,
             Err(e) => return Ok(e),
         };
-    if inv.command == Command::Status {
+    if inv.command == Verb::Status {
         return status(state, subject.as_ref()).await;
     }
     let Some(subject) = subject else {
@@ -150,30 +116,93 @@ pub async fn command(
             .err()
             .map_or_else(|| "which pull request?".into(), |e| e.to_string()));
     };
-    let rule = state.policy.slack(inv.command);
-    match quick(&rule, &command.user_id) {
-        Some(Verdict::Allowed) | None => {}
-        Some(verdict) => {
-            let who = Provenance::new(Actor::new(command.user_label(), Source::Slack))
-                .delivery(DeliveryId::slack_command(&command.trigger_id))
-                .written_at(command.signed_at);
-            let denied = SlackDenied::Approver {
-                verdict,
-                rule,
-                user: command.user_id.clone(),
-            };
-            let keys = commands::gates_for(inv.command, &subject);
-            dispatch::refuse(&state.engine, inv.command, &keys, &who, &denied.to_string())
-                .await
-                .map_err(|e| Reject::unavailable(e.to_string()))?;
-            return Ok(denied.reply(templates, inv.command));
-        }
+    if let Some(refused) = refuse_early(state, &command, inv.command, &subject).await? {
+        return Ok(refused);
     }
     store_command(receipts, &command).await?;
     Ok(reply(
-        templates,
+        &state.templates,
         json!({"what": "received", "command": format!("{slash} {}", inv.command.as_str()), "subject": subject.display()}),
     ))
+}
+
+/// `/gatebot freeze …` or `unfreeze …`: what cannot be read is answered at
+/// once; the rest is stored for the one command path.
+async fn freeze(
+    state: &AppState,
+    receipts: &Receipts,
+    command: &SlashCommand,
+    verb: &str,
+    rest: &str,
+) -> Result<String, Reject> {
+    let line = crate::command::parse_freeze(rest);
+    let usage = format!(
+        "write `/gatebot {verb} [all|owner/repo|ns/<namespace>]{}`",
+        if verb == "freeze" {
+            " [for 2h|until <time>] <reason>"
+        } else {
+            ""
+        }
+    );
+    if let Err(e) = line.read(state.engine.now()) {
+        return Ok(format!("{e}: {usage}"));
+    }
+    if verb == "freeze" && line.reason.is_none() {
+        return Ok(format!("a freeze needs a reason: {usage}"));
+    }
+    store_command(receipts, command).await?;
+    let scope = line.scope.unwrap_or_else(|| "all".into());
+    Ok(reply(
+        &state.templates,
+        json!({"what": "received", "command": format!("/gatebot {verb}"), "subject": scope}),
+    ))
+}
+
+fn help(state: &AppState, slash: &str) -> Result<String, Reject> {
+    let commands = dispatch::help();
+    let default_repo = state
+        .config
+        .github
+        .repository
+        .as_ref()
+        .map(|r| r.to_string());
+    let text = state
+        .templates
+        .render(
+            "slack/help.j2",
+            json!({"slash": slash, "commands": commands, "default_repo": default_repo}),
+        )
+        .map_err(|e| Reject::unavailable(format!("{e:#}")))?;
+    Ok(text.trim().to_string())
+}
+
+/// Someone the policy names as no approver is refused at once, without
+/// asking Slack: audited and counted as the one command path does.
+async fn refuse_early(
+    state: &AppState,
+    command: &SlashCommand,
+    verb: Verb,
+    subject: &Subject,
+) -> Result<Option<String>, Reject> {
+    let rule = state.policy.slack(verb);
+    let verdict = match quick(&rule, &command.user_id) {
+        Some(Verdict::Allowed) | None => return Ok(None),
+        Some(verdict) => verdict,
+    };
+    let who = Provenance::new(Actor::new(command.user_label(), Source::Slack))
+        .delivery(DeliveryId::slack_command(&command.trigger_id))
+        .written_at(command.signed_at);
+    let denied = SlackDenied::Approver {
+        verdict,
+        rule,
+        user: command.user_id.clone(),
+    };
+    let keys = commands::gates_for(verb, subject);
+    let why = denied.to_string();
+    dispatch::refuse(&state.engine, "slack", verb.as_str(), &keys, &who, &why)
+        .await
+        .map_err(|e| Reject::unavailable(e.to_string()))?;
+    Ok(Some(denied.reply(&state.templates, verb.as_str())))
 }
 
 async fn status(state: &AppState, subject: Option<&Subject>) -> Result<String, Reject> {

@@ -3,12 +3,13 @@
 
 use serde_json::json;
 
-use super::approvers::Verdict;
-use super::inbox::SlackInbox;
-use crate::command::Command;
-use crate::core::dispatch::Authorizer;
-use crate::gate::GateKey;
-use crate::notify::{BoxFuture, SendError};
+use super::approvers::{Approvers, Verdict};
+use super::blocks::hhmm;
+use crate::core::authors::PrAuthors;
+use crate::core::dispatch::{Answer, Authorizer, Rule};
+use crate::core::AppState;
+use crate::gate::{GateKey, Millis, Scope};
+use crate::notify::SendError;
 use crate::policy::SlackRule;
 use crate::templates::Templates;
 
@@ -25,7 +26,7 @@ pub fn refusal(
     templates: &Templates,
     verdict: &Verdict,
     rule: &SlackRule,
-    command: Command,
+    command: &str,
     user: &str,
 ) -> String {
     let what = match verdict {
@@ -46,14 +47,15 @@ pub fn refusal(
     reply(
         templates,
         json!({
-            "what": what, "user": user, "command": format!("/gatebot {}", command.as_str()),
+            "what": what, "user": user, "command": format!("/gatebot {command}"),
             "setting": rule.setting, "approvers": approvers.join(", "),
         }),
     )
 }
 
-/// Why Slack refuses someone: not an approver by the policy, or four eyes.
-#[derive(Debug)]
+/// Why Slack refuses someone: not an approver by the policy, four eyes, no
+/// break glass set up, or a click on a message whose wait was decided or is over.
+#[derive(Debug, Clone)]
 pub enum SlackDenied {
     Approver {
         verdict: Verdict,
@@ -61,6 +63,16 @@ pub enum SlackDenied {
         user: String,
     },
     FourEyes(String),
+    NoForce,
+    /// The message was approved or rejected already.
+    Decided {
+        verb: &'static str,
+        name: String,
+        by: String,
+        at: Millis,
+    },
+    /// The wait the message showed ended (how).
+    Over(String),
 }
 
 impl std::fmt::Display for SlackDenied {
@@ -75,58 +87,121 @@ impl std::fmt::Display for SlackDenied {
                 write!(f, "{user} is not an approver ({})", rule.setting)
             }
             Self::FourEyes(why) => f.write_str(why),
+            Self::NoForce => f.write_str("break glass is not set up: the policy names who may force with [slack.commands.force] approvers"),
+            Self::Decided { verb, name, .. } => write!(f, "already {verb} by {name}"),
+            Self::Over(outcome) => write!(f, "the wait is over ({outcome})"),
         }
     }
 }
 
 impl SlackDenied {
-    /// The ephemeral answer.
-    pub fn reply(&self, templates: &Templates, command: Command) -> String {
+    /// The ephemeral answer to `/gatebot <command>` or a click.
+    pub fn reply(&self, templates: &Templates, command: &str) -> String {
         match self {
+            Self::Approver { rule, user, .. } if matches!(command, "freeze" | "unfreeze") => {
+                format!(
+                    "<@{user}> may not {command} from Slack: the approvers are in {}",
+                    rule.setting
+                )
+            }
             Self::Approver {
                 verdict,
                 rule,
                 user,
             } => refusal(templates, verdict, rule, command, user),
             Self::FourEyes(why) => reply(templates, json!({"what": "self", "message": why})),
+            Self::NoForce => self.to_string(),
+            Self::Decided { verb, by, at, .. } => reply(
+                templates,
+                json!({"what": "already", "verb": verb, "by": by, "at_hhmm": hhmm(*at)}),
+            ),
+            Self::Over(outcome) => reply(templates, json!({"what": "over", "outcome": outcome})),
         }
     }
 }
 
-/// Slack's rules for a slash command: the policy's approvers, then four eyes.
+/// Slack's rules: the click's message still waiting, the policy's approvers
+/// for the command's rule, then four eyes.
 pub(super) struct SlackAuthorizer<'a> {
-    pub(super) inbox: &'a SlackInbox,
-    pub(super) rule: SlackRule,
+    pub(super) state: &'a AppState,
+    pub(super) approvers: &'a Approvers,
+    pub(super) authors: &'a PrAuthors,
     pub(super) user: &'a str,
+    /// A click on a message decided already: refused before anything else.
+    pub(super) decided: Option<SlackDenied>,
+    /// A click on a message whose wait is over: refused once the person may.
+    pub(super) over: Option<SlackDenied>,
+}
+
+impl SlackAuthorizer<'_> {
+    fn rule(&self, rule: Rule) -> Option<SlackRule> {
+        let policy = &self.state.policy;
+        match rule {
+            Rule::Verb(verb) => Some(policy.slack(verb)),
+            Rule::Force => policy.slack_force(),
+            other => Some(policy.slack_named(other.name())),
+        }
+    }
+
+    /// Why the user may not act on gates of `scope` under four eyes: they opened
+    /// the pull request, by the policy's GitHub-to-Slack user mapping.
+    async fn own_pull_request(
+        &self,
+        rule: &SlackRule,
+        scope: &Scope,
+    ) -> Result<Option<String>, SendError> {
+        let Scope::Pr { repo, number } = scope else {
+            return Ok(None);
+        };
+        if !rule.forbid_self_approval {
+            return Ok(None);
+        }
+        let user = self.user;
+        let Some(login) = self.state.policy.github_login_of(user) else {
+            return Ok(None);
+        };
+        let author = self
+            .authors
+            .author(repo, *number, self.state.engine.now())
+            .await?;
+        Ok(author
+            .is_some_and(|a| a.eq_ignore_ascii_case(login))
+            .then(|| {
+                format!(
+                    "{user} (@{login}) opened {repo}#{number}: someone else must approve (four eyes)",
+                    number = number.0
+                )
+            }))
+    }
 }
 
 impl Authorizer for SlackAuthorizer<'_> {
     type Denied = SlackDenied;
 
-    fn authorize<'a>(
-        &'a self,
-        _command: Command,
-        keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), SlackDenied>, SendError>> {
+    fn authorize<'a>(&'a self, rule: Rule, keys: &'a [GateKey]) -> Answer<'a, SlackDenied> {
         Box::pin(async move {
-            let verdict = self.inbox.approvers.check(&self.rule, self.user).await?;
+            if let Some(decided) = &self.decided {
+                return Ok(Err(decided.clone()));
+            }
+            let Some(rule) = self.rule(rule) else {
+                return Ok(Err(SlackDenied::NoForce));
+            };
+            let verdict = self.approvers.check(&rule, self.user).await?;
             if verdict != Verdict::Allowed {
                 return Ok(Err(SlackDenied::Approver {
                     verdict,
-                    rule: self.rule.clone(),
+                    rule,
                     user: self.user.to_string(),
                 }));
             }
-            // A subject's gates share its scope.
-            let own = match keys.first() {
-                Some(key) => {
-                    self.inbox
-                        .own_pull_request(&self.rule, self.user, &key.scope)
-                        .await?
+            // A command's gates share its scope.
+            if let Some(key) = keys.first() {
+                let own = self.own_pull_request(&rule, &key.scope);
+                if let Some(why) = own.await? {
+                    return Ok(Err(SlackDenied::FourEyes(why)));
                 }
-                None => None,
-            };
-            Ok(own.map_or(Ok(()), |why| Err(SlackDenied::FourEyes(why))))
+            }
+            Ok(self.over.clone().map_or(Ok(()), Err))
         })
     }
 }

@@ -264,7 +264,11 @@ pub fn wait_message(
             wait_id: view.info.wait_id,
         })?;
         // As the click will do it: a Reject that opens a rollback gate says so.
-        let rolls_back = super::inbox::rollback_of(&view.info.gate, &view.info.phase).is_some();
+        let rolls_back = crate::core::commands::rollback_of(
+            &view.info.gate,
+            &crate::gate::Phase::parse(&view.info.phase),
+        )
+        .is_some();
         let reject_means = if rolls_back {
             "roll the canary back"
         } else {

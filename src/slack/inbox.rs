@@ -5,23 +5,22 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::answers::{reply, SlackAuthorizer};
+use super::answers::{reply, SlackAuthorizer, SlackDenied};
 use super::approvers::Approvers;
 use super::blocks::hhmm;
 use super::client::Response;
 use super::payload::{Interaction, SlashCommand};
 use super::record::{self, Decision, Ended};
 use super::sink::{parse_gate, SlackJob};
-use crate::command::{parse_slash, Command};
+use crate::command::{parse_slash, Command, Invalid};
 use crate::core::authors::PrAuthors;
-use crate::core::commands::{self, Subject};
-use crate::core::dispatch::{self, Authorizer, Outcome, Request};
+use crate::core::commands::{self, Applied, Subject};
+use crate::core::dispatch::{self, Outcome, Request};
 use crate::core::AppState;
 use crate::core::{EngineError, Provenance};
-use crate::gate::{Actor, DeliveryId, GateKey, GateKind, GateStatus, Scope, Source};
+use crate::gate::{Actor, DeliveryId, GateKey, GateStatus, Phase, Source};
 use crate::notify::{BoxFuture, Handler, SendError};
-use crate::policy::SlackRule;
-use crate::store::QueueItem;
+use crate::store::{QueueItem, WaitRow};
 use crate::templates::Templates;
 
 pub const CLICK: &str = "block_actions";
@@ -31,44 +30,6 @@ pub struct SlackInbox {
     pub state: AppState,
     pub approvers: Arc<Approvers>,
     pub authors: PrAuthors,
-}
-
-/// The command whose Slack rule governs a button: Approve opens the gate;
-/// Reject of a promotion or traffic step rolls back, of anything else keeps it closed.
-pub fn command_for(kind: GateKind, approve: bool, phase: &str) -> Command {
-    match (kind, approve) {
-        (GateKind::Start, _) => Command::Start,
-        (GateKind::Traffic, true) => Command::Traffic,
-        (GateKind::Promote | GateKind::LegacyGate, true) => Command::Promote,
-        (GateKind::Promote | GateKind::Traffic, false) => Command::Rollback,
-        (GateKind::LegacyGate, false) if progressing(phase) => Command::Rollback,
-        (GateKind::LegacyGate, false) => Command::Promote,
-        (GateKind::Rollback | GateKind::LegacyRollback, _) => Command::Rollback,
-    }
-}
-
-fn progressing(phase: &str) -> bool {
-    matches!(phase, "Progressing" | "WaitingPromotion" | "Promoting")
-}
-
-/// The rollback gate that a Reject of `key` opens, if it opens one.
-pub fn rollback_of(key: &GateKey, phase: &str) -> Option<GateKey> {
-    match key.kind {
-        GateKind::Promote | GateKind::Traffic => {
-            Some(GateKey::new(GateKind::Rollback, key.scope.clone()))
-        }
-        GateKind::LegacyGate if progressing(phase) => {
-            Some(GateKey::new(GateKind::LegacyRollback, key.scope.clone()))
-        }
-        _ => None,
-    }
-}
-
-fn engine_err(e: EngineError) -> Result<String, SendError> {
-    match e {
-        EngineError::Held { .. } | EngineError::WrittenBeforeClose { .. } => Ok(e.to_string()),
-        EngineError::Store(e) => Err(SendError::retry(format!("store: {e}"))),
-    }
 }
 
 fn store_err(e: crate::store::StoreError) -> SendError {
@@ -119,121 +80,32 @@ impl SlackInbox {
         Ok(())
     }
 
-    async fn refuse(&self, key: &GateKey, who: &Provenance, why: &str) -> Result<(), SendError> {
-        let who = who.clone().reason(Some(why.to_string()));
-        self.state
-            .engine
-            .refuse(key, &who)
-            .await
-            .map_err(|e| match e {
-                EngineError::Store(e) => store_err(e),
-                other => SendError::retry(other.to_string()),
-            })
-    }
-
-    /// Why `user` may not act on gates of `scope` under four eyes: they opened
-    /// the pull request, by the policy's GitHub-to-Slack user mapping.
-    pub(super) async fn own_pull_request(
-        &self,
-        rule: &SlackRule,
-        user: &str,
-        scope: &Scope,
-    ) -> Result<Option<String>, SendError> {
-        let Scope::Pr { repo, number } = scope else {
-            return Ok(None);
-        };
-        if !rule.forbid_self_approval {
-            return Ok(None);
-        }
-        let Some(login) = self.state.policy.github_login_of(user) else {
-            return Ok(None);
-        };
-        let author = self
-            .authors
-            .author(repo, *number, self.state.engine.now())
-            .await?;
-        Ok(author
-            .is_some_and(|a| a.eq_ignore_ascii_case(login))
-            .then(|| {
-                format!(
-                    "{user} (@{login}) opened {repo}#{number}: someone else must approve (four eyes)",
-                    number = number.0
-                )
-            }))
-    }
-
+    /// A click on a waiting message: Approve opens its gate, Reject is what
+    /// the core says it is there. The decision, the change and the message's
+    /// refresh commit together: the notice of the change finds the message
+    /// decided, and a change that fails leaves no decision behind.
     async fn click(&self, i: &Interaction) -> Result<(), SendError> {
         let Some(click) = i.click() else {
             return Ok(());
         };
         let engine = &self.state.engine;
-        let store = &self.state.store;
         let url = i.response_url.as_deref();
-        let user = i.user.id.clone();
-        let mut who = Provenance::new(Actor::new(i.user_label(), Source::Slack))
-            .person(self.person(&user))
-            .delivery(DeliveryId::slack_click(&i.click_id()))
-            .written_at(i.signed_at);
         let key = parse_gate(&click.value.gate)?;
         let wait_id = click.value.wait_id;
-        let wait = store.wait(wait_id).await.map_err(store_err)?;
-        // The message showed one revision of one canary: the click approves that
-        // one, never a newer revision that reaches the gate before it asks again.
-        if let Some((w, canary)) = wait.as_ref().and_then(|w| Some((w, w.canary.clone()?))) {
-            who = who.revision(canary, w.checksum.clone());
-        }
-        let phase = wait.as_ref().map(|w| w.phase.clone()).unwrap_or_default();
-        let command = command_for(key.kind, click.approve, &phase);
-
-        // Decided already (here or by an earlier click): say so, change nothing.
-        if let Some(d) = record::get::<Decision>(store, &record::decision_key(wait_id))
-            .await
-            .map_err(store_err)?
-        {
-            let verb = if d.approved { "approved" } else { "rejected" };
-            let text = reply(
-                self.templates(),
-                json!({"what": "already", "verb": verb, "by": d.by(), "at_hhmm": hhmm(d.at)}),
-            );
-            self.refuse(&key, &who, &format!("already {verb} by {}", d.name))
-                .await?;
-            return self.respond(url, text).await;
-        }
-
-        // The same rules as the slash command (approvers, then four eyes).
+        let wait = self.state.store.wait(wait_id).await.map_err(store_err)?;
+        let request = self.click_request(i, &key, click.approve, wait.as_ref());
         let authorizer = SlackAuthorizer {
-            inbox: self,
-            rule: self.state.policy.slack(command),
-            user: &user,
+            state: &self.state,
+            approvers: &self.approvers,
+            authors: &self.authors,
+            user: &i.user.id,
+            decided: self.decided(wait_id).await?,
+            over: self.over(wait_id, wait.as_ref()).await?,
         };
-        if let Err(denied) = authorizer
-            .authorize(command, std::slice::from_ref(&key))
-            .await?
-        {
-            self.refuse(&key, &who, &denied.to_string()).await?;
-            return self
-                .respond(url, denied.reply(self.templates(), command))
-                .await;
-        }
-
-        // The wait is over, or the gate was opened elsewhere meanwhile.
-        let ended = record::get::<Ended>(store, &record::ended_key(wait_id))
-            .await
-            .map_err(store_err)?
-            .map(|e| e.outcome)
-            .or_else(|| wait.as_ref().and_then(|w| w.outcome.clone()))
-            .or_else(|| wait.is_none().then(|| "unknown wait".to_string()));
-        if let Some(outcome) = ended {
-            self.refuse(&key, &who, &format!("the wait is over ({outcome})"))
-                .await?;
-            let text = reply(
-                self.templates(),
-                json!({"what": "over", "outcome": outcome}),
-            );
-            return self.respond(url, text).await;
-        }
-        if let GateStatus::Open(a) = engine.gate(&key).await.map_err(store_err)?.status {
-            if click.approve {
+        let authorized = dispatch::authorize(engine, &request, &authorizer).await?;
+        // Opened elsewhere meanwhile: say so, change nothing.
+        if click.approve && authorized.allowed() {
+            if let GateStatus::Open(a) = engine.gate(&key).await.map_err(store_err)?.status {
                 let by = format!("@{} via {}", a.change.by.name, a.change.by.source);
                 let text = reply(
                     self.templates(),
@@ -242,186 +114,214 @@ impl SlackInbox {
                 return self.respond(url, text).await;
             }
         }
-
-        let rollback = if click.approve {
-            None
-        } else {
-            rollback_of(&key, &phase)
-        };
-        let now = engine.now();
-        let decision = Decision {
-            approved: click.approve,
-            user_id: Some(user.clone()),
-            name: i.user_label(),
-            via: "slack".into(),
-            at: now,
-            reason: None,
-            rollback_gate: rollback.as_ref().map(ToString::to_string),
-        };
-        // The decision, the change and the message's refresh commit together:
-        // the notice of the change finds the message decided, and a change
-        // that fails leaves no decision behind.
-        let dkey = record::decision_key(wait_id);
         let mut unit = engine.begin().await.map_err(store_err)?;
-        // An approval that only counts towards several leaves the buttons for
-        // the others: the message is not decided.
-        let mut decided = true;
-        let result = match (&rollback, click.approve) {
-            (_, true) => commands::apply_in(&mut unit, command, &Subject::Gate(key.clone()), &who)
-                .await
-                .map(|applied| {
-                    decided = !applied
-                        .gates
-                        .iter()
-                        .any(|g| matches!(g.status, GateStatus::Approving(_)));
-                }),
-            (Some(rb), false) => {
-                let why = format!(
-                    "revision {phase_rev} rejected in Slack",
-                    phase_rev = wait.as_ref().map_or("", |w| w.checksum.as_str())
-                );
-                unit.open(rb, &who.clone().reason(Some(why)))
-                    .await
-                    .map(|_| ())
+        let outcome = dispatch::decide(&mut unit, "slack", &request, authorized)
+            .await
+            .map_err(engine_err)?;
+        if let Outcome::Applied(applied) = &outcome {
+            self.decide_message(&mut unit, i, click.approve, wait_id, applied)
+                .await?;
+        }
+        unit.commit().await.map_err(store_err)?;
+        match outcome {
+            Outcome::Applied(_) => Ok(()),
+            refused => {
+                let text = self.refusal(&request.command, refused);
+                self.respond(url, text).await
             }
-            (None, false) => {
-                let why = format!(
-                    "rejected in Slack by {} (revision {})",
-                    i.user_label(),
-                    wait.as_ref().map_or("", |w| w.checksum.as_str())
-                );
-                unit.close(&key, &who.clone().reason(Some(why)))
-                    .await
-                    .map(|_| ())
+        }
+    }
+
+    /// The command a click means, by whom, for the revision the message showed.
+    fn click_request(
+        &self,
+        i: &Interaction,
+        key: &GateKey,
+        approve: bool,
+        wait: Option<&WaitRow>,
+    ) -> Request {
+        let mut who = Provenance::new(Actor::new(i.user_label(), Source::Slack))
+            .person(self.person(&i.user.id))
+            .delivery(DeliveryId::slack_click(&i.click_id()))
+            .written_at(i.signed_at);
+        // The message showed one revision of one canary: the click approves that
+        // one, never a newer revision that reaches the gate before it asks again.
+        if let Some((w, canary)) = wait.and_then(|w| Some((w, w.canary.clone()?))) {
+            who = who.revision(canary, w.checksum.clone());
+        }
+        let command = if approve {
+            Command::Open {
+                kind: key.kind,
+                reason: None,
+                force: false,
+            }
+        } else {
+            Command::Reject {
+                phase: Some(wait.map_or(Phase::None, |w| Phase::parse(&w.phase))),
+                reason: None,
             }
         };
-        if let Err(e) = result {
-            unit.rollback().await;
-            self.audit_stale(&e, &who).await?;
-            let message = engine_err(e)?;
-            let text = reply(
-                self.templates(),
-                json!({"what": "error", "message": message}),
-            );
-            return self.respond(url, text).await;
+        Request {
+            command,
+            subject: Subject::Gate(key.clone()),
+            who,
         }
-        if decided {
-            record::decide_in(unit.tx(), &dkey, &decision)
+    }
+
+    /// The message was approved or rejected already (here or by an earlier click).
+    async fn decided(&self, wait_id: i64) -> Result<Option<SlackDenied>, SendError> {
+        let found = record::get::<Decision>(&self.state.store, &record::decision_key(wait_id))
+            .await
+            .map_err(store_err)?;
+        Ok(found.map(|d| SlackDenied::Decided {
+            verb: if d.approved { "approved" } else { "rejected" },
+            by: d.by(),
+            name: d.name,
+            at: d.at,
+        }))
+    }
+
+    /// The wait the message showed is over, or unknown.
+    async fn over(
+        &self,
+        wait_id: i64,
+        wait: Option<&WaitRow>,
+    ) -> Result<Option<SlackDenied>, SendError> {
+        let ended = record::get::<Ended>(&self.state.store, &record::ended_key(wait_id))
+            .await
+            .map_err(store_err)?
+            .map(|e| e.outcome)
+            .or_else(|| wait.and_then(|w| w.outcome.clone()))
+            .or_else(|| wait.is_none().then(|| "unknown wait".to_string()));
+        Ok(ended.map(SlackDenied::Over))
+    }
+
+    /// Records who decided the message (unless an approval only counted
+    /// towards several: the buttons stay for the others) and refreshes it.
+    async fn decide_message(
+        &self,
+        unit: &mut crate::core::unit::Unit<'_>,
+        i: &Interaction,
+        approve: bool,
+        wait_id: i64,
+        applied: &Applied,
+    ) -> Result<(), SendError> {
+        if !applied.counted_only() {
+            let rollback_gate = applied
+                .gates
+                .iter()
+                .find(|g| !approve && g.key.kind.is_rollback())
+                .map(|g| g.key.to_string());
+            let decision = Decision {
+                approved: approve,
+                user_id: Some(i.user.id.clone()),
+                name: i.user_label(),
+                via: "slack".into(),
+                at: unit.now(),
+                reason: None,
+                rollback_gate,
+            };
+            record::decide_in(unit.tx(), &record::decision_key(wait_id), &decision)
                 .await
                 .map_err(store_err)?;
         }
         unit.enqueue(&[SlackJob::Refresh { wait_id }.job(None)?])
             .await
-            .map_err(store_err)?;
-        unit.commit().await.map_err(store_err)?;
-        Ok(())
+            .map_err(store_err)
+    }
+
+    /// What Slack is told when a command changed nothing.
+    fn refusal(&self, command: &Command, outcome: Outcome<SlackDenied>) -> String {
+        let error = |message: String| {
+            reply(
+                self.templates(),
+                json!({"what": "error", "message": message}),
+            )
+        };
+        match outcome {
+            Outcome::Applied(applied) => self.done(command, &applied),
+            Outcome::Denied(denied) => denied.reply(self.templates(), command.name()),
+            Outcome::Invalid(invalid) => invalid_text(command, &invalid),
+            Outcome::Held { gate, by, via } => {
+                error(EngineError::Held { gate, by, via }.to_string())
+            }
+            Outcome::WrittenBeforeClose { gate, closed_at } => {
+                error(EngineError::WrittenBeforeClose { gate, closed_at }.to_string())
+            }
+        }
+    }
+
+    /// What Slack is told when a command was done.
+    fn done(&self, command: &Command, applied: &Applied) -> String {
+        if let Some(f) = &applied.froze {
+            return format!(":snowflake: Changes are {}", f.reason_line());
+        }
+        if let Command::Unfreeze { scope } = command {
+            return match applied.lifted.len() {
+                0 => format!("nothing was frozen in {scope}"),
+                n => format!(":sunny: lifted {n} freeze(s) of {scope}"),
+            };
+        }
+        reply(
+            self.templates(),
+            json!({"what": "done", "summary": applied.summary()}),
+        )
     }
 
     async fn slash(&self, c: &SlashCommand) -> Result<(), SendError> {
-        if let Some((verb, rest)) = crate::command::freeze_verb(&c.text) {
-            return self.freeze(c, verb, rest).await;
-        }
         let url = Some(c.response_url.as_str());
-        let inv = match parse_slash(&c.text) {
-            Ok(inv) => inv,
-            Err(e) => return self.respond(url, e.to_string()).await,
+        let parsed = match crate::command::freeze_verb(&c.text) {
+            Some((verb, rest)) => self.freeze_command(verb, rest),
+            None => self.gate_command(&c.text),
         };
-        let default_repo = self.state.config.github.repository.as_ref();
-        let subject = match commands::subject_of(inv.target.clone(), default_repo) {
-            Ok(Some(s)) => s,
+        let (command, subject) = match parsed {
+            Ok(Some(parsed)) => parsed,
             Ok(None) => return Ok(()),
-            Err(e) => return self.respond(url, e).await,
-        };
-        let (force, reason) = crate::command::split_force(inv.reason.clone());
-        let rule = if force {
-            match self.force_rule(inv.command, reason.as_deref()) {
-                Ok(rule) => rule,
-                Err(why) => return self.respond(url, why).await,
-            }
-        } else {
-            self.state.policy.slack(inv.command)
+            Err(text) => return self.respond(url, text).await,
         };
         let request = Request {
-            command: inv.command,
+            command,
             subject,
             who: Provenance::new(Actor::new(c.user_label(), Source::Slack))
                 .person(self.person(&c.user_id))
-                .reason(reason)
-                .force(force)
                 .delivery(DeliveryId::slack_command(&c.trigger_id))
                 .written_at(c.signed_at),
         };
         let authorizer = SlackAuthorizer {
-            inbox: self,
-            rule,
+            state: &self.state,
+            approvers: &self.approvers,
+            authors: &self.authors,
             user: &c.user_id,
+            decided: None,
+            over: None,
         };
         let outcome = dispatch::run(&self.state.engine, "slack", &request, &authorizer).await?;
-        let text = match outcome {
-            Outcome::Applied(applied) => reply(
-                self.templates(),
-                json!({"what": "done", "summary": applied.summary()}),
-            ),
-            Outcome::Denied(denied) => denied.reply(self.templates(), inv.command),
-            Outcome::Held { gate, by, via } => {
-                let message = EngineError::Held { gate, by, via }.to_string();
-                reply(
-                    self.templates(),
-                    json!({"what": "error", "message": message}),
-                )
-            }
-            Outcome::WrittenBeforeClose { gate, closed_at } => {
-                let message = EngineError::WrittenBeforeClose { gate, closed_at }.to_string();
-                reply(
-                    self.templates(),
-                    json!({"what": "error", "message": message}),
-                )
-            }
-        };
+        let text = self.refusal(&request.command, outcome);
         self.respond(url, text).await
     }
 
-    /// `/gatebot freeze …` and `/gatebot unfreeze …`, by the policy's
-    /// `slack.commands.freeze` (or `unfreeze`) approvers.
-    async fn freeze(&self, c: &SlashCommand, verb: &str, rest: &str) -> Result<(), SendError> {
-        let url = Some(c.response_url.as_str());
+    /// `/gatebot <command> <target> [reason]`; `None` when it names nothing.
+    fn gate_command(&self, text: &str) -> Result<Option<(Command, Subject)>, String> {
+        let inv = parse_slash(text).map_err(|e| e.to_string())?;
+        let default_repo = self.state.config.github.repository.as_ref();
+        let subject = commands::subject_of(inv.target.clone(), default_repo)?;
+        Ok(subject.map(|s| (Command::from_verb(inv.command, inv.reason), s)))
+    }
+
+    /// `/gatebot freeze …` and `/gatebot unfreeze …`.
+    fn freeze_command(&self, verb: &str, rest: &str) -> Result<Option<(Command, Subject)>, String> {
         let line = crate::command::parse_freeze(rest);
-        let (scope, until) = match line.read(self.state.engine.now()) {
-            Ok(read) => read,
-            Err(e) => return self.respond(url, e).await,
-        };
-        let rule = self.state.policy.slack_named(verb);
-        if self.approvers.check(&rule, &c.user_id).await? != super::approvers::Verdict::Allowed {
-            let text = format!(
-                "<@{}> may not {verb} from Slack: the approvers are in {}",
-                c.user_id, rule.setting
-            );
-            return self.respond(url, text).await;
-        }
-        let engine = &self.state.engine;
-        let who = Actor::new(c.user_label(), Source::Slack);
-        let failed = |e: EngineError| match e {
-            EngineError::Store(e) => store_err(e),
-            other => SendError::retry(other.to_string()),
-        };
-        let text = if verb == "freeze" {
-            let Some(reason) = line.reason else {
-                return self.respond(url, "a freeze needs a reason".into()).await;
-            };
-            let delivery = format!("slack:{}", c.trigger_id);
-            let f = engine
-                .freeze(scope, until, &reason, &who, Some(&delivery))
-                .await
-                .map_err(failed)?;
-            format!(":snowflake: Changes are {}", f.reason_line())
-        } else {
-            let lifted = engine.unfreeze(&scope, &who).await.map_err(failed)?;
-            match lifted.len() {
-                0 => format!("nothing was frozen in {scope}"),
-                n => format!(":sunny: lifted {n} freeze(s) of {scope}"),
+        let (scope, until) = line.read(self.state.engine.now())?;
+        let command = if verb == "freeze" {
+            Command::Freeze {
+                scope,
+                until,
+                reason: line.reason.unwrap_or_default(),
             }
+        } else {
+            Command::Unfreeze { scope }
         };
-        self.respond(url, text).await
+        Ok(Some((command, Subject::Nothing)))
     }
 
     /// Who a Slack user is when approvals are counted: their GitHub login by
@@ -432,58 +332,22 @@ impl SlackInbox {
             None => format!("slack:{user_id}"),
         }
     }
-
-    /// Break glass from Slack: only a gate-opening command, with a reason, by
-    /// the policy's `slack.commands.force` approvers.
-    fn force_rule(&self, command: Command, reason: Option<&str>) -> Result<SlackRule, String> {
-        if crate::core::commands::kind_opened_by(command).is_none_or(GateKind::is_rollback) {
-            return Err(format!(
-                "`--force` opens a start, promote or traffic gate, not `{command}`"
-            ));
-        }
-        if reason.is_none() {
-            return Err(format!(
-                "break glass needs a reason: `/gatebot {command} <target> --force <reason>`"
-            ));
-        }
-        self.state.policy.slack_force().ok_or_else(|| {
-            "break glass is not set up: the policy names who may force with [slack.commands.force] approvers".to_string()
-        })
-    }
-
-    /// A click or command sent before the gate's last close is refused; the
-    /// audit log says so.
-    async fn audit_stale(&self, e: &EngineError, who: &Provenance) -> Result<(), SendError> {
-        let EngineError::WrittenBeforeClose { gate, .. } = e else {
-            return Ok(());
-        };
-        self.refuse(gate, who, &e.to_string()).await
-    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::gate::{CanaryRef, Scope};
+fn engine_err(e: EngineError) -> SendError {
+    SendError::retry(e.to_string())
+}
 
-    #[test]
-    fn reject_means_rollback_only_once_progressing() {
-        let scope = Scope::Canary(CanaryRef::new("test", "podinfo").unwrap());
-        let promote = GateKey::new(GateKind::Promote, scope.clone());
-        assert_eq!(
-            rollback_of(&promote, "Progressing").unwrap().to_string(),
-            "/gates/rollback/canary/test/podinfo"
-        );
-        assert!(rollback_of(&GateKey::new(GateKind::Start, scope.clone()), "Waiting").is_none());
-        let legacy = GateKey::new(GateKind::LegacyGate, scope);
-        assert_eq!(
-            rollback_of(&legacy, "WaitingPromotion")
-                .unwrap()
-                .to_string(),
-            "/loadtester/rollback/test/podinfo"
-        );
-        assert!(rollback_of(&legacy, "Waiting").is_none());
-        assert_eq!(command_for(GateKind::Promote, false, ""), Command::Rollback);
-        assert_eq!(command_for(GateKind::Start, false, ""), Command::Start);
+/// Slack's words for what no one may send.
+fn invalid_text(command: &Command, invalid: &Invalid) -> String {
+    match invalid {
+        Invalid::ForceWithoutReason(verb) => format!(
+            "break glass needs a reason: `/gatebot {verb} <target> --force <reason>`"
+        ),
+        Invalid::FreezeReason => format!(
+            "{invalid}: `/gatebot {} [all|owner/repo|ns/<namespace>] [for 2h|until <time>] <reason>`",
+            command.name()
+        ),
+        other => other.to_string(),
     }
 }

@@ -29,6 +29,19 @@ pub struct Retention {
     pub audit: Option<Millis>,
 }
 
+impl From<&crate::config::RetentionConfig> for Retention {
+    fn from(kept: &crate::config::RetentionConfig) -> Self {
+        let ms = |d: std::time::Duration| Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX);
+        Self {
+            payloads: ms(kept.payloads),
+            deliveries: ms(kept.deliveries),
+            history: ms(kept.history),
+            // 0 keeps the audit log for ever.
+            audit: (!kept.audit.is_zero()).then(|| ms(kept.audit)),
+        }
+    }
+}
+
 /// What a rule does to the rows it selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Action {
@@ -89,10 +102,46 @@ static RULES: &[Rule] = &[
     rule("slack_decisions", "wait_id", "decided_at < $1 AND wait_id NOT IN (SELECT id FROM waits WHERE ended_at IS NULL)", Action::Delete, history),
     rule("slack_endings", "wait_id", "ended_at < $1", Action::Delete, history),
     rule("slack_finals", "wait_id", "final_at < $1", Action::Delete, history),
+    // A gate long closed, or whose approval expired long ago, answers as one
+    // never opened: closed. (Commands written before its close are older
+    // than any window that still accepts them.) Held gates stay, but for a
+    // named gate's retirement once its name is gone (see `named_gates`).
+    rule(
+        "gates",
+        "key",
+        "changed_at < $1 AND key NOT IN (SELECT gate_key FROM named_gates) \
+         AND (status = 'closed' OR (status = 'open' AND expires_at < $1) \
+              OR (status = 'held' AND key LIKE '/gates/%/named/%' \
+                  AND (reason = 'retired' OR reason LIKE 'retired: %')))",
+        Action::Delete,
+        history,
+    ),
+    rule(
+        "votes",
+        "gate_key, position",
+        "voted_at < $1 AND gate_key NOT IN (SELECT key FROM gates)",
+        Action::Delete,
+        history,
+    ),
     // A pin of an approval no longer in force answers nothing any more.
     rule("pins", "approval_id, canary", "pinned_at < $1 AND approval_id NOT IN (SELECT approval_id FROM gates WHERE approval_id IS NOT NULL)", Action::Delete, history),
     rule("missing_prs", "repo, number", "marked_at < $1", Action::Delete, history),
     rule("audit", "id", "at < $1", Action::Delete, audit),
+    // Freezes and retired named gates are part of the audit trail: kept as long.
+    rule(
+        "freezes",
+        "id",
+        "(lifted_at IS NOT NULL AND lifted_at < $1) OR (until IS NOT NULL AND until < $1)",
+        Action::Delete,
+        audit,
+    ),
+    rule(
+        "named_gates",
+        "gate_key",
+        "retired_at < $1 AND pruned_at IS NOT NULL",
+        Action::Delete,
+        audit,
+    ),
 ];
 
 /// The tables whose rows are counted for `gatebot_store_rows`.

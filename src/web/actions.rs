@@ -1,11 +1,9 @@
 //! Approve, Reject, Hold and Release from a page: the same command path as a
 //! PR comment or a Slack click (`core::dispatch`), audited with source `web`.
 //! Every form carries the session's CSRF token; Approve and Reject ask for a
-//! confirmation first. Who may act is the [`Authority`]'s to say (GitHub's
+//! confirmation first. Who may act is `permit`'s to say (GitHub's
 //! permission, teams and four eyes for the person's login); the admin token's
 //! operators may act as the API may.
-
-use std::fmt;
 
 use axum::extract::{Form, State};
 use axum::http::StatusCode;
@@ -13,126 +11,15 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
-use super::session::{Session, Via};
+use super::permit::{reject_target, Denied, WebAuthorizer};
+use super::session::Session;
 use super::view::Viewer;
 use super::{gate_path, render, Problem};
 use crate::command::Command;
-use crate::config::UiMode;
 use crate::core::commands::Subject;
-use crate::core::dispatch::{self, Authorizer, Outcome, Request};
+use crate::core::dispatch::{self, Outcome, Request};
 use crate::core::{AppState, Provenance};
-use crate::gate::{Actor, CanaryRef, GateKey, GateKind, Source};
-use crate::notify::{BoxFuture, SendError};
-
-/// Who may run a command as a GitHub login: built in bootstrap from GitHub's
-/// rules (repository permission, teams, four eyes, the policy).
-pub trait Authority: Send + Sync {
-    /// `Ok(Err(why))` refuses; `Err` means "cannot tell now".
-    fn authorize<'a>(
-        &'a self,
-        login: &'a str,
-        command: Command,
-        keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), String>, SendError>>;
-}
-
-/// The command Approve runs at a gate of this kind.
-pub fn approve_command(kind: GateKind) -> Option<Command> {
-    match kind {
-        GateKind::Start => Some(Command::Start),
-        GateKind::Promote | GateKind::LegacyGate => Some(Command::Promote),
-        GateKind::Traffic => Some(Command::Traffic),
-        GateKind::Rollback | GateKind::LegacyRollback => Some(Command::Rollback),
-    }
-}
-
-/// Reject of a promotion or a traffic step rolls the canary back: it opens
-/// the rollback gate of the same scope (as a Slack Reject does). Other gates
-/// have no Reject: Hold keeps them closed.
-pub fn reject_target(key: &GateKey) -> Option<GateKey> {
-    match key.kind {
-        GateKind::Promote | GateKind::Traffic => {
-            Some(GateKey::new(GateKind::Rollback, key.scope.clone()))
-        }
-        _ => None,
-    }
-}
-
-/// The page's rules for one person.
-struct WebAuthorizer<'a> {
-    state: &'a AppState,
-    viewer: &'a Viewer,
-    session: &'a Session,
-}
-
-/// Why the page refused.
-#[derive(Debug)]
-pub struct Denied(String);
-
-impl fmt::Display for Denied {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl Authorizer for WebAuthorizer<'_> {
-    type Denied = Denied;
-
-    fn authorize<'a>(
-        &'a self,
-        command: Command,
-        keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), Denied>, SendError>> {
-        Box::pin(async move {
-            if self.viewer.web.mode != UiMode::On {
-                return Ok(Err(Denied(
-                    "this server's pages are read-only (GATEBOT_UI=read-only)".into(),
-                )));
-            }
-            if self.session.via == Via::Admin {
-                // An operator with a token, as on the API. The session ended
-                // already if its token is no longer configured (`session::who`).
-                return Ok(if self.state.config.has_operators() {
-                    Ok(())
-                } else {
-                    Err(Denied("this server no longer has an operator token".into()))
-                });
-            }
-            let Some(authority) = &self.viewer.web.authority else {
-                return Ok(Err(Denied(format!(
-                    "gatebot cannot check @{}'s GitHub permission: it has no GitHub credentials (GATEBOT_GITHUB_TOKEN or a GitHub App)",
-                    self.session.login
-                ))));
-            };
-            Ok(authority
-                .authorize(&self.session.login, command, keys)
-                .await?
-                .map_err(Denied))
-        })
-    }
-}
-
-/// Whether the viewer may run `command` at `key` (for showing its button).
-pub async fn may_act(state: &AppState, viewer: &Viewer, command: Command, key: &GateKey) -> bool {
-    let Some(session) = &viewer.session else {
-        return false;
-    };
-    let authorizer = WebAuthorizer {
-        state,
-        viewer,
-        session,
-    };
-    match authorizer
-        .authorize(command, std::slice::from_ref(key))
-        .await
-    {
-        Ok(verdict) => verdict.is_ok(),
-        Err(e) => {
-            tracing::debug!(error = %e, "cannot tell whether to show a button");
-            false
-        }
-    }
-}
+use crate::gate::{Actor, CanaryRef, GateKey, Source};
 
 /// The form's token must be the session's (constant-time).
 pub fn check_csrf(session: &Session, given: &str) -> Result<(), Problem> {
@@ -211,22 +98,19 @@ pub async fn act(
     let default_repo = state.config.github.repository.as_ref();
     let key = GateKey::parse(&form.gate, default_repo)
         .map_err(|e| Problem::bad_request(format!("no such gate: {e}")))?;
-    let (command, target) = match form.action {
-        Action::Approve => (
-            approve_command(key.kind)
-                .ok_or_else(|| Problem::bad_request("this gate takes no approval"))?,
-            key.clone(),
-        ),
-        Action::Reject => (
-            Command::Rollback,
-            reject_target(&key).ok_or_else(|| {
-                Problem::bad_request(
-                    "Reject rolls back a promotion or a traffic step; hold this gate to keep it closed",
-                )
-            })?,
-        ),
-        Action::Hold => (Command::Hold, key.clone()),
-        Action::Release => (Command::Unhold, key.clone()),
+    let reason = Some(form.reason.trim().to_string()).filter(|r| !r.is_empty());
+    let command = match form.action {
+        Action::Approve => Command::Open {
+            kind: key.kind,
+            reason,
+            force: false,
+        },
+        Action::Reject => Command::Reject {
+            phase: None,
+            reason,
+        },
+        Action::Hold => Command::Hold { reason },
+        Action::Release => Command::Unhold { reason },
     };
     let confirm = matches!(form.action, Action::Approve | Action::Reject);
     if confirm && form.confirmed != "yes" {
@@ -238,12 +122,14 @@ pub async fn act(
                 form: &form,
                 word: form.action.word(),
                 gate_url: gate_path(&key),
-                rollback: (form.action == Action::Reject).then(|| target.to_string()),
+                rollback: (form.action == Action::Reject)
+                    .then(|| reject_target(&key))
+                    .flatten()
+                    .map(|k| k.to_string()),
             },
         );
     }
-    let reason = Some(form.reason.trim().to_string()).filter(|r| !r.is_empty());
-    let mut who = Provenance::new(Actor::new(session.login.clone(), Source::Web)).reason(reason);
+    let mut who = Provenance::new(Actor::new(session.login.clone(), Source::Web));
     if form.action == Action::Approve && !form.revision.trim().is_empty() {
         if let Ok(canary) = form.canary.trim().parse::<CanaryRef>() {
             who = who.revision(canary, form.revision.trim());
@@ -251,12 +137,12 @@ pub async fn act(
     }
     let request = Request {
         command,
-        subject: Subject::Gate(target),
+        subject: Subject::Gate(key.clone()),
         who,
     };
     let authorizer = WebAuthorizer {
         state: &state,
-        viewer: &viewer,
+        web: &viewer.web,
         session: &session,
     };
     let outcome = dispatch::run(&state.engine, "web", &request, &authorizer)
@@ -265,6 +151,7 @@ pub async fn act(
     match outcome {
         Outcome::Applied(_) => Ok(Redirect::to(&gate_path(&key)).into_response()),
         Outcome::Denied(why) => Err(Problem::forbidden(format!("refused: {why}"))),
+        Outcome::Invalid(why) => Err(Problem::bad_request(format!("refused: {why}"))),
         refused => Err(Problem::new(
             StatusCode::CONFLICT,
             "Not done",
@@ -284,5 +171,6 @@ fn refusal(outcome: &Outcome<Denied>) -> String {
         ),
         Outcome::Applied(_) => "done".into(),
         Outcome::Denied(why) => why.to_string(),
+        Outcome::Invalid(why) => why.to_string(),
     }
 }

@@ -11,6 +11,7 @@
 pub(crate) mod actions;
 mod events;
 pub(crate) mod pages;
+mod permit;
 pub(crate) mod session;
 pub(crate) mod setup;
 pub(crate) mod signin;
@@ -29,7 +30,7 @@ use axum::{Extension, Router};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
-pub use actions::Authority;
+pub use permit::Authority;
 pub use session::Cidr;
 
 use crate::config::{Config, UiMode};

@@ -9,10 +9,10 @@ use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use serde::Serialize;
 
-use super::actions::{approve_command, may_act, reject_target};
+use super::permit::{approve_command, may_act, reject_target};
 use super::session::{self, Session};
 use super::{Problem, Web};
-use crate::command::Command;
+use crate::command::Verb;
 use crate::config::UiMode;
 use crate::core::AppState;
 use crate::gate::{Gate, GateKey, GateKind, GateStatus, Millis, RepoName, Scope};
@@ -184,7 +184,7 @@ pub struct Buttons {
 pub struct Permits<'a> {
     state: &'a AppState,
     viewer: &'a Viewer,
-    memo: HashMap<(Command, String), bool>,
+    memo: HashMap<(Verb, String), bool>,
 }
 
 impl<'a> Permits<'a> {
@@ -196,12 +196,19 @@ impl<'a> Permits<'a> {
         }
     }
 
-    async fn may(&mut self, command: Command, key: &GateKey) -> bool {
+    async fn may(&mut self, command: Verb, key: &GateKey) -> bool {
         let memo_key = (command, key.to_string());
         if let Some(&yes) = self.memo.get(&memo_key) {
             return yes;
         }
-        let yes = may_act(self.state, self.viewer, command, key).await;
+        let yes = may_act(
+            self.state,
+            &self.viewer.web,
+            self.viewer.session.as_ref(),
+            command,
+            key,
+        )
+        .await;
         self.memo.insert(memo_key, yes);
         yes
     }
@@ -223,18 +230,16 @@ impl<'a> Permits<'a> {
         );
         let mut b = Buttons::default();
         if !open && !held {
-            if let Some(c) = approve_command(key.kind) {
-                b.approve = self.may(c, key).await;
-            }
+            b.approve = self.may(approve_command(key.kind), key).await;
         }
         if let Some(rollback) = reject_target(key) {
-            b.reject = !held && self.may(Command::Rollback, &rollback).await;
+            b.reject = !held && self.may(Verb::Rollback, &rollback).await;
         }
         if holdable {
             if held {
-                b.release = self.may(Command::Unhold, key).await;
+                b.release = self.may(Verb::Unhold, key).await;
             } else {
-                b.hold = self.may(Command::Hold, key).await;
+                b.hold = self.may(Verb::Hold, key).await;
             }
         }
         b

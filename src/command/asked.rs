@@ -1,0 +1,183 @@
+//! A command with its data, as every intake makes it: PR comments, Slack's
+//! slash command and buttons, the web pages' buttons, the API and the CLI,
+//! the loadtester's routes and the freeze API. What it means at its gates,
+//! who may, and what comes of it are `core::dispatch`'s to say, once.
+
+use std::fmt;
+
+use super::{split_force, Verb};
+use crate::gate::freeze::FreezeScope;
+use crate::gate::{GateKind, Millis, Phase};
+
+/// A freeze's reason: one line of at most this many characters.
+pub const MAX_FREEZE_REASON: usize = 300;
+
+/// What a person asks of gatebot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Open the gate of `kind` (Approve, `/promote`; a rollback gate's open is
+    /// the rollback). `force` breaks glass: past freezes, release windows and
+    /// missing approvals.
+    Open {
+        kind: GateKind,
+        reason: Option<String>,
+        force: bool,
+    },
+    /// A button's Reject at a waiting gate, in Flagger's `phase` when the
+    /// intake knows it. Whether it rolls back or keeps the gate closed is the
+    /// core's to say.
+    Reject {
+        phase: Option<Phase>,
+        reason: Option<String>,
+    },
+    /// Close a gate (the API, the CLI, the loadtester's routes).
+    Close {
+        reason: Option<String>,
+    },
+    Hold {
+        reason: Option<String>,
+    },
+    Unhold {
+        reason: Option<String>,
+    },
+    /// Freeze changes in `scope`, until `until` or until lifted.
+    Freeze {
+        scope: FreezeScope,
+        until: Option<Millis>,
+        reason: String,
+    },
+    Unfreeze {
+        scope: FreezeScope,
+    },
+    Status,
+    Help,
+}
+
+/// Why a command is refused whoever sends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invalid {
+    /// `--force` on a command that opens no start, promote or traffic gate.
+    ForceOpensNothing(Verb),
+    /// `--force` without a reason.
+    ForceWithoutReason(Verb),
+    /// A freeze's reason is empty, too long, or more than one line.
+    FreezeReason,
+    /// Reject is a button at one gate.
+    RejectWithoutGate,
+}
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ForceOpensNothing(verb) => write!(
+                f,
+                "`--force` opens a start, promote or traffic gate, not `{verb}`"
+            ),
+            Self::ForceWithoutReason(verb) => {
+                write!(f, "break glass needs a reason: `{verb} --force <reason>`")
+            }
+            Self::FreezeReason => write!(
+                f,
+                "a freeze needs a reason: one line of at most {MAX_FREEZE_REASON} characters"
+            ),
+            Self::RejectWithoutGate => f.write_str("Reject is given at one gate"),
+        }
+    }
+}
+
+impl std::error::Error for Invalid {}
+
+impl Command {
+    /// The command a word and the text after it ask for: `--force` at the
+    /// start of the text breaks glass (it means nothing to `hold`, `unhold`,
+    /// `status` and `help`, where it is part of the reason).
+    pub fn from_verb(verb: Verb, text: Option<String>) -> Self {
+        let Some(kind) = verb.kind_opened() else {
+            return match verb {
+                Verb::Hold => Self::Hold { reason: text },
+                Verb::Unhold => Self::Unhold { reason: text },
+                Verb::Status => Self::Status,
+                _ => Self::Help,
+            };
+        };
+        let (force, reason) = split_force(text);
+        Self::Open {
+            kind,
+            reason,
+            force,
+        }
+    }
+
+    /// Its name in `gatebot_commands_total` and in the audit log's refusals.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Open { kind, .. } => Verb::opening(*kind).as_str(),
+            Self::Reject { .. } => "reject",
+            Self::Close { .. } => "close",
+            Self::Hold { .. } => "hold",
+            Self::Unhold { .. } => "unhold",
+            Self::Freeze { .. } => "freeze",
+            Self::Unfreeze { .. } => "unfreeze",
+            Self::Status => "status",
+            Self::Help => "help",
+        }
+    }
+
+    /// What the person said why, as they said it.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Self::Open { reason, .. }
+            | Self::Reject { reason, .. }
+            | Self::Close { reason }
+            | Self::Hold { reason }
+            | Self::Unhold { reason } => reason.as_deref(),
+            Self::Freeze { reason, .. } => Some(reason),
+            Self::Unfreeze { .. } | Self::Status | Self::Help => None,
+        }
+    }
+
+    /// Whether it breaks glass.
+    pub fn forced(&self) -> bool {
+        matches!(self, Self::Open { force: true, .. })
+    }
+}
+
+/// A freeze's reason as every intake must give it: one line, not empty, at
+/// most [`MAX_FREEZE_REASON`] characters.
+pub fn freeze_reason(reason: &str) -> Result<&str, Invalid> {
+    let reason = reason.trim();
+    let fits = !reason.is_empty()
+        && reason.chars().count() <= MAX_FREEZE_REASON
+        && !reason.chars().any(char::is_control);
+    fits.then_some(reason).ok_or(Invalid::FreezeReason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn force_is_read_only_where_it_opens() {
+        let forced = Command::from_verb(Verb::Promote, Some("--force prod down".into()));
+        assert_eq!(
+            forced,
+            Command::Open {
+                kind: GateKind::Promote,
+                reason: Some("prod down".into()),
+                force: true
+            }
+        );
+        assert_eq!(forced.name(), "promote");
+        let hold = Command::from_verb(Verb::Hold, Some("--force x".into()));
+        assert_eq!(hold.reason(), Some("--force x"));
+        assert!(!hold.forced());
+    }
+
+    #[test]
+    fn a_freeze_reason_is_one_short_line() {
+        assert_eq!(freeze_reason("  incident 12 "), Ok("incident 12"));
+        assert!(freeze_reason("").is_err());
+        assert!(freeze_reason(&"x".repeat(3000)).is_err());
+        assert!(freeze_reason("a\nb").is_err());
+    }
+}
