@@ -38,6 +38,10 @@ pub mod web;
 
 pub mod bootstrap;
 
+// Entry points for the fuzz targets in fuzz/ only.
+#[doc(hidden)]
+pub mod fuzzing;
+
 pub use crate::bootstrap::{app, Gatebot, Options};
 pub use crate::config::Config;
 pub use crate::core::AppState;

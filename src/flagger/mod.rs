@@ -29,7 +29,7 @@ use events::{Event, EventIntake, Taken};
 /// The body of a Flagger webhook call. Unknown fields are ignored.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-struct FlaggerBody {
+pub(crate) struct FlaggerBody {
     name: String,
     namespace: String,
     phase: String,
@@ -38,7 +38,7 @@ struct FlaggerBody {
 }
 
 impl FlaggerBody {
-    fn parse(body: &[u8]) -> Result<Option<Self>, Reject> {
+    pub(crate) fn parse(body: &[u8]) -> Result<Option<Self>, Reject> {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(None);
         }
@@ -56,7 +56,7 @@ impl FlaggerBody {
             .map_err(|e| Reject::bad_request("bad_canary", e.to_string()))
     }
 
-    fn input(self, cluster: Option<ClusterName>) -> Result<CheckInput, Reject> {
+    pub(crate) fn input(self, cluster: Option<ClusterName>) -> Result<CheckInput, Reject> {
         Ok(CheckInput {
             cluster,
             canary: self.canary()?,

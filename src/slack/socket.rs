@@ -119,18 +119,18 @@ struct Live {
 /// types are fine, a missing `envelope_id` is not.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-struct Frame {
+pub(crate) struct Frame {
     #[serde(rename = "type")]
-    kind: String,
-    envelope_id: Option<String>,
-    payload: Option<Value>,
+    pub(crate) kind: String,
+    pub(crate) envelope_id: Option<String>,
+    pub(crate) payload: Option<Value>,
     /// For `disconnect`.
-    reason: Option<String>,
-    retry_attempt: Option<u64>,
+    pub(crate) reason: Option<String>,
+    pub(crate) retry_attempt: Option<u64>,
 }
 
 /// What the acknowledgement carries.
-enum Ack {
+pub(crate) enum Ack {
     Bare,
     /// A slash command's answer, shown to the person at once.
     Text(String),
@@ -542,7 +542,7 @@ impl Pool {
 }
 
 /// The envelope types gatebot names in metrics; anything else is `other`.
-fn envelope_kind(kind: &str) -> &'static str {
+pub(crate) fn envelope_kind(kind: &str) -> &'static str {
     match kind {
         "interactive" => "interactive",
         "slash_commands" => "slash_commands",
@@ -552,7 +552,7 @@ fn envelope_kind(kind: &str) -> &'static str {
 }
 
 /// When the person clicked: Slack's `action_ts` when it is recent, else now.
-fn clicked_at(interaction: &Interaction, now: Millis) -> Millis {
+pub(crate) fn clicked_at(interaction: &Interaction, now: Millis) -> Millis {
     interaction
         .actions
         .first()
@@ -563,7 +563,7 @@ fn clicked_at(interaction: &Interaction, now: Millis) -> Millis {
         .unwrap_or(now)
 }
 
-fn acknowledgement(envelope: &str, ack: Ack) -> String {
+pub(crate) fn acknowledgement(envelope: &str, ack: Ack) -> String {
     match ack {
         Ack::Bare => json!({ "envelope_id": envelope }),
         Ack::Text(text) => json!({
@@ -575,7 +575,7 @@ fn acknowledgement(envelope: &str, ack: Ack) -> String {
 }
 
 /// Slack's documented reasons; anything else is counted as `other`.
-fn disconnect_reason(reason: &str) -> &'static str {
+pub(crate) fn disconnect_reason(reason: &str) -> &'static str {
     match reason {
         "refresh_requested" => "refresh_requested",
         "warning" => "warning",

@@ -8,13 +8,13 @@
 //! to `core::dispatch`, and learns who may act from an [`Authority`] that
 //! bootstrap builds (GitHub's permissions live in another channel).
 
-mod actions;
+pub(crate) mod actions;
 mod events;
-mod pages;
+pub(crate) mod pages;
 mod permit;
-mod session;
-mod setup;
-mod signin;
+pub(crate) mod session;
+pub(crate) mod setup;
+pub(crate) mod signin;
 mod view;
 
 use std::collections::HashMap;

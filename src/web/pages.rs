@@ -305,27 +305,35 @@ fn parse_time(field: &str, text: &str) -> Result<Option<Millis>, Problem> {
     Ok(Some(t.as_millisecond()))
 }
 
-pub async fn audit(
-    State(state): State<AppState>,
-    viewer: Viewer,
-    Query(q): Query<AuditQuery>,
-) -> Result<Response, Problem> {
-    let now = state.clock.now_ms();
+/// What the audit page's query asks for, or a 400 naming the field.
+pub(crate) fn audit_search(
+    q: &AuditQuery,
+    default_repo: Option<&RepoName>,
+) -> Result<AuditSearch, Problem> {
     let gate = if q.gate.trim().is_empty() {
         String::new()
     } else {
-        GateKey::parse(&q.gate, state.config.github.repository.as_ref())
+        GateKey::parse(&q.gate, default_repo)
             .map_err(|e| Problem::bad_request(format!("gate: {e}")))?
             .to_string()
     };
-    let search = AuditSearch {
+    Ok(AuditSearch {
         actor: q.actor.trim().trim_start_matches('@').to_string(),
         repo: q.repo.trim().to_string(),
         gate,
         since: parse_time("since", &q.since)?,
         until: parse_time("until", &q.until)?,
         before: q.before,
-    };
+    })
+}
+
+pub async fn audit(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Query(q): Query<AuditQuery>,
+) -> Result<Response, Problem> {
+    let now = state.clock.now_ms();
+    let search = audit_search(&q, state.config.github.repository.as_ref())?;
     let mut found = state.store.search_audit(&search, page_limit()).await?;
     let more = found.len() > PAGE;
     found.truncate(PAGE);

@@ -170,7 +170,7 @@ impl Session {
         signer.seal("session", &value)
     }
 
-    fn from_cookie(signer: &Signer, sealed: &str, now: Millis) -> Option<Self> {
+    pub(crate) fn from_cookie(signer: &Signer, sealed: &str, now: Millis) -> Option<Self> {
         let value = signer.open("session", sealed)?;
         let mut parts = value.split('.');
         let (login, via, expires, csrf, id, token) = (
