@@ -221,6 +221,16 @@ impl Store {
     /// One batch of one rule in its own transaction; None when another
     /// replica is pruning.
     async fn prune_batch(&self, r: &Rule, cutoff: Millis) -> Result<Option<u64>> {
+        // A read first: a pass with nothing due writes nothing (no write turn,
+        // no transaction).
+        let due = format!("SELECT 1 FROM {} WHERE {} LIMIT 1", r.table, r.selected);
+        let any: Option<i32> = sqlx::query_scalar(&due)
+            .bind(cutoff)
+            .fetch_optional(&self.pool)
+            .await?;
+        if any.is_none() {
+            return Ok(Some(0));
+        }
         let mut tx = self.begin().await?;
         if self.backend == Backend::Postgres {
             let ours: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
