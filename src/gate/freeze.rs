@@ -4,8 +4,9 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::change::{Actor, Millis};
 use super::key::{CanaryRef, GateKey, GateKind, KeyError, Namespace, RepoName, Scope};
-use super::state::{rfc3339, Actor, Millis};
+use super::state::rfc3339;
 
 /// What a freeze covers.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

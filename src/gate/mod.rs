@@ -1,6 +1,7 @@
 //! The domain: gate keys, state and decisions. Knows no HTTP and no database.
 
 pub mod audit;
+pub mod change;
 pub mod cluster;
 pub mod deadline;
 pub mod event;
@@ -15,13 +16,11 @@ pub mod tokens;
 pub mod window;
 
 pub use audit::{AuditAction, DeliveryId};
+pub use change::{Actor, Approval, Change, Check, Millis, Source};
 pub use cluster::{ClusterName, FlaggerTokens};
 pub use key::{
     CanaryRef, GateKey, GateKind, GateName, KeyError, Namespace, PrNumber, RepoName, Scope,
 };
 pub use phase::Phase;
 pub use quorum::{QuorumRule, Tally, Vote};
-pub use state::{
-    decide, wait_step, Actor, Answer, Approval, Change, Channels, Check, Gate, GateStatus, Millis,
-    Seen, Source, Verdict, WaitStep,
-};
+pub use state::{decide, wait_step, Answer, Channels, Gate, GateStatus, Seen, Verdict, WaitStep};

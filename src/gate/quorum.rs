@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::change::{Approval, Change, Check};
 use super::key::{GateKey, GateKind, RepoName, Scope};
-use super::state::{Approval, Change, Check};
 
 /// How many people a kind of gate needs, optionally only in one repository
 /// (PR gates) or namespace. The most specific rule wins.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::state::Millis;
+use super::change::Millis;
 
 /// The reminder a wait is due now: `(how many points have passed, the latest
 /// of them)`, when more have passed than were `sent`. After a pause (a

@@ -7,111 +7,9 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::key::{CanaryRef, GateKey, GateKind, Scope};
+use super::change::{Actor, Approval, Change, Check, Millis};
+use super::key::{GateKey, GateKind, Scope};
 use super::quorum::{self, QuorumRule, Tally, Vote};
-
-/// Unix time in milliseconds.
-pub type Millis = i64;
-
-/// Where a person (or gatebot) acted from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Source {
-    Github,
-    Slack,
-    Api,
-    Cli,
-    Loadtester,
-    Gatebot,
-    /// The pages under /ui.
-    Web,
-}
-
-impl Source {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Github => "github",
-            Self::Slack => "slack",
-            Self::Api => "api",
-            Self::Cli => "cli",
-            Self::Loadtester => "loadtester",
-            Self::Gatebot => "gatebot",
-            Self::Web => "web",
-        }
-    }
-
-    pub fn parse(s: &str) -> Self {
-        match s {
-            "github" => Self::Github,
-            "slack" => Self::Slack,
-            "cli" => Self::Cli,
-            "loadtester" => Self::Loadtester,
-            "gatebot" => Self::Gatebot,
-            "web" => Self::Web,
-            _ => Self::Api,
-        }
-    }
-}
-
-impl fmt::Display for Source {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Actor {
-    pub name: String,
-    pub source: Source,
-}
-
-impl Actor {
-    pub fn new(name: impl Into<String>, source: Source) -> Self {
-        Self {
-            name: name.into(),
-            source,
-        }
-    }
-
-    pub fn gatebot() -> Self {
-        Self::new("gatebot", Source::Gatebot)
-    }
-}
-
-/// Who changed a gate, when and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Change {
-    pub by: Actor,
-    pub reason: Option<String>,
-    pub at: Millis,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Approval {
-    pub id: String,
-    #[serde(flatten)]
-    pub change: Change,
-    pub expires_at: Option<Millis>,
-    /// canary → the revision (Flagger checksum) this approval was first used for.
-    pub pins: BTreeMap<String, String>,
-    /// Everyone whose approvals together opened a gate that needs several
-    /// people, in order; empty when one sufficed.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub approvers: Vec<Actor>,
-    /// Break glass: opened past a freeze, a release window or missing approvals.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub forced: bool,
-    /// For its pinned canaries only (a deadline's rollback): every other
-    /// canary finds the gate closed.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub exclusive: bool,
-}
-
-impl Approval {
-    pub fn expired(&self, now: Millis) -> bool {
-        self.expires_at.is_some_and(|t| t <= now)
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
@@ -173,15 +71,6 @@ impl Gate {
     }
 }
 
-/// What Flagger says when it asks a gate, borrowed from the request: the
-/// steady state copies none of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Check<'a> {
-    pub canary: &'a CanaryRef,
-    pub checksum: &'a str,
-    pub phase: &'a str,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Answer {
@@ -219,6 +108,16 @@ impl Verdict {
             pin: false,
             expired: false,
             forced: false,
+        }
+    }
+
+    fn open(reason: String, pin: bool, forced: bool) -> Self {
+        Self {
+            answer: Answer::Open,
+            reason,
+            pin,
+            expired: false,
+            forced,
         }
     }
 }
@@ -278,62 +177,49 @@ pub fn decide(
                 open_hint(key, channels)
             ))
         },
-        GateStatus::Open(approval) => {
-            let by = &approval.change.by;
-            let mut approved = String::with_capacity(REASON_CAPACITY);
-            write_approved(&mut approved, approval);
-            let forced = approval.forced;
-            if !key.kind.pinned() {
-                return Verdict {
-                    answer: Answer::Open,
-                    reason: approved,
-                    pin: false,
-                    expired: false,
-                    forced,
-                };
-            }
-            let pinned = approval
-                .pins
-                .iter()
-                .find(|(canary, _)| check.canary.is(canary))
-                .map(|(_, revision)| revision);
-            if pinned.is_none() && approval.exclusive {
-                let canaries: Vec<&str> = approval.pins.keys().map(String::as_str).collect();
-                return Verdict::closed(format!(
-                    "{closed}: the approval by {} is for {} only; {}",
-                    by.name,
-                    canaries.join(" and "),
-                    open_hint(key, channels)
-                ));
-            }
-            match pinned {
-                Some(pinned) if *pinned == check.checksum => {
-                    let _ = write!(approved, " for revision {pinned}");
-                    Verdict {
-                        answer: Answer::Open,
-                        reason: approved,
-                        pin: false,
-                        expired: false,
-                        forced,
-                    }
-                }
-                Some(pinned) => Verdict::closed(format!(
-                    "{closed}: the approval by {} was for revision {pinned}, this is revision {}; {}",
-                    by.name,
-                    check.checksum,
-                    open_hint(key, channels)
-                )),
-                None => {
-                    let _ = write!(approved, " for revision {}", check.checksum);
-                    Verdict {
-                        answer: Answer::Open,
-                        reason: approved,
-                        pin: true,
-                        expired: false,
-                        forced,
-                    }
-                }
-            }
+        GateStatus::Open(approval) => approved(key, approval, check, channels),
+    }
+}
+
+/// The answer of an open gate with an approval in force: open for a revision
+/// it is pinned to or can be pinned to now, closed for any other.
+fn approved(key: &GateKey, approval: &Approval, check: &Check, channels: Channels) -> Verdict {
+    let closed = closed_word(key.kind);
+    let by = &approval.change.by;
+    let mut reason = String::with_capacity(REASON_CAPACITY);
+    write_approved(&mut reason, approval);
+    let forced = approval.forced;
+    if !key.kind.pinned() {
+        return Verdict::open(reason, false, forced);
+    }
+    let pinned = approval
+        .pins
+        .iter()
+        .find(|(canary, _)| check.canary.is(canary))
+        .map(|(_, revision)| revision);
+    if pinned.is_none() && approval.exclusive {
+        let canaries: Vec<&str> = approval.pins.keys().map(String::as_str).collect();
+        return Verdict::closed(format!(
+            "{closed}: the approval by {} is for {} only; {}",
+            by.name,
+            canaries.join(" and "),
+            open_hint(key, channels)
+        ));
+    }
+    match pinned {
+        Some(pinned) if *pinned == check.checksum => {
+            let _ = write!(reason, " for revision {pinned}");
+            Verdict::open(reason, false, forced)
+        }
+        Some(pinned) => Verdict::closed(format!(
+            "{closed}: the approval by {} was for revision {pinned}, this is revision {}; {}",
+            by.name,
+            check.checksum,
+            open_hint(key, channels)
+        )),
+        None => {
+            let _ = write!(reason, " for revision {}", check.checksum);
+            Verdict::open(reason, true, forced)
         }
     }
 }
@@ -352,13 +238,7 @@ fn approving(
         let mut reason = String::with_capacity(REASON_CAPACITY);
         write_voted(&mut reason, &votes);
         let _ = write!(reason, " for revision {revision}");
-        Verdict {
-            answer: Answer::Open,
-            reason,
-            pin,
-            expired: false,
-            forced: false,
-        }
+        Verdict::open(reason, pin, false)
     };
     let counting: Vec<&Vote> = tally.counting(check).collect();
     let pinned = tally.pins.iter().find(|(c, _)| check.canary.is(c));
@@ -618,6 +498,8 @@ pub fn wait_step(kind: GateKind, seen: Option<&Seen>, check: &Check, answer: Ans
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::key::CanaryRef;
+    use crate::gate::Source;
 
     /// The unit tests read reasons of a server with GitHub configured.
     fn decide(gate: &Gate, check: &Check, now: Millis) -> Verdict {

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::change::Millis;
 use super::deadline::{deadline_for, Deadline, DeadlineRule};
 use super::key::{CanaryRef, GateKind, Scope};
-use super::state::Millis;
 
 /// The policy's rules for how long waits last and when people are reminded.
 #[derive(Debug, Clone, Default)]

@@ -15,8 +15,8 @@ use jiff::civil::{Date, DateTime, Time, Weekday};
 use jiff::tz::{AmbiguousOffset, TimeZone};
 use jiff::Timestamp;
 
+use super::change::Millis;
 use super::key::GateKind;
-use super::state::Millis;
 
 /// One window of one kind of gate.
 #[derive(Debug, Clone)]

@@ -181,7 +181,7 @@ pub(super) fn wait_from_row(row: &AnyRow) -> Result<WaitRow> {
         ended_at: row.try_get("ended_at")?,
         outcome: row.try_get("outcome")?,
         reminders_sent: row.try_get("reminders_sent")?,
-        cluster: super::waits::cluster_of(row)?,
+        cluster: cluster_of(row)?,
         due_at: row.try_get("due_at")?,
         remind_at: row.try_get("remind_at")?,
     })
@@ -217,4 +217,14 @@ pub(super) fn event_from_row(row: &AnyRow) -> Result<EventRow> {
         flagger_at: row.try_get("flagger_at")?,
         metadata: row.try_get("metadata")?,
     })
+}
+
+/// The cluster a wait's check came from, as stored.
+fn cluster_of(row: &AnyRow) -> Result<Option<crate::gate::ClusterName>> {
+    let text: Option<String> = row.try_get("cluster")?;
+    text.map(|t| {
+        t.parse()
+            .map_err(|e: String| StoreError::Corrupt(format!("wait cluster: {e}")))
+    })
+    .transpose()
 }

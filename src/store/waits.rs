@@ -133,13 +133,3 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 }
-
-/// The cluster a wait's check came from, as stored.
-pub(super) fn cluster_of(row: &sqlx::any::AnyRow) -> Result<Option<ClusterName>> {
-    let text: Option<String> = row.try_get("cluster")?;
-    text.map(|t| {
-        t.parse()
-            .map_err(|e: String| super::StoreError::Corrupt(format!("wait cluster: {e}")))
-    })
-    .transpose()
-}
