@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use gatebot::github::verify::sign;
+use gatebot::testing::github::verify::sign;
 use gatebot::{Config, Options};
 use gatebot_testkit::{fake_github, harness};
 use serde_json::json;

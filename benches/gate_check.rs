@@ -15,7 +15,8 @@
 
 use std::time::{Duration, Instant};
 
-use gatebot::{telemetry, Config, Gatebot};
+use gatebot::testing::telemetry;
+use gatebot::{Config, Gatebot};
 use gatebot_testkit::harness;
 use serde_json::json;
 use sqlx::Connection;

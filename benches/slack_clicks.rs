@@ -107,7 +107,8 @@ async fn main() {
                 .unwrap()
                 .as_secs()
                 .to_string();
-            let sig = gatebot::slack::verify::sign(SECRET.as_bytes(), &ts, body.as_bytes());
+            let sig =
+                gatebot::testing::slack::verify::sign(SECRET.as_bytes(), &ts, body.as_bytes());
             let sent = Instant::now();
             let r = http
                 .post(format!("{base}/webhooks/slack/interactions"))

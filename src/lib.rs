@@ -1,7 +1,8 @@
 //! gatebot: ChatOps gates for Flagger canaries.
 //!
 //! [`Gatebot::start`] builds everything from a [`Config`]; [`app`] is the router
-//! that `main` serves and that tests drive over real HTTP.
+//! it serves and that tests drive over real HTTP; [`main`] is the `gatebot`
+//! command. Everything else is the crate's own.
 //!
 //! Modules are layered; each uses only those in the groups above it
 //! (docs/architecture.md draws it, tests/layering.rs checks it):
@@ -11,37 +12,40 @@
 //! never use each other; and `bootstrap`, which builds and composes them.
 
 // The domain.
-pub mod clock;
-pub mod command;
-pub mod gate;
+pub(crate) mod clock;
+pub(crate) mod command;
+pub(crate) mod gate;
 
 // Support below the core.
-pub mod cache;
-pub mod config;
-pub mod http;
-pub mod metrics;
-pub mod notify;
-pub mod outbound;
-pub mod policy;
-pub mod store;
-pub mod telemetry;
-pub mod templates;
+pub(crate) mod cache;
+pub(crate) mod config;
+pub(crate) mod http;
+pub(crate) mod metrics;
+pub(crate) mod notify;
+pub(crate) mod outbound;
+pub(crate) mod policy;
+pub(crate) mod store;
+pub(crate) mod telemetry;
+pub(crate) mod templates;
 
-pub mod core;
+pub(crate) mod core;
 
 // Channels.
-pub mod api;
-pub mod flagger;
-pub mod github;
-pub mod slack;
-pub mod web;
+pub(crate) mod api;
+pub(crate) mod flagger;
+pub(crate) mod github;
+pub(crate) mod slack;
+pub(crate) mod web;
 
-pub mod bootstrap;
+pub(crate) mod bootstrap;
 
 // Entry points for the fuzz targets in fuzz/ only.
 #[doc(hidden)]
 pub mod fuzzing;
+// What the tests and benches reach inside for.
+#[doc(hidden)]
+pub mod testing;
 
-pub use crate::bootstrap::{app, Gatebot, Options};
+pub use crate::bootstrap::{app, main, Gatebot, Options};
 pub use crate::config::Config;
 pub use crate::core::AppState;

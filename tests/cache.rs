@@ -106,7 +106,7 @@ async fn cut_listeners(db: &TestDb) -> u64 {
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
          WHERE datname = current_database() AND application_name = $1",
     )
-    .bind(gatebot::store::LISTENER_APPLICATION_NAME)
+    .bind(gatebot::testing::store::LISTENER_APPLICATION_NAME)
     .execute(&mut conn)
     .await
     .unwrap()

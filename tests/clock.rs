@@ -188,7 +188,7 @@ async fn deliver(url: &str, id: &str, payload: &Value) {
         .header("x-github-delivery", id)
         .header(
             "x-hub-signature-256",
-            gatebot::github::verify::sign(GITHUB_SECRET, &body),
+            gatebot::testing::github::verify::sign(GITHUB_SECRET, &body),
         )
         .body(body)
         .send()

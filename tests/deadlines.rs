@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use gatebot::clock::ManualClock;
+use gatebot::testing::clock::ManualClock;
 use gatebot_testkit::chatops::{ChatOps, Setup};
 use gatebot_testkit::flagger::{
     flagger_tokens, pr_hooks, with_token, FlaggerSim, Hook, HookType, Phase, Strategy,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use gatebot::github::verify::sign;
+use gatebot::testing::github::verify::sign;
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::github_payloads::comment;
 use gatebot_testkit::harness::{client, eventually, postgres_url, Backend, TestDb, ADMIN_TOKEN};
@@ -388,7 +388,7 @@ async fn another_replica_takes_a_dead_replicas_command_within_seconds() {
 
     // Longer than a dead replica goes unnoticed, plus a worker's idle poll: the
     // live first replica keeps the command (the fixed wait is the point).
-    let alive_for = gatebot::store::DEAD_AFTER + Duration::from_secs(2);
+    let alive_for = gatebot::testing::store::DEAD_AFTER + Duration::from_secs(2);
     tokio::time::sleep(alive_for).await;
     assert_eq!(
         promote_gate(&second.url, 82).await,

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use gatebot::github::verify::sign;
+use gatebot::testing::github::verify::sign;
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::github_payloads::comment;
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
@@ -39,7 +39,7 @@ async fn enterprise(app: bool) -> Env {
         config.github.token = Some("ghp_test".to_string().into());
     }
     let options = gatebot::Options {
-        worker: Some(gatebot::notify::WorkerSettings {
+        worker: Some(gatebot::testing::notify::WorkerSettings {
             base_backoff: Duration::from_millis(50),
             idle_poll: Duration::from_millis(50),
             ..Default::default()

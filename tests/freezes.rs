@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use gatebot::clock::ManualClock;
+use gatebot::testing::clock::ManualClock;
 use gatebot_testkit::chatops::{ChatOps, Setup};
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
 use gatebot_testkit::harness::{client, Backend, ADMIN_TOKEN};

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use gatebot::clock::ManualClock;
-use gatebot::notify::{Notice, SendError};
+use gatebot::testing::clock::ManualClock;
+use gatebot::testing::notify::{Notice, SendError};
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
 use gatebot_testkit::harness::{
     client, options_with, status, Backend, RecordingSink, TestDb, TestServer, ADMIN_TOKEN,

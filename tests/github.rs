@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use gatebot::github::verify::sign;
+use gatebot::testing::github::verify::sign;
 use gatebot_testkit::fake_github::{Failure, FakeGithub};
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
 use gatebot_testkit::github_payloads::{comment, fixture, github_time, now_ms};
@@ -24,7 +24,7 @@ struct Env {
 
 fn fast_worker() -> gatebot::Options {
     gatebot::Options {
-        worker: Some(gatebot::notify::WorkerSettings {
+        worker: Some(gatebot::testing::notify::WorkerSettings {
             base_backoff: Duration::from_millis(50),
             idle_poll: Duration::from_millis(50),
             ..Default::default()

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use gatebot::github::verify::sign;
+use gatebot::testing::github::verify::sign;
 use gatebot_testkit::chatops::{ChatOps, Setup, GITHUB_SECRET, SLACK_SECRET};
 use gatebot_testkit::fake_slack::post_signed;
 use gatebot_testkit::github_payloads::comment_at;

@@ -27,7 +27,7 @@ fn sha256_hex(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
-fn api_tokens(pairs: &[(&str, &str)]) -> gatebot::config::ApiTokens {
+fn api_tokens(pairs: &[(&str, &str)]) -> gatebot::testing::config::ApiTokens {
     let text: Vec<String> = pairs
         .iter()
         .map(|(name, token)| format!("{name}={}", sha256_hex(token)))
@@ -71,7 +71,7 @@ async fn check(server: &TestServer, gate: &str, checksum: &str) -> (u16, String)
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
         // A store too busy to record the check in time is asked again, as Flagger would.
-        if text != gatebot::core::STORE_BUSY {
+        if text != gatebot::testing::core::STORE_BUSY {
             return (status, text);
         }
     }

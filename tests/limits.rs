@@ -333,12 +333,12 @@ async fn hardened(
 ) -> (String, Gatebot, tokio::task::JoinHandle<()>) {
     let gatebot = Gatebot::start(config).await.expect("gatebot starts");
     let state = gatebot.state.clone();
-    let rest = rest.route("/metrics", get(gatebot::api::health::metrics));
-    let router = gatebot::bootstrap::harden(state.clone(), checks, rest);
+    let rest = rest.route("/metrics", get(gatebot::testing::api::health::metrics));
+    let router = gatebot::testing::bootstrap::harden(state.clone(), checks, rest);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let limits = gatebot::http::server::ServerLimits::from_config(&state.config);
-    let server = tokio::spawn(gatebot::http::server::serve(
+    let limits = gatebot::testing::http::server::ServerLimits::from_config(&state.config);
+    let server = tokio::spawn(gatebot::testing::http::server::serve(
         listener,
         router,
         limits,

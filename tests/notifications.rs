@@ -9,12 +9,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gatebot::clock::{ManualClock, SharedClock};
-use gatebot::github::verify::sign;
-use gatebot::notify::{
+use gatebot::testing::clock::{ManualClock, SharedClock};
+use gatebot::testing::github::verify::sign;
+use gatebot::testing::notify::{
     encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink, WorkerSettings,
 };
-use gatebot::store::{NewJob, QueueItem};
+use gatebot::testing::store::{NewJob, QueueItem};
 use gatebot::Options;
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::fake_slack::FakeSlack;
@@ -161,7 +161,7 @@ async fn burst_on_one_pr_gets_one_edit(backend: Backend) {
         server
             .state
             .store
-            .pending(gatebot::store::QueueName::Outbox)
+            .pending(gatebot::testing::store::QueueName::Outbox)
             .await
             .unwrap()
             == 0

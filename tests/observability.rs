@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use gatebot::clock::{ManualClock, SharedClock};
-use gatebot::notify::WorkerSettings;
+use gatebot::testing::clock::{ManualClock, SharedClock};
+use gatebot::testing::notify::WorkerSettings;
 use gatebot::Options;
 use gatebot_testkit::fake_github::{Failure, FakeGithub};
 use gatebot_testkit::fake_slack::FakeSlack;

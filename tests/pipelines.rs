@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use gatebot::clock::ManualClock;
+use gatebot::testing::clock::ManualClock;
 use gatebot_testkit::chatops::{ChatOps, Setup};
 use gatebot_testkit::fake_slack::Request;
 use gatebot_testkit::flagger::{FlaggerSim, Hook, HookType, Phase, Strategy};

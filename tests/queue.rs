@@ -1,7 +1,7 @@
 //! The durable queues claim in batches and settle in batches: one transaction
 //! each, in the order the jobs were queued, never the same job twice.
 
-use gatebot::store::{NewJob, QueueName, Store};
+use gatebot::testing::store::{NewJob, QueueName, Store};
 use gatebot_testkit::harness::{Backend, TestDb};
 
 gatebot_testkit::on_both_stores!(

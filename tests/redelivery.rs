@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use gatebot::notify::WorkerSettings;
+use gatebot::testing::notify::WorkerSettings;
 use gatebot::{Config, Options};
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::github_payloads::comment_at;

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use gatebot::clock::ManualClock;
+use gatebot::testing::clock::ManualClock;
 use gatebot_testkit::chatops::{ChatOps, Setup};
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
 use gatebot_testkit::harness::Backend;
@@ -174,9 +174,9 @@ async fn each_reminder_point_is_sent_once_until_the_wait_ends(backend: Backend) 
 
 #[test]
 fn a_bad_reminder_point_says_which_and_what_to_write() {
-    let err = gatebot::policy::Policy::parse(
+    let err = gatebot::testing::policy::Policy::parse(
         "[reminders]\nat = [\"30m\", \"later\"]\n",
-        gatebot::config::Permission::Write,
+        gatebot::testing::config::Permission::Write,
         &[],
     )
     .unwrap_err();

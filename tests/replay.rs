@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use gatebot::github::verify::sign;
-use gatebot::store::QueueName;
+use gatebot::testing::github::verify::sign;
+use gatebot::testing::store::QueueName;
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::fake_slack::{post_signed, FakeSlack, Request};
 use gatebot_testkit::github_payloads::{comment, comment_at, fixture, github_time, now_ms};
@@ -20,7 +20,7 @@ const ALICE: &str = "UALICE";
 
 fn options() -> gatebot::Options {
     gatebot::Options {
-        worker: Some(gatebot::notify::WorkerSettings {
+        worker: Some(gatebot::testing::notify::WorkerSettings {
             base_backoff: Duration::from_millis(50),
             idle_poll: Duration::from_millis(50),
             ..Default::default()

@@ -234,7 +234,7 @@ async fn outbox_jobs_are_sent_once_across_replicas_and_survive_a_dead_worker() {
         .into_iter()
         .chain(sink_b.notices())
         .map(|n| match n {
-            gatebot::notify::Notice::GateChanged { gate, .. } => gate.to_string(),
+            gatebot::testing::notify::Notice::GateChanged { gate, .. } => gate.to_string(),
             other => panic!("unexpected {other:?}"),
         })
         .collect();
@@ -245,27 +245,30 @@ async fn outbox_jobs_are_sent_once_across_replicas_and_survive_a_dead_worker() {
     // A replica that dies holding a job: another takes it once the lease runs out.
     a.stop().await;
     b.stop().await;
-    let store = gatebot::store::Store::connect(&db.url).await.unwrap();
+    let store = gatebot::testing::store::Store::connect(&db.url)
+        .await
+        .unwrap();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64;
-    let notice = gatebot::notify::Notice::GateChanged {
-        gate: gatebot::gate::GateKey::parse("/gates/promote/acme/shop/pr/99", None).unwrap(),
-        action: gatebot::gate::AuditAction::Open,
-        actor: gatebot::gate::Actor::new("alice", gatebot::gate::Source::Api),
+    let notice = gatebot::testing::notify::Notice::GateChanged {
+        gate: gatebot::testing::gate::GateKey::parse("/gates/promote/acme/shop/pr/99", None)
+            .unwrap(),
+        action: gatebot::testing::gate::AuditAction::Open,
+        actor: gatebot::testing::gate::Actor::new("alice", gatebot::testing::gate::Source::Api),
         reason: None,
         at: now,
         pr: None,
     };
     let mut tx = store.begin().await.unwrap();
-    gatebot::store::Store::enqueue(&mut tx, &notice.job("test").unwrap(), now)
+    gatebot::testing::store::Store::enqueue(&mut tx, &notice.job("test").unwrap(), now)
         .await
         .unwrap();
     tx.commit().await.unwrap();
     let taken = store
         .claim(
-            gatebot::store::QueueName::Outbox,
+            gatebot::testing::store::QueueName::Outbox,
             "replica-that-died",
             now,
             1500,
@@ -417,7 +420,7 @@ async fn duplicate_deliveries_to_both_replicas_apply_once() {
         config
     };
     let fast = || gatebot::Options {
-        worker: Some(gatebot::notify::WorkerSettings {
+        worker: Some(gatebot::testing::notify::WorkerSettings {
             base_backoff: Duration::from_millis(50),
             idle_poll: Duration::from_millis(50),
             ..Default::default()
@@ -453,7 +456,7 @@ async fn duplicate_deliveries_to_both_replicas_apply_once() {
                 ("x-github-delivery", format!("dup-{n}")),
                 (
                     "x-hub-signature-256",
-                    gatebot::github::verify::sign(GITHUB_SECRET, &body),
+                    gatebot::testing::github::verify::sign(GITHUB_SECRET, &body),
                 ),
             ],
             body,
@@ -471,7 +474,7 @@ async fn duplicate_deliveries_to_both_replicas_apply_once() {
     };
     let slack_headers = |body: &[u8]| {
         let ts = now();
-        let sig = gatebot::slack::verify::sign(SLACK_SECRET.as_bytes(), &ts, body);
+        let sig = gatebot::testing::slack::verify::sign(SLACK_SECRET.as_bytes(), &ts, body);
         vec![
             (
                 "content-type",
@@ -592,7 +595,7 @@ async fn deliver_comment(replica: &str, pr: u64, id: u64, user: &str, text: &str
         .header("x-github-delivery", format!("race-{id}"))
         .header(
             "x-hub-signature-256",
-            gatebot::github::verify::sign(GITHUB_SECRET, &body),
+            gatebot::testing::github::verify::sign(GITHUB_SECRET, &body),
         )
         .body(body)
         .send()
@@ -654,7 +657,7 @@ async fn promote_and_hold_racing_on_two_replicas_end_as_in_some_serial_order() {
     // turned away), so that the pairs race each other as well.
     use futures_util::StreamExt;
     futures_util::stream::iter(sends)
-        .buffer_unordered(gatebot::http::limits::WEBHOOK_BODY_READERS)
+        .buffer_unordered(gatebot::testing::http::limits::WEBHOOK_BODY_READERS)
         .collect::<Vec<()>>()
         .await;
 

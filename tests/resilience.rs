@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use gatebot::github::verify::sign;
+use gatebot::testing::github::verify::sign;
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::github_payloads::comment;
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gatebot::clock::{Clock, ManualClock, SharedClock};
+use gatebot::testing::clock::{Clock, ManualClock, SharedClock};
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer};
 use serde_json::json;
 use sqlx::{AnyConnection, Connection};

@@ -2,8 +2,8 @@
 //! JSON the API shows is the text it always was, and a row whose key does not
 //! parse is reported as corrupt, never skipped.
 
-use gatebot::gate::{Actor, AuditAction, CanaryRef, DeliveryId, GateKey, Source};
-use gatebot::store::{AuditEntry, Store, StoreError};
+use gatebot::testing::gate::{Actor, AuditAction, CanaryRef, DeliveryId, GateKey, Source};
+use gatebot::testing::store::{AuditEntry, Store, StoreError};
 use gatebot_testkit::harness::{Backend, TestDb};
 use serde_json::json;
 use sqlx::AnyPool;

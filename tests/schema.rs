@@ -15,7 +15,7 @@ struct Schema {
 
 async fn migrated(backend: Backend) -> (TestDb, AnyConnection) {
     let db = TestDb::new(backend).await;
-    gatebot::store::Store::connect(&db.url)
+    gatebot::testing::store::Store::connect(&db.url)
         .await
         .expect("migrates")
         .close()

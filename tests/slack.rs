@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gatebot::clock::{ManualClock, SharedClock};
-use gatebot::notify::WorkerSettings;
+use gatebot::testing::clock::{ManualClock, SharedClock};
+use gatebot::testing::notify::WorkerSettings;
 use gatebot::Options;
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::fake_slack::{post_signed, FakeSlack, Request};
@@ -107,7 +107,7 @@ async fn released(hooks: Vec<Hook>) -> FlaggerSim {
 impl Env {
     fn now_secs(&self) -> i64 {
         match &self.clock {
-            Some(c) => gatebot::clock::Clock::now_secs(c.as_ref()),
+            Some(c) => gatebot::testing::clock::Clock::now_secs(c.as_ref()),
             None => std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap()
@@ -537,7 +537,7 @@ async fn late_second_click_and_slack_retry_change_nothing(backend: Backend) {
         .header("x-slack-retry-reason", "http_timeout")
         .header(
             "x-slack-signature",
-            gatebot::slack::verify::sign(SECRET.as_bytes(), &ts, body.as_bytes()),
+            gatebot::testing::slack::verify::sign(SECRET.as_bytes(), &ts, body.as_bytes()),
         )
         .body(body)
         .send()
@@ -702,7 +702,7 @@ async fn pr_author_may_not_approve_own_pr_from_slack() {
         .header("x-github-delivery", "d-44")
         .header(
             "x-hub-signature-256",
-            gatebot::github::verify::sign("github-secret", &body),
+            gatebot::testing::github::verify::sign("github-secret", &body),
         )
         .body(body)
         .send()

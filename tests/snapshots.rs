@@ -16,9 +16,9 @@ use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
-use gatebot::clock::{Clock, ManualClock, SharedClock};
-use gatebot::notify::WorkerSettings;
-use gatebot::store::QueueName;
+use gatebot::testing::clock::{Clock, ManualClock, SharedClock};
+use gatebot::testing::notify::WorkerSettings;
+use gatebot::testing::store::QueueName;
 use gatebot::Options;
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::fake_slack::{post_signed, FakeSlack, Request};
@@ -271,7 +271,7 @@ impl Env {
             .header("x-github-delivery", delivery)
             .header(
                 "x-hub-signature-256",
-                gatebot::github::verify::sign(GITHUB_SECRET, &body),
+                gatebot::testing::github::verify::sign(GITHUB_SECRET, &body),
             )
             .body(body)
             .send()

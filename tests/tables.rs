@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use gatebot::gate::{GateKey, PrNumber, RepoName};
-use gatebot::github::pushes;
-use gatebot::slack::record::{self, Decision, Ended, Final, Posted, WaitInfo};
-use gatebot::store::{StatusComment, Store};
+use gatebot::testing::gate::{GateKey, PrNumber, RepoName};
+use gatebot::testing::github::pushes;
+use gatebot::testing::slack::record::{self, Decision, Ended, Final, Posted, WaitInfo};
+use gatebot::testing::store::{StatusComment, Store};
 use gatebot_testkit::harness::{Backend, TestDb};
 use serde_json::json;
 use sqlx::{AnyPool, Row};
@@ -49,10 +49,10 @@ async fn pr_authors_round_trip(backend: Backend) {
     let (_db, store) = store(backend).await;
     let repo = repo();
     assert_eq!(store.pr_author(&repo, PrNumber(42)).await.unwrap(), None);
-    gatebot::core::authors::remember(&store, &repo, PrNumber(42), "alice", 10)
+    gatebot::testing::core::authors::remember(&store, &repo, PrNumber(42), "alice", 10)
         .await
         .unwrap();
-    gatebot::core::authors::remember(&store, &repo, PrNumber(42), "alice", 20)
+    gatebot::testing::core::authors::remember(&store, &repo, PrNumber(42), "alice", 20)
         .await
         .unwrap();
     assert_eq!(

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use gatebot::github::verify::sign;
+use gatebot::testing::github::verify::sign;
 use gatebot_testkit::fake_github::{Failure, FakeGithub};
 use gatebot_testkit::github_payloads::comment;
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb};

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use gatebot::github::verify::sign;
+use gatebot::testing::github::verify::sign;
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::github_payloads::comment;
 use gatebot_testkit::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
@@ -38,7 +38,7 @@ async fn one_promote_costs_three_inbox_transactions(backend: Backend) {
     config.github.token = Some("ghp_test".to_string().into());
     config.github.api_url = github.url.clone();
     let options = gatebot::Options {
-        worker: Some(gatebot::notify::WorkerSettings {
+        worker: Some(gatebot::testing::notify::WorkerSettings {
             base_backoff: Duration::from_millis(50),
             idle_poll: Duration::from_millis(50),
             ..Default::default()

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use gatebot::config::UiMode;
+use gatebot::testing::config::UiMode;
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::harness::{
     options_with, Backend, RecordingSink, TestDb, TestServer, ADMIN_TOKEN,
@@ -71,7 +71,7 @@ async fn check(
             .await
             .unwrap();
         let status = r.status().as_u16();
-        if r.text().await.unwrap() != gatebot::core::STORE_BUSY {
+        if r.text().await.unwrap() != gatebot::testing::core::STORE_BUSY {
             return status;
         }
     }

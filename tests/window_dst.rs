@@ -12,11 +12,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gatebot::clock::{ManualClock, SharedClock};
-use gatebot::config::Permission;
-use gatebot::gate::key::GateKind;
-use gatebot::gate::window::{Calendar, WindowCache, WindowState};
-use gatebot::policy::Policy;
+use gatebot::testing::clock::{ManualClock, SharedClock};
+use gatebot::testing::config::Permission;
+use gatebot::testing::gate::window::{Calendar, WindowCache, WindowState};
+use gatebot::testing::gate::GateKind;
+use gatebot::testing::policy::Policy;
 use gatebot::Options;
 use gatebot_testkit::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use jiff::civil::{DateTime, Time, Weekday};

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gatebot::clock::{ManualClock, SharedClock};
+use gatebot::testing::clock::{ManualClock, SharedClock};
 use gatebot::Options;
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
 use gatebot_testkit::harness::{Backend, TestDb, TestServer, ADMIN_TOKEN};
@@ -117,7 +117,7 @@ fn a_bad_window_says_which_and_what_to_write() {
         ("[[windows]]\nkind = \"promote\"\ndays = [\"funday\"]\nfrom = \"08:00\"\nto = \"16:00\"\n", "day `funday`"),
         ("holidays = [\"christmas\"]\n", "holidays[0]"),
     ] {
-        let err = gatebot::policy::Policy::parse(text, gatebot::config::Permission::Write, &[])
+        let err = gatebot::testing::policy::Policy::parse(text, gatebot::testing::config::Permission::Write, &[])
             .unwrap_err();
         let err = format!("{err:#}");
         assert!(err.contains(says), "{text}: {err}");

@@ -2,10 +2,12 @@
 //! clients, the engine, the workers; composes the router; serves and stops.
 //! The only module that knows every channel.
 
+mod entry;
 mod router;
 mod tasks;
 mod web_access;
 
+pub use entry::main;
 pub use router::{app, app_with, harden, Webhooks};
 
 use std::future::Future;

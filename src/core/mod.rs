@@ -28,8 +28,6 @@ pub mod unit;
 pub mod watch;
 
 pub use app::{AppState, Shared};
-pub use check::Checked;
-pub use page::GatePage;
 pub use read::{CanarySeen, GateDetail, GateSummary};
 
 use std::collections::{BTreeMap, HashMap, HashSet};

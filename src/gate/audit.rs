@@ -158,9 +158,8 @@ pub mod as_text {
     /// The same for an optional field (`null` when absent).
     pub mod option {
         use std::fmt::Display;
-        use std::str::FromStr;
 
-        use serde::{Deserialize, Deserializer, Serializer};
+        use serde::Serializer;
 
         pub fn serialize<T: Display, S: Serializer>(
             value: &Option<T>,
@@ -170,17 +169,6 @@ pub mod as_text {
                 Some(v) => s.collect_str(v),
                 None => s.serialize_none(),
             }
-        }
-
-        pub fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
-        where
-            T: FromStr,
-            T::Err: Display,
-            D: Deserializer<'de>,
-        {
-            Option::<String>::deserialize(d)?
-                .map(|text| text.parse().map_err(serde::de::Error::custom))
-                .transpose()
         }
     }
 

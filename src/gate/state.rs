@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::time::{Duration, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::change::{Actor, Approval, Change, Check, Millis};
+use super::change::{Approval, Change, Check, Millis};
 use super::key::{GateKey, GateKind, Scope};
 use super::quorum::{self, QuorumRule, Tally, Vote};
 
@@ -499,7 +499,7 @@ pub fn wait_step(kind: GateKind, seen: Option<&Seen>, check: &Check, answer: Ans
 mod tests {
     use super::*;
     use crate::gate::key::CanaryRef;
-    use crate::gate::Source;
+    use crate::gate::{Actor, Source};
 
     /// The unit tests read reasons of a server with GitHub configured.
     fn decide(gate: &Gate, check: &Check, now: Millis) -> Verdict {

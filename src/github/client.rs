@@ -189,8 +189,6 @@ pub struct HookDelivery {
 #[derive(Debug, Clone, Deserialize)]
 pub struct PullInfo {
     #[serde(default)]
-    pub state: String,
-    #[serde(default)]
     pub merged: bool,
     #[serde(default)]
     pub user: Option<PullUser>,

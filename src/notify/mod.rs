@@ -17,7 +17,7 @@ use crate::gate::audit::as_text;
 use crate::gate::{Actor, AuditAction, CanaryRef, GateKey, Millis, PrNumber, RepoName};
 use crate::store::{NewJob, QueueItem, QueueName};
 
-pub use worker::{Drain, Idle, Worker, WorkerSettings};
+pub use worker::{Drain, Worker, WorkerSettings};
 
 /// Something people may want to hear about. Stored as the payload of jobs:
 /// keys and canaries are kept as their text, so payloads queued before these

@@ -36,14 +36,12 @@ use crate::gate::{
     Actor, Answer, AuditAction, CanaryRef, DeliveryId, Gate, GateKey, GateStatus, Millis, Source,
 };
 
-pub use gate_events::{GateEvent, GateEvents, GATES_CHANNEL, LISTENER_APPLICATION_NAME};
-pub use loading::SeenRow;
-pub use named::{Link, NamedCounts, NamedGate, NamedSpec};
-pub use notify::WaitBrief;
+pub use gate_events::{GateEvent, GateEvents, LISTENER_APPLICATION_NAME};
+pub use named::{Link, NamedGate, NamedSpec};
 pub use prs::StatusComment;
 pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};
-pub use replicas::{ClockReading, DEAD_AFTER, HEARTBEAT_EVERY};
-pub use retention::{Pruned, Retention};
+pub use replicas::{DEAD_AFTER, HEARTBEAT_EVERY};
+pub use retention::Retention;
 pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};
 pub use slack::{SlackDecision, SlackEnding, SlackFinal, SlackMessage};
 pub use tx::{WriteHealth, WriteTx};

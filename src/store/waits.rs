@@ -2,8 +2,6 @@
 //! reminder is due. Housekeeping asks only for the waits that are due, by an
 //! index, so a pass costs the same however many other canaries wait.
 
-use sqlx::Row;
-
 use super::{Result, Store, WriteTx};
 use crate::gate::{CanaryRef, ClusterName, GateKey, Millis};
 

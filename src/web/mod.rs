@@ -103,10 +103,6 @@ impl Web {
             stream_lifetime: (config.idle_timeout / 2).min(Duration::from_secs(60)),
         })
     }
-
-    pub fn mode(&self) -> UiMode {
-        self.mode
-    }
 }
 
 /// The routes under `/ui` (none when `GATEBOT_UI=off`), and `/` sending people there.

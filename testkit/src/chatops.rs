@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gatebot::clock::{Clock, ManualClock, SharedClock};
-use gatebot::github::verify::sign;
-use gatebot::notify::WorkerSettings;
+use gatebot::testing::clock::{Clock, ManualClock, SharedClock};
+use gatebot::testing::github::verify::sign;
+use gatebot::testing::notify::WorkerSettings;
 use gatebot::{Config, Options};
 use serde_json::{json, Value};
 

@@ -753,7 +753,7 @@ async fn send(inner: &Arc<Inner>, event: &str, guid: &str, body: Vec<u8>, redeli
         .header("x-github-delivery", guid)
         .header(
             "x-hub-signature-256",
-            gatebot::github::verify::sign(&hook.secret, &body),
+            gatebot::testing::github::verify::sign(&hook.secret, &body),
         )
         .body(body.clone())
         .send()

@@ -821,7 +821,7 @@ async fn post(url: &str, body: &str, timeout: Duration) -> (Option<u16>, String)
 /// The hooks a Canary for pull request `pr` points at gatebot (at `base`): the
 /// start, promote and rollback gates of the PR, and the event hook.
 /// `GATEBOT_FLAGGER_TOKENS` for `(cluster, token)` pairs: each token's SHA-256.
-pub fn flagger_tokens(pairs: &[(&str, &str)]) -> gatebot::gate::FlaggerTokens {
+pub fn flagger_tokens(pairs: &[(&str, &str)]) -> gatebot::testing::gate::FlaggerTokens {
     use sha2::Digest;
     let setting: Vec<String> = pairs
         .iter()

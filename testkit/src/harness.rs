@@ -4,9 +4,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gatebot::clock::SharedClock;
-use gatebot::notify::{BoxFuture, Drain, Handler, Notice, PayloadError, SendError, Sink};
-use gatebot::store::{NewJob, QueueItem, QueueName};
+use gatebot::testing::clock::SharedClock;
+use gatebot::testing::notify::{BoxFuture, Drain, Handler, Notice, PayloadError, SendError, Sink};
+use gatebot::testing::store::{NewJob, QueueItem, QueueName};
 use gatebot::{AppState, Config, Gatebot, Options};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -393,7 +393,7 @@ pub fn options_with(sink: &Arc<RecordingSink>, clock: Option<SharedClock>) -> Op
     Options {
         clock,
         sinks: vec![sink.clone() as Arc<dyn Sink>],
-        worker: Some(gatebot::notify::WorkerSettings {
+        worker: Some(gatebot::testing::notify::WorkerSettings {
             base_backoff: Duration::from_millis(50),
             idle_poll: Duration::from_millis(50),
             ..Default::default()

@@ -1,0 +1,122 @@
+//! The `gatebot` binary's body, so that `main.rs` is one line and the
+//! library's surface stays small.
+
+use std::process::ExitCode;
+
+use super::Gatebot;
+use crate::config::{Cli, Command, Config, Setting};
+use crate::telemetry;
+use anyhow::Context;
+use clap::FromArgMatches;
+
+/// The `gatebot` command: every subcommand, its exit code, and its errors on stderr.
+pub fn main() -> ExitCode {
+    if let Err(e) = crate::config::load_dotenv().and_then(|()| crate::config::load_secret_files()) {
+        eprintln!("gatebot: {e:#}");
+        return ExitCode::from(2);
+    }
+    let command = crate::config::cli();
+    let matches = command.clone().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Where each setting came from, for check-config.
+    let settings = match (
+        command.find_subcommand("check-config"),
+        matches.subcommand_matches("check-config"),
+    ) {
+        (Some(sub), Some(m)) => crate::config::settings(sub, m),
+        _ => Vec::new(),
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gatebot: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Serve(config) => serve(*config).await.map(|()| ExitCode::SUCCESS),
+            Command::Gates(args) => crate::api::cli::run(args).await.map(|()| ExitCode::SUCCESS),
+            Command::CheckConfig(config) => check_config(*config, settings)
+                .await
+                .map(|()| ExitCode::SUCCESS),
+            Command::Wait(args) => Ok(wait(args).await),
+            Command::Freeze(args) => crate::api::cli::freeze(args)
+                .await
+                .map(|()| ExitCode::SUCCESS),
+            Command::Unfreeze(args) => crate::api::cli::unfreeze(args)
+                .await
+                .map(|()| ExitCode::SUCCESS),
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gatebot: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// 0 approved, 1 rejected (or retired, or timed out), 2 cannot tell.
+async fn wait(args: crate::config::WaitArgs) -> ExitCode {
+    // The pipeline token is the one a pipeline has; the admin token also works.
+    let token = args.token.clone().or_else(|| {
+        std::env::var("GATEBOT_ADMIN_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty())
+            .map(Into::into)
+    });
+    match crate::api::wait::run(&args, token).await {
+        Ok(decided) => {
+            println!("{}", decided.message);
+            ExitCode::from(if decided.approved { 0 } else { 1 })
+        }
+        Err(e) => {
+            eprintln!("gatebot: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    telemetry::init(config.log_format);
+    // Registered before anything else, so a SIGTERM during start-up is still graceful.
+    let stop = shutdown_signal()?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let gatebot = Gatebot::start(config).await?;
+    tracing::info!(
+        addr = %listener.local_addr()?,
+        store = gatebot.state.store.backend().as_str(),
+        "gatebot listening"
+    );
+    gatebot.serve(listener, stop).await
+}
+
+async fn check_config(config: Config, settings: Vec<Setting>) -> anyhow::Result<()> {
+    let report = crate::api::cli::check_config(config, &settings).await;
+    print!("{}", report.text);
+    if report.ok {
+        Ok(())
+    } else {
+        anyhow::bail!("the configuration has problems (see above)")
+    }
+}
+
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    #[cfg(unix)]
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    Ok(async move {
+        #[cfg(unix)]
+        let term = term.recv();
+        #[cfg(not(unix))]
+        let term = std::future::pending::<Option<()>>();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = term => {},
+        }
+    })
+}
