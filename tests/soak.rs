@@ -96,6 +96,10 @@ struct Soak {
     /// One on SQLite; two on PostgreSQL, taking requests in turn.
     replicas: Vec<Option<Served>>,
     turn: AtomicUsize,
+    /// Answers that said "try again" (a check past its deadline, a 503): a
+    /// replica just restarted, or the machine is loaded. Flagger and pipelines
+    /// try again; so does the soak, and it says how often.
+    busy: AtomicUsize,
     day: u64,
     prs_per_day: u64,
     http: reqwest::Client,
@@ -179,12 +183,42 @@ impl Soak {
     }
 
     async fn post(&self, path: &str, token: Option<&str>, body: &Value) -> (u16, String) {
-        let mut request = self.http.post(self.url(path)).json(body);
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
+        self.post_to(&self.url(path), token, body).await
+    }
+
+    async fn post_to(&self, url: &str, token: Option<&str>, body: &Value) -> (u16, String) {
+        self.send(|| {
+            let request = self.http.post(url).json(body);
+            match token {
+                Some(token) => request.bearer_auth(token),
+                None => request,
+            }
+        })
+        .await
+    }
+
+    async fn delete(&self, path: &str, token: &str) -> (u16, String) {
+        let url = self.url(path);
+        self.send(|| self.http.delete(&url).bearer_auth(token))
+            .await
+    }
+
+    /// Sends a request, again on the same replica while it says "try again",
+    /// for at most 10 s: what Flagger's next poll and a pipeline's retry do.
+    async fn send(&self, request: impl Fn() -> reqwest::RequestBuilder) -> (u16, String) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = request().send().await.expect("gatebot answers");
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap_or_default();
+            let busy =
+                status == 503 || (status == 403 && text == gatebot::testing::core::STORE_BUSY);
+            if !busy || Instant::now() > deadline {
+                return (status, text);
+            }
+            self.busy.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let r = request.send().await.expect("gatebot answers");
-        (r.status().as_u16(), r.text().await.unwrap_or_default())
     }
 
     async fn admin(&self, path: &str, body: Value) -> (u16, String) {
@@ -252,14 +286,8 @@ impl Soak {
                     // Another replica sees a freeze within seconds (docs/policy.md).
                     assert_eq!(self.check(&e.gate, &e).await, 403, "frozen");
                 }
-                let lift = self
-                    .http
-                    .delete(self.url(&format!("/api/v1/freezes?scope={scope}")))
-                    .bearer_auth(ADMIN_TOKEN)
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(lift.status().as_u16(), 200);
+                let lift = format!("/api/v1/freezes?scope={scope}");
+                assert_eq!(self.delete(&lift, ADMIN_TOKEN).await.0, 200);
                 self.passes(&e).await;
                 return e;
             }
@@ -306,14 +334,9 @@ impl Soak {
         let gate = format!("/gates/promote/named/{name}");
         let open = json!({"gate": gate, "reason": "soak"});
         assert_eq!(self.admin("/api/v1/gates/open", open).await.0, 200);
-        let retire = self
-            .http
-            .delete(self.url(&format!("/api/v1/gates/promote/named/{name}")))
-            .bearer_auth(PIPELINE_TOKEN)
-            .send()
-            .await
-            .unwrap();
-        assert!(retire.status().is_success(), "retire: {}", retire.status());
+        let retire = format!("/api/v1/gates/promote/named/{name}");
+        let (status, text) = self.delete(&retire, PIPELINE_TOKEN).await;
+        assert!((200..300).contains(&status), "retire: {status} {text}");
     }
 
     /// Every approval acknowledged today still answers 200, applied once, and
@@ -331,12 +354,14 @@ impl Soak {
             self.day
         );
         for e in today {
+            let body = json!({"name": e.canary, "namespace": e.namespace,
+                              "phase": "Progressing", "checksum": e.revision});
+            let url = self.url(&e.gate);
+            let (status, text) = self.post_to(&url, None, &body).await;
             assert_eq!(
-                self.check(&e.gate, e).await,
-                200,
-                "day {}: the approval of {} was lost",
-                self.day,
-                e.gate
+                status, 200,
+                "day {}: the approval of {} was lost ({url}: {text})",
+                self.day, e.gate
             );
             assert_eq!(
                 self.opens(&e.gate).await,
@@ -456,6 +481,7 @@ async fn soak(backend: Backend, replicas: usize) {
         db: TestDb::new(backend).await,
         replicas: (0..replicas).map(|_| None).collect(),
         turn: AtomicUsize::new(0),
+        busy: AtomicUsize::new(0),
         day: 0,
         prs_per_day: plan.prs_per_day,
         http: client(),
@@ -485,6 +511,10 @@ async fn soak(backend: Backend, replicas: usize) {
         }
         soak.stop_all();
     }
+    eprintln!(
+        "answers that said \"try again\", tried again: {}",
+        soak.busy.load(Ordering::Relaxed)
+    );
     if std::env::var("GATEBOT_SOAK_RETENTION").as_deref() != Ok("off") {
         assert_flat(&weeks);
     }
