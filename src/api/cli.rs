@@ -2,14 +2,19 @@
 
 use anyhow::{bail, Context};
 use secrecy::ExposeSecret;
-use serde_json::{json, Value};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::json;
 
+use super::wire::{FreezeList, FreezeView, GateLine, GateList, GateView, Lifted};
 use crate::config::{GatesAction, GatesArgs, Setting};
 use crate::gate::state::rfc3339;
+use crate::gate::{Gate, GateStatus};
 
 pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
     let base = args.server.trim_end_matches('/').to_string();
     let client = crate::outbound::client(&args.outbound, std::time::Duration::from_secs(15))?;
+    let has_token = args.token.is_some();
     let auth = |req: reqwest::RequestBuilder| {
         let req = req
             .header("x-gatebot-source", "cli")
@@ -19,58 +24,58 @@ pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
             None => req,
         }
     };
-    let (req, what) = match &args.action {
-        GatesAction::List => {
-            let gates = list_all(&base, args.token.is_some(), |url| auth(client.get(url))).await?;
-            let value = json!({ "gates": gates });
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&value)?);
-            } else {
-                print_list(&value);
-            }
-            return Ok(());
-        }
-        GatesAction::Show { gate } => (
-            client.get(format!("{base}/api/v1/gates/{}", api_path(gate))),
-            "show the gate",
-        ),
-        GatesAction::Open { gate, reason } => (
-            client
-                .post(format!("{base}/api/v1/gates/open"))
-                .json(&json!({ "gate": gate, "reason": reason })),
-            "open the gate",
-        ),
-        GatesAction::Close { gate, reason } => (
-            client
-                .post(format!("{base}/api/v1/gates/close"))
-                .json(&json!({ "gate": gate, "reason": reason })),
-            "close the gate",
-        ),
-    };
-    let has_token = args.token.is_some();
-    let value = call(auth(req), &base, what)
-        .await
-        .map_err(|e| token_hint(e, has_token))?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&value)?);
-        return Ok(());
-    }
     match &args.action {
-        GatesAction::List => print_list(&value),
-        GatesAction::Show { .. } => print_detail(&value),
-        GatesAction::Open { .. } | GatesAction::Close { .. } => {
-            println!(
-                "{} is {}",
-                value["key"].as_str().unwrap_or("?"),
-                value["state"].as_str().unwrap_or("?")
-            );
+        GatesAction::List => {
+            let gates = list_all(&base, has_token, |url| auth(client.get(url))).await?;
+            match args.json {
+                true => print_json(&json!({ "gates": gates }))?,
+                false => print_list(&gates),
+            }
+        }
+        GatesAction::Show { gate } => {
+            let req = auth(client.get(format!("{base}/api/v1/gates/{}", api_path(gate))));
+            let view: GateView = call(req, &base, "show the gate")
+                .await
+                .map_err(|e| token_hint(e, has_token))?;
+            match args.json {
+                true => print_json(&view)?,
+                false => print_detail(&view),
+            }
+        }
+        GatesAction::Open { gate, reason } | GatesAction::Close { gate, reason } => {
+            let (path, what) = match &args.action {
+                GatesAction::Open { .. } => ("open", "open the gate"),
+                _ => ("close", "close the gate"),
+            };
+            let req = client
+                .post(format!("{base}/api/v1/gates/{path}"))
+                .json(&json!({ "gate": gate, "reason": reason }));
+            let gate: Gate = call(auth(req), &base, what)
+                .await
+                .map_err(|e| token_hint(e, has_token))?;
+            match args.json {
+                true => print_json(&gate)?,
+                false => println!("{} is {}", gate.key, gate.status.name()),
+            }
         }
     }
     Ok(())
 }
 
-/// Sends one request and returns its JSON answer, or says what went wrong.
-async fn call(req: reqwest::RequestBuilder, base: &str, what: &str) -> anyhow::Result<Value> {
+/// An answer as `--json` shows it: through a `serde_json::Value`, keys in
+/// alphabetical order.
+fn print_json(answer: &impl Serialize) -> anyhow::Result<()> {
+    let value = serde_json::to_value(answer)?;
+    println!("{}", serde_json::to_string_pretty(&value)?);
+    Ok(())
+}
+
+/// Sends one request and reads its answer, or says what went wrong.
+async fn call<T: DeserializeOwned>(
+    req: reqwest::RequestBuilder,
+    base: &str,
+    what: &str,
+) -> anyhow::Result<T> {
     let response = req.send().await.map_err(|e| {
         anyhow::anyhow!(
             "cannot reach gatebot at {base} ({}): is it running? Set --server or GATEBOT_SERVER",
@@ -90,7 +95,9 @@ async fn call(req: reqwest::RequestBuilder, base: &str, what: &str) -> anyhow::R
         }
         .into());
     }
-    serde_json::from_str(&body).context("the server did not answer JSON")
+    serde_json::from_str(&body).with_context(|| {
+        format!("could not {what}: the server's answer is not what this gatebot reads (is it another version?)")
+    })
 }
 
 /// The server said no; [`token_hint`] adds whose token is missing.
@@ -124,7 +131,7 @@ async fn list_all(
     base: &str,
     has_token: bool,
     get: impl Fn(String) -> reqwest::RequestBuilder,
-) -> anyhow::Result<Vec<Value>> {
+) -> anyhow::Result<Vec<GateLine>> {
     let mut gates = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
@@ -133,18 +140,16 @@ async fn list_all(
             url.push_str("&cursor=");
             url.extend(form_urlencoded::byte_serialize(c.as_bytes()));
         }
-        let mut page = call(get(url), base, "list gates")
+        let page: GateList = call(get(url), base, "list gates")
             .await
             .map_err(|e| token_hint(e, has_token))?;
-        if let Some(list) = page["gates"].as_array_mut() {
-            gates.append(list);
-        }
-        match page["next"].as_str() {
+        gates.extend(page.gates);
+        match page.next {
             // A cursor that does not move would loop forever.
-            Some(next) if cursor.as_deref() == Some(next) => {
+            Some(next) if cursor.as_deref() == Some(next.as_str()) => {
                 bail!("the server's gate list repeats the page after {next}")
             }
-            Some(next) => cursor = Some(next.to_string()),
+            Some(next) => cursor = Some(next),
             None => return Ok(gates),
         }
     }
@@ -162,75 +167,58 @@ fn local_user() -> String {
         .unwrap_or_else(|_| "cli".into())
 }
 
-fn print_list(value: &Value) {
-    let gates = value["gates"].as_array().cloned().unwrap_or_default();
+fn print_list(gates: &[GateLine]) {
     if gates.is_empty() {
         println!("no gates yet: point a Flagger webhook at /gates/<kind>/pr/<n>");
         return;
     }
     println!("{:<48} {:<7} {:<24} CANARIES", "GATE", "STATE", "BY");
     for g in gates {
-        let by = g["by"]["name"]
-            .as_str()
-            .map(|n| format!("{n} ({})", g["by"]["source"].as_str().unwrap_or("")));
-        let canaries: Vec<String> = g["canaries"]
-            .as_array()
-            .map(|cs| {
-                cs.iter()
-                    .map(|c| {
-                        let waiting = if c["waiting_since"].is_null() {
-                            ""
-                        } else {
-                            " waiting"
-                        };
-                        format!(
-                            "{}@{}{waiting}",
-                            c["canary"].as_str().unwrap_or("?"),
-                            c["checksum"].as_str().unwrap_or("?")
-                        )
-                    })
-                    .collect()
+        let by = g.by.as_ref().map(|a| format!("{} ({})", a.name, a.source));
+        let canaries: Vec<String> = g
+            .canaries
+            .iter()
+            .map(|c| {
+                let waiting = if c.waiting_since.is_some() {
+                    " waiting"
+                } else {
+                    ""
+                };
+                format!("{}@{}{waiting}", c.canary, c.checksum)
             })
-            .unwrap_or_default();
+            .collect();
         println!(
             "{:<48} {:<7} {:<24} {}",
-            g["gate"].as_str().unwrap_or("?"),
-            g["state"].as_str().unwrap_or("?"),
+            g.gate,
+            g.state,
             by.unwrap_or_else(|| "-".into()),
             canaries.join(", ")
         );
     }
 }
 
-fn print_detail(value: &Value) {
-    println!("gate:  {}", value["key"].as_str().unwrap_or("?"));
-    println!("state: {}", state_line(value));
-    if let Some(by) = value["change"]["by"]["name"]
-        .as_str()
-        .or(value["by"]["name"].as_str())
-    {
-        println!("by:    {by}");
+fn print_detail(view: &GateView) {
+    println!("gate:  {}", view.gate.key);
+    println!("state: {}", state_line(view));
+    if let Some(change) = view.change() {
+        println!("by:    {}", change.by.name);
     }
-    for o in value["observations"].as_array().into_iter().flatten() {
+    for o in &view.observations {
         println!(
             "canary {} revision {} phase {}: {} ({})",
-            o["canary"].as_str().unwrap_or("?"),
-            o["checksum"].as_str().unwrap_or("?"),
-            o["phase"].as_str().unwrap_or("?"),
-            o["answer"].as_str().unwrap_or("?"),
-            o["reason"].as_str().unwrap_or("")
+            o.canary, o.checksum, o.phase, o.answer, o.reason
         );
     }
     println!("history:");
-    for a in value["audit"].as_array().into_iter().flatten() {
+    for a in &view.audit {
         println!(
             "  {} {:<7} {} via {}{}",
-            a["at"].as_i64().map(rfc3339).unwrap_or_default(),
-            a["action"].as_str().unwrap_or("?"),
-            a["actor"]["name"].as_str().unwrap_or("?"),
-            a["actor"]["source"].as_str().unwrap_or("?"),
-            a["reason"]
-                .as_str()
+            rfc3339(a.at),
+            a.action.as_str(),
+            a.actor.name,
+            a.actor.source,
+            a.reason
+                .as_deref()
                 .map(|r| format!(": {r}"))
                 .unwrap_or_default()
         );
@@ -239,26 +227,27 @@ fn print_detail(value: &Value) {
 
 /// The gate's state, and when it is open but some canary is answered closed
 /// (pinned to another revision, a freeze…), which and why, in the same line.
-fn state_line(value: &Value) -> String {
-    let state = value["state"].as_str().unwrap_or("?");
-    let closed: Vec<String> = value["observations"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|o| state == "open" && o["answer"].as_str() == Some("closed"))
+fn state_line(view: &GateView) -> String {
+    let GateStatus::Open(approval) = &view.gate.status else {
+        return view.gate.status.name().to_string();
+    };
+    let closed: Vec<String> = view
+        .observations
+        .iter()
+        .filter(|o| o.answer == "closed")
         .map(|o| {
-            let canary = o["canary"].as_str().unwrap_or("?");
-            let at = o["checksum"].as_str().unwrap_or("?");
-            match value["pins"][canary].as_str() {
+            let canary = o.canary.to_string();
+            let at = &o.checksum;
+            match approval.pins.get(&canary) {
                 Some(pinned) if pinned != at => format!(
                     "{canary}: it is at revision {at}, and the approval is pinned to its revision {pinned}"
                 ),
-                _ => format!("{canary}: {}", o["reason"].as_str().unwrap_or("?")),
+                _ => format!("{canary}: {}", o.reason),
             }
         })
         .collect();
     if closed.is_empty() {
-        return state.to_string();
+        return "open".to_string();
     }
     format!("open, but closed for {}", closed.join("; "))
 }
@@ -501,22 +490,15 @@ pub async fn freeze(args: crate::config::FreezeArgs) -> anyhow::Result<()> {
     let (base, client) = client_for(&args.server)?;
     let has_token = args.server.token.is_some();
     let Some(reason) = args.reason else {
-        let value = call(
-            authed(&args.server, client.get(format!("{base}/api/v1/freezes"))),
-            &base,
-            "list freezes",
-        )
-        .await
-        .map_err(|e| token_hint(e, has_token))?;
-        let freezes = value["freezes"]
-            .as_array()
-            .cloned()
-            .context("the server's answer has no list of freezes")?;
-        if freezes.is_empty() {
+        let req = authed(&args.server, client.get(format!("{base}/api/v1/freezes")));
+        let list: FreezeList = call(req, &base, "list freezes")
+            .await
+            .map_err(|e| token_hint(e, has_token))?;
+        if list.freezes.is_empty() {
             println!("nothing is frozen");
         }
-        for f in freezes {
-            println!("{}", f["line"].as_str().unwrap_or("?"));
+        for f in list.freezes {
+            println!("{}", f.line);
         }
         return Ok(());
     };
@@ -524,17 +506,11 @@ pub async fn freeze(args: crate::config::FreezeArgs) -> anyhow::Result<()> {
         "scope": args.scope.as_deref().unwrap_or("all"), "reason": reason,
         "for": args.for_, "until": args.until,
     });
-    let value = call(
-        authed(
-            &args.server,
-            client.post(format!("{base}/api/v1/freezes")).json(&body),
-        ),
-        &base,
-        "freeze",
-    )
-    .await
-    .map_err(|e| token_hint(e, has_token))?;
-    println!("{}", value["line"].as_str().unwrap_or("frozen"));
+    let req = client.post(format!("{base}/api/v1/freezes")).json(&body);
+    let freeze: FreezeView = call(authed(&args.server, req), &base, "freeze")
+        .await
+        .map_err(|e| token_hint(e, has_token))?;
+    println!("{}", freeze.line);
     Ok(())
 }
 
@@ -547,14 +523,12 @@ pub async fn unfreeze(args: crate::config::UnfreezeArgs) -> anyhow::Result<()> {
         "{base}/api/v1/freezes?scope={}",
         form_urlencoded::byte_serialize(scope.as_bytes()).collect::<String>()
     );
-    let value = call(authed(&args.server, client.delete(url)), &base, "unfreeze")
+    let answer: Lifted = call(authed(&args.server, client.delete(url)), &base, "unfreeze")
         .await
         .map_err(|e| token_hint(e, has_token))?;
-    let lifted = value["lifted"].as_array().map_or(0, Vec::len);
-    if lifted == 0 {
-        println!("nothing was frozen in {scope}");
-    } else {
-        println!("lifted {lifted} freeze(s) of {scope}");
+    match answer.lifted.len() {
+        0 => println!("nothing was frozen in {scope}"),
+        n => println!("lifted {n} freeze(s) of {scope}"),
     }
     Ok(())
 }
