@@ -257,19 +257,63 @@ pub struct ConfigReport {
     pub text: String,
 }
 
+impl ConfigReport {
+    fn line(&mut self, line: impl std::fmt::Display) {
+        use std::fmt::Write;
+        let _ = writeln!(self.text, "{line}");
+    }
+
+    fn problem(&mut self, problem: impl std::fmt::Display) {
+        self.ok = false;
+        self.line(format_args!("problem:         {problem}"));
+    }
+
+    fn warning(&mut self, warning: impl std::fmt::Display) {
+        self.line(format_args!("warning:         {warning}"));
+    }
+}
+
 /// `gatebot check-config`: what is configured, what is wrong, and whether the store opens.
 pub async fn check_config(
     config: crate::Config,
     settings: &[crate::config::Setting],
 ) -> ConfigReport {
-    use std::fmt::Write;
-    let mut text = String::new();
-    let mut ok = true;
-    // Each setting, where it came from; never a secret's value.
+    let mut report = ConfigReport {
+        ok: true,
+        text: String::new(),
+    };
+    list_settings(&mut report, &config, settings);
+    summarise(&mut report, &config, settings);
+    check_parts(&mut report, &config);
+    match crate::store::Store::connect(&config.database_url).await {
+        Ok(store) => {
+            report.line(format_args!(
+                "store:           {} (reachable, migrated)",
+                store.backend().as_str()
+            ));
+            store.close().await;
+        }
+        Err(e) => report.problem(format_args!("{e:#}")),
+    }
+    report.line(if report.ok {
+        "configuration OK"
+    } else {
+        "configuration has problems"
+    });
+    report
+}
+
+/// Each setting, where it came from (never a secret's value), and what an
+/// unset one means.
+fn list_settings(report: &mut ConfigReport, config: &crate::Config, settings: &[Setting]) {
     let width = settings.iter().map(|s| s.env.len()).max().unwrap_or(0);
     for s in settings {
-        let value = setting_value(s, &config);
-        let _ = writeln!(text, "{:<width$} {:<12} {value}", s.env, s.origin.as_str());
+        let value = setting_value(s, config);
+        report.line(format_args!(
+            "{:<width$} {:<12} {value}",
+            s.env,
+            s.origin.as_str()
+        ));
     }
     for s in settings
         .iter()
@@ -278,22 +322,32 @@ pub async fn check_config(
         .filter(|s| !(s.env == "GATEBOT_GITHUB_TOKEN" && config.github.app_id.is_some()))
     {
         if let Some(meaning) = crate::config::unset_meaning(&s.env) {
-            let _ = writeln!(text, "{} unset: {meaning}", s.env);
+            report.line(format_args!("{} unset: {meaning}", s.env));
         }
     }
+}
+
+/// What the server will do: where it listens, who may use it, which channels are on.
+fn summarise(report: &mut ConfigReport, config: &crate::Config, settings: &[Setting]) {
     let gh = &config.github;
     let sl = &config.slack;
-    let _ = writeln!(text, "listen:          {}", config.listen);
-    let _ = writeln!(text, "approval TTL:    {}", approval_ttl(&config, settings));
-    let _ = writeln!(text, "operator API:    {}", operators(&config));
+    report.line(format_args!("listen:          {}", config.listen));
+    report.line(format_args!(
+        "approval TTL:    {}",
+        approval_ttl(config, settings)
+    ));
+    report.line(format_args!("operator API:    {}", operators(config)));
     let github = match (&gh.token, gh.app_id) {
         (Some(_), _) => "token",
         (None, Some(_)) => "GitHub App",
         (None, None) => "off",
     };
-    let _ = writeln!(text, "github:          {github} (API {})", gh.api_url);
+    report.line(format_args!(
+        "github:          {github} (API {})",
+        gh.api_url
+    ));
     if let Some(repo) = &gh.repository {
-        let _ = writeln!(text, "default repo:    {repo}");
+        report.line(format_args!("default repo:    {repo}"));
     }
     let slack = match (
         sl.bot_token.is_some(),
@@ -305,80 +359,51 @@ pub async fn check_config(
         (true, false, true) => "on, Socket Mode",
         (true, _, false) => "on, HTTP",
     };
-    let _ = writeln!(
-        text,
+    report.line(format_args!(
         "slack:           {slack} (API {}), {} approver(s)",
         sl.api_url,
         sl.approvers.len()
-    );
-    let _ = writeln!(
-        text,
+    ));
+    report.line(format_args!(
         "outbound:        {}",
         crate::outbound::describe(&config.outbound)
-    );
+    ));
+}
+
+/// The parts built from the settings: outbound clients, templates, the
+/// Flagger door, the policy file; each problem and warning.
+fn check_parts(report: &mut ConfigReport, config: &crate::Config) {
     if let Err(e) = crate::outbound::builder(&config.outbound) {
-        ok = false;
-        let _ = writeln!(text, "problem:         {e:#}");
+        report.problem(format_args!("{e:#}"));
     }
     for problem in config.problems() {
-        ok = false;
-        let _ = writeln!(text, "problem:         {problem}");
+        report.problem(problem);
     }
     for warning in config.warnings() {
-        let _ = writeln!(text, "warning:         {warning}");
+        report.warning(warning);
     }
     if let Err(e) = crate::templates::Templates::new(config.templates_dir.clone()) {
-        ok = false;
-        let _ = writeln!(text, "problem:         {e:#}");
+        report.problem(format_args!("{e:#}"));
     }
-    let _ = writeln!(
-        text,
+    report.line(format_args!(
         "flagger:         {}",
         flagger_door(config.flagger_tokens())
-    );
-    match crate::policy::Policy::from_config(&config) {
+    ));
+    match crate::policy::Policy::from_config(config) {
         Ok(policy) => {
             if let Some(path) = &config.policy {
-                let _ = writeln!(
-                    text,
+                report.line(format_args!(
                     "policy:          {} ({} deadline rule(s))",
                     path.display(),
                     policy.deadlines().len()
-                );
+                ));
             }
             for warning in policy.door_warnings(config.flagger_tokens()) {
-                let _ = writeln!(text, "warning:         {warning}");
+                report.warning(warning);
             }
         }
-        Err(e) => {
-            ok = false;
-            let _ = writeln!(text, "problem:         {e:#}");
-        }
+        Err(e) => report.problem(format_args!("{e:#}")),
     }
-    match crate::store::Store::connect(&config.database_url).await {
-        Ok(store) => {
-            let _ = writeln!(
-                text,
-                "store:           {} (reachable, migrated)",
-                store.backend().as_str()
-            );
-            store.close().await;
-        }
-        Err(e) => {
-            ok = false;
-            let _ = writeln!(text, "problem:         {e:#}");
-        }
-    }
-    let _ = writeln!(
-        text,
-        "{}",
-        if ok {
-            "configuration OK"
-        } else {
-            "configuration has problems"
-        }
-    );
-    ConfigReport { ok, text }
 }
 
 /// What check-config shows for a setting: never a secret, but the store's URL
