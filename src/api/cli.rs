@@ -1,7 +1,7 @@
 //! `gatebot gates …`: the operator API from a terminal.
 
 use anyhow::{bail, Context};
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::json;
@@ -12,31 +12,23 @@ use crate::gate::state::rfc3339;
 use crate::gate::{Gate, GateStatus};
 
 pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
-    let base = args.server.trim_end_matches('/').to_string();
-    let client = crate::outbound::client(&args.outbound, std::time::Duration::from_secs(15))?;
-    let has_token = args.token.is_some();
-    let auth = |req: reqwest::RequestBuilder| {
-        let req = req
-            .header("x-gatebot-source", "cli")
-            .header("x-gatebot-actor", local_user());
-        match &args.token {
-            Some(t) => req.bearer_auth(t.expose_secret()),
-            None => req,
-        }
-    };
+    let server = Server::new(
+        &args.server,
+        args.token.clone(),
+        &args.outbound,
+        local_user(),
+    )?;
     match &args.action {
         GatesAction::List => {
-            let gates = list_all(&base, has_token, |url| auth(client.get(url))).await?;
+            let gates = list_all(&server).await?;
             match args.json {
                 true => print_json(&json!({ "gates": gates }))?,
                 false => print_list(&gates),
             }
         }
         GatesAction::Show { gate } => {
-            let req = auth(client.get(format!("{base}/api/v1/gates/{}", api_path(gate))));
-            let view: GateView = call(req, &base, "show the gate")
-                .await
-                .map_err(|e| token_hint(e, has_token))?;
+            let path = format!("/api/v1/gates/{}", api_path(gate));
+            let view: GateView = server.call(server.get(&path), "show the gate").await?;
             match args.json {
                 true => print_json(&view)?,
                 false => print_detail(&view),
@@ -44,15 +36,13 @@ pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
         }
         GatesAction::Open { gate, reason } | GatesAction::Close { gate, reason } => {
             let (path, what) = match &args.action {
-                GatesAction::Open { .. } => ("open", "open the gate"),
-                _ => ("close", "close the gate"),
+                GatesAction::Open { .. } => ("/api/v1/gates/open", "open the gate"),
+                _ => ("/api/v1/gates/close", "close the gate"),
             };
-            let req = client
-                .post(format!("{base}/api/v1/gates/{path}"))
+            let req = server
+                .request(reqwest::Method::POST, path)
                 .json(&json!({ "gate": gate, "reason": reason }));
-            let gate: Gate = call(auth(req), &base, what)
-                .await
-                .map_err(|e| token_hint(e, has_token))?;
+            let gate: Gate = server.call(req, what).await?;
             match args.json {
                 true => print_json(&gate)?,
                 false => println!("{} is {}", gate.key, gate.status.name()),
@@ -70,34 +60,100 @@ fn print_json(answer: &impl Serialize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Sends one request and reads its answer, or says what went wrong.
-async fn call<T: DeserializeOwned>(
+/// The operator API as the commands call it.
+pub(super) struct Server {
+    base: String,
+    client: reqwest::Client,
+    token: Option<SecretString>,
+    /// Who runs the command, as the server is told (a claim; the token is who).
+    actor: String,
+}
+
+impl Server {
+    pub(super) fn new(
+        server: &str,
+        token: Option<SecretString>,
+        outbound: &crate::config::OutboundConfig,
+        actor: String,
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            base: server.trim_end_matches('/').to_string(),
+            client: crate::outbound::client(outbound, std::time::Duration::from_secs(15))?,
+            token,
+            actor,
+        })
+    }
+
+    /// A request to `path`, from the CLI, with the token if there is one.
+    pub(super) fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let req = self
+            .client
+            .request(method, format!("{}{path}", self.base))
+            .header("x-gatebot-source", "cli")
+            .header("x-gatebot-actor", &self.actor);
+        match &self.token {
+            Some(t) => req.bearer_auth(t.expose_secret()),
+            None => req,
+        }
+    }
+
+    pub(super) fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.request(reqwest::Method::GET, path)
+    }
+
+    /// Sends one request and reads its answer, or says what went wrong.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+        what: &str,
+    ) -> anyhow::Result<T> {
+        let base = &self.base;
+        let (status, body) = exchange(req).await.map_err(|e| match e {
+            NoAnswer::Unreachable(why) => anyhow::anyhow!(
+                "cannot reach gatebot at {base} ({why}): is it running? Set --server or GATEBOT_SERVER"
+            ),
+            NoAnswer::CutOff(e) => e,
+        })?;
+        if !status.is_success() {
+            let refused = Refused {
+                what: what.to_string(),
+                status: status.as_u16(),
+                body: body.trim().to_string(),
+            };
+            return Err(token_hint(refused, self.token.is_some()));
+        }
+        read(&body).with_context(|| format!("could not {what}"))
+    }
+}
+
+/// Why a request got no answer.
+pub(super) enum NoAnswer {
+    /// Not sent, or nothing came back: the reason.
+    Unreachable(String),
+    CutOff(anyhow::Error),
+}
+
+/// Sends one request: the answer's status and body.
+pub(super) async fn exchange(
     req: reqwest::RequestBuilder,
-    base: &str,
-    what: &str,
-) -> anyhow::Result<T> {
-    let response = req.send().await.map_err(|e| {
-        anyhow::anyhow!(
-            "cannot reach gatebot at {base} ({}): is it running? Set --server or GATEBOT_SERVER",
-            crate::outbound::why(&e)
-        )
-    })?;
+) -> Result<(reqwest::StatusCode, String), NoAnswer> {
+    let response = req
+        .send()
+        .await
+        .map_err(|e| NoAnswer::Unreachable(crate::outbound::why(&e)))?;
     let status = response.status();
     let body = response
         .text()
         .await
-        .context("the server's answer was cut off")?;
-    if !status.is_success() {
-        return Err(Refused {
-            what: what.to_string(),
-            status: status.as_u16(),
-            body: body.trim().to_string(),
-        }
-        .into());
-    }
-    serde_json::from_str(&body).with_context(|| {
-        format!("could not {what}: the server's answer is not what this gatebot reads (is it another version?)")
-    })
+        .context("the server's answer was cut off")
+        .map_err(NoAnswer::CutOff)?;
+    Ok((status, body))
+}
+
+/// An answer the server wrote (`wire`), or why it is not one.
+pub(super) fn read<T: DeserializeOwned>(body: &str) -> anyhow::Result<T> {
+    serde_json::from_str(body)
+        .context("the server's answer is not what this gatebot reads (is it another version?)")
 }
 
 /// The server said no; [`token_hint`] adds whose token is missing.
@@ -111,10 +167,7 @@ struct Refused {
 
 /// Says where an admin-token refusal is fixed: this command's environment, or
 /// the server's (whose own answer says so when it has no token).
-fn token_hint(e: anyhow::Error, has_token: bool) -> anyhow::Error {
-    let Some(refused) = e.downcast_ref::<Refused>() else {
-        return e;
-    };
+fn token_hint(refused: Refused, has_token: bool) -> anyhow::Error {
     let hint = match (refused.status, has_token) {
         (401, false) => " (this command has no token: set GATEBOT_ADMIN_TOKEN for this command to the server's token or your own)",
         (401, true) => " (this command's GATEBOT_ADMIN_TOKEN is not the server's: use the token `gatebot serve` runs with, or your own)",
@@ -127,22 +180,16 @@ fn token_hint(e: anyhow::Error, has_token: bool) -> anyhow::Error {
 }
 
 /// Every gate, following the list's pages.
-async fn list_all(
-    base: &str,
-    has_token: bool,
-    get: impl Fn(String) -> reqwest::RequestBuilder,
-) -> anyhow::Result<Vec<GateLine>> {
+async fn list_all(server: &Server) -> anyhow::Result<Vec<GateLine>> {
     let mut gates = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let mut url = format!("{base}/api/v1/gates?limit={}", super::MAX_PAGE);
+        let mut path = format!("/api/v1/gates?limit={}", super::MAX_PAGE);
         if let Some(c) = &cursor {
-            url.push_str("&cursor=");
-            url.extend(form_urlencoded::byte_serialize(c.as_bytes()));
+            path.push_str("&cursor=");
+            path.extend(form_urlencoded::byte_serialize(c.as_bytes()));
         }
-        let page: GateList = call(get(url), base, "list gates")
-            .await
-            .map_err(|e| token_hint(e, has_token))?;
+        let page: GateList = server.call(server.get(&path), "list gates").await?;
         gates.extend(page.gates);
         match page.next {
             // A cursor that does not move would loop forever.
@@ -156,7 +203,7 @@ async fn list_all(
 }
 
 /// `/gates/promote/pr/42`, `gates/promote/pr/42` and `promote/pr/42` all name one gate.
-fn api_path(gate: &str) -> String {
+pub(super) fn api_path(gate: &str) -> String {
     let g = gate.trim().trim_matches('/');
     g.strip_prefix("gates/").unwrap_or(g).to_string()
 }
@@ -491,34 +538,22 @@ fn operators(config: &crate::Config) -> String {
     }
 }
 
-fn client_for(server: &crate::config::ServerArgs) -> anyhow::Result<(String, reqwest::Client)> {
-    let base = server.server.trim_end_matches('/').to_string();
-    let client = crate::outbound::client(&server.outbound, std::time::Duration::from_secs(15))?;
-    Ok((base, client))
-}
-
-fn authed(
-    server: &crate::config::ServerArgs,
-    req: reqwest::RequestBuilder,
-) -> reqwest::RequestBuilder {
-    let req = req
-        .header("x-gatebot-source", "cli")
-        .header("x-gatebot-actor", local_user());
-    match &server.token {
-        Some(t) => req.bearer_auth(t.expose_secret()),
-        None => req,
-    }
+fn server_of(args: &crate::config::ServerArgs) -> anyhow::Result<Server> {
+    Server::new(
+        &args.server,
+        args.token.clone(),
+        &args.outbound,
+        local_user(),
+    )
 }
 
 /// `gatebot freeze [scope] --reason … [--for 2h | --until …]`, or the list.
 pub async fn freeze(args: crate::config::FreezeArgs) -> anyhow::Result<()> {
-    let (base, client) = client_for(&args.server)?;
-    let has_token = args.server.token.is_some();
+    let server = server_of(&args.server)?;
     let Some(reason) = args.reason else {
-        let req = authed(&args.server, client.get(format!("{base}/api/v1/freezes")));
-        let list: FreezeList = call(req, &base, "list freezes")
-            .await
-            .map_err(|e| token_hint(e, has_token))?;
+        let list: FreezeList = server
+            .call(server.get("/api/v1/freezes"), "list freezes")
+            .await?;
         if list.freezes.is_empty() {
             println!("nothing is frozen");
         }
@@ -531,26 +566,24 @@ pub async fn freeze(args: crate::config::FreezeArgs) -> anyhow::Result<()> {
         "scope": args.scope.as_deref().unwrap_or("all"), "reason": reason,
         "for": args.for_, "until": args.until,
     });
-    let req = client.post(format!("{base}/api/v1/freezes")).json(&body);
-    let freeze: FreezeView = call(authed(&args.server, req), &base, "freeze")
-        .await
-        .map_err(|e| token_hint(e, has_token))?;
+    let req = server
+        .request(reqwest::Method::POST, "/api/v1/freezes")
+        .json(&body);
+    let freeze: FreezeView = server.call(req, "freeze").await?;
     println!("{}", freeze.line);
     Ok(())
 }
 
 /// `gatebot unfreeze [scope]`.
 pub async fn unfreeze(args: crate::config::UnfreezeArgs) -> anyhow::Result<()> {
-    let (base, client) = client_for(&args.server)?;
-    let has_token = args.server.token.is_some();
+    let server = server_of(&args.server)?;
     let scope = args.scope.as_deref().unwrap_or("all");
-    let url = format!(
-        "{base}/api/v1/freezes?scope={}",
+    let path = format!(
+        "/api/v1/freezes?scope={}",
         form_urlencoded::byte_serialize(scope.as_bytes()).collect::<String>()
     );
-    let answer: Lifted = call(authed(&args.server, client.delete(url)), &base, "unfreeze")
-        .await
-        .map_err(|e| token_hint(e, has_token))?;
+    let req = server.request(reqwest::Method::DELETE, &path);
+    let answer: Lifted = server.call(req, "unfreeze").await?;
     match answer.lifted.len() {
         0 => println!("nothing was frozen in {scope}"),
         n => println!("lifted {n} freeze(s) of {scope}"),

@@ -165,6 +165,16 @@ async fn run(state: &AppState, request: &Request) -> Result<Gate, Reject> {
         .ok_or_else(|| Reject::unavailable("the command changed no gate"))
 }
 
+/// The gate a reader's list is filtered by, once the reader's token is checked.
+fn gate_read(
+    state: &AppState,
+    headers: &HeaderMap,
+    gate: Option<&str>,
+) -> Result<Option<GateKey>, Reject> {
+    reader(&state.config, headers)?;
+    gate.map(|g| parse_key(state, g)).transpose()
+}
+
 #[derive(Debug, Deserialize)]
 pub struct WaitsQuery {
     #[serde(default)]
@@ -177,12 +187,7 @@ pub async fn waits(
     headers: HeaderMap,
     Query(q): Query<WaitsQuery>,
 ) -> Result<Json<Value>, Reject> {
-    reader(&state.config, &headers)?;
-    let key = q
-        .gate
-        .as_deref()
-        .map(|g| parse_key(&state, g))
-        .transpose()?;
+    let key = gate_read(&state, &headers, q.gate.as_deref())?;
     let waits = state.store.waits(key.as_ref(), q.open, 500).await?;
     answer_json(&WaitList { waits })
 }
@@ -198,12 +203,7 @@ pub async fn audit(
     headers: HeaderMap,
     Query(q): Query<AuditQuery>,
 ) -> Result<Json<Value>, Reject> {
-    reader(&state.config, &headers)?;
-    let key = q
-        .gate
-        .as_deref()
-        .map(|g| parse_key(&state, g))
-        .transpose()?;
+    let key = gate_read(&state, &headers, q.gate.as_deref())?;
     let audit = state
         .store
         .audit_log(key.as_ref(), q.limit.unwrap_or(200).clamp(1, 5000))

@@ -2,12 +2,10 @@
 //! It asks the API (`GET /api/v1/gates/…`) until the gate opens (exit 0) or
 //! is closed, rejected or retired after the wait began (exit 1).
 
-use std::time::Duration;
-
-use anyhow::Context;
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use tokio::time::Instant;
 
+use super::cli::{api_path, exchange, read, NoAnswer, Server};
 use super::wire::GateView;
 use crate::config::WaitArgs;
 use crate::gate::state::rfc3339;
@@ -28,23 +26,14 @@ enum Failed {
 }
 
 pub async fn run(args: &WaitArgs, token: Option<SecretString>) -> anyhow::Result<Decided> {
-    let base = args.server.trim_end_matches('/');
-    let gate = args.gate.trim().trim_matches('/');
-    let gate = gate.strip_prefix("gates/").unwrap_or(gate);
-    let url = format!("{base}/api/v1/gates/{gate}");
-    let client = crate::outbound::client(&args.outbound, Duration::from_secs(15))?;
+    let gate = api_path(&args.gate);
+    let path = format!("/api/v1/gates/{gate}");
+    let server = Server::new(&args.server, token, &args.outbound, "pipeline".into())?;
     let deadline = Instant::now() + args.timeout;
     let mut since: Option<Since> = None;
     let mut last_error = None;
     loop {
-        let mut req = client
-            .get(&url)
-            .header("x-gatebot-source", "cli")
-            .header("x-gatebot-actor", "pipeline");
-        if let Some(t) = &token {
-            req = req.bearer_auth(t.expose_secret());
-        }
-        match fetch(req).await {
+        match fetch(server.get(&path)).await {
             Ok(gate) => {
                 last_error = None;
                 if let Some(decided) = decide(&gate, &mut since) {
@@ -78,22 +67,14 @@ pub async fn run(args: &WaitArgs, token: Option<SecretString>) -> anyhow::Result
 }
 
 async fn fetch(req: reqwest::RequestBuilder) -> Result<GateView, Failed> {
-    let response = req.send().await.map_err(|e| {
-        Failed::Transient(anyhow::anyhow!(
-            "cannot reach gatebot ({})",
-            crate::outbound::why(&e)
-        ))
+    let (status, body) = exchange(req).await.map_err(|e| match e {
+        NoAnswer::Unreachable(why) => {
+            Failed::Transient(anyhow::anyhow!("cannot reach gatebot ({why})"))
+        }
+        NoAnswer::CutOff(e) => Failed::Transient(e),
     })?;
-    let status = response.status();
-    let body = response
-        .text()
-        .await
-        .context("the server's answer was cut off")
-        .map_err(Failed::Transient)?;
     if status.is_success() {
-        return serde_json::from_str(&body)
-            .context("the server's answer is not what this gatebot reads (is it another version?)")
-            .map_err(Failed::Fatal);
+        return read(&body).map_err(Failed::Fatal);
     }
     let e = anyhow::anyhow!("gatebot answered {status}: {}", body.trim());
     if status.is_server_error() || status.as_u16() == 429 || status.as_u16() == 408 {

@@ -32,19 +32,7 @@ pub struct GateLine {
     /// Opened by break glass.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub forced: bool,
-    pub canaries: Vec<CanaryLine>,
-}
-
-/// A canary at a listed gate: what it last asked and was answered.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CanaryLine {
-    pub canary: String,
-    pub checksum: String,
-    pub phase: String,
-    pub answer: String,
-    pub reason: String,
-    pub last_seen: Millis,
-    pub waiting_since: Option<Millis>,
+    pub canaries: Vec<CanarySeen>,
 }
 
 /// `GET /api/v1/gates/{key}`: one gate in full.
@@ -142,21 +130,7 @@ impl From<GateSummary> for GateLine {
             expires_at: s.expires_at,
             approvals: s.approvals,
             forced: s.forced,
-            canaries: s.canaries.into_iter().map(CanaryLine::from).collect(),
-        }
-    }
-}
-
-impl From<CanarySeen> for CanaryLine {
-    fn from(c: CanarySeen) -> Self {
-        Self {
-            canary: c.canary,
-            checksum: c.checksum,
-            phase: c.phase,
-            answer: c.answer,
-            reason: c.reason,
-            last_seen: c.last_seen,
-            waiting_since: c.waiting_since,
+            canaries: s.canaries,
         }
     }
 }
