@@ -417,6 +417,20 @@ impl SlackSink {
         }
     }
 
+    /// The wait's posted message and what it shows now; None until it is posted.
+    async fn posted(&self, wait_id: i64) -> Result<Option<(Posted, record::View)>, SendError> {
+        let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(wait_id))
+            .await
+            .map_err(store_err)?
+        else {
+            return Ok(None);
+        };
+        let view = record::view(&self.store, posted.info.clone())
+            .await
+            .map_err(store_err)?;
+        Ok(Some((posted, view)))
+    }
+
     /// A thread reply under the waiting message, unless someone decided or the
     /// wait ended since the reminder was queued.
     async fn remind(
@@ -428,15 +442,9 @@ impl SlackSink {
         waited: &str,
         mentions: &[String],
     ) -> Result<(), SendError> {
-        let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(wait_id))
-            .await
-            .map_err(store_err)?
-        else {
+        let Some((posted, view)) = self.posted(wait_id).await? else {
             return Ok(());
         };
-        let view = record::view(&self.store, posted.info.clone())
-            .await
-            .map_err(store_err)?;
         let ended = self
             .store
             .wait(wait_id)
@@ -538,15 +546,9 @@ impl SlackSink {
     /// Rewrites a posted message from the stored state (no-op until it is posted:
     /// the post itself renders the latest state).
     async fn refresh(&self, wait_id: i64) -> Result<(), SendError> {
-        let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(wait_id))
-            .await
-            .map_err(store_err)?
-        else {
+        let Some((posted, view)) = self.posted(wait_id).await? else {
             return Ok(());
         };
-        let view = record::view(&self.store, posted.info.clone())
-            .await
-            .map_err(store_err)?;
         let (text, blocks) =
             blocks::wait_message(&self.templates, &view, self.default_repo.as_ref())
                 .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
