@@ -185,3 +185,67 @@ impl GateView {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::gate::freeze::FreezeScope;
+    use crate::gate::Source;
+
+    fn summary(approvals: Option<String>, forced: bool) -> GateSummary {
+        GateSummary {
+            gate: "/gates/promote/acme/shop/pr/1".into(),
+            state: "open",
+            by: Some(Actor::new("alice", Source::Github)),
+            reason: Some("dashboards green".into()),
+            at: Some(5),
+            expires_at: None,
+            approvals,
+            forced,
+            canaries: vec![CanarySeen {
+                canary: "test/app".into(),
+                checksum: "r1".into(),
+                phase: "Progressing".into(),
+                answer: "open".into(),
+                reason: "approved".into(),
+                last_seen: 7,
+                waiting_since: Some(6),
+            }],
+        }
+    }
+
+    /// The bytes the list answered when it was built with `json!` from the core's rows.
+    #[test]
+    fn a_gate_list_is_answered_byte_for_byte_as_before() {
+        let gates = vec![summary(None, false), summary(Some("1 of 2".into()), true)];
+        let before = json!({ "gates": gates, "next": "k" }).to_string();
+        let page = GatePage {
+            gates,
+            next: Some("k".into()),
+        };
+        let now = serde_json::to_value(GateList::from(page)).unwrap();
+        assert_eq!(now.to_string(), before);
+        let read: GateList = serde_json::from_value(now).unwrap();
+        assert_eq!(read.gates[1].approvals.as_deref(), Some("1 of 2"));
+    }
+
+    #[test]
+    fn a_freeze_is_answered_byte_for_byte_as_before() {
+        let f = Freeze {
+            id: 3,
+            scope: FreezeScope::All,
+            reason: "end of year".into(),
+            by: Actor::new("alice", Source::Slack),
+            at: 0,
+            until: Some(7_200_000),
+        };
+        let before = json!({
+            "id": f.id, "scope": f.scope.to_string(), "reason": f.reason,
+            "by": f.by, "at": f.at, "until": f.until, "line": f.reason_line(),
+        });
+        let now = serde_json::to_value(FreezeView::from(&f)).unwrap();
+        assert_eq!(now.to_string(), before.to_string());
+    }
+}
