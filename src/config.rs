@@ -1010,112 +1010,122 @@ pub struct RetentionConfig {
 impl Config {
     /// Values outside what gatebot can work with, each naming its setting and range.
     fn out_of_range(&self) -> Vec<String> {
-        let span = |env, value, min, max| Span {
-            env,
-            value,
-            min,
-            max,
-            zero: None,
-        };
-        let spans = [
-            Span {
-                zero: Some("approvals that never expire"),
-                ..span(
-                    "GATEBOT_APPROVAL_TTL",
-                    self.approval_ttl,
-                    secs(60),
-                    secs(365 * DAY),
-                )
-            },
-            span(
+        let spans = self
+            .timing_spans()
+            .into_iter()
+            .chain(self.retention_spans());
+        let mut out: Vec<String> = spans.filter_map(|s| s.problem()).collect();
+        out.extend(self.counts_out_of_range());
+        out
+    }
+
+    /// Approvals, shutdown, the outbox's timings, timeouts and sessions.
+    fn timing_spans(&self) -> [Span; 9] {
+        [
+            Span::new(
+                "GATEBOT_APPROVAL_TTL",
+                self.approval_ttl,
+                secs(60),
+                secs(365 * DAY),
+            )
+            .or_zero("approvals that never expire"),
+            Span::new(
                 "GATEBOT_SHUTDOWN_TIMEOUT",
                 self.shutdown_timeout,
                 ZERO,
                 secs(3600),
             ),
-            span(
+            Span::new(
                 "GATEBOT_OUTBOX_BACKOFF",
                 self.outbox_backoff,
                 ms(10),
                 secs(600),
             ),
-            span(
+            Span::new(
                 "GATEBOT_OUTBOX_LEASE",
                 self.outbox_lease,
                 secs(1),
                 secs(3600),
             ),
-            span(
+            Span::new(
                 "GATEBOT_HEADER_READ_TIMEOUT",
                 self.header_read_timeout,
                 ms(100),
                 secs(300),
             ),
-            span(
+            Span::new(
                 "GATEBOT_IDLE_TIMEOUT",
                 self.idle_timeout,
                 ms(100),
                 secs(3600),
             ),
-            span(
+            Span::new(
                 "GATEBOT_BODY_READ_TIMEOUT",
                 self.body_read_timeout,
                 ms(100),
                 secs(300),
             ),
-            span(
+            Span::new(
                 "GATEBOT_REQUEST_TIMEOUT",
                 self.request_timeout,
                 ms(100),
                 secs(600),
             ),
-            span(
+            Span::new(
                 "GATEBOT_UI_SESSION_TTL",
                 self.ui.session_ttl,
                 secs(60),
                 secs(30 * DAY),
             ),
-            span(
+        ]
+    }
+
+    /// How long what grows with traffic is kept, and how often it is pruned.
+    fn retention_spans(&self) -> [Span; 6] {
+        [
+            Span::new(
                 "GATEBOT_RETENTION_PAYLOADS",
                 self.retention.payloads,
                 secs(3600),
                 secs(365 * DAY),
             ),
-            span(
+            Span::new(
                 "GATEBOT_RETENTION_DELIVERIES",
                 self.retention.deliveries,
                 secs(DAY),
                 secs(3650 * DAY),
             ),
-            span(
+            Span::new(
                 "GATEBOT_RETENTION_HISTORY",
                 self.retention.history,
                 secs(DAY),
                 secs(3650 * DAY),
             ),
-            Span {
-                zero: Some("an audit log kept for ever"),
-                ..span(
-                    "GATEBOT_RETENTION_AUDIT",
-                    self.retention.audit,
-                    secs(DAY),
-                    secs(3650 * DAY),
-                )
-            },
-            span(
+            Span::new(
+                "GATEBOT_RETENTION_AUDIT",
+                self.retention.audit,
+                secs(DAY),
+                secs(3650 * DAY),
+            )
+            .or_zero("an audit log kept for ever"),
+            Span::new(
                 "GATEBOT_RETENTION_INTERVAL",
                 self.retention.interval,
                 secs(1),
                 secs(DAY),
             ),
-            span(
+            Span::new(
                 "GATEBOT_NAMED_GATE_RETENTION",
                 self.named_gate_retention,
                 secs(3600),
                 secs(3650 * DAY),
             ),
-        ];
-        let mut out: Vec<String> = spans.iter().filter_map(Span::problem).collect();
+        ]
+    }
+
+    /// Counts outside their range.
+    fn counts_out_of_range(&self) -> Vec<String> {
+        let mut out = Vec::new();
         let counts: [(&str, i64, i64, i64); 4] = [
             (
                 "GATEBOT_OUTBOX_MAX_ATTEMPTS",
@@ -1180,6 +1190,24 @@ impl Config {
 }
 
 impl Span {
+    fn new(env: &'static str, value: Duration, min: Duration, max: Duration) -> Self {
+        Self {
+            env,
+            value,
+            min,
+            max,
+            zero: None,
+        }
+    }
+
+    /// Zero is allowed too, and means `meaning`.
+    fn or_zero(self, meaning: &'static str) -> Self {
+        Self {
+            zero: Some(meaning),
+            ..self
+        }
+    }
+
     fn problem(&self) -> Option<String> {
         let ok = (self.value.is_zero() && self.zero.is_some())
             || (self.min..=self.max).contains(&self.value);

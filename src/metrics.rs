@@ -257,309 +257,226 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("gatebot");
-        let mut described = Vec::new();
-        let http_requests = Family::<HttpLabels, Counter>::default();
-        let http_duration = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new([
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-            ])
-        });
-        let http_failures = Family::<FailureLabels, Counter>::default();
-        let http_connections = Gauge::default();
-        let http_connections_cut = Family::<ReasonLabels, Counter>::default();
-        let gate_checks = Family::<GateLabels, Counter>::default();
-        let checks_store_busy = Counter::default();
-        let waits_started = Family::<KindLabels, Counter>::default();
-        let waits_open = Gauge::default();
-        let audit_events = Family::<ActionLabels, Counter>::default();
-        let rejected = Family::<RejectLabels, Counter>::default();
-        let jobs = Family::<JobLabels, Counter>::default();
-        let outbox_pending = Gauge::default();
-        let inbox_pending = Gauge::default();
-        let commands = Family::<CommandLabels, Counter>::default();
-        let events = Family::<ActionLabels, Counter>::default();
-        let notifications_dropped = Family::<DropLabels, Counter>::default();
-        let outbound_calls = Family::<CallResultLabels, Counter>::default();
-        let outbound_duration =
-            Family::<CallLabels, Histogram>::new_with_constructor(|| Histogram::new(CALL_BUCKETS));
-        let queue_oldest = Family::default();
-        let store_ready = Gauge::default();
-        let clock_offset = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-        let deadlines_passed = Counter::default();
-        let store_rows = Family::<TableLabels, Gauge>::default();
-        let store_bytes = Gauge::default();
-        let store_pruned = Family::<TableLabels, Counter>::default();
-        let gate_cache_trusted = Gauge::default();
-        let gate_cache_reloads = Counter::default();
-        let socket_connections = Gauge::default();
-        let socket_connects = Family::<ResultLabels, Counter>::default();
-        let socket_disconnects = Family::<ReasonLabels, Counter>::default();
-        let socket_envelopes = Family::<EnvelopeLabels, Counter>::default();
-        let socket_ack_duration = Histogram::new([
-            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0,
-        ]);
+        let mut metrics = Self::unregistered();
         let build = Family::<BuildLabels, Gauge>::default();
         build.get_or_create(&build_labels()).set(1);
-        register(
-            &mut registry,
-            &mut described,
+        metrics.add(
             "build_info",
             "The running build: version, git commit, rustc; always 1",
             build,
         );
-        register(
-            &mut registry,
-            &mut described,
+        metrics.register_http();
+        metrics.register_gates();
+        metrics.register_queues();
+        metrics.register_outbound();
+        metrics.register_store();
+        metrics.register_socket();
+        metrics
+    }
+
+    /// Every metric, made and not yet registered.
+    fn unregistered() -> Self {
+        Self {
+            registry: Registry::with_prefix("gatebot"),
+            described: Vec::new(),
+            http_requests: Family::default(),
+            http_duration: Family::new_with_constructor(|| {
+                Histogram::new([
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                ])
+            }),
+            http_failures: Family::default(),
+            http_connections: Gauge::default(),
+            http_connections_cut: Family::default(),
+            gate_checks: Family::default(),
+            checks_store_busy: Counter::default(),
+            waits_started: Family::default(),
+            waits_open: Gauge::default(),
+            audit_events: Family::default(),
+            rejected: Family::default(),
+            jobs: Family::default(),
+            outbox_pending: Gauge::default(),
+            inbox_pending: Gauge::default(),
+            commands: Family::default(),
+            events: Family::default(),
+            notifications_dropped: Family::default(),
+            outbound_calls: Family::default(),
+            outbound_duration: Family::new_with_constructor(|| Histogram::new(CALL_BUCKETS)),
+            queue_oldest: Family::default(),
+            store_ready: Gauge::default(),
+            clock_offset: Gauge::default(),
+            deadlines_passed: Counter::default(),
+            store_rows: Family::default(),
+            store_bytes: Gauge::default(),
+            store_pruned: Family::default(),
+            gate_cache_trusted: Gauge::default(),
+            gate_cache_reloads: Counter::default(),
+            socket_connections: Gauge::default(),
+            socket_connects: Family::default(),
+            socket_disconnects: Family::default(),
+            socket_envelopes: Family::default(),
+            socket_ack_duration: Histogram::new([
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0,
+            ]),
+        }
+    }
+
+    /// Registers `metric` and remembers its name, type and help for `render`.
+    fn add<M: Metric + TypedMetric>(&mut self, name: &'static str, help: &'static str, metric: M) {
+        let kind = match M::TYPE {
+            prometheus_client::metrics::MetricType::Counter => "counter",
+            prometheus_client::metrics::MetricType::Gauge => "gauge",
+            prometheus_client::metrics::MetricType::Histogram => "histogram",
+            prometheus_client::metrics::MetricType::Info => "info",
+            prometheus_client::metrics::MetricType::Unknown => "unknown",
+        };
+        self.described.push((name, kind, help));
+        self.registry.register(name, help, metric);
+    }
+
+    /// The HTTP server: requests, latency, failures, connections, refusals.
+    fn register_http(&mut self) {
+        self.add(
             "http_requests",
             "HTTP requests by matched route",
-            http_requests.clone(),
+            self.http_requests.clone(),
         );
-        register(
-            &mut registry,
-            &mut described,
+        self.add(
             "http_request_duration_seconds",
             "HTTP request latency by matched route",
-            http_duration.clone(),
+            self.http_duration.clone(),
         );
-        register(&mut registry, &mut described,
-            "http_failures",
-            "Requests gatebot failed to answer itself (panic, timeout), by route; also counted in http_requests",
-            http_failures.clone(),
-        );
-        register(
-            &mut registry,
-            &mut described,
+        self.add("http_failures", "Requests gatebot failed to answer itself (panic, timeout), by route; also counted in http_requests", self.http_failures.clone());
+        self.add(
             "http_connections",
             "Open HTTP connections",
-            http_connections.clone(),
+            self.http_connections.clone(),
         );
-        register(&mut registry, &mut described,
-            "http_connections_cut",
-            "Connections closed for sending no request head in time (header_timeout) or staying idle (idle_timeout)",
-            http_connections_cut.clone(),
-        );
-        register(
-            &mut registry,
-            &mut described,
-            "gate_checks",
-            "Gate answers by kind and result",
-            gate_checks.clone(),
-        );
-        register(&mut registry, &mut described,
-            "gate_checks_store_busy",
-            "Gate checks answered closed because the store did not answer within the check deadline",
-            checks_store_busy.clone(),
-        );
-        register(
-            &mut registry,
-            &mut described,
-            "waits_started",
-            "Waits started (one per canary and gate)",
-            waits_started.clone(),
-        );
-        register(
-            &mut registry,
-            &mut described,
-            "waits_open",
-            "Waits not yet ended",
-            waits_open.clone(),
-        );
-        register(
-            &mut registry,
-            &mut described,
-            "audit_events",
-            "Audit log entries by action",
-            audit_events.clone(),
-        );
-        register(
-            &mut registry,
-            &mut described,
+        self.add("http_connections_cut", "Connections closed for sending no request head in time (header_timeout) or staying idle (idle_timeout)", self.http_connections_cut.clone());
+        self.add(
             "rejected_requests",
             "Requests refused before doing anything, by route and reason",
-            rejected.clone(),
+            self.rejected.clone(),
         );
-        register(
-            &mut registry,
-            &mut described,
-            "queue_jobs",
-            "Outbox and inbox items run, by result",
-            jobs.clone(),
+    }
+
+    /// Gates, waits and what people and Flagger did to them.
+    fn register_gates(&mut self) {
+        self.add(
+            "gate_checks",
+            "Gate answers by kind and result",
+            self.gate_checks.clone(),
         );
-        register(
-            &mut registry,
-            &mut described,
-            "outbox_pending",
-            "Notification jobs waiting to be sent",
-            outbox_pending.clone(),
+        self.add("gate_checks_store_busy", "Gate checks answered closed because the store did not answer within the check deadline", self.checks_store_busy.clone());
+        self.add(
+            "waits_started",
+            "Waits started (one per canary and gate)",
+            self.waits_started.clone(),
         );
-        register(
-            &mut registry,
-            &mut described,
-            "inbox_pending",
-            "Webhook deliveries waiting to be worked",
-            inbox_pending.clone(),
+        self.add("waits_open", "Waits not yet ended", self.waits_open.clone());
+        self.add(
+            "audit_events",
+            "Audit log entries by action",
+            self.audit_events.clone(),
         );
-        register(
-            &mut registry,
-            &mut described,
+        self.add(
             "commands",
             "Commands from people, by source and result",
-            commands.clone(),
+            self.commands.clone(),
         );
-        register(
-            &mut registry,
-            &mut described,
+        self.add(
             "flagger_events",
             "Flagger events received, by kind",
-            events.clone(),
+            self.events.clone(),
         );
-        register(
-            &mut registry,
-            &mut described,
-            "notifications_dropped",
-            "Notifications not sent on their own, by sink and reason",
-            notifications_dropped.clone(),
-        );
-        register(&mut registry, &mut described,
-            "outbound_requests",
-            "Calls to GitHub and Slack, by service, endpoint and result (ok, rate_limited, client_error, server_error, api_error, transport, timeout)",
-            outbound_calls.clone(),
-        );
-        register(
-            &mut registry,
-            &mut described,
-            "outbound_request_duration_seconds",
-            "Latency of calls to GitHub and Slack, by service and endpoint, whatever their result",
-            outbound_duration.clone(),
-        );
-        register(&mut registry, &mut described,
-            "queue_oldest_pending_age_seconds",
-            "Age of the oldest pending item, by queue (outbox: notifications, inbox: deliveries); 0 when none is pending",
-            queue_oldest.clone(),
-        );
-        register(
-            &mut registry,
-            &mut described,
-            "store_ready",
-            "1 when the latest readiness probe (/readyz) found the store writable, else 0",
-            store_ready.clone(),
-        );
-        register(&mut registry, &mut described,
-            "clock_offset_seconds",
-            "The database's clock minus this replica's, measured at every heartbeat (PostgreSQL; 0 on SQLite); times are stamped corrected by it, and /readyz fails beyond 2 s",
-            clock_offset.clone(),
-        );
-        register(
-            &mut registry,
-            &mut described,
-            "store_rows",
-            "Rows in each table of the store, counted at every retention pass",
-            store_rows.clone(),
-        );
-        register(
-            &mut registry,
-            &mut described,
-            "store_size_bytes",
-            "The store's size on disk: the SQLite file's pages, or the PostgreSQL database",
-            store_bytes.clone(),
-        );
-        register(
-            &mut registry,
-            &mut described,
-            "store_pruned_rows",
-            "Rows deleted by retention, per table (audit entries included: never silently)",
-            store_pruned.clone(),
-        );
-        register(
-            &mut registry,
-            &mut described,
+        self.add(
             "wait_deadlines_passed",
             "Waits that outlasted their deadline and were acted on (rolled back, closed, or told)",
-            deadlines_passed.clone(),
+            self.deadlines_passed.clone(),
         );
-        register(
-            &mut registry,
-            &mut described,
-            "gate_cache_trusted",
-            "1 while gate checks are answered from memory; 0 on PostgreSQL while the gate-change listener is down and each check reads the store",
-            gate_cache_trusted.clone(),
+    }
+
+    /// The inbox and the outbox.
+    fn register_queues(&mut self) {
+        self.add(
+            "queue_jobs",
+            "Outbox and inbox items run, by result",
+            self.jobs.clone(),
         );
-        register(
-            &mut registry,
-            &mut described,
-            "gate_cache_reloads",
-            "Times every gate was read back into memory after the gate-change listener (re)connected (PostgreSQL)",
-            gate_cache_reloads.clone(),
+        self.add(
+            "outbox_pending",
+            "Notification jobs waiting to be sent",
+            self.outbox_pending.clone(),
         );
-        register(
-            &mut registry,
-            &mut described,
+        self.add(
+            "inbox_pending",
+            "Webhook deliveries waiting to be worked",
+            self.inbox_pending.clone(),
+        );
+        self.add("queue_oldest_pending_age_seconds", "Age of the oldest pending item, by queue (outbox: notifications, inbox: deliveries); 0 when none is pending", self.queue_oldest.clone());
+        self.add(
+            "notifications_dropped",
+            "Notifications not sent on their own, by sink and reason",
+            self.notifications_dropped.clone(),
+        );
+    }
+
+    /// Calls to GitHub and Slack.
+    fn register_outbound(&mut self) {
+        self.add("outbound_requests", "Calls to GitHub and Slack, by service, endpoint and result (ok, rate_limited, client_error, server_error, api_error, transport, timeout)", self.outbound_calls.clone());
+        self.add(
+            "outbound_request_duration_seconds",
+            "Latency of calls to GitHub and Slack, by service and endpoint, whatever their result",
+            self.outbound_duration.clone(),
+        );
+    }
+
+    /// The store, its clock, and the gates kept in memory.
+    fn register_store(&mut self) {
+        self.add(
+            "store_ready",
+            "1 when the latest readiness probe (/readyz) found the store writable, else 0",
+            self.store_ready.clone(),
+        );
+        self.add("clock_offset_seconds", "The database's clock minus this replica's, measured at every heartbeat (PostgreSQL; 0 on SQLite); times are stamped corrected by it, and /readyz fails beyond 2 s", self.clock_offset.clone());
+        self.add(
+            "store_rows",
+            "Rows in each table of the store, counted at every retention pass",
+            self.store_rows.clone(),
+        );
+        self.add(
+            "store_size_bytes",
+            "The store's size on disk: the SQLite file's pages, or the PostgreSQL database",
+            self.store_bytes.clone(),
+        );
+        self.add(
+            "store_pruned_rows",
+            "Rows deleted by retention, per table (audit entries included: never silently)",
+            self.store_pruned.clone(),
+        );
+        self.add("gate_cache_trusted", "1 while gate checks are answered from memory; 0 on PostgreSQL while the gate-change listener is down and each check reads the store", self.gate_cache_trusted.clone());
+        self.add("gate_cache_reloads", "Times every gate was read back into memory after the gate-change listener (re)connected (PostgreSQL)", self.gate_cache_reloads.clone());
+    }
+
+    /// Slack Socket Mode.
+    fn register_socket(&mut self) {
+        self.add(
             "slack_socket_connections",
             "Open Slack Socket Mode connections (0 without GATEBOT_SLACK_APP_TOKEN)",
-            socket_connections.clone(),
+            self.socket_connections.clone(),
         );
-        register(
-            &mut registry,
-            &mut described,
+        self.add(
             "slack_socket_connects",
             "Attempts to open a Slack Socket Mode connection, by result (ok, failed)",
-            socket_connects.clone(),
+            self.socket_connects.clone(),
         );
-        register(&mut registry, &mut described,
-            "slack_socket_disconnects",
-            "Slack Socket Mode connections ended, by reason (Slack's refresh_requested, warning, link_disabled or other; closed, error, silent, shutdown)",
-            socket_disconnects.clone(),
-        );
-        register(&mut registry, &mut described,
-            "slack_socket_envelopes",
-            "Slack Socket Mode envelopes by kind and result (acked, refused, unacked: Slack delivers it again)",
-            socket_envelopes.clone(),
-        );
-        register(
-            &mut registry,
-            &mut described,
+        self.add("slack_socket_disconnects", "Slack Socket Mode connections ended, by reason (Slack's refresh_requested, warning, link_disabled or other; closed, error, silent, shutdown)", self.socket_disconnects.clone());
+        self.add("slack_socket_envelopes", "Slack Socket Mode envelopes by kind and result (acked, refused, unacked: Slack delivers it again)", self.socket_envelopes.clone());
+        self.add(
             "slack_socket_ack_duration_seconds",
             "Time from reading a Socket Mode envelope to acknowledging it (Slack waits 3 s)",
-            socket_ack_duration.clone(),
+            self.socket_ack_duration.clone(),
         );
-        Self {
-            registry,
-            described,
-            http_requests,
-            http_duration,
-            http_failures,
-            http_connections,
-            http_connections_cut,
-            gate_checks,
-            checks_store_busy,
-            waits_started,
-            waits_open,
-            audit_events,
-            rejected,
-            jobs,
-            outbox_pending,
-            inbox_pending,
-            commands,
-            events,
-            notifications_dropped,
-            outbound_calls,
-            outbound_duration,
-            queue_oldest,
-            store_ready,
-            clock_offset,
-            deadlines_passed,
-            store_rows,
-            store_bytes,
-            store_pruned,
-            gate_cache_trusted,
-            gate_cache_reloads,
-            socket_connections,
-            socket_connects,
-            socket_disconnects,
-            socket_envelopes,
-            socket_ack_duration,
-        }
     }
 
     /// The recorder for calls to `service` (`github`, `slack`).
@@ -574,7 +491,7 @@ impl Metrics {
     /// Registers the store's histogram of how long waits lasted (the store
     /// observes it when a transaction that ended waits commits).
     pub fn time_decisions(&mut self, decisions: Family<DecisionLabels, Histogram>) {
-        register(&mut self.registry, &mut self.described,
+        self.add(
             "wait_duration_seconds",
             "How long waits lasted, from the first check to their end, by gate kind and outcome (opened: the time to a decision)",
             decisions,
@@ -591,7 +508,7 @@ impl Metrics {
     /// Registers the store's count of committed write transactions (kept by
     /// the store, which commits them).
     pub fn count_store_writes(&mut self, committed: Family<WriteLabels, Counter>) {
-        register(&mut self.registry, &mut self.described,
+        self.add(
             "store_write_transactions",
             "Write transactions committed, by the queue they worked (inbox, outbox, none); idle claims, heartbeats and probes are not counted",
             committed,
@@ -638,23 +555,4 @@ impl Metrics {
             _ => out,
         }
     }
-}
-
-/// Registers `metric` and remembers its name, type and help for `render`.
-fn register<M: Metric + TypedMetric>(
-    registry: &mut Registry,
-    described: &mut Vec<(&'static str, &'static str, &'static str)>,
-    name: &'static str,
-    help: &'static str,
-    metric: M,
-) {
-    let kind = match M::TYPE {
-        prometheus_client::metrics::MetricType::Counter => "counter",
-        prometheus_client::metrics::MetricType::Gauge => "gauge",
-        prometheus_client::metrics::MetricType::Histogram => "histogram",
-        prometheus_client::metrics::MetricType::Info => "info",
-        prometheus_client::metrics::MetricType::Unknown => "unknown",
-    };
-    described.push((name, kind, help));
-    registry.register(name, help, metric);
 }

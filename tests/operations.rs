@@ -189,6 +189,73 @@ async fn cli_opens_lists_shows_and_closes_gates() {
     assert!(stderr(&o).contains("is it running?"), "{}", stderr(&o));
 }
 
+/// A server on a free port that answers every request with `body` (200,
+/// JSON), as another version of gatebot might. Its thread ends with the test.
+fn answering(body: &'static str) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let mut reader = BufReader::new(conn);
+            let mut line = String::new();
+            // The request's head ends with an empty line; GET and DELETE send no body.
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                line.clear();
+            }
+            let _ = write!(
+                reader.get_mut(),
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
+#[test]
+fn cli_refuses_an_answer_without_a_field_it_reads() {
+    let cases: [(&str, &[&str], &str); 3] = [
+        (
+            r#"{"gates": [{"gate": "/gates/promote/acme/shop/pr/1"}], "next": null}"#,
+            &["list"],
+            "state",
+        ),
+        (
+            r#"{"key": "/gates/promote/acme/shop/pr/1", "state": "closed", "change": null}"#,
+            &["show", "promote/acme/shop/pr/1"],
+            "observations",
+        ),
+        (r#"{"scope": "all"}"#, &[], "lifted"),
+    ];
+    for (body, args, field) in cases {
+        let url = answering(body);
+        let o = match args.is_empty() {
+            true => unfreeze(&url),
+            false => cli(&url, Some(ADMIN_TOKEN), args),
+        };
+        assert!(!o.status.success(), "{args:?}: {}", stdout(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains("not what this gatebot reads")
+                && e.contains(&format!("missing field `{field}`")),
+            "{args:?}: {e}"
+        );
+    }
+}
+
+fn unfreeze(server: &str) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    Command::new(bin())
+        .env_clear()
+        .current_dir(dir.path())
+        .env("GATEBOT_SERVER", server)
+        .env("GATEBOT_ADMIN_TOKEN", ADMIN_TOKEN)
+        .arg("unfreeze")
+        .output()
+        .expect("cli runs")
+}
+
 #[test]
 fn check_config_reports_problems() {
     let dir = tempfile::tempdir().unwrap();

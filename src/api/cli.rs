@@ -1,96 +1,159 @@
 //! `gatebot gates …`: the operator API from a terminal.
 
 use anyhow::{bail, Context};
-use secrecy::ExposeSecret;
-use serde_json::{json, Value};
+use secrecy::{ExposeSecret, SecretString};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::json;
 
+use super::wire::{FreezeList, FreezeView, GateLine, GateList, GateView, Lifted};
 use crate::config::{GatesAction, GatesArgs, Setting};
 use crate::gate::state::rfc3339;
+use crate::gate::{Gate, GateStatus};
 
 pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
-    let base = args.server.trim_end_matches('/').to_string();
-    let client = crate::outbound::client(&args.outbound, std::time::Duration::from_secs(15))?;
-    let auth = |req: reqwest::RequestBuilder| {
-        let req = req
-            .header("x-gatebot-source", "cli")
-            .header("x-gatebot-actor", local_user());
-        match &args.token {
-            Some(t) => req.bearer_auth(t.expose_secret()),
-            None => req,
-        }
-    };
-    let (req, what) = match &args.action {
-        GatesAction::List => {
-            let gates = list_all(&base, args.token.is_some(), |url| auth(client.get(url))).await?;
-            let value = json!({ "gates": gates });
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&value)?);
-            } else {
-                print_list(&value);
-            }
-            return Ok(());
-        }
-        GatesAction::Show { gate } => (
-            client.get(format!("{base}/api/v1/gates/{}", api_path(gate))),
-            "show the gate",
-        ),
-        GatesAction::Open { gate, reason } => (
-            client
-                .post(format!("{base}/api/v1/gates/open"))
-                .json(&json!({ "gate": gate, "reason": reason })),
-            "open the gate",
-        ),
-        GatesAction::Close { gate, reason } => (
-            client
-                .post(format!("{base}/api/v1/gates/close"))
-                .json(&json!({ "gate": gate, "reason": reason })),
-            "close the gate",
-        ),
-    };
-    let has_token = args.token.is_some();
-    let value = call(auth(req), &base, what)
-        .await
-        .map_err(|e| token_hint(e, has_token))?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&value)?);
-        return Ok(());
-    }
+    let server = Server::new(
+        &args.server,
+        args.token.clone(),
+        &args.outbound,
+        local_user(),
+    )?;
     match &args.action {
-        GatesAction::List => print_list(&value),
-        GatesAction::Show { .. } => print_detail(&value),
-        GatesAction::Open { .. } | GatesAction::Close { .. } => {
-            println!(
-                "{} is {}",
-                value["key"].as_str().unwrap_or("?"),
-                value["state"].as_str().unwrap_or("?")
-            );
+        GatesAction::List => {
+            let gates = list_all(&server).await?;
+            match args.json {
+                true => print_json(&json!({ "gates": gates }))?,
+                false => print_list(&gates),
+            }
+        }
+        GatesAction::Show { gate } => {
+            let path = format!("/api/v1/gates/{}", api_path(gate));
+            let view: GateView = server.call(server.get(&path), "show the gate").await?;
+            match args.json {
+                true => print_json(&view)?,
+                false => print_detail(&view),
+            }
+        }
+        GatesAction::Open { gate, reason } | GatesAction::Close { gate, reason } => {
+            let (path, what) = match &args.action {
+                GatesAction::Open { .. } => ("/api/v1/gates/open", "open the gate"),
+                _ => ("/api/v1/gates/close", "close the gate"),
+            };
+            let req = server
+                .request(reqwest::Method::POST, path)
+                .json(&json!({ "gate": gate, "reason": reason }));
+            let gate: Gate = server.call(req, what).await?;
+            match args.json {
+                true => print_json(&gate)?,
+                false => println!("{} is {}", gate.key, gate.status.name()),
+            }
         }
     }
     Ok(())
 }
 
-/// Sends one request and returns its JSON answer, or says what went wrong.
-async fn call(req: reqwest::RequestBuilder, base: &str, what: &str) -> anyhow::Result<Value> {
-    let response = req.send().await.map_err(|e| {
-        anyhow::anyhow!(
-            "cannot reach gatebot at {base} ({}): is it running? Set --server or GATEBOT_SERVER",
-            crate::outbound::why(&e)
-        )
-    })?;
+/// An answer as `--json` shows it: through a `serde_json::Value`, keys in
+/// alphabetical order.
+fn print_json(answer: &impl Serialize) -> anyhow::Result<()> {
+    let value = serde_json::to_value(answer)?;
+    println!("{}", serde_json::to_string_pretty(&value)?);
+    Ok(())
+}
+
+/// The operator API as the commands call it.
+pub(super) struct Server {
+    base: String,
+    client: reqwest::Client,
+    token: Option<SecretString>,
+    /// Who runs the command, as the server is told (a claim; the token is who).
+    actor: String,
+}
+
+impl Server {
+    pub(super) fn new(
+        server: &str,
+        token: Option<SecretString>,
+        outbound: &crate::config::OutboundConfig,
+        actor: String,
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            base: server.trim_end_matches('/').to_string(),
+            client: crate::outbound::client(outbound, std::time::Duration::from_secs(15))?,
+            token,
+            actor,
+        })
+    }
+
+    /// A request to `path`, from the CLI, with the token if there is one.
+    pub(super) fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let req = self
+            .client
+            .request(method, format!("{}{path}", self.base))
+            .header("x-gatebot-source", "cli")
+            .header("x-gatebot-actor", &self.actor);
+        match &self.token {
+            Some(t) => req.bearer_auth(t.expose_secret()),
+            None => req,
+        }
+    }
+
+    pub(super) fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.request(reqwest::Method::GET, path)
+    }
+
+    /// Sends one request and reads its answer, or says what went wrong.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+        what: &str,
+    ) -> anyhow::Result<T> {
+        let base = &self.base;
+        let (status, body) = exchange(req).await.map_err(|e| match e {
+            NoAnswer::Unreachable(why) => anyhow::anyhow!(
+                "cannot reach gatebot at {base} ({why}): is it running? Set --server or GATEBOT_SERVER"
+            ),
+            NoAnswer::CutOff(e) => e,
+        })?;
+        if !status.is_success() {
+            let refused = Refused {
+                what: what.to_string(),
+                status: status.as_u16(),
+                body: body.trim().to_string(),
+            };
+            return Err(token_hint(refused, self.token.is_some()));
+        }
+        read(&body).with_context(|| format!("could not {what}"))
+    }
+}
+
+/// Why a request got no answer.
+pub(super) enum NoAnswer {
+    /// Not sent, or nothing came back: the reason.
+    Unreachable(String),
+    CutOff(anyhow::Error),
+}
+
+/// Sends one request: the answer's status and body.
+pub(super) async fn exchange(
+    req: reqwest::RequestBuilder,
+) -> Result<(reqwest::StatusCode, String), NoAnswer> {
+    let response = req
+        .send()
+        .await
+        .map_err(|e| NoAnswer::Unreachable(crate::outbound::why(&e)))?;
     let status = response.status();
     let body = response
         .text()
         .await
-        .context("the server's answer was cut off")?;
-    if !status.is_success() {
-        return Err(Refused {
-            what: what.to_string(),
-            status: status.as_u16(),
-            body: body.trim().to_string(),
-        }
-        .into());
-    }
-    serde_json::from_str(&body).context("the server did not answer JSON")
+        .context("the server's answer was cut off")
+        .map_err(NoAnswer::CutOff)?;
+    Ok((status, body))
+}
+
+/// An answer the server wrote (`wire`), or why it is not one.
+pub(super) fn read<T: DeserializeOwned>(body: &str) -> anyhow::Result<T> {
+    serde_json::from_str(body)
+        .context("the server's answer is not what this gatebot reads (is it another version?)")
 }
 
 /// The server said no; [`token_hint`] adds whose token is missing.
@@ -104,10 +167,7 @@ struct Refused {
 
 /// Says where an admin-token refusal is fixed: this command's environment, or
 /// the server's (whose own answer says so when it has no token).
-fn token_hint(e: anyhow::Error, has_token: bool) -> anyhow::Error {
-    let Some(refused) = e.downcast_ref::<Refused>() else {
-        return e;
-    };
+fn token_hint(refused: Refused, has_token: bool) -> anyhow::Error {
     let hint = match (refused.status, has_token) {
         (401, false) => " (this command has no token: set GATEBOT_ADMIN_TOKEN for this command to the server's token or your own)",
         (401, true) => " (this command's GATEBOT_ADMIN_TOKEN is not the server's: use the token `gatebot serve` runs with, or your own)",
@@ -120,38 +180,30 @@ fn token_hint(e: anyhow::Error, has_token: bool) -> anyhow::Error {
 }
 
 /// Every gate, following the list's pages.
-async fn list_all(
-    base: &str,
-    has_token: bool,
-    get: impl Fn(String) -> reqwest::RequestBuilder,
-) -> anyhow::Result<Vec<Value>> {
+async fn list_all(server: &Server) -> anyhow::Result<Vec<GateLine>> {
     let mut gates = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let mut url = format!("{base}/api/v1/gates?limit={}", super::MAX_PAGE);
+        let mut path = format!("/api/v1/gates?limit={}", super::MAX_PAGE);
         if let Some(c) = &cursor {
-            url.push_str("&cursor=");
-            url.extend(form_urlencoded::byte_serialize(c.as_bytes()));
+            path.push_str("&cursor=");
+            path.extend(form_urlencoded::byte_serialize(c.as_bytes()));
         }
-        let mut page = call(get(url), base, "list gates")
-            .await
-            .map_err(|e| token_hint(e, has_token))?;
-        if let Some(list) = page["gates"].as_array_mut() {
-            gates.append(list);
-        }
-        match page["next"].as_str() {
+        let page: GateList = server.call(server.get(&path), "list gates").await?;
+        gates.extend(page.gates);
+        match page.next {
             // A cursor that does not move would loop forever.
-            Some(next) if cursor.as_deref() == Some(next) => {
+            Some(next) if cursor.as_deref() == Some(next.as_str()) => {
                 bail!("the server's gate list repeats the page after {next}")
             }
-            Some(next) => cursor = Some(next.to_string()),
+            Some(next) => cursor = Some(next),
             None => return Ok(gates),
         }
     }
 }
 
 /// `/gates/promote/pr/42`, `gates/promote/pr/42` and `promote/pr/42` all name one gate.
-fn api_path(gate: &str) -> String {
+pub(super) fn api_path(gate: &str) -> String {
     let g = gate.trim().trim_matches('/');
     g.strip_prefix("gates/").unwrap_or(g).to_string()
 }
@@ -162,75 +214,58 @@ fn local_user() -> String {
         .unwrap_or_else(|_| "cli".into())
 }
 
-fn print_list(value: &Value) {
-    let gates = value["gates"].as_array().cloned().unwrap_or_default();
+fn print_list(gates: &[GateLine]) {
     if gates.is_empty() {
         println!("no gates yet: point a Flagger webhook at /gates/<kind>/pr/<n>");
         return;
     }
     println!("{:<48} {:<7} {:<24} CANARIES", "GATE", "STATE", "BY");
     for g in gates {
-        let by = g["by"]["name"]
-            .as_str()
-            .map(|n| format!("{n} ({})", g["by"]["source"].as_str().unwrap_or("")));
-        let canaries: Vec<String> = g["canaries"]
-            .as_array()
-            .map(|cs| {
-                cs.iter()
-                    .map(|c| {
-                        let waiting = if c["waiting_since"].is_null() {
-                            ""
-                        } else {
-                            " waiting"
-                        };
-                        format!(
-                            "{}@{}{waiting}",
-                            c["canary"].as_str().unwrap_or("?"),
-                            c["checksum"].as_str().unwrap_or("?")
-                        )
-                    })
-                    .collect()
+        let by = g.by.as_ref().map(|a| format!("{} ({})", a.name, a.source));
+        let canaries: Vec<String> = g
+            .canaries
+            .iter()
+            .map(|c| {
+                let waiting = if c.waiting_since.is_some() {
+                    " waiting"
+                } else {
+                    ""
+                };
+                format!("{}@{}{waiting}", c.canary, c.checksum)
             })
-            .unwrap_or_default();
+            .collect();
         println!(
             "{:<48} {:<7} {:<24} {}",
-            g["gate"].as_str().unwrap_or("?"),
-            g["state"].as_str().unwrap_or("?"),
+            g.gate,
+            g.state,
             by.unwrap_or_else(|| "-".into()),
             canaries.join(", ")
         );
     }
 }
 
-fn print_detail(value: &Value) {
-    println!("gate:  {}", value["key"].as_str().unwrap_or("?"));
-    println!("state: {}", state_line(value));
-    if let Some(by) = value["change"]["by"]["name"]
-        .as_str()
-        .or(value["by"]["name"].as_str())
-    {
-        println!("by:    {by}");
+fn print_detail(view: &GateView) {
+    println!("gate:  {}", view.gate.key);
+    println!("state: {}", state_line(view));
+    if let Some(change) = view.change() {
+        println!("by:    {}", change.by.name);
     }
-    for o in value["observations"].as_array().into_iter().flatten() {
+    for o in &view.observations {
         println!(
             "canary {} revision {} phase {}: {} ({})",
-            o["canary"].as_str().unwrap_or("?"),
-            o["checksum"].as_str().unwrap_or("?"),
-            o["phase"].as_str().unwrap_or("?"),
-            o["answer"].as_str().unwrap_or("?"),
-            o["reason"].as_str().unwrap_or("")
+            o.canary, o.checksum, o.phase, o.answer, o.reason
         );
     }
     println!("history:");
-    for a in value["audit"].as_array().into_iter().flatten() {
+    for a in &view.audit {
         println!(
             "  {} {:<7} {} via {}{}",
-            a["at"].as_i64().map(rfc3339).unwrap_or_default(),
-            a["action"].as_str().unwrap_or("?"),
-            a["actor"]["name"].as_str().unwrap_or("?"),
-            a["actor"]["source"].as_str().unwrap_or("?"),
-            a["reason"]
-                .as_str()
+            rfc3339(a.at),
+            a.action.as_str(),
+            a.actor.name,
+            a.actor.source,
+            a.reason
+                .as_deref()
                 .map(|r| format!(": {r}"))
                 .unwrap_or_default()
         );
@@ -239,26 +274,27 @@ fn print_detail(value: &Value) {
 
 /// The gate's state, and when it is open but some canary is answered closed
 /// (pinned to another revision, a freeze…), which and why, in the same line.
-fn state_line(value: &Value) -> String {
-    let state = value["state"].as_str().unwrap_or("?");
-    let closed: Vec<String> = value["observations"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|o| state == "open" && o["answer"].as_str() == Some("closed"))
+fn state_line(view: &GateView) -> String {
+    let GateStatus::Open(approval) = &view.gate.status else {
+        return view.gate.status.name().to_string();
+    };
+    let closed: Vec<String> = view
+        .observations
+        .iter()
+        .filter(|o| o.answer == "closed")
         .map(|o| {
-            let canary = o["canary"].as_str().unwrap_or("?");
-            let at = o["checksum"].as_str().unwrap_or("?");
-            match value["pins"][canary].as_str() {
+            let canary = o.canary.to_string();
+            let at = &o.checksum;
+            match approval.pins.get(&canary) {
                 Some(pinned) if pinned != at => format!(
                     "{canary}: it is at revision {at}, and the approval is pinned to its revision {pinned}"
                 ),
-                _ => format!("{canary}: {}", o["reason"].as_str().unwrap_or("?")),
+                _ => format!("{canary}: {}", o.reason),
             }
         })
         .collect();
     if closed.is_empty() {
-        return state.to_string();
+        return "open".to_string();
     }
     format!("open, but closed for {}", closed.join("; "))
 }
@@ -268,19 +304,63 @@ pub struct ConfigReport {
     pub text: String,
 }
 
+impl ConfigReport {
+    fn line(&mut self, line: impl std::fmt::Display) {
+        use std::fmt::Write;
+        let _ = writeln!(self.text, "{line}");
+    }
+
+    fn problem(&mut self, problem: impl std::fmt::Display) {
+        self.ok = false;
+        self.line(format_args!("problem:         {problem}"));
+    }
+
+    fn warning(&mut self, warning: impl std::fmt::Display) {
+        self.line(format_args!("warning:         {warning}"));
+    }
+}
+
 /// `gatebot check-config`: what is configured, what is wrong, and whether the store opens.
 pub async fn check_config(
     config: crate::Config,
     settings: &[crate::config::Setting],
 ) -> ConfigReport {
-    use std::fmt::Write;
-    let mut text = String::new();
-    let mut ok = true;
-    // Each setting, where it came from; never a secret's value.
+    let mut report = ConfigReport {
+        ok: true,
+        text: String::new(),
+    };
+    list_settings(&mut report, &config, settings);
+    summarise(&mut report, &config, settings);
+    check_parts(&mut report, &config);
+    match crate::store::Store::connect(&config.database_url).await {
+        Ok(store) => {
+            report.line(format_args!(
+                "store:           {} (reachable, migrated)",
+                store.backend().as_str()
+            ));
+            store.close().await;
+        }
+        Err(e) => report.problem(format_args!("{e:#}")),
+    }
+    report.line(if report.ok {
+        "configuration OK"
+    } else {
+        "configuration has problems"
+    });
+    report
+}
+
+/// Each setting, where it came from (never a secret's value), and what an
+/// unset one means.
+fn list_settings(report: &mut ConfigReport, config: &crate::Config, settings: &[Setting]) {
     let width = settings.iter().map(|s| s.env.len()).max().unwrap_or(0);
     for s in settings {
-        let value = setting_value(s, &config);
-        let _ = writeln!(text, "{:<width$} {:<12} {value}", s.env, s.origin.as_str());
+        let value = setting_value(s, config);
+        report.line(format_args!(
+            "{:<width$} {:<12} {value}",
+            s.env,
+            s.origin.as_str()
+        ));
     }
     for s in settings
         .iter()
@@ -289,22 +369,32 @@ pub async fn check_config(
         .filter(|s| !(s.env == "GATEBOT_GITHUB_TOKEN" && config.github.app_id.is_some()))
     {
         if let Some(meaning) = crate::config::unset_meaning(&s.env) {
-            let _ = writeln!(text, "{} unset: {meaning}", s.env);
+            report.line(format_args!("{} unset: {meaning}", s.env));
         }
     }
+}
+
+/// What the server will do: where it listens, who may use it, which channels are on.
+fn summarise(report: &mut ConfigReport, config: &crate::Config, settings: &[Setting]) {
     let gh = &config.github;
     let sl = &config.slack;
-    let _ = writeln!(text, "listen:          {}", config.listen);
-    let _ = writeln!(text, "approval TTL:    {}", approval_ttl(&config, settings));
-    let _ = writeln!(text, "operator API:    {}", operators(&config));
+    report.line(format_args!("listen:          {}", config.listen));
+    report.line(format_args!(
+        "approval TTL:    {}",
+        approval_ttl(config, settings)
+    ));
+    report.line(format_args!("operator API:    {}", operators(config)));
     let github = match (&gh.token, gh.app_id) {
         (Some(_), _) => "token",
         (None, Some(_)) => "GitHub App",
         (None, None) => "off",
     };
-    let _ = writeln!(text, "github:          {github} (API {})", gh.api_url);
+    report.line(format_args!(
+        "github:          {github} (API {})",
+        gh.api_url
+    ));
     if let Some(repo) = &gh.repository {
-        let _ = writeln!(text, "default repo:    {repo}");
+        report.line(format_args!("default repo:    {repo}"));
     }
     let slack = match (
         sl.bot_token.is_some(),
@@ -316,80 +406,51 @@ pub async fn check_config(
         (true, false, true) => "on, Socket Mode",
         (true, _, false) => "on, HTTP",
     };
-    let _ = writeln!(
-        text,
+    report.line(format_args!(
         "slack:           {slack} (API {}), {} approver(s)",
         sl.api_url,
         sl.approvers.len()
-    );
-    let _ = writeln!(
-        text,
+    ));
+    report.line(format_args!(
         "outbound:        {}",
         crate::outbound::describe(&config.outbound)
-    );
+    ));
+}
+
+/// The parts built from the settings: outbound clients, templates, the
+/// Flagger door, the policy file; each problem and warning.
+fn check_parts(report: &mut ConfigReport, config: &crate::Config) {
     if let Err(e) = crate::outbound::builder(&config.outbound) {
-        ok = false;
-        let _ = writeln!(text, "problem:         {e:#}");
+        report.problem(format_args!("{e:#}"));
     }
     for problem in config.problems() {
-        ok = false;
-        let _ = writeln!(text, "problem:         {problem}");
+        report.problem(problem);
     }
     for warning in config.warnings() {
-        let _ = writeln!(text, "warning:         {warning}");
+        report.warning(warning);
     }
     if let Err(e) = crate::templates::Templates::new(config.templates_dir.clone()) {
-        ok = false;
-        let _ = writeln!(text, "problem:         {e:#}");
+        report.problem(format_args!("{e:#}"));
     }
-    let _ = writeln!(
-        text,
+    report.line(format_args!(
         "flagger:         {}",
         flagger_door(config.flagger_tokens())
-    );
-    match crate::policy::Policy::from_config(&config) {
+    ));
+    match crate::policy::Policy::from_config(config) {
         Ok(policy) => {
             if let Some(path) = &config.policy {
-                let _ = writeln!(
-                    text,
+                report.line(format_args!(
                     "policy:          {} ({} deadline rule(s))",
                     path.display(),
                     policy.deadlines().len()
-                );
+                ));
             }
             for warning in policy.door_warnings(config.flagger_tokens()) {
-                let _ = writeln!(text, "warning:         {warning}");
+                report.warning(warning);
             }
         }
-        Err(e) => {
-            ok = false;
-            let _ = writeln!(text, "problem:         {e:#}");
-        }
+        Err(e) => report.problem(format_args!("{e:#}")),
     }
-    match crate::store::Store::connect(&config.database_url).await {
-        Ok(store) => {
-            let _ = writeln!(
-                text,
-                "store:           {} (reachable, migrated)",
-                store.backend().as_str()
-            );
-            store.close().await;
-        }
-        Err(e) => {
-            ok = false;
-            let _ = writeln!(text, "problem:         {e:#}");
-        }
-    }
-    let _ = writeln!(
-        text,
-        "{}",
-        if ok {
-            "configuration OK"
-        } else {
-            "configuration has problems"
-        }
-    );
-    ConfigReport { ok, text }
 }
 
 /// What check-config shows for a setting: never a secret, but the store's URL
@@ -477,46 +538,27 @@ fn operators(config: &crate::Config) -> String {
     }
 }
 
-fn client_for(server: &crate::config::ServerArgs) -> anyhow::Result<(String, reqwest::Client)> {
-    let base = server.server.trim_end_matches('/').to_string();
-    let client = crate::outbound::client(&server.outbound, std::time::Duration::from_secs(15))?;
-    Ok((base, client))
-}
-
-fn authed(
-    server: &crate::config::ServerArgs,
-    req: reqwest::RequestBuilder,
-) -> reqwest::RequestBuilder {
-    let req = req
-        .header("x-gatebot-source", "cli")
-        .header("x-gatebot-actor", local_user());
-    match &server.token {
-        Some(t) => req.bearer_auth(t.expose_secret()),
-        None => req,
-    }
+fn server_of(args: &crate::config::ServerArgs) -> anyhow::Result<Server> {
+    Server::new(
+        &args.server,
+        args.token.clone(),
+        &args.outbound,
+        local_user(),
+    )
 }
 
 /// `gatebot freeze [scope] --reason … [--for 2h | --until …]`, or the list.
 pub async fn freeze(args: crate::config::FreezeArgs) -> anyhow::Result<()> {
-    let (base, client) = client_for(&args.server)?;
-    let has_token = args.server.token.is_some();
+    let server = server_of(&args.server)?;
     let Some(reason) = args.reason else {
-        let value = call(
-            authed(&args.server, client.get(format!("{base}/api/v1/freezes"))),
-            &base,
-            "list freezes",
-        )
-        .await
-        .map_err(|e| token_hint(e, has_token))?;
-        let freezes = value["freezes"]
-            .as_array()
-            .cloned()
-            .context("the server's answer has no list of freezes")?;
-        if freezes.is_empty() {
+        let list: FreezeList = server
+            .call(server.get("/api/v1/freezes"), "list freezes")
+            .await?;
+        if list.freezes.is_empty() {
             println!("nothing is frozen");
         }
-        for f in freezes {
-            println!("{}", f["line"].as_str().unwrap_or("?"));
+        for f in list.freezes {
+            println!("{}", f.line);
         }
         return Ok(());
     };
@@ -524,37 +566,27 @@ pub async fn freeze(args: crate::config::FreezeArgs) -> anyhow::Result<()> {
         "scope": args.scope.as_deref().unwrap_or("all"), "reason": reason,
         "for": args.for_, "until": args.until,
     });
-    let value = call(
-        authed(
-            &args.server,
-            client.post(format!("{base}/api/v1/freezes")).json(&body),
-        ),
-        &base,
-        "freeze",
-    )
-    .await
-    .map_err(|e| token_hint(e, has_token))?;
-    println!("{}", value["line"].as_str().unwrap_or("frozen"));
+    let req = server
+        .request(reqwest::Method::POST, "/api/v1/freezes")
+        .json(&body);
+    let freeze: FreezeView = server.call(req, "freeze").await?;
+    println!("{}", freeze.line);
     Ok(())
 }
 
 /// `gatebot unfreeze [scope]`.
 pub async fn unfreeze(args: crate::config::UnfreezeArgs) -> anyhow::Result<()> {
-    let (base, client) = client_for(&args.server)?;
-    let has_token = args.server.token.is_some();
+    let server = server_of(&args.server)?;
     let scope = args.scope.as_deref().unwrap_or("all");
-    let url = format!(
-        "{base}/api/v1/freezes?scope={}",
+    let path = format!(
+        "/api/v1/freezes?scope={}",
         form_urlencoded::byte_serialize(scope.as_bytes()).collect::<String>()
     );
-    let value = call(authed(&args.server, client.delete(url)), &base, "unfreeze")
-        .await
-        .map_err(|e| token_hint(e, has_token))?;
-    let lifted = value["lifted"].as_array().map_or(0, Vec::len);
-    if lifted == 0 {
-        println!("nothing was frozen in {scope}");
-    } else {
-        println!("lifted {lifted} freeze(s) of {scope}");
+    let req = server.request(reqwest::Method::DELETE, &path);
+    let answer: Lifted = server.call(req, "unfreeze").await?;
+    match answer.lifted.len() {
+        0 => println!("nothing was frozen in {scope}"),
+        n => println!("lifted {n} freeze(s) of {scope}"),
     }
     Ok(())
 }

@@ -6,7 +6,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::command::Command;
 use crate::core::commands::{Applied, Subject};
@@ -17,11 +17,11 @@ use crate::gate::Actor;
 use crate::http::auth::{operator, reader};
 use crate::http::error::Reject;
 
-pub fn freeze_json(f: &Freeze) -> Value {
-    json!({
-        "id": f.id, "scope": f.scope.to_string(), "reason": f.reason,
-        "by": f.by, "at": f.at, "until": f.until, "line": f.reason_line(),
-    })
+use super::answer_json;
+use super::wire::{FreezeList, FreezeView, Lifted};
+
+fn views(freezes: &[Freeze]) -> Vec<FreezeView> {
+    freezes.iter().map(FreezeView::from).collect()
 }
 
 pub async fn list(
@@ -29,8 +29,8 @@ pub async fn list(
     headers: HeaderMap,
 ) -> Result<Json<Value>, Reject> {
     reader(&state.config, &headers)?;
-    let freezes: Vec<Value> = state.engine.freezes().iter().map(freeze_json).collect();
-    Ok(Json(json!({ "freezes": freezes })))
+    let freezes = views(&state.engine.freezes());
+    answer_json(&FreezeList { freezes })
 }
 
 #[derive(Debug, Deserialize)]
@@ -92,7 +92,8 @@ pub async fn create(
     let freeze = applied
         .froze
         .ok_or_else(|| Reject::unavailable("the freeze was not made"))?;
-    Ok((StatusCode::CREATED, Json(freeze_json(&freeze))).into_response())
+    let view = answer_json(&FreezeView::from(&freeze))?;
+    Ok((StatusCode::CREATED, view).into_response())
 }
 
 /// Runs an operator's freeze or unfreeze through the one command path.
@@ -124,9 +125,9 @@ pub async fn lift(
     let command = Command::Unfreeze {
         scope: scope.clone(),
     };
-    let lifted = run(&state, command, &actor).await?.lifted;
-    let lifted: Vec<Value> = lifted.iter().map(freeze_json).collect();
-    Ok(Json(
-        json!({ "scope": scope.to_string(), "lifted": lifted }),
-    ))
+    let lifted = views(&run(&state, command, &actor).await?.lifted);
+    answer_json(&Lifted {
+        scope: scope.to_string(),
+        lifted,
+    })
 }

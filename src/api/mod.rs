@@ -6,22 +6,32 @@ pub mod freezes;
 pub mod health;
 pub mod named;
 pub mod wait;
+pub mod wire;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::command::Command;
 use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Checked, Request};
 use crate::core::AppState;
-use crate::core::{GateDetail, Provenance};
+use crate::core::Provenance;
 use crate::gate::{Gate, GateKey, Scope};
 use crate::http::auth::{is_pipeline, operator, reader};
 use crate::http::error::Reject;
+use wire::{AuditList, EventList, GateList, GateView, JobList, WaitList};
+
+/// A list as the API has always answered it: through a `serde_json::Value`,
+/// whose objects keep their keys in alphabetical order.
+fn answer_json<T: Serialize>(answer: &T) -> Result<Json<Value>, Reject> {
+    serde_json::to_value(answer)
+        .map(Json)
+        .map_err(|e| Reject::unavailable(format!("the answer could not be written: {e}")))
+}
 
 fn parse_key(state: &AppState, text: &str) -> Result<GateKey, Reject> {
     GateKey::parse(text, state.engine.settings().default_repo.as_ref())
@@ -59,14 +69,14 @@ pub async fn list(
         }
     };
     let page = state.engine.page(q.cursor.as_deref(), limit).await?;
-    Ok(Json(json!({ "gates": page.gates, "next": page.next })))
+    answer_json(&GateList::from(page))
 }
 
 pub async fn show(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(key): Path<String>,
-) -> Result<Json<GateDetail>, Reject> {
+) -> Result<Json<GateView>, Reject> {
     // A pipeline waiting on its gate (`gatebot wait`) may read it with its
     // own token: its named gates, and no other gate's history.
     let by_pipeline = is_pipeline(&state.config, &headers);
@@ -81,7 +91,7 @@ pub async fn show(
             format!("the pipeline token reads only named gates (/gates/<kind>/named/<name>), and {key} is not one: read it with GATEBOT_ADMIN_TOKEN"),
         ));
     }
-    Ok(Json(state.engine.detail(&key).await?))
+    Ok(Json(state.engine.detail(&key).await?.into()))
 }
 
 #[derive(Debug, Deserialize)]
@@ -155,6 +165,16 @@ async fn run(state: &AppState, request: &Request) -> Result<Gate, Reject> {
         .ok_or_else(|| Reject::unavailable("the command changed no gate"))
 }
 
+/// The gate a reader's list is filtered by, once the reader's token is checked.
+fn gate_read(
+    state: &AppState,
+    headers: &HeaderMap,
+    gate: Option<&str>,
+) -> Result<Option<GateKey>, Reject> {
+    reader(&state.config, headers)?;
+    gate.map(|g| parse_key(state, g)).transpose()
+}
+
 #[derive(Debug, Deserialize)]
 pub struct WaitsQuery {
     #[serde(default)]
@@ -167,14 +187,9 @@ pub async fn waits(
     headers: HeaderMap,
     Query(q): Query<WaitsQuery>,
 ) -> Result<Json<Value>, Reject> {
-    reader(&state.config, &headers)?;
-    let key = q
-        .gate
-        .as_deref()
-        .map(|g| parse_key(&state, g))
-        .transpose()?;
+    let key = gate_read(&state, &headers, q.gate.as_deref())?;
     let waits = state.store.waits(key.as_ref(), q.open, 500).await?;
-    Ok(Json(json!({ "waits": waits })))
+    answer_json(&WaitList { waits })
 }
 
 #[derive(Debug, Deserialize)]
@@ -188,17 +203,12 @@ pub async fn audit(
     headers: HeaderMap,
     Query(q): Query<AuditQuery>,
 ) -> Result<Json<Value>, Reject> {
-    reader(&state.config, &headers)?;
-    let key = q
-        .gate
-        .as_deref()
-        .map(|g| parse_key(&state, g))
-        .transpose()?;
-    let entries = state
+    let key = gate_read(&state, &headers, q.gate.as_deref())?;
+    let audit = state
         .store
         .audit_log(key.as_ref(), q.limit.unwrap_or(200).clamp(1, 5000))
         .await?;
-    Ok(Json(json!({ "audit": entries })))
+    answer_json(&AuditList { audit })
 }
 
 #[derive(Debug, Deserialize)]
@@ -213,7 +223,7 @@ pub async fn outbox(
 ) -> Result<Json<Value>, Reject> {
     reader(&state.config, &headers)?;
     let jobs = state.store.jobs(q.state.as_deref(), 500).await?;
-    Ok(Json(json!({ "jobs": jobs })))
+    answer_json(&JobList { jobs })
 }
 
 #[derive(Debug, Deserialize)]
@@ -228,5 +238,5 @@ pub async fn events(
 ) -> Result<Json<Value>, Reject> {
     reader(&state.config, &headers)?;
     let events = state.store.events(q.canary.as_deref(), 500).await?;
-    Ok(Json(json!({ "events": events })))
+    answer_json(&EventList { events })
 }

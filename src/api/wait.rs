@@ -2,15 +2,14 @@
 //! It asks the API (`GET /api/v1/gates/…`) until the gate opens (exit 0) or
 //! is closed, rejected or retired after the wait began (exit 1).
 
-use std::time::Duration;
-
-use anyhow::Context;
-use secrecy::{ExposeSecret, SecretString};
-use serde_json::Value;
+use secrecy::SecretString;
 use tokio::time::Instant;
 
+use super::cli::{api_path, exchange, read, NoAnswer, Server};
+use super::wire::GateView;
 use crate::config::WaitArgs;
 use crate::gate::state::rfc3339;
+use crate::gate::GateStatus;
 
 /// How the wait ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,23 +26,14 @@ enum Failed {
 }
 
 pub async fn run(args: &WaitArgs, token: Option<SecretString>) -> anyhow::Result<Decided> {
-    let base = args.server.trim_end_matches('/');
-    let gate = args.gate.trim().trim_matches('/');
-    let gate = gate.strip_prefix("gates/").unwrap_or(gate);
-    let url = format!("{base}/api/v1/gates/{gate}");
-    let client = crate::outbound::client(&args.outbound, Duration::from_secs(15))?;
+    let gate = api_path(&args.gate);
+    let path = format!("/api/v1/gates/{gate}");
+    let server = Server::new(&args.server, token, &args.outbound, "pipeline".into())?;
     let deadline = Instant::now() + args.timeout;
     let mut since: Option<Since> = None;
     let mut last_error = None;
     loop {
-        let mut req = client
-            .get(&url)
-            .header("x-gatebot-source", "cli")
-            .header("x-gatebot-actor", "pipeline");
-        if let Some(t) = &token {
-            req = req.bearer_auth(t.expose_secret());
-        }
-        match fetch(req).await {
+        match fetch(server.get(&path)).await {
             Ok(gate) => {
                 last_error = None;
                 if let Some(decided) = decide(&gate, &mut since) {
@@ -76,23 +66,15 @@ pub async fn run(args: &WaitArgs, token: Option<SecretString>) -> anyhow::Result
     }
 }
 
-async fn fetch(req: reqwest::RequestBuilder) -> Result<Value, Failed> {
-    let response = req.send().await.map_err(|e| {
-        Failed::Transient(anyhow::anyhow!(
-            "cannot reach gatebot ({})",
-            crate::outbound::why(&e)
-        ))
+async fn fetch(req: reqwest::RequestBuilder) -> Result<GateView, Failed> {
+    let (status, body) = exchange(req).await.map_err(|e| match e {
+        NoAnswer::Unreachable(why) => {
+            Failed::Transient(anyhow::anyhow!("cannot reach gatebot ({why})"))
+        }
+        NoAnswer::CutOff(e) => Failed::Transient(e),
     })?;
-    let status = response.status();
-    let body = response
-        .text()
-        .await
-        .context("the server's answer was cut off")
-        .map_err(Failed::Transient)?;
     if status.is_success() {
-        return serde_json::from_str(&body)
-            .context("the server did not answer JSON")
-            .map_err(Failed::Fatal);
+        return read(&body).map_err(Failed::Fatal);
     }
     let e = anyhow::anyhow!("gatebot answered {status}: {}", body.trim());
     if status.is_server_error() || status.as_u16() == 429 || status.as_u16() == 408 {
@@ -112,42 +94,37 @@ enum Since {
 }
 
 /// The decision the gate shows, if any. `since` is set at the first answer.
-fn decide(gate: &Value, since: &mut Option<Since>) -> Option<Decided> {
-    let key = gate["key"].as_str().unwrap_or("the gate");
-    // An approval carries its change inline; a closed or held gate under `change`.
-    let c = match &gate["change"] {
-        Value::Object(_) => &gate["change"],
-        _ => gate,
-    };
-    let change_at = c["at"].as_i64();
+fn decide(view: &GateView, since: &mut Option<Since>) -> Option<Decided> {
+    let key = &view.gate.key;
+    let change = view.change();
+    let change_at = change.map(|c| c.at);
     let by = || {
-        let mut who = format!(
-            "{} via {}",
-            c["by"]["name"].as_str().unwrap_or("?"),
-            c["by"]["source"].as_str().unwrap_or("?")
-        );
-        if let Some(r) = c["reason"].as_str().filter(|r| !r.is_empty()) {
+        let Some(c) = change else {
+            return "? via ?".to_string();
+        };
+        let mut who = format!("{} via {}", c.by.name, c.by.source);
+        if let Some(r) = c.reason.as_deref().filter(|r| !r.is_empty()) {
             who.push_str(&format!(" ({r})"));
         }
         who
     };
-    let named = &gate["named"];
-    if let Some(at) = named["retired_at"].as_i64() {
+    let named = view.named.as_ref();
+    if let Some(at) = named.and_then(|n| n.retired_at) {
         return Some(Decided {
             approved: false,
             message: format!("{key} was retired at {}", rfc3339(at)),
         });
     }
-    let since = *since.get_or_insert(match named["created_at"].as_i64() {
-        Some(created) => Since::Created(created),
+    let since = *since.get_or_insert(match named {
+        Some(n) => Since::Created(n.created_at),
         None => Since::Change(change_at),
     });
-    match gate["state"].as_str() {
-        Some("open") => Some(Decided {
+    match &view.gate.status {
+        GateStatus::Open(_) => Some(Decided {
             approved: true,
             message: format!("{key} approved by {}", by()),
         }),
-        Some("closed") => {
+        GateStatus::Closed { .. } => {
             let at = change_at?;
             let rejected = match since {
                 Since::Created(created) => at >= created,
@@ -159,21 +136,36 @@ fn decide(gate: &Value, since: &mut Option<Since>) -> Option<Decided> {
             })
         }
         // A hold is a pause: someone may still lift it and approve.
-        _ => None,
+        GateStatus::Held { .. } | GateStatus::Approving(_) => None,
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::*;
 
+    const KEY: &str = "/gates/promote/acme/shop/pr/1";
+
+    /// A gate's view as the API answers it, from its gate and named parts.
+    fn view(mut gate: Value) -> GateView {
+        for list in ["observations", "waits", "audit"] {
+            gate[list] = json!([]);
+        }
+        serde_json::from_value(gate).unwrap()
+    }
+
+    fn named(created_at: i64, retired_at: Option<i64>) -> Value {
+        json!({"title": null, "links": [], "slack_channel": null, "pr": null,
+            "created_at": created_at, "created_by": "pipeline", "retired_at": retired_at})
+    }
+
     #[test]
     fn a_named_gate_rejected_before_the_first_question_counts() {
-        let gate = json!({"key": "/gates/promote/named/r1", "state": "closed",
+        let gate = view(json!({"key": "/gates/promote/named/r1", "state": "closed",
             "change": {"by": {"name": "U1", "source": "slack"}, "reason": null, "at": 20},
-            "named": {"created_at": 10, "retired_at": null}});
+            "named": named(10, None)}));
         let d = decide(&gate, &mut None).unwrap();
         assert!(!d.approved);
         assert!(
@@ -186,22 +178,37 @@ mod tests {
     #[test]
     fn an_old_close_of_another_gate_is_not_a_rejection() {
         let mut since = None;
-        let old = json!({"key": "k", "state": "closed", "change": {"by": {"name": "a", "source": "api"}, "at": 5}});
+        let old = view(
+            json!({"key": KEY, "state": "closed", "change": {"by": {"name": "a", "source": "api"}, "reason": null, "at": 5}}),
+        );
         assert_eq!(decide(&old, &mut since), None);
-        let new = json!({"key": "k", "state": "closed", "change": {"by": {"name": "b", "source": "api"}, "at": 6}});
+        let new = view(
+            json!({"key": KEY, "state": "closed", "change": {"by": {"name": "b", "source": "api"}, "reason": null, "at": 6}}),
+        );
         assert!(!decide(&new, &mut since).unwrap().approved);
-        let held = json!({"key": "k", "state": "held", "change": {"by": {"name": "b", "source": "api"}, "at": 7}});
+        let held = view(
+            json!({"key": KEY, "state": "held", "change": {"by": {"name": "b", "source": "api"}, "reason": null, "at": 7}}),
+        );
         assert_eq!(decide(&held, &mut Some(Since::Change(Some(5)))), None);
     }
 
     #[test]
     fn open_is_approved_and_retired_is_not() {
-        let open = json!({"key": "k", "state": "open", "by": {"name": "alice", "source": "github"}, "at": 5});
+        let open = view(json!({"key": KEY, "state": "open", "id": "a1", "pins": {},
+            "by": {"name": "alice", "source": "github"}, "reason": null, "at": 5, "expires_at": null}));
         let d = decide(&open, &mut None).unwrap();
         assert!(d.approved);
-        assert_eq!(d.message, "k approved by alice via github");
-        let retired =
-            json!({"key": "k", "state": "held", "named": {"created_at": 1, "retired_at": 9}});
+        assert_eq!(d.message, format!("{KEY} approved by alice via github"));
+        let retired = view(json!({"key": KEY, "state": "held",
+            "change": {"by": {"name": "b", "source": "api"}, "reason": null, "at": 9},
+            "named": named(1, Some(9))}));
         assert!(!decide(&retired, &mut None).unwrap().approved);
+    }
+
+    #[test]
+    fn an_answer_without_a_field_the_wait_reads_is_refused() {
+        let answer = json!({"key": KEY, "observations": [], "waits": [], "audit": []});
+        let e = serde_json::from_value::<GateView>(answer).unwrap_err();
+        assert!(e.to_string().contains("state"), "{e}");
     }
 }

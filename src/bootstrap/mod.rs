@@ -10,6 +10,7 @@ mod web_access;
 pub use entry::main;
 pub use router::{app, app_with, harden, Webhooks};
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,34 +62,8 @@ impl Gatebot {
     }
 
     pub async fn start_with(config: Config, options: Options) -> anyhow::Result<Self> {
-        if let Some(problem) = config.problems().into_iter().next() {
-            anyhow::bail!(problem);
-        }
-        for warning in config.warnings() {
-            tracing::warn!("{warning}");
-        }
-        // Before any client is built: they all take these proxies and roots.
-        crate::outbound::configure(&config.outbound)?;
-        // A clock a test sets is the truth; the system clock is corrected to
-        // the database's on PostgreSQL (see `tasks::sync_clock`).
-        let measure = options.clock.is_none() && !simulated_date();
-        let local = match options.clock {
-            Some(clock) => clock,
-            None => system_clock()?,
-        };
-        let clock_sync = CorrectedClock::new(local);
-        let clock: SharedClock = clock_sync.clone();
-        let store = Store::connect(&config.database_url).await?;
-        let mut metrics = Metrics::new();
-        metrics.count_store_writes(store.write_health().committed().clone());
-        metrics.time_decisions(store.write_health().decisions().clone());
-        let metrics = Arc::new(metrics);
-        let measure = measure && store.backend() == store::Backend::Postgres;
-        let mut skew_log = tasks::SkewLog::default();
-        if measure {
-            // Before anything is stamped.
-            tasks::sync_clock(&store, &clock_sync, &metrics, &mut skew_log).await;
-        }
+        prepare(&config)?;
+        let base = Base::open(&config, options.clock).await?;
         let templates = templates::Templates::with_links(
             config.templates_dir.clone(),
             config.public_url.as_deref(),
@@ -97,155 +72,42 @@ impl Gatebot {
         for warning in policy.door_warnings(config.flagger_tokens()) {
             tracing::warn!("{warning}");
         }
-        let outbox_wake = Arc::new(Notify::new());
-        let inbox_wake = Arc::new(Notify::new());
+        let wakes = Wakes::default();
+        let github = github::client(&config, &base.metrics)?;
         let mut sinks = options.sinks;
-        let github = github::client(&config, &metrics)?;
-        sinks.extend(github::sinks(
-            github.as_ref(),
-            &config,
-            &store,
-            &templates,
-            &clock,
-            &metrics,
-        ));
-        sinks.extend(slack::sinks(&config, &store, &templates, &clock, &metrics)?);
+        sinks.extend(base.sinks(&config, github.as_ref(), &templates)?);
         let notifier = Notifier::new(sinks);
-        let engine = Engine::new(
-            store.clone(),
-            clock.clone(),
-            EngineSettings {
-                approval_ttl: Some(config.approval_ttl).filter(|t| !t.is_zero()),
-                default_repo: config.github.repository.clone(),
-                check_deadline: engine::CHECK_DEADLINE,
-                channels: gate::Channels {
-                    github: config.github.webhook_secret.is_some(),
-                    slack: config.slack.inbound(),
-                },
-                calendar: policy.calendar().clone(),
-                quorum: policy.quorum().to_vec(),
-                timers: policy.timers(),
-            },
-            metrics.clone(),
-            notifier.clone(),
-            outbox_wake.clone(),
-        )
-        .await
-        .context("cannot load gates from the store")?;
-        // The policy may have changed since the waits in progress started.
-        let rescheduled = engine
-            .schedule_waits()
-            .await
-            .context("cannot set the timers of the waits in progress")?;
-        if rescheduled > 0 {
-            tracing::info!(
-                waits = rescheduled,
-                "timers of waits in progress set by the policy now in force"
-            );
-        }
-        // One channel of changes for every open page (server-sent events).
-        let (changes, _) = tokio::sync::broadcast::channel(1024);
-        engine.publish_to(changes.clone());
-        let authority = github.clone().map(|client| {
-            Arc::new(web_access::GithubAuthority::new(
-                client,
-                policy.clone(),
-                store.clone(),
-                clock.clone(),
-                config.github.repository.clone(),
-            )) as Arc<dyn crate::web::Authority>
-        });
-        let web = Arc::new(crate::web::Web::new(&config, changes, authority)?);
+        let engine = base.engine(&config, &policy, &notifier, &wakes).await?;
+        let web = base.web(&config, &policy, github.clone(), &engine)?;
         let state = AppState(Arc::new(Shared {
             config,
-            store: store.clone(),
+            store: base.store.clone(),
             engine,
-            metrics: metrics.clone(),
-            clock: clock.clone(),
-            clock_sync: clock_sync.clone(),
-            inbox_wake: inbox_wake.clone(),
+            metrics: base.metrics.clone(),
+            clock: base.clock.clone(),
+            clock_sync: base.clock_sync.clone(),
+            inbox_wake: wakes.inbox.clone(),
             templates,
             policy,
         }));
-
         let shutdown = CancellationToken::new();
         let mut tasks = JoinSet::new();
-        let owner = store.replica().to_string();
-        take_over_leases(&store, clock.now_ms()).await;
-        if store.backend() == store::Backend::Postgres {
-            let sync = measure.then(|| (clock_sync.clone(), metrics.clone(), skew_log));
-            tasks.spawn(heartbeat(
-                store.clone(),
-                clock.clone(),
-                sync,
-                shutdown.clone(),
-            ));
-            tasks.spawn(follow_gates(state.clone(), shutdown.clone()));
-        }
-        let settings = options.worker.unwrap_or_else(|| WorkerSettings {
-            base_backoff: state.config.outbox_backoff,
-            max_attempts: state.config.outbox_max_attempts,
-            lease: state.config.outbox_lease,
-            ..WorkerSettings::default()
-        });
-        let outbox = Worker {
-            queue: QueueName::Outbox,
-            store: store.clone(),
-            clock: clock.clone(),
-            metrics: metrics.clone(),
-            handlers: notifier.handlers().into_iter().collect(),
-            settings: settings.clone(),
-            wake: outbox_wake,
-            owner: owner.clone(),
-            idle: Default::default(),
-            finisher: Default::default(),
+        take_over_leases(&base.store, base.clock.now_ms()).await;
+        let workers = Workers {
+            worker: options.worker,
+            inbox: options.inbox,
+            notifier,
+            github: github.clone(),
+            wakes,
         };
-        let mut drain = Drain::default();
-        drain.add(&outbox);
-        tasks.spawn(outbox.run(shutdown.clone()));
-        let mut inbox_handlers: std::collections::HashMap<String, Arc<dyn Handler>> =
-            options.inbox.into_iter().collect();
-        inbox_handlers.extend(github::inbox_handlers(&state, github.as_ref()));
-        let app_client = github.clone();
-        let authors = github.map(|c| c as Arc<dyn crate::core::authors::AuthorLookup>);
-        inbox_handlers.extend(slack::inbox_handlers(&state, authors)?);
-        let inbox = Worker {
-            queue: QueueName::Inbox,
-            store: store.clone(),
-            clock: clock.clone(),
-            metrics: metrics.clone(),
-            handlers: inbox_handlers,
-            settings: WorkerSettings {
-                base_backoff: Duration::from_millis(500),
-                ..settings
-            },
-            wake: inbox_wake,
-            owner,
-            idle: Default::default(),
-            finisher: Default::default(),
-        };
-        drain.add(&inbox);
-        // Test and operations knob (undocumented in --help): start working the inbox
-        // only after this long, e.g. to inspect or drain stored deliveries first.
-        let inbox_delay = std::env::var("GATEBOT_INBOX_START_DELAY")
-            .ok()
-            .and_then(|v| humantime::parse_duration(v.trim()).ok());
-        let inbox_shutdown = shutdown.clone();
-        tasks.spawn(async move {
-            if let Some(delay) = inbox_delay {
-                tokio::select! {
-                    () = inbox_shutdown.cancelled() => return,
-                    () = tokio::time::sleep(delay) => {}
-                }
-            }
-            inbox.run(inbox_shutdown).await
-        });
-        tasks.spawn(housekeeping(state.clone(), shutdown.clone()));
-        tasks.spawn(retention(state.clone(), shutdown.clone()));
+        let drain = base.spawn(&state, workers, &mut tasks, &shutdown)?;
         // One receipt writer for the webhooks and Socket Mode: one commit for
         // what arrives together, whichever way it came.
-        let receipts =
-            http::receipts::Receipts::new(store.clone(), clock.clone(), state.inbox_wake.clone());
+        let receipts = http::receipts::Receipts::new(
+            state.store.clone(),
+            state.clock.clone(),
+            state.inbox_wake.clone(),
+        );
         // One cap on webhook work in hand, over HTTP and Socket Mode alike.
         let webhook_readers = Arc::new(Semaphore::new(http::limits::WEBHOOK_BODY_READERS));
         if let Some(socket) = slack::socket_mode(&state, receipts.clone(), webhook_readers.clone())?
@@ -254,11 +116,11 @@ impl Gatebot {
         }
         // GitHub keeps an App's deliveries: what gatebot refused, it asks for again.
         let redeliveries = github::redeliver::Redeliveries::default();
-        if let Some(app) = app_client.filter(|c| c.is_app()) {
+        if let Some(app) = github.filter(|c| c.is_app()) {
             tasks.spawn(
                 redeliveries
                     .clone()
-                    .run(app, store.clone(), shutdown.clone()),
+                    .run(app, state.store.clone(), shutdown.clone()),
             );
         }
         Ok(Self {
@@ -334,6 +196,268 @@ impl Gatebot {
         }
         self.state.store.close().await;
     }
+}
+
+/// Refuses a configuration with a problem, says its warnings, and sets the
+/// proxies and roots every client is built with.
+fn prepare(config: &Config) -> anyhow::Result<()> {
+    if let Some(problem) = config.problems().into_iter().next() {
+        anyhow::bail!(problem);
+    }
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
+    crate::outbound::configure(&config.outbound)
+}
+
+/// What the rest is built on: the store, the clock and the metrics.
+struct Base {
+    store: Store,
+    clock_sync: Arc<CorrectedClock>,
+    clock: SharedClock,
+    metrics: Arc<Metrics>,
+    /// The clock is measured against the database's (PostgreSQL, real time).
+    measure: bool,
+    skew_log: tasks::SkewLog,
+}
+
+/// Wakes the workers when there is work for them.
+#[derive(Default)]
+struct Wakes {
+    outbox: Arc<Notify>,
+    inbox: Arc<Notify>,
+}
+
+/// What the inbox and outbox workers are made of.
+struct Workers {
+    worker: Option<WorkerSettings>,
+    inbox: Vec<(String, Arc<dyn Handler>)>,
+    notifier: Notifier,
+    github: Option<Arc<github::client::GithubClient>>,
+    wakes: Wakes,
+}
+
+impl Base {
+    async fn open(config: &Config, clock: Option<SharedClock>) -> anyhow::Result<Self> {
+        // A clock a test sets is the truth; the system clock is corrected to
+        // the database's on PostgreSQL (see `tasks::sync_clock`).
+        let measure = clock.is_none() && !simulated_date();
+        let local = match clock {
+            Some(clock) => clock,
+            None => system_clock()?,
+        };
+        let clock_sync = CorrectedClock::new(local);
+        let store = Store::connect(&config.database_url).await?;
+        let mut metrics = Metrics::new();
+        metrics.count_store_writes(store.write_health().committed().clone());
+        metrics.time_decisions(store.write_health().decisions().clone());
+        let mut base = Self {
+            measure: measure && store.backend() == store::Backend::Postgres,
+            clock: clock_sync.clone(),
+            clock_sync,
+            store,
+            metrics: Arc::new(metrics),
+            skew_log: tasks::SkewLog::default(),
+        };
+        if base.measure {
+            // Before anything is stamped.
+            tasks::sync_clock(
+                &base.store,
+                &base.clock_sync,
+                &base.metrics,
+                &mut base.skew_log,
+            )
+            .await;
+        }
+        Ok(base)
+    }
+
+    /// The configured GitHub and Slack notification sinks.
+    fn sinks(
+        &self,
+        config: &Config,
+        github: Option<&Arc<github::client::GithubClient>>,
+        templates: &templates::Templates,
+    ) -> anyhow::Result<Vec<Arc<dyn Sink>>> {
+        let (store, clock, metrics) = (&self.store, &self.clock, &self.metrics);
+        let mut sinks = github::sinks(github, config, store, templates, clock, metrics);
+        sinks.extend(slack::sinks(config, store, templates, clock, metrics)?);
+        Ok(sinks)
+    }
+
+    /// The engine, its gates loaded and the timers of waits in progress set.
+    async fn engine(
+        &self,
+        config: &Config,
+        policy: &policy::Policy,
+        notifier: &Notifier,
+        wakes: &Wakes,
+    ) -> anyhow::Result<Engine> {
+        let settings = EngineSettings {
+            approval_ttl: Some(config.approval_ttl).filter(|t| !t.is_zero()),
+            default_repo: config.github.repository.clone(),
+            check_deadline: engine::CHECK_DEADLINE,
+            channels: gate::Channels {
+                github: config.github.webhook_secret.is_some(),
+                slack: config.slack.inbound(),
+            },
+            calendar: policy.calendar().clone(),
+            quorum: policy.quorum().to_vec(),
+            timers: policy.timers(),
+        };
+        let engine = Engine::new(
+            self.store.clone(),
+            self.clock.clone(),
+            settings,
+            self.metrics.clone(),
+            notifier.clone(),
+            wakes.outbox.clone(),
+        )
+        .await
+        .context("cannot load gates from the store")?;
+        // The policy may have changed since the waits in progress started.
+        let rescheduled = engine
+            .schedule_waits()
+            .await
+            .context("cannot set the timers of the waits in progress")?;
+        if rescheduled > 0 {
+            tracing::info!(
+                waits = rescheduled,
+                "timers of waits in progress set by the policy now in force"
+            );
+        }
+        Ok(engine)
+    }
+
+    /// The pages under /ui, with one channel of changes for every open page
+    /// (server-sent events).
+    fn web(
+        &self,
+        config: &Config,
+        policy: &policy::Policy,
+        github: Option<Arc<github::client::GithubClient>>,
+        engine: &Engine,
+    ) -> anyhow::Result<Arc<crate::web::Web>> {
+        let (changes, _) = tokio::sync::broadcast::channel(1024);
+        engine.publish_to(changes.clone());
+        let authority = github.map(|client| {
+            Arc::new(web_access::GithubAuthority::new(
+                client,
+                policy.clone(),
+                self.store.clone(),
+                self.clock.clone(),
+                config.github.repository.clone(),
+            )) as Arc<dyn crate::web::Authority>
+        });
+        Ok(Arc::new(crate::web::Web::new(config, changes, authority)?))
+    }
+
+    /// Starts the background work: the heartbeat and the gate listener
+    /// (PostgreSQL), the outbox and inbox workers, housekeeping, retention.
+    fn spawn(
+        self,
+        state: &AppState,
+        workers: Workers,
+        tasks: &mut JoinSet<()>,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<Drain> {
+        if self.store.backend() == store::Backend::Postgres {
+            let sync = self
+                .measure
+                .then(|| (self.clock_sync.clone(), self.metrics.clone(), self.skew_log));
+            let (store, clock) = (self.store.clone(), self.clock.clone());
+            tasks.spawn(heartbeat(store, clock, sync, shutdown.clone()));
+            tasks.spawn(follow_gates(state.clone(), shutdown.clone()));
+        }
+        let drain = workers.spawn(state, tasks, shutdown)?;
+        tasks.spawn(housekeeping(state.clone(), shutdown.clone()));
+        tasks.spawn(retention(state.clone(), shutdown.clone()));
+        Ok(drain)
+    }
+}
+
+impl Workers {
+    /// Starts the outbox and inbox workers; the drain tells when both are idle.
+    fn spawn(
+        self,
+        state: &AppState,
+        tasks: &mut JoinSet<()>,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<Drain> {
+        let settings = self.worker.unwrap_or_else(|| WorkerSettings {
+            base_backoff: state.config.outbox_backoff,
+            max_attempts: state.config.outbox_max_attempts,
+            lease: state.config.outbox_lease,
+            ..WorkerSettings::default()
+        });
+        let outbox = worker(
+            state,
+            QueueName::Outbox,
+            settings.clone(),
+            self.wakes.outbox,
+        );
+        let outbox = Worker {
+            handlers: self.notifier.handlers().into_iter().collect(),
+            ..outbox
+        };
+        let mut handlers: HashMap<String, Arc<dyn Handler>> = self.inbox.into_iter().collect();
+        handlers.extend(github::inbox_handlers(state, self.github.as_ref()));
+        let authors = self
+            .github
+            .map(|c| c as Arc<dyn crate::core::authors::AuthorLookup>);
+        handlers.extend(slack::inbox_handlers(state, authors)?);
+        let settings = WorkerSettings {
+            base_backoff: Duration::from_millis(500),
+            ..settings
+        };
+        let inbox = Worker {
+            handlers,
+            ..worker(state, QueueName::Inbox, settings, self.wakes.inbox)
+        };
+        let mut drain = Drain::default();
+        drain.add(&outbox);
+        drain.add(&inbox);
+        tasks.spawn(outbox.run(shutdown.clone()));
+        tasks.spawn(delayed(inbox, shutdown.clone()));
+        Ok(drain)
+    }
+}
+
+/// A worker of `queue` with no handlers yet.
+fn worker(
+    state: &AppState,
+    queue: QueueName,
+    settings: WorkerSettings,
+    wake: Arc<Notify>,
+) -> Worker {
+    Worker {
+        queue,
+        store: state.store.clone(),
+        clock: state.clock.clone(),
+        metrics: state.metrics.clone(),
+        handlers: HashMap::new(),
+        settings,
+        wake,
+        owner: state.store.replica().to_string(),
+        idle: Default::default(),
+        finisher: Default::default(),
+    }
+}
+
+/// Runs the inbox worker. Test and operations knob (undocumented in --help):
+/// `GATEBOT_INBOX_START_DELAY` starts working the inbox only after this long,
+/// e.g. to inspect or drain stored deliveries first.
+async fn delayed(inbox: Worker, shutdown: CancellationToken) {
+    let delay = std::env::var("GATEBOT_INBOX_START_DELAY")
+        .ok()
+        .and_then(|v| humantime::parse_duration(v.trim()).ok());
+    if let Some(delay) = delay {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+    inbox.run(shutdown).await
 }
 
 /// For tests only (undocumented in --help): `GATEBOT_TEST_CLOCK_SIMULATED=true`

@@ -74,24 +74,25 @@ pub fn app_with(state: AppState, web: Arc<crate::web::Web>, webhooks: Webhooks) 
 }
 
 fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, webhooks: Webhooks) -> Router {
-    let Webhooks {
-        receipts,
-        redeliveries,
-        readers: webhook_readers,
-    } = webhooks;
     let read_timeout = state.config.body_read_timeout;
-    let body =
-        |max| middleware::from_fn_with_state(BodyLimit::new(max, read_timeout), limits::bounded);
-    // One cap for both webhook sources (and Socket Mode): anyone may send to them.
-    let webhook_body = |max| {
-        middleware::from_fn_with_state(
-            BodyLimit::new(max, read_timeout).shared(&webhook_readers),
-            limits::bounded,
-        )
-    };
+    let rest = Router::new()
+        .merge(flagger_routes(&state, read_timeout))
+        .merge(api_routes(read_timeout))
+        .merge(webhook_routes(webhooks, read_timeout))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .merge(web.map(crate::web::routes).unwrap_or_default());
+    harden(state, check_routes(read_timeout), rest)
+}
 
-    // Flagger's checks: whatever goes wrong here is answered 403, never 5xx.
-    let checks = Router::new()
+/// Flagger's checks: whatever goes wrong here is answered 403, never 5xx.
+fn check_routes(read_timeout: std::time::Duration) -> Router<AppState> {
+    let limit = middleware::from_fn_with_state(
+        BodyLimit::new(FLAGGER_BODY_LIMIT, read_timeout),
+        limits::bounded,
+    );
+    Router::new()
         .route(
             "/gates/{kind}",
             get(flagger::canary_gate).post(flagger::canary_gate),
@@ -125,11 +126,18 @@ fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, webhooks: Webhook
         // every request, and this is the route Flagger polls.
         .route_layer(
             ServiceBuilder::new()
-                .layer(body(FLAGGER_BODY_LIMIT))
+                .layer(limit)
                 .layer(DefaultBodyLimit::max(FLAGGER_BODY_LIMIT)),
-        );
+        )
+}
 
-    let flagger = Router::new()
+/// Flagger's loadtester routes and its event webhook.
+fn flagger_routes(state: &AppState, read_timeout: std::time::Duration) -> Router<AppState> {
+    let limit = middleware::from_fn_with_state(
+        BodyLimit::new(FLAGGER_BODY_LIMIT, read_timeout),
+        limits::bounded,
+    );
+    Router::new()
         .route(
             "/gate/open",
             post(|s: State<AppState>, h: HeaderMap, b: Bytes| {
@@ -169,9 +177,16 @@ fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, webhooks: Webhook
             ))),
         )
         .layer(DefaultBodyLimit::max(FLAGGER_BODY_LIMIT))
-        .route_layer(body(FLAGGER_BODY_LIMIT));
+        .route_layer(limit)
+}
 
-    let api = Router::new()
+/// The operator API.
+fn api_routes(read_timeout: std::time::Duration) -> Router<AppState> {
+    let limit = middleware::from_fn_with_state(
+        BodyLimit::new(API_BODY_LIMIT, read_timeout),
+        limits::bounded,
+    );
+    Router::new()
         .route("/api/v1/gates", get(api::list).post(api::named::create))
         .route("/api/v1/gates/open", post(api::open))
         .route("/api/v1/gates/close", post(api::close))
@@ -190,10 +205,25 @@ fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, webhooks: Webhook
         .route("/api/v1/outbox", get(api::outbox))
         .route("/api/v1/events", get(api::events))
         .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
-        .route_layer(body(API_BODY_LIMIT));
+        .route_layer(limit)
+}
 
-    // One receipt writer for every webhook source: more deliveries per commit.
-    let webhooks = Router::new()
+/// GitHub's and Slack's webhooks, stored by one receipt writer: more
+/// deliveries per commit.
+fn webhook_routes(webhooks: Webhooks, read_timeout: std::time::Duration) -> Router<AppState> {
+    let Webhooks {
+        receipts,
+        redeliveries,
+        readers,
+    } = webhooks;
+    // One cap for both webhook sources (and Socket Mode): anyone may send to them.
+    let webhook_body = |max| {
+        middleware::from_fn_with_state(
+            BodyLimit::new(max, read_timeout).shared(&readers),
+            limits::bounded,
+        )
+    };
+    Router::new()
         .merge(
             github::routes()
                 .route_layer(webhook_body(GITHUB_BODY_LIMIT))
@@ -204,17 +234,7 @@ fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, webhooks: Webhook
                 )),
         )
         .merge(slack::routes().route_layer(webhook_body(SLACK_BODY_LIMIT)))
-        .layer(axum::Extension(receipts));
-
-    let rest = Router::new()
-        .merge(flagger)
-        .merge(api)
-        .merge(webhooks)
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
-        .merge(web.map(crate::web::routes).unwrap_or_default());
-    harden(state, checks, rest)
+        .layer(axum::Extension(receipts))
 }
 
 /// The layers every route gets, from the outside in: request ids, the access

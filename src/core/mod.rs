@@ -28,6 +28,7 @@ pub mod unit;
 pub mod watch;
 
 pub use app::{AppState, Shared};
+pub use page::GatePage;
 pub use read::{CanarySeen, GateDetail, GateSummary};
 
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -20,7 +20,7 @@ pub struct GateSummary {
     pub canaries: Vec<CanarySeen>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct CanarySeen {
     pub canary: String,
     pub checksum: String,

@@ -77,14 +77,14 @@ impl Actor {
 }
 
 /// Who changed a gate, when and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
     pub by: Actor,
     pub reason: Option<String>,
     pub at: Millis,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Approval {
     pub id: String,
     #[serde(flatten)]
@@ -94,14 +94,14 @@ pub struct Approval {
     pub pins: BTreeMap<String, String>,
     /// Everyone whose approvals together opened a gate that needs several
     /// people, in order; empty when one sufficed.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approvers: Vec<Actor>,
     /// Break glass: opened past a freeze, a release window or missing approvals.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub forced: bool,
     /// For its pinned canaries only (a deadline's rollback): every other
     /// canary finds the gate closed.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub exclusive: bool,
 }
 

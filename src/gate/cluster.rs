@@ -13,6 +13,14 @@ use super::tokens::HashedTokens;
 #[serde(transparent)]
 pub struct ClusterName(String);
 
+/// Read back as written, and checked as when it was configured.
+impl<'de> serde::Deserialize<'de> for ClusterName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <String as serde::Deserialize>::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl ClusterName {
     pub fn as_str(&self) -> &str {
         &self.0

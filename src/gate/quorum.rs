@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::change::{Approval, Change, Check};
 use super::key::{GateKey, GateKind, RepoName, Scope};
@@ -79,7 +79,7 @@ pub fn required(rules: &[QuorumRule], key: &GateKey, namespaces: &[&str]) -> u32
 }
 
 /// One person's approval of a gate that needs several.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Vote {
     /// Who they are across channels (a GitHub login, by the policy's `[users]`
     /// for Slack): the same person approving twice counts once.
@@ -110,7 +110,7 @@ impl Vote {
 /// people. Each canary is judged when it asks, by its own rule: the votes
 /// may already be enough for a canary whose rule asks fewer, which is then
 /// pinned to the revision they opened, as an approval's canaries are.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tally {
     /// Names the pins of the canaries these votes opened; the approval the
     /// tally becomes keeps it, and so keeps them.
@@ -119,7 +119,7 @@ pub struct Tally {
     pub required: u32,
     pub votes: Vec<Vote>,
     /// canary → the revision the votes opened for it.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pins: BTreeMap<String, String>,
 }
 

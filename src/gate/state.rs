@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::time::{Duration, UNIX_EPOCH};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::change::{Approval, Change, Check, Millis};
 use super::key::{GateKey, GateKind, Scope};
 use super::quorum::{self, QuorumRule, Tally, Vote};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum GateStatus {
     Closed {
@@ -55,7 +55,7 @@ impl GateStatus {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Gate {
     pub key: GateKey,
     #[serde(flatten)]

@@ -258,7 +258,7 @@ impl GithubClient {
         let id = match known {
             Some(id) => id,
             None => {
-                let path = format!("/repos/{}/{}/installation", repo.owner(), repo.name());
+                let path = repo_path(repo, "/installation");
                 let found: IdAnswer = self.read("installation", &jwt()?, &path).await?;
                 self.learn_installation(repo, found.id);
                 found.id
@@ -298,11 +298,9 @@ impl GithubClient {
         user: &str,
     ) -> Result<Option<Permission>, ApiError> {
         let auth = self.bearer(Some(repo)).await?;
-        let path = format!(
-            "/repos/{}/{}/collaborators/{}/permission",
-            repo.owner(),
-            repo.name(),
-            segment(user)
+        let path = repo_path(
+            repo,
+            &format!("/collaborators/{}/permission", segment(user)),
         );
         match self
             .read::<PermissionAnswer>("permission", &auth, &path)
@@ -341,7 +339,7 @@ impl GithubClient {
 
     pub async fn pull(&self, repo: &RepoName, number: PrNumber) -> Result<PullInfo, ApiError> {
         let auth = self.bearer(Some(repo)).await?;
-        let path = format!("/repos/{}/{}/pulls/{}", repo.owner(), repo.name(), number.0);
+        let path = repo_path(repo, &format!("/pulls/{}", number.0));
         self.read("pull", &auth, &path).await
     }
 
@@ -368,14 +366,9 @@ impl GithubClient {
         comment_id: u64,
         content: &str,
     ) -> Result<(), ApiError> {
-        let auth = self.bearer(Some(repo)).await?;
-        let path = format!(
-            "/repos/{}/{}/issues/comments/{comment_id}/reactions",
-            repo.owner(),
-            repo.name()
-        );
+        let rest = format!("/issues/comments/{comment_id}/reactions");
         let body = json!({ "content": content });
-        self.call("react", &auth, Method::POST, &path, Some(&body))
+        self.write("react", repo, Method::POST, &rest, body)
             .await
             .map(|_| ())
     }
@@ -386,29 +379,18 @@ impl GithubClient {
         number: PrNumber,
         body: &str,
     ) -> Result<u64, ApiError> {
-        let auth = self.bearer(Some(repo)).await?;
-        let path = format!(
-            "/repos/{}/{}/issues/{}/comments",
-            repo.owner(),
-            repo.name(),
-            number.0
-        );
+        let rest = format!("/issues/{}/comments", number.0);
         let body = json!({ "body": body });
         let text = self
-            .call("create_comment", &auth, Method::POST, &path, Some(&body))
+            .write("create_comment", repo, Method::POST, &rest, body)
             .await?;
         decode::<IdAnswer>(&text).map(|a| a.id)
     }
 
     pub async fn edit_comment(&self, repo: &RepoName, id: u64, body: &str) -> Result<(), ApiError> {
-        let auth = self.bearer(Some(repo)).await?;
-        let path = format!(
-            "/repos/{}/{}/issues/comments/{id}",
-            repo.owner(),
-            repo.name()
-        );
+        let rest = format!("/issues/comments/{id}");
         let body = json!({ "body": body });
-        self.call("edit_comment", &auth, Method::PATCH, &path, Some(&body))
+        self.write("edit_comment", repo, Method::PATCH, &rest, body)
             .await
             .map(|_| ())
     }
@@ -423,12 +405,7 @@ impl GithubClient {
         since: Option<Millis>,
     ) -> Result<Option<u64>, ApiError> {
         let auth = self.bearer(Some(repo)).await?;
-        let mut path = format!(
-            "/repos/{}/{}/issues/{}/comments?per_page=100",
-            repo.owner(),
-            repo.name(),
-            number.0
-        );
+        let mut path = repo_path(repo, &format!("/issues/{}/comments?per_page=100", number.0));
         if let Some(ms) = since {
             let at = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
             path.push_str(&format!("&since={}", humantime::format_rfc3339_seconds(at)));
@@ -479,6 +456,20 @@ impl GithubClient {
 
     /// One call: the body of a successful answer, or the classified failure.
     /// Counted and timed under `endpoint`, whatever its result.
+    /// Sends `body` to `rest` of the repository's API, with its token.
+    async fn write(
+        &self,
+        endpoint: &'static str,
+        repo: &RepoName,
+        method: Method,
+        rest: &str,
+        body: Value,
+    ) -> Result<String, ApiError> {
+        let auth = self.bearer(Some(repo)).await?;
+        let path = repo_path(repo, rest);
+        self.call(endpoint, &auth, method, &path, Some(&body)).await
+    }
+
     async fn call(
         &self,
         endpoint: &'static str,
@@ -559,6 +550,11 @@ pub fn parse_permission(permission: &str, role_name: Option<&str>) -> Option<Per
         _ => None,
     };
     role_name.and_then(parse).or_else(|| parse(permission))
+}
+
+/// `/repos/{owner}/{name}` followed by `rest`.
+fn repo_path(repo: &RepoName, rest: &str) -> String {
+    format!("/repos/{}/{}{rest}", repo.owner(), repo.name())
 }
 
 /// Escapes a path segment taken from a payload.

@@ -11,9 +11,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use secrecy::ExposeSecret;
 
-use super::events::{IssueCommentEvent, PullRequestEvent};
+use super::events::{IssueCommentEvent, PullRequestEvent, Repository};
 use super::verify::verify;
 use super::{is_own_comment, SOURCE};
+use crate::config::GithubConfig;
 use crate::core::AppState;
 use crate::gate::Millis;
 use crate::http::error::Reject;
@@ -40,101 +41,29 @@ fn ignored(why: impl std::fmt::Display) -> Response {
     text(StatusCode::OK, format!("ignored: {why}"))
 }
 
+/// What a delivery comes to: stored to be worked, or answered at once.
+enum Received {
+    Store { id: String, payload: String },
+    Answer(Response),
+}
+
 async fn receive(
     state: &AppState,
     receipts: &Receipts,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, Reject> {
-    let gh = &state.config.github;
-    let Some(secret) = &gh.webhook_secret else {
-        return Err(Reject::not_configured(
-            "GitHub",
-            "GATEBOT_GITHUB_WEBHOOK_SECRET and GATEBOT_GITHUB_TOKEN (or a GitHub App)",
-        ));
-    };
-    if gh.token.is_none() && gh.app_id.is_none() {
-        return Err(Reject::not_configured(
-            "GitHub",
-            "GATEBOT_GITHUB_TOKEN, or GATEBOT_GITHUB_APP_ID and GATEBOT_GITHUB_APP_PRIVATE_KEY",
-        ));
-    }
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    verify(secret.expose_secret(), header("x-hub-signature-256"), body).map_err(|e| {
-        Reject::new(
-            StatusCode::UNAUTHORIZED,
-            e.reason(),
-            super::verify::message(e),
-        )
-    })?;
-
-    let event = header("x-github-event").unwrap_or("").trim();
-    if event.is_empty() {
-        return Err(Reject::bad_request(
-            "missing_event",
-            "missing X-GitHub-Event",
-        ));
-    }
-    // Unsigned, so only logged: deliveries are keyed by what GitHub signs.
-    let guid = header("x-github-delivery").unwrap_or("").trim();
-    if guid.is_empty() || guid.len() > 128 {
-        return Err(Reject::bad_request(
-            "missing_delivery",
-            "missing or malformed X-GitHub-Delivery",
-        ));
-    }
-    let malformed = |e: serde_json::Error| {
-        Reject::bad_request("malformed_json", format!("malformed JSON: {e}"))
-    };
-    let allowed = |repo: Option<crate::gate::RepoName>| {
-        gh.allowed_repositories.is_empty()
-            || repo.is_some_and(|r| gh.allowed_repositories.contains(&r))
-    };
-    let (signed_id, payload) = match event {
+    authenticate(&state.config.github, headers, body)?;
+    let (event, guid) = event_and_guid(headers)?;
+    let received = match event {
         "ping" => return Ok(text(StatusCode::OK, "pong")),
-        "issue_comment" => {
-            let e: IssueCommentEvent = serde_json::from_slice(body).map_err(malformed)?;
-            let comment = e.comment.body.as_deref().unwrap_or("");
-            if !matches!(e.action.as_str(), "created" | "edited") {
-                return Ok(ignored(format_args!("issue_comment {}", e.action)));
-            }
-            if !e.on_pull_request() {
-                return Ok(ignored("comment on an issue, not a pull request"));
-            }
-            if !allowed(e.repository.name()) {
-                return Ok(ignored(format_args!(
-                    "{} is not in GATEBOT_GITHUB_ALLOWED_REPOSITORIES",
-                    e.repository.full_name
-                )));
-            }
-            // No slash, no command (quoted or not): nothing to store.
-            if !comment.contains('/') || is_own_comment(comment) {
-                return Ok(ignored("no command"));
-            }
-            let Some(id) = e.signed_id() else {
-                return Err(Reject::bad_request(
-                    "malformed_comment",
-                    "comment.id or comment.updated_at (an RFC 3339 UTC time) is missing: commands are keyed by them",
-                ));
-            };
-            too_old(state, e.written_at())?;
-            (id, serde_json::to_string(&e).map_err(malformed)?)
-        }
-        "pull_request" => {
-            let e: PullRequestEvent = serde_json::from_slice(body).map_err(malformed)?;
-            if !matches!(e.action.as_str(), "synchronize" | "closed") {
-                return Ok(ignored(format_args!("pull_request {}", e.action)));
-            }
-            if !allowed(e.repository.name()) {
-                return Ok(ignored(format_args!(
-                    "{} is not in GATEBOT_GITHUB_ALLOWED_REPOSITORIES",
-                    e.repository.full_name
-                )));
-            }
-            too_old(state, e.signed_at())?;
-            (e.signed_id(), serde_json::to_string(&e).map_err(malformed)?)
-        }
+        "issue_comment" => issue_comment(state, body)?,
+        "pull_request" => pull_request(state, body)?,
         other => return Ok(ignored(format_args!("gatebot does not use {other} events"))),
+    };
+    let (signed_id, payload) = match received {
+        Received::Store { id, payload } => (id, payload),
+        Received::Answer(answer) => return Ok(answer),
     };
     let delivery = Delivery {
         source: SOURCE.to_string(),
@@ -153,6 +82,124 @@ async fn receive(
     }
     tracing::debug!(delivery = guid, id = %signed_id, "GitHub delivery stored");
     Ok(text(StatusCode::ACCEPTED, "accepted"))
+}
+
+/// GitHub is configured, and the delivery is signed with its webhook secret.
+fn authenticate(gh: &GithubConfig, headers: &HeaderMap, body: &[u8]) -> Result<(), Reject> {
+    let Some(secret) = &gh.webhook_secret else {
+        return Err(Reject::not_configured(
+            "GitHub",
+            "GATEBOT_GITHUB_WEBHOOK_SECRET and GATEBOT_GITHUB_TOKEN (or a GitHub App)",
+        ));
+    };
+    if gh.token.is_none() && gh.app_id.is_none() {
+        return Err(Reject::not_configured(
+            "GitHub",
+            "GATEBOT_GITHUB_TOKEN, or GATEBOT_GITHUB_APP_ID and GATEBOT_GITHUB_APP_PRIVATE_KEY",
+        ));
+    }
+    let signature = headers
+        .get("x-hub-signature-256")
+        .and_then(|v| v.to_str().ok());
+    verify(secret.expose_secret(), signature, body).map_err(|e| {
+        Reject::new(
+            StatusCode::UNAUTHORIZED,
+            e.reason(),
+            super::verify::message(e),
+        )
+    })
+}
+
+/// The event's name and GitHub's delivery id (unsigned, so only logged:
+/// deliveries are keyed by what GitHub signs).
+fn event_and_guid(headers: &HeaderMap) -> Result<(&str, &str), Reject> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let event = header("x-github-event").unwrap_or("").trim();
+    if event.is_empty() {
+        return Err(Reject::bad_request(
+            "missing_event",
+            "missing X-GitHub-Event",
+        ));
+    }
+    let guid = header("x-github-delivery").unwrap_or("").trim();
+    if guid.is_empty() || guid.len() > 128 {
+        return Err(Reject::bad_request(
+            "missing_delivery",
+            "missing or malformed X-GitHub-Delivery",
+        ));
+    }
+    Ok((event, guid))
+}
+
+fn malformed(e: serde_json::Error) -> Reject {
+    Reject::bad_request("malformed_json", format!("malformed JSON: {e}"))
+}
+
+/// None when the repository may send commands; else the answer that ignores it.
+fn not_allowed(gh: &GithubConfig, repository: &Repository) -> Option<Response> {
+    let allowed = gh.allowed_repositories.is_empty()
+        || repository
+            .name()
+            .is_some_and(|r| gh.allowed_repositories.contains(&r));
+    (!allowed).then(|| {
+        ignored(format_args!(
+            "{} is not in GATEBOT_GITHUB_ALLOWED_REPOSITORIES",
+            repository.full_name
+        ))
+    })
+}
+
+/// A new or edited comment on a pull request that may hold a command.
+fn issue_comment(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
+    let e: IssueCommentEvent = serde_json::from_slice(body).map_err(malformed)?;
+    let comment = e.comment.body.as_deref().unwrap_or("");
+    if !matches!(e.action.as_str(), "created" | "edited") {
+        return Ok(Received::Answer(ignored(format_args!(
+            "issue_comment {}",
+            e.action
+        ))));
+    }
+    if !e.on_pull_request() {
+        return Ok(Received::Answer(ignored(
+            "comment on an issue, not a pull request",
+        )));
+    }
+    if let Some(answer) = not_allowed(&state.config.github, &e.repository) {
+        return Ok(Received::Answer(answer));
+    }
+    // No slash, no command (quoted or not): nothing to store.
+    if !comment.contains('/') || is_own_comment(comment) {
+        return Ok(Received::Answer(ignored("no command")));
+    }
+    let Some(id) = e.signed_id() else {
+        return Err(Reject::bad_request(
+            "malformed_comment",
+            "comment.id or comment.updated_at (an RFC 3339 UTC time) is missing: commands are keyed by them",
+        ));
+    };
+    too_old(state, e.written_at())?;
+    let payload = serde_json::to_string(&e).map_err(malformed)?;
+    Ok(Received::Store { id, payload })
+}
+
+/// A push to or the close of a pull request, which closes its gates.
+fn pull_request(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
+    let e: PullRequestEvent = serde_json::from_slice(body).map_err(malformed)?;
+    if !matches!(e.action.as_str(), "synchronize" | "closed") {
+        return Ok(Received::Answer(ignored(format_args!(
+            "pull_request {}",
+            e.action
+        ))));
+    }
+    if let Some(answer) = not_allowed(&state.config.github, &e.repository) {
+        return Ok(Received::Answer(answer));
+    }
+    too_old(state, e.signed_at())?;
+    let payload = serde_json::to_string(&e).map_err(malformed)?;
+    Ok(Received::Store {
+        id: e.signed_id(),
+        payload,
+    })
 }
 
 /// Delivery ids are forgotten after `GATEBOT_RETENTION_DELIVERIES`, so what

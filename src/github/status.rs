@@ -104,6 +104,25 @@ pub async fn view(
     let mut gates = Vec::new();
     let mut ever_waited = false;
     let mut canaries = BTreeSet::new();
+    for (key, title) in keys_of_pr(store, repo, number).await? {
+        let (view, waited) = gate_view(store, key, title, now, &mut canaries).await?;
+        ever_waited |= waited;
+        gates.extend(view);
+    }
+    Ok(PrView {
+        subject: format!("{repo}#{number}"),
+        gates,
+        events: recent_events(store, &canaries).await?,
+        ever_waited,
+    })
+}
+
+/// The PR's gates of every kind, and the named gates that name it (with their titles).
+async fn keys_of_pr(
+    store: &Store,
+    repo: &RepoName,
+    number: PrNumber,
+) -> Result<Vec<(GateKey, Option<String>)>, StoreError> {
     let mut keys: Vec<(GateKey, Option<String>)> = GateKind::ROUTABLE
         .into_iter()
         .map(|kind| {
@@ -117,93 +136,116 @@ pub async fn view(
     for named in store.named_gates_of_pr(repo, number).await? {
         keys.push((named.key, named.spec.title));
     }
-    for (key, title) in keys {
-        let kind = key.kind;
-        let name = match &key.scope {
-            Scope::Named(name) => Some(name.to_string()),
-            _ => None,
-        };
-        let gate = store.load_gate(&key).await?;
-        let observations = store.observations_for(&key).await?;
-        let waits = store.waits(Some(&key), false, 50).await?;
-        ever_waited |= !waits.is_empty();
-        if gate.is_none() && observations.is_empty() && name.is_none() {
-            continue;
-        }
-        let open_since: BTreeMap<Option<&CanaryRef>, Millis> = waits
-            .iter()
-            .filter(|w| w.ended_at.is_none())
-            .map(|w| (w.canary.as_ref(), w.started_at))
-            .collect();
-        let reminded: BTreeMap<Option<&CanaryRef>, i64> = waits
-            .iter()
-            .filter(|w| w.ended_at.is_none())
-            .map(|w| (w.canary.as_ref(), w.reminders_sent))
-            .collect();
-        let mut view = GateView {
-            kind: kind.as_str(),
-            key: key.to_string(),
-            // A pipeline's gate waits for approval from its announcement on.
-            waiting: name.is_some() && open_since.contains_key(&None),
-            name,
-            title,
-            command: kind.command(),
-            state: "closed",
-            by: None,
-            via: None,
-            reason: None,
-            at: None,
-            expires_at: None,
-            approvals: None,
-            forced: false,
-            canaries: Vec::new(),
-        };
-        let change = match gate.as_ref().map(|g| &g.status) {
+    Ok(keys)
+}
+
+/// One gate as the comment shows it (none when nothing happened at it), and
+/// whether anything ever waited there; its canaries are added to `canaries`.
+async fn gate_view(
+    store: &Store,
+    key: GateKey,
+    title: Option<String>,
+    now: Millis,
+    canaries: &mut BTreeSet<CanaryRef>,
+) -> Result<(Option<GateView>, bool), StoreError> {
+    let kind = key.kind;
+    let name = match &key.scope {
+        Scope::Named(name) => Some(name.to_string()),
+        _ => None,
+    };
+    let gate = store.load_gate(&key).await?;
+    let observations = store.observations_for(&key).await?;
+    let waits = store.waits(Some(&key), false, 50).await?;
+    let waited = !waits.is_empty();
+    if gate.is_none() && observations.is_empty() && name.is_none() {
+        return Ok((None, waited));
+    }
+    let open: Vec<_> = waits.iter().filter(|w| w.ended_at.is_none()).collect();
+    let open_since: BTreeMap<Option<&CanaryRef>, Millis> = open
+        .iter()
+        .map(|w| (w.canary.as_ref(), w.started_at))
+        .collect();
+    let reminded: BTreeMap<Option<&CanaryRef>, i64> = open
+        .iter()
+        .map(|w| (w.canary.as_ref(), w.reminders_sent))
+        .collect();
+    let mut view = GateView {
+        kind: kind.as_str(),
+        key: key.to_string(),
+        // A pipeline's gate waits for approval from its announcement on.
+        waiting: name.is_some() && open_since.contains_key(&None),
+        name,
+        title,
+        command: kind.command(),
+        state: "closed",
+        by: None,
+        via: None,
+        reason: None,
+        at: None,
+        expires_at: None,
+        approvals: None,
+        forced: false,
+        canaries: Vec::new(),
+    };
+    view.show_status(gate.as_ref().map(|g| &g.status), now);
+    for o in observations {
+        let waiting_since = open_since.get(&Some(&o.canary)).copied();
+        view.waiting |= waiting_since.is_some();
+        canaries.insert(o.canary.clone());
+        view.canaries.push(CanaryView {
+            canary: o.canary.to_string(),
+            phase: o.phase,
+            checksum: o.checksum,
+            answer: o.answer,
+            waiting_since,
+            reminders: reminded.get(&Some(&o.canary)).copied().unwrap_or(0),
+        });
+    }
+    Ok((Some(view), waited))
+}
+
+impl GateView {
+    /// The gate's state, and who changed it last, when and why.
+    fn show_status(&mut self, status: Option<&GateStatus>, now: Millis) {
+        let change = match status {
             Some(GateStatus::Open(a)) if !a.expired(now) => {
-                view.state = "open";
-                view.expires_at = a.expires_at;
-                view.approvals = crate::gate::quorum::opened_by(a);
-                view.forced = a.forced;
+                self.state = "open";
+                self.expires_at = a.expires_at;
+                self.approvals = crate::gate::quorum::opened_by(a);
+                self.forced = a.forced;
                 Some(&a.change)
             }
             Some(GateStatus::Open(_)) => {
-                view.reason = Some("approval expired".into());
+                self.reason = Some("approval expired".into());
                 None
             }
             Some(GateStatus::Held { change }) => {
-                view.state = "held";
+                self.state = "held";
                 Some(change)
             }
             Some(GateStatus::Closed { change }) => change.as_ref(),
             Some(GateStatus::Approving(t)) => {
-                view.approvals = Some(t.summary());
+                self.approvals = Some(t.summary());
                 t.votes.last().map(|v| &v.change)
             }
             None => None,
         };
         if let Some(c) = change {
-            view.by = Some(c.by.name.clone());
-            view.via = Some(c.by.source.to_string());
-            view.reason = c.reason.clone();
-            view.at = Some(c.at);
+            self.by = Some(c.by.name.clone());
+            self.via = Some(c.by.source.to_string());
+            self.reason = c.reason.clone();
+            self.at = Some(c.at);
         }
-        for o in observations {
-            let waiting_since = open_since.get(&Some(&o.canary)).copied();
-            view.waiting |= waiting_since.is_some();
-            canaries.insert(o.canary.clone());
-            view.canaries.push(CanaryView {
-                canary: o.canary.to_string(),
-                phase: o.phase,
-                checksum: o.checksum,
-                answer: o.answer,
-                waiting_since,
-                reminders: reminded.get(&Some(&o.canary)).copied().unwrap_or(0),
-            });
-        }
-        gates.push(view);
     }
+}
+
+/// The last events of the PR's canaries, oldest first.
+async fn recent_events(
+    store: &Store,
+    canaries: &BTreeSet<CanaryRef>,
+) -> Result<Vec<EventView>, StoreError> {
     let mut events = Vec::new();
-    for canary in &canaries {
+    for canary in canaries {
         for e in store
             .events(Some(&canary.to_string()), EVENTS_SHOWN as i64)
             .await?
@@ -220,10 +262,5 @@ pub async fn view(
     events.sort_by(|a, b| (a.at, &a.canary).cmp(&(b.at, &b.canary)));
     let skip = events.len().saturating_sub(EVENTS_SHOWN);
     events.drain(..skip);
-    Ok(PrView {
-        subject: format!("{repo}#{number}"),
-        gates,
-        events,
-        ever_waited,
-    })
+    Ok(events)
 }

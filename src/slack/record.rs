@@ -38,19 +38,8 @@ pub struct Posted {
     pub ts: String,
 }
 
-/// Who decided the wait.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Decision {
-    pub approved: bool,
-    /// Slack user id when decided in Slack (rendered as a mention).
-    pub user_id: Option<String>,
-    pub name: String,
-    pub via: String,
-    pub at: Millis,
-    pub reason: Option<String>,
-    /// The rollback gate a Reject opened.
-    pub rollback_gate: Option<String>,
-}
+/// Who decided the wait (its row in `slack_decisions`).
+pub type Decision = SlackDecision;
 
 impl Decision {
     /// `<@U123>` in Slack, else `@name`.
@@ -63,19 +52,10 @@ impl Decision {
 }
 
 /// The wait ended without a Slack decision.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Ended {
-    pub outcome: String,
-    pub at: Millis,
-}
+pub type Ended = SlackEnding;
 
 /// The canary's rollout ended.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Final {
-    pub kind: String,
-    pub message: String,
-    pub at: Millis,
-}
+pub type Final = SlackFinal;
 
 /// Everything a waiting message shows.
 #[derive(Debug, Clone, PartialEq)]
@@ -165,7 +145,7 @@ pub async fn decide_in(
     key: &Key<Decision>,
     d: &Decision,
 ) -> Result<(), StoreError> {
-    Store::put_slack_decision(tx, key.wait_id, &d.row()).await
+    Store::put_slack_decision(tx, key.wait_id, d).await
 }
 
 /// The wait of the latest message posted for a canary: where its progress is threaded.
@@ -269,68 +249,30 @@ impl Fact for Posted {
 
 impl Fact for Decision {
     async fn load(store: &Store, wait_id: i64) -> Result<Option<Self>, StoreError> {
-        Ok(store.slack_decision(wait_id).await?.map(|d| Decision {
-            approved: d.approved,
-            user_id: d.user_id,
-            name: d.name,
-            via: d.via,
-            at: d.at,
-            reason: d.reason,
-            rollback_gate: d.rollback_gate,
-        }))
+        store.slack_decision(wait_id).await
     }
 
     async fn save(&self, store: &Store, wait_id: i64, _now: Millis) -> Result<(), StoreError> {
-        store.remember_slack_decision(wait_id, &self.row()).await
-    }
-}
-
-impl Decision {
-    fn row(&self) -> SlackDecision {
-        SlackDecision {
-            approved: self.approved,
-            user_id: self.user_id.clone(),
-            name: self.name.clone(),
-            via: self.via.clone(),
-            at: self.at,
-            reason: self.reason.clone(),
-            rollback_gate: self.rollback_gate.clone(),
-        }
+        store.remember_slack_decision(wait_id, self).await
     }
 }
 
 impl Fact for Ended {
     async fn load(store: &Store, wait_id: i64) -> Result<Option<Self>, StoreError> {
-        Ok(store.slack_ending(wait_id).await?.map(|e| Ended {
-            outcome: e.outcome,
-            at: e.at,
-        }))
+        store.slack_ending(wait_id).await
     }
 
     async fn save(&self, store: &Store, wait_id: i64, _now: Millis) -> Result<(), StoreError> {
-        let e = SlackEnding {
-            outcome: self.outcome.clone(),
-            at: self.at,
-        };
-        store.remember_slack_ending(wait_id, &e).await
+        store.remember_slack_ending(wait_id, self).await
     }
 }
 
 impl Fact for Final {
     async fn load(store: &Store, wait_id: i64) -> Result<Option<Self>, StoreError> {
-        Ok(store.slack_final(wait_id).await?.map(|f| Final {
-            kind: f.kind,
-            message: f.message,
-            at: f.at,
-        }))
+        store.slack_final(wait_id).await
     }
 
     async fn save(&self, store: &Store, wait_id: i64, _now: Millis) -> Result<(), StoreError> {
-        let f = SlackFinal {
-            kind: self.kind.clone(),
-            message: self.message.clone(),
-            at: self.at,
-        };
-        store.remember_slack_final(wait_id, &f).await
+        store.remember_slack_final(wait_id, self).await
     }
 }

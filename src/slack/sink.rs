@@ -135,50 +135,7 @@ impl Sink for SlackSink {
 
     fn plan(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
         Ok(match notice {
-            Notice::WaitStarted {
-                wait_id,
-                gate,
-                canary,
-                checksum,
-                phase,
-                metadata,
-                at,
-                ..
-            } => {
-                let Some(channel) = self.channel_of(metadata) else {
-                    tracing::debug!(gate = %gate, "no Slack channel for this wait: set GATEBOT_SLACK_CHANNEL or slack_channel metadata");
-                    return Ok(Vec::new());
-                };
-                if let Admit::Digest { start, end } = self.burst.admit(channel, *at) {
-                    self.metrics.dropped(NAME, "digest");
-                    let digest = SlackJob::Digest {
-                        channel: channel.to_string(),
-                        since: start,
-                        until: end,
-                    };
-                    // One per channel and minute (the dedupe key), sent when the
-                    // minute is over, with a second's grace for late writers.
-                    return Ok(vec![NewJob {
-                        dedupe_key: Some(format!("slack-digest:{channel}:{start}")),
-                        not_before: end + 1000,
-                        ..digest.job(None)?
-                    }]);
-                }
-                let info = WaitInfo {
-                    wait_id: *wait_id,
-                    gate: gate.clone(),
-                    canary: canary.clone(),
-                    checksum: checksum.clone(),
-                    phase: phase.clone(),
-                    metadata: metadata.clone(),
-                    since: *at,
-                };
-                let job = SlackJob::PostWait {
-                    info,
-                    channel: channel.to_string(),
-                };
-                vec![job.job(Some(format!("{POST_ONCE}{wait_id}")))?]
-            }
+            Notice::WaitStarted { .. } => return self.wait_started(notice),
             Notice::WaitEnded {
                 wait_id,
                 outcome,
@@ -190,53 +147,7 @@ impl Sink for SlackSink {
                 at: *at,
             }
             .job(None)?],
-            Notice::GateChanged {
-                gate,
-                action,
-                actor,
-                reason,
-                at,
-                ..
-            } if *action == AuditAction::Open => vec![SlackJob::GateOpened {
-                gate: gate.to_string(),
-                actor: actor.clone(),
-                reason: reason.clone(),
-                at: *at,
-            }
-            .job(None)?],
-            Notice::GateChanged { gate, action, .. } if *action == AuditAction::Approve => {
-                vec![SlackJob::RefreshGate {
-                    gate: gate.to_string(),
-                }
-                .job(None)?]
-            }
-            // Break glass is loud: the messages say who forced it and why, and
-            // the channel hears of it.
-            Notice::GateChanged {
-                gate,
-                action,
-                actor,
-                reason,
-                at,
-                ..
-            } if *action == AuditAction::Force => {
-                let why = reason.as_deref().unwrap_or("no reason given");
-                let mut jobs = vec![SlackJob::GateOpened {
-                    gate: gate.to_string(),
-                    actor: actor.clone(),
-                    reason: Some(format!("break glass: {why}")),
-                    at: *at,
-                }
-                .job(None)?];
-                if self.channel.is_some() {
-                    let text = format!(
-                        ":rotating_light: *Break glass:* {} forced `{gate}` open via {}: {why}. Freezes, release windows and missing approvals did not hold it.",
-                        actor.name, actor.source
-                    );
-                    jobs.push(SlackJob::Announce { text }.job(None)?);
-                }
-                jobs
-            }
+            Notice::GateChanged { .. } => return self.gate_changed(notice),
             Notice::CanaryEvent {
                 canary,
                 kind,
@@ -272,25 +183,140 @@ impl Sink for SlackSink {
                 };
                 vec![job.job(Some(format!("slack-remind:{wait_id}:{point}")))?]
             }
-            Notice::Frozen { id, line, .. } if self.channel.is_some() => {
-                let text = format!(":snowflake: Changes are {line}");
-                vec![SlackJob::Announce { text }.job(Some(format!("slack-frozen:{id}")))?]
-            }
-            Notice::Unfrozen { ids, scope, by, .. } if self.channel.is_some() => {
-                let text = format!(
-                    ":sunny: The freeze of {scope} was lifted by {} via {}.",
-                    by.name, by.source
-                );
-                // Each freeze is lifted once: its id makes the announcement's once-key.
-                let once = ids
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",");
-                vec![SlackJob::Announce { text }.job(Some(format!("slack-unfrozen:{once}")))?]
+            Notice::Frozen { .. } | Notice::Unfrozen { .. } if self.channel.is_some() => {
+                freeze_news(notice)?
             }
             _ => Vec::new(),
         })
+    }
+}
+
+impl SlackSink {
+    /// A new wait: its message, or the minute's digest when too many start at once.
+    fn wait_started(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
+        let Notice::WaitStarted {
+            wait_id,
+            gate,
+            canary,
+            checksum,
+            phase,
+            metadata,
+            at,
+            ..
+        } = notice
+        else {
+            return Ok(Vec::new());
+        };
+        let Some(channel) = self.channel_of(metadata) else {
+            tracing::debug!(gate = %gate, "no Slack channel for this wait: set GATEBOT_SLACK_CHANNEL or slack_channel metadata");
+            return Ok(Vec::new());
+        };
+        if let Admit::Digest { start, end } = self.burst.admit(channel, *at) {
+            self.metrics.dropped(NAME, "digest");
+            let digest = SlackJob::Digest {
+                channel: channel.to_string(),
+                since: start,
+                until: end,
+            };
+            // One per channel and minute (the dedupe key), sent when the
+            // minute is over, with a second's grace for late writers.
+            return Ok(vec![NewJob {
+                dedupe_key: Some(format!("slack-digest:{channel}:{start}")),
+                not_before: end + 1000,
+                ..digest.job(None)?
+            }]);
+        }
+        let info = WaitInfo {
+            wait_id: *wait_id,
+            gate: gate.clone(),
+            canary: canary.clone(),
+            checksum: checksum.clone(),
+            phase: phase.clone(),
+            metadata: metadata.clone(),
+            since: *at,
+        };
+        let job = SlackJob::PostWait {
+            info,
+            channel: channel.to_string(),
+        };
+        Ok(vec![job.job(Some(format!("{POST_ONCE}{wait_id}")))?])
+    }
+
+    /// An opening edits the waiting messages, one approval of several
+    /// refreshes them, and break glass is loud: the messages say who forced
+    /// it and why, and the channel hears of it.
+    fn gate_changed(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
+        let Notice::GateChanged {
+            gate,
+            action,
+            actor,
+            reason,
+            at,
+            ..
+        } = notice
+        else {
+            return Ok(Vec::new());
+        };
+        match action {
+            AuditAction::Open => Ok(vec![SlackJob::GateOpened {
+                gate: gate.to_string(),
+                actor: actor.clone(),
+                reason: reason.clone(),
+                at: *at,
+            }
+            .job(None)?]),
+            AuditAction::Approve => Ok(vec![SlackJob::RefreshGate {
+                gate: gate.to_string(),
+            }
+            .job(None)?]),
+            AuditAction::Force => {
+                let why = reason.as_deref().unwrap_or("no reason given");
+                let mut jobs = vec![SlackJob::GateOpened {
+                    gate: gate.to_string(),
+                    actor: actor.clone(),
+                    reason: Some(format!("break glass: {why}")),
+                    at: *at,
+                }
+                .job(None)?];
+                if self.channel.is_some() {
+                    let text = format!(
+                        ":rotating_light: *Break glass:* {} forced `{gate}` open via {}: {why}. Freezes, release windows and missing approvals did not hold it.",
+                        actor.name, actor.source
+                    );
+                    jobs.push(SlackJob::Announce { text }.job(None)?);
+                }
+                Ok(jobs)
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+}
+
+/// A freeze or its lifting, announced in the channel.
+fn freeze_news(notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
+    match notice {
+        Notice::Frozen { id, line, .. } => {
+            let text = format!(":snowflake: Changes are {line}");
+            Ok(vec![
+                SlackJob::Announce { text }.job(Some(format!("slack-frozen:{id}")))?
+            ])
+        }
+        Notice::Unfrozen { ids, scope, by, .. } => {
+            let text = format!(
+                ":sunny: The freeze of {scope} was lifted by {} via {}.",
+                by.name, by.source
+            );
+            // Each freeze is lifted once: its id makes the announcement's once-key.
+            let once = ids
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            Ok(vec![
+                SlackJob::Announce { text }.job(Some(format!("slack-unfrozen:{once}")))?
+            ])
+        }
+        _ => Ok(Vec::new()),
     }
 }
 
@@ -391,6 +417,20 @@ impl SlackSink {
         }
     }
 
+    /// The wait's posted message and what it shows now; None until it is posted.
+    async fn posted(&self, wait_id: i64) -> Result<Option<(Posted, record::View)>, SendError> {
+        let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(wait_id))
+            .await
+            .map_err(store_err)?
+        else {
+            return Ok(None);
+        };
+        let view = record::view(&self.store, posted.info.clone())
+            .await
+            .map_err(store_err)?;
+        Ok(Some((posted, view)))
+    }
+
     /// A thread reply under the waiting message, unless someone decided or the
     /// wait ended since the reminder was queued.
     async fn remind(
@@ -402,15 +442,9 @@ impl SlackSink {
         waited: &str,
         mentions: &[String],
     ) -> Result<(), SendError> {
-        let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(wait_id))
-            .await
-            .map_err(store_err)?
-        else {
+        let Some((posted, view)) = self.posted(wait_id).await? else {
             return Ok(());
         };
-        let view = record::view(&self.store, posted.info.clone())
-            .await
-            .map_err(store_err)?;
         let ended = self
             .store
             .wait(wait_id)
@@ -512,15 +546,9 @@ impl SlackSink {
     /// Rewrites a posted message from the stored state (no-op until it is posted:
     /// the post itself renders the latest state).
     async fn refresh(&self, wait_id: i64) -> Result<(), SendError> {
-        let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(wait_id))
-            .await
-            .map_err(store_err)?
-        else {
+        let Some((posted, view)) = self.posted(wait_id).await? else {
             return Ok(());
         };
-        let view = record::view(&self.store, posted.info.clone())
-            .await
-            .map_err(store_err)?;
         let (text, blocks) =
             blocks::wait_message(&self.templates, &view, self.default_repo.as_ref())
                 .map_err(|e| SendError::Permanent(format!("{e:#}")))?;

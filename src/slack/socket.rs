@@ -87,6 +87,32 @@ pub struct SocketMode {
     token: SecretString,
 }
 
+/// One connection while it is read.
+struct Connection {
+    id: u64,
+    /// Asks for a new connection when Slack wants this one replaced.
+    asks: mpsc::UnboundedSender<u64>,
+    /// Envelopes being stored; each answers its acknowledgement.
+    handling: JoinSet<Option<String>>,
+    greeted: bool,
+    /// Slack asked for a new connection: this one ends by then.
+    draining_until: Option<Instant>,
+    heard: Instant,
+}
+
+impl Connection {
+    /// Why the connection ends at a ping: silent too long, or drained.
+    fn overdue(&self) -> Option<&'static str> {
+        if self.heard.elapsed() > SILENCE_LIMIT {
+            tracing::warn!(connection = self.id, silent_for = ?self.heard.elapsed(), "nothing from Slack's Socket Mode connection: replacing it");
+            return Some("silent");
+        }
+        self.draining_until
+            .is_some_and(|until| Instant::now() > until)
+            .then_some("drained")
+    }
+}
+
 /// How a connection ended.
 struct Ended {
     greeted: bool,
@@ -222,18 +248,22 @@ impl SocketMode {
     ) -> Ended {
         let started = Instant::now();
         let (mut tx, mut rx) = socket.split();
-        let mut handling: JoinSet<Option<String>> = JoinSet::new();
-        let mut greeted = false;
-        let mut draining_until: Option<Instant> = None;
-        let mut heard = Instant::now();
+        let mut conn = Connection {
+            id,
+            asks,
+            handling: JoinSet::new(),
+            greeted: false,
+            draining_until: None,
+            heard: Instant::now(),
+        };
         let mut ping =
             tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
         let reason = loop {
             tokio::select! {
                 biased;
                 // Shutdown, or retired to make room for a newer connection.
-                () = stop.cancelled() => break if draining_until.is_some() { "retired" } else { "shutdown" },
-                Some(done) = handling.join_next() => {
+                () = stop.cancelled() => break if conn.draining_until.is_some() { "retired" } else { "shutdown" },
+                Some(done) = conn.handling.join_next() => {
                     if let Ok(Some(ack)) = done {
                         if tx.send(Message::text(ack)).await.is_err() {
                             break "error";
@@ -241,50 +271,14 @@ impl SocketMode {
                     }
                 }
                 frame = rx.next() => {
-                    heard = Instant::now();
-                    match frame {
-                        None | Some(Ok(Message::Close(_))) => break "closed",
-                        Some(Err(e)) => {
-                            tracing::info!(connection = id, error = %e, "Slack Socket Mode connection lost");
-                            break "error";
-                        }
-                        Some(Ok(Message::Text(text))) => match serde_json::from_str::<Frame>(&text) {
-                            Ok(frame) if frame.kind == "hello" => {
-                                greeted = true;
-                                self.state.metrics.socket_connections.inc();
-                                tracing::info!(connection = id, "Slack Socket Mode connected");
-                            }
-                            Ok(frame) if frame.kind == "disconnect" => {
-                                let why = frame.reason.as_deref().unwrap_or("unknown");
-                                tracing::info!(connection = id, reason = why, "Slack asks for a new Socket Mode connection");
-                                if draining_until.is_none() {
-                                    draining_until = Some(Instant::now() + DRAIN_LIMIT);
-                                    let _ = asks.send(id);
-                                    self.disconnected(disconnect_reason(why));
-                                }
-                            }
-                            Ok(frame) => match frame.envelope_id.clone().filter(|e| !e.is_empty()) {
-                                Some(envelope) if handling.len() >= IN_FLIGHT => self.shed(&envelope, &frame.kind),
-                                Some(envelope) => {
-                                    let me = self.clone();
-                                    handling.spawn(async move { me.envelope(envelope, frame, Instant::now()).await }.in_current_span());
-                                }
-                                None => self.malformed(&format!("a `{}` message without envelope_id", frame.kind)),
-                            },
-                            Err(e) => self.malformed(&format!("not a Socket Mode message: {e}")),
-                        },
-                        Some(Ok(Message::Binary(_))) => self.malformed("a binary message"),
-                        // tungstenite answers pings itself; a pong is only a sign of life.
-                        Some(Ok(_)) => {}
+                    conn.heard = Instant::now();
+                    if let Some(reason) = self.read(&mut conn, frame) {
+                        break reason;
                     }
                 }
                 _ = ping.tick() => {
-                    if heard.elapsed() > SILENCE_LIMIT {
-                        tracing::warn!(connection = id, silent_for = ?heard.elapsed(), "nothing from Slack's Socket Mode connection: replacing it");
-                        break "silent";
-                    }
-                    if draining_until.is_some_and(|until| Instant::now() > until) {
-                        break "drained";
+                    if let Some(reason) = conn.overdue() {
+                        break reason;
                     }
                     if tx.send(Message::Ping(Default::default())).await.is_err() {
                         break "error";
@@ -292,10 +286,85 @@ impl SocketMode {
                 }
             }
         };
+        let greeted = conn.greeted;
+        self.close(conn, tx, reason).await;
+        Ended {
+            greeted,
+            lived: started.elapsed(),
+        }
+    }
+
+    /// One frame read; the reason the connection ends, if it does.
+    fn read(
+        self: &Arc<Self>,
+        conn: &mut Connection,
+        frame: Option<Result<Message, tokio_tungstenite::tungstenite::Error>>,
+    ) -> Option<&'static str> {
+        match frame {
+            None | Some(Ok(Message::Close(_))) => return Some("closed"),
+            Some(Err(e)) => {
+                tracing::info!(connection = conn.id, error = %e, "Slack Socket Mode connection lost");
+                return Some("error");
+            }
+            Some(Ok(Message::Text(text))) => match serde_json::from_str::<Frame>(&text) {
+                Ok(frame) => self.frame(conn, frame),
+                Err(e) => self.malformed(&format!("not a Socket Mode message: {e}")),
+            },
+            Some(Ok(Message::Binary(_))) => self.malformed("a binary message"),
+            // tungstenite answers pings itself; a pong is only a sign of life.
+            Some(Ok(_)) => {}
+        }
+        None
+    }
+
+    /// Slack's hello, its request for a new connection, or an envelope to handle.
+    fn frame(self: &Arc<Self>, conn: &mut Connection, frame: Frame) {
+        let id = conn.id;
+        match frame.kind.as_str() {
+            "hello" => {
+                conn.greeted = true;
+                self.state.metrics.socket_connections.inc();
+                tracing::info!(connection = id, "Slack Socket Mode connected");
+            }
+            "disconnect" => {
+                let why = frame.reason.as_deref().unwrap_or("unknown");
+                tracing::info!(
+                    connection = id,
+                    reason = why,
+                    "Slack asks for a new Socket Mode connection"
+                );
+                if conn.draining_until.is_none() {
+                    conn.draining_until = Some(Instant::now() + DRAIN_LIMIT);
+                    let _ = conn.asks.send(id);
+                    self.disconnected(disconnect_reason(why));
+                }
+            }
+            _ => match frame.envelope_id.clone().filter(|e| !e.is_empty()) {
+                Some(envelope) if conn.handling.len() >= IN_FLIGHT => {
+                    self.shed(&envelope, &frame.kind)
+                }
+                Some(envelope) => {
+                    let me = self.clone();
+                    conn.handling.spawn(
+                        async move { me.envelope(envelope, frame, Instant::now()).await }
+                            .in_current_span(),
+                    );
+                }
+                None => self.malformed(&format!("a `{}` message without envelope_id", frame.kind)),
+            },
+        }
+    }
+
+    /// Ends a connection: what is being stored is still acknowledged at a
+    /// shutdown or retirement; what was not read yet goes to another connection.
+    async fn close(
+        &self,
+        mut conn: Connection,
+        mut tx: futures_util::stream::SplitSink<Socket, Message>,
+        reason: &'static str,
+    ) {
         if matches!(reason, "shutdown" | "retired") {
-            // What is being stored is still acknowledged; what was not read
-            // yet goes to another connection.
-            while let Some(done) = handling.join_next().await {
+            while let Some(done) = conn.handling.join_next().await {
                 if let Ok(Some(ack)) = done {
                     let _ = tx.send(Message::text(ack)).await;
                 }
@@ -304,21 +373,17 @@ impl SocketMode {
         if matches!(reason, "shutdown" | "retired" | "silent" | "drained") {
             let _ = tokio::time::timeout(Duration::from_secs(1), tx.close()).await;
         }
-        if draining_until.is_none() {
+        if conn.draining_until.is_none() {
             self.disconnected(reason);
         }
-        if greeted {
+        if conn.greeted {
             self.state.metrics.socket_connections.dec();
         }
         tracing::info!(
-            connection = id,
+            connection = conn.id,
             reason,
             "Slack Socket Mode connection closed"
         );
-        Ended {
-            greeted,
-            lived: started.elapsed(),
-        }
     }
 
     /// An envelope left unacknowledged because too many are being stored:

@@ -19,13 +19,13 @@ pub struct Link {
 
 /// What the pipeline said about its gate; creating it again with the same
 /// spec is the same gate.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NamedSpec {
     pub title: Option<String>,
     pub links: Vec<Link>,
     pub slack_channel: Option<String>,
     /// `owner/repo#42` in JSON.
-    #[serde(serialize_with = "pr_text")]
+    #[serde(serialize_with = "pr_text", deserialize_with = "pr_of_text")]
     pub pr: Option<(RepoName, PrNumber)>,
 }
 
@@ -37,6 +37,20 @@ fn pr_text<S: serde::Serializer>(
         Some((repo, n)) => s.collect_str(&format_args!("{repo}#{n}")),
         None => s.serialize_none(),
     }
+}
+
+fn pr_of_text<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<(RepoName, PrNumber)>, D::Error> {
+    let Some(text) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let bad = || serde::de::Error::custom(format!("`{text}` is not owner/repo#42"));
+    let (repo, number) = text.split_once('#').ok_or_else(bad)?;
+    Ok(Some((
+        repo.parse().map_err(|_| bad())?,
+        number.parse().map_err(|_| bad())?,
+    )))
 }
 
 impl NamedSpec {

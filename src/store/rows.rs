@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
@@ -13,7 +13,7 @@ use crate::gate::{
     Tally,
 };
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AuditEntry {
     pub at: Millis,
     pub gate: GateKey,
@@ -26,7 +26,7 @@ pub struct AuditEntry {
     pub delivery: Option<DeliveryId>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ObservationRow {
     pub gate: GateKey,
     #[serde(with = "as_text")]
@@ -41,7 +41,7 @@ pub struct ObservationRow {
     pub wait_id: Option<i64>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WaitRow {
     pub id: i64,
     pub gate: GateKey,
@@ -58,7 +58,7 @@ pub struct WaitRow {
     #[serde(skip)]
     pub reminders_sent: i64,
     /// The cluster whose Flagger token the check that started it carried.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<crate::gate::ClusterName>,
     /// When its deadline falls and its next reminder is due (`store::waits`).
     #[serde(skip)]
