@@ -19,6 +19,7 @@ pub mod gate;
 pub mod cache;
 pub mod config;
 pub mod http;
+pub mod kubernetes;
 pub mod metrics;
 pub mod notify;
 pub mod outbound;

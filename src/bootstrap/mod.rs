@@ -2,6 +2,7 @@
 //! clients, the engine, the workers; composes the router; serves and stops.
 //! The only module that knows every channel.
 
+mod origin;
 mod router;
 mod tasks;
 mod web_access;
@@ -80,6 +81,8 @@ impl Gatebot {
         let mut metrics = Metrics::new();
         metrics.count_store_writes(store.write_health().committed().clone());
         metrics.time_decisions(store.write_health().decisions().clone());
+        let canary_lookups = engine::origin::Lookups::default();
+        metrics.count_canary_lookups(canary_lookups.clone());
         let metrics = Arc::new(metrics);
         let measure = measure && store.backend() == store::Backend::Postgres;
         let mut skew_log = tasks::SkewLog::default();
@@ -144,6 +147,12 @@ impl Gatebot {
         // One channel of changes for every open page (server-sent events).
         let (changes, _) = tokio::sync::broadcast::channel(1024);
         engine.publish_to(changes.clone());
+        if let Some(origins) = origin::origins(&config, github.clone(), canary_lookups).await? {
+            engine
+                .find_origins_with(origins)
+                .await
+                .context("cannot load the canaries' pull requests from the store")?;
+        }
         let authority = github.clone().map(|client| {
             Arc::new(web_access::GithubAuthority::new(
                 client,
@@ -154,6 +163,9 @@ impl Gatebot {
             )) as Arc<dyn crate::web::Authority>
         });
         let web = Arc::new(crate::web::Web::new(&config, changes, authority)?);
+        if let Some(secret) = origin::app_secret(&config).await? {
+            web.write_app_to(secret);
+        }
         let state = AppState(Arc::new(Shared {
             config,
             store: store.clone(),
@@ -240,6 +252,8 @@ impl Gatebot {
         });
         tasks.spawn(housekeeping(state.clone(), shutdown.clone()));
         tasks.spawn(retention(state.clone(), shutdown.clone()));
+        let origins = (state.clone(), shutdown.clone());
+        tasks.spawn(async move { origins.0.engine.find_origins(origins.1).await });
         // One receipt writer for the webhooks and Socket Mode: one commit for
         // what arrives together, whichever way it came.
         let receipts =

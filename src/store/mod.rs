@@ -9,6 +9,7 @@ mod gate_events;
 mod loading;
 mod named;
 mod notify;
+mod origins;
 pub mod pages;
 mod prs;
 mod queue;
@@ -40,6 +41,7 @@ pub use gate_events::{GateEvent, GateEvents, GATES_CHANNEL, LISTENER_APPLICATION
 pub use loading::SeenRow;
 pub use named::{Link, NamedCounts, NamedGate, NamedSpec};
 pub use notify::WaitBrief;
+pub use origins::CanaryTie;
 pub use prs::StatusComment;
 pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};
 pub use replicas::{ClockReading, DEAD_AFTER, HEARTBEAT_EVERY};
