@@ -203,3 +203,45 @@ async fn the_loadtester_gate_is_never_tied() {
     assert_eq!(post("/gate/check").await.unwrap().status(), 200);
     assert!(env.kube.seen().is_empty());
 }
+
+/// `check-config` lists the settings, and refuses the lookup without GitHub
+/// credentials (it could find no PR).
+#[test]
+fn check_config_shows_the_kubernetes_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
+        .env_clear()
+        .current_dir(dir.path())
+        .arg("check-config")
+        .env(
+            "GATEBOT_DATABASE_URL",
+            format!("sqlite://{}/gatebot.db", dir.path().display()),
+        )
+        .env("GATEBOT_KUBERNETES_LOOKUP", "true")
+        .env("GATEBOT_KUBERNETES_APP_SECRET", "gatebot-github-app")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    let line = |env: &str| {
+        stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(env))
+            .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|| panic!("{env} not shown: {stdout}"))
+    };
+    assert_eq!(line("GATEBOT_KUBERNETES_LOOKUP"), "environment true");
+    assert_eq!(
+        line("GATEBOT_KUBERNETES_APP_SECRET"),
+        "environment gatebot-github-app"
+    );
+    assert_eq!(
+        line("GATEBOT_KUBERNETES_COMMIT_ANNOTATION"),
+        "default gatebot.dev/commit"
+    );
+    assert_eq!(line("GATEBOT_KUBECONFIG"), "unset -");
+    assert!(
+        stdout.contains("GATEBOT_KUBERNETES_LOOKUP needs GitHub credentials"),
+        "{stdout}"
+    );
+}
