@@ -245,3 +245,29 @@ fn check_config_shows_the_kubernetes_settings() {
         "{stdout}"
     );
 }
+
+/// A repository annotation may name only an allowed repository: another one
+/// is a failed lookup, asked nothing on GitHub, and opens nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_an_allowed_repository_is_asked() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let github = FakeGithub::start().await;
+    let kube = FakeKube::start().await;
+    let mut config = db.config();
+    config.github.token = Some("ghp_test".to_string().into());
+    config.github.webhook_secret = Some("test-webhook-secret".to_string().into());
+    config.github.api_url = github.url.clone();
+    config.github.allowed_repositories = vec!["acme/shop".parse().unwrap()];
+    config.kubernetes.lookup = true;
+    config.kubernetes.kubeconfig = Some(kube.kubeconfig(db.dir.path(), "gatebot"));
+    let server = TestServer::start(config, gatebot::Options::default()).await;
+    kube.podinfo(SHA, json!({"gatebot.dev/repository": "evil/elsewhere"}));
+    github.set_commit_pulls(SHA, &[42]);
+    eventually("the refusal said", WAIT, || async {
+        let (status, reason) = check(&server).await;
+        assert_eq!(status, 403, "{reason}");
+        reason.contains("evil/elsewhere is not in GATEBOT_GITHUB_ALLOWED_REPOSITORIES")
+    })
+    .await;
+    assert!(github.requests_to("/pulls").is_empty());
+}

@@ -19,6 +19,8 @@ pub(super) struct ClusterOrigin {
     pub(super) default_repo: Option<RepoName>,
     /// The annotation that would have named it, for the error.
     pub(super) repository_annotation: String,
+    /// GATEBOT_GITHUB_ALLOWED_REPOSITORIES: an annotation may name only these (empty: any).
+    pub(super) allowed: Vec<RepoName>,
 }
 
 impl CanaryOrigin for ClusterOrigin {
@@ -40,6 +42,11 @@ impl CanaryOrigin for ClusterOrigin {
                     ))
                 })?,
             };
+            if !(self.allowed.is_empty() || self.allowed.contains(&repo)) {
+                return Err(OriginError(format!(
+                    "{repo} is not in GATEBOT_GITHUB_ALLOWED_REPOSITORIES"
+                )));
+            }
             let pulls = self
                 .github
                 .pulls_of_commit(&repo, &revision.commit)
@@ -74,6 +81,7 @@ pub(super) async fn origins(
         github,
         default_repo: config.github.repository.clone(),
         repository_annotation: settings.repository_annotation.clone(),
+        allowed: config.github.allowed_repositories.clone(),
     };
     Ok(Some(Arc::new(crate::core::origin::Origins::new(
         Arc::new(finder),

@@ -27,8 +27,10 @@ use prometheus_client::metrics::family::Family;
 /// Lookups waiting for the worker; past it a canary is asked again at its next check.
 pub const QUEUED: usize = 64;
 
-/// Canaries whose tie is kept in memory; past it an unknown canary waits,
-/// closed, until retention or a restart makes room.
+/// Canaries whose tie is kept in memory; past it a new canary takes the place
+/// of one not being looked up (a failed one first: Flagger's side is
+/// unauthenticated, and made-up canaries only ever fail). A tie dropped is
+/// read back from the store at its canary's next check.
 pub const REMEMBERED: usize = 10_000;
 
 /// What the cluster and GitHub say about a canary's revision.
@@ -88,6 +90,8 @@ pub struct Origins {
     queue: mpsc::Sender<Job>,
     jobs: Mutex<Option<mpsc::Receiver<Job>>>,
     backoff: Duration,
+    /// [`REMEMBERED`], smaller in unit tests.
+    remembered: usize,
     /// `gatebot_canary_lookups_total{result}`.
     lookups: Lookups,
 }
@@ -104,6 +108,7 @@ impl Origins {
             queue,
             jobs: Mutex::new(Some(jobs)),
             backoff,
+            remembered: REMEMBERED,
             lookups,
         }
     }
@@ -126,11 +131,6 @@ impl Origins {
                 State::Failed { attempts, .. } => *attempts,
             },
             Some(_) => 0,
-            None if ties.len() >= REMEMBERED => {
-                return Lookup::Waiting(format!(
-                    "closed: gatebot keeps the pull requests of {REMEMBERED} canaries and knows none for {canary} yet"
-                ));
-            }
             None => 0,
         };
         let job = Job {
@@ -142,6 +142,9 @@ impl Origins {
             return Lookup::Waiting(format!(
                 "closed: {QUEUED} canaries are being looked up already; {canary} is asked again at the next poll"
             ));
+        }
+        if !ties.contains_key(canary) && ties.len() >= self.remembered {
+            make_room(&mut ties);
         }
         ties.insert(
             canary.clone(),
@@ -172,7 +175,7 @@ impl Origins {
     fn load(&self, rows: Vec<CanaryTie>) {
         let mut ties = self.ties();
         for row in rows {
-            if ties.len() >= REMEMBERED {
+            if ties.len() >= self.remembered {
                 break;
             }
             ties.insert(
@@ -187,6 +190,19 @@ impl Origins {
 
     fn retry_in(&self, attempts: u32) -> Duration {
         self.backoff * 2u32.pow(attempts.min(5))
+    }
+}
+
+/// Drops one canary not being looked up, a failed one if any. At most
+/// [`QUEUED`] + 1 are being looked up, so one is found.
+fn make_room(ties: &mut HashMap<CanaryRef, Entry>) {
+    let failed = ties
+        .iter()
+        .find(|(_, e)| matches!(e.state, State::Failed { .. }))
+        .or_else(|| ties.iter().find(|(_, e)| !matches!(e.state, State::Queued)))
+        .map(|(c, _)| c.clone());
+    if let Some(canary) = failed {
+        ties.remove(&canary);
     }
 }
 
@@ -304,5 +320,54 @@ impl Engine {
             .await
             .map_err(|e| OriginError(format!("the store: {e}")))?;
         Ok(tie)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nowhere;
+
+    impl CanaryOrigin for Nowhere {
+        fn find<'a>(&'a self, _: &'a CanaryRef) -> BoxFuture<'a, Result<Found, OriginError>> {
+            Box::pin(async { Err(OriginError("nowhere".into())) })
+        }
+    }
+
+    fn canary(name: &str) -> CanaryRef {
+        CanaryRef::new("test", name).unwrap()
+    }
+
+    /// Made-up canaries that fail cannot keep a real one from being looked up.
+    #[test]
+    fn a_full_memory_makes_room_for_a_new_canary() {
+        let mut origins = Origins::new(
+            Arc::new(Nowhere),
+            Duration::from_secs(60),
+            Lookups::default(),
+        );
+        origins.remembered = 3;
+        let mut jobs = origins.jobs.lock().unwrap().take().unwrap();
+        for name in ["a", "b", "c"] {
+            assert!(matches!(
+                origins.lookup(&canary(name), "x", 0),
+                Lookup::Waiting(_)
+            ));
+            let job = jobs.try_recv().unwrap();
+            let failed = State::Failed {
+                attempts: 1,
+                retry_at: Millis::MAX,
+                why: "nowhere".into(),
+            };
+            origins.settle(&job.canary, &job.checksum, failed);
+        }
+        assert_eq!(origins.ties().len(), 3);
+        let real = canary("podinfo");
+        assert!(matches!(origins.lookup(&real, "x", 0), Lookup::Waiting(_)));
+        assert_eq!(jobs.try_recv().unwrap().canary, real, "queued");
+        let ties = origins.ties();
+        assert_eq!(ties.len(), 3, "bounded");
+        assert!(matches!(ties[&real].state, State::Queued));
     }
 }
