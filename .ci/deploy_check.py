@@ -825,7 +825,7 @@ def chart_checks(ck: Checks, chart: Path) -> None:
                "kubernetes.lookup.enabled sets GATEBOT_KUBERNETES_LOOKUP")
         expect(envs.get("GATEBOT_KUBERNETES_CONTAINER", {}).get("value") == "app",
                "kubernetes.lookup.container")
-        expect(envs.get("GATEBOT_KUBERNETES_COMMIT_ANNOTATION", {}).get("value")
+        expect(envs.get("GATEBOT_COMMIT_ANNOTATION", {}).get("value")
                == "gatebot.dev/commit", "the commit annotation's default")
         sa = one(docs, "ServiceAccount")
         expect(sa.get("automountServiceAccountToken") is True, "the token is mounted")

@@ -1336,16 +1336,16 @@ pub struct KubernetesConfig {
     /// template. Without it the image tag of the container is used when it
     /// looks like a commit (7 to 40 hex digits).
     #[arg(
-        long = "kubernetes-commit-annotation",
-        env = "GATEBOT_KUBERNETES_COMMIT_ANNOTATION",
+        long = "commit-annotation",
+        env = "GATEBOT_COMMIT_ANNOTATION",
         default_value = "gatebot.dev/commit"
     )]
     pub commit_annotation: String,
     /// The annotation naming the repository (`owner/repo`), on the Canary or
     /// its target. Without it: GATEBOT_GITHUB_REPOSITORY.
     #[arg(
-        long = "kubernetes-repository-annotation",
-        env = "GATEBOT_KUBERNETES_REPOSITORY_ANNOTATION",
+        long = "repository-annotation",
+        env = "GATEBOT_REPOSITORY_ANNOTATION",
         default_value = "gatebot.dev/repository"
     )]
     pub repository_annotation: String,

@@ -236,7 +236,7 @@ fn check_config_shows_the_kubernetes_settings() {
         "environment gatebot-github-app"
     );
     assert_eq!(
-        line("GATEBOT_KUBERNETES_COMMIT_ANNOTATION"),
+        line("GATEBOT_COMMIT_ANNOTATION"),
         "default gatebot.dev/commit"
     );
     assert_eq!(line("GATEBOT_KUBECONFIG"), "unset -");
