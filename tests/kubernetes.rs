@@ -9,6 +9,7 @@ use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::fake_kube::{FakeKube, CANARY, DEPLOYMENT};
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use gatebot_testkit::on_both_stores;
+use gatebot_testkit::tls::{TestCa, TlsFront};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -270,4 +271,40 @@ async fn only_an_allowed_repository_is_asked() {
     })
     .await;
     assert!(github.requests_to("/pulls").is_empty());
+}
+
+/// The API server over TLS, trusted by the kubeconfig's CA (as in a cluster,
+/// where the service account's CA is the one trusted): the lookup works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_is_reached_over_tls() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let github = FakeGithub::start().await;
+    let kube = FakeKube::start().await;
+    let ca = TestCa::new("fake cluster CA");
+    let front = TlsFront::start(
+        &ca.server_cert(),
+        kube.url.trim_start_matches("http://").to_string(),
+    )
+    .await;
+    let ca_file = ca.write(db.dir.path(), "ca.crt");
+    let mut config = db.config();
+    config.github.repository = Some("acme/shop".parse().unwrap());
+    config.github.token = Some("ghp_test".to_string().into());
+    config.github.webhook_secret = Some("test-webhook-secret".to_string().into());
+    config.github.api_url = github.url.clone();
+    config.kubernetes.lookup = true;
+    config.kubernetes.kubeconfig = Some(kube.kubeconfig_tls(
+        db.dir.path(),
+        "gatebot",
+        &format!("https://127.0.0.1:{}", front.port),
+        &ca_file,
+    ));
+    let server = TestServer::start(config, gatebot::Options::default()).await;
+    kube.podinfo(SHA, json!({}));
+    github.set_commit_pulls(SHA, &[42]);
+    eventually("the tie found over TLS", WAIT, || async {
+        check(&server).await;
+        lookups(&server, "found").await == 1.0
+    })
+    .await;
 }

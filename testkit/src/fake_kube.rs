@@ -64,15 +64,14 @@ impl FakeKube {
 
     /// Writes a kubeconfig for this server into `dir`, its context in `namespace`.
     pub fn kubeconfig(&self, dir: &Path, namespace: &str) -> PathBuf {
-        let path = dir.join("kubeconfig");
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {url}\n\
-             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: gatebot\n    namespace: {namespace}\n\
-             current-context: fake\nusers:\n- name: gatebot\n  user:\n    token: {TOKEN}\n",
-            url = self.url
-        );
-        std::fs::write(&path, text).expect("write kubeconfig");
-        path
+        write_kubeconfig(dir, namespace, &self.url, "")
+    }
+
+    /// A kubeconfig reaching this server over TLS at `url` (a TLS front),
+    /// trusting the CA certificate in the file `ca` (`certificate-authority`).
+    pub fn kubeconfig_tls(&self, dir: &Path, namespace: &str, url: &str, ca: &Path) -> PathBuf {
+        let extra = format!("    certificate-authority: {}\n", ca.display());
+        write_kubeconfig(dir, namespace, url, &extra)
     }
 
     /// Serves `object` at `path` (e.g. `/apis/apps/v1/namespaces/test/deployments/podinfo`).
@@ -126,6 +125,17 @@ impl FakeKube {
         }
         self.put(DEPLOYMENT, deployment);
     }
+}
+
+fn write_kubeconfig(dir: &Path, namespace: &str, url: &str, cluster_extra: &str) -> PathBuf {
+    let path = dir.join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {url}\n{cluster_extra}\
+         contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: gatebot\n    namespace: {namespace}\n\
+         current-context: fake\nusers:\n- name: gatebot\n  user:\n    token: {TOKEN}\n"
+    );
+    std::fs::write(&path, text).expect("write kubeconfig");
+    path
 }
 
 /// Where the fixtures' objects live.
