@@ -252,8 +252,9 @@ impl Gatebot {
         });
         tasks.spawn(housekeeping(state.clone(), shutdown.clone()));
         tasks.spawn(retention(state.clone(), shutdown.clone()));
-        let origins = (state.clone(), shutdown.clone());
-        tasks.spawn(async move { origins.0.engine.find_origins(origins.1).await });
+        // Canaries' PRs looked up in the background (GATEBOT_KUBERNETES_LOOKUP).
+        let (finder, stop) = (state.clone(), shutdown.clone());
+        tasks.spawn(async move { finder.engine.find_origins(stop).await });
         // One receipt writer for the webhooks and Socket Mode: one commit for
         // what arrives together, whichever way it came.
         let receipts =
