@@ -134,6 +134,11 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     },
     "limits": {"limits": {"headerReadTimeout": "3s", "idleTimeout": "75s", "maxConnections": 256,
                           "bodyReadTimeout": "5s", "requestTimeout": "8s"}},
+    "kubernetes-lookup": {
+        "github": {"repository": "acme/shop", "token": "ghp_x", "webhookSecret": "s"},
+        "kubernetes": {"lookup": {"enabled": True, "container": "app"}},
+    },
+    "app-secret": {"kubernetes": {"appSecret": {"enabled": True}}},
 }
 
 
@@ -287,8 +292,12 @@ def check_deployment(dep: dict[str, Any], *, sqlite: bool) -> str:
     spec = dep["spec"]
     pod = spec["template"]["spec"]
     psc = pod.get("securityContext", {}) or {}
-    expect(pod.get("automountServiceAccountToken") is False,
-           "automountServiceAccountToken must be false")
+    # Only kubernetes.lookup (a read-only ClusterRole) and kubernetes.appSecret (one Secret)
+    # call the API.
+    envs = env_map(pod["containers"][0])
+    reads_cluster = bool({"GATEBOT_KUBERNETES_LOOKUP", "GATEBOT_KUBERNETES_APP_SECRET"} & set(envs))
+    expect(pod.get("automountServiceAccountToken") is reads_cluster,
+           "automountServiceAccountToken must be false without kubernetes.lookup")
     containers = pod.get("containers", []) + pod.get("initContainers", [])
     expect(bool(containers), "no containers")
     volumes = {v["name"]: v for v in pod.get("volumes", []) or []}
@@ -808,6 +817,52 @@ def chart_checks(ck: Checks, chart: Path) -> None:
                "the app token appears in the Deployment")
         return "loadtester.openAccess, extra volumes and mounts, Socket Mode token"
     ck.run("loadtester.openAccess, volumes and volumeMounts, Socket Mode", private_cluster)
+
+    def kubernetes_lookup() -> str:
+        docs = need("kubernetes-lookup")
+        envs = env_map(container_of(docs))
+        expect(envs.get("GATEBOT_KUBERNETES_LOOKUP", {}).get("value") == "true",
+               "kubernetes.lookup.enabled sets GATEBOT_KUBERNETES_LOOKUP")
+        expect(envs.get("GATEBOT_KUBERNETES_CONTAINER", {}).get("value") == "app",
+               "kubernetes.lookup.container")
+        expect(envs.get("GATEBOT_COMMIT_ANNOTATION", {}).get("value")
+               == "gatebot.dev/commit", "the commit annotation's default")
+        sa = one(docs, "ServiceAccount")
+        expect(sa.get("automountServiceAccountToken") is True, "the token is mounted")
+        role = one(docs, "ClusterRole")
+        rules = {(g, r): sorted(rule["verbs"]) for rule in role["rules"]
+                 for g in rule["apiGroups"] for r in rule["resources"]}
+        expect(rules == {("flagger.app", "canaries"): ["get"], ("apps", "deployments"): ["get"],
+                         ("apps", "daemonsets"): ["get"]}, f"read-only rules, got {rules}")
+        binding = one(docs, "ClusterRoleBinding")
+        expect(binding["roleRef"]["name"] == role["metadata"]["name"], "binding's role")
+        expect(binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                        "namespace": sa["metadata"].get("namespace", "default")}]
+               or binding["subjects"][0]["name"] == sa["metadata"]["name"], "binding's subject")
+        expect("GATEBOT_KUBERNETES_LOOKUP" not in env_map(container_of(need("defaults"))),
+               "off by default")
+        return "ClusterRole get on canaries, deployments, daemonsets; token mounted; env set"
+    ck.run("kubernetes.lookup: read-only ClusterRole, binding, env", kubernetes_lookup)
+    def app_secret() -> str:
+        docs = need("app-secret")
+        envs = env_map(container_of(docs))
+        expect(envs.get("GATEBOT_KUBERNETES_APP_SECRET", {}).get("value") == "gatebot-github-app",
+               "kubernetes.appSecret sets GATEBOT_KUBERNETES_APP_SECRET")
+        secrets = {d["metadata"]["name"]: d for d in of_kind(docs, "Secret")}
+        kept = secrets.get("gatebot-github-app", {})
+        expect(kept.get("metadata", {}).get("annotations", {}).get("helm.sh/resource-policy")
+               == "keep" and not kept.get("data"), "an empty Secret, kept on uninstall")
+        role = one(docs, "Role")
+        expect(role["rules"] == [{"apiGroups": [""], "resources": ["secrets"],
+                                  "resourceNames": ["gatebot-github-app"],
+                                  "verbs": ["get", "patch"]}], f"one Secret only: {role['rules']}")
+        expect(one(docs, "RoleBinding")["roleRef"]["name"] == role["metadata"]["name"], "binding")
+        expect(not of_kind(docs, "ClusterRole"), "no ClusterRole without kubernetes.lookup")
+        expect(one(docs, "ServiceAccount").get("automountServiceAccountToken") is True, "token")
+        return "an empty kept Secret, a Role on it alone (get, patch), env set"
+    ck.run("kubernetes.appSecret: one Secret, a Role on it", app_secret)
+    ck.run("kubernetes.lookup without GitHub credentials fails",
+           refuses({"kubernetes": {"lookup": {"enabled": True}}}, "kubernetes.lookup.enabled"))
 
     # The example values files shipped with the chart must render and pass the same checks.
     for example in sorted((ROOT / "deploy" / "examples").glob("values-*.yaml")):

@@ -574,6 +574,9 @@ pub struct Config {
 
     #[command(flatten)]
     pub outbound: OutboundConfig,
+
+    #[command(flatten)]
+    pub kubernetes: KubernetesConfig,
 }
 
 /// How outbound calls (GitHub, Slack, the CLI) leave the network: the usual
@@ -902,6 +905,7 @@ impl Config {
         if (gh.token.is_some() || gh.app_id.is_some()) && gh.webhook_secret.is_none() {
             out.push("GitHub credentials without GATEBOT_GITHUB_WEBHOOK_SECRET: set the secret so /webhooks/github can verify deliveries".into());
         }
+        out.extend(self.kubernetes_problems());
         let ui = &self.ui;
         if ui.github_client_id.is_some() != ui.github_client_secret.is_some() {
             out.push("Sign in with GitHub needs both GATEBOT_UI_GITHUB_CLIENT_ID and GATEBOT_UI_GITHUB_CLIENT_SECRET".into());
@@ -1336,5 +1340,64 @@ mod tests {
             !wrong[0].contains("xoxb-not"),
             "the token itself is never shown"
         );
+    }
+}
+
+/// Reading the cluster (docs/gitops.md, "The PR found from the cluster"):
+/// a canary's own gate answered as the gate of the PR that brought the
+/// canary's revision. Off unless `GATEBOT_KUBERNETES_LOOKUP` is set.
+#[derive(Debug, Clone, Args)]
+pub struct KubernetesConfig {
+    /// Tie `/gates/<kind>` (a canary's own gate) to the pull request whose
+    /// commit the canary's target runs, read from the cluster and GitHub.
+    #[arg(
+        long = "kubernetes-lookup",
+        env = "GATEBOT_KUBERNETES_LOOKUP",
+        default_value_t = false
+    )]
+    pub lookup: bool,
+    /// A kubeconfig file to read. Unset: `KUBECONFIG` or `~/.kube/config`,
+    /// else the pod's service account (in-cluster).
+    #[arg(long = "kubeconfig", env = "GATEBOT_KUBECONFIG")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The annotation holding the commit, on the canary's target or its pod
+    /// template. Without it the image tag of the container is used when it
+    /// looks like a commit (7 to 40 hex digits).
+    #[arg(
+        long = "commit-annotation",
+        env = "GATEBOT_COMMIT_ANNOTATION",
+        default_value = "gatebot.dev/commit"
+    )]
+    pub commit_annotation: String,
+    /// The annotation naming the repository (`owner/repo`), on the Canary or
+    /// its target. Without it: GATEBOT_GITHUB_REPOSITORY.
+    #[arg(
+        long = "repository-annotation",
+        env = "GATEBOT_REPOSITORY_ANNOTATION",
+        default_value = "gatebot.dev/repository"
+    )]
+    pub repository_annotation: String,
+    /// The container whose image tag is the commit. Unset: the first one.
+    #[arg(long = "kubernetes-container", env = "GATEBOT_KUBERNETES_CONTAINER")]
+    pub container: Option<String>,
+    /// How long after a failed lookup it is tried again (doubling each time,
+    /// up to 32 times this).
+    #[arg(long = "kubernetes-lookup-backoff", env = "GATEBOT_KUBERNETES_LOOKUP_BACKOFF", default_value = "10s", value_parser = parse_duration)]
+    pub lookup_backoff: Duration,
+    /// A Secret of gatebot's own namespace that /ui/setup/github writes the
+    /// new GitHub App's id, key and secrets into (gatebot needs `get` and
+    /// `patch` on it). Unset: the page only shows them, once.
+    #[arg(long = "kubernetes-app-secret", env = "GATEBOT_KUBERNETES_APP_SECRET")]
+    pub app_secret: Option<String>,
+}
+
+impl Config {
+    fn kubernetes_problems(&self) -> Vec<String> {
+        let gh = &self.github;
+        let mut out = Vec::new();
+        if self.kubernetes.lookup && gh.token.is_none() && gh.app_id.is_none() {
+            out.push("GATEBOT_KUBERNETES_LOOKUP needs GitHub credentials (GATEBOT_GITHUB_TOKEN or a GitHub App) to find the pull request of a commit".into());
+        }
+        out
     }
 }

@@ -20,6 +20,7 @@ pub(crate) mod gate;
 pub(crate) mod cache;
 pub(crate) mod config;
 pub(crate) mod http;
+pub(crate) mod kubernetes;
 pub(crate) mod metrics;
 pub(crate) mod notify;
 pub(crate) mod outbound;

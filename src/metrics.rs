@@ -515,6 +515,16 @@ impl Metrics {
         );
     }
 
+    /// Registers the count of lookups of the PR that brought a canary's
+    /// revision (kept by the lookup worker, `core::origin`).
+    pub fn count_canary_lookups(&mut self, lookups: Family<ResultLabels, Counter>) {
+        self.add(
+            "canary_lookups",
+            "Lookups of the pull request that brought a canary's revision (GATEBOT_KUBERNETES_LOOKUP), by result: found, no_pr (no PR brought the commit), failed (retried with backoff; the gate stays closed)",
+            lookups,
+        );
+    }
+
     /// Counts a notification that was not sent on its own.
     pub fn dropped(&self, sink: &str, reason: &'static str) {
         self.notifications_dropped

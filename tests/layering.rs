@@ -14,7 +14,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "support",
         &["cache", "config", "metrics", "outbound", "templates"],
     ),
-    ("support", &["policy", "store", "telemetry"]),
+    ("support", &["kubernetes", "policy", "store", "telemetry"]),
     ("support", &["notify", "http"]),
     ("core", &["core"]),
     ("channels", &["flagger", "api", "github", "slack", "web"]),

@@ -1,6 +1,6 @@
 //! Retention over real HTTP on both stores, on a manual clock: what grows with
 //! traffic (deliveries and notifications, Flagger's events, canaries' last
-//! checks, ended waits, audit entries) is pruned once it outlives its setting,
+//! checks and PR ties, ended waits, audit entries) is pruned once it outlives its setting,
 //! and nothing else is: an open wait stays, a gate still answers. Payloads go
 //! before ids; the audit log goes last, counted. SQLite's file shrinks.
 
@@ -120,6 +120,18 @@ impl Env {
         .execute(&mut self.conn)
         .await
         .unwrap();
+        // A canary's revision tied to its PR now, and another's found later.
+        for (canary, at) in [("test/podinfo", now), ("test/later", now + 3 * DAY)] {
+            sqlx::query(
+                "INSERT INTO canary_ties (canary, checksum, commit_sha, repo, number, found_at) \
+                 VALUES ($1, 'rev1', '9c1e4f2', 'acme/shop', 1, $2)",
+            )
+            .bind(canary)
+            .bind(at)
+            .execute(&mut self.conn)
+            .await
+            .unwrap();
+        }
         let mut tx = self.conn.begin().await.unwrap();
         for i in 0..SEEDED_EVENTS {
             sqlx::query(
@@ -207,6 +219,17 @@ async fn what_outlives_its_retention_is_pruned_and_nothing_else(backend: Backend
     .await;
     env.until("observations", "SELECT COUNT(*) FROM observations", 0)
         .await;
+    env.until(
+        "canary ties found before the history",
+        "SELECT COUNT(*) FROM canary_ties WHERE canary = 'test/podinfo'",
+        0,
+    )
+    .await;
+    assert_eq!(
+        env.count("SELECT COUNT(*) FROM canary_ties").await,
+        1,
+        "a tie found within the history is kept"
+    );
     assert_eq!(
         env.count("SELECT COUNT(*) FROM gates WHERE status = 'held'")
             .await,

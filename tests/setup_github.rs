@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::fake_kube::FakeKube;
 use gatebot_testkit::harness::{
     options_with, Backend, RecordingSink, TestDb, TestServer, ADMIN_TOKEN,
 };
@@ -21,6 +22,13 @@ struct Setup {
 }
 
 async fn setup(public_url: Option<&str>) -> Setup {
+    setup_with(public_url, |_, _| {}).await
+}
+
+async fn setup_with(
+    public_url: Option<&str>,
+    tweak: impl FnOnce(&mut gatebot::Config, &TestDb),
+) -> Setup {
     let db = TestDb::new(Backend::Sqlite).await;
     let github = FakeGithub::start().await;
     let mut config = db.config();
@@ -28,6 +36,7 @@ async fn setup(public_url: Option<&str>) -> Setup {
     config.github.api_url = github.url.clone();
     config.ui.github_oauth_url = github.url.clone();
     config.public_url = public_url.map(str::to_string);
+    tweak(&mut config, &db);
     let sink = RecordingSink::new();
     let server = TestServer::start(config, options_with(&sink, None)).await;
     Setup {
@@ -287,4 +296,112 @@ async fn an_oversized_answer_from_github_is_refused() {
     let (status, _, page) = send(browser().get(&back), Some(&cookie)).await;
     assert_eq!(status, 502, "{page}");
     assert!(unescape(&page).contains("too large to be an App"), "{page}");
+}
+
+/// GitHub's form and its way back, to the code's page: (status, page).
+async fn create_app(s: &Setup, cookie: &str) -> (u16, String) {
+    let (_, _, page) = send(browser().get(s.server.at("/ui/setup/github")), Some(cookie)).await;
+    let action = attribute(&page, "id=\"manifest-form\"", "action");
+    let manifest = attribute(&page, "name=\"manifest\"", "value");
+    let (_, headers, _) = send(
+        browser()
+            .post(&action)
+            .form(&[("manifest", manifest.as_str())]),
+        None,
+    )
+    .await;
+    let back = headers["location"]
+        .to_str()
+        .unwrap()
+        .replace(PUBLIC, s.server.at("").trim_end_matches('/'));
+    let (status, _, page) = send(browser().get(&back), Some(cookie)).await;
+    (status, unescape(&page))
+}
+
+const APP_SECRET: &str = "/api/v1/namespaces/gatebot/secrets/gatebot-github-app";
+
+/// With `GATEBOT_KUBERNETES_APP_SECRET`, the App's credentials go into that
+/// Secret (a merge patch of its `data`) and the page does not show them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_credentials_go_into_the_secret_when_gatebot_may_write_it() {
+    let kube = FakeKube::start().await;
+    // The chart's empty Secret.
+    kube.put(
+        APP_SECRET,
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": "gatebot-github-app", "namespace": "gatebot",
+                "uid": "0b7c1e2d-4f3a-4e5b-9c6d-7e8f9a0b1c2d", "resourceVersion": "9120",
+                "creationTimestamp": "2026-12-03T09:00:00Z"}}),
+    );
+    let s = setup_with(Some(PUBLIC), |config, db| {
+        config.kubernetes.kubeconfig = Some(kube.kubeconfig(db.dir.path(), "gatebot"));
+        config.kubernetes.app_secret = Some("gatebot-github-app".into());
+    })
+    .await;
+    let cookie = admin_session(&s.server).await;
+    let (status, page) = create_app(&s, &cookie).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("Written into the Secret <code>gatebot/gatebot-github-app</code>"),
+        "{page}"
+    );
+    for hidden in ["webhook-secret-", "key-of-app-", "client-secret-"] {
+        assert!(!page.contains(hidden), "{hidden} shown: {page}");
+    }
+    let patches: Vec<_> = kube
+        .seen_at("/secrets/gatebot-github-app")
+        .into_iter()
+        .filter(|r| r.method == "PATCH")
+        .collect();
+    assert_eq!(patches.len(), 1, "{patches:?}");
+    let secret = kube.object(APP_SECRET).unwrap();
+    let value = |key: &str| {
+        use base64::Engine as _;
+        let b64 = secret["data"][key]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {key}: {secret}"));
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let id = value("github-app-id");
+    assert!(id.parse::<u64>().is_ok(), "{id}");
+    assert!(page.contains(&format!("id=\"app-id\">{id}<")), "{page}");
+    assert_eq!(
+        value("github-webhook-secret"),
+        format!("webhook-secret-{id}")
+    );
+    assert!(value("github-app-private-key").contains(&format!("key-of-app-{id}")));
+    assert_eq!(value("ui-github-client-id"), format!("Iv1.{id}"));
+    assert_eq!(
+        value("ui-github-client-secret"),
+        format!("client-secret-{id}")
+    );
+}
+
+/// Without the rights (no such Secret, or the cluster away), the page says
+/// why and shows the credentials once, as without a Secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_secret_the_page_shows_them_once() {
+    let kube = FakeKube::start().await;
+    let s = setup_with(Some(PUBLIC), |config, db| {
+        config.kubernetes.kubeconfig = Some(kube.kubeconfig(db.dir.path(), "gatebot"));
+        config.kubernetes.app_secret = Some("gatebot-github-app".into());
+    })
+    .await;
+    let cookie = admin_session(&s.server).await;
+    let (status, page) = create_app(&s, &cookie).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains(
+            "Not written into the Secret: Secret gatebot/gatebot-github-app is not in the cluster"
+        ),
+        "{page}"
+    );
+    for shown in ["webhook-secret-", "key-of-app-", "client-secret-"] {
+        assert!(page.contains(shown), "{shown} not shown: {page}");
+    }
 }

@@ -3,6 +3,7 @@
 //! The only module that knows every channel.
 
 mod entry;
+mod origin;
 mod router;
 mod tasks;
 mod web_access;
@@ -78,7 +79,17 @@ impl Gatebot {
         sinks.extend(base.sinks(&config, github.as_ref(), &templates)?);
         let notifier = Notifier::new(sinks);
         let engine = base.engine(&config, &policy, &notifier, &wakes).await?;
+        let lookups = base.canary_lookups.clone();
+        if let Some(origins) = origin::origins(&config, github.clone(), lookups).await? {
+            engine
+                .find_origins_with(origins)
+                .await
+                .context("cannot load the canaries' pull requests from the store")?;
+        }
         let web = base.web(&config, &policy, github.clone(), &engine)?;
+        if let Some(secret) = origin::app_secret(&config).await? {
+            web.write_app_to(secret);
+        }
         let state = AppState(Arc::new(Shared {
             config,
             store: base.store.clone(),
@@ -219,6 +230,8 @@ struct Base {
     /// The clock is measured against the database's (PostgreSQL, real time).
     measure: bool,
     skew_log: tasks::SkewLog,
+    /// Counts of the canaries' PR lookups (GATEBOT_KUBERNETES_LOOKUP).
+    canary_lookups: engine::origin::Lookups,
 }
 
 /// Wakes the workers when there is work for them.
@@ -251,6 +264,8 @@ impl Base {
         let mut metrics = Metrics::new();
         metrics.count_store_writes(store.write_health().committed().clone());
         metrics.time_decisions(store.write_health().decisions().clone());
+        let canary_lookups = engine::origin::Lookups::default();
+        metrics.count_canary_lookups(canary_lookups.clone());
         let mut base = Self {
             measure: measure && store.backend() == store::Backend::Postgres,
             clock: clock_sync.clone(),
@@ -258,6 +273,7 @@ impl Base {
             store,
             metrics: Arc::new(metrics),
             skew_log: tasks::SkewLog::default(),
+            canary_lookups,
         };
         if base.measure {
             // Before anything is stamped.
@@ -372,6 +388,9 @@ impl Base {
         let drain = workers.spawn(state, tasks, shutdown)?;
         tasks.spawn(housekeeping(state.clone(), shutdown.clone()));
         tasks.spawn(retention(state.clone(), shutdown.clone()));
+        // Canaries' PRs looked up in the background (GATEBOT_KUBERNETES_LOOKUP).
+        let (finder, stop) = (state.clone(), shutdown.clone());
+        tasks.spawn(async move { finder.engine.find_origins(stop).await });
         Ok(drain)
     }
 }

@@ -133,7 +133,7 @@ impl Engine {
         Some(verdict)
     }
 
-    fn count_check(&self, kind: GateKind, answer: Answer) {
+    pub(super) fn count_check(&self, kind: GateKind, answer: Answer) {
         self.metrics
             .gate_checks
             .get_or_create(&GateLabels {

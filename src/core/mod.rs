@@ -21,6 +21,7 @@ pub mod freezes;
 mod gate_cache;
 mod memory;
 pub mod named;
+pub mod origin;
 mod page;
 mod read;
 pub mod reminders;
@@ -28,6 +29,7 @@ pub mod unit;
 pub mod watch;
 
 pub use app::{AppState, Shared};
+pub use check::Checked;
 pub use page::GatePage;
 pub use read::{CanarySeen, GateDetail, GateSummary};
 
@@ -263,6 +265,8 @@ pub struct Engine {
     windows: Mutex<crate::gate::window::WindowCache>,
     /// Where committed changes are published for open pages (`watch`).
     changes: std::sync::OnceLock<watch::Changes>,
+    /// Canaries' own gates tied to their PRs, when the cluster may be read (`origin`).
+    origins: std::sync::OnceLock<Arc<origin::Origins>>,
 }
 
 impl Engine {
@@ -304,6 +308,7 @@ impl Engine {
             any_freeze: std::sync::atomic::AtomicBool::new(!freezes.is_empty()),
             windows: Mutex::new(Default::default()),
             changes: std::sync::OnceLock::new(),
+            origins: std::sync::OnceLock::new(),
             freezes: std::sync::RwLock::new(freezes),
             store,
             clock,

@@ -210,7 +210,15 @@ async fn of_canary(
 }
 
 async fn answer(state: &AppState, key: &GateKey, input: &CheckInput) -> Response {
-    match state.engine.check(key, input).await {
+    // A canary's own gate may be its PR's (GATEBOT_KUBERNETES_LOOKUP).
+    respond(key, state.engine.check_canary(key, input).await)
+}
+
+fn respond(
+    key: &GateKey,
+    checked: Result<crate::core::Checked, crate::core::EngineError>,
+) -> Response {
+    match checked {
         Ok(checked) => {
             let mut response = verdict_response(checked.verdict);
             if let Some(change) = checked.change {
@@ -333,7 +341,8 @@ pub async fn legacy_check(
 ) -> Result<Response, Reject> {
     let cluster = cluster(&state, None, query.as_deref())?;
     let (key, input) = legacy_key(kind, cluster, &body)?;
-    Ok(answer(&state, &key, &input).await)
+    // The loadtester's gate is the one `/gate/open` opens: never a PR's.
+    Ok(respond(&key, state.engine.check(&key, &input).await))
 }
 
 /// `/gate/open`, `/gate/close`, `/rollback/open`, `/rollback/close`: 202 like the loadtester.

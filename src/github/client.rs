@@ -194,6 +194,39 @@ pub struct PullInfo {
     pub user: Option<PullUser>,
 }
 
+/// One pull request that contains a commit.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CommitPull {
+    pub number: u64,
+    #[serde(default)]
+    pub merge_commit_sha: Option<String>,
+    #[serde(default)]
+    pub merged_at: Option<String>,
+    #[serde(default)]
+    pub head: Option<CommitRef>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct CommitRef {
+    #[serde(default)]
+    pub sha: String,
+}
+
+/// The PR that brought `sha`: the one merged as it (or whose head it is),
+/// else the first merged one, else the first GitHub lists.
+pub fn pull_of_commit(pulls: &[CommitPull], sha: &str) -> Option<u64> {
+    let is = |s: &str| !s.is_empty() && (s.starts_with(sha) || sha.starts_with(s));
+    pulls
+        .iter()
+        .find(|p| {
+            p.merge_commit_sha.as_deref().is_some_and(is)
+                || p.head.as_ref().is_some_and(|h| is(&h.sha))
+        })
+        .or_else(|| pulls.iter().find(|p| p.merged_at.is_some()))
+        .or_else(|| pulls.first())
+        .map(|p| p.number)
+}
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct PullUser {
     #[serde(default)]
@@ -341,6 +374,23 @@ impl GithubClient {
         let auth = self.bearer(Some(repo)).await?;
         let path = repo_path(repo, &format!("/pulls/{}", number.0));
         self.read("pull", &auth, &path).await
+    }
+
+    /// The pull requests that contain `sha`, as GitHub lists them
+    /// (`GET /repos/{owner}/{repo}/commits/{sha}/pulls`).
+    pub async fn pulls_of_commit(
+        &self,
+        repo: &RepoName,
+        sha: &str,
+    ) -> Result<Vec<CommitPull>, ApiError> {
+        let auth = self.bearer(Some(repo)).await?;
+        let path = format!(
+            "/repos/{}/{}/commits/{}/pulls",
+            repo.owner(),
+            repo.name(),
+            segment(sha)
+        );
+        self.read("commit_pulls", &auth, &path).await
     }
 
     /// The login gatebot comments as (`name[bot]` for an App).

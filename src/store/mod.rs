@@ -9,6 +9,7 @@ mod gate_events;
 mod loading;
 mod named;
 mod notify;
+mod origins;
 pub mod pages;
 mod prs;
 mod queue;
@@ -38,6 +39,7 @@ use crate::gate::{
 
 pub use gate_events::{GateEvent, GateEvents, LISTENER_APPLICATION_NAME};
 pub use named::{Link, NamedGate, NamedSpec};
+pub use origins::CanaryTie;
 pub use prs::StatusComment;
 pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};
 pub use replicas::{DEAD_AFTER, HEARTBEAT_EVERY};

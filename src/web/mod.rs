@@ -61,6 +61,8 @@ pub struct Web {
     /// How long one event stream lasts before the page reconnects (below the
     /// server's idle timeout, which would cut it less politely).
     stream_lifetime: Duration,
+    /// Where the set-up page writes the GitHub App's credentials, if anywhere.
+    app_secret: std::sync::OnceLock<setup::AppSecret>,
 }
 
 impl Web {
@@ -101,6 +103,7 @@ impl Web {
             changes,
             live_pages: Arc::new(Semaphore::new(MAX_LIVE_PAGES)),
             stream_lifetime: (config.idle_timeout / 2).min(Duration::from_secs(60)),
+            app_secret: std::sync::OnceLock::new(),
         })
     }
 }

@@ -135,14 +135,72 @@ pub async fn callback(
     }
     let app = convert(&state, code).await?;
     tracing::info!(app_id = app.id, slug = %app.slug, "GitHub App created from the manifest");
+    let (written, unwritten) = match viewer.web.app_secret.get() {
+        None => (None, None),
+        Some(to) => match to.write(&app).await {
+            Ok(written) => (Some(written), None),
+            Err(why) => (None, Some(why)),
+        },
+    };
     render(
         &state,
         "setup_github_done.html.j2",
         json!({
             "base": viewer.base("/ui/setup/github"), "app": app,
             "install": format!("{}/installations/new", app.html_url.trim_end_matches('/')),
+            "written": written, "unwritten": unwritten,
         }),
     )
+}
+
+/// The Secret of gatebot's namespace the App's credentials are written into
+/// (`GATEBOT_KUBERNETES_APP_SECRET`), when gatebot may patch it.
+pub struct AppSecret {
+    pub cluster: crate::kubernetes::Cluster,
+    pub name: String,
+}
+
+/// Where the credentials went, for the page.
+#[derive(Serialize)]
+struct Written {
+    secret: String,
+    keys: Vec<&'static str>,
+}
+
+impl AppSecret {
+    /// Writes the App's credentials under the chart's key names. A failure
+    /// is said on the page, which then shows them as without a Secret.
+    async fn write(&self, app: &CreatedApp) -> Result<Written, String> {
+        let mut pairs = vec![
+            ("github-app-id", app.id.to_string()),
+            ("github-app-private-key", app.pem.clone()),
+            ("ui-github-client-id", app.client_id.clone()),
+            ("ui-github-client-secret", app.client_secret.clone()),
+        ];
+        if let Some(secret) = &app.webhook_secret {
+            pairs.push(("github-webhook-secret", secret.clone()));
+        }
+        let keys = pairs.iter().map(|(k, _)| *k).collect();
+        let data = pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let secret = format!("{}/{}", self.cluster.namespace(), self.name);
+        match self.cluster.write_secret(&self.name, &data).await {
+            Ok(()) => {
+                tracing::info!(app_id = app.id, %secret, "GitHub App credentials written into the Secret");
+                Ok(Written { secret, keys })
+            }
+            Err(e) => {
+                tracing::warn!(app_id = app.id, %secret, error = %e, "cannot write the GitHub App's credentials into the Secret: shown on the page instead");
+                Err(e.to_string())
+            }
+        }
+    }
+}
+
+impl super::Web {
+    /// Lets the set-up page write the App's credentials into a Secret (once, at start).
+    pub fn write_app_to(&self, secret: AppSecret) {
+        let _ = self.app_secret.set(secret);
+    }
 }
 
 /// `POST /app-manifests/{code}/conversions`: no token, the code is the credential.

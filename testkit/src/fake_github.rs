@@ -145,6 +145,8 @@ pub struct Inner {
     manifest_codes: Mutex<HashMap<String, (Option<String>, Value)>>,
     /// Bytes of padding added to each conversion's answer (a misbehaving host).
     conversion_padding: AtomicU64,
+    /// Commit SHA → the PRs that contain it (`GET …/commits/{sha}/pulls`).
+    commit_pulls: Mutex<HashMap<String, Vec<u64>>>,
 }
 
 /// Counts a write as in flight until its answer is sent or abandoned.
@@ -193,6 +195,10 @@ impl FakeGithub {
             )
             .route("/repos/{owner}/{repo}/pulls/{number}", get(pull))
             .route(
+                "/repos/{owner}/{repo}/commits/{sha}/pulls",
+                get(commit_pulls),
+            )
+            .route(
                 "/repos/{owner}/{repo}/issues/{number}/comments",
                 post(create_comment).get(list_comments),
             )
@@ -229,6 +235,16 @@ impl FakeGithub {
             let _ = axum::serve(listener, app).await;
         });
         Self { url, inner }
+    }
+
+    /// The PRs `GET /repos/{owner}/{repo}/commits/{sha}/pulls` lists for
+    /// `sha`, the first merged as it; any other commit lists none.
+    pub fn set_commit_pulls(&self, sha: &str, numbers: &[u64]) {
+        self.inner
+            .commit_pulls
+            .lock()
+            .unwrap()
+            .insert(sha.to_string(), numbers.to_vec());
     }
 
     /// Pads each manifest conversion's answer with `bytes` more.
@@ -553,6 +569,43 @@ async fn pull(
         .unwrap_or_else(|| "kobzol".into());
     Json(json!({"number": number, "state": "closed", "merged": merged, "user": user_json(&author, "User")}))
         .into_response()
+}
+
+/// GitHub's pull-request objects (from the `pull_request.closed` fixture),
+/// each merged, the first one as `sha`.
+async fn commit_pulls(
+    State(inner): State<Arc<Inner>>,
+    Path((owner, repo, sha)): Path<(String, String, String)>,
+) -> Response {
+    let numbers = inner
+        .commit_pulls
+        .lock()
+        .unwrap()
+        .get(&sha)
+        .cloned()
+        .unwrap_or_default();
+    let path = crate::github_payloads::fixtures().join("pull_request.closed.json");
+    let text = std::fs::read_to_string(&path).expect("read pull_request.closed.json");
+    let event: Value = serde_json::from_str(&text).expect("fixture is JSON");
+    let pulls: Vec<Value> = numbers
+        .iter()
+        .enumerate()
+        .map(|(i, number)| {
+            let mut pull = event["pull_request"].clone();
+            pull["number"] = json!(number);
+            pull["url"] = json!(format!(
+                "https://api.github.com/repos/{owner}/{repo}/pulls/{number}"
+            ));
+            pull["merged_at"] = json!("2026-12-03T09:58:12Z");
+            pull["merge_commit_sha"] = json!(if i == 0 {
+                sha.clone()
+            } else {
+                format!("{:040x}", number)
+            });
+            pull
+        })
+        .collect();
+    Json(Value::Array(pulls)).into_response()
 }
 
 fn comment_json(c: &FakeComment) -> Value {

@@ -10,6 +10,7 @@ use std::path::Path;
 pub mod chatops;
 pub mod cluster;
 pub mod fake_github;
+pub mod fake_kube;
 pub mod fake_slack;
 pub mod fake_socket_mode;
 pub mod flagger;

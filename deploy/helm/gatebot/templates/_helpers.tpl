@@ -147,3 +147,18 @@ ConfigMap key for a template file name: ConfigMap keys may not contain "/".
 {{- define "gatebot.templateKey" -}}
 {{- . | replace "/" "__" }}
 {{- end }}
+
+{{/*
+Whether gatebot calls the Kubernetes API (kubernetes.lookup or kubernetes.appSecret): then
+its ServiceAccount's token is mounted. Empty when it does not.
+*/}}
+{{- define "gatebot.readsCluster" -}}
+{{- if or .Values.kubernetes.lookup.enabled .Values.kubernetes.appSecret.enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+The Secret /ui/setup/github writes the GitHub App's credentials into.
+*/}}
+{{- define "gatebot.appSecretName" -}}
+{{- .Values.kubernetes.appSecret.name | default (printf "%s-github-app" (include "gatebot.fullname" .)) }}
+{{- end }}
