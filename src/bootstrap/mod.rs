@@ -79,13 +79,7 @@ impl Gatebot {
         sinks.extend(base.sinks(&config, github.as_ref(), &templates)?);
         let notifier = Notifier::new(sinks);
         let engine = base.engine(&config, &policy, &notifier, &wakes).await?;
-        let lookups = base.canary_lookups.clone();
-        if let Some(origins) = origin::origins(&config, github.clone(), lookups).await? {
-            engine
-                .find_origins_with(origins)
-                .await
-                .context("cannot load the canaries' pull requests from the store")?;
-        }
+        base.cluster(&config, github.clone(), &engine).await?;
         let web = base.web(&config, &policy, github.clone(), &engine)?;
         if let Some(secret) = origin::app_secret(&config).await? {
             web.write_app_to(secret);
@@ -343,6 +337,23 @@ impl Base {
             );
         }
         Ok(engine)
+    }
+
+    /// Canaries tied to their PRs through the cluster (GATEBOT_KUBERNETES_LOOKUP).
+    async fn cluster(
+        &self,
+        config: &Config,
+        github: Option<Arc<github::client::GithubClient>>,
+        engine: &Engine,
+    ) -> anyhow::Result<()> {
+        let lookups = self.canary_lookups.clone();
+        if let Some(origins) = origin::origins(config, github, lookups).await? {
+            engine
+                .find_origins_with(origins)
+                .await
+                .context("cannot load the canaries' pull requests from the store")?;
+        }
+        Ok(())
     }
 
     /// The pages under /ui, with one channel of changes for every open page
