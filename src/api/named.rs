@@ -159,7 +159,7 @@ fn named_reject(e: NamedError) -> Reject {
         NamedError::Quota { .. } => {
             Reject::new(StatusCode::TOO_MANY_REQUESTS, "quota", e.to_string())
         }
-        NamedError::Engine(e) => e.into(),
+        NamedError::Engine(e) => super::reject(e),
     }
 }
 

@@ -30,7 +30,7 @@ impl Engine {
     /// A check that cannot read or record what it needs in time answers closed
     /// with [`STORE_BUSY`]; nothing of it is remembered, so the next poll tries
     /// again. Dropping the unfinished write rolls it back.
-    pub async fn check(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, EngineError> {
+    pub async fn check(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, CommandError> {
         // The steady state is answered from memory, with no timer to arm: always
         // on SQLite, and on PostgreSQL while other replicas' changes are heard.
         if self.answers_from_memory() {
@@ -54,7 +54,7 @@ impl Engine {
         }
     }
 
-    async fn check_now(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, EngineError> {
+    async fn check_now(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, CommandError> {
         let gate = self.gate(key).await?;
         if let Some(verdict) = self.settled(key, &gate, input, self.now()) {
             return Ok(Checked::settled(verdict));
@@ -149,7 +149,7 @@ impl Engine {
         key: &GateKey,
         check: &Check<'_>,
         input: &CheckInput,
-    ) -> Result<Checked, EngineError> {
+    ) -> Result<Checked, CommandError> {
         let _turn = self.write.lock().await;
         let now = self.now();
         let mut tx = self.store.begin().await?;

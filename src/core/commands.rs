@@ -4,7 +4,7 @@
 
 use super::freezes::{freeze_in, unfreeze_in};
 use super::unit::Unit;
-use super::{Engine, EngineError, GateSummary, Provenance};
+use super::{CommandError, Engine, GateSummary, Provenance};
 use crate::command::{freeze_reason, Command, Invalid, Target, Verb};
 use crate::gate::freeze::Freeze;
 use crate::gate::{
@@ -284,7 +284,7 @@ pub async fn apply_in(
     command: &Command,
     plan: &Plan,
     who: &Provenance,
-) -> Result<Applied, EngineError> {
+) -> Result<Applied, CommandError> {
     let who = who
         .clone()
         .reason(reason_of(command, plan.act, who))
@@ -324,7 +324,7 @@ async fn change(
     act: Act,
     key: &GateKey,
     who: &Provenance,
-) -> Result<Gate, EngineError> {
+) -> Result<Gate, CommandError> {
     match act {
         Act::Open => unit.open(key, who).await,
         Act::Close => unit.close(key, who).await,
@@ -342,7 +342,7 @@ pub async fn close_pr_gates(
     number: PrNumber,
     kinds: &[GateKind],
     who: &Provenance,
-) -> Result<Vec<Gate>, EngineError> {
+) -> Result<Vec<Gate>, CommandError> {
     let mut unit = engine.begin().await?;
     let mut closed = Vec::new();
     for kind in kinds {
@@ -366,7 +366,7 @@ pub async fn close_pr_gates(
 }
 
 /// The PR's gates and who waits at them, for `/status`.
-pub async fn status(engine: &Engine, subject: &Subject) -> Result<Vec<GateSummary>, EngineError> {
+pub async fn status(engine: &Engine, subject: &Subject) -> Result<Vec<GateSummary>, CommandError> {
     let wanted: Vec<String> = subject
         .gates(&GateKind::ROUTABLE)
         .iter()
@@ -380,11 +380,22 @@ pub async fn status(engine: &Engine, subject: &Subject) -> Result<Vec<GateSummar
         .collect())
 }
 
+/// Why a slash command's target names no gate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    #[error(
+        "`{0}` needs a default repository: write `owner/repo#{0}` or set GATEBOT_GITHUB_REPOSITORY"
+    )]
+    NoDefaultRepo(u64),
+    #[error("{0}")]
+    Key(#[from] crate::gate::KeyError),
+}
+
 /// What a slash command's target names; `None` when it names nothing.
 pub fn subject_of(
     target: Option<Target>,
     default_repo: Option<&RepoName>,
-) -> Result<Option<Subject>, String> {
+) -> Result<Option<Subject>, TargetError> {
     let Some(target) = target else {
         return Ok(None);
     };
@@ -393,25 +404,19 @@ pub fn subject_of(
             repo: Some(repo),
             number,
         } => Subject::Pr {
-            repo: repo.parse().map_err(|e: crate::gate::KeyError| e.to_string())?,
+            repo: repo.parse()?,
             number: PrNumber(number),
         },
         Target::Pr { repo: None, number } => Subject::Pr {
-            repo: default_repo.cloned().ok_or_else(|| {
-                format!("`{number}` needs a default repository: write `owner/repo#{number}` or set GATEBOT_GITHUB_REPOSITORY")
-            })?,
+            repo: default_repo
+                .cloned()
+                .ok_or(TargetError::NoDefaultRepo(number))?,
             number: PrNumber(number),
         },
-        Target::Canary { namespace, name } => {
-            Subject::Canary(CanaryRef::new(&namespace, &name).map_err(|e| e.to_string())?)
-        }
-        Target::Namespace(ns) => {
-            Subject::Namespace(Namespace::new(&ns).map_err(|e| e.to_string())?)
-        }
-        Target::Named(name) => Subject::Named(GateName::new(&name).map_err(|e| e.to_string())?),
-        Target::Gate(path) => {
-            Subject::Gate(GateKey::parse(&path, default_repo).map_err(|e| e.to_string())?)
-        }
+        Target::Canary { namespace, name } => Subject::Canary(CanaryRef::new(&namespace, &name)?),
+        Target::Namespace(ns) => Subject::Namespace(Namespace::new(&ns)?),
+        Target::Named(name) => Subject::Named(GateName::new(&name)?),
+        Target::Gate(path) => Subject::Gate(GateKey::parse(&path, default_repo)?),
     };
     Ok(Some(subject))
 }

@@ -37,7 +37,7 @@ pub(super) fn facts<'a>(
 impl Engine {
     /// Acts on every wait whose deadline passed: only those are read, a page
     /// at a time, however many other waits there are. Returns how many.
-    pub async fn enforce_deadlines(&self) -> Result<usize, EngineError> {
+    pub async fn enforce_deadlines(&self) -> Result<usize, CommandError> {
         let now = self.now();
         let mut acted = 0;
         let mut after = None;
@@ -56,7 +56,7 @@ impl Engine {
     }
 
     /// A wait whose deadline fell: acted on by the rule that set it.
-    async fn deadline_due(&self, wait: &WaitRow, now: Millis) -> Result<bool, EngineError> {
+    async fn deadline_due(&self, wait: &WaitRow, now: Millis) -> Result<bool, CommandError> {
         let Some(canary) = wait.canary.clone() else {
             return Ok(false);
         };
@@ -90,7 +90,7 @@ impl Engine {
     /// Works out every open wait's timers again by the policy in force (at
     /// start-up: the policy may have changed since they started). Writes
     /// only those that differ. Returns how many changed.
-    pub async fn schedule_waits(&self) -> Result<usize, EngineError> {
+    pub async fn schedule_waits(&self) -> Result<usize, CommandError> {
         let timers = &self.settings.timers;
         let (mut after, mut changed) = (0, 0);
         loop {
@@ -123,7 +123,7 @@ impl Engine {
         after: std::time::Duration,
         action: OnDeadline,
         now: Millis,
-    ) -> Result<bool, EngineError> {
+    ) -> Result<bool, CommandError> {
         let mut unit = self.begin().await?;
         if !Store::mark_deadline(unit.tx(), wait.id, now).await? {
             unit.rollback().await;
@@ -153,7 +153,7 @@ impl Engine {
                 if let Err(e) = unit.open(&rollback, &who).await {
                     unit.rollback().await;
                     return match e {
-                        EngineError::Store(e) => Err(e.into()),
+                        CommandError::Store(e) => Err(e.into()),
                         other => {
                             tracing::warn!(gate = %rollback, error = %other, "the deadline cannot open the rollback gate");
                             Ok(false)

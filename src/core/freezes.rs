@@ -81,7 +81,7 @@ impl Engine {
         reason: &str,
         who: &Actor,
         delivery: Option<&str>,
-    ) -> Result<Freeze, EngineError> {
+    ) -> Result<Freeze, CommandError> {
         let mut unit = self.begin().await?;
         let freeze = freeze_in(&mut unit, scope, until, reason, who, delivery).await?;
         unit.commit().await?;
@@ -94,7 +94,7 @@ impl Engine {
         &self,
         scope: &FreezeScope,
         who: &Actor,
-    ) -> Result<Vec<Freeze>, EngineError> {
+    ) -> Result<Vec<Freeze>, CommandError> {
         let mut unit = self.begin().await?;
         let lifted = unfreeze_in(&mut unit, scope, who).await?;
         unit.commit().await?;
@@ -112,7 +112,7 @@ pub async fn freeze_in(
     reason: &str,
     who: &Actor,
     delivery: Option<&str>,
-) -> Result<Freeze, EngineError> {
+) -> Result<Freeze, CommandError> {
     let now = unit.now();
     let inserted =
         Store::insert_freeze(unit.tx(), &scope, reason, who, now, until, delivery).await?;
@@ -122,7 +122,7 @@ pub async fn freeze_in(
             None => None,
         };
         return done.ok_or_else(|| {
-            EngineError::Store(StoreError::Corrupt("a freeze was not stored".into()))
+            CommandError::Store(StoreError::Corrupt("a freeze was not stored".into()))
         });
     };
     let freeze = Freeze {
@@ -149,7 +149,7 @@ pub async fn unfreeze_in(
     unit: &mut Unit<'_>,
     scope: &FreezeScope,
     who: &Actor,
-) -> Result<Vec<Freeze>, EngineError> {
+) -> Result<Vec<Freeze>, CommandError> {
     let now = unit.now();
     let lifted = Store::lift_freezes(unit.tx(), scope, who, now).await?;
     if !lifted.is_empty() {

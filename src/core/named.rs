@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::unit::{audit_entry, Unit};
-use super::{Engine, EngineError, Provenance};
+use super::{CommandError, Engine, Provenance};
 use crate::gate::{AuditAction, Gate, GateKey, Millis, Scope};
 use crate::notify::Notice;
 use crate::store::{NamedGate, NamedSpec, Store, StoreError};
@@ -54,12 +54,12 @@ pub enum NamedError {
         retry_after: Duration,
     },
     #[error(transparent)]
-    Engine(#[from] EngineError),
+    Engine(#[from] CommandError),
 }
 
 impl From<StoreError> for NamedError {
     fn from(e: StoreError) -> Self {
-        Self::Engine(EngineError::Store(e))
+        Self::Engine(CommandError::Store(e))
     }
 }
 

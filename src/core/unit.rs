@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use super::{Engine, EngineError, Provenance};
+use super::{CommandError, Engine, Provenance};
 use crate::gate::quorum::{self, Tally, Vote};
 use crate::gate::{
     Actor, Approval, AuditAction, CanaryRef, Change, Gate, GateKey, GateStatus, Millis, Scope,
@@ -117,19 +117,19 @@ impl<'e> Unit<'e> {
     /// before the gate's last close; a no-op when older than the approval in force.
     /// A gate that needs several people counts the approval and opens with the
     /// last one needed; break glass (`Provenance::force`) opens it at once.
-    pub async fn open(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+    pub async fn open(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         let gate = self.gate(key).await?;
         let written = |at: Millis| who.written_at.is_some_and(|w| w < at);
         match &gate.status {
             GateStatus::Held { change } => {
-                return Err(EngineError::Held {
+                return Err(CommandError::Held {
                     gate: key.clone(),
                     by: change.by.name.clone(),
                     via: change.by.source,
                 })
             }
             GateStatus::Closed { change: Some(c) } if written(c.at) => {
-                return Err(EngineError::WrittenBeforeClose {
+                return Err(CommandError::WrittenBeforeClose {
                     gate: key.clone(),
                     closed_at: c.at,
                 })
@@ -247,7 +247,7 @@ impl<'e> Unit<'e> {
         canary: &str,
         checksum: &str,
         who: &Provenance,
-    ) -> Result<Gate, EngineError> {
+    ) -> Result<Gate, CommandError> {
         let pinned = open.pins.get(canary);
         if pinned.is_some_and(|p| p == checksum) || (!open.exclusive && pinned.is_none()) {
             return Ok(Gate {
@@ -266,7 +266,7 @@ impl<'e> Unit<'e> {
     }
 
     /// Closes a gate (a hold stays a hold).
-    pub async fn close(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+    pub async fn close(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         self.change(key, AuditAction::Close, who, |gate, now, _| {
             Ok(match gate.status {
                 GateStatus::Held { .. } => None,
@@ -283,7 +283,7 @@ impl<'e> Unit<'e> {
     }
 
     /// Closes a gate and refuses approvals until `unhold`.
-    pub async fn hold(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+    pub async fn hold(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         self.change(key, AuditAction::Hold, who, |_, now, _| {
             Ok(Some(GateStatus::Held {
                 change: Change {
@@ -297,7 +297,7 @@ impl<'e> Unit<'e> {
     }
 
     /// Lifts a hold; the gate stays closed until someone approves.
-    pub async fn unhold(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+    pub async fn unhold(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         self.change(key, AuditAction::Unhold, who, |gate, now, _| {
             Ok(match gate.status {
                 GateStatus::Held { .. } => Some(GateStatus::Closed {
@@ -368,8 +368,8 @@ impl<'e> Unit<'e> {
         key: &GateKey,
         action: AuditAction,
         who: &Provenance,
-        next: impl FnOnce(&Gate, Millis, Option<Duration>) -> Result<Option<GateStatus>, EngineError>,
-    ) -> Result<Gate, EngineError> {
+        next: impl FnOnce(&Gate, Millis, Option<Duration>) -> Result<Option<GateStatus>, CommandError>,
+    ) -> Result<Gate, CommandError> {
         let now = self.now;
         let mut gate = self.gate(key).await?;
         // Nothing to write, or a refusal such as a hold: no trace of the delivery.
