@@ -34,6 +34,7 @@ pub(crate) fn reject(e: CommandError) -> Reject {
         CommandError::WrittenBeforeClose { .. } => {
             Reject::new(StatusCode::CONFLICT, "stale", message)
         }
+        CommandError::Named(e) => named::named_reject(e),
         CommandError::Unanswered { .. } | CommandError::Store(_) => Reject::unavailable(message),
     }
 }

@@ -123,6 +123,10 @@ impl Gatebot {
                 calendar: policy.calendar().clone(),
                 quorum: policy.quorum().to_vec(),
                 timers: policy.timers(),
+                named: engine::named::NamedLimits {
+                    live: config.named_gates_live,
+                    per_hour: config.named_gates_per_hour,
+                },
             },
             metrics.clone(),
             notifier.clone(),

@@ -3,6 +3,7 @@
 //! through `dispatch`.
 
 use super::freezes::{freeze_in, unfreeze_in};
+use super::named::{create_in, retire_in, Named};
 use super::unit::Unit;
 use super::{CommandError, Engine, GateSummary, Provenance};
 use crate::command::{freeze_reason, Command, Invalid, Target, Verb};
@@ -78,6 +79,8 @@ pub enum Rule {
     Close,
     Freeze,
     Unfreeze,
+    /// Creating and retiring gates by name: a pipeline's.
+    Named,
 }
 
 impl Rule {
@@ -89,6 +92,7 @@ impl Rule {
             Self::Close => "close",
             Self::Freeze => "freeze",
             Self::Unfreeze => "unfreeze",
+            Self::Named => "named",
         }
     }
 }
@@ -111,6 +115,8 @@ pub enum Act {
     Unhold,
     Freeze,
     Unfreeze,
+    Create,
+    Retire,
     /// Status and help: an answer, no change.
     Answer,
 }
@@ -199,6 +205,8 @@ pub fn plan(command: &Command, subject: &Subject, phase: &Phase) -> Result<Plan,
             plan(Rule::Freeze, Vec::new(), Act::Freeze)
         }
         Command::Unfreeze { .. } => plan(Rule::Unfreeze, Vec::new(), Act::Unfreeze),
+        Command::Create { .. } => plan(Rule::Named, subject.gates(&[]), Act::Create),
+        Command::Retire { .. } => plan(Rule::Named, subject.gates(&[]), Act::Retire),
         Command::Status => plan(Rule::Verb(Verb::Status), Vec::new(), Act::Answer),
         Command::Help => plan(Rule::Verb(Verb::Help), Vec::new(), Act::Answer),
     }
@@ -214,6 +222,8 @@ pub struct Applied {
     pub froze: Option<Freeze>,
     /// The freezes lifted.
     pub lifted: Vec<Freeze>,
+    /// The named gate created or retired.
+    pub named: Option<Box<Named>>,
 }
 
 impl Applied {
@@ -223,6 +233,8 @@ impl Applied {
             Act::Hold => "held",
             Act::Unhold => "released",
             Act::Close => "closed",
+            Act::Create => "created",
+            Act::Retire => "retired",
             _ => "opened",
         };
         let mut keys: Vec<String> = Vec::new();
@@ -294,6 +306,7 @@ pub async fn apply_in(
         gates: Vec::new(),
         froze: None,
         lifted: Vec::new(),
+        named: None,
     };
     match command {
         Command::Freeze {
@@ -309,6 +322,16 @@ pub async fn apply_in(
         }
         Command::Unfreeze { scope } => {
             applied.lifted = unfreeze_in(unit, scope, &who.actor).await?;
+        }
+        Command::Create { spec, .. } => {
+            for key in &plan.keys {
+                applied.named = Some(Box::new(create_in(unit, key, spec, &who).await?));
+            }
+        }
+        Command::Retire { .. } => {
+            for key in &plan.keys {
+                applied.named = Some(Box::new(retire_in(unit, key, &who).await?));
+            }
         }
         _ => {
             for key in &plan.keys {
@@ -330,7 +353,9 @@ async fn change(
         Act::Close => unit.close(key, who).await,
         Act::Hold => unit.hold(key, who).await,
         Act::Unhold => unit.unhold(key, who).await,
-        Act::Freeze | Act::Unfreeze | Act::Answer => Ok(unit.gate(key).await?),
+        Act::Freeze | Act::Unfreeze | Act::Create | Act::Retire | Act::Answer => {
+            Ok(unit.gate(key).await?)
+        }
     }
 }
 

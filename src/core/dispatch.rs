@@ -12,6 +12,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::commands::{apply_in, plan, Act, Applied, Plan, Subject};
+use super::named::NamedError;
 use super::unit::Unit;
 use super::{CommandError, Engine, Provenance};
 use crate::command::{Command, Invalid, Verb};
@@ -79,6 +80,9 @@ pub enum Outcome<D> {
         gate: GateKey,
         closed_at: Millis,
     },
+    /// A named gate that cannot be created or retired so (another spec, retired,
+    /// never created, past a quota).
+    Named(NamedError),
 }
 
 impl<D: fmt::Display> Outcome<D> {
@@ -93,6 +97,7 @@ impl<D: fmt::Display> Outcome<D> {
                 "{gate} closed at {}, after this was sent",
                 crate::gate::state::rfc3339(*closed_at)
             )),
+            Self::Named(why) => Some(why.to_string()),
         }
     }
 }
@@ -109,6 +114,7 @@ impl<D: fmt::Display> Outcome<D> {
             Self::WrittenBeforeClose { gate, closed_at } => {
                 Err(CommandError::WrittenBeforeClose { gate, closed_at })
             }
+            Self::Named(why) => Err(CommandError::Named(why)),
         }
     }
 }
@@ -213,6 +219,7 @@ pub async fn decide<D: fmt::Display>(
             Err(CommandError::WrittenBeforeClose { gate, closed_at }) => {
                 Outcome::WrittenBeforeClose { gate, closed_at }
             }
+            Err(CommandError::Named(why)) => Outcome::Named(why),
             Err(e) => return Err(e),
         },
     };

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::named::NamedError;
 use crate::command::Invalid;
 use crate::gate::{GateKey, Millis, Source};
 use crate::store::StoreError;
@@ -37,6 +38,9 @@ pub enum CommandError {
         /// Asking again cannot help.
         lasting: bool,
     },
+    /// A named gate that cannot be created or retired so.
+    #[error(transparent)]
+    Named(#[from] NamedError),
     #[error("store: {0}")]
     Store(#[from] StoreError),
 }
@@ -68,7 +72,7 @@ impl CommandError {
             Self::Unanswered { lasting, .. } => *lasting,
             Self::Store(_) => false,
             Self::Held { .. } | Self::WrittenBeforeClose { .. } => true,
-            Self::Denied(_) | Self::Invalid(_) => true,
+            Self::Denied(_) | Self::Invalid(_) | Self::Named(_) => true,
         }
     }
 

@@ -70,6 +70,8 @@ pub struct EngineSettings {
     pub quorum: Vec<crate::gate::QuorumRule>,
     /// When waits' deadlines fall and reminders are due (the policy's).
     pub timers: crate::gate::timers::WaitTimers,
+    /// How many gates pipelines may create by name.
+    pub named: named::NamedLimits,
 }
 
 /// The default [`EngineSettings::check_deadline`].

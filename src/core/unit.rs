@@ -27,6 +27,8 @@ pub struct Unit<'e> {
     queued: usize,
     counts: Vec<CommandLabels>,
     changes: Vec<(GateKey, AuditAction, Provenance)>,
+    /// Waits this unit ended outside the check: memory forgets them once it commits.
+    ended: Vec<(GateKey, CanaryRef)>,
 }
 
 impl Engine {
@@ -44,6 +46,7 @@ impl Engine {
             queued: 0,
             counts: Vec::new(),
             changes: Vec::new(),
+            ended: Vec::new(),
         })
     }
 }
@@ -96,6 +99,9 @@ impl<'e> Unit<'e> {
         for gate in self.gates.values() {
             engine.remember(gate);
         }
+        for (gate, canary) in &self.ended {
+            engine.memory().end_wait(gate, canary);
+        }
         drop(applying);
         engine.after_commit(&self.audits, self.queued);
         for labels in &self.counts {
@@ -105,6 +111,11 @@ impl<'e> Unit<'e> {
             tracing::info!(gate = %gate, action = %action, actor = %who.actor.name, source = %who.actor.source, "gate changed");
         }
         Ok(())
+    }
+
+    /// A wait at `key` for `canary` that this unit ended.
+    pub(super) fn ended_wait(&mut self, key: &GateKey, canary: CanaryRef) {
+        self.ended.push((key.clone(), canary));
     }
 
     /// Ends the unit having written nothing that counts.

@@ -200,6 +200,11 @@ impl Authorizer for CommentAuthorizer<'_> {
                 Rule::Close => {
                     return Ok(Err("a comment does not close gates: use `/hold`".into()))
                 }
+                Rule::Named => {
+                    return Ok(Err(
+                        "a comment does not create or retire named gates: a pipeline does, with its token".into(),
+                    ))
+                }
                 Rule::Force | Rule::Verb(_) => {}
             }
             if let Some(why) = self.stale(rule, keys) {

@@ -250,6 +250,7 @@ impl SlackInbox {
             Outcome::WrittenBeforeClose { gate, closed_at } => {
                 error(CommandError::WrittenBeforeClose { gate, closed_at }.to_string())
             }
+            Outcome::Named(why) => error(why.to_string()),
         }
     }
 
