@@ -26,7 +26,9 @@ use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 use crate::gate::GateKind;
 
 mod asked;
+mod rule;
 pub use asked::{freeze_reason, Command, Invalid, MAX_FREEZE_REASON};
+pub use rule::Rule;
 
 /// The word of a command (`/promote`): what help lists and the policy's
 /// per-command rules are keyed by. [`Command`] is the command with its data.

@@ -229,6 +229,18 @@ fn check_config_reports_problems() {
         stderr(&bad)
     );
 
+    // The policy's per-command rules name commands gatebot knows.
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[github.commands.promot]\nmin_permission = \"admin\"\n",
+    )
+    .unwrap();
+    let bad = run(&[("GATEBOT_POLICY", policy.to_str().unwrap())]);
+    assert!(!bad.status.success());
+    let said = format!("{}{}", stdout(&bad), stderr(&bad));
+    assert!(said.contains("unknown command `promot`"), "{said}");
+
     // A setting read once, at start: an unknown gate kind is named by
     // check-config, and `serve` refuses to start with it.
     let unknown = "GATEBOT_GITHUB_CLOSE_ON_PUSH: unknown gate kind `deploy`";

@@ -6,6 +6,7 @@ use super::freezes::{freeze_in, unfreeze_in};
 use super::named::{create_in, retire_in, Named};
 use super::unit::Unit;
 use super::{CommandError, Engine, GateSummary, Provenance};
+pub use crate::command::Rule;
 use crate::command::{freeze_reason, Command, Invalid, Target, Verb};
 use crate::gate::freeze::Freeze;
 use crate::gate::{
@@ -67,33 +68,6 @@ impl Subject {
             .iter()
             .map(|k| GateKey::new(*k, scope.clone()))
             .collect()
-    }
-}
-
-/// Which of the policy's rules governs a command: the word's, break glass's,
-/// or a rule of its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Rule {
-    Verb(Verb),
-    Force,
-    Close,
-    Freeze,
-    Unfreeze,
-    /// Creating and retiring gates by name: a pipeline's.
-    Named,
-}
-
-impl Rule {
-    /// The rule's name in the policy (`[github.commands.<name>]`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Verb(verb) => verb.as_str(),
-            Self::Force => "force",
-            Self::Close => "close",
-            Self::Freeze => "freeze",
-            Self::Unfreeze => "unfreeze",
-            Self::Named => "named",
-        }
     }
 }
 

@@ -85,12 +85,13 @@ impl Access {
     /// `/freeze` and `/unfreeze`: the policy's `github.commands.<name>` rule.
     pub async fn authorize_named(
         &self,
-        name: &str,
+        named: Rule,
         repo: &RepoName,
         user: &str,
     ) -> Result<Result<(), String>, CommandError> {
-        let rule = self.policy.github_named(name);
-        self.authorize_rule(name, rule, repo, user, "").await
+        let rule = self.policy.github_named(named);
+        self.authorize_rule(named.name(), rule, repo, user, "")
+            .await
     }
 
     /// Break glass: the policy's `[github.commands.force]`, which must exist.
@@ -195,7 +196,7 @@ impl Authorizer for CommentAuthorizer<'_> {
             let (repo, user) = (self.repo, self.user);
             match rule {
                 Rule::Freeze | Rule::Unfreeze => {
-                    return access.authorize_named(rule.name(), repo, user).await
+                    return access.authorize_named(rule, repo, user).await
                 }
                 Rule::Close => {
                     return Ok(Err("a comment does not close gates: use `/hold`".into()))

@@ -139,7 +139,7 @@ impl SlackAuthorizer<'_> {
         match rule {
             Rule::Verb(verb) => Some(policy.slack(verb)),
             Rule::Force => policy.slack_force(),
-            other => Some(policy.slack_named(other.name())),
+            other => Some(policy.slack_named(other)),
         }
     }
 
