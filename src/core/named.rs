@@ -111,16 +111,6 @@ pub struct Named {
 /// Retired gates pruned per housekeeping pass (every 5 s).
 const PRUNE_BATCH: i64 = 100;
 
-/// The outcome of a wait that ends because its named gate changed.
-fn announcement_outcome(action: AuditAction) -> Option<&'static str> {
-    match action {
-        AuditAction::Open | AuditAction::Force => Some("approved"),
-        AuditAction::Close => Some("rejected"),
-        AuditAction::Hold => Some("held"),
-        _ => None,
-    }
-}
-
 /// Creates a named gate and announces it, in `unit`; the same spec again
 /// is the same gate, and costs no quota. A new gate past the server's
 /// limits (`EngineSettings::named`) is refused.
@@ -276,32 +266,6 @@ impl Engine {
         }
         self.store.named_gate(key).await
     }
-}
-
-/// Ends the announcement of a named gate that someone decided.
-pub(super) async fn decided(
-    unit: &mut Unit<'_>,
-    key: &GateKey,
-    action: AuditAction,
-) -> Result<(), StoreError> {
-    let Some(outcome) = announcement_outcome(action) else {
-        return Ok(());
-    };
-    if !matches!(key.scope, Scope::Named(_)) {
-        return Ok(());
-    }
-    let now = unit.now();
-    if let Some(wait_id) = Store::end_announcement(unit.tx(), key, outcome, now).await? {
-        let notice = Notice::WaitEnded {
-            wait_id,
-            gate: key.clone(),
-            canary: None,
-            outcome: outcome.to_string(),
-            at: now,
-        };
-        unit.notify(&[notice]).await?;
-    }
-    Ok(())
 }
 
 /// Ends every wait at `key` and tells people; memory forgets the canaries'
