@@ -655,13 +655,9 @@ fn is_owner(s: &str) -> bool {
     !s.is_empty() && s.len() <= 39 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
+/// A repository's name, as gate keys read it.
 fn is_repo(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 100
-        && s != "."
-        && s != ".."
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    crate::gate::key::valid_segment(s)
 }
 
 fn is_dns_label(s: &str) -> bool {
