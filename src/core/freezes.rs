@@ -71,40 +71,11 @@ impl Engine {
         self.any_freeze.store(!active.is_empty(), Ordering::Release);
         *freezes = active;
     }
-
-    /// Freezes `scope` (until `until`, or until lifted), announced in the same
-    /// unit. A `delivery` that froze already gives back its freeze.
-    pub async fn freeze(
-        &self,
-        scope: FreezeScope,
-        until: Option<Millis>,
-        reason: &str,
-        who: &Actor,
-        delivery: Option<&str>,
-    ) -> Result<Freeze, CommandError> {
-        let mut unit = self.begin().await?;
-        let freeze = freeze_in(&mut unit, scope, until, reason, who, delivery).await?;
-        unit.commit().await?;
-        self.reload_freezes().await?;
-        Ok(freeze)
-    }
-
-    /// Lifts the freezes of `scope`; returns them (none: nothing was frozen there).
-    pub async fn unfreeze(
-        &self,
-        scope: &FreezeScope,
-        who: &Actor,
-    ) -> Result<Vec<Freeze>, CommandError> {
-        let mut unit = self.begin().await?;
-        let lifted = unfreeze_in(&mut unit, scope, who).await?;
-        unit.commit().await?;
-        self.reload_freezes().await?;
-        Ok(lifted)
-    }
 }
 
-/// [`Engine::freeze`] in a larger unit (a PR comment's); the caller re-reads
-/// the freezes ([`Engine::reload_freezes`]) once it commits.
+/// Freezes `scope` (until `until`, or until lifted) in `unit`, announced in
+/// it; a `delivery` that froze already gives back its freeze. The caller
+/// re-reads the freezes ([`Engine::reload_freezes`]) once it commits.
 pub async fn freeze_in(
     unit: &mut Unit<'_>,
     scope: FreezeScope,
@@ -144,7 +115,7 @@ pub async fn freeze_in(
     Ok(freeze)
 }
 
-/// [`Engine::unfreeze`] in a larger unit.
+/// Lifts the freezes of `scope` in `unit`; returns them (none: nothing was frozen there).
 pub async fn unfreeze_in(
     unit: &mut Unit<'_>,
     scope: &FreezeScope,
