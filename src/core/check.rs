@@ -287,16 +287,9 @@ impl Engine {
         let Some(wait_id) = Store::start_wait(tx, &wait).await? else {
             return Ok(());
         };
-        out.audits.push(AuditEntry {
-            at: now,
-            gate: key.clone(),
-            action: AuditAction::Wait,
-            actor: Actor::gatebot(),
-            reason: Some(verdict.reason.clone()),
-            revision: Some(check.checksum.to_string()),
-            canary: Some(check.canary.clone()),
-            delivery: None,
-        });
+        let reason = verdict.reason.clone();
+        let entry = entry_of(key, check, AuditAction::Wait, Actor::gatebot(), reason, now);
+        out.audits.push(entry);
         out.notices.push(Notice::WaitStarted {
             wait_id,
             gate: key.clone(),
@@ -375,16 +368,16 @@ async fn expire(
     out: &mut Written,
 ) -> Result<(), StoreError> {
     if let GateStatus::Open(approval) = &gate.status {
-        out.audits.push(AuditEntry {
-            at: now,
-            gate: key.clone(),
-            action: AuditAction::Expire,
-            actor: Actor::gatebot(),
-            reason: Some(format!("approval by {} expired", approval.change.by.name)),
-            revision: Some(check.checksum.to_string()),
-            canary: Some(check.canary.clone()),
-            delivery: None,
-        });
+        let reason = format!("approval by {} expired", approval.change.by.name);
+        let entry = entry_of(
+            key,
+            check,
+            AuditAction::Expire,
+            Actor::gatebot(),
+            reason,
+            now,
+        );
+        out.audits.push(entry);
     }
     gate.status = GateStatus::Closed {
         change: Some(Change {
@@ -441,17 +434,31 @@ async fn pin(
     if pinned != check.checksum {
         return Ok(Pinned::Elsewhere);
     }
-    out.audits.push(AuditEntry {
+    let reason = format!("approval used by {}", check.canary);
+    out.audits
+        .push(entry_of(key, check, AuditAction::Pin, by, reason, now));
+    Ok(Pinned::Now)
+}
+
+/// An audit entry about the checking canary at its revision.
+fn entry_of(
+    key: &GateKey,
+    check: &Check<'_>,
+    action: AuditAction,
+    actor: Actor,
+    reason: String,
+    now: Millis,
+) -> AuditEntry {
+    AuditEntry {
         at: now,
         gate: key.clone(),
-        action: AuditAction::Pin,
-        actor: by,
-        reason: Some(format!("approval used by {}", check.canary)),
-        revision: Some(pinned),
+        action,
+        actor,
+        reason: Some(reason),
+        revision: Some(check.checksum.to_string()),
         canary: Some(check.canary.clone()),
         delivery: None,
-    });
-    Ok(Pinned::Now)
+    }
 }
 
 /// Ends the canary's wait, if one is open, with `outcome`.
