@@ -26,7 +26,9 @@ use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 use crate::gate::GateKind;
 
 mod asked;
+mod rule;
 pub use asked::{freeze_reason, Command, Invalid, MAX_FREEZE_REASON};
+pub use rule::Rule;
 
 /// The word of a command (`/promote`): what help lists and the policy's
 /// per-command rules are keyed by. [`Command`] is the command with its data.
@@ -653,13 +655,9 @@ fn is_owner(s: &str) -> bool {
     !s.is_empty() && s.len() <= 39 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
+/// A repository's name, as gate keys read it.
 fn is_repo(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 100
-        && s != "."
-        && s != ".."
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    crate::gate::key::valid_segment(s)
 }
 
 fn is_dns_label(s: &str) -> bool {

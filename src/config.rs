@@ -742,10 +742,10 @@ pub struct GithubConfig {
     #[arg(
         long = "github-close-on-push",
         env = "GATEBOT_GITHUB_CLOSE_ON_PUSH",
-        value_delimiter = ',',
+        value_parser = lenient::<GateKinds>,
         default_value = "start,promote,traffic"
     )]
-    pub close_on_push: Vec<String>,
+    pub close_on_push: Lenient<GateKinds>,
 
     /// The bot's own login, whose comments are never commands (found from the token when unset).
     #[arg(long = "github-bot-login", env = "GATEBOT_GITHUB_BOT_LOGIN")]
@@ -803,19 +803,28 @@ impl SlackConfig {
     }
 }
 
+/// Gate kinds, comma-separated (`start,promote,traffic`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GateKinds(pub Vec<GateKind>);
+
+impl std::str::FromStr for GateKinds {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map(|k| GateKind::from_route(k).ok_or_else(|| format!("unknown gate kind `{k}`")))
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
+}
+
 impl Config {
-    /// The gate kinds that a push closes, parsed.
-    pub fn close_on_push_kinds(&self) -> Result<Vec<GateKind>, String> {
-        self.github
-            .close_on_push
-            .iter()
-            .map(|s| s.trim())
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                GateKind::from_route(s)
-                    .ok_or_else(|| format!("GATEBOT_GITHUB_CLOSE_ON_PUSH: unknown gate kind `{s}`"))
-            })
-            .collect()
+    /// The gate kinds that a push closes (none when the setting did not
+    /// read: [`Config::problems`] refuses to start then).
+    pub fn close_on_push(&self) -> &[GateKind] {
+        &self.github.close_on_push.get().0
     }
 
     pub fn admin_token(&self) -> Option<&str> {
@@ -867,9 +876,6 @@ impl Config {
     /// Problems worth refusing to start for, each with what to do.
     pub fn problems(&self) -> Vec<String> {
         let mut out = self.out_of_range();
-        if let Err(e) = self.close_on_push_kinds() {
-            out.push(e);
-        }
         if let Some(dir) = self.templates_dir.as_ref().filter(|d| !d.is_dir()) {
             out.push(format!(
                 "GATEBOT_TEMPLATES_DIR: {} is not a directory: create it, or unset the setting for the built-in templates",
@@ -879,6 +885,10 @@ impl Config {
         for (name, invalid) in [
             ("GATEBOT_API_TOKENS", &self.api_tokens.invalid),
             ("GATEBOT_FLAGGER_TOKENS", &self.flagger_tokens.invalid),
+            (
+                "GATEBOT_GITHUB_CLOSE_ON_PUSH",
+                &self.github.close_on_push.invalid,
+            ),
         ] {
             if let Some(e) = invalid {
                 out.push(format!("{name}: {e}"));

@@ -303,8 +303,12 @@ fn policy_answers(p: &crate::policy::Policy) -> String {
     for c in Verb::ALL {
         out += &format!("{:?}{:?}", p.github(c), p.slack(c));
     }
-    for name in ["release", "x", ""] {
-        out += &format!("{:?}{:?}", p.github_named(name), p.slack_named(name));
+    for rule in [
+        crate::command::Rule::Freeze,
+        crate::command::Rule::Unfreeze,
+        crate::command::Rule::Close,
+    ] {
+        out += &format!("{:?}{:?}", p.github_named(rule), p.slack_named(rule));
     }
     out += &format!(
         "{:?}{:?}{:?}{:?}{:?}{:?}{:?}",

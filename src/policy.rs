@@ -38,13 +38,13 @@
 //! allow = true                       # checks without a Flagger token (default false)
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use anyhow::Context;
 use serde::Deserialize;
 
-use crate::command::Verb;
+use crate::command::{Rule, Verb};
 use crate::config::{Config, Permission};
 use crate::gate::deadline::{Deadline, DeadlineRule, OnDeadline};
 use crate::gate::window::{Calendar, Window};
@@ -339,7 +339,7 @@ struct GithubSection {
     teams: Vec<String>,
     forbid_self_approval: Option<bool>,
     #[serde(default)]
-    commands: BTreeMap<String, GithubCommand>,
+    commands: HashMap<Rule, GithubCommand>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -356,7 +356,7 @@ struct SlackSection {
     approvers: Option<Vec<String>>,
     forbid_self_approval: Option<bool>,
     #[serde(default)]
-    commands: BTreeMap<String, SlackCommand>,
+    commands: HashMap<Rule, SlackCommand>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -475,17 +475,17 @@ impl Policy {
     }
 
     pub fn github(&self, command: Verb) -> GithubRule {
-        self.github_rule(command.as_str(), command == Verb::Promote)
+        self.github_rule(Rule::Verb(command), command == Verb::Promote)
     }
 
     /// Who may `/freeze` and `/unfreeze` on a PR (`[github.commands.freeze]`).
-    pub fn github_named(&self, name: &str) -> GithubRule {
-        self.github_rule(name, false)
+    pub fn github_named(&self, rule: Rule) -> GithubRule {
+        self.github_rule(rule, false)
     }
 
-    fn github_rule(&self, name: &str, four_eyes_by_default: bool) -> GithubRule {
+    fn github_rule(&self, rule: Rule, four_eyes_by_default: bool) -> GithubRule {
         let section = &self.file.github;
-        let specific = section.commands.get(name);
+        let specific = section.commands.get(&rule);
         GithubRule {
             min_permission: specific
                 .and_then(|c| c.min_permission)
@@ -504,17 +504,17 @@ impl Policy {
     }
 
     pub fn slack(&self, command: Verb) -> SlackRule {
-        self.slack_rule(command.as_str(), approves(command))
+        self.slack_rule(Rule::Verb(command), approves(command))
     }
 
     /// Who may `freeze` and `unfreeze` from Slack (`[slack.commands.freeze]`).
-    pub fn slack_named(&self, name: &str) -> SlackRule {
-        self.slack_rule(name, false)
+    pub fn slack_named(&self, rule: Rule) -> SlackRule {
+        self.slack_rule(rule, false)
     }
 
-    fn slack_rule(&self, name: &str, approves: bool) -> SlackRule {
+    fn slack_rule(&self, rule: Rule, approves: bool) -> SlackRule {
         let section = &self.file.slack;
-        let specific = section.commands.get(name);
+        let specific = section.commands.get(&rule);
         let (approvers, setting) = match (
             specific.and_then(|c| c.approvers.as_ref()),
             &section.approvers,
@@ -523,7 +523,7 @@ impl Policy {
                 clean(a),
                 format!(
                     "slack.commands.{}.approvers in {}",
-                    name,
+                    rule,
                     self.source_name()
                 ),
             ),
@@ -608,14 +608,14 @@ impl Policy {
         self.file
             .github
             .commands
-            .contains_key("force")
-            .then(|| self.github_rule("force", false))
+            .contains_key(&Rule::Force)
+            .then(|| self.github_rule(Rule::Force, false))
     }
 
     /// Who may break glass from Slack: only `[slack.commands.force].approvers`,
     /// never the general approvers; four eyes as that table says.
     pub fn slack_force(&self) -> Option<SlackRule> {
-        let force = self.file.slack.commands.get("force")?;
+        let force = self.file.slack.commands.get(&Rule::Force)?;
         let approvers = force.approvers.as_ref()?;
         Some(SlackRule {
             approvers: clean(approvers),

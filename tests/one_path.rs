@@ -9,7 +9,8 @@
 //! everywhere: a freeze's reason is one line of at most 300 characters; a
 //! Reject at a start gate keeps it closed, from the page as from Slack; a
 //! Reject at a loadtester's gate rolls back while its canary progresses; a
-//! refusal (held, break glass) is audited and counted whoever sent it.
+//! refusal (held, break glass) is audited and counted whoever sent it. A
+//! pipeline's create and retire of a named gate take the same path.
 
 use gatebot_testkit::chatops::{ChatOps, Setup};
 use gatebot_testkit::harness::{client, Backend, ADMIN_TOKEN};
@@ -45,6 +46,7 @@ gatebot_testkit::on_both_stores!(
     break_glass_without_a_force_rule_is_refused_everywhere,
     approving_a_held_gate_is_refused_everywhere,
     promote_by_someone_who_may_not_is_refused_everywhere,
+    a_named_gate_is_created_and_retired_through_the_one_path,
 );
 
 struct Env {
@@ -556,4 +558,74 @@ async fn promote_by_someone_who_may_not_is_refused_everywhere(backend: Backend) 
     assert_eq!(rows[0].1.audit, ["refuse"]);
     assert_eq!(rows[0].1.counted, 1.0);
     same(&rows);
+}
+
+/// `POST /api/v1/gates` or `DELETE /api/v1/gates/…` with the admin token;
+/// the status and the answer.
+async fn pipeline(env: &Env, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
+    let r = client()
+        .request(method, env.server.at(&format!("/api/v1/gates{path}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    // A refusal is plain text.
+    let answer = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    env.server.drained().await;
+    (status, answer)
+}
+
+/// A pipeline's create and retire are commands like the others: applied or
+/// refused, audited and counted once.
+async fn a_named_gate_is_created_and_retired_through_the_one_path(backend: Backend) {
+    let env = env(backend).await;
+    let gate = "/gates/promote/named/release-1";
+    let spec = json!({"kind": "promote", "name": "release-1", "title": "Release 1"});
+    let (status, created) = pipeline(&env, reqwest::Method::POST, "", spec.clone()).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["gate"], gate);
+    let (_, again) = pipeline(&env, reqwest::Method::POST, "", spec).await;
+    assert_eq!(again["created"], false, "{again}");
+    let other = json!({"kind": "promote", "name": "release-1", "title": "Release 2"});
+    let (status, conflict) = pipeline(&env, reqwest::Method::POST, "", other).await;
+    assert_eq!(status, 409, "{conflict}");
+    assert!(
+        conflict.to_string().contains("with another title"),
+        "{conflict}"
+    );
+    assert_eq!(env.counted("api", "create", "applied").await, 2.0);
+    assert_eq!(env.counted("api", "create", "refused").await, 1.0);
+    assert_eq!(
+        env.gate(gate).await,
+        (
+            "closed".to_string(),
+            vec!["create".to_string(), "refuse".to_string()]
+        )
+    );
+
+    let (status, retired) = pipeline(
+        &env,
+        reqwest::Method::DELETE,
+        "/promote/named/release-1",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{retired}");
+    assert_eq!(retired["retired"], true, "{retired}");
+    let (status, missing) = pipeline(
+        &env,
+        reqwest::Method::DELETE,
+        "/promote/named/release-9",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 404, "{missing}");
+    assert_eq!(env.counted("api", "retire", "applied").await, 1.0);
+    assert_eq!(env.counted("api", "retire", "refused").await, 1.0);
+    let (state, audit) = env.gate(gate).await;
+    assert_eq!(state, "held");
+    assert_eq!(audit, vec!["create", "refuse", "hold"]);
 }

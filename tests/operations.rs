@@ -295,6 +295,52 @@ fn check_config_reports_problems() {
         "{}",
         stderr(&bad)
     );
+
+    // The policy's per-command rules name commands gatebot knows.
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[github.commands.promot]\nmin_permission = \"admin\"\n",
+    )
+    .unwrap();
+    let bad = run(&[("GATEBOT_POLICY", policy.to_str().unwrap())]);
+    assert!(!bad.status.success());
+    let said = format!("{}{}", stdout(&bad), stderr(&bad));
+    assert!(said.contains("unknown command `promot`"), "{said}");
+
+    // A setting read once, at start: an unknown gate kind is named by
+    // check-config, and `serve` refuses to start with it.
+    let unknown = "GATEBOT_GITHUB_CLOSE_ON_PUSH: unknown gate kind `deploy`";
+    let bad = run(&[("GATEBOT_GITHUB_CLOSE_ON_PUSH", "start, deploy")]);
+    assert!(!bad.status.success());
+    assert!(stdout(&bad).contains(unknown), "{}", stdout(&bad));
+    let mut serve = ChildGuard::spawn(
+        Command::new(bin())
+            .env_clear()
+            .current_dir(dir.path())
+            .arg("serve")
+            .env("GATEBOT_LISTEN", format!("127.0.0.1:{}", free_port()))
+            .env("GATEBOT_DATABASE_URL", &db)
+            .env("GATEBOT_GITHUB_CLOSE_ON_PUSH", "start,deploy")
+            .stderr(Stdio::piped()),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let exit = loop {
+        if let Some(exit) = serve.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(std::time::Instant::now() < deadline, "serve started");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut logs = String::new();
+    serve
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
+    assert!(!exit.success());
+    assert!(logs.contains(unknown), "{logs}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

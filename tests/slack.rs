@@ -1184,6 +1184,50 @@ async fn user_group_approvers_are_expanded_and_cached() {
     assert_eq!(calls[0].body["usergroup"], "S0RELEASE");
 }
 
+/// A user group Slack would not list now: the click waits as Slack said
+/// (Retry-After) and is then decided, not dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_click_waits_for_a_rate_limited_user_group() {
+    let env = env(
+        Backend::Sqlite,
+        Setup {
+            approvers: &["S0RELEASE"],
+            manual_clock: false,
+            ..Setup::default()
+        },
+    )
+    .await;
+    env.slack.set_group("S0RELEASE", &["UCAROL"]);
+    env.slack.rate_limit_next("usergroups.users.list", 1);
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
+    sim.tick().await;
+    let start = env
+        .waiting_message_for("/gates/start/acme/shop/pr/42")
+        .await;
+    assert_eq!(
+        env.click("UCAROL", "gatebot_approve", &start, "rl-1").await,
+        200
+    );
+    // Polled: the retry comes due on the wall clock, which a drain does not wait for.
+    eventually("the click decided after the 429", WAIT, || async {
+        env.gate_state("/gates/start/acme/shop/pr/42").await == "open"
+    })
+    .await;
+    let asked: Vec<Request> = env
+        .slack
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "usergroups.users.list")
+        .collect();
+    let statuses: Vec<u16> = asked.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, vec![429, 200], "{statuses:?}");
+    let gap = asked[1].at - asked[0].at;
+    assert!(
+        gap >= Duration::from_millis(900),
+        "asked again after {gap:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canary_scoped_and_loadtester_waits_are_announced() {
     let env = env(Backend::Sqlite, Setup::default()).await;

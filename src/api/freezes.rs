@@ -105,8 +105,8 @@ async fn run(state: &AppState, command: Command, actor: &Actor) -> Result<Applie
     };
     dispatch::run(&state.engine, actor.source.as_str(), &request, &Checked)
         .await
-        .map_err(|e| Reject::unavailable(e.to_string()))?
-        .applied()
+        .and_then(dispatch::Outcome::applied)
+        .map_err(super::reject)
 }
 
 #[derive(Debug, Deserialize)]

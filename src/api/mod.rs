@@ -15,11 +15,10 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::command::Command;
+use crate::command::{Command, Invalid};
 use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Checked, Request};
-use crate::core::AppState;
-use crate::core::Provenance;
+use crate::core::{AppState, CommandError, Provenance};
 use crate::gate::{Gate, GateKey, Scope};
 use crate::http::auth::{is_pipeline, operator, reader};
 use crate::http::error::Reject;
@@ -31,6 +30,23 @@ fn answer_json<T: Serialize>(answer: &T) -> Result<Json<Value>, Reject> {
     serde_json::to_value(answer)
         .map(Json)
         .map_err(|e| Reject::unavailable(format!("the answer could not be written: {e}")))
+}
+
+/// How the API answers a command the core did not do: not allowed 403, not
+/// valid 400, held or stale 409, no store or no answer from outside 503.
+pub(crate) fn reject(e: CommandError) -> Reject {
+    let message = e.to_string();
+    match e {
+        CommandError::Denied(_) => Reject::new(StatusCode::FORBIDDEN, "refused", message),
+        CommandError::Invalid(Invalid::FreezeReason) => Reject::bad_request("bad_reason", message),
+        CommandError::Invalid(_) => Reject::bad_request("invalid", message),
+        CommandError::Held { .. } => Reject::new(StatusCode::CONFLICT, "held", message),
+        CommandError::WrittenBeforeClose { .. } => {
+            Reject::new(StatusCode::CONFLICT, "stale", message)
+        }
+        CommandError::Named(e) => named::named_reject(e),
+        CommandError::Unanswered { .. } | CommandError::Store(_) => Reject::unavailable(message),
+    }
 }
 
 fn parse_key(state: &AppState, text: &str) -> Result<GateKey, Reject> {
@@ -154,10 +170,10 @@ async fn change(
 /// the token was checked already.
 async fn run(state: &AppState, request: &Request) -> Result<Gate, Reject> {
     let source = request.who.actor.source.as_str();
-    let outcome = dispatch::run(&state.engine, source, request, &Checked)
+    let applied = dispatch::run(&state.engine, source, request, &Checked)
         .await
-        .map_err(|e| Reject::unavailable(e.to_string()))?;
-    let applied = outcome.applied()?;
+        .and_then(dispatch::Outcome::applied)
+        .map_err(reject)?;
     applied
         .gates
         .into_iter()

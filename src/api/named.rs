@@ -9,8 +9,11 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::core::named::{Named, NamedError, NamedLimits};
-use crate::core::{AppState, Provenance};
+use crate::command::Command;
+use crate::core::commands::Subject;
+use crate::core::dispatch::{self, Checked, Outcome, Request};
+use crate::core::named::{Named, NamedError};
+use crate::core::{AppState, CommandError, Provenance};
 use crate::gate::{GateKey, GateKind, GateName, PrNumber, RepoName, Scope};
 use crate::http::auth::{pipeline, Caller};
 use crate::http::error::Reject;
@@ -150,7 +153,7 @@ fn created_json(n: &Named) -> serde_json::Value {
     })
 }
 
-fn named_reject(e: NamedError) -> Reject {
+pub(super) fn named_reject(e: NamedError) -> Reject {
     match e {
         NamedError::NotNamed { .. } => bad("not_named", e.to_string()),
         NamedError::Conflict { .. } => Reject::new(StatusCode::CONFLICT, "conflict", e.to_string()),
@@ -159,23 +162,41 @@ fn named_reject(e: NamedError) -> Reject {
         NamedError::Quota { .. } => {
             Reject::new(StatusCode::TOO_MANY_REQUESTS, "quota", e.to_string())
         }
-        NamedError::Engine(e) => e.into(),
     }
 }
 
-/// The token's identity, with what the caller claims as the reason.
-fn provenance(caller: Caller) -> Provenance {
-    let reason = caller.reason(None);
-    Provenance::new(caller.actor).reason(reason)
+/// Runs a pipeline's create or retire through the one command path (the
+/// token was checked already); the gate it names, or the answer to give.
+async fn run(
+    state: &AppState,
+    caller: Caller,
+    command: Command,
+    key: GateKey,
+) -> Result<Named, Response> {
+    let request = Request {
+        command,
+        subject: Subject::Gate(key),
+        who: Provenance::new(caller.actor),
+    };
+    let source = request.who.actor.source.as_str();
+    dispatch::run(&state.engine, source, &request, &Checked)
+        .await
+        .and_then(Outcome::applied)
+        .map_err(named_answer)?
+        .named
+        .map(|named| *named)
+        .ok_or_else(|| Reject::unavailable("the command changed no gate").into_response())
 }
 
 /// A refusal past a quota carries when to ask again.
-fn named_answer(e: NamedError) -> Response {
+fn named_answer(e: CommandError) -> Response {
     let retry_after = match &e {
-        NamedError::Quota { retry_after, .. } => Some(retry_after.as_secs().max(1)),
+        CommandError::Named(NamedError::Quota { retry_after, .. }) => {
+            Some(retry_after.as_secs().max(1))
+        }
         _ => None,
     };
-    let mut response = named_reject(e).into_response();
+    let mut response = super::reject(e).into_response();
     if let Some(secs) = retry_after {
         response
             .headers_mut()
@@ -235,17 +256,11 @@ pub async fn create(
     };
     within_size(&spec)?;
     let key = GateKey::new(kind, Scope::Named(name));
-    let limits = NamedLimits {
-        live: state.config.named_gates_live,
-        per_hour: state.config.named_gates_per_hour,
-    };
-    let named = match state
-        .engine
-        .create_named(&key, spec, &provenance(caller), &limits)
-        .await
-    {
+    let reason = caller.reason(None);
+    let command = Command::Create { spec, reason };
+    let named = match run(&state, caller, command, key).await {
         Ok(named) => named,
-        Err(e) => return Ok(named_answer(e)),
+        Err(answer) => return Ok(answer),
     };
     let status = if named.created {
         StatusCode::CREATED
@@ -268,10 +283,9 @@ pub async fn retire(
     if !matches!(key.scope, Scope::Named(_)) {
         return Err(named_reject(NamedError::NotNamed { key }));
     }
-    let named = state
-        .engine
-        .retire_named(&key, &provenance(caller))
-        .await
-        .map_err(named_reject)?;
-    Ok(Json(created_json(&named)).into_response())
+    let reason = caller.reason(None);
+    match run(&state, caller, Command::Retire { reason }, key).await {
+        Ok(named) => Ok(Json(created_json(&named)).into_response()),
+        Err(answer) => Ok(answer),
+    }
 }

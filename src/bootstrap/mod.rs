@@ -314,6 +314,10 @@ impl Base {
             calendar: policy.calendar().clone(),
             quorum: policy.quorum().to_vec(),
             timers: policy.timers(),
+            named: engine::named::NamedLimits {
+                live: config.named_gates_live,
+                per_hour: config.named_gates_per_hour,
+            },
         };
         let engine = Engine::new(
             self.store.clone(),

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use crate::clock::SharedClock;
 use crate::core::authors::PrAuthors;
 use crate::core::dispatch::{Authorizer, Rule};
+use crate::core::CommandError;
 use crate::gate::{GateKey, RepoName};
 use crate::github::access::{Access, CommentAuthorizer, Stale};
 use crate::github::client::GithubClient;
-use crate::notify::{BoxFuture, SendError};
+use crate::notify::BoxFuture;
 use crate::policy::Policy;
 use crate::store::Store;
 
@@ -49,21 +50,15 @@ impl crate::web::Authority for GithubAuthority {
         login: &'a str,
         rule: Rule,
         keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), String>, SendError>> {
+    ) -> BoxFuture<'a, Result<Result<(), String>, CommandError>> {
         Box::pin(async move {
-            let retry = |e: crate::store::StoreError| SendError::retry(format!("store: {e}"));
             // A command's gates share one scope.
             let Some(key) = keys.first() else {
                 return Ok(Ok(()));
             };
             let pr = match key.pr() {
                 Some((repo, n)) => Some((repo.clone(), n)),
-                None => self
-                    .store
-                    .named_gate(key)
-                    .await
-                    .map_err(retry)?
-                    .and_then(|g| g.spec.pr),
+                None => self.store.named_gate(key).await?.and_then(|g| g.spec.pr),
             };
             let (repo, author) = match pr {
                 Some((repo, n)) => {

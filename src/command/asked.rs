@@ -7,6 +7,7 @@ use std::fmt;
 
 use super::{split_force, Verb};
 use crate::gate::freeze::FreezeScope;
+use crate::gate::named::NamedSpec;
 use crate::gate::{GateKind, Millis, Phase};
 
 /// A freeze's reason: one line of at most this many characters.
@@ -48,6 +49,15 @@ pub enum Command {
     },
     Unfreeze {
         scope: FreezeScope,
+    },
+    /// Create a gate by name, announced at once (a pipeline's).
+    Create {
+        spec: NamedSpec,
+        reason: Option<String>,
+    },
+    /// Retire a gate created by name: held, its waits ended.
+    Retire {
+        reason: Option<String>,
     },
     Status,
     Help,
@@ -118,6 +128,8 @@ impl Command {
             Self::Unhold { .. } => "unhold",
             Self::Freeze { .. } => "freeze",
             Self::Unfreeze { .. } => "unfreeze",
+            Self::Create { .. } => "create",
+            Self::Retire { .. } => "retire",
             Self::Status => "status",
             Self::Help => "help",
         }
@@ -130,7 +142,9 @@ impl Command {
             | Self::Reject { reason, .. }
             | Self::Close { reason }
             | Self::Hold { reason }
-            | Self::Unhold { reason } => reason.as_deref(),
+            | Self::Unhold { reason }
+            | Self::Create { reason, .. }
+            | Self::Retire { reason } => reason.as_deref(),
             Self::Freeze { reason, .. } => Some(reason),
             Self::Unfreeze { .. } | Self::Status | Self::Help => None,
         }

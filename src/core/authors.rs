@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
+use super::CommandError;
 use crate::gate::{Millis, PrNumber, RepoName};
-use crate::notify::{BoxFuture, SendError};
+use crate::notify::BoxFuture;
 use crate::store::{Store, StoreError};
 
 /// Asks the forge who opened a pull request (GitHub's `GET /pulls/{n}`).
@@ -15,7 +16,7 @@ pub trait AuthorLookup: Send + Sync {
         &'a self,
         repo: &'a RepoName,
         number: PrNumber,
-    ) -> BoxFuture<'a, Result<Option<String>, SendError>>;
+    ) -> BoxFuture<'a, Result<Option<String>, CommandError>>;
 }
 
 /// Records the author seen in a delivery.
@@ -57,9 +58,8 @@ impl PrAuthors {
         repo: &RepoName,
         number: PrNumber,
         now: Millis,
-    ) -> Result<Option<String>, SendError> {
-        let retry = |e: StoreError| SendError::retry(format!("store: {e}"));
-        if let Some(login) = self.store.pr_author(repo, number).await.map_err(retry)? {
+    ) -> Result<Option<String>, CommandError> {
+        if let Some(login) = self.store.pr_author(repo, number).await? {
             return Ok(Some(login));
         }
         let Some(lookup) = &self.lookup else {
@@ -67,9 +67,7 @@ impl PrAuthors {
         };
         let login = lookup.author(repo, number).await?;
         if let Some(login) = &login {
-            remember(&self.store, repo, number, login, now)
-                .await
-                .map_err(retry)?;
+            remember(&self.store, repo, number, login, now).await?;
         }
         Ok(login)
     }

@@ -26,27 +26,27 @@ enum Act {
 
 impl Engine {
     /// Opens a gate ([`Unit::open`]) in a unit of its own.
-    pub async fn open(&self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+    pub async fn open(&self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         self.alone(Act::Open, key, who).await
     }
 
     /// Closes a gate ([`Unit::close`]) in a unit of its own.
-    pub async fn close(&self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+    pub async fn close(&self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         self.alone(Act::Close, key, who).await
     }
 
     /// Holds a gate ([`Unit::hold`]) in a unit of its own.
-    pub async fn hold(&self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+    pub async fn hold(&self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         self.alone(Act::Hold, key, who).await
     }
 
     /// Lifts a hold ([`Unit::unhold`]) in a unit of its own.
-    pub async fn unhold(&self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+    pub async fn unhold(&self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         self.alone(Act::Unhold, key, who).await
     }
 
     /// One change in a unit of its own, tried again when its gate was locked.
-    async fn alone(&self, act: Act, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+    async fn alone(&self, act: Act, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         self.retrying(|| self.alone_once(act, key, who)).await
     }
 
@@ -55,7 +55,7 @@ impl Engine {
         act: Act,
         key: &GateKey,
         who: &Provenance,
-    ) -> Result<Gate, EngineError> {
+    ) -> Result<Gate, CommandError> {
         let mut unit = self.begin().await?;
         let done = match act {
             Act::Open => unit.open(key, who).await,
@@ -79,15 +79,15 @@ impl Engine {
     /// (`StoreError::Contended`), at most [`ATTEMPTS`] times, a short random
     /// while apart. Each attempt is a unit of its own: the write turn and the
     /// transaction are given up before the wait.
-    pub(crate) async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T, EngineError>
+    pub(crate) async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T, CommandError>
     where
         F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T, EngineError>>,
+        Fut: std::future::Future<Output = Result<T, CommandError>>,
     {
         let mut tried = 1;
         loop {
             match attempt().await {
-                Err(EngineError::Store(e)) if e.contended() && tried < ATTEMPTS => {
+                Err(CommandError::Store(e)) if e.contended() && tried < ATTEMPTS => {
                     tracing::info!(error = %e, attempt = tried, "a gate was locked: trying again");
                     tokio::time::sleep(backoff(tried)).await;
                     tried += 1;
@@ -98,7 +98,7 @@ impl Engine {
     }
 
     /// Records that someone was refused ([`Unit::refuse`]).
-    pub async fn refuse(&self, key: &GateKey, who: &Provenance) -> Result<(), EngineError> {
+    pub async fn refuse(&self, key: &GateKey, who: &Provenance) -> Result<(), CommandError> {
         let mut unit = self.begin().await?;
         unit.refuse(key, who).await?;
         unit.commit().await?;
@@ -107,7 +107,7 @@ impl Engine {
 
     /// Closes approvals whose time ran out, so the record says so even when no
     /// canary asks. Returns how many.
-    pub async fn expire_due(&self) -> Result<usize, EngineError> {
+    pub async fn expire_due(&self) -> Result<usize, CommandError> {
         let now = self.now();
         let due = self.store.expired_gates(now).await?;
         let who = Provenance::new(Actor::gatebot()).reason(Some("approval expired".into()));

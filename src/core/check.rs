@@ -30,7 +30,7 @@ impl Engine {
     /// A check that cannot read or record what it needs in time answers closed
     /// with [`STORE_BUSY`]; nothing of it is remembered, so the next poll tries
     /// again. Dropping the unfinished write rolls it back.
-    pub async fn check(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, EngineError> {
+    pub async fn check(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, CommandError> {
         // The steady state is answered from memory, with no timer to arm: always
         // on SQLite, and on PostgreSQL while other replicas' changes are heard.
         if self.answers_from_memory() {
@@ -54,7 +54,7 @@ impl Engine {
         }
     }
 
-    async fn check_now(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, EngineError> {
+    async fn check_now(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, CommandError> {
         let gate = self.gate(key).await?;
         if let Some(verdict) = self.settled(key, &gate, input, self.now()) {
             return Ok(Checked::settled(verdict));
@@ -143,112 +143,35 @@ impl Engine {
             .inc();
     }
 
-    /// The slow path: something changed, so write it down in one transaction.
+    /// The slow path: something changed, so write it down in one transaction:
+    /// read the gate (locked), decide, apply what the answer changes (an
+    /// expiry, a pin, the canary's wait), then record the observation.
     async fn record_check(
         &self,
         key: &GateKey,
         check: &Check<'_>,
         input: &CheckInput,
-    ) -> Result<Checked, EngineError> {
+    ) -> Result<Checked, CommandError> {
         let _turn = self.write.lock().await;
         let now = self.now();
         let mut tx = self.store.begin().await?;
         // Locked: an expiry or a pin is decided on the gate as it stands, not on
         // one that another replica has since held or approved anew.
         let mut gate = self.gate_in(&mut tx, key).await?;
-        let mut verdict = self.unless_frozen(
-            key,
-            Some(check.canary),
-            now,
-            decide(
-                &gate,
-                check,
-                now,
-                self.settings.channels,
-                &self.settings.quorum,
-            ),
-        );
-        let metadata = serde_json::to_string(&input.metadata).unwrap_or_else(|_| "{}".into());
-        let mut notices = Vec::new();
-        let mut audits = Vec::new();
-        // What this check changes, most telling first (see `change`).
-        let mut pinned_now = false;
-
+        let mut verdict = self.verdict_of(key, &gate, check, now);
+        let mut out = Written::default();
         if verdict.expired {
-            if let GateStatus::Open(approval) = &gate.status {
-                audits.push(AuditEntry {
-                    at: now,
-                    gate: key.clone(),
-                    action: AuditAction::Expire,
-                    actor: Actor::gatebot(),
-                    reason: Some(format!("approval by {} expired", approval.change.by.name)),
-                    revision: Some(check.checksum.to_string()),
-                    canary: Some(check.canary.clone()),
-                    delivery: None,
-                });
-            }
-            gate.status = GateStatus::Closed {
-                change: Some(Change {
-                    by: Actor::gatebot(),
-                    reason: Some("approval expired".into()),
-                    at: now,
-                }),
-            };
-            Store::put_gate(&mut tx, &gate).await?;
-            notices.push(Notice::GateChanged {
-                gate: key.clone(),
-                action: AuditAction::Expire,
-                actor: Actor::gatebot(),
-                reason: Some("approval expired".into()),
-                at: now,
-                // The status comment of a named gate's PR shows the expiry time already.
-                pr: None,
-            });
+            expire(&mut tx, key, &mut gate, check, now, &mut out).await?;
         }
-
+        let mut pinned_now = false;
         if verdict.pin {
-            // An approval, or votes enough for this canary's rule.
-            let by = match &gate.status {
-                GateStatus::Open(approval) => Some(approval.change.by.clone()),
-                GateStatus::Approving(tally) => tally.votes.last().map(|v| v.change.by.clone()),
-                _ => None,
-            };
-            if let (Some(id), Some(by)) = (gate.status.pins_id().map(str::to_string), by) {
-                let pinned =
-                    Store::pin(&mut tx, key, &id, check.canary, check.checksum, now).await?;
-                if let Some(pins) = gate.status.pins_mut() {
-                    pins.insert(check.canary.to_string(), pinned.clone());
-                }
-                if pinned == check.checksum {
-                    pinned_now = true;
-                    audits.push(AuditEntry {
-                        at: now,
-                        gate: key.clone(),
-                        action: AuditAction::Pin,
-                        actor: by,
-                        reason: Some(format!("approval used by {}", check.canary)),
-                        revision: Some(pinned),
-                        canary: Some(check.canary.clone()),
-                        delivery: None,
-                    });
-                } else {
-                    // Another replica pinned this canary to another revision first.
-                    verdict = self.unless_frozen(
-                        key,
-                        Some(check.canary),
-                        now,
-                        decide(
-                            &gate,
-                            check,
-                            now,
-                            self.settings.channels,
-                            &self.settings.quorum,
-                        ),
-                    );
-                }
+            match pin(&mut tx, key, &mut gate, check, now, &mut out).await? {
+                Pinned::Now => pinned_now = true,
+                // Another replica pinned this canary to another revision first.
+                Pinned::Elsewhere => verdict = self.verdict_of(key, &gate, check, now),
+                Pinned::Nothing => {}
             }
         }
-
         let (seen, before) = {
             let memory = self.memory();
             let last = memory.last(key, check.canary);
@@ -257,87 +180,20 @@ impl Engine {
                 last.map(|s| Before::of(s, check)),
             )
         };
-        let mut wait_open = seen.as_ref().is_some_and(|s| s.wait_open);
         let step = wait_step(key.kind, seen.as_ref(), check, verdict.answer);
         let change = change(verdict.expired, pinned_now, step, before, verdict.answer);
-        match step {
-            // An open answer that needs a write (a pin, a new observation) ends
-            // the canary's wait even when this replica did not see it start:
-            // on PostgreSQL another replica may have.
-            WaitStep::Nothing if verdict.answer == Answer::Open => {
-                if let Some(id) = Store::end_wait(&mut tx, key, check.canary, "opened", now).await?
-                {
-                    notices.push(wait_ended(id, key, check, "opened", now));
-                }
-            }
-            WaitStep::Nothing => {}
-            step @ (WaitStep::Start | WaitStep::Restart) => {
-                if step == WaitStep::Restart {
-                    if let Some(id) =
-                        Store::end_wait(&mut tx, key, check.canary, "superseded", now).await?
-                    {
-                        notices.push(wait_ended(id, key, check, "superseded", now));
-                    }
-                }
-                let timers = &self.settings.timers;
-                let facts = WaitFacts {
-                    kind: key.kind,
-                    scope: &key.scope,
-                    canary: check.canary,
-                    metadata: &input.metadata,
-                    started_at: now,
-                    authenticated: input.cluster.is_some(),
-                };
-                let wait = NewWait {
-                    key,
-                    canary: check.canary,
-                    checksum: check.checksum,
-                    phase: check.phase,
-                    metadata: &metadata,
-                    at: now,
-                    due_at: timers.due_at(&facts),
-                    remind_at: timers.remind_at(key.kind, now, 0),
-                    cluster: input.cluster.as_ref(),
-                };
-                if let Some(wait_id) = Store::start_wait(&mut tx, &wait).await? {
-                    audits.push(AuditEntry {
-                        at: now,
-                        gate: key.clone(),
-                        action: AuditAction::Wait,
-                        actor: Actor::gatebot(),
-                        reason: Some(verdict.reason.clone()),
-                        revision: Some(check.checksum.to_string()),
-                        canary: Some(check.canary.clone()),
-                        delivery: None,
-                    });
-                    notices.push(Notice::WaitStarted {
-                        wait_id,
-                        gate: key.clone(),
-                        canary: Some(check.canary.clone()),
-                        checksum: check.checksum.to_string(),
-                        phase: check.phase.to_string(),
-                        reason: verdict.reason.clone(),
-                        metadata: input.metadata.clone(),
-                        at: now,
-                    });
-                    self.metrics
-                        .waits_started
-                        .get_or_create(&KindLabels {
-                            kind: key.kind.as_str(),
-                        })
-                        .inc();
-                }
-                wait_open = true;
-            }
-            WaitStep::End => {
-                if let Some(id) = Store::end_wait(&mut tx, key, check.canary, "opened", now).await?
-                {
-                    notices.push(wait_ended(id, key, check, "opened", now));
-                }
-                wait_open = false;
-            }
-        }
-
+        let metadata = serde_json::to_string(&input.metadata).unwrap_or_else(|_| "{}".into());
+        let at = WaitAt {
+            key,
+            check,
+            input,
+            metadata: &metadata,
+            now,
+        };
+        let was_open = seen.as_ref().is_some_and(|s| s.wait_open);
+        let wait_open = self
+            .step_wait(&mut tx, &at, &verdict, step, was_open, &mut out)
+            .await?;
         Store::observe(
             &mut tx,
             key,
@@ -350,10 +206,125 @@ impl Engine {
             now,
         )
         .await?;
-        let queued = self.finish(&mut tx, &audits, &notices, now).await?;
+        self.commit_check(tx, &gate, &at, &verdict, wait_open, out)
+            .await?;
+        Ok(Checked {
+            verdict,
+            change: Some(change),
+        })
+    }
+
+    /// The answer for the canary at `gate` as it stands, freezes and windows included.
+    fn verdict_of(&self, key: &GateKey, gate: &Gate, check: &Check<'_>, now: Millis) -> Verdict {
+        let settings = &self.settings;
+        let decided = decide(gate, check, now, settings.channels, &settings.quorum);
+        self.unless_frozen(key, Some(check.canary), now, decided)
+    }
+
+    /// Starts, restarts or ends the canary's wait as `step` says; whether a
+    /// wait is open after it.
+    async fn step_wait(
+        &self,
+        tx: &mut WriteTx<'_>,
+        at: &WaitAt<'_>,
+        verdict: &Verdict,
+        step: WaitStep,
+        was_open: bool,
+        out: &mut Written,
+    ) -> Result<bool, StoreError> {
+        match step {
+            // An open answer that needs a write (a pin, a new observation) ends
+            // the canary's wait even when this replica did not see it start:
+            // on PostgreSQL another replica may have.
+            WaitStep::Nothing if verdict.answer == Answer::Open => {
+                end_wait(tx, at, "opened", out).await?;
+                Ok(was_open)
+            }
+            WaitStep::Nothing => Ok(was_open),
+            step @ (WaitStep::Start | WaitStep::Restart) => {
+                if step == WaitStep::Restart {
+                    end_wait(tx, at, "superseded", out).await?;
+                }
+                self.start_wait(tx, at, verdict, out).await?;
+                Ok(true)
+            }
+            WaitStep::End => {
+                end_wait(tx, at, "opened", out).await?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// A new wait for the canary, with its deadline and first reminder.
+    async fn start_wait(
+        &self,
+        tx: &mut WriteTx<'_>,
+        at: &WaitAt<'_>,
+        verdict: &Verdict,
+        out: &mut Written,
+    ) -> Result<(), StoreError> {
+        let (key, check, now) = (at.key, at.check, at.now);
+        let timers = &self.settings.timers;
+        let facts = WaitFacts {
+            kind: key.kind,
+            scope: &key.scope,
+            canary: check.canary,
+            metadata: &at.input.metadata,
+            started_at: now,
+            authenticated: at.input.cluster.is_some(),
+        };
+        let wait = NewWait {
+            key,
+            canary: check.canary,
+            checksum: check.checksum,
+            phase: check.phase,
+            metadata: at.metadata,
+            at: now,
+            due_at: timers.due_at(&facts),
+            remind_at: timers.remind_at(key.kind, now, 0),
+            cluster: at.input.cluster.as_ref(),
+        };
+        let Some(wait_id) = Store::start_wait(tx, &wait).await? else {
+            return Ok(());
+        };
+        let reason = verdict.reason.clone();
+        let entry = entry_of(key, check, AuditAction::Wait, Actor::gatebot(), reason, now);
+        out.audits.push(entry);
+        out.notices.push(Notice::WaitStarted {
+            wait_id,
+            gate: key.clone(),
+            canary: Some(check.canary.clone()),
+            checksum: check.checksum.to_string(),
+            phase: check.phase.to_string(),
+            reason: verdict.reason.clone(),
+            metadata: at.input.metadata.clone(),
+            at: now,
+        });
+        self.metrics
+            .waits_started
+            .get_or_create(&KindLabels {
+                kind: key.kind.as_str(),
+            })
+            .inc();
+        Ok(())
+    }
+
+    /// Writes the audit entries and notices, commits, and only then lets
+    /// memory and the outbox know.
+    async fn commit_check(
+        &self,
+        mut tx: WriteTx<'_>,
+        gate: &Gate,
+        at: &WaitAt<'_>,
+        verdict: &Verdict,
+        wait_open: bool,
+        out: Written,
+    ) -> Result<(), StoreError> {
+        let (key, check, now) = (at.key, at.check, at.now);
+        let queued = self.finish(&mut tx, &out.audits, &out.notices, now).await?;
         let applying = self.applying.lock().await;
         tx.commit().await?;
-        self.remember(&gate);
+        self.remember(gate);
         self.memory().observe(
             key,
             check.canary,
@@ -365,12 +336,144 @@ impl Engine {
             now,
         );
         drop(applying);
-        self.after_commit(&audits, queued);
-        Ok(Checked {
-            verdict,
-            change: Some(change),
-        })
+        self.after_commit(&out.audits, queued);
+        Ok(())
     }
+}
+
+/// What a recorded check writes besides the gate, gathered as its steps decide.
+#[derive(Default)]
+struct Written {
+    audits: Vec<AuditEntry>,
+    notices: Vec<Notice>,
+}
+
+/// The check whose wait a step starts or ends.
+struct WaitAt<'a> {
+    key: &'a GateKey,
+    check: &'a Check<'a>,
+    input: &'a CheckInput,
+    /// `input.metadata` as stored.
+    metadata: &'a str,
+    now: Millis,
+}
+
+/// Closes an approval that expired.
+async fn expire(
+    tx: &mut WriteTx<'_>,
+    key: &GateKey,
+    gate: &mut Gate,
+    check: &Check<'_>,
+    now: Millis,
+    out: &mut Written,
+) -> Result<(), StoreError> {
+    if let GateStatus::Open(approval) = &gate.status {
+        let reason = format!("approval by {} expired", approval.change.by.name);
+        let entry = entry_of(
+            key,
+            check,
+            AuditAction::Expire,
+            Actor::gatebot(),
+            reason,
+            now,
+        );
+        out.audits.push(entry);
+    }
+    gate.status = GateStatus::Closed {
+        change: Some(Change {
+            by: Actor::gatebot(),
+            reason: Some("approval expired".into()),
+            at: now,
+        }),
+    };
+    Store::put_gate(tx, gate).await?;
+    out.notices.push(Notice::GateChanged {
+        gate: key.clone(),
+        action: AuditAction::Expire,
+        actor: Actor::gatebot(),
+        reason: Some("approval expired".into()),
+        at: now,
+        // The status comment of a named gate's PR shows the expiry time already.
+        pr: None,
+    });
+    Ok(())
+}
+
+/// What pinning an approval to the canary's revision came to.
+enum Pinned {
+    /// Pinned to this revision now.
+    Now,
+    /// Pinned to another revision already (by another replica, first).
+    Elsewhere,
+    /// Nothing to pin: no approval, or no one who gave it.
+    Nothing,
+}
+
+/// Pins the approval (or the votes enough for this canary's rule) to the
+/// canary's revision.
+async fn pin(
+    tx: &mut WriteTx<'_>,
+    key: &GateKey,
+    gate: &mut Gate,
+    check: &Check<'_>,
+    now: Millis,
+    out: &mut Written,
+) -> Result<Pinned, StoreError> {
+    let by = match &gate.status {
+        GateStatus::Open(approval) => Some(approval.change.by.clone()),
+        GateStatus::Approving(tally) => tally.votes.last().map(|v| v.change.by.clone()),
+        _ => None,
+    };
+    let (Some(id), Some(by)) = (gate.status.pins_id().map(str::to_string), by) else {
+        return Ok(Pinned::Nothing);
+    };
+    let pinned = Store::pin(tx, key, &id, check.canary, check.checksum, now).await?;
+    if let Some(pins) = gate.status.pins_mut() {
+        pins.insert(check.canary.to_string(), pinned.clone());
+    }
+    if pinned != check.checksum {
+        return Ok(Pinned::Elsewhere);
+    }
+    let reason = format!("approval used by {}", check.canary);
+    out.audits
+        .push(entry_of(key, check, AuditAction::Pin, by, reason, now));
+    Ok(Pinned::Now)
+}
+
+/// An audit entry about the checking canary at its revision.
+fn entry_of(
+    key: &GateKey,
+    check: &Check<'_>,
+    action: AuditAction,
+    actor: Actor,
+    reason: String,
+    now: Millis,
+) -> AuditEntry {
+    AuditEntry {
+        at: now,
+        gate: key.clone(),
+        action,
+        actor,
+        reason: Some(reason),
+        revision: Some(check.checksum.to_string()),
+        canary: Some(check.canary.clone()),
+        delivery: None,
+    }
+}
+
+/// Ends the canary's wait, if one is open, with `outcome`.
+async fn end_wait(
+    tx: &mut WriteTx<'_>,
+    at: &WaitAt<'_>,
+    outcome: &str,
+    out: &mut Written,
+) -> Result<(), StoreError> {
+    let (key, check) = (at.key, at.check);
+    if let Some(id) = Store::end_wait(tx, key, check.canary, outcome, at.now).await? {
+        out.notices
+            .push(wait_ended(id, key, check, outcome, at.now));
+    }
+    Ok(())
 }
 
 /// How a check compares with the canary's last one at the gate.

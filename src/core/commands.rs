@@ -3,8 +3,10 @@
 //! through `dispatch`.
 
 use super::freezes::{freeze_in, unfreeze_in};
+use super::named::{create_in, retire_in, Named};
 use super::unit::Unit;
-use super::{Engine, EngineError, GateSummary, Provenance};
+use super::{CommandError, Engine, GateSummary, Provenance};
+pub use crate::command::Rule;
 use crate::command::{freeze_reason, Command, Invalid, Target, Verb};
 use crate::gate::freeze::Freeze;
 use crate::gate::{
@@ -69,30 +71,6 @@ impl Subject {
     }
 }
 
-/// Which of the policy's rules governs a command: the word's, break glass's,
-/// or a rule of its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Rule {
-    Verb(Verb),
-    Force,
-    Close,
-    Freeze,
-    Unfreeze,
-}
-
-impl Rule {
-    /// The rule's name in the policy (`[github.commands.<name>]`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Verb(verb) => verb.as_str(),
-            Self::Force => "force",
-            Self::Close => "close",
-            Self::Freeze => "freeze",
-            Self::Unfreeze => "unfreeze",
-        }
-    }
-}
-
 /// What a command does, decided before anyone is asked whether they may.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -111,6 +89,8 @@ pub enum Act {
     Unhold,
     Freeze,
     Unfreeze,
+    Create,
+    Retire,
     /// Status and help: an answer, no change.
     Answer,
 }
@@ -199,6 +179,8 @@ pub fn plan(command: &Command, subject: &Subject, phase: &Phase) -> Result<Plan,
             plan(Rule::Freeze, Vec::new(), Act::Freeze)
         }
         Command::Unfreeze { .. } => plan(Rule::Unfreeze, Vec::new(), Act::Unfreeze),
+        Command::Create { .. } => plan(Rule::Named, subject.gates(&[]), Act::Create),
+        Command::Retire { .. } => plan(Rule::Named, subject.gates(&[]), Act::Retire),
         Command::Status => plan(Rule::Verb(Verb::Status), Vec::new(), Act::Answer),
         Command::Help => plan(Rule::Verb(Verb::Help), Vec::new(), Act::Answer),
     }
@@ -214,6 +196,8 @@ pub struct Applied {
     pub froze: Option<Freeze>,
     /// The freezes lifted.
     pub lifted: Vec<Freeze>,
+    /// The named gate created or retired.
+    pub named: Option<Box<Named>>,
 }
 
 impl Applied {
@@ -223,6 +207,8 @@ impl Applied {
             Act::Hold => "held",
             Act::Unhold => "released",
             Act::Close => "closed",
+            Act::Create => "created",
+            Act::Retire => "retired",
             _ => "opened",
         };
         let mut keys: Vec<String> = Vec::new();
@@ -284,7 +270,7 @@ pub async fn apply_in(
     command: &Command,
     plan: &Plan,
     who: &Provenance,
-) -> Result<Applied, EngineError> {
+) -> Result<Applied, CommandError> {
     let who = who
         .clone()
         .reason(reason_of(command, plan.act, who))
@@ -294,6 +280,7 @@ pub async fn apply_in(
         gates: Vec::new(),
         froze: None,
         lifted: Vec::new(),
+        named: None,
     };
     match command {
         Command::Freeze {
@@ -310,6 +297,16 @@ pub async fn apply_in(
         Command::Unfreeze { scope } => {
             applied.lifted = unfreeze_in(unit, scope, &who.actor).await?;
         }
+        Command::Create { spec, .. } => {
+            for key in &plan.keys {
+                applied.named = Some(Box::new(create_in(unit, key, spec, &who).await?));
+            }
+        }
+        Command::Retire { .. } => {
+            for key in &plan.keys {
+                applied.named = Some(Box::new(retire_in(unit, key, &who).await?));
+            }
+        }
         _ => {
             for key in &plan.keys {
                 applied.gates.push(change(unit, plan.act, key, &who).await?);
@@ -324,13 +321,15 @@ async fn change(
     act: Act,
     key: &GateKey,
     who: &Provenance,
-) -> Result<Gate, EngineError> {
+) -> Result<Gate, CommandError> {
     match act {
         Act::Open => unit.open(key, who).await,
         Act::Close => unit.close(key, who).await,
         Act::Hold => unit.hold(key, who).await,
         Act::Unhold => unit.unhold(key, who).await,
-        Act::Freeze | Act::Unfreeze | Act::Answer => Ok(unit.gate(key).await?),
+        Act::Freeze | Act::Unfreeze | Act::Create | Act::Retire | Act::Answer => {
+            Ok(unit.gate(key).await?)
+        }
     }
 }
 
@@ -342,7 +341,7 @@ pub async fn close_pr_gates(
     number: PrNumber,
     kinds: &[GateKind],
     who: &Provenance,
-) -> Result<Vec<Gate>, EngineError> {
+) -> Result<Vec<Gate>, CommandError> {
     let mut unit = engine.begin().await?;
     let mut closed = Vec::new();
     for kind in kinds {
@@ -366,7 +365,7 @@ pub async fn close_pr_gates(
 }
 
 /// The PR's gates and who waits at them, for `/status`.
-pub async fn status(engine: &Engine, subject: &Subject) -> Result<Vec<GateSummary>, EngineError> {
+pub async fn status(engine: &Engine, subject: &Subject) -> Result<Vec<GateSummary>, CommandError> {
     let wanted: Vec<String> = subject
         .gates(&GateKind::ROUTABLE)
         .iter()
@@ -380,11 +379,22 @@ pub async fn status(engine: &Engine, subject: &Subject) -> Result<Vec<GateSummar
         .collect())
 }
 
+/// Why a slash command's target names no gate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    #[error(
+        "`{0}` needs a default repository: write `owner/repo#{0}` or set GATEBOT_GITHUB_REPOSITORY"
+    )]
+    NoDefaultRepo(u64),
+    #[error("{0}")]
+    Key(#[from] crate::gate::KeyError),
+}
+
 /// What a slash command's target names; `None` when it names nothing.
 pub fn subject_of(
     target: Option<Target>,
     default_repo: Option<&RepoName>,
-) -> Result<Option<Subject>, String> {
+) -> Result<Option<Subject>, TargetError> {
     let Some(target) = target else {
         return Ok(None);
     };
@@ -393,25 +403,19 @@ pub fn subject_of(
             repo: Some(repo),
             number,
         } => Subject::Pr {
-            repo: repo.parse().map_err(|e: crate::gate::KeyError| e.to_string())?,
+            repo: repo.parse()?,
             number: PrNumber(number),
         },
         Target::Pr { repo: None, number } => Subject::Pr {
-            repo: default_repo.cloned().ok_or_else(|| {
-                format!("`{number}` needs a default repository: write `owner/repo#{number}` or set GATEBOT_GITHUB_REPOSITORY")
-            })?,
+            repo: default_repo
+                .cloned()
+                .ok_or(TargetError::NoDefaultRepo(number))?,
             number: PrNumber(number),
         },
-        Target::Canary { namespace, name } => {
-            Subject::Canary(CanaryRef::new(&namespace, &name).map_err(|e| e.to_string())?)
-        }
-        Target::Namespace(ns) => {
-            Subject::Namespace(Namespace::new(&ns).map_err(|e| e.to_string())?)
-        }
-        Target::Named(name) => Subject::Named(GateName::new(&name).map_err(|e| e.to_string())?),
-        Target::Gate(path) => {
-            Subject::Gate(GateKey::parse(&path, default_repo).map_err(|e| e.to_string())?)
-        }
+        Target::Canary { namespace, name } => Subject::Canary(CanaryRef::new(&namespace, &name)?),
+        Target::Namespace(ns) => Subject::Namespace(Namespace::new(&ns)?),
+        Target::Named(name) => Subject::Named(GateName::new(&name)?),
+        Target::Gate(path) => Subject::Gate(GateKey::parse(&path, default_repo)?),
     };
     Ok(Some(subject))
 }

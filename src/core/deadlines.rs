@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::unit::audit_entry;
+use super::unit::{audit_entry, Unit};
 use super::*;
 use crate::gate::deadline::OnDeadline;
 use crate::gate::timers::WaitFacts;
@@ -37,7 +37,7 @@ pub(super) fn facts<'a>(
 impl Engine {
     /// Acts on every wait whose deadline passed: only those are read, a page
     /// at a time, however many other waits there are. Returns how many.
-    pub async fn enforce_deadlines(&self) -> Result<usize, EngineError> {
+    pub async fn enforce_deadlines(&self) -> Result<usize, CommandError> {
         let now = self.now();
         let mut acted = 0;
         let mut after = None;
@@ -56,7 +56,7 @@ impl Engine {
     }
 
     /// A wait whose deadline fell: acted on by the rule that set it.
-    async fn deadline_due(&self, wait: &WaitRow, now: Millis) -> Result<bool, EngineError> {
+    async fn deadline_due(&self, wait: &WaitRow, now: Millis) -> Result<bool, CommandError> {
         let Some(canary) = wait.canary.clone() else {
             return Ok(false);
         };
@@ -90,7 +90,7 @@ impl Engine {
     /// Works out every open wait's timers again by the policy in force (at
     /// start-up: the policy may have changed since they started). Writes
     /// only those that differ. Returns how many changed.
-    pub async fn schedule_waits(&self) -> Result<usize, EngineError> {
+    pub async fn schedule_waits(&self) -> Result<usize, CommandError> {
         let timers = &self.settings.timers;
         let (mut after, mut changed) = (0, 0);
         loop {
@@ -123,93 +123,123 @@ impl Engine {
         after: std::time::Duration,
         action: OnDeadline,
         now: Millis,
-    ) -> Result<bool, EngineError> {
+    ) -> Result<bool, CommandError> {
         let mut unit = self.begin().await?;
         if !Store::mark_deadline(unit.tx(), wait.id, now).await? {
             unit.rollback().await;
             return Ok(false);
         }
-        let key = &wait.gate;
-        let waited = humantime::format_duration(after);
-        let revision = &wait.checksum;
-        let rollback = GateKey::new(GateKind::Rollback, key.scope.clone());
-        let message = match action {
-            OnDeadline::Rollback => format!(
-                "waited {waited} at {key} for revision {revision} without a decision: the deadline rolls it back ({rollback} opened)"
-            ),
-            OnDeadline::Close => format!(
-                "waited {waited} at {key} for revision {revision} without a decision: the deadline closed the wait; it stays closed until someone approves"
-            ),
-            OnDeadline::Nothing => format!(
-                "waited {waited} at {key} for revision {revision} without a decision: the deadline passed"
-            ),
-        };
+        let message = deadline_message(wait, after, action);
         let who = Provenance::new(policy_actor()).reason(Some(message.clone()));
-        match action {
-            OnDeadline::Rollback => {
-                // For the waiting canary and revision only: it never rolls back
-                // the next revision, nor any other canary at this gate.
-                let who = who.clone().only(canary.clone(), revision.clone());
-                if let Err(e) = unit.open(&rollback, &who).await {
-                    unit.rollback().await;
-                    return match e {
-                        EngineError::Store(e) => Err(e.into()),
-                        other => {
-                            tracing::warn!(gate = %rollback, error = %other, "the deadline cannot open the rollback gate");
-                            Ok(false)
-                        }
-                    };
-                }
-            }
-            OnDeadline::Close | OnDeadline::Nothing => {
-                let entry = audit_entry(key, AuditAction::Deadline, &who, now);
-                let mut entry = entry;
-                entry.canary = Some(canary.clone());
-                entry.revision = Some(revision.clone());
-                unit.record(entry, &[]).await?;
-            }
+        if !act_on_deadline(&mut unit, wait, canary, action, &who, now).await? {
+            unit.rollback().await;
+            return Ok(false);
         }
-        // On the canary's timeline, which the PR's status comment shows, and
-        // in its Slack thread.
-        let event = EventRow {
-            received_at: now,
-            canary: canary.clone(),
-            phase: wait.phase.clone(),
-            checksum: revision.clone(),
-            event_type: "Warning".into(),
-            kind: "deadline".into(),
-            message: message.clone(),
-            flagger_at: None,
-            metadata: wait.metadata.to_string(),
-        };
-        Store::insert_event(unit.tx(), &event).await?;
-        let mut notices = vec![Notice::CanaryEvent {
-            canary: canary.clone(),
-            gates: vec![key.clone()],
-            kind: "deadline".into(),
-            message,
-            event_type: "Warning".into(),
-            phase: wait.phase.clone(),
-            checksum: revision.clone(),
-            metadata: strings(&wait.metadata),
-            at: now,
-        }];
-        if action == OnDeadline::Close {
-            // Over for people: the message loses its buttons. Flagger still
-            // asks, so the wait itself goes on and is not announced again.
-            notices.push(Notice::WaitEnded {
-                wait_id: wait.id,
-                gate: key.clone(),
-                canary: Some(canary.clone()),
-                outcome: "deadline".into(),
-                at: now,
-            });
-        }
-        unit.notify(&notices).await?;
+        tell_deadline(&mut unit, wait, canary, action, message, now).await?;
         unit.commit().await?;
+        let (key, revision) = (&wait.gate, &wait.checksum);
         tracing::info!(gate = %key, canary = %canary, revision = %revision, action = %action, "wait deadline passed");
         Ok(true)
     }
+}
+
+/// What the deadline did, in words for the audit log, the timeline and Slack.
+fn deadline_message(wait: &WaitRow, after: std::time::Duration, action: OnDeadline) -> String {
+    let key = &wait.gate;
+    let waited = humantime::format_duration(after);
+    let revision = &wait.checksum;
+    let rollback = GateKey::new(GateKind::Rollback, key.scope.clone());
+    match action {
+        OnDeadline::Rollback => format!(
+            "waited {waited} at {key} for revision {revision} without a decision: the deadline rolls it back ({rollback} opened)"
+        ),
+        OnDeadline::Close => format!(
+            "waited {waited} at {key} for revision {revision} without a decision: the deadline closed the wait; it stays closed until someone approves"
+        ),
+        OnDeadline::Nothing => format!(
+            "waited {waited} at {key} for revision {revision} without a decision: the deadline passed"
+        ),
+    }
+}
+
+/// Rolls the canary back or audits the deadline, in `unit`; false when the
+/// rollback gate cannot be opened (then nothing is to be kept).
+async fn act_on_deadline(
+    unit: &mut Unit<'_>,
+    wait: &WaitRow,
+    canary: &CanaryRef,
+    action: OnDeadline,
+    who: &Provenance,
+    now: Millis,
+) -> Result<bool, CommandError> {
+    let (key, revision) = (&wait.gate, &wait.checksum);
+    if action != OnDeadline::Rollback {
+        let mut entry = audit_entry(key, AuditAction::Deadline, who, now);
+        entry.canary = Some(canary.clone());
+        entry.revision = Some(revision.clone());
+        unit.record(entry, &[]).await?;
+        return Ok(true);
+    }
+    // For the waiting canary and revision only: it never rolls back the
+    // next revision, nor any other canary at this gate.
+    let rollback = GateKey::new(GateKind::Rollback, key.scope.clone());
+    let who = who.clone().only(canary.clone(), revision.clone());
+    match unit.open(&rollback, &who).await {
+        Ok(_) => Ok(true),
+        Err(CommandError::Store(e)) => Err(e.into()),
+        Err(other) => {
+            tracing::warn!(gate = %rollback, error = %other, "the deadline cannot open the rollback gate");
+            Ok(false)
+        }
+    }
+}
+
+/// Puts the deadline on the canary's timeline (which the PR's status comment
+/// shows, and its Slack thread); a closing deadline takes the message's buttons.
+async fn tell_deadline(
+    unit: &mut Unit<'_>,
+    wait: &WaitRow,
+    canary: &CanaryRef,
+    action: OnDeadline,
+    message: String,
+    now: Millis,
+) -> Result<(), StoreError> {
+    let (key, revision) = (&wait.gate, &wait.checksum);
+    let event = EventRow {
+        received_at: now,
+        canary: canary.clone(),
+        phase: wait.phase.clone(),
+        checksum: revision.clone(),
+        event_type: "Warning".into(),
+        kind: "deadline".into(),
+        message: message.clone(),
+        flagger_at: None,
+        metadata: wait.metadata.to_string(),
+    };
+    Store::insert_event(unit.tx(), &event).await?;
+    let mut notices = vec![Notice::CanaryEvent {
+        canary: canary.clone(),
+        gates: vec![key.clone()],
+        kind: "deadline".into(),
+        message,
+        event_type: "Warning".into(),
+        phase: wait.phase.clone(),
+        checksum: revision.clone(),
+        metadata: strings(&wait.metadata),
+        at: now,
+    }];
+    if action == OnDeadline::Close {
+        // Over for people: the message loses its buttons. Flagger still
+        // asks, so the wait itself goes on and is not announced again.
+        notices.push(Notice::WaitEnded {
+            wait_id: wait.id,
+            gate: key.clone(),
+            canary: Some(canary.clone()),
+            outcome: "deadline".into(),
+            at: now,
+        });
+    }
+    unit.notify(&notices).await
 }
 
 /// A wait's metadata as the hook sent it, values as text.

@@ -12,12 +12,13 @@ use std::fmt;
 use serde::Serialize;
 
 use super::commands::{apply_in, plan, Act, Applied, Plan, Subject};
+use super::named::NamedError;
 use super::unit::Unit;
-use super::{Engine, EngineError, Provenance};
+use super::{CommandError, Engine, Provenance};
 use crate::command::{Command, Invalid, Verb};
 use crate::gate::{GateKey, Millis, Phase, Source};
 use crate::metrics::CommandLabels;
-use crate::notify::{BoxFuture, SendError};
+use crate::notify::BoxFuture;
 use crate::store::StoreError;
 
 pub use super::commands::Rule;
@@ -34,7 +35,7 @@ pub struct Request {
 
 /// What an authorizer answers: `Ok(Err(why))` refuses; `Err` means "cannot
 /// tell now, try again".
-pub type Answer<'a, D> = BoxFuture<'a, Result<Result<(), D>, SendError>>;
+pub type Answer<'a, D> = BoxFuture<'a, Result<Result<(), D>, CommandError>>;
 
 /// What a channel knows about who may do what: GitHub permissions and teams,
 /// Slack approvers, four eyes, a PR closed or pushed since the command, an
@@ -79,6 +80,9 @@ pub enum Outcome<D> {
         gate: GateKey,
         closed_at: Millis,
     },
+    /// A named gate that cannot be created or retired so (another spec, retired,
+    /// never created, past a quota).
+    Named(NamedError),
 }
 
 impl<D: fmt::Display> Outcome<D> {
@@ -93,6 +97,24 @@ impl<D: fmt::Display> Outcome<D> {
                 "{gate} closed at {}, after this was sent",
                 crate::gate::state::rfc3339(*closed_at)
             )),
+            Self::Named(why) => Some(why.to_string()),
+        }
+    }
+}
+
+impl<D: fmt::Display> Outcome<D> {
+    /// The change, or why it was not made, for channels that answer a
+    /// refusal as an error (the API, the loadtester's routes).
+    pub fn applied(self) -> Result<Applied, CommandError> {
+        match self {
+            Self::Applied(applied) => Ok(applied),
+            Self::Denied(why) => Err(CommandError::Denied(why.to_string())),
+            Self::Invalid(why) => Err(CommandError::Invalid(why)),
+            Self::Held { gate, by, via } => Err(CommandError::Held { gate, by, via }),
+            Self::WrittenBeforeClose { gate, closed_at } => {
+                Err(CommandError::WrittenBeforeClose { gate, closed_at })
+            }
+            Self::Named(why) => Err(CommandError::Named(why)),
         }
     }
 }
@@ -124,7 +146,7 @@ pub async fn run<A: Authorizer>(
     source: &'static str,
     request: &Request,
     authorizer: &A,
-) -> Result<Outcome<A::Denied>, SendError> {
+) -> Result<Outcome<A::Denied>, CommandError> {
     let authorized = authorize(engine, request, authorizer).await?;
     let outcome = engine
         .retrying(|| async {
@@ -133,10 +155,9 @@ pub async fn run<A: Authorizer>(
             unit.commit().await?;
             Ok(outcome)
         })
-        .await
-        .map_err(engine_error)?;
+        .await?;
     if changed_freezes(&outcome) {
-        engine.reload_freezes().await.map_err(store)?;
+        engine.reload_freezes().await?;
     }
     Ok(outcome)
 }
@@ -153,7 +174,7 @@ pub async fn authorize<A: Authorizer>(
     engine: &Engine,
     request: &Request,
     authorizer: &A,
-) -> Result<Authorized<A::Denied>, SendError> {
+) -> Result<Authorized<A::Denied>, CommandError> {
     let phase = phase_of(engine, request).await?;
     let plan = plan(&request.command, &request.subject, &phase);
     let verdict = match &plan {
@@ -163,7 +184,7 @@ pub async fn authorize<A: Authorizer>(
     Ok(Authorized { plan, verdict })
 }
 
-async fn phase_of(engine: &Engine, request: &Request) -> Result<Phase, SendError> {
+async fn phase_of(engine: &Engine, request: &Request) -> Result<Phase, CommandError> {
     let (Command::Reject { phase: None, .. }, Subject::Gate(key)) =
         (&request.command, &request.subject)
     else {
@@ -172,11 +193,7 @@ async fn phase_of(engine: &Engine, request: &Request) -> Result<Phase, SendError
             _ => Phase::None,
         });
     };
-    let waits = engine
-        .store()
-        .waits(Some(key), true, 1)
-        .await
-        .map_err(store)?;
+    let waits = engine.store().waits(Some(key), true, 1).await?;
     Ok(waits
         .into_iter()
         .next()
@@ -190,7 +207,7 @@ pub async fn decide<D: fmt::Display>(
     source: &'static str,
     request: &Request,
     authorized: Authorized<D>,
-) -> Result<Outcome<D>, EngineError> {
+) -> Result<Outcome<D>, CommandError> {
     let name = request.command.name();
     let keys = authorized.keys().to_vec();
     let outcome = match (authorized.plan, authorized.verdict) {
@@ -198,10 +215,11 @@ pub async fn decide<D: fmt::Display>(
         (Ok(_), Err(denied)) => Outcome::Denied(denied),
         (Ok(plan), Ok(())) => match apply_in(unit, &request.command, &plan, &request.who).await {
             Ok(applied) => Outcome::Applied(applied),
-            Err(EngineError::Held { gate, by, via }) => Outcome::Held { gate, by, via },
-            Err(EngineError::WrittenBeforeClose { gate, closed_at }) => {
+            Err(CommandError::Held { gate, by, via }) => Outcome::Held { gate, by, via },
+            Err(CommandError::WrittenBeforeClose { gate, closed_at }) => {
                 Outcome::WrittenBeforeClose { gate, closed_at }
             }
+            Err(CommandError::Named(why)) => Outcome::Named(why),
             Err(e) => return Err(e),
         },
     };
@@ -215,14 +233,6 @@ pub async fn decide<D: fmt::Display>(
     Ok(outcome)
 }
 
-fn store(e: StoreError) -> SendError {
-    SendError::retry(format!("store: {e}"))
-}
-
-fn engine_error(e: EngineError) -> SendError {
-    SendError::retry(e.to_string())
-}
-
 /// Audits and counts a refusal of `command` on each of `keys` ("refused
 /// /promote: …"), in a unit of its own: for a channel that refuses before
 /// it stores the command (Slack's slash command, whose sender is no approver).
@@ -233,13 +243,11 @@ pub async fn refuse(
     keys: &[GateKey],
     who: &Provenance,
     why: &str,
-) -> Result<(), SendError> {
-    let mut unit = engine.begin().await.map_err(store)?;
-    refuse_in(&mut unit, command, keys, who, why)
-        .await
-        .map_err(store)?;
+) -> Result<(), CommandError> {
+    let mut unit = engine.begin().await?;
+    refuse_in(&mut unit, command, keys, who, why).await?;
     unit.count(source, command, "refused");
-    unit.commit().await.map_err(store)
+    Ok(unit.commit().await?)
 }
 
 /// [`refuse`] in a larger unit. A delivery refused before is not audited twice.

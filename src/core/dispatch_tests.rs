@@ -38,6 +38,10 @@ async fn engine() -> Fixture {
             calendar: Default::default(),
             quorum: Vec::new(),
             timers: Default::default(),
+            named: crate::core::named::NamedLimits {
+                live: 10,
+                per_hour: 10,
+            },
         },
         Arc::new(Metrics::new()),
         Notifier::new(Vec::new()),

@@ -11,7 +11,7 @@ impl Engine {
         message: &str,
         event_type: &str,
         flagger_at: Option<Millis>,
-    ) -> Result<EventKind, EngineError> {
+    ) -> Result<EventKind, CommandError> {
         let now = self.now();
         let kind = classify(message);
         let row = EventRow {

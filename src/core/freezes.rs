@@ -71,40 +71,11 @@ impl Engine {
         self.any_freeze.store(!active.is_empty(), Ordering::Release);
         *freezes = active;
     }
-
-    /// Freezes `scope` (until `until`, or until lifted), announced in the same
-    /// unit. A `delivery` that froze already gives back its freeze.
-    pub async fn freeze(
-        &self,
-        scope: FreezeScope,
-        until: Option<Millis>,
-        reason: &str,
-        who: &Actor,
-        delivery: Option<&str>,
-    ) -> Result<Freeze, EngineError> {
-        let mut unit = self.begin().await?;
-        let freeze = freeze_in(&mut unit, scope, until, reason, who, delivery).await?;
-        unit.commit().await?;
-        self.reload_freezes().await?;
-        Ok(freeze)
-    }
-
-    /// Lifts the freezes of `scope`; returns them (none: nothing was frozen there).
-    pub async fn unfreeze(
-        &self,
-        scope: &FreezeScope,
-        who: &Actor,
-    ) -> Result<Vec<Freeze>, EngineError> {
-        let mut unit = self.begin().await?;
-        let lifted = unfreeze_in(&mut unit, scope, who).await?;
-        unit.commit().await?;
-        self.reload_freezes().await?;
-        Ok(lifted)
-    }
 }
 
-/// [`Engine::freeze`] in a larger unit (a PR comment's); the caller re-reads
-/// the freezes ([`Engine::reload_freezes`]) once it commits.
+/// Freezes `scope` (until `until`, or until lifted) in `unit`, announced in
+/// it; a `delivery` that froze already gives back its freeze. The caller
+/// re-reads the freezes ([`Engine::reload_freezes`]) once it commits.
 pub async fn freeze_in(
     unit: &mut Unit<'_>,
     scope: FreezeScope,
@@ -112,7 +83,7 @@ pub async fn freeze_in(
     reason: &str,
     who: &Actor,
     delivery: Option<&str>,
-) -> Result<Freeze, EngineError> {
+) -> Result<Freeze, CommandError> {
     let now = unit.now();
     let inserted =
         Store::insert_freeze(unit.tx(), &scope, reason, who, now, until, delivery).await?;
@@ -122,7 +93,7 @@ pub async fn freeze_in(
             None => None,
         };
         return done.ok_or_else(|| {
-            EngineError::Store(StoreError::Corrupt("a freeze was not stored".into()))
+            CommandError::Store(StoreError::Corrupt("a freeze was not stored".into()))
         });
     };
     let freeze = Freeze {
@@ -144,12 +115,12 @@ pub async fn freeze_in(
     Ok(freeze)
 }
 
-/// [`Engine::unfreeze`] in a larger unit.
+/// Lifts the freezes of `scope` in `unit`; returns them (none: nothing was frozen there).
 pub async fn unfreeze_in(
     unit: &mut Unit<'_>,
     scope: &FreezeScope,
     who: &Actor,
-) -> Result<Vec<Freeze>, EngineError> {
+) -> Result<Vec<Freeze>, CommandError> {
     let now = unit.now();
     let lifted = Store::lift_freezes(unit.tx(), scope, who, now).await?;
     if !lifted.is_empty() {

@@ -16,6 +16,7 @@ pub mod deadlines;
 pub mod dispatch;
 #[cfg(test)]
 mod dispatch_tests;
+mod error;
 mod events;
 pub mod freezes;
 mod gate_cache;
@@ -30,6 +31,7 @@ pub mod watch;
 
 pub use app::{AppState, Shared};
 pub use check::Checked;
+pub use error::CommandError;
 pub use page::GatePage;
 pub use read::{CanarySeen, GateDetail, GateSummary};
 
@@ -54,65 +56,6 @@ use crate::store::{
 };
 use memory::{Memory, Observed};
 
-/// Errors a person gets told about (on the PR, in Slack, from the API).
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    #[error("{gate} is held by {by} via {via}: lift the hold first")]
-    Held {
-        gate: GateKey,
-        by: String,
-        via: crate::gate::Source,
-    },
-    /// The command predates the gate's last close, so it was about an earlier
-    /// revision (or a state someone has since ended).
-    #[error("{gate} closed at {}, after this was sent: send it again if it still holds", crate::gate::state::rfc3339(*closed_at))]
-    WrittenBeforeClose { gate: GateKey, closed_at: Millis },
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-/// How the API and the loadtester's routes answer a change the core refused:
-/// a hold or a stale command is a conflict, a store failure is a 503.
-impl From<EngineError> for crate::http::error::Reject {
-    fn from(e: EngineError) -> Self {
-        use axum::http::StatusCode;
-        match e {
-            EngineError::Held { .. } => Self::new(StatusCode::CONFLICT, "held", e.to_string()),
-            EngineError::WrittenBeforeClose { .. } => {
-                Self::new(StatusCode::CONFLICT, "stale", e.to_string())
-            }
-            EngineError::Store(e) => e.into(),
-        }
-    }
-}
-
-impl<D: std::fmt::Display> dispatch::Outcome<D> {
-    /// The change, or how the API and the loadtester's routes answer a
-    /// refusal: not allowed 403, not valid 400, held or stale 409.
-    pub fn applied(self) -> Result<commands::Applied, crate::http::error::Reject> {
-        use crate::command::Invalid;
-        use crate::http::error::Reject;
-        use axum::http::StatusCode;
-        match self {
-            Self::Applied(applied) => Ok(applied),
-            Self::Denied(why) => Err(Reject::new(
-                StatusCode::FORBIDDEN,
-                "refused",
-                why.to_string(),
-            )),
-            Self::Invalid(Invalid::FreezeReason) => Err(Reject::bad_request(
-                "bad_reason",
-                Invalid::FreezeReason.to_string(),
-            )),
-            Self::Invalid(why) => Err(Reject::bad_request("invalid", why.to_string())),
-            Self::Held { gate, by, via } => Err(EngineError::Held { gate, by, via }.into()),
-            Self::WrittenBeforeClose { gate, closed_at } => {
-                Err(EngineError::WrittenBeforeClose { gate, closed_at }.into())
-            }
-        }
-    }
-}
-
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
     pub approval_ttl: Option<Duration>,
@@ -128,6 +71,8 @@ pub struct EngineSettings {
     pub quorum: Vec<crate::gate::QuorumRule>,
     /// When waits' deadlines fall and reminders are due (the policy's).
     pub timers: crate::gate::timers::WaitTimers,
+    /// How many gates pipelines may create by name.
+    pub named: named::NamedLimits,
 }
 
 /// The default [`EngineSettings::check_deadline`].

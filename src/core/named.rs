@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::unit::{audit_entry, Unit};
-use super::{Engine, EngineError, Provenance};
+use super::{CommandError, Engine, Provenance};
 use crate::gate::{AuditAction, Gate, GateKey, Millis, Scope};
 use crate::notify::Notice;
 use crate::store::{NamedGate, NamedSpec, Store, StoreError};
@@ -53,14 +53,6 @@ pub enum NamedError {
         /// When a creation may succeed again, at the earliest.
         retry_after: Duration,
     },
-    #[error(transparent)]
-    Engine(#[from] EngineError),
-}
-
-impl From<StoreError> for NamedError {
-    fn from(e: StoreError) -> Self {
-        Self::Engine(EngineError::Store(e))
-    }
 }
 
 fn quota_message(quota: &Quota, retry_after: Duration) -> String {
@@ -80,7 +72,7 @@ async fn check_quota(
     unit: &mut Unit<'_>,
     limits: &NamedLimits,
     actor: &str,
-) -> Result<(), NamedError> {
+) -> Result<(), CommandError> {
     let now = unit.now();
     let counts = Store::named_counts(unit.tx(), actor, now - HOUR_MS).await?;
     if counts.live >= i64::from(limits.live) {
@@ -88,7 +80,8 @@ async fn check_quota(
             quota: Quota::Live { limit: limits.live },
             // Nothing frees a slot but a retirement: ask again in a minute.
             retry_after: Duration::from_secs(60),
-        });
+        }
+        .into());
     }
     if counts.created >= i64::from(limits.per_hour) {
         let frees_at = counts.oldest_created.unwrap_or(now) + HOUR_MS;
@@ -100,7 +93,8 @@ async fn check_quota(
                 actor: actor.to_string(),
             },
             retry_after: Duration::from_secs(wait_ms.div_ceil(1000)),
-        });
+        }
+        .into());
     }
     Ok(())
 }
@@ -117,116 +111,116 @@ pub struct Named {
 /// Retired gates pruned per housekeeping pass (every 5 s).
 const PRUNE_BATCH: i64 = 100;
 
-/// The outcome of a wait that ends because its named gate changed.
-fn announcement_outcome(action: AuditAction) -> Option<&'static str> {
-    match action {
-        AuditAction::Open | AuditAction::Force => Some("approved"),
-        AuditAction::Close => Some("rejected"),
-        AuditAction::Hold => Some("held"),
-        _ => None,
+/// Creates a named gate and announces it, in `unit`; the same spec again
+/// is the same gate, and costs no quota. A new gate past the server's
+/// limits (`EngineSettings::named`) is refused.
+pub(super) async fn create_in(
+    unit: &mut Unit<'_>,
+    key: &GateKey,
+    spec: &NamedSpec,
+    who: &Provenance,
+) -> Result<Named, CommandError> {
+    if !matches!(key.scope, Scope::Named(_)) || !key.kind.pinned() {
+        return Err(NamedError::NotNamed { key: key.clone() }.into());
     }
+    let engine = unit.engine();
+    engine.store.lock_named_creations(unit.tx()).await?;
+    if let Some(named) = Store::named_gate_in(unit.tx(), key).await? {
+        return again(unit, named, spec).await;
+    }
+    check_quota(unit, &engine.settings.named, &who.actor.name).await?;
+    let now = unit.now();
+    let named = NamedGate {
+        key: key.clone(),
+        spec: spec.clone(),
+        created_at: now,
+        created_by: who.actor.name.clone(),
+        retired_at: None,
+        pruned_at: None,
+    };
+    Store::put_named_gate(unit.tx(), &named).await?;
+    announce(unit, &named, who).await?;
+    let gate = unit.gate(key).await?;
+    tracing::info!(gate = %key, actor = %who.actor.name, "named gate created");
+    Ok(Named {
+        named,
+        gate,
+        created: true,
+    })
 }
 
-impl Engine {
-    /// Creates a named gate and announces it (in the unit that creates it);
-    /// the same spec again is the same gate, and costs no quota. A new gate
-    /// past `limits` is refused.
-    pub async fn create_named(
-        &self,
-        key: &GateKey,
-        spec: NamedSpec,
-        who: &Provenance,
-        limits: &NamedLimits,
-    ) -> Result<Named, NamedError> {
-        if !matches!(key.scope, Scope::Named(_)) || !key.kind.pinned() {
-            return Err(NamedError::NotNamed { key: key.clone() });
-        }
-        let mut unit = self.begin().await?;
-        self.store.lock_named_creations(unit.tx()).await?;
-        if let Some(named) = Store::named_gate_in(unit.tx(), key).await? {
-            unit.rollback().await;
-            if let Some(at) = named.retired_at {
-                return Err(NamedError::Retired {
-                    key: key.clone(),
-                    at,
-                });
-            }
-            let fields = named.spec.differences(&spec);
-            if !fields.is_empty() {
-                return Err(NamedError::Conflict {
-                    key: key.clone(),
-                    created_at: named.created_at,
-                    fields,
-                });
-            }
-            let gate = self.gate(key).await?;
-            return Ok(Named {
-                named,
-                gate,
-                created: false,
-            });
-        }
-        if let Err(e) = check_quota(&mut unit, limits, &who.actor.name).await {
-            unit.rollback().await;
-            return Err(e);
-        }
-        let now = unit.now();
-        let named = NamedGate {
-            key: key.clone(),
-            spec,
-            created_at: now,
-            created_by: who.actor.name.clone(),
-            retired_at: None,
-            pruned_at: None,
-        };
-        Store::put_named_gate(unit.tx(), &named).await?;
-        let metadata = announcement_metadata(&named);
-        let text = serde_json::to_string(&metadata)
-            .map_err(|e| StoreError::Corrupt(format!("cannot encode metadata: {e}")))?;
-        let mut notices = Vec::new();
-        if let Some(wait_id) = Store::start_announcement(unit.tx(), key, &text, now).await? {
-            notices.push(Notice::WaitStarted {
-                wait_id,
-                gate: key.clone(),
-                canary: None,
-                checksum: String::new(),
-                phase: String::new(),
-                reason: format!("waiting for approval of {}", key.subject()),
-                metadata,
-                at: now,
-            });
-        }
-        unit.record(audit_entry(key, AuditAction::Create, who, now), &notices)
-            .await?;
-        let gate = unit.gate(key).await?;
-        unit.commit().await?;
-        tracing::info!(gate = %key, actor = %who.actor.name, "named gate created");
-        Ok(Named {
-            named,
-            gate,
-            created: true,
-        })
+/// A creation of a gate that exists: the same gate when the spec is the
+/// same and it is not retired.
+async fn again(
+    unit: &mut Unit<'_>,
+    named: NamedGate,
+    spec: &NamedSpec,
+) -> Result<Named, CommandError> {
+    let key = named.key.clone();
+    if let Some(at) = named.retired_at {
+        return Err(NamedError::Retired { key, at }.into());
     }
-
-    /// Retires a named gate: held (so that nobody approves it by mistake; an
-    /// unhold brings it back), and every wait at it ended.
-    pub async fn retire_named(&self, key: &GateKey, who: &Provenance) -> Result<Named, NamedError> {
-        let mut unit = self.begin().await?;
-        let Some(mut named) = Store::named_gate_in(unit.tx(), key).await? else {
-            unit.rollback().await;
-            return Err(NamedError::NotFound { key: key.clone() });
-        };
-        if named.retired_at.is_some() {
-            unit.rollback().await;
-            let gate = self.gate(key).await?;
-            return Ok(Named {
-                named,
-                gate,
-                created: false,
-            });
+    let fields = named.spec.differences(spec);
+    if !fields.is_empty() {
+        return Err(NamedError::Conflict {
+            key,
+            created_at: named.created_at,
+            fields,
         }
-        let now = unit.now();
-        named.retired_at = Some(now);
+        .into());
+    }
+    let gate = unit.gate(&key).await?;
+    Ok(Named {
+        named,
+        gate,
+        created: false,
+    })
+}
+
+/// Audits the creation and starts the gate's announcement (a wait with no
+/// canary), so that people hear of it before Flagger first asks.
+async fn announce(
+    unit: &mut Unit<'_>,
+    named: &NamedGate,
+    who: &Provenance,
+) -> Result<(), StoreError> {
+    let (key, now) = (&named.key, unit.now());
+    let metadata = announcement_metadata(named);
+    let text = serde_json::to_string(&metadata)
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode metadata: {e}")))?;
+    let mut notices = Vec::new();
+    if let Some(wait_id) = Store::start_announcement(unit.tx(), key, &text, now).await? {
+        notices.push(Notice::WaitStarted {
+            wait_id,
+            gate: key.clone(),
+            canary: None,
+            checksum: String::new(),
+            phase: String::new(),
+            reason: format!("waiting for approval of {}", key.subject()),
+            metadata,
+            at: now,
+        });
+    }
+    unit.record(audit_entry(key, AuditAction::Create, who, now), &notices)
+        .await
+}
+
+/// Retires a named gate, in `unit`: held (so that nobody approves it by
+/// mistake; an unhold brings it back), and every wait at it ended. Retiring
+/// it again is the same answer.
+pub(super) async fn retire_in(
+    unit: &mut Unit<'_>,
+    key: &GateKey,
+    who: &Provenance,
+) -> Result<Named, CommandError> {
+    if !matches!(key.scope, Scope::Named(_)) {
+        return Err(NamedError::NotNamed { key: key.clone() }.into());
+    }
+    let Some(mut named) = Store::named_gate_in(unit.tx(), key).await? else {
+        return Err(NamedError::NotFound { key: key.clone() }.into());
+    };
+    if named.retired_at.is_none() {
+        named.retired_at = Some(unit.now());
         Store::put_named_gate(unit.tx(), &named).await?;
         let why = who
             .clone()
@@ -234,20 +228,19 @@ impl Engine {
                 who.reason.as_deref(),
             )));
         // Waits first: the hold would end the announcement as "held".
-        let ended = end_waits(&mut unit, key, "retired").await?;
-        let gate = unit.hold(key, &why).await?;
-        unit.commit().await?;
-        for canary in ended {
-            self.memory().end_wait(key, &canary);
-        }
+        end_waits(unit, key, "retired").await?;
+        unit.hold(key, &why).await?;
         tracing::info!(gate = %key, actor = %who.actor.name, "named gate retired");
-        Ok(Named {
-            named,
-            gate,
-            created: false,
-        })
     }
+    let gate = unit.gate(key).await?;
+    Ok(Named {
+        named,
+        gate,
+        created: false,
+    })
+}
 
+impl Engine {
     /// Prunes the details of gates retired longer than `retention` ago, a
     /// batch at a time (see `Store::prune_retired_named`); how many it pruned.
     pub async fn prune_retired_named(&self, retention: Duration) -> Result<usize, StoreError> {
@@ -275,39 +268,9 @@ impl Engine {
     }
 }
 
-/// Ends the announcement of a named gate that someone decided.
-pub(super) async fn decided(
-    unit: &mut Unit<'_>,
-    key: &GateKey,
-    action: AuditAction,
-) -> Result<(), StoreError> {
-    let Some(outcome) = announcement_outcome(action) else {
-        return Ok(());
-    };
-    if !matches!(key.scope, Scope::Named(_)) {
-        return Ok(());
-    }
-    let now = unit.now();
-    if let Some(wait_id) = Store::end_announcement(unit.tx(), key, outcome, now).await? {
-        let notice = Notice::WaitEnded {
-            wait_id,
-            gate: key.clone(),
-            canary: None,
-            outcome: outcome.to_string(),
-            at: now,
-        };
-        unit.notify(&[notice]).await?;
-    }
-    Ok(())
-}
-
-/// Ends every wait at `key` and tells people; returns the canaries whose
-/// waits ended (the announcement has none).
-async fn end_waits(
-    unit: &mut Unit<'_>,
-    key: &GateKey,
-    outcome: &str,
-) -> Result<Vec<crate::gate::CanaryRef>, StoreError> {
+/// Ends every wait at `key` and tells people; memory forgets the canaries'
+/// waits once the unit commits (the announcement has none).
+async fn end_waits(unit: &mut Unit<'_>, key: &GateKey, outcome: &str) -> Result<(), StoreError> {
     let now = unit.now();
     let ended = Store::end_waits_of_gate(unit.tx(), key, outcome, now).await?;
     let notices: Vec<Notice> = ended
@@ -321,7 +284,10 @@ async fn end_waits(
         })
         .collect();
     unit.notify(&notices).await?;
-    Ok(ended.into_iter().filter_map(|(_, c)| c).collect())
+    for canary in ended.into_iter().filter_map(|(_, c)| c) {
+        unit.ended_wait(key, canary);
+    }
+    Ok(())
 }
 
 /// What the announcement carries to the sinks: the Slack channel, the PR

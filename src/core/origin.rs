@@ -233,7 +233,7 @@ impl Engine {
         &self,
         key: &GateKey,
         input: &CheckInput,
-    ) -> Result<Checked, EngineError> {
+    ) -> Result<Checked, CommandError> {
         let (Some(origins), Some(canary), Scope::Canary(_)) =
             (self.origins.get(), input.canary.as_ref(), &key.scope)
         else {

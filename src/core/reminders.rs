@@ -13,7 +13,7 @@ use crate::store::{WaitRow, WAIT_PAGE};
 impl Engine {
     /// Sends the reminders due now: only the waits whose next reminder is
     /// due are read, a page at a time. Returns how many.
-    pub async fn send_reminders(&self, policy: &Policy) -> Result<usize, EngineError> {
+    pub async fn send_reminders(&self, policy: &Policy) -> Result<usize, CommandError> {
         if policy.reminders().at.is_empty() {
             return Ok(0);
         }
@@ -39,7 +39,7 @@ impl Engine {
         policy: &Policy,
         wait: &WaitRow,
         now: Millis,
-    ) -> Result<bool, EngineError> {
+    ) -> Result<bool, CommandError> {
         let Some(canary) = wait.canary.clone() else {
             return Ok(false);
         };

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use super::{Engine, EngineError, Provenance};
+use super::{CommandError, Engine, Provenance};
 use crate::gate::quorum::{self, Tally, Vote};
 use crate::gate::{
     Actor, Approval, AuditAction, CanaryRef, Change, Gate, GateKey, GateStatus, Millis, Scope,
@@ -27,6 +27,8 @@ pub struct Unit<'e> {
     queued: usize,
     counts: Vec<CommandLabels>,
     changes: Vec<(GateKey, AuditAction, Provenance)>,
+    /// Waits this unit ended outside the check: memory forgets them once it commits.
+    ended: Vec<(GateKey, CanaryRef)>,
 }
 
 impl Engine {
@@ -44,6 +46,7 @@ impl Engine {
             queued: 0,
             counts: Vec::new(),
             changes: Vec::new(),
+            ended: Vec::new(),
         })
     }
 }
@@ -96,6 +99,9 @@ impl<'e> Unit<'e> {
         for gate in self.gates.values() {
             engine.remember(gate);
         }
+        for (gate, canary) in &self.ended {
+            engine.memory().end_wait(gate, canary);
+        }
         drop(applying);
         engine.after_commit(&self.audits, self.queued);
         for labels in &self.counts {
@@ -105,6 +111,11 @@ impl<'e> Unit<'e> {
             tracing::info!(gate = %gate, action = %action, actor = %who.actor.name, source = %who.actor.source, "gate changed");
         }
         Ok(())
+    }
+
+    /// A wait at `key` for `canary` that this unit ended.
+    pub(super) fn ended_wait(&mut self, key: &GateKey, canary: CanaryRef) {
+        self.ended.push((key.clone(), canary));
     }
 
     /// Ends the unit having written nothing that counts.
@@ -117,60 +128,17 @@ impl<'e> Unit<'e> {
     /// before the gate's last close; a no-op when older than the approval in force.
     /// A gate that needs several people counts the approval and opens with the
     /// last one needed; break glass (`Provenance::force`) opens it at once.
-    pub async fn open(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+    pub async fn open(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         let gate = self.gate(key).await?;
-        let written = |at: Millis| who.written_at.is_some_and(|w| w < at);
-        match &gate.status {
-            GateStatus::Held { change } => {
-                return Err(EngineError::Held {
-                    gate: key.clone(),
-                    by: change.by.name.clone(),
-                    via: change.by.source,
-                })
-            }
-            GateStatus::Closed { change: Some(c) } if written(c.at) => {
-                return Err(EngineError::WrittenBeforeClose {
-                    gate: key.clone(),
-                    closed_at: c.at,
-                })
-            }
-            // Older than the approval in force: adds nothing, and must not re-arm
-            // it with a fresh TTL and no pins.
-            GateStatus::Open(a) if written(a.change.at) => return Ok(gate),
-            _ => {}
+        if let Some(same) = stands(&gate, who)? {
+            return Ok(same);
         }
         let now = self.now;
-        let change = Change {
-            by: who.actor.clone(),
-            reason: who.reason.clone(),
-            at: now,
-        };
         let revision = who
             .revision
             .as_ref()
             .map(|(c, r)| (c.to_string(), r.clone()));
         let exclusive = who.exclusive && revision.is_some();
-        let approval =
-            |id: String, pins: BTreeMap<String, String>, approvers: Vec<Actor>| Approval {
-                id,
-                change: change.clone(),
-                // Counted from when it can first be used: an approval given
-                // outside the release window waits for the window.
-                expires_at: self
-                    .engine
-                    .settings
-                    .approval_ttl
-                    .filter(|_| key.kind.pinned())
-                    .map(|t| {
-                        let from = self.engine.settings.calendar.usable_from(key.kind, now);
-                        from + t.as_millis() as Millis
-                    }),
-                pins: pins.into_iter().filter(|_| key.kind.pinned()).collect(),
-                approvers,
-                forced: who.force,
-                exclusive,
-            };
-        let new_id = || uuid::Uuid::new_v4().to_string();
         if let (true, Some((canary, checksum)), GateStatus::Open(a)) =
             (exclusive, &revision, &gate.status)
         {
@@ -188,17 +156,32 @@ impl<'e> Unit<'e> {
                 AuditAction::Open
             };
             let pins = revision.into_iter().collect();
-            let status = GateStatus::Open(approval(new_id(), pins, Vec::new()));
+            let approval = self.approval(key, who, new_id(), pins, Vec::new());
+            let status = GateStatus::Open(approval);
             return self
                 .change(key, action, who, |_, _, _| Ok(Some(status)))
                 .await;
         }
+        self.vote(key, gate, who, revision, required).await
+    }
+
+    /// Counts one person's approval at a gate that needs `required` people;
+    /// opens it with the last one needed.
+    async fn vote(
+        &mut self,
+        key: &GateKey,
+        gate: Gate,
+        who: &Provenance,
+        revision: Option<(String, String)>,
+        required: u32,
+    ) -> Result<Gate, CommandError> {
+        let now = self.now;
         // The revision the person saw: the one a click showed, or the one
         // waiting when only one waits (what the status comment shows).
         let waiting = self.engine.memory().waiting_at(key);
         let vote = Vote {
             person: who.person_name(),
-            change: change.clone(),
+            change: change_by(who, now),
             revision: revision.or_else(|| match waiting.as_slice() {
                 [one] => Some(one.clone()),
                 _ => None,
@@ -225,15 +208,40 @@ impl<'e> Unit<'e> {
         let (action, status) = if tally.complete() {
             let approvers = tally.votes.iter().map(|v| v.change.by.clone()).collect();
             let pins = tally.all_pins();
-            (
-                AuditAction::Open,
-                GateStatus::Open(approval(tally.id, pins, approvers)),
-            )
+            let approval = self.approval(key, who, tally.id, pins, approvers);
+            (AuditAction::Open, GateStatus::Open(approval))
         } else {
             (AuditAction::Approve, GateStatus::Approving(tally))
         };
         self.change(key, action, who, |_, _, _| Ok(Some(status)))
             .await
+    }
+
+    /// A new approval by `who` at `key`, expiring after the TTL counted from
+    /// when it can first be used (an approval given outside the release
+    /// window waits for the window).
+    fn approval(
+        &self,
+        key: &GateKey,
+        who: &Provenance,
+        id: String,
+        pins: BTreeMap<String, String>,
+        approvers: Vec<Actor>,
+    ) -> Approval {
+        let settings = &self.engine.settings;
+        let pinned = key.kind.pinned();
+        Approval {
+            id,
+            change: change_by(who, self.now),
+            expires_at: settings.approval_ttl.filter(|_| pinned).map(|t| {
+                let from = settings.calendar.usable_from(key.kind, self.now);
+                from + t.as_millis() as Millis
+            }),
+            pins: pins.into_iter().filter(|_| pinned).collect(),
+            approvers,
+            forced: who.force,
+            exclusive: who.exclusive && who.revision.is_some(),
+        }
     }
 
     /// A gate already open when an approval for one canary only comes (a
@@ -247,7 +255,7 @@ impl<'e> Unit<'e> {
         canary: &str,
         checksum: &str,
         who: &Provenance,
-    ) -> Result<Gate, EngineError> {
+    ) -> Result<Gate, CommandError> {
         let pinned = open.pins.get(canary);
         if pinned.is_some_and(|p| p == checksum) || (!open.exclusive && pinned.is_none()) {
             return Ok(Gate {
@@ -266,7 +274,7 @@ impl<'e> Unit<'e> {
     }
 
     /// Closes a gate (a hold stays a hold).
-    pub async fn close(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+    pub async fn close(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         self.change(key, AuditAction::Close, who, |gate, now, _| {
             Ok(match gate.status {
                 GateStatus::Held { .. } => None,
@@ -283,7 +291,7 @@ impl<'e> Unit<'e> {
     }
 
     /// Closes a gate and refuses approvals until `unhold`.
-    pub async fn hold(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+    pub async fn hold(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         self.change(key, AuditAction::Hold, who, |_, now, _| {
             Ok(Some(GateStatus::Held {
                 change: Change {
@@ -297,7 +305,7 @@ impl<'e> Unit<'e> {
     }
 
     /// Lifts a hold; the gate stays closed until someone approves.
-    pub async fn unhold(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, EngineError> {
+    pub async fn unhold(&mut self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         self.change(key, AuditAction::Unhold, who, |gate, now, _| {
             Ok(match gate.status {
                 GateStatus::Held { .. } => Some(GateStatus::Closed {
@@ -368,8 +376,8 @@ impl<'e> Unit<'e> {
         key: &GateKey,
         action: AuditAction,
         who: &Provenance,
-        next: impl FnOnce(&Gate, Millis, Option<Duration>) -> Result<Option<GateStatus>, EngineError>,
-    ) -> Result<Gate, EngineError> {
+        next: impl FnOnce(&Gate, Millis, Option<Duration>) -> Result<Option<GateStatus>, CommandError>,
+    ) -> Result<Gate, CommandError> {
         let now = self.now;
         let mut gate = self.gate(key).await?;
         // Nothing to write, or a refusal such as a hold: no trace of the delivery.
@@ -417,11 +425,83 @@ impl<'e> Unit<'e> {
             .finish(&mut self.tx, std::slice::from_ref(&entry), &[notice], now)
             .await?;
         self.audits.push(entry);
-        super::named::decided(self, key, action).await?;
+        self.end_announcement(key, action).await?;
         self.gates.insert(key.to_string(), gate.clone());
         self.changes.push((key.clone(), action, who.clone()));
         Ok(gate)
     }
+
+    /// Ends the announcement of a named gate that someone decided.
+    async fn end_announcement(
+        &mut self,
+        key: &GateKey,
+        action: AuditAction,
+    ) -> Result<(), StoreError> {
+        let Some(outcome) = announcement_outcome(action) else {
+            return Ok(());
+        };
+        if !matches!(key.scope, Scope::Named(_)) {
+            return Ok(());
+        }
+        let now = self.now;
+        if let Some(wait_id) = Store::end_announcement(&mut self.tx, key, outcome, now).await? {
+            let notice = Notice::WaitEnded {
+                wait_id,
+                gate: key.clone(),
+                canary: None,
+                outcome: outcome.to_string(),
+                at: now,
+            };
+            self.notify(&[notice]).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The outcome of a wait that ends because its named gate changed.
+fn announcement_outcome(action: AuditAction) -> Option<&'static str> {
+    match action {
+        AuditAction::Open | AuditAction::Force => Some("approved"),
+        AuditAction::Close => Some("rejected"),
+        AuditAction::Hold => Some("held"),
+        _ => None,
+    }
+}
+
+/// Whether an open stops before it changes anything: refused at a held gate
+/// or when written before the gate's last close; the gate as it is when
+/// older than the approval in force (it must not re-arm it with a fresh TTL
+/// and no pins).
+fn stands(gate: &Gate, who: &Provenance) -> Result<Option<Gate>, CommandError> {
+    let written = |at: Millis| who.written_at.is_some_and(|w| w < at);
+    match &gate.status {
+        GateStatus::Held { change } => Err(CommandError::Held {
+            gate: gate.key.clone(),
+            by: change.by.name.clone(),
+            via: change.by.source,
+        }),
+        GateStatus::Closed { change: Some(c) } if written(c.at) => {
+            Err(CommandError::WrittenBeforeClose {
+                gate: gate.key.clone(),
+                closed_at: c.at,
+            })
+        }
+        GateStatus::Open(a) if written(a.change.at) => Ok(Some(gate.clone())),
+        _ => Ok(None),
+    }
+}
+
+/// The change `who` makes now.
+fn change_by(who: &Provenance, now: Millis) -> Change {
+    Change {
+        by: who.actor.clone(),
+        reason: who.reason.clone(),
+        at: now,
+    }
+}
+
+fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
 }
 
 pub(super) fn audit_entry(

@@ -17,7 +17,7 @@ use crate::command::Command;
 use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Checked, Request};
 use crate::core::AppState;
-use crate::core::{CheckInput, Provenance};
+use crate::core::{CheckInput, CommandError, Provenance};
 use crate::gate::{
     Actor, Answer, CanaryRef, ClusterName, GateKey, GateKind, Scope, Source, Verdict,
 };
@@ -216,7 +216,7 @@ async fn answer(state: &AppState, key: &GateKey, input: &CheckInput) -> Response
 
 fn respond(
     key: &GateKey,
-    checked: Result<crate::core::Checked, crate::core::EngineError>,
+    checked: Result<crate::core::Checked, crate::core::CommandError>,
 ) -> Response {
     match checked {
         Ok(checked) => {
@@ -381,10 +381,21 @@ pub async fn legacy_set(
     };
     dispatch::run(&state.engine, "loadtester", &request, &Checked)
         .await
-        .map_err(|e| Reject::unavailable(e.to_string()))?
-        .applied()?;
+        .and_then(dispatch::Outcome::applied)
+        .map_err(not_done)?;
     let word = if open { "opened" } else { "closed" };
     Ok(text(StatusCode::ACCEPTED, &format!("{key} {word}")))
+}
+
+/// The loadtester's answer to a change not made: a hold or a stale command
+/// is a conflict; the store or anything else, try again.
+fn not_done(e: CommandError) -> Reject {
+    let code = match &e {
+        CommandError::Held { .. } => "held",
+        CommandError::WrittenBeforeClose { .. } => "stale",
+        _ => return Reject::unavailable(e.to_string()),
+    };
+    Reject::new(StatusCode::CONFLICT, code, e.to_string())
 }
 
 pub async fn legacy_approve() -> Response {

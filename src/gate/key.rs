@@ -443,7 +443,7 @@ impl<'de> Deserialize<'de> for GateKey {
 }
 
 /// GitHub logins and repository names: letters, digits, `-`, `_`, `.`.
-fn valid_segment(s: &str) -> bool {
+pub(crate) fn valid_segment(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 100
         && s != "."

@@ -7,6 +7,7 @@ pub mod deadline;
 pub mod event;
 pub mod freeze;
 pub mod key;
+pub mod named;
 pub mod phase;
 pub mod quorum;
 pub mod reminder;

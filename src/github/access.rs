@@ -10,9 +10,9 @@ use crate::cache::TtlCache;
 use crate::command::Verb;
 use crate::config::Permission;
 use crate::core::dispatch::{Answer, Authorizer, Rule};
+use crate::core::CommandError;
 use crate::gate::state::rfc3339;
 use crate::gate::{GateKey, GateKind, Millis, RepoName};
-use crate::notify::SendError;
 use crate::policy::Policy;
 
 /// How long a permission or team answer is trusted.
@@ -42,19 +42,19 @@ impl Access {
         &self,
         repo: &RepoName,
         user: &str,
-    ) -> Result<Option<Permission>, SendError> {
+    ) -> Result<Option<Permission>, CommandError> {
         let key = (repo.to_string(), user.to_ascii_lowercase());
         self.permissions
             .get_or_fetch(key, || async {
                 self.client
                     .permission(repo, user)
                     .await
-                    .map_err(|e| e.to_send_error())
+                    .map_err(|e| super::unanswered(e.to_send_error()))
             })
             .await
     }
 
-    async fn in_team(&self, repo: &RepoName, team: &str, user: &str) -> Result<bool, SendError> {
+    async fn in_team(&self, repo: &RepoName, team: &str, user: &str) -> Result<bool, CommandError> {
         let Some((org, slug)) = team.trim().trim_start_matches('@').split_once('/') else {
             return Ok(false);
         };
@@ -64,7 +64,7 @@ impl Access {
                 self.client
                     .team_member(repo, org, slug, user)
                     .await
-                    .map_err(|e| e.to_send_error())
+                    .map_err(|e| super::unanswered(e.to_send_error()))
             })
             .await
     }
@@ -76,7 +76,7 @@ impl Access {
         repo: &RepoName,
         user: &str,
         pr_author: &str,
-    ) -> Result<Result<(), String>, SendError> {
+    ) -> Result<Result<(), String>, CommandError> {
         let rule = self.policy.github(command);
         self.authorize_rule(command.as_str(), rule, repo, user, pr_author)
             .await
@@ -85,12 +85,13 @@ impl Access {
     /// `/freeze` and `/unfreeze`: the policy's `github.commands.<name>` rule.
     pub async fn authorize_named(
         &self,
-        name: &str,
+        named: Rule,
         repo: &RepoName,
         user: &str,
-    ) -> Result<Result<(), String>, SendError> {
-        let rule = self.policy.github_named(name);
-        self.authorize_rule(name, rule, repo, user, "").await
+    ) -> Result<Result<(), String>, CommandError> {
+        let rule = self.policy.github_named(named);
+        self.authorize_rule(named.name(), rule, repo, user, "")
+            .await
     }
 
     /// Break glass: the policy's `[github.commands.force]`, which must exist.
@@ -99,7 +100,7 @@ impl Access {
         repo: &RepoName,
         user: &str,
         pr_author: &str,
-    ) -> Result<Result<(), String>, SendError> {
+    ) -> Result<Result<(), String>, CommandError> {
         let Some(rule) = self.policy.github_force() else {
             return Ok(Err(
                 "break glass is not set up: the policy names who may force with [github.commands.force]".into(),
@@ -116,7 +117,7 @@ impl Access {
         repo: &RepoName,
         user: &str,
         pr_author: &str,
-    ) -> Result<Result<(), String>, SendError> {
+    ) -> Result<Result<(), String>, CommandError> {
         if rule.forbid_self_approval && user.eq_ignore_ascii_case(pr_author) {
             return Ok(Err(format!(
                 "you opened this pull request, so someone else must run `/{command}` (four eyes)"
@@ -195,10 +196,15 @@ impl Authorizer for CommentAuthorizer<'_> {
             let (repo, user) = (self.repo, self.user);
             match rule {
                 Rule::Freeze | Rule::Unfreeze => {
-                    return access.authorize_named(rule.name(), repo, user).await
+                    return access.authorize_named(rule, repo, user).await
                 }
                 Rule::Close => {
                     return Ok(Err("a comment does not close gates: use `/hold`".into()))
+                }
+                Rule::Named => {
+                    return Ok(Err(
+                        "a comment does not create or retire named gates: a pipeline does, with its token".into(),
+                    ))
                 }
                 Rule::Force | Rule::Verb(_) => {}
             }

@@ -114,7 +114,9 @@ impl GithubInbox {
             pr_author: &e.issue.user.login,
             stale,
         };
-        let authorized = dispatch::authorize(&self.state.engine, &request, &authorizer).await?;
+        let authorized = dispatch::authorize(&self.state.engine, &request, &authorizer)
+            .await
+            .map_err(super::send_error)?;
         Ok(Step::Command {
             request: Box::new(request),
             authorized,

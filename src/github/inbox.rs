@@ -171,15 +171,6 @@ impl GithubInbox {
         }))
     }
 
-    /// The gate kinds a push closes. Checked at start (`Config::problems`);
-    /// were it unreadable, closing nothing would hide it.
-    pub(super) fn close_on_push(&self) -> Result<Vec<crate::gate::GateKind>, SendError> {
-        self.state
-            .config
-            .close_on_push_kinds()
-            .map_err(SendError::Permanent)
-    }
-
     fn count(&self, command: &str, result: &'static str) {
         dispatch::count(&self.state.engine, SOURCE, command, result);
     }
@@ -274,14 +265,11 @@ impl GithubInbox {
     async fn stale(&self, c: &Comment<'_>) -> Result<Stale, SendError> {
         let closed_unmerged = c.e.issue.state == "closed" && !self.merged(c.e, &c.repo).await?;
         // Written before the last push: about an earlier revision (GitHub's clock on both sides).
-        let pushed = match pushes::last(&self.state.store, &c.repo, c.number)
+        let pushed = pushes::last(&self.state.store, &c.repo, c.number)
             .await
             .map_err(retry)?
             .filter(|at| c.e.written_at().is_some_and(|w| w < *at))
-        {
-            Some(at) => Some((at, self.close_on_push()?)),
-            None => None,
-        };
+            .map(|at| (at, self.state.config.close_on_push().to_vec()));
         Ok(Stale {
             closed_unmerged,
             pushed,
@@ -373,7 +361,7 @@ async fn decide(unit: &mut Unit<'_>, steps: Vec<Step>) -> Result<(Reply, bool), 
             } => {
                 let outcome = dispatch::decide(unit, SOURCE, &request, authorized)
                     .await
-                    .map_err(retry)?;
+                    .map_err(super::send_error)?;
                 froze |= dispatch::changed_freezes(&outcome);
                 out.render(&request.command, outcome);
             }

@@ -34,7 +34,7 @@ use crate::clock::SharedClock;
 use crate::command::Verb;
 use crate::config::Config;
 use crate::core::authors::AuthorLookup;
-use crate::core::AppState;
+use crate::core::{AppState, CommandError};
 use crate::gate::{PrNumber, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::{BoxFuture, SendError};
@@ -67,14 +67,34 @@ impl AuthorLookup for GithubClient {
         &'a self,
         repo: &'a RepoName,
         number: PrNumber,
-    ) -> BoxFuture<'a, Result<Option<String>, SendError>> {
+    ) -> BoxFuture<'a, Result<Option<String>, CommandError>> {
         Box::pin(async move {
             match self.pull(repo, number).await {
                 Ok(pull) => Ok(pull.user.map(|u| u.login).filter(|l| !l.is_empty())),
                 Err(e) if e.is_not_found() => Ok(None),
-                Err(e) => Err(e.to_send_error()),
+                Err(e) => Err(unanswered(e.to_send_error())),
             }
         })
+    }
+}
+
+/// GitHub's failure to answer, in the core's terms.
+pub(crate) fn unanswered(e: SendError) -> CommandError {
+    match e {
+        SendError::Retry { after, message } => CommandError::unanswered(message, after),
+        SendError::Permanent(message) => CommandError::unanswerable(message),
+    }
+}
+
+/// A command not done, in the outbox's terms: given up when trying again
+/// cannot help, tried again (when GitHub said, at that time) otherwise.
+pub(crate) fn send_error(e: CommandError) -> SendError {
+    match e.lasting() {
+        true => SendError::Permanent(e.to_string()),
+        false => SendError::Retry {
+            after: e.retry_after(),
+            message: e.to_string(),
+        },
     }
 }
 

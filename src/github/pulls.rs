@@ -53,7 +53,7 @@ impl GithubInbox {
                     .take(7)
                     .collect::<String>();
                 (
-                    self.close_on_push()?,
+                    self.state.config.close_on_push().to_vec(),
                     if sha.is_empty() {
                         "new commits pushed".to_string()
                     } else {

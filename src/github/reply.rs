@@ -62,6 +62,7 @@ impl Reply {
                 "written before the gate closed at {}: comment again",
                 rfc3339(closed_at)
             ),
+            Outcome::Named(why) => why.to_string(),
         };
         self.refused(command.name(), why);
     }

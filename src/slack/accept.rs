@@ -106,7 +106,7 @@ pub async fn command(
     let subject =
         match commands::subject_of(inv.target.clone(), state.config.github.repository.as_ref()) {
             Ok(s) => s,
-            Err(e) => return Ok(e),
+            Err(e) => return Ok(e.to_string()),
         };
     if inv.command == Verb::Status {
         return status(state, subject.as_ref()).await;

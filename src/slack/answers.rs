@@ -7,7 +7,7 @@ use super::approvers::{Approvers, Verdict};
 use super::blocks::hhmm;
 use crate::core::authors::PrAuthors;
 use crate::core::dispatch::{Answer, Authorizer, Rule};
-use crate::core::AppState;
+use crate::core::{AppState, CommandError};
 use crate::gate::{GateKey, Millis, Scope};
 use crate::notify::SendError;
 use crate::policy::SlackRule;
@@ -139,7 +139,7 @@ impl SlackAuthorizer<'_> {
         match rule {
             Rule::Verb(verb) => Some(policy.slack(verb)),
             Rule::Force => policy.slack_force(),
-            other => Some(policy.slack_named(other.name())),
+            other => Some(policy.slack_named(other)),
         }
     }
 
@@ -149,7 +149,7 @@ impl SlackAuthorizer<'_> {
         &self,
         rule: &SlackRule,
         scope: &Scope,
-    ) -> Result<Option<String>, SendError> {
+    ) -> Result<Option<String>, CommandError> {
         let Scope::Pr { repo, number } = scope else {
             return Ok(None);
         };
@@ -175,6 +175,14 @@ impl SlackAuthorizer<'_> {
     }
 }
 
+/// Slack's user groups did not answer: the core's terms for it.
+fn unanswered(e: SendError) -> CommandError {
+    match e {
+        SendError::Retry { after, message } => CommandError::unanswered(message, after),
+        SendError::Permanent(message) => CommandError::unanswerable(message),
+    }
+}
+
 impl Authorizer for SlackAuthorizer<'_> {
     type Denied = SlackDenied;
 
@@ -186,7 +194,11 @@ impl Authorizer for SlackAuthorizer<'_> {
             let Some(rule) = self.rule(rule) else {
                 return Ok(Err(SlackDenied::NoForce));
             };
-            let verdict = self.approvers.check(&rule, self.user).await?;
+            let verdict = self
+                .approvers
+                .check(&rule, self.user)
+                .await
+                .map_err(unanswered)?;
             if verdict != Verdict::Allowed {
                 return Ok(Err(SlackDenied::Approver {
                     verdict,

@@ -17,7 +17,7 @@ use crate::core::authors::PrAuthors;
 use crate::core::commands::{self, Applied, Subject};
 use crate::core::dispatch::{self, Outcome, Request};
 use crate::core::AppState;
-use crate::core::{EngineError, Provenance};
+use crate::core::{CommandError, Provenance};
 use crate::gate::{Actor, DeliveryId, GateKey, GateStatus, Phase, Source};
 use crate::notify::{BoxFuture, Handler, SendError};
 use crate::store::{QueueItem, WaitRow};
@@ -102,7 +102,9 @@ impl SlackInbox {
             decided: self.decided(wait_id).await?,
             over: self.over(wait_id, wait.as_ref()).await?,
         };
-        let authorized = dispatch::authorize(engine, &request, &authorizer).await?;
+        let authorized = dispatch::authorize(engine, &request, &authorizer)
+            .await
+            .map_err(send_error)?;
         // Opened elsewhere meanwhile: say so, change nothing.
         if click.approve && authorized.allowed() {
             if let GateStatus::Open(a) = engine.gate(&key).await.map_err(store_err)?.status {
@@ -117,7 +119,7 @@ impl SlackInbox {
         let mut unit = engine.begin().await.map_err(store_err)?;
         let outcome = dispatch::decide(&mut unit, "slack", &request, authorized)
             .await
-            .map_err(engine_err)?;
+            .map_err(send_error)?;
         if let Outcome::Applied(applied) = &outcome {
             self.decide_message(&mut unit, i, click.approve, wait_id, applied)
                 .await?;
@@ -243,11 +245,12 @@ impl SlackInbox {
             Outcome::Denied(denied) => denied.reply(self.templates(), command.name()),
             Outcome::Invalid(invalid) => invalid_text(command, &invalid),
             Outcome::Held { gate, by, via } => {
-                error(EngineError::Held { gate, by, via }.to_string())
+                error(CommandError::Held { gate, by, via }.to_string())
             }
             Outcome::WrittenBeforeClose { gate, closed_at } => {
-                error(EngineError::WrittenBeforeClose { gate, closed_at }.to_string())
+                error(CommandError::WrittenBeforeClose { gate, closed_at }.to_string())
             }
+            Outcome::Named(why) => error(why.to_string()),
         }
     }
 
@@ -295,7 +298,9 @@ impl SlackInbox {
             decided: None,
             over: None,
         };
-        let outcome = dispatch::run(&self.state.engine, "slack", &request, &authorizer).await?;
+        let outcome = dispatch::run(&self.state.engine, "slack", &request, &authorizer)
+            .await
+            .map_err(send_error)?;
         let text = self.refusal(&request.command, outcome);
         self.respond(url, text).await
     }
@@ -304,7 +309,8 @@ impl SlackInbox {
     fn gate_command(&self, text: &str) -> Result<Option<(Command, Subject)>, String> {
         let inv = parse_slash(text).map_err(|e| e.to_string())?;
         let default_repo = self.state.config.github.repository.as_ref();
-        let subject = commands::subject_of(inv.target.clone(), default_repo)?;
+        let subject =
+            commands::subject_of(inv.target.clone(), default_repo).map_err(|e| e.to_string())?;
         Ok(subject.map(|s| (Command::from_verb(inv.command, inv.reason), s)))
     }
 
@@ -334,8 +340,16 @@ impl SlackInbox {
     }
 }
 
-fn engine_err(e: EngineError) -> SendError {
-    SendError::retry(e.to_string())
+/// The outbox's terms for a command not done: given up when trying again
+/// cannot help, tried again (when Slack or GitHub said, at that time) otherwise.
+fn send_error(e: CommandError) -> SendError {
+    match e.lasting() {
+        true => SendError::Permanent(e.to_string()),
+        false => SendError::Retry {
+            after: e.retry_after(),
+            message: e.to_string(),
+        },
+    }
 }
 
 /// Slack's words for what no one may send.

@@ -172,5 +172,6 @@ fn refusal(outcome: &Outcome<Denied>) -> String {
         Outcome::Applied(_) => "done".into(),
         Outcome::Denied(why) => why.to_string(),
         Outcome::Invalid(why) => why.to_string(),
+        Outcome::Named(why) => why.to_string(),
     }
 }

@@ -10,9 +10,9 @@ use crate::command::Verb;
 use crate::config::UiMode;
 use crate::core::commands::rollback_of;
 use crate::core::dispatch::{Answer, Authorizer, Rule};
-use crate::core::AppState;
+use crate::core::{AppState, CommandError};
 use crate::gate::{GateKey, GateKind};
-use crate::notify::{BoxFuture, SendError};
+use crate::notify::BoxFuture;
 
 /// Who may run a command as a GitHub login: built in bootstrap from GitHub's
 /// rules (repository permission, teams, four eyes, the policy).
@@ -23,7 +23,7 @@ pub trait Authority: Send + Sync {
         login: &'a str,
         rule: Rule,
         keys: &'a [GateKey],
-    ) -> BoxFuture<'a, Result<Result<(), String>, SendError>>;
+    ) -> BoxFuture<'a, Result<Result<(), String>, CommandError>>;
 }
 
 /// The command word Approve runs at a gate of this kind.

@@ -1,0 +1,86 @@
+//! Why the core did not do what it was asked. Each channel says it in its
+//! own terms at its edge: the outbox's retry or give-up, an HTTP status, a
+//! page's problem. The core knows none of those.
+
+use std::time::Duration;
+
+use super::named::NamedError;
+use crate::command::Invalid;
+use crate::gate::{GateKey, Millis, Source};
+use crate::store::StoreError;
+
+/// A command (or a check, or a timer) that was not done.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error("{gate} is held by {by} via {via}: lift the hold first")]
+    Held {
+        gate: GateKey,
+        by: String,
+        via: Source,
+    },
+    /// The command predates the gate's last close, so it was about an earlier
+    /// revision (or a state someone has since ended).
+    #[error("{gate} closed at {}, after this was sent: send it again if it still holds", crate::gate::state::rfc3339(*closed_at))]
+    WrittenBeforeClose { gate: GateKey, closed_at: Millis },
+    /// The channel's authorizer said no.
+    #[error("{0}")]
+    Denied(String),
+    /// No one may send it so.
+    #[error("{0}")]
+    Invalid(Invalid),
+    /// A question asked outside gatebot (GitHub's permissions, a PR's
+    /// author, Slack's user groups) got no answer.
+    #[error("{message}")]
+    Unanswered {
+        message: String,
+        /// When the other side said to ask again (Retry-After).
+        after: Option<Duration>,
+        /// Asking again cannot help.
+        lasting: bool,
+    },
+    /// A named gate that cannot be created or retired so.
+    #[error(transparent)]
+    Named(#[from] NamedError),
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl CommandError {
+    /// No answer now; asking again may bring one (at `after`, when known).
+    pub fn unanswered(message: impl Into<String>, after: Option<Duration>) -> Self {
+        Self::Unanswered {
+            message: message.into(),
+            after,
+            lasting: false,
+        }
+    }
+
+    /// No answer, and asking again cannot bring one.
+    pub fn unanswerable(message: impl Into<String>) -> Self {
+        Self::Unanswered {
+            message: message.into(),
+            after: None,
+            lasting: true,
+        }
+    }
+
+    /// Whether sending the same command again cannot help (a refusal, an
+    /// invalid command, a lasting failure outside); a store failure or a
+    /// question without an answer now may pass later.
+    pub fn lasting(&self) -> bool {
+        match self {
+            Self::Unanswered { lasting, .. } => *lasting,
+            Self::Store(_) => false,
+            Self::Held { .. } | Self::WrittenBeforeClose { .. } => true,
+            Self::Denied(_) | Self::Invalid(_) | Self::Named(_) => true,
+        }
+    }
+
+    /// When the other side said to ask again, if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Unanswered { after, .. } => *after,
+            _ => None,
+        }
+    }
+}
