@@ -192,7 +192,7 @@ mod tests {
 
     use super::*;
     use crate::gate::freeze::FreezeScope;
-    use crate::gate::Source;
+    use crate::gate::{AuditAction, CanaryRef, GateKey, Source};
 
     fn summary(approvals: Option<String>, forced: bool) -> GateSummary {
         GateSummary {
@@ -229,6 +229,34 @@ mod tests {
         assert_eq!(now.to_string(), before);
         let read: GateList = serde_json::from_value(now).unwrap();
         assert_eq!(read.gates[1].approvals.as_deref(), Some("1 of 2"));
+    }
+
+    /// Every row a gate's view carries reads back as it was written, canaries
+    /// (written as text) included.
+    #[test]
+    fn a_gate_view_reads_back_what_it_wrote() {
+        let key = GateKey::parse("/gates/promote/acme/shop/pr/1", None).unwrap();
+        let canary = CanaryRef::new("test", "app").unwrap();
+        let view = GateView {
+            gate: Gate::closed(key.clone()),
+            observations: Vec::new(),
+            waits: Vec::new(),
+            audit: vec![AuditEntry {
+                at: 5,
+                gate: key,
+                action: AuditAction::Pin,
+                actor: Actor::new("alice", Source::Api),
+                reason: None,
+                revision: Some("r1".into()),
+                canary: Some(canary.clone()),
+                delivery: None,
+            }],
+            named: None,
+        };
+        let text = serde_json::to_string(&view).unwrap();
+        let read: GateView = serde_json::from_str(&text).unwrap();
+        assert_eq!(read.audit[0].canary, Some(canary));
+        assert_eq!(serde_json::to_string(&read).unwrap(), text);
     }
 
     #[test]

@@ -158,8 +158,9 @@ pub mod as_text {
     /// The same for an optional field (`null` when absent).
     pub mod option {
         use std::fmt::Display;
+        use std::str::FromStr;
 
-        use serde::Serializer;
+        use serde::{Deserialize, Deserializer, Serializer};
 
         pub fn serialize<T: Display, S: Serializer>(
             value: &Option<T>,
@@ -169,6 +170,17 @@ pub mod as_text {
                 Some(v) => s.collect_str(v),
                 None => s.serialize_none(),
             }
+        }
+
+        pub fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
+        where
+            T: FromStr,
+            T::Err: Display,
+            D: Deserializer<'de>,
+        {
+            Option::<String>::deserialize(d)?
+                .map(|text| text.parse().map_err(serde::de::Error::custom))
+                .transpose()
         }
     }
 

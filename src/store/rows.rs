@@ -21,7 +21,7 @@ pub struct AuditEntry {
     pub actor: Actor,
     pub reason: Option<String>,
     pub revision: Option<String>,
-    #[serde(serialize_with = "as_text::option::serialize")]
+    #[serde(with = "as_text::option")]
     pub canary: Option<CanaryRef>,
     pub delivery: Option<DeliveryId>,
 }
