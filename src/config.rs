@@ -204,6 +204,7 @@ pub fn unset_meaning(env: &str) -> Option<&'static str> {
             "no Socket Mode: Slack must reach /webhooks/slack/* over a public URL"
         }
         "GATEBOT_SLACK_BOT_TOKEN" => "nothing is posted to Slack",
+        "GATEBOT_TEAMS_APP_ID" => "Microsoft Teams is off: /webhooks/teams answers 404",
         _ => return None,
     })
 }
@@ -570,6 +571,9 @@ pub struct Config {
     pub slack: SlackConfig,
 
     #[command(flatten)]
+    pub teams: TeamsConfig,
+
+    #[command(flatten)]
     pub ui: UiConfig,
 
     #[command(flatten)]
@@ -933,6 +937,7 @@ impl Config {
                 ));
             }
         }
+        out.extend(self.teams.problems());
         out
     }
 }
@@ -1264,6 +1269,62 @@ pub enum GatesAction {
         #[arg(long)]
         reason: Option<String>,
     },
+}
+
+// --- Microsoft Teams (docs/teams.md) ---
+
+#[derive(Debug, Clone, Args)]
+pub struct TeamsConfig {
+    /// The bot's Microsoft App ID (its Azure Bot resource): the audience of the Bot Framework's tokens. Unset: Teams is off.
+    #[arg(
+        id = "teams_app_id",
+        long = "teams-app-id",
+        env = "GATEBOT_TEAMS_APP_ID"
+    )]
+    pub app_id: Option<String>,
+
+    /// Entra (Azure AD) tenant ids whose Teams may talk to the bot, comma-separated; others are refused.
+    #[arg(
+        id = "teams_tenants",
+        long = "teams-tenants",
+        env = "GATEBOT_TEAMS_TENANTS",
+        value_delimiter = ','
+    )]
+    pub tenants: Vec<String>,
+
+    /// The Bot Framework's OpenID metadata document, which names its signing keys.
+    #[arg(
+        id = "teams_openid_metadata_url",
+        long = "teams-openid-metadata-url",
+        env = "GATEBOT_TEAMS_OPENID_METADATA_URL",
+        default_value = "https://login.botframework.com/v1/.well-known/openidconfiguration"
+    )]
+    pub openid_metadata_url: String,
+}
+
+impl TeamsConfig {
+    /// The app id when Teams is on.
+    pub fn app_id(&self) -> Option<&str> {
+        self.app_id
+            .as_deref()
+            .map(str::trim)
+            .filter(|id| !id.is_empty())
+    }
+
+    /// The tenants listed, trimmed, none empty.
+    pub fn tenants(&self) -> impl Iterator<Item = &str> {
+        self.tenants
+            .iter()
+            .map(|t| t.trim())
+            .filter(|t| !t.is_empty())
+    }
+
+    fn problems(&self) -> Vec<String> {
+        if self.app_id().is_none() || self.tenants().next().is_some() {
+            return Vec::new();
+        }
+        vec!["GATEBOT_TEAMS_APP_ID without GATEBOT_TEAMS_TENANTS: every request would be refused; list the tenant ids of your organisation".into()]
+    }
 }
 
 #[cfg(test)]

@@ -35,6 +35,7 @@ pub(crate) mod api;
 pub(crate) mod flagger;
 pub(crate) mod github;
 pub(crate) mod slack;
+pub(crate) mod teams;
 pub(crate) mod web;
 
 pub(crate) mod bootstrap;

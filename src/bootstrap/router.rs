@@ -204,6 +204,7 @@ fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, webhooks: Webhook
                 )),
         )
         .merge(slack::routes().route_layer(webhook_body(SLACK_BODY_LIMIT)))
+        .merge(crate::teams::routes(&state).route_layer(webhook_body(crate::teams::BODY_LIMIT)))
         .layer(axum::Extension(receipts));
 
     let rest = Router::new()
