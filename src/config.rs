@@ -1300,6 +1300,15 @@ pub struct TeamsConfig {
         default_value = "https://login.botframework.com/v1/.well-known/openidconfiguration"
     )]
     pub openid_metadata_url: String,
+
+    /// Who may act from Teams: Entra object ids (a person's `aadObjectId`), comma-separated. Empty: nobody.
+    #[arg(
+        id = "teams_approvers",
+        long = "teams-approvers",
+        env = "GATEBOT_TEAMS_APPROVERS",
+        value_delimiter = ','
+    )]
+    pub approvers: Vec<String>,
 }
 
 impl TeamsConfig {

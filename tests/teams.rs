@@ -10,7 +10,8 @@ use gatebot::testing::clock::{Clock, ManualClock, SharedClock};
 use gatebot::testing::notify::WorkerSettings;
 use gatebot::Options;
 use gatebot_testkit::fake_teams::{claims, unsigned, FakeBotFramework, TestKey};
-use gatebot_testkit::harness::{client, Backend, TestDb, TestServer};
+use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
+use gatebot_testkit::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
 use sqlx::Connection;
 
@@ -20,6 +21,8 @@ const TENANT: &str = "50612dbb-0237-4969-b378-8d42590f9c00";
 /// 2024-05-01T14:02:00Z
 const NOW: i64 = 1_714_572_120_000;
 const ROUTE: &str = "/webhooks/teams";
+/// The sender of the captured channel message, by Entra object id.
+const RIDO: &str = "b15a9416-0ad3-4172-9210-7beb711d3f70";
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/teams");
 
 struct Env {
@@ -44,6 +47,9 @@ async fn env(backend: Backend) -> Env {
     config.teams.app_id = Some(APP_ID.into());
     config.teams.tenants = vec![TENANT.into()];
     config.teams.openid_metadata_url = bot.metadata_url();
+    config.teams.approvers = vec![RIDO.into()];
+    config.github.repository = Some("acme/shop".parse().unwrap());
+    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
     let clock = ManualClock::new(NOW);
     let options = Options {
         clock: Some(clock.clone() as SharedClock),
@@ -337,4 +343,100 @@ async fn key_rotation(backend: Backend) {
     env.server.stop().await;
 }
 
-gatebot_testkit::on_both_stores!(refusals, replayed_once, key_rotation);
+impl Env {
+    /// Sends the captured message as activity `id`, saying `text` after the
+    /// mention of the bot, from `aad_object_id`; waits until it is applied.
+    async fn say(&self, id: &str, text: &str, aad_object_id: &str) {
+        let mut activity = message();
+        activity["id"] = json!(id);
+        activity["text"] = json!(format!("<at>ridotest</at> {text}"));
+        activity["from"]["aadObjectId"] = json!(aad_object_id);
+        assert_eq!(
+            self.post(Some(&self.token_for(&activity)), &activity).await,
+            200
+        );
+        self.server.drained().await;
+    }
+
+    async fn gate(&self, path: &str) -> Value {
+        self.server.api(&format!("/api/v1/gates{path}")).await
+    }
+
+    async fn audit(&self, gate: &str) -> Vec<Value> {
+        let a = self.server.api(&format!("/api/v1/audit?gate={gate}")).await;
+        a["audit"].as_array().unwrap().clone()
+    }
+}
+
+/// `@gatebot promote 42 reason` from an approver opens the gate, and
+/// Flagger's simulator promotes; someone else is refused, audited with
+/// words that say who may; hold and unhold take the same path.
+async fn typed_commands(backend: Backend) {
+    let env = env(backend).await;
+    let mut sim = FlaggerSim::new(
+        "podinfo",
+        "test",
+        Strategy::Canary {
+            step_weight: 50,
+            max_weight: 50,
+        },
+        pr_hooks(&env.server.url, 42),
+    );
+    sim.deploy("rev-a");
+    sim.tick().await;
+    assert_eq!(sim.phase(), Phase::Initialized);
+    sim.deploy("rev-b");
+    let gate = "/gates/promote/acme/shop/pr/42";
+
+    env.say(
+        "1",
+        "promote 42 ship it",
+        "00000000-0000-0000-0000-00000000beef",
+    )
+    .await;
+    assert_eq!(
+        env.gate("/promote/acme/shop/pr/42").await["state"],
+        "closed"
+    );
+    let refused = env.audit(gate).await;
+    let refusal = refused
+        .iter()
+        .find(|a| a["action"] == "refuse")
+        .unwrap_or_else(|| panic!("the refusal is audited: {refused:?}"));
+    let why = refusal["reason"].as_str().unwrap();
+    assert!(
+        why.contains("rido is not a Teams approver") && why.contains("GATEBOT_TEAMS_APPROVERS"),
+        "{why}"
+    );
+
+    env.say("2", "hold 42 not yet", RIDO).await;
+    assert_eq!(env.gate("/promote/acme/shop/pr/42").await["state"], "held");
+    env.say("3", "unhold 42", RIDO).await;
+    env.say("4", "promote 42 ship it", RIDO).await;
+    assert_eq!(env.gate("/promote/acme/shop/pr/42").await["state"], "open");
+    let open = env
+        .audit(gate)
+        .await
+        .into_iter()
+        .find(|a| a["action"] == "open")
+        .unwrap();
+    assert_eq!(open["reason"], "ship it");
+    assert_eq!(open["actor"]["source"], "teams");
+    assert_eq!(open["actor"]["name"], "rido");
+
+    for (result, n) in [("refused", 1.0), ("applied", 1.0)] {
+        let counter = format!(
+            "gatebot_commands_total{{source=\"teams\",command=\"promote\",result=\"{result}\"}}"
+        );
+        assert_eq!(env.server.metric(&counter).await, n, "{counter}");
+    }
+    env.say("5", "start 42", RIDO).await;
+    assert!(
+        sim.run_until(|s| s.promotions() == 1, 20).await,
+        "promoted: {:?}",
+        sim.phase()
+    );
+    env.server.stop().await;
+}
+
+gatebot_testkit::on_both_stores!(refusals, replayed_once, key_rotation, typed_commands);

@@ -209,7 +209,7 @@ impl Gatebot {
         let app_client = github.clone();
         let authors = github.map(|c| c as Arc<dyn crate::core::authors::AuthorLookup>);
         inbox_handlers.extend(slack::inbox_handlers(&state, authors)?);
-        inbox_handlers.extend(crate::teams::inbox_handlers(&state.config));
+        inbox_handlers.extend(crate::teams::inbox_handlers(&state));
         let inbox = Worker {
             queue: QueueName::Inbox,
             store: store.clone(),

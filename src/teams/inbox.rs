@@ -1,25 +1,157 @@
-//! Work on stored Teams activities (the inbox's `teams` source).
+//! Work on stored Teams activities (the inbox's `teams` source): a message
+//! typed to the bot (`@gatebot promote 42 reason`) is read with the Slack
+//! slash command's grammar once its mentions are stripped, and applied
+//! through the one command path with Teams' authorizer.
 
+use crate::command::{parse_freeze, parse_slash, Command, Verb};
+use crate::core::commands::{self, Subject};
+use crate::core::dispatch::{self, Outcome, Request};
+use crate::core::{AppState, Provenance};
+use crate::gate::{Actor, DeliveryId, Source};
 use crate::notify::{BoxFuture, Handler, SendError};
 use crate::store::QueueItem;
 
 use super::activity::Activity;
+use super::answers::{TeamsAuthorizer, TeamsDenied};
 
 /// A message typed to the bot.
 pub const MESSAGE: &str = "message";
 
-pub struct TeamsInbox;
+pub struct TeamsInbox {
+    pub state: AppState,
+}
 
 impl Handler for TeamsInbox {
     fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
         Box::pin(async move {
             let activity: Activity = serde_json::from_str(&item.payload)
                 .map_err(|e| SendError::Permanent(format!("stored activity: {e}")))?;
-            // Commands typed to the bot are not applied yet (docs/teams.md):
-            // the message is kept as a receipt, and said so in the log.
-            tracing::info!(kind = %activity.kind, from = %activity.from.name,
-                "Teams message received; commands from Teams are not applied yet");
+            let answer = self.message(&activity).await?;
+            // Replies are not posted to Teams yet (docs/teams.md): the
+            // outcome is in the audit log, and the answer in this line.
+            tracing::info!(from = %activity.from.name, answer = %answer, "Teams command");
             Ok(())
         })
+    }
+}
+
+/// The text with every `<at>…</at>` mention taken out, trimmed.
+pub fn without_mentions(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = find_ci(rest, "<at>") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start..];
+        match find_ci(after, "</at>") {
+            Some(end) => rest = &after[end + "</at>".len()..],
+            None => {
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn find_ci(haystack: &str, needle: &str) -> Option<usize> {
+    haystack
+        .as_bytes()
+        .windows(needle.len())
+        .position(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+impl TeamsInbox {
+    /// Applies the message's command; returns what the person would be told.
+    async fn message(&self, activity: &Activity) -> Result<String, SendError> {
+        let text = without_mentions(&activity.text);
+        let (command, subject) = match self.command(&text) {
+            Ok(parsed) => parsed,
+            Err(answer) => return Ok(answer),
+        };
+        let name = if activity.from.name.is_empty() {
+            activity.from.id.as_str()
+        } else {
+            activity.from.name.as_str()
+        };
+        let aad_object_id = activity.from.aad_object_id.as_deref();
+        let person = format!("teams:{}", aad_object_id.unwrap_or(&activity.from.id));
+        let request = Request {
+            command,
+            subject,
+            who: Provenance::new(Actor::new(name, Source::Teams))
+                .person(person)
+                .delivery(DeliveryId::teams(&activity.receipt_id()))
+                .written_at(activity.received_at),
+        };
+        let authorizer = TeamsAuthorizer {
+            state: &self.state,
+            aad_object_id,
+            name,
+        };
+        let outcome = dispatch::run(&self.state.engine, "teams", &request, &authorizer).await?;
+        Ok(answer(outcome))
+    }
+
+    /// The command and what it is about, or the answer when it is none.
+    fn command(&self, text: &str) -> Result<(Command, Subject), String> {
+        if let Some((verb, rest)) = crate::command::freeze_verb(text) {
+            let line = parse_freeze(rest);
+            let (scope, until) = line.read(self.state.engine.now())?;
+            let command = match verb {
+                "freeze" => Command::Freeze {
+                    scope,
+                    until,
+                    reason: line.reason.unwrap_or_default(),
+                },
+                _ => Command::Unfreeze { scope },
+            };
+            return Ok((command, Subject::Nothing));
+        }
+        let inv = parse_slash(text).map_err(|e| e.to_string())?;
+        if matches!(inv.command, Verb::Help | Verb::Status) {
+            return Err(format!(
+                "`{}` needs a reply, and replies to Teams are not sent yet",
+                inv.command.as_str()
+            ));
+        }
+        let default_repo = self.state.config.github.repository.as_ref();
+        match commands::subject_of(inv.target, default_repo)? {
+            Some(subject) => Ok((Command::from_verb(inv.command, inv.reason), subject)),
+            None => Err(format!(
+                "{} what? name a target, e.g. 42 or owner/repo#42",
+                inv.command.as_str()
+            )),
+        }
+    }
+}
+
+fn answer(outcome: Outcome<TeamsDenied>) -> String {
+    match outcome {
+        Outcome::Applied(applied) => applied.summary(),
+        Outcome::Denied(denied) => denied.to_string(),
+        Outcome::Invalid(invalid) => invalid.to_string(),
+        Outcome::Held { gate, by, via } => format!("{gate} is held by {by} via {via}"),
+        Outcome::WrittenBeforeClose { gate, .. } => {
+            format!("{gate} was closed after this was written: send it again")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_mentions;
+
+    #[test]
+    fn mentions_are_stripped() {
+        assert_eq!(
+            without_mentions("<at>gatebot</at> promote 42 ok by me"),
+            "promote 42 ok by me"
+        );
+        assert_eq!(
+            without_mentions("<AT>a b</AT>  hold <at>x</at>pr/1"),
+            "hold pr/1"
+        );
+        assert_eq!(without_mentions("status <at>open"), "status");
+        assert_eq!(without_mentions("héllo <at>ü</at> wörld"), "héllo wörld");
     }
 }

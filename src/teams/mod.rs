@@ -2,11 +2,12 @@
 //!
 //! - `routes`: `POST /webhooks/teams`, the Bot Framework's token checked
 //!   (`auth`, with the signing keys of `keys`), the activity stored.
-//! - `inbox`: stored activities.
+//! - `inbox`: stored messages, applied as commands (`answers`: who may).
 //!
 //! Off unless `GATEBOT_TEAMS_APP_ID` is set.
 
 pub mod activity;
+pub mod answers;
 pub mod auth;
 pub mod inbox;
 pub mod keys;
@@ -17,7 +18,6 @@ use std::sync::Arc;
 
 use axum::Router;
 
-use crate::config::Config;
 use crate::core::AppState;
 use crate::notify::Handler;
 
@@ -28,12 +28,12 @@ pub fn routes(state: &AppState) -> Router<AppState> {
     routes::routes(state)
 }
 
-pub fn inbox_handlers(config: &Config) -> HashMap<String, Arc<dyn Handler>> {
-    if config.teams.app_id().is_none() {
+pub fn inbox_handlers(state: &AppState) -> HashMap<String, Arc<dyn Handler>> {
+    if state.config.teams.app_id().is_none() {
         return HashMap::new();
     }
-    HashMap::from([(
-        "teams".to_string(),
-        Arc::new(inbox::TeamsInbox) as Arc<dyn Handler>,
-    )])
+    let handler = inbox::TeamsInbox {
+        state: state.clone(),
+    };
+    HashMap::from([("teams".to_string(), Arc::new(handler) as Arc<dyn Handler>)])
 }
