@@ -20,7 +20,7 @@ use crate::gate::{GateKind, RepoName};
 
 /// Environment variables that hold secrets (or their hashes) and may come
 /// from `<NAME>_FILE`.
-pub const SECRET_VARS: [&str; 12] = [
+pub const SECRET_VARS: [&str; 13] = [
     "GATEBOT_ADMIN_TOKEN",
     "GATEBOT_API_TOKENS",
     "GATEBOT_PIPELINE_TOKEN",
@@ -30,6 +30,7 @@ pub const SECRET_VARS: [&str; 12] = [
     "GATEBOT_SLACK_SIGNING_SECRET",
     "GATEBOT_SLACK_BOT_TOKEN",
     "GATEBOT_SLACK_APP_TOKEN",
+    "GATEBOT_TEAMS_APP_PASSWORD",
     "GATEBOT_DATABASE_URL",
     "GATEBOT_UI_SESSION_KEY",
     "GATEBOT_UI_GITHUB_CLIENT_SECRET",
@@ -205,6 +206,7 @@ pub fn unset_meaning(env: &str) -> Option<&'static str> {
         }
         "GATEBOT_SLACK_BOT_TOKEN" => "nothing is posted to Slack",
         "GATEBOT_TEAMS_APP_ID" => "Microsoft Teams is off: /webhooks/teams answers 404",
+        "GATEBOT_TEAMS_APP_PASSWORD" => "nothing is posted to Teams: commands are applied, unanswered",
         _ => return None,
     })
 }
@@ -1309,9 +1311,41 @@ pub struct TeamsConfig {
         value_delimiter = ','
     )]
     pub approvers: Vec<String>,
+
+    /// The bot's client secret (its app registration's "Certificates & secrets"): gatebot's answers are posted with a token it gets.
+    #[arg(long = "teams-app-password", env = "GATEBOT_TEAMS_APP_PASSWORD", value_parser = parse_secret, hide_env_values = true)]
+    pub app_password: Option<SecretString>,
+
+    /// The bot's tenant, for a single-tenant bot; unset: a multi-tenant bot's tokens come from botframework.com.
+    #[arg(long = "teams-tenant", env = "GATEBOT_TEAMS_TENANT")]
+    pub tenant: Option<String>,
+
+    /// The login service that issues the bot's tokens (tests point it at a fake).
+    #[arg(
+        id = "teams_login_url",
+        long = "teams-login-url",
+        env = "GATEBOT_TEAMS_LOGIN_URL",
+        default_value = "https://login.microsoftonline.com"
+    )]
+    pub login_url: String,
 }
 
 impl TeamsConfig {
+    /// The client secret when answers are posted.
+    pub fn app_password(&self) -> Option<&SecretString> {
+        self.app_password
+            .as_ref()
+            .filter(|p| !p.expose_secret().is_empty())
+    }
+
+    /// The single tenant of the bot, if any.
+    pub fn tenant(&self) -> Option<&str> {
+        self.tenant
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+    }
+
     /// The app id when Teams is on.
     pub fn app_id(&self) -> Option<&str> {
         self.app_id

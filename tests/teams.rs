@@ -48,6 +48,8 @@ async fn env(backend: Backend) -> Env {
     config.teams.tenants = vec![TENANT.into()];
     config.teams.openid_metadata_url = bot.metadata_url();
     config.teams.approvers = vec![RIDO.into()];
+    config.teams.app_password = Some("test-app-password".to_string().into());
+    config.teams.login_url = bot.url.clone();
     config.github.repository = Some("acme/shop".parse().unwrap());
     config.admin_token = Some(ADMIN_TOKEN.to_string().into());
     let clock = ManualClock::new(NOW);
@@ -76,9 +78,12 @@ fn fixture(name: &str) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-/// The captured channel message that mentions the bot.
-fn message() -> Value {
-    fixture("message.channel-mention-reply.teams-net-capture.json")
+/// The captured channel message that mentions the bot, from the fake
+/// connector's service URL (gatebot posts its answers there).
+fn message_at(service_url: &str) -> Value {
+    let mut activity = fixture("message.channel-mention-reply.teams-net-capture.json");
+    activity["serviceUrl"] = json!(service_url);
+    activity
 }
 
 fn service_url(activity: &Value) -> String {
@@ -86,6 +91,10 @@ fn service_url(activity: &Value) -> String {
 }
 
 impl Env {
+    fn message(&self) -> Value {
+        message_at(&self.bot.service_url())
+    }
+
     fn now_secs(&self) -> i64 {
         self.clock.now_secs()
     }
@@ -145,7 +154,7 @@ impl Env {
 /// Each token the spec refuses, one by one, next to the one it accepts.
 async fn refusals(backend: Backend) {
     let env = env(backend).await;
-    let activity = message();
+    let activity = env.message();
     let url = service_url(&activity);
     let now = env.now_secs();
     let with = |change: Value| {
@@ -270,7 +279,7 @@ async fn refusals(backend: Backend) {
 /// A replayed activity (same token, same body) is stored once.
 async fn replayed_once(backend: Backend) {
     let env = env(backend).await;
-    let activity = message();
+    let activity = env.message();
     let token = env.token_for(&activity);
     for _ in 0..3 {
         assert_eq!(env.post(Some(&token), &activity).await, 200);
@@ -288,7 +297,7 @@ async fn replayed_once(backend: Backend) {
 /// once every 5 minutes; a new key is accepted after the refresh.
 async fn key_rotation(backend: Backend) {
     let env = env(backend).await;
-    let activity = message();
+    let activity = env.message();
     assert_eq!(
         env.post(Some(&env.token_for(&activity)), &activity).await,
         200
@@ -347,7 +356,7 @@ impl Env {
     /// Sends the captured message as activity `id`, saying `text` after the
     /// mention of the bot, from `aad_object_id`; waits until it is applied.
     async fn say(&self, id: &str, text: &str, aad_object_id: &str) {
-        let mut activity = message();
+        let mut activity = self.message();
         activity["id"] = json!(id);
         activity["text"] = json!(format!("<at>ridotest</at> {text}"));
         activity["from"]["aadObjectId"] = json!(aad_object_id);
@@ -439,4 +448,62 @@ async fn typed_commands(backend: Backend) {
     env.server.stop().await;
 }
 
-gatebot_testkit::on_both_stores!(refusals, replayed_once, key_rotation, typed_commands);
+/// Each command is answered in its thread through the outbox, with the
+/// bot's token (fetched once, kept); a 429 is tried again after its
+/// Retry-After.
+async fn answers_are_posted(backend: Backend) {
+    let env = env(backend).await;
+    env.say("1", "promote 42 ship it", RIDO).await;
+    env.say("2", "promote 43", "00000000-0000-0000-0000-00000000beef")
+        .await;
+    let sent = env.bot.sent();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    let conversation = env.message()["conversation"]["id"].clone();
+    for s in &sent {
+        assert_eq!(json!(s.conversation_id), conversation);
+        assert_eq!(s.auth.as_deref(), Some("Bearer test-bot-token-1"));
+        assert_eq!(s.activity["type"], "message");
+        assert_eq!(s.activity["textFormat"], "plain");
+    }
+    assert_eq!(sent[0].activity["replyToId"], "1");
+    let done = sent[0].activity["text"].as_str().unwrap();
+    assert!(done.contains("/gates/promote/acme/shop/pr/42"), "{done}");
+    let refused = sent[1].activity["text"].as_str().unwrap();
+    assert!(
+        refused.contains("rido is not a Teams approver"),
+        "{refused}"
+    );
+    assert_eq!(
+        env.bot.token_requests(),
+        vec!["botframework.com".to_string()]
+    );
+
+    env.bot.throttle_next(2);
+    env.say("3", "help", RIDO).await;
+    assert_eq!(env.bot.sent().len(), 3);
+    assert_eq!(env.bot.sent()[2].status, 429);
+    env.clock.advance(2_000);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while env.bot.sent().len() < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the throttled answer was not sent again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let help = env.bot.sent()[3].clone();
+    assert_eq!(help.status, 200);
+    assert!(
+        help.activity["text"].as_str().unwrap().contains("promote"),
+        "{help:?}"
+    );
+    env.server.stop().await;
+}
+
+gatebot_testkit::on_both_stores!(
+    refusals,
+    replayed_once,
+    key_rotation,
+    typed_commands,
+    answers_are_posted
+);

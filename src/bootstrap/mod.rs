@@ -110,6 +110,7 @@ impl Gatebot {
             &metrics,
         ));
         sinks.extend(slack::sinks(&config, &store, &templates, &clock, &metrics)?);
+        sinks.extend(crate::teams::sinks(&config, &clock, &metrics));
         let notifier = Notifier::new(sinks);
         let engine = Engine::new(
             store.clone(),

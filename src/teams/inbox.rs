@@ -13,12 +13,15 @@ use crate::store::QueueItem;
 
 use super::activity::Activity;
 use super::answers::{TeamsAuthorizer, TeamsDenied};
+use super::sink::Reply;
 
 /// A message typed to the bot.
 pub const MESSAGE: &str = "message";
 
 pub struct TeamsInbox {
     pub state: AppState,
+    /// Whether answers are posted (GATEBOT_TEAMS_APP_PASSWORD is set).
+    pub replies: bool,
 }
 
 impl Handler for TeamsInbox {
@@ -27,10 +30,8 @@ impl Handler for TeamsInbox {
             let activity: Activity = serde_json::from_str(&item.payload)
                 .map_err(|e| SendError::Permanent(format!("stored activity: {e}")))?;
             let answer = self.message(&activity).await?;
-            // Replies are not posted to Teams yet (docs/teams.md): the
-            // outcome is in the audit log, and the answer in this line.
             tracing::info!(from = %activity.from.name, answer = %answer, "Teams command");
-            Ok(())
+            self.reply(&activity, answer).await
         })
     }
 }
@@ -61,6 +62,27 @@ fn find_ci(haystack: &str, needle: &str) -> Option<usize> {
 }
 
 impl TeamsInbox {
+    /// Queues the answer, posted in the message's thread by the outbox.
+    async fn reply(&self, activity: &Activity, text: String) -> Result<(), SendError> {
+        if !self.replies {
+            return Ok(());
+        }
+        let job = Reply {
+            service_url: activity.service_url.clone(),
+            conversation_id: activity.conversation.id.clone(),
+            reply_to_id: activity.id.clone(),
+            text,
+        }
+        .job()
+        .map_err(|e| SendError::Permanent(e.to_string()))?;
+        self.state
+            .engine
+            .enqueue(&[job])
+            .await
+            .map_err(|e| SendError::retry(format!("store: {e}")))
+            .map(drop)
+    }
+
     /// Applies the message's command; returns what the person would be told.
     async fn message(&self, activity: &Activity) -> Result<String, SendError> {
         let text = without_mentions(&activity.text);
@@ -108,11 +130,13 @@ impl TeamsInbox {
             return Ok((command, Subject::Nothing));
         }
         let inv = parse_slash(text).map_err(|e| e.to_string())?;
-        if matches!(inv.command, Verb::Help | Verb::Status) {
-            return Err(format!(
-                "`{}` needs a reply, and replies to Teams are not sent yet",
-                inv.command.as_str()
-            ));
+        match inv.command {
+            Verb::Help => return Err(help()),
+            Verb::Status => return Err(
+                "status is not answered in Teams yet: see the web pages or `gatebot gates list`"
+                    .into(),
+            ),
+            _ => {}
         }
         let default_repo = self.state.config.github.repository.as_ref();
         match commands::subject_of(inv.target, default_repo)? {
@@ -123,6 +147,18 @@ impl TeamsInbox {
             )),
         }
     }
+}
+
+/// `@gatebot help`: each command, one a line.
+fn help() -> String {
+    let lines: Vec<String> = dispatch::help()
+        .iter()
+        .map(|c| format!("{}: {}", c.name, c.description))
+        .collect();
+    format!(
+        "Write @gatebot <command> <target> [reason], e.g. @gatebot promote 42 looks good\n{}",
+        lines.join("\n")
+    )
 }
 
 fn answer(outcome: Outcome<TeamsDenied>) -> String {

@@ -4,12 +4,20 @@
 //! minted as the Bot Framework mints them for a bot (RS256, a key id,
 //! issuer `https://api.botframework.com`, the bot's app id as audience, the
 //! `serviceurl` claim). It counts how often its keys are fetched.
+//!
+//! It is also the login service (client-credentials tokens, answered as the
+//! fixture token-response.client-credentials.docs-example.json shows) and the
+//! Bot Connector under `{url}/teams/` (the activities sent to a conversation,
+//! recorded and answered with an id as the recorded connector answers; 429
+//! with Retry-After on demand).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use axum::extract::State;
-use axum::routing::get;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -100,10 +108,25 @@ pub fn claims(app_id: &str, service_url: &str, now_secs: i64) -> Value {
     })
 }
 
+/// An activity the bot sent to a conversation.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub conversation_id: String,
+    pub activity: Value,
+    pub auth: Option<String>,
+    /// What the fake answered.
+    pub status: u16,
+}
+
 struct Inner {
     published: Mutex<Vec<TestKey>>,
     key_fetches: AtomicUsize,
     base: String,
+    /// Tenants tokens were asked for, in order.
+    tokens: Mutex<Vec<String>>,
+    sent: Mutex<Vec<Sent>>,
+    /// Retry-After seconds of the 429s to answer next.
+    throttle: Mutex<Vec<u64>>,
 }
 
 #[derive(Clone)]
@@ -121,10 +144,15 @@ impl FakeBotFramework {
             published: Mutex::new(keys.to_vec()),
             key_fetches: AtomicUsize::new(0),
             base: url.clone(),
+            tokens: Mutex::default(),
+            sent: Mutex::default(),
+            throttle: Mutex::default(),
         });
         let app = Router::new()
             .route("/v1/.well-known/openidconfiguration", get(metadata))
             .route("/v1/.well-known/keys", get(key_set))
+            .route("/{tenant}/oauth2/v2.0/token", post(token))
+            .route("/teams/v3/conversations/{id}/activities", post(send))
             .with_state(inner.clone());
         tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
@@ -140,6 +168,26 @@ impl FakeBotFramework {
     /// Lists `key` from now on, next to the others (a key rotation).
     pub fn publish(&self, key: &TestKey) {
         self.inner.published.lock().unwrap().push(key.clone());
+    }
+
+    /// The service URL activities name, for the fake connector.
+    pub fn service_url(&self) -> String {
+        format!("{}/teams/", self.url)
+    }
+
+    /// Tenants the bot asked tokens for.
+    pub fn token_requests(&self) -> Vec<String> {
+        self.inner.tokens.lock().unwrap().clone()
+    }
+
+    /// Every activity sent, answered or not.
+    pub fn sent(&self) -> Vec<Sent> {
+        self.inner.sent.lock().unwrap().clone()
+    }
+
+    /// The next send is answered 429 with `Retry-After: secs`.
+    pub fn throttle_next(&self, secs: u64) {
+        self.inner.throttle.lock().unwrap().push(secs);
     }
 
     /// How often the key set was read.
@@ -170,4 +218,54 @@ async fn key_set(State(inner): State<Arc<Inner>>) -> Json<Value> {
         .map(TestKey::jwk)
         .collect();
     Json(json!({ "keys": keys }))
+}
+
+async fn token(State(inner): State<Arc<Inner>>, Path(tenant): Path<String>) -> Json<Value> {
+    inner.tokens.lock().unwrap().push(tenant.clone());
+    let n = inner.tokens.lock().unwrap().len();
+    Json(json!({
+        "token_type": "Bearer",
+        "expires_in": 3600,
+        "ext_expires_in": 3600,
+        "access_token": format!("test-bot-token-{n}"),
+    }))
+}
+
+async fn send(
+    State(inner): State<Arc<Inner>>,
+    Path(conversation_id): Path<String>,
+    headers: HeaderMap,
+    Json(activity): Json<Value>,
+) -> Response {
+    let throttled = {
+        let mut t = inner.throttle.lock().unwrap();
+        (!t.is_empty()).then(|| t.remove(0))
+    };
+    let status = if throttled.is_some() { 429 } else { 200 };
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let n = {
+        let mut sent = inner.sent.lock().unwrap();
+        sent.push(Sent {
+            conversation_id,
+            activity,
+            auth,
+            status,
+        });
+        sent.len()
+    };
+    match throttled {
+        Some(secs) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", secs.to_string())],
+        )
+            .into_response(),
+        None => (
+            StatusCode::OK,
+            Json(json!({ "id": format!("1562094704.{n:06}") })),
+        )
+            .into_response(),
+    }
 }
