@@ -497,6 +497,18 @@ async fn answers_are_posted(backend: Backend) {
         help.activity["text"].as_str().unwrap().contains("promote"),
         "{help:?}"
     );
+
+    // Anyone may ask for status.
+    env.say("4", "status 42", "00000000-0000-0000-0000-00000000beef")
+        .await;
+    let status = env.bot.sent()[4].activity["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        status.contains("/gates/promote/acme/shop/pr/42: open by rido via teams"),
+        "{status}"
+    );
     env.server.stop().await;
 }
 

@@ -86,6 +86,11 @@ impl TeamsInbox {
     /// Applies the message's command; returns what the person would be told.
     async fn message(&self, activity: &Activity) -> Result<String, SendError> {
         let text = without_mentions(&activity.text);
+        if let Ok(inv) = parse_slash(&text) {
+            if inv.command == Verb::Status {
+                return self.status(inv.target).await;
+            }
+        }
         let (command, subject) = match self.command(&text) {
             Ok(parsed) => parsed,
             Err(answer) => return Ok(answer),
@@ -130,13 +135,8 @@ impl TeamsInbox {
             return Ok((command, Subject::Nothing));
         }
         let inv = parse_slash(text).map_err(|e| e.to_string())?;
-        match inv.command {
-            Verb::Help => return Err(help()),
-            Verb::Status => return Err(
-                "status is not answered in Teams yet: see the web pages or `gatebot gates list`"
-                    .into(),
-            ),
-            _ => {}
+        if inv.command == Verb::Help {
+            return Err(help());
         }
         let default_repo = self.state.config.github.repository.as_ref();
         match commands::subject_of(inv.target, default_repo)? {
@@ -146,6 +146,47 @@ impl TeamsInbox {
                 inv.command.as_str()
             )),
         }
+    }
+}
+
+impl TeamsInbox {
+    /// `@gatebot status [target]`: the target's gates, or the gates a canary
+    /// waits at. Anyone may ask, as in Slack.
+    async fn status(&self, target: Option<crate::command::Target>) -> Result<String, SendError> {
+        let engine = &self.state.engine;
+        let default_repo = self.state.config.github.repository.as_ref();
+        let subject = match commands::subject_of(target, default_repo) {
+            Ok(subject) => subject,
+            Err(e) => return Ok(e),
+        };
+        let store = |e: crate::core::EngineError| SendError::retry(e.to_string());
+        let (gates, label) = match &subject {
+            Some(s) => (
+                commands::status(engine, s).await.map_err(store)?,
+                s.display(),
+            ),
+            None => (
+                engine
+                    .list()
+                    .await
+                    .map_err(|e| SendError::retry(e.to_string()))?
+                    .into_iter()
+                    .filter(|g| g.canaries.iter().any(|c| c.waiting_since.is_some()))
+                    .collect(),
+                "this gatebot (gates with a canary waiting)".to_string(),
+            ),
+        };
+        if gates.is_empty() {
+            return Ok(format!("No gates known for {label} yet."));
+        }
+        let lines: Vec<String> = gates
+            .iter()
+            .map(|g| match &g.by {
+                Some(by) => format!("{}: {} by {} via {}", g.gate, g.state, by.name, by.source),
+                None => format!("{}: {}", g.gate, g.state),
+            })
+            .collect();
+        Ok(format!("Gates of {label}:\n{}", lines.join("\n")))
     }
 }
 
