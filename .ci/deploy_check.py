@@ -51,9 +51,10 @@ if (ROOT / ".env.example").is_file():
 SECRET_ENV = {
     "GATEBOT_ADMIN_TOKEN", "GATEBOT_GITHUB_WEBHOOK_SECRET", "GATEBOT_GITHUB_TOKEN",
     "GATEBOT_GITHUB_APP_PRIVATE_KEY", "GATEBOT_SLACK_SIGNING_SECRET", "GATEBOT_SLACK_BOT_TOKEN",
-    "GATEBOT_SLACK_APP_TOKEN",
+    "GATEBOT_SLACK_APP_TOKEN", "GATEBOT_TEAMS_APP_PASSWORD",
 }
-WEBHOOK_PATHS = ["/webhooks/github", "/webhooks/slack/interactions", "/webhooks/slack/commands"]
+WEBHOOK_PATHS = ["/webhooks/github", "/webhooks/slack/interactions", "/webhooks/slack/commands",
+                 "/webhooks/teams"]
 SQLITE_URL = "sqlite:///data/gatebot.db"
 # No image is published, so the chart has no default: every render names one, as an install must.
 IMAGE = {"image": {"repository": "registry.example.com/platform/gatebot"}}
@@ -131,6 +132,11 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "networkPolicy": {"ingressNamespace": ""},
         "volumes": [{"name": "ca", "configMap": {"name": "corporate-ca"}}],
         "volumeMounts": [{"name": "ca", "mountPath": "/etc/gatebot/ca", "readOnly": True}],
+    },
+    "teams": {
+        "teams": {"appId": "0b6fe6d1-fece-44f7-9a48-56465e2d5ab8", "appPassword": "teams-secret-1",
+                  "tenants": ["50612dbb-0237-4969-b378-8d42590f9c00", "72f988bf-86f1-41af-91ab-2d7cd011db47"],
+                  "approvers": ["b15a9416-0ad3-4172-9210-7beb711d3f70"]},
     },
     "limits": {"limits": {"headerReadTimeout": "3s", "idleTimeout": "75s", "maxConnections": 256,
                           "bodyReadTimeout": "5s", "requestTimeout": "8s"}},
@@ -581,7 +587,7 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         text = notes(raw["exposed"])
         for p in WEBHOOK_PATHS:
             expect(f"https://gatebot.example.com{p}" in text, f"NOTES lacks the URL for {p}")
-        return "3 Exact webhook paths per host; /gates and /api not exposed"
+        return f"{len(WEBHOOK_PATHS)} Exact webhook paths per host; /gates and /api not exposed"
     ck.run("ingress exposes only the webhooks", ingress_check)
 
     def sm_pdb() -> str:
@@ -618,7 +624,8 @@ def chart_checks(ck: Checks, chart: Path) -> None:
             if env == "GATEBOT_FLAGGER_TOKENS":
                 continue  # the generated token's own Secret (the Flagger tokens check)
             expect(sname == "gatebot" and key in keys, f"{env} refers to a missing key {key}")
-        expect(set(refs) == SECRET_ENV - {"GATEBOT_GITHUB_APP_PRIVATE_KEY", "GATEBOT_SLACK_APP_TOKEN"}
+        expect(set(refs) == SECRET_ENV - {"GATEBOT_GITHUB_APP_PRIVATE_KEY", "GATEBOT_SLACK_APP_TOKEN",
+                                          "GATEBOT_TEAMS_APP_PASSWORD"}
                | {"GATEBOT_DATABASE_URL", "GATEBOT_FLAGGER_TOKENS"}, f"secret env {sorted(refs)}")
         expect(base64.b64decode(secret["data"]["database-url"]).decode()
                == SCENARIOS["postgres"]["postgres"]["url"], "database-url content")
@@ -816,7 +823,31 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         expect("xapp-1-A0-1-secret" not in json.dumps(one(docs, "Deployment")),
                "the app token appears in the Deployment")
         return "loadtester.openAccess, extra volumes and mounts, Socket Mode token"
+
+    def teams() -> str:
+        docs = need("teams")
+        c = container_of(docs)
+        envs = env_map(c)
+        values = SCENARIOS["teams"]["teams"]
+        expect(envs.get("GATEBOT_TEAMS_APP_ID", {}).get("value") == values["appId"], "app id")
+        expect(envs.get("GATEBOT_TEAMS_TENANTS", {}).get("value") == ",".join(values["tenants"]),
+               "tenants, comma-separated")
+        expect(envs.get("GATEBOT_TEAMS_APPROVERS", {}).get("value") == ",".join(values["approvers"]),
+               "approvers, comma-separated")
+        expect("GATEBOT_TEAMS_TENANT" not in envs, "no single tenant unless set")
+        expect(not any(n.startswith("GATEBOT_TEAMS_") for n in env_map(container_of(need("defaults")))),
+               "Teams is off by default")
+        refs = secret_refs(c)
+        expect(refs.get("GATEBOT_TEAMS_APP_PASSWORD") == ("gatebot", "teams-app-password", False),
+               f"app password from the Secret, got {refs.get('GATEBOT_TEAMS_APP_PASSWORD')}")
+        secret = one(docs, "Secret")
+        expect(base64.b64decode(secret["data"]["teams-app-password"]).decode() == "teams-secret-1",
+               "teams-app-password content")
+        expect("teams-secret-1" not in json.dumps(one(docs, "Deployment")),
+               "the app password appears in the Deployment")
+        return "app id, tenants and approvers in env; the password from the Secret"
     ck.run("loadtester.openAccess, volumes and volumeMounts, Socket Mode", private_cluster)
+    ck.run("Teams: settings in env, the app password from the Secret", teams)
 
     def kubernetes_lookup() -> str:
         docs = need("kubernetes-lookup")

@@ -20,7 +20,7 @@ use crate::gate::{GateKind, RepoName};
 
 /// Environment variables that hold secrets (or their hashes) and may come
 /// from `<NAME>_FILE`.
-pub const SECRET_VARS: [&str; 12] = [
+pub const SECRET_VARS: [&str; 13] = [
     "GATEBOT_ADMIN_TOKEN",
     "GATEBOT_API_TOKENS",
     "GATEBOT_PIPELINE_TOKEN",
@@ -30,6 +30,7 @@ pub const SECRET_VARS: [&str; 12] = [
     "GATEBOT_SLACK_SIGNING_SECRET",
     "GATEBOT_SLACK_BOT_TOKEN",
     "GATEBOT_SLACK_APP_TOKEN",
+    "GATEBOT_TEAMS_APP_PASSWORD",
     "GATEBOT_DATABASE_URL",
     "GATEBOT_UI_SESSION_KEY",
     "GATEBOT_UI_GITHUB_CLIENT_SECRET",
@@ -204,6 +205,8 @@ pub fn unset_meaning(env: &str) -> Option<&'static str> {
             "no Socket Mode: Slack must reach /webhooks/slack/* over a public URL"
         }
         "GATEBOT_SLACK_BOT_TOKEN" => "nothing is posted to Slack",
+        "GATEBOT_TEAMS_APP_ID" => "Microsoft Teams is off: /webhooks/teams answers 404",
+        "GATEBOT_TEAMS_APP_PASSWORD" => "nothing is posted to Teams: commands are applied, unanswered",
         _ => return None,
     })
 }
@@ -568,6 +571,9 @@ pub struct Config {
 
     #[command(flatten)]
     pub slack: SlackConfig,
+
+    #[command(flatten)]
+    pub teams: TeamsConfig,
 
     #[command(flatten)]
     pub ui: UiConfig,
@@ -947,6 +953,7 @@ impl Config {
                 ));
             }
         }
+        out.extend(self.teams.problems());
         out
     }
 }
@@ -1306,6 +1313,103 @@ pub enum GatesAction {
         #[arg(long)]
         reason: Option<String>,
     },
+}
+
+// --- Microsoft Teams (docs/teams.md) ---
+
+#[derive(Debug, Clone, Args)]
+pub struct TeamsConfig {
+    /// The bot's Microsoft App ID (its Azure Bot resource): the audience of the Bot Framework's tokens. Unset: Teams is off.
+    #[arg(
+        id = "teams_app_id",
+        long = "teams-app-id",
+        env = "GATEBOT_TEAMS_APP_ID"
+    )]
+    pub app_id: Option<String>,
+
+    /// Entra (Azure AD) tenant ids whose Teams may talk to the bot, comma-separated; others are refused.
+    #[arg(
+        id = "teams_tenants",
+        long = "teams-tenants",
+        env = "GATEBOT_TEAMS_TENANTS",
+        value_delimiter = ','
+    )]
+    pub tenants: Vec<String>,
+
+    /// The Bot Framework's OpenID metadata document, which names its signing keys.
+    #[arg(
+        id = "teams_openid_metadata_url",
+        long = "teams-openid-metadata-url",
+        env = "GATEBOT_TEAMS_OPENID_METADATA_URL",
+        default_value = "https://login.botframework.com/v1/.well-known/openidconfiguration"
+    )]
+    pub openid_metadata_url: String,
+
+    /// Who may act from Teams: Entra object ids (a person's `aadObjectId`), comma-separated. Empty: nobody.
+    #[arg(
+        id = "teams_approvers",
+        long = "teams-approvers",
+        env = "GATEBOT_TEAMS_APPROVERS",
+        value_delimiter = ','
+    )]
+    pub approvers: Vec<String>,
+
+    /// The bot's client secret (its app registration's "Certificates & secrets"): gatebot's answers are posted with a token it gets.
+    #[arg(long = "teams-app-password", env = "GATEBOT_TEAMS_APP_PASSWORD", value_parser = parse_secret, hide_env_values = true)]
+    pub app_password: Option<SecretString>,
+
+    /// The bot's tenant, for a single-tenant bot; unset: a multi-tenant bot's tokens come from botframework.com.
+    #[arg(long = "teams-tenant", env = "GATEBOT_TEAMS_TENANT")]
+    pub tenant: Option<String>,
+
+    /// The login service that issues the bot's tokens (tests point it at a fake).
+    #[arg(
+        id = "teams_login_url",
+        long = "teams-login-url",
+        env = "GATEBOT_TEAMS_LOGIN_URL",
+        default_value = "https://login.microsoftonline.com"
+    )]
+    pub login_url: String,
+}
+
+impl TeamsConfig {
+    /// The client secret when answers are posted.
+    pub fn app_password(&self) -> Option<&SecretString> {
+        self.app_password
+            .as_ref()
+            .filter(|p| !p.expose_secret().is_empty())
+    }
+
+    /// The single tenant of the bot, if any.
+    pub fn tenant(&self) -> Option<&str> {
+        self.tenant
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+    }
+
+    /// The app id when Teams is on.
+    pub fn app_id(&self) -> Option<&str> {
+        self.app_id
+            .as_deref()
+            .map(str::trim)
+            .filter(|id| !id.is_empty())
+    }
+
+    /// The tenants listed, trimmed, none empty.
+    pub fn tenants(&self) -> impl Iterator<Item = &str> {
+        self.tenants
+            .iter()
+            .map(|t| t.trim())
+            .filter(|t| !t.is_empty())
+    }
+
+    fn problems(&self) -> Vec<String> {
+        if self.app_id().is_none() || self.tenants().next().is_some() {
+            return Vec::new();
+        }
+        vec!["GATEBOT_TEAMS_APP_ID without GATEBOT_TEAMS_TENANTS: every request would be refused; list the tenant ids of your organisation".into()]
+    }
 }
 
 #[cfg(test)]

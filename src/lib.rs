@@ -36,6 +36,7 @@ pub(crate) mod api;
 pub(crate) mod flagger;
 pub(crate) mod github;
 pub(crate) mod slack;
+pub(crate) mod teams;
 pub(crate) mod web;
 
 pub(crate) mod bootstrap;

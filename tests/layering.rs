@@ -17,7 +17,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("support", &["kubernetes", "policy", "store", "telemetry"]),
     ("support", &["notify", "http"]),
     ("core", &["core"]),
-    ("channels", &["flagger", "api", "github", "slack", "web"]),
+    (
+        "channels",
+        &["flagger", "api", "github", "slack", "teams", "web"],
+    ),
     ("bootstrap", &["bootstrap"]),
     // Entry points for the fuzz targets in fuzz/: may use every module.
     ("fuzzing", &["fuzzing"]),

@@ -292,6 +292,7 @@ impl Base {
         let (store, clock, metrics) = (&self.store, &self.clock, &self.metrics);
         let mut sinks = github::sinks(github, config, store, templates, clock, metrics);
         sinks.extend(slack::sinks(config, store, templates, clock, metrics)?);
+        sinks.extend(crate::teams::sinks(config, clock, metrics));
         Ok(sinks)
     }
 
@@ -440,6 +441,7 @@ impl Workers {
             .github
             .map(|c| c as Arc<dyn crate::core::authors::AuthorLookup>);
         handlers.extend(slack::inbox_handlers(state, authors)?);
+        handlers.extend(crate::teams::inbox_handlers(state));
         let settings = WorkerSettings {
             base_backoff: Duration::from_millis(500),
             ..settings

@@ -78,7 +78,7 @@ fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, webhooks: Webhook
     let rest = Router::new()
         .merge(flagger_routes(&state, read_timeout))
         .merge(api_routes(read_timeout))
-        .merge(webhook_routes(webhooks, read_timeout))
+        .merge(webhook_routes(&state, webhooks, read_timeout))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
@@ -210,7 +210,11 @@ fn api_routes(read_timeout: std::time::Duration) -> Router<AppState> {
 
 /// GitHub's and Slack's webhooks, stored by one receipt writer: more
 /// deliveries per commit.
-fn webhook_routes(webhooks: Webhooks, read_timeout: std::time::Duration) -> Router<AppState> {
+fn webhook_routes(
+    state: &AppState,
+    webhooks: Webhooks,
+    read_timeout: std::time::Duration,
+) -> Router<AppState> {
     let Webhooks {
         receipts,
         redeliveries,
@@ -234,6 +238,7 @@ fn webhook_routes(webhooks: Webhooks, read_timeout: std::time::Duration) -> Rout
                 )),
         )
         .merge(slack::routes().route_layer(webhook_body(SLACK_BODY_LIMIT)))
+        .merge(crate::teams::routes(state).route_layer(webhook_body(crate::teams::BODY_LIMIT)))
         .layer(axum::Extension(receipts))
 }
 

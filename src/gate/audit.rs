@@ -111,6 +111,11 @@ impl DeliveryId {
         Self(format!("slack:{trigger_id}"))
     }
 
+    /// A Teams activity, by its receipt id (conversation and activity id).
+    pub fn teams(receipt_id: &str) -> Self {
+        Self(format!("teams:{receipt_id}"))
+    }
+
     /// An id read back from the store, as it was written.
     pub fn stored(text: String) -> Self {
         Self(text)

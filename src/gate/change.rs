@@ -23,6 +23,8 @@ pub enum Source {
     Gatebot,
     /// The pages under /ui.
     Web,
+    /// The Microsoft Teams bot.
+    Teams,
 }
 
 impl Source {
@@ -35,6 +37,7 @@ impl Source {
             Self::Loadtester => "loadtester",
             Self::Gatebot => "gatebot",
             Self::Web => "web",
+            Self::Teams => "teams",
         }
     }
 
@@ -46,6 +49,7 @@ impl Source {
             "loadtester" => Self::Loadtester,
             "gatebot" => Self::Gatebot,
             "web" => Self::Web,
+            "teams" => Self::Teams,
             _ => Self::Api,
         }
     }

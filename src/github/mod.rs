@@ -89,13 +89,7 @@ pub(crate) fn unanswered(e: SendError) -> CommandError {
 /// A command not done, in the outbox's terms: given up when trying again
 /// cannot help, tried again (when GitHub said, at that time) otherwise.
 pub(crate) fn send_error(e: CommandError) -> SendError {
-    match e.lasting() {
-        true => SendError::Permanent(e.to_string()),
-        false => SendError::Retry {
-            after: e.retry_after(),
-            message: e.to_string(),
-        },
-    }
+    SendError::of(e.lasting(), e.retry_after(), e.to_string())
 }
 
 pub fn sinks(

@@ -181,6 +181,15 @@ impl SendError {
         }
     }
 
+    /// Given up when trying again cannot help (`lasting`), else tried again,
+    /// at `after` when the other side said when.
+    pub fn of(lasting: bool, after: Option<Duration>, message: String) -> Self {
+        match lasting {
+            true => Self::Permanent(message),
+            false => Self::Retry { after, message },
+        }
+    }
+
     pub fn message(&self) -> &str {
         match self {
             Self::Retry { message, .. } | Self::Permanent(message) => message,

@@ -343,13 +343,7 @@ impl SlackInbox {
 /// The outbox's terms for a command not done: given up when trying again
 /// cannot help, tried again (when Slack or GitHub said, at that time) otherwise.
 fn send_error(e: CommandError) -> SendError {
-    match e.lasting() {
-        true => SendError::Permanent(e.to_string()),
-        false => SendError::Retry {
-            after: e.retry_after(),
-            message: e.to_string(),
-        },
-    }
+    SendError::of(e.lasting(), e.retry_after(), e.to_string())
 }
 
 /// Slack's words for what no one may send.

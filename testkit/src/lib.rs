@@ -13,6 +13,7 @@ pub mod fake_github;
 pub mod fake_kube;
 pub mod fake_slack;
 pub mod fake_socket_mode;
+pub mod fake_teams;
 pub mod flagger;
 pub mod github_payloads;
 pub mod harness;

@@ -92,7 +92,7 @@ Name of the Secret holding the Flagger token the chart generates.
 */}}
 {{- define "gatebot.createSecret" -}}
 {{- $v := .Values }}
-{{- if and (not $v.existingSecret) (or $v.adminToken $v.pipelineToken $v.github.webhookSecret $v.github.token $v.github.appPrivateKey $v.slack.signingSecret $v.slack.botToken $v.slack.appToken $v.postgres.url) }}true{{ end }}
+{{- if and (not $v.existingSecret) (or $v.adminToken $v.pipelineToken $v.github.webhookSecret $v.github.token $v.github.appPrivateKey $v.slack.signingSecret $v.slack.botToken $v.slack.appToken $v.teams.appPassword $v.postgres.url) }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -107,6 +107,7 @@ GATEBOT_GITHUB_APP_PRIVATE_KEY: [github.appPrivateKey, githubAppPrivateKey]
 GATEBOT_SLACK_SIGNING_SECRET: [slack.signingSecret, slackSigningSecret]
 GATEBOT_SLACK_BOT_TOKEN: [slack.botToken, slackBotToken]
 GATEBOT_SLACK_APP_TOKEN: [slack.appToken, slackAppToken]
+GATEBOT_TEAMS_APP_PASSWORD: [teams.appPassword, teamsAppPassword]
 {{- end }}
 
 {{/*

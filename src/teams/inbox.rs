@@ -1,0 +1,242 @@
+//! Work on stored Teams activities (the inbox's `teams` source): a message
+//! typed to the bot (`@gatebot promote 42 reason`) is read with the Slack
+//! slash command's grammar once its mentions are stripped, and applied
+//! through the one command path with Teams' authorizer.
+
+use crate::command::{parse_freeze, parse_slash, Command, Verb};
+use crate::core::commands::{self, Subject};
+use crate::core::dispatch::{self, Outcome, Request};
+use crate::core::{AppState, CommandError, Provenance};
+use crate::gate::{Actor, DeliveryId, Source};
+use crate::notify::{BoxFuture, Handler, SendError};
+use crate::store::QueueItem;
+
+use super::activity::Activity;
+use super::answers::{TeamsAuthorizer, TeamsDenied};
+use super::sink::Reply;
+
+/// A message typed to the bot.
+pub const MESSAGE: &str = "message";
+
+pub struct TeamsInbox {
+    pub state: AppState,
+    /// Whether answers are posted (GATEBOT_TEAMS_APP_PASSWORD is set).
+    pub replies: bool,
+}
+
+impl Handler for TeamsInbox {
+    fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
+        Box::pin(async move {
+            let activity: Activity = serde_json::from_str(&item.payload)
+                .map_err(|e| SendError::Permanent(format!("stored activity: {e}")))?;
+            let answer = self.message(&activity).await?;
+            tracing::info!(from = %activity.from.name, answer = %answer, "Teams command");
+            self.reply(&activity, answer).await
+        })
+    }
+}
+
+/// The text with every `<at>…</at>` mention taken out, trimmed.
+pub fn without_mentions(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = find_ci(rest, "<at>") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start..];
+        match find_ci(after, "</at>") {
+            Some(end) => rest = &after[end + "</at>".len()..],
+            None => {
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn find_ci(haystack: &str, needle: &str) -> Option<usize> {
+    haystack
+        .as_bytes()
+        .windows(needle.len())
+        .position(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+impl TeamsInbox {
+    /// Queues the answer, posted in the message's thread by the outbox.
+    async fn reply(&self, activity: &Activity, text: String) -> Result<(), SendError> {
+        if !self.replies {
+            return Ok(());
+        }
+        let job = Reply {
+            service_url: activity.service_url.clone(),
+            conversation_id: activity.conversation.id.clone(),
+            reply_to_id: activity.id.clone(),
+            text,
+        }
+        .job()
+        .map_err(|e| SendError::Permanent(e.to_string()))?;
+        self.state
+            .engine
+            .enqueue(&[job])
+            .await
+            .map_err(|e| SendError::retry(format!("store: {e}")))
+            .map(drop)
+    }
+
+    /// Applies the message's command; returns what the person would be told.
+    async fn message(&self, activity: &Activity) -> Result<String, SendError> {
+        let text = without_mentions(&activity.text);
+        if let Ok(inv) = parse_slash(&text) {
+            if inv.command == Verb::Status {
+                return self.status(inv.target).await;
+            }
+        }
+        let (command, subject) = match self.command(&text) {
+            Ok(parsed) => parsed,
+            Err(answer) => return Ok(answer),
+        };
+        let name = if activity.from.name.is_empty() {
+            activity.from.id.as_str()
+        } else {
+            activity.from.name.as_str()
+        };
+        let aad_object_id = activity.from.aad_object_id.as_deref();
+        let person = format!("teams:{}", aad_object_id.unwrap_or(&activity.from.id));
+        let request = Request {
+            command,
+            subject,
+            who: Provenance::new(Actor::new(name, Source::Teams))
+                .person(person)
+                .delivery(DeliveryId::teams(&activity.receipt_id()))
+                .written_at(activity.received_at),
+        };
+        let authorizer = TeamsAuthorizer {
+            state: &self.state,
+            aad_object_id,
+            name,
+        };
+        let outcome = dispatch::run(&self.state.engine, "teams", &request, &authorizer)
+            .await
+            .map_err(send_error)?;
+        Ok(answer(outcome))
+    }
+
+    /// The command and what it is about, or the answer when it is none.
+    fn command(&self, text: &str) -> Result<(Command, Subject), String> {
+        if let Some((verb, rest)) = crate::command::freeze_verb(text) {
+            let line = parse_freeze(rest);
+            let (scope, until) = line.read(self.state.engine.now())?;
+            let command = match verb {
+                "freeze" => Command::Freeze {
+                    scope,
+                    until,
+                    reason: line.reason.unwrap_or_default(),
+                },
+                _ => Command::Unfreeze { scope },
+            };
+            return Ok((command, Subject::Nothing));
+        }
+        let inv = parse_slash(text).map_err(|e| e.to_string())?;
+        if inv.command == Verb::Help {
+            return Err(help());
+        }
+        let default_repo = self.state.config.github.repository.as_ref();
+        match commands::subject_of(inv.target, default_repo).map_err(|e| e.to_string())? {
+            Some(subject) => Ok((Command::from_verb(inv.command, inv.reason), subject)),
+            None => Err(format!(
+                "{} what? name a target, e.g. 42 or owner/repo#42",
+                inv.command.as_str()
+            )),
+        }
+    }
+}
+
+impl TeamsInbox {
+    /// `@gatebot status [target]`: the target's gates, or the gates a canary
+    /// waits at. Anyone may ask, as in Slack.
+    async fn status(&self, target: Option<crate::command::Target>) -> Result<String, SendError> {
+        let engine = &self.state.engine;
+        let default_repo = self.state.config.github.repository.as_ref();
+        let subject = match commands::subject_of(target, default_repo) {
+            Ok(subject) => subject,
+            Err(e) => return Ok(e.to_string()),
+        };
+        let store = send_error;
+        let (gates, label) = match &subject {
+            Some(s) => (
+                commands::status(engine, s).await.map_err(store)?,
+                s.display(),
+            ),
+            None => (
+                engine
+                    .list()
+                    .await
+                    .map_err(|e| SendError::retry(e.to_string()))?
+                    .into_iter()
+                    .filter(|g| g.canaries.iter().any(|c| c.waiting_since.is_some()))
+                    .collect(),
+                "this gatebot (gates with a canary waiting)".to_string(),
+            ),
+        };
+        if gates.is_empty() {
+            return Ok(format!("No gates known for {label} yet."));
+        }
+        let lines: Vec<String> = gates
+            .iter()
+            .map(|g| match &g.by {
+                Some(by) => format!("{}: {} by {} via {}", g.gate, g.state, by.name, by.source),
+                None => format!("{}: {}", g.gate, g.state),
+            })
+            .collect();
+        Ok(format!("Gates of {label}:\n{}", lines.join("\n")))
+    }
+}
+
+/// `@gatebot help`: each command, one a line.
+fn help() -> String {
+    let lines: Vec<String> = dispatch::help()
+        .iter()
+        .map(|c| format!("{}: {}", c.name, c.description))
+        .collect();
+    format!(
+        "Write @gatebot <command> <target> [reason], e.g. @gatebot promote 42 looks good\n{}",
+        lines.join("\n")
+    )
+}
+
+fn answer(outcome: Outcome<TeamsDenied>) -> String {
+    match outcome {
+        Outcome::Applied(applied) => applied.summary(),
+        Outcome::Denied(denied) => denied.to_string(),
+        Outcome::Invalid(invalid) => invalid.to_string(),
+        Outcome::Held { gate, by, via } => format!("{gate} is held by {by} via {via}"),
+        Outcome::WrittenBeforeClose { gate, .. } => {
+            format!("{gate} was closed after this was written: send it again")
+        }
+        Outcome::Named(why) => why.to_string(),
+    }
+}
+
+/// The outbox's terms for a command not done.
+fn send_error(e: CommandError) -> SendError {
+    SendError::of(e.lasting(), e.retry_after(), e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_mentions;
+
+    #[test]
+    fn mentions_are_stripped() {
+        assert_eq!(
+            without_mentions("<at>gatebot</at> promote 42 ok by me"),
+            "promote 42 ok by me"
+        );
+        assert_eq!(
+            without_mentions("<AT>a b</AT>  hold <at>x</at>pr/1"),
+            "hold pr/1"
+        );
+        assert_eq!(without_mentions("status <at>open"), "status");
+        assert_eq!(without_mentions("héllo <at>ü</at> wörld"), "héllo wörld");
+    }
+}

@@ -1,0 +1,115 @@
+//! `POST /webhooks/teams`, the bot's messaging endpoint: the Bot Framework's
+//! token is checked before the body is read, then the activity is bound to
+//! the token (its service URL) and to a tenant gatebot serves, and stored as
+//! a receipt before it is acknowledged.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Extension, Router};
+
+use super::activity::Activity;
+use super::auth::{self, Expected, Failure, Refusal};
+use super::inbox::MESSAGE;
+use super::keys::SigningKeys;
+use super::BODY_LIMIT;
+use crate::core::AppState;
+use crate::http::error::Reject;
+use crate::http::receipts::Receipts;
+use crate::store::Delivery;
+
+/// The signing keys, when Teams is on.
+#[derive(Clone)]
+pub struct Bot(pub Option<Arc<SigningKeys>>);
+
+pub fn routes(state: &AppState) -> Router<AppState> {
+    let keys = state.config.teams.app_id().map(|_| {
+        Arc::new(SigningKeys::new(
+            &state.config.teams.openid_metadata_url,
+            state.clock.clone(),
+            state.metrics.outbound("teams"),
+        ))
+    });
+    Router::new()
+        .route("/webhooks/teams", post(activity))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(Extension(Bot(keys)))
+}
+
+fn refused(r: Refusal) -> Reject {
+    Reject::new(StatusCode::UNAUTHORIZED, r.reason(), r.message())
+}
+
+async fn activity(
+    State(state): State<AppState>,
+    Extension(receipts): Extension<Receipts>,
+    Extension(Bot(keys)): Extension<Bot>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Reject> {
+    let (Some(keys), Some(app_id)) = (keys, state.config.teams.app_id()) else {
+        return Err(Reject::not_configured(
+            "Microsoft Teams",
+            "GATEBOT_TEAMS_APP_ID",
+        ));
+    };
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let expected = Expected {
+        app_id,
+        now_secs: state.clock.now_secs(),
+    };
+    let claims = auth::verify(&keys, authorization, &expected)
+        .await
+        .map_err(|e| match e {
+            Failure::Refused(r) => refused(r),
+            Failure::Unavailable(why) => Reject::unavailable(format!(
+                "cannot read the Bot Framework's signing keys ({why}): try again"
+            )),
+        })?;
+    let mut activity =
+        Activity::from_json(&body).map_err(|e| Reject::bad_request("malformed_activity", e))?;
+    auth::admits(&claims, &activity, state.config.teams.tenants()).map_err(refused)?;
+    if activity.kind != MESSAGE {
+        // Installation events, card actions: not acted on yet (docs/teams.md).
+        tracing::debug!(kind = %activity.kind, "Teams activity not acted on");
+        return Ok(StatusCode::OK.into_response());
+    }
+    if activity.id.is_empty() {
+        return Err(Reject::bad_request(
+            "malformed_activity",
+            "the activity has no id",
+        ));
+    }
+    activity.received_at = Some(state.clock.now_ms());
+    store(&receipts, &activity).await?;
+    Ok(StatusCode::OK.into_response())
+}
+
+/// Stored once per activity id: a replay or a redelivery is a success that
+/// changes nothing.
+async fn store(receipts: &Receipts, activity: &Activity) -> Result<(), Reject> {
+    let payload = serde_json::to_string(activity).map_err(|e| {
+        Reject::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "unencodable",
+            format!("cannot store the activity: {e}"),
+        )
+    })?;
+    let delivery = Delivery {
+        source: "teams".into(),
+        delivery: activity.receipt_id(),
+        kind: activity.kind.clone(),
+        payload,
+    };
+    receipts
+        .store(delivery)
+        .await
+        .map(drop)
+        .map_err(Reject::unavailable)
+}
