@@ -11,6 +11,7 @@ use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, 
 use gatebot_testkit::on_both_stores;
 use gatebot_testkit::tls::{TestCa, TlsFront};
 use serde_json::json;
+use sqlx::Connection;
 
 const WAIT: Duration = Duration::from_secs(15);
 /// The commit the Deployment's image is tagged with.
@@ -136,6 +137,36 @@ async fn the_canary_gate_is_its_prs_gate(backend: Backend) {
     let (status, reason) = check(&server).await;
     assert_eq!(status, 200, "{reason}");
     assert_eq!(kube.seen_at(CANARY).len(), 1, "no lookup after the restart");
+}
+
+on_both_stores!(made_up_revisions_keep_one_row_per_canary);
+
+/// The checksum comes with an unauthenticated check: revisions made up for a
+/// real canary are looked up, but the store keeps one row for the canary.
+async fn made_up_revisions_keep_one_row_per_canary(backend: Backend) {
+    let env = setup(backend).await;
+    env.kube.podinfo(SHA, json!({}));
+    env.github.set_commit_pulls(SHA, &[42]);
+    for (n, checksum) in ["made-up-1", "made-up-2", "made-up-3"].iter().enumerate() {
+        let body = json!({"name": "podinfo", "namespace": "test", "phase": "Progressing",
+                          "checksum": checksum});
+        let url = env.server.at("/gates/promote");
+        eventually("the made-up revision looked up", WAIT, || async {
+            client().post(&url).json(&body).send().await.unwrap();
+            lookups(&env.server, "found").await == (n + 1) as f64
+        })
+        .await;
+    }
+    sqlx::any::install_default_drivers();
+    let mut db = sqlx::AnyConnection::connect(&env.db.url).await.unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM canary_ties")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(
+        rows, 1,
+        "one row per canary, however many revisions are sent"
+    );
 }
 
 on_both_stores!(a_failed_lookup_opens_nothing);

@@ -1,6 +1,6 @@
 //! Canaries tied to the pull request that brought their revision (found in
-//! the cluster and on GitHub, `core::origin`): one row per canary and
-//! checksum, kept so that a restart or another replica need not ask again.
+//! the cluster and on GitHub, `core::origin`): the latest revision's row per
+//! canary, kept so that a restart or another replica need not ask again.
 
 use sqlx::Row;
 
@@ -72,7 +72,8 @@ impl Store {
         rows.iter().map(tie).collect()
     }
 
-    /// Keeps a tie found (the first one kept for a revision stays).
+    /// Keeps a tie found (the first one kept for a revision stays) in place
+    /// of the canary's earlier ones.
     pub async fn keep_canary_tie(&self, tie: &CanaryTie) -> Result<()> {
         let (repo, number) = match &tie.pr {
             Some((repo, number)) => (
@@ -96,6 +97,14 @@ impl Store {
         .bind(tie.found_at)
         .execute(tx.conn())
         .await?;
+        // One row per canary: its checksum comes with an unauthenticated check,
+        // so made-up revisions of a real canary must not pile up (memory keeps
+        // one per canary too; an older revision is looked up again).
+        sqlx::query("DELETE FROM canary_ties WHERE canary = $1 AND checksum <> $2")
+            .bind(tie.canary.to_string())
+            .bind(tie.checksum.clone())
+            .execute(tx.conn())
+            .await?;
         tx.commit().await
     }
 }
