@@ -47,7 +47,7 @@ use crate::gate::event::{classify, EventKind};
 use crate::gate::state::{closed_word, one_line, open_hint};
 use crate::gate::{
     decide, wait_step, Actor, Answer, AuditAction, CanaryRef, Change, Channels, Check, DeliveryId,
-    Gate, GateKey, GateKind, GateStatus, Millis, RepoName, Scope, Verdict, WaitStep,
+    Gate, GateKey, GateKind, GateStatus, Millis, Phase, RepoName, Scope, Verdict, WaitStep,
 };
 use crate::metrics::{ActionLabels, GateLabels, KindLabels, Metrics};
 use crate::notify::{Notice, Notifier};
@@ -234,9 +234,9 @@ impl Engine {
             .each_observation(|o| {
                 memory.load(Observed {
                     gate: &o.gate,
-                    canary: &o.canary,
+                    canary: &o.canary.to_string(),
                     checksum: &o.checksum,
-                    phase: &o.phase,
+                    phase: o.phase.as_str(),
                     answer: o.answer,
                     reason: &o.reason,
                     wait_open: o.wait_open,

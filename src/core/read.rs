@@ -20,12 +20,14 @@ pub struct GateSummary {
     pub canaries: Vec<CanarySeen>,
 }
 
+/// What one canary last asked one gate, as the gate list shows it.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct CanarySeen {
-    pub canary: String,
+    #[serde(with = "crate::gate::audit::as_text")]
+    pub canary: CanaryRef,
     pub checksum: String,
-    pub phase: String,
-    pub answer: String,
+    pub phase: Phase,
+    pub answer: Answer,
     pub reason: String,
     pub last_seen: Millis,
     pub waiting_since: Option<Millis>,
@@ -86,7 +88,7 @@ impl Engine {
                 .or_insert_with(|| Gate::closed(o.gate.clone()));
             canaries.entry(key).or_default().push(CanarySeen {
                 waiting_since: o.wait_id.and_then(|id| waits.get(&id).copied()),
-                canary: o.canary.to_string(),
+                canary: o.canary,
                 checksum: o.checksum,
                 phase: o.phase,
                 answer: o.answer,

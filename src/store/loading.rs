@@ -6,7 +6,7 @@
 use sqlx::Row;
 
 use super::{rows, Result, Store};
-use crate::gate::{Answer, Gate, GateKey, Millis};
+use crate::gate::{Answer, CanaryRef, Gate, GateKey, Millis, Phase};
 
 const PAGE: i64 = 2000;
 
@@ -14,9 +14,9 @@ const PAGE: i64 = 2000;
 #[derive(Debug, Clone)]
 pub struct SeenRow {
     pub gate: GateKey,
-    pub canary: String,
+    pub canary: CanaryRef,
     pub checksum: String,
-    pub phase: String,
+    pub phase: Phase,
     pub answer: Answer,
     pub reason: String,
     pub last_seen: Millis,
@@ -91,21 +91,19 @@ impl Store {
             }
             for row in &rows {
                 let gate_key: String = row.try_get("gate_key")?;
+                let canary_text: String = row.try_get("canary")?;
                 let seen = SeenRow {
                     gate: rows::key_in(row, "gate_key")?,
-                    canary: row.try_get("canary")?,
+                    canary: rows::canary_in(row, "canary")?,
                     checksum: row.try_get("checksum")?,
-                    phase: row.try_get("phase")?,
-                    answer: match row.try_get::<String, _>("answer")?.as_str() {
-                        "open" => Answer::Open,
-                        _ => Answer::Closed,
-                    },
+                    phase: rows::phase_in(row, "phase")?,
+                    answer: rows::answer_in(row, "answer")?,
                     reason: row.try_get("reason")?,
                     last_seen: row.try_get("last_seen")?,
                     wait_open: row.try_get::<Option<i64>, _>("wait_id")?.is_some(),
                 };
                 gate = gate_key;
-                canary.clone_from(&seen.canary);
+                canary = canary_text;
                 f(seen);
             }
         }

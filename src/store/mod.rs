@@ -598,7 +598,7 @@ impl Store {
         )
         .bind(e.received_at)
         .bind(e.canary.to_string())
-        .bind(e.phase.clone())
+        .bind(e.phase.to_string())
         .bind(e.checksum.clone())
         .bind(e.event_type.clone())
         .bind(e.kind.clone())

@@ -9,16 +9,16 @@ use std::collections::HashMap;
 use sqlx::Row;
 
 use super::{rows, Result, Store};
-use crate::gate::{Gate, GateKey, GateStatus, Millis};
+use crate::gate::{Answer, CanaryRef, Gate, GateKey, GateStatus, Millis, Phase};
 
 /// What one canary last asked one gate, as the gate list shows it.
 #[derive(Debug, Clone)]
 pub struct CanaryRow {
     pub gate: GateKey,
-    pub canary: String,
+    pub canary: CanaryRef,
     pub checksum: String,
-    pub phase: String,
-    pub answer: String,
+    pub phase: Phase,
+    pub answer: Answer,
     pub reason: String,
     pub last_seen: Millis,
     /// When its open wait started, if one is open.
@@ -95,10 +95,10 @@ impl Store {
             .map(|r| {
                 Ok(CanaryRow {
                     gate: rows::key_in(r, "gate_key")?,
-                    canary: r.try_get("canary")?,
+                    canary: rows::canary_in(r, "canary")?,
                     checksum: r.try_get("checksum")?,
-                    phase: r.try_get("phase")?,
-                    answer: r.try_get("answer")?,
+                    phase: rows::phase_in(r, "phase")?,
+                    answer: rows::answer_in(r, "answer")?,
                     reason: r.try_get("reason")?,
                     last_seen: r.try_get("last_seen")?,
                     waiting_since: r.try_get("waiting_since")?,

@@ -119,7 +119,7 @@ async fn timeline(
             at: when(e.received_at, now),
             canary: e.canary.to_string(),
             kind: e.kind,
-            phase: e.phase,
+            phase: e.phase.to_string(),
             revision: e.checksum,
             message: e.message,
         })
@@ -234,13 +234,13 @@ pub async fn pull_request(
             continue;
         };
         let gate = state.engine.gate(&key).await?;
-        names.extend(s.canaries.iter().map(|c| c.canary.clone()));
+        names.extend(s.canaries.iter().map(|c| c.canary.to_string()));
         let waiting = s.canaries.iter().find(|c| c.waiting_since.is_some());
         gates.push(json!({
             "gate": s.gate, "gate_url": gate_path(&key), "kind": key.kind.as_str(),
             "state": view::state_view(&gate, now),
             "wait": waiting.map(|c| json!({
-                "canary": c.canary, "revision": c.checksum,
+                "canary": c.canary.to_string(), "revision": c.checksum,
                 "since": c.waiting_since.map(|t| when(t, now)),
             })),
             "buttons": permits.buttons(&gate).await,

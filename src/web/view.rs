@@ -327,7 +327,7 @@ pub async fn waiting_row(
         subject: wait.gate.subject(),
         canary: wait.canary.as_ref().map(ToString::to_string),
         revision: wait.checksum.clone(),
-        phase: wait.phase.clone(),
+        phase: wait.phase.to_string(),
         since: when(wait.started_at, now),
         title: title_of(state, &wait.gate, &wait.metadata).await?,
         pr,
