@@ -4,10 +4,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::{CanarySeen, GateDetail, GatePage, GateSummary};
+use crate::core::{
+    AuditEntry, CanarySeen, EventRow, GateDetail, GatePage, GateSummary, Job, ObservationRow,
+    WaitRow,
+};
 use crate::gate::freeze::Freeze;
 use crate::gate::{Actor, Change, Gate, GateStatus, Millis};
-use crate::store::{AuditEntry, EventRow, Job, NamedGate, NamedSpec, ObservationRow, WaitRow};
+use crate::store::{NamedGate, NamedSpec};
 
 /// `GET /api/v1/gates`: one page of gates in key order; `next` is the cursor
 /// of the following page, null on the last one.

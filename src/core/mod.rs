@@ -20,6 +20,7 @@ mod error;
 mod events;
 pub mod freezes;
 mod gate_cache;
+mod lists;
 mod memory;
 pub mod named;
 pub mod origin;
@@ -29,11 +30,15 @@ pub mod reminders;
 pub mod unit;
 pub mod watch;
 
+/// Stored rows the channels show as they are, read through the core.
+pub use crate::store::{
+    AuditEntry, AuditSearch, CanarySeen, EventRow, Job, ObservationRow, QueueName, WaitRow,
+};
 pub use app::{AppState, Shared};
 pub use check::Checked;
 pub use error::CommandError;
 pub use page::GatePage;
-pub use read::{CanarySeen, GateDetail, GateSummary};
+pub use read::{GateDetail, GateSummary};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -51,9 +56,7 @@ use crate::gate::{
 };
 use crate::metrics::{ActionLabels, GateLabels, KindLabels, Metrics};
 use crate::notify::{Notice, Notifier};
-use crate::store::{
-    AuditEntry, Backend, EventRow, ObservationRow, Store, StoreError, WaitRow, WriteTx,
-};
+use crate::store::{Backend, Store, StoreError, WriteTx};
 use memory::{Memory, Observed};
 
 #[derive(Debug, Clone)]

@@ -20,19 +20,6 @@ pub struct GateSummary {
     pub canaries: Vec<CanarySeen>,
 }
 
-/// What one canary last asked one gate, as the gate list shows it.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct CanarySeen {
-    #[serde(with = "crate::gate::audit::as_text")]
-    pub canary: CanaryRef,
-    pub checksum: String,
-    pub phase: Phase,
-    pub answer: Answer,
-    pub reason: String,
-    pub last_seen: Millis,
-    pub waiting_since: Option<Millis>,
-}
-
 /// One gate in full.
 #[derive(Debug, Clone, Serialize)]
 pub struct GateDetail {

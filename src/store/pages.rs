@@ -6,15 +6,17 @@
 
 use std::collections::HashMap;
 
+use serde::{Deserialize, Serialize};
 use sqlx::Row;
 
 use super::{rows, Result, Store};
+use crate::gate::audit::as_text;
 use crate::gate::{Answer, CanaryRef, Gate, GateKey, GateStatus, Millis, Phase};
 
 /// What one canary last asked one gate, as the gate list shows it.
-#[derive(Debug, Clone)]
-pub struct CanaryRow {
-    pub gate: GateKey,
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CanarySeen {
+    #[serde(with = "as_text")]
     pub canary: CanaryRef,
     pub checksum: String,
     pub phase: Phase,
@@ -79,8 +81,13 @@ impl Store {
         Ok(gates)
     }
 
-    /// The canaries seen at the gates with keys from `first` to `last`.
-    pub async fn canaries_between(&self, first: &str, last: &str) -> Result<Vec<CanaryRow>> {
+    /// The canaries seen at the gates with keys from `first` to `last`, each
+    /// with its gate.
+    pub async fn canaries_between(
+        &self,
+        first: &str,
+        last: &str,
+    ) -> Result<Vec<(GateKey, CanarySeen)>> {
         let rows = sqlx::query(
             "SELECT o.gate_key, o.canary, o.checksum, o.phase, o.answer, o.reason, o.last_seen, \
              (SELECT w.started_at FROM waits w WHERE w.gate_key = o.gate_key AND w.canary = o.canary \
@@ -93,8 +100,7 @@ impl Store {
         .await?;
         rows.iter()
             .map(|r| {
-                Ok(CanaryRow {
-                    gate: rows::key_in(r, "gate_key")?,
+                let seen = CanarySeen {
                     canary: rows::canary_in(r, "canary")?,
                     checksum: r.try_get("checksum")?,
                     phase: rows::phase_in(r, "phase")?,
@@ -102,7 +108,8 @@ impl Store {
                     reason: r.try_get("reason")?,
                     last_seen: r.try_get("last_seen")?,
                     waiting_since: r.try_get("waiting_since")?,
-                })
+                };
+                Ok((rows::key_in(r, "gate_key")?, seen))
             })
             .collect()
     }
