@@ -162,7 +162,7 @@ async fn phases_and_answers_decode_typed(backend: Backend) {
             "{says}: {page:?}"
         );
         let mut loaded = 0;
-        let at_start = store.each_observation(|_| loaded += 1).await;
+        let at_start = store.each_observation(|_, _| loaded += 1).await;
         assert!(
             matches!(at_start, Err(StoreError::Corrupt(_))) && loaded == 0,
             "{says}: {at_start:?}"

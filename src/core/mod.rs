@@ -234,15 +234,15 @@ impl Engine {
             store.each_gate(|gate| memory.put_gate(&gate)).await?;
         }
         store
-            .each_observation(|o| {
+            .each_observation(|gate, o| {
                 memory.load(Observed {
-                    gate: &o.gate,
+                    gate: &gate,
                     canary: &o.canary.to_string(),
                     checksum: &o.checksum,
                     phase: o.phase.as_str(),
                     answer: o.answer,
                     reason: &o.reason,
-                    wait_open: o.wait_open,
+                    wait_open: o.waiting_since.is_some(),
                     last_seen: o.last_seen,
                 });
             })

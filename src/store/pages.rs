@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
+use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::{rows, Result, Store};
@@ -25,6 +26,27 @@ pub struct CanarySeen {
     pub last_seen: Millis,
     /// When its open wait started, if one is open.
     pub waiting_since: Option<Millis>,
+}
+
+/// The columns [`seen_from_row`] reads: an observation (`o`) and when its
+/// open wait started.
+pub(super) const SEEN_COLUMNS: &str =
+    "o.gate_key, o.canary, o.checksum, o.phase, o.answer, o.reason, o.last_seen, \
+     (SELECT w.started_at FROM waits w WHERE w.gate_key = o.gate_key AND w.canary = o.canary \
+     AND w.ended_at IS NULL) AS waiting_since";
+
+/// A canary's last check and its gate, from a row of [`SEEN_COLUMNS`].
+pub(super) fn seen_from_row(r: &AnyRow) -> Result<(GateKey, CanarySeen)> {
+    let seen = CanarySeen {
+        canary: rows::canary_in(r, "canary")?,
+        checksum: r.try_get("checksum")?,
+        phase: rows::phase_in(r, "phase")?,
+        answer: rows::answer_in(r, "answer")?,
+        reason: r.try_get("reason")?,
+        last_seen: r.try_get("last_seen")?,
+        waiting_since: r.try_get("waiting_since")?,
+    };
+    Ok((rows::key_in(r, "gate_key")?, seen))
 }
 
 impl Store {
@@ -88,29 +110,14 @@ impl Store {
         first: &str,
         last: &str,
     ) -> Result<Vec<(GateKey, CanarySeen)>> {
-        let rows = sqlx::query(
-            "SELECT o.gate_key, o.canary, o.checksum, o.phase, o.answer, o.reason, o.last_seen, \
-             (SELECT w.started_at FROM waits w WHERE w.gate_key = o.gate_key AND w.canary = o.canary \
-             AND w.ended_at IS NULL) AS waiting_since \
-             FROM observations o WHERE o.gate_key >= $1 AND o.gate_key <= $2 ORDER BY o.gate_key, o.canary",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {SEEN_COLUMNS} FROM observations o \
+             WHERE o.gate_key >= $1 AND o.gate_key <= $2 ORDER BY o.gate_key, o.canary"
+        ))
         .bind(first.to_string())
         .bind(last.to_string())
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                let seen = CanarySeen {
-                    canary: rows::canary_in(r, "canary")?,
-                    checksum: r.try_get("checksum")?,
-                    phase: rows::phase_in(r, "phase")?,
-                    answer: rows::answer_in(r, "answer")?,
-                    reason: r.try_get("reason")?,
-                    last_seen: r.try_get("last_seen")?,
-                    waiting_since: r.try_get("waiting_since")?,
-                };
-                Ok((rows::key_in(r, "gate_key")?, seen))
-            })
-            .collect()
+        rows.iter().map(seen_from_row).collect()
     }
 }
