@@ -25,8 +25,8 @@ pub mod core {
 
 pub mod gate {
     pub use crate::gate::{
-        window, Actor, AuditAction, CanaryRef, DeliveryId, FlaggerTokens, GateKey, GateKind,
-        PrNumber, RepoName, Source,
+        window, Actor, Answer, AuditAction, CanaryRef, DeliveryId, FlaggerTokens, GateKey,
+        GateKind, Phase, PrNumber, RepoName, Source,
     };
 }
 

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::wire::{FreezeList, FreezeView, GateLine, GateList, GateView, Lifted};
 use crate::config::{GatesAction, GatesArgs, Setting};
 use crate::gate::state::rfc3339;
-use crate::gate::{Gate, GateStatus};
+use crate::gate::{Answer, Gate, GateStatus};
 
 pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
     let server = Server::new(
@@ -281,7 +281,7 @@ fn state_line(view: &GateView) -> String {
     let closed: Vec<String> = view
         .observations
         .iter()
-        .filter(|o| o.answer == "closed")
+        .filter(|o| o.answer == Answer::Closed)
         .map(|o| {
             let canary = o.canary.to_string();
             let at = &o.checksum;

@@ -288,10 +288,7 @@ impl GithubInbox {
         learned: Option<Learned>,
     ) -> Result<Settled, SendError> {
         let stale = self.stale(c).await?;
-        let subject = Subject::Pr {
-            repo: c.repo.clone(),
-            number: c.number,
-        };
+        let subject = Subject::pr(c.repo.clone(), c.number);
         let mut steps = Vec::new();
         for p in parsed {
             steps.push(

@@ -40,6 +40,7 @@ use crate::gate::{
 pub use gate_events::{GateEvent, GateEvents, LISTENER_APPLICATION_NAME};
 pub use named::{Link, NamedGate, NamedSpec};
 pub use origins::CanaryTie;
+pub use pages::CanarySeen;
 pub use prs::StatusComment;
 pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};
 pub use replicas::{DEAD_AFTER, HEARTBEAT_EVERY};
@@ -598,7 +599,7 @@ impl Store {
         )
         .bind(e.received_at)
         .bind(e.canary.to_string())
-        .bind(e.phase.clone())
+        .bind(e.phase.to_string())
         .bind(e.checksum.clone())
         .bind(e.event_type.clone())
         .bind(e.kind.clone())
