@@ -427,7 +427,7 @@ async fn typed_commands(backend: Backend) {
 
     env.say("2", "hold 42 not yet", RIDO).await;
     assert_eq!(env.gate("/promote/acme/shop/pr/42").await["state"], "held");
-    env.say("3", "unhold 42", RIDO).await;
+    env.say("3", "unhold pr/42", RIDO).await;
     env.say("4", "promote 42 ship it", RIDO).await;
     assert_eq!(env.gate("/promote/acme/shop/pr/42").await["state"], "open");
     let open = env
