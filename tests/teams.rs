@@ -455,6 +455,22 @@ async fn typed_commands(backend: Backend) {
     env.server.stop().await;
 }
 
+/// Hold from the card holds the gate; the card says so and keeps its
+/// buttons.
+async fn hold_from_the_card(backend: Backend) {
+    let env = cards_env(backend).await;
+    env.install().await;
+    let _sim = waiting_at_start(&env).await;
+    let card = card_of(&env.until_cards("POST", 1).await[0]);
+    let (status, answer) = env.click("f:hold", &card, "hold", RIDO).await;
+    assert_eq!((status, answer["type"].as_str()), (200, Some(CARD_TYPE)));
+    assert_eq!(env.gate("/start/acme/shop/pr/42").await["state"], "held");
+    let shown = &answer["value"];
+    assert!(texts(shown).contains("Held by Rido via teams"), "{shown}");
+    assert_eq!(verbs(shown), ["approve", "reject", "hold"]);
+    env.server.stop().await;
+}
+
 /// Each command is answered in its thread through the outbox, with the
 /// bot's token (fetched once, kept); a 429 is tried again after its
 /// Retry-After.
@@ -527,6 +543,7 @@ gatebot_testkit::on_both_stores!(
     answers_are_posted,
     conversation_references,
     a_click_approves_and_flagger_promotes,
+    hold_from_the_card,
     an_unlisted_user_is_refused_in_the_card,
     a_github_approval_updates_the_card,
     the_workflow_webhook_gets_its_card,
@@ -657,7 +674,10 @@ impl Env {
             .await
             .unwrap();
         let status = r.status().as_u16();
-        (status, r.json().await.unwrap())
+        let body = r.text().await.unwrap();
+        let answer = serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("the invoke's answer ({status}) is not JSON: {e}: {body}"));
+        (status, answer)
     }
 }
 
@@ -755,6 +775,25 @@ async fn a_click_approves_and_flagger_promotes(backend: Backend) {
         "promoted: {:?}",
         sim.phase()
     );
+    // Flagger's event says the rollout is done: the promote card shows it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        env.server.drained().await;
+        let last = env
+            .cards("PUT")
+            .into_iter()
+            .map(|s| texts(&card_of(&s)))
+            .filter(|t| t.contains("promote gate"))
+            .last();
+        if last.as_deref().is_some_and(|t| t.contains("Promoted")) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the promote card never said Promoted: {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     env.server.stop().await;
 }
 
