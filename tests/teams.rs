@@ -613,6 +613,22 @@ impl Env {
         assert_eq!(self.send(&self.activity(INSTALLED)).await, 200);
     }
 
+    /// What `gatebot check-config` says on this store, with `channel` as
+    /// GATEBOT_TEAMS_CHANNEL.
+    fn check_config(&self, channel: &str) -> String {
+        let out = std::process::Command::new(gatebot_testkit::served::bin())
+            .env_clear()
+            .current_dir(self.db.dir.path())
+            .arg("check-config")
+            .env("GATEBOT_DATABASE_URL", &self.db.url)
+            .env("GATEBOT_TEAMS_APP_ID", APP_ID)
+            .env("GATEBOT_TEAMS_TENANTS", TENANT)
+            .env("GATEBOT_TEAMS_CHANNEL", channel)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     async fn conversations(&self) -> Vec<(String, String)> {
         sqlx::any::install_default_drivers();
         let mut db = sqlx::AnyConnection::connect(&self.db.url).await.unwrap();
@@ -710,6 +726,18 @@ async fn conversation_references(backend: Backend) {
         kept,
         vec![(CHANNEL.to_string(), "2021 Test Channel".to_string())]
     );
+    let said = env.check_config("19:elsewhere@thread.tacv2");
+    assert!(
+        said.contains(&format!(
+            "teams:           {CHANNEL} (channel \"2021 Test Channel\")"
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains("warning:         GATEBOT_TEAMS_CHANNEL 19:elsewhere@thread.tacv2 is not a conversation the bot was added to"),
+        "{said}"
+    );
+    assert!(!env.check_config(CHANNEL).contains("warning:"));
 
     let mut removed = env.activity(INSTALLED);
     removed["action"] = json!("remove");
@@ -783,8 +811,7 @@ async fn a_click_approves_and_flagger_promotes(backend: Backend) {
             .cards("PUT")
             .into_iter()
             .map(|s| texts(&card_of(&s)))
-            .filter(|t| t.contains("promote gate"))
-            .last();
+            .rfind(|t| t.contains("promote gate"));
         if last.as_deref().is_some_and(|t| t.contains("Promoted")) {
             break;
         }

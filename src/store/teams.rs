@@ -114,6 +114,16 @@ impl Store {
         tx.commit().await
     }
 
+    /// The first `limit` conversations known, by id.
+    pub async fn teams_conversations(&self, limit: i64) -> Result<Vec<TeamsConversation>> {
+        let rows =
+            sqlx::query("SELECT * FROM teams_conversations ORDER BY conversation_id LIMIT $1")
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter().map(conversation_from_row).collect()
+    }
+
     pub async fn teams_conversation(&self, id: &str) -> Result<Option<TeamsConversation>> {
         let row = sqlx::query("SELECT * FROM teams_conversations WHERE conversation_id = $1")
             .bind(id.to_string())
