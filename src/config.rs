@@ -20,7 +20,7 @@ use crate::gate::{GateKind, RepoName};
 
 /// Environment variables that hold secrets (or their hashes) and may come
 /// from `<NAME>_FILE`.
-pub const SECRET_VARS: [&str; 13] = [
+pub const SECRET_VARS: [&str; 14] = [
     "GATEBOT_ADMIN_TOKEN",
     "GATEBOT_API_TOKENS",
     "GATEBOT_PIPELINE_TOKEN",
@@ -31,6 +31,7 @@ pub const SECRET_VARS: [&str; 13] = [
     "GATEBOT_SLACK_BOT_TOKEN",
     "GATEBOT_SLACK_APP_TOKEN",
     "GATEBOT_TEAMS_APP_PASSWORD",
+    "GATEBOT_TEAMS_WORKFLOW_URL",
     "GATEBOT_DATABASE_URL",
     "GATEBOT_UI_SESSION_KEY",
     "GATEBOT_UI_GITHUB_CLIENT_SECRET",
@@ -207,6 +208,8 @@ pub fn unset_meaning(env: &str) -> Option<&'static str> {
         "GATEBOT_SLACK_BOT_TOKEN" => "nothing is posted to Slack",
         "GATEBOT_TEAMS_APP_ID" => "Microsoft Teams is off: /webhooks/teams answers 404",
         "GATEBOT_TEAMS_APP_PASSWORD" => "nothing is posted to Teams: commands are applied, unanswered",
+        "GATEBOT_TEAMS_CHANNEL" => "no Teams cards for waiting gates (but where a Canary's teams_channel names one)",
+        "GATEBOT_TEAMS_WORKFLOW_URL" => "nothing is posted to a Teams Workflows webhook",
         _ => return None,
     })
 }
@@ -1370,6 +1373,18 @@ pub struct TeamsConfig {
         default_value = "https://login.microsoftonline.com"
     )]
     pub login_url: String,
+
+    /// The conversation (a channel's id, `19:…@thread.tacv2`) that gets a card per waiting gate; the bot must have been added there. A Canary's `teams_channel` metadata names another. Unset: no cards.
+    #[arg(
+        id = "teams_channel",
+        long = "teams-channel",
+        env = "GATEBOT_TEAMS_CHANNEL"
+    )]
+    pub channel: Option<String>,
+
+    /// A Teams Workflows webhook: every waiting gate's card is posted there, with a link to its page instead of buttons. Needs no bot.
+    #[arg(long = "teams-workflow-url", env = "GATEBOT_TEAMS_WORKFLOW_URL", value_parser = parse_secret, hide_env_values = true)]
+    pub workflow_url: Option<SecretString>,
 }
 
 impl TeamsConfig {
@@ -1378,6 +1393,21 @@ impl TeamsConfig {
         self.app_password
             .as_ref()
             .filter(|p| !p.expose_secret().is_empty())
+    }
+
+    /// The conversation that gets the cards, if any.
+    pub fn channel(&self) -> Option<&str> {
+        self.channel
+            .as_deref()
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+    }
+
+    /// The Workflows webhook, if any.
+    pub fn workflow_url(&self) -> Option<&SecretString> {
+        self.workflow_url
+            .as_ref()
+            .filter(|u| !u.expose_secret().trim().is_empty())
     }
 
     /// The single tenant of the bot, if any.

@@ -55,8 +55,8 @@ pub mod slack {
 
 pub mod store {
     pub use crate::store::{
-        AuditEntry, NewJob, QueueItem, QueueName, StatusComment, Store, StoreError, DEAD_AFTER,
-        LISTENER_APPLICATION_NAME,
+        AuditEntry, NewJob, QueueItem, QueueName, StatusComment, Store, StoreError,
+        TeamsConversation, DEAD_AFTER, LISTENER_APPLICATION_NAME,
     };
 }
 

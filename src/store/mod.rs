@@ -18,6 +18,7 @@ mod retention;
 mod rows;
 mod sessions;
 mod slack;
+mod teams;
 mod tx;
 #[cfg(test)]
 mod tx_tests;
@@ -47,6 +48,7 @@ pub use replicas::{DEAD_AFTER, HEARTBEAT_EVERY};
 pub use retention::Retention;
 pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};
 pub use slack::{SlackDecision, SlackEnding, SlackFinal, SlackMessage};
+pub use teams::{TeamsCard, TeamsConversation};
 pub use tx::{WriteHealth, WriteTx};
 pub use waits::{NewWait, PAGE as WAIT_PAGE};
 pub use web::AuditSearch;
