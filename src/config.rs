@@ -756,6 +756,21 @@ pub struct GithubConfig {
     /// The bot's own login, whose comments are never commands (found from the token when unset).
     #[arg(long = "github-bot-login", env = "GATEBOT_GITHUB_BOT_LOGIN")]
     pub bot_login: Option<String>,
+
+    /// A check run with buttons (Promote, Roll back, Hold) per waiting gate of a PR; needs a GitHub App.
+    #[arg(
+        long = "github-check-runs",
+        env = "GATEBOT_GITHUB_CHECK_RUNS",
+        default_value_t = false
+    )]
+    pub check_runs: bool,
+}
+
+impl GithubConfig {
+    /// Check runs are made: asked for, and a GitHub App to make them (they are App-only).
+    pub fn check_runs_on(&self) -> bool {
+        self.check_runs && self.token.is_none() && self.app_id.is_some()
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -1202,6 +1217,10 @@ impl Config {
                 "GATEBOT_OUTBOX_LEASE={}: shorter than a GitHub or Slack call may take (5s), so a notification still being sent may be sent again by another replica; 60s is the default",
                 humantime::format_duration(self.outbox_lease)
             ));
+        }
+        let gh = &self.github;
+        if gh.check_runs && !gh.check_runs_on() {
+            out.push("GATEBOT_GITHUB_CHECK_RUNS=true without a GitHub App (GATEBOT_GITHUB_APP_ID, and no GATEBOT_GITHUB_TOKEN): check runs are made by Apps only, so they are off".into());
         }
         if self.loadtester_open_access {
             out.push("GATEBOT_LOADTESTER_OPEN_ACCESS=true: anyone who can reach gatebot can open and close gates through /gate/open and /rollback/open, as with the loadtester".into());

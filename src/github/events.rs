@@ -8,7 +8,7 @@ use std::time::UNIX_EPOCH;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::gate::{Millis, PrNumber, RepoName};
+use crate::gate::{GateKey, Millis, PrNumber, RepoName};
 
 /// A time as GitHub writes it (`2024-05-01T14:02:00Z`), in Unix milliseconds.
 fn github_time(text: &str) -> Option<Millis> {
@@ -199,6 +199,69 @@ impl PullRequestEvent {
             self.after.as_deref().unwrap_or(""),
             self.pull_request.updated_at.as_deref().unwrap_or("")
         )
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct CheckRunOutput {
+    pub title: Option<String>,
+    pub summary: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct CheckRun {
+    pub id: u64,
+    pub head_sha: String,
+    /// What gatebot wrote there when it created the run: the gate's key.
+    pub external_id: Option<String>,
+    pub output: CheckRunOutput,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct RequestedAction {
+    pub identifier: String,
+}
+
+/// `check_run`: gatebot reads only `requested_action`, a click on one of its buttons.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct CheckRunEvent {
+    pub action: String,
+    pub check_run: CheckRun,
+    pub requested_action: Option<RequestedAction>,
+    pub repository: Repository,
+    pub installation: Option<Installation>,
+    pub sender: User,
+}
+
+impl CheckRunEvent {
+    /// The gate of a run gatebot made (its `external_id`).
+    pub fn gate(&self) -> Option<GateKey> {
+        GateKey::parse(self.check_run.external_id.as_deref()?, None).ok()
+    }
+
+    /// This click, from fields GitHub signs: the run, the button, who, and
+    /// what the run showed when clicked. gatebot rewrites the run after every
+    /// click, so a second click is a new id and a replay the same one.
+    pub fn signed_id(&self) -> Option<String> {
+        let button = self.requested_action.as_ref()?.identifier.as_str();
+        if self.check_run.id == 0 || button.is_empty() || self.sender.login.is_empty() {
+            return None;
+        }
+        let output = &self.check_run.output;
+        let mut shown = Sha256::new();
+        shown.update(output.title.as_deref().unwrap_or("").as_bytes());
+        shown.update([0]);
+        shown.update(output.summary.as_deref().unwrap_or("").as_bytes());
+        let shown = hex::encode(&shown.finalize()[..8]);
+        Some(format!(
+            "check_run:{}:{button}:{}:{shown}",
+            self.check_run.id,
+            self.sender.login.to_ascii_lowercase()
+        ))
     }
 }
 
