@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use gatebot::testing::github::verify::sign;
-use gatebot_testkit::fake_github::{FakeCheckRun, FakeGithub};
+use gatebot_testkit::fake_github::{Failure, FakeCheckRun, FakeGithub};
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
 use gatebot_testkit::github_payloads::{check_run_click, fixture, github_time, now_ms};
-use gatebot_testkit::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
+use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
 
 const SECRET: &str = "checks-secret";
@@ -141,6 +141,7 @@ gatebot_testkit::on_both_stores!(
     a_click_on_promote_opens_the_gate_and_flagger_promotes,
     a_readers_click_is_refused_and_the_run_says_why,
     a_push_supersedes_the_run_and_a_new_one_starts,
+    a_rate_limited_creation_waits_and_creates_one_run,
 );
 
 async fn a_click_on_promote_opens_the_gate_and_flagger_promotes(backend: Backend) {
@@ -269,4 +270,21 @@ async fn a_push_supersedes_the_run_and_a_new_one_starts(backend: Backend) {
     assert_eq!(gate.status(), 403);
     let entries = audit(server).await;
     assert_eq!(count(&entries, "open"), 0, "{entries:?}");
+}
+
+async fn a_rate_limited_creation_waits_and_creates_one_run(backend: Backend) {
+    let env = setup(backend).await;
+    let (server, github) = (&env.server, &env.github);
+    github.fail_check_runs([Failure::retry_after(1)]);
+    let _sim = waiting_at_promote(server).await;
+    eventually(
+        "the run created after Retry-After",
+        Duration::from_secs(15),
+        || async { !promote_runs(github).is_empty() },
+    )
+    .await;
+    server.drained().await;
+    assert_eq!(only_run(github).status, "in_progress");
+    let limited = r#"gatebot_outbound_requests_total{service="github",endpoint="create_check_run",result="rate_limited"}"#;
+    assert_eq!(server.metric(limited).await, 1.0);
 }

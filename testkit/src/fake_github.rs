@@ -177,6 +177,8 @@ pub struct Inner {
     commit_pulls: Mutex<HashMap<String, Vec<u64>>>,
     /// Check runs by id.
     check_runs: Mutex<BTreeMap<u64, FakeCheckRun>>,
+    /// Answers to give the next check-run writes instead of the real ones.
+    check_run_failures: Mutex<VecDeque<Failure>>,
     /// PR number → its head commit; absent: a SHA made of the number.
     heads: Mutex<HashMap<u64, String>>,
 }
@@ -293,6 +295,15 @@ impl FakeGithub {
             .values()
             .cloned()
             .collect()
+    }
+
+    /// The next check-run creations and edits answer these, in order.
+    pub fn fail_check_runs(&self, failures: impl IntoIterator<Item = Failure>) {
+        self.inner
+            .check_run_failures
+            .lock()
+            .unwrap()
+            .extend(failures);
     }
 
     /// The head commit `GET /repos/{owner}/{repo}/pulls/{number}` tells.
@@ -519,21 +530,7 @@ async fn record(State(inner): State<Arc<Inner>>, req: Request, next: Next) -> Re
         None
     };
     let response = match failure {
-        Some(f) => {
-            let mut headers = HeaderMap::new();
-            for (k, v) in &f.headers {
-                headers.insert(
-                    axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                    v.parse().unwrap(),
-                );
-            }
-            (
-                StatusCode::from_u16(f.status).unwrap(),
-                headers,
-                Json(json!({"message": f.message, "documentation_url": "https://docs.github.com/rest"})),
-            )
-                .into_response()
-        }
+        Some(f) => failed(&f),
         None if write => {
             let key = authorization.clone().unwrap_or_default();
             *inner
@@ -629,6 +626,27 @@ async fn pull(
         .into_response()
 }
 
+fn failed(f: &Failure) -> Response {
+    let mut headers = HeaderMap::new();
+    for (k, v) in &f.headers {
+        headers.insert(
+            axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    (
+        StatusCode::from_u16(f.status).unwrap(),
+        headers,
+        Json(json!({"message": f.message, "documentation_url": "https://docs.github.com/rest"})),
+    )
+        .into_response()
+}
+
+fn check_run_failure(inner: &Inner) -> Option<Response> {
+    let f = inner.check_run_failures.lock().unwrap().pop_front()?;
+    Some(failed(&f))
+}
+
 fn head_of(inner: &Inner, number: u64) -> String {
     inner
         .heads
@@ -675,6 +693,9 @@ async fn create_check_run(
     Path((owner, repo)): Path<(String, String)>,
     Json(v): Json<Value>,
 ) -> Response {
+    if let Some(failure) = check_run_failure(&inner) {
+        return failure;
+    }
     if let Err(why) = check_body(&v, true) {
         return unprocessable(why);
     }
@@ -701,6 +722,9 @@ async fn edit_check_run(
     Path((_owner, _repo, id)): Path<(String, String, u64)>,
     Json(v): Json<Value>,
 ) -> Response {
+    if let Some(failure) = check_run_failure(&inner) {
+        return failure;
+    }
     if let Err(why) = check_body(&v, false) {
         return unprocessable(why);
     }
