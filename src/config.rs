@@ -1456,6 +1456,27 @@ mod tests {
     }
 
     #[test]
+    fn check_runs_are_on_only_with_an_app_and_said_off_otherwise() {
+        let mut config = super::Config::with_database("sqlite://unused.db");
+        let off = |c: &super::Config| {
+            c.warnings()
+                .iter()
+                .any(|w| w.contains("GATEBOT_GITHUB_CHECK_RUNS"))
+        };
+        config.github.check_runs = true;
+        config.github.token = Some("ghp_x".to_string().into());
+        assert!(!config.github.check_runs_on() && off(&config), "a token");
+        config.github.token = None;
+        config.github.app_id = Some(1);
+        assert!(config.github.check_runs_on() && !off(&config), "an App");
+        config.github.check_runs = false;
+        assert!(
+            !config.github.check_runs_on() && !off(&config),
+            "not asked for"
+        );
+    }
+
+    #[test]
     fn slack_takes_a_signing_secret_or_an_app_token_with_the_bot_token() {
         assert!(slack(false, false, None).is_empty());
         assert!(slack(true, true, None).is_empty());
