@@ -25,6 +25,11 @@ struct Env {
 }
 
 async fn setup(backend: Backend) -> Env {
+    setup_with(backend, None).await
+}
+
+/// With the policy file `policy`, when given.
+async fn setup_with(backend: Backend, policy: Option<&str>) -> Env {
     let db = TestDb::new(backend).await;
     let github = FakeGithub::start().await;
     github.set_permission("alice", "write");
@@ -38,6 +43,11 @@ async fn setup(backend: Backend) -> Env {
     config.github.app_private_key = Some(TEST_APP_KEY.to_string().into());
     config.github.api_url = github.url.clone();
     config.github.check_runs = true;
+    if let Some(policy) = policy {
+        let path = db.dir.path().join("policy.toml");
+        std::fs::write(&path, policy).unwrap();
+        config.policy = Some(path);
+    }
     let options = gatebot::Options {
         worker: Some(gatebot::testing::notify::WorkerSettings {
             base_backoff: Duration::from_millis(50),
@@ -142,6 +152,8 @@ gatebot_testkit::on_both_stores!(
     a_readers_click_is_refused_and_the_run_says_why,
     a_push_supersedes_the_run_and_a_new_one_starts,
     a_rate_limited_creation_waits_and_creates_one_run,
+    roll_back_rolls_the_canary_back_and_the_run_fails,
+    the_authors_click_is_refused_under_four_eyes,
 );
 
 async fn a_click_on_promote_opens_the_gate_and_flagger_promotes(backend: Backend) {
@@ -287,4 +299,68 @@ async fn a_rate_limited_creation_waits_and_creates_one_run(backend: Backend) {
     assert_eq!(only_run(github).status, "in_progress");
     let limited = r#"gatebot_outbound_requests_total{service="github",endpoint="create_check_run",result="rate_limited"}"#;
     assert_eq!(server.metric(limited).await, 1.0);
+}
+
+async fn roll_back_rolls_the_canary_back_and_the_run_fails(backend: Backend) {
+    let env = setup(backend).await;
+    let (server, github) = (&env.server, &env.github);
+    let mut sim = waiting_at_promote(server).await;
+    let run = only_run(github);
+    let (status, text) = deliver(
+        server,
+        "check_run",
+        &check_run_click(&run.to_json(), "reject", "alice"),
+    )
+    .await;
+    assert_eq!(status, 202, "{text}");
+    server.drained().await;
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::Failed, 10).await,
+        "Flagger rolled back"
+    );
+    assert_eq!(sim.promotions(), 0);
+    server.drained().await;
+    let run = only_run(github);
+    assert_eq!(
+        (run.status.as_str(), run.conclusion.as_deref()),
+        ("completed", Some("failure")),
+        "{run:#?}"
+    );
+    assert!(
+        run.output["title"]
+            .as_str()
+            .unwrap()
+            .starts_with("Rolled back"),
+        "{run:#?}"
+    );
+}
+
+async fn the_authors_click_is_refused_under_four_eyes(backend: Backend) {
+    let env = setup_with(backend, Some("[github]\nforbid_self_approval = true\n")).await;
+    let (server, github) = (&env.server, &env.github);
+    // The fake's PR author; an admin, so only four eyes stops them.
+    github.set_permission("kobzol", "admin");
+    let _sim = waiting_at_promote(server).await;
+    let run = only_run(github);
+    deliver(
+        server,
+        "check_run",
+        &check_run_click(&run.to_json(), "open", "kobzol"),
+    )
+    .await;
+    server.drained().await;
+    let gate = client()
+        .get(server.at("/gates/promote/pr/42"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gate.status(), 403, "still closed");
+    let summary = only_run(github).output["summary"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        summary.contains("you opened this pull request"),
+        "{summary}"
+    );
 }
