@@ -341,6 +341,33 @@ mod tests {
     }
 
     #[test]
+    fn a_click_is_told_apart_by_what_the_run_showed() {
+        let text = fixture("check_run.requested_action.json");
+        let e: CheckRunEvent = serde_json::from_str(&text).unwrap();
+        let id = e.signed_id().unwrap();
+        assert!(
+            id.starts_with("check_run:1494503112:lgtm|26764:codebytere:"),
+            "{id}"
+        );
+        let stored: CheckRunEvent =
+            serde_json::from_str(&serde_json::to_string(&e).unwrap()).unwrap();
+        assert_eq!(stored.signed_id().as_ref(), Some(&id), "the inbox's copy");
+        let mut later = e.clone();
+        later.check_run.output.summary = Some("approved by alice".into());
+        assert_ne!(
+            later.signed_id().as_ref(),
+            Some(&id),
+            "a click after an edit"
+        );
+        assert_eq!(e.gate(), None, "not one of gatebot's runs");
+        let mut ours = e;
+        ours.check_run.external_id = Some("/gates/promote/acme/shop/pr/42".into());
+        assert!(ours.gate().is_some_and(|k| k.pr().is_some()));
+        ours.requested_action = None;
+        assert_eq!(ours.signed_id(), None);
+    }
+
+    #[test]
     fn odd_payloads_never_reject() {
         let e: IssueCommentEvent = serde_json::from_str(
             r#"{"action":"transferred","issue":{"number":3,"pull_request":{},"user":{"type":"Mannequin"}},"comment":{"body":null},"extra":[1,2]}"#,
