@@ -154,6 +154,7 @@ gatebot_testkit::on_both_stores!(
     a_rate_limited_creation_waits_and_creates_one_run,
     roll_back_rolls_the_canary_back_and_the_run_fails,
     the_authors_click_is_refused_under_four_eyes,
+    a_click_on_a_pr_closed_without_merging_is_refused,
 );
 
 async fn a_click_on_promote_opens_the_gate_and_flagger_promotes(backend: Backend) {
@@ -363,4 +364,30 @@ async fn the_authors_click_is_refused_under_four_eyes(backend: Backend) {
         summary.contains("you opened this pull request"),
         "{summary}"
     );
+}
+
+async fn a_click_on_a_pr_closed_without_merging_is_refused(backend: Backend) {
+    let env = setup(backend).await;
+    let (server, github) = (&env.server, &env.github);
+    let _sim = waiting_at_promote(server).await;
+    github.set_merged(42, false);
+    let run = only_run(github);
+    deliver(
+        server,
+        "check_run",
+        &check_run_click(&run.to_json(), "open", "alice"),
+    )
+    .await;
+    server.drained().await;
+    let gate = client()
+        .get(server.at("/gates/promote/pr/42"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gate.status(), 403, "still closed");
+    let summary = only_run(github).output["summary"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(summary.contains("closed without merging"), "{summary}");
 }

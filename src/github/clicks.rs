@@ -83,9 +83,15 @@ impl GithubInbox {
             .await
             .map_err(retry)?
             .is_some_and(|r| r.run_id == e.check_run.id);
-        let pr_author = self.pr_author(&repo, number).await?;
+        let pull = self
+            .client
+            .pull(&repo, number)
+            .await
+            .map_err(|e| e.to_send_error())?;
+        let pr_author = pull.user.map(|u| u.login).unwrap_or_default();
+        // A superseded run stands for the push rule (`current`); a closed PR as for a comment.
         let stale = Stale {
-            closed_unmerged: false,
+            closed_unmerged: pull.state == "closed" && !pull.merged,
             pushed: None,
         };
         let authorizer = ClickAuthorizer {
@@ -117,24 +123,5 @@ impl GithubInbox {
         let job = GithubJob::check_run(&repo, number, key.kind)?;
         unit.enqueue(&[job]).await.map_err(retry)?;
         finish(unit, item, lease).await
-    }
-
-    /// Who opened the PR, for four eyes: as learned, else asked.
-    async fn pr_author(&self, repo: &RepoName, number: PrNumber) -> Result<String, SendError> {
-        if let Some(login) = self
-            .state
-            .store
-            .pr_author(repo, number)
-            .await
-            .map_err(retry)?
-        {
-            return Ok(login);
-        }
-        let pull = self
-            .client
-            .pull(repo, number)
-            .await
-            .map_err(|e| e.to_send_error())?;
-        Ok(pull.user.map(|u| u.login).unwrap_or_default())
     }
 }

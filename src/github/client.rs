@@ -188,6 +188,9 @@ pub struct HookDelivery {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct PullInfo {
+    /// `open` or `closed`.
+    #[serde(default)]
+    pub state: String,
     #[serde(default)]
     pub merged: bool,
     #[serde(default)]

@@ -607,13 +607,10 @@ async fn pull(
     State(inner): State<Arc<Inner>>,
     Path((_owner, _repo, number)): Path<(String, String, u64)>,
 ) -> Response {
-    let merged = inner
-        .pulls
-        .lock()
-        .unwrap()
-        .get(&number)
-        .copied()
-        .unwrap_or(false);
+    // A PR told merged or not (`set_merged`) is closed; any other is open.
+    let closed = inner.pulls.lock().unwrap().get(&number).copied();
+    let merged = closed.unwrap_or(false);
+    let state = if closed.is_some() { "closed" } else { "open" };
     let author = inner
         .authors
         .lock()
@@ -622,7 +619,7 @@ async fn pull(
         .cloned()
         .unwrap_or_else(|| "kobzol".into());
     let head = head_of(&inner, number);
-    Json(json!({"number": number, "state": "closed", "merged": merged, "user": user_json(&author, "User"), "head": {"sha": head}}))
+    Json(json!({"number": number, "state": state, "merged": merged, "user": user_json(&author, "User"), "head": {"sha": head}}))
         .into_response()
 }
 
