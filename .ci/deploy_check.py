@@ -1205,9 +1205,10 @@ def app_manifest_checks(ck: Checks) -> None:
     def github() -> str:
         m = json.loads((ROOT / "deploy" / "github-app-manifest.json").read_text())
         expect(m["default_permissions"] == {"issues": "write", "pull_requests": "read",
+                                            "checks": "write",
                                             "metadata": "read", "members": "read"},
                f"permissions {m['default_permissions']}")
-        expect(sorted(m["default_events"]) == ["issue_comment", "pull_request"],
+        expect(sorted(m["default_events"]) == ["check_run", "issue_comment", "pull_request"],
                f"events {m['default_events']}")
         expect(m["hook_attributes"]["url"] == "https://gatebot.example.com/webhooks/github",
                "hook url")

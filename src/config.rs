@@ -759,6 +759,21 @@ pub struct GithubConfig {
     /// The bot's own login, whose comments are never commands (found from the token when unset).
     #[arg(long = "github-bot-login", env = "GATEBOT_GITHUB_BOT_LOGIN")]
     pub bot_login: Option<String>,
+
+    /// A check run with buttons (Promote, Roll back, Hold) per waiting gate of a PR; needs a GitHub App.
+    #[arg(
+        long = "github-check-runs",
+        env = "GATEBOT_GITHUB_CHECK_RUNS",
+        default_value_t = false
+    )]
+    pub check_runs: bool,
+}
+
+impl GithubConfig {
+    /// Check runs are made: asked for, and a GitHub App to make them (they are App-only).
+    pub fn check_runs_on(&self) -> bool {
+        self.check_runs && self.token.is_none() && self.app_id.is_some()
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -1206,6 +1221,10 @@ impl Config {
                 humantime::format_duration(self.outbox_lease)
             ));
         }
+        let gh = &self.github;
+        if gh.check_runs && !gh.check_runs_on() {
+            out.push("GATEBOT_GITHUB_CHECK_RUNS=true without a GitHub App (GATEBOT_GITHUB_APP_ID, and no GATEBOT_GITHUB_TOKEN): check runs are made by Apps only, so they are off".into());
+        }
         if self.loadtester_open_access {
             out.push("GATEBOT_LOADTESTER_OPEN_ACCESS=true: anyone who can reach gatebot can open and close gates through /gate/open and /rollback/open, as with the loadtester".into());
         }
@@ -1464,6 +1483,27 @@ mod tests {
             .into_iter()
             .filter(|p| p.contains("SLACK"))
             .collect()
+    }
+
+    #[test]
+    fn check_runs_are_on_only_with_an_app_and_said_off_otherwise() {
+        let mut config = super::Config::with_database("sqlite://unused.db");
+        let off = |c: &super::Config| {
+            c.warnings()
+                .iter()
+                .any(|w| w.contains("GATEBOT_GITHUB_CHECK_RUNS"))
+        };
+        config.github.check_runs = true;
+        config.github.token = Some("ghp_x".to_string().into());
+        assert!(!config.github.check_runs_on() && off(&config), "a token");
+        config.github.token = None;
+        config.github.app_id = Some(1);
+        assert!(config.github.check_runs_on() && !off(&config), "an App");
+        config.github.check_runs = false;
+        assert!(
+            !config.github.check_runs_on() && !off(&config),
+            "not asked for"
+        );
     }
 
     #[test]

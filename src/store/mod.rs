@@ -4,6 +4,7 @@
 //! share (`$n` parameters, `ON CONFLICT`, `RETURNING`, partial unique indexes), so
 //! there is one code path to test. Only migrations, BEGIN and job claiming differ.
 
+mod checks;
 mod freezes;
 mod gate_events;
 mod loading;
@@ -38,6 +39,7 @@ use crate::gate::{
     Actor, Answer, AuditAction, CanaryRef, DeliveryId, Gate, GateKey, GateStatus, Millis, Source,
 };
 
+pub use checks::CheckRunRow;
 pub use gate_events::{GateEvent, GateEvents, LISTENER_APPLICATION_NAME};
 pub use named::{Link, NamedGate, NamedSpec};
 pub use origins::CanaryTie;

@@ -215,7 +215,7 @@ fn request(activity: &Activity, key: &GateKey, verb: &str, wait: Option<&WaitRow
             force: false,
         },
         REJECT => Command::Reject {
-            phase: Some(wait.map_or(Phase::None, |w| Phase::parse(&w.phase))),
+            phase: Some(wait.map_or(Phase::None, |w| w.phase.clone())),
             reason: None,
         },
         _ => Command::Hold { reason: None },
