@@ -280,6 +280,19 @@ impl Rig {
         self.on(css, |e| async move { e.text().await }).await
     }
 
+    /// The text of `css` once `wanted` holds for it: a click that navigates
+    /// returns before the next page is there.
+    async fn text_once(&self, css: &str, wanted: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = self.text(css).await;
+            if wanted(&text) || Instant::now() >= deadline {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     async fn screenshot(&self, name: &str) {
         let png = self.browser.screenshot().await.expect("a screenshot");
         let dir = screenshots();
@@ -406,7 +419,7 @@ async fn sign_in_with_github_approve_confirm_and_the_canary_promotes() {
     rig.screenshot("waiting-signed-in.png").await;
     rig.click(&format!("{row} button[data-action=approve]"))
         .await;
-    let heading = rig.text("h1").await;
+    let heading = rig.text_once("h1", |h| h.starts_with("Approve")).await;
     assert!(
         heading.starts_with("Approve"),
         "a confirmation first: {heading}"
@@ -422,7 +435,9 @@ async fn sign_in_with_github_approve_confirm_and_the_canary_promotes() {
     );
     rig.type_into("#reason", "canary metrics look right").await;
     rig.click("#confirm-button").await;
-    let state = rig.text("#gate-state").await;
+    let state = rig
+        .text_once("#gate-state", |s| s.contains("OPEN") || s.contains("open"))
+        .await;
     assert!(state.contains("OPEN") || state.contains("open"), "{state}");
     assert!(state.contains("@wanda via web"), "{state}");
     rig.screenshot("gate.png").await;
