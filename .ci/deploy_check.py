@@ -1205,9 +1205,10 @@ def app_manifest_checks(ck: Checks) -> None:
     def github() -> str:
         m = json.loads((ROOT / "deploy" / "github-app-manifest.json").read_text())
         expect(m["default_permissions"] == {"issues": "write", "pull_requests": "read",
+                                            "checks": "write",
                                             "metadata": "read", "members": "read"},
                f"permissions {m['default_permissions']}")
-        expect(sorted(m["default_events"]) == ["issue_comment", "pull_request"],
+        expect(sorted(m["default_events"]) == ["check_run", "issue_comment", "pull_request"],
                f"events {m['default_events']}")
         expect(m["hook_attributes"]["url"] == "https://gatebot.example.com/webhooks/github",
                "hook url")
@@ -1215,6 +1216,24 @@ def app_manifest_checks(ck: Checks) -> None:
         expect(m.get("url", "").startswith("https://"), "url")
         return "4 permissions, 2 events"
     ck.run("github app manifest", github)
+
+    def teams() -> str:
+        d = ROOT / "deploy" / "teams"
+        m = json.loads((d / "manifest.json").read_text())
+        placeholder = "00000000-0000-0000-0000-000000000000"
+        expect(m["id"] == placeholder, "the app id is the placeholder docs/teams.md says to replace")
+        bots = m["bots"]
+        expect(len(bots) == 1 and bots[0]["botId"] == placeholder, "one bot, its id the placeholder")
+        expect(sorted(bots[0]["scopes"]) == ["groupChat", "personal", "team"],
+               f"scopes {bots[0]['scopes']}")
+        expect(m["validDomains"] == ["gatebot.example.com"], f"valid domains {m['validDomains']}")
+        for name, size in ((m["icons"]["color"], 192), (m["icons"]["outline"], 32)):
+            head = (d / name).read_bytes()[:24]
+            expect(head[:8] == b"\x89PNG\r\n\x1a\n", f"{name} is a PNG")
+            w, h = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+            expect((w, h) == (size, size), f"{name} is {size}x{size}, got {w}x{h}")
+        return "one bot in 3 scopes, icons 192 and 32"
+    ck.run("teams app manifest", teams)
 
     def canary() -> str:
         docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "examples" / "canary.yaml")

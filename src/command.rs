@@ -391,7 +391,7 @@ pub fn split_force(reason: Option<String>) -> (bool, Option<String>) {
 /// What a Slack command acts on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    /// `42`, `#42`, `owner/name#42` or a pull request URL.
+    /// `42`, `#42`, `pr/42`, `owner/name#42` or a pull request URL.
     Pr { repo: Option<String>, number: u64 },
     /// `canary/<namespace>/<name>`.
     Canary { namespace: String, name: String },
@@ -598,6 +598,13 @@ pub fn parse_target(token: &str) -> Option<Target> {
     {
         let ok = !name.is_empty() && !name.contains('/');
         return ok.then(|| Target::Named(name.to_string()));
+    }
+    // `pr/42`, the form gate paths use. With a `#` it is a PR of an owner named `pr`.
+    if let Some(num) = token.strip_prefix("pr/").filter(|_| !token.contains('#')) {
+        return Some(Target::Pr {
+            repo: None,
+            number: parse_number(num)?,
+        });
     }
     for prefix in ["https://github.com/", "http://github.com/", "github.com/"] {
         if let Some(path) = token.strip_prefix(prefix) {
@@ -1267,6 +1274,30 @@ Thanks for the review!
         assert_eq!(
             parse_slash("/promote 42"),
             Ok(slash(Verb::Promote, pr(None, 42), None))
+        );
+    }
+
+    #[test]
+    fn slash_pr_path_targets() {
+        assert_eq!(
+            parse_slash("promote pr/42 ok"),
+            Ok(slash(
+                Verb::Promote,
+                Some(Target::Pr {
+                    repo: None,
+                    number: 42
+                }),
+                Some("ok")
+            ))
+        );
+        assert_eq!(parse_target("pr/"), None);
+        assert_eq!(parse_target("pr/x"), None);
+        assert_eq!(
+            parse_target("pr/shop#7"),
+            Some(Target::Pr {
+                repo: Some("pr/shop".into()),
+                number: 7
+            })
         );
     }
 

@@ -20,7 +20,7 @@ use crate::gate::{GateKind, RepoName};
 
 /// Environment variables that hold secrets (or their hashes) and may come
 /// from `<NAME>_FILE`.
-pub const SECRET_VARS: [&str; 13] = [
+pub const SECRET_VARS: [&str; 14] = [
     "GATEBOT_ADMIN_TOKEN",
     "GATEBOT_API_TOKENS",
     "GATEBOT_PIPELINE_TOKEN",
@@ -31,6 +31,7 @@ pub const SECRET_VARS: [&str; 13] = [
     "GATEBOT_SLACK_BOT_TOKEN",
     "GATEBOT_SLACK_APP_TOKEN",
     "GATEBOT_TEAMS_APP_PASSWORD",
+    "GATEBOT_TEAMS_WORKFLOW_URL",
     "GATEBOT_DATABASE_URL",
     "GATEBOT_UI_SESSION_KEY",
     "GATEBOT_UI_GITHUB_CLIENT_SECRET",
@@ -207,6 +208,8 @@ pub fn unset_meaning(env: &str) -> Option<&'static str> {
         "GATEBOT_SLACK_BOT_TOKEN" => "nothing is posted to Slack",
         "GATEBOT_TEAMS_APP_ID" => "Microsoft Teams is off: /webhooks/teams answers 404",
         "GATEBOT_TEAMS_APP_PASSWORD" => "nothing is posted to Teams: commands are applied, unanswered",
+        "GATEBOT_TEAMS_CHANNEL" => "no Teams cards for waiting gates (but where a Canary's teams_channel names one)",
+        "GATEBOT_TEAMS_WORKFLOW_URL" => "nothing is posted to a Teams Workflows webhook",
         _ => return None,
     })
 }
@@ -756,6 +759,21 @@ pub struct GithubConfig {
     /// The bot's own login, whose comments are never commands (found from the token when unset).
     #[arg(long = "github-bot-login", env = "GATEBOT_GITHUB_BOT_LOGIN")]
     pub bot_login: Option<String>,
+
+    /// A check run with buttons (Promote, Roll back, Hold) per waiting gate of a PR; needs a GitHub App.
+    #[arg(
+        long = "github-check-runs",
+        env = "GATEBOT_GITHUB_CHECK_RUNS",
+        default_value_t = false
+    )]
+    pub check_runs: bool,
+}
+
+impl GithubConfig {
+    /// Check runs are made: asked for, and a GitHub App to make them (they are App-only).
+    pub fn check_runs_on(&self) -> bool {
+        self.check_runs && self.token.is_none() && self.app_id.is_some()
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -1203,6 +1221,10 @@ impl Config {
                 humantime::format_duration(self.outbox_lease)
             ));
         }
+        let gh = &self.github;
+        if gh.check_runs && !gh.check_runs_on() {
+            out.push("GATEBOT_GITHUB_CHECK_RUNS=true without a GitHub App (GATEBOT_GITHUB_APP_ID, and no GATEBOT_GITHUB_TOKEN): check runs are made by Apps only, so they are off".into());
+        }
         if self.loadtester_open_access {
             out.push("GATEBOT_LOADTESTER_OPEN_ACCESS=true: anyone who can reach gatebot can open and close gates through /gate/open and /rollback/open, as with the loadtester".into());
         }
@@ -1370,6 +1392,18 @@ pub struct TeamsConfig {
         default_value = "https://login.microsoftonline.com"
     )]
     pub login_url: String,
+
+    /// The conversation (a channel's id, `19:…@thread.tacv2`) that gets a card per waiting gate; the bot must have been added there. A Canary's `teams_channel` metadata names another. Unset: no cards.
+    #[arg(
+        id = "teams_channel",
+        long = "teams-channel",
+        env = "GATEBOT_TEAMS_CHANNEL"
+    )]
+    pub channel: Option<String>,
+
+    /// A Teams Workflows webhook: every waiting gate's card is posted there, with a link to its page instead of buttons. Needs no bot.
+    #[arg(long = "teams-workflow-url", env = "GATEBOT_TEAMS_WORKFLOW_URL", value_parser = parse_secret, hide_env_values = true)]
+    pub workflow_url: Option<SecretString>,
 }
 
 impl TeamsConfig {
@@ -1378,6 +1412,21 @@ impl TeamsConfig {
         self.app_password
             .as_ref()
             .filter(|p| !p.expose_secret().is_empty())
+    }
+
+    /// The conversation that gets the cards, if any.
+    pub fn channel(&self) -> Option<&str> {
+        self.channel
+            .as_deref()
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+    }
+
+    /// The Workflows webhook, if any.
+    pub fn workflow_url(&self) -> Option<&SecretString> {
+        self.workflow_url
+            .as_ref()
+            .filter(|u| !u.expose_secret().trim().is_empty())
     }
 
     /// The single tenant of the bot, if any.
@@ -1434,6 +1483,27 @@ mod tests {
             .into_iter()
             .filter(|p| p.contains("SLACK"))
             .collect()
+    }
+
+    #[test]
+    fn check_runs_are_on_only_with_an_app_and_said_off_otherwise() {
+        let mut config = super::Config::with_database("sqlite://unused.db");
+        let off = |c: &super::Config| {
+            c.warnings()
+                .iter()
+                .any(|w| w.contains("GATEBOT_GITHUB_CHECK_RUNS"))
+        };
+        config.github.check_runs = true;
+        config.github.token = Some("ghp_x".to_string().into());
+        assert!(!config.github.check_runs_on() && off(&config), "a token");
+        config.github.token = None;
+        config.github.app_id = Some(1);
+        assert!(config.github.check_runs_on() && !off(&config), "an App");
+        config.github.check_runs = false;
+        assert!(
+            !config.github.check_runs_on() && !off(&config),
+            "not asked for"
+        );
     }
 
     #[test]

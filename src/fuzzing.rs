@@ -199,7 +199,7 @@ pub fn flagger(body: &[u8]) {
 /// reads back to the same pull request, signed id and time. The same bytes
 /// as a signature header are refused without a panic.
 pub fn github(body: &[u8]) {
-    use crate::github::events::{IssueCommentEvent, PullRequestEvent};
+    use crate::github::events::{CheckRunEvent, IssueCommentEvent, PullRequestEvent};
     if let Ok(e) = serde_json::from_slice::<IssueCommentEvent>(body) {
         let stored = serde_json::to_string(&e).expect("an event serializes");
         let back: IssueCommentEvent = serde_json::from_str(&stored).expect("stored reads back");
@@ -215,6 +215,12 @@ pub fn github(body: &[u8]) {
         assert_eq!(back.signed_id(), e.signed_id());
         assert_eq!(back.pr(), e.pr());
         assert_eq!(back.signed_at(), e.signed_at());
+    }
+    if let Ok(e) = serde_json::from_slice::<CheckRunEvent>(body) {
+        let stored = serde_json::to_string(&e).expect("an event serializes");
+        let back: CheckRunEvent = serde_json::from_str(&stored).expect("stored reads back");
+        assert_eq!(back.signed_id(), e.signed_id());
+        assert_eq!(back.gate(), e.gate());
     }
     let verify = crate::github::verify::verify;
     let header = String::from_utf8_lossy(body);

@@ -31,6 +31,10 @@ const BUILTIN: &[(&str, &str)] = &[
         include_str!("../templates/slack/reminder.j2"),
     ),
     (
+        "github/check_run.md.j2",
+        include_str!("../templates/github/check_run.md.j2"),
+    ),
+    (
         "github/reminder.md.j2",
         include_str!("../templates/github/reminder.md.j2"),
     ),

@@ -25,8 +25,8 @@ pub mod core {
 
 pub mod gate {
     pub use crate::gate::{
-        window, Actor, AuditAction, CanaryRef, DeliveryId, FlaggerTokens, GateKey, GateKind,
-        PrNumber, RepoName, Source,
+        window, Actor, Answer, AuditAction, CanaryRef, DeliveryId, FlaggerTokens, GateKey,
+        GateKind, Phase, PrNumber, RepoName, Source,
     };
 }
 
@@ -55,8 +55,8 @@ pub mod slack {
 
 pub mod store {
     pub use crate::store::{
-        AuditEntry, NewJob, QueueItem, QueueName, StatusComment, Store, StoreError, DEAD_AFTER,
-        LISTENER_APPLICATION_NAME,
+        AuditEntry, NewJob, QueueItem, QueueName, StatusComment, Store, StoreError,
+        TeamsConversation, DEAD_AFTER, LISTENER_APPLICATION_NAME,
     };
 }
 

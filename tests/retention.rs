@@ -132,6 +132,15 @@ impl Env {
             .await
             .unwrap();
         }
+        // A Teams card of a wait that is over (gone).
+        sqlx::query(
+            "INSERT INTO teams_cards (wait_id, gate, canary, conversation_id, service_url, activity_id, posted_at) \
+             VALUES (9001, '/gates/promote/acme/shop/pr/1', 'test/podinfo', '19:c@thread.tacv2', 'https://smba.example/', '1:a', $1)",
+        )
+        .bind(now)
+        .execute(&mut self.conn)
+        .await
+        .unwrap();
         let mut tx = self.conn.begin().await.unwrap();
         for i in 0..SEEDED_EVENTS {
             sqlx::query(
@@ -230,6 +239,12 @@ async fn what_outlives_its_retention_is_pruned_and_nothing_else(backend: Backend
         1,
         "a tie found within the history is kept"
     );
+    env.until(
+        "the Teams card of a wait that is over",
+        "SELECT COUNT(*) FROM teams_cards",
+        0,
+    )
+    .await;
     assert_eq!(
         env.count("SELECT COUNT(*) FROM gates WHERE status = 'held'")
             .await,

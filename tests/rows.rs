@@ -1,8 +1,12 @@
 //! Stored rows decode into typed keys, canaries, actions and delivery ids: the
 //! JSON the API shows is the text it always was, and a row whose key does not
-//! parse is reported as corrupt, never skipped.
+//! parse is reported as corrupt, never skipped. Phases and answers are typed
+//! too: a phase gatebot does not know is kept, an answer or a canary that does
+//! not read is corrupt.
 
-use gatebot::testing::gate::{Actor, AuditAction, CanaryRef, DeliveryId, GateKey, Source};
+use gatebot::testing::gate::{
+    Actor, Answer, AuditAction, CanaryRef, DeliveryId, GateKey, Phase, Source,
+};
 use gatebot::testing::store::{AuditEntry, Store, StoreError};
 use gatebot_testkit::harness::{Backend, TestDb};
 use serde_json::json;
@@ -11,6 +15,7 @@ use sqlx::AnyPool;
 gatebot_testkit::on_both_stores!(
     audit_entries_show_as_text,
     a_bad_stored_key_is_corrupt_not_skipped,
+    phases_and_answers_decode_typed,
 );
 
 const GATE: &str = "/gates/promote/acme/shop/pr/42";
@@ -96,4 +101,72 @@ async fn a_bad_stored_key_is_corrupt_not_skipped(backend: Backend) {
         store.gates_of_canary(&canary).await,
         Err(StoreError::Corrupt(_))
     ));
+}
+
+/// Writes one observation at `GATE` as gatebot never would, in place of any other.
+async fn observed(pool: &AnyPool, canary: &str, phase: &str, answer: &str) {
+    sqlx::query("DELETE FROM observations")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO observations (gate_key, canary, checksum, phase, answer, reason, metadata, first_seen, last_seen) \
+         VALUES ($1, $2, 'c1', $3, $4, 'r', '{}', 1, 2)",
+    )
+    .bind(GATE)
+    .bind(canary)
+    .bind(phase)
+    .bind(answer)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+async fn phases_and_answers_decode_typed(backend: Backend) {
+    let (db, store) = store(backend).await;
+    sqlx::any::install_default_drivers();
+    let pool = AnyPool::connect(&db.url).await.unwrap();
+
+    // A phase Flagger may add one day is kept as it was sent.
+    observed(&pool, "test/podinfo", "Paused", "open").await;
+    let rows = store.load_observations().await.unwrap();
+    assert_eq!(rows[0].phase, Phase::Other("Paused".into()));
+    assert_eq!(rows[0].answer, Answer::Open);
+    assert_eq!(rows[0].canary, CanaryRef::new("test", "podinfo").unwrap());
+    let json = serde_json::to_value(&rows[0]).unwrap();
+    assert_eq!(
+        (&json["canary"], &json["phase"], &json["answer"]),
+        (&json!("test/podinfo"), &json!("Paused"), &json!("open"))
+    );
+
+    // An answer or a canary that does not read is corrupt, whichever read meets it.
+    for (canary, answer, says) in [
+        ("test/podinfo", "maybe", "maybe"),
+        ("no-namespace", "closed", "no-namespace"),
+    ] {
+        observed(&pool, canary, "Progressing", answer).await;
+        let all = store.load_observations().await;
+        assert!(
+            matches!(all, Err(StoreError::Corrupt(ref e)) if e.contains(says)),
+            "{says}: {all:?}"
+        );
+        let key = GateKey::parse(GATE, None).unwrap();
+        let one = store.observations_for(&key).await;
+        assert!(
+            matches!(one, Err(StoreError::Corrupt(_))),
+            "{says}: {one:?}"
+        );
+        let page = store.canaries_between(GATE, GATE).await;
+        assert!(
+            matches!(page, Err(StoreError::Corrupt(_))),
+            "{says}: {page:?}"
+        );
+        let mut loaded = 0;
+        let at_start = store.each_observation(|_, _| loaded += 1).await;
+        assert!(
+            matches!(at_start, Err(StoreError::Corrupt(_))) && loaded == 0,
+            "{says}: {at_start:?}"
+        );
+    }
+    pool.close().await;
 }

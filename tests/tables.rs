@@ -8,7 +8,7 @@ use std::path::Path;
 use gatebot::testing::gate::{GateKey, PrNumber, RepoName};
 use gatebot::testing::github::pushes;
 use gatebot::testing::slack::record::{self, Decision, Ended, Final, Posted, WaitInfo};
-use gatebot::testing::store::{StatusComment, Store};
+use gatebot::testing::store::{StatusComment, Store, TeamsConversation};
 use gatebot_testkit::harness::{Backend, TestDb};
 use serde_json::json;
 use sqlx::{AnyPool, Row};
@@ -21,7 +21,58 @@ gatebot_testkit::on_both_stores!(
     slack_facts_round_trip,
     a_slack_decision_goes_with_its_transaction,
     kv_rows_survive_the_upgrade,
+    teams_conversations_are_bounded,
 );
+
+/// One row per conversation, at most `cap` of them: a new one past the cap
+/// is not kept, one known already is updated, and a removal makes room.
+async fn teams_conversations_are_bounded(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let conversation = |id: &str, url: &str| TeamsConversation {
+        conversation_id: id.into(),
+        service_url: url.into(),
+        tenant_id: "t".into(),
+        kind: "channel".into(),
+        name: format!("{id} channel"),
+    };
+    let old = "https://smba.trafficmanager.net/amer/";
+    let new = "https://smba.trafficmanager.net/emea/";
+    assert!(store
+        .remember_teams_conversation(&conversation("19:a", old), 1, 2)
+        .await
+        .unwrap());
+    assert!(store
+        .remember_teams_conversation(&conversation("19:b", old), 2, 2)
+        .await
+        .unwrap());
+    assert!(!store
+        .remember_teams_conversation(&conversation("19:c", old), 3, 2)
+        .await
+        .unwrap());
+    assert!(store
+        .remember_teams_conversation(&conversation("19:a", new), 4, 2)
+        .await
+        .unwrap());
+    let a = store.teams_conversation("19:a").await.unwrap().unwrap();
+    assert_eq!(
+        a.service_url, new,
+        "a known conversation's reference is updated"
+    );
+    assert_eq!(store.teams_conversations(10).await.unwrap().len(), 2);
+    store.forget_teams_conversation("19:a").await.unwrap();
+    assert!(store
+        .remember_teams_conversation(&conversation("19:c", old), 5, 2)
+        .await
+        .unwrap());
+    let ids: Vec<String> = store
+        .teams_conversations(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.conversation_id)
+        .collect();
+    assert_eq!(ids, ["19:b", "19:c"]);
+}
 
 async fn store(backend: Backend) -> (TestDb, Store) {
     let db = TestDb::new(backend).await;

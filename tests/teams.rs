@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use gatebot::testing::clock::{Clock, ManualClock, SharedClock};
 use gatebot::testing::notify::WorkerSettings;
-use gatebot::Options;
-use gatebot_testkit::fake_teams::{claims, unsigned, FakeBotFramework, TestKey};
+use gatebot::{Config, Options};
+use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::fake_teams::{claims, unsigned, FakeBotFramework, Sent, TestKey};
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
 use gatebot_testkit::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
@@ -40,6 +41,11 @@ fn signing_key() -> TestKey {
 }
 
 async fn env(backend: Backend) -> Env {
+    env_with(backend, |_, _| {}).await
+}
+
+/// [`env`], with the configuration edited last.
+async fn env_with(backend: Backend, edit: impl FnOnce(&mut Config, &FakeBotFramework)) -> Env {
     let db = TestDb::new(backend).await;
     let key = signing_key();
     let bot = FakeBotFramework::start(std::slice::from_ref(&key)).await;
@@ -52,6 +58,7 @@ async fn env(backend: Backend) -> Env {
     config.teams.login_url = bot.url.clone();
     config.github.repository = Some("acme/shop".parse().unwrap());
     config.admin_token = Some(ADMIN_TOKEN.to_string().into());
+    edit(&mut config, &bot);
     let clock = ManualClock::new(NOW);
     let options = Options {
         clock: Some(clock.clone() as SharedClock),
@@ -420,7 +427,7 @@ async fn typed_commands(backend: Backend) {
 
     env.say("2", "hold 42 not yet", RIDO).await;
     assert_eq!(env.gate("/promote/acme/shop/pr/42").await["state"], "held");
-    env.say("3", "unhold 42", RIDO).await;
+    env.say("3", "unhold pr/42", RIDO).await;
     env.say("4", "promote 42 ship it", RIDO).await;
     assert_eq!(env.gate("/promote/acme/shop/pr/42").await["state"], "open");
     let open = env
@@ -445,6 +452,22 @@ async fn typed_commands(backend: Backend) {
         "promoted: {:?}",
         sim.phase()
     );
+    env.server.stop().await;
+}
+
+/// Hold from the card holds the gate; the card says so and keeps its
+/// buttons.
+async fn hold_from_the_card(backend: Backend) {
+    let env = cards_env(backend).await;
+    env.install().await;
+    let _sim = waiting_at_start(&env).await;
+    let card = card_of(&env.until_cards("POST", 1).await[0]);
+    let (status, answer) = env.click("f:hold", &card, "hold", RIDO).await;
+    assert_eq!((status, answer["type"].as_str()), (200, Some(CARD_TYPE)));
+    assert_eq!(env.gate("/start/acme/shop/pr/42").await["state"], "held");
+    let shown = &answer["value"];
+    assert!(texts(shown).contains("Held by Rido via teams"), "{shown}");
+    assert_eq!(verbs(shown), ["approve", "reject", "hold"]);
     env.server.stop().await;
 }
 
@@ -517,5 +540,391 @@ gatebot_testkit::on_both_stores!(
     replayed_once,
     key_rotation,
     typed_commands,
-    answers_are_posted
+    answers_are_posted,
+    conversation_references,
+    a_click_approves_and_flagger_promotes,
+    hold_from_the_card,
+    an_unlisted_user_is_refused_in_the_card,
+    a_github_approval_updates_the_card,
+    the_workflow_webhook_gets_its_card,
 );
+
+/// The channel the installation fixtures name.
+const CHANNEL: &str = "19:0b7f32667e064dd9b25d7969801541f4@thread.tacv2";
+const PUBLIC_URL: &str = "https://gatebot.example.com";
+const INSTALLED: &str = "installationUpdate.add.bot-events-docs.json";
+const ADDED: &str = "conversationUpdate.bot-added-to-team.conversation-events-docs.json";
+const CLICK: &str = "invoke.adaptiveCard-action.teams-net-capture.json";
+const CARD_TYPE: &str = "application/vnd.microsoft.card.adaptive";
+
+/// gatebot posting cards to CHANNEL, with links to its pages.
+async fn cards_env(backend: Backend) -> Env {
+    env_with(backend, |c, _| {
+        c.teams.channel = Some(CHANNEL.into());
+        c.public_url = Some(PUBLIC_URL.into());
+    })
+    .await
+}
+
+/// The card a sent activity carries.
+fn card_of(sent: &Sent) -> Value {
+    sent.activity["attachments"][0]["content"].clone()
+}
+
+/// Every text of a card, one after another.
+fn texts(card: &Value) -> String {
+    let mut out = Vec::new();
+    for block in card["body"].as_array().unwrap() {
+        if let Some(t) = block["text"].as_str() {
+            out.push(t.to_string());
+        }
+        for fact in block["facts"].as_array().into_iter().flatten() {
+            out.push(format!("{}: {}", fact["title"], fact["value"]));
+        }
+    }
+    out.join("\n")
+}
+
+fn verbs(card: &Value) -> Vec<String> {
+    card["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["verb"].as_str().map(str::to_string))
+        .collect()
+}
+
+impl Env {
+    /// The fixture `name`, from the test's tenant and the fake connector.
+    fn activity(&self, name: &str) -> Value {
+        let mut a = fixture(name);
+        a["serviceUrl"] = json!(self.bot.service_url());
+        a["channelData"]["tenant"]["id"] = json!(TENANT);
+        a["conversation"]["tenantId"] = json!(TENANT);
+        a
+    }
+
+    async fn send(&self, activity: &Value) -> u16 {
+        self.post(Some(&self.token_for(activity)), activity).await
+    }
+
+    /// The bot installed in CHANNEL.
+    async fn install(&self) {
+        assert_eq!(self.send(&self.activity(INSTALLED)).await, 200);
+    }
+
+    /// What `gatebot check-config` says on this store, with `channel` as
+    /// GATEBOT_TEAMS_CHANNEL.
+    fn check_config(&self, channel: &str) -> String {
+        let out = std::process::Command::new(gatebot_testkit::served::bin())
+            .env_clear()
+            .current_dir(self.db.dir.path())
+            .arg("check-config")
+            .env("GATEBOT_DATABASE_URL", &self.db.url)
+            .env("GATEBOT_TEAMS_APP_ID", APP_ID)
+            .env("GATEBOT_TEAMS_TENANTS", TENANT)
+            .env("GATEBOT_TEAMS_CHANNEL", channel)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    async fn conversations(&self) -> Vec<(String, String)> {
+        sqlx::any::install_default_drivers();
+        let mut db = sqlx::AnyConnection::connect(&self.db.url).await.unwrap();
+        sqlx::query_as(
+            "SELECT conversation_id, name FROM teams_conversations ORDER BY conversation_id",
+        )
+        .fetch_all(&mut db)
+        .await
+        .unwrap()
+    }
+
+    /// Cards posted (`POST`) or updated (`PUT`), in order.
+    fn cards(&self, method: &str) -> Vec<Sent> {
+        self.bot
+            .sent()
+            .into_iter()
+            .filter(|s| s.method == method && s.activity["attachments"].is_array())
+            .collect()
+    }
+
+    /// Waits until `n` cards were posted (`POST`) or updated (`PUT`).
+    async fn until_cards(&self, method: &str, n: usize) -> Vec<Sent> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            self.server.drained().await;
+            let cards = self.cards(method);
+            if cards.len() >= n {
+                return cards;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{n} {method} cards: {:?}",
+                self.bot.sent()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A click on the `verb` button of `card` by `aad_object_id`, as
+    /// activity `id`: the invoke's HTTP status and answer.
+    async fn click(&self, id: &str, card: &Value, verb: &str, aad_object_id: &str) -> (u16, Value) {
+        let button = card["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["verb"] == verb)
+            .unwrap_or_else(|| panic!("no {verb} button: {card}"))
+            .clone();
+        let mut a = self.activity(CLICK);
+        a["id"] = json!(id);
+        a["value"]["action"]["verb"] = json!(verb);
+        a["value"]["action"]["data"] = button["data"].clone();
+        a["from"]["aadObjectId"] = json!(aad_object_id);
+        let r = client()
+            .post(self.server.at(ROUTE))
+            .header("authorization", format!("Bearer {}", self.token_for(&a)))
+            .json(&a)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let body = r.text().await.unwrap();
+        let answer = serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("the invoke's answer ({status}) is not JSON: {e}: {body}"));
+        (status, answer)
+    }
+}
+
+/// A canary of PR 42 waiting at the start gate, its card posted.
+async fn waiting_at_start(env: &Env) -> FlaggerSim {
+    let mut sim = FlaggerSim::new(
+        "podinfo",
+        "test",
+        Strategy::Canary {
+            step_weight: 50,
+            max_weight: 50,
+        },
+        pr_hooks(&env.server.url, 42),
+    );
+    sim.deploy("rev-a");
+    sim.tick().await;
+    sim.deploy("rev-b");
+    sim.tick().await;
+    sim
+}
+
+/// The bot added and removed, by installation and by conversation
+/// updates: one row per conversation, gone on removal.
+async fn conversation_references(backend: Backend) {
+    let env = env(backend).await;
+    env.install().await;
+    env.install().await;
+    let kept = env.conversations().await;
+    assert_eq!(
+        kept,
+        vec![(CHANNEL.to_string(), "2021 Test Channel".to_string())]
+    );
+    let said = env.check_config("19:elsewhere@thread.tacv2");
+    assert!(
+        said.contains(&format!(
+            "teams:           {CHANNEL} (channel \"2021 Test Channel\")"
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains("warning:         GATEBOT_TEAMS_CHANNEL 19:elsewhere@thread.tacv2 is not a conversation the bot was added to"),
+        "{said}"
+    );
+    assert!(!env.check_config(CHANNEL).contains("warning:"));
+
+    let mut removed = env.activity(INSTALLED);
+    removed["action"] = json!("remove");
+    removed["id"] = json!("f:removed");
+    assert_eq!(env.send(&removed).await, 200);
+    assert!(env.conversations().await.is_empty());
+
+    let added = env.activity(ADDED);
+    assert_eq!(env.send(&added).await, 200);
+    assert_eq!(env.conversations().await.len(), 1);
+    let mut left = added.clone();
+    left["membersRemoved"] = added["membersAdded"].clone();
+    left["membersAdded"] = json!([]);
+    assert_eq!(env.send(&left).await, 200);
+    assert!(env.conversations().await.is_empty());
+    env.server.stop().await;
+}
+
+/// A waiting gate's card is posted (after the connector's 429 and its
+/// Retry-After); Approve opens the gate, the invoke is answered with the
+/// updated card, the posted card is updated in place, and Flagger's
+/// simulator promotes once the promote gate's card is approved too.
+async fn a_click_approves_and_flagger_promotes(backend: Backend) {
+    let env = cards_env(backend).await;
+    env.install().await;
+    env.bot.throttle_next(2);
+    let mut sim = waiting_at_start(&env).await;
+    let throttled = env.until_cards("POST", 1).await;
+    assert_eq!(throttled[0].status, 429);
+    env.clock.advance(2_000);
+    let posted = env.until_cards("POST", 2).await;
+    assert_eq!(posted[1].status, 200);
+    assert_eq!(posted[1].conversation_id, CHANNEL);
+    assert_eq!(posted[1].auth.as_deref(), Some("Bearer test-bot-token-1"));
+    let card = card_of(&posted[1]);
+    insta::assert_json_snapshot!("teams_card_waiting", card);
+
+    let (status, answer) = env.click("f:click-1", &card, "approve", RIDO).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["statusCode"], 200);
+    assert_eq!(answer["type"], CARD_TYPE);
+    insta::assert_json_snapshot!("teams_card_approved", answer["value"]);
+    assert_eq!(env.gate("/start/acme/shop/pr/42").await["state"], "open");
+    let updated = env.until_cards("PUT", 1).await;
+    assert_eq!(updated[0].activity_id.as_deref(), Some("1562094704.000002"));
+    let shown = card_of(updated.last().unwrap());
+    assert!(verbs(&shown).is_empty(), "{shown}");
+    assert!(
+        texts(&shown).contains("Approved by Rido in Teams"),
+        "{shown}"
+    );
+
+    assert!(
+        sim.run_until(|s| env.cards("POST").len() >= 3 || s.promotions() == 1, 20)
+            .await
+    );
+    let promote = card_of(&env.until_cards("POST", 3).await[2]);
+    assert!(texts(&promote).contains("promote gate"), "{promote}");
+    let (status, _) = env.click("f:click-2", &promote, "approve", RIDO).await;
+    assert_eq!(status, 200);
+    assert!(
+        sim.run_until(|s| s.promotions() == 1, 20).await,
+        "promoted: {:?}",
+        sim.phase()
+    );
+    // Flagger's event says the rollout is done: the promote card shows it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        env.server.drained().await;
+        let last = env
+            .cards("PUT")
+            .into_iter()
+            .map(|s| texts(&card_of(&s)))
+            .rfind(|t| t.contains("promote gate"));
+        if last.as_deref().is_some_and(|t| t.contains("Promoted")) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the promote card never said Promoted: {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    env.server.stop().await;
+}
+
+/// Someone not in GATEBOT_TEAMS_APPROVERS is answered in the card with who
+/// may, and nothing opens; a replayed click is applied once; a click on a
+/// card decided already is refused.
+async fn an_unlisted_user_is_refused_in_the_card(backend: Backend) {
+    let env = cards_env(backend).await;
+    env.install().await;
+    let _sim = waiting_at_start(&env).await;
+    let card = card_of(&env.until_cards("POST", 1).await[0]);
+    let gate = "/gates/start/acme/shop/pr/42";
+
+    let stranger = "00000000-0000-0000-0000-00000000beef";
+    let (status, answer) = env.click("f:stranger", &card, "approve", stranger).await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["type"], "application/vnd.microsoft.activity.message");
+    let why = answer["value"].as_str().unwrap();
+    assert!(
+        why.contains("Rido is not a Teams approver") && why.contains("GATEBOT_TEAMS_APPROVERS"),
+        "{why}"
+    );
+    assert_eq!(env.gate("/start/acme/shop/pr/42").await["state"], "closed");
+
+    for _ in 0..2 {
+        let (status, answer) = env.click("f:approve", &card, "approve", RIDO).await;
+        assert_eq!((status, answer["type"].as_str()), (200, Some(CARD_TYPE)));
+    }
+    env.server.drained().await;
+    let opened = env
+        .audit(gate)
+        .await
+        .into_iter()
+        .filter(|a| a["action"] == "open")
+        .count();
+    assert_eq!(opened, 1, "a replayed click is applied once");
+
+    let (_, answer) = env.click("f:late", &card, "reject", RIDO).await;
+    assert_eq!(
+        answer["value"].as_str(),
+        Some("refused /reject: this card was approved by Rido already")
+    );
+    env.server.stop().await;
+}
+
+/// `/start` on the pull request opens the gate: the card says who did,
+/// and loses its buttons.
+async fn a_github_approval_updates_the_card(backend: Backend) {
+    let github = FakeGithub::start().await;
+    github.set_permission("alice", "write");
+    let env = env_with(backend, |c, _| {
+        c.teams.channel = Some(CHANNEL.into());
+        c.public_url = Some(PUBLIC_URL.into());
+        c.github.token = Some("ghp_test".to_string().into());
+        c.github.webhook_secret = Some("github-secret".to_string().into());
+        c.github.api_url = github.url.clone();
+    })
+    .await;
+    env.install().await;
+    let _sim = waiting_at_start(&env).await;
+    env.until_cards("POST", 1).await;
+
+    let mut payload = gatebot_testkit::github_payloads::comment_at(42, 7, "alice", "/start", NOW);
+    payload["issue"]["user"]["login"] = json!("bob");
+    let payload = serde_json::to_vec(&payload).unwrap();
+    let r = client()
+        .post(env.server.at("/webhooks/github"))
+        .header("content-type", "application/json")
+        .header("x-github-event", "issue_comment")
+        .header("x-github-delivery", "delivery-7")
+        .header(
+            "x-hub-signature-256",
+            gatebot::testing::github::verify::sign("github-secret", &payload),
+        )
+        .body(payload)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202);
+    let updated = env.until_cards("PUT", 1).await;
+    let card = card_of(updated.last().unwrap());
+    insta::assert_json_snapshot!("teams_card_approved_on_github", card);
+    assert!(verbs(&card).is_empty());
+    env.server.stop().await;
+}
+
+/// GATEBOT_TEAMS_WORKFLOW_URL gets the card, with a link to the gate's
+/// page instead of buttons, and no bot token.
+async fn the_workflow_webhook_gets_its_card(backend: Backend) {
+    let env = env_with(backend, |c, bot| {
+        c.teams.workflow_url = Some(bot.workflow_url().into());
+        c.public_url = Some(PUBLIC_URL.into());
+    })
+    .await;
+    let _sim = waiting_at_start(&env).await;
+    let posted = env.until_cards("POST", 1).await;
+    assert_eq!(posted[0].conversation_id, "workflow");
+    assert_eq!(posted[0].auth, None);
+    let card = card_of(&posted[0]);
+    assert!(verbs(&card).is_empty(), "{card}");
+    assert_eq!(
+        card["actions"][0]["url"],
+        format!("{PUBLIC_URL}/ui/gates/start/acme/shop/pr/42")
+    );
+    insta::assert_json_snapshot!("teams_workflow_card", card);
+    env.server.stop().await;
+}

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::wire::{FreezeList, FreezeView, GateLine, GateList, GateView, Lifted};
 use crate::config::{GatesAction, GatesArgs, Setting};
 use crate::gate::state::rfc3339;
-use crate::gate::{Gate, GateStatus};
+use crate::gate::{Answer, Gate, GateStatus};
 
 pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
     let server = Server::new(
@@ -281,7 +281,7 @@ fn state_line(view: &GateView) -> String {
     let closed: Vec<String> = view
         .observations
         .iter()
-        .filter(|o| o.answer == "closed")
+        .filter(|o| o.answer == Answer::Closed)
         .map(|o| {
             let canary = o.canary.to_string();
             let at = &o.checksum;
@@ -338,6 +338,9 @@ pub async fn check_config(
                 "store:           {} (reachable, migrated)",
                 store.backend().as_str()
             ));
+            if config.teams.app_id().is_some() {
+                teams_conversations(&mut report, &store, config.teams.channel()).await;
+            }
             store.close().await;
         }
         Err(e) => report.problem(format_args!("{e:#}")),
@@ -348,6 +351,37 @@ pub async fn check_config(
         "configuration has problems"
     });
     report
+}
+
+/// The Teams conversations the bot was added to (where cards may go), and
+/// whether GATEBOT_TEAMS_CHANNEL is one of them.
+async fn teams_conversations(
+    report: &mut ConfigReport,
+    store: &crate::store::Store,
+    channel: Option<&str>,
+) {
+    const SHOWN: i64 = 50;
+    let known = match store.teams_conversations(SHOWN).await {
+        Ok(known) => known,
+        Err(e) => return report.problem(format_args!("Teams conversations: {e:#}")),
+    };
+    if known.is_empty() {
+        report.line("teams:           the bot was not added to any conversation yet");
+    }
+    for c in &known {
+        report.line(format_args!(
+            "teams:           {} ({} {:?})",
+            c.conversation_id, c.kind, c.name
+        ));
+    }
+    let listed = |id: &str| known.iter().any(|c| c.conversation_id == id);
+    if let Some(channel) = channel.filter(|c| !listed(c)) {
+        if known.len() < SHOWN as usize {
+            report.warning(format_args!(
+                "GATEBOT_TEAMS_CHANNEL {channel} is not a conversation the bot was added to: no card can be posted there"
+            ));
+        }
+    }
 }
 
 /// Each setting, where it came from (never a secret's value), and what an

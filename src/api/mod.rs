@@ -204,7 +204,7 @@ pub async fn waits(
     Query(q): Query<WaitsQuery>,
 ) -> Result<Json<Value>, Reject> {
     let key = gate_read(&state, &headers, q.gate.as_deref())?;
-    let waits = state.store.waits(key.as_ref(), q.open, 500).await?;
+    let waits = state.engine.waits(key.as_ref(), q.open, 500).await?;
     answer_json(&WaitList { waits })
 }
 
@@ -220,10 +220,8 @@ pub async fn audit(
     Query(q): Query<AuditQuery>,
 ) -> Result<Json<Value>, Reject> {
     let key = gate_read(&state, &headers, q.gate.as_deref())?;
-    let audit = state
-        .store
-        .audit_log(key.as_ref(), q.limit.unwrap_or(200).clamp(1, 5000))
-        .await?;
+    let limit = q.limit.unwrap_or(200).clamp(1, 5000);
+    let audit = state.engine.audit(key.as_ref(), limit).await?;
     answer_json(&AuditList { audit })
 }
 
@@ -238,7 +236,7 @@ pub async fn outbox(
     Query(q): Query<OutboxQuery>,
 ) -> Result<Json<Value>, Reject> {
     reader(&state.config, &headers)?;
-    let jobs = state.store.jobs(q.state.as_deref(), 500).await?;
+    let jobs = state.engine.jobs(q.state.as_deref(), 500).await?;
     answer_json(&JobList { jobs })
 }
 
@@ -253,6 +251,6 @@ pub async fn events(
     Query(q): Query<EventsQuery>,
 ) -> Result<Json<Value>, Reject> {
     reader(&state.config, &headers)?;
-    let events = state.store.events(q.canary.as_deref(), 500).await?;
+    let events = state.engine.events(q.canary.as_deref(), 500).await?;
     answer_json(&EventList { events })
 }

@@ -4,10 +4,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::{CanarySeen, GateDetail, GatePage, GateSummary};
+use crate::core::{
+    AuditEntry, CanarySeen, EventRow, GateDetail, GatePage, GateSummary, Job, ObservationRow,
+    WaitRow,
+};
 use crate::gate::freeze::Freeze;
 use crate::gate::{Actor, Change, Gate, GateStatus, Millis};
-use crate::store::{AuditEntry, EventRow, Job, NamedGate, NamedSpec, ObservationRow, WaitRow};
+use crate::store::{NamedGate, NamedSpec};
 
 /// `GET /api/v1/gates`: one page of gates in key order; `next` is the cursor
 /// of the following page, null on the last one.
@@ -192,7 +195,7 @@ mod tests {
 
     use super::*;
     use crate::gate::freeze::FreezeScope;
-    use crate::gate::{AuditAction, CanaryRef, GateKey, Source};
+    use crate::gate::{Answer, AuditAction, CanaryRef, GateKey, Phase, Source};
 
     fn summary(approvals: Option<String>, forced: bool) -> GateSummary {
         GateSummary {
@@ -205,10 +208,10 @@ mod tests {
             approvals,
             forced,
             canaries: vec![CanarySeen {
-                canary: "test/app".into(),
+                canary: CanaryRef::new("test", "app").unwrap(),
                 checksum: "r1".into(),
-                phase: "Progressing".into(),
-                answer: "open".into(),
+                phase: Phase::Progressing,
+                answer: Answer::Open,
                 reason: "approved".into(),
                 last_seen: 7,
                 waiting_since: Some(6),
@@ -229,6 +232,18 @@ mod tests {
         assert_eq!(now.to_string(), before);
         let read: GateList = serde_json::from_value(now).unwrap();
         assert_eq!(read.gates[1].approvals.as_deref(), Some("1 of 2"));
+    }
+
+    /// A canary's name, phase and answer are typed inside and plain text on the wire.
+    #[test]
+    fn a_canary_line_is_written_as_text() {
+        let line = serde_json::to_string(&summary(None, false).canaries[0]).unwrap();
+        assert_eq!(
+            line,
+            r#"{"canary":"test/app","checksum":"r1","phase":"Progressing","answer":"open","reason":"approved","last_seen":7,"waiting_since":6}"#
+        );
+        let read: CanarySeen = serde_json::from_str(&line).unwrap();
+        assert_eq!(serde_json::to_string(&read).unwrap(), line);
     }
 
     /// Every row a gate's view carries reads back as it was written, canaries

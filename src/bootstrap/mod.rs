@@ -293,7 +293,7 @@ impl Base {
         let (store, clock, metrics) = (&self.store, &self.clock, &self.metrics);
         let mut sinks = github::sinks(github, config, store, templates, clock, metrics);
         sinks.extend(slack::sinks(config, store, templates, clock, metrics)?);
-        sinks.extend(crate::teams::sinks(config, clock, metrics));
+        sinks.extend(crate::teams::sinks(config, store, clock, metrics));
         Ok(sinks)
     }
 

@@ -17,15 +17,9 @@ use crate::gate::{
 /// What a command is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Subject {
-    Pr {
-        repo: RepoName,
-        number: PrNumber,
-    },
-    Canary(CanaryRef),
-    /// Every canary of a namespace, at its namespace gates.
-    Namespace(Namespace),
-    /// The gates a pipeline created by this name.
-    Named(GateName),
+    /// The gates of every kind of one scope: a PR, a canary, a namespace's
+    /// canaries, or the gates a pipeline created by one name.
+    Of(Scope),
     /// One gate named in full.
     Gate(GateKey),
     /// No gate: a freeze names its own scope.
@@ -33,18 +27,17 @@ pub enum Subject {
 }
 
 impl Subject {
+    /// The gates of a pull request.
+    pub fn pr(repo: RepoName, number: PrNumber) -> Self {
+        Self::Of(Scope::Pr { repo, number })
+    }
+
     fn scope(&self) -> Option<Scope> {
-        Some(match self {
-            Self::Pr { repo, number } => Scope::Pr {
-                repo: repo.clone(),
-                number: *number,
-            },
-            Self::Canary(c) => Scope::Canary(c.clone()),
-            Self::Namespace(ns) => Scope::Namespace(ns.clone()),
-            Self::Named(name) => Scope::Named(name.clone()),
-            Self::Gate(key) => key.scope.clone(),
-            Self::Nothing => return None,
-        })
+        match self {
+            Self::Of(scope) => Some(scope.clone()),
+            Self::Gate(key) => Some(key.scope.clone()),
+            Self::Nothing => None,
+        }
     }
 
     /// How people name it: `acme/shop#42`.
@@ -402,19 +395,18 @@ pub fn subject_of(
         Target::Pr {
             repo: Some(repo),
             number,
-        } => Subject::Pr {
-            repo: repo.parse()?,
-            number: PrNumber(number),
-        },
-        Target::Pr { repo: None, number } => Subject::Pr {
-            repo: default_repo
+        } => Subject::pr(repo.parse()?, PrNumber(number)),
+        Target::Pr { repo: None, number } => Subject::pr(
+            default_repo
                 .cloned()
                 .ok_or(TargetError::NoDefaultRepo(number))?,
-            number: PrNumber(number),
-        },
-        Target::Canary { namespace, name } => Subject::Canary(CanaryRef::new(&namespace, &name)?),
-        Target::Namespace(ns) => Subject::Namespace(Namespace::new(&ns)?),
-        Target::Named(name) => Subject::Named(GateName::new(&name)?),
+            PrNumber(number),
+        ),
+        Target::Canary { namespace, name } => {
+            Subject::Of(Scope::Canary(CanaryRef::new(&namespace, &name)?))
+        }
+        Target::Namespace(ns) => Subject::Of(Scope::Namespace(Namespace::new(&ns)?)),
+        Target::Named(name) => Subject::Of(Scope::Named(GateName::new(&name)?)),
         Target::Gate(path) => Subject::Gate(GateKey::parse(&path, default_repo)?),
     };
     Ok(Some(subject))
@@ -425,10 +417,7 @@ mod tests {
     use super::*;
 
     fn pr() -> Subject {
-        Subject::Pr {
-            repo: "acme/shop".parse().unwrap(),
-            number: PrNumber(42),
-        }
+        Subject::pr("acme/shop".parse().unwrap(), PrNumber(42))
     }
 
     #[test]

@@ -223,7 +223,7 @@ async fn tell_deadline(
         kind: "deadline".into(),
         message,
         event_type: "Warning".into(),
-        phase: wait.phase.clone(),
+        phase: wait.phase.to_string(),
         checksum: revision.clone(),
         metadata: strings(&wait.metadata),
         at: now,

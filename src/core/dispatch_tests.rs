@@ -113,10 +113,7 @@ async fn an_authorized_command_opens_and_is_audited_once() {
 async fn a_denied_command_changes_nothing_and_is_audited_on_every_gate_it_names() {
     let f = engine().await;
     let mut r = request(Verb::Hold, PROMOTE, "d1", 999_000);
-    r.subject = Subject::Pr {
-        repo: "acme/shop".parse().unwrap(),
-        number: crate::gate::PrNumber(42),
-    };
+    r.subject = Subject::pr("acme/shop".parse().unwrap(), crate::gate::PrNumber(42));
     let out = dispatch::run(&f.engine, "test", &r, &Decides(Some("not a maintainer"))).await;
     assert!(
         matches!(out, Ok(Outcome::Denied("not a maintainer"))),

@@ -17,7 +17,7 @@ impl Engine {
         let row = EventRow {
             received_at: now,
             canary: canary.clone(),
-            phase: input.phase.clone(),
+            phase: Phase::parse(&input.phase),
             checksum: input.checksum.clone(),
             event_type: event_type.to_string(),
             kind: kind.as_str().to_string(),

@@ -306,9 +306,9 @@ impl Memory {
             .collect()
     }
 
-    /// When the canary (`namespace/name`) last asked the gate.
-    pub fn last_seen(&self, key: &GateKey, canary: &str) -> Option<Millis> {
-        let canary = self.canaries.get_index_of(&CanaryLookup(halves(canary)))? as u32;
+    /// When the canary last asked the gate.
+    pub fn last_seen(&self, key: &GateKey, canary: &CanaryRef) -> Option<Millis> {
+        let canary = self.canary_of(canary)?;
         let slot = self.gates.get(&self.find(key)?)?;
         slot.seen
             .iter()
@@ -566,7 +566,7 @@ mod tests {
             vec![(pr.to_string(), "test/podinfo".to_string(), 9)]
         );
         assert!(m.take_dirty().is_empty());
-        assert_eq!(m.last_seen(&pr, "test/podinfo"), Some(9));
+        assert_eq!(m.last_seen(&pr, &c), Some(9));
         m.end_wait(&pr, &c);
         assert!(!m.last(&pr, &c).unwrap().wait_open);
     }

@@ -20,6 +20,7 @@ mod error;
 mod events;
 pub mod freezes;
 mod gate_cache;
+mod lists;
 mod memory;
 pub mod named;
 pub mod origin;
@@ -29,11 +30,15 @@ pub mod reminders;
 pub mod unit;
 pub mod watch;
 
+/// Stored rows the channels show as they are, read through the core.
+pub use crate::store::{
+    AuditEntry, AuditSearch, CanarySeen, EventRow, Job, ObservationRow, QueueName, WaitRow,
+};
 pub use app::{AppState, Shared};
 pub use check::Checked;
 pub use error::CommandError;
 pub use page::GatePage;
-pub use read::{CanarySeen, GateDetail, GateSummary};
+pub use read::{GateDetail, GateSummary};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -47,13 +52,11 @@ use crate::gate::event::{classify, EventKind};
 use crate::gate::state::{closed_word, one_line, open_hint};
 use crate::gate::{
     decide, wait_step, Actor, Answer, AuditAction, CanaryRef, Change, Channels, Check, DeliveryId,
-    Gate, GateKey, GateKind, GateStatus, Millis, RepoName, Scope, Verdict, WaitStep,
+    Gate, GateKey, GateKind, GateStatus, Millis, Phase, RepoName, Scope, Verdict, WaitStep,
 };
 use crate::metrics::{ActionLabels, GateLabels, KindLabels, Metrics};
 use crate::notify::{Notice, Notifier};
-use crate::store::{
-    AuditEntry, Backend, EventRow, ObservationRow, Store, StoreError, WaitRow, WriteTx,
-};
+use crate::store::{Backend, Store, StoreError, WriteTx};
 use memory::{Memory, Observed};
 
 #[derive(Debug, Clone)]
@@ -231,15 +234,15 @@ impl Engine {
             store.each_gate(|gate| memory.put_gate(&gate)).await?;
         }
         store
-            .each_observation(|o| {
+            .each_observation(|gate, o| {
                 memory.load(Observed {
-                    gate: &o.gate,
-                    canary: &o.canary,
+                    gate: &gate,
+                    canary: &o.canary.to_string(),
                     checksum: &o.checksum,
-                    phase: &o.phase,
+                    phase: o.phase.as_str(),
                     answer: o.answer,
                     reason: &o.reason,
-                    wait_open: o.wait_open,
+                    wait_open: o.waiting_since.is_some(),
                     last_seen: o.last_seen,
                 });
             })

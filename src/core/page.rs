@@ -52,16 +52,8 @@ impl Engine {
                 .collect(),
         };
         let mut canaries: HashMap<GateKey, Vec<CanarySeen>> = HashMap::new();
-        for c in self.store.canaries_between(&first, &last).await? {
-            canaries.entry(c.gate).or_default().push(CanarySeen {
-                canary: c.canary,
-                checksum: c.checksum,
-                phase: c.phase,
-                answer: c.answer,
-                reason: c.reason,
-                last_seen: c.last_seen,
-                waiting_since: c.waiting_since,
-            });
+        for (key, seen) in self.store.canaries_between(&first, &last).await? {
+            canaries.entry(key).or_default().push(seen);
         }
         let memory = self.memory();
         let next = more.then_some(last);

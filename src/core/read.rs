@@ -20,17 +20,6 @@ pub struct GateSummary {
     pub canaries: Vec<CanarySeen>,
 }
 
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct CanarySeen {
-    pub canary: String,
-    pub checksum: String,
-    pub phase: String,
-    pub answer: String,
-    pub reason: String,
-    pub last_seen: Millis,
-    pub waiting_since: Option<Millis>,
-}
-
 /// One gate in full.
 #[derive(Debug, Clone, Serialize)]
 pub struct GateDetail {
@@ -86,7 +75,7 @@ impl Engine {
                 .or_insert_with(|| Gate::closed(o.gate.clone()));
             canaries.entry(key).or_default().push(CanarySeen {
                 waiting_since: o.wait_id.and_then(|id| waits.get(&id).copied()),
-                canary: o.canary.to_string(),
+                canary: o.canary,
                 checksum: o.checksum,
                 phase: o.phase,
                 answer: o.answer,

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
 /// A canary's phase; `Phase::parse("")` is [`Phase::None`] (a check that
 /// names none).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -73,6 +75,19 @@ impl fmt::Display for Phase {
     }
 }
 
+/// Written and read as Flagger's text, so the rows and the API keep their bytes.
+impl Serialize for Phase {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Phase {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Self::parse(&String::deserialize(d)?))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,5 +104,14 @@ mod tests {
         assert!(Phase::parse("WaitingPromotion").progressing());
         assert!(!Phase::parse("Waiting").progressing());
         assert!(!new.progressing());
+    }
+
+    #[test]
+    fn phases_are_written_as_their_text() {
+        for text in ["", "Waiting", "Paused"] {
+            let json = serde_json::to_string(&Phase::parse(text)).unwrap();
+            assert_eq!(json, serde_json::to_string(text).unwrap());
+            assert_eq!(serde_json::from_str::<Phase>(&json).unwrap().as_str(), text);
+        }
     }
 }

@@ -71,7 +71,8 @@ impl Gate {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+/// What a check is answered; stored and shown as "open" or "closed".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Answer {
     Open,
@@ -83,6 +84,28 @@ impl Answer {
         match self {
             Self::Open => "open",
             Self::Closed => "closed",
+        }
+    }
+}
+
+impl std::fmt::Display for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not an answer (open or closed)")]
+pub struct UnknownAnswer(pub String);
+
+impl std::str::FromStr for Answer {
+    type Err = UnknownAnswer;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "open" => Ok(Self::Open),
+            "closed" => Ok(Self::Closed),
+            other => Err(UnknownAnswer(other.to_string())),
         }
     }
 }

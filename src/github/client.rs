@@ -188,10 +188,15 @@ pub struct HookDelivery {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct PullInfo {
+    /// `open` or `closed`.
+    #[serde(default)]
+    pub state: String,
     #[serde(default)]
     pub merged: bool,
     #[serde(default)]
     pub user: Option<PullUser>,
+    #[serde(default)]
+    pub head: Option<CommitRef>,
 }
 
 /// One pull request that contains a commit.
@@ -441,6 +446,26 @@ impl GithubClient {
         let rest = format!("/issues/comments/{id}");
         let body = json!({ "body": body });
         self.write("edit_comment", repo, Method::PATCH, &rest, body)
+            .await
+            .map(|_| ())
+    }
+
+    /// Creates a check run (`body` as GitHub's API takes it); its id.
+    pub async fn create_check_run(&self, repo: &RepoName, body: Value) -> Result<u64, ApiError> {
+        let text = self
+            .write("create_check_run", repo, Method::POST, "/check-runs", body)
+            .await?;
+        decode::<IdAnswer>(&text).map(|a| a.id)
+    }
+
+    pub async fn update_check_run(
+        &self,
+        repo: &RepoName,
+        id: u64,
+        body: Value,
+    ) -> Result<(), ApiError> {
+        let rest = format!("/check-runs/{id}");
+        self.write("update_check_run", repo, Method::PATCH, &rest, body)
             .await
             .map(|_| ())
     }

@@ -160,10 +160,7 @@ impl GithubInbox {
         };
         let request = Request {
             command,
-            subject: Subject::Pr {
-                repo: repo.clone(),
-                number: PrNumber(e.issue.number),
-            },
+            subject: Subject::pr(repo.clone(), PrNumber(e.issue.number)),
             who: self.who(&e.comment.user.login, e, delivery),
         };
         let stale = Stale {

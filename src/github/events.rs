@@ -8,7 +8,7 @@ use std::time::UNIX_EPOCH;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::gate::{Millis, PrNumber, RepoName};
+use crate::gate::{GateKey, Millis, PrNumber, RepoName};
 
 /// A time as GitHub writes it (`2024-05-01T14:02:00Z`), in Unix milliseconds.
 fn github_time(text: &str) -> Option<Millis> {
@@ -202,6 +202,69 @@ impl PullRequestEvent {
     }
 }
 
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct CheckRunOutput {
+    pub title: Option<String>,
+    pub summary: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct CheckRun {
+    pub id: u64,
+    pub head_sha: String,
+    /// What gatebot wrote there when it created the run: the gate's key.
+    pub external_id: Option<String>,
+    pub output: CheckRunOutput,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct RequestedAction {
+    pub identifier: String,
+}
+
+/// `check_run`: gatebot reads only `requested_action`, a click on one of its buttons.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct CheckRunEvent {
+    pub action: String,
+    pub check_run: CheckRun,
+    pub requested_action: Option<RequestedAction>,
+    pub repository: Repository,
+    pub installation: Option<Installation>,
+    pub sender: User,
+}
+
+impl CheckRunEvent {
+    /// The gate of a run gatebot made (its `external_id`).
+    pub fn gate(&self) -> Option<GateKey> {
+        GateKey::parse(self.check_run.external_id.as_deref()?, None).ok()
+    }
+
+    /// This click, from fields GitHub signs: the run, the button, who, and
+    /// what the run showed when clicked. gatebot rewrites the run after every
+    /// click, so a second click is a new id and a replay the same one.
+    pub fn signed_id(&self) -> Option<String> {
+        let button = self.requested_action.as_ref()?.identifier.as_str();
+        if self.check_run.id == 0 || button.is_empty() || self.sender.login.is_empty() {
+            return None;
+        }
+        let output = &self.check_run.output;
+        let mut shown = Sha256::new();
+        shown.update(output.title.as_deref().unwrap_or("").as_bytes());
+        shown.update([0]);
+        shown.update(output.summary.as_deref().unwrap_or("").as_bytes());
+        let shown = hex::encode(&shown.finalize()[..8]);
+        Some(format!(
+            "check_run:{}:{button}:{}:{shown}",
+            self.check_run.id,
+            self.sender.login.to_ascii_lowercase()
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,6 +338,33 @@ mod tests {
             push.signed_id(),
             "pull_request:279147437:synchronize:ec26c3e57ca3a959ca5aad62de7213c562f8c821:2019-05-15T15:20:33Z"
         );
+    }
+
+    #[test]
+    fn a_click_is_told_apart_by_what_the_run_showed() {
+        let text = fixture("check_run.requested_action.json");
+        let e: CheckRunEvent = serde_json::from_str(&text).unwrap();
+        let id = e.signed_id().unwrap();
+        assert!(
+            id.starts_with("check_run:1494503112:lgtm|26764:codebytere:"),
+            "{id}"
+        );
+        let stored: CheckRunEvent =
+            serde_json::from_str(&serde_json::to_string(&e).unwrap()).unwrap();
+        assert_eq!(stored.signed_id().as_ref(), Some(&id), "the inbox's copy");
+        let mut later = e.clone();
+        later.check_run.output.summary = Some("approved by alice".into());
+        assert_ne!(
+            later.signed_id().as_ref(),
+            Some(&id),
+            "a click after an edit"
+        );
+        assert_eq!(e.gate(), None, "not one of gatebot's runs");
+        let mut ours = e;
+        ours.check_run.external_id = Some("/gates/promote/acme/shop/pr/42".into());
+        assert!(ours.gate().is_some_and(|k| k.pr().is_some()));
+        ours.requested_action = None;
+        assert_eq!(ours.signed_id(), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::access::{Access, Stale};
 use super::client::GithubClient;
-use super::events::{IssueCommentEvent, PullRequestEvent, User};
+use super::events::{CheckRunEvent, IssueCommentEvent, PullRequestEvent, User};
 use super::reply::{Line, Reply, Step};
 use super::sink::GithubJob;
 use super::{is_own_comment, pushes, quoted_command, SOURCE};
@@ -54,7 +54,11 @@ impl Learned {
 }
 
 /// Settles the delivery in `unit` and commits it.
-async fn finish(mut unit: Unit<'_>, item: &QueueItem, lease: &Lease) -> Result<Settled, SendError> {
+pub(super) async fn finish(
+    mut unit: Unit<'_>,
+    item: &QueueItem,
+    lease: &Lease,
+) -> Result<Settled, SendError> {
     let now = unit.now();
     Store::finish_in(unit.tx(), lease.queue, &item.id, &lease.owner, now)
         .await
@@ -288,10 +292,7 @@ impl GithubInbox {
         learned: Option<Learned>,
     ) -> Result<Settled, SendError> {
         let stale = self.stale(c).await?;
-        let subject = Subject::Pr {
-            repo: c.repo.clone(),
-            number: c.number,
-        };
+        let subject = Subject::pr(c.repo.clone(), c.number);
         let mut steps = Vec::new();
         for p in parsed {
             steps.push(
@@ -431,6 +432,12 @@ impl Handler for GithubInbox {
             "pull_request" => serde_json::from_str::<PullRequestEvent>(&item.payload)
                 .ok()?
                 .pr()?,
+            "check_run" => {
+                let e = serde_json::from_str::<CheckRunEvent>(&item.payload).ok()?;
+                let key = e.gate()?;
+                let (repo, number) = key.pr()?;
+                (repo.clone(), number)
+            }
             _ => return None,
         };
         Some(format!("{repo}#{number}"))
@@ -455,6 +462,7 @@ impl Handler for GithubInbox {
             let delivery = delivery_of(item);
             match item.topic.as_str() {
                 "issue_comment" => self.issue_comment(item, &delivery, lease).await,
+                "check_run" => self.check_run_click(item, &delivery, lease).await,
                 _ => self.handle(item).await.map(|()| Settled::NotYet),
             }
         })

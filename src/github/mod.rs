@@ -4,12 +4,15 @@
 //! - [`routes`]: `POST /webhooks/github` stores relevant deliveries and answers 202.
 //! - [`inbox`]: works stored deliveries: authorizes and applies commands.
 //! - [`sink`]: the `github` outbox sink: reactions, replies, the status comment.
+//! - [`checks`]: check runs with buttons; `clicks`: clicks on them.
 //! - [`client`]: the REST calls (reqwest), with rate-limit aware errors.
 //! - [`app`]: GitHub App authentication (JWT, installation tokens).
 //! - [`redeliver`]: asks GitHub to deliver again what gatebot had to refuse.
 
 pub mod access;
 pub mod app;
+pub mod checks;
+mod clicks;
 pub mod client;
 mod comment;
 pub mod events;
@@ -112,6 +115,7 @@ pub fn sinks(
             allowed: config.github.allowed_repositories.clone(),
             burst: config.notify_burst,
             metrics: metrics.clone(),
+            check_runs: config.github.check_runs_on(),
         },
     ))]
 }

@@ -1,12 +1,14 @@
 //! Pull request events: new commits pushed, or the PR closed without merging,
 //! close the PR's gates (which kinds: GATEBOT_GITHUB_CLOSE_ON_PUSH).
 
+use super::checks::KINDS;
 use super::events::PullRequestEvent;
 use super::inbox::GithubInbox;
 use super::pushes;
+use super::sink::GithubJob;
 use crate::core::commands;
 use crate::core::Provenance;
-use crate::gate::{Actor, DeliveryId, GateKind, Source};
+use crate::gate::{Actor, DeliveryId, GateKind, PrNumber, RepoName, Source};
 use crate::notify::SendError;
 
 fn retry(e: impl std::fmt::Display) -> SendError {
@@ -34,6 +36,7 @@ impl GithubInbox {
             .await?;
         let (kinds, reason) = match e.action.as_str() {
             "synchronize" => {
+                self.moved_head(&e, &repo, number).await?;
                 if let Some(at) = e.updated_at() {
                     pushes::remember(
                         &self.state.store,
@@ -78,6 +81,42 @@ impl GithubInbox {
         commands::close_pr_gates(&self.state.engine, &repo, number, &kinds, &who)
             .await
             .map_err(retry)?;
+        Ok(())
+    }
+}
+
+impl GithubInbox {
+    /// Records the new head commit, and has each of the PR's check runs
+    /// follow it (the old one superseded, a new one while the gate waits).
+    async fn moved_head(
+        &self,
+        e: &PullRequestEvent,
+        repo: &RepoName,
+        number: PrNumber,
+    ) -> Result<(), SendError> {
+        let (Some(sha), Some(at)) = (e.after.as_deref(), e.updated_at()) else {
+            return Ok(());
+        };
+        let store = &self.state.store;
+        store
+            .remember_pr_head(repo, number, sha, at)
+            .await
+            .map_err(retry)?;
+        if !self.state.config.github.check_runs_on() {
+            return Ok(());
+        }
+        let mut jobs = Vec::new();
+        for kind in KINDS {
+            if store
+                .check_run(repo, number, kind)
+                .await
+                .map_err(retry)?
+                .is_some()
+            {
+                jobs.push(GithubJob::check_run(repo, number, kind)?);
+            }
+        }
+        self.state.engine.enqueue(&jobs).await.map_err(retry)?;
         Ok(())
     }
 }

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use secrecy::ExposeSecret;
 
-use super::events::{IssueCommentEvent, PullRequestEvent, Repository};
+use super::events::{CheckRunEvent, IssueCommentEvent, PullRequestEvent, Repository};
 use super::verify::verify;
 use super::{is_own_comment, SOURCE};
 use crate::config::GithubConfig;
@@ -59,6 +59,7 @@ async fn receive(
         "ping" => return Ok(text(StatusCode::OK, "pong")),
         "issue_comment" => issue_comment(state, body)?,
         "pull_request" => pull_request(state, body)?,
+        "check_run" => check_run(state, body)?,
         other => return Ok(ignored(format_args!("gatebot does not use {other} events"))),
     };
     let (signed_id, payload) = match received {
@@ -200,6 +201,33 @@ fn pull_request(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
         id: e.signed_id(),
         payload,
     })
+}
+
+/// A click on one of a check run's buttons (GATEBOT_GITHUB_CHECK_RUNS).
+fn check_run(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
+    let e: CheckRunEvent = serde_json::from_slice(body).map_err(malformed)?;
+    if e.action != "requested_action" {
+        return Ok(Received::Answer(ignored(format_args!(
+            "check_run {}",
+            e.action
+        ))));
+    }
+    if !state.config.github.check_runs_on() {
+        return Ok(Received::Answer(ignored(
+            "check runs are off (GATEBOT_GITHUB_CHECK_RUNS, with a GitHub App)",
+        )));
+    }
+    if let Some(answer) = not_allowed(&state.config.github, &e.repository) {
+        return Ok(Received::Answer(answer));
+    }
+    let Some(id) = e.signed_id() else {
+        return Err(Reject::bad_request(
+            "malformed_check_run",
+            "check_run.id, requested_action.identifier or sender.login is missing",
+        ));
+    };
+    let payload = serde_json::to_string(&e).map_err(malformed)?;
+    Ok(Received::Store { id, payload })
 }
 
 /// Delivery ids are forgotten after `GATEBOT_RETENTION_DELIVERIES`, so what

@@ -17,10 +17,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::checks::{CheckRuns, KINDS};
 use super::client::{ApiError, GithubClient};
 use super::status::{status_marker, view};
 use crate::clock::SharedClock;
-use crate::gate::{GateKey, Millis, PrNumber, RepoName};
+use crate::gate::{GateKey, GateKind, Millis, PrNumber, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::burst::{Admit, Burst};
 use crate::notify::{encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
@@ -56,6 +57,12 @@ pub enum GithubJob {
         repo: RepoName,
         number: PrNumber,
     },
+    /// The check run of the PR's gate of `kind`, rendered when sent.
+    CheckRun {
+        repo: RepoName,
+        number: PrNumber,
+        kind: GateKind,
+    },
 }
 
 impl GithubJob {
@@ -64,6 +71,7 @@ impl GithubJob {
             Self::Reaction { .. } => "reaction",
             Self::Comment { .. } => "comment",
             Self::Status { .. } => "status",
+            Self::CheckRun { .. } => "check_run",
         }
     }
 
@@ -87,13 +95,30 @@ impl GithubJob {
         })
     }
 
+    /// The check run of a PR's gate, rendered when sent; one pending job per gate.
+    pub fn check_run(
+        repo: &RepoName,
+        number: PrNumber,
+        kind: GateKind,
+    ) -> Result<NewJob, PayloadError> {
+        let job = Self::CheckRun {
+            repo: repo.clone(),
+            number,
+            kind,
+        };
+        Ok(NewJob {
+            dedupe_key: Some(format!("github-check:{repo}#{number}:{kind}")),
+            ..encode_job(SINK, job.topic(), &job)?
+        })
+    }
+
     /// The PR a job writes to, when it writes to one.
     fn pr(&self) -> Option<(&RepoName, PrNumber)> {
         match self {
             Self::Comment { repo, number, .. } | Self::Status { repo, number } => {
                 Some((repo, *number))
             }
-            Self::Reaction { .. } => None,
+            Self::Reaction { .. } | Self::CheckRun { .. } => None,
         }
     }
 }
@@ -107,6 +132,8 @@ pub struct GithubSink {
     /// New waits that edit a PR's status comment at once, per PR and minute.
     burst: Burst,
     metrics: Arc<Metrics>,
+    /// Some when check runs are on (GATEBOT_GITHUB_CHECK_RUNS, with an App).
+    check_runs: Option<CheckRuns>,
 }
 
 /// What the sink needs besides the GitHub client.
@@ -117,11 +144,19 @@ pub struct SinkParts {
     pub allowed: Vec<RepoName>,
     pub burst: u32,
     pub metrics: Arc<Metrics>,
+    pub check_runs: bool,
 }
 
 impl GithubSink {
     pub fn new(client: Arc<GithubClient>, parts: SinkParts) -> Self {
+        let check_runs = parts.check_runs.then(|| CheckRuns {
+            client: client.clone(),
+            store: parts.store.clone(),
+            templates: parts.templates.clone(),
+            clock: parts.clock.clone(),
+        });
         Self {
+            check_runs,
             client,
             store: parts.store,
             templates: parts.templates,
@@ -224,6 +259,11 @@ impl GithubSink {
                     .map_err(on_pr)
             }
             GithubJob::Status { repo, number } => self.status(&repo, number, &item.id).await,
+            GithubJob::CheckRun { repo, number, kind } => match &self.check_runs {
+                Some(runs) => Ok(runs.send(&repo, number, kind, &item.id).await?),
+                // Turned off since it was queued.
+                None => Ok(()),
+            },
         }
     }
 
@@ -432,9 +472,9 @@ impl Handler for GithubSink {
     /// Writes to one pull request go out in order (the status comment's edits, replies).
     fn lane(&self, item: &QueueItem) -> Option<String> {
         match serde_json::from_str::<GithubJob>(&item.payload).ok()? {
-            GithubJob::Comment { repo, number, .. } | GithubJob::Status { repo, number } => {
-                Some(format!("{repo}#{number}"))
-            }
+            GithubJob::Comment { repo, number, .. }
+            | GithubJob::Status { repo, number }
+            | GithubJob::CheckRun { repo, number, .. } => Some(format!("{repo}#{number}")),
             // 👀 before 🚀 or 😕: one comment's reactions in the order queued.
             GithubJob::Reaction {
                 repo, comment_id, ..
@@ -500,7 +540,45 @@ impl Sink for GithubSink {
                 jobs.push(job);
             }
         }
+        jobs.extend(self.check_run_jobs(notice)?);
         Ok(jobs)
+    }
+}
+
+impl GithubSink {
+    /// The check runs a notice changes: of the PR gates it names (a rollback
+    /// gate's change is the promote and traffic gates' rollback).
+    fn check_run_jobs(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
+        if self.check_runs.is_none() {
+            return Ok(Vec::new());
+        }
+        let gates: Vec<&GateKey> = match notice {
+            Notice::WaitStarted { gate, .. }
+            | Notice::WaitEnded { gate, .. }
+            | Notice::GateChanged { gate, .. } => vec![gate],
+            Notice::CanaryEvent { gates, .. } => gates.iter().collect(),
+            _ => Vec::new(),
+        };
+        let mut runs = BTreeSet::new();
+        for gate in gates {
+            let Some((repo, number)) = gate.pr() else {
+                continue;
+            };
+            if !(self.allowed.is_empty() || self.allowed.contains(repo)) {
+                continue;
+            }
+            let kinds = match gate.kind {
+                GateKind::Rollback => vec![GateKind::Promote, GateKind::Traffic],
+                kind if KINDS.contains(&kind) => vec![kind],
+                _ => Vec::new(),
+            };
+            for kind in kinds {
+                runs.insert((repo.clone(), number, kind));
+            }
+        }
+        runs.into_iter()
+            .map(|(repo, number, kind)| GithubJob::check_run(&repo, number, kind))
+            .collect()
     }
 }
 

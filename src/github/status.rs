@@ -194,9 +194,9 @@ async fn gate_view(
         canaries.insert(o.canary.clone());
         view.canaries.push(CanaryView {
             canary: o.canary.to_string(),
-            phase: o.phase,
+            phase: o.phase.to_string(),
             checksum: o.checksum,
-            answer: o.answer,
+            answer: o.answer.to_string(),
             waiting_since,
             reminders: reminded.get(&Some(&o.canary)).copied().unwrap_or(0),
         });

@@ -159,7 +159,7 @@ impl SlackInbox {
             }
         } else {
             Command::Reject {
-                phase: Some(wait.map_or(Phase::None, |w| Phase::parse(&w.phase))),
+                phase: Some(wait.map_or(Phase::None, |w| w.phase.clone())),
                 reason: None,
             }
         };

@@ -5,23 +5,11 @@
 
 use sqlx::Row;
 
-use super::{rows, Result, Store};
-use crate::gate::{Answer, Gate, GateKey, Millis};
+use super::pages::{seen_from_row, SEEN_COLUMNS};
+use super::{rows, CanarySeen, Result, Store};
+use crate::gate::{Gate, GateKey};
 
 const PAGE: i64 = 2000;
-
-/// The last check of a canary at a gate, as the engine keeps it.
-#[derive(Debug, Clone)]
-pub struct SeenRow {
-    pub gate: GateKey,
-    pub canary: String,
-    pub checksum: String,
-    pub phase: String,
-    pub answer: Answer,
-    pub reason: String,
-    pub last_seen: Millis,
-    pub wait_open: bool,
-}
 
 impl Store {
     /// Every gate with its current approval's pins, in key order.
@@ -70,17 +58,14 @@ impl Store {
         }
     }
 
-    /// Every observation, with whether its wait is open, in (gate, canary) order.
-    pub async fn each_observation(&self, mut f: impl FnMut(SeenRow)) -> Result<()> {
+    /// Every canary's last check at each gate, in (gate, canary) order.
+    pub async fn each_observation(&self, mut f: impl FnMut(GateKey, CanarySeen)) -> Result<()> {
         let (mut gate, mut canary) = (String::new(), String::new());
         loop {
-            let rows = sqlx::query(
-                "SELECT o.gate_key, o.canary, o.checksum, o.phase, o.answer, o.reason, o.last_seen, \
-                 (SELECT w.id FROM waits w WHERE w.gate_key = o.gate_key AND w.canary = o.canary \
-                  AND w.ended_at IS NULL) AS wait_id \
-                 FROM observations o WHERE (o.gate_key, o.canary) > ($1, $2) \
-                 ORDER BY o.gate_key, o.canary LIMIT $3",
-            )
+            let rows = sqlx::query(&format!(
+                "SELECT {SEEN_COLUMNS} FROM observations o WHERE (o.gate_key, o.canary) > ($1, $2) \
+                 ORDER BY o.gate_key, o.canary LIMIT $3"
+            ))
             .bind(gate.clone())
             .bind(canary.clone())
             .bind(PAGE)
@@ -90,23 +75,11 @@ impl Store {
                 return Ok(());
             }
             for row in &rows {
-                let gate_key: String = row.try_get("gate_key")?;
-                let seen = SeenRow {
-                    gate: rows::key_in(row, "gate_key")?,
-                    canary: row.try_get("canary")?,
-                    checksum: row.try_get("checksum")?,
-                    phase: row.try_get("phase")?,
-                    answer: match row.try_get::<String, _>("answer")?.as_str() {
-                        "open" => Answer::Open,
-                        _ => Answer::Closed,
-                    },
-                    reason: row.try_get("reason")?,
-                    last_seen: row.try_get("last_seen")?,
-                    wait_open: row.try_get::<Option<i64>, _>("wait_id")?.is_some(),
-                };
-                gate = gate_key;
-                canary.clone_from(&seen.canary);
-                f(seen);
+                let (key, seen) = seen_from_row(row)?;
+                // The cursor is the text as stored, so that pages meet exactly.
+                gate = row.try_get("gate_key")?;
+                canary = row.try_get("canary")?;
+                f(key, seen);
             }
         }
     }

@@ -4,6 +4,7 @@
 //! share (`$n` parameters, `ON CONFLICT`, `RETURNING`, partial unique indexes), so
 //! there is one code path to test. Only migrations, BEGIN and job claiming differ.
 
+mod checks;
 mod freezes;
 mod gate_events;
 mod loading;
@@ -18,6 +19,7 @@ mod retention;
 mod rows;
 mod sessions;
 mod slack;
+mod teams;
 mod tx;
 #[cfg(test)]
 mod tx_tests;
@@ -37,15 +39,18 @@ use crate::gate::{
     Actor, Answer, AuditAction, CanaryRef, DeliveryId, Gate, GateKey, GateStatus, Millis, Source,
 };
 
+pub use checks::CheckRunRow;
 pub use gate_events::{GateEvent, GateEvents, LISTENER_APPLICATION_NAME};
 pub use named::{Link, NamedGate, NamedSpec};
 pub use origins::CanaryTie;
+pub use pages::CanarySeen;
 pub use prs::StatusComment;
 pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};
 pub use replicas::{DEAD_AFTER, HEARTBEAT_EVERY};
 pub use retention::Retention;
 pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};
 pub use slack::{SlackDecision, SlackEnding, SlackFinal, SlackMessage};
+pub use teams::{TeamsCard, TeamsConversation};
 pub use tx::{WriteHealth, WriteTx};
 pub use waits::{NewWait, PAGE as WAIT_PAGE};
 pub use web::AuditSearch;
@@ -598,7 +603,7 @@ impl Store {
         )
         .bind(e.received_at)
         .bind(e.canary.to_string())
-        .bind(e.phase.clone())
+        .bind(e.phase.to_string())
         .bind(e.checksum.clone())
         .bind(e.event_type.clone())
         .bind(e.kind.clone())

@@ -6,23 +6,47 @@
 
 use std::collections::HashMap;
 
+use serde::{Deserialize, Serialize};
+use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::{rows, Result, Store};
-use crate::gate::{Gate, GateKey, GateStatus, Millis};
+use crate::gate::audit::as_text;
+use crate::gate::{Answer, CanaryRef, Gate, GateKey, GateStatus, Millis, Phase};
 
 /// What one canary last asked one gate, as the gate list shows it.
-#[derive(Debug, Clone)]
-pub struct CanaryRow {
-    pub gate: GateKey,
-    pub canary: String,
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CanarySeen {
+    #[serde(with = "as_text")]
+    pub canary: CanaryRef,
     pub checksum: String,
-    pub phase: String,
-    pub answer: String,
+    pub phase: Phase,
+    pub answer: Answer,
     pub reason: String,
     pub last_seen: Millis,
     /// When its open wait started, if one is open.
     pub waiting_since: Option<Millis>,
+}
+
+/// The columns [`seen_from_row`] reads: an observation (`o`) and when its
+/// open wait started.
+pub(super) const SEEN_COLUMNS: &str =
+    "o.gate_key, o.canary, o.checksum, o.phase, o.answer, o.reason, o.last_seen, \
+     (SELECT w.started_at FROM waits w WHERE w.gate_key = o.gate_key AND w.canary = o.canary \
+     AND w.ended_at IS NULL) AS waiting_since";
+
+/// A canary's last check and its gate, from a row of [`SEEN_COLUMNS`].
+pub(super) fn seen_from_row(r: &AnyRow) -> Result<(GateKey, CanarySeen)> {
+    let seen = CanarySeen {
+        canary: rows::canary_in(r, "canary")?,
+        checksum: r.try_get("checksum")?,
+        phase: rows::phase_in(r, "phase")?,
+        answer: rows::answer_in(r, "answer")?,
+        reason: r.try_get("reason")?,
+        last_seen: r.try_get("last_seen")?,
+        waiting_since: r.try_get("waiting_since")?,
+    };
+    Ok((rows::key_in(r, "gate_key")?, seen))
 }
 
 impl Store {
@@ -79,31 +103,21 @@ impl Store {
         Ok(gates)
     }
 
-    /// The canaries seen at the gates with keys from `first` to `last`.
-    pub async fn canaries_between(&self, first: &str, last: &str) -> Result<Vec<CanaryRow>> {
-        let rows = sqlx::query(
-            "SELECT o.gate_key, o.canary, o.checksum, o.phase, o.answer, o.reason, o.last_seen, \
-             (SELECT w.started_at FROM waits w WHERE w.gate_key = o.gate_key AND w.canary = o.canary \
-             AND w.ended_at IS NULL) AS waiting_since \
-             FROM observations o WHERE o.gate_key >= $1 AND o.gate_key <= $2 ORDER BY o.gate_key, o.canary",
-        )
+    /// The canaries seen at the gates with keys from `first` to `last`, each
+    /// with its gate.
+    pub async fn canaries_between(
+        &self,
+        first: &str,
+        last: &str,
+    ) -> Result<Vec<(GateKey, CanarySeen)>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SEEN_COLUMNS} FROM observations o \
+             WHERE o.gate_key >= $1 AND o.gate_key <= $2 ORDER BY o.gate_key, o.canary"
+        ))
         .bind(first.to_string())
         .bind(last.to_string())
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(CanaryRow {
-                    gate: rows::key_in(r, "gate_key")?,
-                    canary: r.try_get("canary")?,
-                    checksum: r.try_get("checksum")?,
-                    phase: r.try_get("phase")?,
-                    answer: r.try_get("answer")?,
-                    reason: r.try_get("reason")?,
-                    last_seen: r.try_get("last_seen")?,
-                    waiting_since: r.try_get("waiting_since")?,
-                })
-            })
-            .collect()
+        rows.iter().map(seen_from_row).collect()
     }
 }

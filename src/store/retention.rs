@@ -103,6 +103,7 @@ static RULES: &[Rule] = &[
     rule("slack_decisions", "wait_id", "decided_at < $1 AND wait_id NOT IN (SELECT id FROM waits WHERE ended_at IS NULL)", Action::Delete, history),
     rule("slack_endings", "wait_id", "ended_at < $1", Action::Delete, history),
     rule("slack_finals", "wait_id", "final_at < $1", Action::Delete, history),
+    rule("teams_cards", "wait_id", "posted_at < $1 AND wait_id NOT IN (SELECT id FROM waits WHERE ended_at IS NULL)", Action::Delete, history),
     // A gate long closed, or whose approval expired long ago, answers as one
     // never opened: closed. (Commands written before its close are older
     // than any window that still accepts them.) Held gates stay, but for a

@@ -9,8 +9,8 @@ use sqlx::Row;
 use super::{actor_from, Result, StoreError};
 use crate::gate::audit::as_text;
 use crate::gate::{
-    Actor, Approval, AuditAction, CanaryRef, Change, DeliveryId, Gate, GateKey, GateStatus, Millis,
-    Tally,
+    Actor, Answer, Approval, AuditAction, CanaryRef, Change, DeliveryId, Gate, GateKey, GateStatus,
+    Millis, Phase, Tally,
 };
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -32,8 +32,8 @@ pub struct ObservationRow {
     #[serde(with = "as_text")]
     pub canary: CanaryRef,
     pub checksum: String,
-    pub phase: String,
-    pub answer: String,
+    pub phase: Phase,
+    pub answer: Answer,
     pub reason: String,
     pub metadata: serde_json::Value,
     pub first_seen: Millis,
@@ -49,7 +49,7 @@ pub struct WaitRow {
     #[serde(with = "as_text::or_empty")]
     pub canary: Option<CanaryRef>,
     pub checksum: String,
-    pub phase: String,
+    pub phase: Phase,
     pub metadata: serde_json::Value,
     pub started_at: Millis,
     pub ended_at: Option<Millis>,
@@ -72,7 +72,7 @@ pub struct EventRow {
     pub received_at: Millis,
     #[serde(with = "as_text")]
     pub canary: CanaryRef,
-    pub phase: String,
+    pub phase: Phase,
     pub checksum: String,
     pub event_type: String,
     pub kind: String,
@@ -97,6 +97,18 @@ pub(super) fn canary_in(row: &AnyRow, column: &str) -> Result<CanaryRef> {
     let text: String = row.try_get(column)?;
     text.parse()
         .map_err(|e| StoreError::Corrupt(format!("canary {text}: {e}")))
+}
+
+/// The phase in `column`: one gatebot does not know is kept as it was sent.
+pub(super) fn phase_in(row: &AnyRow, column: &str) -> Result<Phase> {
+    Ok(Phase::parse(&row.try_get::<String, _>(column)?))
+}
+
+/// The answer in `column`; anything but "open" or "closed" is corrupt.
+pub(super) fn answer_in(row: &AnyRow, column: &str) -> Result<Answer> {
+    let text: String = row.try_get(column)?;
+    text.parse()
+        .map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
 }
 
 fn optional_canary_in(row: &AnyRow, column: &str) -> Result<Option<CanaryRef>> {
@@ -152,8 +164,8 @@ pub(super) fn observation_from_row(row: &AnyRow) -> Result<ObservationRow> {
         gate: key_in(row, "gate_key")?,
         canary: canary_in(row, "canary")?,
         checksum: row.try_get("checksum")?,
-        phase: row.try_get("phase")?,
-        answer: row.try_get("answer")?,
+        phase: phase_in(row, "phase")?,
+        answer: answer_in(row, "answer")?,
         reason: row.try_get("reason")?,
         metadata: json(&row.try_get::<String, _>("metadata")?),
         first_seen: row.try_get("first_seen")?,
@@ -175,7 +187,7 @@ pub(super) fn wait_from_row(row: &AnyRow) -> Result<WaitRow> {
             ),
         },
         checksum: row.try_get("checksum")?,
-        phase: row.try_get("phase")?,
+        phase: phase_in(row, "phase")?,
         metadata: json(&row.try_get::<String, _>("metadata")?),
         started_at: row.try_get("started_at")?,
         ended_at: row.try_get("ended_at")?,
@@ -209,7 +221,7 @@ pub(super) fn event_from_row(row: &AnyRow) -> Result<EventRow> {
     Ok(EventRow {
         received_at: row.try_get("received_at")?,
         canary: canary_in(row, "canary")?,
-        phase: row.try_get("phase")?,
+        phase: phase_in(row, "phase")?,
         checksum: row.try_get("checksum")?,
         event_type: row.try_get("event_type")?,
         kind: row.try_get("kind")?,

@@ -19,6 +19,17 @@ pub struct Activity {
     pub from: Account,
     pub conversation: Conversation,
     pub channel_data: ChannelData,
+    /// The bot itself, in what Teams sends it.
+    pub recipient: Account,
+    /// An invoke's name (`adaptiveCard/action`).
+    pub name: String,
+    /// An invoke's value: the card action clicked.
+    pub value: InvokeValue,
+    /// `installationUpdate`: `add`, `remove` (or their `-upgrade` forms).
+    pub action: String,
+    /// `conversationUpdate`: who joined or left (the bot, when it is added or removed).
+    pub members_added: Vec<Account>,
+    pub members_removed: Vec<Account>,
     /// When gatebot stored it (Unix ms): not sent by Teams, set on receipt.
     pub received_at: Option<Millis>,
 }
@@ -37,12 +48,46 @@ pub struct Conversation {
     pub id: String,
     pub conversation_type: Option<String>,
     pub tenant_id: Option<String>,
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct ChannelData {
     pub tenant: Option<Tenant>,
+    pub team: Option<Team>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Team {
+    pub name: String,
+}
+
+/// `value` of an `adaptiveCard/action` invoke.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct InvokeValue {
+    pub action: CardAction,
+}
+
+/// The `Action.Execute` clicked: its verb and the data gatebot put in it.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct CardAction {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub verb: String,
+    pub data: CardData,
+}
+
+/// What each of gatebot's buttons carries: the wait its card shows.
+/// Another bot's data reads as empty (no wait, no gate).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct CardData {
+    pub wait_id: i64,
+    pub gate: String,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -55,7 +100,11 @@ impl Activity {
     pub fn from_json(body: &[u8]) -> Result<Self, String> {
         let activity: Self = serde_json::from_slice(body)
             .map_err(|e| format!("not a Bot Framework activity: {e}"))?;
-        if activity.id.len() > MAX_ID || activity.conversation.id.len() > MAX_ID {
+        let data = &activity.value.action.data;
+        if activity.id.len() > MAX_ID
+            || activity.conversation.id.len() > MAX_ID
+            || data.gate.len() > MAX_ID
+        {
             return Err(format!("an id longer than {MAX_ID} characters"));
         }
         Ok(activity)

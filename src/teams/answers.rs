@@ -1,8 +1,10 @@
 //! Teams' authorizer for the one command path, and why it says no.
 
-use crate::core::dispatch::{Answer, Authorizer, Rule};
-use crate::core::AppState;
+use super::activity::Activity;
+use crate::core::dispatch::{Answer, Authorizer, Outcome, Rule};
+use crate::core::{AppState, CommandError};
 use crate::gate::{GateKey, Scope};
+use crate::notify::SendError;
 
 /// Why Teams refuses someone.
 #[derive(Debug, Clone)]
@@ -16,6 +18,10 @@ pub enum TeamsDenied {
     /// The policy asks four eyes, and a Teams person is not yet known by
     /// their GitHub login, so it cannot be told whether they opened the PR.
     FourEyes,
+    /// A click on a card someone decided already ("approved by Rido").
+    Decided(String),
+    /// A click on a card whose wait is over (why).
+    Over(String),
 }
 
 impl std::fmt::Display for TeamsDenied {
@@ -28,6 +34,8 @@ impl std::fmt::Display for TeamsDenied {
             ),
             Self::NoForce => f.write_str("break glass (--force) is not offered in Teams: use GitHub, Slack or the CLI"),
             Self::FourEyes => f.write_str("the policy asks four eyes here, which Teams cannot check yet: approve from GitHub, Slack or the web pages"),
+            Self::Decided(how) => write!(f, "this card was {how} already"),
+            Self::Over(why) => f.write_str(why),
         }
     }
 }
@@ -39,6 +47,8 @@ pub(super) struct TeamsAuthorizer<'a> {
     /// The sender's Entra object id, and how to name them.
     pub(super) aad_object_id: Option<&'a str>,
     pub(super) name: &'a str,
+    /// A click on a card decided or over: refused once the person may act.
+    pub(super) card: Option<TeamsDenied>,
 }
 
 impl TeamsAuthorizer<'_> {
@@ -66,7 +76,7 @@ impl TeamsAuthorizer<'_> {
         if four_eyes && on_a_pr {
             return Err(TeamsDenied::FourEyes);
         }
-        Ok(())
+        self.card.clone().map_or(Ok(()), Err)
     }
 }
 
@@ -76,4 +86,37 @@ impl Authorizer for TeamsAuthorizer<'_> {
     fn authorize<'a>(&'a self, rule: Rule, keys: &'a [GateKey]) -> Answer<'a, TeamsDenied> {
         Box::pin(async move { Ok(self.check(rule, keys)) })
     }
+}
+
+/// How a person is named in the audit: their Teams name, else their id.
+pub(super) fn name_of(activity: &Activity) -> &str {
+    if activity.from.name.is_empty() {
+        activity.from.id.as_str()
+    } else {
+        activity.from.name.as_str()
+    }
+}
+
+/// Who a Teams person is when approvals are counted.
+pub(super) fn person_of(activity: &Activity) -> String {
+    let id = activity.from.aad_object_id.as_deref();
+    format!("teams:{}", id.unwrap_or(&activity.from.id))
+}
+
+pub(super) fn answer(outcome: Outcome<TeamsDenied>) -> String {
+    match outcome {
+        Outcome::Applied(applied) => applied.summary(),
+        Outcome::Denied(denied) => denied.to_string(),
+        Outcome::Invalid(invalid) => invalid.to_string(),
+        Outcome::Held { gate, by, via } => format!("{gate} is held by {by} via {via}"),
+        Outcome::WrittenBeforeClose { gate, .. } => {
+            format!("{gate} was closed after this was written: send it again")
+        }
+        Outcome::Named(why) => why.to_string(),
+    }
+}
+
+/// The outbox's terms for a command not done.
+pub(super) fn send_error(e: CommandError) -> SendError {
+    SendError::of(e.lasting(), e.retry_after(), e.to_string())
 }

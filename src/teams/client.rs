@@ -36,6 +36,55 @@ pub struct Connector {
     token: tokio::sync::Mutex<Option<(SecretString, Millis)>>,
 }
 
+/// The connector's answer to a send: the activity's id.
+#[derive(Deserialize)]
+struct Resource {
+    id: String,
+}
+
+/// A conversation's activities (or one of them), ids escaped.
+fn activities_url(service_url: &str, conversation_id: &str, activity_id: Option<&str>) -> String {
+    let escape = |id: &str| -> String { form_urlencoded::byte_serialize(id.as_bytes()).collect() };
+    let base = format!(
+        "{}/v3/conversations/{}/activities",
+        service_url.trim_end_matches('/'),
+        escape(conversation_id)
+    );
+    match activity_id {
+        Some(id) => format!("{base}/{}", escape(id)),
+        None => base,
+    }
+}
+
+/// A Teams Workflows webhook (GATEBOT_TEAMS_WORKFLOW_URL): a card posted
+/// there needs no bot and no token; the URL itself is the secret.
+pub struct Workflow {
+    url: SecretString,
+    calls: OutboundCalls,
+}
+
+impl Workflow {
+    pub fn new(url: SecretString, calls: OutboundCalls) -> Self {
+        Self { url, calls }
+    }
+
+    pub async fn post(&self, message: &Value) -> Result<(), SendError> {
+        let http = HTTP
+            .get(CALL_TIMEOUT)
+            .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
+        let started = Instant::now();
+        let sent = http
+            .post(self.url.expose_secret())
+            .json(message)
+            .send()
+            .await;
+        let result = answer(sent).await;
+        let label = result.as_ref().err().map_or("ok", |(label, _)| label);
+        self.calls.observe("workflow", label, started.elapsed());
+        result.map(drop).map_err(|(_, e)| e)
+    }
+}
+
 #[derive(Deserialize)]
 struct TokenAnswer {
     access_token: String,
@@ -62,36 +111,65 @@ impl Connector {
         }
     }
 
-    /// `POST {serviceUrl}/v3/conversations/{id}/activities`.
+    /// `POST {serviceUrl}/v3/conversations/{id}/activities`; the id the
+    /// connector gave the activity (kept to update it).
     pub async fn send(
         &self,
         service_url: &str,
         conversation_id: &str,
         activity: &Value,
+    ) -> Result<String, SendError> {
+        let url = activities_url(service_url, conversation_id, None);
+        let body = self
+            .call(reqwest::Method::POST, &url, activity, "send_activity")
+            .await?;
+        let sent: Resource = serde_json::from_slice(&body).map_err(|e| {
+            SendError::Permanent(format!("the connector's answer names no activity id: {e}"))
+        })?;
+        Ok(sent.id)
+    }
+
+    /// `PUT {serviceUrl}/v3/conversations/{id}/activities/{activityId}`:
+    /// the activity replaced in place.
+    pub async fn update(
+        &self,
+        service_url: &str,
+        conversation_id: &str,
+        activity_id: &str,
+        activity: &Value,
     ) -> Result<(), SendError> {
-        let id: String = form_urlencoded::byte_serialize(conversation_id.as_bytes()).collect();
-        let url = format!(
-            "{}/v3/conversations/{id}/activities",
-            service_url.trim_end_matches('/')
-        );
+        let url = activities_url(service_url, conversation_id, Some(activity_id));
+        let mut activity = activity.clone();
+        activity["id"] = Value::String(activity_id.to_string());
+        self.call(reqwest::Method::PUT, &url, &activity, "update_activity")
+            .await
+            .map(drop)
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+        activity: &Value,
+        endpoint: &'static str,
+    ) -> Result<Vec<u8>, SendError> {
         let token = self.token().await?;
         let started = Instant::now();
         let sent = self
             .http()?
-            .post(&url)
+            .request(method, url)
             .bearer_auth(token.expose_secret())
             .json(activity)
             .send()
             .await;
         let result = answer(sent).await;
         let label = result.as_ref().err().map_or("ok", |(label, _)| label);
-        self.calls
-            .observe("send_activity", label, started.elapsed());
+        self.calls.observe(endpoint, label, started.elapsed());
         if matches!(result, Err(("unauthorized", _))) {
             // A token revoked or rotated: the next try fetches another.
             *self.token.lock().await = None;
         }
-        result.map(drop).map_err(|(_, e)| e)
+        result.map_err(|(_, e)| e)
     }
 
     fn http(&self) -> Result<reqwest::Client, SendError> {

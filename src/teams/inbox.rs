@@ -5,14 +5,14 @@
 
 use crate::command::{parse_freeze, parse_slash, Command, Verb};
 use crate::core::commands::{self, Subject};
-use crate::core::dispatch::{self, Outcome, Request};
-use crate::core::{AppState, CommandError, Provenance};
+use crate::core::dispatch::{self, Request};
+use crate::core::{AppState, Provenance};
 use crate::gate::{Actor, DeliveryId, Source};
 use crate::notify::{BoxFuture, Handler, SendError};
 use crate::store::QueueItem;
 
 use super::activity::Activity;
-use super::answers::{TeamsAuthorizer, TeamsDenied};
+use super::answers::{answer, name_of, person_of, send_error, TeamsAuthorizer};
 use super::sink::Reply;
 
 /// A message typed to the bot.
@@ -29,6 +29,9 @@ impl Handler for TeamsInbox {
         Box::pin(async move {
             let activity: Activity = serde_json::from_str(&item.payload)
                 .map_err(|e| SendError::Permanent(format!("stored activity: {e}")))?;
+            if item.topic == super::invoke::INVOKE {
+                return super::invoke::apply(&self.state, &activity).await;
+            }
             let answer = self.message(&activity).await?;
             tracing::info!(from = %activity.from.name, answer = %answer, "Teams command");
             self.reply(&activity, answer).await
@@ -95,18 +98,13 @@ impl TeamsInbox {
             Ok(parsed) => parsed,
             Err(answer) => return Ok(answer),
         };
-        let name = if activity.from.name.is_empty() {
-            activity.from.id.as_str()
-        } else {
-            activity.from.name.as_str()
-        };
+        let name = name_of(activity);
         let aad_object_id = activity.from.aad_object_id.as_deref();
-        let person = format!("teams:{}", aad_object_id.unwrap_or(&activity.from.id));
         let request = Request {
             command,
             subject,
             who: Provenance::new(Actor::new(name, Source::Teams))
-                .person(person)
+                .person(person_of(activity))
                 .delivery(DeliveryId::teams(&activity.receipt_id()))
                 .written_at(activity.received_at),
         };
@@ -114,6 +112,7 @@ impl TeamsInbox {
             state: &self.state,
             aad_object_id,
             name,
+            card: None,
         };
         let outcome = dispatch::run(&self.state.engine, "teams", &request, &authorizer)
             .await
@@ -202,24 +201,6 @@ fn help() -> String {
         "Write @gatebot <command> <target> [reason], e.g. @gatebot promote 42 looks good\n{}",
         lines.join("\n")
     )
-}
-
-fn answer(outcome: Outcome<TeamsDenied>) -> String {
-    match outcome {
-        Outcome::Applied(applied) => applied.summary(),
-        Outcome::Denied(denied) => denied.to_string(),
-        Outcome::Invalid(invalid) => invalid.to_string(),
-        Outcome::Held { gate, by, via } => format!("{gate} is held by {by} via {via}"),
-        Outcome::WrittenBeforeClose { gate, .. } => {
-            format!("{gate} was closed after this was written: send it again")
-        }
-        Outcome::Named(why) => why.to_string(),
-    }
-}
-
-/// The outbox's terms for a command not done.
-fn send_error(e: CommandError) -> SendError {
-    SendError::of(e.lasting(), e.retry_after(), e.to_string())
 }
 
 #[cfg(test)]

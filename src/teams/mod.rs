@@ -3,17 +3,25 @@
 //! - `routes`: `POST /webhooks/teams`, the Bot Framework's token checked
 //!   (`auth`, with the signing keys of `keys`), the activity stored.
 //! - `inbox`: stored messages, applied as commands (`answers`: who may).
-//! - `sink`: the answers, posted through the outbox (`client`: the Bot
-//!   Connector and the bot's token).
+//! - `conversations`: where the bot was added, kept to post there later.
+//! - `invoke`: a click on a card's button, stored, applied, answered with
+//!   the card.
+//! - `sink`: the answers and the cards (`card`), posted and updated
+//!   through the outbox (`client`: the Bot Connector and the bot's token,
+//!   and the Workflows webhook).
 //!
-//! Off unless `GATEBOT_TEAMS_APP_ID` is set.
+//! Off unless `GATEBOT_TEAMS_APP_ID` (or `GATEBOT_TEAMS_WORKFLOW_URL`) is set.
 
 pub mod activity;
 pub mod answers;
 pub mod auth;
+pub mod card;
 pub mod client;
+pub mod conversations;
 pub mod inbox;
+pub mod invoke;
 pub mod keys;
+pub mod receipt;
 pub mod routes;
 pub mod sink;
 
@@ -27,6 +35,7 @@ use crate::config::Config;
 use crate::core::AppState;
 use crate::metrics::Metrics;
 use crate::notify::{Handler, Sink};
+use crate::store::Store;
 
 /// Activities are a few KB; an Adaptive Card's action carries its card's data.
 pub const BODY_LIMIT: usize = 256 * 1024;
@@ -46,21 +55,51 @@ pub fn inbox_handlers(state: &AppState) -> HashMap<String, Arc<dyn Handler>> {
     HashMap::from([("teams".to_string(), Arc::new(handler) as Arc<dyn Handler>)])
 }
 
-/// The `teams` sink, when the bot may post: an app id and its password.
-pub fn sinks(config: &Config, clock: &SharedClock, metrics: &Metrics) -> Vec<Arc<dyn Sink>> {
+/// The `teams` sink, when the bot may post (an app id and its password) or
+/// a Workflows webhook is set.
+pub fn sinks(
+    config: &Config,
+    store: &Store,
+    clock: &SharedClock,
+    metrics: &Metrics,
+) -> Vec<Arc<dyn Sink>> {
     let teams = &config.teams;
-    let (Some(app_id), Some(password)) = (teams.app_id(), teams.app_password()) else {
-        return Vec::new();
+    let connector = match (teams.app_id(), teams.app_password()) {
+        (Some(app_id), Some(password)) => Some(Arc::new(client::Connector::new(
+            &teams.login_url,
+            app_id,
+            password.clone(),
+            teams.tenant().map(str::to_string),
+            clock.clone(),
+            metrics.outbound("teams"),
+        ))),
+        _ => None,
     };
-    let connector = client::Connector::new(
-        &teams.login_url,
-        app_id,
-        password.clone(),
-        teams.tenant().map(str::to_string),
-        clock.clone(),
-        metrics.outbound("teams"),
-    );
+    let workflow = teams
+        .workflow_url()
+        .map(|url| client::Workflow::new(url.clone(), metrics.outbound("teams")));
+    if connector.is_none() && workflow.is_none() {
+        return Vec::new();
+    }
+    let links = links(config);
     vec![Arc::new(sink::TeamsSink {
-        connector: Arc::new(connector),
+        connector,
+        workflow,
+        store: store.clone(),
+        clock: clock.clone(),
+        channel: teams.channel().map(str::to_string),
+        links,
     })]
+}
+
+/// Where cards link: the gate's page under GATEBOT_PUBLIC_URL, the PR on GitHub.
+pub fn links(config: &Config) -> card::Links {
+    card::Links {
+        public_url: config
+            .public_url
+            .as_deref()
+            .map(|u| u.trim().trim_end_matches('/').to_string())
+            .filter(|u| !u.is_empty()),
+        default_repo: config.github.repository.clone(),
+    }
 }

@@ -14,13 +14,15 @@ use axum::{Extension, Router};
 
 use super::activity::Activity;
 use super::auth::{self, Expected, Failure, Refusal};
+use super::conversations::{self, CONVERSATION_UPDATE, INSTALLATION_UPDATE};
 use super::inbox::MESSAGE;
+use super::invoke::{self, INVOKE};
 use super::keys::SigningKeys;
+use super::receipt;
 use super::BODY_LIMIT;
 use crate::core::AppState;
 use crate::http::error::Reject;
 use crate::http::receipts::Receipts;
-use crate::store::Delivery;
 
 /// The signing keys, when Teams is on.
 #[derive(Clone)]
@@ -75,10 +77,17 @@ async fn activity(
     let mut activity =
         Activity::from_json(&body).map_err(|e| Reject::bad_request("malformed_activity", e))?;
     auth::admits(&claims, &activity, state.config.teams.tenants()).map_err(refused)?;
-    if activity.kind != MESSAGE {
-        // Installation events, card actions: not acted on yet (docs/teams.md).
-        tracing::debug!(kind = %activity.kind, "Teams activity not acted on");
-        return Ok(StatusCode::OK.into_response());
+    match activity.kind.as_str() {
+        MESSAGE => {}
+        INVOKE => return invoke::respond(&state, &receipts, activity).await,
+        CONVERSATION_UPDATE | INSTALLATION_UPDATE => {
+            conversations::update(&state, &activity).await?;
+            return Ok(StatusCode::OK.into_response());
+        }
+        other => {
+            tracing::debug!(kind = %other, "Teams activity not acted on");
+            return Ok(StatusCode::OK.into_response());
+        }
     }
     if activity.id.is_empty() {
         return Err(Reject::bad_request(
@@ -87,29 +96,6 @@ async fn activity(
         ));
     }
     activity.received_at = Some(state.clock.now_ms());
-    store(&receipts, &activity).await?;
+    receipt::store(&receipts, &activity).await?;
     Ok(StatusCode::OK.into_response())
-}
-
-/// Stored once per activity id: a replay or a redelivery is a success that
-/// changes nothing.
-async fn store(receipts: &Receipts, activity: &Activity) -> Result<(), Reject> {
-    let payload = serde_json::to_string(activity).map_err(|e| {
-        Reject::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "unencodable",
-            format!("cannot store the activity: {e}"),
-        )
-    })?;
-    let delivery = Delivery {
-        source: "teams".into(),
-        delivery: activity.receipt_id(),
-        kind: activity.kind.clone(),
-        payload,
-    };
-    receipts
-        .store(delivery)
-        .await
-        .map(drop)
-        .map_err(Reject::unavailable)
 }

@@ -1,19 +1,32 @@
 //! Every write to Teams, through the outbox (retries, Retry-After, leases):
-//! for now the answer to a command typed to the bot, posted in its thread.
+//! the answer to a command typed to the bot, and the card of each waiting
+//! gate, posted once and updated in place (`PUT`) on every later notice. A
+//! card is rendered when sent, from what the store knows then, so a retry
+//! sends the latest state.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{json, Value};
 
-use super::client::Connector;
+use super::card::{self, CardView, Links, Offer, Status};
+use super::client::{Connector, Workflow};
+use crate::clock::SharedClock;
+use crate::gate::{AuditAction, GateKey, GateStatus, Millis};
 use crate::notify::{encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
-use crate::store::{NewJob, QueueItem};
+use crate::store::{NewJob, QueueItem, Store, TeamsCard};
 
 pub const NAME: &str = "teams";
 const REPLY: &str = "reply";
+/// The Canary's webhook metadata that names the conversation for its cards.
+pub const CHANNEL_METADATA: &str = "teams_channel";
+/// How many of a gate's latest cards change when it changes: older waits are over.
+const GATE_CARDS: i64 = 20;
+/// Rollout endings a card shows.
+const FINAL: [&str; 3] = ["promotion_completed", "rolling_back", "canary_failed"];
 
-/// A job of the `teams` sink.
+/// A reply to a typed command (the job's topic is `reply`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Reply {
     pub service_url: String,
@@ -36,8 +49,58 @@ impl Reply {
     }
 }
 
+/// A card's job (every topic but `reply`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "job", rename_all = "snake_case")]
+pub enum CardJob {
+    /// Post the wait's card to a conversation the bot was added to.
+    Post { wait_id: i64, conversation: String },
+    /// Post the wait's card to the Workflows webhook.
+    Workflow { wait_id: i64 },
+    /// Rewrite the wait's card from what the store knows now.
+    Refresh { wait_id: i64 },
+    /// The wait ended: kept, then the card rewritten.
+    Ended { wait_id: i64, outcome: String },
+    /// The gate changed by any channel: its recent cards rewritten.
+    Gate { gate: String },
+    /// The canary's rollout ended: its latest card says so.
+    Final {
+        canary: String,
+        kind: String,
+        message: String,
+    },
+}
+
+impl CardJob {
+    fn topic(&self) -> &'static str {
+        match self {
+            Self::Post { .. } => "post_card",
+            Self::Workflow { .. } => "workflow_card",
+            Self::Refresh { .. } => "refresh_card",
+            Self::Ended { .. } => "card_ended",
+            Self::Gate { .. } => "gate_cards",
+            Self::Final { .. } => "card_final",
+        }
+    }
+
+    pub fn job(&self, once_key: Option<String>) -> Result<NewJob, PayloadError> {
+        Ok(NewJob {
+            once_key,
+            ..encode_job(NAME, self.topic(), self)?
+        })
+    }
+}
+
 pub struct TeamsSink {
-    pub connector: Arc<Connector>,
+    /// The bot's connector, when it may post (an app id and its password).
+    pub connector: Option<Arc<Connector>>,
+    /// GATEBOT_TEAMS_WORKFLOW_URL's poster.
+    pub workflow: Option<Workflow>,
+    pub store: Store,
+    pub clock: SharedClock,
+    /// GATEBOT_TEAMS_CHANNEL: the conversation that gets the cards.
+    pub channel: Option<String>,
+    pub links: Links,
 }
 
 impl Sink for TeamsSink {
@@ -45,27 +108,360 @@ impl Sink for TeamsSink {
         NAME
     }
 
-    /// Gate changes are not shown in Teams yet (no cards): nothing to plan.
-    fn plan(&self, _notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
-        Ok(Vec::new())
+    fn plan(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
+        match notice {
+            Notice::WaitStarted {
+                wait_id, metadata, ..
+            } => self.wait_started(*wait_id, metadata),
+            Notice::WaitEnded {
+                wait_id, outcome, ..
+            } => self.for_cards(CardJob::Ended {
+                wait_id: *wait_id,
+                outcome: outcome.clone(),
+            }),
+            Notice::GateChanged { gate, action, .. } if changes_cards(*action) => {
+                self.for_cards(CardJob::Gate {
+                    gate: gate.to_string(),
+                })
+            }
+            Notice::CanaryEvent {
+                canary,
+                kind,
+                message,
+                ..
+            } if FINAL.contains(&kind.as_str()) => self.for_cards(CardJob::Final {
+                canary: canary.to_string(),
+                kind: kind.clone(),
+                message: message.clone(),
+            }),
+            _ => Ok(Vec::new()),
+        }
+    }
+}
+
+/// Gate changes a card shows: an approval (counted or opening), a close,
+/// a hold or its release, an expiry.
+fn changes_cards(action: AuditAction) -> bool {
+    !matches!(action, AuditAction::Refuse)
+}
+
+impl TeamsSink {
+    /// The card goes to the Canary's `teams_channel`, else GATEBOT_TEAMS_CHANNEL;
+    /// and to the Workflows webhook when one is set.
+    fn wait_started(
+        &self,
+        wait_id: i64,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<Vec<NewJob>, PayloadError> {
+        let mut jobs = Vec::new();
+        let conversation = metadata
+            .get(CHANNEL_METADATA)
+            .or(self.channel.as_ref())
+            .map(|c| c.trim())
+            .filter(|c| !c.is_empty());
+        if let (Some(conversation), Some(_)) = (conversation, &self.connector) {
+            let post = CardJob::Post {
+                wait_id,
+                conversation: conversation.to_string(),
+            };
+            jobs.push(post.job(Some(format!("teams-card:{wait_id}")))?);
+        }
+        if self.workflow.is_some() {
+            let post = CardJob::Workflow { wait_id };
+            jobs.push(post.job(Some(format!("teams-workflow:{wait_id}")))?);
+        }
+        Ok(jobs)
+    }
+
+    /// A job about posted cards, when the bot posts cards at all.
+    fn for_cards(&self, job: CardJob) -> Result<Vec<NewJob>, PayloadError> {
+        if self.connector.is_none() {
+            return Ok(Vec::new());
+        }
+        Ok(vec![job.job(None)?])
     }
 }
 
 impl Handler for TeamsSink {
+    /// Cards and their updates go out in order (an update after its post);
+    /// replies to people do not wait for them.
+    fn lane(&self, item: &QueueItem) -> Option<String> {
+        (item.topic != REPLY).then(|| "cards".to_string())
+    }
+
     fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
         Box::pin(async move {
-            let reply: Reply = serde_json::from_str(&item.payload)
+            if item.topic == REPLY {
+                let reply: Reply = serde_json::from_str(&item.payload)
+                    .map_err(|e| SendError::Permanent(format!("unreadable Teams job: {e}")))?;
+                return self.reply(&reply).await;
+            }
+            let job: CardJob = serde_json::from_str(&item.payload)
                 .map_err(|e| SendError::Permanent(format!("unreadable Teams job: {e}")))?;
-            // Plain text: what people and Flagger wrote is never markup here.
-            let activity = json!({
-                "type": "message",
-                "text": reply.text,
-                "textFormat": "plain",
-                "replyToId": reply.reply_to_id,
-            });
-            self.connector
-                .send(&reply.service_url, &reply.conversation_id, &activity)
-                .await
+            self.run(job).await
         })
     }
+}
+
+fn store_err(e: crate::store::StoreError) -> SendError {
+    SendError::retry(format!("store: {e}"))
+}
+
+/// A card as the connector takes it: a message with one attachment.
+pub fn card_activity(card: Value) -> Value {
+    json!({
+        "type": "message",
+        "attachments": [{"contentType": "application/vnd.microsoft.card.adaptive", "content": card}],
+    })
+}
+
+impl TeamsSink {
+    fn connector(&self) -> Result<&Connector, SendError> {
+        self.connector
+            .as_deref()
+            .ok_or_else(|| SendError::Permanent("GATEBOT_TEAMS_APP_PASSWORD is not set".into()))
+    }
+
+    async fn reply(&self, reply: &Reply) -> Result<(), SendError> {
+        // Plain text: what people and Flagger wrote is never markup here.
+        let activity = json!({
+            "type": "message",
+            "text": reply.text,
+            "textFormat": "plain",
+            "replyToId": reply.reply_to_id,
+        });
+        self.connector()?
+            .send(&reply.service_url, &reply.conversation_id, &activity)
+            .await
+            .map(drop)
+    }
+
+    async fn run(&self, job: CardJob) -> Result<(), SendError> {
+        match job {
+            CardJob::Post {
+                wait_id,
+                conversation,
+            } => self.post(wait_id, &conversation).await,
+            CardJob::Workflow { wait_id } => self.workflow(wait_id).await,
+            CardJob::Refresh { wait_id } => self.refresh(wait_id).await,
+            CardJob::Ended { wait_id, outcome } => {
+                self.store
+                    .end_teams_card(wait_id, &outcome)
+                    .await
+                    .map_err(store_err)?;
+                self.refresh(wait_id).await
+            }
+            CardJob::Gate { gate } => {
+                let waits = self
+                    .store
+                    .teams_cards_of_gate(&gate, GATE_CARDS)
+                    .await
+                    .map_err(store_err)?;
+                for wait_id in waits {
+                    self.refresh(wait_id).await?;
+                }
+                Ok(())
+            }
+            CardJob::Final {
+                canary,
+                kind,
+                message,
+            } => {
+                let found = self.store.latest_teams_card_of_canary(&canary).await;
+                let Some(wait_id) = found.map_err(store_err)? else {
+                    return Ok(());
+                };
+                self.store
+                    .finish_teams_card(wait_id, &kind, &message)
+                    .await
+                    .map_err(store_err)?;
+                self.refresh(wait_id).await
+            }
+        }
+    }
+
+    /// Posts the wait's card once, and keeps the activity id it got.
+    async fn post(&self, wait_id: i64, conversation: &str) -> Result<(), SendError> {
+        if self
+            .store
+            .teams_card(wait_id)
+            .await
+            .map_err(store_err)?
+            .is_some()
+        {
+            return Ok(());
+        }
+        let Some(reference) = self
+            .store
+            .teams_conversation(conversation)
+            .await
+            .map_err(store_err)?
+        else {
+            return Err(SendError::Permanent(format!(
+                "the bot was never added to the Teams conversation {conversation}: install the app there (docs/teams.md)"
+            )));
+        };
+        let Some(view) = self.view(wait_id, None).await? else {
+            return Ok(());
+        };
+        let activity = card_activity(card::render(&view, &self.links, Offer::Buttons));
+        let activity_id = self
+            .connector()?
+            .send(&reference.service_url, conversation, &activity)
+            .await?;
+        let posted = TeamsCard {
+            wait_id,
+            gate: view.gate.to_string(),
+            canary: view.canary.clone().unwrap_or_default(),
+            conversation_id: conversation.to_string(),
+            service_url: reference.service_url,
+            activity_id,
+            decided: None,
+            outcome: None,
+            final_state: None,
+        };
+        self.store
+            .remember_teams_card(&posted, self.clock.now_ms())
+            .await
+            .map_err(store_err)
+    }
+
+    /// Rewrites a posted card (no-op until it is posted: the post renders
+    /// the latest state).
+    async fn refresh(&self, wait_id: i64) -> Result<(), SendError> {
+        let Some(posted) = self.store.teams_card(wait_id).await.map_err(store_err)? else {
+            return Ok(());
+        };
+        let Some(view) = self.view(wait_id, Some(&posted)).await? else {
+            return Ok(());
+        };
+        let activity = card_activity(card::render(&view, &self.links, Offer::Buttons));
+        self.connector()?
+            .update(
+                &posted.service_url,
+                &posted.conversation_id,
+                &posted.activity_id,
+                &activity,
+            )
+            .await
+    }
+
+    async fn workflow(&self, wait_id: i64) -> Result<(), SendError> {
+        let Some(workflow) = &self.workflow else {
+            return Ok(());
+        };
+        let Some(view) = self.view(wait_id, None).await? else {
+            return Ok(());
+        };
+        let activity = card_activity(card::render(&view, &self.links, Offer::PageLink));
+        workflow.post(&activity).await
+    }
+
+    /// What the wait's card shows now; None when the wait is gone.
+    async fn view(
+        &self,
+        wait_id: i64,
+        posted: Option<&TeamsCard>,
+    ) -> Result<Option<CardView>, SendError> {
+        view(&self.store, wait_id, posted, self.clock.now_ms()).await
+    }
+}
+
+/// What a wait's card shows now, from the store: the wait, its gate, and
+/// what the card itself recorded. None when the wait is gone.
+pub async fn view(
+    store: &Store,
+    wait_id: i64,
+    posted: Option<&TeamsCard>,
+    now: Millis,
+) -> Result<Option<CardView>, SendError> {
+    let Some(wait) = store.wait(wait_id).await.map_err(store_err)? else {
+        return Ok(None);
+    };
+    let gate = store.load_gate(&wait.gate).await.map_err(store_err)?;
+    let gate_status = gate.map(|g| g.status);
+    let approvals = match &gate_status {
+        Some(GateStatus::Approving(t)) => Some(t.summary()),
+        Some(GateStatus::Open(a)) => crate::gate::quorum::opened_by(a),
+        _ => None,
+    };
+    let status = status(posted, gate_status.as_ref(), wait.outcome.as_deref());
+    let open = status.as_ref().is_none_or(|(_, open)| *open);
+    let metadata = match &wait.metadata {
+        Value::Object(map) => map
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+            .collect(),
+        _ => BTreeMap::new(),
+    };
+    Ok(Some(CardView {
+        wait_id,
+        gate: wait.gate.clone(),
+        canary: wait.canary.as_ref().map(ToString::to_string),
+        checksum: wait.checksum.clone(),
+        phase: wait.phase.to_string(),
+        metadata,
+        since: wait.started_at,
+        now,
+        status: status.map(|(s, _)| s),
+        approvals,
+        open,
+    }))
+}
+
+/// The card's status line and whether its buttons stay: the rollout's end,
+/// then a decision from the card, then the gate's state, then the wait's end.
+fn status(
+    posted: Option<&TeamsCard>,
+    gate: Option<&GateStatus>,
+    outcome: Option<&str>,
+) -> Option<(Status, bool)> {
+    let line = |text: String, color| Status { text, color };
+    if let Some((kind, message)) = posted.and_then(|p| p.final_state.as_ref()) {
+        let text = match kind.as_str() {
+            "promotion_completed" => "Promoted".to_string(),
+            "rolling_back" => format!("Rolling back: {message}"),
+            _ => format!("Failed: {message}"),
+        };
+        let color = if kind == "promotion_completed" {
+            "good"
+        } else {
+            "attention"
+        };
+        return Some((line(text, color), false));
+    }
+    // A hold shows as the gate's state, below.
+    let decided = posted.and_then(|p| p.decided.as_ref());
+    if let Some((verb, by, at)) = decided.filter(|(verb, ..)| verb != card::HOLD) {
+        let (done, color) = if verb == card::APPROVE {
+            ("Approved", "good")
+        } else {
+            ("Rejected", "attention")
+        };
+        let text = format!("{done} by {by} in Teams at {} UTC", card::hhmm(*at));
+        return Some((line(text, color), false));
+    }
+    match gate {
+        Some(GateStatus::Open(a)) => {
+            let by = &a.change.by;
+            let text = format!(
+                "Approved by {} via {} at {} UTC",
+                by.name,
+                by.source,
+                card::hhmm(a.change.at)
+            );
+            return Some((line(text, "good"), false));
+        }
+        Some(GateStatus::Held { change }) => {
+            let text = format!("Held by {} via {}", change.by.name, change.by.source);
+            return Some((line(text, "warning"), true));
+        }
+        _ => {}
+    }
+    outcome.map(|o| (line(format!("The wait is over: {o}"), "attention"), false))
+}
+
+/// A key as stored in a card's button, checked.
+pub fn parse_gate(gate: &str) -> Option<GateKey> {
+    GateKey::parse(gate, None).ok()
 }

@@ -10,8 +10,8 @@ use serde_json::json;
 use super::view::{self, when, Permits, Viewer, When};
 use super::{gate_path, render, Problem};
 use crate::core::AppState;
+use crate::core::{AuditEntry, AuditSearch, Job, QueueName};
 use crate::gate::{GateKey, Millis, PrNumber, RepoName};
-use crate::store::AuditSearch;
 
 /// Rows per page.
 pub const PAGE: usize = 50;
@@ -31,10 +31,7 @@ pub async fn waiting(
     Query(cursor): Query<Cursor>,
 ) -> Result<Response, Problem> {
     let now = state.clock.now_ms();
-    let mut waits = state
-        .store
-        .open_waits_page(cursor.before, page_limit())
-        .await?;
+    let mut waits = state.engine.open_waits(cursor.before, page_limit()).await?;
     let more = waits.len() > PAGE;
     waits.truncate(PAGE);
     let next = if more {
@@ -42,7 +39,7 @@ pub async fn waiting(
     } else {
         None
     };
-    let total = state.store.open_wait_count().await?;
+    let total = state.engine.open_wait_count().await?;
     let mut permits = Permits::new(&state, &viewer);
     let mut rows = Vec::with_capacity(waits.len());
     for wait in &waits {
@@ -76,7 +73,7 @@ struct AuditRow {
     canary: Option<String>,
 }
 
-fn audit_row(id: i64, e: &crate::store::AuditEntry, now: Millis) -> AuditRow {
+fn audit_row(id: i64, e: &AuditEntry, now: Millis) -> AuditRow {
     AuditRow {
         id,
         at: when(e.at, now),
@@ -109,7 +106,7 @@ async fn timeline(
 ) -> Result<Vec<EventView>, Problem> {
     let mut events = Vec::new();
     for c in canaries {
-        events.extend(state.store.events(Some(c), 50).await?);
+        events.extend(state.engine.events(Some(c), 50).await?);
     }
     events.sort_by_key(|e| std::cmp::Reverse(e.received_at));
     events.truncate(100);
@@ -119,7 +116,7 @@ async fn timeline(
             at: when(e.received_at, now),
             canary: e.canary.to_string(),
             kind: e.kind,
-            phase: e.phase,
+            phase: e.phase.to_string(),
             revision: e.checksum,
             message: e.message,
         })
@@ -234,18 +231,18 @@ pub async fn pull_request(
             continue;
         };
         let gate = state.engine.gate(&key).await?;
-        names.extend(s.canaries.iter().map(|c| c.canary.clone()));
+        names.extend(s.canaries.iter().map(|c| c.canary.to_string()));
         let waiting = s.canaries.iter().find(|c| c.waiting_since.is_some());
         gates.push(json!({
             "gate": s.gate, "gate_url": gate_path(&key), "kind": key.kind.as_str(),
             "state": view::state_view(&gate, now),
             "wait": waiting.map(|c| json!({
-                "canary": c.canary, "revision": c.checksum,
+                "canary": c.canary.to_string(), "revision": c.checksum,
                 "since": c.waiting_since.map(|t| when(t, now)),
             })),
             "buttons": permits.buttons(&gate).await,
         }));
-        audit.extend(state.store.audit_log(Some(&key), 50).await?);
+        audit.extend(state.engine.audit(Some(&key), 50).await?);
     }
     audit.sort_by_key(|e| std::cmp::Reverse(e.at));
     audit.truncate(100);
@@ -334,7 +331,7 @@ pub async fn audit(
 ) -> Result<Response, Problem> {
     let now = state.clock.now_ms();
     let search = audit_search(&q, state.config.github.repository.as_ref())?;
-    let mut found = state.store.search_audit(&search, page_limit()).await?;
+    let mut found = state.engine.search_audit(&search, page_limit()).await?;
     let more = found.len() > PAGE;
     found.truncate(PAGE);
     let rows: Vec<_> = found.iter().map(|(id, e)| audit_row(*id, e, now)).collect();
@@ -361,7 +358,7 @@ pub async fn audit(
 
 pub async fn health(State(state): State<AppState>, viewer: Viewer) -> Result<Response, Problem> {
     let now = state.clock.now_ms();
-    let job = |j: &crate::store::Job| {
+    let job = |j: &Job| {
         json!({
             "sink": j.sink, "topic": j.topic, "state": j.state, "attempts": j.attempts,
             "created": when(j.created_at, now), "next": when(j.next_attempt_at, now),
@@ -369,21 +366,21 @@ pub async fn health(State(state): State<AppState>, viewer: Viewer) -> Result<Res
         })
     };
     let queued: Vec<_> = state
-        .store
+        .engine
         .jobs(Some("pending"), i64::try_from(PAGE).unwrap_or(50))
         .await?
         .iter()
         .map(job)
         .collect();
     let failed: Vec<_> = state
-        .store
+        .engine
         .jobs(Some("failed"), i64::try_from(PAGE).unwrap_or(50))
         .await?
         .iter()
         .map(job)
         .collect();
-    let pending = state.store.pending(crate::store::QueueName::Outbox).await?;
-    let inbox = state.store.pending(crate::store::QueueName::Inbox).await?;
+    let pending = state.engine.pending(QueueName::Outbox).await?;
+    let inbox = state.engine.pending(QueueName::Inbox).await?;
     render(
         &state,
         "health.html.j2",

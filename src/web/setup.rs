@@ -336,7 +336,7 @@ mod tests {
         assert_eq!(m["name"], "gatebot-acme");
         assert_eq!(
             m["default_events"],
-            serde_json::json!(["issue_comment", "pull_request"])
+            serde_json::json!(["issue_comment", "pull_request", "check_run"])
         );
     }
 }

@@ -15,8 +15,8 @@ use super::{Problem, Web};
 use crate::command::Verb;
 use crate::config::UiMode;
 use crate::core::AppState;
+use crate::core::WaitRow;
 use crate::gate::{Gate, GateKey, GateKind, GateStatus, Millis, RepoName, Scope};
-use crate::store::WaitRow;
 
 /// The pages' shared state and who is asking, for every handler.
 pub struct Viewer {
@@ -278,7 +278,7 @@ fn pr_of(key: &GateKey, metadata: &serde_json::Value) -> Option<(RepoName, u64)>
 
 pub async fn pr_view(state: &AppState, repo: &RepoName, number: u64) -> Result<PrView, Problem> {
     let author = state
-        .store
+        .engine
         .pr_author(repo, crate::gate::PrNumber(number))
         .await?;
     Ok(PrView {
@@ -327,7 +327,7 @@ pub async fn waiting_row(
         subject: wait.gate.subject(),
         canary: wait.canary.as_ref().map(ToString::to_string),
         revision: wait.checksum.clone(),
-        phase: wait.phase.clone(),
+        phase: wait.phase.to_string(),
         since: when(wait.started_at, now),
         title: title_of(state, &wait.gate, &wait.metadata).await?,
         pr,

@@ -42,6 +42,34 @@ pub struct FakeReaction {
     pub content: String,
 }
 
+/// A check run as the fake keeps it: what creating it set, then every edit.
+#[derive(Debug, Clone)]
+pub struct FakeCheckRun {
+    pub id: u64,
+    pub repo: String,
+    pub name: String,
+    pub head_sha: String,
+    pub external_id: String,
+    pub status: String,
+    pub conclusion: Option<String>,
+    /// `title`, `summary` as last sent.
+    pub output: Value,
+    /// The requested actions (buttons) as last sent.
+    pub actions: Value,
+    pub edits: u32,
+}
+
+impl FakeCheckRun {
+    /// The run as GitHub answers it, and as a `check_run` event carries it.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "id": self.id, "name": self.name, "head_sha": self.head_sha,
+            "external_id": self.external_id, "status": self.status,
+            "conclusion": self.conclusion, "output": self.output,
+        })
+    }
+}
+
 /// One webhook delivery the fake made to gatebot, as GitHub keeps it for an
 /// App (`GET /app/hook/deliveries`).
 #[derive(Debug, Clone)]
@@ -147,6 +175,12 @@ pub struct Inner {
     conversion_padding: AtomicU64,
     /// Commit SHA → the PRs that contain it (`GET …/commits/{sha}/pulls`).
     commit_pulls: Mutex<HashMap<String, Vec<u64>>>,
+    /// Check runs by id.
+    check_runs: Mutex<BTreeMap<u64, FakeCheckRun>>,
+    /// Answers to give the next check-run writes instead of the real ones.
+    check_run_failures: Mutex<VecDeque<Failure>>,
+    /// PR number → its head commit; absent: a SHA made of the number.
+    heads: Mutex<HashMap<u64, String>>,
 }
 
 /// Counts a write as in flight until its answer is sent or abandoned.
@@ -210,6 +244,11 @@ impl FakeGithub {
                 "/repos/{owner}/{repo}/issues/comments/{id}/reactions",
                 post(react),
             )
+            .route("/repos/{owner}/{repo}/check-runs", post(create_check_run))
+            .route(
+                "/repos/{owner}/{repo}/check-runs/{id}",
+                patch(edit_check_run).get(get_check_run),
+            )
             .route("/user", get(user))
             .route("/login/oauth/authorize", get(oauth_authorize))
             .route("/login/oauth/access_token", post(oauth_token))
@@ -245,6 +284,35 @@ impl FakeGithub {
             .lock()
             .unwrap()
             .insert(sha.to_string(), numbers.to_vec());
+    }
+
+    /// Every check run, oldest first.
+    pub fn check_runs(&self) -> Vec<FakeCheckRun> {
+        self.inner
+            .check_runs
+            .lock()
+            .unwrap()
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The next check-run creations and edits answer these, in order.
+    pub fn fail_check_runs(&self, failures: impl IntoIterator<Item = Failure>) {
+        self.inner
+            .check_run_failures
+            .lock()
+            .unwrap()
+            .extend(failures);
+    }
+
+    /// The head commit `GET /repos/{owner}/{repo}/pulls/{number}` tells.
+    pub fn set_head(&self, number: u64, sha: &str) {
+        self.inner
+            .heads
+            .lock()
+            .unwrap()
+            .insert(number, sha.to_string());
     }
 
     /// Pads each manifest conversion's answer with `bytes` more.
@@ -462,21 +530,7 @@ async fn record(State(inner): State<Arc<Inner>>, req: Request, next: Next) -> Re
         None
     };
     let response = match failure {
-        Some(f) => {
-            let mut headers = HeaderMap::new();
-            for (k, v) in &f.headers {
-                headers.insert(
-                    axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                    v.parse().unwrap(),
-                );
-            }
-            (
-                StatusCode::from_u16(f.status).unwrap(),
-                headers,
-                Json(json!({"message": f.message, "documentation_url": "https://docs.github.com/rest"})),
-            )
-                .into_response()
-        }
+        Some(f) => failed(&f),
         None if write => {
             let key = authorization.clone().unwrap_or_default();
             *inner
@@ -553,13 +607,10 @@ async fn pull(
     State(inner): State<Arc<Inner>>,
     Path((_owner, _repo, number)): Path<(String, String, u64)>,
 ) -> Response {
-    let merged = inner
-        .pulls
-        .lock()
-        .unwrap()
-        .get(&number)
-        .copied()
-        .unwrap_or(false);
+    // A PR told merged or not (`set_merged`) is closed; any other is open.
+    let closed = inner.pulls.lock().unwrap().get(&number).copied();
+    let merged = closed.unwrap_or(false);
+    let state = if closed.is_some() { "closed" } else { "open" };
     let author = inner
         .authors
         .lock()
@@ -567,8 +618,139 @@ async fn pull(
         .get(&number)
         .cloned()
         .unwrap_or_else(|| "kobzol".into());
-    Json(json!({"number": number, "state": "closed", "merged": merged, "user": user_json(&author, "User")}))
+    let head = head_of(&inner, number);
+    Json(json!({"number": number, "state": state, "merged": merged, "user": user_json(&author, "User"), "head": {"sha": head}}))
         .into_response()
+}
+
+fn failed(f: &Failure) -> Response {
+    let mut headers = HeaderMap::new();
+    for (k, v) in &f.headers {
+        headers.insert(
+            axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    (
+        StatusCode::from_u16(f.status).unwrap(),
+        headers,
+        Json(json!({"message": f.message, "documentation_url": "https://docs.github.com/rest"})),
+    )
+        .into_response()
+}
+
+fn check_run_failure(inner: &Inner) -> Option<Response> {
+    let f = inner.check_run_failures.lock().unwrap().pop_front()?;
+    Some(failed(&f))
+}
+
+fn head_of(inner: &Inner, number: u64) -> String {
+    inner
+        .heads
+        .lock()
+        .unwrap()
+        .get(&number)
+        .cloned()
+        .unwrap_or_else(|| format!("{number:040x}"))
+}
+
+fn unprocessable(message: &str) -> Response {
+    (
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Json(json!({"message": message})),
+    )
+        .into_response()
+}
+
+/// GitHub's rules for a run: a name and head, a conclusion exactly when
+/// completed, at most three actions with GitHub's length limits.
+fn check_body(v: &Value, creating: bool) -> Result<(), &'static str> {
+    if creating && (v["name"].as_str().is_none() || v["head_sha"].as_str().is_none()) {
+        return Err("name and head_sha are required");
+    }
+    let completed = v["status"] == "completed";
+    if completed != v.get("conclusion").is_some_and(|c| !c.is_null()) {
+        return Err("conclusion is required when status is completed, and only then");
+    }
+    let actions = v["actions"].as_array().cloned().unwrap_or_default();
+    let fits =
+        |a: &Value, f: &str, max: usize| a[f].as_str().is_some_and(|t| t.chars().count() <= max);
+    if actions.len() > 3
+        || !actions.iter().all(|a| {
+            fits(a, "label", 20) && fits(a, "description", 40) && fits(a, "identifier", 20)
+        })
+    {
+        return Err("actions: at most 3, label ≤ 20, description ≤ 40, identifier ≤ 20");
+    }
+    Ok(())
+}
+
+async fn create_check_run(
+    State(inner): State<Arc<Inner>>,
+    Path((owner, repo)): Path<(String, String)>,
+    Json(v): Json<Value>,
+) -> Response {
+    if let Some(failure) = check_run_failure(&inner) {
+        return failure;
+    }
+    if let Err(why) = check_body(&v, true) {
+        return unprocessable(why);
+    }
+    let id = inner.next_id.fetch_add(1, Ordering::SeqCst);
+    let run = FakeCheckRun {
+        id,
+        repo: format!("{owner}/{repo}"),
+        name: v["name"].as_str().unwrap_or("").into(),
+        head_sha: v["head_sha"].as_str().unwrap_or("").into(),
+        external_id: v["external_id"].as_str().unwrap_or("").into(),
+        status: v["status"].as_str().unwrap_or("queued").into(),
+        conclusion: v["conclusion"].as_str().map(str::to_string),
+        output: v["output"].clone(),
+        actions: v["actions"].clone(),
+        edits: 0,
+    };
+    let answer = run.to_json();
+    inner.check_runs.lock().unwrap().insert(id, run);
+    (StatusCode::CREATED, Json(answer)).into_response()
+}
+
+async fn edit_check_run(
+    State(inner): State<Arc<Inner>>,
+    Path((_owner, _repo, id)): Path<(String, String, u64)>,
+    Json(v): Json<Value>,
+) -> Response {
+    if let Some(failure) = check_run_failure(&inner) {
+        return failure;
+    }
+    if let Err(why) = check_body(&v, false) {
+        return unprocessable(why);
+    }
+    let mut runs = inner.check_runs.lock().unwrap();
+    let Some(run) = runs.get_mut(&id) else {
+        return not_found();
+    };
+    if let Some(status) = v["status"].as_str() {
+        run.status = status.into();
+    }
+    run.conclusion = v["conclusion"].as_str().map(str::to_string);
+    if !v["output"].is_null() {
+        run.output = v["output"].clone();
+    }
+    if !v["actions"].is_null() {
+        run.actions = v["actions"].clone();
+    }
+    run.edits += 1;
+    Json(run.to_json()).into_response()
+}
+
+async fn get_check_run(
+    State(inner): State<Arc<Inner>>,
+    Path((_owner, _repo, id)): Path<(String, String, u64)>,
+) -> Response {
+    match inner.check_runs.lock().unwrap().get(&id) {
+        Some(run) => Json(run.to_json()).into_response(),
+        None => not_found(),
+    }
 }
 
 /// GitHub's pull-request objects (from the `pull_request.closed` fixture),

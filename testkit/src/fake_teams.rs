@@ -108,10 +108,15 @@ pub fn claims(app_id: &str, service_url: &str, now_secs: i64) -> Value {
     })
 }
 
-/// An activity the bot sent to a conversation.
+/// An activity the bot sent to a conversation (`PUT`: updated in place),
+/// or a message posted to the Workflows webhook (`conversation_id` "workflow").
 #[derive(Debug, Clone)]
 pub struct Sent {
+    /// `POST` or `PUT`.
+    pub method: &'static str,
     pub conversation_id: String,
+    /// The activity a `PUT` replaced.
+    pub activity_id: Option<String>,
     pub activity: Value,
     pub auth: Option<String>,
     /// What the fake answered.
@@ -153,6 +158,11 @@ impl FakeBotFramework {
             .route("/v1/.well-known/keys", get(key_set))
             .route("/{tenant}/oauth2/v2.0/token", post(token))
             .route("/teams/v3/conversations/{id}/activities", post(send))
+            .route(
+                "/teams/v3/conversations/{id}/activities/{activity_id}",
+                axum::routing::put(update),
+            )
+            .route("/workflow", post(workflow))
             .with_state(inner.clone());
         tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
@@ -173,6 +183,11 @@ impl FakeBotFramework {
     /// The service URL activities name, for the fake connector.
     pub fn service_url(&self) -> String {
         format!("{}/teams/", self.url)
+    }
+
+    /// `GATEBOT_TEAMS_WORKFLOW_URL` for this fake.
+    pub fn workflow_url(&self) -> String {
+        format!("{}/workflow", self.url)
     }
 
     /// Tenants the bot asked tokens for.
@@ -237,6 +252,48 @@ async fn send(
     headers: HeaderMap,
     Json(activity): Json<Value>,
 ) -> Response {
+    record(&inner, "POST", conversation_id, None, &headers, activity)
+}
+
+/// `PUT …/activities/{activityId}`: answered as the recorded connector
+/// answers, with the activity's id.
+async fn update(
+    State(inner): State<Arc<Inner>>,
+    Path((conversation_id, activity_id)): Path<(String, String)>,
+    headers: HeaderMap,
+    Json(activity): Json<Value>,
+) -> Response {
+    record(
+        &inner,
+        "PUT",
+        conversation_id,
+        Some(activity_id),
+        &headers,
+        activity,
+    )
+}
+
+/// A Workflows webhook answers 202 with no body.
+async fn workflow(
+    State(inner): State<Arc<Inner>>,
+    headers: HeaderMap,
+    Json(message): Json<Value>,
+) -> Response {
+    let answered = record(&inner, "POST", "workflow".into(), None, &headers, message);
+    if answered.status() == StatusCode::OK {
+        return StatusCode::ACCEPTED.into_response();
+    }
+    answered
+}
+
+fn record(
+    inner: &Inner,
+    method: &'static str,
+    conversation_id: String,
+    activity_id: Option<String>,
+    headers: &HeaderMap,
+    activity: Value,
+) -> Response {
     let throttled = {
         let mut t = inner.throttle.lock().unwrap();
         (!t.is_empty()).then(|| t.remove(0))
@@ -249,23 +306,22 @@ async fn send(
     let n = {
         let mut sent = inner.sent.lock().unwrap();
         sent.push(Sent {
+            method,
             conversation_id,
+            activity_id: activity_id.clone(),
             activity,
             auth,
             status,
         });
         sent.len()
     };
+    let id = activity_id.unwrap_or_else(|| format!("1562094704.{n:06}"));
     match throttled {
         Some(secs) => (
             StatusCode::TOO_MANY_REQUESTS,
             [("retry-after", secs.to_string())],
         )
             .into_response(),
-        None => (
-            StatusCode::OK,
-            Json(json!({ "id": format!("1562094704.{n:06}") })),
-        )
-            .into_response(),
+        None => (StatusCode::OK, Json(json!({ "id": id }))).into_response(),
     }
 }

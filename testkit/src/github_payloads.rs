@@ -52,3 +52,25 @@ pub fn comment_at(pr: u64, comment_id: u64, user: &str, body: &str, written_ms: 
     p["comment"]["updated_at"] = json!(github_time(written_ms));
     p
 }
+
+/// A click on button `identifier` of `run` by `user`, from the real
+/// `check_run.requested_action` payload; `run` is the run as GitHub keeps it.
+pub fn check_run_click(run: &Value, identifier: &str, user: &str) -> Value {
+    let mut p = fixture("check_run.requested_action.json");
+    p["repository"]["full_name"] = json!("acme/shop");
+    p["repository"]["name"] = json!("shop");
+    for field in [
+        "id",
+        "head_sha",
+        "external_id",
+        "status",
+        "conclusion",
+        "output",
+    ] {
+        p["check_run"][field] = run[field].clone();
+    }
+    p["check_run"]["name"] = run["name"].clone();
+    p["requested_action"]["identifier"] = json!(identifier);
+    p["sender"]["login"] = json!(user);
+    p
+}

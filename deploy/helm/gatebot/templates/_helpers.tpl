@@ -92,7 +92,7 @@ Name of the Secret holding the Flagger token the chart generates.
 */}}
 {{- define "gatebot.createSecret" -}}
 {{- $v := .Values }}
-{{- if and (not $v.existingSecret) (or $v.adminToken $v.pipelineToken $v.github.webhookSecret $v.github.token $v.github.appPrivateKey $v.slack.signingSecret $v.slack.botToken $v.slack.appToken $v.teams.appPassword $v.postgres.url) }}true{{ end }}
+{{- if and (not $v.existingSecret) (or $v.adminToken $v.pipelineToken $v.github.webhookSecret $v.github.token $v.github.appPrivateKey $v.slack.signingSecret $v.slack.botToken $v.slack.appToken $v.teams.appPassword $v.teams.workflowUrl $v.postgres.url) }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -108,6 +108,7 @@ GATEBOT_SLACK_SIGNING_SECRET: [slack.signingSecret, slackSigningSecret]
 GATEBOT_SLACK_BOT_TOKEN: [slack.botToken, slackBotToken]
 GATEBOT_SLACK_APP_TOKEN: [slack.appToken, slackAppToken]
 GATEBOT_TEAMS_APP_PASSWORD: [teams.appPassword, teamsAppPassword]
+GATEBOT_TEAMS_WORKFLOW_URL: [teams.workflowUrl, teamsWorkflowUrl]
 {{- end }}
 
 {{/*

@@ -1,0 +1,248 @@
+//! A click on a card's button: an `invoke` activity named
+//! `adaptiveCard/action` with the button's verb and the wait it showed.
+//!
+//! The route checks the button is gatebot's, stores the click as a receipt
+//! (once per activity id: a replay is the same receipt), and waits a moment
+//! for the inbox to apply it through the one command path. Its answer is
+//! what Teams expects of an invoke: the updated card, or the refusal as a
+//! message. The inbox applies it with Teams' authorizer, and the card's
+//! decision commits with the change it decides.
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::activity::Activity;
+use super::card::{self, Offer, APPROVE, HOLD, REJECT};
+use super::sink::{self, CardJob};
+use crate::command::Command;
+use crate::core::commands::Subject;
+use crate::core::dispatch::{self, Outcome, Request};
+use crate::core::{AppState, Provenance};
+use crate::gate::{Actor, DeliveryId, GateKey, Phase, Source};
+use crate::http::error::{Reject, Rejected};
+use crate::http::receipts::Receipts;
+use crate::notify::SendError;
+use crate::store::{Store, WaitRow};
+
+use super::answers::{
+    answer as answer_of, name_of, person_of, send_error, TeamsAuthorizer, TeamsDenied,
+};
+
+pub const INVOKE: &str = "invoke";
+pub const CARD_ACTION: &str = "adaptiveCard/action";
+/// How long the answer waits for the click to be applied: Teams shows an
+/// error if an invoke is not answered within a few seconds.
+const ANSWER_WITHIN: Duration = Duration::from_secs(3);
+const POLL_EVERY: Duration = Duration::from_millis(20);
+
+const CARD: &str = "application/vnd.microsoft.card.adaptive";
+const MESSAGE: &str = "application/vnd.microsoft.activity.message";
+
+/// What a click asks, checked before it is stored.
+struct Click {
+    verb: &'static str,
+    wait_id: i64,
+}
+
+fn click(activity: &Activity) -> Result<Click, String> {
+    let action = &activity.value.action;
+    if action.kind != "Action.Execute" {
+        return Err(format!("the action {:?} is not supported", action.kind));
+    }
+    let verb = [APPROVE, REJECT, HOLD]
+        .into_iter()
+        .find(|v| *v == action.verb)
+        .ok_or_else(|| format!("the verb {:?} is not one of gatebot's buttons", action.verb))?;
+    if action.data.wait_id <= 0 || sink::parse_gate(&action.data.gate).is_none() {
+        return Err("the button names no wait of gatebot's".into());
+    }
+    if activity.id.is_empty() {
+        return Err("the activity has no id".into());
+    }
+    Ok(Click {
+        verb,
+        wait_id: action.data.wait_id,
+    })
+}
+
+/// The invoke's error answer, as the Bot Framework SDKs write it; counted
+/// as a refusal.
+fn bad_request(message: String) -> Response {
+    let body = json!({
+        "statusCode": 400,
+        "type": "application/vnd.microsoft.error",
+        "value": {"code": "BadRequest", "message": message},
+    });
+    let mut response = (StatusCode::BAD_REQUEST, Json(body)).into_response();
+    response
+        .extensions_mut()
+        .insert(Rejected("teams_bad_invoke"));
+    response
+}
+
+fn answer(kind: &str, value: Value) -> Response {
+    Json(json!({"statusCode": 200, "type": kind, "value": value})).into_response()
+}
+
+/// The route's part: store, wait for the inbox, answer with the card.
+pub async fn respond(
+    state: &AppState,
+    receipts: &Receipts,
+    mut activity: Activity,
+) -> Result<Response, Reject> {
+    if activity.name != CARD_ACTION {
+        return Ok(StatusCode::OK.into_response());
+    }
+    let click = match click(&activity) {
+        Ok(click) => click,
+        Err(why) => return Ok(bad_request(why)),
+    };
+    activity.received_at = Some(state.clock.now_ms());
+    super::receipt::store(receipts, &activity).await?;
+    let delivery = DeliveryId::teams(&activity.receipt_id());
+    let done = applied(&state.store, &delivery).await?;
+    if let Some(refusal) = done.iter().find_map(|(action, reason)| {
+        (action == "refuse").then(|| reason.clone().unwrap_or_default())
+    }) {
+        return Ok(answer(MESSAGE, json!(refusal)));
+    }
+    let posted = state.store.teams_card(click.wait_id).await?;
+    let view = sink::view(
+        &state.store,
+        click.wait_id,
+        posted.as_ref(),
+        state.clock.now_ms(),
+    )
+    .await
+    .map_err(|e| Reject::unavailable(e.to_string()))?;
+    let Some(mut view) = view else {
+        return Ok(answer(MESSAGE, json!("this wait is no longer known")));
+    };
+    if done.is_empty() {
+        view.status = Some(card::Status {
+            text: format!("{} by {} is being applied", click.verb, activity.from.name),
+            color: "warning",
+        });
+        view.open = false;
+    }
+    let links = super::links(&state.config);
+    Ok(answer(CARD, card::render(&view, &links, Offer::Buttons)))
+}
+
+/// What the delivery did, from the audit, once the inbox applied it (or
+/// nothing, if it did not within `ANSWER_WITHIN`).
+async fn applied(
+    store: &Store,
+    delivery: &DeliveryId,
+) -> Result<Vec<(String, Option<String>)>, Reject> {
+    let deadline = tokio::time::Instant::now() + ANSWER_WITHIN;
+    loop {
+        let done = store.audit_of_delivery(delivery.as_str()).await?;
+        if !done.is_empty() || tokio::time::Instant::now() >= deadline {
+            return Ok(done);
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// The inbox's part: the click applied through the one command path.
+pub async fn apply(state: &AppState, activity: &Activity) -> Result<(), SendError> {
+    let click = click(activity).map_err(SendError::Permanent)?;
+    let data = &activity.value.action.data;
+    let key = sink::parse_gate(&data.gate)
+        .ok_or_else(|| SendError::Permanent("a stored click names no gate".into()))?;
+    let store_err = |e: crate::store::StoreError| SendError::retry(format!("store: {e}"));
+    let wait = state.store.wait(click.wait_id).await.map_err(store_err)?;
+    let posted = state
+        .store
+        .teams_card(click.wait_id)
+        .await
+        .map_err(store_err)?;
+    let name = name_of(activity);
+    let request = request(activity, &key, click.verb, wait.as_ref());
+    let authorizer = TeamsAuthorizer {
+        state,
+        aad_object_id: activity.from.aad_object_id.as_deref(),
+        name,
+        card: over(wait.as_ref(), posted.as_ref()),
+    };
+    let engine = &state.engine;
+    let authorized = dispatch::authorize(engine, &request, &authorizer)
+        .await
+        .map_err(send_error)?;
+    let mut unit = engine.begin().await.map_err(store_err)?;
+    let outcome = dispatch::decide(&mut unit, "teams", &request, authorized)
+        .await
+        .map_err(send_error)?;
+    if let Outcome::Applied(applied) = &outcome {
+        if click.verb != HOLD && !applied.counted_only() {
+            let now = unit.now();
+            Store::decide_teams_card(unit.tx(), click.wait_id, click.verb, name, now)
+                .await
+                .map_err(store_err)?;
+        }
+        let refresh = CardJob::Refresh {
+            wait_id: click.wait_id,
+        };
+        unit.enqueue(&[refresh.job(None)?])
+            .await
+            .map_err(store_err)?;
+    }
+    unit.commit().await.map_err(store_err)?;
+    tracing::info!(from = %name, verb = click.verb, answer = %answer_of(outcome), "Teams card click");
+    Ok(())
+}
+
+/// The command a click means, by whom, for the revision the card showed.
+fn request(activity: &Activity, key: &GateKey, verb: &str, wait: Option<&WaitRow>) -> Request {
+    let mut who = Provenance::new(Actor::new(name_of(activity), Source::Teams))
+        .person(person_of(activity))
+        .delivery(DeliveryId::teams(&activity.receipt_id()))
+        .written_at(activity.received_at);
+    // The card showed one revision of one canary: the click approves that
+    // one, never a newer revision that reaches the gate before it asks again.
+    if let Some((w, canary)) = wait.and_then(|w| Some((w, w.canary.clone()?))) {
+        who = who.revision(canary, w.checksum.clone());
+    }
+    let command = match verb {
+        APPROVE => Command::Open {
+            kind: key.kind,
+            reason: None,
+            force: false,
+        },
+        REJECT => Command::Reject {
+            phase: Some(wait.map_or(Phase::None, |w| w.phase.clone())),
+            reason: None,
+        },
+        _ => Command::Hold { reason: None },
+    };
+    Request {
+        command,
+        subject: Subject::Gate(key.clone()),
+        who,
+    }
+}
+
+/// A card decided already, or whose wait is over, is refused (once the
+/// person may act at all).
+fn over(wait: Option<&WaitRow>, posted: Option<&crate::store::TeamsCard>) -> Option<TeamsDenied> {
+    if let Some((verb, by, _)) = posted.and_then(|p| p.decided.as_ref()) {
+        let done = if verb == APPROVE {
+            "approved"
+        } else {
+            "rejected"
+        };
+        return Some(TeamsDenied::Decided(format!("{done} by {by}")));
+    }
+    match wait {
+        None => Some(TeamsDenied::Over("the wait is no longer known".into())),
+        Some(w) => w
+            .outcome
+            .as_ref()
+            .map(|o| TeamsDenied::Over(format!("the wait is over ({o})"))),
+    }
+}
