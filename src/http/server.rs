@@ -115,12 +115,10 @@ pub trait Answers: Clone + Send + Sync + 'static {
 }
 
 impl Answers for Router {
-    fn answer(self, req: Request<Incoming>) -> impl Future<Output = Response> + Send + 'static {
-        async move {
-            match self.oneshot(req).await {
-                Ok(response) => response,
-                Err(never) => match never {},
-            }
+    async fn answer(self, req: Request<Incoming>) -> Response {
+        match self.oneshot(req).await {
+            Ok(response) => response,
+            Err(never) => match never {},
         }
     }
 }
