@@ -14,6 +14,14 @@
 //! runs by the clock (housekeeping every 5 s) lands in both runs of a case
 //! only as often as the run lasts, so a few instructions per request of the
 //! result are that. Without valgrind on the PATH it says so and exits.
+//!
+//! To see where a case's instructions go, keep the tools' output files:
+//!
+//!     GATEBOT_BENCH_PROFILES=/tmp/profiles cargo bench --bench instructions
+//!     callgrind_annotate /tmp/profiles/callgrind.check-open-n6000.out | head -60
+//!
+//! (the bench binary must then be built with `CARGO_PROFILE_BENCH_STRIP=false`
+//! for the functions to have names).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -42,6 +50,15 @@ enum Case {
 }
 
 impl Case {
+    /// A file name for the case's kept profiles.
+    fn slug(self) -> &'static str {
+        match self {
+            Case::Healthz => "healthz",
+            Case::OpenPinned => "check-open",
+            Case::Closed => "check-closed",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Case::Healthz => "/healthz",
@@ -216,10 +233,25 @@ fn run(tool: Tool, case: Case, n: u64) -> u64 {
         .read_to_string(&mut stderr)
         .unwrap();
     child.wait().unwrap();
+    keep_profile(tool, case, n, &dir.path().join("tool.out"));
     match tool {
         Tool::Callgrind => callgrind_total(&dir.path().join("tool.out")),
         Tool::Dhat => dhat_blocks(&stderr),
     }
+}
+
+/// Copies the tool's output to `GATEBOT_BENCH_PROFILES`, when it is set.
+fn keep_profile(tool: Tool, case: Case, n: u64, out: &Path) {
+    let Ok(dir) = std::env::var("GATEBOT_BENCH_PROFILES") else {
+        return;
+    };
+    std::fs::create_dir_all(&dir).expect("the profiles directory");
+    let tool = match tool {
+        Tool::Callgrind => "callgrind",
+        Tool::Dhat => "dhat",
+    };
+    let to = Path::new(&dir).join(format!("{tool}.{}-n{n}.out", case.slug()));
+    std::fs::copy(out, to).expect("the profile is kept");
 }
 
 /// `summary:` (or `totals:`) of a callgrind output file: instructions run.

@@ -3,6 +3,7 @@
 //! The only module that knows every channel.
 
 mod entry;
+mod front;
 mod origin;
 mod router;
 mod tasks;
@@ -168,7 +169,7 @@ impl Gatebot {
         let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
         let server = http::server::serve(
             listener,
-            self.router(),
+            router::with_front(self.state.clone(), self.router()),
             limits,
             self.state.metrics.clone(),
             async move {

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, MatchedPath, RawQuery, Request, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, Method};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -16,6 +16,7 @@ use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
+use super::front::Front;
 use crate::api::{self, health};
 use crate::core::AppState;
 use crate::flagger;
@@ -27,7 +28,7 @@ use crate::http::guard::{self, Failed, OnFailure};
 use crate::http::limits::{self, BodyLimit, WEBHOOK_BODY_READERS};
 use crate::http::receipts::Receipts;
 use crate::http::{API_BODY_LIMIT, FLAGGER_BODY_LIMIT, GITHUB_BODY_LIMIT, SLACK_BODY_LIMIT};
-use crate::metrics::{FailureLabels, HttpLabels, RouteLabels};
+use crate::metrics::{FailureLabels, HttpLabels, Metrics, RouteLabels};
 use crate::{github, slack};
 
 /// The router, shared by `main` and the tests; the pages under /ui see
@@ -84,6 +85,17 @@ fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, webhooks: Webhook
         .route("/metrics", get(health::metrics))
         .merge(web.map(crate::web::routes).unwrap_or_default());
     harden(state, check_routes(read_timeout), rest)
+}
+
+/// `router` with Flagger's checks answered in front of it (see
+/// [`super::front`]), under the limits `check_routes` and `harden` give them.
+pub(crate) fn with_front(state: AppState, router: Router) -> Front {
+    let limit = BodyLimit::new(FLAGGER_BODY_LIMIT, state.config.body_read_timeout);
+    let on = OnFailure {
+        gate_check: true,
+        timeout: state.config.request_timeout,
+    };
+    Front::new(state, router, limit, on)
 }
 
 /// Flagger's checks: whatever goes wrong here is answered 403, never 5xx.
@@ -279,41 +291,51 @@ async fn observe(
     req: Request,
     next: Next,
 ) -> Response {
-    let route = matched.map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
-    let method = req.method().as_str().to_string();
+    let method = req.method().clone();
     let started = Instant::now();
     let response = next.run(req).await;
+    let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
+    count(&state.metrics, route, &method, started, &response);
+    response
+}
+
+/// What `observe` counts of one answered request.
+pub(super) fn count(
+    m: &Metrics,
+    route: &str,
+    method: &Method,
+    started: Instant,
+    response: &Response,
+) {
     let status = response.status();
-    let m = &state.metrics;
     m.http_requests
         .get_or_create(&HttpLabels {
-            method,
-            route: route.clone(),
+            method: method.as_str().to_string(),
+            route: route.to_string(),
             status: status.as_u16(),
         })
         .inc();
     m.http_duration
         .get_or_create(&RouteLabels {
-            route: route.clone(),
+            route: route.to_string(),
         })
         .observe(started.elapsed().as_secs_f64());
     if let Some(Failed(cause)) = response.extensions().get::<Failed>() {
         m.http_failures
             .get_or_create(&FailureLabels {
-                route: route.clone(),
+                route: route.to_string(),
                 cause,
             })
             .inc();
     } else if let Some(Rejected(reason)) = response.extensions().get::<Rejected>() {
-        m.reject(&route, reason);
+        m.reject(route, reason);
     } else if matches!(
         status.as_u16(),
         400 | 401 | 404 | 405 | 408 | 413 | 415 | 422
     ) {
         // Refused by an extractor before our handler ran (e.g. body too large).
-        m.reject(&route, status.as_str());
+        m.reject(route, status.as_str());
     }
-    response
 }
 
 async fn not_found(State(state): State<AppState>) -> Response {

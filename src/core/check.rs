@@ -43,7 +43,10 @@ impl Engine {
             }
         }
         let deadline = self.settings.check_deadline;
-        match tokio::time::timeout(deadline, self.check_now(key, input)).await {
+        // Boxed: the store's futures make this one large, and every check's
+        // future would carry (and move) that size even when memory answers.
+        let slow = Box::pin(self.check_now(key, input));
+        match tokio::time::timeout(deadline, slow).await {
             Ok(result) => result,
             Err(_) => {
                 self.metrics.checks_store_busy.inc();

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use serde::Deserialize;
@@ -120,6 +120,102 @@ fn cluster(
     }
 }
 
+/// One of Flagger's check routes, with what its path carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CheckRoute<'a> {
+    /// `/gates/{kind}` (or `/gates/t/{token}/{kind}`): the canary in the body.
+    Canary {
+        token: Option<&'a str>,
+        kind: &'a str,
+    },
+    /// `/gates/{kind}/{*scope}` (or `/gates/t/{token}/{kind}/{*scope}`).
+    Scoped {
+        token: Option<&'a str>,
+        kind: &'a str,
+        scope: &'a str,
+    },
+    /// `/gate/check` and `/rollback/check`, the loadtester's.
+    Legacy(GateKind),
+}
+
+impl<'a> CheckRoute<'a> {
+    /// The check route `method` and `path` name, read as the router matches
+    /// them; None for anything else, and for what only the router handles
+    /// alike (percent-escapes, empty or ambiguous segments).
+    pub(crate) fn of(method: &Method, path: &'a str) -> Option<Self> {
+        let post = *method == Method::POST;
+        if !post && *method != Method::GET {
+            return None;
+        }
+        match path {
+            "/gate/check" if post => return Some(Self::Legacy(GateKind::LegacyGate)),
+            "/rollback/check" if post => return Some(Self::Legacy(GateKind::LegacyRollback)),
+            _ => {}
+        }
+        let rest = path.strip_prefix("/gates/").filter(|r| !r.contains('%'))?;
+        let (token, rest) = match rest.strip_prefix("t/") {
+            Some(after) => {
+                let (token, rest) = after.split_once('/')?;
+                if token.is_empty() {
+                    return None;
+                }
+                (Some(token), rest)
+            }
+            None => (None, rest),
+        };
+        let (kind, scope) = match rest.split_once('/') {
+            Some((kind, scope)) => (kind, Some(scope).filter(|s| !s.is_empty())?),
+            None => (rest, ""),
+        };
+        if kind.is_empty() || (token.is_none() && kind == "t") {
+            return None;
+        }
+        Some(match scope {
+            "" => Self::Canary { token, kind },
+            scope => Self::Scoped { token, kind, scope },
+        })
+    }
+
+    /// The route's pattern, as the router names it in metrics.
+    pub(crate) fn pattern(&self) -> &'static str {
+        match self {
+            Self::Canary { token: None, .. } => "/gates/{kind}",
+            Self::Canary { token: Some(_), .. } => "/gates/t/{token}/{kind}",
+            Self::Scoped { token: None, .. } => "/gates/{kind}/{*scope}",
+            Self::Scoped { token: Some(_), .. } => "/gates/t/{token}/{kind}/{*scope}",
+            Self::Legacy(GateKind::LegacyRollback) => "/rollback/check",
+            Self::Legacy(_) => "/gate/check",
+        }
+    }
+}
+
+/// Flagger's check on `route`: the answer (200 open, 403 closed), or why
+/// the request itself is refused.
+pub(crate) async fn check(
+    state: &AppState,
+    route: CheckRoute<'_>,
+    query: Option<&str>,
+    body: &[u8],
+) -> Result<Response, Reject> {
+    match route {
+        // A token in the path is the one asked for; `?token=` is not read then.
+        CheckRoute::Canary { token, kind } => {
+            let cluster = cluster(state, token, query.filter(|_| token.is_none()))?;
+            of_canary(state, kind, cluster, body).await
+        }
+        CheckRoute::Scoped { token, kind, scope } => {
+            let cluster = cluster(state, token, query.filter(|_| token.is_none()))?;
+            scoped(state, kind, scope, cluster, body).await
+        }
+        CheckRoute::Legacy(kind) => {
+            let cluster = cluster(state, None, query)?;
+            let (key, input) = legacy_key(kind, cluster, body)?;
+            // The loadtester's gate is the one `/gate/open` opens: never a PR's.
+            Ok(respond(&key, state.engine.check(&key, &input).await))
+        }
+    }
+}
+
 /// `/gates/{kind}/{*scope}`
 pub async fn scoped_gate(
     State(state): State<AppState>,
@@ -127,8 +223,12 @@ pub async fn scoped_gate(
     RawQuery(query): RawQuery,
     body: Bytes,
 ) -> Result<Response, Reject> {
-    let cluster = cluster(&state, None, query.as_deref())?;
-    scoped(&state, &kind, &scope, cluster, &body).await
+    let route = CheckRoute::Scoped {
+        token: None,
+        kind: &kind,
+        scope: &scope,
+    };
+    check(&state, route, query.as_deref(), &body).await
 }
 
 /// `/gates/t/{token}/{kind}/{*scope}`
@@ -137,8 +237,12 @@ pub async fn scoped_gate_with_token(
     Path((token, kind, scope)): Path<(String, String, String)>,
     body: Bytes,
 ) -> Result<Response, Reject> {
-    let cluster = cluster(&state, Some(&token), None)?;
-    scoped(&state, &kind, &scope, cluster, &body).await
+    let route = CheckRoute::Scoped {
+        token: Some(&token),
+        kind: &kind,
+        scope: &scope,
+    };
+    check(&state, route, None, &body).await
 }
 
 async fn scoped(
@@ -175,8 +279,11 @@ pub async fn canary_gate(
     RawQuery(query): RawQuery,
     body: Bytes,
 ) -> Result<Response, Reject> {
-    let cluster = cluster(&state, None, query.as_deref())?;
-    of_canary(&state, &kind, cluster, &body).await
+    let route = CheckRoute::Canary {
+        token: None,
+        kind: &kind,
+    };
+    check(&state, route, query.as_deref(), &body).await
 }
 
 /// `/gates/t/{token}/{kind}`
@@ -185,8 +292,11 @@ pub async fn canary_gate_with_token(
     Path((token, kind)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<Response, Reject> {
-    let cluster = cluster(&state, Some(&token), None)?;
-    of_canary(&state, &kind, cluster, &body).await
+    let route = CheckRoute::Canary {
+        token: Some(&token),
+        kind: &kind,
+    };
+    check(&state, route, None, &body).await
 }
 
 async fn of_canary(
@@ -339,10 +449,7 @@ pub async fn legacy_check(
     query: Option<String>,
     body: Bytes,
 ) -> Result<Response, Reject> {
-    let cluster = cluster(&state, None, query.as_deref())?;
-    let (key, input) = legacy_key(kind, cluster, &body)?;
-    // The loadtester's gate is the one `/gate/open` opens: never a PR's.
-    Ok(respond(&key, state.engine.check(&key, &input).await))
+    check(&state, CheckRoute::Legacy(kind), query.as_deref(), &body).await
 }
 
 /// `/gate/open`, `/gate/close`, `/rollback/open`, `/rollback/close`: 202 like the loadtester.

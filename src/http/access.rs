@@ -5,6 +5,7 @@
 //! changed something (a wait, a pin, a new revision, a flipped answer) logs
 //! its access line at info, once, naming the change.
 
+use std::future::Future;
 use std::time::Instant;
 
 use axum::extract::Request;
@@ -36,10 +37,20 @@ pub async fn log(req: Request, next: Next) -> Response {
         .get::<RequestId>()
         .map(|id| id.header_value().clone());
     let id = id.as_ref().and_then(|v| v.to_str().ok()).unwrap_or("-");
-    let polled = polled(uri.path());
-    let inner = span(!polled, &method, uri.path(), id);
+    logged(&method, uri.path(), id, next.run(req)).await
+}
+
+/// Runs `answer` in the request's span and logs its access line.
+pub async fn logged(
+    method: &Method,
+    path: &str,
+    id: &str,
+    answer: impl Future<Output = Response>,
+) -> Response {
+    let polled = polled(path);
+    let inner = span(!polled, method, path, id);
     let started = Instant::now();
-    let response = next.run(req).instrument(inner.clone()).await;
+    let response = answer.instrument(inner.clone()).await;
     let latency = format_args!("{} ms", started.elapsed().as_millis());
     let status = response.status().as_u16();
     let changed = response.extensions().get::<Changed>().map(|c| c.0);
@@ -51,7 +62,7 @@ pub async fn log(req: Request, next: Next) -> Response {
     }
     // A polled route's line at info gets the info span its steady state goes without.
     let outer = if polled {
-        span(true, &method, uri.path(), id)
+        span(true, method, path, id)
     } else {
         inner
     };

@@ -5,6 +5,7 @@
 //! Never a dropped connection. The response carries [`Failed`] for the metrics.
 
 use std::any::Any;
+use std::future::Future;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -12,6 +13,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures_util::FutureExt;
 use tower_http::catch_panic::ResponseForPanic;
 
 /// Marks a response as gatebot's own failure (`panic` or `timeout`).
@@ -72,12 +74,29 @@ impl ResponseForPanic for OnFailure {
 
 /// Middleware: answers for the handler when it takes longer than the timeout.
 pub async fn deadline(State(on): State<OnFailure>, req: Request, next: Next) -> Response {
-    match tokio::time::timeout(on.timeout, next.run(req)).await {
-        Ok(response) => response,
-        Err(_) => {
-            let limit = humantime::format_duration(on.timeout);
-            tracing::warn!(%limit, "a request was not answered in time");
-            on.answer("timeout", &format!("no answer within {limit}"))
+    on.within(next.run(req)).await
+}
+
+impl OnFailure {
+    /// `answer`, or this group's failure answer when it takes longer than the
+    /// timeout.
+    pub async fn within(&self, answer: impl Future<Output = Response>) -> Response {
+        match tokio::time::timeout(self.timeout, answer).await {
+            Ok(response) => response,
+            Err(_) => {
+                let limit = humantime::format_duration(self.timeout);
+                tracing::warn!(%limit, "a request was not answered in time");
+                self.answer("timeout", &format!("no answer within {limit}"))
+            }
+        }
+    }
+
+    /// `answer`, or this group's failure answer when it panics (what
+    /// `CatchPanicLayer` does with this `OnFailure`, for a future outside axum).
+    pub async fn unless_panics(mut self, answer: impl Future<Output = Response>) -> Response {
+        match std::panic::AssertUnwindSafe(answer).catch_unwind().await {
+            Ok(response) => response,
+            Err(panic) => self.response_for_panic(panic),
         }
     }
 }

@@ -8,13 +8,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+
 use http_body_util::BodyExt;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{timeout_at, Instant};
 
 use super::error::{Reject, Rejected};
@@ -67,72 +68,95 @@ impl BodyLimit {
 /// cap also bounds bodies that handlers still hold.
 pub async fn bounded(State(limit): State<BodyLimit>, req: Request, next: Next) -> Response {
     let (parts, mut body) = req.into_parts();
-    let deadline = Instant::now() + limit.read_timeout;
-    let announced = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if let Some(len) = announced.filter(|len| *len > limit.max as u64) {
-        // Refused without keeping a byte. A client waiting for 100 Continue
-        // sends nothing; one announcing far more is not worth reading.
-        let waits = parts
-            .headers
-            .get(header::EXPECT)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-        if !waits && len <= (limit.max + DISCARD_LIMIT) as u64 {
-            let _ = timeout_at(deadline, discard(&mut body, DISCARD_LIMIT + limit.max)).await;
+    match limit.read(&parts.headers, &mut body).await {
+        Ok((bytes, _permit)) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
         }
-        return too_large(limit.max, Some(len));
+        Err(refused) => refused,
     }
-    let _permit = match &limit.readers {
-        None => None,
-        Some(readers) => {
-            match tokio::time::timeout(WEBHOOK_READER_WAIT, readers.clone().acquire_owned()).await {
-                Ok(Ok(permit)) => Some(permit),
-                // Elapsed, or the semaphore closed (it never is).
-                _ => return busy(),
+}
+
+impl BodyLimit {
+    /// The whole body, read within the limits, and the reader's permit (if
+    /// any), to hold until the response; or the answer that refuses it.
+    pub async fn read<B>(
+        &self,
+        headers: &HeaderMap,
+        body: &mut B,
+    ) -> Result<(Bytes, Option<OwnedSemaphorePermit>), Response>
+    where
+        B: HttpBody<Data = Bytes> + Unpin,
+        B::Error: std::fmt::Display,
+    {
+        let deadline = Instant::now() + self.read_timeout;
+        let announced = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if let Some(len) = announced.filter(|len| *len > self.max as u64) {
+            // Refused without keeping a byte. A client waiting for 100 Continue
+            // sends nothing; one announcing far more is not worth reading.
+            let waits = headers
+                .get(header::EXPECT)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+            if !waits && len <= (self.max + DISCARD_LIMIT) as u64 {
+                let _ = timeout_at(deadline, discard(body, DISCARD_LIMIT + self.max)).await;
             }
+            return Err(too_large(self.max, Some(len)));
         }
-    };
-    let capacity = announced.map_or(0, |len| len as usize);
-    let bytes = match timeout_at(deadline, read(&mut body, limit.max, capacity)).await {
-        Err(_) => {
-            return Reject::new(
+        let permit = match &self.readers {
+            None => None,
+            Some(readers) => {
+                match tokio::time::timeout(WEBHOOK_READER_WAIT, readers.clone().acquire_owned())
+                    .await
+                {
+                    Ok(Ok(permit)) => Some(permit),
+                    // Elapsed, or the semaphore closed (it never is).
+                    _ => return Err(busy()),
+                }
+            }
+        };
+        let capacity = announced.map_or(0, |len| len as usize);
+        match timeout_at(deadline, read(body, self.max, capacity)).await {
+            Err(_) => Err(Reject::new(
                 StatusCode::REQUEST_TIMEOUT,
                 "body_timeout",
                 format!(
                     "the request body did not arrive within {}",
-                    humantime::format_duration(limit.read_timeout)
+                    humantime::format_duration(self.read_timeout)
                 ),
             )
-            .into_response()
+            .into_response()),
+            Ok(Err(ReadError::TooLarge)) => {
+                let _ = timeout_at(deadline, discard(body, DISCARD_LIMIT)).await;
+                Err(too_large(self.max, None))
+            }
+            Ok(Err(ReadError::Broken(e))) => Err(Reject::bad_request(
+                "bad_body",
+                format!("cannot read the request body: {e}"),
+            )
+            .into_response()),
+            Ok(Ok(bytes)) => Ok((bytes, permit)),
         }
-        Ok(Err(ReadError::TooLarge)) => {
-            let _ = timeout_at(deadline, discard(&mut body, DISCARD_LIMIT)).await;
-            return too_large(limit.max, None);
-        }
-        Ok(Err(ReadError::Broken(e))) => {
-            return Reject::bad_request("bad_body", format!("cannot read the request body: {e}"))
-                .into_response()
-        }
-        Ok(Ok(bytes)) => bytes,
-    };
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    }
 }
 
 enum ReadError {
     TooLarge,
-    Broken(axum::Error),
+    Broken(String),
 }
 
 /// Collects the body, stopping as soon as it passes `max` (nothing past the
 /// limit is kept). `capacity` is the announced length, already checked.
-async fn read(body: &mut Body, max: usize, capacity: usize) -> Result<Bytes, ReadError> {
+async fn read<B>(body: &mut B, max: usize, capacity: usize) -> Result<Bytes, ReadError>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
     let mut buf = Vec::with_capacity(capacity);
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(ReadError::Broken)?;
+        let frame = frame.map_err(|e| ReadError::Broken(e.to_string()))?;
         if let Ok(data) = frame.into_data() {
             if buf.len() + data.len() > max {
                 return Err(ReadError::TooLarge);
@@ -144,7 +168,7 @@ async fn read(body: &mut Body, max: usize, capacity: usize) -> Result<Bytes, Rea
 }
 
 /// Reads and drops up to `most` bytes of what is left of the body.
-async fn discard(body: &mut Body, most: usize) {
+async fn discard<B: HttpBody<Data = Bytes> + Unpin>(body: &mut B, most: usize) {
     let mut dropped = 0;
     while let Some(Ok(frame)) = body.frame().await {
         if let Ok(data) = frame.into_data() {

@@ -22,6 +22,7 @@
 //! Shutdown is graceful: no new connections, idle ones close, in-flight
 //! requests finish; [`serve`] returns when every connection has ended.
 
+use std::convert::Infallible;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::{pin, Pin};
@@ -30,6 +31,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::Request;
+use axum::response::Response;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -106,10 +108,25 @@ fn open_files_limit(text: &str) -> Option<u64> {
         .ok()
 }
 
+/// What answers each request: the router, or the router with something in
+/// front of it.
+pub trait Answers: Clone + Send + Sync + 'static {
+    fn answer(self, req: Request<Incoming>) -> impl Future<Output = Response> + Send + 'static;
+}
+
+impl Answers for Router {
+    async fn answer(self, req: Request<Incoming>) -> Response {
+        match self.oneshot(req).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    }
+}
+
 /// Serves `router` on `listener` until `signal`, then shuts down gracefully.
-pub async fn serve<F>(
+pub async fn serve<A: Answers, F>(
     listener: TcpListener,
-    router: Router,
+    router: A,
     limits: ServerLimits,
     metrics: Arc<Metrics>,
     signal: F,
@@ -194,9 +211,9 @@ impl Waiting {
     }
 }
 
-async fn connection(
+async fn connection<A: Answers>(
     stream: TcpStream,
-    router: Router,
+    router: A,
     limits: ServerLimits,
     _slot: OwnedSemaphorePermit,
     stop: CancellationToken,
@@ -221,11 +238,11 @@ async fn connection(
                     .insert(axum::extract::ConnectInfo(peer));
             }
             let busy = Busy::start(&phase, limits.idle_timeout);
-            let router = router.clone();
+            let answer = router.clone().answer(req);
             async move {
-                let response = router.oneshot(req).await;
+                let response = answer.await;
                 drop(busy);
-                response
+                Ok::<_, Infallible>(response)
             }
         })
     };
