@@ -24,6 +24,7 @@ use crate::http::access;
 use crate::http::guard::OnFailure;
 use crate::http::limits::BodyLimit;
 use crate::http::server::Answers;
+use crate::http::FLAGGER_BODY_LIMIT;
 
 const X_REQUEST_ID: &str = "x-request-id";
 
@@ -39,7 +40,14 @@ struct Inner {
 }
 
 impl Front {
-    pub(crate) fn new(state: AppState, router: Router, limit: BodyLimit, on: OnFailure) -> Self {
+    /// `router` with Flagger's checks answered in front of it, under the
+    /// limits the router's `check_routes` and `harden` give them.
+    pub(crate) fn new(state: AppState, router: Router) -> Self {
+        let limit = BodyLimit::new(FLAGGER_BODY_LIMIT, state.config.body_read_timeout);
+        let on = OnFailure {
+            gate_check: true,
+            timeout: state.config.request_timeout,
+        };
         Self(Arc::new(Inner {
             state,
             router,

@@ -169,7 +169,7 @@ impl Gatebot {
         let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
         let server = http::server::serve(
             listener,
-            router::with_front(self.state.clone(), self.router()),
+            front::Front::new(self.state.clone(), self.router()),
             limits,
             self.state.metrics.clone(),
             async move {

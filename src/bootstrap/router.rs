@@ -16,7 +16,6 @@ use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
-use super::front::Front;
 use crate::api::{self, health};
 use crate::core::AppState;
 use crate::flagger;
@@ -85,17 +84,6 @@ fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, webhooks: Webhook
         .route("/metrics", get(health::metrics))
         .merge(web.map(crate::web::routes).unwrap_or_default());
     harden(state, check_routes(read_timeout), rest)
-}
-
-/// `router` with Flagger's checks answered in front of it (see
-/// [`super::front`]), under the limits `check_routes` and `harden` give them.
-pub(crate) fn with_front(state: AppState, router: Router) -> Front {
-    let limit = BodyLimit::new(FLAGGER_BODY_LIMIT, state.config.body_read_timeout);
-    let on = OnFailure {
-        gate_check: true,
-        timeout: state.config.request_timeout,
-    };
-    Front::new(state, router, limit, on)
 }
 
 /// Flagger's checks: whatever goes wrong here is answered 403, never 5xx.
