@@ -132,6 +132,26 @@ impl Env {
             .await
             .unwrap();
         }
+        // PR heads and check runs: one left alone since, one touched later.
+        for (number, at) in [(1, now), (2, now + 3 * DAY)] {
+            sqlx::query(
+                "INSERT INTO pr_heads (repo, number, head_sha, pushed_at) VALUES ('acme/shop', $1, '9c1e4f2', $2)",
+            )
+            .bind(number)
+            .bind(at)
+            .execute(&mut self.conn)
+            .await
+            .unwrap();
+            sqlx::query(
+                "INSERT INTO check_runs (repo, number, kind, head_sha, run_id, digest, updated_at) \
+                 VALUES ('acme/shop', $1, 'promote', '9c1e4f2', 7, 'd', $2)",
+            )
+            .bind(number)
+            .bind(at)
+            .execute(&mut self.conn)
+            .await
+            .unwrap();
+        }
         // A Teams card of a wait that is over (gone).
         sqlx::query(
             "INSERT INTO teams_cards (wait_id, gate, canary, conversation_id, service_url, activity_id, posted_at) \
@@ -238,6 +258,18 @@ async fn what_outlives_its_retention_is_pruned_and_nothing_else(backend: Backend
         env.count("SELECT COUNT(*) FROM canary_ties").await,
         1,
         "a tie found within the history is kept"
+    );
+    env.until(
+        "PR heads and check runs untouched since before the history",
+        "SELECT (SELECT COUNT(*) FROM pr_heads WHERE number = 1) + (SELECT COUNT(*) FROM check_runs WHERE number = 1)",
+        0,
+    )
+    .await;
+    assert_eq!(
+        env.count("SELECT (SELECT COUNT(*) FROM pr_heads) + (SELECT COUNT(*) FROM check_runs)")
+            .await,
+        2,
+        "a PR head and a check run touched within the history are kept"
     );
     env.until(
         "the Teams card of a wait that is over",

@@ -103,6 +103,10 @@ static RULES: &[Rule] = &[
     rule("slack_decisions", "wait_id", "decided_at < $1 AND wait_id NOT IN (SELECT id FROM waits WHERE ended_at IS NULL)", Action::Delete, history),
     rule("slack_endings", "wait_id", "ended_at < $1", Action::Delete, history),
     rule("slack_finals", "wait_id", "final_at < $1", Action::Delete, history),
+    // A PR's head and its check runs, untouched that long: a later wait
+    // asks GitHub for the head again and makes new runs.
+    rule("pr_heads", "repo, number", "pushed_at < $1", Action::Delete, history),
+    rule("check_runs", "repo, number, kind", "updated_at < $1", Action::Delete, history),
     rule("teams_cards", "wait_id", "posted_at < $1 AND wait_id NOT IN (SELECT id FROM waits WHERE ended_at IS NULL)", Action::Delete, history),
     // A gate long closed, or whose approval expired long ago, answers as one
     // never opened: closed. (Commands written before its close are older
@@ -162,6 +166,10 @@ pub const COUNTED: &[&str] = &[
     "status_comments",
     "pr_pushes",
     "pr_authors",
+    "pr_heads",
+    "check_runs",
+    "teams_cards",
+    "teams_conversations",
 ];
 
 /// What one pass did to one table.
