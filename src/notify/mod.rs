@@ -102,6 +102,24 @@ pub enum Notice {
         metadata: BTreeMap<String, String>,
         at: Millis,
     },
+    /// Flagger failed outside the analysis (a pre-rollout webhook, the progress
+    /// deadline, …) and sends no alert of its own: said once per revision and kind.
+    CanaryFailure {
+        #[serde(with = "as_text")]
+        canary: CanaryRef,
+        gates: Vec<GateKey>,
+        /// `Failure::as_str`: pre_rollout, progress_deadline, …
+        failure: String,
+        /// What failed, in people's words.
+        what: String,
+        /// Flagger's own message (data: escaped by each sink).
+        message: String,
+        /// What Flagger does next.
+        next: String,
+        checksum: String,
+        metadata: BTreeMap<String, String>,
+        at: Millis,
+    },
 }
 
 impl Notice {
@@ -111,6 +129,7 @@ impl Notice {
             Self::WaitEnded { .. } => "wait_ended",
             Self::GateChanged { .. } => "gate_changed",
             Self::CanaryEvent { .. } => "canary_event",
+            Self::CanaryFailure { .. } => "canary_failure",
             Self::Reminder { .. } => "reminder",
             Self::Frozen { .. } => "frozen",
             Self::Unfrozen { .. } => "unfrozen",
