@@ -23,6 +23,14 @@ pub enum Step {
     ThresholdReached(u32),
     /// A new revision: the analysis starts over.
     Restart,
+    /// `Promotion completed! …`, `Canary failed! …`: the rollout is over and
+    /// its traffic back on the primary (the next wait may carry the same
+    /// checksum, Flagger's confirm-rollout call comes before the new one).
+    Ended,
+    /// Nothing new about the progress, said again at every interval: the
+    /// halt of a wait for approval (which every surface shows already), a
+    /// rollback hook that signals no rollback. The progress stays as it was.
+    Quiet,
     Other,
 }
 
@@ -45,10 +53,19 @@ pub fn step(message: &str) -> Step {
             .parse()
             .map_or(Step::Other, Step::ThresholdReached);
     }
-    if m.starts_with("new revision detected") || m.starts_with("starting canary analysis") {
+    // Not "Starting canary analysis": Flagger says it again before every
+    // retry of a failed pre-rollout check, and keeps the failed checks.
+    if m.starts_with("new revision detected") {
         return Step::Restart;
     }
-    let halt = m.starts_with("halt ") && !m.contains(" waiting for ");
+    if m.starts_with("promotion completed") || m.starts_with("canary failed") {
+        return Step::Ended;
+    }
+    let rollback_hook_idle = m.starts_with("rollback hook ") && m.contains(" not signaling");
+    if rollback_hook_idle || (m.starts_with("halt ") && m.contains(" waiting for ")) {
+        return Step::Quiet;
+    }
+    let halt = m.starts_with("halt ");
     if halt || m.starts_with("prometheus query failed") || m.starts_with("metric query failed") {
         return Step::FailedCheck;
     }
@@ -178,6 +195,11 @@ impl CanaryProgress {
             at: event.at,
         };
         let step = step(event.message);
+        if let Some(p) = prev.as_ref().filter(|p| p.checksum == event.checksum) {
+            if step == Step::Quiet {
+                return (p.clone(), None);
+            }
+        }
         let mut p = match prev {
             Some(p) if p.checksum == event.checksum && step != Step::Restart => p,
             prev => Self {
@@ -197,7 +219,8 @@ impl CanaryProgress {
             Step::Iteration(n, of) => p.iteration = Some((n, of)),
             Step::FailedCheck => p.failed_checks = p.failed_checks.saturating_add(1),
             Step::ThresholdReached(n) => p.failed_checks = n,
-            Step::Restart | Step::Other => {}
+            Step::Ended => (p.weight, p.iteration) = (None, None),
+            Step::Restart | Step::Quiet | Step::Other => {}
         }
         let fresh = failure(event.message).filter(|f| p.told.insert(*f));
         (p, fresh)
@@ -275,7 +298,7 @@ mod tests {
             ("Prometheus query failed: no such host", Step::FailedCheck),
             (
                 "Halt podinfo.test advancement waiting for promotion approval gate",
-                Step::Other,
+                Step::Quiet,
             ),
             (
                 "New revision detected! Scaling up podinfo.test",
@@ -324,6 +347,7 @@ mod tests {
             "Advance podinfo.test canary weight 10",
             "Halt podinfo.test advancement success rate 91.20% < 99%",
             "Advance podinfo.test canary weight 30",
+            "Halt podinfo.test advancement waiting for promotion approval gate",
         ];
         let mut p = None;
         for (i, m) in events.iter().enumerate() {
