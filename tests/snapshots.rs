@@ -22,7 +22,9 @@ use gatebot::testing::store::QueueName;
 use gatebot::Options;
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::fake_slack::{post_signed, FakeSlack, Request};
-use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Hook, HookType, Phase, Strategy};
+use gatebot_testkit::flagger::{
+    failing_webhook, pr_hooks, FlaggerSim, Hook, HookType, Phase, Strategy,
+};
 use gatebot_testkit::github_payloads::{comment_at, fixture, github_time};
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
@@ -1251,25 +1253,13 @@ async fn get_page(env: &Env, path: &str) -> (u16, (), String) {
 const HOSTILE_WEBHOOK_ANSWER: &str =
     "smoke test failed <!channel> <@U999> @acme/sre [logs](https://evil) <script>x</script>";
 
-/// A pre-rollout webhook that always fails with [`HOSTILE_WEBHOOK_ANSWER`].
-async fn failing_webhook() -> String {
-    let app = Router::new().route(
-        "/pre-rollout",
-        post(|| async { (StatusCode::INTERNAL_SERVER_ERROR, HOSTILE_WEBHOOK_ANSWER) }),
-    );
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/pre-rollout", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    url
-}
-
 async fn a_failed_pre_rollout_check_is_told_once(backend: Backend) {
     let env = env(backend, Setup::default()).await;
     let mut hooks = hooks_with_threshold(&env, 43, "5");
     hooks.push(Hook::new(
         "smoke",
         HookType::PreRollout,
-        failing_webhook().await,
+        failing_webhook(HOSTILE_WEBHOOK_ANSWER).await,
     ));
     let mut sim = FlaggerSim::new("podinfo", "test", CANARY, hooks);
     sim.deploy("rev-a");

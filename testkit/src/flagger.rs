@@ -936,3 +936,23 @@ pub fn pr_hooks(base: &str, pr: u64) -> Vec<Hook> {
         .with_metadata("pr", &pr.to_string()),
     ]
 }
+
+/// A webhook that always fails with 500 and `body`, as a pre-rollout check
+/// that finds a problem does: Flagger puts `body` in its event message.
+/// Served until the test's runtime ends.
+pub async fn failing_webhook(body: &'static str) -> String {
+    use axum::http::StatusCode;
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || async move { (StatusCode::INTERNAL_SERVER_ERROR, body) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a port");
+    let url = format!(
+        "http://{}/hook",
+        listener.local_addr().expect("its address")
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
