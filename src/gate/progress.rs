@@ -390,4 +390,62 @@ mod tests {
         assert_eq!(threshold_of(Some(&"0".to_string())), None);
         assert_eq!(threshold_of(None), None);
     }
+
+    /// Flagger's format strings (tests/fixtures/flagger/event-messages.md),
+    /// rendered with sample arguments: the five failures are recognised, and
+    /// only they; the weight and iteration formats are read.
+    #[test]
+    fn reads_every_format_string_of_flagger() {
+        let text = include_str!("../../tests/fixtures/flagger/event-messages.md");
+        let mut failures = BTreeSet::new();
+        let mut rows = 0;
+        for line in text
+            .lines()
+            .filter(|l| l.starts_with("| ") && l.contains("`\""))
+        {
+            let format = line.split('`').find(|c| c.starts_with('"')).unwrap();
+            let message = format
+                .trim_matches('"')
+                .replace("%.2f", "1.00")
+                .replace("%%", "%")
+                .replace("%s", "podinfo")
+                .replace("%v", "3");
+            rows += 1;
+            failures.extend(failure(&message));
+            match step(&message) {
+                Step::Weight(w) => assert!(format.contains("canary weight") && w == 3),
+                Step::Iteration(n, of) => assert_eq!((n, of), (3, 3)),
+                Step::Quiet => {
+                    assert!(message.contains("waiting for") || message.contains("not signaling"))
+                }
+                _ => {}
+            }
+        }
+        assert!(rows > 60, "{rows} rows read");
+        assert_eq!(failures, Failure::ALL.into_iter().collect());
+    }
+
+    /// The rendered events of Flagger's own test, in order: the weight goes
+    /// to 100, and the promotion's end clears it.
+    #[test]
+    fn folds_the_events_of_flaggers_own_test() {
+        let text = include_str!("../../tests/fixtures/flagger/event-messages.md");
+        let tail = &text[text.find("name: \"canary\"").unwrap()..];
+        let mut p = None;
+        let mut weights = Vec::new();
+        for (i, part) in tail.split("\"eventMessage\": \"").skip(1).enumerate() {
+            let message = &part[..part.find('"').unwrap()];
+            let (next, told) = CanaryProgress::after(p, seen(message, i as Millis));
+            assert_eq!(told, None, "{message}");
+            weights.extend(next.weight);
+            p = Some(next);
+        }
+        let p = p.unwrap();
+        assert_eq!(weights.last(), Some(&100));
+        assert_eq!(p.weight, None);
+        assert_eq!(
+            p.last.message,
+            "Promotion completed! Scaling down podinfo.default"
+        );
+    }
 }
