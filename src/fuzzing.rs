@@ -191,6 +191,26 @@ pub fn flagger(body: &[u8]) {
         key_round_trips(&GateKey::new(kind, Scope::Canary(canary.clone())));
     }
     let _ = input.metadata.get("timestamp").map(|t| t.parse::<i64>());
+    if let Some(message) = input.metadata.get("eventMessage") {
+        progress_folds(message, &input.checksum, input.metadata.get("threshold"));
+    }
+}
+
+/// An event message folded twice into a canary's progress: a weight stays a
+/// percentage, a failure is told at most once, the line renders.
+fn progress_folds(message: &str, checksum: &str, threshold: Option<&String>) {
+    use crate::gate::progress::{threshold_of, CanaryProgress, Seen};
+    let seen = Seen {
+        checksum,
+        message,
+        threshold: threshold_of(threshold),
+        at: 0,
+    };
+    let (p, _) = CanaryProgress::after(None, seen);
+    let (p, again) = CanaryProgress::after(Some(p), seen);
+    assert_eq!(again, None, "told twice: {message:?}");
+    assert!(p.weight.is_none_or(|w| w <= 100));
+    let _ = p.line(str::to_string, |at| at.to_string());
 }
 
 // ---- GitHub ----

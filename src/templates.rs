@@ -38,7 +38,15 @@ const BUILTIN: &[(&str, &str)] = &[
         "github/reminder.md.j2",
         include_str!("../templates/github/reminder.md.j2"),
     ),
+    (
+        "github/failure.md.j2",
+        include_str!("../templates/github/failure.md.j2"),
+    ),
     ("slack/wait.j2", include_str!("../templates/slack/wait.j2")),
+    (
+        "slack/failure.j2",
+        include_str!("../templates/slack/failure.j2"),
+    ),
     (
         "slack/status.j2",
         include_str!("../templates/slack/status.j2"),

@@ -55,6 +55,7 @@ gatebot_testkit::on_both_stores!(
     concurrent_first_checks_start_one_wait,
     bad_input_changes_nothing,
     event_hook_records_timeline,
+    a_failure_is_told_once_per_revision_across_restarts,
 );
 
 async fn start_gate_holds_until_opened(backend: Backend) {
@@ -647,4 +648,46 @@ async fn outbox_gives_up_on_permanent_errors() {
             .await,
         1.0
     );
+}
+
+/// Flagger repeats a failed pre-rollout check at every interval: the failure
+/// is told once per revision, also after a restart; a new revision that
+/// fails the same way is told again.
+async fn a_failure_is_told_once_per_revision_across_restarts(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let halt = |checksum: &str| {
+        json!({
+            "name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": checksum,
+            "metadata": {
+                "eventMessage": "Halt podinfo.test advancement pre-rollout check smoke failed 500",
+                "eventType": "Warning", "timestamp": "1578607635167", "pr": "14",
+            },
+        })
+    };
+    // (the revision of each run's two retries, failures told in that run)
+    for (checksum, told) in [("rev-a", 1), ("rev-a", 0), ("rev-b", 1)] {
+        let sink = RecordingSink::new();
+        let mut config = db.config();
+        config.github.repository = Some("acme/shop".parse().unwrap());
+        let server = TestServer::start(config, options_with(&sink, None)).await;
+        for _ in 0..2 {
+            let r = client()
+                .post(server.at("/flagger/events"))
+                .json(&halt(checksum))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+        }
+        server.drained().await;
+        let failures: Vec<Notice> = sink
+            .notices()
+            .into_iter()
+            .filter(
+                |n| matches!(n, Notice::CanaryFailure { failure, .. } if failure == "pre_rollout"),
+            )
+            .collect();
+        assert_eq!(failures.len(), told, "{checksum}: {failures:#?}");
+        server.stop().await;
+    }
 }

@@ -161,6 +161,14 @@ impl Env {
         .execute(&mut self.conn)
         .await
         .unwrap();
+        sqlx::query(
+            "INSERT INTO canary_progress (canary, checksum, failed_checks, last_message, last_at, told) \
+             VALUES ('test/seeded-0', 'rev1', 0, 'Advance seeded-0.test canary weight 10', $1, '')",
+        )
+        .bind(now)
+        .execute(&mut self.conn)
+        .await
+        .unwrap();
         let mut tx = self.conn.begin().await.unwrap();
         for i in 0..SEEDED_EVENTS {
             sqlx::query(
@@ -228,6 +236,8 @@ async fn what_outlives_its_retention_is_pruned_and_nothing_else(backend: Backend
     // Past GATEBOT_RETENTION_DELIVERIES and _HISTORY.
     env.clock.advance(2 * DAY);
     env.until("events", "SELECT COUNT(*) FROM events", 0).await;
+    env.until("progress", "SELECT COUNT(*) FROM canary_progress", 0)
+        .await;
     env.until(
         "done deliveries",
         "SELECT COUNT(*) FROM inbox WHERE state <> 'pending'",

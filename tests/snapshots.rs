@@ -22,7 +22,9 @@ use gatebot::testing::store::QueueName;
 use gatebot::Options;
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::fake_slack::{post_signed, FakeSlack, Request};
-use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Hook, HookType, Phase, Strategy};
+use gatebot_testkit::flagger::{
+    failing_webhook, pr_hooks, FlaggerSim, Hook, HookType, Phase, Strategy,
+};
 use gatebot_testkit::github_payloads::{comment_at, fixture, github_time};
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
@@ -508,6 +510,8 @@ gatebot_testkit::on_both_stores!(
     slack_canary_scoped_and_loadtester_waits,
     messages_link_to_the_gate_page_with_a_public_url,
     hostile_flagger_strings_are_escaped,
+    progress_is_shown_where_people_decide,
+    a_failed_pre_rollout_check_is_told_once,
 );
 
 /// With GATEBOT_PUBLIC_URL the waiting message and the status comment link to
@@ -1127,4 +1131,207 @@ async fn hostile_flagger_strings_are_escaped(backend: Backend) {
 /// `markdown` without its code spans of single backticks, where nothing is a link.
 fn outside_code(markdown: &str) -> String {
     markdown.split('`').step_by(2).collect::<Vec<_>>().join(" ")
+}
+
+// ---- the canary's progress, and failures outside the analysis ----
+
+/// An event message written as markup for every surface: Slack's mentions and
+/// links, GitHub's mentions, links and markers, HTML. A Flagger metric halt,
+/// so that it counts as a failed check.
+const HOSTILE_HALT: &str = "Halt podinfo.test advancement request duration <script>alert(1)</script> @channel <!channel> <@U999> @acme/sre [Approve](https://evil) <!-- gatebot:status --> > 500ms";
+
+/// The simulator's hooks for PR `pr` with the event hook through the relay,
+/// telling gatebot the analysis threshold in its metadata as a user would.
+fn hooks_with_threshold(env: &Env, pr: u64, threshold: &str) -> Vec<Hook> {
+    let mut hooks = pr_hooks(&env.server.url, pr);
+    for hook in &mut hooks {
+        if hook.hook_type == HookType::Event {
+            hook.url = env.events_url.clone();
+            hook.metadata
+                .insert("threshold".to_string(), threshold.to_string());
+        }
+    }
+    hooks
+}
+
+async fn progress_is_shown_where_people_decide(backend: Backend) {
+    let env = env(backend, Setup::default()).await;
+    let hooks = hooks_with_threshold(&env, 42, "5");
+    let mut sim = FlaggerSim::new("podinfo", "test", CANARY, hooks);
+    sim.deploy("rev-a");
+    env.step(&mut sim).await;
+    sim.deploy("rev-b");
+    assert_eq!(env.step(&mut sim).await, Phase::Waiting);
+    env.say(42, 4211, "alice", "/start").await;
+    env.run_until(&mut sim, Phase::Progressing, 3).await;
+    // Flagger advances the weight; then a check fails with hostile text.
+    env.step(&mut sim).await;
+    assert_eq!(sim.canary_weight(), 50, "{:#?}", sim.events());
+    env.settle().await;
+    let event = json!({
+        "name": "podinfo", "namespace": "test", "phase": "Progressing",
+        "checksum": sim.checksum(),
+        "metadata": {"eventMessage": HOSTILE_HALT, "eventType": "Warning",
+                     "timestamp": NOW.to_string(), "pr": "42", "threshold": "5"},
+    });
+    let r = client()
+        .post(env.server.at("/flagger/events"))
+        .json(&event)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    env.clock.advance(90_000);
+    env.run_until(&mut sim, Phase::WaitingPromotion, 3).await;
+
+    let wait = env
+        .waiting_message_for("/gates/promote/acme/shop/pr/42")
+        .await;
+    env.snap_json(
+        "slack_wait_progress",
+        "the promote gate's waiting message with the canary's progress, the last event hostile",
+        &wait.body,
+    );
+    let text = wait.body["blocks"].to_string();
+    assert!(text.contains("weight 50 % · failed checks 1/5"), "{text}");
+    let comment = env.status_comment(42).await;
+    env.snap(
+        "github_status_progress",
+        "the status comment while Flagger waits at the promote gate, with the canary's progress",
+        &comment,
+    );
+    assert!(
+        comment.contains("weight 50 % · failed checks 1/5"),
+        "{comment}"
+    );
+    let (status, _, page) = get_page(&env, "/ui/gates/promote/acme/shop/pr/42").await;
+    assert_eq!(status, 200, "{page}");
+    let line = page
+        .lines()
+        .find(|l| l.contains("id=\"progress\""))
+        .unwrap_or_else(|| panic!("no progress on the page: {page}"));
+    let line = &line[line.find("<p id=\"progress\">").unwrap()..];
+    let line = &line[..line.find("</p>").unwrap() + 4];
+    env.snap("web_gate_progress", "the gate page's progress line", line);
+    assert!(
+        line.contains("weight 50 % · failed checks 1&#x2f;5"),
+        "{line}"
+    );
+
+    let slack = env.slack.ok("chat.postMessage").into_iter();
+    let bodies = slack
+        .map(|r| (r.body.to_string(), false))
+        .chain([(comment, true)]);
+    for (body, markdown) in bodies {
+        for bad in ["<!channel>", "<@U999>", "<script>", "<https://evil"] {
+            assert!(!body.contains(bad), "{bad} in {body}");
+        }
+        assert!(
+            !markdown || !outside_code(&body).contains("@acme/sre"),
+            "a mention in {body}"
+        );
+        assert!(
+            !markdown || !outside_code(&body).contains("](https://evil)"),
+            "a link in {body}"
+        );
+        assert!(
+            body.matches("<!-- gatebot:").count() <= 1,
+            "a second marker in {body}"
+        );
+    }
+    assert!(!page.contains("<script>alert"), "{page}");
+    env.server.stop().await;
+}
+
+async fn get_page(env: &Env, path: &str) -> (u16, (), String) {
+    let r = client().get(env.server.at(path)).send().await.unwrap();
+    (r.status().as_u16(), (), r.text().await.unwrap())
+}
+
+/// What a pre-rollout webhook answers when it fails: Flagger puts it in its
+/// event message as it came.
+const HOSTILE_WEBHOOK_ANSWER: &str =
+    "smoke test failed <!channel> <@U999> @acme/sre [logs](https://evil) <script>x</script>";
+
+async fn a_failed_pre_rollout_check_is_told_once(backend: Backend) {
+    let env = env(backend, Setup::default()).await;
+    let mut hooks = hooks_with_threshold(&env, 43, "5");
+    hooks.push(Hook::new(
+        "smoke",
+        HookType::PreRollout,
+        failing_webhook(HOSTILE_WEBHOOK_ANSWER).await,
+    ));
+    let mut sim = FlaggerSim::new("podinfo", "test", CANARY, hooks);
+    sim.deploy("rev-a");
+    env.step(&mut sim).await;
+    sim.deploy("rev-b");
+    assert_eq!(env.step(&mut sim).await, Phase::Waiting);
+    let start = env
+        .waiting_message_for("/gates/start/acme/shop/pr/43")
+        .await;
+    env.say(43, 4301, "alice", "/start").await;
+    // Past the start gate, then three intervals whose pre-rollout check fails.
+    env.run_until(&mut sim, Phase::Progressing, 3).await;
+    for _ in 0..3 {
+        env.step(&mut sim).await;
+    }
+    env.settle().await;
+    assert_eq!(sim.failed_checks(), 3, "{:#?}", sim.events());
+    let halts = sim
+        .events()
+        .into_iter()
+        .filter(|m| m.contains("pre-rollout check smoke failed"))
+        .count();
+    assert_eq!(halts, 3, "Flagger halted three times: {:#?}", sim.events());
+
+    let told: Vec<_> = env
+        .github
+        .replies(43)
+        .into_iter()
+        .filter(|c| c.body.contains("pre-rollout webhook failed"))
+        .collect();
+    assert_eq!(told.len(), 1, "one comment, not one per retry: {told:#?}");
+    env.snap(
+        "github_failure_pre_rollout",
+        "the PR comment when a pre-rollout webhook failed (with hostile text from the webhook)",
+        &told[0].body,
+    );
+    let thread = env.thread(&start).await;
+    let replies: Vec<&Value> = thread
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["text"].as_str().unwrap_or("").contains("pre-rollout"))
+        .collect();
+    assert_eq!(
+        replies.len(),
+        1,
+        "one Slack reply, not one per retry: {thread:#}"
+    );
+    env.snap_json(
+        "slack_failure_pre_rollout",
+        "the thread reply when a pre-rollout webhook failed (with hostile text from the webhook)",
+        replies[0],
+    );
+    let slack = env
+        .slack
+        .ok("chat.postMessage")
+        .into_iter()
+        .map(|r| r.body.to_string());
+    for body in slack.chain([told[0].body.clone()]) {
+        for bad in ["<!channel>", "<@U999>", "<script>", "<https://evil"] {
+            assert!(!body.contains(bad), "{bad} in {body}");
+        }
+    }
+    assert!(
+        !outside_code(&told[0].body).contains("@acme/sre"),
+        "{}",
+        told[0].body
+    );
+    assert!(
+        !outside_code(&told[0].body).contains("](https://evil)"),
+        "{}",
+        told[0].body
+    );
+    env.server.stop().await;
 }

@@ -11,7 +11,9 @@ use gatebot::testing::notify::WorkerSettings;
 use gatebot::{Config, Options};
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::fake_teams::{claims, unsigned, FakeBotFramework, Sent, TestKey};
-use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
+use gatebot_testkit::flagger::{
+    failing_webhook, pr_hooks, FlaggerSim, Hook, HookType, Phase, Strategy,
+};
 use gatebot_testkit::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
 use sqlx::Connection;
@@ -928,3 +930,64 @@ async fn the_workflow_webhook_gets_its_card(backend: Backend) {
     insta::assert_json_snapshot!("teams_workflow_card", card);
     env.server.stop().await;
 }
+
+/// A pre-rollout webhook's answer written as Markdown and Adaptive Card
+/// expressions: Flagger puts it in its event message as it came.
+const HOSTILE_ANSWER: &str =
+    "smoke failed **now** [logs](https://evil) {{DATE(2030-01-01T00:00:00Z)}} <at>Rido</at>";
+
+/// A failed pre-rollout webhook: one card under the canary's start card, not
+/// one per retry, with Flagger's words escaped and what Flagger does next.
+async fn a_failed_pre_rollout_check_reaches_teams_once(backend: Backend) {
+    let env = cards_env(backend).await;
+    env.install().await;
+    let mut hooks = pr_hooks(&env.server.url, 42);
+    hooks.push(Hook::new(
+        "smoke",
+        HookType::PreRollout,
+        failing_webhook(HOSTILE_ANSWER).await,
+    ));
+    let strategy = Strategy::Canary {
+        step_weight: 50,
+        max_weight: 50,
+    };
+    let mut sim = FlaggerSim::new("podinfo", "test", strategy, hooks);
+    sim.deploy("rev-a");
+    sim.tick().await;
+    sim.deploy("rev-b");
+    sim.tick().await;
+    let start = card_of(&env.until_cards("POST", 1).await[0]);
+    let (status, answer) = env.click("f:click-1", &start, "approve", RIDO).await;
+    assert_eq!(status, 200, "{answer}");
+    // Past the start gate, then three intervals whose pre-rollout check fails.
+    for _ in 0..4 {
+        env.server.drained().await;
+        sim.tick().await;
+    }
+    assert_eq!(sim.failed_checks(), 3, "{:#?}", sim.events());
+    let told = env.until_cards("POST", 2).await;
+    env.server.drained().await;
+    let failures: Vec<Sent> = env
+        .cards("POST")
+        .into_iter()
+        .filter(|s| texts(&card_of(s)).contains("rollout webhook failed"))
+        .collect();
+    assert_eq!(failures.len(), 1, "one card, not one per retry: {told:?}");
+    // The start card's id, as its update after the approval names it.
+    let start_id = env.until_cards("PUT", 1).await[0].activity_id.clone();
+    assert!(start_id.is_some());
+    assert_eq!(
+        failures[0].activity["replyToId"].as_str(),
+        start_id.as_deref(),
+        "under the start card"
+    );
+    let card = card_of(&failures[0]);
+    let text = texts(&card);
+    for bad in ["**now**", "[logs](https://evil)", "{{DATE(", "<at>"] {
+        assert!(!text.contains(bad), "{bad} in {text}");
+    }
+    insta::assert_json_snapshot!("teams_failure_pre_rollout", card);
+    env.server.stop().await;
+}
+
+gatebot_testkit::on_both_stores!(a_failed_pre_rollout_check_reaches_teams_once);

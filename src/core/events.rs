@@ -1,6 +1,7 @@
 //! Flagger's event hook: the canary timeline and its milestones.
 
 use super::*;
+use crate::gate::progress::{self, CanaryProgress, Failure};
 
 impl Engine {
     /// Records a Flagger event and tells people about milestones.
@@ -37,6 +38,22 @@ impl Engine {
         let mut tx = self.store.begin().await?;
         Store::insert_event(&mut tx, &row).await?;
         let mut notices = Vec::new();
+        let failure = self
+            .progress_in(&mut tx, canary, input, message, now)
+            .await?;
+        if let Some(f) = failure {
+            notices.push(Notice::CanaryFailure {
+                canary: canary.clone(),
+                gates: gates.clone(),
+                failure: f.as_str().to_string(),
+                what: f.what().to_string(),
+                message: message.to_string(),
+                next: f.next().to_string(),
+                checksum: input.checksum.clone(),
+                metadata: input.metadata.clone(),
+                at: now,
+            });
+        }
         if kind.is_final() {
             let outcome = kind.as_str();
             let keys: HashSet<&GateKey> = gates.iter().collect();
@@ -76,6 +93,28 @@ impl Engine {
             })
             .inc();
         Ok(kind)
+    }
+
+    /// Folds the event into the canary's stored progress, in the event's
+    /// transaction; the failure to announce, once per revision and kind.
+    async fn progress_in(
+        &self,
+        tx: &mut WriteTx<'_>,
+        canary: &CanaryRef,
+        input: &CheckInput,
+        message: &str,
+        now: Millis,
+    ) -> Result<Option<Failure>, StoreError> {
+        let prev = Store::canary_progress_in(tx, canary).await?;
+        let seen = progress::Seen {
+            checksum: &input.checksum,
+            message,
+            threshold: progress::threshold_of(input.metadata.get("threshold")),
+            at: now,
+        };
+        let (next, failure) = CanaryProgress::after(prev, seen);
+        Store::put_canary_progress(tx, canary, &next).await?;
+        Ok(failure)
     }
 
     /// A canary's event metadata may name its PR: `pr: "42"` (default repository)

@@ -73,4 +73,12 @@ impl Engine {
     ) -> Result<Vec<EventRow>, StoreError> {
         self.store.events(canary, limit).await
     }
+
+    /// A canary's progress as its events tell it (one row, no list read).
+    pub async fn progress(
+        &self,
+        canary: &crate::gate::CanaryRef,
+    ) -> Result<Option<crate::gate::progress::CanaryProgress>, StoreError> {
+        self.store.canary_progress(canary).await
+    }
 }

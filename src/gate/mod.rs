@@ -9,6 +9,7 @@ pub mod freeze;
 pub mod key;
 pub mod named;
 pub mod phase;
+pub mod progress;
 pub mod quorum;
 pub mod reminder;
 pub mod state;

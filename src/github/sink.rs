@@ -501,7 +501,9 @@ impl Sink for GithubSink {
             Notice::WaitStarted { gate, .. }
             | Notice::WaitEnded { gate, .. }
             | Notice::GateChanged { gate, .. } => vec![gate],
-            Notice::CanaryEvent { gates, .. } => gates.iter().collect(),
+            Notice::CanaryEvent { gates, .. } | Notice::CanaryFailure { gates, .. } => {
+                gates.iter().collect()
+            }
             Notice::Reminder { gate, .. } => vec![gate],
             // Announced in Slack; a frozen gate's answer says so on its own.
             Notice::Frozen { .. } | Notice::Unfrozen { .. } => Vec::new(),
@@ -537,6 +539,9 @@ impl Sink for GithubSink {
             }
             jobs.push(job);
             if let Some(job) = self.reminder_comment(notice, repo, *number)? {
+                jobs.push(job);
+            }
+            if let Some(job) = self.failure_comment(notice, repo, *number)? {
                 jobs.push(job);
             }
         }
@@ -583,6 +588,53 @@ impl GithubSink {
 }
 
 impl GithubSink {
+    /// A comment on the PR when Flagger failed outside the analysis; once per
+    /// canary, revision and kind (the notice itself is made once, and the
+    /// once-key keeps a replayed notice from commenting twice).
+    fn failure_comment(
+        &self,
+        notice: &Notice,
+        repo: &RepoName,
+        number: PrNumber,
+    ) -> Result<Option<NewJob>, PayloadError> {
+        let Notice::CanaryFailure {
+            canary,
+            failure,
+            what,
+            message,
+            next,
+            checksum,
+            ..
+        } = notice
+        else {
+            return Ok(None);
+        };
+        let rendered = self.templates.render(
+            "github/failure.md.j2",
+            serde_json::json!({
+                "marker": super::MARKER, "canary": code(&canary.to_string(), escape::NAME),
+                "revision": code(checksum, escape::CHECKSUM), "what": what,
+                "message": code(message, escape::MESSAGE), "next": next,
+            }),
+        );
+        let body = match rendered {
+            Ok(body) => body,
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "cannot render the failure comment");
+                self.metrics.dropped(SINK, "unrenderable");
+                return Ok(None);
+            }
+        };
+        let job = GithubJob::Comment {
+            repo: repo.clone(),
+            number,
+            body: body.trim().to_string(),
+            installation: None,
+        };
+        let once = format!("github-failure:{repo}#{number}:{canary}:{checksum}:{failure}");
+        Ok(Some(job.once(once)?))
+    }
+
     /// One comment per reminder point that mentions who may decide; none when
     /// the policy names nobody (the status comment's edit says it anyway).
     fn reminder_comment(

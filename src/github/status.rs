@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use crate::gate::progress::CanaryProgress;
+use crate::gate::state::rfc3339;
 use crate::gate::{CanaryRef, GateKey, GateKind, GateStatus, Millis, PrNumber, RepoName, Scope};
 use crate::store::{Store, StoreError};
 use crate::templates::escape::{self, code};
@@ -18,6 +20,11 @@ pub struct CanaryView {
     pub waiting_since: Option<Millis>,
     /// Reminder points passed in the wait going on (0: none yet).
     pub reminders: i64,
+    /// While it waits: its progress as its events tell it, one line
+    /// (made by `for_markdown`, with Flagger's words as code).
+    pub progress: Option<String>,
+    #[serde(skip)]
+    pub progress_of: Option<CanaryProgress>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -75,6 +82,12 @@ impl PrView {
                 c.phase = code(&c.phase, escape::WORD);
                 c.checksum = code(&c.checksum, escape::CHECKSUM);
                 c.answer = code(&c.answer, escape::MESSAGE);
+                c.progress = c.progress_of.as_ref().map(|p| {
+                    p.line(
+                        |m| code(m, escape::MESSAGE),
+                        |at| format!("at {}", rfc3339(at)),
+                    )
+                });
             }
         }
         for e in &mut self.events {
@@ -191,6 +204,14 @@ async fn gate_view(
     for o in observations {
         let waiting_since = open_since.get(&Some(&o.canary)).copied();
         view.waiting |= waiting_since.is_some();
+        // One row per canary; read only for the canaries that wait.
+        let progress_of = match waiting_since {
+            Some(_) => store
+                .canary_progress(&o.canary)
+                .await?
+                .filter(|p| p.of_revision(&o.checksum)),
+            None => None,
+        };
         canaries.insert(o.canary.clone());
         view.canaries.push(CanaryView {
             canary: o.canary.to_string(),
@@ -199,6 +220,8 @@ async fn gate_view(
             answer: o.answer.to_string(),
             waiting_since,
             reminders: reminded.get(&Some(&o.canary)).copied().unwrap_or(0),
+            progress: None,
+            progress_of,
         });
     }
     Ok((Some(view), waited))

@@ -102,6 +102,24 @@ pub enum Notice {
         metadata: BTreeMap<String, String>,
         at: Millis,
     },
+    /// Flagger failed outside the analysis (a pre-rollout webhook, the progress
+    /// deadline, …) and sends no alert of its own: said once per revision and kind.
+    CanaryFailure {
+        #[serde(with = "as_text")]
+        canary: CanaryRef,
+        gates: Vec<GateKey>,
+        /// `Failure::as_str`: pre_rollout, progress_deadline, …
+        failure: String,
+        /// What failed, in people's words.
+        what: String,
+        /// Flagger's own message (data: escaped by each sink).
+        message: String,
+        /// What Flagger does next.
+        next: String,
+        checksum: String,
+        metadata: BTreeMap<String, String>,
+        at: Millis,
+    },
 }
 
 impl Notice {
@@ -111,6 +129,7 @@ impl Notice {
             Self::WaitEnded { .. } => "wait_ended",
             Self::GateChanged { .. } => "gate_changed",
             Self::CanaryEvent { .. } => "canary_event",
+            Self::CanaryFailure { .. } => "canary_failure",
             Self::Reminder { .. } => "reminder",
             Self::Frozen { .. } => "frozen",
             Self::Unfrozen { .. } => "unfrozen",
@@ -299,6 +318,7 @@ mod tests {
             r#"{"type":"wait_ended","wait_id":3,"gate":"/loadtester/gate/test/podinfo","canary":"test/podinfo","outcome":"opened","at":11}"#,
             r#"{"type":"gate_changed","gate":"/gates/traffic/canary/test/podinfo","action":"expire","actor":{"name":"gatebot","source":"gatebot"},"reason":null,"at":12}"#,
             r#"{"type":"canary_event","canary":"test/podinfo","gates":["/gates/start/acme/shop/pr/7","/gates/promote/acme/shop/pr/7"],"kind":"promotion_completed","message":"done","event_type":"Normal","phase":"Succeeded","checksum":"rev-a","metadata":{},"at":13}"#,
+            r#"{"type":"canary_failure","canary":"test/podinfo","gates":["/gates/start/acme/shop/pr/7"],"failure":"pre_rollout","what":"a pre-rollout webhook failed","message":"Halt podinfo.test advancement pre-rollout check smoke failed 500","next":"Flagger will retry at the next interval","checksum":"rev-a","metadata":{"pr":"7"},"at":14}"#,
         ] {
             let notice: Notice = serde_json::from_str(text).expect(text);
             assert_eq!(serde_json::to_string(&notice).unwrap(), text);

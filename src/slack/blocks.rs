@@ -120,6 +120,8 @@ struct WaitCtx {
     waiting: Vec<String>,
     /// At a gate that needs several people: "1 of 2 approvals: @alice".
     approvals: Option<String>,
+    /// `weight 30 % · … · last: "…" <ago>`, Flagger's words escaped.
+    progress: Option<String>,
     ended: Option<serde_json::Value>,
     #[serde(rename = "final")]
     final_state: Option<serde_json::Value>,
@@ -207,6 +209,12 @@ fn context(view: &View, default_repo: Option<&RepoName>) -> WaitCtx {
             .map(|c| mrkdwn(c, escape::METADATA))
             .collect(),
         approvals: view.approvals.clone(),
+        progress: view.progress.as_ref().map(|p| {
+            p.line(
+                |m| mrkdwn(m, escape::MESSAGE),
+                |at| format!("<!date^{}^{{ago}}|at {} UTC>", at.div_euclid(1000), hhmm(at)),
+            )
+        }),
         ended: view.ended.as_ref().map(|e| {
             serde_json::json!({"outcome": e.outcome, "at": e.at, "at_hhmm": hhmm(e.at)})
         }),
@@ -335,6 +343,7 @@ mod tests {
             decision: None,
             ended: None,
             final_state: None,
+            progress: None,
             approvals: None,
         }
     }

@@ -68,6 +68,8 @@ pub struct View {
     pub final_state: Option<Final>,
     /// At a gate that needs several people: who approved so far, or who opened it.
     pub approvals: Option<String>,
+    /// The canary's progress at the wait's revision, as its events tell it.
+    pub progress: Option<crate::gate::progress::CanaryProgress>,
 }
 
 impl View {
@@ -181,8 +183,16 @@ pub async fn view(store: &Store, info: WaitInfo) -> Result<View, StoreError> {
         Some(GateStatus::Open(a)) => crate::gate::quorum::opened_by(&a),
         _ => None,
     };
+    let progress = match &info.canary {
+        Some(c) => store
+            .canary_progress(c)
+            .await?
+            .filter(|p| p.of_revision(&info.checksum)),
+        None => None,
+    };
     Ok(View {
         approvals,
+        progress,
         waiting,
         decision: get(store, &decision_key(id)).await?,
         ended: get(store, &ended_key(id)).await?,

@@ -81,6 +81,17 @@ pub enum SlackJob {
     },
     /// A freeze or its lifting, in the default channel.
     Announce { text: String },
+    /// Flagger failed outside the analysis: in the canary's thread when it
+    /// has a message, else in the channel.
+    Failure {
+        canary: String,
+        checksum: String,
+        what: String,
+        message: String,
+        next: String,
+        /// The channel when there is no thread.
+        channel: Option<String>,
+    },
     /// One message for the waits of a minute over GATEBOT_NOTIFY_BURST in a channel.
     Digest {
         channel: String,
@@ -102,6 +113,7 @@ impl SlackJob {
             Self::Digest { .. } => "digest",
             Self::Remind { .. } => "remind",
             Self::Announce { .. } => "announce",
+            Self::Failure { .. } => "failure",
         }
     }
 
@@ -182,6 +194,26 @@ impl Sink for SlackSink {
                     mentions: slack_mentions.clone(),
                 };
                 vec![job.job(Some(format!("slack-remind:{wait_id}:{point}")))?]
+            }
+            Notice::CanaryFailure {
+                canary,
+                failure,
+                what,
+                message,
+                next,
+                checksum,
+                metadata,
+                ..
+            } => {
+                let job = SlackJob::Failure {
+                    canary: canary.to_string(),
+                    checksum: checksum.clone(),
+                    what: what.clone(),
+                    message: message.clone(),
+                    next: next.clone(),
+                    channel: self.channel_of(metadata).map(str::to_string),
+                };
+                vec![job.job(Some(format!("slack-failure:{canary}:{checksum}:{failure}")))?]
             }
             Notice::Frozen { .. } | Notice::Unfrozen { .. } if self.channel.is_some() => {
                 freeze_news(notice)?
@@ -414,6 +446,28 @@ impl SlackSink {
                 self.remind(wait_id, &canary, &kind, &checksum, &waited, &mentions)
                     .await
             }
+            SlackJob::Failure {
+                canary,
+                checksum,
+                what,
+                message,
+                next,
+                channel,
+            } => {
+                let text = self
+                    .templates
+                    .render(
+                        "slack/failure.j2",
+                        serde_json::json!({
+                            "canary": mrkdwn(&canary, escape::NAME),
+                            "revision": mrkdwn(&checksum, escape::CHECKSUM),
+                            "what": what, "message": mrkdwn(&message, escape::MESSAGE),
+                            "next": next,
+                        }),
+                    )
+                    .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
+                self.failure(&canary, text.trim(), channel.as_deref()).await
+            }
         }
     }
 
@@ -615,6 +669,38 @@ impl SlackSink {
     async fn refresh_gate(&self, gate: &str) -> Result<(), SendError> {
         for id in self.open_messages(gate).await? {
             self.refresh(id).await?;
+        }
+        Ok(())
+    }
+
+    /// In the thread of the canary's latest message, else in `channel`.
+    async fn failure(
+        &self,
+        canary: &str,
+        text: &str,
+        channel: Option<&str>,
+    ) -> Result<(), SendError> {
+        let wait = record::latest_of_canary(&self.store, canary)
+            .await
+            .map_err(store_err)?;
+        let posted = match wait {
+            Some(id) => record::get::<Posted>(&self.store, &record::msg_key(id))
+                .await
+                .map_err(store_err)?,
+            None => None,
+        };
+        match (posted, channel) {
+            (Some(p), _) => {
+                self.api
+                    .post_message(&p.channel, text, None, Some(&p.ts))
+                    .await?;
+            }
+            (None, Some(channel)) => {
+                self.api.post_message(channel, text, None, None).await?;
+            }
+            (None, None) => {
+                tracing::debug!(canary, "no Slack channel for a Flagger failure");
+            }
         }
         Ok(())
     }

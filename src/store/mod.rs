@@ -12,6 +12,7 @@ mod named;
 mod notify;
 mod origins;
 pub mod pages;
+mod progress;
 mod prs;
 mod queue;
 mod replicas;

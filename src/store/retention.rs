@@ -98,6 +98,9 @@ static RULES: &[Rule] = &[
     rule("observations", "gate_key, canary", "last_seen < $1", Action::Delete, history),
     rule("waits", "id", "ended_at IS NOT NULL AND ended_at < $1", Action::Delete, history),
     rule("canary_ties", "canary, checksum", "found_at < $1", Action::Delete, history),
+    // A canary silent for as long as its events are kept: its progress and
+    // the failures said for it go with them.
+    rule("canary_progress", "canary", "last_at < $1", Action::Delete, history),
     // A wait's Slack rows go after the wait; an open wait keeps them.
     rule("slack_messages", "wait_id", "posted_at < $1 AND wait_id NOT IN (SELECT id FROM waits WHERE ended_at IS NULL)", Action::Delete, history),
     rule("slack_decisions", "wait_id", "decided_at < $1 AND wait_id NOT IN (SELECT id FROM waits WHERE ended_at IS NULL)", Action::Delete, history),

@@ -36,6 +36,14 @@ pub struct CardView {
     pub approvals: Option<String>,
     /// Whether the buttons are still offered.
     pub open: bool,
+    /// The canary's progress as its events tell it, one line with Flagger's
+    /// words already escaped (`progress_line`).
+    pub progress: Option<String>,
+}
+
+/// The progress line of a card: Flagger's message escaped, the time in UTC.
+pub fn progress_line(p: &crate::gate::progress::CanaryProgress) -> String {
+    p.line(escape, |at| format!("at {} UTC", hhmm(at)))
 }
 
 /// A line under the facts, coloured as Adaptive Cards colour text.
@@ -75,6 +83,9 @@ pub fn render(view: &CardView, links: &Links, offer: Offer) -> Value {
             None,
         ));
     }
+    if let Some(progress) = &view.progress {
+        body.push(text_block(progress, None));
+    }
     if let Some(status) = &view.status {
         body.push(text_block(&escape(&status.text), Some(status.color)));
     }
@@ -91,6 +102,33 @@ pub fn render(view: &CardView, links: &Links, offer: Offer) -> Value {
         "version": "1.4",
         "body": body,
         "actions": actions,
+    })
+}
+
+/// A failure of Flagger's outside the analysis, as Flagger said it.
+#[derive(Debug, Clone, Copy)]
+pub struct Failure<'a> {
+    pub canary: &'a str,
+    pub checksum: &'a str,
+    pub what: &'a str,
+    pub message: &'a str,
+    pub next: &'a str,
+}
+
+/// The card that tells a failure; Flagger's words escaped like every field.
+pub fn failure(f: &Failure<'_>) -> Value {
+    let headline = format!("{}: {}", escape(f.canary), escape(f.what));
+    json!({
+        "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+        "type": "AdaptiveCard",
+        "version": "1.4",
+        "body": [
+            {"type": "TextBlock", "size": "Medium", "weight": "Bolder", "wrap": true,
+             "color": "attention", "text": headline},
+            {"type": "FactSet", "facts": [{"title": "Revision", "value": escape(f.checksum)}]},
+            text_block(&format!("Flagger said: {}", escape(f.message)), None),
+            text_block(&format!("Next: {}.", escape(f.next)), None),
+        ],
     })
 }
 

@@ -69,6 +69,16 @@ pub enum CardJob {
         kind: String,
         message: String,
     },
+    /// Flagger failed outside the analysis: a card under the canary's latest
+    /// card, else in the conversation, and to the Workflows webhook.
+    Failure {
+        canary: String,
+        checksum: String,
+        what: String,
+        message: String,
+        next: String,
+        conversation: Option<String>,
+    },
 }
 
 impl CardJob {
@@ -80,6 +90,7 @@ impl CardJob {
             Self::Ended { .. } => "card_ended",
             Self::Gate { .. } => "gate_cards",
             Self::Final { .. } => "card_final",
+            Self::Failure { .. } => "failure_card",
         }
     }
 
@@ -134,6 +145,31 @@ impl Sink for TeamsSink {
                 kind: kind.clone(),
                 message: message.clone(),
             }),
+            Notice::CanaryFailure {
+                canary,
+                failure,
+                what,
+                message,
+                next,
+                checksum,
+                metadata,
+                ..
+            } if self.connector.is_some() || self.workflow.is_some() => {
+                let job = CardJob::Failure {
+                    canary: canary.to_string(),
+                    checksum: checksum.clone(),
+                    what: what.clone(),
+                    message: message.clone(),
+                    next: next.clone(),
+                    conversation: metadata
+                        .get(CHANNEL_METADATA)
+                        .or(self.channel.as_ref())
+                        .map(|c| c.trim().to_string())
+                        .filter(|c| !c.is_empty()),
+                };
+                let once = format!("teams-failure:{canary}:{checksum}:{failure}");
+                Ok(vec![job.job(Some(once))?])
+            }
             _ => Ok(Vec::new()),
         }
     }
@@ -277,7 +313,69 @@ impl TeamsSink {
                     .map_err(store_err)?;
                 self.refresh(wait_id).await
             }
+            CardJob::Failure {
+                canary,
+                checksum,
+                what,
+                message,
+                next,
+                conversation,
+            } => {
+                let failure = card::Failure {
+                    canary: &canary,
+                    checksum: &checksum,
+                    what: &what,
+                    message: &message,
+                    next: &next,
+                };
+                let activity = card_activity(card::failure(&failure));
+                self.failure(&canary, &activity, conversation.as_deref())
+                    .await
+            }
         }
+    }
+
+    /// Under the canary's latest card, else in `conversation`; and to the
+    /// Workflows webhook. A retry after the bot's post failed posts to the
+    /// webhook again; the bot's post goes last so that it is sent once.
+    async fn failure(
+        &self,
+        canary: &str,
+        activity: &Value,
+        conversation: Option<&str>,
+    ) -> Result<(), SendError> {
+        if let Some(workflow) = &self.workflow {
+            workflow.post(activity).await?;
+        }
+        if self.connector.is_none() {
+            return Ok(());
+        }
+        let latest = self.store.latest_teams_card_of_canary(canary).await;
+        let card = match latest.map_err(store_err)? {
+            Some(wait_id) => self.store.teams_card(wait_id).await.map_err(store_err)?,
+            None => None,
+        };
+        if let Some(card) = card {
+            let mut threaded = activity.clone();
+            threaded["replyToId"] = Value::String(card.activity_id.clone());
+            self.connector()?
+                .send(&card.service_url, &card.conversation_id, &threaded)
+                .await?;
+            return Ok(());
+        }
+        let Some(conversation) = conversation else {
+            return Ok(());
+        };
+        let found = self.store.teams_conversation(conversation).await;
+        let Some(reference) = found.map_err(store_err)? else {
+            return Err(SendError::Permanent(format!(
+                "the bot was never added to the Teams conversation {conversation}: install the app there (docs/teams.md)"
+            )));
+        };
+        self.connector()?
+            .send(&reference.service_url, conversation, activity)
+            .await
+            .map(drop)
     }
 
     /// Posts the wait's card once, and keeps the activity id it got.
@@ -394,7 +492,17 @@ pub async fn view(
             .collect(),
         _ => BTreeMap::new(),
     };
+    let progress = match &wait.canary {
+        Some(c) => store
+            .canary_progress(c)
+            .await
+            .map_err(store_err)?
+            .filter(|p| p.of_revision(&wait.checksum))
+            .map(|p| card::progress_line(&p)),
+        None => None,
+    };
     Ok(Some(CardView {
+        progress,
         wait_id,
         gate: wait.gate.clone(),
         canary: wait.canary.as_ref().map(ToString::to_string),

@@ -150,6 +150,16 @@ async fn show_gate(state: AppState, viewer: Viewer, path: &str) -> Result<Respon
         .or_else(|| detail.observations.first().map(|o| o.metadata.clone()))
         .unwrap_or(serde_json::Value::Null);
     let title = view::title_of(&state, &key, &metadata).await?;
+    let progress = match open_wait.and_then(|w| w.canary.as_ref().map(|c| (c, w))) {
+        Some((canary, w)) => state
+            .engine
+            .progress(canary)
+            .await?
+            .filter(|p| p.of_revision(&w.checksum))
+            // Escaped by the page's template, as all of its text.
+            .map(|p| p.line(str::to_string, |at| format!("{} ago", view::ago(now - at)))),
+        None => None,
+    };
     let pr = match key.pr() {
         Some((repo, n)) => Some(view::pr_view(&state, repo, n.0).await?),
         None => None,
@@ -201,7 +211,7 @@ async fn show_gate(state: AppState, viewer: Viewer, path: &str) -> Result<Respon
             "buttons": buttons,
             "wait": open_wait.map(|w| json!({
                 "canary": w.canary.as_ref().map(ToString::to_string), "revision": w.checksum,
-                "since": when(w.started_at, now),
+                "since": when(w.started_at, now), "progress": progress,
             })),
             "canaries": canaries, "waits": waits, "audit": audit,
             "timeline": timeline(&state, &names, now).await?,

@@ -28,6 +28,7 @@ pub enum HookType {
     ConfirmRollout,
     ConfirmTrafficIncrease,
     ConfirmPromotion,
+    PreRollout,
     Rollback,
     Event,
 }
@@ -39,6 +40,7 @@ impl HookType {
             HookType::ConfirmRollout => "confirm-rollout",
             HookType::ConfirmTrafficIncrease => "confirm-traffic-increase",
             HookType::ConfirmPromotion => "confirm-promotion",
+            HookType::PreRollout => "pre-rollout",
             HookType::Rollback => "rollback",
             HookType::Event => "event",
         }
@@ -160,6 +162,7 @@ struct Status {
     last_applied: String,
     last_promoted: String,
     iterations: i64,
+    failed_checks: u32,
 }
 
 pub struct FlaggerSim {
@@ -177,6 +180,8 @@ pub struct FlaggerSim {
     events: Vec<SimEvent>,
     promotions: u32,
     rollbacks: u32,
+    /// `analysis.threshold`: failed checks before a rollback.
+    threshold: u32,
 }
 
 /// The revision checksum the simulator starts with.
@@ -195,6 +200,7 @@ impl FlaggerSim {
                 last_applied: String::new(),
                 last_promoted: String::new(),
                 iterations: 0,
+                failed_checks: 0,
             },
             weight: 0,
             tick: 0,
@@ -202,7 +208,19 @@ impl FlaggerSim {
             events: Vec::new(),
             promotions: 0,
             rollbacks: 0,
+            threshold: 5,
         }
+    }
+
+    /// `analysis.threshold` (5 unless set).
+    pub fn with_threshold(mut self, threshold: u32) -> Self {
+        self.threshold = threshold;
+        self
+    }
+
+    /// `status.failedChecks`.
+    pub fn failed_checks(&self) -> u32 {
+        self.status.failed_checks
     }
 
     /// Applies a new revision of the target workload (a changed pod template).
@@ -399,6 +417,7 @@ impl FlaggerSim {
             // SyncStatus{Phase: Progressing}
             self.status.phase = Phase::Progressing;
             self.status.iterations = 0;
+            self.status.failed_checks = 0;
             self.status.last_applied = self.target.clone();
             return;
         }
@@ -467,6 +486,20 @@ impl FlaggerSim {
             return;
         }
 
+        // the failed checks threshold
+        if matches!(phase, Phase::Progressing | Phase::WaitingPromotion)
+            && self.status.failed_checks >= self.threshold
+        {
+            let c = self.status.last_applied.clone();
+            let msg = format!(
+                "Rolling back {tn} failed checks threshold reached {}",
+                self.status.failed_checks
+            );
+            self.event(Warning, msg, phase, c).await;
+            self.rollback().await;
+            return;
+        }
+
         if self.weight == 0 && self.status.iterations == 0 {
             let c = self.status.last_applied.clone();
             self.event(
@@ -476,6 +509,11 @@ impl FlaggerSim {
                 c,
             )
             .await;
+            // runPreRolloutHooks: a failure counts as a failed check.
+            if !self.run_pre_rollout_hooks().await {
+                self.status.failed_checks += 1;
+                return;
+            }
         }
 
         match self.strategy {
@@ -666,6 +704,31 @@ impl FlaggerSim {
                 return false;
             }
             let msg = format!("Confirm-promotion check {} passed", hook.name);
+            self.event(Normal, msg, phase, c).await;
+        }
+        true
+    }
+
+    async fn run_pre_rollout_hooks(&mut self) -> bool {
+        for hook in self.hooks_of(HookType::PreRollout) {
+            let phase = self.status.phase;
+            let c = self.status.last_applied.clone();
+            if !self.call(&hook, Phase::Progressing, None).await {
+                // CallWebhook's error: the response body, or the transport error.
+                let err = self
+                    .calls
+                    .last()
+                    .map(|c| c.response.clone())
+                    .unwrap_or_default();
+                let msg = format!(
+                    "Halt {} advancement pre-rollout check {} failed {err}",
+                    self.target_name(),
+                    hook.name
+                );
+                self.event(Warning, msg, phase, c).await;
+                return false;
+            }
+            let msg = format!("Pre-rollout check {} passed", hook.name);
             self.event(Normal, msg, phase, c).await;
         }
         true
@@ -872,4 +935,24 @@ pub fn pr_hooks(base: &str, pr: u64) -> Vec<Hook> {
         )
         .with_metadata("pr", &pr.to_string()),
     ]
+}
+
+/// A webhook that always fails with 500 and `body`, as a pre-rollout check
+/// that finds a problem does: Flagger puts `body` in its event message.
+/// Served until the test's runtime ends.
+pub async fn failing_webhook(body: &'static str) -> String {
+    use axum::http::StatusCode;
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || async move { (StatusCode::INTERNAL_SERVER_ERROR, body) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a port");
+    let url = format!(
+        "http://{}/hook",
+        listener.local_addr().expect("its address")
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
 }
