@@ -7,6 +7,8 @@
 //! min_permission = "write"          # every command, unless a command says otherwise
 //! forbid_self_approval = true        # the PR's author may not /promote (four eyes)
 //!
+//! approving_review = "promote"       # an approving review counts as /promote (default "off")
+//!
 //! [github.commands.promote]
 //! min_permission = "maintain"
 //! teams = ["acme/release-managers"]  # org/team; membership in any one suffices
@@ -340,6 +342,20 @@ struct GithubSection {
     forbid_self_approval: Option<bool>,
     #[serde(default)]
     commands: HashMap<Rule, GithubCommand>,
+    /// What an approving pull-request review counts as.
+    #[serde(default)]
+    approving_review: ApprovingReview,
+}
+
+/// What an approving pull-request review counts as (`[github] approving_review`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovingReview {
+    /// Nothing: reviews are acknowledged and ignored.
+    #[default]
+    Off,
+    /// A `/promote` by the reviewer, pinned to the commit reviewed.
+    Promote,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -472,6 +488,11 @@ impl Policy {
             default_approvers: clean(default_approvers),
             source: Some("policy".into()),
         })
+    }
+
+    /// What an approving pull-request review counts as.
+    pub fn approving_review(&self) -> ApprovingReview {
+        self.file.github.approving_review
     }
 
     pub fn github(&self, command: Verb) -> GithubRule {
@@ -881,6 +902,22 @@ alice = "U1"
         assert_eq!(p.slack_user_of("Alice"), Some("U1"));
         assert_eq!(p.github_login_of("U1"), Some("alice"));
         assert_eq!(p.github_login_of("U2"), None);
+    }
+
+    #[test]
+    fn an_approving_review_counts_only_when_the_policy_says_so() {
+        let off = Policy::parse("", Permission::Write, &[]).unwrap();
+        assert_eq!(off.approving_review(), ApprovingReview::Off);
+        let on = "[github]\napproving_review = \"promote\"\n";
+        let on = Policy::parse(on, Permission::Write, &[]).unwrap();
+        assert_eq!(on.approving_review(), ApprovingReview::Promote);
+        let wrong = "[github]\napproving_review = \"start\"\n";
+        let e = Policy::parse(wrong, Permission::Write, &[]).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("`off`, `promote`") || e.contains("off") && e.contains("promote"),
+            "{e}"
+        );
     }
 
     #[test]

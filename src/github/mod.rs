@@ -5,6 +5,7 @@
 //! - [`inbox`]: works stored deliveries: authorizes and applies commands.
 //! - [`sink`]: the `github` outbox sink: reactions, replies, the status comment.
 //! - [`checks`]: check runs with buttons; `clicks`: clicks on them.
+//! - `reviews`: an approving review as `/promote`, when the policy says so.
 //! - [`client`]: the REST calls (reqwest), with rate-limit aware errors.
 //! - [`app`]: GitHub App authentication (JWT, installation tokens).
 //! - [`redeliver`]: asks GitHub to deliver again what gatebot had to refuse.
@@ -21,6 +22,7 @@ pub mod pulls;
 pub mod pushes;
 pub mod redeliver;
 mod reply;
+mod reviews;
 pub mod routes;
 pub mod sink;
 pub mod status;
