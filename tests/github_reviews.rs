@@ -198,6 +198,53 @@ async fn an_approving_review_opens_the_gate_and_flagger_promotes(backend: Backen
     assert_eq!((status, text.trim()), (200, "duplicate delivery"));
     server.drained().await;
     assert_eq!(count(&audit(server).await, "open"), 1);
+
+    // Dismissed once it was used: the approval stands, and the reply says so.
+    deliver(server, &dismissal(&approval, "bob")).await;
+    server.drained().await;
+    let entries = audit(server).await;
+    assert_eq!(count(&entries, "withdraw"), 0, "{entries:?}");
+    let replies = replies(github);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert!(
+        replies[0].contains("had already opened the gate"),
+        "{}",
+        replies[0]
+    );
+}
+
+/// `check-config` says when approving reviews count, and names a wrong value.
+#[test]
+fn check_config_shows_the_setting_and_refuses_a_wrong_value() {
+    let run = |policy: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("policy.toml"), policy).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
+            .arg("check-config")
+            .current_dir(dir.path())
+            .env_clear()
+            .env("GATEBOT_DATABASE_URL", "sqlite://g.db")
+            .env("GATEBOT_POLICY", "policy.toml")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (ok, on) = run(ON);
+    assert!(ok, "{on}");
+    assert!(
+        on.contains("reviews:         an approving review counts as /promote"),
+        "{on}"
+    );
+    let (ok, off) = run("[github]\napproving_review = \"off\"\n");
+    assert!(ok && !off.contains("reviews:"), "{off}");
+    let (ok, wrong) = run("[github]\napproving_review = \"start\"\n");
+    assert!(!ok, "{wrong}");
+    assert!(
+        wrong.contains("approving_review") && wrong.contains("promote"),
+        "{wrong}"
+    );
 }
 
 async fn a_review_of_an_older_commit_is_stale_and_the_reply_says_why(backend: Backend) {
