@@ -16,6 +16,7 @@ pub mod checks;
 mod clicks;
 pub mod client;
 mod comment;
+pub mod deployments;
 pub mod events;
 pub mod inbox;
 pub mod pulls;
@@ -118,6 +119,8 @@ pub fn sinks(
             burst: config.notify_burst,
             metrics: metrics.clone(),
             check_runs: config.github.check_runs_on(),
+            deployments: config.github.deployments,
+            public_url: config.public_url.clone(),
         },
     ))]
 }
