@@ -345,6 +345,45 @@ struct GithubSection {
     /// What an approving pull-request review counts as.
     #[serde(default)]
     approving_review: ApprovingReview,
+    /// `[[github.environments]]`: the GitHub environment of a canary's deployments.
+    #[serde(default)]
+    environments: Vec<EnvironmentEntry>,
+}
+
+/// One `[[github.environments]]` table: the canaries of a namespace, or one
+/// canary (`namespace/name`), deploy to `environment`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnvironmentEntry {
+    namespace: Option<String>,
+    canary: Option<String>,
+    environment: String,
+}
+
+/// GitHub's longest environment name.
+const MAX_ENVIRONMENT: usize = 255;
+
+/// Checks each `[[github.environments]]` table names one namespace or one canary, and an environment.
+fn check_environments(file: &File) -> anyhow::Result<()> {
+    for (n, e) in file.github.environments.iter().enumerate() {
+        let at = format!("github.environments[{n}]");
+        match (&e.namespace, &e.canary) {
+            (Some(_), None) => {}
+            (None, Some(c)) => {
+                c.parse::<CanaryRef>()
+                    .map_err(|why| anyhow::anyhow!("{at}: canary `{c}`: {why}"))?;
+            }
+            _ => anyhow::bail!("{at}: write either namespace or canary (namespace/name)"),
+        }
+        let env = e.environment.trim();
+        if env.is_empty() || env.len() > MAX_ENVIRONMENT || env.chars().any(char::is_control) {
+            anyhow::bail!(
+                "{at}: environment `{}`: one line of 1 to {MAX_ENVIRONMENT} characters",
+                e.environment.escape_debug()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// What an approving pull-request review counts as (`[github] approving_review`).
@@ -458,6 +497,12 @@ impl Policy {
                 source.as_deref().unwrap_or("the policy file")
             )
         })?;
+        check_environments(&file).with_context(|| {
+            format!(
+                "GATEBOT_POLICY: {}",
+                source.as_deref().unwrap_or("the policy file")
+            )
+        })?;
         let policy = Self {
             calendar,
             quorum,
@@ -478,6 +523,7 @@ impl Policy {
         default_approvers: &[String],
     ) -> anyhow::Result<Self> {
         let file = File::parse(text).context("the policy file does not parse")?;
+        check_environments(&file)?;
         Ok(Self {
             deadlines: deadline_rules(&file)?,
             reminders: file.reminders.read(&file)?,
@@ -488,6 +534,27 @@ impl Policy {
             default_approvers: clean(default_approvers),
             source: Some("policy".into()),
         })
+    }
+
+    /// The GitHub environment of `canary`'s deployments: its own table's,
+    /// else its namespace's, else the namespace's name.
+    pub fn environment_of(&self, canary: &CanaryRef) -> String {
+        let tables = &self.file.github.environments;
+        let own = canary.to_string();
+        tables
+            .iter()
+            .find(|e| e.canary.as_deref().is_some_and(|c| c.trim() == own))
+            .or_else(|| {
+                tables.iter().find(|e| {
+                    e.namespace
+                        .as_deref()
+                        .is_some_and(|n| n.trim() == canary.namespace)
+                })
+            })
+            .map_or_else(
+                || canary.namespace.clone(),
+                |e| e.environment.trim().to_string(),
+            )
     }
 
     /// What an approving pull-request review counts as.
@@ -918,6 +985,27 @@ alice = "U1"
             e.contains("`off`, `promote`") || e.contains("off") && e.contains("promote"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_canarys_environment_is_its_own_then_its_namespaces_then_the_namespace() {
+        let text = "[[github.environments]]\nnamespace = \"prod\"\nenvironment = \"production\"\n\n[[github.environments]]\ncanary = \"prod/billing\"\nenvironment = \"billing-production\"\n";
+        let p = Policy::parse(text, Permission::Write, &[]).unwrap();
+        let of = |c: &str| p.environment_of(&c.parse().unwrap());
+        assert_eq!(of("prod/podinfo"), "production");
+        assert_eq!(of("prod/billing"), "billing-production");
+        assert_eq!(of("test/podinfo"), "test");
+        for wrong in [
+            "[[github.environments]]\nenvironment = \"x\"\n",
+            "[[github.environments]]\nnamespace = \"a\"\ncanary = \"a/b\"\nenvironment = \"x\"\n",
+            "[[github.environments]]\nnamespace = \"a\"\nenvironment = \" \"\n",
+            "[[github.environments]]\ncanary = \"nope\"\nenvironment = \"x\"\n",
+        ] {
+            assert!(
+                Policy::parse(wrong, Permission::Write, &[]).is_err(),
+                "{wrong}"
+            );
+        }
     }
 
     #[test]

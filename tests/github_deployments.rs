@@ -19,7 +19,15 @@ struct Env {
     _db: TestDb,
 }
 
+/// The policy that names the environment of namespace `test`'s canaries.
+const PRODUCTION: &str =
+    "[[github.environments]]\nnamespace = \"test\"\nenvironment = \"production\"\n";
+
 async fn setup(backend: Backend, on: bool) -> Env {
+    setup_with(backend, on, None).await
+}
+
+async fn setup_with(backend: Backend, on: bool, policy: Option<&str>) -> Env {
     let db = TestDb::new(backend).await;
     let github = FakeGithub::start().await;
     github.set_head(42, HEAD);
@@ -31,6 +39,11 @@ async fn setup(backend: Backend, on: bool) -> Env {
     config.github.token = Some("ghp_test".to_string().into());
     config.github.api_url = github.url.clone();
     config.github.deployments = on;
+    if let Some(policy) = policy {
+        let path = db.dir.path().join("policy.toml");
+        std::fs::write(&path, policy).unwrap();
+        config.policy = Some(path);
+    }
     let options = gatebot::Options {
         worker: Some(gatebot::testing::notify::WorkerSettings {
             base_backoff: Duration::from_millis(50),
@@ -113,12 +126,12 @@ gatebot_testkit::on_both_stores!(
 );
 
 async fn statuses_follow_a_canary_to_its_promotion(backend: Backend) {
-    let env = setup(backend, true).await;
+    let env = setup_with(backend, true, Some(PRODUCTION)).await;
     let (server, github) = (&env.server, &env.github);
     let mut sim = waiting_at_promote(server).await;
     let latest = github.deployments().last().cloned().unwrap();
     assert_eq!(latest.sha, HEAD);
-    assert_eq!(latest.environment, "test");
+    assert_eq!(latest.environment, "production", "as the policy names it");
     assert_eq!(latest.payload["checksum"], "rev-b");
     assert_eq!(
         states(&latest).last().map(String::as_str),
@@ -152,6 +165,7 @@ async fn statuses_follow_a_canary_to_its_rollback(backend: Backend) {
     server.drained().await;
     let all = github.deployments();
     let latest = all.last().unwrap();
+    assert_eq!(latest.environment, "test", "the namespace, by default");
     assert_eq!(latest.payload["checksum"], "rev-b");
     assert_eq!(states(latest).last().map(String::as_str), Some("failure"));
     if backend == Backend::Sqlite {

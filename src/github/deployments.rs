@@ -1,6 +1,7 @@
 //! GitHub Deployments (GATEBOT_GITHUB_DEPLOYMENTS): one per canary revision
-//! tied to a pull request, on the PR's head commit, for the canary's
-//! namespace as environment, with statuses that follow Flagger's phases:
+//! tied to a pull request, on the PR's head commit, for the environment the
+//! policy names (`[[github.environments]]`; default the canary's namespace),
+//! with statuses that follow Flagger's phases:
 //! `queued` while waiting to start, `in_progress` while progressing or
 //! waiting for promotion, `success` when promoted, `failure` when rolled
 //! back, `inactive` for a revision a newer one superseded.
@@ -18,6 +19,7 @@ use super::client::GithubClient;
 use crate::clock::SharedClock;
 use crate::gate::{GateKey, GateKind, Phase, PrNumber, RepoName, Scope};
 use crate::notify::SendError;
+use crate::policy::Policy;
 use crate::store::{DeploymentRow, Store, StoreError};
 
 fn retry(e: impl std::fmt::Display) -> SendError {
@@ -36,7 +38,7 @@ const KINDS: [GateKind; 4] = [
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Revision {
     canary: String,
-    namespace: String,
+    environment: String,
     checksum: String,
     state: &'static str,
 }
@@ -53,6 +55,8 @@ pub struct Deployments {
     pub clock: SharedClock,
     /// GATEBOT_PUBLIC_URL: statuses link to the gate's page.
     pub public_url: Option<String>,
+    /// Names each canary's environment (`[[github.environments]]`).
+    pub policy: Policy,
 }
 
 impl Deployments {
@@ -77,7 +81,7 @@ impl Deployments {
                 .collect();
             for old in superseded {
                 let gate = self.gate_of(repo, number);
-                self.post(repo, number, old, "inactive", &rev.namespace, gate)
+                self.post(repo, number, old, "inactive", &rev.environment, gate)
                     .await?;
             }
             let same = known
@@ -90,7 +94,7 @@ impl Deployments {
                 None => self.create(repo, number, rev).await?,
             };
             let gate = self.gate_of(repo, number);
-            self.post(repo, number, row, rev.state, &rev.namespace, gate)
+            self.post(repo, number, row, rev.state, &rev.environment, gate)
                 .await?;
             known = self
                 .store
@@ -123,7 +127,7 @@ impl Deployments {
         let head = self.head(repo, number).await?;
         let body = json!({
             "ref": head,
-            "environment": rev.namespace,
+            "environment": rev.environment,
             "auto_merge": false,
             "required_contexts": [],
             "description": format!("canary {} at revision {}", rev.canary, rev.checksum),
@@ -240,7 +244,7 @@ impl Deployments {
             };
             out.push(Revision {
                 canary,
-                namespace: o.canary.namespace.clone(),
+                environment: self.policy.environment_of(&o.canary),
                 checksum: o.checksum.clone(),
                 state,
             });

@@ -101,6 +101,7 @@ pub(crate) fn send_error(e: CommandError) -> SendError {
 pub fn sinks(
     client: Option<&Arc<GithubClient>>,
     config: &Config,
+    policy: &crate::policy::Policy,
     store: &Store,
     templates: &Templates,
     clock: &SharedClock,
@@ -121,6 +122,7 @@ pub fn sinks(
             check_runs: config.github.check_runs_on(),
             deployments: config.github.deployments,
             public_url: config.public_url.clone(),
+            policy: policy.clone(),
         },
     ))]
 }

@@ -168,6 +168,7 @@ pub struct SinkParts {
     pub check_runs: bool,
     pub deployments: bool,
     pub public_url: Option<String>,
+    pub policy: crate::policy::Policy,
 }
 
 impl GithubSink {
@@ -183,6 +184,7 @@ impl GithubSink {
             store: parts.store.clone(),
             clock: parts.clock.clone(),
             public_url: parts.public_url.clone(),
+            policy: parts.policy.clone(),
         });
         Self {
             check_runs,
