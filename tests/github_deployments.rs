@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use gatebot_testkit::fake_github::{FakeDeployment, FakeGithub};
+use gatebot_testkit::fake_github::{Failure, FakeDeployment, FakeGithub};
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
-use gatebot_testkit::harness::{Backend, TestDb, TestServer, ADMIN_TOKEN};
+use gatebot_testkit::harness::{eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
 
 const HEAD: &str = "85d557f0c9a4e1d2b3c4d5e6f708192a3b4c5d6e";
@@ -123,6 +123,7 @@ gatebot_testkit::on_both_stores!(
     statuses_follow_a_canary_to_its_promotion,
     statuses_follow_a_canary_to_its_rollback,
     with_the_setting_off_no_deployment_is_made,
+    a_rate_limited_creation_is_counted_and_one_deployment_each_is_made,
 );
 
 async fn statuses_follow_a_canary_to_its_promotion(backend: Backend) {
@@ -181,4 +182,28 @@ async fn with_the_setting_off_no_deployment_is_made(backend: Backend) {
     assert!(sim.run_until(|s| s.promotions() == 1, 10).await);
     server.drained().await;
     assert!(github.deployments().is_empty());
+}
+
+async fn a_rate_limited_creation_is_counted_and_one_deployment_each_is_made(backend: Backend) {
+    let env = setup(backend, true).await;
+    let (server, github) = (&env.server, &env.github);
+    github.fail_deployments([Failure::retry_after(1)]);
+    let _sim = waiting_at_promote(server).await;
+    eventually(
+        "the deployments made after Retry-After",
+        Duration::from_secs(15),
+        || async {
+            github
+                .deployments()
+                .last()
+                .is_some_and(|d| d.payload["checksum"] == "rev-b")
+        },
+    )
+    .await;
+    server.drained().await;
+    let all = github.deployments();
+    let revisions: Vec<&Value> = all.iter().map(|d| &d.payload["checksum"]).collect();
+    assert_eq!(revisions, [&json!("rev-a"), &json!("rev-b")], "one each");
+    let limited = r#"gatebot_outbound_requests_total{service="github",endpoint="create_deployment",result="rate_limited"}"#;
+    assert_eq!(server.metric(limited).await, 1.0);
 }

@@ -194,6 +194,8 @@ pub struct Inner {
     check_run_failures: Mutex<VecDeque<Failure>>,
     /// Deployments by id.
     deployments: Mutex<BTreeMap<u64, FakeDeployment>>,
+    /// Answers to give the next deployment creations instead of the real ones.
+    deployment_failures: Mutex<VecDeque<Failure>>,
     /// PR number → its head commit; absent: a SHA made of the number.
     heads: Mutex<HashMap<u64, String>>,
 }
@@ -304,6 +306,15 @@ impl FakeGithub {
             .lock()
             .unwrap()
             .insert(sha.to_string(), numbers.to_vec());
+    }
+
+    /// The next deployment creations answer these, in order.
+    pub fn fail_deployments(&self, failures: impl IntoIterator<Item = Failure>) {
+        self.inner
+            .deployment_failures
+            .lock()
+            .unwrap()
+            .extend(failures);
     }
 
     /// Every deployment, oldest first.
@@ -721,6 +732,9 @@ async fn create_deployment(
     Path((owner, repo)): Path<(String, String)>,
     Json(v): Json<Value>,
 ) -> Response {
+    if let Some(f) = inner.deployment_failures.lock().unwrap().pop_front() {
+        return failed(&f);
+    }
     let Some(sha) = v["ref"].as_str() else {
         return unprocessable("ref is required");
     };
