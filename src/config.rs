@@ -767,6 +767,14 @@ pub struct GithubConfig {
         default_value_t = false
     )]
     pub check_runs: bool,
+
+    /// A GitHub Deployment per canary revision of a PR, its statuses following Flagger's phases.
+    #[arg(
+        long = "github-deployments",
+        env = "GATEBOT_GITHUB_DEPLOYMENTS",
+        default_value_t = false
+    )]
+    pub deployments: bool,
 }
 
 impl GithubConfig {

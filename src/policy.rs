@@ -7,6 +7,8 @@
 //! min_permission = "write"          # every command, unless a command says otherwise
 //! forbid_self_approval = true        # the PR's author may not /promote (four eyes)
 //!
+//! approving_review = "promote"       # an approving review counts as /promote (default "off")
+//!
 //! [github.commands.promote]
 //! min_permission = "maintain"
 //! teams = ["acme/release-managers"]  # org/team; membership in any one suffices
@@ -340,6 +342,59 @@ struct GithubSection {
     forbid_self_approval: Option<bool>,
     #[serde(default)]
     commands: HashMap<Rule, GithubCommand>,
+    /// What an approving pull-request review counts as.
+    #[serde(default)]
+    approving_review: ApprovingReview,
+    /// `[[github.environments]]`: the GitHub environment of a canary's deployments.
+    #[serde(default)]
+    environments: Vec<EnvironmentEntry>,
+}
+
+/// One `[[github.environments]]` table: the canaries of a namespace, or one
+/// canary (`namespace/name`), deploy to `environment`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnvironmentEntry {
+    namespace: Option<String>,
+    canary: Option<String>,
+    environment: String,
+}
+
+/// GitHub's longest environment name.
+const MAX_ENVIRONMENT: usize = 255;
+
+/// Checks each `[[github.environments]]` table names one namespace or one canary, and an environment.
+fn check_environments(file: &File) -> anyhow::Result<()> {
+    for (n, e) in file.github.environments.iter().enumerate() {
+        let at = format!("github.environments[{n}]");
+        match (&e.namespace, &e.canary) {
+            (Some(_), None) => {}
+            (None, Some(c)) => {
+                c.parse::<CanaryRef>()
+                    .map_err(|why| anyhow::anyhow!("{at}: canary `{c}`: {why}"))?;
+            }
+            _ => anyhow::bail!("{at}: write either namespace or canary (namespace/name)"),
+        }
+        let env = e.environment.trim();
+        if env.is_empty() || env.len() > MAX_ENVIRONMENT || env.chars().any(char::is_control) {
+            anyhow::bail!(
+                "{at}: environment `{}`: one line of 1 to {MAX_ENVIRONMENT} characters",
+                e.environment.escape_debug()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// What an approving pull-request review counts as (`[github] approving_review`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovingReview {
+    /// Nothing: reviews are acknowledged and ignored.
+    #[default]
+    Off,
+    /// A `/promote` by the reviewer, pinned to the commit reviewed.
+    Promote,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -442,6 +497,12 @@ impl Policy {
                 source.as_deref().unwrap_or("the policy file")
             )
         })?;
+        check_environments(&file).with_context(|| {
+            format!(
+                "GATEBOT_POLICY: {}",
+                source.as_deref().unwrap_or("the policy file")
+            )
+        })?;
         let policy = Self {
             calendar,
             quorum,
@@ -462,6 +523,7 @@ impl Policy {
         default_approvers: &[String],
     ) -> anyhow::Result<Self> {
         let file = File::parse(text).context("the policy file does not parse")?;
+        check_environments(&file)?;
         Ok(Self {
             deadlines: deadline_rules(&file)?,
             reminders: file.reminders.read(&file)?,
@@ -472,6 +534,32 @@ impl Policy {
             default_approvers: clean(default_approvers),
             source: Some("policy".into()),
         })
+    }
+
+    /// The GitHub environment of `canary`'s deployments: its own table's,
+    /// else its namespace's, else the namespace's name.
+    pub fn environment_of(&self, canary: &CanaryRef) -> String {
+        let tables = &self.file.github.environments;
+        let own = canary.to_string();
+        tables
+            .iter()
+            .find(|e| e.canary.as_deref().is_some_and(|c| c.trim() == own))
+            .or_else(|| {
+                tables.iter().find(|e| {
+                    e.namespace
+                        .as_deref()
+                        .is_some_and(|n| n.trim() == canary.namespace)
+                })
+            })
+            .map_or_else(
+                || canary.namespace.clone(),
+                |e| e.environment.trim().to_string(),
+            )
+    }
+
+    /// What an approving pull-request review counts as.
+    pub fn approving_review(&self) -> ApprovingReview {
+        self.file.github.approving_review
     }
 
     pub fn github(&self, command: Verb) -> GithubRule {
@@ -881,6 +969,43 @@ alice = "U1"
         assert_eq!(p.slack_user_of("Alice"), Some("U1"));
         assert_eq!(p.github_login_of("U1"), Some("alice"));
         assert_eq!(p.github_login_of("U2"), None);
+    }
+
+    #[test]
+    fn an_approving_review_counts_only_when_the_policy_says_so() {
+        let off = Policy::parse("", Permission::Write, &[]).unwrap();
+        assert_eq!(off.approving_review(), ApprovingReview::Off);
+        let on = "[github]\napproving_review = \"promote\"\n";
+        let on = Policy::parse(on, Permission::Write, &[]).unwrap();
+        assert_eq!(on.approving_review(), ApprovingReview::Promote);
+        let wrong = "[github]\napproving_review = \"start\"\n";
+        let e = Policy::parse(wrong, Permission::Write, &[]).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("`off`, `promote`") || e.contains("off") && e.contains("promote"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_canarys_environment_is_its_own_then_its_namespaces_then_the_namespace() {
+        let text = "[[github.environments]]\nnamespace = \"prod\"\nenvironment = \"production\"\n\n[[github.environments]]\ncanary = \"prod/billing\"\nenvironment = \"billing-production\"\n";
+        let p = Policy::parse(text, Permission::Write, &[]).unwrap();
+        let of = |c: &str| p.environment_of(&c.parse().unwrap());
+        assert_eq!(of("prod/podinfo"), "production");
+        assert_eq!(of("prod/billing"), "billing-production");
+        assert_eq!(of("test/podinfo"), "test");
+        for wrong in [
+            "[[github.environments]]\nenvironment = \"x\"\n",
+            "[[github.environments]]\nnamespace = \"a\"\ncanary = \"a/b\"\nenvironment = \"x\"\n",
+            "[[github.environments]]\nnamespace = \"a\"\nenvironment = \" \"\n",
+            "[[github.environments]]\ncanary = \"nope\"\nenvironment = \"x\"\n",
+        ] {
+            assert!(
+                Policy::parse(wrong, Permission::Write, &[]).is_err(),
+                "{wrong}"
+            );
+        }
     }
 
     #[test]

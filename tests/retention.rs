@@ -152,6 +152,15 @@ impl Env {
             .await
             .unwrap();
         }
+        // A revision's GitHub deployment, last sent to now.
+        sqlx::query(
+            "INSERT INTO github_deployments (repo, number, canary, checksum, deployment_id, state, updated_at) \
+             VALUES ('acme/shop', 1, 'test/podinfo', 'rev1', 7, 'success', $1)",
+        )
+        .bind(now)
+        .execute(&mut self.conn)
+        .await
+        .unwrap();
         // A Teams card of a wait that is over (gone).
         sqlx::query(
             "INSERT INTO teams_cards (wait_id, gate, canary, conversation_id, service_url, activity_id, posted_at) \
@@ -281,6 +290,11 @@ async fn what_outlives_its_retention_is_pruned_and_nothing_else(backend: Backend
         2,
         "a PR head and a check run touched within the history are kept"
     );
+        "deployments not sent to within the history",
+        "SELECT COUNT(*) FROM github_deployments",
+        0,
+    )
+    .await;
     env.until(
         "the Teams card of a wait that is over",
         "SELECT COUNT(*) FROM teams_cards",

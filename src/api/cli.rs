@@ -479,6 +479,11 @@ fn check_parts(report: &mut ConfigReport, config: &crate::Config) {
                     policy.deadlines().len()
                 ));
             }
+            if policy.approving_review() == crate::policy::ApprovingReview::Promote {
+                report.line(
+                    "reviews:         an approving review counts as /promote ([github] approving_review)",
+                );
+            }
             for warning in policy.door_warnings(config.flagger_tokens()) {
                 report.warning(warning);
             }

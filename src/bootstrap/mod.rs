@@ -77,7 +77,7 @@ impl Gatebot {
         let wakes = Wakes::default();
         let github = github::client(&config, &base.metrics)?;
         let mut sinks = options.sinks;
-        sinks.extend(base.sinks(&config, github.as_ref(), &templates)?);
+        sinks.extend(base.sinks(&config, &policy, github.as_ref(), &templates)?);
         let notifier = Notifier::new(sinks);
         let engine = base.engine(&config, &policy, &notifier, &wakes).await?;
         base.cluster(&config, github.clone(), &engine).await?;
@@ -287,11 +287,12 @@ impl Base {
     fn sinks(
         &self,
         config: &Config,
+        policy: &policy::Policy,
         github: Option<&Arc<github::client::GithubClient>>,
         templates: &templates::Templates,
     ) -> anyhow::Result<Vec<Arc<dyn Sink>>> {
         let (store, clock, metrics) = (&self.store, &self.clock, &self.metrics);
-        let mut sinks = github::sinks(github, config, store, templates, clock, metrics);
+        let mut sinks = github::sinks(github, config, policy, store, templates, clock, metrics);
         sinks.extend(slack::sinks(config, store, templates, clock, metrics)?);
         sinks.extend(crate::teams::sinks(config, store, clock, metrics));
         Ok(sinks)

@@ -65,6 +65,15 @@ impl Engine {
         self.store.pr_author(repo, number).await
     }
 
+    /// The PR's head commit as the last push GitHub told of set it (None if never told).
+    pub async fn pr_head(
+        &self,
+        repo: &RepoName,
+        number: crate::gate::PrNumber,
+    ) -> Result<Option<String>, StoreError> {
+        self.store.pr_head(repo, number).await
+    }
+
     /// The latest `limit` Flagger events, of one canary (`namespace/name`) or all.
     pub async fn events(
         &self,

@@ -29,6 +29,7 @@ mod read;
 pub mod reminders;
 pub mod unit;
 pub mod watch;
+pub mod withdraw;
 
 /// Stored rows the channels show as they are, read through the core.
 pub use crate::store::{

@@ -31,10 +31,12 @@ pub enum AuditAction {
     Approve,
     /// Break glass: opened past freezes, windows and missing approvals.
     Force,
+    /// One approval taken back before it was used (a dismissed review).
+    Withdraw,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 12] = [
+    pub const ALL: [AuditAction; 13] = [
         Self::Open,
         Self::Close,
         Self::Hold,
@@ -47,6 +49,7 @@ impl AuditAction {
         Self::Deadline,
         Self::Approve,
         Self::Force,
+        Self::Withdraw,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -63,6 +66,7 @@ impl AuditAction {
             Self::Deadline => "deadline",
             Self::Approve => "approve",
             Self::Force => "force",
+            Self::Withdraw => "withdraw",
         }
     }
 }

@@ -144,6 +144,14 @@ impl Tally {
         self
     }
 
+    /// Takes back `person`'s vote (a dismissed review): the others stand.
+    /// None when they had not voted.
+    pub fn without(mut self, person: &str) -> Option<Self> {
+        let before = self.votes.len();
+        self.votes.retain(|v| v.person != person);
+        (self.votes.len() < before).then_some(self)
+    }
+
     /// Enough distinct people approved.
     pub fn complete(&self) -> bool {
         self.votes.len() >= self.required as usize
@@ -238,6 +246,18 @@ mod tests {
                 number: PrNumber(42),
             },
         )
+    }
+
+    #[test]
+    fn a_withdrawn_vote_no_longer_counts() {
+        let tally = Tally::new("t", 2)
+            .with(vote("alice", &[]))
+            .with(vote("bob", &[]));
+        let left = tally.clone().without("alice").unwrap();
+        assert_eq!(left.votes.len(), 1);
+        assert_eq!(left.votes[0].person, "bob");
+        assert!(!left.complete());
+        assert_eq!(tally.without("carol"), None, "carol had not voted");
     }
 
     fn rule(kind: GateKind, repo: Option<&str>, ns: Option<&str>, required: u32) -> QuorumRule {

@@ -458,6 +458,31 @@ impl GithubClient {
         decode::<IdAnswer>(&text).map(|a| a.id)
     }
 
+    pub async fn create_deployment(&self, repo: &RepoName, body: Value) -> Result<u64, ApiError> {
+        let text = self
+            .write(
+                "create_deployment",
+                repo,
+                Method::POST,
+                "/deployments",
+                body,
+            )
+            .await?;
+        decode::<IdAnswer>(&text).map(|a| a.id)
+    }
+
+    pub async fn create_deployment_status(
+        &self,
+        repo: &RepoName,
+        id: u64,
+        body: Value,
+    ) -> Result<(), ApiError> {
+        let rest = format!("/deployments/{id}/statuses");
+        self.write("create_deployment_status", repo, Method::POST, &rest, body)
+            .await
+            .map(|_| ())
+    }
+
     pub async fn update_check_run(
         &self,
         repo: &RepoName,

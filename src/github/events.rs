@@ -265,6 +265,75 @@ impl CheckRunEvent {
     }
 }
 
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Review {
+    pub id: u64,
+    pub user: User,
+    /// `approved`, `changes_requested`, `commented`, `dismissed`.
+    pub state: String,
+    /// The commit the reviewer looked at.
+    pub commit_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub submitted_at: Option<String>,
+}
+
+/// `pull_request_review.pull_request`: only its number matters.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct ReviewedPull {
+    pub number: u64,
+}
+
+/// `pull_request_review`: submitted (an approval may count as `/promote`)
+/// and dismissed (which takes that vote back).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct PullRequestReviewEvent {
+    pub action: String,
+    pub review: Review,
+    pub pull_request: ReviewedPull,
+    pub repository: Repository,
+    pub installation: Option<Installation>,
+    /// Who submitted or dismissed the review.
+    pub sender: User,
+}
+
+impl PullRequestReviewEvent {
+    pub fn pr(&self) -> Option<(RepoName, PrNumber)> {
+        Some((self.repository.name()?, PrNumber(self.pull_request.number)))
+    }
+
+    pub fn approved(&self) -> bool {
+        self.action == "submitted" && self.review.state.eq_ignore_ascii_case("approved")
+    }
+
+    pub fn dismissed(&self) -> bool {
+        self.action == "dismissed"
+    }
+
+    /// When the review was submitted, by GitHub's clock.
+    pub fn submitted_at(&self) -> Option<Millis> {
+        github_time(self.review.submitted_at.as_deref()?)
+    }
+
+    /// This review's submission or dismissal, from fields GitHub signs: the
+    /// review, the action, its state and when it was submitted. Equal for a
+    /// redelivery or a replay. None when the payload lacks them.
+    pub fn signed_id(&self) -> Option<String> {
+        let at = self.review.submitted_at.as_deref()?.trim();
+        if self.review.id == 0 || self.submitted_at().is_none() || self.pull_request.number == 0 {
+            return None;
+        }
+        Some(format!(
+            "review:{}:{}:{}:{at}",
+            self.review.id,
+            self.action,
+            self.review.state.to_ascii_lowercase()
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,6 +434,35 @@ mod tests {
         assert!(ours.gate().is_some_and(|k| k.pr().is_some()));
         ours.requested_action = None;
         assert_eq!(ours.signed_id(), None);
+    }
+
+    #[test]
+    fn reviews_parse_and_are_told_apart_by_signed_fields() {
+        let e: PullRequestReviewEvent =
+            serde_json::from_str(&fixture("pull_request_review.dismissed.json")).unwrap();
+        assert!(e.dismissed() && !e.approved());
+        assert_eq!(e.review.user.login, "Codertocat");
+        assert_eq!(e.pr().unwrap().1, PrNumber(2));
+        let dismissed = e.signed_id().unwrap();
+        assert_eq!(
+            dismissed,
+            "review:237895671:dismissed:dismissed:2019-05-15T15:20:38Z"
+        );
+        let mut e: PullRequestReviewEvent =
+            serde_json::from_str(&fixture("pull_request_review.submitted.json")).unwrap();
+        assert_eq!(
+            e.review.commit_id,
+            "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
+        );
+        assert!(!e.approved(), "a comment, not an approval");
+        e.review.state = "approved".into();
+        assert!(e.approved());
+        let stored: PullRequestReviewEvent =
+            serde_json::from_str(&serde_json::to_string(&e).unwrap()).unwrap();
+        assert_eq!(stored.signed_id(), e.signed_id(), "the inbox's copy");
+        assert_ne!(e.signed_id().as_ref(), Some(&dismissed));
+        e.review.submitted_at = None;
+        assert_eq!(e.signed_id(), None);
     }
 
     #[test]

@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use super::access::{Access, Stale};
 use super::client::GithubClient;
-use super::events::{CheckRunEvent, IssueCommentEvent, PullRequestEvent, User};
+use super::events::{
+    CheckRunEvent, IssueCommentEvent, PullRequestEvent, PullRequestReviewEvent, User,
+};
 use super::reply::{Line, Reply, Step};
 use super::sink::GithubJob;
 use super::{is_own_comment, pushes, quoted_command, SOURCE};
@@ -432,6 +434,9 @@ impl Handler for GithubInbox {
             "pull_request" => serde_json::from_str::<PullRequestEvent>(&item.payload)
                 .ok()?
                 .pr()?,
+            "pull_request_review" => serde_json::from_str::<PullRequestReviewEvent>(&item.payload)
+                .ok()?
+                .pr()?,
             "check_run" => {
                 let e = serde_json::from_str::<CheckRunEvent>(&item.payload).ok()?;
                 let key = e.gate()?;
@@ -463,6 +468,7 @@ impl Handler for GithubInbox {
             match item.topic.as_str() {
                 "issue_comment" => self.issue_comment(item, &delivery, lease).await,
                 "check_run" => self.check_run_click(item, &delivery, lease).await,
+                "pull_request_review" => self.review(item, &delivery, lease).await,
                 _ => self.handle(item).await.map(|()| Settled::NotYet),
             }
         })

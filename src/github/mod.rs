@@ -5,6 +5,7 @@
 //! - [`inbox`]: works stored deliveries: authorizes and applies commands.
 //! - [`sink`]: the `github` outbox sink: reactions, replies, the status comment.
 //! - [`checks`]: check runs with buttons; `clicks`: clicks on them.
+//! - `reviews`: an approving review as `/promote`, when the policy says so.
 //! - [`client`]: the REST calls (reqwest), with rate-limit aware errors.
 //! - [`app`]: GitHub App authentication (JWT, installation tokens).
 //! - [`redeliver`]: asks GitHub to deliver again what gatebot had to refuse.
@@ -15,12 +16,14 @@ pub mod checks;
 mod clicks;
 pub mod client;
 mod comment;
+pub mod deployments;
 pub mod events;
 pub mod inbox;
 pub mod pulls;
 pub mod pushes;
 pub mod redeliver;
 mod reply;
+mod reviews;
 pub mod routes;
 pub mod sink;
 pub mod status;
@@ -98,6 +101,7 @@ pub(crate) fn send_error(e: CommandError) -> SendError {
 pub fn sinks(
     client: Option<&Arc<GithubClient>>,
     config: &Config,
+    policy: &crate::policy::Policy,
     store: &Store,
     templates: &Templates,
     clock: &SharedClock,
@@ -116,6 +120,9 @@ pub fn sinks(
             burst: config.notify_burst,
             metrics: metrics.clone(),
             check_runs: config.github.check_runs_on(),
+            deployments: config.github.deployments,
+            public_url: config.public_url.clone(),
+            policy: policy.clone(),
         },
     ))]
 }

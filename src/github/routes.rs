@@ -11,14 +11,17 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use secrecy::ExposeSecret;
 
-use super::events::{CheckRunEvent, IssueCommentEvent, PullRequestEvent, Repository};
+use super::events::{
+    CheckRunEvent, IssueCommentEvent, PullRequestEvent, PullRequestReviewEvent, Repository,
+};
 use super::verify::verify;
 use super::{is_own_comment, SOURCE};
 use crate::config::GithubConfig;
-use crate::core::AppState;
+use crate::core::{dispatch, AppState};
 use crate::gate::Millis;
 use crate::http::error::Reject;
 use crate::http::receipts::Receipts;
+use crate::policy::ApprovingReview;
 use crate::store::Delivery;
 
 pub async fn webhook(
@@ -60,6 +63,7 @@ async fn receive(
         "issue_comment" => issue_comment(state, body)?,
         "pull_request" => pull_request(state, body)?,
         "check_run" => check_run(state, body)?,
+        "pull_request_review" => review(state, body)?,
         other => return Ok(ignored(format_args!("gatebot does not use {other} events"))),
     };
     let (signed_id, payload) = match received {
@@ -226,6 +230,39 @@ fn check_run(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
             "check_run.id, requested_action.identifier or sender.login is missing",
         ));
     };
+    let payload = serde_json::to_string(&e).map_err(malformed)?;
+    Ok(Received::Store { id, payload })
+}
+
+/// An approving review, or the dismissal of one, when the policy counts
+/// approving reviews as `/promote`; acknowledged and counted otherwise.
+fn review(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
+    let e: PullRequestReviewEvent = serde_json::from_slice(body).map_err(malformed)?;
+    if !e.approved() && !e.dismissed() {
+        return Ok(Received::Answer(ignored(format_args!(
+            "pull_request_review {} ({})",
+            e.action, e.review.state
+        ))));
+    }
+    if state.policy.approving_review() != ApprovingReview::Promote {
+        dispatch::count(&state.engine, SOURCE, "review", "ignored");
+        return Ok(Received::Answer(ignored(
+            "approving reviews count for nothing: the policy's [github] approving_review is off",
+        )));
+    }
+    if let Some(answer) = not_allowed(&state.config.github, &e.repository) {
+        return Ok(Received::Answer(answer));
+    }
+    let Some(id) = e.signed_id() else {
+        return Err(Reject::bad_request(
+            "malformed_review",
+            "review.id, review.submitted_at (an RFC 3339 UTC time) or pull_request.number is missing",
+        ));
+    };
+    // A dismissal signs no time of its own: only an approval can be too old.
+    if e.approved() {
+        too_old(state, e.submitted_at())?;
+    }
     let payload = serde_json::to_string(&e).map_err(malformed)?;
     Ok(Received::Store { id, payload })
 }

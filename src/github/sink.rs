@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::checks::{CheckRuns, KINDS};
 use super::client::{ApiError, GithubClient};
+use super::deployments::Deployments;
 use super::status::{status_marker, view};
 use crate::clock::SharedClock;
 use crate::gate::{GateKey, GateKind, Millis, PrNumber, RepoName};
@@ -63,6 +64,11 @@ pub enum GithubJob {
         number: PrNumber,
         kind: GateKind,
     },
+    /// The deployments of the PR's canary revisions, read when sent.
+    Deployment {
+        repo: RepoName,
+        number: PrNumber,
+    },
 }
 
 impl GithubJob {
@@ -72,6 +78,7 @@ impl GithubJob {
             Self::Comment { .. } => "comment",
             Self::Status { .. } => "status",
             Self::CheckRun { .. } => "check_run",
+            Self::Deployment { .. } => "deployment",
         }
     }
 
@@ -112,13 +119,25 @@ impl GithubJob {
         })
     }
 
+    /// The deployments of a PR's canary revisions; one pending job per PR.
+    pub fn deployment(repo: &RepoName, number: PrNumber) -> Result<NewJob, PayloadError> {
+        let job = Self::Deployment {
+            repo: repo.clone(),
+            number,
+        };
+        Ok(NewJob {
+            dedupe_key: Some(format!("github-deploy:{repo}#{number}")),
+            ..encode_job(SINK, job.topic(), &job)?
+        })
+    }
+
     /// The PR a job writes to, when it writes to one.
     fn pr(&self) -> Option<(&RepoName, PrNumber)> {
         match self {
             Self::Comment { repo, number, .. } | Self::Status { repo, number } => {
                 Some((repo, *number))
             }
-            Self::Reaction { .. } | Self::CheckRun { .. } => None,
+            Self::Reaction { .. } | Self::CheckRun { .. } | Self::Deployment { .. } => None,
         }
     }
 }
@@ -134,6 +153,8 @@ pub struct GithubSink {
     metrics: Arc<Metrics>,
     /// Some when check runs are on (GATEBOT_GITHUB_CHECK_RUNS, with an App).
     check_runs: Option<CheckRuns>,
+    /// Some when deployments are on (GATEBOT_GITHUB_DEPLOYMENTS).
+    deployments: Option<Deployments>,
 }
 
 /// What the sink needs besides the GitHub client.
@@ -145,6 +166,9 @@ pub struct SinkParts {
     pub burst: u32,
     pub metrics: Arc<Metrics>,
     pub check_runs: bool,
+    pub deployments: bool,
+    pub public_url: Option<String>,
+    pub policy: crate::policy::Policy,
 }
 
 impl GithubSink {
@@ -155,8 +179,16 @@ impl GithubSink {
             templates: parts.templates.clone(),
             clock: parts.clock.clone(),
         });
+        let deployments = parts.deployments.then(|| Deployments {
+            client: client.clone(),
+            store: parts.store.clone(),
+            clock: parts.clock.clone(),
+            public_url: parts.public_url.clone(),
+            policy: parts.policy.clone(),
+        });
         Self {
             check_runs,
+            deployments,
             client,
             store: parts.store,
             templates: parts.templates,
@@ -262,6 +294,10 @@ impl GithubSink {
             GithubJob::CheckRun { repo, number, kind } => match &self.check_runs {
                 Some(runs) => Ok(runs.send(&repo, number, kind, &item.id).await?),
                 // Turned off since it was queued.
+                None => Ok(()),
+            },
+            GithubJob::Deployment { repo, number } => match &self.deployments {
+                Some(d) => Ok(d.send(&repo, number).await?),
                 None => Ok(()),
             },
         }
@@ -474,7 +510,8 @@ impl Handler for GithubSink {
         match serde_json::from_str::<GithubJob>(&item.payload).ok()? {
             GithubJob::Comment { repo, number, .. }
             | GithubJob::Status { repo, number }
-            | GithubJob::CheckRun { repo, number, .. } => Some(format!("{repo}#{number}")),
+            | GithubJob::CheckRun { repo, number, .. }
+            | GithubJob::Deployment { repo, number } => Some(format!("{repo}#{number}")),
             // 👀 before 🚀 or 😕: one comment's reactions in the order queued.
             GithubJob::Reaction {
                 repo, comment_id, ..
@@ -546,8 +583,21 @@ impl Sink for GithubSink {
             }
         }
         jobs.extend(self.check_run_jobs(notice)?);
+        if self.deployments.is_some() && is_canary_news(notice) {
+            for (repo, number) in &prs {
+                jobs.push(GithubJob::deployment(repo, *number)?);
+            }
+        }
         Ok(jobs)
     }
+}
+
+/// Whether a notice may change a canary revision's deployment status.
+fn is_canary_news(notice: &Notice) -> bool {
+    matches!(
+        notice,
+        Notice::WaitStarted { .. } | Notice::WaitEnded { .. } | Notice::CanaryEvent { .. }
+    )
 }
 
 impl GithubSink {

@@ -297,7 +297,7 @@ impl SlackSink {
                 at: *at,
             }
             .job(None)?]),
-            AuditAction::Approve => Ok(vec![SlackJob::RefreshGate {
+            AuditAction::Approve | AuditAction::Withdraw => Ok(vec![SlackJob::RefreshGate {
                 gate: gate.to_string(),
             }
             .job(None)?]),

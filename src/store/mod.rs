@@ -5,6 +5,7 @@
 //! there is one code path to test. Only migrations, BEGIN and job claiming differ.
 
 mod checks;
+mod deployments;
 mod freezes;
 mod gate_events;
 mod loading;
@@ -41,6 +42,7 @@ use crate::gate::{
 };
 
 pub use checks::CheckRunRow;
+pub use deployments::DeploymentRow;
 pub use gate_events::{GateEvent, GateEvents, LISTENER_APPLICATION_NAME};
 pub use named::{Link, NamedGate, NamedSpec};
 pub use origins::CanaryTie;

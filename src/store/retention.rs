@@ -135,6 +135,8 @@ static RULES: &[Rule] = &[
     // A pin of an approval no longer in force answers nothing any more.
     rule("pins", "approval_id, canary", "pinned_at < $1 AND approval_id NOT IN (SELECT approval_id FROM gates WHERE approval_id IS NOT NULL)", Action::Delete, history),
     rule("missing_prs", "repo, number", "marked_at < $1", Action::Delete, history),
+    // A revision's deployment, not sent to for the history's length.
+    rule("github_deployments", "repo, number, canary, checksum", "updated_at < $1", Action::Delete, history),
     rule("audit", "id", "at < $1", Action::Delete, audit),
     // Freezes and retired named gates are part of the audit trail: kept as long.
     rule(

@@ -336,7 +336,12 @@ mod tests {
         assert_eq!(m["name"], "gatebot-acme");
         assert_eq!(
             m["default_events"],
-            serde_json::json!(["issue_comment", "pull_request", "check_run"])
+            serde_json::json!([
+                "issue_comment",
+                "pull_request",
+                "check_run",
+                "pull_request_review"
+            ])
         );
     }
 }

@@ -59,6 +59,19 @@ pub struct FakeCheckRun {
     pub edits: u32,
 }
 
+/// A deployment as the fake keeps it, with every status posted on it.
+#[derive(Debug, Clone)]
+pub struct FakeDeployment {
+    pub id: u64,
+    pub repo: String,
+    /// The commit (`ref`) deployed.
+    pub sha: String,
+    pub environment: String,
+    pub payload: Value,
+    /// Each status's body, in order.
+    pub statuses: Vec<Value>,
+}
+
 impl FakeCheckRun {
     /// The run as GitHub answers it, and as a `check_run` event carries it.
     pub fn to_json(&self) -> Value {
@@ -179,6 +192,10 @@ pub struct Inner {
     check_runs: Mutex<BTreeMap<u64, FakeCheckRun>>,
     /// Answers to give the next check-run writes instead of the real ones.
     check_run_failures: Mutex<VecDeque<Failure>>,
+    /// Deployments by id.
+    deployments: Mutex<BTreeMap<u64, FakeDeployment>>,
+    /// Answers to give the next deployment creations instead of the real ones.
+    deployment_failures: Mutex<VecDeque<Failure>>,
     /// PR number → its head commit; absent: a SHA made of the number.
     heads: Mutex<HashMap<u64, String>>,
 }
@@ -245,6 +262,11 @@ impl FakeGithub {
                 post(react),
             )
             .route("/repos/{owner}/{repo}/check-runs", post(create_check_run))
+            .route("/repos/{owner}/{repo}/deployments", post(create_deployment))
+            .route(
+                "/repos/{owner}/{repo}/deployments/{id}/statuses",
+                post(create_deployment_status),
+            )
             .route(
                 "/repos/{owner}/{repo}/check-runs/{id}",
                 patch(edit_check_run).get(get_check_run),
@@ -284,6 +306,26 @@ impl FakeGithub {
             .lock()
             .unwrap()
             .insert(sha.to_string(), numbers.to_vec());
+    }
+
+    /// The next deployment creations answer these, in order.
+    pub fn fail_deployments(&self, failures: impl IntoIterator<Item = Failure>) {
+        self.inner
+            .deployment_failures
+            .lock()
+            .unwrap()
+            .extend(failures);
+    }
+
+    /// Every deployment, oldest first.
+    pub fn deployments(&self) -> Vec<FakeDeployment> {
+        self.inner
+            .deployments
+            .lock()
+            .unwrap()
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// Every check run, oldest first.
@@ -683,6 +725,64 @@ fn check_body(v: &Value, creating: bool) -> Result<(), &'static str> {
         return Err("actions: at most 3, label ≤ 20, description ≤ 40, identifier ≤ 20");
     }
     Ok(())
+}
+
+async fn create_deployment(
+    State(inner): State<Arc<Inner>>,
+    Path((owner, repo)): Path<(String, String)>,
+    Json(v): Json<Value>,
+) -> Response {
+    if let Some(f) = inner.deployment_failures.lock().unwrap().pop_front() {
+        return failed(&f);
+    }
+    let Some(sha) = v["ref"].as_str() else {
+        return unprocessable("ref is required");
+    };
+    let id = inner.next_id.fetch_add(1, Ordering::SeqCst);
+    let d = FakeDeployment {
+        id,
+        repo: format!("{owner}/{repo}"),
+        sha: sha.to_string(),
+        environment: v["environment"].as_str().unwrap_or("production").into(),
+        payload: v["payload"].clone(),
+        statuses: Vec::new(),
+    };
+    inner.deployments.lock().unwrap().insert(id, d);
+    (StatusCode::CREATED, Json(json!({"id": id, "sha": sha}))).into_response()
+}
+
+/// The states GitHub accepts for a deployment status.
+const DEPLOYMENT_STATES: [&str; 7] = [
+    "error",
+    "failure",
+    "inactive",
+    "in_progress",
+    "queued",
+    "pending",
+    "success",
+];
+
+async fn create_deployment_status(
+    State(inner): State<Arc<Inner>>,
+    Path((_owner, _repo, id)): Path<(String, String, u64)>,
+    Json(v): Json<Value>,
+) -> Response {
+    if !v["state"]
+        .as_str()
+        .is_some_and(|s| DEPLOYMENT_STATES.contains(&s))
+    {
+        return unprocessable("state is not a deployment state");
+    }
+    let mut deployments = inner.deployments.lock().unwrap();
+    let Some(d) = deployments.get_mut(&id) else {
+        return (StatusCode::NOT_FOUND, Json(json!({"message": "Not Found"}))).into_response();
+    };
+    d.statuses.push(v.clone());
+    (
+        StatusCode::CREATED,
+        Json(json!({"id": id, "state": v["state"]})),
+    )
+        .into_response()
 }
 
 async fn create_check_run(

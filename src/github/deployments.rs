@@ -1,0 +1,274 @@
+//! GitHub Deployments (GATEBOT_GITHUB_DEPLOYMENTS): one per canary revision
+//! tied to a pull request, on the PR's head commit, for the environment the
+//! policy names (`[[github.environments]]`; default the canary's namespace),
+//! with statuses that follow Flagger's phases:
+//! `queued` while waiting to start, `in_progress` while progressing or
+//! waiting for promotion, `success` when promoted, `failure` when rolled
+//! back, `inactive` for a revision a newer one superseded.
+//!
+//! Sending: one outbox job per PR, deduplicated and in the PR's lane, that
+//! reads the revisions at send time and posts only what changed, so a status
+//! never overtakes the deployment it is about.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::client::GithubClient;
+use crate::clock::SharedClock;
+use crate::gate::{GateKey, GateKind, Phase, PrNumber, RepoName, Scope};
+use crate::notify::SendError;
+use crate::policy::Policy;
+use crate::store::{DeploymentRow, Store, StoreError};
+
+fn retry(e: impl std::fmt::Display) -> SendError {
+    SendError::retry(e.to_string())
+}
+
+/// The gates whose waits tie a canary's revisions to a pull request.
+const KINDS: [GateKind; 4] = [
+    GateKind::Start,
+    GateKind::Promote,
+    GateKind::Traffic,
+    GateKind::Rollback,
+];
+
+/// One canary revision as its deployment should show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Revision {
+    canary: String,
+    environment: String,
+    checksum: String,
+    state: &'static str,
+}
+
+/// States after which a deployment's status no longer changes.
+fn ended(state: &str) -> bool {
+    matches!(state, "success" | "failure" | "inactive")
+}
+
+/// Sends the deployment jobs of the `github` sink.
+pub struct Deployments {
+    pub client: Arc<GithubClient>,
+    pub store: Store,
+    pub clock: SharedClock,
+    /// GATEBOT_PUBLIC_URL: statuses link to the gate's page.
+    pub public_url: Option<String>,
+    /// Names each canary's environment (`[[github.environments]]`).
+    pub policy: Policy,
+}
+
+impl Deployments {
+    /// Creates each current revision's deployment and posts the statuses
+    /// that changed since the last send.
+    pub async fn send(&self, repo: &RepoName, number: PrNumber) -> Result<(), SendError> {
+        let revisions = self.revisions(repo, number).await.map_err(retry)?;
+        if revisions.is_empty() {
+            return Ok(());
+        }
+        let mut known = self
+            .store
+            .deployments_of(repo, number)
+            .await
+            .map_err(retry)?;
+        for rev in &revisions {
+            let superseded: Vec<DeploymentRow> = known
+                .iter()
+                .filter(|k| k.canary == rev.canary && k.checksum != rev.checksum)
+                .filter(|k| !ended(&k.state))
+                .cloned()
+                .collect();
+            for old in superseded {
+                let gate = self.gate_of(repo, number);
+                self.post(repo, number, old, "inactive", &rev.environment, gate)
+                    .await?;
+            }
+            let same = known
+                .iter()
+                .find(|k| k.canary == rev.canary && k.checksum == rev.checksum)
+                .cloned();
+            let row = match same {
+                Some(k) if k.state == rev.state => continue,
+                Some(k) => k,
+                None => self.create(repo, number, rev).await?,
+            };
+            let gate = self.gate_of(repo, number);
+            self.post(repo, number, row, rev.state, &rev.environment, gate)
+                .await?;
+            known = self
+                .store
+                .deployments_of(repo, number)
+                .await
+                .map_err(retry)?;
+        }
+        Ok(())
+    }
+
+    /// The promote gate's page, when GATEBOT_PUBLIC_URL is set.
+    fn gate_of(&self, repo: &RepoName, number: PrNumber) -> Option<String> {
+        let base = self.public_url.as_deref()?.trim_end_matches('/');
+        let key = GateKey::new(
+            GateKind::Promote,
+            Scope::Pr {
+                repo: repo.clone(),
+                number,
+            },
+        );
+        Some(format!("{base}/ui{key}"))
+    }
+
+    async fn create(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        rev: &Revision,
+    ) -> Result<DeploymentRow, SendError> {
+        let head = self.head(repo, number).await?;
+        let body = json!({
+            "ref": head,
+            "environment": rev.environment,
+            "auto_merge": false,
+            "required_contexts": [],
+            "description": format!("canary {} at revision {}", rev.canary, rev.checksum),
+            "payload": {"canary": rev.canary, "checksum": rev.checksum},
+        });
+        let id = self
+            .client
+            .create_deployment(repo, body)
+            .await
+            .map_err(|e| e.to_send_error())?;
+        let row = DeploymentRow {
+            canary: rev.canary.clone(),
+            checksum: rev.checksum.clone(),
+            deployment_id: id,
+            state: String::new(),
+        };
+        // Stored at once: a retry posts the status on this one, not a second deployment.
+        self.store
+            .put_deployment(repo, number, &row, self.clock.now_ms())
+            .await
+            .map_err(retry)?;
+        Ok(row)
+    }
+
+    async fn post(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        row: DeploymentRow,
+        state: &'static str,
+        environment: &str,
+        log_url: Option<String>,
+    ) -> Result<(), SendError> {
+        let description = match state {
+            "queued" => "waiting to start",
+            "in_progress" => "progressing, or waiting for promotion",
+            "success" => "promoted",
+            "failure" => "rolled back",
+            _ => "superseded by a newer revision",
+        };
+        let mut body = json!({
+            "state": state,
+            "environment": environment,
+            "description": description,
+            "auto_inactive": false,
+        });
+        if let Some(url) = log_url {
+            body["log_url"] = json!(url);
+        }
+        self.client
+            .create_deployment_status(repo, row.deployment_id, body)
+            .await
+            .map_err(|e| e.to_send_error())?;
+        let sent = DeploymentRow {
+            state: state.to_string(),
+            ..row
+        };
+        self.store
+            .put_deployment(repo, number, &sent, self.clock.now_ms())
+            .await
+            .map_err(retry)
+    }
+
+    /// The PR's head commit: as the last push told it, else asked once.
+    async fn head(&self, repo: &RepoName, number: PrNumber) -> Result<String, SendError> {
+        if let Some(sha) = self.store.pr_head(repo, number).await.map_err(retry)? {
+            return Ok(sha);
+        }
+        let pull = self
+            .client
+            .pull(repo, number)
+            .await
+            .map_err(|e| e.to_send_error())?;
+        match pull.head.map(|h| h.sha).filter(|s| !s.is_empty()) {
+            Some(sha) => Ok(sha),
+            None => Err(SendError::Permanent(format!(
+                "GitHub told no head commit of {repo}#{number}"
+            ))),
+        }
+    }
+
+    /// Each canary's latest revision seen at the PR's gates, and its state.
+    async fn revisions(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+    ) -> Result<Vec<Revision>, StoreError> {
+        let mut latest = BTreeMap::new();
+        for kind in KINDS {
+            let key = GateKey::new(
+                kind,
+                Scope::Pr {
+                    repo: repo.clone(),
+                    number,
+                },
+            );
+            for o in self.store.observations_for(&key).await? {
+                let canary = o.canary.to_string();
+                let newer = latest
+                    .get(&canary)
+                    .is_none_or(|(seen, _): &(i64, _)| o.last_seen > *seen);
+                if newer {
+                    latest.insert(canary, (o.last_seen, o));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (canary, (_, o)) in latest {
+            let state = match self.ended(&canary, &o.checksum).await? {
+                Some(end) => end,
+                None if o.gate.kind == GateKind::Start && !o.phase.progressing() => "queued",
+                None if o.phase == Phase::Failed => "failure",
+                None => "in_progress",
+            };
+            out.push(Revision {
+                canary,
+                environment: self.policy.environment_of(&o.canary),
+                checksum: o.checksum.clone(),
+                state,
+            });
+        }
+        Ok(out)
+    }
+
+    /// How Flagger's events say the revision ended, if they do.
+    async fn ended(
+        &self,
+        canary: &str,
+        checksum: &str,
+    ) -> Result<Option<&'static str>, StoreError> {
+        let mut end = None;
+        for e in self.store.events(Some(canary), 20).await? {
+            let this = match e.kind.as_str() {
+                "promotion_completed" => "success",
+                "canary_failed" | "rolling_back" => "failure",
+                _ => continue,
+            };
+            if e.checksum == checksum && end.is_none_or(|(at, _)| e.received_at > at) {
+                end = Some((e.received_at, this));
+            }
+        }
+        Ok(end.map(|(_, this)| this))
+    }
+}

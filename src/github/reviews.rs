@@ -1,0 +1,238 @@
+//! Pull-request reviews (`[github] approving_review = "promote"`): an
+//! approving review is a `/promote` by the reviewer, pinned to the commit
+//! reviewed, authorized and applied as their comment would be; a review of
+//! an older commit than the PR's head is stale and only answered. A
+//! dismissed review takes the reviewer's vote back while it has not been
+//! used to open the gate (`core::withdraw`).
+
+use super::access::{CommentAuthorizer, Stale};
+use super::events::PullRequestReviewEvent;
+use super::inbox::{finish, GithubInbox};
+use super::reply::{Line, Reply};
+use super::sink::GithubJob;
+use super::SOURCE;
+use crate::command::Command;
+use crate::core::commands::Subject;
+use crate::core::dispatch::{self, Request};
+use crate::core::withdraw::Withdrawn;
+use crate::core::Provenance;
+use crate::gate::{Actor, DeliveryId, GateKey, GateKind, PrNumber, RepoName, Scope, Source};
+use crate::notify::{Lease, SendError, Settled};
+use crate::policy::ApprovingReview;
+use crate::store::{NewJob, QueueItem};
+
+fn retry(e: impl std::fmt::Display) -> SendError {
+    SendError::retry(e.to_string())
+}
+
+/// A commit as replies show it.
+fn short(sha: &str) -> &str {
+    sha.get(..7).unwrap_or(sha)
+}
+
+/// One review's delivery and where it answers.
+struct Reviewed<'a> {
+    e: &'a PullRequestReviewEvent,
+    repo: RepoName,
+    number: PrNumber,
+    delivery: &'a DeliveryId,
+}
+
+impl Reviewed<'_> {
+    fn reviewer(&self) -> &str {
+        &self.e.review.user.login
+    }
+
+    /// The reply on the PR, once per delivery.
+    fn reply(&self, inbox: &GithubInbox, lines: Vec<Line>) -> Result<NewJob, SendError> {
+        let body = inbox.reply(self.reviewer(), lines)?;
+        let job = GithubJob::Comment {
+            repo: self.repo.clone(),
+            number: self.number,
+            body,
+            installation: self.e.installation.as_ref().map(|i| i.id),
+        };
+        Ok(job.once(self.delivery.once_key(SOURCE, "review-reply"))?)
+    }
+
+    fn promote(&self) -> GateKey {
+        GateKey::new(
+            GateKind::Promote,
+            Scope::Pr {
+                repo: self.repo.clone(),
+                number: self.number,
+            },
+        )
+    }
+}
+
+impl GithubInbox {
+    /// An approving review or a dismissal, when the policy counts reviews.
+    pub(super) async fn review(
+        &self,
+        item: &QueueItem,
+        delivery: &DeliveryId,
+        lease: &Lease,
+    ) -> Result<Settled, SendError> {
+        let e: PullRequestReviewEvent = serde_json::from_str(&item.payload)
+            .map_err(|err| SendError::Permanent(format!("unreadable delivery: {err}")))?;
+        let Some((repo, number)) = e.pr() else {
+            return Ok(Settled::NotYet);
+        };
+        let on = self.state.policy.approving_review() == ApprovingReview::Promote;
+        if !on || !self.allowed(&repo) || e.review.user.is_bot() {
+            return Ok(Settled::NotYet);
+        }
+        if let Some(i) = &e.installation {
+            self.client.learn_installation(&repo, i.id);
+        }
+        let r = Reviewed {
+            e: &e,
+            repo,
+            number,
+            delivery,
+        };
+        if e.dismissed() {
+            return self.dismissed(item, lease, &r).await;
+        }
+        if e.approved() {
+            return self.approved(item, lease, &r).await;
+        }
+        Ok(Settled::NotYet)
+    }
+
+    /// The PR's head: as the last push told it, else as GitHub says now.
+    async fn head(&self, r: &Reviewed<'_>, asked: Option<String>) -> Result<String, SendError> {
+        let engine = &self.state.engine;
+        let known = engine.pr_head(&r.repo, r.number).await.map_err(retry)?;
+        Ok(known.or(asked).unwrap_or_default())
+    }
+
+    /// An approving review: `/promote` by the reviewer, unless it is about
+    /// an older commit than the PR's head.
+    async fn approved(
+        &self,
+        item: &QueueItem,
+        lease: &Lease,
+        r: &Reviewed<'_>,
+    ) -> Result<Settled, SendError> {
+        let pull = self
+            .client
+            .pull(&r.repo, r.number)
+            .await
+            .map_err(|e| e.to_send_error())?;
+        let head = self.head(r, pull.head.map(|h| h.sha)).await?;
+        let reviewed = r.e.review.commit_id.as_str();
+        let engine = &self.state.engine;
+        if !head.is_empty() && reviewed != head {
+            dispatch::count(engine, SOURCE, "review", "stale");
+            let line = Line {
+                command: Some("/promote".into()),
+                message: format!(
+                    "not done: your approving review is of `{}`, but the pull request's head is now `{}`: the review is stale, so it counts for nothing. Review the new commits to approve them",
+                    short(reviewed),
+                    short(&head)
+                ),
+            };
+            let mut unit = engine.begin().await.map_err(retry)?;
+            unit.enqueue(&[r.reply(self, vec![line])?])
+                .await
+                .map_err(retry)?;
+            return finish(unit, item, lease).await;
+        }
+        let pr_author = pull.user.map(|u| u.login).unwrap_or_default();
+        let stale = Stale {
+            closed_unmerged: pull.state == "closed" && !pull.merged,
+            pushed: None,
+        };
+        let authorizer = CommentAuthorizer {
+            access: &self.access,
+            repo: &r.repo,
+            user: r.reviewer(),
+            pr_author: &pr_author,
+            stale: &stale,
+        };
+        let who = Provenance::new(Actor::new(r.reviewer().to_string(), Source::Github))
+            .delivery(r.delivery.clone())
+            .written_at(r.e.submitted_at());
+        let request = Request {
+            command: Command::Open {
+                kind: GateKind::Promote,
+                reason: Some(format!("approving review of {}", short(reviewed))),
+                force: false,
+            },
+            subject: Subject::pr(r.repo.clone(), r.number),
+            who,
+        };
+        let authorized = dispatch::authorize(engine, &request, &authorizer)
+            .await
+            .map_err(super::send_error)?;
+        let mut unit = engine.begin().await.map_err(retry)?;
+        let outcome = dispatch::decide(&mut unit, SOURCE, &request, authorized)
+            .await
+            .map_err(super::send_error)?;
+        let mut reply = Reply::default();
+        reply.render(&request.command, outcome);
+        if !reply.lines.is_empty() {
+            let lead = Line {
+                command: None,
+                message: format!(
+                    "your approving review of `{}` counts as `/promote` here:",
+                    short(reviewed)
+                ),
+            };
+            let lines = std::iter::once(lead).chain(reply.lines).collect();
+            unit.enqueue(&[r.reply(self, lines)?])
+                .await
+                .map_err(retry)?;
+        }
+        finish(unit, item, lease).await
+    }
+
+    /// A dismissed review: the reviewer's vote at the promote gate no longer
+    /// counts, unless it already opened the gate.
+    async fn dismissed(
+        &self,
+        item: &QueueItem,
+        lease: &Lease,
+        r: &Reviewed<'_>,
+    ) -> Result<Settled, SendError> {
+        let engine = &self.state.engine;
+        let who = Provenance::new(Actor::new(r.e.sender.login.clone(), Source::Github))
+            .delivery(r.delivery.clone())
+            .reason(Some(format!(
+                "review by {} dismissed: their approval no longer counts",
+                r.reviewer()
+            )));
+        let mut unit = engine.begin().await.map_err(retry)?;
+        let withdrawn = unit
+            .withdraw(&r.promote(), r.reviewer(), &who)
+            .await
+            .map_err(super::send_error)?;
+        let message = match withdrawn {
+            Withdrawn::Counted(left) => {
+                unit.count(SOURCE, "review", "withdrawn");
+                format!(
+                    "your review was dismissed by @{}, so your approval no longer counts: {left}",
+                    r.e.sender.login
+                )
+            }
+            Withdrawn::Used => {
+                unit.count(SOURCE, "review", "used");
+                format!(
+                    "your review was dismissed by @{}, but your approval had already opened the gate: comment `/hold` to keep it closed",
+                    r.e.sender.login
+                )
+            }
+            Withdrawn::Nothing => return finish(unit, item, lease).await,
+        };
+        let line = Line {
+            command: None,
+            message,
+        };
+        unit.enqueue(&[r.reply(self, vec![line])?])
+            .await
+            .map_err(retry)?;
+        finish(unit, item, lease).await
+    }
+}

@@ -1,0 +1,209 @@
+//! GitHub Deployments (issue 27, point 3): with GATEBOT_GITHUB_DEPLOYMENTS a
+//! canary revision tied to a PR gets a deployment on the PR's head commit,
+//! whose statuses follow Flagger's phases, over real HTTP, the fake GitHub
+//! (which keeps deployments and statuses) and the Flagger simulator, on both
+//! stores.
+
+use std::time::Duration;
+
+use gatebot_testkit::fake_github::{Failure, FakeDeployment, FakeGithub};
+use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
+use gatebot_testkit::harness::{eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
+use serde_json::{json, Value};
+
+const HEAD: &str = "85d557f0c9a4e1d2b3c4d5e6f708192a3b4c5d6e";
+
+struct Env {
+    server: TestServer,
+    github: FakeGithub,
+    _db: TestDb,
+}
+
+/// The policy that names the environment of namespace `test`'s canaries.
+const PRODUCTION: &str =
+    "[[github.environments]]\nnamespace = \"test\"\nenvironment = \"production\"\n";
+
+async fn setup(backend: Backend, on: bool) -> Env {
+    setup_with(backend, on, None).await
+}
+
+async fn setup_with(backend: Backend, on: bool, policy: Option<&str>) -> Env {
+    let db = TestDb::new(backend).await;
+    let github = FakeGithub::start().await;
+    github.set_head(42, HEAD);
+    let mut config = db.config();
+    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
+    config.public_url = Some("https://gatebot.example.com".into());
+    config.github.repository = Some("acme/shop".parse().unwrap());
+    config.github.webhook_secret = Some("deployments-secret".to_string().into());
+    config.github.token = Some("ghp_test".to_string().into());
+    config.github.api_url = github.url.clone();
+    config.github.deployments = on;
+    if let Some(policy) = policy {
+        let path = db.dir.path().join("policy.toml");
+        std::fs::write(&path, policy).unwrap();
+        config.policy = Some(path);
+    }
+    let options = gatebot::Options {
+        worker: Some(gatebot::testing::notify::WorkerSettings {
+            base_backoff: Duration::from_millis(50),
+            idle_poll: Duration::from_millis(50),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let server = TestServer::start(config, options).await;
+    Env {
+        server,
+        github,
+        _db: db,
+    }
+}
+
+/// PR 42's canary, started by the admin, waiting at the promote gate.
+async fn waiting_at_promote(server: &TestServer) -> FlaggerSim {
+    let mut sim = FlaggerSim::new(
+        "podinfo",
+        "test",
+        Strategy::Canary {
+            step_weight: 50,
+            max_weight: 50,
+        },
+        pr_hooks(&server.url, 42),
+    );
+    sim.deploy("rev-a");
+    sim.tick().await;
+    sim.deploy("rev-b");
+    sim.tick().await;
+    server.drained().await;
+    server.open("/gates/start/pr/42").await;
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
+            .await
+    );
+    server.drained().await;
+    sim
+}
+
+/// What a person sees of each deployment: its environment, revision and statuses.
+fn shown(deployments: &[FakeDeployment]) -> Value {
+    let list: Vec<Value> = deployments
+        .iter()
+        .map(|d| {
+            let statuses: Vec<Value> = d
+                .statuses
+                .iter()
+                .map(|s| {
+                    json!({"state": s["state"], "description": s["description"], "log_url": s["log_url"]})
+                })
+                .collect();
+            json!({
+                "sha": d.sha, "environment": d.environment, "payload": d.payload,
+                "statuses": statuses,
+            })
+        })
+        .collect();
+    json!(list)
+}
+
+fn states(d: &FakeDeployment) -> Vec<String> {
+    d.statuses
+        .iter()
+        .map(|s| s["state"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+fn snap(name: &str, value: &Value) {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_omit_expression(true);
+    settings.bind(|| insta::assert_json_snapshot!(name, value));
+}
+
+gatebot_testkit::on_both_stores!(
+    statuses_follow_a_canary_to_its_promotion,
+    statuses_follow_a_canary_to_its_rollback,
+    with_the_setting_off_no_deployment_is_made,
+    a_rate_limited_creation_is_counted_and_one_deployment_each_is_made,
+);
+
+async fn statuses_follow_a_canary_to_its_promotion(backend: Backend) {
+    let env = setup_with(backend, true, Some(PRODUCTION)).await;
+    let (server, github) = (&env.server, &env.github);
+    let mut sim = waiting_at_promote(server).await;
+    let latest = github.deployments().last().cloned().unwrap();
+    assert_eq!(latest.sha, HEAD);
+    assert_eq!(latest.environment, "production", "as the policy names it");
+    assert_eq!(latest.payload["checksum"], "rev-b");
+    assert_eq!(
+        states(&latest).last().map(String::as_str),
+        Some("in_progress")
+    );
+
+    server.open("/gates/promote/pr/42").await;
+    assert!(sim.run_until(|s| s.promotions() == 1, 10).await);
+    server.drained().await;
+    let all = github.deployments();
+    let latest = all.last().unwrap();
+    assert_eq!(states(latest).last().map(String::as_str), Some("success"));
+    for older in &all[..all.len() - 1] {
+        let last = states(older).last().cloned();
+        assert!(
+            matches!(last.as_deref(), Some("inactive" | "success" | "failure")),
+            "{older:#?}"
+        );
+    }
+    if backend == Backend::Sqlite {
+        snap("deployments_promoted", &shown(&all));
+    }
+}
+
+async fn statuses_follow_a_canary_to_its_rollback(backend: Backend) {
+    let env = setup(backend, true).await;
+    let (server, github) = (&env.server, &env.github);
+    let mut sim = waiting_at_promote(server).await;
+    server.open("/gates/rollback/pr/42").await;
+    assert!(sim.run_until(|s| s.phase() == Phase::Failed, 10).await);
+    server.drained().await;
+    let all = github.deployments();
+    let latest = all.last().unwrap();
+    assert_eq!(latest.environment, "test", "the namespace, by default");
+    assert_eq!(latest.payload["checksum"], "rev-b");
+    assert_eq!(states(latest).last().map(String::as_str), Some("failure"));
+    if backend == Backend::Sqlite {
+        snap("deployments_rolled_back", &shown(&all));
+    }
+}
+
+async fn with_the_setting_off_no_deployment_is_made(backend: Backend) {
+    let env = setup(backend, false).await;
+    let (server, github) = (&env.server, &env.github);
+    let mut sim = waiting_at_promote(server).await;
+    server.open("/gates/promote/pr/42").await;
+    assert!(sim.run_until(|s| s.promotions() == 1, 10).await);
+    server.drained().await;
+    assert!(github.deployments().is_empty());
+}
+
+async fn a_rate_limited_creation_is_counted_and_one_deployment_each_is_made(backend: Backend) {
+    let env = setup(backend, true).await;
+    let (server, github) = (&env.server, &env.github);
+    github.fail_deployments([Failure::retry_after(1)]);
+    let _sim = waiting_at_promote(server).await;
+    eventually(
+        "the deployments made after Retry-After",
+        Duration::from_secs(15),
+        || async {
+            github
+                .deployments()
+                .last()
+                .is_some_and(|d| d.payload["checksum"] == "rev-b")
+        },
+    )
+    .await;
+    server.drained().await;
+    let all = github.deployments();
+    let revisions: Vec<&Value> = all.iter().map(|d| &d.payload["checksum"]).collect();
+    assert_eq!(revisions, [&json!("rev-a"), &json!("rev-b")], "one each");
+    let limited = r#"gatebot_outbound_requests_total{service="github",endpoint="create_deployment",result="rate_limited"}"#;
+    assert_eq!(server.metric(limited).await, 1.0);
+}

@@ -1,0 +1,336 @@
+//! Approving reviews (issue 27, point 2): with `[github] approving_review =
+//! "promote"` an approving review is the reviewer's `/promote`, pinned to the
+//! commit reviewed; a dismissed review takes the vote back while unused. Over
+//! real HTTP, the fake GitHub and the Flagger simulator, on both stores.
+
+use std::time::Duration;
+
+use gatebot::testing::github::verify::sign;
+use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
+use gatebot_testkit::github_payloads::{fixture, github_time, now_ms};
+use gatebot_testkit::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
+use serde_json::{json, Value};
+
+const SECRET: &str = "reviews-secret";
+const HEAD: &str = "85d557f0c9a4e1d2b3c4d5e6f708192a3b4c5d6e";
+const OLDER: &str = "ec26c3e57ca3a959ca5aad62de7213c562f8c821";
+const PROMOTE: &str = "/gates/promote/acme/shop/pr/42";
+const ON: &str = "[github]\napproving_review = \"promote\"\n";
+const TWO: &str =
+    "[github]\napproving_review = \"promote\"\n\n[[approvals]]\nkind = \"promote\"\nrequired = 2\n";
+
+struct Env {
+    server: TestServer,
+    github: FakeGithub,
+    _db: TestDb,
+}
+
+/// With the policy file `policy`, when given (none: reviews are off).
+async fn setup(backend: Backend, policy: Option<&str>) -> Env {
+    let db = TestDb::new(backend).await;
+    let github = FakeGithub::start().await;
+    for login in ["alice", "bob"] {
+        github.set_permission(login, "write");
+    }
+    github.set_permission("rita", "read");
+    github.set_head(42, HEAD);
+    let mut config = db.config();
+    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
+    config.github.repository = Some("acme/shop".parse().unwrap());
+    config.github.webhook_secret = Some(SECRET.to_string().into());
+    config.github.token = Some("ghp_test".to_string().into());
+    config.github.api_url = github.url.clone();
+    if let Some(policy) = policy {
+        let path = db.dir.path().join("policy.toml");
+        std::fs::write(&path, policy).unwrap();
+        config.policy = Some(path);
+    }
+    let options = gatebot::Options {
+        worker: Some(gatebot::testing::notify::WorkerSettings {
+            base_backoff: Duration::from_millis(50),
+            idle_poll: Duration::from_millis(50),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let server = TestServer::start(config, options).await;
+    Env {
+        server,
+        github,
+        _db: db,
+    }
+}
+
+async fn deliver(server: &TestServer, payload: &Value) -> (u16, String) {
+    let body = serde_json::to_vec(payload).unwrap();
+    let r = client()
+        .post(server.at("/webhooks/github"))
+        .header("content-type", "application/json")
+        .header("x-github-event", "pull_request_review")
+        .header("x-github-delivery", uuid::Uuid::new_v4().to_string())
+        .header("x-hub-signature-256", sign(SECRET, &body))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Review `id` of PR 42 by `user` of `commit`, from the real payload, submitted now.
+fn review(id: u64, user: &str, commit: &str) -> Value {
+    let mut p = fixture("pull_request_review.submitted.json");
+    p["repository"]["full_name"] = json!("acme/shop");
+    p["pull_request"]["number"] = json!(42);
+    p["review"]["id"] = json!(id);
+    p["review"]["state"] = json!("approved");
+    p["review"]["commit_id"] = json!(commit);
+    p["review"]["submitted_at"] = json!(github_time(now_ms()));
+    p["review"]["user"]["login"] = json!(user);
+    p["sender"]["login"] = json!(user);
+    p
+}
+
+/// The dismissal of `approval` by `by`, from the real payload.
+fn dismissal(approval: &Value, by: &str) -> Value {
+    let mut p = fixture("pull_request_review.dismissed.json");
+    p["repository"]["full_name"] = json!("acme/shop");
+    p["pull_request"]["number"] = json!(42);
+    for field in ["id", "commit_id", "submitted_at", "user"] {
+        p["review"][field] = approval["review"][field].clone();
+    }
+    p["sender"]["login"] = json!(by);
+    p
+}
+
+/// PR 42's canary, started by the admin, waiting at the promote gate.
+async fn waiting_at_promote(server: &TestServer) -> FlaggerSim {
+    server.open("/gates/start/pr/42").await;
+    let mut sim = FlaggerSim::new(
+        "podinfo",
+        "test",
+        Strategy::Canary {
+            step_weight: 50,
+            max_weight: 50,
+        },
+        pr_hooks(&server.url, 42),
+    );
+    sim.deploy("rev-a");
+    sim.tick().await;
+    sim.deploy("rev-b");
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
+            .await
+    );
+    server.drained().await;
+    sim
+}
+
+async fn promote_open(server: &TestServer) -> bool {
+    let r = client()
+        .get(server.at("/gates/promote/pr/42"))
+        .send()
+        .await
+        .unwrap();
+    r.status() == 200
+}
+
+async fn audit(server: &TestServer) -> Vec<Value> {
+    let v = server.api(&format!("/api/v1/audit?gate={PROMOTE}")).await;
+    v["audit"].as_array().cloned().unwrap_or_default()
+}
+
+fn count(entries: &[Value], action: &str) -> usize {
+    entries.iter().filter(|e| e["action"] == action).count()
+}
+
+/// gatebot's replies on PR 42, oldest first.
+fn replies(github: &FakeGithub) -> Vec<String> {
+    let mut replies = github.replies(42);
+    replies.sort_by_key(|c| c.id);
+    replies.into_iter().map(|c| c.body).collect()
+}
+
+fn snap(name: &str, text: &str) {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_omit_expression(true);
+    settings.add_filter(
+        r"<!-- gatebot:job:[0-9a-f-]+ -->",
+        "<!-- gatebot:job:[id] -->",
+    );
+    settings.bind(|| insta::assert_snapshot!(name, text));
+}
+
+gatebot_testkit::on_both_stores!(
+    an_approving_review_opens_the_gate_and_flagger_promotes,
+    a_review_of_an_older_commit_is_stale_and_the_reply_says_why,
+    with_the_setting_off_a_review_changes_nothing,
+    a_dismissed_review_withdraws_the_vote_before_quorum,
+    a_readers_review_is_refused_as_their_comment_would_be,
+);
+
+async fn an_approving_review_opens_the_gate_and_flagger_promotes(backend: Backend) {
+    let env = setup(backend, Some(ON)).await;
+    let (server, github) = (&env.server, &env.github);
+    let mut sim = waiting_at_promote(server).await;
+    let approval = review(9001, "alice", HEAD);
+    let (status, text) = deliver(server, &approval).await;
+    assert_eq!(status, 202, "{text}");
+    server.drained().await;
+    assert!(
+        sim.run_until(|s| s.promotions() == 1, 10).await,
+        "Flagger promoted"
+    );
+    let answer = sim
+        .calls_of(HookType::ConfirmPromotion)
+        .last()
+        .unwrap()
+        .response
+        .clone();
+    assert!(
+        answer.starts_with("approved by alice via github"),
+        "{answer}"
+    );
+    assert!(replies(github).is_empty(), "{:?}", replies(github));
+
+    // The same delivery again, under a new X-GitHub-Delivery: nothing more.
+    let (status, text) = deliver(server, &approval).await;
+    assert_eq!((status, text.trim()), (200, "duplicate delivery"));
+    server.drained().await;
+    assert_eq!(count(&audit(server).await, "open"), 1);
+
+    // Dismissed once it was used: the approval stands, and the reply says so.
+    deliver(server, &dismissal(&approval, "bob")).await;
+    server.drained().await;
+    let entries = audit(server).await;
+    assert_eq!(count(&entries, "withdraw"), 0, "{entries:?}");
+    let replies = replies(github);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert!(
+        replies[0].contains("had already opened the gate"),
+        "{}",
+        replies[0]
+    );
+}
+
+/// `check-config` says when approving reviews count, and names a wrong value.
+#[test]
+fn check_config_shows_the_setting_and_refuses_a_wrong_value() {
+    let run = |policy: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("policy.toml"), policy).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
+            .arg("check-config")
+            .current_dir(dir.path())
+            .env_clear()
+            .env("GATEBOT_DATABASE_URL", "sqlite://g.db")
+            .env("GATEBOT_POLICY", "policy.toml")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (ok, on) = run(ON);
+    assert!(ok, "{on}");
+    assert!(
+        on.contains("reviews:         an approving review counts as /promote"),
+        "{on}"
+    );
+    let (ok, off) = run("[github]\napproving_review = \"off\"\n");
+    assert!(ok && !off.contains("reviews:"), "{off}");
+    let (ok, wrong) = run("[github]\napproving_review = \"start\"\n");
+    assert!(!ok, "{wrong}");
+    assert!(
+        wrong.contains("approving_review") && wrong.contains("promote"),
+        "{wrong}"
+    );
+}
+
+async fn a_review_of_an_older_commit_is_stale_and_the_reply_says_why(backend: Backend) {
+    let env = setup(backend, Some(ON)).await;
+    let (server, github) = (&env.server, &env.github);
+    let _sim = waiting_at_promote(server).await;
+    let (status, text) = deliver(server, &review(9002, "alice", OLDER)).await;
+    assert_eq!(status, 202, "{text}");
+    server.drained().await;
+    assert!(!promote_open(server).await, "a stale review opens nothing");
+    let entries = audit(server).await;
+    assert_eq!(count(&entries, "open"), 0, "{entries:?}");
+    let replies = replies(github);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert!(replies[0].contains("stale"), "{}", replies[0]);
+    if backend == Backend::Sqlite {
+        snap("review_stale_reply", &replies[0]);
+    }
+}
+
+async fn with_the_setting_off_a_review_changes_nothing(backend: Backend) {
+    let env = setup(backend, None).await;
+    let (server, github) = (&env.server, &env.github);
+    let _sim = waiting_at_promote(server).await;
+    let (status, text) = deliver(server, &review(9003, "alice", HEAD)).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("approving_review is off"), "{text}");
+    server.drained().await;
+    assert!(!promote_open(server).await);
+    assert_eq!(count(&audit(server).await, "open"), 0);
+    assert!(replies(github).is_empty());
+    let ignored = r#"gatebot_commands_total{source="github",command="review",result="ignored"}"#;
+    assert_eq!(server.metric(ignored).await, 1.0);
+}
+
+async fn a_dismissed_review_withdraws_the_vote_before_quorum(backend: Backend) {
+    let env = setup(backend, Some(TWO)).await;
+    let (server, github) = (&env.server, &env.github);
+    let mut sim = waiting_at_promote(server).await;
+    let alices = review(9004, "alice", HEAD);
+    deliver(server, &alices).await;
+    server.drained().await;
+    assert_eq!(count(&audit(server).await, "approve"), 1);
+
+    let (status, text) = deliver(server, &dismissal(&alices, "bob")).await;
+    assert_eq!(status, 202, "{text}");
+    server.drained().await;
+    assert_eq!(count(&audit(server).await, "withdraw"), 1);
+
+    // Bob's approval is now the only one: still one short.
+    deliver(server, &review(9005, "bob", HEAD)).await;
+    server.drained().await;
+    assert!(!promote_open(server).await, "alice's vote was taken back");
+    // Alice approves again: two people, the gate opens.
+    deliver(server, &review(9006, "alice", HEAD)).await;
+    server.drained().await;
+    assert!(sim.run_until(|s| s.promotions() == 1, 10).await);
+    let replies = replies(github);
+    assert_eq!(replies.len(), 3, "{replies:#?}");
+    if backend == Backend::Sqlite {
+        snap("review_counted_reply", &replies[0]);
+        snap("review_dismissed_reply", &replies[1]);
+    }
+}
+
+async fn a_readers_review_is_refused_as_their_comment_would_be(backend: Backend) {
+    let env = setup(backend, Some(ON)).await;
+    let (server, github) = (&env.server, &env.github);
+    let _sim = waiting_at_promote(server).await;
+    deliver(server, &review(9007, "rita", HEAD)).await;
+    server.drained().await;
+    assert!(!promote_open(server).await);
+    let entries = audit(server).await;
+    assert_eq!(
+        (count(&entries, "open"), count(&entries, "refuse")),
+        (0, 1),
+        "{entries:?}"
+    );
+    let replies = replies(github);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert!(
+        replies[0].contains("needs write permission on acme/shop and you have read"),
+        "{}",
+        replies[0]
+    );
+    if backend == Backend::Sqlite {
+        snap("review_refused_reply", &replies[0]);
+    }
+}
