@@ -290,6 +290,7 @@ async fn what_outlives_its_retention_is_pruned_and_nothing_else(backend: Backend
         2,
         "a PR head and a check run touched within the history are kept"
     );
+    env.until(
         "deployments not sent to within the history",
         "SELECT COUNT(*) FROM github_deployments",
         0,
