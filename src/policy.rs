@@ -348,6 +348,59 @@ struct GithubSection {
     /// `[[github.environments]]`: the GitHub environment of a canary's deployments.
     #[serde(default)]
     environments: Vec<EnvironmentEntry>,
+    /// `[[github.protection]]`: the gate whose opening approves a deployment
+    /// to an environment that names gatebot among its protection rules.
+    #[serde(default)]
+    protection: Vec<ProtectionEntry>,
+}
+
+/// One `[[github.protection]]` table: a deployment to `environment` waits for
+/// the PR's gate of kind `gate` (`promote` by default).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProtectionEntry {
+    environment: String,
+    gate: Option<String>,
+}
+
+/// The PR gates a protection rule may wait for: those where people decide.
+pub const PROTECTION_KINDS: [GateKind; 3] = [GateKind::Start, GateKind::Promote, GateKind::Traffic];
+
+/// An environment name as GitHub allows it: one line of 1 to 255 characters.
+fn check_environment_name(at: &str, name: &str) -> anyhow::Result<()> {
+    let env = name.trim();
+    if env.is_empty() || env.len() > MAX_ENVIRONMENT || env.chars().any(char::is_control) {
+        anyhow::bail!(
+            "{at}: environment `{}`: one line of 1 to {MAX_ENVIRONMENT} characters",
+            name.escape_debug()
+        );
+    }
+    Ok(())
+}
+
+/// Reads the `[[github.protection]]` tables: each environment once, each
+/// gate a PR gate people decide (start, promote, traffic).
+fn protection_rules(file: &File) -> anyhow::Result<Vec<(String, GateKind)>> {
+    let mut rules: Vec<(String, GateKind)> = Vec::new();
+    for (n, p) in file.github.protection.iter().enumerate() {
+        let at = format!("github.protection[{n}]");
+        check_environment_name(&at, &p.environment)?;
+        let env = p.environment.trim().to_string();
+        let word = p.gate.as_deref().unwrap_or("promote").trim();
+        let kind = GateKind::from_route(word)
+            .filter(|k| PROTECTION_KINDS.contains(k))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{at}: gate `{}`: write start, promote or traffic",
+                    word.escape_debug()
+                )
+            })?;
+        if rules.iter().any(|(e, _)| *e == env) {
+            anyhow::bail!("{at}: environment `{env}` is named by an earlier table");
+        }
+        rules.push((env, kind));
+    }
+    Ok(rules)
 }
 
 /// One `[[github.environments]]` table: the canaries of a namespace, or one
@@ -375,13 +428,7 @@ fn check_environments(file: &File) -> anyhow::Result<()> {
             }
             _ => anyhow::bail!("{at}: write either namespace or canary (namespace/name)"),
         }
-        let env = e.environment.trim();
-        if env.is_empty() || env.len() > MAX_ENVIRONMENT || env.chars().any(char::is_control) {
-            anyhow::bail!(
-                "{at}: environment `{}`: one line of 1 to {MAX_ENVIRONMENT} characters",
-                e.environment.escape_debug()
-            );
-        }
+        check_environment_name(&at, &e.environment)?;
     }
     Ok(())
 }
@@ -451,6 +498,8 @@ pub struct Policy {
     reminders: Reminders,
     calendar: Calendar,
     quorum: Vec<QuorumRule>,
+    /// `[[github.protection]]`: environment → the PR gate that approves it.
+    protection: Vec<(String, GateKind)>,
 }
 
 /// Reads the `[[deadlines]]` tables into rules, saying which one is wrong.
@@ -503,7 +552,14 @@ impl Policy {
                 source.as_deref().unwrap_or("the policy file")
             )
         })?;
+        let protection = protection_rules(&file).with_context(|| {
+            format!(
+                "GATEBOT_POLICY: {}",
+                source.as_deref().unwrap_or("the policy file")
+            )
+        })?;
         let policy = Self {
+            protection,
             calendar,
             quorum,
             file,
@@ -525,6 +581,7 @@ impl Policy {
         let file = File::parse(text).context("the policy file does not parse")?;
         check_environments(&file)?;
         Ok(Self {
+            protection: protection_rules(&file)?,
             deadlines: deadline_rules(&file)?,
             reminders: file.reminders.read(&file)?,
             calendar: calendar(&file)?,
@@ -555,6 +612,21 @@ impl Policy {
                 || canary.namespace.clone(),
                 |e| e.environment.trim().to_string(),
             )
+    }
+
+    /// The PR gate whose opening approves a deployment to `environment`
+    /// (`[[github.protection]]`); None when no table names it.
+    pub fn protection_gate(&self, environment: &str) -> Option<GateKind> {
+        let env = environment.trim();
+        self.protection
+            .iter()
+            .find(|(e, _)| e == env)
+            .map(|(_, kind)| *kind)
+    }
+
+    /// Every `[[github.protection]]` table: (environment, gate kind).
+    pub fn protections(&self) -> &[(String, GateKind)] {
+        &self.protection
     }
 
     /// What an approving pull-request review counts as.
@@ -1005,6 +1077,31 @@ alice = "U1"
                 Policy::parse(wrong, Permission::Write, &[]).is_err(),
                 "{wrong}"
             );
+        }
+    }
+
+    #[test]
+    fn an_environment_is_protected_by_the_gate_its_table_names() {
+        let text = "[[github.protection]]\nenvironment = \"production\"\ngate = \"promote\"\n\n[[github.protection]]\nenvironment = \"canary\"\ngate = \"start\"\n\n[[github.protection]]\nenvironment = \"staging\"\n";
+        let p = Policy::parse(text, Permission::Write, &[]).unwrap();
+        assert_eq!(p.protection_gate("production"), Some(GateKind::Promote));
+        assert_eq!(p.protection_gate("canary"), Some(GateKind::Start));
+        assert_eq!(
+            p.protection_gate("staging"),
+            Some(GateKind::Promote),
+            "by default"
+        );
+        assert_eq!(p.protection_gate("qa"), None);
+        for (wrong, says) in [
+            ("[[github.protection]]\nenvironment = \"x\"\ngate = \"rollback\"\n", "start, promote or traffic"),
+            ("[[github.protection]]\nenvironment = \"x\"\ngate = \"promot\"\n", "start, promote or traffic"),
+            ("[[github.protection]]\nenvironment = \"\"\n", "1 to 255"),
+            ("[[github.protection]]\nenvironment = \"x\"\n\n[[github.protection]]\nenvironment = \" x\"\n", "earlier table"),
+            ("[[github.protection]]\ngate = \"promote\"\n", "environment"),
+        ] {
+            let e = Policy::parse(wrong, Permission::Write, &[]).unwrap_err();
+            let e = format!("{e:#}");
+            assert!(e.contains(says), "{wrong}: {e}");
         }
     }
 

@@ -8,6 +8,7 @@
 //! be heard (`gate_cache`). Last-seen times are kept in memory and flushed in batches.
 
 mod app;
+pub mod awaited;
 pub mod authors;
 mod change;
 mod check;
