@@ -1205,16 +1205,17 @@ def app_manifest_checks(ck: Checks) -> None:
     def github() -> str:
         m = json.loads((ROOT / "deploy" / "github-app-manifest.json").read_text())
         expect(m["default_permissions"] == {"issues": "write", "pull_requests": "read",
-                                            "checks": "write",
+                                            "checks": "write", "deployments": "write",
                                             "metadata": "read", "members": "read"},
                f"permissions {m['default_permissions']}")
-        expect(sorted(m["default_events"]) == ["check_run", "issue_comment", "pull_request"],
+        expect(sorted(m["default_events"]) == ["check_run", "issue_comment", "pull_request",
+                                               "pull_request_review"],
                f"events {m['default_events']}")
         expect(m["hook_attributes"]["url"] == "https://gatebot.example.com/webhooks/github",
                "hook url")
         expect(m["public"] is False, "public must be false")
         expect(m.get("url", "").startswith("https://"), "url")
-        return "4 permissions, 2 events"
+        return "6 permissions, 4 events"
     ck.run("github app manifest", github)
 
     def teams() -> str:

@@ -84,6 +84,7 @@ fn snap(name: &str, text: &str) {
     settings.add_filter(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", "[time]");
     settings.add_filter(r"\^\d{10}\^", "^[secs]^");
     settings.add_filter(r"\|\d\d:\d\d UTC", "|[hh:mm] UTC");
+    settings.add_filter(r"\|at \d\d:\d\d UTC", "|at [hh:mm] UTC");
     settings.add_filter(r"gatebot-wait-\d+", "gatebot-wait-[wait]");
     settings.add_filter(r#"\\"w\\":\d+"#, r#"\"w\":[wait]"#);
     settings.bind(|| insta::assert_snapshot!(name, text));
