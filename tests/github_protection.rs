@@ -12,7 +12,7 @@ use gatebot::testing::github::verify::sign;
 use gatebot_testkit::chatops::{ChatOps, Setup, GITHUB_SECRET};
 use gatebot_testkit::fake_github::FakeProtectionReview;
 use gatebot_testkit::github_payloads::{fixture, github_time};
-use gatebot_testkit::harness::{client, eventually, Backend};
+use gatebot_testkit::harness::{check_config_of_policy, client, eventually, Backend};
 use serde_json::{json, Value};
 
 const TEST_APP_KEY: &str = include_str!("fixtures/test-app-key.pem");
@@ -260,21 +260,7 @@ async fn a_callback_on_another_host_is_refused(backend: Backend) {
 /// gate people do not decide.
 #[test]
 fn check_config_shows_the_protection_and_refuses_a_wrong_gate() {
-    let run = |policy: &str| {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("policy.toml"), policy).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
-            .arg("check-config")
-            .current_dir(dir.path())
-            .env_clear()
-            .env("GATEBOT_DATABASE_URL", "sqlite://g.db")
-            .env("GATEBOT_POLICY", "policy.toml")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        (out.status.success(), text)
-    };
+    let run = |policy: &str| check_config_of_policy(env!("CARGO_BIN_EXE_gatebot"), policy);
     let (ok, on) = run(POLICY);
     assert!(ok, "{on}");
     let line = "protection:      a deployment to `production` waits for the PR's promote gate ([[github.protection]])";

@@ -11,7 +11,7 @@ use super::unit::{audit_entry, Unit};
 use super::{CommandError, Engine, Provenance};
 use crate::gate::{Actor, AuditAction, Change, GateKey, GateStatus, Millis};
 use crate::notify::Notice;
-use crate::store::{Store, StoreError, WaitRow};
+use crate::store::{ProtectionRequest, Store, StoreError, WaitRow};
 
 /// What starting an outside wait found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +23,15 @@ pub enum Awaited {
 }
 
 impl Unit<'_> {
+    /// Stores a deployment's protection request in this unit; false when the
+    /// same workflow run and environment were stored before (a redelivery).
+    pub async fn put_protection_request(
+        &mut self,
+        request: &ProtectionRequest,
+    ) -> Result<bool, StoreError> {
+        Store::put_protection_request(self.tx(), request).await
+    }
+
     /// Starts people's wait at `key` for something outside Flagger, in this
     /// unit, unless the gate is open already.
     pub async fn await_gate(

@@ -8,8 +8,8 @@
 //! be heard (`gate_cache`). Last-seen times are kept in memory and flushed in batches.
 
 mod app;
-pub mod awaited;
 pub mod authors;
+pub mod awaited;
 mod change;
 mod check;
 pub mod commands;

@@ -21,6 +21,7 @@ pub mod deployments;
 pub mod events;
 pub mod inbox;
 mod protection;
+mod protection_requests;
 pub mod pulls;
 pub mod pushes;
 pub mod redeliver;

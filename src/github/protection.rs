@@ -10,23 +10,18 @@
 //! posted to only when it is this repository's callback on the configured
 //! GitHub API (GATEBOT_GITHUB_API_URL).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::client::GithubClient;
-use super::events::DeploymentProtectionRuleEvent;
-use super::inbox::{finish, GithubInbox};
-use super::sink::{GithubJob, SINK};
 use crate::clock::SharedClock;
-use crate::core::awaited::Awaited;
-use crate::gate::{Actor, AuditAction, GateKey, GateKind, Millis, PrNumber, RepoName, Scope};
+use crate::gate::{Actor, AuditAction, GateKind, Millis, PrNumber, RepoName};
 use crate::metrics::Metrics;
-use crate::notify::{Lease, Notice, SendError, Settled};
+use crate::notify::{Notice, SendError};
 use crate::policy::PROTECTION_KINDS;
-use crate::store::{ProtectionRequest, QueueItem, Store};
+use crate::store::{ProtectionRequest, Store};
 
 fn retry(e: impl std::fmt::Display) -> SendError {
     SendError::retry(e.to_string())
@@ -160,86 +155,6 @@ pub(super) fn decision_of(notice: &Notice) -> Option<(RepoName, PrNumber, Decisi
     Some((repo.clone(), number, decision))
 }
 
-impl GithubInbox {
-    /// A deployment waiting for gatebot: stored, and its wait started through
-    /// the core in the same unit; approved at once when the gate is open.
-    pub(super) async fn protection_request(
-        &self,
-        item: &QueueItem,
-        lease: &Lease,
-    ) -> Result<Settled, SendError> {
-        let e: DeploymentProtectionRuleEvent = serde_json::from_str(&item.payload)
-            .map_err(|err| SendError::Permanent(format!("unreadable delivery: {err}")))?;
-        let Some((repo, number)) = e.pr() else {
-            return Ok(Settled::NotYet);
-        };
-        let kind = self.state.policy.protection_gate(&e.environment);
-        let api = &self.state.config.github.api_url;
-        let callback = callback_path(api, &e.deployment_callback_url, &repo);
-        let (Some(kind), Ok((_, run_id)), true) = (kind, callback, self.allowed(&repo)) else {
-            // Answered at receipt; the policy may have changed since.
-            return Ok(Settled::NotYet);
-        };
-        if let Some(i) = &e.installation {
-            self.client.learn_installation(&repo, i.id);
-        }
-        let key = GateKey::new(
-            kind,
-            Scope::Pr {
-                repo: repo.clone(),
-                number,
-            },
-        );
-        let mut unit = self.state.engine.begin().await.map_err(retry)?;
-        let request = ProtectionRequest {
-            repo: repo.clone(),
-            run_id,
-            environment: e.environment.trim().to_string(),
-            number,
-            gate: key.clone(),
-            callback_url: e.deployment_callback_url.clone(),
-            installation: e.installation.as_ref().map(|i| i.id),
-            requested_at: unit.now(),
-        };
-        if !Store::put_protection_request(unit.tx(), &request)
-            .await
-            .map_err(retry)?
-        {
-            return finish(unit, item, lease).await;
-        }
-        let reason = format!(
-            "the deployment of workflow run {run_id} to {} waits for {key}",
-            request.environment
-        );
-        let awaited = unit
-            .await_gate(&key, reason, metadata(&request))
-            .await
-            .map_err(super::send_error)?;
-        if let Awaited::Open(change) = awaited {
-            let decision = Decision::approved(kind, &change.by, unit.now());
-            let job = GithubJob::protection(&repo, number, decision)?;
-            unit.enqueue(&[job]).await.map_err(retry)?;
-        }
-        finish(unit, item, lease).await
-    }
-}
-
-/// What the announcement carries to the sinks: its title and the PR.
-fn metadata(r: &ProtectionRequest) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (
-            "title".to_string(),
-            format!(
-                "Deployment to {} (workflow run {})",
-                r.environment, r.run_id
-            ),
-        ),
-        ("environment".to_string(), r.environment.clone()),
-        ("pr".to_string(), r.number.to_string()),
-        ("repository".to_string(), r.repo.to_string()),
-    ])
-}
-
 /// Sends the protection jobs of the `github` sink.
 pub struct Protections {
     pub client: Arc<GithubClient>,
@@ -285,7 +200,7 @@ impl Protections {
         let path = match callback_path(&self.api_url, &r.callback_url, repo) {
             Ok((path, _)) => path,
             Err(why) => {
-                self.metrics.dropped(SINK, "foreign_callback");
+                self.metrics.dropped(super::SOURCE, "foreign_callback");
                 tracing::warn!(%repo, run = r.run_id, "a deployment's callback URL is refused: {why}");
                 return Ok("refused");
             }
