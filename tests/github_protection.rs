@@ -140,6 +140,7 @@ gatebot_testkit::on_both_stores!(
     rejected_after_a_reject,
     rejected_at_the_deadline,
     a_replayed_delivery_changes_nothing,
+    a_second_request_waits_once_and_a_rerun_waits_again,
     a_callback_on_another_host_is_refused,
 );
 
@@ -239,6 +240,37 @@ async fn a_replayed_delivery_changes_nothing(backend: Backend) {
     env.server.drained().await;
     assert_eq!(env.github.protection_reviews().len(), reviews.len());
     assert_eq!(reviews.len(), 1, "one review: {reviews:#?}");
+}
+
+/// GitHub asks again for the same run and environment when a job is re-run
+/// (same run id, a new deployment): while the first waits this changes
+/// nothing; once it was decided, the run waits again.
+async fn a_second_request_waits_once_and_a_rerun_waits_again(backend: Backend) {
+    let env = env(backend).await;
+    env.requested(7).await;
+    let mut again = env.request(7, None);
+    again["deployment"]["id"] = json!(71);
+    let (status, text) = env.deliver(&again).await;
+    assert_eq!(status, 202, "a new deployment id is a new delivery: {text}");
+    env.server.drained().await;
+    assert_eq!(env.audit("wait").await, 1, "still one wait");
+    env.clock.advance(2 * HOUR + 1000);
+    env.server.state.engine.enforce_deadlines().await.unwrap();
+    assert_eq!(env.reviews(1).await[0].body["state"], "rejected");
+
+    let mut rerun = env.request(7, None);
+    rerun["deployment"]["id"] = json!(72);
+    let (status, text) = env.deliver(&rerun).await;
+    assert_eq!(status, 202, "{text}");
+    env.server.drained().await;
+    assert_eq!(env.audit("wait").await, 2, "the re-run waits again");
+    env.comment_by(42, "kobzol", 501, "alice", "/promote").await;
+    let reviews = env.reviews(2).await;
+    assert_eq!(reviews.len(), 2, "{reviews:#?}");
+    assert_eq!(
+        (reviews[1].run_id, &reviews[1].body["state"]),
+        (7, &json!("approved"))
+    );
 }
 
 async fn a_callback_on_another_host_is_refused(backend: Backend) {

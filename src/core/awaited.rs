@@ -24,7 +24,7 @@ pub enum Awaited {
 
 impl Unit<'_> {
     /// Stores a deployment's protection request in this unit; false when the
-    /// same workflow run and environment were stored before (a redelivery).
+    /// same workflow run and environment wait already (a redelivery).
     pub async fn put_protection_request(
         &mut self,
         request: &ProtectionRequest,

@@ -30,7 +30,9 @@ fn unsigned(n: i64, what: &str) -> Result<u64> {
 
 impl Store {
     /// Records a request, in the unit that starts its wait; false when the
-    /// same run and environment asked before (a replay changes nothing).
+    /// same run and environment are waiting already (a replay changes
+    /// nothing). A decided one asks again when its job is re-run (the run id
+    /// stays), so it is pending again.
     pub async fn put_protection_request(
         tx: &mut WriteTx<'_>,
         r: &ProtectionRequest,
@@ -42,7 +44,11 @@ impl Store {
         let done = sqlx::query(
             "INSERT INTO github_protection_requests (repo, run_id, environment, number, gate_key, \
              callback_url, installation, requested_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-             ON CONFLICT (repo, run_id, environment) DO NOTHING",
+             ON CONFLICT (repo, run_id, environment) DO UPDATE SET number = excluded.number, \
+             gate_key = excluded.gate_key, callback_url = excluded.callback_url, \
+             installation = excluded.installation, requested_at = excluded.requested_at, \
+             decided_at = NULL, state = NULL \
+             WHERE github_protection_requests.decided_at IS NOT NULL",
         )
         .bind(r.repo.to_string())
         .bind(signed(r.run_id, "run id")?)
