@@ -1208,14 +1208,15 @@ def app_manifest_checks(ck: Checks) -> None:
                                             "checks": "write", "deployments": "write",
                                             "metadata": "read", "members": "read"},
                f"permissions {m['default_permissions']}")
-        expect(sorted(m["default_events"]) == ["check_run", "issue_comment", "pull_request",
+        expect(sorted(m["default_events"]) == ["check_run", "deployment_protection_rule",
+                                               "issue_comment", "pull_request",
                                                "pull_request_review"],
                f"events {m['default_events']}")
         expect(m["hook_attributes"]["url"] == "https://gatebot.example.com/webhooks/github",
                "hook url")
         expect(m["public"] is False, "public must be false")
         expect(m.get("url", "").startswith("https://"), "url")
-        return "6 permissions, 4 events"
+        return "6 permissions, 5 events"
     ck.run("github app manifest", github)
 
     def teams() -> str:

@@ -327,14 +327,19 @@ pub fn policy(text: &str) {
 fn policy_answers(p: &crate::policy::Policy) -> String {
     let mut out = String::new();
     for c in Verb::ALL {
-        out += &format!("{:?}{:?}", p.github(c), p.slack(c));
+        out += &format!("{:?}{:?}{:?}", p.github(c), p.slack(c), p.teams(c));
     }
     for rule in [
         crate::command::Rule::Freeze,
         crate::command::Rule::Unfreeze,
         crate::command::Rule::Close,
     ] {
-        out += &format!("{:?}{:?}", p.github_named(rule), p.slack_named(rule));
+        out += &format!(
+            "{:?}{:?}{:?}",
+            p.github_named(rule),
+            p.slack_named(rule),
+            p.teams_named(rule)
+        );
     }
     out += &format!(
         "{:?}{:?}{:?}{:?}{:?}{:?}{:?}",
@@ -345,6 +350,11 @@ fn policy_answers(p: &crate::policy::Policy) -> String {
         p.github_force(),
         p.slack_force(),
         (p.slack_user_of("octocat"), p.github_login_of("U1")),
+    );
+    out += &format!(
+        "{:?}{:?}",
+        p.teams_force(),
+        p.github_login_of_teams("6e1f0c9a")
     );
     out += &format!("{}{}", p.metadata_deadlines(), p.rolls_back_on_deadline());
     let now = 1_800_000_000_000;

@@ -20,8 +20,12 @@
 //! [slack.commands.rollback]
 //! approvers = ["S0ONCALL1"]
 //!
-//! [users]                            # GitHub login = Slack user id
+//! [teams]                            # Entra object ids, as [slack] (default
+//! approvers = ["6e1f…"]              # GATEBOT_TEAMS_APPROVERS); per command too
+//!
+//! [users]                            # GitHub login = Slack user id, or both chats
 //! alice = "U012AB3CD"
+//! bob = { slack = "U0B0B", teams = "5a7c…" }
 //!
 //! [[approvals]]                      # N-of-M: distinct people a gate needs
 //! kind = "promote"
@@ -58,9 +62,11 @@ struct File {
     #[serde(default)]
     github: GithubSection,
     #[serde(default)]
-    slack: SlackSection,
+    slack: ChatSection,
     #[serde(default)]
-    users: BTreeMap<String, String>,
+    teams: ChatSection,
+    #[serde(default)]
+    users: BTreeMap<String, UserIds>,
     #[serde(default)]
     deadlines: Vec<toml::Spanned<DeadlineEntry>>,
     #[serde(default)]
@@ -348,6 +354,59 @@ struct GithubSection {
     /// `[[github.environments]]`: the GitHub environment of a canary's deployments.
     #[serde(default)]
     environments: Vec<EnvironmentEntry>,
+    /// `[[github.protection]]`: the gate whose opening approves a deployment
+    /// to an environment that names gatebot among its protection rules.
+    #[serde(default)]
+    protection: Vec<ProtectionEntry>,
+}
+
+/// One `[[github.protection]]` table: a deployment to `environment` waits for
+/// the PR's gate of kind `gate` (`promote` by default).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProtectionEntry {
+    environment: String,
+    gate: Option<String>,
+}
+
+/// The PR gates a protection rule may wait for: those where people decide.
+pub const PROTECTION_KINDS: [GateKind; 3] = [GateKind::Start, GateKind::Promote, GateKind::Traffic];
+
+/// An environment name as GitHub allows it: one line of 1 to 255 characters.
+fn check_environment_name(at: &str, name: &str) -> anyhow::Result<()> {
+    let env = name.trim();
+    if env.is_empty() || env.len() > MAX_ENVIRONMENT || env.chars().any(char::is_control) {
+        anyhow::bail!(
+            "{at}: environment `{}`: one line of 1 to {MAX_ENVIRONMENT} characters",
+            name.escape_debug()
+        );
+    }
+    Ok(())
+}
+
+/// Reads the `[[github.protection]]` tables: each environment once, each
+/// gate a PR gate people decide (start, promote, traffic).
+fn protection_rules(file: &File) -> anyhow::Result<Vec<(String, GateKind)>> {
+    let mut rules: Vec<(String, GateKind)> = Vec::new();
+    for (n, p) in file.github.protection.iter().enumerate() {
+        let at = format!("github.protection[{n}]");
+        check_environment_name(&at, &p.environment)?;
+        let env = p.environment.trim().to_string();
+        let word = p.gate.as_deref().unwrap_or("promote").trim();
+        let kind = GateKind::from_route(word)
+            .filter(|k| PROTECTION_KINDS.contains(k))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{at}: gate `{}`: write start, promote or traffic",
+                    word.escape_debug()
+                )
+            })?;
+        if rules.iter().any(|(e, _)| *e == env) {
+            anyhow::bail!("{at}: environment `{env}` is named by an earlier table");
+        }
+        rules.push((env, kind));
+    }
+    Ok(rules)
 }
 
 /// One `[[github.environments]]` table: the canaries of a namespace, or one
@@ -375,13 +434,7 @@ fn check_environments(file: &File) -> anyhow::Result<()> {
             }
             _ => anyhow::bail!("{at}: write either namespace or canary (namespace/name)"),
         }
-        let env = e.environment.trim();
-        if env.is_empty() || env.len() > MAX_ENVIRONMENT || env.chars().any(char::is_control) {
-            anyhow::bail!(
-                "{at}: environment `{}`: one line of 1 to {MAX_ENVIRONMENT} characters",
-                e.environment.escape_debug()
-            );
-        }
+        check_environment_name(&at, &e.environment)?;
     }
     Ok(())
 }
@@ -407,18 +460,51 @@ struct GithubCommand {
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SlackSection {
+struct ChatSection {
     approvers: Option<Vec<String>>,
     forbid_self_approval: Option<bool>,
     #[serde(default)]
-    commands: HashMap<Rule, SlackCommand>,
+    commands: HashMap<Rule, ChatCommand>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SlackCommand {
+struct ChatCommand {
     approvers: Option<Vec<String>>,
     forbid_self_approval: Option<bool>,
+}
+
+/// A person's ids beside their GitHub login in `[users]`: a Slack user id
+/// (`alice = "U012AB3CD"`), or a table naming each chat
+/// (`alice = { slack = "U012AB3CD", teams = "<Entra object id>" }`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum UserIds {
+    Slack(String),
+    Chats(ChatIds),
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChatIds {
+    slack: Option<String>,
+    teams: Option<String>,
+}
+
+impl UserIds {
+    fn slack(&self) -> Option<&str> {
+        match self {
+            Self::Slack(id) => Some(id),
+            Self::Chats(ids) => ids.slack.as_deref(),
+        }
+    }
+
+    fn teams(&self) -> Option<&str> {
+        match self {
+            Self::Slack(_) => None,
+            Self::Chats(ids) => ids.teams.as_deref(),
+        }
+    }
 }
 
 /// What a GitHub commenter needs for one command.
@@ -431,10 +517,11 @@ pub struct GithubRule {
     pub forbid_self_approval: bool,
 }
 
-/// What a Slack user needs for one command.
+/// What a Slack or Teams user needs for one command.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlackRule {
-    /// User ids (U…, W…) and user group ids (S…). Empty: nobody.
+pub struct ChatRule {
+    /// Slack: user ids (U…, W…) and user group ids (S…); Teams: Entra
+    /// object ids. Empty: nobody.
     pub approvers: Vec<String>,
     pub forbid_self_approval: bool,
     /// Where the approvers came from, for refusals that say what to change.
@@ -446,11 +533,15 @@ pub struct Policy {
     file: File,
     default_permission: Permission,
     default_approvers: Vec<String>,
+    /// GATEBOT_TEAMS_APPROVERS, where `[teams]` names none.
+    default_teams_approvers: Vec<String>,
     source: Option<String>,
     deadlines: Vec<DeadlineRule>,
     reminders: Reminders,
     calendar: Calendar,
     quorum: Vec<QuorumRule>,
+    /// `[[github.protection]]`: environment → the PR gate that approves it.
+    protection: Vec<(String, GateKind)>,
 }
 
 /// Reads the `[[deadlines]]` tables into rules, saying which one is wrong.
@@ -503,12 +594,20 @@ impl Policy {
                 source.as_deref().unwrap_or("the policy file")
             )
         })?;
+        let protection = protection_rules(&file).with_context(|| {
+            format!(
+                "GATEBOT_POLICY: {}",
+                source.as_deref().unwrap_or("the policy file")
+            )
+        })?;
         let policy = Self {
+            protection,
             calendar,
             quorum,
             file,
             default_permission: config.github.min_permission,
             default_approvers: clean(&config.slack.approvers),
+            default_teams_approvers: clean(&config.teams.approvers),
             source,
             deadlines,
             reminders,
@@ -525,6 +624,7 @@ impl Policy {
         let file = File::parse(text).context("the policy file does not parse")?;
         check_environments(&file)?;
         Ok(Self {
+            protection: protection_rules(&file)?,
             deadlines: deadline_rules(&file)?,
             reminders: file.reminders.read(&file)?,
             calendar: calendar(&file)?,
@@ -532,6 +632,7 @@ impl Policy {
             file,
             default_permission,
             default_approvers: clean(default_approvers),
+            default_teams_approvers: Vec::new(),
             source: Some("policy".into()),
         })
     }
@@ -555,6 +656,21 @@ impl Policy {
                 || canary.namespace.clone(),
                 |e| e.environment.trim().to_string(),
             )
+    }
+
+    /// The PR gate whose opening approves a deployment to `environment`
+    /// (`[[github.protection]]`); None when no table names it.
+    pub fn protection_gate(&self, environment: &str) -> Option<GateKind> {
+        let env = environment.trim();
+        self.protection
+            .iter()
+            .find(|(e, _)| e == env)
+            .map(|(_, kind)| *kind)
+    }
+
+    /// Every `[[github.protection]]` table: (environment, gate kind).
+    pub fn protections(&self) -> &[(String, GateKind)] {
+        &self.protection
     }
 
     /// What an approving pull-request review counts as.
@@ -591,40 +707,59 @@ impl Policy {
         }
     }
 
-    pub fn slack(&self, command: Verb) -> SlackRule {
+    pub fn slack(&self, command: Verb) -> ChatRule {
         self.slack_rule(Rule::Verb(command), approves(command))
     }
 
     /// Who may `freeze` and `unfreeze` from Slack (`[slack.commands.freeze]`).
-    pub fn slack_named(&self, rule: Rule) -> SlackRule {
+    pub fn slack_named(&self, rule: Rule) -> ChatRule {
         self.slack_rule(rule, false)
     }
 
-    fn slack_rule(&self, rule: Rule, approves: bool) -> SlackRule {
-        let section = &self.file.slack;
+    fn slack_rule(&self, rule: Rule, approves: bool) -> ChatRule {
+        let defaults = (&self.default_approvers, "GATEBOT_SLACK_APPROVERS");
+        self.chat_rule("slack", &self.file.slack, defaults, rule, approves)
+    }
+
+    /// Who may run `command` from Teams: `[teams]`, else GATEBOT_TEAMS_APPROVERS.
+    pub fn teams(&self, command: Verb) -> ChatRule {
+        self.teams_rule(Rule::Verb(command), approves(command))
+    }
+
+    /// Who may `freeze` and `unfreeze` from Teams (`[teams.commands.freeze]`).
+    pub fn teams_named(&self, rule: Rule) -> ChatRule {
+        self.teams_rule(rule, false)
+    }
+
+    fn teams_rule(&self, rule: Rule, approves: bool) -> ChatRule {
+        let defaults = (&self.default_teams_approvers, "GATEBOT_TEAMS_APPROVERS");
+        self.chat_rule("teams", &self.file.teams, defaults, rule, approves)
+    }
+
+    /// A chat's rule for `rule`: its command's table, else the chat's
+    /// approvers, else the environment's; four eyes as the tables say.
+    fn chat_rule(
+        &self,
+        chat: &str,
+        section: &ChatSection,
+        (default_approvers, default_setting): (&Vec<String>, &str),
+        rule: Rule,
+        approves: bool,
+    ) -> ChatRule {
         let specific = section.commands.get(&rule);
+        let source = self.source_name();
         let (approvers, setting) = match (
             specific.and_then(|c| c.approvers.as_ref()),
             &section.approvers,
         ) {
             (Some(a), _) => (
                 clean(a),
-                format!(
-                    "slack.commands.{}.approvers in {}",
-                    rule,
-                    self.source_name()
-                ),
+                format!("{chat}.commands.{rule}.approvers in {source}"),
             ),
-            (None, Some(a)) => (
-                clean(a),
-                format!("slack.approvers in {}", self.source_name()),
-            ),
-            (None, None) => (
-                self.default_approvers.clone(),
-                "GATEBOT_SLACK_APPROVERS".to_string(),
-            ),
+            (None, Some(a)) => (clean(a), format!("{chat}.approvers in {source}")),
+            (None, None) => (default_approvers.clone(), default_setting.to_string()),
         };
-        SlackRule {
+        ChatRule {
             approvers,
             forbid_self_approval: specific
                 .and_then(|c| c.forbid_self_approval)
@@ -702,13 +837,22 @@ impl Policy {
 
     /// Who may break glass from Slack: only `[slack.commands.force].approvers`,
     /// never the general approvers; four eyes as that table says.
-    pub fn slack_force(&self) -> Option<SlackRule> {
-        let force = self.file.slack.commands.get(&Rule::Force)?;
+    pub fn slack_force(&self) -> Option<ChatRule> {
+        self.chat_force("slack", &self.file.slack)
+    }
+
+    /// Who may break glass from Teams: only `[teams.commands.force].approvers`.
+    pub fn teams_force(&self) -> Option<ChatRule> {
+        self.chat_force("teams", &self.file.teams)
+    }
+
+    fn chat_force(&self, chat: &str, section: &ChatSection) -> Option<ChatRule> {
+        let force = section.commands.get(&Rule::Force)?;
         let approvers = force.approvers.as_ref()?;
-        Some(SlackRule {
+        Some(ChatRule {
             approvers: clean(approvers),
             forbid_self_approval: force.forbid_self_approval.unwrap_or(false),
-            setting: format!("slack.commands.force.approvers in {}", self.source_name()),
+            setting: format!("{chat}.commands.force.approvers in {}", self.source_name()),
         })
     }
 
@@ -723,7 +867,7 @@ impl Policy {
             .users
             .iter()
             .find(|(login, _)| login.eq_ignore_ascii_case(github_login))
-            .map(|(_, id)| id.as_str())
+            .and_then(|(_, ids)| ids.slack())
     }
 
     /// The GitHub login of a Slack user id, when the policy maps them.
@@ -731,7 +875,20 @@ impl Policy {
         self.file
             .users
             .iter()
-            .find(|(_, id)| *id == slack_user)
+            .find(|(_, ids)| ids.slack() == Some(slack_user))
+            .map(|(login, _)| login.as_str())
+    }
+
+    /// The GitHub login of a Teams person (their Entra object id, a GUID
+    /// Teams writes in either case), when the policy maps them.
+    pub fn github_login_of_teams(&self, aad_object_id: &str) -> Option<&str> {
+        self.file
+            .users
+            .iter()
+            .find(|(_, ids)| {
+                ids.teams()
+                    .is_some_and(|id| id.eq_ignore_ascii_case(aad_object_id))
+            })
             .map(|(login, _)| login.as_str())
     }
 
@@ -972,6 +1129,47 @@ alice = "U1"
     }
 
     #[test]
+    fn users_name_their_slack_and_teams_ids() {
+        let text = "[users]\nalice = \"U1\"\nbob = { slack = \"U2\", teams = \"6E1F-AB\" }\ncarol = { teams = \"c0\" }\n";
+        let p = Policy::parse(text, Permission::Write, &[]).unwrap();
+        assert_eq!(p.github_login_of("U1"), Some("alice"));
+        assert_eq!(p.github_login_of("U2"), Some("bob"));
+        assert_eq!(p.github_login_of_teams("6e1f-ab"), Some("bob"));
+        assert_eq!(p.github_login_of_teams("C0"), Some("carol"));
+        assert_eq!(
+            p.github_login_of_teams("U1"),
+            None,
+            "a Slack id is not a Teams id"
+        );
+        assert_eq!(p.slack_user_of("carol"), None);
+        let typo = "[users]\nbob = { teamz = \"x\" }\n";
+        assert!(Policy::parse(typo, Permission::Write, &[]).is_err());
+    }
+
+    #[test]
+    fn teams_approvers_come_from_the_most_specific_place() {
+        let text = "[teams]\napprovers = [\"t1\"]\nforbid_self_approval = true\n[teams.commands.rollback]\napprovers = [\"t9\"]\n[teams.commands.force]\napprovers = [\"t0\"]\n";
+        let p = Policy::parse(text, Permission::Write, &[]).unwrap();
+        let promote = p.teams(Verb::Promote);
+        assert_eq!(promote.approvers, vec!["t1".to_string()]);
+        assert!(promote.forbid_self_approval);
+        assert_eq!(promote.setting, "teams.approvers in policy");
+        assert_eq!(p.teams(Verb::Rollback).approvers, vec!["t9".to_string()]);
+        assert_eq!(
+            p.teams_force().map(|r| r.approvers),
+            Some(vec!["t0".to_string()])
+        );
+        assert_eq!(
+            p.slack(Verb::Promote).approvers,
+            Vec::<String>::new(),
+            "Slack's stay apart"
+        );
+        let none = Policy::parse("", Permission::Write, &[]).unwrap();
+        assert_eq!(none.teams(Verb::Promote).setting, "GATEBOT_TEAMS_APPROVERS");
+        assert_eq!(none.teams_force(), None);
+    }
+
+    #[test]
     fn an_approving_review_counts_only_when_the_policy_says_so() {
         let off = Policy::parse("", Permission::Write, &[]).unwrap();
         assert_eq!(off.approving_review(), ApprovingReview::Off);
@@ -1005,6 +1203,31 @@ alice = "U1"
                 Policy::parse(wrong, Permission::Write, &[]).is_err(),
                 "{wrong}"
             );
+        }
+    }
+
+    #[test]
+    fn an_environment_is_protected_by_the_gate_its_table_names() {
+        let text = "[[github.protection]]\nenvironment = \"production\"\ngate = \"promote\"\n\n[[github.protection]]\nenvironment = \"canary\"\ngate = \"start\"\n\n[[github.protection]]\nenvironment = \"staging\"\n";
+        let p = Policy::parse(text, Permission::Write, &[]).unwrap();
+        assert_eq!(p.protection_gate("production"), Some(GateKind::Promote));
+        assert_eq!(p.protection_gate("canary"), Some(GateKind::Start));
+        assert_eq!(
+            p.protection_gate("staging"),
+            Some(GateKind::Promote),
+            "by default"
+        );
+        assert_eq!(p.protection_gate("qa"), None);
+        for (wrong, says) in [
+            ("[[github.protection]]\nenvironment = \"x\"\ngate = \"rollback\"\n", "start, promote or traffic"),
+            ("[[github.protection]]\nenvironment = \"x\"\ngate = \"promot\"\n", "start, promote or traffic"),
+            ("[[github.protection]]\nenvironment = \"\"\n", "1 to 255"),
+            ("[[github.protection]]\nenvironment = \"x\"\n\n[[github.protection]]\nenvironment = \" x\"\n", "earlier table"),
+            ("[[github.protection]]\ngate = \"promote\"\n", "environment"),
+        ] {
+            let e = Policy::parse(wrong, Permission::Write, &[]).unwrap_err();
+            let e = format!("{e:#}");
+            assert!(e.contains(says), "{wrong}: {e}");
         }
     }
 

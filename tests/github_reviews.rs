@@ -9,7 +9,9 @@ use gatebot::testing::github::verify::sign;
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
 use gatebot_testkit::github_payloads::{fixture, github_time, now_ms};
-use gatebot_testkit::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
+use gatebot_testkit::harness::{
+    check_config_of_policy, client, Backend, TestDb, TestServer, ADMIN_TOKEN,
+};
 use serde_json::{json, Value};
 
 const SECRET: &str = "reviews-secret";
@@ -216,21 +218,7 @@ async fn an_approving_review_opens_the_gate_and_flagger_promotes(backend: Backen
 /// `check-config` says when approving reviews count, and names a wrong value.
 #[test]
 fn check_config_shows_the_setting_and_refuses_a_wrong_value() {
-    let run = |policy: &str| {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("policy.toml"), policy).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
-            .arg("check-config")
-            .current_dir(dir.path())
-            .env_clear()
-            .env("GATEBOT_DATABASE_URL", "sqlite://g.db")
-            .env("GATEBOT_POLICY", "policy.toml")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        (out.status.success(), text)
-    };
+    let run = |policy: &str| check_config_of_policy(env!("CARGO_BIN_EXE_gatebot"), policy);
     let (ok, on) = run(ON);
     assert!(ok, "{on}");
     assert!(

@@ -320,6 +320,7 @@ const STORE_USERS: &[(&str, &str)] = &[
     ("github/status.rs", "not moved to the core yet"),
     ("github/checks.rs", "not moved to the core yet"),
     ("github/deployments.rs", "not moved to the core yet"),
+    ("github/protection.rs", "not moved to the core yet"),
     ("teams/invoke.rs", "not moved to the core yet"),
     ("teams/mod.rs", "not moved to the core yet"),
     ("teams/sink.rs", "not moved to the core yet"),

@@ -161,6 +161,26 @@ impl Env {
         .execute(&mut self.conn)
         .await
         .unwrap();
+        // Protected deployments: one decided now (goes), one still pending
+        // but asked about later (kept).
+        let decided = [
+            (1, now, Some(now), Some("approved")),
+            (2, now + 3 * DAY, None, None),
+        ];
+        for (run, at, decided, state) in decided {
+            sqlx::query(
+                "INSERT INTO github_protection_requests (repo, run_id, environment, number, gate_key, \
+                 callback_url, installation, requested_at, decided_at, state) VALUES ('acme/shop', $1, \
+                 'production', 1, '/gates/promote/acme/shop/pr/1', 'https://api.github.com/', 7, $2, $3, $4)",
+            )
+            .bind(run)
+            .bind(at)
+            .bind(decided)
+            .bind(state)
+            .execute(&mut self.conn)
+            .await
+            .unwrap();
+        }
         // A Teams card of a wait that is over (gone).
         sqlx::query(
             "INSERT INTO teams_cards (wait_id, gate, canary, conversation_id, service_url, activity_id, posted_at) \
@@ -289,6 +309,18 @@ async fn what_outlives_its_retention_is_pruned_and_nothing_else(backend: Backend
             .await,
         2,
         "a PR head and a check run touched within the history are kept"
+    );
+    env.until(
+        "protected deployments decided before the history",
+        "SELECT COUNT(*) FROM github_protection_requests WHERE run_id = 1",
+        0,
+    )
+    .await;
+    assert_eq!(
+        env.count("SELECT COUNT(*) FROM github_protection_requests")
+            .await,
+        1,
+        "a request made within the history is kept"
     );
     env.until(
         "deployments not sent to within the history",

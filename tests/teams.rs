@@ -549,6 +549,7 @@ gatebot_testkit::on_both_stores!(
     an_unlisted_user_is_refused_in_the_card,
     a_github_approval_updates_the_card,
     the_workflow_webhook_gets_its_card,
+    four_eyes_and_one_person_by_the_users_mapping,
 );
 
 /// The channel the installation fixtures name.
@@ -906,6 +907,94 @@ async fn a_github_approval_updates_the_card(backend: Backend) {
     let card = card_of(updated.last().unwrap());
     insta::assert_json_snapshot!("teams_card_approved_on_github", card);
     assert!(verbs(&card).is_empty());
+    env.server.stop().await;
+}
+
+const BOB: &str = "0b0b0b0b-0000-4000-8000-00000000b0b0";
+const ALICE: &str = "a11ce000-0000-4000-8000-0000000a11ce";
+const CAROL: &str = "ca401000-0000-4000-8000-000000ca4010";
+
+/// `[teams]` asks four eyes and `[users]` maps Teams people to GitHub
+/// logins: the PR's author is refused, an unmapped approver is refused (it
+/// cannot be told), and a person approving from GitHub and from Teams counts
+/// once toward the two approvals the start gate needs.
+async fn four_eyes_and_one_person_by_the_users_mapping(backend: Backend) {
+    let github = FakeGithub::start().await;
+    github.set_permission("alice", "write");
+    github.set_author(42, "bob");
+    let policy = format!(
+        "[teams]\napprovers = [\"{RIDO}\", \"{BOB}\", \"{ALICE}\", \"{CAROL}\"]\nforbid_self_approval = true\n\n\
+         [users]\nbob = {{ teams = \"{BOB}\" }}\nalice = {{ slack = \"UALICE\", teams = \"{}\" }}\nrido = {{ teams = \"{RIDO}\" }}\n\n\
+         [[approvals]]\nkind = \"start\"\nrequired = 2\n",
+        ALICE.to_uppercase()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.toml");
+    std::fs::write(&path, &policy).unwrap();
+    let env = env_with(backend, |c, _| {
+        c.teams.approvers = Vec::new();
+        c.github.token = Some("ghp_test".to_string().into());
+        c.github.webhook_secret = Some("github-secret".to_string().into());
+        c.github.api_url = github.url.clone();
+        c.policy = Some(path);
+    })
+    .await;
+    let _sim = waiting_at_start(&env).await;
+    let gate = "/gates/start/acme/shop/pr/42";
+    // The audit is newest first.
+    let refusals = |audit: Vec<Value>| -> Vec<String> {
+        audit
+            .into_iter()
+            .filter(|a| a["action"] == "refuse")
+            .map(|a| a["reason"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+
+    env.say("b1", "start 42", BOB).await;
+    let why = refusals(env.audit(gate).await);
+    assert!(
+        why.first().is_some_and(
+            |w| w.contains("(@bob) opened acme/shop#42: someone else must approve (four eyes)")
+        ),
+        "{why:?}"
+    );
+    env.say("c1", "start 42", CAROL).await;
+    let why = refusals(env.audit(gate).await);
+    assert!(
+        why.first()
+            .is_some_and(|w| w.contains("is not mapped to a GitHub login: add them to [users]")),
+        "{why:?}"
+    );
+    assert_eq!(env.gate("/start/acme/shop/pr/42").await["state"], "closed");
+
+    let comment = gatebot_testkit::github_payloads::comment_at(42, 7, "alice", "/start", NOW);
+    let body = serde_json::to_vec(&comment).unwrap();
+    let r = client()
+        .post(env.server.at("/webhooks/github"))
+        .header("content-type", "application/json")
+        .header("x-github-event", "issue_comment")
+        .header("x-github-delivery", "delivery-alice")
+        .header(
+            "x-hub-signature-256",
+            gatebot::testing::github::verify::sign("github-secret", &body),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202);
+    env.server.drained().await;
+    let before = env.gate("/start/acme/shop/pr/42").await;
+    assert_eq!(before["state"], "approving", "{before}");
+    env.say("a1", "start 42", ALICE).await;
+    let after = env.gate("/start/acme/shop/pr/42").await;
+    assert_eq!(
+        (&after["state"], &after["approvals"]),
+        (&before["state"], &before["approvals"]),
+        "alice from GitHub and from Teams is one person: {after}"
+    );
+    env.say("r1", "start 42", RIDO).await;
+    assert_eq!(env.gate("/start/acme/shop/pr/42").await["state"], "open");
     env.server.stop().await;
 }
 

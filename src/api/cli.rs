@@ -484,6 +484,11 @@ fn check_parts(report: &mut ConfigReport, config: &crate::Config) {
                     "reviews:         an approving review counts as /promote ([github] approving_review)",
                 );
             }
+            for (environment, kind) in policy.protections() {
+                report.line(format_args!(
+                    "protection:      a deployment to `{environment}` waits for the PR's {kind} gate ([[github.protection]])"
+                ));
+            }
             for warning in policy.door_warnings(config.flagger_tokens()) {
                 report.warning(warning);
             }

@@ -442,8 +442,8 @@ impl Workers {
         let authors = self
             .github
             .map(|c| c as Arc<dyn crate::core::authors::AuthorLookup>);
-        handlers.extend(slack::inbox_handlers(state, authors)?);
-        handlers.extend(crate::teams::inbox_handlers(state));
+        handlers.extend(slack::inbox_handlers(state, authors.clone())?);
+        handlers.extend(crate::teams::inbox_handlers(state, authors));
         let settings = WorkerSettings {
             base_backoff: Duration::from_millis(500),
             ..settings

@@ -50,9 +50,10 @@ impl Engine {
                 Some(last) if page.len() == WAIT_PAGE => {
                     after = Some((last.due_at.unwrap_or(now), last.id))
                 }
-                _ => return Ok(acted),
+                _ => break,
             }
         }
+        Ok(acted + self.enforce_announcement_deadlines(now).await?)
     }
 
     /// A wait whose deadline fell: acted on by the rule that set it.

@@ -9,6 +9,7 @@
 
 mod app;
 pub mod authors;
+pub mod awaited;
 mod change;
 mod check;
 pub mod commands;

@@ -189,7 +189,7 @@ async fn announce(
     let text = serde_json::to_string(&metadata)
         .map_err(|e| StoreError::Corrupt(format!("cannot encode metadata: {e}")))?;
     let mut notices = Vec::new();
-    if let Some(wait_id) = Store::start_announcement(unit.tx(), key, &text, now).await? {
+    if let Some(wait_id) = Store::start_announcement(unit.tx(), key, &text, now, None).await? {
         notices.push(Notice::WaitStarted {
             wait_id,
             gate: key.clone(),

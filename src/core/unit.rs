@@ -9,7 +9,8 @@ use std::time::Duration;
 use super::{CommandError, Engine, Provenance};
 use crate::gate::quorum::{self, Tally, Vote};
 use crate::gate::{
-    Actor, Approval, AuditAction, CanaryRef, Change, Gate, GateKey, GateStatus, Millis, Scope,
+    Actor, Approval, AuditAction, CanaryRef, Change, Gate, GateKey, GateKind, GateStatus, Millis,
+    Scope,
 };
 use crate::metrics::CommandLabels;
 use crate::notify::Notice;
@@ -431,7 +432,7 @@ impl<'e> Unit<'e> {
         Ok(gate)
     }
 
-    /// Ends the announcement of a named gate that someone decided.
+    /// Ends the announcement (a wait no canary made) of a gate someone decided.
     async fn end_announcement(
         &mut self,
         key: &GateKey,
@@ -440,14 +441,29 @@ impl<'e> Unit<'e> {
         let Some(outcome) = announcement_outcome(action) else {
             return Ok(());
         };
-        if !matches!(key.scope, Scope::Named(_)) {
-            return Ok(());
-        }
+        let approved = outcome == "approved";
+        let ended: Vec<(GateKey, &str)> = match &key.scope {
+            Scope::Named(_) => vec![(key.clone(), outcome)],
+            // A deployment's wait at a PR's gate ends when the gate opens, or
+            // when a Reject opens the PR's rollback gate; it outlasts a close
+            // or a hold, since the deployment still waits.
+            Scope::Pr { .. } if approved && key.kind == GateKind::Rollback => {
+                [GateKind::Promote, GateKind::Traffic]
+                    .map(|k| (GateKey::new(k, key.scope.clone()), "rejected"))
+                    .to_vec()
+            }
+            Scope::Pr { .. } if approved => vec![(key.clone(), outcome)],
+            _ => return Ok(()),
+        };
         let now = self.now;
-        if let Some(wait_id) = Store::end_announcement(&mut self.tx, key, outcome, now).await? {
+        for (key, outcome) in ended {
+            let Some(wait_id) = Store::end_announcement(&mut self.tx, &key, outcome, now).await?
+            else {
+                continue;
+            };
             let notice = Notice::WaitEnded {
                 wait_id,
-                gate: key.clone(),
+                gate: key,
                 canary: None,
                 outcome: outcome.to_string(),
                 at: now,
@@ -458,7 +474,7 @@ impl<'e> Unit<'e> {
     }
 }
 
-/// The outcome of a wait that ends because its named gate changed.
+/// The outcome of an announcement that ends because its gate changed.
 fn announcement_outcome(action: AuditAction) -> Option<&'static str> {
     match action {
         AuditAction::Open | AuditAction::Force => Some("approved"),

@@ -116,6 +116,34 @@ impl DeadlineRule {
     }
 }
 
+/// The deadline of a wait no canary made (a GitHub deployment waiting for
+/// a PR's gate): the most specific rule of its kind that names no namespace
+/// and no canary, by repository for a PR gate.
+pub fn deadline_without_canary(
+    rules: &[DeadlineRule],
+    kind: GateKind,
+    scope: &Scope,
+) -> Option<Deadline> {
+    if !kind.has_waits() || kind.is_legacy() {
+        return None;
+    }
+    let deadline = rules
+        .iter()
+        .filter(|r| r.kind == kind && r.namespace.is_none() && r.canary.is_none())
+        .filter_map(|r| match (&r.repository, scope) {
+            (None, _) => Some((0, r)),
+            (Some(repo), Scope::Pr { repo: r2, .. }) if repo == r2 => Some((1, r)),
+            _ => None,
+        })
+        .max_by_key(|(rank, _)| *rank)
+        .map(|(_, r)| r.deadline)?;
+    // Nothing to roll back: the deadline closes the wait.
+    Some(Deadline {
+        action: OnDeadline::Close,
+        ..deadline
+    })
+}
+
 /// The deadline of a wait of `canary` at a gate of `kind` and `scope`: the
 /// Canary hook's metadata (`deadline: 2h`, `on_deadline: rollback`) over the
 /// most specific rule. `Err` says what is wrong with the metadata; the rules
@@ -167,6 +195,29 @@ pub fn deadline_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_without_a_canary_takes_the_rules_that_name_none() {
+        let mut by_repo = rule(GateKind::Promote, 60, OnDeadline::Rollback);
+        by_repo.repository = Some("acme/shop".parse().unwrap());
+        let mut by_ns = rule(GateKind::Promote, 5, OnDeadline::Close);
+        by_ns.namespace = Some("prod".into());
+        let any = rule(GateKind::Promote, 3600, OnDeadline::Close);
+        let rules = [any.clone(), by_repo, by_ns];
+        let d = deadline_without_canary(&rules, GateKind::Promote, &pr()).unwrap();
+        assert_eq!(d.after, Duration::from_secs(60), "the repository's rule");
+        assert_eq!(d.action, OnDeadline::Close, "nothing to roll back");
+        let other: Scope = Scope::Pr {
+            repo: "acme/other".parse().unwrap(),
+            number: crate::gate::PrNumber(1),
+        };
+        let d = deadline_without_canary(&rules, GateKind::Promote, &other).unwrap();
+        assert_eq!(d.after, Duration::from_secs(3600));
+        assert_eq!(
+            deadline_without_canary(&rules, GateKind::Start, &pr()),
+            None
+        );
+    }
 
     fn rule(kind: GateKind, after: u64, action: OnDeadline) -> DeadlineRule {
         DeadlineRule {

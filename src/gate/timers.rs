@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::change::Millis;
-use super::deadline::{deadline_for, Deadline, DeadlineRule};
+use super::deadline::{deadline_for, deadline_without_canary, Deadline, DeadlineRule};
 use super::key::{CanaryRef, GateKind, Scope};
 
 /// The policy's rules for how long waits last and when people are reminded.
@@ -62,6 +62,18 @@ impl WaitTimers {
             Ok(None) => None,
             Err(_) => Some(wait.started_at),
         }
+    }
+
+    /// When the deadline of a wait no canary made falls (a deployment
+    /// waiting for a PR's gate): by the rules that name no canary.
+    pub fn due_without_canary(
+        &self,
+        kind: GateKind,
+        scope: &Scope,
+        started_at: Millis,
+    ) -> Option<Millis> {
+        let d = deadline_without_canary(&self.deadlines, kind, scope)?;
+        Some(started_at.saturating_add(millis(d.after)))
     }
 
     /// When the wait's next reminder is due, `sent` of them having been sent.

@@ -483,6 +483,27 @@ impl GithubClient {
             .map(|_| ())
     }
 
+    /// Approves or rejects a workflow run's deployment at `path` (its
+    /// callback, checked to be the repository's own under the API), with the
+    /// repository's token.
+    pub async fn review_protection(
+        &self,
+        repo: &RepoName,
+        path: &str,
+        body: Value,
+    ) -> Result<(), ApiError> {
+        let auth = self.bearer(Some(repo)).await?;
+        self.call(
+            "review_deployment_protection",
+            &auth,
+            Method::POST,
+            path,
+            Some(&body),
+        )
+        .await
+        .map(|_| ())
+    }
+
     pub async fn update_check_run(
         &self,
         repo: &RepoName,

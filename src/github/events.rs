@@ -488,3 +488,60 @@ mod tests {
         assert!(!u("alice", "User").is_bot());
     }
 }
+
+/// `deployment_protection_rule.deployment`: the fields gatebot reads.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct ProtectedDeployment {
+    pub id: u64,
+    pub sha: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+}
+
+/// A pull request a protected deployment belongs to.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct ProtectedPull {
+    pub number: u64,
+}
+
+/// `deployment_protection_rule` `requested`: a workflow run's deployment to
+/// an environment waits for gatebot's approval at `deployment_callback_url`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct DeploymentProtectionRuleEvent {
+    pub action: String,
+    pub environment: String,
+    pub event: String,
+    pub deployment_callback_url: String,
+    pub deployment: ProtectedDeployment,
+    pub pull_requests: Vec<ProtectedPull>,
+    pub repository: Repository,
+    pub installation: Option<Installation>,
+}
+
+impl DeploymentProtectionRuleEvent {
+    /// The pull request the deployment is of: the first GitHub names.
+    pub fn pr(&self) -> Option<(RepoName, PrNumber)> {
+        let number = self.pull_requests.first()?.number;
+        (number != 0).then_some((self.repository.name()?, PrNumber(number)))
+    }
+
+    /// When the deployment was made, by GitHub's clock.
+    pub fn created_at(&self) -> Option<Millis> {
+        github_time(self.deployment.created_at.as_deref()?)
+    }
+
+    /// This request, from fields GitHub signs: the deployment, its
+    /// environment and the callback (which names the workflow run). Equal for
+    /// a redelivery or a replay.
+    pub fn signed_id(&self) -> Option<String> {
+        if self.deployment.id == 0 || self.deployment_callback_url.is_empty() {
+            return None;
+        }
+        let text = format!("{}\n{}", self.environment, self.deployment_callback_url);
+        let digest = hex::encode(&Sha256::digest(text.as_bytes())[..8]);
+        Some(format!("protection:{}:{digest}", self.deployment.id))
+    }
+}

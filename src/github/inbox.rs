@@ -12,7 +12,8 @@ use std::sync::Arc;
 use super::access::{Access, Stale};
 use super::client::GithubClient;
 use super::events::{
-    CheckRunEvent, IssueCommentEvent, PullRequestEvent, PullRequestReviewEvent, User,
+    CheckRunEvent, DeploymentProtectionRuleEvent, IssueCommentEvent, PullRequestEvent,
+    PullRequestReviewEvent, User,
 };
 use super::reply::{Line, Reply, Step};
 use super::sink::GithubJob;
@@ -437,6 +438,11 @@ impl Handler for GithubInbox {
             "pull_request_review" => serde_json::from_str::<PullRequestReviewEvent>(&item.payload)
                 .ok()?
                 .pr()?,
+            "deployment_protection_rule" => {
+                serde_json::from_str::<DeploymentProtectionRuleEvent>(&item.payload)
+                    .ok()?
+                    .pr()?
+            }
             "check_run" => {
                 let e = serde_json::from_str::<CheckRunEvent>(&item.payload).ok()?;
                 let key = e.gate()?;
@@ -469,6 +475,7 @@ impl Handler for GithubInbox {
                 "issue_comment" => self.issue_comment(item, &delivery, lease).await,
                 "check_run" => self.check_run_click(item, &delivery, lease).await,
                 "pull_request_review" => self.review(item, &delivery, lease).await,
+                "deployment_protection_rule" => self.protection_request(item, lease).await,
                 _ => self.handle(item).await.map(|()| Settled::NotYet),
             }
         })

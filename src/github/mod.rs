@@ -6,6 +6,7 @@
 //! - [`sink`]: the `github` outbox sink: reactions, replies, the status comment.
 //! - [`checks`]: check runs with buttons; `clicks`: clicks on them.
 //! - `reviews`: an approving review as `/promote`, when the policy says so.
+//! - `protection`: gatebot as an environment's deployment protection rule.
 //! - [`client`]: the REST calls (reqwest), with rate-limit aware errors.
 //! - [`app`]: GitHub App authentication (JWT, installation tokens).
 //! - [`redeliver`]: asks GitHub to deliver again what gatebot had to refuse.
@@ -19,6 +20,8 @@ mod comment;
 pub mod deployments;
 pub mod events;
 pub mod inbox;
+mod protection;
+mod protection_requests;
 pub mod pulls;
 pub mod pushes;
 pub mod redeliver;
@@ -123,6 +126,7 @@ pub fn sinks(
             deployments: config.github.deployments,
             public_url: config.public_url.clone(),
             policy: policy.clone(),
+            api_url: config.github.api_url.clone(),
         },
     ))]
 }

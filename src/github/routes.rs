@@ -12,8 +12,10 @@ use axum::Extension;
 use secrecy::ExposeSecret;
 
 use super::events::{
-    CheckRunEvent, IssueCommentEvent, PullRequestEvent, PullRequestReviewEvent, Repository,
+    CheckRunEvent, DeploymentProtectionRuleEvent, IssueCommentEvent, PullRequestEvent,
+    PullRequestReviewEvent, Repository,
 };
+use super::protection::callback_path;
 use super::verify::verify;
 use super::{is_own_comment, SOURCE};
 use crate::config::GithubConfig;
@@ -64,6 +66,7 @@ async fn receive(
         "pull_request" => pull_request(state, body)?,
         "check_run" => check_run(state, body)?,
         "pull_request_review" => review(state, body)?,
+        "deployment_protection_rule" => protection(state, body)?,
         other => return Ok(ignored(format_args!("gatebot does not use {other} events"))),
     };
     let (signed_id, payload) = match received {
@@ -263,6 +266,53 @@ fn review(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
     if e.approved() {
         too_old(state, e.submitted_at())?;
     }
+    let payload = serde_json::to_string(&e).map_err(malformed)?;
+    Ok(Received::Store { id, payload })
+}
+
+/// A workflow run's deployment to an environment that waits for gatebot
+/// (`[[github.protection]]`). A callback URL that is not the repository's
+/// own on the configured API is refused (422, counted): it is never posted to.
+fn protection(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
+    let e: DeploymentProtectionRuleEvent = serde_json::from_slice(body).map_err(malformed)?;
+    if e.action != "requested" {
+        return Ok(Received::Answer(ignored(format_args!(
+            "deployment_protection_rule {}",
+            e.action
+        ))));
+    }
+    if let Some(answer) = not_allowed(&state.config.github, &e.repository) {
+        return Ok(Received::Answer(answer));
+    }
+    if state.policy.protection_gate(&e.environment).is_none() {
+        return Ok(Received::Answer(ignored(format_args!(
+            "no [[github.protection]] table of the policy names the environment `{}`",
+            e.environment.escape_debug()
+        ))));
+    }
+    let Some((repo, _)) = e.pr() else {
+        return Ok(Received::Answer(ignored(
+            "the deployment is of no pull request: gatebot approves deployments of pull requests",
+        )));
+    };
+    let (Some(id), Some(_)) = (e.signed_id(), e.created_at()) else {
+        return Err(Reject::bad_request(
+            "malformed_protection_rule",
+            "deployment.id, deployment.created_at (an RFC 3339 UTC time) or deployment_callback_url is missing",
+        ));
+    };
+    if let Err(why) = callback_path(
+        &state.config.github.api_url,
+        &e.deployment_callback_url,
+        &repo,
+    ) {
+        return Err(Reject::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "foreign_callback",
+            format!("deployment_callback_url refused: {why}"),
+        ));
+    }
+    too_old(state, e.created_at())?;
     let payload = serde_json::to_string(&e).map_err(malformed)?;
     Ok(Received::Store { id, payload })
 }

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::checks::{CheckRuns, KINDS};
 use super::client::{ApiError, GithubClient};
 use super::deployments::Deployments;
+use super::protection::{decision_of, Decision, Protections};
 use super::status::{status_marker, view};
 use crate::clock::SharedClock;
 use crate::gate::{GateKey, GateKind, Millis, PrNumber, RepoName};
@@ -69,6 +70,13 @@ pub enum GithubJob {
         repo: RepoName,
         number: PrNumber,
     },
+    /// Approves or rejects the workflow runs' deployments waiting at the
+    /// PR's gates (`[[github.protection]]`).
+    Protection {
+        repo: RepoName,
+        number: PrNumber,
+        decision: Decision,
+    },
 }
 
 impl GithubJob {
@@ -79,6 +87,7 @@ impl GithubJob {
             Self::Status { .. } => "status",
             Self::CheckRun { .. } => "check_run",
             Self::Deployment { .. } => "deployment",
+            Self::Protection { .. } => "protection",
         }
     }
 
@@ -131,13 +140,30 @@ impl GithubJob {
         })
     }
 
+    /// A decision on the deployments waiting at a PR's gates; one per notice.
+    pub fn protection(
+        repo: &RepoName,
+        number: PrNumber,
+        decision: Decision,
+    ) -> Result<NewJob, PayloadError> {
+        let job = Self::Protection {
+            repo: repo.clone(),
+            number,
+            decision,
+        };
+        encode_job(SINK, job.topic(), &job)
+    }
+
     /// The PR a job writes to, when it writes to one.
     fn pr(&self) -> Option<(&RepoName, PrNumber)> {
         match self {
             Self::Comment { repo, number, .. } | Self::Status { repo, number } => {
                 Some((repo, *number))
             }
-            Self::Reaction { .. } | Self::CheckRun { .. } | Self::Deployment { .. } => None,
+            Self::Reaction { .. }
+            | Self::CheckRun { .. }
+            | Self::Deployment { .. }
+            | Self::Protection { .. } => None,
         }
     }
 }
@@ -155,6 +181,8 @@ pub struct GithubSink {
     check_runs: Option<CheckRuns>,
     /// Some when deployments are on (GATEBOT_GITHUB_DEPLOYMENTS).
     deployments: Option<Deployments>,
+    /// Some when the policy names protected environments (`[[github.protection]]`).
+    protections: Option<Protections>,
 }
 
 /// What the sink needs besides the GitHub client.
@@ -169,6 +197,8 @@ pub struct SinkParts {
     pub deployments: bool,
     pub public_url: Option<String>,
     pub policy: crate::policy::Policy,
+    /// GATEBOT_GITHUB_API_URL: where deployment callbacks may go.
+    pub api_url: String,
 }
 
 impl GithubSink {
@@ -186,9 +216,17 @@ impl GithubSink {
             public_url: parts.public_url.clone(),
             policy: parts.policy.clone(),
         });
+        let protections = (!parts.policy.protections().is_empty()).then(|| Protections {
+            client: client.clone(),
+            store: parts.store.clone(),
+            clock: parts.clock.clone(),
+            metrics: parts.metrics.clone(),
+            api_url: parts.api_url.clone(),
+        });
         Self {
             check_runs,
             deployments,
+            protections,
             client,
             store: parts.store,
             templates: parts.templates,
@@ -298,6 +336,14 @@ impl GithubSink {
             },
             GithubJob::Deployment { repo, number } => match &self.deployments {
                 Some(d) => Ok(d.send(&repo, number).await?),
+                None => Ok(()),
+            },
+            GithubJob::Protection {
+                repo,
+                number,
+                decision,
+            } => match &self.protections {
+                Some(p) => Ok(p.send(&repo, number, &decision).await?),
                 None => Ok(()),
             },
         }
@@ -511,7 +557,8 @@ impl Handler for GithubSink {
             GithubJob::Comment { repo, number, .. }
             | GithubJob::Status { repo, number }
             | GithubJob::CheckRun { repo, number, .. }
-            | GithubJob::Deployment { repo, number } => Some(format!("{repo}#{number}")),
+            | GithubJob::Deployment { repo, number }
+            | GithubJob::Protection { repo, number, .. } => Some(format!("{repo}#{number}")),
             // 👀 before 🚀 or 😕: one comment's reactions in the order queued.
             GithubJob::Reaction {
                 repo, comment_id, ..
@@ -586,6 +633,13 @@ impl Sink for GithubSink {
         if self.deployments.is_some() && is_canary_news(notice) {
             for (repo, number) in &prs {
                 jobs.push(GithubJob::deployment(repo, *number)?);
+            }
+        }
+        if self.protections.is_some() {
+            if let Some((repo, number, decision)) = decision_of(notice) {
+                if self.allowed.is_empty() || self.allowed.contains(&repo) {
+                    jobs.push(GithubJob::protection(&repo, number, decision)?);
+                }
             }
         }
         Ok(jobs)

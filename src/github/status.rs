@@ -48,6 +48,8 @@ pub struct GateView {
     pub approvals: Option<String>,
     /// Opened by break glass.
     pub forced: bool,
+    /// A PR gate that a deployment waits for (`[[github.protection]]`).
+    pub deployment: bool,
     pub canaries: Vec<CanaryView>,
 }
 
@@ -170,10 +172,12 @@ async fn gate_view(
     let observations = store.observations_for(&key).await?;
     let waits = store.waits(Some(&key), false, 50).await?;
     let waited = !waits.is_empty();
-    if gate.is_none() && observations.is_empty() && name.is_none() {
+    let open: Vec<_> = waits.iter().filter(|w| w.ended_at.is_none()).collect();
+    // A wait no canary made at a PR gate: a deployment's (`[[github.protection]]`).
+    let deployment = name.is_none() && open.iter().any(|w| w.canary.is_none());
+    if gate.is_none() && observations.is_empty() && name.is_none() && !deployment {
         return Ok((None, waited));
     }
-    let open: Vec<_> = waits.iter().filter(|w| w.ended_at.is_none()).collect();
     let open_since: BTreeMap<Option<&CanaryRef>, Millis> = open
         .iter()
         .map(|w| (w.canary.as_ref(), w.started_at))
@@ -185,8 +189,10 @@ async fn gate_view(
     let mut view = GateView {
         kind: kind.as_str(),
         key: key.to_string(),
-        // A pipeline's gate waits for approval from its announcement on.
-        waiting: name.is_some() && open_since.contains_key(&None),
+        // A pipeline's gate waits for approval from its announcement on, as
+        // does the gate a deployment waits for.
+        waiting: open_since.contains_key(&None),
+        deployment,
         name,
         title,
         command: kind.command(),

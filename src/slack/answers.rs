@@ -10,7 +10,7 @@ use crate::core::dispatch::{Answer, Authorizer, Rule};
 use crate::core::{AppState, CommandError};
 use crate::gate::{GateKey, Millis, Scope};
 use crate::notify::SendError;
-use crate::policy::SlackRule;
+use crate::policy::ChatRule;
 use crate::templates::Templates;
 
 /// An ephemeral text from `slack/reply.j2`.
@@ -25,7 +25,7 @@ pub fn reply(templates: &Templates, ctx: serde_json::Value) -> String {
 pub fn refusal(
     templates: &Templates,
     verdict: &Verdict,
-    rule: &SlackRule,
+    rule: &ChatRule,
     command: &str,
     user: &str,
 ) -> String {
@@ -59,7 +59,7 @@ pub fn refusal(
 pub enum SlackDenied {
     Approver {
         verdict: Verdict,
-        rule: SlackRule,
+        rule: ChatRule,
         user: String,
     },
     FourEyes(String),
@@ -134,7 +134,7 @@ pub(super) struct SlackAuthorizer<'a> {
 }
 
 impl SlackAuthorizer<'_> {
-    fn rule(&self, rule: Rule) -> Option<SlackRule> {
+    fn rule(&self, rule: Rule) -> Option<ChatRule> {
         let policy = &self.state.policy;
         match rule {
             Rule::Verb(verb) => Some(policy.slack(verb)),
@@ -147,7 +147,7 @@ impl SlackAuthorizer<'_> {
     /// the pull request, by the policy's GitHub-to-Slack user mapping.
     async fn own_pull_request(
         &self,
-        rule: &SlackRule,
+        rule: &ChatRule,
         scope: &Scope,
     ) -> Result<Option<String>, CommandError> {
         let Scope::Pr { repo, number } = scope else {

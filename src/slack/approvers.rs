@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::client::SlackApi;
 use crate::cache::TtlCache;
 use crate::notify::SendError;
-use crate::policy::SlackRule;
+use crate::policy::ChatRule;
 
 /// Group membership changes rarely; a short cache keeps clicks fast and
 /// within Slack's tier-2 rate limit.
@@ -26,7 +26,7 @@ fn is_group(id: &str) -> bool {
 }
 
 /// Decides without asking Slack when that is possible (no group to expand).
-pub fn quick(rule: &SlackRule, user: &str) -> Option<Verdict> {
+pub fn quick(rule: &ChatRule, user: &str) -> Option<Verdict> {
     if rule.approvers.is_empty() {
         return Some(Verdict::Nobody);
     }
@@ -53,7 +53,7 @@ impl Approvers {
         }
     }
 
-    pub async fn check(&self, rule: &SlackRule, user: &str) -> Result<Verdict, SendError> {
+    pub async fn check(&self, rule: &ChatRule, user: &str) -> Result<Verdict, SendError> {
         if let Some(v) = quick(rule, user) {
             return Ok(v);
         }
@@ -78,8 +78,8 @@ impl Approvers {
 mod tests {
     use super::*;
 
-    fn rule(approvers: &[&str]) -> SlackRule {
-        SlackRule {
+    fn rule(approvers: &[&str]) -> ChatRule {
+        ChatRule {
             approvers: approvers.iter().map(|s| s.to_string()).collect(),
             forbid_self_approval: false,
             setting: "GATEBOT_SLACK_APPROVERS".into(),

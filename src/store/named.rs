@@ -125,22 +125,25 @@ impl Store {
         Ok(())
     }
 
-    /// Starts the wait that announces a named gate before any canary asks
-    /// (its canary is empty). None: one is open already.
+    /// Starts the wait that announces a gate before any canary asks (its
+    /// canary is empty): a named gate's, or a deployment's waiting for a PR's
+    /// gate, due at `due_at` when a deadline applies. None: one is open already.
     pub async fn start_announcement(
         tx: &mut WriteTx<'_>,
         key: &GateKey,
         metadata: &str,
         at: Millis,
+        due_at: Option<Millis>,
     ) -> Result<Option<i64>> {
         let row = sqlx::query(
-            "INSERT INTO waits (gate_key, canary, checksum, phase, metadata, started_at) \
-             VALUES ($1, '', '', '', $2, $3) \
+            "INSERT INTO waits (gate_key, canary, checksum, phase, metadata, started_at, due_at) \
+             VALUES ($1, '', '', '', $2, $3, $4) \
              ON CONFLICT (gate_key, canary) WHERE ended_at IS NULL DO NOTHING RETURNING id",
         )
         .bind(key.to_string())
         .bind(metadata.to_string())
         .bind(at)
+        .bind(due_at)
         .fetch_optional(tx.conn())
         .await?;
         Ok(row.map(|r| r.try_get("id")).transpose()?)

@@ -137,6 +137,9 @@ static RULES: &[Rule] = &[
     rule("missing_prs", "repo, number", "marked_at < $1", Action::Delete, history),
     // A revision's deployment, not sent to for the history's length.
     rule("github_deployments", "repo, number, canary, checksum", "updated_at < $1", Action::Delete, history),
+    // A protected deployment decided (or asked about) longer ago than the
+    // history: GitHub gives up on a pending one after 30 days anyway.
+    rule("github_protection_requests", "repo, run_id, environment", "COALESCE(decided_at, requested_at) < $1", Action::Delete, history),
     rule("audit", "id", "at < $1", Action::Delete, audit),
     // Freezes and retired named gates are part of the audit trail: kept as long.
     rule(
@@ -173,6 +176,7 @@ pub const COUNTED: &[&str] = &[
     "pr_authors",
     "pr_heads",
     "check_runs",
+    "github_protection_requests",
     "teams_cards",
     "teams_conversations",
 ];

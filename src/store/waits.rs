@@ -67,6 +67,20 @@ impl Store {
         rows.iter().map(super::rows::wait_from_row).collect()
     }
 
+    /// Open waits no canary made whose deadline fell by `now` (a deployment
+    /// waiting for a PR's gate), the earliest first, a page at most.
+    pub async fn due_announcements(&self, now: Millis) -> Result<Vec<super::WaitRow>> {
+        // The conditions match the partial index `waits_announcements_due`.
+        let rows = sqlx::query(&format!(
+            "SELECT * FROM waits WHERE ended_at IS NULL AND deadline_at IS NULL AND canary = '' \
+             AND due_at IS NOT NULL AND due_at <= $1 ORDER BY due_at, id LIMIT {PAGE}"
+        ))
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(super::rows::wait_from_row).collect()
+    }
+
     /// A page of open canary waits after `after` (by id), for working out
     /// their timers again by the policy now in force.
     pub async fn open_waits_after(&self, after: i64) -> Result<Vec<super::WaitRow>> {

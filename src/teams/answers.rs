@@ -1,23 +1,28 @@
 //! Teams' authorizer for the one command path, and why it says no.
 
 use super::activity::Activity;
+use crate::core::authors::PrAuthors;
 use crate::core::dispatch::{Answer, Authorizer, Outcome, Rule};
 use crate::core::{AppState, CommandError};
 use crate::gate::{GateKey, Scope};
 use crate::notify::SendError;
+use crate::policy::ChatRule;
 
 /// Why Teams refuses someone.
 #[derive(Debug, Clone)]
 pub enum TeamsDenied {
-    /// GATEBOT_TEAMS_APPROVERS is empty.
-    Nobody,
-    /// Not in GATEBOT_TEAMS_APPROVERS (or the message named no Entra id).
-    NotApprover(String),
-    /// Break glass is not offered in Teams.
+    /// No approvers for the command (the setting to change).
+    Nobody(String),
+    /// Not among the command's approvers (or the message named no Entra
+    /// id): who, and the setting that lists the approvers.
+    NotApprover(String, String),
+    /// Break glass needs `[teams.commands.force]`.
     NoForce,
-    /// The policy asks four eyes, and a Teams person is not yet known by
-    /// their GitHub login, so it cannot be told whether they opened the PR.
-    FourEyes,
+    /// Four eyes, and the person is not mapped to a GitHub login in
+    /// `[users]`, so it cannot be told whether they opened the PR.
+    Unmapped(String),
+    /// Four eyes, and they opened the PR (the whole sentence).
+    OwnPullRequest(String),
     /// A click on a card someone decided already ("approved by Rido").
     Decided(String),
     /// A click on a card whose wait is over (why).
@@ -27,23 +32,32 @@ pub enum TeamsDenied {
 impl std::fmt::Display for TeamsDenied {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Nobody => f.write_str("nobody may act from Teams: set GATEBOT_TEAMS_APPROVERS"),
-            Self::NotApprover(who) => write!(
+            Self::Nobody(setting) => write!(
                 f,
-                "{who} is not a Teams approver: the approvers are the Entra object ids in GATEBOT_TEAMS_APPROVERS"
+                "nobody may do this from Teams: set {setting} (Entra object ids)"
             ),
-            Self::NoForce => f.write_str("break glass (--force) is not offered in Teams: use GitHub, Slack or the CLI"),
-            Self::FourEyes => f.write_str("the policy asks four eyes here, which Teams cannot check yet: approve from GitHub, Slack or the web pages"),
+            Self::NotApprover(who, setting) => write!(
+                f,
+                "{who} is not a Teams approver: the approvers are the Entra object ids in {setting}"
+            ),
+            Self::NoForce => f.write_str("break glass (--force) is not offered in Teams unless [teams.commands.force] names approvers: use GitHub, Slack or the CLI"),
+            Self::Unmapped(who) => write!(
+                f,
+                "the policy asks four eyes here, and {who} is not mapped to a GitHub login: add them to [users] (login = {{ teams = \"<Entra object id>\" }}), or approve from GitHub, Slack or the web pages"
+            ),
+            Self::OwnPullRequest(why) => f.write_str(why),
             Self::Decided(how) => write!(f, "this card was {how} already"),
             Self::Over(why) => f.write_str(why),
         }
     }
 }
 
-/// Teams' rules: GATEBOT_TEAMS_APPROVERS by Entra object id; no break glass;
-/// four eyes, where the policy asks it, refused.
+/// Teams' rules: the policy's `[teams]` approvers for the command (else
+/// GATEBOT_TEAMS_APPROVERS), by Entra object id; break glass only by
+/// `[teams.commands.force]`; four eyes by the `[users]` mapping to GitHub.
 pub(super) struct TeamsAuthorizer<'a> {
     pub(super) state: &'a AppState,
+    pub(super) authors: &'a PrAuthors,
     /// The sender's Entra object id, and how to name them.
     pub(super) aad_object_id: Option<&'a str>,
     pub(super) name: &'a str,
@@ -52,31 +66,88 @@ pub(super) struct TeamsAuthorizer<'a> {
 }
 
 impl TeamsAuthorizer<'_> {
-    fn check(&self, rule: Rule, keys: &[GateKey]) -> Result<(), TeamsDenied> {
-        let approvers = &self.state.config.teams.approvers;
-        let mut listed = approvers.iter().map(|a| a.trim()).filter(|a| !a.is_empty());
-        let Some(me) = self.aad_object_id.filter(|id| !id.is_empty()) else {
-            return Err(TeamsDenied::NotApprover(self.name.to_string()));
-        };
-        if listed.clone().next().is_none() {
-            return Err(TeamsDenied::Nobody);
-        }
-        if !listed.any(|a| a.eq_ignore_ascii_case(me)) {
-            return Err(TeamsDenied::NotApprover(self.name.to_string()));
-        }
+    fn rule(&self, rule: Rule) -> Result<ChatRule, TeamsDenied> {
         let policy = &self.state.policy;
-        let four_eyes = match rule {
-            Rule::Force => return Err(TeamsDenied::NoForce),
-            Rule::Verb(verb) => {
-                policy.github(verb).forbid_self_approval || policy.slack(verb).forbid_self_approval
-            }
-            _ => false,
-        };
-        let on_a_pr = keys.iter().any(|k| matches!(k.scope, Scope::Pr { .. }));
-        if four_eyes && on_a_pr {
-            return Err(TeamsDenied::FourEyes);
+        match rule {
+            Rule::Verb(verb) => Ok(policy.teams(verb)),
+            Rule::Force => policy.teams_force().ok_or(TeamsDenied::NoForce),
+            other => Ok(policy.teams_named(other)),
         }
-        self.card.clone().map_or(Ok(()), Err)
+    }
+
+    /// The sender's Entra object id, when the rule lists it.
+    fn approver(&self, rule: &ChatRule) -> Result<&str, TeamsDenied> {
+        let not = || TeamsDenied::NotApprover(self.name.to_string(), rule.setting.clone());
+        let me = self
+            .aad_object_id
+            .filter(|id| !id.is_empty())
+            .ok_or_else(not)?;
+        if rule.approvers.is_empty() {
+            return Err(TeamsDenied::Nobody(rule.setting.clone()));
+        }
+        if !rule.approvers.iter().any(|a| a.eq_ignore_ascii_case(me)) {
+            return Err(not());
+        }
+        Ok(me)
+    }
+
+    /// Four eyes on a PR's gates: asked by the Teams rule, or by GitHub's or
+    /// Slack's for the same command (one person may not pass it by chat).
+    fn asks_four_eyes(&self, rule: Rule, teams: &ChatRule) -> bool {
+        let policy = &self.state.policy;
+        teams.forbid_self_approval
+            || match rule {
+                Rule::Verb(verb) => {
+                    policy.github(verb).forbid_self_approval
+                        || policy.slack(verb).forbid_self_approval
+                }
+                _ => false,
+            }
+    }
+
+    /// Why `me` may not act on a PR's gates under four eyes: unmapped, or
+    /// the PR's author by the policy's `[users]`.
+    async fn own_pull_request(
+        &self,
+        me: &str,
+        scope: &Scope,
+    ) -> Result<Option<TeamsDenied>, CommandError> {
+        let Scope::Pr { repo, number } = scope else {
+            return Ok(None);
+        };
+        let Some(login) = self.state.policy.github_login_of_teams(me) else {
+            return Ok(Some(TeamsDenied::Unmapped(self.name.to_string())));
+        };
+        let now = self.state.engine.now();
+        let author = self.authors.author(repo, *number, now).await?;
+        Ok(author.filter(|a| a.eq_ignore_ascii_case(login)).map(|_| {
+            TeamsDenied::OwnPullRequest(format!(
+                "{} (@{login}) opened {repo}#{}: someone else must approve (four eyes)",
+                self.name, number.0
+            ))
+        }))
+    }
+
+    async fn check(
+        &self,
+        rule: Rule,
+        keys: &[GateKey],
+    ) -> Result<Result<(), TeamsDenied>, CommandError> {
+        let teams = match self.rule(rule) {
+            Ok(teams) => teams,
+            Err(denied) => return Ok(Err(denied)),
+        };
+        let me = match self.approver(&teams) {
+            Ok(me) => me,
+            Err(denied) => return Ok(Err(denied)),
+        };
+        // A command's gates share its scope.
+        if let (true, Some(key)) = (self.asks_four_eyes(rule, &teams), keys.first()) {
+            if let Some(denied) = self.own_pull_request(me, &key.scope).await? {
+                return Ok(Err(denied));
+            }
+        }
+        Ok(self.card.clone().map_or(Ok(()), Err))
     }
 }
 
@@ -84,8 +155,19 @@ impl Authorizer for TeamsAuthorizer<'_> {
     type Denied = TeamsDenied;
 
     fn authorize<'a>(&'a self, rule: Rule, keys: &'a [GateKey]) -> Answer<'a, TeamsDenied> {
-        Box::pin(async move { Ok(self.check(rule, keys)) })
+        Box::pin(self.check(rule, keys))
     }
+}
+
+/// Who a Teams person is when approvals are counted: their GitHub login by
+/// the policy's `[users]`, so approving from GitHub, Slack and Teams counts
+/// once; else their Entra object id.
+pub(super) fn person_of(state: &AppState, activity: &Activity) -> String {
+    let id = activity.from.aad_object_id.as_deref();
+    if let Some(login) = id.and_then(|id| state.policy.github_login_of_teams(id)) {
+        return login.to_string();
+    }
+    format!("teams:{}", id.unwrap_or(&activity.from.id))
 }
 
 /// How a person is named in the audit: their Teams name, else their id.
@@ -95,12 +177,6 @@ pub(super) fn name_of(activity: &Activity) -> &str {
     } else {
         activity.from.name.as_str()
     }
-}
-
-/// Who a Teams person is when approvals are counted.
-pub(super) fn person_of(activity: &Activity) -> String {
-    let id = activity.from.aad_object_id.as_deref();
-    format!("teams:{}", id.unwrap_or(&activity.from.id))
 }
 
 pub(super) fn answer(outcome: Outcome<TeamsDenied>) -> String {

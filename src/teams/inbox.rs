@@ -4,6 +4,7 @@
 //! through the one command path with Teams' authorizer.
 
 use crate::command::{parse_freeze, parse_slash, Command, Verb};
+use crate::core::authors::PrAuthors;
 use crate::core::commands::{self, Subject};
 use crate::core::dispatch::{self, Request};
 use crate::core::{AppState, Provenance};
@@ -20,6 +21,8 @@ pub const MESSAGE: &str = "message";
 
 pub struct TeamsInbox {
     pub state: AppState,
+    /// The PRs' authors, for four eyes.
+    pub authors: PrAuthors,
     /// Whether answers are posted (GATEBOT_TEAMS_APP_PASSWORD is set).
     pub replies: bool,
 }
@@ -30,7 +33,7 @@ impl Handler for TeamsInbox {
             let activity: Activity = serde_json::from_str(&item.payload)
                 .map_err(|e| SendError::Permanent(format!("stored activity: {e}")))?;
             if item.topic == super::invoke::INVOKE {
-                return super::invoke::apply(&self.state, &activity).await;
+                return super::invoke::apply(&self.state, &self.authors, &activity).await;
             }
             let answer = self.message(&activity).await?;
             tracing::info!(from = %activity.from.name, answer = %answer, "Teams command");
@@ -104,12 +107,13 @@ impl TeamsInbox {
             command,
             subject,
             who: Provenance::new(Actor::new(name, Source::Teams))
-                .person(person_of(activity))
+                .person(person_of(&self.state, activity))
                 .delivery(DeliveryId::teams(&activity.receipt_id()))
                 .written_at(activity.received_at),
         };
         let authorizer = TeamsAuthorizer {
             state: &self.state,
+            authors: &self.authors,
             aad_object_id,
             name,
             card: None,

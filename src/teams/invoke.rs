@@ -19,6 +19,7 @@ use super::activity::Activity;
 use super::card::{self, Offer, APPROVE, HOLD, REJECT};
 use super::sink::{self, CardJob};
 use crate::command::Command;
+use crate::core::authors::PrAuthors;
 use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Outcome, Request};
 use crate::core::{AppState, Provenance};
@@ -150,7 +151,11 @@ async fn applied(
 }
 
 /// The inbox's part: the click applied through the one command path.
-pub async fn apply(state: &AppState, activity: &Activity) -> Result<(), SendError> {
+pub async fn apply(
+    state: &AppState,
+    authors: &PrAuthors,
+    activity: &Activity,
+) -> Result<(), SendError> {
     let click = click(activity).map_err(SendError::Permanent)?;
     let data = &activity.value.action.data;
     let key = sink::parse_gate(&data.gate)
@@ -163,9 +168,10 @@ pub async fn apply(state: &AppState, activity: &Activity) -> Result<(), SendErro
         .await
         .map_err(store_err)?;
     let name = name_of(activity);
-    let request = request(activity, &key, click.verb, wait.as_ref());
+    let request = request(state, activity, &key, click.verb, wait.as_ref());
     let authorizer = TeamsAuthorizer {
         state,
+        authors,
         aad_object_id: activity.from.aad_object_id.as_deref(),
         name,
         card: over(wait.as_ref(), posted.as_ref()),
@@ -198,9 +204,15 @@ pub async fn apply(state: &AppState, activity: &Activity) -> Result<(), SendErro
 }
 
 /// The command a click means, by whom, for the revision the card showed.
-fn request(activity: &Activity, key: &GateKey, verb: &str, wait: Option<&WaitRow>) -> Request {
+fn request(
+    state: &AppState,
+    activity: &Activity,
+    key: &GateKey,
+    verb: &str,
+    wait: Option<&WaitRow>,
+) -> Request {
     let mut who = Provenance::new(Actor::new(name_of(activity), Source::Teams))
-        .person(person_of(activity))
+        .person(person_of(state, activity))
         .delivery(DeliveryId::teams(&activity.receipt_id()))
         .written_at(activity.received_at);
     // The card showed one revision of one canary: the click approves that

@@ -32,6 +32,7 @@ use axum::Router;
 
 use crate::clock::SharedClock;
 use crate::config::Config;
+use crate::core::authors::{AuthorLookup, PrAuthors};
 use crate::core::AppState;
 use crate::metrics::Metrics;
 use crate::notify::{Handler, Sink};
@@ -44,12 +45,20 @@ pub fn routes(state: &AppState) -> Router<AppState> {
     routes::routes(state)
 }
 
-pub fn inbox_handlers(state: &AppState) -> HashMap<String, Arc<dyn Handler>> {
+/// `authors` answers four eyes for PRs gatebot has seen no delivery of.
+pub fn inbox_handlers(
+    state: &AppState,
+    authors: Option<Arc<dyn AuthorLookup>>,
+) -> HashMap<String, Arc<dyn Handler>> {
     if state.config.teams.app_id().is_none() {
         return HashMap::new();
     }
     let handler = inbox::TeamsInbox {
         state: state.clone(),
+        authors: PrAuthors {
+            store: state.store.clone(),
+            lookup: authors,
+        },
         replies: state.config.teams.app_password().is_some(),
     };
     HashMap::from([("teams".to_string(), Arc::new(handler) as Arc<dyn Handler>)])

@@ -340,8 +340,10 @@ mod tests {
                 "issue_comment",
                 "pull_request",
                 "check_run",
-                "pull_request_review"
+                "pull_request_review",
+                "deployment_protection_rule"
             ])
         );
+        assert_eq!(m["default_permissions"]["deployments"], "write");
     }
 }

@@ -198,6 +198,18 @@ pub struct Inner {
     deployment_failures: Mutex<VecDeque<Failure>>,
     /// PR number → its head commit; absent: a SHA made of the number.
     heads: Mutex<HashMap<u64, String>>,
+    /// Reviews of protected deployments posted to their callbacks, in order.
+    protection_reviews: Mutex<Vec<FakeProtectionReview>>,
+}
+
+/// One review posted to a workflow run's deployment callback.
+#[derive(Debug, Clone)]
+pub struct FakeProtectionReview {
+    pub repo: String,
+    pub run_id: u64,
+    /// `environment_name`, `state` and `comment`, as sent.
+    pub body: Value,
+    pub authorization: Option<String>,
 }
 
 /// Counts a write as in flight until its answer is sent or abandoned.
@@ -260,6 +272,10 @@ impl FakeGithub {
             .route(
                 "/repos/{owner}/{repo}/issues/comments/{id}/reactions",
                 post(react),
+            )
+            .route(
+                "/repos/{owner}/{repo}/actions/runs/{run}/deployment_protection_rule",
+                post(review_protection),
             )
             .route("/repos/{owner}/{repo}/check-runs", post(create_check_run))
             .route("/repos/{owner}/{repo}/deployments", post(create_deployment))
@@ -329,6 +345,11 @@ impl FakeGithub {
     }
 
     /// Every check run, oldest first.
+    /// Reviews posted to deployment callbacks, oldest first.
+    pub fn protection_reviews(&self) -> Vec<FakeProtectionReview> {
+        self.inner.protection_reviews.lock().unwrap().clone()
+    }
+
     pub fn check_runs(&self) -> Vec<FakeCheckRun> {
         self.inner
             .check_runs
@@ -749,6 +770,35 @@ async fn create_deployment(
     };
     inner.deployments.lock().unwrap().insert(id, d);
     (StatusCode::CREATED, Json(json!({"id": id, "sha": sha}))).into_response()
+}
+
+/// `POST …/actions/runs/{run}/deployment_protection_rule`: GitHub answers 204,
+/// and 422 for a state other than approved or rejected.
+async fn review_protection(
+    State(inner): State<Arc<Inner>>,
+    Path((owner, repo, run)): Path<(String, String, u64)>,
+    headers: HeaderMap,
+    Json(v): Json<Value>,
+) -> Response {
+    if !matches!(v["state"].as_str(), Some("approved" | "rejected"))
+        || !v["environment_name"].is_string()
+    {
+        return unprocessable("environment_name and state (approved or rejected) are required");
+    }
+    inner
+        .protection_reviews
+        .lock()
+        .unwrap()
+        .push(FakeProtectionReview {
+            repo: format!("{owner}/{repo}"),
+            run_id: run,
+            body: v,
+            authorization: headers
+                .get("authorization")
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_string),
+        });
+    StatusCode::NO_CONTENT.into_response()
 }
 
 /// The states GitHub accepts for a deployment status.

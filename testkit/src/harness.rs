@@ -401,3 +401,22 @@ pub fn options_with(sink: &Arc<RecordingSink>, clock: Option<SharedClock>) -> Op
         ..Options::default()
     }
 }
+
+/// `gatebot check-config` (the binary at `bin`, from the test's
+/// `env!("CARGO_BIN_EXE_gatebot")`) with `policy` as its only policy and an
+/// empty environment otherwise: whether it passed, and all it printed.
+pub fn check_config_of_policy(bin: &str, policy: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::write(dir.path().join("policy.toml"), policy).expect("the policy written");
+    let out = std::process::Command::new(bin)
+        .arg("check-config")
+        .current_dir(dir.path())
+        .env_clear()
+        .env("GATEBOT_DATABASE_URL", "sqlite://g.db")
+        .env("GATEBOT_POLICY", "policy.toml")
+        .output()
+        .expect("gatebot check-config runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}

@@ -1,0 +1,266 @@
+//! gatebot as a deployment protection rule (`[[github.protection]]`): a
+//! workflow run's deployment to a protected environment waits for a PR's
+//! gate. The request (`deployment_protection_rule` `requested`) is stored
+//! and starts the wait through the core, announced in every channel; when
+//! the gate opens, by any channel, an outbox job approves the deployment at
+//! GitHub's callback; a Reject (the rollback gate opening) or the wait's
+//! deadline rejects it.
+//!
+//! The callback URL comes from a signed delivery, but it is still data: it is
+//! posted to only when it is this repository's callback on the configured
+//! GitHub API (GATEBOT_GITHUB_API_URL).
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::client::GithubClient;
+use crate::clock::SharedClock;
+use crate::gate::{Actor, AuditAction, GateKind, Millis, PrNumber, RepoName};
+use crate::metrics::Metrics;
+use crate::notify::{Notice, SendError};
+use crate::policy::PROTECTION_KINDS;
+use crate::store::{ProtectionRequest, Store};
+
+fn retry(e: impl std::fmt::Display) -> SendError {
+    SendError::retry(e.to_string())
+}
+
+/// GitHub's callback path under the API, and the workflow run it names;
+/// `Err` says why `url` is not this repository's callback on `api_url`.
+pub(crate) fn callback_path(
+    api_url: &str,
+    url: &str,
+    repo: &RepoName,
+) -> Result<(String, u64), String> {
+    let api = reqwest::Url::parse(api_url.trim_end_matches('/'))
+        .map_err(|e| format!("GATEBOT_GITHUB_API_URL is not a URL: {e}"))?;
+    let cb = reqwest::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
+    let same_host = cb.scheme() == api.scheme()
+        && cb.host_str().map(str::to_ascii_lowercase)
+            == api.host_str().map(str::to_ascii_lowercase)
+        && cb.port_or_known_default() == api.port_or_known_default();
+    if !same_host || cb.query().is_some() || cb.fragment().is_some() {
+        return Err(format!(
+            "its host is not the configured GitHub API's ({})",
+            api.host_str().unwrap_or("")
+        ));
+    }
+    let prefix = api.path().trim_end_matches('/');
+    let rest = cb
+        .path()
+        .strip_prefix(prefix)
+        .ok_or_else(|| format!("it is not under the API's path `{prefix}`"))?;
+    let parts: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
+    let run = match parts.as_slice() {
+        ["repos", owner, name, "actions", "runs", run, "deployment_protection_rule"]
+            if format!("{owner}/{name}").eq_ignore_ascii_case(&repo.to_string()) =>
+        {
+            run.parse::<u64>().ok().filter(|r| *r > 0)
+        }
+        _ => None,
+    };
+    let run = run.ok_or_else(|| {
+        format!("it is not {repo}'s /repos/{repo}/actions/runs/<run>/deployment_protection_rule")
+    })?;
+    Ok((rest.to_string(), run))
+}
+
+/// How the deployments waiting for some of a PR's gates are decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    /// The gates whose deployments this decides.
+    pub kinds: Vec<GateKind>,
+    /// `approved` or `rejected`, as GitHub reads it.
+    pub state: String,
+    /// Who decided and how, as GitHub shows it on the run.
+    pub comment: String,
+    /// Requests made after this are not decided by it.
+    pub at: Millis,
+}
+
+/// GitHub's longest review comment is far longer; this keeps a reason short.
+const MAX_COMMENT: usize = 1000;
+
+fn bounded(text: String) -> String {
+    match text.char_indices().nth(MAX_COMMENT) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text,
+    }
+}
+
+fn by(actor: &Actor) -> String {
+    format!("{} via {}", actor.name, actor.source)
+}
+
+impl Decision {
+    pub fn approved(kind: GateKind, actor: &Actor, at: Millis) -> Self {
+        Self {
+            kinds: vec![kind],
+            state: "approved".into(),
+            comment: bounded(format!("approved by {}", by(actor))),
+            at,
+        }
+    }
+}
+
+/// The decision a notice means for the deployments waiting at its PR's
+/// gates: an opening approves, the rollback gate opening (a Reject) or a
+/// wait's deadline rejects.
+pub(super) fn decision_of(notice: &Notice) -> Option<(RepoName, PrNumber, Decision)> {
+    let (gate, decision) = match notice {
+        Notice::GateChanged {
+            gate,
+            action: AuditAction::Open | AuditAction::Force,
+            actor,
+            reason,
+            at,
+            ..
+        } => {
+            let decision = if PROTECTION_KINDS.contains(&gate.kind) {
+                Decision::approved(gate.kind, actor, *at)
+            } else if gate.kind == GateKind::Rollback {
+                let why = reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default();
+                Decision {
+                    kinds: PROTECTION_KINDS.to_vec(),
+                    state: "rejected".into(),
+                    comment: bounded(format!("rejected by {}{why}", by(actor))),
+                    at: *at,
+                }
+            } else {
+                return None;
+            };
+            (gate, decision)
+        }
+        Notice::WaitEnded {
+            gate, outcome, at, ..
+        } if outcome == "deadline" && PROTECTION_KINDS.contains(&gate.kind) => (
+            gate,
+            Decision {
+                kinds: vec![gate.kind],
+                state: "rejected".into(),
+                comment: format!(
+                    "rejected: the wait at {gate} passed its deadline without a decision"
+                ),
+                at: *at,
+            },
+        ),
+        _ => return None,
+    };
+    let (repo, number) = gate.pr()?;
+    Some((repo.clone(), number, decision))
+}
+
+/// Sends the protection jobs of the `github` sink.
+pub struct Protections {
+    pub client: Arc<GithubClient>,
+    pub store: Store,
+    pub clock: SharedClock,
+    pub metrics: Arc<Metrics>,
+    /// GATEBOT_GITHUB_API_URL: the only host callbacks are posted to.
+    pub api_url: String,
+}
+
+impl Protections {
+    /// Decides each of the PR's deployments waiting at the decision's gates
+    /// since before it: one review each at its callback, remembered once sent.
+    pub async fn send(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        d: &Decision,
+    ) -> Result<(), SendError> {
+        let pending = self
+            .store
+            .pending_protections(repo, number, d.at)
+            .await
+            .map_err(retry)?;
+        for r in pending.iter().filter(|r| d.kinds.contains(&r.gate.kind)) {
+            let state = self.review(repo, r, d).await?;
+            let now = self.clock.now_ms();
+            self.store
+                .decide_protection(r, state, now)
+                .await
+                .map_err(retry)?;
+        }
+        Ok(())
+    }
+
+    /// Posts one review; what the request came to.
+    async fn review(
+        &self,
+        repo: &RepoName,
+        r: &ProtectionRequest,
+        d: &Decision,
+    ) -> Result<&'static str, SendError> {
+        let path = match callback_path(&self.api_url, &r.callback_url, repo) {
+            Ok((path, _)) => path,
+            Err(why) => {
+                self.metrics.dropped(super::SOURCE, "foreign_callback");
+                tracing::warn!(%repo, run = r.run_id, "a deployment's callback URL is refused: {why}");
+                return Ok("refused");
+            }
+        };
+        if let Some(id) = r.installation {
+            self.client.learn_installation(repo, id);
+        }
+        let body = json!({
+            "environment_name": r.environment,
+            "state": d.state,
+            "comment": d.comment,
+        });
+        match self.client.review_protection(repo, &path, body).await {
+            Ok(()) if d.state == "approved" => Ok("approved"),
+            Ok(()) => Ok("rejected"),
+            Err(e) => match e.to_send_error() {
+                SendError::Permanent(why) => {
+                    // Decided elsewhere, or the run is gone: nothing to retry.
+                    tracing::warn!(%repo, run = r.run_id, "GitHub refused the deployment's review: {why}");
+                    Ok("failed")
+                }
+                again => Err(again),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_repositorys_callback_on_the_api_host_is_posted_to() {
+        let repo: RepoName = "acme/shop".parse().unwrap();
+        let ok =
+            "https://api.github.com/repos/acme/shop/actions/runs/42/deployment_protection_rule";
+        assert_eq!(
+            callback_path("https://api.github.com", ok, &repo),
+            Ok((
+                "/repos/acme/shop/actions/runs/42/deployment_protection_rule".into(),
+                42
+            ))
+        );
+        let ghes =
+            "https://ghe.example/api/v3/repos/acme/shop/actions/runs/7/deployment_protection_rule";
+        assert_eq!(
+            callback_path("https://ghe.example/api/v3/", ghes, &repo).map(|(_, r)| r),
+            Ok(7)
+        );
+        for bad in [
+            "https://evil.example/repos/acme/shop/actions/runs/42/deployment_protection_rule",
+            "http://api.github.com/repos/acme/shop/actions/runs/42/deployment_protection_rule",
+            "https://api.github.com:8443/repos/acme/shop/actions/runs/42/deployment_protection_rule",
+            "https://api.github.com/repos/acme/other/actions/runs/42/deployment_protection_rule",
+            "https://api.github.com/repos/acme/shop/actions/runs/42/deployment_protection_rule?x=1",
+            "https://api.github.com/repos/acme/shop/actions/runs/x/deployment_protection_rule",
+            "https://api.github.com/repos/acme/shop/pulls/42",
+            "not a url",
+        ] {
+            assert!(callback_path("https://api.github.com", bad, &repo).is_err(), "{bad}");
+        }
+    }
+}
