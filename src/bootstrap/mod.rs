@@ -93,6 +93,7 @@ impl Gatebot {
             clock: base.clock.clone(),
             clock_sync: base.clock_sync.clone(),
             inbox_wake: wakes.inbox.clone(),
+            delivery_applied: Arc::new(Notify::new()),
             templates,
             policy,
         }));

@@ -27,6 +27,9 @@ pub struct Shared {
     pub clock_sync: Arc<CorrectedClock>,
     /// Nudges the inbox worker when a delivery is stored.
     pub inbox_wake: Arc<Notify>,
+    /// Wakes those waiting for a delivery to be applied in this process (a
+    /// Teams invoke's answer); another replica's work is seen by polling.
+    pub delivery_applied: Arc<Notify>,
     pub templates: templates::Templates,
     /// Who may do what; read once at start.
     pub policy: policy::Policy,

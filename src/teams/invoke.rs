@@ -38,6 +38,8 @@ pub const CARD_ACTION: &str = "adaptiveCard/action";
 /// How long the answer waits for the click to be applied: Teams shows an
 /// error if an invoke is not answered within a few seconds.
 const ANSWER_WITHIN: Duration = Duration::from_secs(3);
+/// This process's inbox wakes the answer when it applied a click; another
+/// replica's inbox is seen by reading the audit this often.
 const POLL_EVERY: Duration = Duration::from_millis(20);
 
 const CARD: &str = "application/vnd.microsoft.card.adaptive";
@@ -105,7 +107,7 @@ pub async fn respond(
     activity.received_at = Some(state.clock.now_ms());
     super::receipt::store(receipts, &activity).await?;
     let delivery = DeliveryId::teams(&activity.receipt_id());
-    let done = applied(&state.store, &delivery).await?;
+    let done = applied(state, &delivery).await?;
     if let Some(refusal) = done.iter().find_map(|(action, reason)| {
         (action == "refuse").then(|| reason.clone().unwrap_or_default())
     }) {
@@ -137,16 +139,24 @@ pub async fn respond(
 /// What the delivery did, from the audit, once the inbox applied it (or
 /// nothing, if it did not within `ANSWER_WITHIN`).
 async fn applied(
-    store: &Store,
+    state: &AppState,
     delivery: &DeliveryId,
 ) -> Result<Vec<(String, Option<String>)>, Reject> {
     let deadline = tokio::time::Instant::now() + ANSWER_WITHIN;
     loop {
-        let done = store.audit_of_delivery(delivery.as_str()).await?;
+        // Listening before reading, so a click applied in between still wakes us.
+        let woken = state.delivery_applied.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let done = state.store.audit_of_delivery(delivery.as_str()).await?;
         if !done.is_empty() || tokio::time::Instant::now() >= deadline {
             return Ok(done);
         }
-        tokio::time::sleep(POLL_EVERY).await;
+        let next = deadline.min(tokio::time::Instant::now() + POLL_EVERY);
+        tokio::select! {
+            () = &mut woken => {}
+            () = tokio::time::sleep_until(next) => {}
+        }
     }
 }
 
@@ -199,6 +209,7 @@ pub async fn apply(
             .map_err(store_err)?;
     }
     unit.commit().await.map_err(store_err)?;
+    state.delivery_applied.notify_waiters();
     tracing::info!(from = %name, verb = click.verb, answer = %answer_of(outcome), "Teams card click");
     Ok(())
 }
