@@ -124,6 +124,7 @@ gatebot_testkit::on_both_stores!(
     statuses_follow_a_canary_to_its_rollback,
     with_the_setting_off_no_deployment_is_made,
     a_rate_limited_creation_is_counted_and_one_deployment_each_is_made,
+    a_creation_whose_answer_was_lost_is_found_not_made_again,
 );
 
 async fn statuses_follow_a_canary_to_its_promotion(backend: Backend) {
@@ -206,4 +207,32 @@ async fn a_rate_limited_creation_is_counted_and_one_deployment_each_is_made(back
     assert_eq!(revisions, [&json!("rev-a"), &json!("rev-b")], "one each");
     let limited = r#"gatebot_outbound_requests_total{service="github",endpoint="create_deployment",result="rate_limited"}"#;
     assert_eq!(server.metric(limited).await, 1.0);
+}
+
+/// GitHub made the deployment but its answer never came back (a 502 after
+/// the write, as a timeout or a crash before the id is stored leaves it):
+/// the retry finds it by its payload and posts the statuses there.
+async fn a_creation_whose_answer_was_lost_is_found_not_made_again(backend: Backend) {
+    let env = setup(backend, true).await;
+    let (server, github) = (&env.server, &env.github);
+    github.lose_deployment_answers([Failure::server_error()]);
+    let _sim = waiting_at_promote(server).await;
+    eventually(
+        "both revisions' deployments with a status",
+        Duration::from_secs(15),
+        || async {
+            let all = github.deployments();
+            all.iter().any(|d| d.payload["checksum"] == "rev-b")
+                && all.iter().all(|d| !d.statuses.is_empty())
+        },
+    )
+    .await;
+    server.drained().await;
+    let all = github.deployments();
+    let revisions: Vec<&Value> = all.iter().map(|d| &d.payload["checksum"]).collect();
+    assert_eq!(
+        revisions,
+        [&json!("rev-a"), &json!("rev-b")],
+        "one each: {all:#?}"
+    );
 }

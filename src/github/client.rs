@@ -471,6 +471,31 @@ impl GithubClient {
         decode::<IdAnswer>(&text).map(|a| a.id)
     }
 
+    /// The deployments of `sha` to `environment` (newest first, as GitHub
+    /// lists them): their ids and the payloads gatebot gave them.
+    pub async fn deployments_of(
+        &self,
+        repo: &RepoName,
+        sha: &str,
+        environment: &str,
+    ) -> Result<Vec<(u64, Value)>, ApiError> {
+        #[derive(Deserialize)]
+        struct Listed {
+            id: u64,
+            #[serde(default)]
+            payload: Value,
+        }
+        let auth = self.bearer(Some(repo)).await?;
+        let query = form_urlencoded::Serializer::new(String::new())
+            .append_pair("sha", sha)
+            .append_pair("environment", environment)
+            .append_pair("per_page", "100")
+            .finish();
+        let path = repo_path(repo, &format!("/deployments?{query}"));
+        let listed: Vec<Listed> = self.read("list_deployments", &auth, &path).await?;
+        Ok(listed.into_iter().map(|d| (d.id, d.payload)).collect())
+    }
+
     pub async fn create_deployment_status(
         &self,
         repo: &RepoName,

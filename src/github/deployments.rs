@@ -125,19 +125,41 @@ impl Deployments {
         rev: &Revision,
     ) -> Result<DeploymentRow, SendError> {
         let head = self.head(repo, number).await?;
+        let payload = json!({"canary": rev.canary, "checksum": rev.checksum});
+        // A creation whose answer was lost (a timeout, a crash before the id
+        // was stored) made the deployment already: found by its payload.
+        let listed = self
+            .client
+            .deployments_of(repo, &head, &rev.environment)
+            .await
+            .map_err(|e| e.to_send_error())?;
+        if let Some((id, _)) = listed.into_iter().find(|(_, p)| *p == payload) {
+            return self.keep(repo, number, rev, id).await;
+        }
         let body = json!({
             "ref": head,
             "environment": rev.environment,
             "auto_merge": false,
             "required_contexts": [],
             "description": format!("canary {} at revision {}", rev.canary, rev.checksum),
-            "payload": {"canary": rev.canary, "checksum": rev.checksum},
+            "payload": payload,
         });
         let id = self
             .client
             .create_deployment(repo, body)
             .await
             .map_err(|e| e.to_send_error())?;
+        self.keep(repo, number, rev, id).await
+    }
+
+    /// Stores revision `rev`'s deployment `id`, with no status posted yet.
+    async fn keep(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        rev: &Revision,
+        id: u64,
+    ) -> Result<DeploymentRow, SendError> {
         let row = DeploymentRow {
             canary: rev.canary.clone(),
             checksum: rev.checksum.clone(),

@@ -196,6 +196,9 @@ pub struct Inner {
     deployments: Mutex<BTreeMap<u64, FakeDeployment>>,
     /// Answers to give the next deployment creations instead of the real ones.
     deployment_failures: Mutex<VecDeque<Failure>>,
+    /// Answers to give the next deployment creations after making them (an
+    /// answer lost on the way back, as after a timeout).
+    deployment_lost_answers: Mutex<VecDeque<Failure>>,
     /// PR number → its head commit; absent: a SHA made of the number.
     heads: Mutex<HashMap<u64, String>>,
     /// Reviews of protected deployments posted to their callbacks, in order.
@@ -278,7 +281,10 @@ impl FakeGithub {
                 post(review_protection),
             )
             .route("/repos/{owner}/{repo}/check-runs", post(create_check_run))
-            .route("/repos/{owner}/{repo}/deployments", post(create_deployment))
+            .route(
+                "/repos/{owner}/{repo}/deployments",
+                post(create_deployment).get(list_deployments),
+            )
             .route(
                 "/repos/{owner}/{repo}/deployments/{id}/statuses",
                 post(create_deployment_status),
@@ -328,6 +334,15 @@ impl FakeGithub {
     pub fn fail_deployments(&self, failures: impl IntoIterator<Item = Failure>) {
         self.inner
             .deployment_failures
+            .lock()
+            .unwrap()
+            .extend(failures);
+    }
+
+    /// The next deployment creations make the deployment, then answer these.
+    pub fn lose_deployment_answers(&self, failures: impl IntoIterator<Item = Failure>) {
+        self.inner
+            .deployment_lost_answers
             .lock()
             .unwrap()
             .extend(failures);
@@ -769,7 +784,34 @@ async fn create_deployment(
         statuses: Vec::new(),
     };
     inner.deployments.lock().unwrap().insert(id, d);
+    if let Some(f) = inner.deployment_lost_answers.lock().unwrap().pop_front() {
+        return failed(&f);
+    }
     (StatusCode::CREATED, Json(json!({"id": id, "sha": sha}))).into_response()
+}
+
+/// `GET …/deployments?sha=&environment=`: newest first, as GitHub lists them.
+async fn list_deployments(
+    State(inner): State<Arc<Inner>>,
+    Path((owner, repo)): Path<(String, String)>,
+    axum::extract::Query(q): axum::extract::Query<HashMap<String, String>>,
+) -> Response {
+    let repo = format!("{owner}/{repo}");
+    let wanted = |d: &&FakeDeployment| {
+        d.repo == repo
+            && q.get("sha").is_none_or(|s| *s == d.sha)
+            && q.get("environment").is_none_or(|e| *e == d.environment)
+    };
+    let listed: Vec<Value> = inner
+        .deployments
+        .lock()
+        .unwrap()
+        .values()
+        .rev()
+        .filter(wanted)
+        .map(|d| json!({"id": d.id, "sha": d.sha, "ref": d.sha, "environment": d.environment, "payload": d.payload}))
+        .collect();
+    Json(listed).into_response()
 }
 
 /// `POST …/actions/runs/{run}/deployment_protection_rule`: GitHub answers 204,
