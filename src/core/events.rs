@@ -105,7 +105,10 @@ impl Engine {
         message: &str,
         now: Millis,
     ) -> Result<Option<Failure>, StoreError> {
-        let prev = Store::canary_progress_in(tx, canary).await?;
+        let prev = match self.store.backend() {
+            Backend::Sqlite => Store::canary_progress_in(tx, canary).await?,
+            Backend::Postgres => Store::lock_canary_progress(tx, canary).await?,
+        };
         let seen = progress::Seen {
             checksum: &input.checksum,
             message,

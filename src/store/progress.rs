@@ -69,6 +69,21 @@ impl Store {
         row.as_ref().map(from_row).transpose()
     }
 
+    /// PostgreSQL: [`Self::canary_progress_in`], after taking the canary's
+    /// lock for the rest of `tx`, so that two replicas folding events of one
+    /// canary take turns instead of one overwriting the other's fold. The
+    /// row may not exist yet, so the lock is by the canary's name.
+    pub async fn lock_canary_progress(
+        tx: &mut WriteTx<'_>,
+        canary: &CanaryRef,
+    ) -> Result<Option<CanaryProgress>> {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0)) IS NULL AS locked")
+            .bind(format!("gatebot progress {canary}"))
+            .execute(tx.conn())
+            .await?;
+        Self::canary_progress_in(tx, canary).await
+    }
+
     pub async fn put_canary_progress(
         tx: &mut WriteTx<'_>,
         canary: &CanaryRef,
@@ -98,5 +113,90 @@ impl Store {
         .execute(tx.conn())
         .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::{Connection, Executor};
+
+    use super::*;
+    use crate::gate::progress::Seen;
+    use crate::gate::Millis;
+
+    /// A database of its own on GATEBOT_TEST_POSTGRES_URL's server.
+    async fn fresh_database() -> String {
+        let url = std::env::var("GATEBOT_TEST_POSTGRES_URL").expect("GATEBOT_TEST_POSTGRES_URL");
+        sqlx::any::install_default_drivers();
+        let name = format!("gatebot_progress_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = sqlx::AnyConnection::connect(&url).await.expect("connect");
+        admin
+            .execute(format!("CREATE DATABASE {name}").as_str())
+            .await
+            .expect("create database");
+        let (base, _) = url.rsplit_once('/').expect("a database in the URL");
+        format!("{base}/{name}")
+    }
+
+    fn folded(prev: Option<CanaryProgress>, message: &str, at: Millis) -> CanaryProgress {
+        let seen = Seen {
+            checksum: "c1",
+            message,
+            threshold: None,
+            at,
+        };
+        CanaryProgress::after(prev, seen).0
+    }
+
+    /// Two replicas fold events of one canary at once: the second waits for
+    /// the first's commit and folds onto it, so neither event is lost.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        not(gatebot_test_postgres),
+        ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+    )]
+    async fn two_replicas_folding_one_canary_take_turns_on_postgres() {
+        let url = fresh_database().await;
+        let one = Store::open(&url, Some(2)).await.expect("replica one");
+        let two = Store::open(&url, Some(2)).await.expect("replica two");
+        let canary: CanaryRef = "test/podinfo".parse().expect("canary");
+
+        let mut first = one.begin().await.expect("begin");
+        let prev = Store::lock_canary_progress(&mut first, &canary)
+            .await
+            .expect("lock");
+        let second = {
+            let canary = canary.clone();
+            tokio::spawn(async move {
+                let mut tx = two.begin().await.expect("begin");
+                let prev = Store::lock_canary_progress(&mut tx, &canary)
+                    .await
+                    .expect("lock");
+                let next = folded(prev, "Advance podinfo.test canary weight 20", 2);
+                Store::put_canary_progress(&mut tx, &canary, &next)
+                    .await
+                    .expect("put");
+                tx.commit().await.expect("commit");
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(!second.is_finished(), "the second fold waits for the first");
+        let next = folded(prev, "Advance podinfo.test canary weight 10", 1);
+        Store::put_canary_progress(&mut first, &canary, &next)
+            .await
+            .expect("put");
+        first.commit().await.expect("commit");
+        second.await.expect("the second fold");
+
+        let stored = one
+            .canary_progress(&canary)
+            .await
+            .expect("read")
+            .expect("a row");
+        assert_eq!(stored.weight, Some(20));
+        assert_eq!(
+            stored.last.at, 2,
+            "the second folded onto the first: {stored:?}"
+        );
     }
 }
