@@ -811,3 +811,47 @@ async fn a_panicking_test_leaves_no_child_behind() {
         assert!(!proc_dir.exists(), "gatebot {pid} outlived its test");
     }
 }
+
+/// A test killed by a signal runs none of its guards: the servers it
+/// started stop by themselves once their parent is gone
+/// (`GATEBOT_TEST_EXIT_WITH_PARENT`, which `ChildGuard` sets).
+#[test]
+fn a_server_whose_test_process_died_stops_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // The shell stands for the test process: it starts gatebot, then dies.
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "\"$0\" serve >/dev/null 2>&1 & echo $!; sleep 2",
+            bin(),
+        ])
+        .env_clear()
+        .current_dir(dir.path())
+        .env("GATEBOT_DATABASE_URL", "sqlite://g.db")
+        .env("GATEBOT_LISTEN", format!("127.0.0.1:{port}"))
+        .env("GATEBOT_TEST_EXIT_WITH_PARENT", "true")
+        .output()
+        .unwrap();
+    let pid = stdout(&out).trim().to_string();
+    assert!(!pid.is_empty(), "{}", stderr(&out));
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            !stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while alive() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let still = alive();
+    if still {
+        let _ = Command::new("kill").args(["-9", &pid]).status();
+    }
+    assert!(!still, "gatebot {pid} outlived the process that started it");
+}

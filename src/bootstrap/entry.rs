@@ -117,6 +117,28 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {},
             _ = term => {},
+            () = orphaned() => {},
         }
     })
+}
+
+/// For tests only (undocumented in --help): with
+/// `GATEBOT_TEST_EXIT_WITH_PARENT=true`, ends when the process that started
+/// this one is gone (it is adopted by another), so a test killed by a signal,
+/// whose guards never ran, leaves no server behind.
+async fn orphaned() {
+    let on = std::env::var("GATEBOT_TEST_EXIT_WITH_PARENT").is_ok_and(|v| v.trim() == "true");
+    #[cfg(unix)]
+    if on {
+        let parent = std::os::unix::process::parent_id();
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            if std::os::unix::process::parent_id() != parent {
+                tracing::warn!(parent, "the process that started gatebot is gone: stopping");
+                return;
+            }
+        }
+    }
+    let _ = on;
+    std::future::pending::<()>().await
 }

@@ -44,11 +44,14 @@ pub fn free_port() -> u16 {
 }
 
 /// A child process that is killed and reaped when the guard drops, so a test
-/// that fails or panics leaves no process behind.
+/// that fails or panics leaves no process behind. A gatebot child also stops
+/// by itself when the test's process is killed and no guard runs
+/// (`GATEBOT_TEST_EXIT_WITH_PARENT`; other programs ignore it).
 pub struct ChildGuard(Child);
 
 impl ChildGuard {
     pub fn spawn(cmd: &mut Command) -> Self {
+        cmd.env("GATEBOT_TEST_EXIT_WITH_PARENT", "true");
         Self(cmd.spawn().expect("the child starts"))
     }
 }
