@@ -376,25 +376,6 @@ impl Env {
         self.server.drained().await;
     }
 
-    /// An `issue_comment` delivery signed with the tests' GitHub secret, accepted.
-    async fn github_comment(&self, delivery: &str, payload: &Value) {
-        let body = serde_json::to_vec(payload).unwrap();
-        let r = client()
-            .post(self.server.at("/webhooks/github"))
-            .header("content-type", "application/json")
-            .header("x-github-event", "issue_comment")
-            .header("x-github-delivery", delivery)
-            .header(
-                "x-hub-signature-256",
-                gatebot::testing::github::verify::sign("github-secret", &body),
-            )
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 202);
-    }
-
     async fn gate(&self, path: &str) -> Value {
         self.server.api(&format!("/api/v1/gates{path}")).await
     }
@@ -907,7 +888,8 @@ async fn a_github_approval_updates_the_card(backend: Backend) {
 
     let mut payload = gatebot_testkit::github_payloads::comment_at(42, 7, "alice", "/start", NOW);
     payload["issue"]["user"]["login"] = json!("bob");
-    env.github_comment("delivery-7", &payload).await;
+    github.set_webhook(&env.server.at("/webhooks/github"), "github-secret");
+    assert_eq!(github.deliver("issue_comment", &payload).await, 202);
     let updated = env.until_cards("PUT", 1).await;
     let card = card_of(updated.last().unwrap());
     insta::assert_json_snapshot!("teams_card_approved_on_github", card);
@@ -973,7 +955,8 @@ async fn four_eyes_and_one_person_by_the_users_mapping(backend: Backend) {
     assert_eq!(env.gate("/start/acme/shop/pr/42").await["state"], "closed");
 
     let comment = gatebot_testkit::github_payloads::comment_at(42, 7, "alice", "/start", NOW);
-    env.github_comment("delivery-alice", &comment).await;
+    github.set_webhook(&env.server.at("/webhooks/github"), "github-secret");
+    assert_eq!(github.deliver("issue_comment", &comment).await, 202);
     env.server.drained().await;
     let before = env.gate("/start/acme/shop/pr/42").await;
     assert_eq!(before["state"], "approving", "{before}");

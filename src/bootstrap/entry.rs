@@ -127,9 +127,8 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
 /// this one is gone (it is adopted by another), so a test killed by a signal,
 /// whose guards never ran, leaves no server behind.
 async fn orphaned() {
-    let on = std::env::var("GATEBOT_TEST_EXIT_WITH_PARENT").is_ok_and(|v| v.trim() == "true");
     #[cfg(unix)]
-    if on {
+    if std::env::var("GATEBOT_TEST_EXIT_WITH_PARENT").is_ok_and(|v| v.trim() == "true") {
         let parent = std::os::unix::process::parent_id();
         loop {
             tokio::time::sleep(std::time::Duration::from_millis(250)).await;
@@ -139,6 +138,5 @@ async fn orphaned() {
             }
         }
     }
-    let _ = on;
     std::future::pending::<()>().await
 }

@@ -71,4 +71,16 @@ impl PrAuthors {
         }
         Ok(login)
     }
+
+    /// Whether `login` opened the PR (false when its author cannot be known).
+    pub async fn opened_by(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        login: &str,
+        now: Millis,
+    ) -> Result<bool, CommandError> {
+        let author = self.author(repo, number, now).await?;
+        Ok(author.is_some_and(|a| a.eq_ignore_ascii_case(login)))
+    }
 }

@@ -160,18 +160,14 @@ impl SlackAuthorizer<'_> {
         let Some(login) = self.state.policy.github_login_of(user) else {
             return Ok(None);
         };
-        let author = self
-            .authors
-            .author(repo, *number, self.state.engine.now())
-            .await?;
-        Ok(author
-            .is_some_and(|a| a.eq_ignore_ascii_case(login))
-            .then(|| {
-                format!(
-                    "{user} (@{login}) opened {repo}#{number}: someone else must approve (four eyes)",
-                    number = number.0
-                )
-            }))
+        let now = self.state.engine.now();
+        let opened = self.authors.opened_by(repo, *number, login, now).await?;
+        Ok(opened.then(|| {
+            format!(
+                "{user} (@{login}) opened {repo}#{number}: someone else must approve (four eyes)",
+                number = number.0
+            )
+        }))
     }
 }
 

@@ -172,11 +172,13 @@ mod tests {
                 let prev = Store::lock_canary_progress(&mut tx, &canary)
                     .await
                     .expect("lock");
+                let seen = prev.as_ref().map(|p| p.last.at);
                 let next = folded(prev, "Advance podinfo.test canary weight 20", 2);
                 Store::put_canary_progress(&mut tx, &canary, &next)
                     .await
                     .expect("put");
                 tx.commit().await.expect("commit");
+                seen
             })
         };
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -186,7 +188,8 @@ mod tests {
             .await
             .expect("put");
         first.commit().await.expect("commit");
-        second.await.expect("the second fold");
+        let seen = second.await.expect("the second fold");
+        assert_eq!(seen, Some(1), "the second fold read the first's commit");
 
         let stored = one
             .canary_progress(&canary)

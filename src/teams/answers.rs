@@ -119,8 +119,8 @@ impl TeamsAuthorizer<'_> {
             return Ok(Some(TeamsDenied::Unmapped(self.name.to_string())));
         };
         let now = self.state.engine.now();
-        let author = self.authors.author(repo, *number, now).await?;
-        Ok(author.filter(|a| a.eq_ignore_ascii_case(login)).map(|_| {
+        let opened = self.authors.opened_by(repo, *number, login, now).await?;
+        Ok(opened.then(|| {
             TeamsDenied::OwnPullRequest(format!(
                 "{} (@{login}) opened {repo}#{}: someone else must approve (four eyes)",
                 self.name, number.0
