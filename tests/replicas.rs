@@ -317,7 +317,10 @@ async fn replica_killed_mid_send_loses_no_job_and_sends_none_twice() {
     if skip() {
         return;
     }
-    const PRS: u64 = 24;
+    // Each process sends at most 8 writes at once and GitHub answers each after
+    // 300 ms, so 48 take both at least 900 ms: A is caught mid-way even when
+    // the test's poll runs late on a busy machine (with 24 it once was not).
+    const PRS: u64 = 48;
     let db = TestDb::new(Backend::Postgres).await;
     let github = FakeGithub::start().await;
     github.set_write_delay(Duration::from_millis(300));
