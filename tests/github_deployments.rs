@@ -185,26 +185,61 @@ async fn with_the_setting_off_no_deployment_is_made(backend: Backend) {
     assert!(github.deployments().is_empty());
 }
 
+/// The first creation is refused with Retry-After; it is made once after
+/// it, and no other call goes out before (the status jobs that arrive
+/// meanwhile wait too), and the next revision gets its own. Each revision's job is let finish
+/// before the next arrives: a revision superseded before its job runs gets no
+/// deployment at all, which would make the count depend on timing.
 async fn a_rate_limited_creation_is_counted_and_one_deployment_each_is_made(backend: Backend) {
     let env = setup(backend, true).await;
     let (server, github) = (&env.server, &env.github);
     github.fail_deployments([Failure::retry_after(1)]);
-    let _sim = waiting_at_promote(server).await;
-    eventually(
-        "the deployments made after Retry-After",
-        Duration::from_secs(15),
-        || async {
-            github
-                .deployments()
-                .last()
-                .is_some_and(|d| d.payload["checksum"] == "rev-b")
+    let mut sim = FlaggerSim::new(
+        "podinfo",
+        "test",
+        Strategy::Canary {
+            step_weight: 50,
+            max_weight: 50,
         },
-    )
+        pr_hooks(&server.url, 42),
+    );
+    let made = |github: &FakeGithub| -> Vec<Value> {
+        let all = github.deployments();
+        all.iter().map(|d| d.payload["checksum"].clone()).collect()
+    };
+    // Flagger's start gate first sees the revision it last applied (rev-a).
+    sim.deploy("rev-a");
+    sim.tick().await;
+    sim.deploy("rev-b");
+    sim.tick().await;
+    // The worker waits out Retry-After before trying again: no drain to await.
+    eventually("rev-a's deployment", Duration::from_secs(15), || async {
+        !made(github).is_empty()
+    })
     .await;
     server.drained().await;
-    let all = github.deployments();
-    let revisions: Vec<&Value> = all.iter().map(|d| &d.payload["checksum"]).collect();
-    assert_eq!(revisions, [&json!("rev-a"), &json!("rev-b")], "one each");
+    assert_eq!(
+        made(github),
+        [json!("rev-a")],
+        "made once, after Retry-After"
+    );
+    let requests = github.requests();
+    let limited = requests.iter().position(|r| r.status == 403).unwrap();
+    let next = &requests[limited + 1];
+    assert!(
+        next.at.duration_since(requests[limited].at) >= Duration::from_millis(950),
+        "no call while GitHub asked for quiet: {} {} came {:?} after",
+        next.method,
+        next.path,
+        next.at.duration_since(requests[limited].at)
+    );
+    server.open("/gates/start/pr/42").await;
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
+            .await
+    );
+    server.drained().await;
+    assert_eq!(made(github), [json!("rev-a"), json!("rev-b")], "one each");
     let limited = r#"gatebot_outbound_requests_total{service="github",endpoint="create_deployment",result="rate_limited"}"#;
     assert_eq!(server.metric(limited).await, 1.0);
 }

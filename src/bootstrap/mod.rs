@@ -75,7 +75,7 @@ impl Gatebot {
             tracing::warn!("{warning}");
         }
         let wakes = Wakes::default();
-        let github = github::client(&config, &base.metrics)?;
+        let github = github::client(&config, &base.metrics, base.clock.clone())?;
         let mut sinks = options.sinks;
         sinks.extend(base.sinks(&config, &policy, github.as_ref(), &templates)?);
         let notifier = Notifier::new(sinks);

@@ -21,6 +21,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::app::{AppKey, TokenCache};
+use crate::clock::SharedClock;
 use crate::config::{GithubConfig, Permission};
 use crate::gate::{Millis, PrNumber, RepoName};
 use crate::metrics::OutboundCalls;
@@ -129,6 +130,13 @@ pub struct GithubClient {
     /// repo → installation, learned from deliveries or looked up.
     repo_installations: Mutex<HashMap<String, u64>>,
     calls: OutboundCalls,
+    /// Until when GitHub asked for quiet (a rate limit's Retry-After or
+    /// reset). Kept here, not per job: a job queued after the limited one
+    /// would otherwise call again at once, and GitHub answers repeated calls
+    /// during a secondary limit by extending it.
+    quiet_until: Mutex<Option<Millis>>,
+    /// The app's clock, so the quiet ends when the outbox's retry comes due.
+    clock: SharedClock,
 }
 
 #[derive(Deserialize)]
@@ -243,6 +251,7 @@ impl GithubClient {
     pub fn from_config(
         config: &GithubConfig,
         calls: OutboundCalls,
+        clock: SharedClock,
     ) -> anyhow::Result<Option<Self>> {
         let auth = match (&config.token, config.app_id, &config.app_private_key) {
             (Some(token), _, _) => Auth::Token(token.clone()),
@@ -258,6 +267,8 @@ impl GithubClient {
             tokens: TokenCache::default(),
             repo_installations: Mutex::new(HashMap::new()),
             calls,
+            quiet_until: Mutex::new(None),
+            clock,
         }))
     }
 
@@ -638,6 +649,14 @@ impl GithubClient {
         path: &str,
         body: Option<&Value>,
     ) -> Result<(String, HeaderMap), ApiError> {
+        if let Some(wait) = self.quiet_left() {
+            return Err(ApiError::Status {
+                status: 429,
+                retry_after: Some(wait),
+                rate_limited: true,
+                message: "not sent: GitHub asked for quiet after a rate limit".into(),
+            });
+        }
         let mut request = self
             .http
             .request(method, format!("{}{path}", self.base))
@@ -667,7 +686,30 @@ impl GithubClient {
             ),
         };
         self.calls.observe(endpoint, result, started.elapsed());
+        if let Err(ApiError::Status {
+            rate_limited: true,
+            retry_after: Some(wait),
+            ..
+        }) = &answer
+        {
+            self.keep_quiet(*wait);
+        }
         answer
+    }
+
+    /// How long GitHub's last rate limit still asks for quiet, if at all.
+    fn quiet_left(&self) -> Option<Duration> {
+        let until = (*self.quiet_until.lock().ok()?)?;
+        let left = until - self.clock.now_ms();
+        (left > 0).then(|| Duration::from_millis(left.unsigned_abs()))
+    }
+
+    fn keep_quiet(&self, wait: Duration) {
+        if let Ok(mut until) = self.quiet_until.lock() {
+            let wait = Millis::try_from(wait.as_millis()).unwrap_or(Millis::MAX / 2);
+            let end = self.clock.now_ms().saturating_add(wait);
+            *until = Some(until.map_or(end, |u| u.max(end)));
+        }
     }
 }
 

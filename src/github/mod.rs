@@ -67,8 +67,13 @@ pub fn routes() -> Router<AppState> {
 
 /// The one GitHub client (and installation-token cache) of a replica; None
 /// without credentials.
-pub fn client(config: &Config, metrics: &Metrics) -> anyhow::Result<Option<Arc<GithubClient>>> {
-    Ok(GithubClient::from_config(&config.github, metrics.outbound(SOURCE))?.map(Arc::new))
+pub fn client(
+    config: &Config,
+    metrics: &Metrics,
+    clock: SharedClock,
+) -> anyhow::Result<Option<Arc<GithubClient>>> {
+    let client = GithubClient::from_config(&config.github, metrics.outbound(SOURCE), clock)?;
+    Ok(client.map(Arc::new))
 }
 
 impl AuthorLookup for GithubClient {

@@ -42,6 +42,8 @@ struct Connection {
     open: bool,
     /// Pings gatebot sent on it (each answered with a pong while it is read).
     pings: usize,
+    /// Whether Slack's `disconnect` followed its hello.
+    told_to_leave: bool,
 }
 
 struct Pending {
@@ -81,20 +83,21 @@ impl Hub {
     /// Serves one WebSocket until either side ends it.
     pub(crate) async fn serve(&self, mut socket: WebSocket) {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let (index, open) = {
+        let (index, open, storm) = {
             let mut state = self.state.lock().unwrap();
+            let storm = state.disconnect_after_hello.clone();
             state.connections.push(Connection {
                 tx,
                 open: true,
                 pings: 0,
+                told_to_leave: storm.is_some(),
             });
             let open = state.connections.iter().filter(|c| c.open).count();
             state.max_open = state.max_open.max(open);
-            (state.connections.len() - 1, open)
+            (state.connections.len() - 1, open, storm)
         };
         let mut hello = frame("hello.json");
         hello["num_connections"] = json!(open);
-        let storm = self.state.lock().unwrap().disconnect_after_hello.clone();
         if socket
             .send(Message::Text(hello.to_string().into()))
             .await
@@ -294,6 +297,14 @@ impl Hub {
         let state = self.state.lock().unwrap();
         (0..state.connections.len())
             .filter(|i| state.connections[*i].open)
+            .collect()
+    }
+
+    /// The open connections Slack told to leave after their hello.
+    pub fn leaving(&self) -> Vec<usize> {
+        let state = self.state.lock().unwrap();
+        (0..state.connections.len())
+            .filter(|i| state.connections[*i].open && state.connections[*i].told_to_leave)
             .collect()
     }
 
