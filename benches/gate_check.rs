@@ -9,7 +9,8 @@
 //! server's `main` sets it up (`telemetry::init`, `RUST_LOG` or else `info`,
 //! text to stderr), because what the check logs is part of what it costs;
 //! send stderr to a file (`2>gate_check.log`) as a container runtime would.
-//! `GATE_CHECK_ONLY=<case>` runs one case alone, for `perf record -p`. With
+//! `GATE_CHECK_ONLY=<case>` runs one case alone, for `perf record -p`;
+//! `GATE_CHECK_EVIDENCE_ONLY=1` only the evidence comparison (issue 29). With
 //! PostgreSQL it ends with SQLite and a PostgreSQL replica checked in turns:
 //! the replica's rate as a share of SQLite's (issue 15's goal is 0.8).
 
@@ -297,6 +298,48 @@ async fn policy_scenario() {
     }
 }
 
+/// Issue 29: the same steady-state checks on two servers, one without
+/// Prometheus and one whose Prometheus takes a second per query (its numbers
+/// read every second, each query timing out): the evidence never touches
+/// the check, so the ratio is the noise between runs.
+async fn evidence_scenario() {
+    let prometheus = gatebot_testkit::fake_prometheus::FakePrometheus::start().await;
+    prometheus.slow(Duration::from_secs(1));
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut servers = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let url = format!("sqlite://{}/gatebot.db", dir.path().display());
+        let mut config = Config::with_database(&url);
+        config.github.repository = Some("acme/shop".parse().unwrap());
+        if i == 1 {
+            config.prometheus.url = Some(prometheus.url.clone());
+            config.prometheus.refresh = Duration::from_secs(1);
+            config.prometheus.timeout = Duration::from_millis(900);
+        }
+        Gatebot::start(config.clone()).await.unwrap().stop().await;
+        seed(&url, 100).await;
+        servers.push(harness::TestServer::start(config, gatebot::Options::default()).await);
+    }
+    let body = json!({"name": "podinfo", "namespace": "test", "phase": "Progressing", "checksum": "85d557f47b"}).to_string();
+    let check = |s: &harness::TestServer| {
+        Load::new(format!("{}/gates/promote/pr/42", s.url), Some(body.clone()))
+    };
+    let cases = [check(&servers[0]), check(&servers[1])];
+    let stats = measure(&cases).await;
+    for s in servers {
+        s.stop().await;
+    }
+    println!(
+        "sqlite, 100 gates, evidence off and on with a Prometheus that takes 1 s ({} queries asked), in turns:",
+        prometheus.queries().len()
+    );
+    let (off, on) = (&stats[0], &stats[1]);
+    println!(
+        "  => gate check (closed, waiting): {:.0} req/s evidence off, {:.0} on; ratio {:.2} (goal: the noise, >= 0.90); p99 {:.2?} / {:.2?}",
+        off.rps, on.rps, on.rps / off.rps, off.p99, on.p99
+    );
+}
+
 /// Issue 15: the same steady-state checks on a SQLite server and on a
 /// PostgreSQL replica (once it answers from memory), in turns, so that a
 /// neighbour's build slows both alike: PostgreSQL's share of SQLite's rate.
@@ -362,12 +405,17 @@ fn main() {
             policy_scenario().await;
             return;
         }
+        if std::env::var("GATE_CHECK_EVIDENCE_ONLY").is_ok() {
+            evidence_scenario().await;
+            return;
+        }
         for gates in [100, 100_000] {
             let dir = tempfile::tempdir().unwrap();
             let url = format!("sqlite://{}/gatebot.db", dir.path().display());
             scenario(&url, gates).await;
         }
         policy_scenario().await;
+        evidence_scenario().await;
         if let Ok(pg) = std::env::var("GATEBOT_BENCH_POSTGRES_URL") {
             for gates in [100, 100_000] {
                 let mut admin = sqlx::PgConnection::connect(&pg).await.unwrap();

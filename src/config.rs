@@ -586,6 +586,98 @@ pub struct Config {
 
     #[command(flatten)]
     pub kubernetes: KubernetesConfig,
+
+    #[command(flatten)]
+    pub prometheus: PrometheusConfig,
+}
+
+/// Where the canaries' numbers come from (docs/evidence.md): the Prometheus
+/// Flagger's analysis queries. Unset: messages show Flagger's events only.
+#[derive(Debug, Clone, Default, Args)]
+pub struct PrometheusConfig {
+    /// The Prometheus API's base URL (as Flagger's `metricsServer`), e.g.
+    /// http://prometheus.istio-system:9090.
+    #[arg(long = "prometheus-url", env = "GATEBOT_PROMETHEUS_URL")]
+    pub url: Option<String>,
+    /// A file holding a bearer token, read again at each refresh (projected
+    /// service-account tokens rotate).
+    #[arg(
+        long = "prometheus-bearer-token-file",
+        env = "GATEBOT_PROMETHEUS_BEARER_TOKEN_FILE"
+    )]
+    pub bearer_token_file: Option<PathBuf>,
+    /// Basic auth user, with GATEBOT_PROMETHEUS_PASSWORD.
+    #[arg(long = "prometheus-username", env = "GATEBOT_PROMETHEUS_USERNAME")]
+    pub username: Option<String>,
+    #[arg(long = "prometheus-password", env = "GATEBOT_PROMETHEUS_PASSWORD", value_parser = parse_secret, hide_env_values = true)]
+    pub password: Option<SecretString>,
+    /// The longest one query may take; a slower Prometheus shows as
+    /// "metrics unavailable".
+    #[arg(long = "prometheus-timeout", env = "GATEBOT_PROMETHEUS_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// How often the numbers of each waiting canary are fetched again.
+    #[arg(long = "evidence-refresh", env = "GATEBOT_EVIDENCE_REFRESH", default_value = "30s", value_parser = parse_duration)]
+    pub refresh: Duration,
+}
+
+impl PrometheusConfig {
+    /// The URL without a trailing slash; empty counts as unset.
+    pub fn url(&self) -> Option<&str> {
+        self.url
+            .as_deref()
+            .map(|u| u.trim().trim_end_matches('/'))
+            .filter(|u| !u.is_empty())
+    }
+
+    /// The bearer token file; empty counts as unset.
+    pub fn bearer_token_file(&self) -> Option<&std::path::Path> {
+        self.bearer_token_file
+            .as_deref()
+            .filter(|p| !p.as_os_str().is_empty())
+    }
+
+    /// Basic auth, when both halves are set (empty counts as unset).
+    pub fn basic_auth(&self) -> Option<(&str, &SecretString)> {
+        let user = self.username.as_deref().filter(|u| !u.is_empty())?;
+        let password = self
+            .password
+            .as_ref()
+            .filter(|p| !p.expose_secret().is_empty())?;
+        Some((user, password))
+    }
+
+    fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(url) = self.url() {
+            if reqwest::Url::parse(url).map_or(true, |u| !matches!(u.scheme(), "http" | "https")) {
+                out.push(format!(
+                    "GATEBOT_PROMETHEUS_URL: `{url}` is not an http(s) URL"
+                ));
+            }
+        }
+        let user = self.username.as_deref().is_some_and(|u| !u.is_empty());
+        let password = self
+            .password
+            .as_ref()
+            .is_some_and(|p| !p.expose_secret().is_empty());
+        if user != password {
+            out.push(
+                "GATEBOT_PROMETHEUS_USERNAME and GATEBOT_PROMETHEUS_PASSWORD go together".into(),
+            );
+        }
+        if user && self.bearer_token_file().is_some() {
+            out.push(
+                "GATEBOT_PROMETHEUS_BEARER_TOKEN_FILE and basic auth exclude each other: set one"
+                    .into(),
+            );
+        }
+        if self.timeout.is_zero() || self.refresh.is_zero() {
+            out.push(
+                "GATEBOT_PROMETHEUS_TIMEOUT and GATEBOT_EVIDENCE_REFRESH must be above zero".into(),
+            );
+        }
+        out
+    }
 }
 
 /// How outbound calls (GitHub, Slack, the CLI) leave the network: the usual
@@ -927,6 +1019,7 @@ impl Config {
             }
         }
         out.extend(self.shared_tokens());
+        out.extend(self.prometheus.problems());
         let kept = &self.retention;
         if kept.payloads > kept.deliveries {
             out.push(

@@ -19,6 +19,7 @@ pub(crate) mod gate;
 // Support below the core.
 pub(crate) mod cache;
 pub(crate) mod config;
+pub(crate) mod evidence;
 pub(crate) mod http;
 pub(crate) mod kubernetes;
 pub(crate) mod metrics;

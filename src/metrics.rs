@@ -525,6 +525,16 @@ impl Metrics {
         );
     }
 
+    /// Registers the count of canaries' numbers Prometheus could not give
+    /// (kept by `evidence`).
+    pub fn count_evidence_unavailable(&mut self, unavailable: Family<ReasonLabels, Counter>) {
+        self.add(
+            "evidence_unavailable",
+            "Canary numbers (GATEBOT_PROMETHEUS_URL) that could not be read, by reason: timeout, unreachable, error (Prometheus refused), no_data, bad_answer, bad_query; the message says \"metrics unavailable\"",
+            unavailable,
+        );
+    }
+
     /// Counts a notification that was not sent on its own.
     pub fn dropped(&self, sink: &str, reason: &'static str) {
         self.notifications_dropped

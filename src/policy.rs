@@ -71,6 +71,8 @@ struct File {
     deadlines: Vec<toml::Spanned<DeadlineEntry>>,
     #[serde(default)]
     reminders: RemindersEntry,
+    #[serde(default)]
+    evidence: EvidenceRules,
     /// `[deadline_metadata]`: TOML can't have a `[deadlines]` table beside
     /// the `[[deadlines]]` array, so it has a name of its own.
     #[serde(default)]
@@ -167,6 +169,31 @@ fn calendar(file: &File) -> anyhow::Result<Calendar> {
         })
         .collect::<anyhow::Result<_>>()?;
     Ok(Calendar { windows, holidays })
+}
+
+/// `[evidence]`: the numbers shown beside the buttons (docs/evidence.md).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceRules {
+    /// Flagger's provider for canaries whose hook metadata names none.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// The query window for canaries whose hook metadata names none.
+    #[serde(default)]
+    pub interval: Option<String>,
+    /// `[[evidence.queries]]`: queries of the policy's own.
+    #[serde(default)]
+    pub queries: Vec<EvidenceQuery>,
+}
+
+/// One `[[evidence.queries]]`: a PromQL template with Flagger's variables.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceQuery {
+    pub name: String,
+    pub query: String,
+    #[serde(default)]
+    pub unit: String,
 }
 
 /// `[reminders]`.
@@ -818,6 +845,11 @@ impl Policy {
 
     pub fn reminders(&self) -> &Reminders {
         &self.reminders
+    }
+
+    /// `[evidence]`, as written (checked where the queries are rendered).
+    pub fn evidence(&self) -> &EvidenceRules {
+        &self.file.evidence
     }
 
     /// How many people each kind of gate needs, in the file's order.

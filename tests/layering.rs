@@ -16,6 +16,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("support", &["kubernetes", "policy", "store", "telemetry"]),
     ("support", &["notify", "http"]),
+    ("support", &["evidence"]),
     ("core", &["core"]),
     (
         "channels",

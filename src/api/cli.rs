@@ -341,6 +341,9 @@ pub async fn check_config(
             if config.teams.app_id().is_some() {
                 teams_conversations(&mut report, &store, config.teams.channel()).await;
             }
+            if config.prometheus.url().is_some() {
+                evidence(&mut report, &config, &store).await;
+            }
             store.close().await;
         }
         Err(e) => report.problem(format_args!("{e:#}")),
@@ -351,6 +354,51 @@ pub async fn check_config(
         "configuration has problems"
     });
     report
+}
+
+/// Whether Prometheus answers, and which provider's queries each waiting
+/// canary gets (docs/evidence.md).
+async fn evidence(report: &mut ConfigReport, config: &crate::Config, store: &crate::store::Store) {
+    let calls = crate::metrics::Metrics::new().outbound("prometheus");
+    let prometheus =
+        match crate::evidence::prometheus::Prometheus::from_config(&config.prometheus, calls) {
+            Ok(Some(p)) => p,
+            Ok(None) => return,
+            Err(e) => return report.problem(format_args!("GATEBOT_PROMETHEUS_URL: {e:#}")),
+        };
+    let url = config.prometheus.url().unwrap_or_default();
+    match prometheus.instant("vector(1)").await {
+        Ok(_) => report.line(format_args!("prometheus:      {url} answers")),
+        Err(why) => report.warning(format_args!(
+            "prometheus:      {url}: {why}: messages will say \"metrics unavailable\""
+        )),
+    }
+    // The policy's own problems are reported with the policy.
+    let Ok(policy) = crate::policy::Policy::from_config(config) else {
+        return;
+    };
+    let evidence =
+        crate::evidence::Evidence::new(None, policy.evidence().clone(), Default::default());
+    let waiting = match store.open_waits_after(0).await {
+        Ok(waiting) => waiting,
+        Err(e) => return report.problem(format_args!("open waits: {e:#}")),
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for wait in waiting {
+        let Some(canary) = wait.canary.filter(|c| seen.insert(c.clone())) else {
+            continue;
+        };
+        let metadata = crate::evidence::strings(&wait.metadata);
+        let from = if metadata.contains_key("provider") {
+            "its metadata"
+        } else {
+            "the policy"
+        };
+        report.line(format_args!(
+            "evidence:        {canary} uses {}'s queries (from {from})",
+            evidence.provider_of(&metadata).name()
+        ));
+    }
 }
 
 /// The Teams conversations the bot was added to (where cards may go), and

@@ -27,10 +27,14 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{CorrectedClock, SharedClock, SkewedClock, SystemClock};
 use crate::config::Config;
 use crate::core::{self as engine, AppState, Engine, EngineSettings, Shared};
-use crate::metrics::Metrics;
+use crate::evidence::prometheus::Prometheus;
+use crate::evidence::Evidence;
+use crate::metrics::{Metrics, ReasonLabels};
 use crate::notify::{Drain, Handler, Notifier, Sink, Worker, WorkerSettings};
 use crate::store::{self, QueueName, Store};
 use crate::{gate, github, http, policy, slack, templates};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use tasks::{follow_gates, heartbeat, housekeeping, retention, take_over_leases};
 
 /// What tests (and embedders) may swap in.
@@ -76,8 +80,9 @@ impl Gatebot {
         }
         let wakes = Wakes::default();
         let github = github::client(&config, &base.metrics, base.clock.clone())?;
+        let evidence = Arc::new(base.evidence(&config, &policy)?);
         let mut sinks = options.sinks;
-        sinks.extend(base.sinks(&config, &policy, github.as_ref(), &templates)?);
+        sinks.extend(base.sinks(&config, &policy, github.as_ref(), &templates, &evidence)?);
         let notifier = Notifier::new(sinks);
         let engine = base.engine(&config, &policy, &notifier, &wakes).await?;
         base.cluster(&config, github.clone(), &engine).await?;
@@ -96,6 +101,7 @@ impl Gatebot {
             delivery_applied: Arc::new(Notify::new()),
             templates,
             policy,
+            evidence,
         }));
         let shutdown = CancellationToken::new();
         let mut tasks = JoinSet::new();
@@ -228,6 +234,8 @@ struct Base {
     skew_log: tasks::SkewLog,
     /// Counts of the canaries' PR lookups (GATEBOT_KUBERNETES_LOOKUP).
     canary_lookups: engine::origin::Lookups,
+    /// Counts of the canaries' numbers that Prometheus could not give.
+    evidence_unavailable: Family<ReasonLabels, Counter>,
 }
 
 /// Wakes the workers when there is work for them.
@@ -262,6 +270,8 @@ impl Base {
         metrics.time_decisions(store.write_health().decisions().clone());
         let canary_lookups = engine::origin::Lookups::default();
         metrics.count_canary_lookups(canary_lookups.clone());
+        let evidence_unavailable = Family::default();
+        metrics.count_evidence_unavailable(evidence_unavailable.clone());
         let mut base = Self {
             measure: measure && store.backend() == store::Backend::Postgres,
             clock: clock_sync.clone(),
@@ -270,6 +280,7 @@ impl Base {
             metrics: Arc::new(metrics),
             skew_log: tasks::SkewLog::default(),
             canary_lookups,
+            evidence_unavailable,
         };
         if base.measure {
             // Before anything is stamped.
@@ -291,12 +302,32 @@ impl Base {
         policy: &policy::Policy,
         github: Option<&Arc<github::client::GithubClient>>,
         templates: &templates::Templates,
+        evidence: &Arc<Evidence>,
     ) -> anyhow::Result<Vec<Arc<dyn Sink>>> {
-        let (store, clock, metrics) = (&self.store, &self.clock, &self.metrics);
-        let mut sinks = github::sinks(github, config, policy, store, templates, clock, metrics);
-        sinks.extend(slack::sinks(config, store, templates, clock, metrics)?);
-        sinks.extend(crate::teams::sinks(config, store, clock, metrics));
+        let base = crate::notify::SinkBase {
+            config,
+            store: &self.store,
+            templates,
+            clock: &self.clock,
+            metrics: &self.metrics,
+        };
+        let mut sinks = github::sinks(github, &base, policy, evidence);
+        sinks.extend(slack::sinks(&base, evidence)?);
+        sinks.extend(crate::teams::sinks(&base, evidence));
         Ok(sinks)
+    }
+
+    /// The canaries' numbers: Prometheus's client and the policy's queries,
+    /// checked now so a bad query stops the start, not a message.
+    fn evidence(&self, config: &Config, policy: &policy::Policy) -> anyhow::Result<Evidence> {
+        let prometheus =
+            Prometheus::from_config(&config.prometheus, self.metrics.outbound("prometheus"))?;
+        crate::evidence::check_rules(policy.evidence()).context("GATEBOT_POLICY: [evidence]")?;
+        Ok(Evidence::new(
+            prometheus,
+            policy.evidence().clone(),
+            self.evidence_unavailable.clone(),
+        ))
     }
 
     /// The engine, its gates loaded and the timers of waits in progress set.
@@ -407,6 +438,7 @@ impl Base {
         let drain = workers.spawn(state, tasks, shutdown)?;
         tasks.spawn(housekeeping(state.clone(), shutdown.clone()));
         tasks.spawn(retention(state.clone(), shutdown.clone()));
+        tasks.spawn(tasks::evidence(state.clone(), shutdown.clone()));
         // Canaries' PRs looked up in the background (GATEBOT_KUBERNETES_LOOKUP).
         let (finder, stop) = (state.clone(), shutdown.clone());
         tasks.spawn(async move { finder.engine.find_origins(stop).await });

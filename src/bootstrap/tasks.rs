@@ -167,6 +167,32 @@ pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
     }
 }
 
+/// The waiting canaries' numbers: every GATEBOT_EVIDENCE_REFRESH while
+/// Prometheus is set; a pass that takes longer delays the next.
+pub(super) async fn evidence(state: AppState, shutdown: CancellationToken) {
+    if !state.evidence.is_on() {
+        return;
+    }
+    let mut tick = tokio::time::interval(state.config.prometheus.refresh);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut refreshed = crate::core::evidence::Refreshed::default();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let pass = state
+            .engine
+            .refresh_evidence(&state.evidence, &mut refreshed);
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            done = pass => if let Err(e) = done {
+                tracing::warn!(error = %e, "could not refresh the canaries' numbers");
+            },
+        }
+    }
+}
+
 /// Retention: every `GATEBOT_RETENTION_INTERVAL` (and once at start), prunes
 /// what has outlived its setting, then reports the store's rows and size.
 pub(super) async fn retention(state: AppState, shutdown: CancellationToken) {

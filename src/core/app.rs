@@ -33,6 +33,8 @@ pub struct Shared {
     pub templates: templates::Templates,
     /// Who may do what; read once at start.
     pub policy: policy::Policy,
+    /// The waiting canaries' numbers (GATEBOT_PROMETHEUS_URL).
+    pub evidence: Arc<crate::evidence::Evidence>,
 }
 
 impl Deref for AppState {

@@ -19,6 +19,7 @@ pub mod dispatch;
 mod dispatch_tests;
 mod error;
 mod events;
+pub mod evidence;
 pub mod freezes;
 mod gate_cache;
 mod lists;

@@ -69,7 +69,7 @@ impl GithubInbox {
                 let pr = view(&self.state.store, repo, number, self.state.clock.now_ms())
                     .await
                     .map_err(retry)?
-                    .for_markdown();
+                    .for_markdown(&self.state.evidence);
                 let text = self
                     .state
                     .templates

@@ -44,12 +44,11 @@ use crate::command::Verb;
 use crate::config::Config;
 use crate::core::authors::AuthorLookup;
 use crate::core::{AppState, CommandError};
+use crate::evidence::Evidence;
 use crate::gate::{PrNumber, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::{BoxFuture, SendError};
-use crate::notify::{Handler, Sink};
-use crate::store::Store;
-use crate::templates::Templates;
+use crate::notify::{Handler, Sink, SinkBase};
 use client::GithubClient;
 
 /// The inbox source and outbox sink name.
@@ -108,16 +107,20 @@ pub(crate) fn send_error(e: CommandError) -> SendError {
 
 pub fn sinks(
     client: Option<&Arc<GithubClient>>,
-    config: &Config,
+    base: &SinkBase<'_>,
     policy: &crate::policy::Policy,
-    store: &Store,
-    templates: &Templates,
-    clock: &SharedClock,
-    metrics: &Arc<Metrics>,
+    evidence: &Arc<Evidence>,
 ) -> Vec<Arc<dyn Sink>> {
     let Some(client) = client else {
         return Vec::new();
     };
+    let SinkBase {
+        config,
+        store,
+        templates,
+        clock,
+        metrics,
+    } = *base;
     vec![Arc::new(sink::GithubSink::new(
         client.clone(),
         sink::SinkParts {
@@ -132,6 +135,7 @@ pub fn sinks(
             public_url: config.public_url.clone(),
             policy: policy.clone(),
             api_url: config.github.api_url.clone(),
+            evidence: evidence.clone(),
         },
     ))]
 }
@@ -176,6 +180,7 @@ pub fn quoted_command(body: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::templates::Templates;
 
     #[test]
     fn quoted_commands_are_found_and_paths_are_not() {

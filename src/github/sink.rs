@@ -23,6 +23,7 @@ use super::deployments::Deployments;
 use super::protection::{decision_of, Decision, Protections};
 use super::status::{status_marker, view};
 use crate::clock::SharedClock;
+use crate::evidence::Evidence;
 use crate::gate::{GateKey, GateKind, Millis, PrNumber, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::burst::{Admit, Burst};
@@ -183,6 +184,8 @@ pub struct GithubSink {
     deployments: Option<Deployments>,
     /// Some when the policy names protected environments (`[[github.protection]]`).
     protections: Option<Protections>,
+    /// The waiting canaries' numbers, shown in the status comment.
+    evidence: Arc<Evidence>,
 }
 
 /// What the sink needs besides the GitHub client.
@@ -199,6 +202,7 @@ pub struct SinkParts {
     pub policy: crate::policy::Policy,
     /// GATEBOT_GITHUB_API_URL: where deployment callbacks may go.
     pub api_url: String,
+    pub evidence: Arc<Evidence>,
 }
 
 impl GithubSink {
@@ -234,6 +238,7 @@ impl GithubSink {
             allowed: parts.allowed,
             burst: Burst::new(parts.burst),
             metrics: parts.metrics,
+            evidence: parts.evidence,
         }
     }
 
@@ -353,6 +358,7 @@ impl GithubSink {
         render(
             &self.store,
             &self.templates,
+            &self.evidence,
             repo,
             number,
             self.clock.now_ms(),
@@ -475,6 +481,7 @@ impl GithubSink {
 async fn render(
     store: &Store,
     templates: &Templates,
+    evidence: &Evidence,
     repo: &RepoName,
     number: PrNumber,
     now: crate::gate::Millis,
@@ -489,7 +496,7 @@ async fn render(
     if known.is_none() && !pr.ever_waited {
         return Ok(None);
     }
-    let pr = pr.for_markdown();
+    let pr = pr.for_markdown(evidence);
     let ctx = serde_json::json!({
         "marker": status_marker(repo, number),
         "subject": pr.subject,
@@ -585,9 +592,9 @@ impl Sink for GithubSink {
             Notice::WaitStarted { gate, .. }
             | Notice::WaitEnded { gate, .. }
             | Notice::GateChanged { gate, .. } => vec![gate],
-            Notice::CanaryEvent { gates, .. } | Notice::CanaryFailure { gates, .. } => {
-                gates.iter().collect()
-            }
+            Notice::CanaryEvent { gates, .. }
+            | Notice::CanaryFailure { gates, .. }
+            | Notice::Evidence { gates, .. } => gates.iter().collect(),
             Notice::Reminder { gate, .. } => vec![gate],
             // Announced in Slack; a frozen gate's answer says so on its own.
             Notice::Frozen { .. } | Notice::Unfrozen { .. } => Vec::new(),
@@ -769,7 +776,7 @@ impl GithubSink {
                 "marker": super::MARKER, "mentions": github_mentions,
                 "canary": code(&canary.to_string(), escape::NAME), "kind": gate.kind.as_str(),
                 "command": gate.kind.command(), "revision": code(checksum, escape::CHECKSUM),
-                "waited": waited,
+                "waited": waited, "evidence": self.evidence.line_of(canary),
             }),
         );
         let body = match rendered {

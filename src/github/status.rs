@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use crate::evidence::Evidence;
 use crate::gate::progress::CanaryProgress;
 use crate::gate::state::rfc3339;
 use crate::gate::{CanaryRef, GateKey, GateKind, GateStatus, Millis, PrNumber, RepoName, Scope};
@@ -25,6 +26,10 @@ pub struct CanaryView {
     pub progress: Option<String>,
     #[serde(skip)]
     pub progress_of: Option<CanaryProgress>,
+    /// While it waits: its numbers against the primary's (`evidence`).
+    pub evidence: Option<String>,
+    #[serde(skip)]
+    pub canary_ref: CanaryRef,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -76,10 +81,14 @@ impl PrView {
     /// The view with every string from Flagger's side (and a named gate's
     /// title) as a capped code span, as the markdown templates get it: no
     /// mention, link, HTML or marker can come through a canary's words.
-    pub fn for_markdown(mut self) -> Self {
+    pub fn for_markdown(mut self, evidence: &Evidence) -> Self {
         for g in &mut self.gates {
             g.title = g.title.as_deref().map(|t| code(t, escape::METADATA));
             for c in &mut g.canaries {
+                // gatebot's own words and numbers: no text of Flagger's side.
+                c.evidence = c
+                    .waiting_since
+                    .and_then(|_| evidence.line_of(&c.canary_ref));
                 c.canary = code(&c.canary, escape::NAME);
                 c.phase = code(&c.phase, escape::WORD);
                 c.checksum = code(&c.checksum, escape::CHECKSUM);
@@ -228,6 +237,8 @@ async fn gate_view(
             reminders: reminded.get(&Some(&o.canary)).copied().unwrap_or(0),
             progress: None,
             progress_of,
+            evidence: None,
+            canary_ref: o.canary.clone(),
         });
     }
     Ok((Some(view), waited))

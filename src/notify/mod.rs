@@ -19,6 +19,15 @@ use crate::store::{NewJob, QueueItem, QueueName};
 
 pub use worker::{Drain, Worker, WorkerSettings};
 
+/// What every channel's sinks are built from, once, by the bootstrap.
+pub struct SinkBase<'a> {
+    pub config: &'a crate::config::Config,
+    pub store: &'a crate::store::Store,
+    pub templates: &'a crate::templates::Templates,
+    pub clock: &'a crate::clock::SharedClock,
+    pub metrics: &'a Arc<crate::metrics::Metrics>,
+}
+
 /// Something people may want to hear about. Stored as the payload of jobs:
 /// keys and canaries are kept as their text, so payloads queued before these
 /// fields were typed still read back.
@@ -102,6 +111,14 @@ pub enum Notice {
         metadata: BTreeMap<String, String>,
         at: Millis,
     },
+    /// A waiting canary's numbers changed (`evidence`): its messages are
+    /// drawn again, at most once a minute.
+    Evidence {
+        #[serde(with = "as_text")]
+        canary: CanaryRef,
+        gates: Vec<GateKey>,
+        at: Millis,
+    },
     /// Flagger failed outside the analysis (a pre-rollout webhook, the progress
     /// deadline, …) and sends no alert of its own: said once per revision and kind.
     CanaryFailure {
@@ -130,6 +147,7 @@ impl Notice {
             Self::GateChanged { .. } => "gate_changed",
             Self::CanaryEvent { .. } => "canary_event",
             Self::CanaryFailure { .. } => "canary_failure",
+            Self::Evidence { .. } => "evidence",
             Self::Reminder { .. } => "reminder",
             Self::Frozen { .. } => "frozen",
             Self::Unfrozen { .. } => "unfrozen",

@@ -122,6 +122,8 @@ struct WaitCtx {
     approvals: Option<String>,
     /// `weight 30 % · … · last: "…" <ago>`, Flagger's words escaped.
     progress: Option<String>,
+    /// The canary's numbers: gatebot's words, the policy's names.
+    evidence: Option<String>,
     ended: Option<serde_json::Value>,
     #[serde(rename = "final")]
     final_state: Option<serde_json::Value>,
@@ -215,6 +217,7 @@ fn context(view: &View, default_repo: Option<&RepoName>) -> WaitCtx {
                 |at| format!("<!date^{}^{{ago}}|at {} UTC>", at.div_euclid(1000), hhmm(at)),
             )
         }),
+        evidence: view.evidence.as_ref().map(|e| mrkdwn(e, escape::MESSAGE)),
         ended: view.ended.as_ref().map(|e| {
             serde_json::json!({"outcome": e.outcome, "at": e.at, "at_hhmm": hhmm(e.at)})
         }),
@@ -344,6 +347,7 @@ mod tests {
             ended: None,
             final_state: None,
             progress: None,
+            evidence: None,
             approvals: None,
         }
     }

@@ -24,15 +24,12 @@ use std::sync::Arc;
 use axum::Router;
 use secrecy::ExposeSecret;
 
-use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::core::authors::{AuthorLookup, PrAuthors};
 use crate::core::AppState;
 use crate::metrics::Metrics;
 use crate::notify::burst::Burst;
 use crate::notify::{Handler, Sink};
-use crate::store::Store;
-use crate::templates::Templates;
 
 pub fn routes() -> Router<AppState> {
     routes::routes()
@@ -64,12 +61,16 @@ fn api(config: &Config, metrics: &Metrics) -> anyhow::Result<Option<Arc<client::
 }
 
 pub fn sinks(
-    config: &Config,
-    store: &Store,
-    templates: &Templates,
-    clock: &SharedClock,
-    metrics: &Arc<Metrics>,
+    base: &crate::notify::SinkBase<'_>,
+    evidence: &Arc<crate::evidence::Evidence>,
 ) -> anyhow::Result<Vec<Arc<dyn Sink>>> {
+    let crate::notify::SinkBase {
+        config,
+        store,
+        templates,
+        clock,
+        metrics,
+    } = *base;
     let Some(api) = api(config, metrics)? else {
         return Ok(Vec::new());
     };
@@ -86,6 +87,7 @@ pub fn sinks(
         default_repo: config.github.repository.clone(),
         burst: Burst::new(config.notify_burst),
         metrics: metrics.clone(),
+        evidence: evidence.clone(),
     })])
 }
 

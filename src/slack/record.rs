@@ -70,6 +70,8 @@ pub struct View {
     pub approvals: Option<String>,
     /// The canary's progress at the wait's revision, as its events tell it.
     pub progress: Option<crate::gate::progress::CanaryProgress>,
+    /// The canary's numbers against its primary's (`evidence`), while it waits.
+    pub evidence: Option<String>,
 }
 
 impl View {
@@ -193,6 +195,7 @@ pub async fn view(store: &Store, info: WaitInfo) -> Result<View, StoreError> {
     Ok(View {
         approvals,
         progress,
+        evidence: None,
         waiting,
         decision: get(store, &decision_key(id)).await?,
         ended: get(store, &ended_key(id)).await?,

@@ -13,6 +13,7 @@ use super::blocks;
 use super::client::{Response, SlackApi};
 use super::record::{self, Decision, Ended, Final, Posted, WaitInfo};
 use crate::clock::SharedClock;
+use crate::evidence::Evidence;
 use crate::gate::{Actor, AuditAction, GateKey, Millis, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::burst::{Admit, Burst};
@@ -138,6 +139,23 @@ pub struct SlackSink {
     /// New waits announced on their own per channel and minute.
     pub burst: Burst,
     pub metrics: Arc<Metrics>,
+    /// The waiting canaries' numbers, shown under the progress line.
+    pub evidence: Arc<Evidence>,
+}
+
+impl SlackSink {
+    /// What a waiting message shows now, its canary's numbers included.
+    async fn view(&self, info: WaitInfo) -> Result<record::View, SendError> {
+        let mut view = record::view(&self.store, info).await.map_err(store_err)?;
+        if view.open() {
+            view.evidence = view
+                .info
+                .canary
+                .as_ref()
+                .and_then(|c| self.evidence.line_of(c));
+        }
+        Ok(view)
+    }
 }
 
 impl Sink for SlackSink {
@@ -160,6 +178,15 @@ impl Sink for SlackSink {
             }
             .job(None)?],
             Notice::GateChanged { .. } => return self.gate_changed(notice),
+            Notice::Evidence { gates, .. } => gates
+                .iter()
+                .map(|gate| {
+                    SlackJob::RefreshGate {
+                        gate: gate.to_string(),
+                    }
+                    .job(None)
+                })
+                .collect::<Result<_, _>>()?,
             Notice::CanaryEvent {
                 canary,
                 kind,
@@ -479,9 +506,7 @@ impl SlackSink {
         else {
             return Ok(None);
         };
-        let view = record::view(&self.store, posted.info.clone())
-            .await
-            .map_err(store_err)?;
+        let view = self.view(posted.info.clone()).await?;
         Ok(Some((posted, view)))
     }
 
@@ -526,6 +551,7 @@ impl SlackSink {
                     "mentions": mentions.join(" "), "canary": mrkdwn(canary, escape::NAME),
                     "kind": mrkdwn(kind, escape::WORD),
                     "revision": mrkdwn(checksum, escape::CHECKSUM), "waited": waited,
+                    "evidence": view.evidence.as_deref().map(|e| mrkdwn(e, escape::MESSAGE)),
                 }),
             )
             .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
@@ -544,9 +570,7 @@ impl SlackSink {
         {
             return Ok(());
         }
-        let mut view = record::view(&self.store, info.clone())
-            .await
-            .map_err(store_err)?;
+        let mut view = self.view(info.clone()).await?;
         if view.ended.is_none() {
             if let Some(w) = self.store.wait(wait_id).await.map_err(store_err)? {
                 if let (Some(at), Some(outcome)) = (w.ended_at, w.outcome) {
@@ -624,9 +648,7 @@ impl SlackSink {
             else {
                 continue;
             };
-            let view = record::view(&self.store, posted.info)
-                .await
-                .map_err(store_err)?;
+            let view = self.view(posted.info).await?;
             if view.open() {
                 open.push(id);
             }

@@ -39,6 +39,8 @@ pub struct CardView {
     /// The canary's progress as its events tell it, one line with Flagger's
     /// words already escaped (`progress_line`).
     pub progress: Option<String>,
+    /// The canary's numbers against its primary's (`evidence`), while it waits.
+    pub evidence: Option<String>,
 }
 
 /// The progress line of a card: Flagger's message escaped, the time in UTC.
@@ -85,6 +87,9 @@ pub fn render(view: &CardView, links: &Links, offer: Offer) -> Value {
     }
     if let Some(progress) = &view.progress {
         body.push(text_block(progress, None));
+    }
+    if let Some(evidence) = &view.evidence {
+        body.push(text_block(&escape(evidence), None));
     }
     if let Some(status) = &view.status {
         body.push(text_block(&escape(&status.text), Some(status.color)));

@@ -116,6 +116,7 @@ pub async fn respond(
     let posted = state.store.teams_card(click.wait_id).await?;
     let view = sink::view(
         &state.store,
+        &state.evidence,
         click.wait_id,
         posted.as_ref(),
         state.clock.now_ms(),

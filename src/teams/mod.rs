@@ -30,13 +30,10 @@ use std::sync::Arc;
 
 use axum::Router;
 
-use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::core::authors::{AuthorLookup, PrAuthors};
 use crate::core::AppState;
-use crate::metrics::Metrics;
 use crate::notify::{Handler, Sink};
-use crate::store::Store;
 
 /// Activities are a few KB; an Adaptive Card's action carries its card's data.
 pub const BODY_LIMIT: usize = 256 * 1024;
@@ -67,11 +64,16 @@ pub fn inbox_handlers(
 /// The `teams` sink, when the bot may post (an app id and its password) or
 /// a Workflows webhook is set.
 pub fn sinks(
-    config: &Config,
-    store: &Store,
-    clock: &SharedClock,
-    metrics: &Metrics,
+    base: &crate::notify::SinkBase<'_>,
+    evidence: &Arc<crate::evidence::Evidence>,
 ) -> Vec<Arc<dyn Sink>> {
+    let crate::notify::SinkBase {
+        config,
+        store,
+        clock,
+        metrics,
+        ..
+    } = *base;
     let teams = &config.teams;
     let connector = match (teams.app_id(), teams.app_password()) {
         (Some(app_id), Some(password)) => Some(Arc::new(client::Connector::new(
@@ -98,6 +100,7 @@ pub fn sinks(
         clock: clock.clone(),
         channel: teams.channel().map(str::to_string),
         links,
+        evidence: evidence.clone(),
     })]
 }
 

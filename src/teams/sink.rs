@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use super::card::{self, CardView, Links, Offer, Status};
 use super::client::{Connector, Workflow};
 use crate::clock::SharedClock;
+use crate::evidence::Evidence;
 use crate::gate::{AuditAction, GateKey, GateStatus, Millis};
 use crate::notify::{encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
 use crate::store::{NewJob, QueueItem, Store, TeamsCard};
@@ -112,6 +113,8 @@ pub struct TeamsSink {
     /// GATEBOT_TEAMS_CHANNEL: the conversation that gets the cards.
     pub channel: Option<String>,
     pub links: Links,
+    /// The waiting canaries' numbers, shown on their cards.
+    pub evidence: Arc<Evidence>,
 }
 
 impl Sink for TeamsSink {
@@ -134,6 +137,15 @@ impl Sink for TeamsSink {
                 self.for_cards(CardJob::Gate {
                     gate: gate.to_string(),
                 })
+            }
+            Notice::Evidence { gates, .. } => {
+                let mut jobs = Vec::new();
+                for gate in gates {
+                    jobs.extend(self.for_cards(CardJob::Gate {
+                        gate: gate.to_string(),
+                    })?);
+                }
+                Ok(jobs)
             }
             Notice::CanaryEvent {
                 canary,
@@ -461,7 +473,14 @@ impl TeamsSink {
         wait_id: i64,
         posted: Option<&TeamsCard>,
     ) -> Result<Option<CardView>, SendError> {
-        view(&self.store, wait_id, posted, self.clock.now_ms()).await
+        view(
+            &self.store,
+            &self.evidence,
+            wait_id,
+            posted,
+            self.clock.now_ms(),
+        )
+        .await
     }
 }
 
@@ -469,6 +488,7 @@ impl TeamsSink {
 /// what the card itself recorded. None when the wait is gone.
 pub async fn view(
     store: &Store,
+    evidence: &Evidence,
     wait_id: i64,
     posted: Option<&TeamsCard>,
     now: Millis,
@@ -501,8 +521,13 @@ pub async fn view(
             .map(|p| card::progress_line(&p)),
         None => None,
     };
+    let evidence = match (&wait.canary, open) {
+        (Some(c), true) => evidence.line_of(c),
+        _ => None,
+    };
     Ok(Some(CardView {
         progress,
+        evidence,
         wait_id,
         gate: wait.gate.clone(),
         canary: wait.canary.as_ref().map(ToString::to_string),

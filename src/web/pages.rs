@@ -160,6 +160,9 @@ async fn show_gate(state: AppState, viewer: Viewer, path: &str) -> Result<Respon
             .map(|p| p.line(str::to_string, |at| format!("{} ago", view::ago(now - at)))),
         None => None,
     };
+    let evidence = open_wait
+        .and_then(|w| w.canary.as_ref())
+        .and_then(|c| state.evidence.line_of(c));
     let pr = match key.pr() {
         Some((repo, n)) => Some(view::pr_view(&state, repo, n.0).await?),
         None => None,
@@ -212,6 +215,7 @@ async fn show_gate(state: AppState, viewer: Viewer, path: &str) -> Result<Respon
             "wait": open_wait.map(|w| json!({
                 "canary": w.canary.as_ref().map(ToString::to_string), "revision": w.checksum,
                 "since": when(w.started_at, now), "progress": progress,
+                "evidence": evidence,
             })),
             "canaries": canaries, "waits": waits, "audit": audit,
             "timeline": timeline(&state, &names, now).await?,

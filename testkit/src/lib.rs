@@ -11,6 +11,7 @@ pub mod chatops;
 pub mod cluster;
 pub mod fake_github;
 pub mod fake_kube;
+pub mod fake_prometheus;
 pub mod fake_slack;
 pub mod fake_socket_mode;
 pub mod fake_teams;

@@ -109,6 +109,7 @@ GATEBOT_SLACK_BOT_TOKEN: [slack.botToken, slackBotToken]
 GATEBOT_SLACK_APP_TOKEN: [slack.appToken, slackAppToken]
 GATEBOT_TEAMS_APP_PASSWORD: [teams.appPassword, teamsAppPassword]
 GATEBOT_TEAMS_WORKFLOW_URL: [teams.workflowUrl, teamsWorkflowUrl]
+GATEBOT_PROMETHEUS_PASSWORD: [evidence.password, prometheusPassword]
 {{- end }}
 
 {{/*

@@ -1,0 +1,302 @@
+//! The canary's numbers beside the buttons (issue 29, docs/evidence.md):
+//! with GATEBOT_PROMETHEUS_URL, gatebot asks a fake Prometheus (real answer
+//! shapes from tests/fixtures/prometheus/) Flagger's own built-in queries
+//! for the canary and its primary, and shows the line in the Slack message,
+//! the PR's status comment and the gate's page, over real HTTP on both stores.
+
+use std::time::{Duration, Instant};
+
+use std::sync::Arc;
+
+use gatebot::testing::clock::ManualClock;
+use gatebot_testkit::chatops::{ChatOps, Setup};
+use gatebot_testkit::fake_prometheus::{Answer, FakePrometheus};
+use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
+use gatebot_testkit::harness::{client, eventually, Backend};
+
+const PROMOTE: &str = "/gates/promote/acme/shop/pr/42";
+const POLICY: &str = "[evidence]\nprovider = \"istio\"\ninterval = \"1m\"\n";
+
+const NOW: i64 = 1_714_572_120_000;
+
+struct Env {
+    chat: ChatOps,
+    prometheus: FakePrometheus,
+    clock: Arc<ManualClock>,
+}
+
+async fn setup(backend: Backend, policy: &str) -> Env {
+    let prometheus = FakePrometheus::start().await;
+    let url = prometheus.url.clone();
+    let clock = ManualClock::new(NOW);
+    let chat = ChatOps::start_with(
+        backend,
+        Setup {
+            policy,
+            clock: Some(clock.clone()),
+            ..Setup::default()
+        },
+        |config| {
+            config.prometheus.url = Some(url);
+            config.prometheus.refresh = Duration::from_millis(100);
+            config.prometheus.timeout = Duration::from_millis(300);
+            config.public_url = Some("https://gatebot.example.com".into());
+        },
+    )
+    .await;
+    Env {
+        chat,
+        prometheus,
+        clock,
+    }
+}
+
+/// The istio numbers of test/podinfo: the canary's success rate and p99,
+/// and the primary's.
+fn podinfo_numbers(prometheus: &FakePrometheus, success: &str, p99: &str) {
+    let rate = "istio_requests_total";
+    let latency = "istio_request_duration_milliseconds_bucket";
+    let canary = "destination_workload=~\"podinfo\"";
+    let primary = "destination_workload=~\"podinfo-primary\"";
+    prometheus.answer(&[rate, canary], Answer::Value(success.into()));
+    prometheus.answer(&[rate, primary], Answer::Value("99.8".into()));
+    prometheus.answer(&[latency, canary], Answer::Value(p99.into()));
+    prometheus.answer(&[latency, primary], Answer::Value("95".into()));
+}
+
+/// PR 42's canary waiting at the promote gate.
+async fn waiting_at_promote(chat: &ChatOps) -> FlaggerSim {
+    let server = &chat.server;
+    server.open("/gates/start/pr/42").await;
+    let mut sim = FlaggerSim::new(
+        "podinfo",
+        "test",
+        Strategy::Canary {
+            step_weight: 50,
+            max_weight: 50,
+        },
+        pr_hooks(&server.url, 42),
+    );
+    sim.deploy("rev-a");
+    sim.tick().await;
+    sim.deploy("rev-b");
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
+            .await
+    );
+    server.drained().await;
+    sim
+}
+
+/// The text of the promote gate's waiting message as last posted or updated.
+fn slack_text(chat: &ChatOps) -> String {
+    let posted = chat.waiting_message(PROMOTE).map(|r| r.body);
+    let updated = chat
+        .slack
+        .ok("chat.update")
+        .into_iter()
+        .rfind(|r| r.body["blocks"].to_string().contains(PROMOTE))
+        .map(|r| r.body);
+    updated
+        .or(posted)
+        .map_or_else(String::new, |b| b["blocks"].to_string())
+}
+
+fn status_comment(chat: &ChatOps) -> String {
+    chat.github
+        .status_comments(42)
+        .last()
+        .map_or_else(String::new, |c| c.body.clone())
+}
+
+async fn page(chat: &ChatOps) -> String {
+    let r = client()
+        .get(chat.server.at(&format!("/ui{PROMOTE}")))
+        .bearer_auth(gatebot_testkit::harness::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    r.text().await.unwrap()
+}
+
+const WORSE_LINE: &str =
+    "⚠ success 97.1 % (primary 99.8 %) · ⚠ p99 310 ms (primary 95 ms) · last 1m";
+
+gatebot_testkit::on_both_stores!(
+    numbers_appear_in_slack_the_status_comment_and_the_page,
+    prometheus_down_says_why_and_is_counted,
+    new_numbers_are_shown_at_most_once_a_minute_and_reminders_carry_them,
+);
+
+async fn numbers_appear_in_slack_the_status_comment_and_the_page(backend: Backend) {
+    let env = setup(backend, POLICY).await;
+    let chat = &env.chat;
+    podinfo_numbers(&env.prometheus, "97.1", "310");
+    let _sim = waiting_at_promote(chat).await;
+    eventually(
+        "the numbers in Slack and on the PR",
+        Duration::from_secs(15),
+        || async {
+            slack_text(chat).contains("success 97.1") && status_comment(chat).contains("97.1")
+        },
+    )
+    .await;
+    chat.server.drained().await;
+    assert!(
+        slack_text(chat).contains(WORSE_LINE),
+        "{}",
+        slack_text(chat)
+    );
+    let comment = status_comment(chat);
+    let line = comment
+        .lines()
+        .find(|l| l.starts_with("- 📈"))
+        .unwrap_or_else(|| panic!("no numbers in {comment}"));
+    assert_eq!(line, format!("- 📈 `test/podinfo`: {WORSE_LINE}"));
+    let html = page(chat).await;
+    assert!(
+        html.contains("⚠ success 97.1 % (primary 99.8 %)"),
+        "the page shows the numbers: {html}"
+    );
+    let queries = env.prometheus.queries();
+    assert!(
+        queries
+            .iter()
+            .any(|q| q.contains("destination_workload_namespace=\"test\"")),
+        "Flagger's istio query for the canary: {queries:#?}"
+    );
+    if backend == Backend::Sqlite {
+        insta::assert_snapshot!("evidence_status_comment", comment);
+        let blocks: serde_json::Value = serde_json::from_str(&slack_text(chat)).unwrap();
+        insta::assert_json_snapshot!("evidence_slack_message", blocks);
+    }
+}
+
+async fn prometheus_down_says_why_and_is_counted(backend: Backend) {
+    let env = setup(backend, POLICY).await;
+    let chat = &env.chat;
+    env.prometheus.down(true);
+    let _sim = waiting_at_promote(chat).await;
+    eventually("the reason in Slack", Duration::from_secs(15), || async {
+        slack_text(chat).contains("metrics unavailable")
+    })
+    .await;
+    assert!(
+        slack_text(chat).contains("metrics unavailable: Prometheus answered HTTP 503"),
+        "{}",
+        slack_text(chat)
+    );
+    let counted = r#"gatebot_evidence_unavailable_total{reason="error"}"#;
+    assert!(chat.server.metric(counted).await >= 1.0);
+}
+
+async fn new_numbers_are_shown_at_most_once_a_minute_and_reminders_carry_them(backend: Backend) {
+    let policy = format!("{POLICY}[reminders]\nat = [\"30m\"]\n");
+    let env = setup(backend, &policy).await;
+    let chat = &env.chat;
+    podinfo_numbers(&env.prometheus, "99.7", "90");
+    let _sim = waiting_at_promote(chat).await;
+    eventually("the first numbers", Duration::from_secs(15), || async {
+        slack_text(chat).contains("success 99.7 %")
+    })
+    .await;
+    chat.server.drained().await;
+    let updates = chat.slack.ok("chat.update").len();
+
+    // Worse numbers within the minute: read, not yet shown.
+    podinfo_numbers(&env.prometheus, "96.0", "90");
+    let asked = env.prometheus.queries().len();
+    eventually(
+        "the numbers read again",
+        Duration::from_secs(15),
+        || async { env.prometheus.queries().len() >= asked + 8 },
+    )
+    .await;
+    chat.server.drained().await;
+    assert_eq!(
+        chat.slack.ok("chat.update").len(),
+        updates,
+        "not within the minute"
+    );
+    assert!(slack_text(chat).contains("success 99.7 %"));
+
+    env.clock.advance(60_000);
+    eventually(
+        "the new numbers after the minute",
+        Duration::from_secs(15),
+        || async {
+            slack_text(chat).contains("⚠ success 96.0 %")
+                && status_comment(chat).contains("⚠ success 96.0 %")
+        },
+    )
+    .await;
+
+    env.clock.advance(30 * 60_000);
+    eventually(
+        "the reminder with the numbers",
+        Duration::from_secs(15),
+        || async {
+            chat.slack.ok("chat.postMessage").iter().any(|r| {
+                r.body.get("thread_ts").is_some()
+                    && r.body["text"].to_string().contains("⚠ success 96.0 %")
+            })
+        },
+    )
+    .await;
+}
+
+/// A slow Prometheus (1 s per query, past the timeout) does not slow the
+/// gate check: Flagger's answer comes as fast as with evidence off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_prometheus_leaves_the_gate_check_alone() {
+    let env = setup(Backend::Sqlite, POLICY).await;
+    let chat = &env.chat;
+    env.prometheus.slow(Duration::from_secs(1));
+    let _sim = waiting_at_promote(chat).await;
+    eventually("the timeout shown", Duration::from_secs(15), || async {
+        slack_text(chat).contains("metrics unavailable: Prometheus did not answer in time")
+    })
+    .await;
+    let url = chat.server.at("/gates/promote/pr/42");
+    let body = serde_json::json!({"name": "podinfo", "namespace": "test", "phase": "WaitingPromotion", "checksum": "rev-b"});
+    let mut slowest = Duration::ZERO;
+    for _ in 0..20 {
+        let started = Instant::now();
+        let r = client().post(&url).json(&body).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 403);
+        slowest = slowest.max(started.elapsed());
+    }
+    assert!(
+        slowest < Duration::from_millis(250),
+        "a check took {slowest:?} while Prometheus hangs"
+    );
+}
+
+/// Flagger's names come over an unauthenticated webhook: a canary whose
+/// `target` metadata would break out of the label matcher gets no query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_target_makes_no_query() {
+    let env = setup(Backend::Sqlite, POLICY).await;
+    let chat = &env.chat;
+    let server = &chat.server;
+    let url = server.at("/gates/promote/pr/42");
+    let body = serde_json::json!({
+        "name": "podinfo", "namespace": "test", "phase": "WaitingPromotion", "checksum": "rev-b",
+        "metadata": {"target": "x\"}[1m]) or vector(1) #"}
+    });
+    let r = client().post(&url).json(&body).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    eventually("the refusal in Slack", Duration::from_secs(15), || async {
+        slack_text(chat).contains("metrics unavailable")
+    })
+    .await;
+    assert!(slack_text(chat).contains("do not make a safe query"));
+    assert!(
+        env.prometheus
+            .queries()
+            .iter()
+            .all(|q| !q.contains("vector(1)")),
+        "{:#?}",
+        env.prometheus.queries()
+    );
+}
