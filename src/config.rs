@@ -20,7 +20,7 @@ use crate::gate::{GateKind, RepoName};
 
 /// Environment variables that hold secrets (or their hashes) and may come
 /// from `<NAME>_FILE`.
-pub const SECRET_VARS: [&str; 14] = [
+pub const SECRET_VARS: [&str; 15] = [
     "GATEBOT_ADMIN_TOKEN",
     "GATEBOT_API_TOKENS",
     "GATEBOT_PIPELINE_TOKEN",
@@ -35,6 +35,7 @@ pub const SECRET_VARS: [&str; 14] = [
     "GATEBOT_DATABASE_URL",
     "GATEBOT_UI_SESSION_KEY",
     "GATEBOT_UI_GITHUB_CLIENT_SECRET",
+    "GATEBOT_PROMETHEUS_PASSWORD",
 ];
 
 /// Where a setting's value came from, as `check-config` shows it.
@@ -601,10 +602,7 @@ pub struct PrometheusConfig {
     pub url: Option<String>,
     /// A file holding a bearer token, read again at each refresh (projected
     /// service-account tokens rotate).
-    #[arg(
-        long = "prometheus-bearer-token-file",
-        env = "GATEBOT_PROMETHEUS_BEARER_TOKEN_FILE"
-    )]
+    #[arg(long = "prometheus-token-file", env = "GATEBOT_PROMETHEUS_TOKEN_FILE")]
     pub bearer_token_file: Option<PathBuf>,
     /// Basic auth user, with GATEBOT_PROMETHEUS_PASSWORD.
     #[arg(long = "prometheus-username", env = "GATEBOT_PROMETHEUS_USERNAME")]
@@ -667,8 +665,7 @@ impl PrometheusConfig {
         }
         if user && self.bearer_token_file().is_some() {
             out.push(
-                "GATEBOT_PROMETHEUS_BEARER_TOKEN_FILE and basic auth exclude each other: set one"
-                    .into(),
+                "GATEBOT_PROMETHEUS_TOKEN_FILE and basic auth exclude each other: set one".into(),
             );
         }
         if self.timeout.is_zero() || self.refresh.is_zero() {

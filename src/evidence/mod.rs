@@ -51,14 +51,14 @@ pub(crate) enum Better {
 }
 
 impl Reading {
-    /// Worse than the primary by more than noise: half a point of success
-    /// rate, a fifth more latency (and 5 ms, so 1 ms against 2 ms is not).
+    /// Worse than the primary by more than noise: a point of success rate,
+    /// a fifth more latency (and 5 ms, so 1 ms against 2 ms is not).
     pub(crate) fn worse(&self) -> bool {
         let Some(primary) = self.primary else {
             return false;
         };
         match self.better {
-            Better::Higher if self.unit == "%" => self.canary < primary - 0.5,
+            Better::Higher if self.unit == "%" => self.canary < primary - 1.0,
             Better::Higher => self.canary < primary * 0.95,
             Better::Lower => self.canary > primary * 1.2 && self.canary > primary + 5.0,
             Better::Unknown => false,
@@ -313,7 +313,7 @@ mod tests {
     #[test]
     fn worse_is_more_than_noise() {
         assert!(reading("success", "%", 97.0, 99.8, Better::Higher).worse());
-        assert!(!reading("success", "%", 99.5, 99.8, Better::Higher).worse());
+        assert!(!reading("success", "%", 99.2, 99.8, Better::Higher).worse());
         assert!(reading("p99", "ms", 300.0, 100.0, Better::Lower).worse());
         assert!(!reading("p99", "ms", 110.0, 100.0, Better::Lower).worse());
         assert!(

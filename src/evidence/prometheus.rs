@@ -75,8 +75,9 @@ pub(crate) struct Prometheus {
 #[derive(Deserialize)]
 struct Answer {
     status: String,
+    /// A `Data` on success; Prometheus's errors may put anything here.
     #[serde(default)]
-    data: Option<Data>,
+    data: Option<serde_json::Value>,
     #[serde(default, rename = "errorType")]
     error_type: Option<String>,
 }
@@ -187,8 +188,12 @@ pub(crate) fn read_answer(status: u16, body: &[u8]) -> Result<f64, Unavailable> 
             .collect();
         return Err(Unavailable::Refused(kind));
     }
+    let data: Data = match answer.data {
+        Some(data) => serde_json::from_value(data).map_err(|_| Unavailable::BadAnswer)?,
+        None => return Err(Unavailable::BadAnswer),
+    };
     let mut value = None;
-    for sample in answer.data.map(|d| d.result).unwrap_or_default() {
+    for sample in data.result {
         if sample.values.is_some() {
             return Err(Unavailable::BadAnswer);
         }

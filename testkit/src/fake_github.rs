@@ -171,6 +171,8 @@ pub struct Inner {
     pub login: Mutex<String>,
     /// How long a write's answer takes after the write is applied.
     write_delay: Mutex<std::time::Duration>,
+    /// Authorizations whose writes are applied and never answered.
+    held: Mutex<std::collections::HashSet<String>>,
     /// Writes applied but not yet answered, by Authorization header.
     in_flight: Mutex<HashMap<String, usize>>,
     /// Who signs in through the OAuth web flow (`set_oauth_login`); empty: nobody.
@@ -468,6 +470,16 @@ impl FakeGithub {
         *self.inner.write_delay.lock().unwrap() = delay;
     }
 
+    /// Applies the writes sent with `authorization` and never answers them,
+    /// as a GitHub whose answers a dying process will not read.
+    pub fn hold_writes_of(&self, authorization: &str) {
+        self.inner
+            .held
+            .lock()
+            .unwrap()
+            .insert(authorization.to_string());
+    }
+
     /// Writes by this Authorization header that are applied but not yet answered.
     pub fn in_flight(&self, authorization: &str) -> usize {
         self.inner
@@ -622,6 +634,9 @@ async fn record(State(inner): State<Arc<Inner>>, req: Request, next: Next) -> Re
                 key,
             };
             let response = next.run(req).await;
+            if inner.held.lock().unwrap().contains(&_in_flight.key) {
+                std::future::pending::<()>().await;
+            }
             let delay = *inner.write_delay.lock().unwrap();
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
