@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::fake_prometheus::{Answer, FakePrometheus};
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
 use gatebot_testkit::harness::{
     options_with, Backend, RecordingSink, TestDb, TestServer, ADMIN_TOKEN,
@@ -174,6 +175,11 @@ struct Rig {
 impl Rig {
     /// None (after saying so) when Chromium is missing.
     async fn start() -> Option<Self> {
+        Self::start_with(|_| {}).await
+    }
+
+    /// [`Rig::start`], with the configuration edited last.
+    async fn start_with(edit: impl FnOnce(&mut gatebot::Config)) -> Option<Self> {
         let Some((driver, browser)) = chromium() else {
             println!("SKIPPED: chromium not installed");
             return None;
@@ -189,6 +195,7 @@ impl Rig {
         config.ui.github_client_id = Some("client-1".into());
         config.ui.github_client_secret = Some("client-secret".to_string().into());
         config.ui.github_oauth_url = github.url.clone();
+        edit(&mut config);
         let server = TestServer::start(config, options_with(&RecordingSink::new(), None)).await;
         let (driver, browser) = driven_browser(&driver, &browser).await;
         Some(Self {
@@ -567,6 +574,71 @@ async fn a_pr_title_with_a_script_tag_is_shown_as_text() {
             .await,
         json!(0)
     );
+    rig.stop().await;
+}
+
+/// Issue 29: the gate's page draws the waiting canary's success rate and p99
+/// against its primary's, as inline SVG under the page's strict CSP, with
+/// the weight step marked. The picture goes to target/screenshots/, and with
+/// GATEBOT_UPDATE_PICTURES=1 to docs/pictures/evidence-chart.png.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_page_draws_the_canary_against_its_primary() {
+    let prometheus = FakePrometheus::start().await;
+    let rate = "istio_requests_total";
+    let latency = "istio_request_duration_milliseconds_bucket";
+    let (canary, primary) = ("=~\"podinfo\"", "=~\"podinfo-primary\"");
+    prometheus.answer(&[rate, canary], Answer::Value("98.4".into()));
+    prometheus.answer(&[rate, primary], Answer::Value("99.7".into()));
+    prometheus.answer(&[latency, canary], Answer::Value("140".into()));
+    prometheus.answer(&[latency, primary], Answer::Value("110".into()));
+    let url = prometheus.url.clone();
+    let Some(rig) = Rig::start_with(|config| {
+        config.prometheus.url = Some(url);
+        config.prometheus.refresh = Duration::from_millis(100);
+    })
+    .await
+    else {
+        return;
+    };
+    let mut sim = rig.canary(42, Some("Faster checkout"));
+    release(&mut sim, "rev-b").await;
+    rig.server.open("/gates/start/pr/42").await;
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
+            .await
+    );
+    rig.browser.set_window_size(900, 1400).await.unwrap();
+    let page = "/ui/gates/promote/acme/shop/pr/42";
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        rig.goto(page).await;
+        let drawn = rig
+            .js("return document.querySelectorAll('#charts svg polyline').length")
+            .await;
+        if drawn == json!(4) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no charts on {page}: {drawn}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let width = rig
+        .js("return document.querySelector('#charts svg').getBoundingClientRect().width")
+        .await;
+    assert!(
+        width.as_f64().unwrap_or(0.0) > 300.0,
+        "the chart is laid out: {width}"
+    );
+    rig.js("document.getElementById('charts').scrollIntoView(); return true")
+        .await;
+    let charts = rig.browser.find(Locator::Css("#charts")).await.unwrap();
+    let png = charts.screenshot().await.unwrap();
+    let dir = screenshots();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("evidence-chart.png"), &png).unwrap();
+    if std::env::var_os("GATEBOT_UPDATE_PICTURES").is_some() {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/pictures");
+        std::fs::write(docs.join("evidence-chart.png"), &png).unwrap();
+    }
     rig.stop().await;
 }
 

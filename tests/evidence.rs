@@ -158,6 +158,15 @@ async fn numbers_appear_in_slack_the_status_comment_and_the_page(backend: Backen
         html.contains("⚠ success 97.1 % (primary 99.8 %)"),
         "the page shows the numbers: {html}"
     );
+    assert_eq!(
+        html.matches("<polyline").count(),
+        4,
+        "two charts, canary and primary each: {html}"
+    );
+    assert!(
+        html.contains(">50 %</text>"),
+        "the weight step is marked: {html}"
+    );
     let queries = env.prometheus.queries();
     assert!(
         queries

@@ -6,6 +6,7 @@
 //! waiting canary; the surfaces only read the line. Nothing here is on the
 //! gate check's path.
 
+pub(crate) mod chart;
 pub(crate) mod prometheus;
 pub(crate) mod queries;
 
@@ -15,6 +16,7 @@ use std::sync::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
+use self::chart::Chart;
 use self::prometheus::{Prometheus, Unavailable};
 use self::queries::{Builtin, Model, Provider, Side};
 use crate::gate::{CanaryRef, Millis};
@@ -128,6 +130,8 @@ pub struct Evidence {
     prometheus: Option<Prometheus>,
     rules: EvidenceRules,
     shown: Mutex<HashMap<CanaryRef, Shown>>,
+    /// The last 30 minutes of the built-in metrics, for the gate's page.
+    charts: Mutex<HashMap<CanaryRef, Vec<Chart>>>,
     unavailable: Family<ReasonLabels, Counter>,
 }
 
@@ -141,6 +145,7 @@ impl Evidence {
             prometheus,
             rules,
             shown: Mutex::new(HashMap::new()),
+            charts: Mutex::new(HashMap::new()),
             unavailable,
         }
     }
@@ -180,7 +185,11 @@ impl Evidence {
         };
         let window = self.window_of(metadata);
         let line = match self.readings(prometheus, canary, metadata, &window).await {
-            Ok(readings) => line(&readings, &window),
+            Ok(readings) => {
+                self.read_charts(prometheus, canary, metadata, &window, now)
+                    .await;
+                line(&readings, &window)
+            }
             Err(why) => {
                 self.unavailable
                     .get_or_create(&ReasonLabels {
@@ -209,6 +218,66 @@ impl Evidence {
     pub(crate) fn retain(&self, waiting: &std::collections::BTreeSet<CanaryRef>) {
         if let Ok(mut shown) = self.shown.lock() {
             shown.retain(|c, _| waiting.contains(c));
+        }
+        if let Ok(mut charts) = self.charts.lock() {
+            charts.retain(|c, _| waiting.contains(c));
+        }
+    }
+
+    /// The charts of `canary`'s last 30 minutes, when they were read.
+    pub(crate) fn charts_of(&self, canary: &CanaryRef) -> Vec<Chart> {
+        let Ok(charts) = self.charts.lock() else {
+            return Vec::new();
+        };
+        charts.get(canary).cloned().unwrap_or_default()
+    }
+
+    /// Reads the built-in metrics' last 30 minutes, canary and primary.
+    async fn read_charts(
+        &self,
+        prometheus: &Prometheus,
+        canary: &CanaryRef,
+        metadata: &BTreeMap<String, String>,
+        window: &str,
+        now: Millis,
+    ) {
+        let provider = self.provider_of(metadata);
+        let target = metadata.get("target").unwrap_or(&canary.name);
+        let model = Model::canary(&canary.name, &canary.namespace, target, window);
+        let model = &model;
+        let (end, step) = (now.div_euclid(1000), 60);
+        let start = end - chart::SPAN_MS / 1000;
+        let mut charts = Vec::new();
+        for (builtin, name, unit) in [
+            (Builtin::SuccessRate, "success", "%"),
+            (Builtin::Duration, "p99", "ms"),
+        ] {
+            let series = |side| async move {
+                let Ok(Some(query)) = queries::query(provider, builtin, side, model) else {
+                    return Vec::new();
+                };
+                let points = prometheus.range(&query, start, end, step).await;
+                let ms = |(t, v): (f64, f64)| match builtin {
+                    Builtin::Duration => (t, queries::duration_ms(provider, v)),
+                    Builtin::SuccessRate => (t, v),
+                };
+                // A chart is a picture: a series Prometheus could not give is left out.
+                points
+                    .map(|p| p.into_iter().map(ms).collect())
+                    .unwrap_or_default()
+            };
+            let (canary, primary) = tokio::join!(series(Side::Canary), series(Side::Primary));
+            charts.push(Chart {
+                name,
+                unit,
+                canary,
+                primary,
+            });
+        }
+        if let Ok(mut kept) = self.charts.lock() {
+            if kept.len() < MOST || kept.contains_key(canary) {
+                kept.insert(canary.clone(), charts);
+            }
         }
     }
 

@@ -96,6 +96,9 @@ struct Sample {
     values: Option<serde_json::Value>,
 }
 
+/// One point of a range query: seconds since the epoch, and the value.
+pub(crate) type Point = (f64, f64);
+
 impl Prometheus {
     /// None when GATEBOT_PROMETHEUS_URL is unset.
     pub(crate) fn from_config(
@@ -123,21 +126,50 @@ impl Prometheus {
     pub(crate) async fn instant(&self, query: &str) -> Result<f64, Unavailable> {
         let started = Instant::now();
         let result = self.ask(query).await;
-        let label = match &result {
-            Ok(_) | Err(Unavailable::NoData) => "ok",
-            Err(Unavailable::Timeout) => "timeout",
-            Err(Unavailable::Unreachable) => "transport",
-            Err(_) => "error",
+        self.calls
+            .observe("query", label_of(&result), started.elapsed());
+        result
+    }
+
+    /// The points of a range query's first series (`NaN` points left out).
+    pub(crate) async fn range(
+        &self,
+        query: &str,
+        start: i64,
+        end: i64,
+        step: i64,
+    ) -> Result<Vec<Point>, Unavailable> {
+        let started = Instant::now();
+        let params = [
+            ("query", query.to_string()),
+            ("start", start.to_string()),
+            ("end", end.to_string()),
+            ("step", step.to_string()),
+        ];
+        let result = match self.get("query_range", &params).await {
+            Ok((status, body)) => read_range(status, &body),
+            Err(e) => Err(e),
         };
-        self.calls.observe("query", label, started.elapsed());
+        self.calls
+            .observe("query_range", label_of(&result), started.elapsed());
         result
     }
 
     async fn ask(&self, query: &str) -> Result<f64, Unavailable> {
+        let (status, body) = self.get("query", &[("query", query.to_string())]).await?;
+        read_answer(status, &body)
+    }
+
+    /// `GET /api/v1/<path>`: the status and body, within the timeout.
+    async fn get(
+        &self,
+        path: &str,
+        params: &[(&str, String)],
+    ) -> Result<(u16, Vec<u8>), Unavailable> {
         let mut request = self
             .http
-            .get(format!("{}/api/v1/query", self.base))
-            .query(&[("query", query)]);
+            .get(format!("{}/api/v1/{path}", self.base))
+            .query(params);
         request = match &self.auth {
             Auth::None => request,
             Auth::BearerFile(file) => {
@@ -164,13 +196,45 @@ impl Prometheus {
         })
         .await
         .map_err(|_| Unavailable::Timeout)?;
-        let (status, body) = answered?;
-        read_answer(status, &body)
+        answered
     }
 }
 
-/// Reads an answer as Flagger's `RunQuery` does.
-pub(crate) fn read_answer(status: u16, body: &[u8]) -> Result<f64, Unavailable> {
+/// The `result` label of a call in `gatebot_outbound_requests_total`.
+fn label_of<T>(result: &Result<T, Unavailable>) -> &'static str {
+    match result {
+        Ok(_) | Err(Unavailable::NoData) => "ok",
+        Err(Unavailable::Timeout) => "timeout",
+        Err(Unavailable::Unreachable) => "transport",
+        Err(_) => "error",
+    }
+}
+
+/// Reads a range query's answer: the first series of a matrix.
+pub(crate) fn read_range(status: u16, body: &[u8]) -> Result<Vec<Point>, Unavailable> {
+    let data = data_of(status, body)?;
+    let Some(first) = data.result.into_iter().next() else {
+        return Err(Unavailable::NoData);
+    };
+    let values: Vec<(serde_json::Value, String)> = first
+        .values
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(|_| Unavailable::BadAnswer)?
+        .ok_or(Unavailable::BadAnswer)?;
+    let points: Vec<Point> = values
+        .into_iter()
+        .filter_map(|(t, v)| Some((t.as_f64()?, v.parse::<f64>().ok()?)))
+        .filter(|(_, v)| v.is_finite())
+        .collect();
+    if points.is_empty() {
+        return Err(Unavailable::NoData);
+    }
+    Ok(points)
+}
+
+/// The `data` of a successful answer, or why there is none.
+fn data_of(status: u16, body: &[u8]) -> Result<Data, Unavailable> {
     let answer: Answer = match serde_json::from_slice(body) {
         Ok(answer) => answer,
         Err(_) if status >= 400 => return Err(Unavailable::Refused(format!("HTTP {status}"))),
@@ -188,10 +252,15 @@ pub(crate) fn read_answer(status: u16, body: &[u8]) -> Result<f64, Unavailable> 
             .collect();
         return Err(Unavailable::Refused(kind));
     }
-    let data: Data = match answer.data {
-        Some(data) => serde_json::from_value(data).map_err(|_| Unavailable::BadAnswer)?,
-        None => return Err(Unavailable::BadAnswer),
-    };
+    match answer.data {
+        Some(data) => serde_json::from_value(data).map_err(|_| Unavailable::BadAnswer),
+        None => Err(Unavailable::BadAnswer),
+    }
+}
+
+/// Reads an answer as Flagger's `RunQuery` does.
+pub(crate) fn read_answer(status: u16, body: &[u8]) -> Result<f64, Unavailable> {
+    let data = data_of(status, body)?;
     let mut value = None;
     for sample in data.result {
         if sample.values.is_some() {
@@ -255,5 +324,31 @@ mod tests {
             Err(Unavailable::Refused("HTTP 502".into()))
         );
         assert_eq!(read_answer(200, b"{"), Err(Unavailable::BadAnswer));
+    }
+
+    #[test]
+    fn ranges_read_their_first_series() {
+        assert_eq!(
+            read_range(200, &fixture("query_range.matrix.api-docs.json")),
+            Ok(vec![
+                (1435781430.781, 1.0),
+                (1435781445.781, 1.0),
+                (1435781460.781, 1.0)
+            ])
+        );
+        assert_eq!(
+            read_range(200, &fixture("query_range.matrix.empty.promtool-test.json")),
+            Err(Unavailable::NoData)
+        );
+        assert_eq!(
+            read_range(200, &fixture("query.matrix.nan-values.flagger-test.json")),
+            Err(Unavailable::NoData),
+            "NaN points are no points"
+        );
+        assert_eq!(
+            read_range(200, &fixture("query.vector.single-value.flagger-test.json")),
+            Err(Unavailable::BadAnswer),
+            "a vector is not a range"
+        );
     }
 }

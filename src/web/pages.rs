@@ -11,7 +11,7 @@ use super::view::{self, when, Permits, Viewer, When};
 use super::{gate_path, render, Problem};
 use crate::core::AppState;
 use crate::core::{AuditEntry, AuditSearch, Job, QueueName};
-use crate::gate::{GateKey, Millis, PrNumber, RepoName};
+use crate::gate::{AuditAction, GateKey, Millis, PrNumber, RepoName};
 
 /// Rows per page.
 pub const PAGE: usize = 50;
@@ -123,6 +123,46 @@ async fn timeline(
         .collect())
 }
 
+/// The waiting canary's charts (`evidence`), with its approvals and weight
+/// steps marked: SVG drawn by the server from numbers and gatebot's words.
+async fn charts(
+    state: &AppState,
+    canary: &crate::gate::CanaryRef,
+    audit: &[AuditEntry],
+    now: Millis,
+) -> Result<Vec<String>, Problem> {
+    use crate::evidence::chart::{self, Mark, MarkLabel};
+    use crate::gate::progress::{step, Step};
+    let drawn = state.evidence.charts_of(canary);
+    if drawn.is_empty() {
+        return Ok(Vec::new());
+    }
+    let approvals = audit.iter().filter(|e| {
+        matches!(
+            e.action,
+            AuditAction::Open | AuditAction::Approve | AuditAction::Force
+        )
+    });
+    let mut marks: Vec<Mark> = approvals
+        .map(|e| Mark {
+            at: e.at,
+            label: MarkLabel::Approved,
+        })
+        .collect();
+    for e in state.engine.events(Some(&canary.to_string()), 50).await? {
+        if let Step::Weight(w) = step(&e.message) {
+            marks.push(Mark {
+                at: e.received_at,
+                label: MarkLabel::Weight(w),
+            });
+        }
+    }
+    Ok(drawn
+        .iter()
+        .filter_map(|c| chart::svg(c, &marks, now))
+        .collect())
+}
+
 pub async fn gate(
     State(state): State<AppState>,
     viewer: Viewer,
@@ -160,9 +200,12 @@ async fn show_gate(state: AppState, viewer: Viewer, path: &str) -> Result<Respon
             .map(|p| p.line(str::to_string, |at| format!("{} ago", view::ago(now - at)))),
         None => None,
     };
-    let evidence = open_wait
-        .and_then(|w| w.canary.as_ref())
-        .and_then(|c| state.evidence.line_of(c));
+    let waiting = open_wait.and_then(|w| w.canary.as_ref());
+    let evidence = waiting.and_then(|c| state.evidence.line_of(c));
+    let charts = match waiting {
+        Some(canary) => charts(&state, canary, &detail.audit, now).await?,
+        None => Vec::new(),
+    };
     let pr = match key.pr() {
         Some((repo, n)) => Some(view::pr_view(&state, repo, n.0).await?),
         None => None,
@@ -215,7 +258,7 @@ async fn show_gate(state: AppState, viewer: Viewer, path: &str) -> Result<Respon
             "wait": open_wait.map(|w| json!({
                 "canary": w.canary.as_ref().map(ToString::to_string), "revision": w.checksum,
                 "since": when(w.started_at, now), "progress": progress,
-                "evidence": evidence,
+                "evidence": evidence, "charts": charts,
             })),
             "canaries": canaries, "waits": waits, "audit": audit,
             "timeline": timeline(&state, &names, now).await?,

@@ -1,4 +1,5 @@
-//! A fake Prometheus HTTP API: `GET /api/v1/query` answered with the real
+//! A fake Prometheus HTTP API: `GET /api/v1/query` and `/api/v1/query_range`
+//! answered with the real
 //! response shapes of tests/fixtures/prometheus/ (a one-sample vector, an
 //! empty vector, `NaN`, an error), chosen by the query's text. It can be slow,
 //! down, or want a bearer token, as a Prometheus behind an auth proxy does.
@@ -62,6 +63,7 @@ impl FakePrometheus {
         let inner = Arc::new(Inner::default());
         let app = Router::new()
             .route("/api/v1/query", get(query))
+            .route("/api/v1/query_range", get(query_range))
             .with_state(inner.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -102,15 +104,66 @@ impl FakePrometheus {
     }
 }
 
-async fn query(
+/// A range query: the instant answer's value at every step, a little
+/// wave on it so a chart has a shape (the real matrix shape).
+async fn query_range(
     State(inner): State<Arc<Inner>>,
     headers: HeaderMap,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Response {
+    let param = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+    };
+    let (Some(start), Some(end), Some(step)) = (param("start"), param("end"), param("step")) else {
+        return (
+            StatusCode::BAD_REQUEST,
+            axum::Json(fixture("error.not_acceptable.api-test.json")),
+        )
+            .into_response();
+    };
+    let answer = match answer_of(&inner, &headers, &params).await {
+        Ok(answer) => answer,
+        Err(refused) => return refused,
+    };
+    match answer {
+        Answer::Value(v) => {
+            let base: f64 = v.parse().unwrap_or(f64::NAN);
+            let mut body = fixture("query_range.matrix.api-docs.json");
+            let mut values = Vec::new();
+            let mut t = start;
+            while t <= end && step > 0.0 {
+                // Never above the answer: a rate of 99.7 % stays a rate.
+                let wave = 1.0 - 0.005 * (1.0 + ((t - start) / 300.0).sin());
+                values.push(serde_json::json!([t, format!("{}", base * wave)]));
+                t += step;
+            }
+            body["data"]["result"] = serde_json::json!([{"metric": {}, "values": values}]);
+            axum::Json(body).into_response()
+        }
+        Answer::Empty => {
+            axum::Json(fixture("query_range.matrix.empty.promtool-test.json")).into_response()
+        }
+        Answer::Error(status) => (
+            StatusCode::from_u16(status).unwrap(),
+            axum::Json(fixture("error.timeout.respondError-test.json")),
+        )
+            .into_response(),
+    }
+}
+
+/// The answer a query gets, or the refusal of a slow, down or locked fake.
+async fn answer_of(
+    inner: &Inner,
+    headers: &HeaderMap,
+    params: &[(String, String)],
+) -> Result<Answer, Response> {
     let text = params
-        .into_iter()
+        .iter()
         .find(|(k, _)| k == "query")
-        .map(|(_, v)| v)
+        .map(|(_, v)| v.clone())
         .unwrap_or_default();
     inner.seen.lock().unwrap().push(text.clone());
     let delay = inner.delay_ms.load(Ordering::SeqCst);
@@ -118,7 +171,7 @@ async fn query(
         tokio::time::sleep(Duration::from_millis(delay)).await;
     }
     if inner.down.load(Ordering::SeqCst) {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+        return Err(StatusCode::SERVICE_UNAVAILABLE.into_response());
     }
     let wanted = inner.token.lock().unwrap().clone();
     if let Some(token) = wanted {
@@ -127,16 +180,25 @@ async fn query(
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
         if given != format!("Bearer {token}") {
-            return (StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response();
+            return Err((StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response());
         }
     }
-    let answer = {
-        let rules = inner.rules.lock().unwrap();
-        rules
-            .iter()
-            .filter(|r| r.parts.iter().all(|p| text.contains(p.as_str())))
-            .max_by_key(|r| r.parts.iter().map(String::len).sum::<usize>())
-            .map_or(Answer::Empty, |r| r.answer.clone())
+    let rules = inner.rules.lock().unwrap();
+    Ok(rules
+        .iter()
+        .filter(|r| r.parts.iter().all(|p| text.contains(p.as_str())))
+        .max_by_key(|r| r.parts.iter().map(String::len).sum::<usize>())
+        .map_or(Answer::Empty, |r| r.answer.clone()))
+}
+
+async fn query(
+    State(inner): State<Arc<Inner>>,
+    headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Response {
+    let answer = match answer_of(&inner, &headers, &params).await {
+        Ok(answer) => answer,
+        Err(refused) => return refused,
     };
     match answer {
         Answer::Value(v) => {
