@@ -309,3 +309,64 @@ async fn a_hostile_target_makes_no_query() {
         env.prometheus.queries()
     );
 }
+
+/// `gatebot check-config` says whether Prometheus answers and which
+/// provider's queries each waiting canary gets, and why that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_config_says_whether_prometheus_answers_and_each_canarys_provider() {
+    let prometheus = FakePrometheus::start().await;
+    prometheus.answer(&["vector(1)"], Answer::Value("1".into()));
+    let db = gatebot_testkit::harness::TestDb::new(Backend::Sqlite).await;
+    let policy = db.dir.path().join("policy.toml");
+    std::fs::write(&policy, "[evidence]\nprovider = \"nginx\"\n").unwrap();
+    let mut config = db.config();
+    config.github.repository = Some("acme/shop".parse().unwrap());
+    let server = gatebot_testkit::harness::TestServer::start(config, Default::default()).await;
+    for (name, metadata) in [
+        ("podinfo", serde_json::json!({"provider": "linkerd"})),
+        ("frontend", serde_json::json!({})),
+    ] {
+        let body = serde_json::json!({"name": name, "namespace": "test", "phase": "Progressing", "checksum": "rev-a", "metadata": metadata});
+        let r = client()
+            .post(server.at("/gates/promote/pr/7"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 403);
+    }
+    server.stop().await;
+    let check = |url: String| {
+        let (database, policy) = (db.url.clone(), policy.clone());
+        tokio::task::spawn_blocking(move || {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
+                .env_clear()
+                .env("GATEBOT_DATABASE_URL", database)
+                .env("GATEBOT_POLICY", policy)
+                .env("GATEBOT_GITHUB_REPOSITORY", "acme/shop")
+                .env("GATEBOT_PROMETHEUS_URL", url)
+                .env("GATEBOT_PROMETHEUS_TIMEOUT", "500ms")
+                .arg("check-config")
+                .output()
+                .expect("gatebot runs");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        })
+    };
+    let text = check(prometheus.url.clone()).await.unwrap();
+    assert!(
+        text.contains(&format!("prometheus:      {} answers", prometheus.url)),
+        "{text}"
+    );
+    assert!(
+        text.contains("evidence:        test/podinfo uses linkerd's queries (from its metadata)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("evidence:        test/frontend uses nginx's queries (from the policy)"),
+        "{text}"
+    );
+
+    prometheus.down(true);
+    let text = check(prometheus.url.clone()).await.unwrap();
+    assert!(text.contains("Prometheus answered HTTP 503"), "{text}");
+}
