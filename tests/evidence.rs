@@ -370,3 +370,24 @@ async fn check_config_says_whether_prometheus_answers_and_each_canarys_provider(
     let text = check(prometheus.url.clone()).await.unwrap();
     assert!(text.contains("Prometheus answered HTTP 503"), "{text}");
 }
+
+/// `[[evidence.queries]]`: the policy's own query, with Flagger's template
+/// variables, is shown after the built-in ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_query_is_shown_after_the_built_in_ones() {
+    let policy = format!(
+        "{POLICY}[[evidence.queries]]\nname = \"errors\"\nunit = \"/s\"\n\
+         query = 'sum(rate(http_errors_total{{namespace=\"{{{{ namespace }}}}\",app=\"{{{{ target }}}}\"}}[{{{{ interval }}}}]))'\n"
+    );
+    let env = setup(Backend::Sqlite, &policy).await;
+    let chat = &env.chat;
+    podinfo_numbers(&env.prometheus, "99.9", "90");
+    let rendered = "sum(rate(http_errors_total{namespace=\"test\",app=\"podinfo\"}[1m]))";
+    env.prometheus
+        .answer(&[rendered], Answer::Value("0.4".into()));
+    let _sim = waiting_at_promote(chat).await;
+    eventually("the policy's number", Duration::from_secs(15), || async {
+        slack_text(chat).contains("· errors 0.4 /s · last 1m")
+    })
+    .await;
+}

@@ -10,6 +10,7 @@ use gatebot::testing::clock::{Clock, ManualClock, SharedClock};
 use gatebot::testing::notify::WorkerSettings;
 use gatebot::{Config, Options};
 use gatebot_testkit::fake_github::FakeGithub;
+use gatebot_testkit::fake_prometheus::{Answer, FakePrometheus};
 use gatebot_testkit::fake_teams::{claims, unsigned, FakeBotFramework, Sent, TestKey};
 use gatebot_testkit::flagger::{
     failing_webhook, pr_hooks, FlaggerSim, Hook, HookType, Phase, Strategy,
@@ -548,6 +549,7 @@ gatebot_testkit::on_both_stores!(
     hold_from_the_card,
     an_unlisted_user_is_refused_in_the_card,
     a_github_approval_updates_the_card,
+    the_card_shows_the_canarys_numbers,
     the_workflow_webhook_gets_its_card,
     four_eyes_and_one_person_by_the_users_mapping,
 );
@@ -894,6 +896,38 @@ async fn a_github_approval_updates_the_card(backend: Backend) {
     let card = card_of(updated.last().unwrap());
     insta::assert_json_snapshot!("teams_card_approved_on_github", card);
     assert!(verbs(&card).is_empty());
+    env.server.stop().await;
+}
+
+/// With Prometheus set (issue 29), the waiting canary's card is updated
+/// with its numbers against the primary's.
+async fn the_card_shows_the_canarys_numbers(backend: Backend) {
+    let prometheus = FakePrometheus::start().await;
+    let (rate, canary, primary) = (
+        "istio_requests_total",
+        "=~\"podinfo\"",
+        "=~\"podinfo-primary\"",
+    );
+    prometheus.answer(&[rate, canary], Answer::Value("97.0".into()));
+    prometheus.answer(&[rate, primary], Answer::Value("99.9".into()));
+    let env = env_with(backend, |c, _| {
+        c.teams.channel = Some(CHANNEL.into());
+        c.public_url = Some(PUBLIC_URL.into());
+        c.prometheus.url = Some(prometheus.url.clone());
+        c.prometheus.refresh = Duration::from_millis(100);
+    })
+    .await;
+    env.install().await;
+    let _sim = waiting_at_start(&env).await;
+    env.until_cards("POST", 1).await;
+    let updated = env.until_cards("PUT", 1).await;
+    let text = texts(&card_of(updated.last().unwrap()));
+    // Card text is Markdown: every character that means something is escaped.
+    let plain = text.replace('\\', "");
+    assert!(
+        plain.contains("⚠ success 97.0 % (primary 99.9 %) · last 1m"),
+        "{text}"
+    );
     env.server.stop().await;
 }
 

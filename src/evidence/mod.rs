@@ -320,7 +320,13 @@ impl Evidence {
                 Builtin::Duration => queries::duration_ms(provider, v),
                 Builtin::SuccessRate => v,
             };
-            let Some(canary) = canary? else { continue };
+            // A metric with no samples yet (no traffic, a query for
+            // another mesh) is left out; the others still show.
+            let canary = match canary {
+                Ok(Some(value)) => value,
+                Ok(None) | Err(Unavailable::NoData) => continue,
+                Err(why) => return Err(why),
+            };
             out.push(Reading {
                 name: name.into(),
                 unit: unit.into(),
@@ -331,7 +337,14 @@ impl Evidence {
             });
         }
         for custom in &self.rules.queries {
-            out.push(self.custom(prometheus, custom, model).await?);
+            match self.custom(prometheus, custom, model).await {
+                Ok(reading) => out.push(reading),
+                Err(Unavailable::NoData) => {}
+                Err(why) => return Err(why),
+            }
+        }
+        if out.is_empty() {
+            return Err(Unavailable::NoData);
         }
         Ok(out)
     }
