@@ -11,7 +11,7 @@ use std::sync::Arc;
 use gatebot::testing::clock::ManualClock;
 use gatebot_testkit::chatops::{ChatOps, Setup};
 use gatebot_testkit::fake_prometheus::{Answer, FakePrometheus};
-use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
+use gatebot_testkit::flagger::FlaggerSim;
 use gatebot_testkit::harness::{client, eventually, Backend};
 
 const PROMOTE: &str = "/gates/promote/acme/shop/pr/42";
@@ -66,26 +66,7 @@ fn podinfo_numbers(prometheus: &FakePrometheus, success: &str, p99: &str) {
 
 /// PR 42's canary waiting at the promote gate.
 async fn waiting_at_promote(chat: &ChatOps) -> FlaggerSim {
-    let server = &chat.server;
-    server.open("/gates/start/pr/42").await;
-    let mut sim = FlaggerSim::new(
-        "podinfo",
-        "test",
-        Strategy::Canary {
-            step_weight: 50,
-            max_weight: 50,
-        },
-        pr_hooks(&server.url, 42),
-    );
-    sim.deploy("rev-a");
-    sim.tick().await;
-    sim.deploy("rev-b");
-    assert!(
-        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
-            .await
-    );
-    server.drained().await;
-    sim
+    gatebot_testkit::flagger::waiting_at_promote(&chat.server).await
 }
 
 /// The text of the promote gate's waiting message as last posted or updated.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use gatebot::testing::github::verify::sign;
 use gatebot_testkit::fake_github::{Failure, FakeCheckRun, FakeGithub};
-use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
+use gatebot_testkit::flagger::{waiting_at_promote, HookType, Phase};
 use gatebot_testkit::github_payloads::{check_run_click, fixture, github_time, now_ms};
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
@@ -86,29 +86,6 @@ async fn deliver_as(
 
 async fn deliver(server: &TestServer, event: &str, payload: &Value) -> (u16, String) {
     deliver_as(server, event, &uuid::Uuid::new_v4().to_string(), payload).await
-}
-
-/// PR 42's canary, started by the admin, waiting at the promote gate.
-async fn waiting_at_promote(server: &TestServer) -> FlaggerSim {
-    server.open("/gates/start/pr/42").await;
-    let mut sim = FlaggerSim::new(
-        "podinfo",
-        "test",
-        Strategy::Canary {
-            step_weight: 50,
-            max_weight: 50,
-        },
-        pr_hooks(&server.url, 42),
-    );
-    sim.deploy("rev-a");
-    sim.tick().await;
-    sim.deploy("rev-b");
-    assert!(
-        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
-            .await
-    );
-    server.drained().await;
-    sim
 }
 
 /// The runs named `gatebot / promote`, oldest first.

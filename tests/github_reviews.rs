@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use gatebot::testing::github::verify::sign;
 use gatebot_testkit::fake_github::FakeGithub;
-use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, HookType, Phase, Strategy};
+use gatebot_testkit::flagger::{waiting_at_promote, HookType};
 use gatebot_testkit::github_payloads::{fixture, github_time, now_ms};
 use gatebot_testkit::harness::{
     check_config_of_policy, client, Backend, TestDb, TestServer, ADMIN_TOKEN,
@@ -103,29 +103,6 @@ fn dismissal(approval: &Value, by: &str) -> Value {
     }
     p["sender"]["login"] = json!(by);
     p
-}
-
-/// PR 42's canary, started by the admin, waiting at the promote gate.
-async fn waiting_at_promote(server: &TestServer) -> FlaggerSim {
-    server.open("/gates/start/pr/42").await;
-    let mut sim = FlaggerSim::new(
-        "podinfo",
-        "test",
-        Strategy::Canary {
-            step_weight: 50,
-            max_weight: 50,
-        },
-        pr_hooks(&server.url, 42),
-    );
-    sim.deploy("rev-a");
-    sim.tick().await;
-    sim.deploy("rev-b");
-    assert!(
-        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
-            .await
-    );
-    server.drained().await;
-    sim
 }
 
 async fn promote_open(server: &TestServer) -> bool {

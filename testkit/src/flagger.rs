@@ -956,3 +956,27 @@ pub async fn failing_webhook(body: &'static str) -> String {
     tokio::spawn(async move { axum::serve(listener, app).await });
     url
 }
+
+/// PR 42's podinfo canary (`rev-a` then `rev-b`), started by the admin,
+/// waiting at the promote gate of `server`.
+pub async fn waiting_at_promote(server: &crate::harness::TestServer) -> FlaggerSim {
+    server.open("/gates/start/pr/42").await;
+    let mut sim = FlaggerSim::new(
+        "podinfo",
+        "test",
+        Strategy::Canary {
+            step_weight: 50,
+            max_weight: 50,
+        },
+        pr_hooks(&server.url, 42),
+    );
+    sim.deploy("rev-a");
+    sim.tick().await;
+    sim.deploy("rev-b");
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
+            .await
+    );
+    server.drained().await;
+    sim
+}
