@@ -372,3 +372,77 @@ async fn a_policy_query_is_shown_after_the_built_in_ones() {
     })
     .await;
 }
+
+/// A Prometheus behind an auth proxy: the bearer token file is read at
+/// each refresh (a rotated token is used from the next one), and basic
+/// auth is sent when set instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bearer_token_file_is_read_again_and_basic_auth_is_sent() {
+    let prometheus = FakePrometheus::start().await;
+    podinfo_numbers(&prometheus, "99.9", "90");
+    prometheus.require_token("token-1");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "token-1\n").unwrap();
+    let url = prometheus.url.clone();
+    let (token_file, clock) = (file.clone(), ManualClock::new(NOW));
+    let chat = ChatOps::start_with(
+        Backend::Sqlite,
+        Setup {
+            policy: POLICY,
+            clock: Some(clock.clone()),
+            ..Setup::default()
+        },
+        |config| {
+            config.prometheus.url = Some(url);
+            config.prometheus.bearer_token_file = Some(token_file);
+            config.prometheus.refresh = Duration::from_millis(100);
+        },
+    )
+    .await;
+    let _sim = waiting_at_promote(&chat).await;
+    eventually(
+        "the numbers with the token",
+        Duration::from_secs(15),
+        || async { slack_text(&chat).contains("success 99.9 %") },
+    )
+    .await;
+    // The token rotates: the file's new one is sent from the next refresh.
+    prometheus.require_token("token-2");
+    std::fs::write(&file, "token-2\n").unwrap();
+    podinfo_numbers(&prometheus, "98.0", "90");
+    clock.advance(60_000);
+    eventually(
+        "the numbers with the rotated token",
+        Duration::from_secs(15),
+        || async { slack_text(&chat).contains("success 98.0 %") },
+    )
+    .await;
+
+    let basic = FakePrometheus::start().await;
+    podinfo_numbers(&basic, "99.9", "90");
+    // "gatebot:s3cret", as RFC 7617 encodes it.
+    basic.require_authorization("Basic Z2F0ZWJvdDpzM2NyZXQ=");
+    let url = basic.url.clone();
+    let chat = ChatOps::start_with(
+        Backend::Sqlite,
+        Setup {
+            policy: POLICY,
+            ..Setup::default()
+        },
+        |config| {
+            config.prometheus.url = Some(url);
+            config.prometheus.username = Some("gatebot".into());
+            config.prometheus.password = Some("s3cret".to_string().into());
+            config.prometheus.refresh = Duration::from_millis(100);
+        },
+    )
+    .await;
+    let _sim = waiting_at_promote(&chat).await;
+    eventually(
+        "the numbers with basic auth",
+        Duration::from_secs(15),
+        || async { slack_text(&chat).contains("success 99.9 %") },
+    )
+    .await;
+}

@@ -95,7 +95,13 @@ impl FakePrometheus {
 
     /// Wants `Authorization: Bearer <token>`; anything else is 401.
     pub fn require_token(&self, token: &str) {
-        *self.inner.token.lock().unwrap() = Some(token.to_string());
+        self.require_authorization(&format!("Bearer {token}"));
+    }
+
+    /// Wants this `Authorization` header exactly (`Basic …` for basic
+    /// auth); anything else is 401, as an auth proxy in front answers.
+    pub fn require_authorization(&self, value: &str) {
+        *self.inner.token.lock().unwrap() = Some(value.to_string());
     }
 
     /// The queries asked so far, in order.
@@ -179,7 +185,7 @@ async fn answer_of(
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        if given != format!("Bearer {token}") {
+        if given != token {
             return Err((StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response());
         }
     }
