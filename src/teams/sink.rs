@@ -505,13 +505,7 @@ pub async fn view(
     };
     let status = status(posted, gate_status.as_ref(), wait.outcome.as_deref());
     let open = status.as_ref().is_none_or(|(_, open)| *open);
-    let metadata = match &wait.metadata {
-        Value::Object(map) => map
-            .iter()
-            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-            .collect(),
-        _ => BTreeMap::new(),
-    };
+    let metadata = crate::evidence::strings(&wait.metadata);
     let progress = match &wait.canary {
         Some(c) => store
             .canary_progress(c)
