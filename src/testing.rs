@@ -20,7 +20,7 @@ pub mod config {
 }
 
 pub mod core {
-    pub use crate::core::{authors, STORE_BUSY};
+    pub use crate::core::{authors, Records, STORE_BUSY};
 }
 
 pub mod gate {

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use gatebot::testing::core::Records;
 use gatebot::testing::gate::{GateKey, PrNumber, RepoName};
 use gatebot::testing::github::pushes;
 use gatebot::testing::slack::record::{self, Decision, Ended, Final, Posted, WaitInfo};
@@ -98,12 +99,13 @@ fn info(wait_id: i64, gate: &str, canary: &str) -> WaitInfo {
 
 async fn pr_authors_round_trip(backend: Backend) {
     let (_db, store) = store(backend).await;
+    let records = Records::new(store.clone());
     let repo = repo();
     assert_eq!(store.pr_author(&repo, PrNumber(42)).await.unwrap(), None);
-    gatebot::testing::core::authors::remember(&store, &repo, PrNumber(42), "alice", 10)
+    gatebot::testing::core::authors::remember(&records, &repo, PrNumber(42), "alice", 10)
         .await
         .unwrap();
-    gatebot::testing::core::authors::remember(&store, &repo, PrNumber(42), "alice", 20)
+    gatebot::testing::core::authors::remember(&records, &repo, PrNumber(42), "alice", 20)
         .await
         .unwrap();
     assert_eq!(
@@ -121,28 +123,35 @@ async fn pr_authors_round_trip(backend: Backend) {
 
 async fn pr_push_times_only_move_forward(backend: Backend) {
     let (_db, store) = store(backend).await;
+    let records = Records::new(store.clone());
     let repo = repo();
     let n = PrNumber(7);
-    assert_eq!(pushes::last(&store, &repo, n).await.unwrap(), None);
-    pushes::remember(&store, &repo, n, 5_000, 1).await.unwrap();
-    pushes::remember(&store, &repo, n, 3_000, 2).await.unwrap();
-    assert_eq!(pushes::last(&store, &repo, n).await.unwrap(), Some(5_000));
-    pushes::remember(&store, &repo, n, 6_000, 3).await.unwrap();
-    assert_eq!(pushes::last(&store, &repo, n).await.unwrap(), Some(6_000));
+    assert_eq!(pushes::last(&records, &repo, n).await.unwrap(), None);
+    pushes::remember(&records, &repo, n, 5_000, 1)
+        .await
+        .unwrap();
+    pushes::remember(&records, &repo, n, 3_000, 2)
+        .await
+        .unwrap();
+    assert_eq!(pushes::last(&records, &repo, n).await.unwrap(), Some(5_000));
+    pushes::remember(&records, &repo, n, 6_000, 3)
+        .await
+        .unwrap();
+    assert_eq!(pushes::last(&records, &repo, n).await.unwrap(), Some(6_000));
 
     // Deliveries out of order and at once: the latest push wins whatever the order.
     let n = PrNumber(8);
     let writers: Vec<_> = [40, 10, 90, 30, 70, 20, 80, 60, 50]
         .into_iter()
         .map(|t| {
-            let (store, repo) = (store.clone(), repo.clone());
-            tokio::spawn(async move { pushes::remember(&store, &repo, n, t, t).await })
+            let (records, repo) = (records.clone(), repo.clone());
+            tokio::spawn(async move { pushes::remember(&records, &repo, n, t, t).await })
         })
         .collect();
     for w in writers {
         w.await.unwrap().unwrap();
     }
-    assert_eq!(pushes::last(&store, &repo, n).await.unwrap(), Some(90));
+    assert_eq!(pushes::last(&records, &repo, n).await.unwrap(), Some(90));
 }
 
 async fn status_comments_round_trip(backend: Backend) {
@@ -178,9 +187,10 @@ async fn status_comments_round_trip(backend: Backend) {
 
 async fn slack_facts_round_trip(backend: Backend) {
     let (_db, store) = store(backend).await;
+    let records = Records::new(store.clone());
     let canary = "test/podinfo";
     assert_eq!(
-        record::get(&store, &record::msg_key(1)).await.unwrap(),
+        record::get(&records, &record::msg_key(1)).await.unwrap(),
         None
     );
     let mut gate_waits = Vec::new();
@@ -190,10 +200,10 @@ async fn slack_facts_round_trip(backend: Backend) {
             channel: "C1".into(),
             ts: format!("1700000000.{id:06}"),
         };
-        record::remember(&store, &posted, 100 + id).await.unwrap();
+        record::remember(&records, &posted, 100 + id).await.unwrap();
         gate_waits.push(id);
         assert_eq!(
-            record::get(&store, &record::msg_key(id)).await.unwrap(),
+            record::get(&records, &record::msg_key(id)).await.unwrap(),
             Some(posted)
         );
     }
@@ -205,20 +215,20 @@ async fn slack_facts_round_trip(backend: Backend) {
         channel: "C2".into(),
         ts: "1700000001.000001".into(),
     };
-    record::remember(&store, &elsewhere, 200).await.unwrap();
+    record::remember(&records, &elsewhere, 200).await.unwrap();
     assert_eq!(
-        record::get(&store, &record::msg_key(30)).await.unwrap(),
+        record::get(&records, &record::msg_key(30)).await.unwrap(),
         Some(elsewhere)
     );
     assert_eq!(
-        record::waits_of_gate(&store, "/gates/promote/acme/shop/pr/42")
+        record::waits_of_gate(&records, "/gates/promote/acme/shop/pr/42")
             .await
             .unwrap(),
         gate_waits[2..].to_vec(),
         "the latest 20, oldest first"
     );
     assert_eq!(
-        record::latest_of_canary(&store, canary).await.unwrap(),
+        record::latest_of_canary(&records, canary).await.unwrap(),
         Some(22)
     );
     // Posted again (a retry): the latest post of the canary is that one's.
@@ -227,17 +237,19 @@ async fn slack_facts_round_trip(backend: Backend) {
         channel: "C1".into(),
         ts: "1700000002.000003".into(),
     };
-    record::remember(&store, &again, 300).await.unwrap();
+    record::remember(&records, &again, 300).await.unwrap();
     assert_eq!(
-        record::latest_of_canary(&store, canary).await.unwrap(),
+        record::latest_of_canary(&records, canary).await.unwrap(),
         Some(3)
     );
     assert_eq!(
-        record::latest_of_canary(&store, "test/none").await.unwrap(),
+        record::latest_of_canary(&records, "test/none")
+            .await
+            .unwrap(),
         None
     );
 
-    let view = record::view(&store, info(1, "/gates/promote/acme/shop/pr/1", canary))
+    let view = record::view(&records, info(1, "/gates/promote/acme/shop/pr/1", canary))
         .await
         .unwrap();
     assert!(view.open(), "nothing decided, ended or final yet");
@@ -250,14 +262,14 @@ async fn slack_facts_round_trip(backend: Backend) {
         reason: Some("too slow".into()),
         rollback_gate: Some("/gates/rollback/acme/shop/pr/42".into()),
     };
-    record::put(&store, &record::decision_key(1), &decision, 400)
+    record::put(&records, &record::decision_key(1), &decision, 400)
         .await
         .unwrap();
     let ended = Ended {
         outcome: "expired".into(),
         at: 500,
     };
-    record::put(&store, &record::ended_key(1), &ended, 500)
+    record::put(&records, &record::ended_key(1), &ended, 500)
         .await
         .unwrap();
     let fin = Final {
@@ -265,16 +277,16 @@ async fn slack_facts_round_trip(backend: Backend) {
         message: "promotion completed".into(),
         at: 600,
     };
-    record::put(&store, &record::final_key(1), &fin, 600)
+    record::put(&records, &record::final_key(1), &fin, 600)
         .await
         .unwrap();
-    let view = record::view(&store, info(1, "/gates/promote/acme/shop/pr/1", canary))
+    let view = record::view(&records, info(1, "/gates/promote/acme/shop/pr/1", canary))
         .await
         .unwrap();
     assert_eq!(view.decision, Some(decision));
     assert_eq!(view.ended, Some(ended));
     assert_eq!(view.final_state, Some(fin));
-    let other = record::view(&store, info(2, "/gates/promote/acme/shop/pr/2", canary))
+    let other = record::view(&records, info(2, "/gates/promote/acme/shop/pr/2", canary))
         .await
         .unwrap();
     assert!(other.open(), "facts are per wait");
@@ -282,6 +294,7 @@ async fn slack_facts_round_trip(backend: Backend) {
 
 async fn a_slack_decision_goes_with_its_transaction(backend: Backend) {
     let (_db, store) = store(backend).await;
+    let records = Records::new(store.clone());
     let key = record::decision_key(5);
     let mut decision = Decision {
         approved: true,
@@ -292,29 +305,33 @@ async fn a_slack_decision_goes_with_its_transaction(backend: Backend) {
         reason: None,
         rollback_gate: None,
     };
-    record::put(&store, &key, &decision, 10).await.unwrap();
+    record::put(&records, &key, &decision, 10).await.unwrap();
     assert_eq!(
-        record::get(&store, &key).await.unwrap(),
+        record::get(&records, &key).await.unwrap(),
         Some(decision.clone())
     );
     // A later decision replaces it.
     decision.user_id = Some("UBOB".into());
     decision.via = "slack".into();
-    record::put(&store, &key, &decision, 11).await.unwrap();
+    record::put(&records, &key, &decision, 11).await.unwrap();
     assert_eq!(
-        record::get(&store, &key).await.unwrap(),
+        record::get(&records, &key).await.unwrap(),
         Some(decision.clone())
     );
     // A decision written with a change that then fails goes with it.
     let other = record::decision_key(8);
     let mut tx = store.begin().await.unwrap();
-    record::decide_in(&mut tx, &other, &decision).await.unwrap();
+    Store::put_slack_decision(&mut tx, 8, &decision)
+        .await
+        .unwrap();
     tx.rollback().await;
-    assert_eq!(record::get(&store, &other).await.unwrap(), None);
+    assert_eq!(record::get(&records, &other).await.unwrap(), None);
     let mut tx = store.begin().await.unwrap();
-    record::decide_in(&mut tx, &other, &decision).await.unwrap();
+    Store::put_slack_decision(&mut tx, 8, &decision)
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(record::get(&store, &other).await.unwrap(), Some(decision));
+    assert_eq!(record::get(&records, &other).await.unwrap(), Some(decision));
 }
 
 /// A database at the schema before the typed tables (migrations 0001–0003),
@@ -439,6 +456,7 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
     pool.close().await;
 
     let store = Store::connect(&db.url).await.expect("migrates");
+    let records = Records::new(store.clone());
     let repo = repo();
     assert_eq!(
         store
@@ -468,7 +486,7 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
         })
     );
 
-    let five = record::get(&store, &record::msg_key(5))
+    let five = record::get(&records, &record::msg_key(5))
         .await
         .unwrap()
         .expect("message 5");
@@ -490,25 +508,25 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
         (five.channel.as_str(), five.ts.as_str()),
         ("C1", "1700000000.000005")
     );
-    let seven = record::get(&store, &record::msg_key(7))
+    let seven = record::get(&records, &record::msg_key(7))
         .await
         .unwrap()
         .expect("message 7");
     assert!(seven.info.metadata.is_empty());
     assert_eq!(
-        record::waits_of_gate(&store, "/gates/promote/acme/shop/pr/42")
+        record::waits_of_gate(&records, "/gates/promote/acme/shop/pr/42")
             .await
             .unwrap(),
         vec![5, 6]
     );
     assert_eq!(
-        record::latest_of_canary(&store, "test/podinfo")
+        record::latest_of_canary(&records, "test/podinfo")
             .await
             .unwrap(),
         Some(6)
     );
 
-    let view5 = record::view(&store, five.info).await.unwrap();
+    let view5 = record::view(&records, five.info).await.unwrap();
     assert_eq!(
         view5.decision,
         Some(Decision {
@@ -530,7 +548,7 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
             at: 500
         })
     );
-    let decision7 = record::get(&store, &record::decision_key(7))
+    let decision7 = record::get(&records, &record::decision_key(7))
         .await
         .unwrap()
         .expect("decision 7");
@@ -541,11 +559,13 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
         Some("/gates/rollback/acme/shop/pr/42")
     );
     assert_eq!(
-        record::get(&store, &record::decision_key(6)).await.unwrap(),
+        record::get(&records, &record::decision_key(6))
+            .await
+            .unwrap(),
         None
     );
     assert_eq!(
-        record::get(&store, &record::ended_key(6)).await.unwrap(),
+        record::get(&records, &record::ended_key(6)).await.unwrap(),
         Some(Ended {
             outcome: "expired".into(),
             at: 400

@@ -93,6 +93,7 @@ impl Gatebot {
         let state = AppState(Arc::new(Shared {
             config,
             store: base.store.clone(),
+            records: crate::core::Records::new(base.store.clone()),
             engine,
             metrics: base.metrics.clone(),
             clock: base.clock.clone(),
@@ -133,7 +134,7 @@ impl Gatebot {
             tasks.spawn(
                 redeliveries
                     .clone()
-                    .run(app, state.store.clone(), shutdown.clone()),
+                    .run(app, state.records.clone(), shutdown.clone()),
             );
         }
         Ok(Self {
@@ -304,9 +305,10 @@ impl Base {
         templates: &templates::Templates,
         evidence: &Arc<Evidence>,
     ) -> anyhow::Result<Vec<Arc<dyn Sink>>> {
-        let base = crate::notify::SinkBase {
+        let records = crate::core::Records::new(self.store.clone());
+        let base = crate::core::SinkBase {
             config,
-            store: &self.store,
+            records: &records,
             templates,
             clock: &self.clock,
             metrics: &self.metrics,

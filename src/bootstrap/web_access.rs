@@ -32,10 +32,10 @@ impl GithubAuthority {
         default_repo: Option<RepoName>,
     ) -> Self {
         Self {
-            authors: PrAuthors {
-                store: store.clone(),
-                lookup: Some(client.clone() as Arc<dyn crate::core::authors::AuthorLookup>),
-            },
+            authors: PrAuthors::new(
+                crate::core::Records::new(store.clone()),
+                Some(client.clone() as Arc<dyn crate::core::authors::AuthorLookup>),
+            ),
             access: Access::new(client, policy),
             store,
             clock,

@@ -21,6 +21,8 @@ pub struct Shared {
     pub config: Config,
     pub store: Store,
     pub engine: Engine,
+    /// The channels' own rows, and the stored reads their messages show.
+    pub records: super::Records,
     pub metrics: Arc<Metrics>,
     pub clock: SharedClock,
     /// The same clock, with its offset to the database's (for readiness).

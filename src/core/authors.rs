@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use super::CommandError;
+use super::Records;
 use crate::gate::{Millis, PrNumber, RepoName};
 use crate::notify::BoxFuture;
-use crate::store::{Store, StoreError};
+use crate::store::StoreError;
 
 /// Asks the forge who opened a pull request (GitHub's `GET /pulls/{n}`).
 pub trait AuthorLookup: Send + Sync {
@@ -21,37 +22,41 @@ pub trait AuthorLookup: Send + Sync {
 
 /// Records the author seen in a delivery.
 pub async fn remember(
-    store: &Store,
+    records: &Records,
     repo: &RepoName,
     number: PrNumber,
     login: &str,
     at: Millis,
 ) -> Result<(), StoreError> {
-    if !is_new(store, repo, number, login).await? {
+    if !is_new(records, repo, number, login).await? {
         return Ok(());
     }
-    store.remember_pr_author(repo, number, login, at).await
+    records.remember_pr_author(repo, number, login, at).await
 }
 
 /// Whether `login` is worth writing as the PR's author: named, and not known
 /// already (authors never change, so a known one needs no write).
 pub async fn is_new(
-    store: &Store,
+    records: &Records,
     repo: &RepoName,
     number: PrNumber,
     login: &str,
 ) -> Result<bool, StoreError> {
-    Ok(!login.is_empty() && store.pr_author(repo, number).await?.as_deref() != Some(login))
+    Ok(!login.is_empty() && records.pr_author(repo, number).await?.as_deref() != Some(login))
 }
 
 #[derive(Clone)]
 pub struct PrAuthors {
-    pub store: Store,
+    records: Records,
     /// None without GitHub credentials: then only authors seen in deliveries are known.
-    pub lookup: Option<Arc<dyn AuthorLookup>>,
+    lookup: Option<Arc<dyn AuthorLookup>>,
 }
 
 impl PrAuthors {
+    pub fn new(records: Records, lookup: Option<Arc<dyn AuthorLookup>>) -> Self {
+        Self { records, lookup }
+    }
+
     /// The PR's author's login, or None when it cannot be known.
     pub async fn author(
         &self,
@@ -59,7 +64,7 @@ impl PrAuthors {
         number: PrNumber,
         now: Millis,
     ) -> Result<Option<String>, CommandError> {
-        if let Some(login) = self.store.pr_author(repo, number).await? {
+        if let Some(login) = self.records.pr_author(repo, number).await? {
             return Ok(Some(login));
         }
         let Some(lookup) = &self.lookup else {
@@ -67,7 +72,7 @@ impl PrAuthors {
         };
         let login = lookup.author(repo, number).await?;
         if let Some(login) = &login {
-            remember(&self.store, repo, number, login, now).await?;
+            remember(&self.records, repo, number, login, now).await?;
         }
         Ok(login)
     }

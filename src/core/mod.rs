@@ -28,6 +28,7 @@ pub mod named;
 pub mod origin;
 mod page;
 mod read;
+mod records;
 pub mod reminders;
 pub mod unit;
 pub mod watch;
@@ -42,6 +43,7 @@ pub use check::Checked;
 pub use error::CommandError;
 pub use page::GatePage;
 pub use read::{GateDetail, GateSummary};
+pub use records::{Records, SinkBase};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -63,7 +63,7 @@ impl<'e> Unit<'e> {
 
     /// For a channel's own rows that belong with the change (e.g. settling the
     /// delivery that caused it).
-    pub fn tx(&mut self) -> &mut WriteTx<'e> {
+    pub(super) fn tx(&mut self) -> &mut WriteTx<'e> {
         &mut self.tx
     }
 

@@ -20,9 +20,10 @@ use super::client::GithubClient;
 use crate::clock::SharedClock;
 use crate::command::Command;
 use crate::core::commands::rollback_of;
+use crate::core::Records;
 use crate::gate::{GateKey, GateKind, GateStatus, Millis, Phase, PrNumber, RepoName, Scope};
 use crate::notify::SendError;
-use crate::store::{CheckRunRow, Store, StoreError};
+use crate::store::{CheckRunRow, StoreError};
 use crate::templates::escape::{self, code};
 use crate::templates::Templates;
 
@@ -124,7 +125,7 @@ fn short(checksum: &str) -> String {
 /// Sends the check-run jobs of the `github` sink.
 pub struct CheckRuns {
     pub client: Arc<GithubClient>,
-    pub store: Store,
+    pub records: Records,
     pub templates: Templates,
     pub clock: SharedClock,
 }
@@ -147,7 +148,7 @@ impl CheckRuns {
         );
         let gate = self.gate(&key).await.map_err(retry)?;
         let mut known = self
-            .store
+            .records
             .check_run(repo, number, kind)
             .await
             .map_err(retry)?;
@@ -163,7 +164,7 @@ impl CheckRuns {
             let head = self.head(repo, number).await?;
             if k.head_sha != head {
                 self.supersede(repo, &k, &head).await?;
-                self.store
+                self.records
                     .forget_check_run(repo, number, kind, k.run_id)
                     .await
                     .map_err(retry)?;
@@ -199,7 +200,7 @@ impl CheckRuns {
             ..known
         };
         let now = self.clock.now_ms();
-        self.store
+        self.records
             .put_check_run(repo, number, kind, &sent, now)
             .await
             .map_err(retry)
@@ -212,7 +213,7 @@ impl CheckRuns {
         let head = self.head(repo, number).await?;
         let now = self.clock.now_ms();
         let claimed = self
-            .store
+            .records
             .claim_check_run(key, &head, job, now, CREATION_CLAIM)
             .await
             .map_err(retry)?;
@@ -231,7 +232,7 @@ impl CheckRuns {
             Ok(id) => id,
             Err(e) => {
                 // The next attempt (here or elsewhere) may claim it again.
-                self.store
+                self.records
                     .forget_check_run(repo, number, key.kind, 0)
                     .await
                     .map_err(retry)?;
@@ -243,7 +244,7 @@ impl CheckRuns {
             run_id,
             digest: Some(digest(shown)),
         };
-        self.store
+        self.records
             .put_check_run(repo, number, key.kind, &sent, self.clock.now_ms())
             .await
             .map_err(retry)
@@ -285,7 +286,7 @@ impl CheckRuns {
 
     /// The PR's head commit: as the last push told it, else asked once.
     async fn head(&self, repo: &RepoName, number: PrNumber) -> Result<String, SendError> {
-        if let Some(sha) = self.store.pr_head(repo, number).await.map_err(retry)? {
+        if let Some(sha) = self.records.pr_head(repo, number).await.map_err(retry)? {
             return Ok(sha);
         }
         let pull = self
@@ -300,7 +301,7 @@ impl CheckRuns {
             )));
         }
         // Time 0: any push GitHub tells of replaces it.
-        self.store
+        self.records
             .remember_pr_head(repo, number, &sha, 0)
             .await
             .map_err(retry)?;
@@ -310,12 +311,12 @@ impl CheckRuns {
     /// The gate as its run shows it now.
     async fn gate(&self, key: &GateKey) -> Result<Gate, StoreError> {
         let now = self.clock.now_ms();
-        let gate = self.store.load_gate(key).await?;
-        let waiting = !self.store.waits(Some(key), true, 1).await?.is_empty();
-        let observations = self.store.observations_for(key).await?;
+        let gate = self.records.load_gate(key).await?;
+        let waiting = !self.records.waits(Some(key), true, 1).await?.is_empty();
+        let observations = self.records.observations_for(key).await?;
         let mut ended = None;
         for o in &observations {
-            for e in self.store.events(Some(&o.canary.to_string()), 20).await? {
+            for e in self.records.events(Some(&o.canary.to_string()), 20).await? {
                 let end = match e.kind.as_str() {
                     "promotion_completed" => "success",
                     "canary_failed" | "rolling_back" => "failure",
@@ -415,9 +416,9 @@ impl CheckRuns {
 
     /// Who did what last at the gate, or at the rollback gate its Reject opens.
     async fn last(&self, key: &GateKey) -> Result<Option<crate::store::AuditEntry>, StoreError> {
-        let mut entries = self.store.audit_log(Some(key), 1).await?;
+        let mut entries = self.records.audit_log(Some(key), 1).await?;
         if let Some(rollback) = rollback_of(key, &Phase::None) {
-            entries.extend(self.store.audit_log(Some(&rollback), 1).await?);
+            entries.extend(self.records.audit_log(Some(&rollback), 1).await?);
         }
         Ok(entries.into_iter().max_by_key(|e| e.at))
     }

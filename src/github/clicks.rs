@@ -77,8 +77,8 @@ impl GithubInbox {
         if let Some(i) = &e.installation {
             self.client.learn_installation(&repo, i.id);
         }
-        let store = &self.state.store;
-        let current = store
+        let records = &self.state.records;
+        let current = records
             .check_run(&repo, number, key.kind)
             .await
             .map_err(retry)?

@@ -66,7 +66,7 @@ impl GithubInbox {
                 });
             }
             Verb::Status => {
-                let pr = view(&self.state.store, repo, number, self.state.clock.now_ms())
+                let pr = view(&self.state.records, repo, number, self.state.clock.now_ms())
                     .await
                     .map_err(retry)?
                     .for_markdown(&self.state.evidence);

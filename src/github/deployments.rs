@@ -17,10 +17,11 @@ use serde_json::json;
 
 use super::client::GithubClient;
 use crate::clock::SharedClock;
+use crate::core::Records;
 use crate::gate::{GateKey, GateKind, Phase, PrNumber, RepoName, Scope};
 use crate::notify::SendError;
 use crate::policy::Policy;
-use crate::store::{DeploymentRow, Store, StoreError};
+use crate::store::{DeploymentRow, StoreError};
 
 fn retry(e: impl std::fmt::Display) -> SendError {
     SendError::retry(e.to_string())
@@ -51,7 +52,7 @@ fn ended(state: &str) -> bool {
 /// Sends the deployment jobs of the `github` sink.
 pub struct Deployments {
     pub client: Arc<GithubClient>,
-    pub store: Store,
+    pub records: Records,
     pub clock: SharedClock,
     /// GATEBOT_PUBLIC_URL: statuses link to the gate's page.
     pub public_url: Option<String>,
@@ -68,7 +69,7 @@ impl Deployments {
             return Ok(());
         }
         let mut known = self
-            .store
+            .records
             .deployments_of(repo, number)
             .await
             .map_err(retry)?;
@@ -97,7 +98,7 @@ impl Deployments {
             self.post(repo, number, row, rev.state, &rev.environment, gate)
                 .await?;
             known = self
-                .store
+                .records
                 .deployments_of(repo, number)
                 .await
                 .map_err(retry)?;
@@ -167,7 +168,7 @@ impl Deployments {
             state: String::new(),
         };
         // Stored at once: a retry posts the status on this one, not a second deployment.
-        self.store
+        self.records
             .put_deployment(repo, number, &row, self.clock.now_ms())
             .await
             .map_err(retry)?;
@@ -207,7 +208,7 @@ impl Deployments {
             state: state.to_string(),
             ..row
         };
-        self.store
+        self.records
             .put_deployment(repo, number, &sent, self.clock.now_ms())
             .await
             .map_err(retry)
@@ -215,7 +216,7 @@ impl Deployments {
 
     /// The PR's head commit: as the last push told it, else asked once.
     async fn head(&self, repo: &RepoName, number: PrNumber) -> Result<String, SendError> {
-        if let Some(sha) = self.store.pr_head(repo, number).await.map_err(retry)? {
+        if let Some(sha) = self.records.pr_head(repo, number).await.map_err(retry)? {
             return Ok(sha);
         }
         let pull = self
@@ -246,7 +247,7 @@ impl Deployments {
                     number,
                 },
             );
-            for o in self.store.observations_for(&key).await? {
+            for o in self.records.observations_for(&key).await? {
                 let canary = o.canary.to_string();
                 let newer = latest
                     .get(&canary)
@@ -281,7 +282,7 @@ impl Deployments {
         checksum: &str,
     ) -> Result<Option<&'static str>, StoreError> {
         let mut end = None;
-        for e in self.store.events(Some(canary), 20).await? {
+        for e in self.records.events(Some(canary), 20).await? {
             let this = match e.kind.as_str() {
                 "promotion_completed" => "success",
                 "canary_failed" | "rolling_back" => "failure",

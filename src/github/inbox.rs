@@ -27,7 +27,7 @@ use crate::core::AppState;
 use crate::gate::{DeliveryId, PrNumber, RepoName};
 use crate::notify::{BoxFuture, Handler, Lease, SendError, Settled};
 use crate::policy::Policy;
-use crate::store::{NewJob, QueueItem, Store};
+use crate::store::{NewJob, QueueItem};
 
 pub struct GithubInbox {
     pub(super) state: AppState,
@@ -49,8 +49,7 @@ struct Learned {
 
 impl Learned {
     async fn write(&self, unit: &mut Unit<'_>) -> Result<(), SendError> {
-        let now = unit.now();
-        Store::put_pr_author(unit.tx(), &self.repo, self.number, &self.login, now)
+        unit.learn_pr_author(&self.repo, self.number, &self.login)
             .await
             .map_err(retry)
     }
@@ -62,8 +61,7 @@ pub(super) async fn finish(
     item: &QueueItem,
     lease: &Lease,
 ) -> Result<Settled, SendError> {
-    let now = unit.now();
-    Store::finish_in(unit.tx(), lease.queue, &item.id, &lease.owner, now)
+    unit.settle(lease.queue, &item.id, &lease.owner)
         .await
         .map_err(retry)?;
     unit.commit().await.map_err(retry)?;
@@ -130,7 +128,7 @@ impl GithubInbox {
         login: &str,
     ) -> Result<(), SendError> {
         authors::remember(
-            &self.state.store,
+            &self.state.records,
             repo,
             number,
             login,
@@ -168,7 +166,7 @@ impl GithubInbox {
         number: PrNumber,
         login: &str,
     ) -> Result<Option<Learned>, SendError> {
-        let new = authors::is_new(&self.state.store, repo, number, login)
+        let new = authors::is_new(&self.state.records, repo, number, login)
             .await
             .map_err(retry)?;
         Ok(new.then(|| Learned {
@@ -272,7 +270,7 @@ impl GithubInbox {
     async fn stale(&self, c: &Comment<'_>) -> Result<Stale, SendError> {
         let closed_unmerged = c.e.issue.state == "closed" && !self.merged(c.e, &c.repo).await?;
         // Written before the last push: about an earlier revision (GitHub's clock on both sides).
-        let pushed = pushes::last(&self.state.store, &c.repo, c.number)
+        let pushed = pushes::last(&self.state.records, &c.repo, c.number)
             .await
             .map_err(retry)?
             .filter(|at| c.e.written_at().is_some_and(|w| w < *at))

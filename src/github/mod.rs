@@ -43,12 +43,13 @@ use crate::clock::SharedClock;
 use crate::command::Verb;
 use crate::config::Config;
 use crate::core::authors::AuthorLookup;
+use crate::core::SinkBase;
 use crate::core::{AppState, CommandError};
 use crate::evidence::Evidence;
 use crate::gate::{PrNumber, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::{BoxFuture, SendError};
-use crate::notify::{Handler, Sink, SinkBase};
+use crate::notify::{Handler, Sink};
 use client::GithubClient;
 
 /// The inbox source and outbox sink name.
@@ -116,7 +117,7 @@ pub fn sinks(
     };
     let SinkBase {
         config,
-        store,
+        records,
         templates,
         clock,
         metrics,
@@ -124,7 +125,7 @@ pub fn sinks(
     vec![Arc::new(sink::GithubSink::new(
         client.clone(),
         sink::SinkParts {
-            store: store.clone(),
+            records: records.clone(),
             templates: templates.clone(),
             clock: clock.clone(),
             allowed: config.github.allowed_repositories.clone(),

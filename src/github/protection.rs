@@ -17,11 +17,12 @@ use serde_json::json;
 
 use super::client::GithubClient;
 use crate::clock::SharedClock;
+use crate::core::Records;
 use crate::gate::{Actor, AuditAction, GateKind, Millis, PrNumber, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::{Notice, SendError};
 use crate::policy::PROTECTION_KINDS;
-use crate::store::{ProtectionRequest, Store};
+use crate::store::ProtectionRequest;
 
 fn retry(e: impl std::fmt::Display) -> SendError {
     SendError::retry(e.to_string())
@@ -158,7 +159,7 @@ pub(super) fn decision_of(notice: &Notice) -> Option<(RepoName, PrNumber, Decisi
 /// Sends the protection jobs of the `github` sink.
 pub struct Protections {
     pub client: Arc<GithubClient>,
-    pub store: Store,
+    pub records: Records,
     pub clock: SharedClock,
     pub metrics: Arc<Metrics>,
     /// GATEBOT_GITHUB_API_URL: the only host callbacks are posted to.
@@ -175,14 +176,14 @@ impl Protections {
         d: &Decision,
     ) -> Result<(), SendError> {
         let pending = self
-            .store
+            .records
             .pending_protections(repo, number, d.at)
             .await
             .map_err(retry)?;
         for r in pending.iter().filter(|r| d.kinds.contains(&r.gate.kind)) {
             let state = self.review(repo, r, d).await?;
             let now = self.clock.now_ms();
-            self.store
+            self.records
                 .decide_protection(r, state, now)
                 .await
                 .map_err(retry)?;

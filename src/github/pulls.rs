@@ -39,7 +39,7 @@ impl GithubInbox {
                 self.moved_head(&e, &repo, number).await?;
                 if let Some(at) = e.updated_at() {
                     pushes::remember(
-                        &self.state.store,
+                        &self.state.records,
                         &repo,
                         number,
                         at,
@@ -97,8 +97,8 @@ impl GithubInbox {
         let (Some(sha), Some(at)) = (e.after.as_deref(), e.updated_at()) else {
             return Ok(());
         };
-        let store = &self.state.store;
-        store
+        let records = &self.state.records;
+        records
             .remember_pr_head(repo, number, sha, at)
             .await
             .map_err(retry)?;
@@ -107,7 +107,7 @@ impl GithubInbox {
         }
         let mut jobs = Vec::new();
         for kind in KINDS {
-            if store
+            if records
                 .check_run(repo, number, kind)
                 .await
                 .map_err(retry)?

@@ -2,21 +2,22 @@
 //! written before that was about an earlier revision, even when the push found
 //! its gates closed already and so changed none of them.
 
+use crate::core::Records;
 use crate::gate::{Millis, PrNumber, RepoName};
-use crate::store::{Store, StoreError};
+use crate::store::StoreError;
 
 /// The last push GitHub told of, if any.
 pub async fn last(
-    store: &Store,
+    records: &Records,
     repo: &RepoName,
     number: PrNumber,
 ) -> Result<Option<Millis>, StoreError> {
-    store.pr_pushed_at(repo, number).await
+    records.pr_pushed_at(repo, number).await
 }
 
 /// Records a push at `pushed_at` (GitHub's time); deliveries may come out of order.
 pub async fn remember(
-    store: &Store,
+    records: &Records,
     repo: &RepoName,
     number: PrNumber,
     pushed_at: Millis,
@@ -24,5 +25,5 @@ pub async fn remember(
 ) -> Result<(), StoreError> {
     // One upsert that only moves the time forward: no read, so concurrent
     // deliveries cannot undo each other.
-    store.remember_pr_push(repo, number, pushed_at, now).await
+    records.remember_pr_push(repo, number, pushed_at, now).await
 }

@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::client::{GithubClient, HookDelivery};
-use crate::store::Store;
+use crate::core::Records;
 
 /// Refusals and asks remembered, each.
 const REMEMBERED: usize = 1000;
@@ -96,7 +96,12 @@ impl Redeliveries {
 
     /// Until shutdown: a pass at start, then one after each spell of refusals,
     /// once the store takes receipts again.
-    pub async fn run(self, client: Arc<GithubClient>, store: Store, shutdown: CancellationToken) {
+    pub async fn run(
+        self,
+        client: Arc<GithubClient>,
+        records: Records,
+        shutdown: CancellationToken,
+    ) {
         let mut asked = Asked::default();
         let since = unix_ms(SystemTime::now()).saturating_sub(AT_START.as_millis() as u64);
         pass(&client, since, &mut asked).await;
@@ -109,7 +114,7 @@ impl Redeliveries {
             if self.pending().is_none() {
                 continue;
             }
-            let Some(since) = self.recovered(&store, &shutdown).await else {
+            let Some(since) = self.recovered(&records, &shutdown).await else {
                 return;
             };
             let refused = self.clear();
@@ -128,7 +133,7 @@ impl Redeliveries {
 
     /// Waits until refusals have stopped and the store takes receipts; the
     /// time of the first refusal, or None at shutdown.
-    async fn recovered(&self, store: &Store, shutdown: &CancellationToken) -> Option<u64> {
+    async fn recovered(&self, records: &Records, shutdown: &CancellationToken) -> Option<u64> {
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return None,
@@ -138,7 +143,7 @@ impl Redeliveries {
                 continue;
             };
             if quiet
-                && tokio::time::timeout(PROBE_WITHIN, store.inbox_writable())
+                && tokio::time::timeout(PROBE_WITHIN, records.inbox_writable())
                     .await
                     .is_ok_and(|r| r.is_ok())
             {

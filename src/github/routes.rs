@@ -48,7 +48,7 @@ fn ignored(why: impl std::fmt::Display) -> Response {
 
 /// What a delivery comes to: stored to be worked, or answered at once.
 enum Received {
-    Store { id: String, payload: String },
+    Work { id: String, payload: String },
     Answer(Response),
 }
 
@@ -70,7 +70,7 @@ async fn receive(
         other => return Ok(ignored(format_args!("gatebot does not use {other} events"))),
     };
     let (signed_id, payload) = match received {
-        Received::Store { id, payload } => (id, payload),
+        Received::Work { id, payload } => (id, payload),
         Received::Answer(answer) => return Ok(answer),
     };
     let delivery = Delivery {
@@ -187,7 +187,7 @@ fn issue_comment(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
     };
     too_old(state, e.written_at())?;
     let payload = serde_json::to_string(&e).map_err(malformed)?;
-    Ok(Received::Store { id, payload })
+    Ok(Received::Work { id, payload })
 }
 
 /// A push to or the close of a pull request, which closes its gates.
@@ -204,7 +204,7 @@ fn pull_request(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
     }
     too_old(state, e.signed_at())?;
     let payload = serde_json::to_string(&e).map_err(malformed)?;
-    Ok(Received::Store {
+    Ok(Received::Work {
         id: e.signed_id(),
         payload,
     })
@@ -234,7 +234,7 @@ fn check_run(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
         ));
     };
     let payload = serde_json::to_string(&e).map_err(malformed)?;
-    Ok(Received::Store { id, payload })
+    Ok(Received::Work { id, payload })
 }
 
 /// An approving review, or the dismissal of one, when the policy counts
@@ -267,7 +267,7 @@ fn review(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
         too_old(state, e.submitted_at())?;
     }
     let payload = serde_json::to_string(&e).map_err(malformed)?;
-    Ok(Received::Store { id, payload })
+    Ok(Received::Work { id, payload })
 }
 
 /// A workflow run's deployment to an environment that waits for gatebot
@@ -314,7 +314,7 @@ fn protection(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
     }
     too_old(state, e.created_at())?;
     let payload = serde_json::to_string(&e).map_err(malformed)?;
-    Ok(Received::Store { id, payload })
+    Ok(Received::Work { id, payload })
 }
 
 /// Delivery ids are forgotten after `GATEBOT_RETENTION_DELIVERIES`, so what

@@ -23,12 +23,13 @@ use super::deployments::Deployments;
 use super::protection::{decision_of, Decision, Protections};
 use super::status::{status_marker, view};
 use crate::clock::SharedClock;
+use crate::core::Records;
 use crate::evidence::Evidence;
 use crate::gate::{GateKey, GateKind, Millis, PrNumber, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::burst::{Admit, Burst};
 use crate::notify::{encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
-use crate::store::{NewJob, QueueItem, StatusComment, Store};
+use crate::store::{NewJob, QueueItem, StatusComment};
 use crate::templates::escape::{self, code};
 use crate::templates::Templates;
 
@@ -171,7 +172,7 @@ impl GithubJob {
 
 pub struct GithubSink {
     client: Arc<GithubClient>,
-    store: Store,
+    records: Records,
     templates: Templates,
     clock: SharedClock,
     allowed: Vec<RepoName>,
@@ -190,7 +191,7 @@ pub struct GithubSink {
 
 /// What the sink needs besides the GitHub client.
 pub struct SinkParts {
-    pub store: Store,
+    pub records: Records,
     pub templates: Templates,
     pub clock: SharedClock,
     pub allowed: Vec<RepoName>,
@@ -209,20 +210,20 @@ impl GithubSink {
     pub fn new(client: Arc<GithubClient>, parts: SinkParts) -> Self {
         let check_runs = parts.check_runs.then(|| CheckRuns {
             client: client.clone(),
-            store: parts.store.clone(),
+            records: parts.records.clone(),
             templates: parts.templates.clone(),
             clock: parts.clock.clone(),
         });
         let deployments = parts.deployments.then(|| Deployments {
             client: client.clone(),
-            store: parts.store.clone(),
+            records: parts.records.clone(),
             clock: parts.clock.clone(),
             public_url: parts.public_url.clone(),
             policy: parts.policy.clone(),
         });
         let protections = (!parts.policy.protections().is_empty()).then(|| Protections {
             client: client.clone(),
-            store: parts.store.clone(),
+            records: parts.records.clone(),
             clock: parts.clock.clone(),
             metrics: parts.metrics.clone(),
             api_url: parts.api_url.clone(),
@@ -232,7 +233,7 @@ impl GithubSink {
             deployments,
             protections,
             client,
-            store: parts.store,
+            records: parts.records,
             templates: parts.templates,
             clock: parts.clock,
             allowed: parts.allowed,
@@ -247,13 +248,13 @@ impl GithubSink {
         let Some((repo, number)) = job.pr().map(|(r, n)| (r.clone(), n)) else {
             return self.send(job, item).await.map_err(Failure::into_send);
         };
-        let store = |e: crate::store::StoreError| SendError::retry(e.to_string());
+        let unavailable = |e: crate::store::StoreError| SendError::retry(e.to_string());
         let now = self.clock.now_ms();
         let missing = self
-            .store
+            .records
             .pr_missing(&repo, number, now - MISSING_FOR)
             .await
-            .map_err(store)?;
+            .map_err(unavailable)?;
         // A reply answers a comment GitHub delivered from this PR, so the PR is
         // there (its mark came from a token that could not see it, say): try it.
         let reply = matches!(job, GithubJob::Comment { .. });
@@ -265,19 +266,19 @@ impl GithubSink {
         match self.send(job, item).await {
             Ok(()) => {
                 if missing {
-                    self.store
+                    self.records
                         .forget_pr_missing(&repo, number)
                         .await
-                        .map_err(store)?;
+                        .map_err(unavailable)?;
                 }
                 Ok(())
             }
             Err(Failure::Other(e)) => Err(e),
             Err(Failure::PrMissing(e)) => {
-                self.store
+                self.records
                     .mark_pr_missing(&repo, number, now)
                     .await
-                    .map_err(store)?;
+                    .map_err(unavailable)?;
                 self.metrics.dropped(SINK, "missing_pr");
                 tracing::warn!(%repo, %number, "GitHub says this PR does not exist: its notifications are dropped for a day");
                 Err(e)
@@ -356,7 +357,7 @@ impl GithubSink {
 
     async fn render(&self, repo: &RepoName, number: PrNumber) -> Result<Option<String>, SendError> {
         render(
-            &self.store,
+            &self.records,
             &self.templates,
             &self.evidence,
             repo,
@@ -382,7 +383,7 @@ impl GithubSink {
             }
             let hash = digest(&body);
             let known = self
-                .store
+                .records
                 .status_comment(repo, number)
                 .await
                 .map_err(retry)?;
@@ -411,7 +412,7 @@ impl GithubSink {
                 None => {
                     let now = self.clock.now_ms();
                     if !self
-                        .store
+                        .records
                         .claim_status_creation(repo, number, job, now, CREATION_CLAIM)
                         .await
                         .map_err(retry)?
@@ -424,7 +425,7 @@ impl GithubSink {
                     let created = self.create_status(repo, number, &body).await;
                     if created.is_err() {
                         // Failed: the next attempt (here or on another replica) may claim it.
-                        self.store
+                        self.records
                             .release_status_creation(repo, number)
                             .await
                             .map_err(retry)?;
@@ -436,7 +437,7 @@ impl GithubSink {
                 comment_id: id,
                 digest: Some(hash),
             };
-            self.store
+            self.records
                 .remember_status_comment(repo, number, &sent, self.clock.now_ms())
                 .await
                 .map_err(retry)?;
@@ -479,17 +480,17 @@ impl GithubSink {
 }
 
 async fn render(
-    store: &Store,
+    records: &Records,
     templates: &Templates,
     evidence: &Evidence,
     repo: &RepoName,
     number: PrNumber,
     now: crate::gate::Millis,
 ) -> Result<Option<String>, SendError> {
-    let pr = view(store, repo, number, now)
+    let pr = view(records, repo, number, now)
         .await
         .map_err(|e| SendError::retry(e.to_string()))?;
-    let known = store
+    let known = records
         .status_comment(repo, number)
         .await
         .map_err(|e| SendError::retry(e.to_string()))?;

@@ -5,11 +5,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use crate::core::Records;
 use crate::evidence::Evidence;
 use crate::gate::progress::CanaryProgress;
 use crate::gate::state::rfc3339;
 use crate::gate::{CanaryRef, GateKey, GateKind, GateStatus, Millis, PrNumber, RepoName, Scope};
-use crate::store::{Store, StoreError};
+use crate::store::StoreError;
 use crate::templates::escape::{self, code};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -120,7 +121,7 @@ pub fn status_marker(repo: &RepoName, number: PrNumber) -> String {
 const EVENTS_SHOWN: usize = 8;
 
 pub async fn view(
-    store: &Store,
+    records: &Records,
     repo: &RepoName,
     number: PrNumber,
     now: Millis,
@@ -128,22 +129,22 @@ pub async fn view(
     let mut gates = Vec::new();
     let mut ever_waited = false;
     let mut canaries = BTreeSet::new();
-    for (key, title) in keys_of_pr(store, repo, number).await? {
-        let (view, waited) = gate_view(store, key, title, now, &mut canaries).await?;
+    for (key, title) in keys_of_pr(records, repo, number).await? {
+        let (view, waited) = gate_view(records, key, title, now, &mut canaries).await?;
         ever_waited |= waited;
         gates.extend(view);
     }
     Ok(PrView {
         subject: format!("{repo}#{number}"),
         gates,
-        events: recent_events(store, &canaries).await?,
+        events: recent_events(records, &canaries).await?,
         ever_waited,
     })
 }
 
 /// The PR's gates of every kind, and the named gates that name it (with their titles).
 async fn keys_of_pr(
-    store: &Store,
+    records: &Records,
     repo: &RepoName,
     number: PrNumber,
 ) -> Result<Vec<(GateKey, Option<String>)>, StoreError> {
@@ -157,7 +158,7 @@ async fn keys_of_pr(
             (GateKey::new(kind, scope), None)
         })
         .collect();
-    for named in store.named_gates_of_pr(repo, number).await? {
+    for named in records.named_gates_of_pr(repo, number).await? {
         keys.push((named.key, named.spec.title));
     }
     Ok(keys)
@@ -166,7 +167,7 @@ async fn keys_of_pr(
 /// One gate as the comment shows it (none when nothing happened at it), and
 /// whether anything ever waited there; its canaries are added to `canaries`.
 async fn gate_view(
-    store: &Store,
+    records: &Records,
     key: GateKey,
     title: Option<String>,
     now: Millis,
@@ -177,9 +178,9 @@ async fn gate_view(
         Scope::Named(name) => Some(name.to_string()),
         _ => None,
     };
-    let gate = store.load_gate(&key).await?;
-    let observations = store.observations_for(&key).await?;
-    let waits = store.waits(Some(&key), false, 50).await?;
+    let gate = records.load_gate(&key).await?;
+    let observations = records.observations_for(&key).await?;
+    let waits = records.waits(Some(&key), false, 50).await?;
     let waited = !waits.is_empty();
     let open: Vec<_> = waits.iter().filter(|w| w.ended_at.is_none()).collect();
     // A wait no canary made at a PR gate: a deployment's (`[[github.protection]]`).
@@ -221,7 +222,7 @@ async fn gate_view(
         view.waiting |= waiting_since.is_some();
         // One row per canary; read only for the canaries that wait.
         let progress_of = match waiting_since {
-            Some(_) => store
+            Some(_) => records
                 .canary_progress(&o.canary)
                 .await?
                 .filter(|p| p.of_revision(&o.checksum)),
@@ -281,12 +282,12 @@ impl GateView {
 
 /// The last events of the PR's canaries, oldest first.
 async fn recent_events(
-    store: &Store,
+    records: &Records,
     canaries: &BTreeSet<CanaryRef>,
 ) -> Result<Vec<EventView>, StoreError> {
     let mut events = Vec::new();
     for canary in canaries {
-        for e in store
+        for e in records
             .events(Some(&canary.to_string()), EVENTS_SHOWN as i64)
             .await?
         {

@@ -19,15 +19,6 @@ use crate::store::{NewJob, QueueItem, QueueName};
 
 pub use worker::{Drain, Worker, WorkerSettings};
 
-/// What every channel's sinks are built from, once, by the bootstrap.
-pub struct SinkBase<'a> {
-    pub config: &'a crate::config::Config,
-    pub store: &'a crate::store::Store,
-    pub templates: &'a crate::templates::Templates,
-    pub clock: &'a crate::clock::SharedClock,
-    pub metrics: &'a Arc<crate::metrics::Metrics>,
-}
-
 /// Something people may want to hear about. Stored as the payload of jobs:
 /// keys and canaries are kept as their text, so payloads queued before these
 /// fields were typed still read back.

@@ -37,7 +37,7 @@ impl SlackSink {
         let mut named = Vec::new();
         loop {
             let page = self
-                .store
+                .records
                 .unannounced_waits(POST_ONCE, since, until, after, 500)
                 .await
                 .map_err(store_err)?;

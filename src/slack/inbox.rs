@@ -33,7 +33,7 @@ pub struct SlackInbox {
 }
 
 fn store_err(e: crate::store::StoreError) -> SendError {
-    SendError::retry(format!("store: {e}"))
+    SendError::retry(format!("records: {e}"))
 }
 
 impl Handler for SlackInbox {
@@ -92,7 +92,7 @@ impl SlackInbox {
         let url = i.response_url.as_deref();
         let key = parse_gate(&click.value.gate)?;
         let wait_id = click.value.wait_id;
-        let wait = self.state.store.wait(wait_id).await.map_err(store_err)?;
+        let wait = self.state.records.wait(wait_id).await.map_err(store_err)?;
         let request = self.click_request(i, &key, click.approve, wait.as_ref());
         let authorizer = SlackAuthorizer {
             state: &self.state,
@@ -172,7 +172,7 @@ impl SlackInbox {
 
     /// The message was approved or rejected already (here or by an earlier click).
     async fn decided(&self, wait_id: i64) -> Result<Option<SlackDenied>, SendError> {
-        let found = record::get::<Decision>(&self.state.store, &record::decision_key(wait_id))
+        let found = record::get::<Decision>(&self.state.records, &record::decision_key(wait_id))
             .await
             .map_err(store_err)?;
         Ok(found.map(|d| SlackDenied::Decided {
@@ -189,7 +189,7 @@ impl SlackInbox {
         wait_id: i64,
         wait: Option<&WaitRow>,
     ) -> Result<Option<SlackDenied>, SendError> {
-        let ended = record::get::<Ended>(&self.state.store, &record::ended_key(wait_id))
+        let ended = record::get::<Ended>(&self.state.records, &record::ended_key(wait_id))
             .await
             .map_err(store_err)?
             .map(|e| e.outcome)
@@ -223,7 +223,7 @@ impl SlackInbox {
                 reason: None,
                 rollback_gate,
             };
-            record::decide_in(unit.tx(), &record::decision_key(wait_id), &decision)
+            record::decide_in(unit, &record::decision_key(wait_id), &decision)
                 .await
                 .map_err(store_err)?;
         }

@@ -61,12 +61,12 @@ fn api(config: &Config, metrics: &Metrics) -> anyhow::Result<Option<Arc<client::
 }
 
 pub fn sinks(
-    base: &crate::notify::SinkBase<'_>,
+    base: &crate::core::SinkBase<'_>,
     evidence: &Arc<crate::evidence::Evidence>,
 ) -> anyhow::Result<Vec<Arc<dyn Sink>>> {
-    let crate::notify::SinkBase {
+    let crate::core::SinkBase {
         config,
-        store,
+        records,
         templates,
         clock,
         metrics,
@@ -76,7 +76,7 @@ pub fn sinks(
     };
     Ok(vec![Arc::new(sink::SlackSink {
         api,
-        store: store.clone(),
+        records: records.clone(),
         templates: templates.clone(),
         clock: clock.clone(),
         channel: config
@@ -102,10 +102,7 @@ pub fn inbox_handlers(
     let handler = inbox::SlackInbox {
         state: state.clone(),
         approvers: Arc::new(approvers::Approvers::new(api)),
-        authors: PrAuthors {
-            store: state.store.clone(),
-            lookup: authors,
-        },
+        authors: PrAuthors::new(state.records.clone(), authors),
     };
     Ok(HashMap::from([(
         "slack".to_string(),

@@ -9,11 +9,11 @@ use std::marker::PhantomData;
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::unit::Unit;
+use crate::core::Records;
 use crate::gate::audit::as_text;
 use crate::gate::{CanaryRef, GateKey, GateStatus, Millis};
-use crate::store::{
-    SlackDecision, SlackEnding, SlackFinal, SlackMessage, Store, StoreError, WriteTx,
-};
+use crate::store::{SlackDecision, SlackEnding, SlackFinal, SlackMessage, StoreError};
 
 /// The wait a message announces. Stored in jobs with its key and canary as text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -117,59 +117,59 @@ pub fn final_key(wait_id: i64) -> Key<Final> {
 /// A fact kept per waiting message, each in its own table.
 pub trait Fact: Sized + Sync {
     fn load(
-        store: &Store,
+        records: &Records,
         wait_id: i64,
     ) -> impl Future<Output = Result<Option<Self>, StoreError>> + Send;
     fn save(
         &self,
-        store: &Store,
+        records: &Records,
         wait_id: i64,
         now: Millis,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-pub async fn get<T: Fact>(store: &Store, key: &Key<T>) -> Result<Option<T>, StoreError> {
-    T::load(store, key.wait_id).await
+pub async fn get<T: Fact>(records: &Records, key: &Key<T>) -> Result<Option<T>, StoreError> {
+    T::load(records, key.wait_id).await
 }
 
 /// Writes a fact in a transaction of its own, replacing the one before. `now`
 /// is when (kept for messages: the latest post of a canary is found by it).
 pub async fn put<T: Fact>(
-    store: &Store,
+    records: &Records,
     key: &Key<T>,
     value: &T,
     now: Millis,
 ) -> Result<(), StoreError> {
-    value.save(store, key.wait_id, now).await
+    value.save(records, key.wait_id, now).await
 }
 
 /// Records a decision inside the transaction of the change it decides.
 pub async fn decide_in(
-    tx: &mut WriteTx<'_>,
+    unit: &mut Unit<'_>,
     key: &Key<Decision>,
     d: &Decision,
 ) -> Result<(), StoreError> {
-    Store::put_slack_decision(tx, key.wait_id, d).await
+    unit.decide_slack_message(key.wait_id, d).await
 }
 
 /// The wait of the latest message posted for a canary: where its progress is threaded.
-pub async fn latest_of_canary(store: &Store, canary: &str) -> Result<Option<i64>, StoreError> {
-    store.latest_slack_message_of_canary(canary).await
+pub async fn latest_of_canary(records: &Records, canary: &str) -> Result<Option<i64>, StoreError> {
+    records.latest_slack_message_of_canary(canary).await
 }
 
 /// The waits of a gate's recent messages, oldest first: found when the gate changes elsewhere.
-pub async fn waits_of_gate(store: &Store, gate: &str) -> Result<Vec<i64>, StoreError> {
-    store.slack_messages_of_gate(gate, GATE_MESSAGES).await
+pub async fn waits_of_gate(records: &Records, gate: &str) -> Result<Vec<i64>, StoreError> {
+    records.slack_messages_of_gate(gate, GATE_MESSAGES).await
 }
 
 /// The most canaries a namespace gate's message lists.
 const WAITING_SHOWN: i64 = 50;
 
-pub async fn view(store: &Store, info: WaitInfo) -> Result<View, StoreError> {
+pub async fn view(records: &Records, info: WaitInfo) -> Result<View, StoreError> {
     let id = info.wait_id;
     let waiting = match info.gate.scope {
         crate::gate::Scope::Namespace(_) => {
-            let mut canaries: Vec<String> = store
+            let mut canaries: Vec<String> = records
                 .waits(Some(&info.gate), true, WAITING_SHOWN)
                 .await?
                 .into_iter()
@@ -180,13 +180,13 @@ pub async fn view(store: &Store, info: WaitInfo) -> Result<View, StoreError> {
         }
         _ => Vec::new(),
     };
-    let approvals = match store.load_gate(&info.gate).await?.map(|g| g.status) {
+    let approvals = match records.load_gate(&info.gate).await?.map(|g| g.status) {
         Some(GateStatus::Approving(t)) => Some(t.summary()),
         Some(GateStatus::Open(a)) => crate::gate::quorum::opened_by(&a),
         _ => None,
     };
     let progress = match &info.canary {
-        Some(c) => store
+        Some(c) => records
             .canary_progress(c)
             .await?
             .filter(|p| p.of_revision(&info.checksum)),
@@ -197,21 +197,21 @@ pub async fn view(store: &Store, info: WaitInfo) -> Result<View, StoreError> {
         progress,
         evidence: None,
         waiting,
-        decision: get(store, &decision_key(id)).await?,
-        ended: get(store, &ended_key(id)).await?,
-        final_state: get(store, &final_key(id)).await?,
+        decision: get(records, &decision_key(id)).await?,
+        ended: get(records, &ended_key(id)).await?,
+        final_state: get(records, &final_key(id)).await?,
         info,
     })
 }
 
 /// Remembers a posted message; its gate and its canary find it from then on.
-pub async fn remember(store: &Store, posted: &Posted, now: Millis) -> Result<(), StoreError> {
-    put(store, &msg_key(posted.info.wait_id), posted, now).await
+pub async fn remember(records: &Records, posted: &Posted, now: Millis) -> Result<(), StoreError> {
+    put(records, &msg_key(posted.info.wait_id), posted, now).await
 }
 
 impl Fact for Posted {
-    async fn load(store: &Store, wait_id: i64) -> Result<Option<Self>, StoreError> {
-        let Some(m) = store.slack_message(wait_id).await? else {
+    async fn load(records: &Records, wait_id: i64) -> Result<Option<Self>, StoreError> {
+        let Some(m) = records.slack_message(wait_id).await? else {
             return Ok(None);
         };
         let corrupt = |what: &str, e: &dyn std::fmt::Display| {
@@ -238,7 +238,7 @@ impl Fact for Posted {
         }))
     }
 
-    async fn save(&self, store: &Store, wait_id: i64, now: Millis) -> Result<(), StoreError> {
+    async fn save(&self, records: &Records, wait_id: i64, now: Millis) -> Result<(), StoreError> {
         let metadata = serde_json::to_string(&self.info.metadata)
             .map_err(|e| StoreError::Corrupt(format!("cannot encode metadata: {e}")))?;
         let m = SlackMessage {
@@ -256,36 +256,36 @@ impl Fact for Posted {
             channel: self.channel.clone(),
             ts: self.ts.clone(),
         };
-        store.remember_slack_message(&m, now).await
+        records.remember_slack_message(&m, now).await
     }
 }
 
 impl Fact for Decision {
-    async fn load(store: &Store, wait_id: i64) -> Result<Option<Self>, StoreError> {
-        store.slack_decision(wait_id).await
+    async fn load(records: &Records, wait_id: i64) -> Result<Option<Self>, StoreError> {
+        records.slack_decision(wait_id).await
     }
 
-    async fn save(&self, store: &Store, wait_id: i64, _now: Millis) -> Result<(), StoreError> {
-        store.remember_slack_decision(wait_id, self).await
+    async fn save(&self, records: &Records, wait_id: i64, _now: Millis) -> Result<(), StoreError> {
+        records.remember_slack_decision(wait_id, self).await
     }
 }
 
 impl Fact for Ended {
-    async fn load(store: &Store, wait_id: i64) -> Result<Option<Self>, StoreError> {
-        store.slack_ending(wait_id).await
+    async fn load(records: &Records, wait_id: i64) -> Result<Option<Self>, StoreError> {
+        records.slack_ending(wait_id).await
     }
 
-    async fn save(&self, store: &Store, wait_id: i64, _now: Millis) -> Result<(), StoreError> {
-        store.remember_slack_ending(wait_id, self).await
+    async fn save(&self, records: &Records, wait_id: i64, _now: Millis) -> Result<(), StoreError> {
+        records.remember_slack_ending(wait_id, self).await
     }
 }
 
 impl Fact for Final {
-    async fn load(store: &Store, wait_id: i64) -> Result<Option<Self>, StoreError> {
-        store.slack_final(wait_id).await
+    async fn load(records: &Records, wait_id: i64) -> Result<Option<Self>, StoreError> {
+        records.slack_final(wait_id).await
     }
 
-    async fn save(&self, store: &Store, wait_id: i64, _now: Millis) -> Result<(), StoreError> {
-        store.remember_slack_final(wait_id, self).await
+    async fn save(&self, records: &Records, wait_id: i64, _now: Millis) -> Result<(), StoreError> {
+        records.remember_slack_final(wait_id, self).await
     }
 }

@@ -13,12 +13,13 @@ use super::blocks;
 use super::client::{Response, SlackApi};
 use super::record::{self, Decision, Ended, Final, Posted, WaitInfo};
 use crate::clock::SharedClock;
+use crate::core::Records;
 use crate::evidence::Evidence;
 use crate::gate::{Actor, AuditAction, GateKey, Millis, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::burst::{Admit, Burst};
 use crate::notify::{encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
-use crate::store::{NewJob, QueueItem, Store};
+use crate::store::{NewJob, QueueItem};
 use crate::templates::escape::{self, mrkdwn};
 use crate::templates::Templates;
 
@@ -131,7 +132,7 @@ pub(super) const POST_ONCE: &str = "slack-wait:";
 
 pub struct SlackSink {
     pub api: Arc<SlackApi>,
-    pub store: Store,
+    pub records: Records,
     pub templates: Templates,
     pub clock: SharedClock,
     pub channel: Option<String>,
@@ -146,7 +147,7 @@ pub struct SlackSink {
 impl SlackSink {
     /// What a waiting message shows now, its canary's numbers included.
     async fn view(&self, info: WaitInfo) -> Result<record::View, SendError> {
-        let mut view = record::view(&self.store, info).await.map_err(store_err)?;
+        let mut view = record::view(&self.records, info).await.map_err(store_err)?;
         if view.open() {
             view.evidence = view
                 .info
@@ -202,46 +203,8 @@ impl Sink for SlackSink {
                 at: *at,
             }
             .job(None)?],
-            Notice::Reminder {
-                wait_id,
-                gate,
-                canary,
-                checksum,
-                waited,
-                point,
-                slack_mentions,
-                ..
-            } => {
-                let job = SlackJob::Remind {
-                    wait_id: *wait_id,
-                    canary: canary.to_string(),
-                    kind: gate.kind.as_str().to_string(),
-                    checksum: checksum.clone(),
-                    waited: waited.clone(),
-                    mentions: slack_mentions.clone(),
-                };
-                vec![job.job(Some(format!("slack-remind:{wait_id}:{point}")))?]
-            }
-            Notice::CanaryFailure {
-                canary,
-                failure,
-                what,
-                message,
-                next,
-                checksum,
-                metadata,
-                ..
-            } => {
-                let job = SlackJob::Failure {
-                    canary: canary.to_string(),
-                    checksum: checksum.clone(),
-                    what: what.clone(),
-                    message: message.clone(),
-                    next: next.clone(),
-                    channel: self.channel_of(metadata).map(str::to_string),
-                };
-                vec![job.job(Some(format!("slack-failure:{canary}:{checksum}:{failure}")))?]
-            }
+            Notice::Reminder { .. } => return reminder(notice),
+            Notice::CanaryFailure { .. } => return self.failure_job(notice),
             Notice::Frozen { .. } | Notice::Unfrozen { .. } if self.channel.is_some() => {
                 freeze_news(notice)?
             }
@@ -251,6 +214,34 @@ impl Sink for SlackSink {
 }
 
 impl SlackSink {
+    /// A failure outside the analysis, said once per revision and failure.
+    fn failure_job(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
+        let Notice::CanaryFailure {
+            canary,
+            failure,
+            what,
+            message,
+            next,
+            checksum,
+            metadata,
+            ..
+        } = notice
+        else {
+            return Ok(Vec::new());
+        };
+        let job = SlackJob::Failure {
+            canary: canary.to_string(),
+            checksum: checksum.clone(),
+            what: what.clone(),
+            message: message.clone(),
+            next: next.clone(),
+            channel: self.channel_of(metadata).map(str::to_string),
+        };
+        Ok(vec![job.job(Some(format!(
+            "slack-failure:{canary}:{checksum}:{failure}"
+        )))?])
+    }
+
     /// A new wait: its message, or the minute's digest when too many start at once.
     fn wait_started(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
         let Notice::WaitStarted {
@@ -351,6 +342,34 @@ impl SlackSink {
     }
 }
 
+/// A reminder in the wait's thread, once per reminder point.
+fn reminder(notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
+    let Notice::Reminder {
+        wait_id,
+        gate,
+        canary,
+        checksum,
+        waited,
+        point,
+        slack_mentions,
+        ..
+    } = notice
+    else {
+        return Ok(Vec::new());
+    };
+    let job = SlackJob::Remind {
+        wait_id: *wait_id,
+        canary: canary.to_string(),
+        kind: gate.kind.as_str().to_string(),
+        checksum: checksum.clone(),
+        waited: waited.clone(),
+        mentions: slack_mentions.clone(),
+    };
+    Ok(vec![
+        job.job(Some(format!("slack-remind:{wait_id}:{point}")))?
+    ])
+}
+
 /// A freeze or its lifting, announced in the channel.
 fn freeze_news(notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
     match notice {
@@ -399,7 +418,7 @@ impl Handler for SlackSink {
 }
 
 pub(super) fn store_err(e: crate::store::StoreError) -> SendError {
-    SendError::retry(format!("store: {e}"))
+    SendError::retry(format!("records: {e}"))
 }
 
 impl SlackSink {
@@ -415,20 +434,7 @@ impl SlackSink {
                 wait_id,
                 outcome,
                 at,
-            } => {
-                // Recorded even before the message is posted, so the post shows it.
-                let key = record::ended_key(wait_id);
-                if record::get::<Ended>(&self.store, &key)
-                    .await
-                    .map_err(store_err)?
-                    .is_none()
-                {
-                    record::put(&self.store, &key, &Ended { outcome, at }, self.now())
-                        .await
-                        .map_err(store_err)?;
-                }
-                self.refresh(wait_id).await
-            }
+            } => self.wait_ended(wait_id, outcome, at).await,
             SlackJob::GateOpened {
                 gate,
                 actor,
@@ -481,26 +487,63 @@ impl SlackSink {
                 next,
                 channel,
             } => {
-                let text = self
-                    .templates
-                    .render(
-                        "slack/failure.j2",
-                        serde_json::json!({
-                            "canary": mrkdwn(&canary, escape::NAME),
-                            "revision": mrkdwn(&checksum, escape::CHECKSUM),
-                            "what": what, "message": mrkdwn(&message, escape::MESSAGE),
-                            "next": next,
-                        }),
-                    )
-                    .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
-                self.failure(&canary, text.trim(), channel.as_deref()).await
+                self.failed(
+                    &canary,
+                    &checksum,
+                    &what,
+                    &message,
+                    &next,
+                    channel.as_deref(),
+                )
+                .await
             }
         }
     }
 
+    /// Records how the wait ended, even before its message is posted, so
+    /// that the post shows it; the first ending stays.
+    async fn wait_ended(&self, wait_id: i64, outcome: String, at: Millis) -> Result<(), SendError> {
+        let key = record::ended_key(wait_id);
+        if record::get::<Ended>(&self.records, &key)
+            .await
+            .map_err(store_err)?
+            .is_none()
+        {
+            record::put(&self.records, &key, &Ended { outcome, at }, self.now())
+                .await
+                .map_err(store_err)?;
+        }
+        self.refresh(wait_id).await
+    }
+
+    /// Says a failure outside the analysis in the canary's thread.
+    async fn failed(
+        &self,
+        canary: &str,
+        checksum: &str,
+        what: &str,
+        message: &str,
+        next: &str,
+        channel: Option<&str>,
+    ) -> Result<(), SendError> {
+        let text = self
+            .templates
+            .render(
+                "slack/failure.j2",
+                serde_json::json!({
+                    "canary": mrkdwn(canary, escape::NAME),
+                    "revision": mrkdwn(checksum, escape::CHECKSUM),
+                    "what": what, "message": mrkdwn(message, escape::MESSAGE),
+                    "next": next,
+                }),
+            )
+            .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
+        self.failure(canary, text.trim(), channel).await
+    }
+
     /// The wait's posted message and what it shows now; None until it is posted.
     async fn posted(&self, wait_id: i64) -> Result<Option<(Posted, record::View)>, SendError> {
-        let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(wait_id))
+        let Some(posted) = record::get::<Posted>(&self.records, &record::msg_key(wait_id))
             .await
             .map_err(store_err)?
         else {
@@ -525,7 +568,7 @@ impl SlackSink {
             return Ok(());
         };
         let ended = self
-            .store
+            .records
             .wait(wait_id)
             .await
             .map_err(store_err)?
@@ -563,7 +606,7 @@ impl SlackSink {
 
     async fn post_wait(&self, info: WaitInfo, channel: &str) -> Result<(), SendError> {
         let wait_id = info.wait_id;
-        if record::get::<Posted>(&self.store, &record::msg_key(wait_id))
+        if record::get::<Posted>(&self.records, &record::msg_key(wait_id))
             .await
             .map_err(store_err)?
             .is_some()
@@ -572,7 +615,7 @@ impl SlackSink {
         }
         let mut view = self.view(info.clone()).await?;
         if view.ended.is_none() {
-            if let Some(w) = self.store.wait(wait_id).await.map_err(store_err)? {
+            if let Some(w) = self.records.wait(wait_id).await.map_err(store_err)? {
                 if let (Some(at), Some(outcome)) = (w.ended_at, w.outcome) {
                     view.ended = Some(Ended { outcome, at });
                 }
@@ -586,7 +629,7 @@ impl SlackSink {
             .post_message(channel, &text, Some(blocks), None)
             .await?;
         let posted = Posted { info, channel, ts };
-        record::remember(&self.store, &posted, self.now())
+        record::remember(&self.records, &posted, self.now())
             .await
             .map_err(store_err)?;
         self.refresh_namespace(&posted.info).await
@@ -599,7 +642,7 @@ impl SlackSink {
         if !namespace_gate {
             return Ok(());
         }
-        let others: Vec<i64> = record::waits_of_gate(&self.store, &info.gate.to_string())
+        let others: Vec<i64> = record::waits_of_gate(&self.records, &info.gate.to_string())
             .await
             .map_err(store_err)?
             .into_iter()
@@ -608,17 +651,16 @@ impl SlackSink {
         if others.is_empty() {
             return Ok(());
         }
-        let now = self.now();
-        let mut tx = self.store.begin().await.map_err(store_err)?;
-        for wait_id in others {
-            let job = SlackJob::Refresh { wait_id }
-                .job(None)
-                .map_err(|e| SendError::Permanent(e.to_string()))?;
-            Store::enqueue(&mut tx, &job, now)
-                .await
-                .map_err(store_err)?;
-        }
-        tx.commit().await.map_err(store_err)
+        let jobs = others
+            .into_iter()
+            .map(|wait_id| SlackJob::Refresh { wait_id }.job(None))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| SendError::Permanent(e.to_string()))?;
+        self.records
+            .enqueue(&jobs, self.now())
+            .await
+            .map_err(store_err)?;
+        Ok(())
     }
 
     /// Rewrites a posted message from the stored state (no-op until it is posted:
@@ -637,12 +679,12 @@ impl SlackSink {
 
     /// The waits of the gate's posted messages that still wait for people.
     async fn open_messages(&self, gate: &str) -> Result<Vec<i64>, SendError> {
-        let ids = record::waits_of_gate(&self.store, gate)
+        let ids = record::waits_of_gate(&self.records, gate)
             .await
             .map_err(store_err)?;
         let mut open = Vec::with_capacity(ids.len());
         for id in ids {
-            let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(id))
+            let Some(posted) = record::get::<Posted>(&self.records, &record::msg_key(id))
                 .await
                 .map_err(store_err)?
             else {
@@ -675,7 +717,7 @@ impl SlackSink {
                 rollback_gate: None,
             };
             record::put(
-                &self.store,
+                &self.records,
                 &record::decision_key(id),
                 &decision,
                 self.now(),
@@ -702,11 +744,11 @@ impl SlackSink {
         text: &str,
         channel: Option<&str>,
     ) -> Result<(), SendError> {
-        let wait = record::latest_of_canary(&self.store, canary)
+        let wait = record::latest_of_canary(&self.records, canary)
             .await
             .map_err(store_err)?;
         let posted = match wait {
-            Some(id) => record::get::<Posted>(&self.store, &record::msg_key(id))
+            Some(id) => record::get::<Posted>(&self.records, &record::msg_key(id))
                 .await
                 .map_err(store_err)?,
             None => None,
@@ -735,13 +777,13 @@ impl SlackSink {
         checksum: &str,
         at: Millis,
     ) -> Result<(), SendError> {
-        let Some(wait_id) = record::latest_of_canary(&self.store, canary)
+        let Some(wait_id) = record::latest_of_canary(&self.records, canary)
             .await
             .map_err(store_err)?
         else {
             return Ok(());
         };
-        let Some(posted) = record::get::<Posted>(&self.store, &record::msg_key(wait_id))
+        let Some(posted) = record::get::<Posted>(&self.records, &record::msg_key(wait_id))
             .await
             .map_err(store_err)?
         else {
@@ -766,7 +808,7 @@ impl SlackSink {
                 message: message.to_string(),
                 at,
             };
-            record::put(&self.store, &key, &fin, self.now())
+            record::put(&self.records, &key, &fin, self.now())
                 .await
                 .map_err(store_err)?;
             self.refresh(wait_id).await?;

@@ -46,6 +46,7 @@ pub use checks::CheckRunRow;
 pub use deployments::DeploymentRow;
 pub use gate_events::{GateEvent, GateEvents, LISTENER_APPLICATION_NAME};
 pub use named::{Link, NamedGate, NamedSpec};
+pub use notify::WaitBrief;
 pub use origins::CanaryTie;
 pub use pages::CanarySeen;
 pub use protection::ProtectionRequest;

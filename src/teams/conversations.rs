@@ -50,19 +50,19 @@ pub async fn update(state: &AppState, activity: &Activity) -> Result<(), Reject>
             "the activity names no conversation",
         ));
     }
-    let store = &state.store;
+    let records = &state.records;
     match change(activity) {
         Change::Other => Ok(()),
         Change::Removed => {
             tracing::info!(conversation = %id, "the bot was removed from a Teams conversation");
-            store
+            records
                 .forget_teams_conversation(id)
                 .await
                 .map_err(|e| Reject::unavailable(e.to_string()))
         }
         Change::Added => {
             let reference = reference(activity);
-            let kept = store
+            let kept = records
                 .remember_teams_conversation(&reference, state.clock.now_ms(), MAX_CONVERSATIONS)
                 .await
                 .map_err(|e| Reject::unavailable(e.to_string()))?;

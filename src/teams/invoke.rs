@@ -27,7 +27,7 @@ use crate::gate::{Actor, DeliveryId, GateKey, Phase, Source};
 use crate::http::error::{Reject, Rejected};
 use crate::http::receipts::Receipts;
 use crate::notify::SendError;
-use crate::store::{Store, WaitRow};
+use crate::store::WaitRow;
 
 use super::answers::{
     answer as answer_of, name_of, person_of, send_error, TeamsAuthorizer, TeamsDenied,
@@ -113,9 +113,9 @@ pub async fn respond(
     }) {
         return Ok(answer(MESSAGE, json!(refusal)));
     }
-    let posted = state.store.teams_card(click.wait_id).await?;
+    let posted = state.records.teams_card(click.wait_id).await?;
     let view = sink::view(
-        &state.store,
+        &state.records,
         &state.evidence,
         click.wait_id,
         posted.as_ref(),
@@ -149,7 +149,7 @@ async fn applied(
         let woken = state.delivery_applied.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
-        let done = state.store.audit_of_delivery(delivery.as_str()).await?;
+        let done = state.records.audit_of_delivery(delivery.as_str()).await?;
         if !done.is_empty() || tokio::time::Instant::now() >= deadline {
             return Ok(done);
         }
@@ -171,10 +171,10 @@ pub async fn apply(
     let data = &activity.value.action.data;
     let key = sink::parse_gate(&data.gate)
         .ok_or_else(|| SendError::Permanent("a stored click names no gate".into()))?;
-    let store_err = |e: crate::store::StoreError| SendError::retry(format!("store: {e}"));
-    let wait = state.store.wait(click.wait_id).await.map_err(store_err)?;
+    let store_err = |e: crate::store::StoreError| SendError::retry(format!("records: {e}"));
+    let wait = state.records.wait(click.wait_id).await.map_err(store_err)?;
     let posted = state
-        .store
+        .records
         .teams_card(click.wait_id)
         .await
         .map_err(store_err)?;
@@ -197,8 +197,7 @@ pub async fn apply(
         .map_err(send_error)?;
     if let Outcome::Applied(applied) = &outcome {
         if click.verb != HOLD && !applied.counted_only() {
-            let now = unit.now();
-            Store::decide_teams_card(unit.tx(), click.wait_id, click.verb, name, now)
+            unit.decide_teams_card(click.wait_id, click.verb, name)
                 .await
                 .map_err(store_err)?;
         }

@@ -52,10 +52,7 @@ pub fn inbox_handlers(
     }
     let handler = inbox::TeamsInbox {
         state: state.clone(),
-        authors: PrAuthors {
-            store: state.store.clone(),
-            lookup: authors,
-        },
+        authors: PrAuthors::new(state.records.clone(), authors),
         replies: state.config.teams.app_password().is_some(),
     };
     HashMap::from([("teams".to_string(), Arc::new(handler) as Arc<dyn Handler>)])
@@ -64,12 +61,12 @@ pub fn inbox_handlers(
 /// The `teams` sink, when the bot may post (an app id and its password) or
 /// a Workflows webhook is set.
 pub fn sinks(
-    base: &crate::notify::SinkBase<'_>,
+    base: &crate::core::SinkBase<'_>,
     evidence: &Arc<crate::evidence::Evidence>,
 ) -> Vec<Arc<dyn Sink>> {
-    let crate::notify::SinkBase {
+    let crate::core::SinkBase {
         config,
-        store,
+        records,
         clock,
         metrics,
         ..
@@ -96,7 +93,7 @@ pub fn sinks(
     vec![Arc::new(sink::TeamsSink {
         connector,
         workflow,
-        store: store.clone(),
+        records: records.clone(),
         clock: clock.clone(),
         channel: teams.channel().map(str::to_string),
         links,

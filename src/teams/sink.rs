@@ -13,10 +13,11 @@ use serde_json::{json, Value};
 use super::card::{self, CardView, Links, Offer, Status};
 use super::client::{Connector, Workflow};
 use crate::clock::SharedClock;
+use crate::core::Records;
 use crate::evidence::Evidence;
 use crate::gate::{AuditAction, GateKey, GateStatus, Millis};
 use crate::notify::{encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
-use crate::store::{NewJob, QueueItem, Store, TeamsCard};
+use crate::store::{NewJob, QueueItem, TeamsCard};
 
 pub const NAME: &str = "teams";
 const REPLY: &str = "reply";
@@ -108,7 +109,7 @@ pub struct TeamsSink {
     pub connector: Option<Arc<Connector>>,
     /// GATEBOT_TEAMS_WORKFLOW_URL's poster.
     pub workflow: Option<Workflow>,
-    pub store: Store,
+    pub records: Records,
     pub clock: SharedClock,
     /// GATEBOT_TEAMS_CHANNEL: the conversation that gets the cards.
     pub channel: Option<String>,
@@ -252,7 +253,7 @@ impl Handler for TeamsSink {
 }
 
 fn store_err(e: crate::store::StoreError) -> SendError {
-    SendError::retry(format!("store: {e}"))
+    SendError::retry(format!("records: {e}"))
 }
 
 /// A card as the connector takes it: a message with one attachment.
@@ -293,7 +294,7 @@ impl TeamsSink {
             CardJob::Workflow { wait_id } => self.workflow(wait_id).await,
             CardJob::Refresh { wait_id } => self.refresh(wait_id).await,
             CardJob::Ended { wait_id, outcome } => {
-                self.store
+                self.records
                     .end_teams_card(wait_id, &outcome)
                     .await
                     .map_err(store_err)?;
@@ -301,7 +302,7 @@ impl TeamsSink {
             }
             CardJob::Gate { gate } => {
                 let waits = self
-                    .store
+                    .records
                     .teams_cards_of_gate(&gate, GATE_CARDS)
                     .await
                     .map_err(store_err)?;
@@ -315,11 +316,11 @@ impl TeamsSink {
                 kind,
                 message,
             } => {
-                let found = self.store.latest_teams_card_of_canary(&canary).await;
+                let found = self.records.latest_teams_card_of_canary(&canary).await;
                 let Some(wait_id) = found.map_err(store_err)? else {
                     return Ok(());
                 };
-                self.store
+                self.records
                     .finish_teams_card(wait_id, &kind, &message)
                     .await
                     .map_err(store_err)?;
@@ -362,9 +363,9 @@ impl TeamsSink {
         if self.connector.is_none() {
             return Ok(());
         }
-        let latest = self.store.latest_teams_card_of_canary(canary).await;
+        let latest = self.records.latest_teams_card_of_canary(canary).await;
         let card = match latest.map_err(store_err)? {
-            Some(wait_id) => self.store.teams_card(wait_id).await.map_err(store_err)?,
+            Some(wait_id) => self.records.teams_card(wait_id).await.map_err(store_err)?,
             None => None,
         };
         if let Some(card) = card {
@@ -378,7 +379,7 @@ impl TeamsSink {
         let Some(conversation) = conversation else {
             return Ok(());
         };
-        let found = self.store.teams_conversation(conversation).await;
+        let found = self.records.teams_conversation(conversation).await;
         let Some(reference) = found.map_err(store_err)? else {
             return Err(SendError::Permanent(format!(
                 "the bot was never added to the Teams conversation {conversation}: install the app there (docs/teams.md)"
@@ -393,7 +394,7 @@ impl TeamsSink {
     /// Posts the wait's card once, and keeps the activity id it got.
     async fn post(&self, wait_id: i64, conversation: &str) -> Result<(), SendError> {
         if self
-            .store
+            .records
             .teams_card(wait_id)
             .await
             .map_err(store_err)?
@@ -402,7 +403,7 @@ impl TeamsSink {
             return Ok(());
         }
         let Some(reference) = self
-            .store
+            .records
             .teams_conversation(conversation)
             .await
             .map_err(store_err)?
@@ -430,7 +431,7 @@ impl TeamsSink {
             outcome: None,
             final_state: None,
         };
-        self.store
+        self.records
             .remember_teams_card(&posted, self.clock.now_ms())
             .await
             .map_err(store_err)
@@ -439,7 +440,7 @@ impl TeamsSink {
     /// Rewrites a posted card (no-op until it is posted: the post renders
     /// the latest state).
     async fn refresh(&self, wait_id: i64) -> Result<(), SendError> {
-        let Some(posted) = self.store.teams_card(wait_id).await.map_err(store_err)? else {
+        let Some(posted) = self.records.teams_card(wait_id).await.map_err(store_err)? else {
             return Ok(());
         };
         let Some(view) = self.view(wait_id, Some(&posted)).await? else {
@@ -474,7 +475,7 @@ impl TeamsSink {
         posted: Option<&TeamsCard>,
     ) -> Result<Option<CardView>, SendError> {
         view(
-            &self.store,
+            &self.records,
             &self.evidence,
             wait_id,
             posted,
@@ -487,16 +488,16 @@ impl TeamsSink {
 /// What a wait's card shows now, from the store: the wait, its gate, and
 /// what the card itself recorded. None when the wait is gone.
 pub async fn view(
-    store: &Store,
+    records: &Records,
     evidence: &Evidence,
     wait_id: i64,
     posted: Option<&TeamsCard>,
     now: Millis,
 ) -> Result<Option<CardView>, SendError> {
-    let Some(wait) = store.wait(wait_id).await.map_err(store_err)? else {
+    let Some(wait) = records.wait(wait_id).await.map_err(store_err)? else {
         return Ok(None);
     };
-    let gate = store.load_gate(&wait.gate).await.map_err(store_err)?;
+    let gate = records.load_gate(&wait.gate).await.map_err(store_err)?;
     let gate_status = gate.map(|g| g.status);
     let approvals = match &gate_status {
         Some(GateStatus::Approving(t)) => Some(t.summary()),
@@ -507,7 +508,7 @@ pub async fn view(
     let open = status.as_ref().is_none_or(|(_, open)| *open);
     let metadata = crate::evidence::strings(&wait.metadata);
     let progress = match &wait.canary {
-        Some(c) => store
+        Some(c) => records
             .canary_progress(c)
             .await
             .map_err(store_err)?

@@ -326,7 +326,7 @@ pub async fn callback(
         return Err(Problem::bad_request("GitHub sent no code"));
     };
     let state_hash = hex::encode(sha256(&expected));
-    if state.store.oauth_state_used(&state_hash).await? {
+    if state.records.oauth_state_used(&state_hash).await? {
         return Err(Problem::forbidden(STATE_USED));
     }
     let login = oauth
@@ -341,7 +341,11 @@ pub async fn callback(
     // Marked used only once GitHub named someone, so that the table grows
     // with real sign-ins, not with whoever calls this route; two replays at
     // once still get one session between them.
-    if !state.store.use_oauth_state(&state_hash, until, now).await? {
+    if !state
+        .records
+        .use_oauth_state(&state_hash, until, now)
+        .await?
+    {
         return Err(Problem::forbidden(STATE_USED));
     }
     Ok(signed_in(&state, &viewer, &login, Via::Github, None))
@@ -367,7 +371,7 @@ pub async fn signout(
         super::actions::check_csrf(s, &form.csrf)?;
         if let Some(id) = &s.id {
             state
-                .store
+                .records
                 .revoke_session(id, s.expires, state.clock.now_ms())
                 .await
                 .map_err(|e| {

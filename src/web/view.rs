@@ -57,7 +57,7 @@ async fn signed_out(state: &AppState, session: &Session) -> Result<bool, Problem
     let Some(id) = &session.id else {
         return Ok(false);
     };
-    state.store.session_revoked(id).await.map_err(|e| {
+    state.records.session_revoked(id).await.map_err(|e| {
         tracing::warn!(error = %e, "cannot check whether a session was signed out");
         Problem::unavailable("gatebot cannot check your sign-in right now: reload in a moment")
     })
