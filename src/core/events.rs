@@ -26,15 +26,7 @@ impl Engine {
             flagger_at,
             metadata: serde_json::to_string(&input.metadata).unwrap_or_else(|_| "{}".into()),
         };
-        let mut gates = self.store.gates_of_canary(canary).await?;
-        if let Some(pr) = self.pr_from_metadata(&input.metadata) {
-            for kind in [GateKind::Start, GateKind::Promote] {
-                let key = GateKey::new(kind, pr.clone());
-                if !gates.contains(&key) {
-                    gates.push(key);
-                }
-            }
-        }
+        let gates = self.gates_told(canary, input).await?;
         let mut tx = self.store.begin().await?;
         Store::insert_event(&mut tx, &row).await?;
         let mut notices = Vec::new();
@@ -55,20 +47,8 @@ impl Engine {
             });
         }
         if kind.is_final() {
-            let outcome = kind.as_str();
-            let keys: HashSet<&GateKey> = gates.iter().collect();
-            for key in keys {
-                if let Some(id) = Store::end_wait(&mut tx, key, canary, outcome, now).await? {
-                    notices.push(Notice::WaitEnded {
-                        wait_id: id,
-                        gate: key.clone(),
-                        canary: Some(canary.clone()),
-                        outcome: outcome.to_string(),
-                        at: now,
-                    });
-                    self.memory().end_wait(key, canary);
-                }
-            }
+            let ended = self.end_waits_in(&mut tx, &gates, canary, kind.as_str(), now);
+            notices.extend(ended.await?);
         }
         if kind.is_milestone() {
             notices.push(Notice::CanaryEvent {
@@ -93,6 +73,51 @@ impl Engine {
             })
             .inc();
         Ok(kind)
+    }
+
+    /// The gates an event of `canary` is told at: those it was seen at, and
+    /// its PR's start and promote gates when its metadata names a PR.
+    async fn gates_told(
+        &self,
+        canary: &CanaryRef,
+        input: &CheckInput,
+    ) -> Result<Vec<GateKey>, CommandError> {
+        let mut gates = self.store.gates_of_canary(canary).await?;
+        if let Some(pr) = self.pr_from_metadata(&input.metadata) {
+            for kind in [GateKind::Start, GateKind::Promote] {
+                let key = GateKey::new(kind, pr.clone());
+                if !gates.contains(&key) {
+                    gates.push(key);
+                }
+            }
+        }
+        Ok(gates)
+    }
+
+    /// Ends the canary's waits at `gates` (its rollout is over), each said once.
+    async fn end_waits_in(
+        &self,
+        tx: &mut WriteTx<'_>,
+        gates: &[GateKey],
+        canary: &CanaryRef,
+        outcome: &str,
+        now: Millis,
+    ) -> Result<Vec<Notice>, CommandError> {
+        let mut notices = Vec::new();
+        let keys: HashSet<&GateKey> = gates.iter().collect();
+        for key in keys {
+            if let Some(id) = Store::end_wait(tx, key, canary, outcome, now).await? {
+                notices.push(Notice::WaitEnded {
+                    wait_id: id,
+                    gate: key.clone(),
+                    canary: Some(canary.clone()),
+                    outcome: outcome.to_string(),
+                    at: now,
+                });
+                self.memory().end_wait(key, canary);
+            }
+        }
+        Ok(notices)
     }
 
     /// Folds the event into the canary's stored progress, in the event's

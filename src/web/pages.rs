@@ -212,28 +212,6 @@ async fn show_gate(state: AppState, viewer: Viewer, path: &str) -> Result<Respon
     };
     let mut permits = Permits::new(&state, &viewer);
     let buttons = permits.buttons(&detail.gate).await;
-    let canaries: Vec<_> = detail
-        .observations
-        .iter()
-        .map(|o| {
-            json!({
-                "canary": o.canary.to_string(), "revision": o.checksum, "phase": o.phase,
-                "answer": o.answer, "reason": o.reason, "last_seen": when(o.last_seen, now),
-                "waiting": o.wait_id.is_some(),
-            })
-        })
-        .collect();
-    let waits: Vec<_> = detail
-        .waits
-        .iter()
-        .map(|w| {
-            json!({
-                "canary": w.canary.as_ref().map(ToString::to_string), "revision": w.checksum,
-                "phase": w.phase, "started": when(w.started_at, now),
-                "ended": w.ended_at.map(|t| when(t, now)), "outcome": w.outcome,
-            })
-        })
-        .collect();
     let audit: Vec<_> = detail
         .audit
         .iter()
@@ -260,10 +238,41 @@ async fn show_gate(state: AppState, viewer: Viewer, path: &str) -> Result<Respon
                 "since": when(w.started_at, now), "progress": progress,
                 "evidence": evidence, "charts": charts,
             })),
-            "canaries": canaries, "waits": waits, "audit": audit,
+            "canaries": canary_rows(&detail, now), "waits": wait_rows(&detail, now),
+            "audit": audit,
             "timeline": timeline(&state, &names, now).await?,
         }),
     )
+}
+
+/// The gate's canaries, as the page's table shows them.
+fn canary_rows(detail: &crate::core::GateDetail, now: Millis) -> Vec<serde_json::Value> {
+    detail
+        .observations
+        .iter()
+        .map(|o| {
+            json!({
+                "canary": o.canary.to_string(), "revision": o.checksum, "phase": o.phase,
+                "answer": o.answer, "reason": o.reason, "last_seen": when(o.last_seen, now),
+                "waiting": o.wait_id.is_some(),
+            })
+        })
+        .collect()
+}
+
+/// The gate's waits, newest first, as the page's table shows them.
+fn wait_rows(detail: &crate::core::GateDetail, now: Millis) -> Vec<serde_json::Value> {
+    detail
+        .waits
+        .iter()
+        .map(|w| {
+            json!({
+                "canary": w.canary.as_ref().map(ToString::to_string), "revision": w.checksum,
+                "phase": w.phase, "started": when(w.started_at, now),
+                "ended": w.ended_at.map(|t| when(t, now)), "outcome": w.outcome,
+            })
+        })
+        .collect()
 }
 
 pub async fn pull_request(
