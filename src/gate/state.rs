@@ -544,6 +544,11 @@ mod tests {
         slack: false,
     };
 
+    const BOTH: Channels = Channels {
+        github: true,
+        slack: true,
+    };
+
     const T0: Millis = 1_764_500_000_000;
 
     fn key(kind: GateKind) -> GateKey {
@@ -625,10 +630,7 @@ mod tests {
             &approving(vec![vote("alice", Some("85d557f47b"))]),
             &check("podinfo", "85d557f47b"),
             T0,
-            Channels {
-                github: true,
-                slack: true,
-            },
+            BOTH,
             &two(),
         )
         .reason;
@@ -645,11 +647,9 @@ mod tests {
         }
         let v = decide(&both, &check("podinfo", "r1"), T0);
         assert_eq!(v.answer, Answer::Open);
-        assert!(
-            v.reason
-                .starts_with("approved by alice via github and bob via slack at "),
-            "{}",
-            v.reason
+        starts(
+            &v.reason,
+            "approved by alice via github and bob via slack at ",
         );
         assert!(!v.forced);
     }
@@ -681,19 +681,13 @@ mod tests {
         };
         let v = ask(&tally, &dev, "d1");
         assert_eq!((v.answer, v.pin), (Answer::Open, true), "{}", v.reason);
-        assert!(
-            v.reason.starts_with("approved by alice via github at "),
-            "{}",
-            v.reason
-        );
+        starts(&v.reason, "approved by alice via github at ");
         assert!(v.reason.ends_with(" for revision d1"), "{}", v.reason);
         let v = ask(&tally, &prod, "p1");
         assert_eq!(v.answer, Answer::Closed);
-        assert!(
-            v.reason
-                .starts_with("waiting: 1 of 2 approvals: @alice for revision p1"),
-            "{}",
-            v.reason
+        starts(
+            &v.reason,
+            "waiting: 1 of 2 approvals: @alice for revision p1",
         );
         // Pinned: dev's next revision waits again.
         tally.pins.insert("dev/podinfo".into(), "d1".into());
@@ -735,11 +729,9 @@ mod tests {
             assert!(!v.pin);
         }
         let v = decide(&gate, &check("evil", "x"), T0);
-        assert!(
-            v.reason
-                .starts_with("not rolling back: the approval by alice is for test/podinfo only; "),
-            "{}",
-            v.reason
+        starts(
+            &v.reason,
+            "not rolling back: the approval by alice is for test/podinfo only; ",
         );
     }
 
@@ -773,75 +765,66 @@ mod tests {
         assert_eq!(v.reason, "waiting: comment /promote on acme/shop#42");
     }
 
+    /// Asserts that `reason` starts with `start`, showing it when not.
+    fn starts(reason: &str, start: &str) {
+        assert!(reason.starts_with(start), "{reason}");
+    }
+
+    /// The reason a closed gate of `kind` gives on a server with `channels`.
+    fn closed_reason(kind: GateKind, channels: Channels) -> String {
+        super::decide(
+            &Gate::closed(key(kind)),
+            &check("podinfo", "r1"),
+            T0,
+            channels,
+            &[],
+        )
+        .reason
+    }
+
     /// A closed answer names only the ways this server offers.
     #[test]
     fn closed_gate_names_only_configured_channels() {
-        let closed = |kind, channels| {
-            super::decide(
-                &Gate::closed(key(kind)),
-                &check("podinfo", "r1"),
-                T0,
-                channels,
-                &[],
-            )
-            .reason
-        };
         let laptop = Channels::default();
-        let both = Channels {
-            github: true,
-            slack: true,
-        };
         let slack = Channels {
             github: false,
             slack: true,
         };
-        assert_eq!(
-            closed(GateKind::Promote, laptop),
-            "waiting: run `gatebot gates open /gates/promote/acme/shop/pr/42`"
-        );
-        assert_eq!(
-            closed(GateKind::Promote, both),
-            "waiting: comment /promote on acme/shop#42 or approve in Slack"
-        );
-        assert_eq!(
-            closed(GateKind::Promote, slack),
-            "waiting: approve in Slack"
-        );
-        assert_eq!(
-            closed(GateKind::LegacyGate, laptop),
-            "waiting: POST /gate/open"
-        );
-        assert_eq!(
-            closed(GateKind::LegacyGate, slack),
-            "waiting: approve in Slack or POST /gate/open"
-        );
+        let table = [
+            (
+                GateKind::Promote,
+                laptop,
+                "waiting: run `gatebot gates open /gates/promote/acme/shop/pr/42`",
+            ),
+            (
+                GateKind::Promote,
+                BOTH,
+                "waiting: comment /promote on acme/shop#42 or approve in Slack",
+            ),
+            (GateKind::Promote, slack, "waiting: approve in Slack"),
+            (GateKind::LegacyGate, laptop, "waiting: POST /gate/open"),
+            (
+                GateKind::LegacyGate,
+                slack,
+                "waiting: approve in Slack or POST /gate/open",
+            ),
+        ];
+        for (kind, channels, reason) in table {
+            assert_eq!(closed_reason(kind, channels), reason);
+        }
     }
 
     /// Closed is a rollback gate's normal state: nobody is waiting at it.
     #[test]
     fn closed_rollback_gate_is_not_rolling_back() {
-        let reason = |kind, channels| {
-            super::decide(
-                &Gate::closed(key(kind)),
-                &check("podinfo", "r1"),
-                T0,
-                channels,
-                &[],
-            )
-            .reason
-        };
-        assert_eq!(
-            reason(GateKind::Rollback, GITHUB),
-            "not rolling back: comment /rollback on acme/shop#42 to roll back"
-        );
-        assert_eq!(
-            reason(GateKind::Rollback, Channels::default()),
-            "not rolling back: run `gatebot gates open /gates/rollback/acme/shop/pr/42` to roll back"
-        );
-        assert_eq!(
-            reason(GateKind::LegacyRollback, Channels::default()),
-            "not rolling back: POST /rollback/open to roll back"
-        );
+        let table = [
+            (GateKind::Rollback, GITHUB, "not rolling back: comment /rollback on acme/shop#42 to roll back"),
+            (GateKind::Rollback, Channels::default(), "not rolling back: run `gatebot gates open /gates/rollback/acme/shop/pr/42` to roll back"),
+            (GateKind::LegacyRollback, Channels::default(), "not rolling back: POST /rollback/open to roll back"),
+        ];
+        for (kind, channels, reason) in table {
+            assert_eq!(closed_reason(kind, channels), reason);
+        }
     }
 
     /// Where README.md and docs/ quote an answer, the quote is what gatebot says.
@@ -855,10 +838,7 @@ mod tests {
         if let GateStatus::Open(a) = &mut approved.status {
             a.change.at = at;
         }
-        let both = Channels {
-            github: true,
-            slack: true,
-        };
+        let both = BOTH;
         let say = |gate: &Gate, checksum, channels| {
             super::decide(gate, &check("podinfo", checksum), at, channels, &[]).reason
         };
@@ -897,12 +877,7 @@ mod tests {
         );
         assert_eq!(v.answer, Answer::Open);
         assert!(v.pin);
-        assert!(
-            v.reason
-                .starts_with("approved by alice via github at 2025-"),
-            "{}",
-            v.reason
-        );
+        starts(&v.reason, "approved by alice via github at 2025-");
     }
 
     #[test]
