@@ -150,45 +150,55 @@ pub mod as_text {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
+    /// A type kept as its text: it writes and parses it, and says why not.
+    pub trait Text: Display + FromStr<Err: Display> {}
+
+    impl<T: Display + FromStr<Err: Display>> Text for T {}
+
     pub fn serialize<T: Display, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(value)
     }
 
-    pub fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
-    where
-        T: FromStr,
-        T::Err: Display,
-        D: Deserializer<'de>,
-    {
-        let text = String::deserialize(d)?;
-        text.parse().map_err(serde::de::Error::custom)
+    pub fn deserialize<'de, T: Text, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+        parse(String::deserialize(d)?)
+    }
+
+    fn parse<T: Text, E: serde::de::Error>(text: String) -> Result<T, E> {
+        text.parse().map_err(E::custom)
+    }
+
+    /// An optional value's text, or what `absent` writes when there is none.
+    fn serialize_or<T: Display, S: Serializer>(
+        value: &Option<T>,
+        s: S,
+        absent: impl FnOnce(S) -> Result<S::Ok, S::Error>,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(v) => s.collect_str(v),
+            None => absent(s),
+        }
     }
 
     /// The same for an optional field (`null` when absent).
     pub mod option {
         use std::fmt::Display;
-        use std::str::FromStr;
 
         use serde::{Deserialize, Deserializer, Serializer};
+
+        use super::Text;
 
         pub fn serialize<T: Display, S: Serializer>(
             value: &Option<T>,
             s: S,
         ) -> Result<S::Ok, S::Error> {
-            match value {
-                Some(v) => s.collect_str(v),
-                None => s.serialize_none(),
-            }
+            super::serialize_or(value, s, S::serialize_none)
         }
 
-        pub fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
-        where
-            T: FromStr,
-            T::Err: Display,
-            D: Deserializer<'de>,
-        {
+        pub fn deserialize<'de, T: Text, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<T>, D::Error> {
             Option::<String>::deserialize(d)?
-                .map(|text| text.parse().map_err(serde::de::Error::custom))
+                .map(super::parse)
                 .transpose()
         }
     }
@@ -197,31 +207,26 @@ pub mod as_text {
     /// a named gate has no canary; the field was a plain string before).
     pub mod or_empty {
         use std::fmt::Display;
-        use std::str::FromStr;
 
         use serde::{Deserialize, Deserializer, Serializer};
+
+        use super::Text;
 
         pub fn serialize<T: Display, S: Serializer>(
             value: &Option<T>,
             s: S,
         ) -> Result<S::Ok, S::Error> {
-            match value {
-                Some(v) => s.collect_str(v),
-                None => s.serialize_str(""),
-            }
+            super::serialize_or(value, s, |s| s.serialize_str(""))
         }
 
-        pub fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
-        where
-            T: FromStr,
-            T::Err: Display,
-            D: Deserializer<'de>,
-        {
+        pub fn deserialize<'de, T: Text, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<T>, D::Error> {
             let text = String::deserialize(d)?;
-            if text.is_empty() {
-                return Ok(None);
-            }
-            text.parse().map(Some).map_err(serde::de::Error::custom)
+            Some(text)
+                .filter(|t| !t.is_empty())
+                .map(super::parse)
+                .transpose()
         }
     }
 }
