@@ -277,8 +277,7 @@ impl Store {
         owner: &str,
         now: Millis,
     ) -> Result<bool> {
-        self.settle(queue, id, owner, "done", now, None, Some(now))
-            .await
+        self.settle(queue, id, owner, Settled::Done(now)).await
     }
 
     /// Puts a claimed item back, to be tried at `next_at`.
@@ -290,7 +289,7 @@ impl Store {
         next_at: Millis,
         error: &str,
     ) -> Result<bool> {
-        self.settle(queue, id, owner, "pending", next_at, Some(error), None)
+        self.settle(queue, id, owner, Settled::Retry { next_at, error })
             .await
     }
 
@@ -303,7 +302,7 @@ impl Store {
         now: Millis,
         error: &str,
     ) -> Result<bool> {
-        self.settle(queue, id, owner, "failed", now, Some(error), Some(now))
+        self.settle(queue, id, owner, Settled::Failed { now, error })
             .await
     }
 
@@ -318,8 +317,7 @@ impl Store {
         let mut tx = self.begin().await?;
         let mut settled = Vec::with_capacity(items.len());
         for (id, now) in items {
-            settled
-                .push(settle_in(&mut tx, queue, id, owner, "done", *now, None, Some(*now)).await?);
+            settled.push(settle_in(&mut tx, queue, id, owner, Settled::Done(*now)).await?);
         }
         tx.commit().await?;
         Ok(settled)
@@ -335,22 +333,18 @@ impl Store {
         owner: &str,
         now: Millis,
     ) -> Result<bool> {
-        settle_in(tx, queue, id, owner, "done", now, None, Some(now)).await
+        settle_in(tx, queue, id, owner, Settled::Done(now)).await
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn settle(
         &self,
         queue: QueueName,
         id: &str,
         owner: &str,
-        state: &str,
-        next_at: Millis,
-        error: Option<&str>,
-        done_at: Option<Millis>,
+        how: Settled<'_>,
     ) -> Result<bool> {
         let mut tx = self.begin().await?;
-        let done = settle_in(&mut tx, queue, id, owner, state, next_at, error, done_at).await?;
+        let done = settle_in(&mut tx, queue, id, owner, how).await?;
         tx.commit().await?;
         Ok(done)
     }
@@ -449,18 +443,37 @@ impl Store {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// How a claimed item leaves its lease.
+#[derive(Clone, Copy)]
+enum Settled<'a> {
+    /// Done at that time.
+    Done(Millis),
+    /// Pending again, to be tried at `next_at`.
+    Retry { next_at: Millis, error: &'a str },
+    /// Given up on for good.
+    Failed { now: Millis, error: &'a str },
+}
+
+impl<'a> Settled<'a> {
+    /// The item's state, when it is next due, its error and when it was done.
+    fn columns(self) -> (&'static str, Millis, Option<&'a str>, Option<Millis>) {
+        match self {
+            Self::Done(now) => ("done", now, None, Some(now)),
+            Self::Retry { next_at, error } => ("pending", next_at, Some(error), None),
+            Self::Failed { now, error } => ("failed", now, Some(error), Some(now)),
+        }
+    }
+}
+
 async fn settle_in(
     tx: &mut WriteTx<'_>,
     queue: QueueName,
     id: &str,
     owner: &str,
-    state: &str,
-    next_at: Millis,
-    error: Option<&str>,
-    done_at: Option<Millis>,
+    how: Settled<'_>,
 ) -> Result<bool> {
     tx.serves(queue);
+    let (state, next_at, error, done_at) = how.columns();
     let sql = format!(
         "UPDATE {} SET state = $3, next_attempt_at = $4, last_error = COALESCE($5, last_error), \
          done_at = $6, lease_until = NULL, lease_owner = NULL WHERE id = $1 AND lease_owner = $2",
