@@ -346,13 +346,9 @@ impl GithubClient {
         repo: &RepoName,
         user: &str,
     ) -> Result<Option<Permission>, ApiError> {
-        let auth = self.bearer(Some(repo)).await?;
-        let path = repo_path(
-            repo,
-            &format!("/collaborators/{}/permission", segment(user)),
-        );
+        let rest = format!("/collaborators/{}/permission", segment(user));
         match self
-            .read::<PermissionAnswer>("permission", &auth, &path)
+            .read_repo::<PermissionAnswer>("permission", repo, &rest)
             .await
         {
             Ok(a) => Ok(parse_permission(&a.permission, a.role_name.as_deref())),
@@ -387,9 +383,8 @@ impl GithubClient {
     }
 
     pub async fn pull(&self, repo: &RepoName, number: PrNumber) -> Result<PullInfo, ApiError> {
-        let auth = self.bearer(Some(repo)).await?;
-        let path = repo_path(repo, &format!("/pulls/{}", number.0));
-        self.read("pull", &auth, &path).await
+        let rest = format!("/pulls/{}", number.0);
+        self.read_repo("pull", repo, &rest).await
     }
 
     /// The pull requests that contain `sha`, as GitHub lists them
@@ -399,14 +394,8 @@ impl GithubClient {
         repo: &RepoName,
         sha: &str,
     ) -> Result<Vec<CommitPull>, ApiError> {
-        let auth = self.bearer(Some(repo)).await?;
-        let path = format!(
-            "/repos/{}/{}/commits/{}/pulls",
-            repo.owner(),
-            repo.name(),
-            segment(sha)
-        );
-        self.read("commit_pulls", &auth, &path).await
+        let rest = format!("/commits/{}/pulls", segment(sha));
+        self.read_repo("commit_pulls", repo, &rest).await
     }
 
     /// The login gatebot comments as (`name[bot]` for an App).
@@ -447,10 +436,7 @@ impl GithubClient {
     ) -> Result<u64, ApiError> {
         let rest = format!("/issues/{}/comments", number.0);
         let body = json!({ "body": body });
-        let text = self
-            .write("create_comment", repo, Method::POST, &rest, body)
-            .await?;
-        decode::<IdAnswer>(&text).map(|a| a.id)
+        self.create("create_comment", repo, &rest, body).await
     }
 
     pub async fn edit_comment(&self, repo: &RepoName, id: u64, body: &str) -> Result<(), ApiError> {
@@ -463,23 +449,13 @@ impl GithubClient {
 
     /// Creates a check run (`body` as GitHub's API takes it); its id.
     pub async fn create_check_run(&self, repo: &RepoName, body: Value) -> Result<u64, ApiError> {
-        let text = self
-            .write("create_check_run", repo, Method::POST, "/check-runs", body)
-            .await?;
-        decode::<IdAnswer>(&text).map(|a| a.id)
+        self.create("create_check_run", repo, "/check-runs", body)
+            .await
     }
 
     pub async fn create_deployment(&self, repo: &RepoName, body: Value) -> Result<u64, ApiError> {
-        let text = self
-            .write(
-                "create_deployment",
-                repo,
-                Method::POST,
-                "/deployments",
-                body,
-            )
-            .await?;
-        decode::<IdAnswer>(&text).map(|a| a.id)
+        self.create("create_deployment", repo, "/deployments", body)
+            .await
     }
 
     /// The deployments of `sha` to `environment` (newest first, as GitHub
@@ -496,14 +472,13 @@ impl GithubClient {
             #[serde(default)]
             payload: Value,
         }
-        let auth = self.bearer(Some(repo)).await?;
         let query = form_urlencoded::Serializer::new(String::new())
             .append_pair("sha", sha)
             .append_pair("environment", environment)
             .append_pair("per_page", "100")
             .finish();
-        let path = repo_path(repo, &format!("/deployments?{query}"));
-        let listed: Vec<Listed> = self.read("list_deployments", &auth, &path).await?;
+        let rest = format!("/deployments?{query}");
+        let listed: Vec<Listed> = self.read_repo("list_deployments", repo, &rest).await?;
         Ok(listed.into_iter().map(|d| (d.id, d.payload)).collect())
     }
 
@@ -561,13 +536,12 @@ impl GithubClient {
         marker: &str,
         since: Option<Millis>,
     ) -> Result<Option<u64>, ApiError> {
-        let auth = self.bearer(Some(repo)).await?;
-        let mut path = repo_path(repo, &format!("/issues/{}/comments?per_page=100", number.0));
+        let mut rest = format!("/issues/{}/comments?per_page=100", number.0);
         if let Some(ms) = since {
             let at = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
-            path.push_str(&format!("&since={}", humantime::format_rfc3339_seconds(at)));
+            rest.push_str(&format!("&since={}", humantime::format_rfc3339_seconds(at)));
         }
-        let comments: Vec<CommentAnswer> = self.read("find_comment", &auth, &path).await?;
+        let comments: Vec<CommentAnswer> = self.read_repo("find_comment", repo, &rest).await?;
         Ok(comments
             .into_iter()
             .find(|c| c.body.as_deref().is_some_and(|b| b.contains(marker)))
@@ -611,8 +585,29 @@ impl GithubClient {
         decode(&text)
     }
 
-    /// One call: the body of a successful answer, or the classified failure.
-    /// Counted and timed under `endpoint`, whatever its result.
+    /// Reads `rest` of the repository's API, with its token.
+    async fn read_repo<T: DeserializeOwned>(
+        &self,
+        endpoint: &'static str,
+        repo: &RepoName,
+        rest: &str,
+    ) -> Result<T, ApiError> {
+        let auth = self.bearer(Some(repo)).await?;
+        self.read(endpoint, &auth, &repo_path(repo, rest)).await
+    }
+
+    /// `write` that creates something (a comment, a check run): its id.
+    async fn create(
+        &self,
+        endpoint: &'static str,
+        repo: &RepoName,
+        rest: &str,
+        body: Value,
+    ) -> Result<u64, ApiError> {
+        let text = self.write(endpoint, repo, Method::POST, rest, body).await?;
+        decode::<IdAnswer>(&text).map(|a| a.id)
+    }
+
     /// Sends `body` to `rest` of the repository's API, with its token.
     async fn write(
         &self,
@@ -627,6 +622,8 @@ impl GithubClient {
         self.call(endpoint, &auth, method, &path, Some(&body)).await
     }
 
+    /// One call: the body of a successful answer, or the classified failure.
+    /// Counted and timed under `endpoint`, whatever its result.
     async fn call(
         &self,
         endpoint: &'static str,
