@@ -3,7 +3,9 @@
 
 use sqlx::Row;
 
-use super::{Result, Store, StoreError};
+use super::prs::about_pr;
+use super::rows::{id_in, signed};
+use super::{Result, Store};
 use crate::gate::{GateKey, GateKind, Millis, PrNumber, RepoName};
 
 /// A gate's check run as last sent.
@@ -15,19 +17,15 @@ pub struct CheckRunRow {
     pub digest: Option<String>,
 }
 
-fn signed(n: u64, what: &str) -> Result<i64> {
-    i64::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} {n} is out of range")))
-}
-
 impl Store {
     /// The PR's head commit, if GitHub has told it.
     pub async fn pr_head(&self, repo: &RepoName, number: PrNumber) -> Result<Option<String>> {
-        let row = sqlx::query("SELECT head_sha FROM pr_heads WHERE repo = $1 AND number = $2")
-            .bind(repo.to_string())
-            .bind(signed(number.0, "PR number")?)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.map(|r| r.try_get("head_sha")).transpose()?)
+        let query = about_pr(
+            "SELECT head_sha FROM pr_heads WHERE repo = $1 AND number = $2",
+            repo,
+            number,
+        )?;
+        self.first_value(query).await
     }
 
     /// Records the head pushed at `pushed_at` (GitHub's time). Deliveries come
@@ -39,19 +37,16 @@ impl Store {
         head_sha: &str,
         pushed_at: Millis,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query(
+        let query = about_pr(
             "INSERT INTO pr_heads (repo, number, head_sha, pushed_at) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (repo, number) DO UPDATE SET head_sha = excluded.head_sha, \
              pushed_at = excluded.pushed_at WHERE pr_heads.pushed_at < excluded.pushed_at",
-        )
-        .bind(repo.to_string())
-        .bind(signed(number.0, "PR number")?)
+            repo,
+            number,
+        )?
         .bind(head_sha.to_string())
-        .bind(pushed_at)
-        .execute(tx.conn())
-        .await?;
-        tx.commit().await
+        .bind(pushed_at);
+        self.execute_alone(query).await
     }
 
     pub async fn check_run(
@@ -60,24 +55,22 @@ impl Store {
         number: PrNumber,
         kind: GateKind,
     ) -> Result<Option<CheckRunRow>> {
-        let row = sqlx::query(
+        let row = about_pr(
             "SELECT head_sha, run_id, digest FROM check_runs WHERE repo = $1 AND number = $2 AND kind = $3",
-        )
-        .bind(repo.to_string())
-        .bind(signed(number.0, "PR number")?)
+            repo,
+            number,
+        )?
         .bind(kind.as_str())
         .fetch_optional(&self.pool)
         .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let id: i64 = row.try_get("run_id")?;
-        Ok(Some(CheckRunRow {
-            head_sha: row.try_get("head_sha")?,
-            run_id: u64::try_from(id)
-                .map_err(|_| StoreError::Corrupt(format!("check run id {id}")))?,
-            digest: row.try_get("digest")?,
-        }))
+        row.map(|row| {
+            Ok(CheckRunRow {
+                head_sha: row.try_get("head_sha")?,
+                run_id: id_in(&row, "run_id", "check run id")?,
+                digest: row.try_get("digest")?,
+            })
+        })
+        .transpose()
     }
 
     /// Claims the creation of a gate's check run for outbox job `job`, as
@@ -96,16 +89,16 @@ impl Store {
             return Ok(false);
         };
         let mut tx = self.begin().await?;
-        let row = sqlx::query(
+        let row = about_pr(
             "INSERT INTO check_runs (repo, number, kind, head_sha, run_id, digest, updated_at) \
              VALUES ($1, $2, $3, $4, 0, $5, $6) ON CONFLICT (repo, number, kind) DO UPDATE \
              SET head_sha = excluded.head_sha, updated_at = excluded.updated_at, digest = excluded.digest \
              WHERE check_runs.run_id = 0 \
              AND (check_runs.digest = excluded.digest OR check_runs.updated_at < $7) \
              RETURNING run_id",
-        )
-        .bind(repo.to_string())
-        .bind(signed(number.0, "PR number")?)
+            repo,
+            number,
+        )?
         .bind(key.kind.as_str())
         .bind(head_sha.to_string())
         .bind(format!("creating:{job}"))
@@ -126,23 +119,20 @@ impl Store {
         run: &CheckRunRow,
         now: Millis,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query(
+        let query = about_pr(
             "INSERT INTO check_runs (repo, number, kind, head_sha, run_id, digest, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (repo, number, kind) DO UPDATE SET \
              head_sha = excluded.head_sha, run_id = excluded.run_id, digest = excluded.digest, \
              updated_at = excluded.updated_at",
-        )
-        .bind(repo.to_string())
-        .bind(signed(number.0, "PR number")?)
+            repo,
+            number,
+        )?
         .bind(kind.as_str())
         .bind(run.head_sha.clone())
         .bind(signed(run.run_id, "check run id")?)
         .bind(run.digest.clone())
-        .bind(now)
-        .execute(tx.conn())
-        .await?;
-        tx.commit().await
+        .bind(now);
+        self.execute_alone(query).await
     }
 
     /// Forgets a gate's check run `run_id` (0: a claim to create it), unless
@@ -154,16 +144,13 @@ impl Store {
         kind: GateKind,
         run_id: u64,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query(
+        let query = about_pr(
             "DELETE FROM check_runs WHERE repo = $1 AND number = $2 AND kind = $3 AND run_id = $4",
-        )
-        .bind(repo.to_string())
-        .bind(signed(number.0, "PR number")?)
+            repo,
+            number,
+        )?
         .bind(kind.as_str())
-        .bind(signed(run_id, "check run id")?)
-        .execute(tx.conn())
-        .await?;
-        tx.commit().await
+        .bind(signed(run_id, "check run id")?);
+        self.execute_alone(query).await
     }
 }

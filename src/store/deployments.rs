@@ -3,7 +3,9 @@
 
 use sqlx::Row;
 
-use super::{Result, Store, StoreError};
+use super::prs::about_pr;
+use super::rows::{id_in, signed};
+use super::{Result, Store};
 use crate::gate::{PrNumber, RepoName};
 
 /// One revision's deployment as last sent.
@@ -16,10 +18,6 @@ pub struct DeploymentRow {
     pub state: String,
 }
 
-fn signed(n: u64, what: &str) -> Result<i64> {
-    i64::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} {n} is out of range")))
-}
-
 impl Store {
     /// The PR's deployments, in the order GitHub created them.
     pub async fn deployments_of(
@@ -27,22 +25,20 @@ impl Store {
         repo: &RepoName,
         number: PrNumber,
     ) -> Result<Vec<DeploymentRow>> {
-        let rows = sqlx::query(
+        let rows = about_pr(
             "SELECT canary, checksum, deployment_id, state FROM github_deployments \
              WHERE repo = $1 AND number = $2 ORDER BY deployment_id",
-        )
-        .bind(repo.to_string())
-        .bind(signed(number.0, "PR number")?)
+            repo,
+            number,
+        )?
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
             .map(|row| {
-                let id: i64 = row.try_get("deployment_id")?;
                 Ok(DeploymentRow {
                     canary: row.try_get("canary")?,
                     checksum: row.try_get("checksum")?,
-                    deployment_id: u64::try_from(id)
-                        .map_err(|_| StoreError::Corrupt(format!("deployment id {id}")))?,
+                    deployment_id: id_in(row, "deployment_id", "deployment id")?,
                     state: row.try_get("state")?,
                 })
             })
@@ -57,21 +53,18 @@ impl Store {
         row: &DeploymentRow,
         now: crate::gate::Millis,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query(
+        let query = about_pr(
             "INSERT INTO github_deployments (repo, number, canary, checksum, deployment_id, state, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (repo, number, canary, checksum) DO UPDATE SET \
              deployment_id = excluded.deployment_id, state = excluded.state, updated_at = excluded.updated_at",
-        )
-        .bind(repo.to_string())
-        .bind(signed(number.0, "PR number")?)
+            repo,
+            number,
+        )?
         .bind(row.canary.clone())
         .bind(row.checksum.clone())
         .bind(signed(row.deployment_id, "deployment id")?)
         .bind(row.state.clone())
-        .bind(now)
-        .execute(tx.conn())
-        .await?;
-        tx.commit().await
+        .bind(now);
+        self.execute_alone(query).await
     }
 }

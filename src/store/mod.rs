@@ -34,8 +34,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{AnyConnection, AnyPool, Row};
+use sqlx::any::{AnyArguments, AnyPoolOptions, AnyRow};
+use sqlx::query::Query;
+use sqlx::{Any, AnyConnection, AnyPool, Row};
 use tokio::sync::Mutex;
 
 use crate::gate::{
@@ -282,6 +283,51 @@ impl Store {
     /// This process's name as a lease owner.
     pub fn replica(&self) -> &str {
         &self.replica
+    }
+
+    /// Runs one statement in a transaction of its own.
+    pub(super) async fn execute_alone<'q>(
+        &self,
+        query: Query<'q, Any, AnyArguments<'q>>,
+    ) -> Result<()> {
+        let mut tx = self.begin().await?;
+        query.execute(tx.conn()).await?;
+        tx.commit().await
+    }
+
+    /// The first column of the first row `query` finds, if it finds one.
+    pub(super) async fn first_value<'q, T>(
+        &self,
+        query: Query<'q, Any, AnyArguments<'q>>,
+    ) -> Result<Option<T>>
+    where
+        T: for<'r> sqlx::Decode<'r, Any> + sqlx::Type<Any>,
+    {
+        let row = query.fetch_optional(&self.pool).await?;
+        Ok(row.map(|r| r.try_get(0)).transpose()?)
+    }
+
+    /// The waits of a gate's latest `limit` posts in `table` (Slack's
+    /// messages, Teams' cards), oldest first.
+    pub(super) async fn waits_posted_for_gate(
+        &self,
+        table: &str,
+        gate: &str,
+        limit: i64,
+    ) -> Result<Vec<i64>> {
+        let sql =
+            format!("SELECT wait_id FROM {table} WHERE gate = $1 ORDER BY wait_id DESC LIMIT $2");
+        let rows = sqlx::query(&sql)
+            .bind(gate.to_string())
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut ids = rows
+            .iter()
+            .map(|r| r.try_get("wait_id"))
+            .collect::<Result<Vec<i64>, _>>()?;
+        ids.reverse();
+        Ok(ids)
     }
 
     // ---- gates ----

@@ -42,28 +42,22 @@ impl Store {
         number: PrNumber,
         now: Millis,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query(
+        let query = sqlx::query(
             "INSERT INTO missing_prs (repo, number, marked_at) VALUES ($1, $2, $3) \
              ON CONFLICT (repo, number) DO UPDATE SET marked_at = excluded.marked_at",
         )
         .bind(repo.to_string())
         .bind(number.0 as i64)
-        .bind(now)
-        .execute(tx.conn())
-        .await?;
-        tx.commit().await
+        .bind(now);
+        self.execute_alone(query).await
     }
 
     /// Forgets a PR's 404: it was seen to exist after all.
     pub async fn forget_pr_missing(&self, repo: &RepoName, number: PrNumber) -> Result<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query("DELETE FROM missing_prs WHERE repo = $1 AND number = $2")
+        let query = sqlx::query("DELETE FROM missing_prs WHERE repo = $1 AND number = $2")
             .bind(repo.to_string())
-            .bind(number.0 as i64)
-            .execute(tx.conn())
-            .await?;
-        tx.commit().await
+            .bind(number.0 as i64);
+        self.execute_alone(query).await
     }
 
     /// Waits started in [since, until), after id `after`, for which no job with

@@ -4,7 +4,9 @@
 
 use sqlx::Row;
 
-use super::{Result, Store, StoreError, WriteTx};
+use super::prs::about_pr;
+use super::rows::{signed, unsigned};
+use super::{Result, Store, WriteTx};
 use crate::gate::{GateKey, Millis, PrNumber, RepoName};
 
 /// One deployment waiting for (or decided by) a gate.
@@ -18,14 +20,6 @@ pub struct ProtectionRequest {
     pub callback_url: String,
     pub installation: Option<u64>,
     pub requested_at: Millis,
-}
-
-fn signed(n: u64, what: &str) -> Result<i64> {
-    i64::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} {n} is out of range")))
-}
-
-fn unsigned(n: i64, what: &str) -> Result<u64> {
-    u64::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} {n} is out of range")))
 }
 
 impl Store {
@@ -70,13 +64,13 @@ impl Store {
         number: PrNumber,
         at: Millis,
     ) -> Result<Vec<ProtectionRequest>> {
-        let rows = sqlx::query(
+        let rows = about_pr(
             "SELECT run_id, environment, gate_key, callback_url, installation, requested_at \
              FROM github_protection_requests WHERE repo = $1 AND number = $2 \
              AND decided_at IS NULL AND requested_at <= $3 ORDER BY requested_at, run_id",
-        )
-        .bind(repo.to_string())
-        .bind(signed(number.0, "PR number")?)
+            repo,
+            number,
+        )?
         .bind(at)
         .fetch_all(&self.pool)
         .await?;

@@ -1,9 +1,12 @@
 //! What gatebot knows about each pull request beyond its gates: who opened it,
 //! when it last got new commits, and its status comment.
 
-use sqlx::Row;
+use sqlx::any::AnyArguments;
+use sqlx::query::Query;
+use sqlx::{Any, Row};
 
-use super::{Result, Store, StoreError, WriteTx};
+use super::rows::{id_in, signed};
+use super::{Result, Store, WriteTx};
 use crate::gate::{Millis, PrNumber, RepoName};
 
 /// A pull request's status comment as last sent.
@@ -14,9 +17,15 @@ pub struct StatusComment {
     pub digest: Option<String>,
 }
 
-/// PR numbers and comment ids are u64 in the domain, BIGINT in the store.
-fn signed(n: u64, what: &str) -> Result<i64> {
-    i64::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} {n} is out of range")))
+/// A statement whose `$1` and `$2` are a pull request's repository and number.
+pub(super) fn about_pr<'q>(
+    sql: &'q str,
+    repo: &RepoName,
+    number: PrNumber,
+) -> Result<Query<'q, Any, AnyArguments<'q>>> {
+    Ok(sqlx::query(sql)
+        .bind(repo.to_string())
+        .bind(signed(number.0, "PR number")?))
 }
 
 impl Store {
@@ -24,12 +33,12 @@ impl Store {
 
     /// Who opened the pull request, if gatebot has learned it.
     pub async fn pr_author(&self, repo: &RepoName, number: PrNumber) -> Result<Option<String>> {
-        let row = sqlx::query("SELECT login FROM pr_authors WHERE repo = $1 AND number = $2")
-            .bind(repo.to_string())
-            .bind(signed(number.0, "PR number")?)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.map(|r| r.try_get("login")).transpose()?)
+        let query = about_pr(
+            "SELECT login FROM pr_authors WHERE repo = $1 AND number = $2",
+            repo,
+            number,
+        )?;
+        self.first_value(query).await
     }
 
     pub async fn put_pr_author(
@@ -39,13 +48,13 @@ impl Store {
         login: &str,
         at: Millis,
     ) -> Result<()> {
-        sqlx::query(
+        about_pr(
             "INSERT INTO pr_authors (repo, number, login, learned_at) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (repo, number) DO UPDATE SET login = excluded.login, learned_at = excluded.learned_at \
              WHERE pr_authors.login <> excluded.login",
-        )
-        .bind(repo.to_string())
-        .bind(signed(number.0, "PR number")?)
+            repo,
+            number,
+        )?
         .bind(login.to_string())
         .bind(at)
         .execute(tx.conn())
@@ -70,12 +79,12 @@ impl Store {
 
     /// When the pull request last got new commits (GitHub's time), if known.
     pub async fn pr_pushed_at(&self, repo: &RepoName, number: PrNumber) -> Result<Option<Millis>> {
-        let row = sqlx::query("SELECT pushed_at FROM pr_pushes WHERE repo = $1 AND number = $2")
-            .bind(repo.to_string())
-            .bind(signed(number.0, "PR number")?)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.map(|r| r.try_get("pushed_at")).transpose()?)
+        let query = about_pr(
+            "SELECT pushed_at FROM pr_pushes WHERE repo = $1 AND number = $2",
+            repo,
+            number,
+        )?;
+        self.first_value(query).await
     }
 
     /// Records a push at `pushed_at`. Deliveries come out of order, so the time
@@ -87,13 +96,13 @@ impl Store {
         pushed_at: Millis,
         now: Millis,
     ) -> Result<()> {
-        sqlx::query(
+        about_pr(
             "INSERT INTO pr_pushes (repo, number, pushed_at, recorded_at) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (repo, number) DO UPDATE SET pushed_at = excluded.pushed_at, \
              recorded_at = excluded.recorded_at WHERE pr_pushes.pushed_at < excluded.pushed_at",
-        )
-        .bind(repo.to_string())
-        .bind(signed(number.0, "PR number")?)
+            repo,
+            number,
+        )?
         .bind(pushed_at)
         .bind(now)
         .execute(tx.conn())
@@ -121,22 +130,20 @@ impl Store {
         repo: &RepoName,
         number: PrNumber,
     ) -> Result<Option<StatusComment>> {
-        let row = sqlx::query(
+        let row = about_pr(
             "SELECT comment_id, digest FROM status_comments WHERE repo = $1 AND number = $2",
-        )
-        .bind(repo.to_string())
-        .bind(signed(number.0, "PR number")?)
+            repo,
+            number,
+        )?
         .fetch_optional(&self.pool)
         .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let id: i64 = row.try_get("comment_id")?;
-        Ok(Some(StatusComment {
-            comment_id: u64::try_from(id)
-                .map_err(|_| StoreError::Corrupt(format!("status comment id {id}")))?,
-            digest: row.try_get("digest")?,
-        }))
+        row.map(|row| {
+            Ok(StatusComment {
+                comment_id: id_in(&row, "comment_id", "status comment id")?,
+                digest: row.try_get("digest")?,
+            })
+        })
+        .transpose()
     }
 
     pub async fn put_status_comment(
@@ -146,13 +153,13 @@ impl Store {
         comment: &StatusComment,
         at: Millis,
     ) -> Result<()> {
-        sqlx::query(
+        about_pr(
             "INSERT INTO status_comments (repo, number, comment_id, digest, updated_at) \
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT (repo, number) DO UPDATE SET \
              comment_id = excluded.comment_id, digest = excluded.digest, updated_at = excluded.updated_at",
-        )
-        .bind(repo.to_string())
-        .bind(signed(number.0, "PR number")?)
+            repo,
+            number,
+        )?
         .bind(signed(comment.comment_id, "comment id")?)
         .bind(comment.digest.clone())
         .bind(at)
@@ -177,16 +184,16 @@ impl Store {
     ) -> Result<bool> {
         let mut tx = self.begin().await?;
         let owner = format!("creating:{job}");
-        let row = sqlx::query(
+        let row = about_pr(
             "INSERT INTO status_comments (repo, number, comment_id, digest, updated_at) \
              VALUES ($1, $2, 0, $3, $4) ON CONFLICT (repo, number) DO UPDATE \
              SET updated_at = excluded.updated_at, digest = excluded.digest \
              WHERE status_comments.comment_id = 0 \
              AND (status_comments.digest = excluded.digest OR status_comments.updated_at < $5) \
              RETURNING comment_id",
-        )
-        .bind(repo.to_string())
-        .bind(signed(number.0, "PR number")?)
+            repo,
+            number,
+        )?
         .bind(owner)
         .bind(now)
         .bind(now - stale_after)
@@ -198,15 +205,12 @@ impl Store {
 
     /// Gives a claim to create back (creating failed).
     pub async fn release_status_creation(&self, repo: &RepoName, number: PrNumber) -> Result<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query(
+        let query = about_pr(
             "DELETE FROM status_comments WHERE repo = $1 AND number = $2 AND comment_id = 0",
-        )
-        .bind(repo.to_string())
-        .bind(signed(number.0, "PR number")?)
-        .execute(tx.conn())
-        .await?;
-        tx.commit().await
+            repo,
+            number,
+        )?;
+        self.execute_alone(query).await
     }
 
     /// `put_status_comment` in a transaction of its own.

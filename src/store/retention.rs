@@ -280,11 +280,8 @@ impl Store {
     /// SQLite: hands the pages freed by a prune back to the file system, so
     /// the file shrinks instead of only not growing.
     async fn return_free_pages(&self) -> Result<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query("PRAGMA incremental_vacuum")
-            .execute(tx.conn())
-            .await?;
-        tx.commit().await
+        let query = sqlx::query("PRAGMA incremental_vacuum");
+        self.execute_alone(query).await
     }
 
     /// Rows in each of [`COUNTED`].

@@ -82,6 +82,21 @@ pub struct EventRow {
     pub metadata: String,
 }
 
+/// PR numbers and GitHub's ids are u64 in the domain, BIGINT in the store.
+pub(super) fn signed(n: u64, what: &str) -> Result<i64> {
+    i64::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} {n} is out of range")))
+}
+
+pub(super) fn unsigned(n: i64, what: &str) -> Result<u64> {
+    u64::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} {n} is out of range")))
+}
+
+/// The id (a GitHub id, u64) in `column`; a negative one is corrupt.
+pub(super) fn id_in(row: &AnyRow, column: &str, what: &str) -> Result<u64> {
+    let id: i64 = row.try_get(column)?;
+    u64::try_from(id).map_err(|_| StoreError::Corrupt(format!("{what} {id}")))
+}
+
 fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or(serde_json::Value::Null)
 }

@@ -131,31 +131,18 @@ impl Store {
 
     /// The waits of the latest `limit` messages posted for a gate, oldest first.
     pub async fn slack_messages_of_gate(&self, gate: &str, limit: i64) -> Result<Vec<i64>> {
-        let rows = sqlx::query(
-            "SELECT wait_id FROM slack_messages WHERE gate = $1 ORDER BY wait_id DESC LIMIT $2",
-        )
-        .bind(gate.to_string())
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        let mut ids = rows
-            .iter()
-            .map(|r| r.try_get("wait_id"))
-            .collect::<Result<Vec<i64>, _>>()?;
-        ids.reverse();
-        Ok(ids)
+        self.waits_posted_for_gate("slack_messages", gate, limit)
+            .await
     }
 
     /// The wait of the message posted last for a canary: where its progress is threaded.
     pub async fn latest_slack_message_of_canary(&self, canary: &str) -> Result<Option<i64>> {
-        let row = sqlx::query(
+        let query = sqlx::query(
             "SELECT wait_id FROM slack_messages WHERE canary = $1 \
              ORDER BY posted_at DESC, wait_id DESC LIMIT 1",
         )
-        .bind(canary.to_string())
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.map(|r| r.try_get("wait_id")).transpose()?)
+        .bind(canary.to_string());
+        self.first_value(query).await
     }
 
     // ---- decisions ----

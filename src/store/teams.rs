@@ -106,12 +106,9 @@ impl Store {
 
     /// The bot was removed: its reference goes.
     pub async fn forget_teams_conversation(&self, conversation_id: &str) -> Result<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query("DELETE FROM teams_conversations WHERE conversation_id = $1")
-            .bind(conversation_id.to_string())
-            .execute(tx.conn())
-            .await?;
-        tx.commit().await
+        let query = sqlx::query("DELETE FROM teams_conversations WHERE conversation_id = $1")
+            .bind(conversation_id.to_string());
+        self.execute_alone(query).await
     }
 
     /// The first `limit` conversations known, by id.
@@ -144,8 +141,7 @@ impl Store {
 
     /// Remembers a posted card; posted once per wait, so a second is ignored.
     pub async fn remember_teams_card(&self, c: &TeamsCard, now: Millis) -> Result<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query(
+        let query = sqlx::query(
             "INSERT INTO teams_cards (wait_id, gate, canary, conversation_id, service_url, activity_id, posted_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (wait_id) DO NOTHING",
         )
@@ -155,38 +151,22 @@ impl Store {
         .bind(c.conversation_id.clone())
         .bind(c.service_url.clone())
         .bind(c.activity_id.clone())
-        .bind(now)
-        .execute(tx.conn())
-        .await?;
-        tx.commit().await
+        .bind(now);
+        self.execute_alone(query).await
     }
 
     /// The waits of a gate's latest `limit` cards, oldest first.
     pub async fn teams_cards_of_gate(&self, gate: &str, limit: i64) -> Result<Vec<i64>> {
-        let rows = sqlx::query(
-            "SELECT wait_id FROM teams_cards WHERE gate = $1 ORDER BY wait_id DESC LIMIT $2",
-        )
-        .bind(gate.to_string())
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        let mut ids = rows
-            .iter()
-            .map(|r| r.try_get("wait_id"))
-            .collect::<Result<Vec<i64>, _>>()?;
-        ids.reverse();
-        Ok(ids)
+        self.waits_posted_for_gate("teams_cards", gate, limit).await
     }
 
     /// The wait of a canary's latest card.
     pub async fn latest_teams_card_of_canary(&self, canary: &str) -> Result<Option<i64>> {
-        let row = sqlx::query(
+        let query = sqlx::query(
             "SELECT wait_id FROM teams_cards WHERE canary = $1 ORDER BY wait_id DESC LIMIT 1",
         )
-        .bind(canary.to_string())
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.map(|r| r.try_get("wait_id")).transpose()?)
+        .bind(canary.to_string());
+        self.first_value(query).await
     }
 
     /// Who decided from the card, in the transaction of the change.
@@ -211,27 +191,23 @@ impl Store {
 
     /// How the wait ended (kept once: the first ending is the one).
     pub async fn end_teams_card(&self, wait_id: i64, outcome: &str) -> Result<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query("UPDATE teams_cards SET outcome = $2 WHERE wait_id = $1 AND outcome IS NULL")
-            .bind(wait_id)
-            .bind(outcome.to_string())
-            .execute(tx.conn())
-            .await?;
-        tx.commit().await
+        let query = sqlx::query(
+            "UPDATE teams_cards SET outcome = $2 WHERE wait_id = $1 AND outcome IS NULL",
+        )
+        .bind(wait_id)
+        .bind(outcome.to_string());
+        self.execute_alone(query).await
     }
 
     /// How the rollout ended.
     pub async fn finish_teams_card(&self, wait_id: i64, kind: &str, message: &str) -> Result<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query(
+        let query = sqlx::query(
             "UPDATE teams_cards SET final_kind = $2, final_message = $3 WHERE wait_id = $1",
         )
         .bind(wait_id)
         .bind(kind.to_string())
-        .bind(message.to_string())
-        .execute(tx.conn())
-        .await?;
-        tx.commit().await
+        .bind(message.to_string());
+        self.execute_alone(query).await
     }
 
     /// What a delivery did, from the audit: (action, reason) of each entry.
