@@ -2,6 +2,7 @@
 //! change written in one transaction.
 
 use super::memory::SeenEntry;
+use super::unit::audit_entry;
 use super::*;
 use crate::gate::timers::WaitFacts;
 use crate::store::NewWait;
@@ -162,13 +163,21 @@ impl Engine {
         // one that another replica has since held or approved anew.
         let mut gate = self.gate_in(&mut tx, key).await?;
         let mut verdict = self.verdict_of(key, &gate, check, now);
+        let metadata = serde_json::to_string(&input.metadata).unwrap_or_else(|_| "{}".into());
+        let at = CheckAt {
+            key,
+            check,
+            input,
+            metadata: &metadata,
+            now,
+        };
         let mut out = Written::default();
         if verdict.expired {
-            expire(&mut tx, key, &mut gate, check, now, &mut out).await?;
+            expire(&mut tx, &at, &mut gate, &mut out).await?;
         }
         let mut pinned_now = false;
         if verdict.pin {
-            match pin(&mut tx, key, &mut gate, check, now, &mut out).await? {
+            match pin(&mut tx, &at, &mut gate, &mut out).await? {
                 Pinned::Now => pinned_now = true,
                 // Another replica pinned this canary to another revision first.
                 Pinned::Elsewhere => verdict = self.verdict_of(key, &gate, check, now),
@@ -185,30 +194,12 @@ impl Engine {
         };
         let step = wait_step(key.kind, seen.as_ref(), check, verdict.answer);
         let change = change(verdict.expired, pinned_now, step, before, verdict.answer);
-        let metadata = serde_json::to_string(&input.metadata).unwrap_or_else(|_| "{}".into());
-        let at = WaitAt {
-            key,
-            check,
-            input,
-            metadata: &metadata,
-            now,
-        };
         let was_open = seen.as_ref().is_some_and(|s| s.wait_open);
         let wait_open = self
             .step_wait(&mut tx, &at, &verdict, step, was_open, &mut out)
             .await?;
-        Store::observe(
-            &mut tx,
-            key,
-            check.canary,
-            check.checksum,
-            check.phase,
-            verdict.answer,
-            &verdict.reason,
-            &metadata,
-            now,
-        )
-        .await?;
+        let (answer, reason) = (verdict.answer, &verdict.reason);
+        Store::observe(&mut tx, key, check, answer, reason, &metadata, now).await?;
         self.commit_check(tx, &gate, &at, &verdict, wait_open, out)
             .await?;
         Ok(Checked {
@@ -229,7 +220,7 @@ impl Engine {
     async fn step_wait(
         &self,
         tx: &mut WriteTx<'_>,
-        at: &WaitAt<'_>,
+        at: &CheckAt<'_>,
         verdict: &Verdict,
         step: WaitStep,
         was_open: bool,
@@ -262,7 +253,7 @@ impl Engine {
     async fn start_wait(
         &self,
         tx: &mut WriteTx<'_>,
-        at: &WaitAt<'_>,
+        at: &CheckAt<'_>,
         verdict: &Verdict,
         out: &mut Written,
     ) -> Result<(), StoreError> {
@@ -291,7 +282,7 @@ impl Engine {
             return Ok(());
         };
         let reason = verdict.reason.clone();
-        let entry = entry_of(key, check, AuditAction::Wait, Actor::gatebot(), reason, now);
+        let entry = entry_of(at, AuditAction::Wait, Actor::gatebot(), reason);
         out.audits.push(entry);
         out.notices.push(Notice::WaitStarted {
             wait_id,
@@ -318,7 +309,7 @@ impl Engine {
         &self,
         mut tx: WriteTx<'_>,
         gate: &Gate,
-        at: &WaitAt<'_>,
+        at: &CheckAt<'_>,
         verdict: &Verdict,
         wait_open: bool,
         out: Written,
@@ -328,16 +319,9 @@ impl Engine {
         let applying = self.applying.lock().await;
         tx.commit().await?;
         self.remember(gate);
-        self.memory().observe(
-            key,
-            check.canary,
-            check.checksum,
-            check.phase,
-            verdict.answer,
-            &verdict.reason,
-            wait_open,
-            now,
-        );
+        let (answer, reason) = (verdict.answer, &verdict.reason);
+        self.memory()
+            .observe(key, check, answer, reason, wait_open, now);
         drop(applying);
         self.after_commit(&out.audits, queued);
         Ok(())
@@ -351,8 +335,8 @@ struct Written {
     notices: Vec<Notice>,
 }
 
-/// The check whose wait a step starts or ends.
-struct WaitAt<'a> {
+/// The check being recorded, as each step (an expiry, a pin, its wait) reads it.
+struct CheckAt<'a> {
     key: &'a GateKey,
     check: &'a Check<'a>,
     input: &'a CheckInput,
@@ -364,22 +348,14 @@ struct WaitAt<'a> {
 /// Closes an approval that expired.
 async fn expire(
     tx: &mut WriteTx<'_>,
-    key: &GateKey,
+    at: &CheckAt<'_>,
     gate: &mut Gate,
-    check: &Check<'_>,
-    now: Millis,
     out: &mut Written,
 ) -> Result<(), StoreError> {
+    let (key, now) = (at.key, at.now);
     if let GateStatus::Open(approval) = &gate.status {
         let reason = format!("approval by {} expired", approval.change.by.name);
-        let entry = entry_of(
-            key,
-            check,
-            AuditAction::Expire,
-            Actor::gatebot(),
-            reason,
-            now,
-        );
+        let entry = entry_of(at, AuditAction::Expire, Actor::gatebot(), reason);
         out.audits.push(entry);
     }
     gate.status = GateStatus::Closed {
@@ -416,12 +392,11 @@ enum Pinned {
 /// canary's revision.
 async fn pin(
     tx: &mut WriteTx<'_>,
-    key: &GateKey,
+    at: &CheckAt<'_>,
     gate: &mut Gate,
-    check: &Check<'_>,
-    now: Millis,
     out: &mut Written,
 ) -> Result<Pinned, StoreError> {
+    let (key, check, now) = (at.key, at.check, at.now);
     let by = match &gate.status {
         GateStatus::Open(approval) => Some(approval.change.by.clone()),
         GateStatus::Approving(tally) => tally.votes.last().map(|v| v.change.by.clone()),
@@ -438,36 +413,27 @@ async fn pin(
         return Ok(Pinned::Elsewhere);
     }
     let reason = format!("approval used by {}", check.canary);
-    out.audits
-        .push(entry_of(key, check, AuditAction::Pin, by, reason, now));
+    out.audits.push(entry_of(at, AuditAction::Pin, by, reason));
     Ok(Pinned::Now)
 }
 
 /// An audit entry about the checking canary at its revision.
-fn entry_of(
-    key: &GateKey,
-    check: &Check<'_>,
-    action: AuditAction,
-    actor: Actor,
-    reason: String,
-    now: Millis,
-) -> AuditEntry {
-    AuditEntry {
-        at: now,
-        gate: key.clone(),
-        action,
-        actor,
+fn entry_of(at: &CheckAt<'_>, action: AuditAction, actor: Actor, reason: String) -> AuditEntry {
+    let who = Provenance {
         reason: Some(reason),
-        revision: Some(check.checksum.to_string()),
-        canary: Some(check.canary.clone()),
-        delivery: None,
+        ..Provenance::new(actor)
+    };
+    AuditEntry {
+        revision: Some(at.check.checksum.to_string()),
+        canary: Some(at.check.canary.clone()),
+        ..audit_entry(at.key, action, &who, at.now)
     }
 }
 
 /// Ends the canary's wait, if one is open, with `outcome`.
 async fn end_wait(
     tx: &mut WriteTx<'_>,
-    at: &WaitAt<'_>,
+    at: &CheckAt<'_>,
     outcome: &str,
     out: &mut Written,
 ) -> Result<(), StoreError> {

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use indexmap::{IndexMap, IndexSet};
 
 use crate::gate::{
-    Actor, Answer, Approval, CanaryRef, Change, Gate, GateKey, GateName, GateStatus, Millis,
+    Actor, Answer, Approval, CanaryRef, Change, Check, Gate, GateKey, GateName, GateStatus, Millis,
     Namespace, PrNumber, RepoName, Scope,
 };
 pub use compact::SeenEntry;
@@ -317,24 +317,21 @@ impl Memory {
     }
 
     /// Records a check that was just written to the store.
-    #[allow(clippy::too_many_arguments)]
     pub fn observe(
         &mut self,
         key: &GateKey,
-        canary: &CanaryRef,
-        checksum: &str,
-        phase: &str,
+        check: &Check<'_>,
         answer: Answer,
         reason: &str,
         wait_open: bool,
         now: Millis,
     ) {
-        let canary = canary.to_string();
+        let canary = check.canary.to_string();
         self.load(Observed {
             gate: key,
             canary: &canary,
-            checksum,
-            phase,
+            checksum: check.checksum,
+            phase: check.phase,
             answer,
             reason,
             wait_open,
@@ -516,16 +513,12 @@ mod tests {
         let pr = key("/gates/promote/acme/shop/pr/42");
         let c = CanaryRef::new("test", "podinfo").unwrap();
         m.put_gate(&open(&pr, &[("test/podinfo", "r1")]));
-        m.observe(
-            &pr,
-            &c,
-            "r1",
-            "Progressing",
-            Answer::Open,
-            "approved",
-            false,
-            5,
-        );
+        let check = Check {
+            canary: &c,
+            checksum: "r1",
+            phase: "Progressing",
+        };
+        m.observe(&pr, &check, Answer::Open, "approved", false, 5);
         let slot = &m.gates[0];
         let Some(Status::Open(a)) = &slot.status else {
             panic!("not open")
@@ -546,16 +539,12 @@ mod tests {
         let mut m = Memory::new(false);
         let pr = key("/gates/start/acme/shop/pr/1");
         let c = CanaryRef::new("test", "podinfo").unwrap();
-        m.observe(
-            &pr,
-            &c,
-            "r1",
-            "Odd phase",
-            Answer::Closed,
-            "waiting",
-            true,
-            5,
-        );
+        let check = Check {
+            canary: &c,
+            checksum: "r1",
+            phase: "Odd phase",
+        };
+        m.observe(&pr, &check, Answer::Closed, "waiting", true, 5);
         assert_eq!(m.gate(&pr), None, "PostgreSQL: gates are not kept");
         let s = m.last_mut(&pr, &c).unwrap();
         assert!(s.phase == "Odd phase".to_string());

@@ -40,7 +40,8 @@ use sqlx::{Any, AnyConnection, AnyPool, Row};
 use tokio::sync::Mutex;
 
 use crate::gate::{
-    Actor, Answer, AuditAction, CanaryRef, DeliveryId, Gate, GateKey, GateStatus, Millis, Source,
+    Actor, Answer, AuditAction, CanaryRef, Check, DeliveryId, Gate, GateKey, GateStatus, Millis,
+    Source,
 };
 
 pub use checks::CheckRunRow;
@@ -503,13 +504,11 @@ impl Store {
         rows.iter().map(rows::observation_from_row).collect()
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Records a check and the answer it got.
     pub async fn observe(
         tx: &mut WriteTx<'_>,
         key: &GateKey,
-        canary: &CanaryRef,
-        checksum: &str,
-        phase: &str,
+        check: &Check<'_>,
         answer: Answer,
         reason: &str,
         metadata: &str,
@@ -522,9 +521,9 @@ impl Store {
              answer = excluded.answer, reason = excluded.reason, metadata = excluded.metadata, last_seen = excluded.last_seen",
         )
         .bind(key.to_string())
-        .bind(canary.to_string())
-        .bind(checksum.to_string())
-        .bind(phase.to_string())
+        .bind(check.canary.to_string())
+        .bind(check.checksum.to_string())
+        .bind(check.phase.to_string())
         .bind(answer.as_str())
         .bind(reason.to_string())
         .bind(metadata.to_string())
