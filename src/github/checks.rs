@@ -161,7 +161,7 @@ impl CheckRuns {
             known = None;
         }
         if let Some(k) = known.clone() {
-            let head = self.head(repo, number).await?;
+            let head = super::pushes::head(&self.records, &self.client, repo, number).await?;
             if k.head_sha != head {
                 self.supersede(repo, &k, &head).await?;
                 self.records
@@ -210,7 +210,7 @@ impl CheckRuns {
         let Some((repo, number)) = key.pr() else {
             return Ok(());
         };
-        let head = self.head(repo, number).await?;
+        let head = super::pushes::head(&self.records, &self.client, repo, number).await?;
         let now = self.clock.now_ms();
         let claimed = self
             .records
@@ -282,30 +282,6 @@ impl CheckRuns {
             Err(e) if e.is_not_found() => Ok(()),
             Err(e) => Err(e.to_send_error()),
         }
-    }
-
-    /// The PR's head commit: as the last push told it, else asked once.
-    async fn head(&self, repo: &RepoName, number: PrNumber) -> Result<String, SendError> {
-        if let Some(sha) = self.records.pr_head(repo, number).await.map_err(retry)? {
-            return Ok(sha);
-        }
-        let pull = self
-            .client
-            .pull(repo, number)
-            .await
-            .map_err(|e| e.to_send_error())?;
-        let sha = pull.head.map(|h| h.sha).unwrap_or_default();
-        if sha.is_empty() {
-            return Err(SendError::Permanent(format!(
-                "GitHub told no head commit of {repo}#{number}"
-            )));
-        }
-        // Time 0: any push GitHub tells of replaces it.
-        self.records
-            .remember_pr_head(repo, number, &sha, 0)
-            .await
-            .map_err(retry)?;
-        Ok(sha)
     }
 
     /// The gate as its run shows it now.

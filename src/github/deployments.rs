@@ -125,7 +125,7 @@ impl Deployments {
         number: PrNumber,
         rev: &Revision,
     ) -> Result<DeploymentRow, SendError> {
-        let head = self.head(repo, number).await?;
+        let head = super::pushes::head(&self.records, &self.client, repo, number).await?;
         let payload = json!({"canary": rev.canary, "checksum": rev.checksum});
         // A creation whose answer was lost (a timeout, a crash before the id
         // was stored) made the deployment already: found by its payload.
@@ -212,24 +212,6 @@ impl Deployments {
             .put_deployment(repo, number, &sent, self.clock.now_ms())
             .await
             .map_err(retry)
-    }
-
-    /// The PR's head commit: as the last push told it, else asked once.
-    async fn head(&self, repo: &RepoName, number: PrNumber) -> Result<String, SendError> {
-        if let Some(sha) = self.records.pr_head(repo, number).await.map_err(retry)? {
-            return Ok(sha);
-        }
-        let pull = self
-            .client
-            .pull(repo, number)
-            .await
-            .map_err(|e| e.to_send_error())?;
-        match pull.head.map(|h| h.sha).filter(|s| !s.is_empty()) {
-            Some(sha) => Ok(sha),
-            None => Err(SendError::Permanent(format!(
-                "GitHub told no head commit of {repo}#{number}"
-            ))),
-        }
     }
 
     /// Each canary's latest revision seen at the PR's gates, and its state.

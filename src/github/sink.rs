@@ -28,7 +28,7 @@ use crate::evidence::Evidence;
 use crate::gate::{GateKey, GateKind, Millis, PrNumber, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::burst::{Admit, Burst};
-use crate::notify::{encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
+use crate::notify::{BoxFuture, Handler, Notice, PayloadError, SendError, Sink, SinkJob};
 use crate::store::{NewJob, QueueItem, StatusComment};
 use crate::templates::escape::{self, code};
 use crate::templates::Templates;
@@ -81,8 +81,10 @@ pub enum GithubJob {
     },
 }
 
-impl GithubJob {
-    pub fn topic(&self) -> &'static str {
+impl SinkJob for GithubJob {
+    const SINK: &'static str = SINK;
+
+    fn topic(&self) -> &'static str {
         match self {
             Self::Reaction { .. } => "reaction",
             Self::Comment { .. } => "comment",
@@ -92,13 +94,12 @@ impl GithubJob {
             Self::Protection { .. } => "protection",
         }
     }
+}
 
+impl GithubJob {
     /// A job queued at most once per `once_key` (a delivery and a purpose).
     pub fn once(&self, once_key: String) -> Result<NewJob, PayloadError> {
-        Ok(NewJob {
-            once_key: Some(once_key),
-            ..encode_job(SINK, self.topic(), self)?
-        })
+        self.job(Some(once_key))
     }
 
     /// The PR's status comment, rendered when sent; one pending job per PR.
@@ -107,10 +108,7 @@ impl GithubJob {
             repo: repo.clone(),
             number,
         };
-        Ok(NewJob {
-            dedupe_key: Some(format!("github-status:{repo}#{number}")),
-            ..encode_job(SINK, job.topic(), &job)?
-        })
+        job.deduped(format!("github-status:{repo}#{number}"))
     }
 
     /// The check run of a PR's gate, rendered when sent; one pending job per gate.
@@ -124,10 +122,7 @@ impl GithubJob {
             number,
             kind,
         };
-        Ok(NewJob {
-            dedupe_key: Some(format!("github-check:{repo}#{number}:{kind}")),
-            ..encode_job(SINK, job.topic(), &job)?
-        })
+        job.deduped(format!("github-check:{repo}#{number}:{kind}"))
     }
 
     /// The deployments of a PR's canary revisions; one pending job per PR.
@@ -136,10 +131,7 @@ impl GithubJob {
             repo: repo.clone(),
             number,
         };
-        Ok(NewJob {
-            dedupe_key: Some(format!("github-deploy:{repo}#{number}")),
-            ..encode_job(SINK, job.topic(), &job)?
-        })
+        job.deduped(format!("github-deploy:{repo}#{number}"))
     }
 
     /// A decision on the deployments waiting at a PR's gates; one per notice.
@@ -148,12 +140,12 @@ impl GithubJob {
         number: PrNumber,
         decision: Decision,
     ) -> Result<NewJob, PayloadError> {
-        let job = Self::Protection {
+        Self::Protection {
             repo: repo.clone(),
             number,
             decision,
-        };
-        encode_job(SINK, job.topic(), &job)
+        }
+        .job(None)
     }
 
     /// The PR a job writes to, when it writes to one.

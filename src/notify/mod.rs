@@ -168,6 +168,31 @@ impl From<PayloadError> for SendError {
     }
 }
 
+/// A sink's own job, stored as its JSON: the sink's name, and a topic per kind.
+pub trait SinkJob: Serialize + Sized {
+    const SINK: &'static str;
+
+    fn topic(&self) -> &'static str;
+
+    /// The job, queued at most once per `once_key` when one is given (a
+    /// delivery and a purpose, say).
+    fn job(&self, once_key: Option<String>) -> Result<NewJob, PayloadError> {
+        Ok(NewJob {
+            once_key,
+            ..encode_job(Self::SINK, self.topic(), self)?
+        })
+    }
+
+    /// The job, at most one of it pending per `dedupe_key`: a later one
+    /// while it waits is the same work.
+    fn deduped(&self, dedupe_key: String) -> Result<NewJob, PayloadError> {
+        Ok(NewJob {
+            dedupe_key: Some(dedupe_key),
+            ..encode_job(Self::SINK, self.topic(), self)?
+        })
+    }
+}
+
 /// A job for `sink` whose payload is `payload` as JSON.
 pub fn encode_job(
     sink: &str,

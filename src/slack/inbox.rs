@@ -19,7 +19,7 @@ use crate::core::dispatch::{self, Outcome, Request};
 use crate::core::AppState;
 use crate::core::{CommandError, Provenance};
 use crate::gate::{Actor, DeliveryId, GateKey, GateStatus, Phase, Source};
-use crate::notify::{BoxFuture, Handler, SendError};
+use crate::notify::{BoxFuture, Handler, SendError, SinkJob};
 use crate::store::{QueueItem, WaitRow};
 use crate::templates::Templates;
 

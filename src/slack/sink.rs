@@ -18,7 +18,7 @@ use crate::evidence::Evidence;
 use crate::gate::{Actor, AuditAction, GateKey, Millis, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::burst::{Admit, Burst};
-use crate::notify::{encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
+use crate::notify::{BoxFuture, Handler, Notice, PayloadError, SendError, Sink, SinkJob};
 use crate::store::{NewJob, QueueItem};
 use crate::templates::escape::{self, mrkdwn};
 use crate::templates::Templates;
@@ -102,8 +102,10 @@ pub enum SlackJob {
     },
 }
 
-impl SlackJob {
-    pub fn topic(&self) -> &'static str {
+impl SinkJob for SlackJob {
+    const SINK: &'static str = NAME;
+
+    fn topic(&self) -> &'static str {
         match self {
             Self::PostWait { .. } => "post_wait",
             Self::Refresh { .. } => "refresh",
@@ -117,13 +119,6 @@ impl SlackJob {
             Self::Announce { .. } => "announce",
             Self::Failure { .. } => "failure",
         }
-    }
-
-    pub fn job(&self, once_key: Option<String>) -> Result<NewJob, PayloadError> {
-        Ok(NewJob {
-            once_key,
-            ..encode_job(NAME, self.topic(), self)?
-        })
     }
 }
 

@@ -26,7 +26,7 @@ use crate::core::{AppState, Provenance};
 use crate::gate::{Actor, DeliveryId, GateKey, Phase, Source};
 use crate::http::error::{Reject, Rejected};
 use crate::http::receipts::Receipts;
-use crate::notify::SendError;
+use crate::notify::{SendError, SinkJob};
 use crate::store::WaitRow;
 
 use super::answers::{

@@ -16,7 +16,9 @@ use crate::clock::SharedClock;
 use crate::core::Records;
 use crate::evidence::Evidence;
 use crate::gate::{AuditAction, GateKey, GateStatus, Millis};
-use crate::notify::{encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink};
+use crate::notify::{
+    encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink, SinkJob,
+};
 use crate::store::{NewJob, QueueItem, TeamsCard};
 
 pub const NAME: &str = "teams";
@@ -83,7 +85,9 @@ pub enum CardJob {
     },
 }
 
-impl CardJob {
+impl SinkJob for CardJob {
+    const SINK: &'static str = NAME;
+
     fn topic(&self) -> &'static str {
         match self {
             Self::Post { .. } => "post_card",
@@ -94,13 +98,6 @@ impl CardJob {
             Self::Final { .. } => "card_final",
             Self::Failure { .. } => "failure_card",
         }
-    }
-
-    pub fn job(&self, once_key: Option<String>) -> Result<NewJob, PayloadError> {
-        Ok(NewJob {
-            once_key,
-            ..encode_job(NAME, self.topic(), self)?
-        })
     }
 }
 
