@@ -17,6 +17,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::client::GithubClient;
+use super::retry;
 use crate::clock::SharedClock;
 use crate::command::Command;
 use crate::core::commands::rollback_of;
@@ -32,10 +33,6 @@ pub const KINDS: [GateKind; 3] = [GateKind::Start, GateKind::Promote, GateKind::
 
 /// How long a claim to create a run stands against another job.
 const CREATION_CLAIM: Millis = 60_000;
-
-fn retry(e: impl std::fmt::Display) -> SendError {
-    SendError::retry(e.to_string())
-}
 
 /// What one of a run's buttons does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

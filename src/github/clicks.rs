@@ -6,6 +6,7 @@ use super::access::{CommentAuthorizer, Stale};
 use super::checks::{Button, KINDS};
 use super::events::CheckRunEvent;
 use super::inbox::{finish, GithubInbox};
+use super::retry;
 use super::sink::GithubJob;
 use super::SOURCE;
 use crate::core::commands::Subject;
@@ -14,10 +15,6 @@ use crate::core::Provenance;
 use crate::gate::{Actor, DeliveryId, GateKey, PrNumber, RepoName, Source};
 use crate::notify::{Lease, SendError, Settled};
 use crate::store::QueueItem;
-
-fn retry(e: impl std::fmt::Display) -> SendError {
-    SendError::retry(e.to_string())
-}
 
 /// A click's rules: those of a comment by the same person, on the gate's
 /// current run only (a run a push superseded was about an earlier revision).

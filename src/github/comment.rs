@@ -7,6 +7,7 @@ use super::access::{CommentAuthorizer, Stale};
 use super::events::IssueCommentEvent;
 use super::inbox::GithubInbox;
 use super::reply::{Line, Step};
+use super::retry;
 use super::sink::GithubJob;
 use super::status::view;
 use super::MARKER;
@@ -17,10 +18,6 @@ use crate::core::Provenance;
 use crate::gate::freeze::FreezeScope;
 use crate::gate::{Actor, DeliveryId, PrNumber, RepoName, Source};
 use crate::notify::SendError;
-
-fn retry(e: impl std::fmt::Display) -> SendError {
-    SendError::retry(e.to_string())
-}
 
 impl GithubInbox {
     /// What one command-shaped line of a comment comes to, before anything is written.

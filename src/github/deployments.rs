@@ -16,16 +16,13 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::client::GithubClient;
+use super::retry;
 use crate::clock::SharedClock;
 use crate::core::Records;
 use crate::gate::{GateKey, GateKind, Phase, PrNumber, RepoName, Scope};
 use crate::notify::SendError;
 use crate::policy::Policy;
 use crate::store::{DeploymentRow, StoreError};
-
-fn retry(e: impl std::fmt::Display) -> SendError {
-    SendError::retry(e.to_string())
-}
 
 /// The gates whose waits tie a canary's revisions to a pull request.
 const KINDS: [GateKind; 4] = [

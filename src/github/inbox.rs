@@ -16,6 +16,7 @@ use super::events::{
     PullRequestReviewEvent, User,
 };
 use super::reply::{Line, Reply, Step};
+use super::retry;
 use super::sink::GithubJob;
 use super::{is_own_comment, pushes, quoted_command, SOURCE};
 use crate::command::{new_commands, parse_comment, Parsed};
@@ -34,10 +35,6 @@ pub struct GithubInbox {
     pub(super) client: Arc<GithubClient>,
     pub(super) access: Access,
     own_login: tokio::sync::OnceCell<String>,
-}
-
-fn retry(e: impl std::fmt::Display) -> SendError {
-    SendError::retry(e.to_string())
 }
 
 /// A PR author seen for the first time in a delivery.

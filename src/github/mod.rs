@@ -100,6 +100,11 @@ pub(crate) fn unanswered(e: SendError) -> CommandError {
     }
 }
 
+/// The store or GitHub could not be reached for now: try the job again later.
+fn retry(e: impl std::fmt::Display) -> SendError {
+    SendError::retry(e.to_string())
+}
+
 /// A command not done, in the outbox's terms: given up when trying again
 /// cannot help, tried again (when GitHub said, at that time) otherwise.
 pub(crate) fn send_error(e: CommandError) -> SendError {

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::client::GithubClient;
+use super::retry;
 use crate::clock::SharedClock;
 use crate::core::Records;
 use crate::gate::{Actor, AuditAction, GateKind, Millis, PrNumber, RepoName};
@@ -23,10 +24,6 @@ use crate::metrics::Metrics;
 use crate::notify::{Notice, SendError};
 use crate::policy::PROTECTION_KINDS;
 use crate::store::ProtectionRequest;
-
-fn retry(e: impl std::fmt::Display) -> SendError {
-    SendError::retry(e.to_string())
-}
 
 /// GitHub's callback path under the API, and the workflow run it names;
 /// `Err` says why `url` is not this repository's callback on `api_url`.

@@ -7,15 +7,12 @@ use std::collections::BTreeMap;
 use super::events::DeploymentProtectionRuleEvent;
 use super::inbox::{finish, GithubInbox};
 use super::protection::{callback_path, Decision};
+use super::retry;
 use super::sink::GithubJob;
 use crate::core::awaited::Awaited;
 use crate::gate::{GateKey, Scope};
 use crate::notify::{Lease, SendError, Settled};
 use crate::store::{ProtectionRequest, QueueItem};
-
-fn retry(e: impl std::fmt::Display) -> SendError {
-    SendError::retry(e.to_string())
-}
 
 impl GithubInbox {
     /// A deployment waiting for gatebot: stored, and its wait started through

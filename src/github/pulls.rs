@@ -5,15 +5,12 @@ use super::checks::KINDS;
 use super::events::PullRequestEvent;
 use super::inbox::GithubInbox;
 use super::pushes;
+use super::retry;
 use super::sink::GithubJob;
 use crate::core::commands;
 use crate::core::Provenance;
 use crate::gate::{Actor, DeliveryId, GateKind, PrNumber, RepoName, Source};
 use crate::notify::SendError;
-
-fn retry(e: impl std::fmt::Display) -> SendError {
-    SendError::retry(e.to_string())
-}
 
 impl GithubInbox {
     pub(super) async fn pull_request(

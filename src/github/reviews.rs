@@ -9,6 +9,7 @@ use super::access::{CommentAuthorizer, Stale};
 use super::events::PullRequestReviewEvent;
 use super::inbox::{finish, GithubInbox};
 use super::reply::{Line, Reply};
+use super::retry;
 use super::sink::GithubJob;
 use super::SOURCE;
 use crate::command::Command;
@@ -20,10 +21,6 @@ use crate::gate::{Actor, DeliveryId, GateKey, GateKind, PrNumber, RepoName, Scop
 use crate::notify::{Lease, SendError, Settled};
 use crate::policy::ApprovingReview;
 use crate::store::{NewJob, QueueItem};
-
-fn retry(e: impl std::fmt::Display) -> SendError {
-    SendError::retry(e.to_string())
-}
 
 /// A commit as replies show it.
 fn short(sha: &str) -> &str {
