@@ -93,7 +93,7 @@ impl Gatebot {
         let state = AppState(Arc::new(Shared {
             config,
             store: base.store.clone(),
-            records: crate::core::Records::new(base.store.clone()),
+            records: base.records.clone(),
             engine,
             metrics: base.metrics.clone(),
             clock: base.clock.clone(),
@@ -227,6 +227,8 @@ fn prepare(config: &Config) -> anyhow::Result<()> {
 /// What the rest is built on: the store, the clock and the metrics.
 struct Base {
     store: Store,
+    /// The channels' rows, over the same store: one, shared by the sinks and handlers.
+    records: crate::core::Records,
     clock_sync: Arc<CorrectedClock>,
     clock: SharedClock,
     metrics: Arc<Metrics>,
@@ -277,6 +279,7 @@ impl Base {
             measure: measure && store.backend() == store::Backend::Postgres,
             clock: clock_sync.clone(),
             clock_sync,
+            records: crate::core::Records::new(store.clone()),
             store,
             metrics: Arc::new(metrics),
             skew_log: tasks::SkewLog::default(),
@@ -305,10 +308,9 @@ impl Base {
         templates: &templates::Templates,
         evidence: &Arc<Evidence>,
     ) -> anyhow::Result<Vec<Arc<dyn Sink>>> {
-        let records = crate::core::Records::new(self.store.clone());
         let base = crate::core::SinkBase {
             config,
-            records: &records,
+            records: &self.records,
             templates,
             clock: &self.clock,
             metrics: &self.metrics,
@@ -412,7 +414,7 @@ impl Base {
             Arc::new(web_access::GithubAuthority::new(
                 client,
                 policy.clone(),
-                self.store.clone(),
+                self.records.clone(),
                 self.clock.clone(),
                 config.github.repository.clone(),
             )) as Arc<dyn crate::web::Authority>

@@ -8,17 +8,17 @@ use crate::clock::SharedClock;
 use crate::core::authors::PrAuthors;
 use crate::core::dispatch::{Authorizer, Rule};
 use crate::core::CommandError;
+use crate::core::Records;
 use crate::gate::{GateKey, RepoName};
 use crate::github::access::{Access, CommentAuthorizer, Stale};
 use crate::github::client::GithubClient;
 use crate::notify::BoxFuture;
 use crate::policy::Policy;
-use crate::store::Store;
 
 pub struct GithubAuthority {
     access: Access,
     authors: PrAuthors,
-    store: Store,
+    records: Records,
     clock: SharedClock,
     default_repo: Option<RepoName>,
 }
@@ -27,17 +27,17 @@ impl GithubAuthority {
     pub fn new(
         client: Arc<GithubClient>,
         policy: Policy,
-        store: Store,
+        records: Records,
         clock: SharedClock,
         default_repo: Option<RepoName>,
     ) -> Self {
         Self {
             authors: PrAuthors::new(
-                crate::core::Records::new(store.clone()),
+                records.clone(),
                 Some(client.clone() as Arc<dyn crate::core::authors::AuthorLookup>),
             ),
             access: Access::new(client, policy),
-            store,
+            records,
             clock,
             default_repo,
         }
@@ -58,7 +58,7 @@ impl crate::web::Authority for GithubAuthority {
             };
             let pr = match key.pr() {
                 Some((repo, n)) => Some((repo.clone(), n)),
-                None => self.store.named_gate(key).await?.and_then(|g| g.spec.pr),
+                None => self.records.named_gate(key).await?.and_then(|g| g.spec.pr),
             };
             let (repo, author) = match pr {
                 Some((repo, n)) => {

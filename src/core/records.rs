@@ -114,6 +114,7 @@ records! {
         pushed_at: Millis,
         now: Millis,
     ) -> ();
+    fn named_gate(&self, key: &GateKey) -> Option<NamedGate>;
     fn named_gates_of_pr(&self, repo: &RepoName, number: PrNumber) -> Vec<NamedGate>;
     fn status_comment(&self, repo: &RepoName, number: PrNumber) -> Option<StatusComment>;
     fn claim_status_creation(

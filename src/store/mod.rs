@@ -309,10 +309,11 @@ impl Store {
     }
 
     /// The waits of a gate's latest `limit` posts in `table` (Slack's
-    /// messages, Teams' cards), oldest first.
+    /// messages, Teams' cards), oldest first. `table` is a name in this
+    /// crate's source, never input: it is written into the statement.
     pub(super) async fn waits_posted_for_gate(
         &self,
-        table: &str,
+        table: &'static str,
         gate: &str,
         limit: i64,
     ) -> Result<Vec<i64>> {

@@ -277,7 +277,7 @@ impl Store {
         owner: &str,
         now: Millis,
     ) -> Result<bool> {
-        self.settle(queue, id, owner, Settled::Done(now)).await
+        self.settle(queue, id, owner, Settlement::Done(now)).await
     }
 
     /// Puts a claimed item back, to be tried at `next_at`.
@@ -289,7 +289,7 @@ impl Store {
         next_at: Millis,
         error: &str,
     ) -> Result<bool> {
-        self.settle(queue, id, owner, Settled::Retry { next_at, error })
+        self.settle(queue, id, owner, Settlement::Retry { next_at, error })
             .await
     }
 
@@ -302,7 +302,7 @@ impl Store {
         now: Millis,
         error: &str,
     ) -> Result<bool> {
-        self.settle(queue, id, owner, Settled::Failed { now, error })
+        self.settle(queue, id, owner, Settlement::Failed { now, error })
             .await
     }
 
@@ -317,7 +317,7 @@ impl Store {
         let mut tx = self.begin().await?;
         let mut settled = Vec::with_capacity(items.len());
         for (id, now) in items {
-            settled.push(settle_in(&mut tx, queue, id, owner, Settled::Done(*now)).await?);
+            settled.push(settle_in(&mut tx, queue, id, owner, Settlement::Done(*now)).await?);
         }
         tx.commit().await?;
         Ok(settled)
@@ -333,7 +333,7 @@ impl Store {
         owner: &str,
         now: Millis,
     ) -> Result<bool> {
-        settle_in(tx, queue, id, owner, Settled::Done(now)).await
+        settle_in(tx, queue, id, owner, Settlement::Done(now)).await
     }
 
     async fn settle(
@@ -341,7 +341,7 @@ impl Store {
         queue: QueueName,
         id: &str,
         owner: &str,
-        how: Settled<'_>,
+        how: Settlement<'_>,
     ) -> Result<bool> {
         let mut tx = self.begin().await?;
         let done = settle_in(&mut tx, queue, id, owner, how).await?;
@@ -445,7 +445,7 @@ impl Store {
 
 /// How a claimed item leaves its lease.
 #[derive(Clone, Copy)]
-enum Settled<'a> {
+enum Settlement<'a> {
     /// Done at that time.
     Done(Millis),
     /// Pending again, to be tried at `next_at`.
@@ -454,7 +454,7 @@ enum Settled<'a> {
     Failed { now: Millis, error: &'a str },
 }
 
-impl<'a> Settled<'a> {
+impl<'a> Settlement<'a> {
     /// The item's state, when it is next due, its error and when it was done.
     fn columns(self) -> (&'static str, Millis, Option<&'a str>, Option<Millis>) {
         match self {
@@ -470,7 +470,7 @@ async fn settle_in(
     queue: QueueName,
     id: &str,
     owner: &str,
-    how: Settled<'_>,
+    how: Settlement<'_>,
 ) -> Result<bool> {
     tx.serves(queue);
     let (state, next_at, error, done_at) = how.columns();
