@@ -1424,6 +1424,9 @@ pub enum GatesAction {
         /// Why, kept in the audit log with the change.
         #[arg(long)]
         reason: Option<String>,
+        /// With the policy's [[environments]]: the environment or cluster to open it in.
+        #[arg(long)]
+        env: Option<String>,
     },
     /// Close a gate.
     Close {
@@ -1432,6 +1435,9 @@ pub enum GatesAction {
         /// Why, kept in the audit log with the change.
         #[arg(long)]
         reason: Option<String>,
+        /// With the policy's [[environments]]: the environment or cluster to close it in.
+        #[arg(long)]
+        env: Option<String>,
     },
 }
 

@@ -46,6 +46,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Context;
 use serde::Deserialize;
@@ -53,8 +54,9 @@ use serde::Deserialize;
 use crate::command::{Rule, Verb};
 use crate::config::{Config, Permission};
 use crate::gate::deadline::{Deadline, DeadlineRule, OnDeadline};
+use crate::gate::environment::{Environment, Environments};
 use crate::gate::window::{Calendar, Window};
-use crate::gate::{CanaryRef, GateKind, Namespace, QuorumRule};
+use crate::gate::{CanaryRef, ClusterName, GateKind, Namespace, QuorumRule};
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -84,6 +86,11 @@ struct File {
     /// Dates (`2026-12-24`) on which no release window opens.
     #[serde(default)]
     holidays: Vec<toml::Spanned<String>>,
+    /// `[[environments]]`: ordered groups of clusters.
+    #[serde(default)]
+    environments: Vec<toml::Spanned<EnvironmentsEntry>>,
+    /// The cluster of a check that no Flagger token and no metadata names.
+    default_cluster: Option<String>,
     /// Where each line of the text starts (for errors that name a line).
     #[serde(skip)]
     line_starts: Vec<usize>,
@@ -569,6 +576,59 @@ pub struct Policy {
     quorum: Vec<QuorumRule>,
     /// `[[github.protection]]`: environment → the PR gate that approves it.
     protection: Vec<(String, GateKind)>,
+    environments: Environments,
+}
+
+/// One `[[environments]]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnvironmentsEntry {
+    name: String,
+    clusters: Vec<String>,
+    after: Option<String>,
+    soak: Option<String>,
+}
+
+impl EnvironmentsEntry {
+    fn read(&self, n: usize, line: usize) -> anyhow::Result<Environment> {
+        let at = || format!("environments[{n}] (line {line})");
+        let name = |text: &str| {
+            text.parse::<ClusterName>()
+                .map_err(|why| anyhow::anyhow!("{}: {why}", at()))
+        };
+        let soak = match &self.soak {
+            Some(text) => humantime::parse_duration(text)
+                .with_context(|| format!("{}: soak `{text}`: write e.g. 30m, 2h", at()))?,
+            None => Duration::ZERO,
+        };
+        Ok(Environment {
+            name: name(&self.name)?,
+            clusters: self
+                .clusters
+                .iter()
+                .map(|c| name(c))
+                .collect::<anyhow::Result<_>>()?,
+            after: self.after.as_deref().map(name).transpose()?,
+            soak,
+        })
+    }
+}
+
+/// Reads `[[environments]]` and `default_cluster`, checking their order.
+fn environments(file: &File) -> anyhow::Result<Environments> {
+    let list = file
+        .environments
+        .iter()
+        .enumerate()
+        .map(|(n, e)| e.get_ref().read(n, file.line_of(e.span())))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let default = file
+        .default_cluster
+        .as_deref()
+        .map(|c| c.parse::<ClusterName>())
+        .transpose()
+        .map_err(|why| anyhow::anyhow!("default_cluster: {why}"))?;
+    Environments::new(list, default).map_err(|why| anyhow::anyhow!("environments: {why}"))
 }
 
 /// Reads the `[[deadlines]]` tables into rules, saying which one is wrong.
@@ -627,7 +687,14 @@ impl Policy {
                 source.as_deref().unwrap_or("the policy file")
             )
         })?;
+        let environments = environments(&file).with_context(|| {
+            format!(
+                "GATEBOT_POLICY: {}",
+                source.as_deref().unwrap_or("the policy file")
+            )
+        })?;
         let policy = Self {
+            environments,
             protection,
             calendar,
             quorum,
@@ -651,6 +718,7 @@ impl Policy {
         let file = File::parse(text).context("the policy file does not parse")?;
         check_environments(&file)?;
         Ok(Self {
+            environments: environments(&file)?,
             protection: protection_rules(&file)?,
             deadlines: deadline_rules(&file)?,
             reminders: file.reminders.read(&file)?,
@@ -683,6 +751,11 @@ impl Policy {
                 || canary.namespace.clone(),
                 |e| e.environment.trim().to_string(),
             )
+    }
+
+    /// `[[environments]]`: the clusters' order (empty: one gate for every cluster).
+    pub fn environments(&self) -> &Environments {
+        &self.environments
     }
 
     /// The PR gate whose opening approves a deployment to `environment`

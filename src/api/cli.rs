@@ -34,22 +34,38 @@ pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
                 false => print_detail(&view),
             }
         }
-        GatesAction::Open { gate, reason } | GatesAction::Close { gate, reason } => {
+        GatesAction::Open { gate, reason, env } | GatesAction::Close { gate, reason, env } => {
             let (path, what) = match &args.action {
                 GatesAction::Open { .. } => ("/api/v1/gates/open", "open the gate"),
                 _ => ("/api/v1/gates/close", "close the gate"),
             };
-            let req = server
-                .request(reqwest::Method::POST, path)
-                .json(&json!({ "gate": gate, "reason": reason }));
-            let gate: Gate = server.call(req, what).await?;
-            match args.json {
-                true => print_json(&gate)?,
-                false => println!("{} is {}", gate.key, gate.status.name()),
+            let mut body = json!({ "gate": gate, "reason": reason });
+            if let Some(env) = env {
+                body["env"] = json!(env);
+            }
+            let req = server.request(reqwest::Method::POST, path).json(&body);
+            let changed: Changed = server.call(req, what).await?;
+            let gates = match changed {
+                Changed::One(gate) => vec![gate],
+                Changed::Many { gates } => gates,
+            };
+            for gate in &gates {
+                match args.json {
+                    true => print_json(gate)?,
+                    false => println!("{} is {}", gate.key, gate.status.name()),
+                }
             }
         }
     }
     Ok(())
+}
+
+/// What an open or close answers: the gate, or with `--env` each cluster's.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum Changed {
+    Many { gates: Vec<Gate> },
+    One(Gate),
 }
 
 /// An answer as `--json` shows it: through a `serde_json::Value`, keys in

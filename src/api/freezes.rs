@@ -99,6 +99,7 @@ pub async fn create(
 /// Runs an operator's freeze or unfreeze through the one command path.
 async fn run(state: &AppState, command: Command, actor: &Actor) -> Result<Applied, Reject> {
     let request = Request {
+        place: None,
         command,
         subject: Subject::Nothing,
         who: Provenance::new(actor.clone()),

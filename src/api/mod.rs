@@ -116,13 +116,16 @@ struct ChangeBody {
     gate: String,
     #[serde(default)]
     reason: Option<String>,
+    /// With `[[environments]]`: the environment or cluster (`production`, `prod-eu`).
+    #[serde(default)]
+    env: Option<String>,
 }
 
 pub async fn open(
     state: State<AppState>,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<Json<Gate>, Reject> {
+) -> Result<Json<Value>, Reject> {
     change(state, headers, body, true).await
 }
 
@@ -130,7 +133,7 @@ pub async fn close(
     state: State<AppState>,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<Json<Gate>, Reject> {
+) -> Result<Json<Value>, Reject> {
     change(state, headers, body, false).await
 }
 
@@ -139,7 +142,7 @@ async fn change(
     headers: HeaderMap,
     body: Bytes,
     open: bool,
-) -> Result<Json<Gate>, Reject> {
+) -> Result<Json<Value>, Reject> {
     let caller = operator(&state.config, &headers)?;
     // The API is ours, so unlike webhooks it is strict: a typo is an error.
     let body: ChangeBody = serde_json::from_slice(&body).map_err(|e| {
@@ -158,27 +161,33 @@ async fn change(
         },
         false => Command::Close { reason },
     };
+    let many = body.env.is_some();
     let request = Request {
+        place: body.env,
         command,
         subject: Subject::Gate(key),
         who: Provenance::new(caller.actor.clone()),
     };
-    Ok(Json(run(&state, &request).await?))
+    let mut gates = run(&state, &request).await?;
+    if many {
+        return Ok(Json(serde_json::json!({ "gates": gates })));
+    }
+    let gate = serde_json::to_value(gates.swap_remove(0));
+    Ok(Json(gate.map_err(|e| Reject::unavailable(e.to_string()))?))
 }
 
-/// Runs an operator's command on one gate through the one command path;
-/// the token was checked already.
-async fn run(state: &AppState, request: &Request) -> Result<Gate, Reject> {
+/// Runs an operator's command on one gate (with `env`, its clusters')
+/// through the one command path; the token was checked already.
+async fn run(state: &AppState, request: &Request) -> Result<Vec<Gate>, Reject> {
     let source = request.who.actor.source.as_str();
     let applied = dispatch::run(&state.engine, source, request, &Checked)
         .await
         .and_then(dispatch::Outcome::applied)
         .map_err(reject)?;
-    applied
-        .gates
-        .into_iter()
-        .next()
-        .ok_or_else(|| Reject::unavailable("the command changed no gate"))
+    if applied.gates.is_empty() {
+        return Err(Reject::unavailable("the command changed no gate"));
+    }
+    Ok(applied.gates)
 }
 
 /// The gate a reader's list is filtered by, once the reader's token is checked.

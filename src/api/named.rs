@@ -174,6 +174,7 @@ async fn run(
     key: GateKey,
 ) -> Result<Named, Response> {
     let request = Request {
+        place: None,
         command,
         subject: Subject::Gate(key),
         who: Provenance::new(caller.actor),

@@ -69,12 +69,12 @@ impl Gatebot {
 
     pub async fn start_with(config: Config, options: Options) -> anyhow::Result<Self> {
         prepare(&config)?;
-        let base = Base::open(&config, options.clock).await?;
+        let policy = policy::Policy::from_config(&config)?;
+        let base = Base::open(&config, &policy, options.clock).await?;
         let templates = templates::Templates::with_links(
             config.templates_dir.clone(),
             config.public_url.as_deref(),
         )?;
-        let policy = policy::Policy::from_config(&config)?;
         for warning in policy.door_warnings(config.flagger_tokens()) {
             tracing::warn!("{warning}");
         }
@@ -258,7 +258,11 @@ struct Workers {
 }
 
 impl Base {
-    async fn open(config: &Config, clock: Option<SharedClock>) -> anyhow::Result<Self> {
+    async fn open(
+        config: &Config,
+        policy: &policy::Policy,
+        clock: Option<SharedClock>,
+    ) -> anyhow::Result<Self> {
         // A clock a test sets is the truth; the system clock is corrected to
         // the database's on PostgreSQL (see `tasks::sync_clock`).
         let measure = clock.is_none() && !simulated_date();
@@ -279,7 +283,8 @@ impl Base {
             measure: measure && store.backend() == store::Backend::Postgres,
             clock: clock_sync.clone(),
             clock_sync,
-            records: crate::core::Records::new(store.clone()),
+            records: crate::core::Records::new(store.clone())
+                .with_environments(policy.environments().clone()),
             store,
             metrics: Arc::new(metrics),
             skew_log: tasks::SkewLog::default(),
@@ -353,6 +358,7 @@ impl Base {
             calendar: policy.calendar().clone(),
             quorum: policy.quorum().to_vec(),
             timers: policy.timers(),
+            environments: policy.environments().clone(),
             named: engine::named::NamedLimits {
                 live: config.named_gates_live,
                 per_hour: config.named_gates_per_hour,

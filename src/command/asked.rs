@@ -74,6 +74,15 @@ pub enum Invalid {
     FreezeReason,
     /// Reject is a button at one gate.
     RejectWithoutGate,
+    /// With environments: the command names none, and more than one (or
+    /// none) of them waits. `waiting` lists those that wait, `all` every one.
+    Which {
+        verb: String,
+        waiting: Vec<String>,
+        all: Vec<String>,
+    },
+    /// `--env` names no environment or cluster of the policy.
+    UnknownPlace { place: String, all: Vec<String> },
 }
 
 impl fmt::Display for Invalid {
@@ -91,6 +100,31 @@ impl fmt::Display for Invalid {
                 "a freeze needs a reason: one line of at most {MAX_FREEZE_REASON} characters"
             ),
             Self::RejectWithoutGate => f.write_str("Reject is given at one gate"),
+            Self::Which { verb, waiting, all } if waiting.is_empty() => write!(
+                f,
+                "which one? No environment waits: name it, `/{verb} <environment>` ({})",
+                all.join(", ")
+            ),
+            Self::Which { verb, waiting, .. } => {
+                let or = format!("` or `/{verb} ");
+                write!(
+                    f,
+                    "which one? {} are waiting: name it, `/{verb} {}`",
+                    waiting.join(" and "),
+                    waiting.join(&or)
+                )
+            }
+            Self::UnknownPlace { place, all } if all.is_empty() => write!(
+                f,
+                "`{}` is no environment: the policy has no [[environments]]",
+                crate::gate::key::printable(place)
+            ),
+            Self::UnknownPlace { place, all } => write!(
+                f,
+                "`{}` is no environment or cluster of the policy ({})",
+                crate::gate::key::printable(place),
+                all.join(", ")
+            ),
         }
     }
 }

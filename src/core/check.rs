@@ -32,6 +32,22 @@ impl Engine {
     /// with [`STORE_BUSY`]; nothing of it is remembered, so the next poll tries
     /// again. Dropping the unfinished write rolls it back.
     pub async fn check(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, CommandError> {
+        // With environments, each cluster asks at its own gate.
+        let placed;
+        let key = if self.settings.environments.is_empty() {
+            key
+        } else {
+            match self.placed(key, input) {
+                Ok(k) => {
+                    placed = k;
+                    &placed
+                }
+                Err(verdict) => {
+                    self.count_check(key.kind, Answer::Closed);
+                    return Ok(Checked::settled(verdict));
+                }
+            }
+        };
         // The steady state is answered from memory, with no timer to arm: always
         // on SQLite, and on PostgreSQL while other replicas' changes are heard.
         if self.answers_from_memory() {
@@ -59,17 +75,20 @@ impl Engine {
     }
 
     async fn check_now(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, CommandError> {
+        let commit = self.commit_of(key, input).await?;
         let gate = self.gate(key).await?;
         if let Some(verdict) = self.settled(key, &gate, input, self.now()) {
             return Ok(Checked::settled(verdict));
         }
         let Some(canary) = &input.canary else {
             let now = self.now();
-            return Ok(Checked::settled(self.unless_frozen(
+            let verdict =
+                self.unless_frozen(key, None, now, peek(&gate, now, self.settings.channels));
+            return Ok(Checked::settled(self.in_order(
                 key,
-                None,
+                commit.as_deref(),
                 now,
-                peek(&gate, now, self.settings.channels),
+                verdict,
             )));
         };
         let check = Check {
@@ -77,7 +96,9 @@ impl Engine {
             checksum: &input.checksum,
             phase: &input.phase,
         };
-        let checked = self.record_check(key, &check, input).await?;
+        let checked = self
+            .record_check(key, &check, input, commit.as_deref())
+            .await?;
         self.count_check(key.kind, checked.verdict.answer);
         Ok(checked)
     }
@@ -92,6 +113,10 @@ impl Engine {
         now: Millis,
     ) -> Option<Verdict> {
         let Some(canary) = &input.canary else {
+            // A peek: the slow path says where a cluster's revision stands.
+            if key.cluster.is_some() {
+                return None;
+            }
             return Some(self.unless_frozen(
                 key,
                 None,
@@ -116,6 +141,10 @@ impl Engine {
                 &self.settings.quorum,
             ),
         );
+        let verdict = match key.cluster {
+            Some(_) => self.in_order(key, self.commit_known(key, input).as_deref(), now, verdict),
+            None => verdict,
+        };
         if verdict.pin || verdict.expired {
             return None;
         }
@@ -155,6 +184,7 @@ impl Engine {
         key: &GateKey,
         check: &Check<'_>,
         input: &CheckInput,
+        commit: Option<&str>,
     ) -> Result<Checked, CommandError> {
         let _turn = self.write.lock().await;
         let now = self.now();
@@ -162,7 +192,7 @@ impl Engine {
         // Locked: an expiry or a pin is decided on the gate as it stands, not on
         // one that another replica has since held or approved anew.
         let mut gate = self.gate_in(&mut tx, key).await?;
-        let mut verdict = self.verdict_of(key, &gate, check, now);
+        let mut verdict = self.verdict_of(key, &gate, check, commit, now);
         let metadata = serde_json::to_string(&input.metadata).unwrap_or_else(|_| "{}".into());
         let at = CheckAt {
             key,
@@ -176,11 +206,12 @@ impl Engine {
             expire(&mut tx, &at, &mut gate, &mut out).await?;
         }
         let mut pinned_now = false;
+        let passage = Self::passage(key, commit, now);
         if verdict.pin {
             match pin(&mut tx, &at, &mut gate, &mut out).await? {
                 Pinned::Now => pinned_now = true,
                 // Another replica pinned this canary to another revision first.
-                Pinned::Elsewhere => verdict = self.verdict_of(key, &gate, check, now),
+                Pinned::Elsewhere => verdict = self.verdict_of(key, &gate, check, commit, now),
                 Pinned::Nothing => {}
             }
         }
@@ -192,6 +223,10 @@ impl Engine {
                 last.map(|s| Before::of(s, check)),
             )
         };
+        if let Some(p) = passage.filter(|_| pinned_now) {
+            Store::record_passage(&mut tx, &p).await?;
+            out.passage = Some(p);
+        }
         let step = wait_step(key.kind, seen.as_ref(), check, verdict.answer);
         let change = change(verdict.expired, pinned_now, step, before, verdict.answer);
         let was_open = seen.as_ref().is_some_and(|s| s.wait_open);
@@ -208,11 +243,20 @@ impl Engine {
         })
     }
 
-    /// The answer for the canary at `gate` as it stands, freezes and windows included.
-    fn verdict_of(&self, key: &GateKey, gate: &Gate, check: &Check<'_>, now: Millis) -> Verdict {
+    /// The answer for the canary at `gate` as it stands, freezes, windows
+    /// and the environments' order included.
+    fn verdict_of(
+        &self,
+        key: &GateKey,
+        gate: &Gate,
+        check: &Check<'_>,
+        commit: Option<&str>,
+        now: Millis,
+    ) -> Verdict {
         let settings = &self.settings;
         let decided = decide(gate, check, now, settings.channels, &settings.quorum);
-        self.unless_frozen(key, Some(check.canary), now, decided)
+        let verdict = self.unless_frozen(key, Some(check.canary), now, decided);
+        self.in_order(key, commit, now, verdict)
     }
 
     /// Starts, restarts or ends the canary's wait as `step` says; whether a
@@ -276,7 +320,7 @@ impl Engine {
             at: now,
             due_at: timers.due_at(&facts),
             remind_at: timers.remind_at(key.kind, now, 0),
-            cluster: at.input.cluster.as_ref(),
+            cluster: key.cluster.as_ref().or(at.input.cluster.as_ref()),
         };
         let Some(wait_id) = Store::start_wait(tx, &wait).await? else {
             return Ok(());
@@ -319,6 +363,9 @@ impl Engine {
         let applying = self.applying.lock().await;
         tx.commit().await?;
         self.remember(gate);
+        if let Some(p) = out.passage.clone() {
+            self.passed(p);
+        }
         let (answer, reason) = (verdict.answer, &verdict.reason);
         self.memory()
             .observe(key, check, answer, reason, wait_open, now);
@@ -333,6 +380,8 @@ impl Engine {
 struct Written {
     audits: Vec<AuditEntry>,
     notices: Vec<Notice>,
+    /// A cluster's promote gate opened for a commit: the next environment's order.
+    passage: Option<crate::store::Passage>,
 }
 
 /// The check being recorded, as each step (an expiry, a pin, its wait) reads it.

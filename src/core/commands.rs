@@ -109,12 +109,8 @@ pub fn gates_for(verb: Verb, subject: &Subject) -> Vec<GateKey> {
 pub fn rollback_of(key: &GateKey, phase: &Phase) -> Option<GateKey> {
     let progressing = phase.progressing();
     match key.kind {
-        GateKind::Promote | GateKind::Traffic => {
-            Some(GateKey::new(GateKind::Rollback, key.scope.clone()))
-        }
-        GateKind::LegacyGate if progressing => {
-            Some(GateKey::new(GateKind::LegacyRollback, key.scope.clone()))
-        }
+        GateKind::Promote | GateKind::Traffic => Some(key.sibling(GateKind::Rollback)),
+        GateKind::LegacyGate if progressing => Some(key.sibling(GateKind::LegacyRollback)),
         _ => None,
     }
 }

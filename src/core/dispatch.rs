@@ -31,6 +31,10 @@ pub struct Request {
     /// Who, on which delivery, when (by the channel's signed time). The
     /// reason travels in the command.
     pub who: Provenance,
+    /// With `[[environments]]`: the environment or cluster it is for, when the
+    /// intake has a field for it (the CLI's `--env`). Chat commands name it as
+    /// the first word after the command (`/promote production`).
+    pub place: Option<String>,
 }
 
 /// What an authorizer answers: `Ok(Err(why))` refuses; `Err` means "cannot
@@ -176,7 +180,10 @@ pub async fn authorize<A: Authorizer>(
     authorizer: &A,
 ) -> Result<Authorized<A::Denied>, CommandError> {
     let phase = phase_of(engine, request).await?;
-    let plan = plan(&request.command, &request.subject, &phase);
+    let plan = match plan(&request.command, &request.subject, &phase) {
+        Ok(plan) => engine.place_plan(plan, request).await?,
+        Err(invalid) => Err(invalid),
+    };
     let verdict = match &plan {
         Ok(plan) => authorizer.authorize(plan.rule, &plan.keys).await?,
         Err(_) => Ok(()),

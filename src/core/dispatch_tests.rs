@@ -38,6 +38,7 @@ async fn engine() -> Fixture {
             calendar: Default::default(),
             quorum: Vec::new(),
             timers: Default::default(),
+            environments: Default::default(),
             named: crate::core::named::NamedLimits {
                 live: 10,
                 per_hour: 10,
@@ -73,6 +74,7 @@ fn key(path: &str) -> GateKey {
 
 fn request(verb: Verb, gate: &str, delivery: &str, written_at: i64) -> Request {
     Request {
+        place: None,
         command: Command::from_verb(verb, None),
         subject: Subject::Gate(key(gate)),
         who: Provenance::new(Actor::new("alice", Source::Github))

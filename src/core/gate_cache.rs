@@ -188,6 +188,7 @@ impl Engine {
         self.store
             .each_gate(|gate| self.memory().put_gate(&gate))
             .await?;
+        self.load_passages().await?;
         self.metrics.gate_cache_reloads.inc();
         Ok(())
     }
@@ -198,7 +199,8 @@ impl Engine {
         if let Some(gate) = self.store.load_gate(key).await? {
             self.memory().put_gate(&gate);
         }
-        Ok(())
+        // A pin announces its gate; a passage may have come with it.
+        self.refresh_passages(key).await
     }
 }
 

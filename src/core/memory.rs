@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use indexmap::{IndexMap, IndexSet};
 
 use crate::gate::{
-    Actor, Answer, Approval, CanaryRef, Change, Check, Gate, GateKey, GateName, GateStatus, Millis,
-    Namespace, PrNumber, RepoName, Scope,
+    Actor, Answer, Approval, CanaryRef, Change, Check, ClusterName, Gate, GateKey, GateName,
+    GateStatus, Millis, Namespace, PrNumber, RepoName, Scope,
 };
 pub use compact::SeenEntry;
 use compact::{
@@ -44,6 +44,8 @@ pub struct Memory {
     /// Namespaces and gate names of gates scoped by them.
     names: IndexSet<Box<str>>,
     actors: IndexSet<Actor>,
+    /// The clusters of gates kept per cluster (a handful: the policy's).
+    clusters: IndexSet<ClusterName>,
     gates: IndexMap<Key, Slot>,
 }
 
@@ -56,6 +58,7 @@ impl Memory {
             canaries: IndexSet::new(),
             names: IndexSet::new(),
             actors: IndexSet::new(),
+            clusters: IndexSet::new(),
             gates: IndexMap::new(),
         }
     }
@@ -84,10 +87,15 @@ impl Memory {
             Scope::Namespace(ns) => (Tag::Namespace, self.names.get_index_of(ns.as_str())?, 0),
             Scope::Named(name) => (Tag::Named, self.names.get_index_of(name.as_str())?, 0),
         };
+        let cluster = match &key.cluster {
+            Some(c) => self.clusters.get_index_of(c)? as u16 + 1,
+            None => 0,
+        };
         Some(Key {
             kind: key.kind,
             tag,
             id: id as u32,
+            cluster,
             number,
         })
     }
@@ -104,10 +112,16 @@ impl Memory {
             Scope::Namespace(ns) => (Tag::Namespace, self.name_id(ns.as_str()), 0),
             Scope::Named(name) => (Tag::Named, self.name_id(name.as_str()), 0),
         };
+        let cluster = match &key.cluster {
+            // Clusters come from the policy, so a u16 holds them all.
+            Some(c) => self.clusters.insert_full(c.clone()).0 as u16 + 1,
+            None => 0,
+        };
         Key {
             kind: key.kind,
             tag,
             id: id as u32,
+            cluster,
             number,
         }
     }
@@ -150,7 +164,11 @@ impl Memory {
             Tag::Namespace => Scope::Namespace(Namespace::new(name()?).ok()?),
             Tag::Named => Scope::Named(GateName::new(name()?).ok()?),
         };
-        Some(GateKey::new(k.kind, scope))
+        let cluster = match k.cluster {
+            0 => None,
+            n => Some(self.clusters.get_index(usize::from(n) - 1)?.clone()),
+        };
+        Some(GateKey::new(k.kind, scope).at(cluster))
     }
 
     // ---- gates ----

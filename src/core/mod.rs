@@ -17,6 +17,7 @@ pub mod deadlines;
 pub mod dispatch;
 #[cfg(test)]
 mod dispatch_tests;
+mod environments;
 mod error;
 mod events;
 pub mod evidence;
@@ -81,6 +82,8 @@ pub struct EngineSettings {
     pub timers: crate::gate::timers::WaitTimers,
     /// How many gates pipelines may create by name.
     pub named: named::NamedLimits,
+    /// The policy's `[[environments]]`: with them each cluster's gates are its own.
+    pub environments: crate::gate::environment::Environments,
 }
 
 /// The default [`EngineSettings::check_deadline`].
@@ -220,6 +223,8 @@ pub struct Engine {
     changes: std::sync::OnceLock<watch::Changes>,
     /// Canaries' own gates tied to their PRs, when the cluster may be read (`origin`).
     origins: std::sync::OnceLock<Arc<origin::Origins>>,
+    /// With `[[environments]]`: where commits were promoted, and PR heads.
+    paths: environments::Paths,
 }
 
 impl Engine {
@@ -256,7 +261,8 @@ impl Engine {
         tracing::info!(gates = memory.len(), "loaded gates and last checks");
         let freezes = store.active_freezes(clock.now_ms()).await?;
         metrics.gate_cache_trusted.set(i64::from(sqlite));
-        Ok(Self {
+        let engine = Self {
+            paths: Default::default(),
             cache_trusted: std::sync::atomic::AtomicBool::new(sqlite),
             any_freeze: std::sync::atomic::AtomicBool::new(!freezes.is_empty()),
             windows: Mutex::new(Default::default()),
@@ -273,7 +279,9 @@ impl Engine {
             write: tokio::sync::Mutex::new(()),
             applying: tokio::sync::Mutex::new(()),
             heard: gate_cache::Heard::default(),
-        })
+        };
+        engine.load_passages().await?;
+        Ok(engine)
     }
 
     pub fn store(&self) -> &Store {

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use super::unit::Unit;
+use crate::gate::environment::Environments;
 use crate::gate::{CanaryRef, Gate, GateKey, GateKind, Millis, PrNumber, RepoName};
 use crate::store::{
     AuditEntry, CheckRunRow, DeploymentRow, EventRow, NamedGate, NewJob, ObservationRow,
@@ -32,6 +33,8 @@ pub struct SinkBase<'a> {
 #[derive(Clone)]
 pub struct Records {
     store: Store,
+    /// The policy's `[[environments]]`: the path messages show.
+    environments: Arc<Environments>,
 }
 
 /// Each method is the store's read or write of the same name, in a transaction
@@ -51,7 +54,20 @@ macro_rules! records {
 
 impl Records {
     pub fn new(store: Store) -> Self {
-        Self { store }
+        Self {
+            store,
+            environments: Arc::default(),
+        }
+    }
+
+    /// The same, showing the path through `environments`.
+    pub fn with_environments(mut self, environments: Environments) -> Self {
+        self.environments = Arc::new(environments);
+        self
+    }
+
+    pub fn environments(&self) -> &Environments {
+        &self.environments
     }
 
     /// Queues `jobs` in one transaction of their own; how many were new.
@@ -99,6 +115,8 @@ records! {
         at: Millis,
     ) -> ();
     fn pr_head(&self, repo: &RepoName, number: PrNumber) -> Option<String>;
+    /// Where a PR's commits were promoted, per cluster (`[[environments]]`).
+    fn passages_of(&self, gate: &GateKey) -> Vec<crate::store::Passage>;
     fn remember_pr_head(
         &self,
         repo: &RepoName,

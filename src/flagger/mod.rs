@@ -482,6 +482,7 @@ pub async fn legacy_set(
         false => Command::Close { reason: None },
     };
     let request = Request {
+        place: None,
         command,
         subject: Subject::Gate(key.clone()),
         who: Provenance::new(actor),

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::cluster::ClusterName;
+
 use serde::{Deserialize, Serialize};
 
 /// Which Flagger hook a gate answers.
@@ -304,6 +306,9 @@ impl fmt::Display for Scope {
 pub struct GateKey {
     pub kind: GateKind,
     pub scope: Scope,
+    /// With `[[environments]]`, each cluster's gate is its own: written
+    /// after the scope, `/gates/promote/acme/shop/pr/42@prod-eu`.
+    pub cluster: Option<ClusterName>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -328,7 +333,22 @@ pub enum KeyError {
 
 impl GateKey {
     pub fn new(kind: GateKind, scope: Scope) -> Self {
-        Self { kind, scope }
+        Self {
+            kind,
+            scope,
+            cluster: None,
+        }
+    }
+
+    /// The same gate in `cluster`.
+    pub fn at(mut self, cluster: Option<ClusterName>) -> Self {
+        self.cluster = cluster;
+        self
+    }
+
+    /// The gate of another kind with the same scope, in the same cluster.
+    pub fn sibling(&self, kind: GateKind) -> Self {
+        Self::new(kind, self.scope.clone()).at(self.cluster.clone())
     }
 
     pub fn pr(&self) -> Option<(&RepoName, PrNumber)> {
@@ -363,7 +383,7 @@ impl GateKey {
             [ns] => Scope::Namespace(Namespace::new(ns)?),
             _ => return Err(KeyError::BadPath(printable(&segments.join("/")))),
         };
-        Ok(Self { kind, scope })
+        Ok(Self::new(kind, scope))
     }
 
     /// Parses a key as operators write it: `/gates/promote/pr/42`, `promote/pr/42`,
@@ -371,6 +391,16 @@ impl GateKey {
     /// loadtester gate `/loadtester/gate/test/podinfo`, `/loadtester/rollback/test/podinfo`.
     pub fn parse(text: &str, default_repo: Option<&RepoName>) -> Result<Self, KeyError> {
         let trimmed = text.trim().trim_matches('/');
+        // No scope segment may hold `@`, so the last one starts a cluster.
+        if let Some((rest, cluster)) = trimmed.rsplit_once('@') {
+            let cluster = cluster
+                .parse()
+                .map_err(|_| KeyError::BadPath(printable(text)))?;
+            if rest.contains('@') {
+                return Err(KeyError::BadPath(printable(text)));
+            }
+            return Ok(Self::parse(rest, default_repo)?.at(Some(cluster)));
+        }
         let segments: Vec<&str> = trimmed.split('/').collect();
         if segments.first() == Some(&"loadtester") {
             let kind = match segments.get(1) {
@@ -379,10 +409,7 @@ impl GateKey {
                 _ => return Err(KeyError::BadPath(text.to_string())),
             };
             return match &segments[2..] {
-                [ns, name] => Ok(Self {
-                    kind,
-                    scope: Scope::Canary(CanaryRef::new(ns, name)?),
-                }),
+                [ns, name] => Ok(Self::new(kind, Scope::Canary(CanaryRef::new(ns, name)?))),
                 _ => Err(KeyError::BadPath(text.to_string())),
             };
         }
@@ -421,9 +448,13 @@ impl GateKey {
 impl fmt::Display for GateKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.kind, &self.scope) {
-            (GateKind::LegacyGate, Scope::Canary(c)) => write!(f, "/loadtester/gate/{c}"),
-            (GateKind::LegacyRollback, Scope::Canary(c)) => write!(f, "/loadtester/rollback/{c}"),
-            (kind, scope) => write!(f, "/gates/{kind}/{scope}"),
+            (GateKind::LegacyGate, Scope::Canary(c)) => write!(f, "/loadtester/gate/{c}")?,
+            (GateKind::LegacyRollback, Scope::Canary(c)) => write!(f, "/loadtester/rollback/{c}")?,
+            (kind, scope) => write!(f, "/gates/{kind}/{scope}")?,
+        }
+        match &self.cluster {
+            Some(cluster) => write!(f, "@{cluster}"),
+            None => Ok(()),
         }
     }
 }

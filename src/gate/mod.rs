@@ -4,6 +4,7 @@ pub mod audit;
 pub mod change;
 pub mod cluster;
 pub mod deadline;
+pub mod environment;
 pub mod event;
 pub mod freeze;
 pub mod key;

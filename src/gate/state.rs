@@ -378,10 +378,16 @@ fn write_open_hint(out: &mut String, key: &GateKey, channels: Channels) {
         (_, GateKind::LegacyRollback) => ways.add(format_args!("POST /rollback/open")),
         (Scope::Pr { repo, number }, kind) => {
             if channels.github {
-                ways.add(format_args!(
-                    "comment {} on {repo}#{number}",
-                    kind.command()
-                ));
+                match &key.cluster {
+                    Some(c) => ways.add(format_args!(
+                        "comment {} {c} on {repo}#{number}",
+                        kind.command()
+                    )),
+                    None => ways.add(format_args!(
+                        "comment {} on {repo}#{number}",
+                        kind.command()
+                    )),
+                }
             }
             if channels.slack {
                 ways.add(format_args!("approve in Slack"));
@@ -475,7 +481,7 @@ pub fn rfc3339(ms: Millis) -> String {
 }
 
 /// [`rfc3339`] without a String of its own, for writing into another.
-struct Rfc3339(Millis);
+pub(crate) struct Rfc3339(pub(crate) Millis);
 
 impl fmt::Display for Rfc3339 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -104,6 +104,7 @@ impl GithubInbox {
         let who = Provenance::new(Actor::new(e.sender.login.clone(), Source::Github))
             .delivery(delivery.clone());
         let request = Request {
+            place: None,
             command: button.command(key.kind),
             subject: Subject::Gate(key.clone()),
             who,

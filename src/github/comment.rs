@@ -83,6 +83,7 @@ impl GithubInbox {
             _ => {}
         }
         let request = Request {
+            place: None,
             command: Command::from_verb(command, inv.reason),
             subject: subject.clone(),
             who: self.who(user, e, delivery),
@@ -156,6 +157,7 @@ impl GithubInbox {
             }
         };
         let request = Request {
+            place: None,
             command,
             subject: Subject::pr(repo.clone(), PrNumber(e.issue.number)),
             who: self.who(&e.comment.user.login, e, delivery),

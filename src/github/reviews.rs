@@ -153,6 +153,7 @@ impl GithubInbox {
             .delivery(r.delivery.clone())
             .written_at(r.e.submitted_at());
         let request = Request {
+            place: None,
             command: Command::Open {
                 kind: GateKind::Promote,
                 reason: Some(format!("approving review of {}", short(reviewed))),

@@ -7,9 +7,12 @@ use serde::Serialize;
 
 use crate::core::Records;
 use crate::evidence::Evidence;
+use crate::gate::environment::{order, valid_commit, Order};
 use crate::gate::progress::CanaryProgress;
 use crate::gate::state::rfc3339;
-use crate::gate::{CanaryRef, GateKey, GateKind, GateStatus, Millis, PrNumber, RepoName, Scope};
+use crate::gate::{
+    CanaryRef, ClusterName, GateKey, GateKind, GateStatus, Millis, PrNumber, RepoName, Scope,
+};
 use crate::store::StoreError;
 use crate::templates::escape::{self, code};
 
@@ -41,9 +44,17 @@ pub struct GateView {
     pub name: Option<String>,
     /// A named gate's title.
     pub title: Option<String>,
-    pub command: &'static str,
-    /// open | closed | held (an expired approval shows as closed).
+    /// What opens it: `/promote`, or with environments `/promote production`.
+    pub command: String,
+    /// open | closed | held (an expired approval shows as closed); with
+    /// environments, "not started" in a cluster where nothing happened yet.
     pub state: &'static str,
+    /// With environments: the gate's cluster and its environment.
+    pub cluster: Option<String>,
+    pub environment: Option<String>,
+    /// Where the revision stands on its way here ("waiting: staging promoted
+    /// 85d557f 12 min ago; …"), gatebot's own words, as a code span.
+    pub order: Option<String>,
     pub by: Option<String>,
     pub via: Option<String>,
     pub reason: Option<String>,
@@ -129,10 +140,23 @@ pub async fn view(
     let mut gates = Vec::new();
     let mut ever_waited = false;
     let mut canaries = BTreeSet::new();
+    let mut rows = Vec::new();
     for (key, title) in keys_of_pr(records, repo, number).await? {
-        let (view, waited) = gate_view(records, key, title, now, &mut canaries).await?;
+        let (view, waited) = gate_view(records, &key, title, now, &mut canaries).await?;
         ever_waited |= waited;
-        gates.extend(view);
+        rows.push((key, view));
+    }
+    for (key, view) in &rows {
+        match view {
+            Some(view) => gates.push(view.clone()),
+            // The path: every cluster of a kind that one of them has used.
+            None if key.cluster.is_some()
+                && rows.iter().any(|(k, v)| k.kind == key.kind && v.is_some()) =>
+            {
+                gates.push(GateView::not_started(records, key));
+            }
+            None => {}
+        }
     }
     Ok(PrView {
         subject: format!("{repo}#{number}"),
@@ -148,14 +172,22 @@ async fn keys_of_pr(
     repo: &RepoName,
     number: PrNumber,
 ) -> Result<Vec<(GateKey, Option<String>)>, StoreError> {
+    let envs = records.environments();
+    let clusters: Vec<Option<ClusterName>> = match envs.is_empty() {
+        true => vec![None],
+        false => envs.clusters().cloned().map(Some).collect(),
+    };
     let mut keys: Vec<(GateKey, Option<String>)> = GateKind::ROUTABLE
         .into_iter()
-        .map(|kind| {
+        .flat_map(|kind| {
             let scope = Scope::Pr {
                 repo: repo.clone(),
                 number,
             };
-            (GateKey::new(kind, scope), None)
+            let key = GateKey::new(kind, scope);
+            clusters
+                .iter()
+                .map(move |c| (key.clone().at(c.clone()), None))
         })
         .collect();
     for named in records.named_gates_of_pr(repo, number).await? {
@@ -168,19 +200,18 @@ async fn keys_of_pr(
 /// whether anything ever waited there; its canaries are added to `canaries`.
 async fn gate_view(
     records: &Records,
-    key: GateKey,
+    key: &GateKey,
     title: Option<String>,
     now: Millis,
     canaries: &mut BTreeSet<CanaryRef>,
 ) -> Result<(Option<GateView>, bool), StoreError> {
-    let kind = key.kind;
     let name = match &key.scope {
         Scope::Named(name) => Some(name.to_string()),
         _ => None,
     };
-    let gate = records.load_gate(&key).await?;
-    let observations = records.observations_for(&key).await?;
-    let waits = records.waits(Some(&key), false, 50).await?;
+    let gate = records.load_gate(key).await?;
+    let observations = records.observations_for(key).await?;
+    let waits = records.waits(Some(key), false, 50).await?;
     let waited = !waits.is_empty();
     let open: Vec<_> = waits.iter().filter(|w| w.ended_at.is_none()).collect();
     // A wait no canary made at a PR gate: a deployment's (`[[github.protection]]`).
@@ -197,29 +228,22 @@ async fn gate_view(
         .map(|w| (w.canary.as_ref(), w.reminders_sent))
         .collect();
     let mut view = GateView {
-        kind: kind.as_str(),
-        key: key.to_string(),
         // A pipeline's gate waits for approval from its announcement on, as
         // does the gate a deployment waits for.
         waiting: open_since.contains_key(&None),
         deployment,
         name,
         title,
-        command: kind.command(),
-        state: "closed",
-        by: None,
-        via: None,
-        reason: None,
-        at: None,
-        expires_at: None,
-        approvals: None,
-        forced: false,
-        canaries: Vec::new(),
+        ..GateView::not_started(records, key)
     };
+    view.state = "closed";
     view.show_status(gate.as_ref().map(|g| &g.status), now);
     for o in observations {
         let waiting_since = open_since.get(&Some(&o.canary)).copied();
         view.waiting |= waiting_since.is_some();
+        if waiting_since.is_some() && view.order.is_none() {
+            view.order = order_line(records, key, &o, now).await?;
+        }
         // One row per canary; read only for the canaries that wait.
         let progress_of = match waiting_since {
             Some(_) => records
@@ -246,6 +270,42 @@ async fn gate_view(
 }
 
 impl GateView {
+    /// A gate where nothing happened yet (with environments, a cluster the
+    /// revision has not reached).
+    fn not_started(records: &Records, key: &GateKey) -> Self {
+        let kind = key.kind;
+        let environment = key
+            .cluster
+            .as_ref()
+            .and_then(|c| records.environments().of_cluster(c))
+            .map(|e| e.name.to_string());
+        let command = match &environment {
+            Some(env) => format!("{} {env}", kind.command()),
+            None => kind.command().to_string(),
+        };
+        GateView {
+            kind: kind.as_str(),
+            key: key.to_string(),
+            waiting: false,
+            deployment: false,
+            name: None,
+            title: None,
+            command,
+            state: "not started",
+            cluster: key.cluster.as_ref().map(ToString::to_string),
+            environment,
+            order: None,
+            by: None,
+            via: None,
+            reason: None,
+            at: None,
+            expires_at: None,
+            approvals: None,
+            forced: false,
+            canaries: Vec::new(),
+        }
+    }
+
     /// The gate's state, and who changed it last, when and why.
     fn show_status(&mut self, status: Option<&GateStatus>, now: Millis) {
         let change = match status {
@@ -278,6 +338,44 @@ impl GateView {
             self.at = Some(c.at);
         }
     }
+}
+
+/// Where the revision a canary waits with stands on the environments' path,
+/// while it waits for the environment before: gatebot's own words (names
+/// and a commit as the policy and the order checked them).
+async fn order_line(
+    records: &Records,
+    key: &GateKey,
+    o: &crate::store::ObservationRow,
+    now: Millis,
+) -> Result<Option<String>, StoreError> {
+    let envs = records.environments();
+    let Some(env) = key.cluster.as_ref().and_then(|c| envs.of_cluster(c)) else {
+        return Ok(None);
+    };
+    if env.after.is_none() || key.kind.is_rollback() {
+        return Ok(None);
+    }
+    let mut commit = o.metadata["commit"]
+        .as_str()
+        .filter(|c| valid_commit(c))
+        .map(str::to_ascii_lowercase);
+    if let (None, Some((repo, number))) = (&commit, key.pr()) {
+        commit = records.pr_head(repo, number).await?;
+    }
+    let gate = GateKey::new(GateKind::Promote, key.scope.clone());
+    let passages = records.passages_of(&gate).await?;
+    let promoted = |c: &ClusterName| {
+        let commit = commit.as_deref()?;
+        let p = passages
+            .iter()
+            .find(|p| p.commit == commit && p.cluster == *c)?;
+        Some(p.at)
+    };
+    Ok(match order(envs, env, commit.as_deref(), promoted, now) {
+        Order::Waiting(line) => Some(line),
+        Order::Free => None,
+    })
 }
 
 /// The last events of the PR's canaries, oldest first.

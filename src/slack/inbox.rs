@@ -164,6 +164,7 @@ impl SlackInbox {
             }
         };
         Request {
+            place: None,
             command,
             subject: Subject::Gate(key.clone()),
             who,
@@ -283,6 +284,7 @@ impl SlackInbox {
             Err(text) => return self.respond(url, text).await,
         };
         let request = Request {
+            place: None,
             command,
             subject,
             who: Provenance::new(Actor::new(c.user_label(), Source::Slack))

@@ -110,6 +110,9 @@ static RULES: &[Rule] = &[
     // asks GitHub for the head again and makes new runs.
     rule("pr_heads", "repo, number", "pushed_at < $1", Action::Delete, history),
     rule("check_runs", "repo, number, kind", "updated_at < $1", Action::Delete, history),
+    // A commit promoted longer ago than the history: a later environment
+    // asking about it again waits as if it never was.
+    rule("passages", "gate_key, commit_sha, cluster", "passed_at < $1", Action::Delete, history),
     rule("teams_cards", "wait_id", "posted_at < $1 AND wait_id NOT IN (SELECT id FROM waits WHERE ended_at IS NULL)", Action::Delete, history),
     // A gate long closed, or whose approval expired long ago, answers as one
     // never opened: closed. (Commands written before its close are older
@@ -176,6 +179,7 @@ pub const COUNTED: &[&str] = &[
     "pr_authors",
     "pr_heads",
     "check_runs",
+    "passages",
     "github_protection_requests",
     "teams_cards",
     "teams_conversations",

@@ -104,6 +104,7 @@ impl TeamsInbox {
         let name = name_of(activity);
         let aad_object_id = activity.from.aad_object_id.as_deref();
         let request = Request {
+            place: None,
             command,
             subject,
             who: Provenance::new(Actor::new(name, Source::Teams))

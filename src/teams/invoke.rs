@@ -244,6 +244,7 @@ fn request(
         _ => Command::Hold { reason: None },
     };
     Request {
+        place: None,
         command,
         subject: Subject::Gate(key.clone()),
         who,

@@ -136,6 +136,7 @@ pub async fn act(
         }
     }
     let request = Request {
+        place: None,
         command,
         subject: Subject::Gate(key.clone()),
         who,

@@ -167,6 +167,8 @@ pub(super) struct Key {
     pub(super) kind: GateKind,
     pub(super) tag: Tag,
     pub(super) id: u32,
+    /// The cluster's number plus one; 0 for a gate of every cluster.
+    pub(super) cluster: u16,
     pub(super) number: u64,
 }
 

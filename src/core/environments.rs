@@ -1,0 +1,294 @@
+//! Environments in the check: which cluster's gate a check asks at, the
+//! commit its revision is, and whether the environment before has promoted
+//! that commit a soak ago. Passages (a cluster's promote gate opening for a
+//! commit) are written with the check that pinned them and kept in memory,
+//! so that the order is answered without the store.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use indexmap::IndexMap;
+
+use super::commands::{Act, Plan};
+use super::dispatch::Request;
+use super::{CheckInput, CommandError, Engine};
+use crate::command::{Command, Invalid};
+use crate::gate::environment::{order, valid_commit, Environments, Order, Target};
+use crate::gate::{ClusterName, GateKey, GateKind, Millis, PrNumber, RepoName, Scope, Verdict};
+use crate::store::{Passage, StoreError};
+
+/// Promote gates and commits whose passages are kept in memory; the oldest
+/// goes first. The store keeps them for the history's length.
+const KEPT: usize = 10_000;
+
+/// What memory keeps of the order: passages, and the PR heads checks used.
+#[derive(Default)]
+pub(super) struct Paths {
+    passed: Mutex<IndexMap<(GateKey, String), Vec<(ClusterName, Millis)>>>,
+    heads: Mutex<HashMap<(RepoName, PrNumber), String>>,
+}
+
+impl Paths {
+    fn pass(&self, p: Passage) {
+        let mut passed = self.passed.lock().expect("passages poisoned");
+        let clusters = passed.entry((p.gate, p.commit)).or_default();
+        if !clusters.iter().any(|(c, _)| *c == p.cluster) {
+            clusters.push((p.cluster, p.at));
+        }
+        if passed.len() > KEPT {
+            passed.shift_remove_index(0);
+        }
+    }
+
+    fn when(&self, gate: &GateKey, commit: &str, cluster: &ClusterName) -> Option<Millis> {
+        let passed = self.passed.lock().expect("passages poisoned");
+        let clusters = passed.get(&(gate.clone(), commit.to_string()))?;
+        clusters
+            .iter()
+            .find(|(c, _)| c == cluster)
+            .map(|(_, at)| *at)
+    }
+}
+
+impl Engine {
+    /// The gate a check asks at: with `[[environments]]`, its cluster's (the
+    /// Flagger token's, else the canary's `cluster` metadata, else the
+    /// default); without, the gate as named. A cluster in no environment is
+    /// answered closed.
+    pub(super) fn placed(&self, key: &GateKey, input: &CheckInput) -> Result<GateKey, Verdict> {
+        let envs = &self.settings.environments;
+        let named = input
+            .cluster
+            .clone()
+            .or_else(|| input.metadata.get("cluster")?.parse().ok())
+            .or_else(|| envs.default_cluster().cloned());
+        let Some(cluster) = named else {
+            return Err(Verdict::closed(format!(
+                "closed: which cluster is this? The policy has environments: give this cluster's Flagger its token, or set `cluster` in the canary's webhook metadata (one of {})",
+                cluster_list(envs)
+            )));
+        };
+        if envs.of_cluster(&cluster).is_none() {
+            return Err(Verdict::closed(format!(
+                "closed: cluster {cluster} is in no environment of the policy (one of {})",
+                cluster_list(envs)
+            )));
+        }
+        Ok(key.clone().at(Some(cluster)))
+    }
+
+    /// The commit of the checked revision, from memory: the canary's
+    /// `commit` metadata, else its PR's head as last read.
+    pub(super) fn commit_known(&self, key: &GateKey, input: &CheckInput) -> Option<String> {
+        if let Some(c) = input.metadata.get("commit").filter(|c| valid_commit(c)) {
+            return Some(c.to_ascii_lowercase());
+        }
+        let (repo, number) = key.pr()?;
+        let heads = self.paths.heads.lock().expect("heads poisoned");
+        heads.get(&(repo.clone(), number)).cloned()
+    }
+
+    /// [`Engine::commit_known`], reading the PR's head from the store first
+    /// (the slow path, where a passage may be written).
+    pub(super) async fn commit_of(
+        &self,
+        key: &GateKey,
+        input: &CheckInput,
+    ) -> Result<Option<String>, StoreError> {
+        if self.settings.environments.is_empty() || key.cluster.is_none() {
+            return Ok(None);
+        }
+        if let Some((repo, number)) = key.pr() {
+            if let Some(head) = self.store.pr_head(repo, number).await? {
+                let mut heads = self.paths.heads.lock().expect("heads poisoned");
+                if heads.len() >= KEPT {
+                    heads.clear();
+                }
+                heads.insert((repo.clone(), number), head.to_ascii_lowercase());
+            }
+        }
+        Ok(self.commit_known(key, input))
+    }
+
+    /// An open answer in a later environment, closed until the one before
+    /// promoted the same commit a soak ago. Break glass skips the order; a
+    /// rollback never waits for it. The approval stays unpinned, so it takes
+    /// effect once the soak ends.
+    pub(super) fn in_order(
+        &self,
+        key: &GateKey,
+        commit: Option<&str>,
+        now: Millis,
+        verdict: Verdict,
+    ) -> Verdict {
+        if verdict.answer != crate::gate::Answer::Open || verdict.forced || key.kind.is_rollback() {
+            return verdict;
+        }
+        let envs = &self.settings.environments;
+        let Some(env) = key.cluster.as_ref().and_then(|c| envs.of_cluster(c)) else {
+            return verdict;
+        };
+        let gate = GateKey::new(GateKind::Promote, key.scope.clone());
+        let promoted = |c: &ClusterName| self.paths.when(&gate, commit?, c);
+        match order(envs, env, commit, promoted, now) {
+            Order::Free => verdict,
+            Order::Waiting(line) => Verdict {
+                expired: verdict.expired,
+                ..Verdict::closed(line)
+            },
+        }
+    }
+
+    /// The passage a pin at `key` makes, if it is a promote gate of a cluster
+    /// and the commit is known.
+    pub(super) fn passage(key: &GateKey, commit: Option<&str>, at: Millis) -> Option<Passage> {
+        if key.kind != GateKind::Promote {
+            return None;
+        }
+        Some(Passage {
+            gate: GateKey::new(GateKind::Promote, key.scope.clone()),
+            commit: commit?.to_string(),
+            cluster: key.cluster.clone()?,
+            at,
+        })
+    }
+
+    /// Lets memory know of a committed passage.
+    pub(super) fn passed(&self, p: Passage) {
+        self.paths.pass(p);
+    }
+
+    /// Loads the newest passages (at start, and when PostgreSQL's listener
+    /// reconnects).
+    pub(super) async fn load_passages(&self) -> Result<(), StoreError> {
+        if self.settings.environments.is_empty() {
+            return Ok(());
+        }
+        let mut all = self.store.passages(KEPT as i64).await?;
+        all.reverse();
+        for p in all {
+            self.paths.pass(p);
+        }
+        Ok(())
+    }
+
+    /// Re-reads a promote gate's passages (another replica may have written one).
+    pub(super) async fn refresh_passages(&self, key: &GateKey) -> Result<(), StoreError> {
+        if self.settings.environments.is_empty() || key.kind != GateKind::Promote {
+            return Ok(());
+        }
+        let gate = GateKey::new(GateKind::Promote, key.scope.clone());
+        for p in self.store.passages_of(&gate).await? {
+            self.paths.pass(p);
+        }
+        Ok(())
+    }
+}
+
+impl Engine {
+    /// A command's gates in the clusters it is for. With environments, a gate
+    /// named without a cluster stands for: the environment or cluster the
+    /// request names (`--env`, or the first word after the command); else,
+    /// for an open, the one environment that waits (several, or none: "which
+    /// one?"); else every cluster. A gate of one cluster (a button's) and a
+    /// pipeline's named gate stay as they are.
+    pub(super) async fn place_plan(
+        &self,
+        mut plan: Plan,
+        request: &Request,
+    ) -> Result<Result<Plan, Invalid>, CommandError> {
+        let envs = &self.settings.environments;
+        let placed = |k: &GateKey| k.cluster.is_some() || matches!(k.scope, Scope::Named(_));
+        if let (true, Some(place)) = (envs.is_empty(), &request.place) {
+            return Ok(Err(Invalid::UnknownPlace {
+                place: place.clone(),
+                all: Vec::new(),
+            }));
+        }
+        if envs.is_empty() || plan.keys.iter().all(placed) {
+            return Ok(Ok(plan));
+        }
+        let target = match request.place.as_deref() {
+            Some(place) => match envs.target(place) {
+                Some(t) => Some(t),
+                None => {
+                    return Ok(Err(Invalid::UnknownPlace {
+                        place: place.to_string(),
+                        all: names(envs),
+                    }))
+                }
+            },
+            None => first_word(&request.command).and_then(|w| envs.target(w)),
+        };
+        let clusters = match target {
+            Some(t) => envs.clusters_of(&t),
+            None if plan.act == Act::Open => match self.waiting(&plan.keys).await?.as_slice() {
+                [one] => envs.clusters_of(&Target::Environment(one.clone())),
+                waiting => {
+                    return Ok(Err(Invalid::Which {
+                        verb: request.command.name().to_string(),
+                        waiting: waiting.iter().map(ToString::to_string).collect(),
+                        all: envs.all().iter().map(|e| e.name.to_string()).collect(),
+                    }))
+                }
+            },
+            None => envs.clusters().cloned().collect(),
+        };
+        plan.keys = plan
+            .keys
+            .iter()
+            .flat_map(|k| match placed(k) {
+                true => vec![k.clone()],
+                false => clusters
+                    .iter()
+                    .map(|c| k.clone().at(Some(c.clone())))
+                    .collect(),
+            })
+            .collect();
+        Ok(Ok(plan))
+    }
+
+    /// The environments where a canary waits at one of `keys`, in order.
+    async fn waiting(&self, keys: &[GateKey]) -> Result<Vec<ClusterName>, StoreError> {
+        let mut out = Vec::new();
+        for env in self.settings.environments.all() {
+            'env: for cluster in &env.clusters {
+                for key in keys {
+                    let at = key.clone().at(Some(cluster.clone()));
+                    if !self.store.waits(Some(&at), true, 1).await?.is_empty() {
+                        out.push(env.name.clone());
+                        break 'env;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The first word of a command's reason: where chat commands name an
+/// environment or cluster (`/promote production`, `/hold prod-eu`).
+fn first_word(command: &Command) -> Option<&str> {
+    let reason = match command {
+        Command::Open { reason, .. }
+        | Command::Close { reason }
+        | Command::Hold { reason }
+        | Command::Unhold { reason } => reason.as_deref(),
+        _ => None,
+    };
+    reason?.split_whitespace().next()
+}
+
+/// Every environment and cluster, for a refusal that lists them.
+fn names(envs: &Environments) -> Vec<String> {
+    envs.all()
+        .iter()
+        .flat_map(|e| std::iter::once(&e.name).chain(&e.clusters))
+        .map(ToString::to_string)
+        .collect()
+}
+
+fn cluster_list(envs: &Environments) -> String {
+    let names: Vec<&str> = envs.clusters().map(ClusterName::as_str).collect();
+    names.join(", ")
+}

@@ -1,0 +1,377 @@
+//! One gatebot for three clusters in two environments, end to end: a Flagger
+//! simulator per cluster, each with its own token, on SQLite and PostgreSQL,
+//! with the manual clock. Staging goes first; production waits until staging
+//! promoted the same commit a soak ago; `/promote <environment|cluster>`
+//! names where; break glass skips the order, loudly.
+
+use std::sync::Arc;
+
+use gatebot::testing::clock::ManualClock;
+use gatebot_testkit::chatops::{ChatOps, Setup};
+use gatebot_testkit::flagger::{
+    flagger_tokens, with_token, FlaggerSim, Hook, HookType, Phase, Strategy,
+};
+use gatebot_testkit::harness::{client, Backend, ADMIN_TOKEN};
+use serde_json::{json, Value};
+
+/// 2024-05-01T14:02:00Z
+const NOW: i64 = 1_714_572_120_000;
+const MINUTE: i64 = 60_000;
+const COMMIT: &str = "85d557f0c3b1e2a4d6f8091a2b3c4d5e6f708192";
+const NEXT_COMMIT: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678";
+
+const POLICY: &str = r#"
+[[environments]]
+name = "staging"
+clusters = ["staging-eu"]
+
+[[environments]]
+name = "production"
+clusters = ["prod-eu", "prod-us"]
+after = "staging"
+soak = "30m"
+
+[github.commands.force]
+min_permission = "admin"
+"#;
+
+const STAGING: (&str, &str) = ("staging-eu", "token-of-staging-eu");
+const PROD_EU: (&str, &str) = ("prod-eu", "token-of-prod-eu");
+const PROD_US: (&str, &str) = ("prod-us", "token-of-prod-us");
+
+struct Env {
+    chat: ChatOps,
+    clock: Arc<ManualClock>,
+    comments: std::sync::atomic::AtomicU64,
+}
+
+impl std::ops::Deref for Env {
+    type Target = ChatOps;
+    fn deref(&self) -> &ChatOps {
+        &self.chat
+    }
+}
+
+async fn env(backend: Backend) -> Env {
+    let clock = ManualClock::new(NOW);
+    let setup = Setup {
+        policy: POLICY,
+        permissions: &[("alice", "write"), ("carol", "admin")],
+        clock: Some(clock.clone()),
+    };
+    let chat = ChatOps::start_with(backend, setup, |config| {
+        config.slack.approvers = vec!["UALICE".into()];
+        config.flagger_tokens = flagger_tokens(&[STAGING, PROD_EU, PROD_US]).into();
+    })
+    .await;
+    Env {
+        chat,
+        clock,
+        comments: 100.into(),
+    }
+}
+
+/// The hooks of PR 42's canary in one cluster: its promote and rollback
+/// gates and the event hook, each with the revision's commit.
+fn hooks(base: &str, commit: &str) -> Vec<Hook> {
+    let gate = |name: &str, t: HookType, kind: &str| {
+        Hook::new(name, t, format!("{base}/gates/{kind}/pr/42")).with_metadata("commit", commit)
+    };
+    vec![
+        gate("promote-gate", HookType::ConfirmPromotion, "promote"),
+        gate("rollback-gate", HookType::Rollback, "rollback"),
+        Hook::new(
+            "timeline",
+            HookType::Event,
+            format!("{base}/flagger/events"),
+        )
+        .with_metadata("pr", "42"),
+    ]
+}
+
+impl Env {
+    /// A cluster's Flagger running `revision` of `commit`, waiting for promotion.
+    async fn waiting(&self, (_, token): (&str, &str), revision: &str, commit: &str) -> FlaggerSim {
+        let mut sim = FlaggerSim::new(
+            "podinfo",
+            "test",
+            Strategy::Canary {
+                step_weight: 50,
+                max_weight: 50,
+            },
+            with_token(hooks(&self.server.url, commit), token),
+        );
+        sim.tick().await;
+        sim.deploy(revision);
+        assert!(
+            sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
+                .await
+        );
+        self.server.drained().await;
+        sim
+    }
+
+    /// `body` commented on PR 42 (by bob) by `user`.
+    async fn comment(&self, user: &str, body: &str) -> String {
+        let id = self
+            .comments
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.comment_by(42, "bob", id, user, body).await;
+        self.replies(42).last().cloned().unwrap_or_default()
+    }
+
+    /// The answer a cluster's promote gate gives podinfo at `revision` now.
+    async fn answer(
+        &self,
+        (_, token): (&str, &str),
+        revision: &str,
+        commit: &str,
+    ) -> (u16, String) {
+        let body = json!({
+            "name": "podinfo", "namespace": "test", "phase": "WaitingPromotion",
+            "checksum": revision, "metadata": {"commit": commit},
+        });
+        let r = client()
+            .post(self.server.at(&format!("/gates/t/{token}/promote/pr/42")))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (
+            r.status().as_u16(),
+            r.text().await.unwrap().trim_end().to_string(),
+        )
+    }
+
+    async fn gate(&self, key: &str) -> Value {
+        self.server.api(&format!("/api/v1/gates{key}")).await
+    }
+
+    async fn promoted(&self, sim: &mut FlaggerSim) -> bool {
+        let done = sim.run_until(|s| s.phase() == Phase::Succeeded, 6).await;
+        self.server.drained().await;
+        done
+    }
+}
+
+gatebot_testkit::on_both_stores!(
+    staging_goes_first_and_production_after_the_soak,
+    promote_names_one_cluster_and_leaves_the_other_closed,
+    a_new_commit_starts_the_path_again,
+    break_glass_skips_the_order_and_is_announced,
+    a_check_with_another_clusters_token_cannot_use_this_clusters_approval,
+    the_cli_opens_an_environment,
+);
+
+async fn staging_goes_first_and_production_after_the_soak(backend: Backend) {
+    let env = env(backend).await;
+    let mut staging = env.waiting(STAGING, "rev-s1", COMMIT).await;
+    let mut eu = env.waiting(PROD_EU, "rev-e1", COMMIT).await;
+    let mut us = env.waiting(PROD_US, "rev-u1", COMMIT).await;
+
+    // Both environments wait: `/promote` alone asks which.
+    let reply = env.comment("alice", "/promote").await;
+    assert!(
+        reply.contains("which one? staging and production are waiting"),
+        "{reply}"
+    );
+    assert_eq!(
+        env.gate("/promote/acme/shop/pr/42@staging-eu").await["state"],
+        "closed"
+    );
+
+    // An early approval of production is kept, and waits for staging.
+    env.comment("alice", "/promote production").await;
+    for key in ["prod-eu", "prod-us"] {
+        let gate = env.gate(&format!("/promote/acme/shop/pr/42@{key}")).await;
+        assert_eq!(gate["state"], "open", "{gate}");
+    }
+    let (status, answer) = env.answer(PROD_EU, "rev-e1", COMMIT).await;
+    assert_eq!(status, 403);
+    assert_eq!(
+        answer,
+        "waiting: staging has not promoted 85d557f; production goes after it (soak 30 min)"
+    );
+    eu.tick().await;
+    assert_eq!(eu.phase(), Phase::WaitingPromotion);
+
+    // Staging first.
+    env.comment("alice", "/promote staging").await;
+    assert!(env.promoted(&mut staging).await);
+
+    env.clock.advance(12 * MINUTE);
+    let (status, answer) = env.answer(PROD_EU, "rev-e1", COMMIT).await;
+    assert_eq!(status, 403);
+    assert_eq!(
+        answer,
+        "waiting: staging promoted 85d557f 12 min ago; production may go at 2024-05-01T14:32:00Z (soak 30 min)"
+    );
+    eu.tick().await;
+    assert_eq!(eu.phase(), Phase::WaitingPromotion);
+
+    // The soak ends: the early approval takes effect, in both clusters.
+    env.clock.advance(18 * MINUTE);
+    assert!(env.promoted(&mut eu).await);
+    assert!(env.promoted(&mut us).await);
+    let pins = env.gate("/promote/acme/shop/pr/42@prod-us").await["pins"].clone();
+    assert_eq!(pins, json!({"test/podinfo": "rev-u1"}));
+}
+
+async fn promote_names_one_cluster_and_leaves_the_other_closed(backend: Backend) {
+    let env = env(backend).await;
+    let mut staging = env.waiting(STAGING, "rev-s1", COMMIT).await;
+    // Only staging waits: `/promote` alone opens it.
+    env.comment("alice", "/promote").await;
+    assert!(env.replies(42).is_empty(), "{:?}", env.replies(42));
+    assert!(env.promoted(&mut staging).await);
+    env.clock.advance(31 * MINUTE);
+
+    let mut eu = env.waiting(PROD_EU, "rev-e1", COMMIT).await;
+    let mut us = env.waiting(PROD_US, "rev-u1", COMMIT).await;
+    env.comment("alice", "/promote prod-eu").await;
+    assert!(env.promoted(&mut eu).await);
+    us.tick().await;
+    assert_eq!(us.phase(), Phase::WaitingPromotion);
+    let (status, answer) = env.answer(PROD_US, "rev-u1", COMMIT).await;
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(
+        answer,
+        "waiting: comment /promote prod-us on acme/shop#42 or approve in Slack"
+    );
+    assert_eq!(
+        env.gate("/promote/acme/shop/pr/42@prod-us").await["state"],
+        "closed"
+    );
+}
+
+async fn a_new_commit_starts_the_path_again(backend: Backend) {
+    let env = env(backend).await;
+    let mut staging = env.waiting(STAGING, "rev-s1", COMMIT).await;
+    env.comment("alice", "/promote staging").await;
+    assert!(env.promoted(&mut staging).await);
+    env.clock.advance(31 * MINUTE);
+    let mut eu = env.waiting(PROD_EU, "rev-e1", COMMIT).await;
+    env.comment("alice", "/promote prod-eu").await;
+    assert!(env.promoted(&mut eu).await);
+
+    // The next commit: staging must promote it again before production.
+    let mut staging = env.waiting(STAGING, "rev-s2", NEXT_COMMIT).await;
+    let mut eu = env.waiting(PROD_EU, "rev-e2", NEXT_COMMIT).await;
+    env.comment("alice", "/promote production").await;
+    let (status, answer) = env.answer(PROD_EU, "rev-e2", NEXT_COMMIT).await;
+    assert_eq!(status, 403);
+    assert!(
+        answer.starts_with("waiting: staging has not promoted a1b2c3d;"),
+        "{answer}"
+    );
+    eu.tick().await;
+    assert_eq!(eu.phase(), Phase::WaitingPromotion);
+    env.comment("alice", "/promote staging").await;
+    assert!(env.promoted(&mut staging).await);
+    env.clock.advance(30 * MINUTE);
+    assert!(env.promoted(&mut eu).await);
+}
+
+async fn break_glass_skips_the_order_and_is_announced(backend: Backend) {
+    let env = env(backend).await;
+    let mut eu = env.waiting(PROD_EU, "rev-e1", COMMIT).await;
+    env.comment("carol", "/promote --force prod-eu hotfix for the outage")
+        .await;
+    assert!(env.promoted(&mut eu).await);
+    let status = env
+        .github
+        .status_comments(42)
+        .last()
+        .map(|c| c.body.clone())
+        .unwrap_or_default();
+    assert!(
+        status.contains("🚨 **Break glass:**") && status.contains("the environments' order"),
+        "{status}"
+    );
+    let audit = env.server.api("/api/v1/audit").await;
+    assert!(
+        audit
+            .to_string()
+            .contains("/gates/promote/acme/shop/pr/42@prod-eu"),
+        "{audit}"
+    );
+}
+
+async fn a_check_with_another_clusters_token_cannot_use_this_clusters_approval(backend: Backend) {
+    let env = env(backend).await;
+    let mut staging = env.waiting(STAGING, "rev-s1", COMMIT).await;
+    env.comment("alice", "/promote staging").await;
+    assert!(env.promoted(&mut staging).await);
+    env.clock.advance(31 * MINUTE);
+    env.waiting(PROD_EU, "rev-e1", COMMIT).await;
+    env.comment("alice", "/promote prod-eu").await;
+
+    // prod-us's token, claiming prod-eu in its metadata: the token names the cluster.
+    let body = json!({
+        "name": "podinfo", "namespace": "test", "phase": "WaitingPromotion",
+        "checksum": "rev-e1", "metadata": {"commit": COMMIT, "cluster": "prod-eu"},
+    });
+    let r = client()
+        .post(
+            env.server
+                .at(&format!("/gates/t/{}/promote/pr/42", PROD_US.1)),
+        )
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403, "{}", r.text().await.unwrap());
+    // A cluster with no token and a name of no environment gets nothing either.
+    let r = client()
+        .post(env.server.at("/gates/promote/pr/42"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let (status, _) = env.answer(PROD_EU, "rev-e1", COMMIT).await;
+    assert_eq!(status, 200);
+}
+
+async fn the_cli_opens_an_environment(backend: Backend) {
+    let env = env(backend).await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
+        .args([
+            "gates",
+            "open",
+            "/gates/promote/pr/42",
+            "--env",
+            "production",
+        ])
+        .env_clear()
+        .env("GATEBOT_SERVER", &env.server.url)
+        .env("GATEBOT_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("GATEBOT_GITHUB_REPOSITORY", "acme/shop")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(
+        text,
+        "/gates/promote/acme/shop/pr/42@prod-eu is open\n/gates/promote/acme/shop/pr/42@prod-us is open\n"
+    );
+    assert_eq!(
+        env.gate("/promote/acme/shop/pr/42@staging-eu").await["state"],
+        "closed"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
+        .args(["gates", "open", "/gates/promote/pr/42", "--env", "qa"])
+        .env_clear()
+        .env("GATEBOT_SERVER", &env.server.url)
+        .env("GATEBOT_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("GATEBOT_GITHUB_REPOSITORY", "acme/shop")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success());
+    assert!(
+        text.contains("`qa` is no environment or cluster of the policy (staging, staging-eu, production, prod-eu, prod-us)"),
+        "{text}"
+    );
+}
