@@ -20,20 +20,20 @@ const MINUTE: i64 = 60_000;
 const COMMIT: &str = "85d557f0c3b1e2a4d6f8091a2b3c4d5e6f708192";
 const NEXT_COMMIT: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678";
 
-const POLICY: &str = r#"
-[[environments]]
-name = "staging"
-clusters = ["staging-eu"]
+/// docs/environments.md's policy, with break glass for the admins.
+fn policy() -> String {
+    let doc = include_str!("../docs/environments.md");
+    format!(
+        "{}\n[github.commands.force]\nmin_permission = \"admin\"\n",
+        block(doc, "```toml\n")
+    )
+}
 
-[[environments]]
-name = "production"
-clusters = ["prod-eu", "prod-us"]
-after = "staging"
-soak = "30m"
-
-[github.commands.force]
-min_permission = "admin"
-"#;
+/// The first block of a document that starts with `fence`.
+fn block<'a>(doc: &'a str, fence: &str) -> &'a str {
+    let start = doc.find(fence).expect("the block") + fence.len();
+    &doc[start..start + doc[start..].find("```").expect("its end")]
+}
 
 const STAGING: (&str, &str) = ("staging-eu", "token-of-staging-eu");
 const PROD_EU: (&str, &str) = ("prod-eu", "token-of-prod-eu");
@@ -54,8 +54,9 @@ impl std::ops::Deref for Env {
 
 async fn env(backend: Backend) -> Env {
     let clock = ManualClock::new(NOW);
+    let policy = policy();
     let setup = Setup {
-        policy: POLICY,
+        policy: &policy,
         permissions: &[("alice", "write"), ("carol", "admin")],
         clock: Some(clock.clone()),
     };
@@ -161,6 +162,7 @@ gatebot_testkit::on_both_stores!(
     break_glass_skips_the_order_and_is_announced,
     a_check_with_another_clusters_token_cannot_use_this_clusters_approval,
     the_cli_opens_an_environment,
+    the_status_comment_and_slack_show_the_path,
 );
 
 async fn staging_goes_first_and_production_after_the_soak(backend: Backend) {
@@ -374,4 +376,76 @@ async fn the_cli_opens_an_environment(backend: Backend) {
         text.contains("`qa` is no environment or cluster of the policy (staging, staging-eu, production, prod-eu, prod-us)"),
         "{text}"
     );
+}
+
+/// The latest text of the Slack message about `gate`: its post, or its last update.
+fn slack_text(env: &Env, gate: &str) -> (String, Value) {
+    let about = |r: &&gatebot_testkit::fake_slack::Request| {
+        r.body["blocks"].to_string().contains(&format!("`{gate}`"))
+    };
+    let posted = env.slack.ok("chat.postMessage");
+    let post = posted.iter().find(about).expect("posted").body.clone();
+    let updated = env.slack.ok("chat.update");
+    let last = updated
+        .iter()
+        .rfind(about)
+        .map_or(post.clone(), |r| r.body.clone());
+    let text = last["blocks"][0]["text"]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (text, post)
+}
+
+async fn the_status_comment_and_slack_show_the_path(backend: Backend) {
+    let env = env(backend).await;
+    let mut staging = env.waiting(STAGING, "rev-s1", COMMIT).await;
+    env.comment("alice", "/promote staging").await;
+    assert!(env.promoted(&mut staging).await);
+    env.clock.advance(5 * MINUTE);
+    let mut eu = env.waiting(PROD_EU, "rev-e1", COMMIT).await;
+    eu.tick().await;
+    env.server.drained().await;
+
+    let status = env.github.status_comments(42).last().unwrap().body.clone();
+    insta::assert_snapshot!("environments_status_comment", status);
+    let (text, post) = slack_text(&env, "/gates/promote/acme/shop/pr/42@prod-eu");
+    insta::assert_snapshot!("environments_slack_message", text);
+    // In the thread of staging's message about the same commit.
+    let (_, root) = slack_text(&env, "/gates/promote/acme/shop/pr/42@staging-eu");
+    assert!(root.get("thread_ts").is_none(), "{root}");
+    assert!(post["thread_ts"].is_string(), "{post}");
+}
+
+/// docs/environments.md's token script makes a setting gatebot takes, and
+/// its commands are the ones the tests run.
+#[test]
+fn the_documented_tokens_and_commands_work() {
+    let doc = include_str!("../docs/environments.md");
+    let out = std::process::Command::new("bash")
+        .args(["-c", block(doc, "```sh\n")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().unwrap();
+    let setting = last.strip_prefix("GATEBOT_FLAGGER_TOKENS=").unwrap();
+    let tokens: gatebot::testing::gate::FlaggerTokens = setting.parse().unwrap();
+    let clusters: Vec<&str> = tokens.clusters().map(|c| c.as_str()).collect();
+    assert_eq!(clusters, ["staging-eu", "prod-eu", "prod-us"]);
+    for line in text.lines().filter(|l| l.contains(" token: ")) {
+        let (cluster, token) = line.split_once(" token: ").unwrap();
+        assert_eq!(tokens.cluster_of(token).map(|c| c.as_str()), Some(cluster));
+    }
+    for command in [
+        "`gatebot gates open /gates/promote/pr/42 --env staging`",
+        "`/promote production`",
+        "`/promote prod-eu`",
+    ] {
+        assert!(doc.contains(command), "{command}");
+    }
 }

@@ -249,9 +249,13 @@ async fn slack_facts_round_trip(backend: Backend) {
         None
     );
 
-    let view = record::view(&records, info(1, "/gates/promote/acme/shop/pr/1", canary))
-        .await
-        .unwrap();
+    let view = record::view(
+        &records,
+        info(1, "/gates/promote/acme/shop/pr/1", canary),
+        0,
+    )
+    .await
+    .unwrap();
     assert!(view.open(), "nothing decided, ended or final yet");
     let decision = Decision {
         approved: false,
@@ -280,15 +284,23 @@ async fn slack_facts_round_trip(backend: Backend) {
     record::put(&records, &record::final_key(1), &fin, 600)
         .await
         .unwrap();
-    let view = record::view(&records, info(1, "/gates/promote/acme/shop/pr/1", canary))
-        .await
-        .unwrap();
+    let view = record::view(
+        &records,
+        info(1, "/gates/promote/acme/shop/pr/1", canary),
+        0,
+    )
+    .await
+    .unwrap();
     assert_eq!(view.decision, Some(decision));
     assert_eq!(view.ended, Some(ended));
     assert_eq!(view.final_state, Some(fin));
-    let other = record::view(&records, info(2, "/gates/promote/acme/shop/pr/2", canary))
-        .await
-        .unwrap();
+    let other = record::view(
+        &records,
+        info(2, "/gates/promote/acme/shop/pr/2", canary),
+        0,
+    )
+    .await
+    .unwrap();
     assert!(other.open(), "facts are per wait");
 }
 
@@ -526,7 +538,7 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
         Some(6)
     );
 
-    let view5 = record::view(&records, five.info).await.unwrap();
+    let view5 = record::view(&records, five.info, 0).await.unwrap();
     assert_eq!(
         view5.decision,
         Some(Decision {

@@ -46,7 +46,7 @@ pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
             let req = server.request(reqwest::Method::POST, path).json(&body);
             let changed: Changed = server.call(req, what).await?;
             let gates = match changed {
-                Changed::One(gate) => vec![gate],
+                Changed::One(gate) => vec![*gate],
                 Changed::Many { gates } => gates,
             };
             for gate in &gates {
@@ -65,7 +65,7 @@ pub async fn run(args: GatesArgs) -> anyhow::Result<()> {
 #[serde(untagged)]
 enum Changed {
     Many { gates: Vec<Gate> },
-    One(Gate),
+    One(Box<Gate>),
 }
 
 /// An answer as `--json` shows it: through a `serde_json::Value`, keys in

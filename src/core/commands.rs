@@ -333,14 +333,18 @@ pub async fn close_pr_gates(
 ) -> Result<Vec<Gate>, CommandError> {
     let mut unit = engine.begin().await?;
     let mut closed = Vec::new();
-    for kind in kinds {
-        let key = GateKey::new(
-            *kind,
-            Scope::Pr {
-                repo: repo.clone(),
-                number,
-            },
-        );
+    let scope = Scope::Pr {
+        repo: repo.clone(),
+        number,
+    };
+    let keys = kinds.iter().flat_map(|kind| {
+        let key = GateKey::new(*kind, scope.clone());
+        engine
+            .placements()
+            .into_iter()
+            .map(move |c| key.clone().at(c))
+    });
+    for key in keys {
         // New commits: an approval, or the count towards one, was for what came before.
         if matches!(
             unit.gate(&key).await?.status,
@@ -355,10 +359,15 @@ pub async fn close_pr_gates(
 
 /// The PR's gates and who waits at them, for `/status`.
 pub async fn status(engine: &Engine, subject: &Subject) -> Result<Vec<GateSummary>, CommandError> {
+    let placements = engine.placements();
     let wanted: Vec<String> = subject
         .gates(&GateKind::ROUTABLE)
         .iter()
-        .map(ToString::to_string)
+        .flat_map(|k| match k.cluster {
+            Some(_) => vec![k.clone()],
+            None => placements.iter().map(|c| k.clone().at(c.clone())).collect(),
+        })
+        .map(|k| k.to_string())
         .collect();
     Ok(engine
         .list()

@@ -21,10 +21,14 @@ use crate::store::{Passage, StoreError};
 /// goes first. The store keeps them for the history's length.
 const KEPT: usize = 10_000;
 
+/// A promote gate (of every cluster) and a commit: the clusters that
+/// promoted it, and when.
+type Passed = IndexMap<(GateKey, String), Vec<(ClusterName, Millis)>>;
+
 /// What memory keeps of the order: passages, and the PR heads checks used.
 #[derive(Default)]
 pub(super) struct Paths {
-    passed: Mutex<IndexMap<(GateKey, String), Vec<(ClusterName, Millis)>>>,
+    passed: Mutex<Passed>,
     heads: Mutex<HashMap<(RepoName, PrNumber), String>>,
 }
 
@@ -186,6 +190,16 @@ impl Engine {
 }
 
 impl Engine {
+    /// Where a scope's gates are: each cluster's with environments, else
+    /// the one gate of every cluster.
+    pub(crate) fn placements(&self) -> Vec<Option<ClusterName>> {
+        let envs = &self.settings.environments;
+        match envs.is_empty() {
+            true => vec![None],
+            false => envs.clusters().cloned().map(Some).collect(),
+        }
+    }
+
     /// A command's gates in the clusters it is for. With environments, a gate
     /// named without a cluster stands for: the environment or cluster the
     /// request names (`--env`, or the first word after the command); else,

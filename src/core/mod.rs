@@ -28,6 +28,7 @@ mod memory;
 pub mod named;
 pub mod origin;
 mod page;
+pub mod path;
 mod read;
 mod records;
 pub mod reminders;

@@ -31,12 +31,12 @@ impl FromStr for ClusterName {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        if super::key::valid_k8s_label(s) {
+        if super::label::valid_k8s_label(s) {
             return Ok(Self(s.to_string()));
         }
         Err(format!(
             "cluster name `{}`: write a DNS label (a-z, 0-9 and -, at most 63, e.g. prod-eu)",
-            super::key::printable(s)
+            super::label::printable(s)
         ))
     }
 }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::cluster::ClusterName;
+pub(crate) use super::label::{printable, valid_k8s_label};
 
 use serde::{Deserialize, Serialize};
 
@@ -254,16 +255,6 @@ impl fmt::Display for GateName {
     }
 }
 
-/// Input echoed in an error: shortened and escaped, so that a hostile name
-/// cannot fill a log line or a reply.
-pub(crate) fn printable(s: &str) -> String {
-    let mut out: String = s.chars().take(64).flat_map(char::escape_default).collect();
-    if s.chars().count() > 64 {
-        out.push('…');
-    }
-    out
-}
-
 /// `namespace/name`, as rows and notices store it.
 impl FromStr for CanaryRef {
     type Err = KeyError;
@@ -481,17 +472,6 @@ pub(crate) fn valid_segment(s: &str) -> bool {
         && s != ".."
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
-/// Kubernetes namespaces (RFC 1123 label).
-pub(crate) fn valid_k8s_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 /// Kubernetes names (RFC 1123 subdomain, loosely).

@@ -8,6 +8,7 @@ pub mod environment;
 pub mod event;
 pub mod freeze;
 pub mod key;
+mod label;
 pub mod named;
 pub mod phase;
 pub mod progress;

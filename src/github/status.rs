@@ -7,7 +7,6 @@ use serde::Serialize;
 
 use crate::core::Records;
 use crate::evidence::Evidence;
-use crate::gate::environment::{order, valid_commit, Order};
 use crate::gate::progress::CanaryProgress;
 use crate::gate::state::rfc3339;
 use crate::gate::{
@@ -242,7 +241,7 @@ async fn gate_view(
         let waiting_since = open_since.get(&Some(&o.canary)).copied();
         view.waiting |= waiting_since.is_some();
         if waiting_since.is_some() && view.order.is_none() {
-            view.order = order_line(records, key, &o, now).await?;
+            view.order = crate::core::path::order_line(records, key, &o, now).await?;
         }
         // One row per canary; read only for the canaries that wait.
         let progress_of = match waiting_since {
@@ -338,44 +337,6 @@ impl GateView {
             self.at = Some(c.at);
         }
     }
-}
-
-/// Where the revision a canary waits with stands on the environments' path,
-/// while it waits for the environment before: gatebot's own words (names
-/// and a commit as the policy and the order checked them).
-async fn order_line(
-    records: &Records,
-    key: &GateKey,
-    o: &crate::store::ObservationRow,
-    now: Millis,
-) -> Result<Option<String>, StoreError> {
-    let envs = records.environments();
-    let Some(env) = key.cluster.as_ref().and_then(|c| envs.of_cluster(c)) else {
-        return Ok(None);
-    };
-    if env.after.is_none() || key.kind.is_rollback() {
-        return Ok(None);
-    }
-    let mut commit = o.metadata["commit"]
-        .as_str()
-        .filter(|c| valid_commit(c))
-        .map(str::to_ascii_lowercase);
-    if let (None, Some((repo, number))) = (&commit, key.pr()) {
-        commit = records.pr_head(repo, number).await?;
-    }
-    let gate = GateKey::new(GateKind::Promote, key.scope.clone());
-    let passages = records.passages_of(&gate).await?;
-    let promoted = |c: &ClusterName| {
-        let commit = commit.as_deref()?;
-        let p = passages
-            .iter()
-            .find(|p| p.commit == commit && p.cluster == *c)?;
-        Some(p.at)
-    };
-    Ok(match order(envs, env, commit.as_deref(), promoted, now) {
-        Order::Waiting(line) => Some(line),
-        Order::Free => None,
-    })
 }
 
 /// The last events of the PR's canaries, oldest first.

@@ -124,6 +124,8 @@ struct WaitCtx {
     progress: Option<String>,
     /// The canary's numbers: gatebot's words, the policy's names.
     evidence: Option<String>,
+    /// With environments: a row per cluster (gatebot's own words).
+    path: Vec<crate::core::path::PathRow>,
     ended: Option<serde_json::Value>,
     #[serde(rename = "final")]
     final_state: Option<serde_json::Value>,
@@ -218,6 +220,7 @@ fn context(view: &View, default_repo: Option<&RepoName>) -> WaitCtx {
             )
         }),
         evidence: view.evidence.as_ref().map(|e| mrkdwn(e, escape::MESSAGE)),
+        path: view.path.clone(),
         ended: view.ended.as_ref().map(|e| {
             serde_json::json!({"outcome": e.outcome, "at": e.at, "at_hhmm": hhmm(e.at)})
         }),
@@ -334,6 +337,7 @@ mod tests {
     fn view() -> View {
         View {
             waiting: Vec::new(),
+            path: Vec::new(),
             info: WaitInfo {
                 wait_id: 7,
                 gate: GateKey::parse("/gates/promote/acme/shop/pr/42", None).unwrap(),

@@ -72,6 +72,8 @@ pub struct View {
     pub progress: Option<crate::gate::progress::CanaryProgress>,
     /// The canary's numbers against its primary's (`evidence`), while it waits.
     pub evidence: Option<String>,
+    /// With environments: every cluster's gate of the same kind and PR.
+    pub path: Vec<crate::core::path::PathRow>,
 }
 
 impl View {
@@ -165,7 +167,7 @@ pub async fn waits_of_gate(records: &Records, gate: &str) -> Result<Vec<i64>, St
 /// The most canaries a namespace gate's message lists.
 const WAITING_SHOWN: i64 = 50;
 
-pub async fn view(records: &Records, info: WaitInfo) -> Result<View, StoreError> {
+pub async fn view(records: &Records, info: WaitInfo, now: Millis) -> Result<View, StoreError> {
     let id = info.wait_id;
     let waiting = match info.gate.scope {
         crate::gate::Scope::Namespace(_) => {
@@ -193,6 +195,7 @@ pub async fn view(records: &Records, info: WaitInfo) -> Result<View, StoreError>
         None => None,
     };
     Ok(View {
+        path: crate::core::path::path_of(records, &info.gate, now).await?,
         approvals,
         progress,
         evidence: None,

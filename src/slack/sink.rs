@@ -142,7 +142,9 @@ pub struct SlackSink {
 impl SlackSink {
     /// What a waiting message shows now, its canary's numbers included.
     async fn view(&self, info: WaitInfo) -> Result<record::View, SendError> {
-        let mut view = record::view(&self.records, info).await.map_err(store_err)?;
+        let mut view = record::view(&self.records, info, self.now())
+            .await
+            .map_err(store_err)?;
         if view.open() {
             view.evidence = view
                 .info
@@ -619,15 +621,76 @@ impl SlackSink {
         let (text, blocks) =
             blocks::wait_message(&self.templates, &view, self.default_repo.as_ref())
                 .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
+        let root = self.path_root(&info).await?;
+        let (channel, thread) = match &root {
+            Some(root) => (root.channel.as_str(), Some(root.ts.as_str())),
+            None => (channel, None),
+        };
         let (channel, ts) = self
             .api
-            .post_message(channel, &text, Some(blocks), None)
+            .post_message(channel, &text, Some(blocks), thread)
             .await?;
         let posted = Posted { info, channel, ts };
         record::remember(&self.records, &posted, self.now())
             .await
             .map_err(store_err)?;
+        self.refresh_path(&posted.info.gate).await?;
         self.refresh_namespace(&posted.info).await
+    }
+
+    /// With environments, the other clusters' open messages show this one's
+    /// state on their path: they are rewritten.
+    async fn refresh_path(&self, gate: &GateKey) -> Result<(), SendError> {
+        if gate.cluster.is_none() {
+            return Ok(());
+        }
+        for cluster in self.records.environments().clusters() {
+            let key = gate.clone().at(Some(cluster.clone()));
+            if key == *gate {
+                continue;
+            }
+            for id in self.open_messages(&key.to_string()).await? {
+                self.refresh(id).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// With environments, the PR's first message about the same revision in
+    /// another cluster: the thread where the path's other clusters wait.
+    /// The revision is the commit (its metadata), else any wait still open.
+    async fn path_root(&self, info: &WaitInfo) -> Result<Option<Posted>, SendError> {
+        let envs = self.records.environments();
+        if envs.is_empty() || info.gate.cluster.is_none() || info.gate.pr().is_none() {
+            return Ok(None);
+        }
+        let commit = info.metadata.get("commit");
+        let mut root: Option<Posted> = None;
+        for cluster in envs.clusters() {
+            let key = info.gate.clone().at(Some(cluster.clone()));
+            if key == info.gate {
+                continue;
+            }
+            let ids = record::waits_of_gate(&self.records, &key.to_string())
+                .await
+                .map_err(store_err)?;
+            for id in ids {
+                let Some(posted) = record::get::<Posted>(&self.records, &record::msg_key(id))
+                    .await
+                    .map_err(store_err)?
+                else {
+                    continue;
+                };
+                let same = match commit {
+                    Some(c) => posted.info.metadata.get("commit") == Some(c),
+                    None => self.view(posted.info.clone()).await?.ended.is_none(),
+                };
+                if same && root.as_ref().is_none_or(|r| r.info.wait_id > id) {
+                    root = Some(posted);
+                }
+            }
+        }
+        Ok(root)
     }
 
     /// At a namespace gate, the earlier messages list the canary that just
@@ -721,7 +784,15 @@ impl SlackSink {
             .map_err(store_err)?;
             self.refresh(id).await?;
         }
-        Ok(())
+        self.refresh_gate_path(gate).await
+    }
+
+    /// [`SlackSink::refresh_path`] for a gate named as text.
+    async fn refresh_gate_path(&self, gate: &str) -> Result<(), SendError> {
+        match GateKey::parse(gate, None) {
+            Ok(key) => self.refresh_path(&key).await,
+            Err(_) => Ok(()),
+        }
     }
 
     /// Rewrites the gate's messages that still wait for people.
@@ -729,7 +800,7 @@ impl SlackSink {
         for id in self.open_messages(gate).await? {
             self.refresh(id).await?;
         }
-        Ok(())
+        self.refresh_gate_path(gate).await
     }
 
     /// In the thread of the canary's latest message, else in `channel`.

@@ -41,6 +41,8 @@ pub struct CardView {
     pub progress: Option<String>,
     /// The canary's numbers against its primary's (`evidence`), while it waits.
     pub evidence: Option<String>,
+    /// With environments: every cluster's gate of the same kind and PR.
+    pub path: Vec<crate::core::path::PathRow>,
 }
 
 /// The progress line of a card: Flagger's message escaped, the time in UTC.
@@ -91,6 +93,9 @@ pub fn render(view: &CardView, links: &Links, offer: Offer) -> Value {
     if let Some(evidence) = &view.evidence {
         body.push(text_block(&escape(evidence), None));
     }
+    if !view.path.is_empty() {
+        body.push(path_facts(&view.path));
+    }
     if let Some(status) = &view.status {
         body.push(text_block(&escape(&status.text), Some(status.color)));
     }
@@ -108,6 +113,22 @@ pub fn render(view: &CardView, links: &Links, offer: Offer) -> Value {
         "body": body,
         "actions": actions,
     })
+}
+
+/// The path, one fact per cluster: "production · prod-eu": "waiting (this card)".
+fn path_facts(path: &[crate::core::path::PathRow]) -> Value {
+    let facts: Vec<Value> = path
+        .iter()
+        .map(|p| {
+            let here = if p.here { " (this card)" } else { "" };
+            let order = p.order.as_deref().map(|o| format!(" · {}", escape(o)));
+            json!({
+                "title": format!("{} · {}", p.environment, p.cluster),
+                "value": format!("{}{here}{}", p.state, order.unwrap_or_default()),
+            })
+        })
+        .collect();
+    json!({"type": "FactSet", "facts": facts})
 }
 
 /// A failure of Flagger's outside the analysis, as Flagger said it.

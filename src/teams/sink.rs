@@ -518,6 +518,9 @@ pub async fn view(
         _ => None,
     };
     Ok(Some(CardView {
+        path: crate::core::path::path_of(records, &wait.gate, now)
+            .await
+            .map_err(store_err)?,
         progress,
         evidence,
         wait_id,
