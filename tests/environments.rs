@@ -197,9 +197,24 @@ async fn staging_goes_first_and_production_after_the_soak(backend: Backend) {
     eu.tick().await;
     assert_eq!(eu.phase(), Phase::WaitingPromotion);
 
-    // Staging first.
+    // Staging first. Its rollout's end ends no other cluster's wait.
     env.comment("alice", "/promote staging").await;
     assert!(env.promoted(&mut staging).await);
+    let waits = env.server.api("/api/v1/waits?open=true").await;
+    let mut open: Vec<&str> = waits["waits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["gate"].as_str().unwrap())
+        .collect();
+    open.sort();
+    assert_eq!(
+        open,
+        [
+            "/gates/promote/acme/shop/pr/42@prod-eu",
+            "/gates/promote/acme/shop/pr/42@prod-us"
+        ]
+    );
 
     env.clock.advance(12 * MINUTE);
     let (status, answer) = env.answer(PROD_EU, "rev-e1", COMMIT).await;

@@ -216,6 +216,7 @@ async fn tell_deadline(
         message: message.clone(),
         flagger_at: None,
         metadata: wait.metadata.to_string(),
+        cluster: wait.cluster.clone(),
     };
     Store::insert_event(unit.tx(), &event).await?;
     let mut notices = vec![Notice::CanaryEvent {

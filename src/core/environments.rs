@@ -61,12 +61,7 @@ impl Engine {
     /// answered closed.
     pub(super) fn placed(&self, key: &GateKey, input: &CheckInput) -> Result<GateKey, Verdict> {
         let envs = &self.settings.environments;
-        let named = input
-            .cluster
-            .clone()
-            .or_else(|| input.metadata.get("cluster")?.parse().ok())
-            .or_else(|| envs.default_cluster().cloned());
-        let Some(cluster) = named else {
+        let Some(cluster) = self.cluster_named(input) else {
             return Err(Verdict::closed(format!(
                 "closed: which cluster is this? The policy has environments: give this cluster's Flagger its token, or set `cluster` in the canary's webhook metadata (one of {})",
                 cluster_list(envs)
@@ -79,6 +74,16 @@ impl Engine {
             )));
         }
         Ok(key.clone().at(Some(cluster)))
+    }
+
+    /// The cluster a check or an event is from: its Flagger token's, else
+    /// its `cluster` metadata, else the policy's default.
+    pub(super) fn cluster_named(&self, input: &CheckInput) -> Option<ClusterName> {
+        input
+            .cluster
+            .clone()
+            .or_else(|| input.metadata.get("cluster")?.parse().ok())
+            .or_else(|| self.settings.environments.default_cluster().cloned())
     }
 
     /// The commit of the checked revision, from memory: the canary's

@@ -25,6 +25,10 @@ impl Engine {
             message: message.to_string(),
             flagger_at,
             metadata: serde_json::to_string(&input.metadata).unwrap_or_else(|_| "{}".into()),
+            cluster: match self.settings.environments.is_empty() {
+                true => input.cluster.clone(),
+                false => self.cluster_named(input),
+            },
         };
         let gates = self.gates_told(canary, input).await?;
         let mut tx = self.store.begin().await?;
@@ -76,16 +80,23 @@ impl Engine {
     }
 
     /// The gates an event of `canary` is told at: those it was seen at, and
-    /// its PR's start and promote gates when its metadata names a PR.
+    /// its PR's start and promote gates when its metadata names a PR. With
+    /// environments, only its own cluster's: a canary of the same name in
+    /// another cluster is another rollout.
     async fn gates_told(
         &self,
         canary: &CanaryRef,
         input: &CheckInput,
     ) -> Result<Vec<GateKey>, CommandError> {
         let mut gates = self.store.gates_of_canary(canary).await?;
+        let cluster = match self.settings.environments.is_empty() {
+            true => None,
+            false => self.cluster_named(input),
+        };
+        gates.retain(|k| k.cluster.is_none() || k.cluster == cluster);
         if let Some(pr) = self.pr_from_metadata(&input.metadata) {
             for kind in [GateKind::Start, GateKind::Promote] {
-                let key = GateKey::new(kind, pr.clone());
+                let key = GateKey::new(kind, pr.clone()).at(cluster.clone());
                 if !gates.contains(&key) {
                     gates.push(key);
                 }

@@ -73,6 +73,8 @@ pub struct GateView {
 pub struct EventView {
     pub at: Millis,
     pub canary: String,
+    /// With environments: the cluster whose Flagger told it.
+    pub cluster: Option<String>,
     pub kind: String,
     pub event_type: String,
     pub message: String,
@@ -353,6 +355,10 @@ async fn recent_events(
             events.push(EventView {
                 at: e.received_at,
                 canary: e.canary.to_string(),
+                cluster: e
+                    .cluster
+                    .filter(|_| !records.environments().is_empty())
+                    .map(|c| c.to_string()),
                 kind: e.kind,
                 event_type: e.event_type,
                 message: e.message,

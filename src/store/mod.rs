@@ -658,8 +658,8 @@ impl Store {
 
     pub async fn insert_event(tx: &mut WriteTx<'_>, e: &EventRow) -> Result<i64> {
         let row = sqlx::query(
-            "INSERT INTO events (received_at, canary, phase, checksum, event_type, kind, message, flagger_at, metadata) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+            "INSERT INTO events (received_at, canary, phase, checksum, event_type, kind, message, flagger_at, metadata, cluster) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
         )
         .bind(e.received_at)
         .bind(e.canary.to_string())
@@ -670,6 +670,7 @@ impl Store {
         .bind(e.message.clone())
         .bind(e.flagger_at)
         .bind(e.metadata.clone())
+        .bind(e.cluster.as_ref().map(|c| c.as_str().to_string()))
         .fetch_one(tx.conn())
         .await?;
         Ok(row.try_get("id")?)

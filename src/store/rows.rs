@@ -80,6 +80,10 @@ pub struct EventRow {
     pub flagger_at: Option<Millis>,
     #[serde(skip)]
     pub metadata: String,
+    /// The cluster whose Flagger told it (its token's, or with environments
+    /// as the check's is named).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cluster: Option<crate::gate::ClusterName>,
 }
 
 /// PR numbers and GitHub's ids are u64 in the domain, BIGINT in the store.
@@ -243,6 +247,7 @@ pub(super) fn event_from_row(row: &AnyRow) -> Result<EventRow> {
         message: row.try_get("message")?,
         flagger_at: row.try_get("flagger_at")?,
         metadata: row.try_get("metadata")?,
+        cluster: cluster_of(row)?,
     })
 }
 
@@ -251,7 +256,7 @@ fn cluster_of(row: &AnyRow) -> Result<Option<crate::gate::ClusterName>> {
     let text: Option<String> = row.try_get("cluster")?;
     text.map(|t| {
         t.parse()
-            .map_err(|e: String| StoreError::Corrupt(format!("wait cluster: {e}")))
+            .map_err(|e: String| StoreError::Corrupt(format!("cluster: {e}")))
     })
     .transpose()
 }

@@ -9,3 +9,7 @@ CREATE TABLE passages (
     PRIMARY KEY (gate_key, commit_sha, cluster)
 );
 CREATE INDEX passages_passed_at ON passages (passed_at);
+
+-- The cluster whose Flagger told an event, so that a PR's messages say
+-- which cluster's rollout it is about.
+ALTER TABLE events ADD COLUMN cluster TEXT;
