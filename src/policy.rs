@@ -894,8 +894,17 @@ impl Policy {
     /// canary, and a deadline that rolls back lets them roll it back.
     pub fn door_warnings(&self, tokens: &crate::gate::FlaggerTokens) -> Vec<String> {
         let mut out = Vec::new();
+        let envs = &self.environments;
         if !tokens.is_empty() {
+            for cluster in envs.clusters() {
+                if !tokens.clusters().any(|c| c == cluster) {
+                    out.push(format!("cluster {cluster} is in [[environments]] but has no Flagger token: no check can reach its gates; add it to GATEBOT_FLAGGER_TOKENS"));
+                }
+            }
             return out;
+        }
+        if !envs.is_empty() {
+            out.push("[[environments]] without Flagger tokens: a check names its cluster in its metadata, a claim anyone who can reach the port can make; set GATEBOT_FLAGGER_TOKENS".into());
         }
         if self.rolls_back_on_deadline() {
             out.push("deadline rollbacks without Flagger tokens: anyone who can reach the port can pose as a canary, start its wait early and have the deadline roll it back; set GATEBOT_FLAGGER_TOKENS".into());

@@ -163,6 +163,7 @@ gatebot_testkit::on_both_stores!(
     a_check_with_another_clusters_token_cannot_use_this_clusters_approval,
     the_cli_opens_an_environment,
     the_status_comment_and_slack_show_the_path,
+    slack_names_the_environment_as_comments_do,
 );
 
 async fn staging_goes_first_and_production_after_the_soak(backend: Backend) {
@@ -463,4 +464,67 @@ fn the_documented_tokens_and_commands_work() {
     ] {
         assert!(doc.contains(command), "{command}");
     }
+}
+
+/// check-config names the environments, their order and soak, and warns of
+/// a cluster no token reaches.
+#[test]
+fn check_config_tells_the_path_and_the_cluster_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("policy.toml"), policy()).unwrap();
+    let hash = |t: &str| {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(t))
+    };
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
+        .arg("check-config")
+        .current_dir(dir.path())
+        .env_clear()
+        .env("GATEBOT_DATABASE_URL", "sqlite://g.db")
+        .env("GATEBOT_POLICY", "policy.toml")
+        .env(
+            "GATEBOT_FLAGGER_TOKENS",
+            format!("staging-eu={},prod-eu={}", hash(STAGING.1), hash(PROD_EU.1)),
+        )
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("environment:     staging (staging-eu)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("environment:     production (prod-eu, prod-us), after staging, soak 30m\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cluster prod-us is in [[environments]] but has no Flagger token"),
+        "{text}"
+    );
+}
+
+async fn slack_names_the_environment_as_comments_do(backend: Backend) {
+    let env = env(backend).await;
+    let mut staging = env.waiting(STAGING, "rev-s1", COMMIT).await;
+    env.waiting(PROD_EU, "rev-e1", COMMIT).await;
+    let (status, _) = env.slash("UALICE", "alice", "promote 42", "t1").await;
+    assert_eq!(status, 200);
+    let answers = env.answers("t1").await;
+    assert!(
+        answers
+            .iter()
+            .any(|a| a.contains("which one? staging and production are waiting")),
+        "{answers:?}"
+    );
+    let (status, _) = env
+        .slash("UALICE", "alice", "promote 42 staging", "t2")
+        .await;
+    assert_eq!(status, 200);
+    env.server.drained().await;
+    assert!(env.promoted(&mut staging).await);
+    assert_eq!(
+        env.gate("/promote/acme/shop/pr/42@prod-eu").await["state"],
+        "closed"
+    );
 }

@@ -548,6 +548,20 @@ fn check_parts(report: &mut ConfigReport, config: &crate::Config) {
                     "reviews:         an approving review counts as /promote ([github] approving_review)",
                 );
             }
+            for env in policy.environments().all() {
+                let names: Vec<&str> = env.clusters.iter().map(|c| c.as_str()).collect();
+                let after = match &env.after {
+                    Some(a) => {
+                        format!(", after {a}, soak {}", humantime::format_duration(env.soak))
+                    }
+                    None => String::new(),
+                };
+                report.line(format_args!(
+                    "environment:     {} ({}){after}",
+                    env.name,
+                    names.join(", ")
+                ));
+            }
             for (environment, kind) in policy.protections() {
                 report.line(format_args!(
                     "protection:      a deployment to `{environment}` waits for the PR's {kind} gate ([[github.protection]])"
