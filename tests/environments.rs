@@ -11,7 +11,7 @@ use gatebot_testkit::chatops::{ChatOps, Setup};
 use gatebot_testkit::flagger::{
     flagger_tokens, with_token, FlaggerSim, Hook, HookType, Phase, Strategy,
 };
-use gatebot_testkit::harness::{client, Backend, ADMIN_TOKEN};
+use gatebot_testkit::harness::{client, eventually, postgres_url, Backend, ADMIN_TOKEN};
 use serde_json::{json, Value};
 
 /// 2024-05-01T14:02:00Z
@@ -92,7 +92,19 @@ fn hooks(base: &str, commit: &str) -> Vec<Hook> {
 
 impl Env {
     /// A cluster's Flagger running `revision` of `commit`, waiting for promotion.
-    async fn waiting(&self, (_, token): (&str, &str), revision: &str, commit: &str) -> FlaggerSim {
+    async fn waiting(&self, cluster: (&str, &str), revision: &str, commit: &str) -> FlaggerSim {
+        self.waiting_at(&self.server.url, cluster, revision, commit)
+            .await
+    }
+
+    /// [`Env::waiting`], with the gatebot at `base` (a replica).
+    async fn waiting_at(
+        &self,
+        base: &str,
+        (_, token): (&str, &str),
+        revision: &str,
+        commit: &str,
+    ) -> FlaggerSim {
         let mut sim = FlaggerSim::new(
             "podinfo",
             "test",
@@ -100,7 +112,7 @@ impl Env {
                 step_weight: 50,
                 max_weight: 50,
             },
-            with_token(hooks(&self.server.url, commit), token),
+            with_token(hooks(base, commit), token),
         );
         sim.tick().await;
         sim.deploy(revision);
@@ -527,4 +539,48 @@ async fn slack_names_the_environment_as_comments_do(backend: Backend) {
         env.gate("/promote/acme/shop/pr/42@prod-eu").await["state"],
         "closed"
     );
+}
+
+/// PostgreSQL replicas: staging promotes through one, production asks the
+/// other, which learns of the passage with the pin's announcement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
+async fn a_replica_knows_what_another_promoted() {
+    if postgres_url().is_none() {
+        eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)");
+        return;
+    }
+    let env = env(Backend::Postgres).await;
+    let b = env.replica().await;
+    let mut eu = env.waiting_at(&b.url, PROD_EU, "rev-e1", COMMIT).await;
+    b.drained().await;
+    env.comment("alice", "/promote prod-eu").await;
+    let mut staging = env.waiting(STAGING, "rev-s1", COMMIT).await;
+    env.comment("alice", "/promote staging").await;
+    assert!(env.promoted(&mut staging).await);
+    env.clock.advance(30 * MINUTE);
+    let token = PROD_EU.1;
+    let url = format!("{}/gates/t/{token}/promote/pr/42", b.url);
+    eventually(
+        "the replica opens prod-eu after the soak",
+        std::time::Duration::from_secs(10),
+        || {
+            let url = url.clone();
+            async move {
+                let body = json!({
+                    "name": "podinfo", "namespace": "test", "phase": "WaitingPromotion",
+                    "checksum": "rev-e1", "metadata": {"commit": COMMIT},
+                });
+                let r = client().post(&url).json(&body).send().await.unwrap();
+                r.status().as_u16() == 200
+            }
+        },
+    )
+    .await;
+    eu.tick().await;
+    b.drained().await;
+    assert!(eu.run_until(|s| s.phase() == Phase::Succeeded, 6).await);
 }
