@@ -121,7 +121,8 @@ fn path_facts(path: &[crate::core::path::PathRow]) -> Value {
         .iter()
         .map(|p| {
             let here = if p.here { " (this card)" } else { "" };
-            let order = p.order.as_deref().map(|o| format!(" · {}", escape(o)));
+            // gatebot's own words: names the policy checked, a hex commit, a time.
+            let order = p.order.as_deref().map(|o| format!(" · {o}"));
             json!({
                 "title": format!("{} · {}", p.environment, p.cluster),
                 "value": format!("{}{here}{}", p.state, order.unwrap_or_default()),
@@ -305,7 +306,56 @@ pub fn escape(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{escape, waited};
+    use super::{escape, render, waited, CardView, Links, Offer};
+    use crate::core::path::PathRow;
+
+    #[test]
+    fn a_card_shows_the_path_one_fact_per_cluster() {
+        let row = |environment: &str, cluster: &str, state, here, order: Option<&str>| PathRow {
+            environment: environment.into(),
+            cluster: cluster.into(),
+            state,
+            here,
+            order: order.map(Into::into),
+        };
+        let view = CardView {
+            wait_id: 1,
+            gate: crate::gate::GateKey::parse("/gates/promote/acme/shop/pr/42@prod-eu", None).unwrap(),
+            canary: Some("test/podinfo".into()),
+            checksum: "rev-e1".into(),
+            phase: "WaitingPromotion".into(),
+            metadata: Default::default(),
+            since: 0,
+            now: 0,
+            status: None,
+            approvals: None,
+            open: true,
+            progress: None,
+            evidence: None,
+            path: vec![
+                row("staging", "staging-eu", "open", false, None),
+                row("production", "prod-eu", "waiting", true, Some("waiting: staging promoted 85d557f 5 min ago; production may go at 2024-05-01T14:32:00Z (soak 30 min)")),
+                row("production", "prod-us", "not started", false, None),
+            ],
+        };
+        let card = render(&view, &Links::default(), Offer::Buttons);
+        let facts = card["body"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|b| b["type"] == "FactSet")
+            .unwrap()["facts"]
+            .clone();
+        assert_eq!(
+            facts,
+            serde_json::json!([
+                {"title": "staging · staging-eu", "value": "open"},
+                {"title": "production · prod-eu", "value": "waiting (this card) · waiting: staging promoted 85d557f 5 min ago; production may go at 2024-05-01T14:32:00Z (soak 30 min)"},
+                {"title": "production · prod-us", "value": "not started"},
+            ])
+        );
+    }
 
     #[test]
     fn markup_is_escaped() {
