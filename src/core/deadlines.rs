@@ -149,7 +149,7 @@ fn deadline_message(wait: &WaitRow, after: std::time::Duration, action: OnDeadli
     let key = &wait.gate;
     let waited = humantime::format_duration(after);
     let revision = &wait.checksum;
-    let rollback = GateKey::new(GateKind::Rollback, key.scope.clone());
+    let rollback = key.sibling(GateKind::Rollback);
     match action {
         OnDeadline::Rollback => format!(
             "waited {waited} at {key} for revision {revision} without a decision: the deadline rolls it back ({rollback} opened)"
@@ -183,7 +183,7 @@ async fn act_on_deadline(
     }
     // For the waiting canary and revision only: it never rolls back the
     // next revision, nor any other canary at this gate.
-    let rollback = GateKey::new(GateKind::Rollback, key.scope.clone());
+    let rollback = key.sibling(GateKind::Rollback);
     let who = who.clone().only(canary.clone(), revision.clone());
     match unit.open(&rollback, &who).await {
         Ok(_) => Ok(true),

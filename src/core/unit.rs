@@ -449,7 +449,7 @@ impl<'e> Unit<'e> {
             // or a hold, since the deployment still waits.
             Scope::Pr { .. } if approved && key.kind == GateKind::Rollback => {
                 [GateKind::Promote, GateKind::Traffic]
-                    .map(|k| (GateKey::new(k, key.scope.clone()), "rejected"))
+                    .map(|k| (key.sibling(k), "rejected"))
                     .to_vec()
             }
             Scope::Pr { .. } if approved => vec![(key.clone(), outcome)],
