@@ -53,8 +53,13 @@ impl std::ops::Deref for Env {
 }
 
 async fn env(backend: Backend) -> Env {
+    env_with(backend, "").await
+}
+
+/// [`env`], with more of the policy after the documented one.
+async fn env_with(backend: Backend, more: &str) -> Env {
     let clock = ManualClock::new(NOW);
-    let policy = policy();
+    let policy = policy() + more;
     let setup = Setup {
         policy: &policy,
         permissions: &[("alice", "write"), ("carol", "admin")],
@@ -176,6 +181,7 @@ gatebot_testkit::on_both_stores!(
     the_cli_opens_an_environment,
     the_status_comment_and_slack_show_the_path,
     slack_names_the_environment_as_comments_do,
+    a_deadline_rolls_back_in_its_own_cluster,
 );
 
 async fn staging_goes_first_and_production_after_the_soak(backend: Backend) {
@@ -583,4 +589,34 @@ async fn a_replica_knows_what_another_promoted() {
     eu.tick().await;
     b.drained().await;
     assert!(eu.run_until(|s| s.phase() == Phase::Succeeded, 6).await);
+}
+
+async fn a_deadline_rolls_back_in_its_own_cluster(backend: Backend) {
+    let env = env_with(
+        backend,
+        "\n[[deadlines]]\nkind = \"promote\"\nafter = \"2h\"\n",
+    )
+    .await;
+    let mut staging = env.waiting(STAGING, "rev-s1", COMMIT).await;
+    env.comment("alice", "/promote staging").await;
+    assert!(env.promoted(&mut staging).await);
+    let mut eu = env.waiting(PROD_EU, "rev-e1", COMMIT).await;
+    env.clock.advance(2 * 60 * MINUTE + 1000);
+    env.waiting(PROD_US, "rev-u1", COMMIT).await;
+    let acted = env.server.state.engine.enforce_deadlines().await.unwrap();
+    env.server.drained().await;
+    assert_eq!(acted, 1);
+    assert_eq!(
+        env.gate("/rollback/acme/shop/pr/42@prod-eu").await["state"],
+        "open"
+    );
+    for quiet in [
+        "/rollback/acme/shop/pr/42@prod-us",
+        "/rollback/acme/shop/pr/42@staging-eu",
+    ] {
+        assert_eq!(env.gate(quiet).await["state"], "closed", "{quiet}");
+    }
+    let rollbacks = eu.rollbacks();
+    eu.tick().await;
+    assert_eq!(eu.rollbacks(), rollbacks + 1);
 }
