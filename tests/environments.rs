@@ -406,6 +406,21 @@ async fn the_cli_opens_an_environment(backend: Backend) {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!out.status.success());
+    // A gate of a cluster the policy does not name is refused too.
+    let r = client()
+        .post(env.server.at("/api/v1/gates/open"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"gate": "/gates/promote/pr/42@prod-xx", "reason": "typo"}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let answer = r.text().await.unwrap();
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer.contains("`prod-xx` is no environment or cluster"),
+        "{answer}"
+    );
     assert!(
         text.contains("`qa` is no environment or cluster of the policy (staging, staging-eu, production, prod-eu, prod-us)"),
         "{text}"

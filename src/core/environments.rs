@@ -218,6 +218,19 @@ impl Engine {
     ) -> Result<Result<Plan, Invalid>, CommandError> {
         let envs = &self.settings.environments;
         let placed = |k: &GateKey| k.cluster.is_some() || matches!(k.scope, Scope::Named(_));
+        // A gate of a cluster the policy does not name is no gate: nothing
+        // is kept for it, so no one can grow memory with made-up clusters.
+        let unknown = plan
+            .keys
+            .iter()
+            .filter_map(|k| k.cluster.as_ref())
+            .find(|c| envs.of_cluster(c).is_none());
+        if let Some(cluster) = unknown {
+            return Ok(Err(Invalid::UnknownPlace {
+                place: cluster.to_string(),
+                all: names(envs),
+            }));
+        }
         if let (true, Some(place)) = (envs.is_empty(), &request.place) {
             return Ok(Err(Invalid::UnknownPlace {
                 place: place.clone(),
