@@ -182,6 +182,7 @@ gatebot_testkit::on_both_stores!(
     the_status_comment_and_slack_show_the_path,
     slack_names_the_environment_as_comments_do,
     a_deadline_rolls_back_in_its_own_cluster,
+    without_tokens_metadata_or_the_default_names_the_cluster,
 );
 
 async fn staging_goes_first_and_production_after_the_soak(backend: Backend) {
@@ -634,4 +635,62 @@ async fn a_deadline_rolls_back_in_its_own_cluster(backend: Backend) {
     let rollbacks = eu.rollbacks();
     eu.tick().await;
     assert_eq!(eu.rollbacks(), rollbacks + 1);
+}
+
+async fn without_tokens_metadata_or_the_default_names_the_cluster(backend: Backend) {
+    let check = |env: &Env, metadata: Value| {
+        let url = env.server.at("/gates/promote/pr/42");
+        async move {
+            let body = json!({
+                "name": "podinfo", "namespace": "test", "phase": "WaitingPromotion",
+                "checksum": "rev-1", "metadata": metadata,
+            });
+            let r = client().post(url).json(&body).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let setup = |more: &'static str| {
+        let clock = ManualClock::new(NOW);
+        let policy = format!("{more}{}", policy());
+        async move {
+            let setup = Setup {
+                policy: &policy,
+                permissions: &[("alice", "write")],
+                clock: Some(clock.clone()),
+            };
+            let chat = ChatOps::start(backend, setup).await;
+            Env {
+                chat,
+                clock,
+                comments: 100.into(),
+            }
+        }
+    };
+    let env = setup("").await;
+    let (status, answer) = check(&env, json!({})).await;
+    assert_eq!(status, 403);
+    assert!(
+        answer.starts_with("closed: which cluster is this?"),
+        "{answer}"
+    );
+    let (status, answer) = check(&env, json!({"cluster": "qa"})).await;
+    assert_eq!(status, 403);
+    assert!(
+        answer.starts_with("closed: cluster qa is in no environment"),
+        "{answer}"
+    );
+    let (status, answer) = check(&env, json!({"cluster": "staging-eu"})).await;
+    assert_eq!(status, 403);
+    assert!(answer.contains("/promote staging-eu"), "{answer}");
+    env.server.drained().await;
+    let waits = env.server.api("/api/v1/waits?open=true").await;
+    assert_eq!(
+        waits["waits"][0]["gate"], "/gates/promote/acme/shop/pr/42@staging-eu",
+        "{waits}"
+    );
+
+    let env = setup("default_cluster = \"prod-us\"\n").await;
+    let (status, answer) = check(&env, json!({})).await;
+    assert_eq!(status, 403);
+    assert!(answer.contains("/promote prod-us"), "{answer}");
 }
