@@ -92,6 +92,7 @@ for form in [
     "token=s3cret&csrf=abc.def",
     "actor=%40octocat&repo=acme%2Fshop&gate=promote%2Fpr%2F42&since=2026-12-01&until=2026-12-01T10%3A00&before=5",
     "code=abc&state=xyz&error_description=denied&org=acme&name=gatebot",
+    "env=production&cluster=prod-eu&before=5",
 ]:
     put("web_form", form)
 

@@ -417,7 +417,21 @@ pub fn web_form(body: &[u8]) {
     let _ = query_of::<signin::Callback>(&query);
     let _ = query_of::<setup::Start>(&query);
     let _ = query_of::<setup::Back>(&query);
-    let _ = query_of::<pages::Cursor>(&query);
+    if let Some(q) = query_of::<pages::WaitingQuery>(&query) {
+        // Kept: only clusters of the policy's; refused: a 400.
+        let envs = environments();
+        match pages::waiting_filter(&q, &envs) {
+            Ok(filter) => {
+                for c in filter.clusters.iter().flatten() {
+                    assert!(envs.of_cluster(c).is_some(), "{c} is no cluster");
+                }
+            }
+            Err(problem) => {
+                let status = axum::response::IntoResponse::into_response(problem).status();
+                assert_eq!(status, axum::http::StatusCode::BAD_REQUEST);
+            }
+        }
+    }
     if let Some(q) = query_of::<pages::AuditQuery>(&query) {
         match pages::audit_search(&q, Some(&default_repo())) {
             Ok(search) if !search.gate.is_empty() => {
@@ -431,6 +445,26 @@ pub fn web_form(body: &[u8]) {
             }
         }
     }
+}
+
+/// docs/environments.md's: staging, then production in two regions.
+fn environments() -> crate::gate::environment::Environments {
+    use crate::gate::environment::{Environment, Environments};
+    let name = |n: &str| n.parse().expect("a cluster name");
+    let env = |n: &str, clusters: &[&str], after: Option<&str>, soak: u64| Environment {
+        name: name(n),
+        clusters: clusters.iter().map(|c| name(c)).collect(),
+        after: after.map(name),
+        soak: std::time::Duration::from_secs(soak),
+    };
+    Environments::new(
+        vec![
+            env("staging", &["staging-eu"], None, 0),
+            env("production", &["prod-eu", "prod-us"], Some("staging"), 1800),
+        ],
+        None,
+    )
+    .expect("valid environments")
 }
 
 fn form<T: serde::de::DeserializeOwned>(body: &[u8]) -> Option<T> {

@@ -79,6 +79,14 @@ fn written_commands_keep_the_properties() {
     }
     fuzzing::session("octocat.github.1900000000000.0123abcd.id1.-");
     fuzzing::web_form(b"gate=promote%2Fpr%2F42&since=2026-12-01&until=nonsense&action=approve");
+    for query in [
+        &b"env=production&before=5"[..],
+        b"env=production&cluster=prod-us",
+        b"env=staging&cluster=prod-eu",
+        b"cluster=%3Cscript%3E",
+    ] {
+        fuzzing::web_form(query);
+    }
     let policy = include_str!("../docs/policy.md");
     let example = policy.split("```toml\n").nth(1).expect("an example");
     fuzzing::policy(example.split("```").next().expect("its end"));

@@ -3,6 +3,7 @@
 //! queues' backlog. Channels read them here, never from the store.
 
 use super::*;
+use crate::gate::ClusterName;
 
 impl Engine {
     /// The latest `limit` waits, of one gate or all, only open ones if `open`.
@@ -15,17 +16,23 @@ impl Engine {
         self.store.waits(gate, open, limit).await
     }
 
-    /// Up to `limit` open waits, newest first, older than the wait `before`.
+    /// Up to `limit` open waits, newest first, older than the wait `before`;
+    /// only those of `clusters` when given.
     pub async fn open_waits(
         &self,
+        clusters: Option<&[ClusterName]>,
         before: Option<i64>,
         limit: i64,
     ) -> Result<Vec<WaitRow>, StoreError> {
-        self.store.open_waits_page(before, limit).await
+        self.store.open_waits_page(clusters, before, limit).await
     }
 
-    pub async fn open_wait_count(&self) -> Result<i64, StoreError> {
-        self.store.open_wait_count().await
+    /// How many waits are open, of `clusters` only when given.
+    pub async fn open_wait_count(
+        &self,
+        clusters: Option<&[ClusterName]>,
+    ) -> Result<i64, StoreError> {
+        self.store.open_wait_count_of(clusters).await
     }
 
     /// The latest `limit` audit entries, of one gate or all.

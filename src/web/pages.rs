@@ -11,7 +11,8 @@ use super::view::{self, when, Permits, Viewer, When};
 use super::{gate_path, render, Problem};
 use crate::core::AppState;
 use crate::core::{AuditEntry, AuditSearch, Job, QueueName};
-use crate::gate::{AuditAction, GateKey, Millis, PrNumber, RepoName};
+use crate::gate::environment::{Environments, Target};
+use crate::gate::{AuditAction, ClusterName, GateKey, Millis, PrNumber, RepoName};
 
 /// Rows per page.
 pub const PAGE: usize = 50;
@@ -20,18 +21,171 @@ fn page_limit() -> i64 {
     i64::try_from(PAGE + 1).unwrap_or(i64::MAX)
 }
 
-#[derive(Debug, Deserialize)]
-pub struct Cursor {
+/// The waiting page's query: `?env=production` or `?cluster=prod-eu` keeps
+/// only the waits of those clusters; `before` is the next page's cursor.
+#[derive(Debug, Default, Deserialize)]
+pub struct WaitingQuery {
     before: Option<i64>,
+    #[serde(default)]
+    env: String,
+    #[serde(default)]
+    cluster: String,
+}
+
+/// Which waits the waiting page keeps: all, or those of an environment's
+/// clusters, or of one cluster. Every name is one of the policy's.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct WaitingFilter {
+    pub env: Option<ClusterName>,
+    pub cluster: Option<ClusterName>,
+    /// The clusters whose waits are kept; `None`: every wait.
+    pub clusters: Option<Vec<ClusterName>>,
+}
+
+impl WaitingFilter {
+    /// `env=production` (or `cluster=prod-eu`, or both), to carry to the next page.
+    fn query(&self) -> String {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        if let Some(env) = &self.env {
+            q.append_pair("env", env.as_str());
+        }
+        if let Some(cluster) = &self.cluster {
+            q.append_pair("cluster", cluster.as_str());
+        }
+        q.finish()
+    }
+
+    /// What the page is filtered to, in words ("production", "prod-eu").
+    fn scope(&self) -> Option<String> {
+        self.cluster
+            .as_ref()
+            .or(self.env.as_ref())
+            .map(ToString::to_string)
+    }
+}
+
+/// `names` as a list to read: "staging, production".
+fn listed<'a>(names: impl Iterator<Item = &'a ClusterName>) -> String {
+    names
+        .map(ClusterName::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One of the policy's names, or a 400 naming the valid ones. A name that
+/// is not a DNS label is not repeated: it may be anything.
+fn one_of<'a>(
+    field: &str,
+    what: &str,
+    text: &str,
+    valid: impl Iterator<Item = &'a ClusterName>,
+) -> Result<ClusterName, Problem> {
+    let valid: Vec<&ClusterName> = valid.collect();
+    let choices = listed(valid.iter().copied());
+    let name: ClusterName = text.parse().map_err(|_| {
+        Problem::bad_request(format!(
+            "{field}: not a name of the policy (a DNS label: a-z, 0-9 and -); the {what}s are {choices}"
+        ))
+    })?;
+    if !valid.contains(&&name) {
+        return Err(Problem::bad_request(format!(
+            "{field}: `{name}` is no {what} of the policy ({choices})"
+        )));
+    }
+    Ok(name)
+}
+
+/// What the waiting page's query keeps, or a 400 that says which names are.
+pub(crate) fn waiting_filter(
+    q: &WaitingQuery,
+    envs: &Environments,
+) -> Result<WaitingFilter, Problem> {
+    let (env, cluster) = (q.env.trim(), q.cluster.trim());
+    if env.is_empty() && cluster.is_empty() {
+        return Ok(WaitingFilter::default());
+    }
+    if envs.is_empty() {
+        return Err(Problem::bad_request(
+            "the policy has no [[environments]]: every wait is one for all clusters, so there is nothing to filter by",
+        ));
+    }
+    let env = match env {
+        "" => None,
+        text => Some(one_of(
+            "env",
+            "environment",
+            text,
+            envs.all().iter().map(|e| &e.name),
+        )?),
+    };
+    let cluster = match cluster {
+        "" => None,
+        text => Some(one_of("cluster", "cluster", text, envs.clusters())?),
+    };
+    let clusters = match (&env, &cluster) {
+        (Some(e), Some(c)) => {
+            let of_env = envs.clusters_of(&Target::Environment(e.clone()));
+            if !of_env.contains(c) {
+                return Err(Problem::bad_request(format!(
+                    "cluster: `{c}` is not in {e} ({})",
+                    listed(of_env.iter())
+                )));
+            }
+            vec![c.clone()]
+        }
+        (Some(e), None) => envs.clusters_of(&Target::Environment(e.clone())),
+        (None, Some(c)) => vec![c.clone()],
+        (None, None) => Vec::new(),
+    };
+    Ok(WaitingFilter {
+        env,
+        cluster,
+        clusters: Some(clusters),
+    })
+}
+
+/// The waiting page's links to each environment and cluster (none without
+/// environments), the one shown marked.
+fn filter_links(envs: &Environments, shown: &WaitingFilter) -> Vec<serde_json::Value> {
+    if envs.is_empty() {
+        return Vec::new();
+    }
+    let link = |kind: &str, name: Option<&ClusterName>, current: bool| {
+        let query = match name {
+            Some(n) => form_urlencoded::Serializer::new(String::new())
+                .append_pair(if kind == "env" { "env" } else { "cluster" }, n.as_str())
+                .finish(),
+            None => String::new(),
+        };
+        json!({
+            "kind": kind, "name": name.map_or("All", ClusterName::as_str),
+            "query": query, "current": current,
+        })
+    };
+    let mut links = vec![link("all", None, shown.clusters.is_none())];
+    for env in envs.all() {
+        let here = shown.env.as_ref() == Some(&env.name) && shown.cluster.is_none();
+        links.push(link("env", Some(&env.name), here));
+        for c in &env.clusters {
+            links.push(link("cluster", Some(c), shown.cluster.as_ref() == Some(c)));
+        }
+    }
+    links
 }
 
 pub async fn waiting(
     State(state): State<AppState>,
     viewer: Viewer,
-    Query(cursor): Query<Cursor>,
+    Query(q): Query<WaitingQuery>,
 ) -> Result<Response, Problem> {
+    let envs = state.records.environments();
+    let filter = waiting_filter(&q, envs)?;
+    let clusters = filter.clusters.as_deref();
     let now = state.clock.now_ms();
-    let mut waits = state.engine.open_waits(cursor.before, page_limit()).await?;
+    let mut waits = state
+        .engine
+        .open_waits(clusters, q.before, page_limit())
+        .await?;
     let more = waits.len() > PAGE;
     waits.truncate(PAGE);
     let next = if more {
@@ -39,22 +193,29 @@ pub async fn waiting(
     } else {
         None
     };
-    let total = state.engine.open_wait_count().await?;
+    let total = state.engine.open_wait_count(clusters).await?;
     let mut permits = Permits::new(&state, &viewer);
     let mut rows = Vec::with_capacity(waits.len());
     for wait in &waits {
         rows.push(view::waiting_row(&state, wait, now, &mut permits).await?);
     }
-    let here = match cursor.before {
-        Some(b) => format!("/ui?before={b}"),
-        None => "/ui".to_string(),
+    let filtered = filter.query();
+    let mut here = form_urlencoded::Serializer::new(filtered.clone());
+    if let Some(b) = q.before {
+        here.append_pair("before", &b.to_string());
+    }
+    let here = match here.finish() {
+        query if query.is_empty() => "/ui".to_string(),
+        query => format!("/ui?{query}"),
     };
     render(
         &state,
         "waiting.html.j2",
         json!({
             "base": viewer.base(here), "rows": rows, "total": total, "next": next,
-            "paged": cursor.before.is_some(),
+            "paged": q.before.is_some(),
+            "filters": filter_links(envs, &filter), "filter": filtered,
+            "scope": filter.scope(),
         }),
     )
 }
@@ -223,6 +384,7 @@ async fn show_gate(state: AppState, viewer: Viewer, path: &str) -> Result<Respon
         .iter()
         .map(|o| o.canary.to_string())
         .collect();
+    let path = path_rows(&state, &key, now).await?;
     let here = gate_path(&key);
     render(
         &state,
@@ -239,10 +401,36 @@ async fn show_gate(state: AppState, viewer: Viewer, path: &str) -> Result<Respon
                 "evidence": evidence, "charts": charts,
             })),
             "canaries": canary_rows(&detail, now), "waits": wait_rows(&detail, now),
-            "audit": audit,
+            "path": path, "audit": audit,
             "timeline": timeline(&state, &names, now).await?,
         }),
     )
+}
+
+/// The path of a cluster's gate through the environments: a row per
+/// environment and cluster, each linking to that cluster's gate of the same
+/// kind. Empty without environments, or for a gate of every cluster.
+async fn path_rows(
+    state: &AppState,
+    key: &GateKey,
+    now: Millis,
+) -> Result<Vec<serde_json::Value>, Problem> {
+    let rows = crate::core::path::path_of(&state.records, key, now).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let url = r
+                .cluster
+                .parse::<ClusterName>()
+                .ok()
+                .map(|c| gate_path(&key.clone().at(Some(c))));
+            json!({
+                "environment": r.environment, "cluster": r.cluster, "url": url,
+                "state": r.state, "class": r.state.replace(' ', "-"),
+                "here": r.here, "order": r.order,
+            })
+        })
+        .collect())
 }
 
 /// The gate's canaries, as the page's table shows them.
@@ -292,15 +480,29 @@ pub async fn pull_request(
     let mut gates = Vec::new();
     let mut audit = Vec::new();
     let mut names = Vec::new();
-    for s in &summaries {
-        let Ok(key) = GateKey::parse(&s.gate, None) else {
-            continue;
-        };
+    // A gate's clusters in the environments' order (staging before production).
+    let envs = state.records.environments();
+    let mut keyed: Vec<_> = summaries
+        .iter()
+        .filter_map(|s| Some((GateKey::parse(&s.gate, None).ok()?, s)))
+        .collect();
+    keyed.sort_by_cached_key(|(key, _)| {
+        let place = key
+            .cluster
+            .as_ref()
+            .and_then(|c| envs.clusters().position(|e| e == c));
+        (key.clone().at(None).to_string(), place)
+    });
+    for (key, s) in keyed {
         let gate = state.engine.gate(&key).await?;
         names.extend(s.canaries.iter().map(|c| c.canary.to_string()));
         let waiting = s.canaries.iter().find(|c| c.waiting_since.is_some());
+        let cluster = key.cluster.as_ref();
+        let environment = cluster.and_then(|c| envs.of_cluster(c));
         gates.push(json!({
             "gate": s.gate, "gate_url": gate_path(&key), "kind": key.kind.as_str(),
+            "cluster": cluster.map(ToString::to_string),
+            "environment": environment.map(|e| e.name.to_string()),
             "state": view::state_view(&gate, now),
             "wait": waiting.map(|c| json!({
                 "canary": c.canary.to_string(), "revision": c.checksum,

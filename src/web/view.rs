@@ -254,6 +254,8 @@ pub struct WaitingRow {
     pub gate_url: String,
     pub kind: &'static str,
     pub subject: String,
+    /// The cluster whose gate it is, with environments.
+    pub cluster: Option<String>,
     pub canary: Option<String>,
     pub revision: String,
     pub phase: String,
@@ -325,6 +327,12 @@ pub async fn waiting_row(
         gate_url: super::gate_path(&wait.gate),
         kind: wait.gate.kind.as_str(),
         subject: wait.gate.subject(),
+        cluster: wait
+            .gate
+            .cluster
+            .as_ref()
+            .or(wait.cluster.as_ref())
+            .map(ToString::to_string),
         canary: wait.canary.as_ref().map(ToString::to_string),
         revision: wait.checksum.clone(),
         phase: wait.phase.to_string(),
