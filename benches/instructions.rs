@@ -10,7 +10,9 @@
 //! `GATEBOT_BENCH_REQUESTS` (6,000) sequential requests on one keep-alive
 //! connection; a request's cost is the difference over the count. Cases:
 //! `/healthz`; a check of an open gate pinned to the revision asked (200);
-//! a check of a closed gate whose wait has started (403). Background work that
+//! a check of a closed gate whose wait has started (403); the same open and
+//! pinned check at one cluster's gate, with `[[environments]]` in the policy
+//! and the check carrying that cluster's Flagger token. Background work that
 //! runs by the clock (housekeeping every 5 s) lands in both runs of a case
 //! only as often as the run lasts, so a few instructions per request of the
 //! result are that. Without valgrind on the PATH it says so and exits.
@@ -35,6 +37,10 @@ const CHECK: &str =
     r#"{"name":"podinfo","namespace":"test","phase":"Progressing","checksum":"rev1"}"#;
 const OTHER: &str =
     r#"{"name":"other","namespace":"test","phase":"Progressing","checksum":"rev1"}"#;
+/// One environment of one cluster, no order: the check asks at prod-eu's gate.
+const ENVIRONMENTS: &str = "[[environments]]\nname = \"production\"\nclusters = [\"prod-eu\"]\n";
+/// prod-eu's Flagger token; the server holds its SHA-256.
+const PROD_EU_TOKEN: &str = "bench-prod-eu-token";
 
 #[derive(Clone, Copy, PartialEq)]
 enum Tool {
@@ -47,6 +53,8 @@ enum Case {
     Healthz,
     OpenPinned,
     Closed,
+    /// Open and pinned at prod-eu's gate, with `[[environments]]`.
+    OpenPinnedCluster,
 }
 
 impl Case {
@@ -56,6 +64,7 @@ impl Case {
             Case::Healthz => "healthz",
             Case::OpenPinned => "check-open",
             Case::Closed => "check-closed",
+            Case::OpenPinnedCluster => "check-open-cluster",
         }
     }
 
@@ -64,7 +73,13 @@ impl Case {
             Case::Healthz => "/healthz",
             Case::OpenPinned => "check, open and pinned (200)",
             Case::Closed => "check, closed and waiting (403)",
+            Case::OpenPinnedCluster => "check, open and pinned, prod-eu's gate (200)",
         }
+    }
+
+    /// Whether the case's server runs with `[[environments]]` and Flagger tokens.
+    fn environments(self) -> bool {
+        matches!(self, Case::OpenPinnedCluster)
     }
 }
 
@@ -134,7 +149,7 @@ fn free_port() -> u16 {
 }
 
 /// The release binary under `tool`, on a fresh store in `dir`.
-fn start(tool: Tool, dir: &Path, port: u16) -> Child {
+fn start(tool: Tool, case: Case, dir: &Path, port: u16) -> Child {
     let out = dir.join("tool.out");
     let mut cmd = Command::new("valgrind");
     match tool {
@@ -161,6 +176,13 @@ fn start(tool: Tool, dir: &Path, port: u16) -> Child {
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
+    if case.environments() {
+        let policy = dir.join("policy.toml");
+        std::fs::write(&policy, ENVIRONMENTS).expect("the policy is written");
+        let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(PROD_EU_TOKEN));
+        cmd.env("GATEBOT_POLICY", policy)
+            .env("GATEBOT_FLAGGER_TOKENS", format!("prod-eu={hash}"));
+    }
     cmd.spawn().expect("valgrind starts")
 }
 
@@ -186,7 +208,18 @@ fn setup(case: Case, conn: &mut Conn) {
         Case::Closed => {
             assert_eq!(conn.request("POST", GATE, false, OTHER), 403);
         }
+        Case::OpenPinnedCluster => {
+            let open = format!(r#"{{"gate":"{GATE}@prod-eu","reason":"bench"}}"#);
+            assert_eq!(conn.request("POST", "/api/v1/gates/open", true, &open), 200);
+            assert_eq!(conn.request("POST", &cluster_gate(), false, CHECK), 200);
+        }
     }
+}
+
+/// [`GATE`] as prod-eu's Flagger asks it: with its token in the path.
+fn cluster_gate() -> String {
+    let scope = GATE.strip_prefix("/gates/").expect("a /gates/ path");
+    format!("/gates/t/{PROD_EU_TOKEN}/{scope}")
 }
 
 fn one(case: Case, conn: &mut Conn) {
@@ -194,6 +227,7 @@ fn one(case: Case, conn: &mut Conn) {
         Case::Healthz => conn.request("GET", "/healthz", false, ""),
         Case::OpenPinned => conn.request("POST", GATE, false, CHECK),
         Case::Closed => conn.request("POST", GATE, false, OTHER),
+        Case::OpenPinnedCluster => conn.request("POST", &cluster_gate(), false, CHECK),
     };
     let expected = if matches!(case, Case::Closed) {
         403
@@ -208,7 +242,7 @@ fn one(case: Case, conn: &mut Conn) {
 fn run(tool: Tool, case: Case, n: u64) -> u64 {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut child = start(tool, dir.path(), port);
+    let mut child = start(tool, case, dir.path(), port);
     wait_listening(port);
     // Let the start-up work (migrations, the first retention pass) finish alike in every run.
     std::thread::sleep(Duration::from_secs(3));
@@ -303,7 +337,12 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(6000);
-    let cases = [Case::Healthz, Case::OpenPinned, Case::Closed];
+    let cases = [
+        Case::Healthz,
+        Case::OpenPinned,
+        Case::Closed,
+        Case::OpenPinnedCluster,
+    ];
     let mut rows = Vec::new();
     for case in cases {
         let instructions = per_request(Tool::Callgrind, case, n);
