@@ -557,9 +557,18 @@ fn simulated_date() -> bool {
 
 /// The system clock, moved by `GATEBOT_TEST_CLOCK_OFFSET` when that is set.
 /// For tests only (undocumented in --help): it runs a replica whose clock is
-/// wrong, e.g. `-90s`, to show that the correction to the database's clock holds.
+/// wrong, e.g. `-90s`, to show that the correction to the database's clock holds;
+/// `file:<path>` reads the offset from that file at every call, to step it.
 fn system_clock() -> anyhow::Result<SharedClock> {
     match std::env::var("GATEBOT_TEST_CLOCK_OFFSET") {
+        Ok(text) if text.starts_with("file:") => {
+            let path = std::path::PathBuf::from(&text["file:".len()..]);
+            tracing::warn!(path = %path.display(), "GATEBOT_TEST_CLOCK_OFFSET moves this replica's clock by what the file says (for tests only)");
+            Ok(crate::clock::OffsetFileClock::new(
+                Arc::new(SystemClock),
+                path,
+            ))
+        }
         Ok(text) if !text.trim().is_empty() => {
             let skew = crate::clock::parse_offset(&text)
                 .map_err(|e| anyhow::anyhow!("GATEBOT_TEST_CLOCK_OFFSET: {e}"))?;
