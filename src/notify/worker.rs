@@ -160,7 +160,7 @@ impl Worker {
                                 Some(behind) => behind.push_back(item),
                                 None => {
                                     lanes.insert(lane.clone(), VecDeque::new());
-                                    self.start(&mut running, &mut tasks, lane, item);
+                                    self.start(&mut running, &mut tasks, lane, item, false);
                                 }
                             }
                         }
@@ -196,7 +196,7 @@ impl Worker {
                 failure.get_or_insert(e);
             }
             match lanes.get_mut(&lane).and_then(VecDeque::pop_front) {
-                Some(next) => self.start(&mut running, &mut tasks, lane, next),
+                Some(next) => self.start(&mut running, &mut tasks, lane, next, true),
                 None => {
                     lanes.remove(&lane);
                 }
@@ -218,6 +218,7 @@ impl Worker {
         tasks: &mut HashMap<tokio::task::Id, String>,
         lane: String,
         item: QueueItem,
+        waited: bool,
     ) {
         let worker = Arc::clone(self);
         // One span per delivery or job, named by its id, so that one approval
@@ -230,7 +231,8 @@ impl Worker {
             topic = %item.topic,
             attempt = item.attempts,
         );
-        let task = running.spawn(async move { worker.run_one(&item).await }.instrument(span));
+        let task =
+            running.spawn(async move { worker.run_one(&item, waited).await }.instrument(span));
         tasks.insert(task.id(), lane);
     }
 
@@ -245,7 +247,9 @@ impl Worker {
             .min(TRANSIENT_MAX_BACKOFF)
     }
 
-    async fn run_one(&self, item: &QueueItem) -> crate::store::Result<()> {
+    /// Runs one claimed item; `waited`: it was claimed ahead and waited in
+    /// its lane behind others.
+    async fn run_one(&self, item: &QueueItem, waited: bool) -> crate::store::Result<()> {
         let lease = Lease {
             queue: self.queue,
             owner: self.owner.clone(),
@@ -262,8 +266,9 @@ impl Worker {
                 item.route
             ))),
             // Claimed ahead, the item may have waited in its lane past its
-            // lease, and another worker may have it now: renewed first, or left.
-            Some(handler) => match lease.hold().await {
+            // lease, and another worker may have it now: renewed first, or
+            // left. One started as it was claimed holds a fresh lease.
+            Some(handler) => match if waited { lease.hold().await } else { Ok(()) } {
                 Err(e) => Err(e),
                 Ok(()) => {
                     let limit = self.settings.lease.mul_f32(0.8);

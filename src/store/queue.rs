@@ -284,6 +284,7 @@ impl Store {
         lease_ms: i64,
     ) -> Result<bool> {
         let mut tx = self.begin().await?;
+        tx.serves(queue);
         let sql = format!(
             "UPDATE {} SET lease_until = $4 WHERE id = $1 AND lease_owner = $2 AND attempts = $3 \
              AND state = 'pending' AND lease_until >= $5",
