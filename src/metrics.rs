@@ -166,6 +166,8 @@ pub struct Metrics {
     pub jobs: Family<JobLabels, Counter>,
     pub outbox_pending: Gauge,
     pub inbox_pending: Gauge,
+    /// Deliveries acknowledged more than [`OVERDUE_AFTER`] ago and not yet applied.
+    pub inbox_overdue: Gauge,
     pub commands: Family<CommandLabels, Counter>,
     pub events: Family<ActionLabels, Counter>,
     pub notifications_dropped: Family<DropLabels, Counter>,
@@ -235,6 +237,10 @@ pub fn build_labels() -> BuildLabels {
 }
 
 /// Latency buckets for calls to GitHub and Slack (each bounded at 5 s).
+/// A delivery not applied this long after it was acknowledged is overdue
+/// (`gatebot_inbox_overdue`): applying one takes well under a second.
+pub const OVERDUE_AFTER: Duration = Duration::from_secs(60);
+
 const CALL_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0,
 ];
@@ -297,6 +303,7 @@ impl Metrics {
             jobs: Family::default(),
             outbox_pending: Gauge::default(),
             inbox_pending: Gauge::default(),
+            inbox_overdue: Gauge::default(),
             commands: Family::default(),
             events: Family::default(),
             notifications_dropped: Family::default(),
@@ -412,6 +419,11 @@ impl Metrics {
             "inbox_pending",
             "Webhook deliveries waiting to be worked",
             self.inbox_pending.clone(),
+        );
+        self.add(
+            "inbox_overdue",
+            "Webhook deliveries acknowledged more than a minute ago and not yet applied (a store that keeps failing, a row lock held)",
+            self.inbox_overdue.clone(),
         );
         self.add("queue_oldest_pending_age_seconds", "Age of the oldest pending item, by queue (outbox: notifications, inbox: deliveries); 0 when none is pending", self.queue_oldest.clone());
         self.add(

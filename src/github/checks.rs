@@ -187,7 +187,7 @@ impl CheckRuns {
         if known.digest.as_deref() == Some(digest.as_str()) {
             return Ok(());
         }
-        let body = serde_json::to_value(shown).map_err(retry)?;
+        let body = serde_json::to_value(shown).map_err(|e| SendError::retry(e.to_string()))?;
         self.client
             .update_check_run(repo, known.run_id, body)
             .await
@@ -220,7 +220,7 @@ impl CheckRuns {
                 key.kind
             )));
         }
-        let mut body = serde_json::to_value(shown).map_err(retry)?;
+        let mut body = serde_json::to_value(shown).map_err(|e| SendError::retry(e.to_string()))?;
         body["name"] = json!(format!("gatebot / {}", key.kind));
         body["head_sha"] = json!(head);
         body["external_id"] = json!(key.to_string());

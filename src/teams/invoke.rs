@@ -171,7 +171,7 @@ pub async fn apply(
     let data = &activity.value.action.data;
     let key = sink::parse_gate(&data.gate)
         .ok_or_else(|| SendError::Permanent("a stored click names no gate".into()))?;
-    let store_err = |e: crate::store::StoreError| SendError::retry(format!("records: {e}"));
+    let store_err = SendError::from;
     let wait = state.records.wait(click.wait_id).await.map_err(store_err)?;
     let posted = state
         .records

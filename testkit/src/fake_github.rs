@@ -205,6 +205,11 @@ pub struct Inner {
     heads: Mutex<HashMap<u64, String>>,
     /// Reviews of protected deployments posted to their callbacks, in order.
     protection_reviews: Mutex<Vec<FakeProtectionReview>>,
+    /// (repository, workflow run) → the environments it waits to deploy to,
+    /// until a review decides them.
+    pending_deployments: Mutex<HashMap<(String, u64), Vec<String>>>,
+    /// Reads of a run's pending deployments, in order: (repository, run).
+    pending_deployment_reads: Mutex<Vec<(String, u64)>>,
 }
 
 /// One review posted to a workflow run's deployment callback.
@@ -281,6 +286,10 @@ impl FakeGithub {
             .route(
                 "/repos/{owner}/{repo}/actions/runs/{run}/deployment_protection_rule",
                 post(review_protection),
+            )
+            .route(
+                "/repos/{owner}/{repo}/actions/runs/{run}/pending_deployments",
+                get(pending_deployments),
             )
             .route("/repos/{owner}/{repo}/check-runs", post(create_check_run))
             .route(
@@ -365,6 +374,31 @@ impl FakeGithub {
     /// Reviews posted to deployment callbacks, oldest first.
     pub fn protection_reviews(&self) -> Vec<FakeProtectionReview> {
         self.inner.protection_reviews.lock().unwrap().clone()
+    }
+
+    /// Workflow run `run` of `repo` waits to deploy to `environment`, as on
+    /// GitHub when it sends `deployment_protection_rule`: listed in its
+    /// pending deployments until a review approves or rejects it.
+    pub fn await_deployment(&self, repo: &str, run: u64, environment: &str) {
+        let mut pending = self.inner.pending_deployments.lock().unwrap();
+        let envs = pending.entry((repo.to_lowercase(), run)).or_default();
+        if !envs.iter().any(|e| e == environment) {
+            envs.push(environment.to_string());
+        }
+    }
+
+    /// The environments run `run` of `repo` still waits for.
+    pub fn pending_deployments(&self, repo: &str, run: u64) -> Vec<String> {
+        let pending = self.inner.pending_deployments.lock().unwrap();
+        pending
+            .get(&(repo.to_lowercase(), run))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// How many times gatebot read runs' pending deployments.
+    pub fn pending_deployment_reads(&self) -> usize {
+        self.inner.pending_deployment_reads.lock().unwrap().len()
     }
 
     pub fn check_runs(&self) -> Vec<FakeCheckRun> {
@@ -842,6 +876,11 @@ async fn review_protection(
     {
         return unprocessable("environment_name and state (approved or rejected) are required");
     }
+    // Decided: the run no longer waits for the environment.
+    let repo_key = (format!("{owner}/{repo}").to_lowercase(), run);
+    if let Some(envs) = inner.pending_deployments.lock().unwrap().get_mut(&repo_key) {
+        envs.retain(|e| Some(e.as_str()) != v["environment_name"].as_str());
+    }
     inner
         .protection_reviews
         .lock()
@@ -856,6 +895,47 @@ async fn review_protection(
                 .map(str::to_string),
         });
     StatusCode::NO_CONTENT.into_response()
+}
+
+/// `GET …/actions/runs/{run}/pending_deployments`: the environments the run
+/// waits for, in GitHub's shape (an empty list for a run that waits for none).
+async fn pending_deployments(
+    State(inner): State<Arc<Inner>>,
+    Path((owner, repo, run)): Path<(String, String, u64)>,
+) -> Response {
+    let key = (format!("{owner}/{repo}").to_lowercase(), run);
+    inner
+        .pending_deployment_reads
+        .lock()
+        .unwrap()
+        .push(key.clone());
+    let envs = inner
+        .pending_deployments
+        .lock()
+        .unwrap()
+        .get(&key)
+        .cloned()
+        .unwrap_or_default();
+    let listed: Vec<Value> = envs
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            json!({
+                "environment": {
+                    "id": 161_088_068 + i as u64,
+                    "node_id": "MDExOkVudmlyb25tZW50NTY3MDMwMDY=",
+                    "name": name,
+                    "url": format!("https://api.github.com/repos/{owner}/{repo}/environments/{name}"),
+                    "html_url": format!("https://github.com/{owner}/{repo}/deployments/activity_log?environments_filter={name}"),
+                },
+                "wait_timer": 0,
+                "wait_timer_started_at": null,
+                "current_user_can_approve": false,
+                "reviewers": [],
+            })
+        })
+        .collect();
+    Json(listed).into_response()
 }
 
 /// The states GitHub accepts for a deployment status.
