@@ -249,6 +249,7 @@ fn webhook_routes(
 /// behind exactly these layers.
 pub fn harden(state: AppState, checks: Router<AppState>, rest: Router<AppState>) -> Router {
     let timeout = state.config.request_timeout;
+    let tokens = Arc::new(state.config.flagger_tokens().clone());
     let guarded = |routes: Router<AppState>, gate_check: bool| {
         let on = OnFailure {
             gate_check,
@@ -266,7 +267,7 @@ pub fn harden(state: AppState, checks: Router<AppState>, rest: Router<AppState>)
         .route_layer(middleware::from_fn_with_state(state.clone(), observe))
         .fallback(not_found)
         // The access log (`http::access`): at debug for routes machines poll.
-        .layer(middleware::from_fn(access::log))
+        .layer(middleware::from_fn_with_state(tokens, access::log))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .with_state(state)
