@@ -649,7 +649,8 @@ impl PrometheusConfig {
         if let Some(url) = self.url() {
             if reqwest::Url::parse(url).map_or(true, |u| !matches!(u.scheme(), "http" | "https")) {
                 out.push(format!(
-                    "GATEBOT_PROMETHEUS_URL: `{url}` is not an http(s) URL"
+                    "GATEBOT_PROMETHEUS_URL: `{}` is not an http(s) URL",
+                    url_shown(url)
                 ));
             }
         }
@@ -675,6 +676,37 @@ impl PrometheusConfig {
         }
         out
     }
+}
+
+/// A URL as gatebot shows it (check-config, its problems): as written, but
+/// with a password in its user part or its query replaced by `***`. Text
+/// that does not parse as a URL is not shown: it may hold a password. The
+/// one function for every URL-valued setting.
+pub fn url_shown(url: &str) -> String {
+    let Ok(mut parsed) = reqwest::Url::parse(url) else {
+        return "(set: not a URL, not shown)".to_string();
+    };
+    let in_query = parsed.query().is_some_and(|q| q.contains("password"));
+    if parsed.password().is_none() && !in_query {
+        return url.to_string();
+    }
+    if parsed.password().is_some() && parsed.set_password(Some("***")).is_err() {
+        return "(set, not shown: it holds a password)".to_string();
+    }
+    if in_query {
+        let pairs: Vec<(String, String)> = parsed
+            .query_pairs()
+            .map(|(k, v)| {
+                let secret = k.contains("password");
+                (
+                    k.into_owned(),
+                    if secret { "***".into() } else { v.into_owned() },
+                )
+            })
+            .collect();
+        parsed.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    parsed.to_string()
 }
 
 /// How outbound calls (GitHub, Slack, the CLI) leave the network: the usual

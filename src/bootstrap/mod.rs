@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::Router;
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -59,7 +59,7 @@ pub struct Gatebot {
     web: Arc<crate::web::Web>,
     receipts: http::receipts::Receipts,
     redeliveries: github::redeliver::Redeliveries,
-    webhook_readers: Arc<Semaphore>,
+    webhook_readers: http::limits::WebhookReaders,
 }
 
 impl Gatebot {
@@ -122,9 +122,11 @@ impl Gatebot {
             state.clock.clone(),
             state.inbox_wake.clone(),
         );
-        // One cap on webhook work in hand, over HTTP and Socket Mode alike.
-        let webhook_readers = Arc::new(Semaphore::new(http::limits::WEBHOOK_BODY_READERS));
-        if let Some(socket) = slack::socket_mode(&state, receipts.clone(), webhook_readers.clone())?
+        // A cap on webhook work in hand per channel; Slack's over HTTP and
+        // Socket Mode alike.
+        let webhook_readers = http::limits::WebhookReaders::default();
+        if let Some(socket) =
+            slack::socket_mode(&state, receipts.clone(), webhook_readers.slack.clone())?
         {
             tasks.spawn(socket.run(shutdown.clone()));
         }

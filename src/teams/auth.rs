@@ -88,7 +88,7 @@ impl From<Refusal> for Failure {
 
 /// The claims gatebot reads; signature, issuer and audience are checked by
 /// `jsonwebtoken`, the times against gatebot's own clock.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct Claims {
     exp: i64,
     nbf: Option<i64>,

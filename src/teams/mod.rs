@@ -38,8 +38,8 @@ use crate::notify::{Handler, Sink};
 /// Activities are a few KB; an Adaptive Card's action carries its card's data.
 pub const BODY_LIMIT: usize = 256 * 1024;
 
-pub fn routes(state: &AppState) -> Router<AppState> {
-    routes::routes(state)
+pub fn routes(state: &AppState, body: crate::http::limits::BodyLimit) -> Router<AppState> {
+    routes::routes(state, body)
 }
 
 /// `authors` answers four eyes for PRs gatebot has seen no delivery of.

@@ -186,6 +186,8 @@ pub struct Inner {
     app_manifests: Mutex<Vec<(Option<String>, Value)>>,
     /// Manifest codes not yet converted: code → (organization, manifest).
     manifest_codes: Mutex<HashMap<String, (Option<String>, Value)>>,
+    /// Manifest codes traded for an App's credentials, in order.
+    manifest_conversions: Mutex<Vec<String>>,
     /// Bytes of padding added to each conversion's answer (a misbehaving host).
     conversion_padding: AtomicU64,
     /// Commit SHA → the PRs that contain it (`GET …/commits/{sha}/pulls`).
@@ -437,6 +439,11 @@ impl FakeGithub {
     /// The manifests GitHub was asked to create Apps from, with the organization.
     pub fn app_manifests(&self) -> Vec<(Option<String>, Value)> {
         self.inner.app_manifests.lock().unwrap().clone()
+    }
+
+    /// The manifest codes gatebot traded for an App's credentials, in order.
+    pub fn app_conversions(&self) -> Vec<String> {
+        self.inner.manifest_conversions.lock().unwrap().clone()
     }
 
     /// The person who signs in with GitHub's OAuth web flow: the fake's
@@ -1468,6 +1475,11 @@ async fn convert_manifest(State(inner): State<Arc<Inner>>, Path(code): Path<Stri
     let Some((org, manifest)) = inner.manifest_codes.lock().unwrap().remove(&code) else {
         return (StatusCode::NOT_FOUND, Json(json!({"message": "Not Found"}))).into_response();
     };
+    inner
+        .manifest_conversions
+        .lock()
+        .unwrap()
+        .push(code.clone());
     let id = inner.next_id.fetch_add(1, Ordering::SeqCst);
     let name = manifest["name"].as_str().unwrap_or("gatebot").to_string();
     let owner = org.unwrap_or_else(|| inner.login.lock().unwrap().clone());
