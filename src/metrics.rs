@@ -65,6 +65,12 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// What a check's side effect was: `wait`, `lookup`, `query`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WhatLabels {
+    pub what: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JobLabels {
     pub queue: &'static str,
@@ -161,6 +167,8 @@ pub struct Metrics {
     pub checks_store_busy: Counter,
     pub waits_started: Family<KindLabels, Counter>,
     pub waits_open: Gauge,
+    /// Side effects of checks refused past their bound (docs/security.md).
+    pub budget_refused: Family<WhatLabels, Counter>,
     pub audit_events: Family<ActionLabels, Counter>,
     pub rejected: Family<RejectLabels, Counter>,
     pub jobs: Family<JobLabels, Counter>,
@@ -298,6 +306,7 @@ impl Metrics {
             checks_store_busy: Counter::default(),
             waits_started: Family::default(),
             waits_open: Gauge::default(),
+            budget_refused: Family::default(),
             audit_events: Family::default(),
             rejected: Family::default(),
             jobs: Family::default(),
@@ -381,6 +390,11 @@ impl Metrics {
             self.waits_started.clone(),
         );
         self.add("waits_open", "Waits not yet ended", self.waits_open.clone());
+        self.add(
+            "budget_refused",
+            "Side effects of unauthenticated checks refused or cut short past their bound: a made-up wait ended for room (wait), a cluster lookup (lookup), a Prometheus query (query)",
+            self.budget_refused.clone(),
+        );
         self.add(
             "audit_events",
             "Audit log entries by action",

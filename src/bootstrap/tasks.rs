@@ -151,6 +151,9 @@ pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
         if let Err(e) = state.engine.flush_seen().await {
             tracing::warn!(error = %e, "could not write last-seen times");
         }
+        if let Err(e) = state.engine.end_silent_waits().await {
+            tracing::warn!(error = %e, "could not end the waits of canaries that stopped asking");
+        }
         if let Err(e) = state.engine.expire_due().await {
             tracing::warn!(error = %e, "could not expire approvals");
         }

@@ -62,7 +62,7 @@ pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};
 pub use slack::{SlackDecision, SlackEnding, SlackFinal, SlackMessage};
 pub use teams::{TeamsCard, TeamsConversation};
 pub use tx::{WriteHealth, WriteTx};
-pub use waits::{NewWait, PAGE as WAIT_PAGE};
+pub use waits::{NewWait, OpenWait, PAGE as WAIT_PAGE};
 pub use web::AuditSearch;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -601,8 +601,8 @@ impl Store {
     /// another check (here or on another replica) started it first.
     pub async fn start_wait(tx: &mut WriteTx<'_>, wait: &NewWait<'_>) -> Result<Option<i64>> {
         let row = sqlx::query(
-            "INSERT INTO waits (gate_key, canary, checksum, phase, metadata, started_at, due_at, remind_at, cluster) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+            "INSERT INTO waits (gate_key, canary, checksum, phase, metadata, started_at, due_at, remind_at, cluster, vouched) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
              ON CONFLICT (gate_key, canary) WHERE ended_at IS NULL DO NOTHING RETURNING id",
         )
         .bind(wait.key.to_string())
@@ -614,6 +614,7 @@ impl Store {
         .bind(wait.due_at)
         .bind(wait.remind_at)
         .bind(wait.cluster.map(|c| c.as_str().to_string()))
+        .bind(i64::from(wait.vouched))
         .fetch_optional(tx.conn())
         .await?;
         Ok(row.map(|r| r.try_get("id")).transpose()?)
