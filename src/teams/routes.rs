@@ -43,7 +43,7 @@ pub fn routes(state: &AppState) -> Router<AppState> {
 }
 
 fn refused(r: Refusal) -> Reject {
-    Reject::new(StatusCode::UNAUTHORIZED, r.reason(), r.message())
+    Reject::new(r.status(), r.reason(), r.message())
 }
 
 async fn activity(
@@ -66,7 +66,7 @@ async fn activity(
         app_id,
         now_secs: state.clock.now_secs(),
     };
-    let claims = auth::verify(&keys, authorization, &expected)
+    let verified = auth::verify(&keys, authorization, &expected)
         .await
         .map_err(|e| match e {
             Failure::Refused(r) => refused(r),
@@ -76,7 +76,7 @@ async fn activity(
         })?;
     let mut activity =
         Activity::from_json(&body).map_err(|e| Reject::bad_request("malformed_activity", e))?;
-    auth::admits(&claims, &activity, state.config.teams.tenants()).map_err(refused)?;
+    auth::admits(&verified, &activity, state.config.teams.tenants()).map_err(refused)?;
     match activity.kind.as_str() {
         MESSAGE => {}
         INVOKE => return invoke::respond(&state, &receipts, activity).await,
