@@ -1335,6 +1335,47 @@ alice = "U1"
     }
 
     #[test]
+    fn teams_channels_bind_a_conversation_to_a_namespace_repository_or_canary() {
+        let text = "[[teams.channels]]\nconversation = \"19:b@thread.tacv2\"\nnamespace = \"billing\"\n\n\
+                    [[teams.channels]]\nconversation = \"19:s@thread.tacv2\"\nrepository = \"acme/shop\"\n\n\
+                    [[teams.channels]]\nconversation = \"19:c@thread.tacv2\"\ncanary = \"test/podinfo\"\n";
+        let p = Policy::parse(text, Permission::Write, &[]).unwrap();
+        let channels = p.teams_channels();
+        let pr = GateKey::parse("/gates/start/acme/shop/pr/42", None).unwrap();
+        let other_repo = GateKey::parse("/gates/start/acme/web/pr/42", None).unwrap();
+        let podinfo: CanaryRef = "test/podinfo".parse().unwrap();
+        let api: CanaryRef = "billing/api".parse().unwrap();
+        assert!(channels.allows(
+            "19:b@thread.tacv2",
+            std::slice::from_ref(&other_repo),
+            Some(&api)
+        ));
+        assert!(!channels.allows(
+            "19:b@thread.tacv2",
+            std::slice::from_ref(&pr),
+            Some(&podinfo)
+        ));
+        assert!(channels.allows("19:s@thread.tacv2", std::slice::from_ref(&pr), Some(&api)));
+        assert!(!channels.allows(
+            "19:s@thread.tacv2",
+            std::slice::from_ref(&other_repo),
+            Some(&api)
+        ));
+        assert!(channels.allows("19:c@thread.tacv2", &[other_repo], Some(&podinfo)));
+        assert!(!channels.allows("19:c@thread.tacv2", std::slice::from_ref(&pr), Some(&api)));
+        assert!(!channels.allows("19:unbound@thread.tacv2", &[pr], Some(&podinfo)));
+        for bad in [
+            "[[teams.channels]]\nconversation = \"19:x\"\n",
+            "[[teams.channels]]\nconversation = \"19:x\"\nnamespace = \"a\"\ncanary = \"a/b\"\n",
+            "[[teams.channels]]\nconversation = \" \"\nnamespace = \"a\"\n",
+            "[[teams.channels]]\nconversation = \"19:x\"\nrepository = \"nope\"\n",
+            "[[slack.channels]]\nconversation = \"C1\"\nnamespace = \"a\"\n",
+        ] {
+            assert!(Policy::parse(bad, Permission::Write, &[]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn slack_approvers_come_from_the_most_specific_place() {
         let p = policy();
         assert_eq!(p.slack(Verb::Rollback).approvers, vec!["S9".to_string()]);
