@@ -209,7 +209,7 @@ pub fn unset_meaning(env: &str) -> Option<&'static str> {
         "GATEBOT_SLACK_BOT_TOKEN" => "nothing is posted to Slack",
         "GATEBOT_TEAMS_APP_ID" => "Microsoft Teams is off: /webhooks/teams answers 404",
         "GATEBOT_TEAMS_APP_PASSWORD" => "nothing is posted to Teams: commands are applied, unanswered",
-        "GATEBOT_TEAMS_CHANNEL" => "no Teams cards for waiting gates (but where a Canary's teams_channel names one)",
+        "GATEBOT_TEAMS_CHANNEL" => "no Teams cards for waiting gates (but where a Canary's teams_channel names one [[teams.channels]] binds to it)",
         "GATEBOT_TEAMS_WORKFLOW_URL" => "nothing is posted to a Teams Workflows webhook",
         _ => return None,
     })
@@ -1529,7 +1529,7 @@ pub struct TeamsConfig {
     )]
     pub login_url: String,
 
-    /// The conversation (a channel's id, `19:…@thread.tacv2`) that gets a card per waiting gate; the bot must have been added there. A Canary's `teams_channel` metadata names another. Unset: no cards.
+    /// The conversation (a channel's id, `19:…@thread.tacv2`) that gets a card per waiting gate; the bot must have been added there. A Canary's `teams_channel` metadata names another where the policy's `[[teams.channels]]` binds it to that canary. Unset: no cards.
     #[arg(
         id = "teams_channel",
         long = "teams-channel",

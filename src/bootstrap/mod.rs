@@ -324,7 +324,7 @@ impl Base {
         };
         let mut sinks = github::sinks(github, &base, policy, evidence);
         sinks.extend(slack::sinks(&base, evidence)?);
-        sinks.extend(crate::teams::sinks(&base, evidence));
+        sinks.extend(crate::teams::sinks(&base, policy, evidence));
         Ok(sinks)
     }
 

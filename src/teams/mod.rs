@@ -62,6 +62,7 @@ pub fn inbox_handlers(
 /// a Workflows webhook is set.
 pub fn sinks(
     base: &crate::core::SinkBase<'_>,
+    policy: &crate::policy::Policy,
     evidence: &Arc<crate::evidence::Evidence>,
 ) -> Vec<Arc<dyn Sink>> {
     let crate::core::SinkBase {
@@ -96,6 +97,8 @@ pub fn sinks(
         records: records.clone(),
         clock: clock.clone(),
         channel: teams.channel().map(str::to_string),
+        bound: policy.teams_channels().clone(),
+        metrics: metrics.clone(),
         links,
         evidence: evidence.clone(),
     })]

@@ -14,7 +14,7 @@ use axum::routing::post;
 use axum::{Extension, Router};
 
 use super::activity::Activity;
-use super::auth::{self, Claims, Expected, Failure, Refusal};
+use super::auth::{self, Expected, Failure, Refusal, Verified};
 use super::conversations::{self, CONVERSATION_UPDATE, INSTALLATION_UPDATE};
 use super::inbox::MESSAGE;
 use super::invoke::{self, INVOKE};
@@ -83,18 +83,18 @@ async fn authenticated(
 }
 
 fn refused(r: Refusal) -> Reject {
-    Reject::new(StatusCode::UNAUTHORIZED, r.reason(), r.message())
+    Reject::new(r.status(), r.reason(), r.message())
 }
 
 async fn activity(
     State(state): State<AppState>,
     Extension(receipts): Extension<Receipts>,
-    Extension(claims): Extension<Claims>,
+    Extension(verified): Extension<Verified>,
     body: Bytes,
 ) -> Result<Response, Reject> {
     let mut activity =
         Activity::from_json(&body).map_err(|e| Reject::bad_request("malformed_activity", e))?;
-    auth::admits(&claims, &activity, state.config.teams.tenants()).map_err(refused)?;
+    auth::admits(&verified, &activity, state.config.teams.tenants()).map_err(refused)?;
     match activity.kind.as_str() {
         MESSAGE => {}
         INVOKE => return invoke::respond(&state, &receipts, activity).await,

@@ -57,6 +57,8 @@ pub struct FakeCheckRun {
     /// The requested actions (buttons) as last sent.
     pub actions: Value,
     pub edits: u32,
+    /// When it was created, as GitHub writes it (the body's, else now).
+    pub started_at: String,
 }
 
 /// A deployment as the fake keeps it, with every status posted on it.
@@ -79,6 +81,7 @@ impl FakeCheckRun {
             "id": self.id, "name": self.name, "head_sha": self.head_sha,
             "external_id": self.external_id, "status": self.status,
             "conclusion": self.conclusion, "output": self.output,
+            "started_at": self.started_at,
         })
     }
 }
@@ -1002,6 +1005,10 @@ async fn create_check_run(
         output: v["output"].clone(),
         actions: v["actions"].clone(),
         edits: 0,
+        started_at: v["started_at"].as_str().map_or_else(
+            || humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            str::to_string,
+        ),
     };
     let answer = run.to_json();
     inner.check_runs.lock().unwrap().insert(id, run);
