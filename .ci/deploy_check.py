@@ -910,7 +910,7 @@ def chart_checks(ck: Checks, chart: Path) -> None:
 
 ALERTS = {"GatebotNotificationsFailing", "GatebotNotificationsDropped", "GatebotWaitPastDeadline",
           "GatebotSignatureFailures", "GatebotStoreNotReady", "GatebotSlackSocketModeDown",
-          "GatebotClockSkew", "GatebotStoreFilling"}
+          "GatebotClockSkew", "GatebotStoreFilling", "GatebotDeliveriesOverdue"}
 DASHBOARD_PANELS = {"Waits open", "Waits started", "Approvals by channel", "Time to decision",
                     "Oldest pending notification", "Queue depth",
                     "GitHub and Slack calls by result", "Gate checks by kind and result",
@@ -1204,7 +1204,8 @@ def app_manifest_checks(ck: Checks) -> None:
 
     def github() -> str:
         m = json.loads((ROOT / "deploy" / "github-app-manifest.json").read_text())
-        expect(m["default_permissions"] == {"issues": "write", "pull_requests": "read",
+        expect(m["default_permissions"] == {"actions": "read",
+                                            "issues": "write", "pull_requests": "read",
                                             "checks": "write", "deployments": "write",
                                             "metadata": "read", "members": "read"},
                f"permissions {m['default_permissions']}")

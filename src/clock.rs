@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::gate::Millis;
 
@@ -57,22 +57,36 @@ impl Clock for ManualClock {
 /// clocks gatebot meets (GitHub's, Slack's) are not corrected.
 pub const OFFSET_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The local clock plus its measured offset to the database's clock (see
-/// `Store::clock_reading`). On PostgreSQL every time that orders events across
-/// replicas (closes, pushes, leases, heartbeats, expiries) is stamped by this
-/// clock, so a replica whose own clock is wrong still stamps in the database's
-/// time. The offset is 0 until measured, and stays 0 on SQLite (one process)
-/// and under a clock that a test sets.
+/// The database's clock as this replica keeps it (see `Store::clock_reading`).
+/// On PostgreSQL every time that orders events across replicas (closes,
+/// pushes, leases, heartbeats, expiries) is stamped by this clock, so a
+/// replica whose own clock is wrong still stamps in the database's time.
+///
+/// Once measured, the time is the database's time at the last reading plus
+/// what this process's monotonic clock has counted since: a step of the wall
+/// clock (an operator's `date`, a VM resumed, NTP stepping) changes nothing,
+/// rather than stamping wrong times until the next reading. Until measured,
+/// and on SQLite (one process) or under a clock that a test sets, it is the
+/// local clock.
 pub struct CorrectedClock {
     local: SharedClock,
+    /// Database time minus local wall time, as last measured (for reports).
     offset_ms: AtomicI64,
+    /// Database time minus milliseconds since `started`; `UNMEASURED` before
+    /// the first reading.
+    steady_offset_ms: AtomicI64,
+    started: Instant,
 }
+
+const UNMEASURED: Millis = Millis::MIN;
 
 impl CorrectedClock {
     pub fn new(local: SharedClock) -> Arc<Self> {
         Arc::new(Self {
             local,
             offset_ms: AtomicI64::new(0),
+            steady_offset_ms: AtomicI64::new(UNMEASURED),
+            started: Instant::now(),
         })
     }
 
@@ -86,8 +100,18 @@ impl CorrectedClock {
         self.offset_ms.load(Ordering::SeqCst)
     }
 
-    pub fn set_offset(&self, ms: Millis) {
-        self.offset_ms.store(ms, Ordering::SeqCst);
+    /// Whether a reading was taken.
+    pub fn measured(&self) -> bool {
+        self.steady_offset_ms.load(Ordering::SeqCst) != UNMEASURED
+    }
+
+    /// Takes a reading: the database said `db_ms` at `at`, which was
+    /// `offset_ms` ahead of the local wall clock.
+    pub fn set_reading(&self, offset_ms: Millis, db_ms: Millis, at: Instant) {
+        self.offset_ms.store(offset_ms, Ordering::SeqCst);
+        let steady = millis_of(at.saturating_duration_since(self.started));
+        self.steady_offset_ms
+            .store(db_ms.saturating_sub(steady), Ordering::SeqCst);
     }
 
     /// Why this replica's clock is a problem: an offset beyond [`OFFSET_LIMIT`].
@@ -108,7 +132,10 @@ impl CorrectedClock {
 
 impl Clock for CorrectedClock {
     fn now_ms(&self) -> Millis {
-        self.local.now_ms().saturating_add(self.offset_ms())
+        match self.steady_offset_ms.load(Ordering::Relaxed) {
+            UNMEASURED => self.local.now_ms().saturating_add(self.offset_ms()),
+            steady => millis_of(self.started.elapsed()).saturating_add(steady),
+        }
     }
 }
 
@@ -128,6 +155,30 @@ impl SkewedClock {
 impl Clock for SkewedClock {
     fn now_ms(&self) -> Millis {
         self.base.now_ms().saturating_add(self.skew_ms)
+    }
+}
+
+/// A clock moved by the offset written in a file, read at every call: how a
+/// test steps a running replica's clock (`GATEBOT_TEST_CLOCK_OFFSET=file:…`),
+/// as libfaketime does with its timestamp file. An unreadable file is no offset.
+pub struct OffsetFileClock {
+    base: SharedClock,
+    path: std::path::PathBuf,
+}
+
+impl OffsetFileClock {
+    pub fn new(base: SharedClock, path: std::path::PathBuf) -> Arc<Self> {
+        Arc::new(Self { base, path })
+    }
+}
+
+impl Clock for OffsetFileClock {
+    fn now_ms(&self) -> Millis {
+        let skew = std::fs::read_to_string(&self.path)
+            .ok()
+            .and_then(|text| parse_offset(&text).ok())
+            .unwrap_or(0);
+        self.base.now_ms().saturating_add(skew)
     }
 }
 
@@ -152,19 +203,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn corrected_clock_adds_the_offset_and_says_when_it_is_too_far() {
+    fn corrected_clock_is_the_database_time_and_says_when_it_is_too_far() {
         let manual = ManualClock::new(1_000_000);
         let clock = CorrectedClock::new(manual.clone());
-        assert_eq!(clock.now_ms(), 1_000_000);
-        clock.set_offset(90_000);
-        assert_eq!(clock.now_ms(), 1_090_000);
+        assert_eq!(clock.now_ms(), 1_000_000, "the local time until measured");
+        clock.set_reading(90_000, 1_090_000, Instant::now());
+        let now = clock.now_ms();
+        assert!((1_090_000..1_091_000).contains(&now), "{now}");
         assert_eq!(clock.local().now_ms(), 1_000_000);
         let why = clock.skew_problem().expect("90 s is too far");
         assert!(why.contains("90.0 s behind"), "{why}");
-        clock.set_offset(-2_500);
+        clock.set_reading(-2_500, 997_500, Instant::now());
         assert!(clock.skew_problem().unwrap().contains("2.5 s ahead of"));
-        clock.set_offset(2_000);
+        clock.set_reading(2_000, 1_002_000, Instant::now());
         assert_eq!(clock.skew_problem(), None, "2 s is within the limit");
+    }
+
+    #[test]
+    fn a_step_of_the_wall_clock_does_not_move_a_measured_clock() {
+        let manual = ManualClock::new(1_000_000);
+        let clock = CorrectedClock::new(manual.clone());
+        clock.set_reading(0, 1_000_000, Instant::now());
+        manual.advance(-120_000);
+        let now = clock.now_ms();
+        assert!((1_000_000..1_001_000).contains(&now), "{now}");
+        manual.advance(240_000);
+        let now = clock.now_ms();
+        assert!((1_000_000..1_001_000).contains(&now), "{now}");
     }
 
     #[test]

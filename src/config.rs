@@ -209,7 +209,7 @@ pub fn unset_meaning(env: &str) -> Option<&'static str> {
         "GATEBOT_SLACK_BOT_TOKEN" => "nothing is posted to Slack",
         "GATEBOT_TEAMS_APP_ID" => "Microsoft Teams is off: /webhooks/teams answers 404",
         "GATEBOT_TEAMS_APP_PASSWORD" => "nothing is posted to Teams: commands are applied, unanswered",
-        "GATEBOT_TEAMS_CHANNEL" => "no Teams cards for waiting gates (but where a Canary's teams_channel names one)",
+        "GATEBOT_TEAMS_CHANNEL" => "no Teams cards for waiting gates (but where a Canary's teams_channel names one [[teams.channels]] binds to it)",
         "GATEBOT_TEAMS_WORKFLOW_URL" => "nothing is posted to a Teams Workflows webhook",
         _ => return None,
     })
@@ -649,7 +649,8 @@ impl PrometheusConfig {
         if let Some(url) = self.url() {
             if reqwest::Url::parse(url).map_or(true, |u| !matches!(u.scheme(), "http" | "https")) {
                 out.push(format!(
-                    "GATEBOT_PROMETHEUS_URL: `{url}` is not an http(s) URL"
+                    "GATEBOT_PROMETHEUS_URL: `{}` is not an http(s) URL",
+                    url_shown(url)
                 ));
             }
         }
@@ -675,6 +676,37 @@ impl PrometheusConfig {
         }
         out
     }
+}
+
+/// A URL as gatebot shows it (check-config, its problems): as written, but
+/// with a password in its user part or its query replaced by `***`. Text
+/// that does not parse as a URL is not shown: it may hold a password. The
+/// one function for every URL-valued setting.
+pub fn url_shown(url: &str) -> String {
+    let Ok(mut parsed) = reqwest::Url::parse(url) else {
+        return "(set: not a URL, not shown)".to_string();
+    };
+    let in_query = parsed.query().is_some_and(|q| q.contains("password"));
+    if parsed.password().is_none() && !in_query {
+        return url.to_string();
+    }
+    if parsed.password().is_some() && parsed.set_password(Some("***")).is_err() {
+        return "(set, not shown: it holds a password)".to_string();
+    }
+    if in_query {
+        let pairs: Vec<(String, String)> = parsed
+            .query_pairs()
+            .map(|(k, v)| {
+                let secret = k.contains("password");
+                (
+                    k.into_owned(),
+                    if secret { "***".into() } else { v.into_owned() },
+                )
+            })
+            .collect();
+        parsed.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    parsed.to_string()
 }
 
 /// How outbound calls (GitHub, Slack, the CLI) leave the network: the usual
@@ -1497,7 +1529,7 @@ pub struct TeamsConfig {
     )]
     pub login_url: String,
 
-    /// The conversation (a channel's id, `19:…@thread.tacv2`) that gets a card per waiting gate; the bot must have been added there. A Canary's `teams_channel` metadata names another. Unset: no cards.
+    /// The conversation (a channel's id, `19:…@thread.tacv2`) that gets a card per waiting gate; the bot must have been added there. A Canary's `teams_channel` metadata names another where the policy's `[[teams.channels]]` binds it to that canary. Unset: no cards.
     #[arg(
         id = "teams_channel",
         long = "teams-channel",

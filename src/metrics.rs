@@ -65,6 +65,12 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// What a check's side effect was: `wait`, `lookup`, `query`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WhatLabels {
+    pub what: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JobLabels {
     pub queue: &'static str,
@@ -161,11 +167,15 @@ pub struct Metrics {
     pub checks_store_busy: Counter,
     pub waits_started: Family<KindLabels, Counter>,
     pub waits_open: Gauge,
+    /// Side effects of checks refused past their bound (docs/security.md).
+    pub budget_refused: Family<WhatLabels, Counter>,
     pub audit_events: Family<ActionLabels, Counter>,
     pub rejected: Family<RejectLabels, Counter>,
     pub jobs: Family<JobLabels, Counter>,
     pub outbox_pending: Gauge,
     pub inbox_pending: Gauge,
+    /// Deliveries acknowledged more than [`OVERDUE_AFTER`] ago and not yet applied.
+    pub inbox_overdue: Gauge,
     pub commands: Family<CommandLabels, Counter>,
     pub events: Family<ActionLabels, Counter>,
     pub notifications_dropped: Family<DropLabels, Counter>,
@@ -235,6 +245,10 @@ pub fn build_labels() -> BuildLabels {
 }
 
 /// Latency buckets for calls to GitHub and Slack (each bounded at 5 s).
+/// A delivery not applied this long after it was acknowledged is overdue
+/// (`gatebot_inbox_overdue`): applying one takes well under a second.
+pub const OVERDUE_AFTER: Duration = Duration::from_secs(60);
+
 const CALL_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0,
 ];
@@ -292,11 +306,13 @@ impl Metrics {
             checks_store_busy: Counter::default(),
             waits_started: Family::default(),
             waits_open: Gauge::default(),
+            budget_refused: Family::default(),
             audit_events: Family::default(),
             rejected: Family::default(),
             jobs: Family::default(),
             outbox_pending: Gauge::default(),
             inbox_pending: Gauge::default(),
+            inbox_overdue: Gauge::default(),
             commands: Family::default(),
             events: Family::default(),
             notifications_dropped: Family::default(),
@@ -375,6 +391,11 @@ impl Metrics {
         );
         self.add("waits_open", "Waits not yet ended", self.waits_open.clone());
         self.add(
+            "budget_refused",
+            "Side effects of unauthenticated checks refused or cut short past their bound: a made-up wait ended for room (wait), a cluster lookup (lookup), a Prometheus query (query)",
+            self.budget_refused.clone(),
+        );
+        self.add(
             "audit_events",
             "Audit log entries by action",
             self.audit_events.clone(),
@@ -412,6 +433,11 @@ impl Metrics {
             "inbox_pending",
             "Webhook deliveries waiting to be worked",
             self.inbox_pending.clone(),
+        );
+        self.add(
+            "inbox_overdue",
+            "Webhook deliveries acknowledged more than a minute ago and not yet applied (a store that keeps failing, a row lock held)",
+            self.inbox_overdue.clone(),
         );
         self.add("queue_oldest_pending_age_seconds", "Age of the oldest pending item, by queue (outbox: notifications, inbox: deliveries); 0 when none is pending", self.queue_oldest.clone());
         self.add(

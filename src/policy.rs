@@ -56,7 +56,9 @@ use crate::config::{Config, Permission};
 use crate::gate::deadline::{Deadline, DeadlineRule, OnDeadline};
 use crate::gate::environment::{Environment, Environments};
 use crate::gate::window::{Calendar, Window};
-use crate::gate::{CanaryRef, ClusterName, GateKind, Namespace, QuorumRule};
+use crate::gate::{
+    CanaryRef, ClusterName, GateKey, GateKind, Namespace, QuorumRule, RepoName, Scope,
+};
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -499,6 +501,104 @@ struct ChatSection {
     forbid_self_approval: Option<bool>,
     #[serde(default)]
     commands: HashMap<Rule, ChatCommand>,
+    /// `[[teams.channels]]` (Teams only): the conversations a Canary's
+    /// `teams_channel` may name.
+    #[serde(default)]
+    channels: Vec<ChannelEntry>,
+}
+
+/// One `[[teams.channels]]` table: a Canary's `teams_channel` may name
+/// `conversation` for the gates of one namespace, repository or canary.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChannelEntry {
+    conversation: String,
+    namespace: Option<String>,
+    repository: Option<String>,
+    canary: Option<String>,
+}
+
+/// What a `[[teams.channels]]` table binds its conversation to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Bound {
+    Namespace(String),
+    Repository(RepoName),
+    Canary(CanaryRef),
+}
+
+/// `[[teams.channels]]`, read: which conversation may get the cards of which
+/// gates when a Canary's metadata names it. The metadata is the caller's
+/// word (anyone who reaches the port can send a check); the table is the
+/// operator's, so a card goes only where the operator bound it.
+#[derive(Debug, Clone, Default)]
+pub struct TeamsChannels(Vec<(String, Bound)>);
+
+impl TeamsChannels {
+    /// Whether `conversation` is bound to `canary` (its own table, or its
+    /// namespace's) or to the repository or namespace of one of `gates`.
+    pub fn allows(
+        &self,
+        conversation: &str,
+        gates: &[GateKey],
+        canary: Option<&CanaryRef>,
+    ) -> bool {
+        let conversation = conversation.trim();
+        self.0
+            .iter()
+            .filter(|(c, _)| c == conversation)
+            .any(|(_, bound)| match bound {
+                Bound::Canary(c) => canary == Some(c),
+                Bound::Namespace(ns) => {
+                    canary.is_some_and(|c| c.namespace == *ns)
+                        || gates.iter().any(|g| match &g.scope {
+                            Scope::Namespace(n) => n.as_str() == ns,
+                            Scope::Canary(c) => c.namespace == *ns,
+                            _ => false,
+                        })
+                }
+                Bound::Repository(repo) => {
+                    gates.iter().any(|g| g.pr().is_some_and(|(r, _)| r == repo))
+                }
+            })
+    }
+}
+
+/// Reads `[[teams.channels]]`: each table one conversation and one of
+/// namespace, repository or canary. `[[slack.channels]]` is not a thing.
+fn teams_channels(file: &File) -> anyhow::Result<TeamsChannels> {
+    if !file.slack.channels.is_empty() {
+        anyhow::bail!("slack.channels: only [[teams.channels]] is read; a Slack channel comes from GATEBOT_SLACK_CHANNEL or slack_channel");
+    }
+    let mut out = Vec::new();
+    for (n, e) in file.teams.channels.iter().enumerate() {
+        let at = format!("teams.channels[{n}]");
+        let conversation = e.conversation.trim();
+        if conversation.is_empty() || conversation.chars().any(char::is_control) {
+            anyhow::bail!("{at}: conversation: a conversation id (19:…@thread.tacv2), as gatebot logs it when the bot is added");
+        }
+        let bound = match (&e.namespace, &e.repository, &e.canary) {
+            (Some(ns), None, None) => Bound::Namespace(
+                Namespace::new(ns.trim())
+                    .map_err(|why| anyhow::anyhow!("{at}: namespace `{ns}`: {why}"))?
+                    .to_string(),
+            ),
+            (None, Some(r), None) => Bound::Repository(
+                r.trim()
+                    .parse()
+                    .map_err(|why| anyhow::anyhow!("{at}: repository `{r}`: {why}"))?,
+            ),
+            (None, None, Some(c)) => Bound::Canary(
+                c.trim()
+                    .parse()
+                    .map_err(|why| anyhow::anyhow!("{at}: canary `{c}`: {why}"))?,
+            ),
+            _ => anyhow::bail!(
+                "{at}: write one of namespace, repository (owner/name) or canary (namespace/name)"
+            ),
+        };
+        out.push((conversation.to_string(), bound));
+    }
+    Ok(TeamsChannels(out))
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -577,6 +677,7 @@ pub struct Policy {
     /// `[[github.protection]]`: environment → the PR gate that approves it.
     protection: Vec<(String, GateKind)>,
     environments: Environments,
+    teams_channels: TeamsChannels,
 }
 
 /// One `[[environments]]` table.
@@ -693,8 +794,15 @@ impl Policy {
                 source.as_deref().unwrap_or("the policy file")
             )
         })?;
+        let teams_channels = teams_channels(&file).with_context(|| {
+            format!(
+                "GATEBOT_POLICY: {}",
+                source.as_deref().unwrap_or("the policy file")
+            )
+        })?;
         let policy = Self {
             environments,
+            teams_channels,
             protection,
             calendar,
             quorum,
@@ -719,6 +827,7 @@ impl Policy {
         check_environments(&file)?;
         Ok(Self {
             environments: environments(&file)?,
+            teams_channels: teams_channels(&file)?,
             protection: protection_rules(&file)?,
             deadlines: deadline_rules(&file)?,
             reminders: file.reminders.read(&file)?,
@@ -750,6 +859,11 @@ impl Policy {
                 })
             })
             .map(|e| e.environment.trim().to_string())
+    }
+
+    /// `[[teams.channels]]`: where a Canary's `teams_channel` may send its cards.
+    pub fn teams_channels(&self) -> &TeamsChannels {
+        &self.teams_channels
     }
 
     /// `[[environments]]`: the clusters' order (empty: one gate for every cluster).
@@ -1217,6 +1331,47 @@ alice = "U1"
             !start.forbid_self_approval,
             "four eyes applies to /promote unless a command says so"
         );
+    }
+
+    #[test]
+    fn teams_channels_bind_a_conversation_to_a_namespace_repository_or_canary() {
+        let text = "[[teams.channels]]\nconversation = \"19:b@thread.tacv2\"\nnamespace = \"billing\"\n\n\
+                    [[teams.channels]]\nconversation = \"19:s@thread.tacv2\"\nrepository = \"acme/shop\"\n\n\
+                    [[teams.channels]]\nconversation = \"19:c@thread.tacv2\"\ncanary = \"test/podinfo\"\n";
+        let p = Policy::parse(text, Permission::Write, &[]).unwrap();
+        let channels = p.teams_channels();
+        let pr = GateKey::parse("/gates/start/acme/shop/pr/42", None).unwrap();
+        let other_repo = GateKey::parse("/gates/start/acme/web/pr/42", None).unwrap();
+        let podinfo: CanaryRef = "test/podinfo".parse().unwrap();
+        let api: CanaryRef = "billing/api".parse().unwrap();
+        assert!(channels.allows(
+            "19:b@thread.tacv2",
+            std::slice::from_ref(&other_repo),
+            Some(&api)
+        ));
+        assert!(!channels.allows(
+            "19:b@thread.tacv2",
+            std::slice::from_ref(&pr),
+            Some(&podinfo)
+        ));
+        assert!(channels.allows("19:s@thread.tacv2", std::slice::from_ref(&pr), Some(&api)));
+        assert!(!channels.allows(
+            "19:s@thread.tacv2",
+            std::slice::from_ref(&other_repo),
+            Some(&api)
+        ));
+        assert!(channels.allows("19:c@thread.tacv2", &[other_repo], Some(&podinfo)));
+        assert!(!channels.allows("19:c@thread.tacv2", std::slice::from_ref(&pr), Some(&api)));
+        assert!(!channels.allows("19:unbound@thread.tacv2", &[pr], Some(&podinfo)));
+        for bad in [
+            "[[teams.channels]]\nconversation = \"19:x\"\n",
+            "[[teams.channels]]\nconversation = \"19:x\"\nnamespace = \"a\"\ncanary = \"a/b\"\n",
+            "[[teams.channels]]\nconversation = \" \"\nnamespace = \"a\"\n",
+            "[[teams.channels]]\nconversation = \"19:x\"\nrepository = \"nope\"\n",
+            "[[slack.channels]]\nconversation = \"C1\"\nnamespace = \"a\"\n",
+        ] {
+            assert!(Policy::parse(bad, Permission::Write, &[]).is_err(), "{bad}");
+        }
     }
 
     #[test]

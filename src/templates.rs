@@ -114,6 +114,10 @@ const BUILTIN: &[(&str, &str)] = &[
         include_str!("../templates/web/setup_github.html.j2"),
     ),
     (
+        "web/setup_github_confirm.html.j2",
+        include_str!("../templates/web/setup_github_confirm.html.j2"),
+    ),
+    (
         "web/setup_github_done.html.j2",
         include_str!("../templates/web/setup_github_done.html.j2"),
     ),

@@ -55,7 +55,7 @@ pub mod slack {
 
 pub mod store {
     pub use crate::store::{
-        AuditEntry, NewJob, QueueItem, QueueName, StatusComment, Store, StoreError,
+        AuditEntry, Claim, NewJob, QueueItem, QueueName, StatusComment, Store, StoreError,
         TeamsConversation, DEAD_AFTER, LISTENER_APPLICATION_NAME,
     };
 }

@@ -53,6 +53,70 @@ async fn a_replica_90s_ahead_orders_events_by_the_database_clock() {
     skewed_replica_keeps_the_rules("+90s", -90.0).await;
 }
 
+/// A replica's wall clock stepped while it runs (as libfaketime does, from a
+/// file): its very next close is stamped in the database's time, not 120 s
+/// early (a `/promote` written a minute before the close would then reopen the
+/// gate) nor 120 s late (valid commands refused for two minutes). Before the
+/// next heartbeat measures the step, as right after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
+async fn a_clock_stepped_while_running_stamps_the_next_close_right() {
+    if skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let offset = dir.path().join("offset");
+    std::fs::write(&offset, "0s").unwrap();
+    let (_db, p) = start_pair(&format!("file:{}", offset.display())).await;
+    eventually("B measured its clock", WAIT, || async {
+        readyz(&p.b.url).await.0 == 200 && p.b.logs().contains("GATEBOT_TEST_CLOCK_OFFSET")
+    })
+    .await;
+    // Time for a first reading (every second).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for (n, step) in [(40, "-120s"), (41, "+120s")] {
+        let gate = format!("/gates/promote/pr/{n}");
+        change(&p.a.url, true, &gate).await;
+        assert_eq!(check(&p.a.url, &gate, "shop", "rev1").await, 200, "pinned");
+        std::fs::write(&offset, step).unwrap();
+        let before = now_ms();
+        let closed = change(&p.b.url, false, &gate).await;
+        let after = now_ms();
+        let at = closed["change"]["at"].as_i64().expect("the close's time");
+        assert!(
+            before - SLACK_MS <= at && at <= after + SLACK_MS,
+            "right after a step of {step}, the close on B is stamped {} ms from the real time",
+            at - before
+        );
+        deliver(
+            &p.a.url,
+            &format!("early-{n}"),
+            &comment_at(n, 4000 + n, "alice", "/promote", before - 60_000),
+        )
+        .await;
+        eventually("the refusal's reply", WAIT, || async {
+            !p.github.replies(n).is_empty()
+        })
+        .await;
+        let reply = p.github.replies(n).remove(0).body;
+        assert!(
+            reply.contains("written before the gate closed at"),
+            "{reply}"
+        );
+        for url in [&p.a.url, &p.b.url] {
+            assert_eq!(
+                check(url, &gate, "shop", "rev2").await,
+                403,
+                "closed on {url}"
+            );
+        }
+        std::fs::write(&offset, "0s").unwrap();
+    }
+}
+
 struct Pair {
     a: Served,
     b: Served,

@@ -1,7 +1,9 @@
 //! Acknowledged means durable, on the real binary: a full disk acknowledges
 //! nothing it does not keep and leaves the store usable once space is back;
 //! `/readyz` says so; and a command acknowledged just before SIGKILL is applied
-//! within seconds of a restart (SQLite) or by another replica (PostgreSQL).
+//! within seconds of a restart (SQLite) or by another replica (PostgreSQL);
+//! and a `/hold` acknowledged while its gate's row is locked is tried again
+//! until the lock goes, never given up (PostgreSQL).
 
 use std::io::Write;
 use std::net::TcpListener;
@@ -12,7 +14,9 @@ use std::time::{Duration, Instant};
 use gatebot::testing::github::verify::sign;
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::github_payloads::comment;
-use gatebot_testkit::harness::{client, eventually, postgres_url, Backend, TestDb, ADMIN_TOKEN};
+use gatebot_testkit::harness::{
+    client, eventually, postgres_url, Backend, TestDb, TestServer, ADMIN_TOKEN,
+};
 use gatebot_testkit::served::Served;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -400,4 +404,101 @@ async fn another_replica_takes_a_dead_replicas_command_within_seconds() {
     let _ = first.wait();
     let took = time_until_open(&second.url, 82, Duration::from_secs(10)).await;
     eprintln!("the other replica applied it {took:?} after the SIGKILL");
+}
+
+// ---- a row lock held for as long as it takes ----
+
+/// A session cut off mid-transaction holds the gate's row lock: every try of
+/// an acknowledged `/hold` fails on the lock timeout. It is tried again past
+/// the attempts a delivery has (here 2), never marked failed, and applies
+/// once the lock is released: the check then answers 403.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
+async fn an_acknowledged_hold_outlasts_a_stuck_row_lock() {
+    use sqlx::Connection;
+    if postgres_url().is_none() {
+        eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)");
+        return;
+    }
+    const MAX_ATTEMPTS: i64 = 2;
+    let db = TestDb::new(Backend::Postgres).await;
+    let github = FakeGithub::start().await;
+    github.set_permission("alice", "write");
+    let mut config = db.config();
+    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
+    config.github.repository = Some("acme/shop".parse().unwrap());
+    config.github.webhook_secret = Some(SECRET.to_string().into());
+    config.github.token = Some("ghp_test".to_string().into());
+    config.github.api_url = github.url.clone();
+    let options = gatebot::Options {
+        worker: Some(gatebot::testing::notify::WorkerSettings {
+            base_backoff: Duration::from_millis(50),
+            idle_poll: Duration::from_millis(50),
+            max_attempts: MAX_ATTEMPTS,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let server = TestServer::start(config, options).await;
+    let check = || async {
+        client()
+            .get(server.at("/gates/promote/pr/42"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let opened = client()
+        .post(server.at("/api/v1/gates/open"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&serde_json::json!({"gate": "/gates/promote/acme/shop/pr/42"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(opened.status().as_u16(), 200);
+    assert_eq!(check().await, 200, "open before the hold");
+
+    let mut stuck = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut stuck).await.unwrap();
+    let locked = sqlx::query("SELECT key FROM gates WHERE key LIKE '%/acme/shop/pr/42' FOR UPDATE")
+        .execute(&mut stuck)
+        .await
+        .unwrap();
+    assert!(locked.rows_affected() >= 1, "the PR's gate rows are locked");
+
+    let body =
+        serde_json::to_vec(&comment(42, 4101, "alice", "/hold the pager is ringing")).unwrap();
+    let r = client()
+        .post(server.at("/webhooks/github"))
+        .header("content-type", "application/json")
+        .header("x-github-event", "issue_comment")
+        .header("x-github-delivery", "stuck-hold")
+        .header("x-hub-signature-256", sign(SECRET, &body))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202, "acknowledged");
+
+    let retries = r#"gatebot_queue_jobs_total{queue="inbox",route="github",result="retry"}"#;
+    let failed = r#"gatebot_queue_jobs_total{queue="inbox",route="github",result="failed"}"#;
+    eventually(
+        "more tries than the delivery's attempts",
+        Duration::from_secs(60),
+        || async { server.metric(retries).await > (MAX_ATTEMPTS + 1) as f64 },
+    )
+    .await;
+    assert_eq!(server.metric(failed).await, 0.0, "never given up");
+    assert_eq!(check().await, 200, "not applied while the lock is held");
+
+    sqlx::query("ROLLBACK").execute(&mut stuck).await.unwrap();
+    eventually("the hold to apply", Duration::from_secs(40), || async {
+        check().await == 403
+    })
+    .await;
+    assert_eq!(server.metric(failed).await, 0.0);
 }

@@ -185,7 +185,7 @@ async fn new_numbers_are_shown_at_most_once_a_minute_and_reminders_carry_them(ba
     let env = setup(backend, &policy).await;
     let chat = &env.chat;
     podinfo_numbers(&env.prometheus, "99.7", "90");
-    let _sim = waiting_at_promote(chat).await;
+    let mut sim = waiting_at_promote(chat).await;
     eventually("the first numbers", Duration::from_secs(15), || async {
         slack_text(chat).contains("success 99.7 %")
     })
@@ -221,7 +221,11 @@ async fn new_numbers_are_shown_at_most_once_a_minute_and_reminders_carry_them(ba
     )
     .await;
 
-    env.clock.advance(30 * 60_000);
+    // Flagger asks at every interval: a wait whose canary went silent for
+    // 30 minutes would be abandoned.
+    env.clock.advance(20 * 60_000);
+    sim.tick().await;
+    env.clock.advance(10 * 60_000);
     eventually(
         "the reminder with the numbers",
         Duration::from_secs(15),
@@ -270,6 +274,8 @@ async fn a_hostile_target_makes_no_query() {
     let chat = &env.chat;
     let server = &chat.server;
     let url = server.at("/gates/promote/pr/42");
+    // Flagger told of it: a real canary, whose numbers are read.
+    flagger_event(server, "podinfo").await;
     let body = serde_json::json!({
         "name": "podinfo", "namespace": "test", "phase": "WaitingPromotion", "checksum": "rev-b",
         "metadata": {"target": "x\"}[1m]) or vector(1) #"}
@@ -289,6 +295,72 @@ async fn a_hostile_target_makes_no_query() {
         "{:#?}",
         env.prometheus.queries()
     );
+}
+
+/// An event as Flagger's event hook posts it, for `test/{name}`.
+async fn flagger_event(server: &gatebot_testkit::harness::TestServer, name: &str) {
+    let event = serde_json::json!({
+        "name": name, "namespace": "test", "phase": "Progressing", "checksum": "rev-b",
+        "metadata": {"eventMessage": "New revision detected! Scaling up", "eventType": "Normal"}
+    });
+    let r = client()
+        .post(server.at("/flagger/events"))
+        .json(&event)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+}
+
+/// A check alone is a claim: made-up canaries waiting cost no query, a
+/// canary Flagger told of is asked about, and its `interval` claim reaches
+/// PromQL only held to an hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_real_canaries_are_queried_and_the_interval_is_bounded() {
+    let env = setup(Backend::Sqlite, POLICY).await;
+    let server = &env.chat.server;
+    let url = server.at("/gates/promote/pr/42");
+    let check = |name: String| {
+        let body = serde_json::json!({
+            "name": name, "namespace": "test", "phase": "WaitingPromotion", "checksum": "rev-b",
+            "metadata": {"interval": "99999999999y"}
+        });
+        client().post(&url).json(&body).send()
+    };
+    for i in 0..30 {
+        assert_eq!(
+            check(format!("made-up-{i}"))
+                .await
+                .unwrap()
+                .status()
+                .as_u16(),
+            403
+        );
+    }
+    flagger_event(server, "podinfo").await;
+    assert_eq!(
+        check("podinfo".into()).await.unwrap().status().as_u16(),
+        403
+    );
+    eventually("podinfo asked about", Duration::from_secs(15), || async {
+        env.prometheus
+            .queries()
+            .iter()
+            .any(|q| q.contains("podinfo"))
+    })
+    .await;
+    // A few more passes.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let queries = env.prometheus.queries();
+    assert!(
+        queries.iter().all(|q| !q.contains("made-up")),
+        "{queries:#?}"
+    );
+    assert!(
+        queries.iter().all(|q| !q.contains("99999999999y")),
+        "{queries:#?}"
+    );
+    assert!(queries.iter().any(|q| q.contains("[1h]")), "{queries:#?}");
 }
 
 /// `gatebot check-config` says whether Prometheus answers and which

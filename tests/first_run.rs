@@ -366,6 +366,63 @@ fn check_config_shows_the_store_url_without_its_password() {
     assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
 }
 
+/// Every URL-valued setting is shown without its password, however it is
+/// given (user part or query), and wherever check-config prints it.
+#[test]
+fn check_config_shows_no_url_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = gatebot(
+        dir.path(),
+        &[
+            ("GATEBOT_DATABASE_URL", "sqlite://g.db"),
+            // Nothing listens on port 1: check-config says so, with the URL.
+            ("GATEBOT_PROMETHEUS_URL", "http://prom:hunter2@127.0.0.1:1"),
+            ("GATEBOT_PROMETHEUS_TIMEOUT", "200ms"),
+            (
+                "GATEBOT_GITHUB_API_URL",
+                "https://ghe:hunter3@ghe.example/api/v3",
+            ),
+            (
+                "GATEBOT_SLACK_API_URL",
+                "https://slack.example/api?password=hunter4",
+            ),
+            ("GATEBOT_PUBLIC_URL", "https://gatebot.example"),
+        ],
+        &["check-config"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("hunter"), "a password was printed:\n{text}");
+    for line in [
+        setting(
+            "GATEBOT_PROMETHEUS_URL",
+            "environment",
+            "http://prom:***@127.0.0.1:1/",
+        ),
+        setting(
+            "GATEBOT_GITHUB_API_URL",
+            "environment",
+            "https://ghe:***@ghe.example/api/v3",
+        ),
+        setting(
+            "GATEBOT_SLACK_API_URL",
+            "environment",
+            "https://slack.example/api?password=***",
+        ),
+        // A URL without a password is shown as written.
+        setting(
+            "GATEBOT_PUBLIC_URL",
+            "environment",
+            "https://gatebot.example",
+        ),
+    ] {
+        assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+    }
+    assert!(
+        text.contains("prometheus:      http://prom:***@127.0.0.1:1/: "),
+        "{text}"
+    );
+}
+
 /// check-config takes serve's settings, but its help does not list them all again.
 #[test]
 fn check_config_help_points_to_serve_and_its_flags_still_work() {

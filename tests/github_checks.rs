@@ -132,6 +132,7 @@ gatebot_testkit::on_both_stores!(
     roll_back_rolls_the_canary_back_and_the_run_fails,
     the_authors_click_is_refused_under_four_eyes,
     a_click_on_a_pr_closed_without_merging_is_refused,
+    a_late_click_does_not_reopen_a_closed_gate,
 );
 
 async fn a_click_on_promote_opens_the_gate_and_flagger_promotes(backend: Backend) {
@@ -367,4 +368,58 @@ async fn a_click_on_a_pr_closed_without_merging_is_refused(backend: Backend) {
         .unwrap()
         .to_string();
     assert!(summary.contains("closed without merging"), "{summary}");
+}
+
+/// A click on what the run showed before an operator closed the gate,
+/// delivered after the close, is refused as a comment written before the
+/// close is: the gate stays closed and the run says why. A click on the run
+/// as it was edited after the close still opens it.
+async fn a_late_click_does_not_reopen_a_closed_gate(backend: Backend) {
+    let env = setup(backend).await;
+    let (server, github) = (&env.server, &env.github);
+    let _sim = waiting_at_promote(server).await;
+    let before = only_run(github);
+    let late = check_run_click(&before.to_json(), "open", "alice");
+
+    server.open(PROMOTE).await;
+    server.close(PROMOTE).await;
+    server.drained().await;
+    let closed = only_run(github);
+    assert_ne!(
+        closed.output, before.output,
+        "the run was edited: {closed:#?}"
+    );
+
+    let (status, text) = deliver(server, "check_run", &late).await;
+    assert_eq!(status, 202, "{text}");
+    server.drained().await;
+    let gate = client()
+        .get(server.at("/gates/promote/pr/42"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gate.status(), 403, "still closed");
+    let entries = audit(server).await;
+    assert_eq!(
+        (count(&entries, "open"), count(&entries, "refuse")),
+        (1, 1),
+        "only the operator's open: {entries:?}"
+    );
+    let summary = only_run(github).output["summary"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(summary.contains("after this was sent"), "{summary}");
+
+    // What the run shows now was written after the close.
+    let informed = check_run_click(&only_run(github).to_json(), "open", "alice");
+    let (status, text) = deliver(server, "check_run", &informed).await;
+    assert_eq!(status, 202, "{text}");
+    server.drained().await;
+    let gate = client()
+        .get(server.at("/gates/promote/pr/42"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gate.status(), 200, "opened by a click on the edited run");
 }

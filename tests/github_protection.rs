@@ -3,7 +3,8 @@
 //! gate, announced in every channel; it is approved at GitHub's callback when
 //! the gate opens (a Slack click, a `/promote`), rejected by a Reject or the
 //! wait's deadline. Over real HTTP, the fake GitHub (which records callback
-//! POSTs) and the fake Slack, on both stores.
+//! POSTs) and the fake Slack, on both stores. A run no longer waiting (an
+//! earlier attempt's review reached GitHub) is not reviewed again (issue 41).
 
 use std::sync::Arc;
 
@@ -63,8 +64,10 @@ async fn env(backend: Backend) -> Env {
 
 impl Env {
     /// The request GitHub sends for workflow run `run`'s deployment of PR 42
-    /// to production, its callback on `host` (the fake GitHub's by default).
+    /// to production, its callback on `host` (the fake GitHub's by default);
+    /// the fake GitHub lists the run as waiting for production from now on.
     fn request(&self, run: u64, host: Option<&str>) -> Value {
+        self.github.await_deployment("acme/shop", run, "production");
         let mut p = fixture("deployment_protection_rule.requested.json");
         p["repository"]["full_name"] = json!("acme/shop");
         p["repository"]["name"] = json!("shop");
@@ -142,6 +145,7 @@ gatebot_testkit::on_both_stores!(
     a_replayed_delivery_changes_nothing,
     a_second_request_waits_once_and_a_rerun_waits_again,
     a_callback_on_another_host_is_refused,
+    a_deployment_no_longer_waiting_is_not_reviewed_again,
 );
 
 async fn approved_after_a_slack_click(backend: Backend) {
@@ -286,6 +290,44 @@ async fn a_callback_on_another_host_is_refused(backend: Backend) {
     assert_eq!(env.audit("wait").await, 0, "no wait");
     env.comment_by(42, "kobzol", 501, "alice", "/promote").await;
     assert!(env.github.protection_reviews().is_empty());
+}
+
+/// An earlier attempt's approval reached GitHub, but its answer was lost (a
+/// replica killed or cut off mid-call): the run no longer waits for
+/// production. The job asks GitHub first, sends nothing, and is done.
+async fn a_deployment_no_longer_waiting_is_not_reviewed_again(backend: Backend) {
+    let env = env(backend).await;
+    env.requested(7).await;
+    let earlier = client()
+        .post(format!(
+            "{}/repos/acme/shop/actions/runs/7/deployment_protection_rule",
+            env.github.url
+        ))
+        .json(&json!({"environment_name": "production", "state": "approved", "comment": "an earlier attempt"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(earlier.status().as_u16(), 204);
+    assert!(env.github.pending_deployments("acme/shop", 7).is_empty());
+    let reads = env.github.pending_deployment_reads();
+
+    env.comment_by(42, "kobzol", 501, "alice", "/promote").await;
+    env.server.drained().await;
+    assert!(
+        env.github.pending_deployment_reads() > reads,
+        "GitHub was asked whether the run still waits"
+    );
+    let reviews = env.github.protection_reviews();
+    assert_eq!(reviews.len(), 1, "only the earlier attempt's: {reviews:#?}");
+    let jobs = env.server.api("/api/v1/outbox").await;
+    let protection: Vec<&Value> = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["topic"] == "protection")
+        .collect();
+    assert_eq!(protection.len(), 1, "{jobs:#}");
+    assert_eq!(protection[0]["state"], "done", "{jobs:#}");
 }
 
 /// `check-config` shows each protected environment's gate, and refuses a

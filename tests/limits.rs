@@ -115,10 +115,11 @@ async fn huge_webhook_bodies_are_refused_without_growing_memory() {
 }
 
 /// A body that trickles in is cut by the read timeout (408), and a flood of
-/// them holds at most WEBHOOK_BODY_READERS (16) webhook bodies: the next one
-/// gets 503 with Retry-After instead of memory.
+/// them holds at most GITHUB_BODY_READERS (8, GitHub's share of the webhook
+/// body readers): the next one gets 503 with Retry-After instead of memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_webhook_bodies_time_out_and_readers_are_capped() {
+    const READERS: usize = gatebot::testing::http::limits::GITHUB_BODY_READERS;
     let db = TestDb::new(Backend::Sqlite).await;
     let mut env = GITHUB.to_vec();
     env.push(("GATEBOT_BODY_READ_TIMEOUT", "2s"));
@@ -128,7 +129,7 @@ async fn slow_webhook_bodies_time_out_and_readers_are_capped() {
     let served = Served::start(&db, &env);
     let port = served.port;
     let mut slow = Vec::new();
-    for _ in 0..16 {
+    for _ in 0..READERS {
         slow.push(tokio::spawn(async move {
             let (read, mut write) = connect(port).await.into_split();
             write
@@ -155,8 +156,8 @@ async fn slow_webhook_bodies_time_out_and_readers_are_capped() {
             )
         }));
     }
-    // The seventeenth sender, with a body sent at once, gets 503 as soon as the
-    // sixteen slow ones hold every reader (before they time out at 2 s).
+    // The next sender, with a body sent at once, gets 503 as soon as the
+    // slow ones hold every reader of GitHub's (before they time out at 2 s).
     let deadline = Instant::now() + Duration::from_millis(1900);
     let refused = loop {
         let r = client()
@@ -171,7 +172,7 @@ async fn slow_webhook_bodies_time_out_and_readers_are_capped() {
         }
         assert!(
             Instant::now() < deadline,
-            "never refused while 16 bodies were being read: {}",
+            "never refused while {READERS} bodies were being read: {}",
             r.status()
         );
     };
@@ -188,8 +189,128 @@ async fn slow_webhook_bodies_time_out_and_readers_are_capped() {
         );
         async move { metric(&url, &series).await }
     };
-    assert_eq!(m("body_timeout").await, 16.0);
+    assert_eq!(m("body_timeout").await, READERS as f64);
     assert!(m("busy").await >= 1.0);
+}
+
+/// Opens a request to `path` announcing a 100,000-byte body, sends a few
+/// bytes of it and stops, keeping the connection open (until dropped).
+async fn stalled_body(port: u16, path: &str, headers: &str) -> tokio::net::TcpStream {
+    let mut stream = connect(port).await;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{headers}\
+         Content-Length: 100000\r\n\r\n{{\"a\":"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+}
+
+/// A signed GitHub delivery's status (GitHub's `ping`).
+async fn github_delivery(url: &str, n: usize) -> u16 {
+    let body = br#"{"zen":"Keep it logically awesome.","hook_id":1}"#;
+    client()
+        .post(format!("{url}/webhooks/github"))
+        .header("x-github-event", "ping")
+        .header("x-github-delivery", format!("flooded-{n}"))
+        .header(
+            "x-hub-signature-256",
+            gatebot::testing::github::verify::sign("s3cret", body),
+        )
+        .body(body.to_vec())
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// Slow bodies at one channel leave the others their body readers: 20
+/// stalled bodies on `/webhooks/teams` (its token is checked before any body
+/// is read) or on `/webhooks/slack/interactions` (its own share) and GitHub's signed
+/// deliveries are still taken; 20 on `/webhooks/github` and Teams is still
+/// answered at once, not 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_bodies_at_one_channel_do_not_starve_another() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let mut env = GITHUB.to_vec();
+    env.extend([
+        ("GATEBOT_BODY_READ_TIMEOUT", "30s"),
+        (
+            "GATEBOT_TEAMS_APP_ID",
+            "00000000-0000-0000-0000-000000000001",
+        ),
+        (
+            "GATEBOT_TEAMS_TENANTS",
+            "72f988bf-86f1-41af-91ab-2d7cd011db47",
+        ),
+        (
+            "GATEBOT_TEAMS_OPENID_METADATA_URL",
+            "http://127.0.0.1:9/openid",
+        ),
+        ("RUST_LOG", "warn"),
+    ]);
+    let served = Served::start(&db, &env);
+    let port = served.port;
+    for (n, (path, headers)) in [
+        ("/webhooks/teams", "Authorization: Bearer x.y.z\r\n"),
+        ("/webhooks/teams", ""),
+        (
+            "/webhooks/slack/interactions",
+            "X-Slack-Signature: v0=00\r\nX-Slack-Request-Timestamp: 1\r\n",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut stalled = Vec::new();
+        for _ in 0..20 {
+            stalled.push(stalled_body(port, path, headers).await);
+        }
+        // Let the server take them all in.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for k in 0..3 {
+            let status = github_delivery(&served.url, n * 10 + k).await;
+            assert!(
+                (200..300).contains(&status),
+                "a signed GitHub delivery got {status} while {path} was flooded"
+            );
+        }
+        drop(stalled);
+    }
+
+    // The reverse: GitHub flooded, Teams answers at once (here: 401, no token).
+    let mut stalled = Vec::new();
+    for _ in 0..20 {
+        stalled.push(stalled_body(port, "/webhooks/github", "X-GitHub-Event: ping\r\n").await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let r = client()
+        .post(format!("{}/webhooks/teams", served.url))
+        .body("{}")
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "{}", r.text().await.unwrap());
+    assert!(started.elapsed() < Duration::from_millis(900));
+    drop(stalled);
+
+    // The API's bearer is checked before its body: a write without one is
+    // answered at once, its 100,000 bytes never awaited.
+    for auth in ["", "Authorization: Bearer not-the-token\r\n"] {
+        let stream = stalled_body(port, "/api/v1/gates/open", auth).await;
+        let (read, _write) = stream.into_split();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(2),
+            raw::status_line(&mut BufReader::new(read)),
+        )
+        .await
+        .expect("answered before the body")
+        .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 401"), "{auth:?}: {answer}");
+    }
 }
 
 /// 300 connections dribble header lines and never finish a request head: each

@@ -120,3 +120,98 @@ async fn hundred_thousand_pinned_gates_fit_in_80_mb() {
     );
     assert!(per_gate < 512, "{per_gate} bytes per pinned gate, over 512");
 }
+
+/// `OPEN_WAITS` (src/core/bounds.rs): made-up waits open at once, in all.
+const OPEN_WAITS: i64 = 2_000;
+/// What 50,000 made-up waits may add to the resident set.
+const WAITS_CEILING_BYTES: u64 = 48 * 1024 * 1024;
+
+/// 50,000 made-up canaries, each asking once at one of 250 PR gates (200 a
+/// gate, past the bound of 100), over 16 keep-alive connections: the open
+/// waits stay at the bound and the resident set under its ceiling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_thousand_made_up_waits_stay_bounded_in_store_and_memory() {
+    const CANARIES: usize = 50_000;
+    let db = TestDb::new(Backend::Sqlite).await;
+    let served = Served::start(&db, &[]);
+    let before = settled_rss(&served, [1, 2, 3], 403).await;
+    let http = client();
+    let started = std::time::Instant::now();
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (http, url, next) = (http.clone(), served.url.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= CANARIES {
+                    return;
+                }
+                let r = http
+                    .post(format!(
+                        "{url}/gates/promote/acme/shop/pr/{}",
+                        1000 + i % 250
+                    ))
+                    .json(&serde_json::json!({
+                        "name": format!("made-up-{i}"),
+                        "namespace": "flood",
+                        "phase": "Progressing",
+                        "checksum": "x",
+                    }))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status().as_u16(), 403, "{}", r.text().await.unwrap());
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let took = started.elapsed();
+    let after = settled_rss(&served, [1, 2, 3], 403).await;
+    let open = served.api("/api/v1/gates/promote/acme/shop/pr/1000").await;
+    let metrics = client()
+        .get(format!("{}/metrics", served.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let refused = gatebot_testkit::harness::metric_value(
+        &metrics,
+        "gatebot_budget_refused_total{what=\"wait\"}",
+    );
+    let mut conn = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+    let waits: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM waits WHERE ended_at IS NULL")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    let at_gate: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM waits WHERE ended_at IS NULL AND gate_key = '/gates/promote/acme/shop/pr/1000'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    let grew = after.saturating_sub(before);
+    eprintln!(
+        "waits: {CANARIES} made-up checks in {took:?}; open waits {waits}, at one gate {at_gate}; \
+         refused {refused}; resident {} KiB before, {} KiB after (+{} KiB)",
+        before / 1024,
+        after / 1024,
+        grew / 1024
+    );
+    assert!(waits <= OPEN_WAITS + 3, "{waits} open waits");
+    assert!(at_gate <= 100, "{at_gate} open waits at one gate: {open}");
+    assert!(
+        refused >= (CANARIES as i64 - OPEN_WAITS) as f64,
+        "{refused} refused"
+    );
+    assert!(
+        grew < WAITS_CEILING_BYTES,
+        "{CANARIES} made-up waits grew the resident set by {} MiB, over {} MiB",
+        grew / 1024 / 1024,
+        WAITS_CEILING_BYTES / 1024 / 1024
+    );
+}

@@ -1,7 +1,7 @@
 //! The durable queues claim in batches and settle in batches: one transaction
 //! each, in the order the jobs were queued, never the same job twice.
 
-use gatebot::testing::store::{NewJob, QueueName, Store};
+use gatebot::testing::store::{Claim, NewJob, QueueName, Store};
 use gatebot_testkit::harness::{Backend, TestDb};
 
 gatebot_testkit::on_both_stores!(
@@ -80,15 +80,17 @@ async fn a_batch_settles_only_what_its_owner_holds(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(claimed.len(), 2);
-    let items: Vec<(String, i64)> = claimed
+    let claim = |id, attempts| Claim {
+        id,
+        owner: &owner,
+        attempts,
+    };
+    let items: Vec<(Claim<'_>, i64)> = claimed
         .iter()
-        .map(|i| (i.id.clone(), 1_001))
-        .chain([("not-claimed".to_string(), 1_001)])
+        .map(|i| (claim(&i.id, i.attempts), 1_001))
+        .chain([(claim("not-claimed", 1), 1_001)])
         .collect();
-    let settled = store
-        .finish_many(QueueName::Outbox, &owner, &items)
-        .await
-        .unwrap();
+    let settled = store.finish_many(QueueName::Outbox, &items).await.unwrap();
     assert_eq!(settled, [true, true, false]);
     // Settled items are not handed out again, even after their lease would have run out.
     let again = store

@@ -660,7 +660,7 @@ async fn promote_and_hold_racing_on_two_replicas_end_as_in_some_serial_order() {
     // turned away), so that the pairs race each other as well.
     use futures_util::StreamExt;
     futures_util::stream::iter(sends)
-        .buffer_unordered(gatebot::testing::http::limits::WEBHOOK_BODY_READERS)
+        .buffer_unordered(gatebot::testing::http::limits::GITHUB_BODY_READERS)
         .collect::<Vec<()>>()
         .await;
 

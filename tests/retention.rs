@@ -412,3 +412,103 @@ async fn what_outlives_its_retention_is_pruned_and_nothing_else(backend: Backend
     let ready = client().get(env.server.at("/readyz")).send().await.unwrap();
     assert_eq!(ready.status().as_u16(), 200);
 }
+
+/// Old closed gates that a command opens while a prune is choosing them.
+const RACED: usize = 40;
+
+fn raced_gate(i: usize) -> String {
+    format!("/gates/promote/acme/shop/pr/{}", 100 + i)
+}
+
+/// The reproduction of a prune that deleted approvals made while it waited:
+/// a second connection holds a row lock on one old gate (what a client cut off
+/// mid-transaction leaves), the prune runs into it, and meanwhile 40 other old
+/// gates are opened through the API. Every approval answered 200 must stand,
+/// in the store and at Flagger's check. (SQLite has one writer at a time, so
+/// no prune can run beside a command there; `retention.rs`'s unit test checks
+/// that both stores' statements re-check their rule.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
+async fn a_prune_never_deletes_a_gate_changed_while_it_runs() {
+    gatebot_testkit::harness::require_postgres();
+    let mut env = env(Backend::Postgres).await;
+    // Retention is off until the rows are in place: the clock says "now".
+    let old = env.clock.now_ms() - 2 * DAY;
+    let locked = "/gates/promote/acme/shop/pr/99";
+    for key in (0..RACED).map(raced_gate).chain([locked.to_string()]) {
+        sqlx::query(
+            "INSERT INTO gates (key, status, actor, source, reason, changed_at) \
+             VALUES ($1, 'closed', 'alice', 'api', 'closed', $2)",
+        )
+        .bind(&key)
+        .bind(old)
+        .execute(&mut env.conn)
+        .await
+        .unwrap();
+    }
+    let db_url = env._db.url.clone();
+    let mut holder = AnyConnection::connect(&db_url).await.unwrap();
+    let mut lock = holder.begin().await.unwrap();
+    sqlx::query("SELECT key FROM gates WHERE key = $1 FOR UPDATE")
+        .bind(locked)
+        .fetch_all(&mut *lock)
+        .await
+        .unwrap();
+    // A prune pass must reach the locked row: the next one starts within a
+    // second (GATEBOT_RETENTION_INTERVAL) and either takes the others around
+    // the lock or waits for it.
+    let prune_waits = "SELECT COUNT(*) FROM pg_stat_activity \
+        WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM gates%'";
+    let others_gone = format!(
+        "SELECT COUNT(*) FROM gates WHERE key LIKE '/gates/promote/acme/shop/pr/1%' AND changed_at = {old}"
+    );
+    let deadline = std::time::Instant::now() + WAIT;
+    while env.count(prune_waits).await == 0 && env.count(&others_gone).await > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no prune reached the old gates"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Approvals while the prune is at it, answered 200 (some may wait for the
+    // prune's own row locks: they are sent together and awaited after).
+    let opens = (0..RACED).map(|i| {
+        let (url, gate) = (env.server.url.clone(), raced_gate(i));
+        tokio::spawn(async move {
+            let r = client()
+                .post(format!("{url}/api/v1/gates/open"))
+                .bearer_auth(gatebot_testkit::harness::ADMIN_TOKEN)
+                .json(&json!({"gate": gate, "reason": "raced"}))
+                .send()
+                .await
+                .unwrap();
+            r.status().as_u16()
+        })
+    });
+    let opens: Vec<_> = opens.collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    lock.rollback().await.unwrap();
+    for open in opens {
+        assert_eq!(open.await.unwrap(), 200, "the approval is acknowledged");
+    }
+    // Passes after the lock is gone find nothing more of these to delete.
+    env.clock.advance(1);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    env.until(
+        "approvals kept",
+        "SELECT COUNT(*) FROM gates WHERE key LIKE '/gates/promote/acme/shop/pr/1%' AND status = 'open'",
+        RACED as i64,
+    )
+    .await;
+    for i in 0..RACED {
+        assert_eq!(
+            env.check(&raced_gate(i), &format!("raced-{i}")).await,
+            200,
+            "{} answers as approved",
+            raced_gate(i)
+        );
+    }
+}

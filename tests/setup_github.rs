@@ -1,6 +1,9 @@
 //! `/ui/setup/github`: the GitHub App from GitHub's manifest flow, against the
 //! fake GitHub: the form to GitHub with the manifest, GitHub's way back with a
-//! code, and the code traded for the App's id, key and webhook secret, shown once.
+//! code, the operator's confirmation, and the code traded for the App's id,
+//! key and webhook secret, shown once (or written into the Secret). A `state`
+//! works once, for the sign-in that made it; nothing else replaces the
+//! credentials.
 
 use std::time::Duration;
 
@@ -186,9 +189,23 @@ async fn an_operator_creates_the_github_app_from_the_manifest() {
         "{back}"
     );
 
-    // The ingress routes the public URL to gatebot; the code becomes the App's credentials.
+    // The ingress routes the public URL to gatebot; the way back only asks.
     let back = back.replace(PUBLIC, s.server.at("").trim_end_matches('/'));
-    let (status, headers, page) = send(browser().get(&back), Some(&cookie)).await;
+    let (status, _, asked) = send(browser().get(&back), Some(&cookie)).await;
+    assert_eq!(status, 200, "{asked}");
+    assert!(
+        unescape(&asked).contains("fetches its credentials from GitHub and shows them once"),
+        "{asked}"
+    );
+    assert!(!unescape(&asked).contains("webhook-secret-"), "{asked}");
+    assert!(
+        s.github.app_conversions().is_empty(),
+        "the code is not traded before the operator confirms"
+    );
+
+    // Confirmed: the code becomes the App's credentials.
+    let form = confirmation(&asked);
+    let (status, headers, page) = confirm(&s, &cookie, &form).await;
     assert_eq!(status, 200, "{page}");
     assert_eq!(headers["cache-control"], "no-store");
     let id = page
@@ -213,11 +230,18 @@ async fn an_operator_creates_the_github_app_from_the_manifest() {
         "{page}"
     );
 
-    // Shown once: the code does not work twice, and the page says to start again.
-    let (status, _, page) = send(browser().get(&back), Some(&cookie)).await;
-    assert_eq!(status, 502, "{page}");
-    assert!(unescape(&page).contains("a code works once"), "{page}");
-    assert!(!unescape(&page).contains("webhook-secret-"), "{page}");
+    // Shown once: the state does not work twice, and the page says to start again.
+    for (status, page) in [
+        send(browser().get(&back), Some(&cookie)).await,
+        confirm(&s, &cookie, &form).await,
+    ]
+    .map(|(status, _, page)| (status, unescape(&page)))
+    {
+        assert_eq!(status, 409, "{page}");
+        assert!(page.contains("its state works once"), "{page}");
+        assert!(!page.contains("webhook-secret-"), "{page}");
+    }
+    assert_eq!(s.github.app_conversions().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,6 +279,11 @@ async fn the_way_back_needs_the_state_the_operator_and_a_public_url() {
     let (status, _, page) = send(browser().get(&back), None).await;
     assert_eq!(status, 403, "{page}");
     let (status, _, page) = send(browser().get(&back), Some(&cookie)).await;
+    assert_eq!(status, 200, "the state still works: {page}");
+    let form = confirmation(&page);
+    let (status, _, page) = confirm(&s, "", &form).await;
+    assert_eq!(status, 403, "nobody signed in: {page}");
+    let (status, _, page) = confirm(&s, &cookie, &form).await;
     assert_eq!(status, 200, "the code still works: {page}");
 
     // Without GATEBOT_PUBLIC_URL there is no webhook URL to give GitHub.
@@ -293,28 +322,61 @@ async fn an_oversized_answer_from_github_is_refused() {
         .to_str()
         .unwrap()
         .replace(PUBLIC, s.server.at("").trim_end_matches('/'));
-    let (status, _, page) = send(browser().get(&back), Some(&cookie)).await;
+    let (_, _, asked) = send(browser().get(&back), Some(&cookie)).await;
+    let (status, _, page) = confirm(&s, &cookie, &confirmation(&asked)).await;
     assert_eq!(status, 502, "{page}");
     assert!(unescape(&page).contains("too large to be an App"), "{page}");
 }
 
-/// GitHub's form and its way back, to the code's page: (status, page).
-async fn create_app(s: &Setup, cookie: &str) -> (u16, String) {
+/// The confirmation form's fields (csrf, code, state), from the page GitHub's
+/// way back shows.
+fn confirmation(page: &str) -> Vec<(String, String)> {
+    ["csrf", "code", "state"]
+        .iter()
+        .map(|name| {
+            let value = attribute(page, &format!("name=\"{name}\""), "value");
+            (name.to_string(), value)
+        })
+        .collect()
+}
+
+/// The operator's confirmation, from gatebot's own page as a browser sends it.
+async fn confirm(s: &Setup, cookie: &str, form: &[(String, String)]) -> (u16, HeaderMap, String) {
+    let cookie = Some(cookie).filter(|c| !c.is_empty());
+    send(
+        browser()
+            .post(s.server.at("/ui/setup/github/confirm"))
+            .header("sec-fetch-site", "same-origin")
+            .header("origin", PUBLIC)
+            .form(form),
+        cookie,
+    )
+    .await
+}
+
+/// GitHub's form, to GitHub's way back: the way back's URL, at the server.
+async fn to_github(s: &Setup, cookie: &str) -> String {
     let (_, _, page) = send(browser().get(s.server.at("/ui/setup/github")), Some(cookie)).await;
     let action = attribute(&page, "id=\"manifest-form\"", "action");
-    let manifest = attribute(&page, "name=\"manifest\"", "value");
-    let (_, headers, _) = send(
-        browser()
-            .post(&action)
-            .form(&[("manifest", manifest.as_str())]),
-        None,
-    )
-    .await;
-    let back = headers["location"]
+    back_from_github(s, &action, &attribute(&page, "name=\"manifest\"", "value")).await
+}
+
+/// GitHub takes the manifest (to `action`, with its `state`) and sends the
+/// browser back with a new code.
+async fn back_from_github(s: &Setup, action: &str, manifest: &str) -> String {
+    let (_, headers, _) = send(browser().post(action).form(&[("manifest", manifest)]), None).await;
+    headers["location"]
         .to_str()
         .unwrap()
-        .replace(PUBLIC, s.server.at("").trim_end_matches('/'));
-    let (status, _, page) = send(browser().get(&back), Some(cookie)).await;
+        .replace(PUBLIC, s.server.at("").trim_end_matches('/'))
+}
+
+/// GitHub's form, its way back and the confirmation, to the done page: (status, page).
+async fn create_app(s: &Setup, cookie: &str) -> (u16, String) {
+    let back = to_github(s, cookie).await;
+    let (status, _, asked) = send(browser().get(&back), Some(cookie)).await;
+    assert_eq!(status, 200, "{asked}");
+    let (status, _, page) = confirm(s, cookie, &confirmation(&asked)).await;
     (status, unescape(&page))
 }
 
@@ -404,4 +466,198 @@ async fn without_the_secret_the_page_shows_them_once() {
     for shown in ["webhook-secret-", "key-of-app-", "client-secret-"] {
         assert!(page.contains(shown), "{shown} not shown: {page}");
     }
+}
+
+/// A server whose set-up page writes into the chart's (empty) Secret.
+async fn with_secret() -> (Setup, FakeKube) {
+    let kube = FakeKube::start().await;
+    kube.put(
+        APP_SECRET,
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": "gatebot-github-app", "namespace": "gatebot",
+                "uid": "0b7c1e2d-4f3a-4e5b-9c6d-7e8f9a0b1c2d", "resourceVersion": "9120",
+                "creationTimestamp": "2026-12-03T09:00:00Z"}}),
+    );
+    let s = setup_with(Some(PUBLIC), |config, db| {
+        config.kubernetes.kubeconfig = Some(kube.kubeconfig(db.dir.path(), "gatebot"));
+        config.kubernetes.app_secret = Some("gatebot-github-app".into());
+    })
+    .await;
+    (s, kube)
+}
+
+/// The writes to the Secret so far.
+fn patches(kube: &FakeKube) -> usize {
+    kube.seen_at("/secrets/gatebot-github-app")
+        .into_iter()
+        .filter(|r| r.method == "PATCH")
+        .count()
+}
+
+/// A form's fields with `name` set to `value`.
+fn with(form: &[(String, String)], name: &str, value: &str) -> Vec<(String, String)> {
+    form.iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                if k == name {
+                    value.to_string()
+                } else {
+                    v.clone()
+                },
+            )
+        })
+        .collect()
+}
+
+/// GitHub's way back only asks; the confirmation writes; the same `state`
+/// again, with another code GitHub gave for it, changes nothing and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_replaces_the_credentials_once_and_only_when_confirmed() {
+    let (s, kube) = with_secret().await;
+    let cookie = admin_session(&s.server).await;
+    let (_, _, page) = send(
+        browser().get(s.server.at("/ui/setup/github")),
+        Some(&cookie),
+    )
+    .await;
+    let action = attribute(&page, "id=\"manifest-form\"", "action");
+    let manifest = attribute(&page, "name=\"manifest\"", "value");
+    let back = back_from_github(&s, &action, &manifest).await;
+
+    let (status, _, asked) = send(browser().get(&back), Some(&cookie)).await;
+    assert_eq!(status, 200, "{asked}");
+    assert!(
+        unescape(&asked).contains("replacing the GitHub App credentials there"),
+        "{asked}"
+    );
+    assert_eq!(patches(&kube), 0, "the way back alone writes nothing");
+    assert!(s.github.app_conversions().is_empty());
+
+    let form = confirmation(&asked);
+    let (status, _, page) = confirm(&s, &cookie, &form).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        unescape(&page).contains("Written into the Secret"),
+        "{page}"
+    );
+    assert_eq!(patches(&kube), 1);
+    let written = kube.object(APP_SECRET).unwrap()["data"].clone();
+
+    // GitHub gives another code for the same state (the form sent again, or
+    // an attacker's App): the state is spent, whatever the code.
+    let again = back_from_github(&s, &action, &manifest).await;
+    let (status, _, page) = send(browser().get(&again), Some(&cookie)).await;
+    assert_eq!(status, 409, "{page}");
+    assert!(unescape(&page).contains("its state works once"), "{page}");
+    let code = again
+        .split("code=")
+        .nth(1)
+        .unwrap()
+        .split('&')
+        .next()
+        .unwrap();
+    let (status, _, page) = confirm(&s, &cookie, &with(&form, "code", code)).await;
+    assert_eq!(status, 409, "{page}");
+    assert!(unescape(&page).contains("its state works once"), "{page}");
+    assert_eq!(patches(&kube), 1, "the Secret is not written again");
+    assert_eq!(kube.object(APP_SECRET).unwrap()["data"], written);
+    assert_eq!(
+        s.github.app_conversions().len(),
+        1,
+        "the second code is not traded"
+    );
+}
+
+/// A `state` is the sign-in's that started the set-up: another operator's
+/// session (or a link to it sent to them) can neither see it asked nor confirm it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_from_another_sign_in_changes_nothing() {
+    let (s, kube) = with_secret().await;
+    let alice = admin_session(&s.server).await;
+    let mallory = admin_session(&s.server).await;
+    assert_ne!(alice, mallory);
+    // Mallory's own confirmation form, for a CSRF token that is hers.
+    let theirs = to_github(&s, &mallory).await;
+    let (_, _, page) = send(browser().get(&theirs), Some(&mallory)).await;
+    let mallorys = confirmation(&page);
+
+    let back = to_github(&s, &alice).await;
+    let (status, _, page) = send(browser().get(&back), Some(&mallory)).await;
+    assert_eq!(status, 403, "{page}");
+    assert!(
+        unescape(&page).contains("started from another sign-in"),
+        "{page}"
+    );
+    let (_, _, asked) = send(browser().get(&back), Some(&alice)).await;
+    let alices = confirmation(&asked);
+    let foreign = with(
+        &with(&mallorys, "state", &alices[2].1),
+        "code",
+        &alices[1].1,
+    );
+    let (status, _, page) = confirm(&s, &mallory, &foreign).await;
+    assert_eq!(status, 403, "{page}");
+    assert!(
+        unescape(&page).contains("started from another sign-in"),
+        "{page}"
+    );
+    assert_eq!(patches(&kube), 0);
+    assert!(s.github.app_conversions().is_empty());
+
+    // Alice's own confirmation still works: nothing was spent.
+    let (status, _, page) = confirm(&s, &alice, &alices).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(patches(&kube), 1);
+}
+
+/// The confirmation is refused from another site (as a browser says it:
+/// `Sec-Fetch-Site`, `Origin`, `Referer`) or without the session's CSRF
+/// token, even with the operator's cookie; nothing is written or spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_site_confirmation_changes_nothing() {
+    let (s, kube) = with_secret().await;
+    let cookie = admin_session(&s.server).await;
+    let back = to_github(&s, &cookie).await;
+    let (_, _, asked) = send(browser().get(&back), Some(&cookie)).await;
+    let form = confirmation(&asked);
+    let post = || {
+        browser()
+            .post(s.server.at("/ui/setup/github/confirm"))
+            .form(&form)
+    };
+    for (what, req) in [
+        (
+            "sec-fetch-site",
+            post().header("sec-fetch-site", "cross-site"),
+        ),
+        ("same-site", post().header("sec-fetch-site", "same-site")),
+        ("origin", post().header("origin", "https://evil.example")),
+        ("null origin", post().header("origin", "null")),
+        (
+            "referer",
+            post().header("referer", "https://evil.example/page"),
+        ),
+    ] {
+        let (status, _, page) = send(req, Some(&cookie)).await;
+        assert_eq!(status, 403, "{what}: {page}");
+        assert!(unescape(&page).contains("sent from"), "{what}: {page}");
+    }
+    let (status, _, page) = confirm(&s, &cookie, &with(&form, "csrf", "0123")).await;
+    assert_eq!(status, 403, "{page}");
+    assert!(unescape(&page).contains("CSRF"), "{page}");
+    assert_eq!(patches(&kube), 0);
+    assert!(s.github.app_conversions().is_empty());
+
+    // From gatebot's own page (its public origin, or the host it was reached at).
+    let at = s.server.at("");
+    let (status, _, page) = send(
+        post()
+            .header("sec-fetch-site", "same-origin")
+            .header("origin", at.trim_end_matches('/')),
+        Some(&cookie),
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(patches(&kube), 1);
 }

@@ -140,8 +140,9 @@ impl Env {
             .await
     }
 
-    /// `token` with `activity` is answered 401, counted under `reason`,
-    /// and stores nothing.
+    /// `token` with `activity` is answered 401 (403 for a channel the key
+    /// is not endorsed for, as the spec asks), counted under `reason`, and
+    /// stores nothing.
     async fn assert_refused(
         &self,
         what: &str,
@@ -151,7 +152,11 @@ impl Env {
     ) {
         let before = self.refused(reason).await;
         let stored = self.stored().await;
-        assert_eq!(self.post(token, activity).await, 401, "{what}");
+        let status = match reason {
+            "teams_channel" | "teams_endorsement" => 403,
+            _ => 401,
+        };
+        assert_eq!(self.post(token, activity).await, status, "{what}");
         assert_eq!(
             self.refused(reason).await,
             before + 1.0,
@@ -281,6 +286,69 @@ async fn refusals(backend: Backend) {
         env.post(Some(&late), &activity).await,
         200,
         "expired within the skew"
+    );
+    assert_eq!(env.stored().await, 1);
+    env.server.stop().await;
+}
+
+/// An activity of another channel (`webchat`), or signed by a key the key
+/// set does not endorse for `msteams`, is refused 403 and stores nothing,
+/// whatever its kind; the same activity from Teams with a Teams key is taken.
+async fn only_teams_activities_signed_for_teams(backend: Backend) {
+    let env = env(backend).await;
+    let web = env
+        .key
+        .named("key-webchat")
+        .endorsed(&["webchat", "directline"]);
+    let bare = env.key.named("key-bare").endorsed(&[]);
+    env.bot.publish(&web);
+    env.bot.publish(&bare);
+    let activity = env.message();
+    let url = service_url(&activity);
+    let now = env.now_secs();
+
+    let mut webchat = activity.clone();
+    webchat["channelId"] = json!("webchat");
+    let token = env.token_for(&webchat);
+    env.assert_refused("channelId webchat", Some(&token), &webchat, "teams_channel")
+        .await;
+    let mut click = fixture(CLICK);
+    click["serviceUrl"] = json!(url);
+    click["channelId"] = json!("webchat");
+    let token = env.token_for(&click);
+    env.assert_refused("a webchat invoke", Some(&token), &click, "teams_channel")
+        .await;
+    let by_web_key = web.sign(&claims(APP_ID, &url, now));
+    env.assert_refused(
+        "a key endorsed for webchat and directline only",
+        Some(&by_web_key),
+        &activity,
+        "teams_endorsement",
+    )
+    .await;
+    let by_bare_key = bare.sign(&claims(APP_ID, &url, now));
+    env.assert_refused(
+        "a key endorsed for nothing",
+        Some(&by_bare_key),
+        &activity,
+        "teams_endorsement",
+    )
+    .await;
+    let mut installed = fixture(INSTALLED);
+    installed["serviceUrl"] = json!(url);
+    installed["channelData"]["tenant"]["id"] = json!(TENANT);
+    installed["conversation"]["tenantId"] = json!(TENANT);
+    let by_web_key = web.sign(&claims(APP_ID, &url, now));
+    assert_eq!(env.post(Some(&by_web_key), &installed).await, 403);
+    assert!(
+        env.conversations().await.is_empty(),
+        "an installation signed by a webchat key keeps nothing"
+    );
+
+    assert_eq!(
+        env.post(Some(&env.token_for(&activity)), &activity).await,
+        200,
+        "from Teams, by a key endorsed for msteams"
     );
     assert_eq!(env.stored().await, 1);
     env.server.stop().await;
@@ -540,6 +608,7 @@ async fn answers_are_posted(backend: Backend) {
 
 gatebot_testkit::on_both_stores!(
     refusals,
+    only_teams_activities_signed_for_teams,
     replayed_once,
     key_rotation,
     typed_commands,
@@ -547,6 +616,7 @@ gatebot_testkit::on_both_stores!(
     conversation_references,
     a_click_approves_and_flagger_promotes,
     hold_from_the_card,
+    a_button_acts_only_on_its_own_wait,
     an_unlisted_user_is_refused_in_the_card,
     a_github_approval_updates_the_card,
     the_card_shows_the_canarys_numbers,
@@ -682,10 +752,23 @@ impl Env {
             .find(|a| a["verb"] == verb)
             .unwrap_or_else(|| panic!("no {verb} button: {card}"))
             .clone();
+        self.click_with(id, verb, &button["data"], aad_object_id)
+            .await
+    }
+
+    /// A click on a `verb` button whose data is `data`, as gatebot's card
+    /// would carry it or crafted.
+    async fn click_with(
+        &self,
+        id: &str,
+        verb: &str,
+        data: &Value,
+        aad_object_id: &str,
+    ) -> (u16, Value) {
         let mut a = self.activity(CLICK);
         a["id"] = json!(id);
         a["value"]["action"]["verb"] = json!(verb);
-        a["value"]["action"]["data"] = button["data"].clone();
+        a["value"]["action"]["data"] = data.clone();
         a["from"]["aadObjectId"] = json!(aad_object_id);
         let r = client()
             .post(self.server.at(ROUTE))
@@ -868,6 +951,48 @@ async fn an_unlisted_user_is_refused_in_the_card(backend: Backend) {
         answer["value"].as_str(),
         Some("refused /reject: this card was approved by Rido already")
     );
+    env.server.stop().await;
+}
+
+/// A click that carries PR 42's wait with PR 43's gate is refused with a
+/// reply that says so, stores nothing and opens neither gate: a button acts
+/// on the wait its card was made for, as the store knows it.
+async fn a_button_acts_only_on_its_own_wait(backend: Backend) {
+    let env = cards_env(backend).await;
+    env.install().await;
+    let _sim = waiting_at_start(&env).await;
+    let card = card_of(&env.until_cards("POST", 1).await[0]);
+    let approve = card["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["verb"] == "approve")
+        .unwrap()
+        .clone();
+    let mut crafted = approve["data"].clone();
+    assert_eq!(crafted["gate"], "/gates/start/acme/shop/pr/42", "{crafted}");
+    crafted["gate"] = json!("/gates/start/acme/shop/pr/43");
+    let stored = env.stored().await;
+    let (status, answer) = env.click_with("f:crafted", "approve", &crafted, RIDO).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["type"], "application/vnd.microsoft.error");
+    let why = answer["value"]["message"].as_str().unwrap();
+    assert!(
+        why.contains("/gates/start/acme/shop/pr/43") && why.contains("nothing was done"),
+        "{why}"
+    );
+    assert_eq!(env.stored().await, stored, "nothing stored");
+    env.server.drained().await;
+    assert_eq!(env.gate("/start/acme/shop/pr/43").await["state"], "closed");
+    assert_eq!(env.gate("/start/acme/shop/pr/42").await["state"], "closed");
+    let bad =
+        format!("gatebot_rejected_requests_total{{route=\"{ROUTE}\",reason=\"teams_bad_invoke\"}}");
+    assert_eq!(env.server.metric(&bad).await, 1.0);
+
+    // The card's own button still works.
+    let (status, answer) = env.click("f:own", &card, "approve", RIDO).await;
+    assert_eq!((status, answer["type"].as_str()), (200, Some(CARD_TYPE)));
+    assert_eq!(env.gate("/start/acme/shop/pr/42").await["state"], "open");
     env.server.stop().await;
 }
 
@@ -1087,4 +1212,80 @@ async fn a_failed_pre_rollout_check_reaches_teams_once(backend: Backend) {
     env.server.stop().await;
 }
 
-gatebot_testkit::on_both_stores!(a_failed_pre_rollout_check_reaches_teams_once);
+gatebot_testkit::on_both_stores!(
+    a_failed_pre_rollout_check_reaches_teams_once,
+    teams_channel_goes_only_where_the_policy_binds_it,
+);
+
+/// A conversation of another organisation this gatebot serves.
+const OTHER_TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
+const OTHER: &str = "19:a1b2c3d4e5f60718293a4b5c6d7e8f90@thread.tacv2";
+
+/// A canary of `namespace`/`name` for PR `pr` whose start gate's metadata
+/// names `teams_channel`, waiting there.
+async fn waiting_with_channel(
+    env: &Env,
+    namespace: &str,
+    name: &str,
+    pr: u64,
+    channel: &str,
+) -> FlaggerSim {
+    let mut hooks = pr_hooks(&env.server.url, pr);
+    hooks[0] = hooks[0].clone().with_metadata("teams_channel", channel);
+    let strategy = Strategy::Canary {
+        step_weight: 50,
+        max_weight: 50,
+    };
+    let mut sim = FlaggerSim::new(name, namespace, strategy, hooks);
+    sim.deploy("rev-a");
+    sim.tick().await;
+    sim.deploy("rev-b");
+    sim.tick().await;
+    sim
+}
+
+/// A Canary's `teams_channel` is followed only to a conversation the
+/// policy's `[[teams.channels]]` binds to that canary: naming a channel of
+/// another tenant the bot was added to, a check of namespace `test` gets its
+/// card in GATEBOT_TEAMS_CHANNEL (counted), while a canary of `billing`, to
+/// which the policy binds that channel, gets its card there.
+async fn teams_channel_goes_only_where_the_policy_binds_it(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.toml");
+    let policy =
+        format!("[[teams.channels]]\nconversation = \"{OTHER}\"\nnamespace = \"billing\"\n");
+    std::fs::write(&path, policy).unwrap();
+    let env = env_with(backend, |c, _| {
+        c.teams.channel = Some(CHANNEL.into());
+        c.teams.tenants = vec![TENANT.into(), OTHER_TENANT.into()];
+        c.public_url = Some(PUBLIC_URL.into());
+        c.policy = Some(path);
+    })
+    .await;
+    env.install().await;
+    let mut other = env.activity(INSTALLED);
+    other["id"] = json!("f:other-install");
+    other["conversation"]["id"] = json!(OTHER);
+    other["channelData"]["tenant"]["id"] = json!(OTHER_TENANT);
+    other["conversation"]["tenantId"] = json!(OTHER_TENANT);
+    assert_eq!(env.send(&other).await, 200);
+    assert_eq!(env.conversations().await.len(), 2);
+
+    let _test = waiting_with_channel(&env, "test", "podinfo", 42, OTHER).await;
+    let posted = env.until_cards("POST", 1).await;
+    assert_eq!(
+        posted[0].conversation_id, CHANNEL,
+        "the check's metadata does not choose another tenant's channel"
+    );
+    let ignored =
+        "gatebot_notifications_dropped_total{sink=\"teams\",reason=\"teams_channel_not_bound\"}";
+    assert_eq!(env.server.metric(ignored).await, 1.0);
+
+    let _billing = waiting_with_channel(&env, "billing", "api", 43, OTHER).await;
+    let posted = env.until_cards("POST", 2).await;
+    assert_eq!(posted[1].conversation_id, OTHER, "bound by the policy");
+    assert!(texts(&card_of(&posted[1])).contains("billing"));
+    assert_eq!(env.server.metric(ignored).await, 1.0);
+    assert!(env.cards("POST").iter().all(|s| s.status == 200));
+    env.server.stop().await;
+}

@@ -7,8 +7,10 @@ use gatebot::testing::github::verify::sign;
 use gatebot_testkit::fake_github::{Failure, FakeGithub};
 use gatebot_testkit::github_payloads::comment;
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb};
+use gatebot_testkit::raw;
 use gatebot_testkit::served::Served;
 use serde_json::Value;
+use tokio::io::{AsyncWriteExt, BufReader};
 
 const SECRET: &str = "tracing-webhook-secret";
 const WAIT: Duration = Duration::from_secs(20);
@@ -151,4 +153,81 @@ async fn a_steady_check_logs_nothing_and_a_change_one_line() {
         "a new revision logs one line: {restarted:?}"
     );
     assert_eq!(restarted[1]["change"], "wait restarted for a new revision");
+}
+
+/// A Flagger token typed into the wrong path is a secret all the same: no
+/// log line shows it, in text or JSON, whatever the path looks like.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flagger_token_in_a_mistyped_path_is_never_logged() {
+    const TOKEN: &str = "fl4gger-t0ken-in-the-path";
+    let hash = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(TOKEN))
+    };
+    let setting = format!("prod={hash}");
+    let paths = [
+        format!("/gates/t/{TOKEN}/promote"),
+        format!("//gates/t/{TOKEN}/promote"),
+        format!("/Gates/t/{TOKEN}/promote"),
+        format!("/gate/t/{TOKEN}/promote"),
+        format!("/gates/T/{TOKEN}/promote/pr/42"),
+        format!("/gates/t//{TOKEN}/promote"),
+        format!("/gates/%74/{TOKEN}/promote"),
+        format!("/gates/{TOKEN}/promote"),
+        format!("/gates/promote/pr/{TOKEN}"),
+        format!("/ui/{TOKEN}"),
+        format!("/nowhere/t/{}", TOKEN.replace('-', "%2D")),
+    ];
+    for format in ["text", "json"] {
+        let db = TestDb::new(Backend::Sqlite).await;
+        let served = Served::start(
+            &db,
+            &[
+                ("GATEBOT_LOG_FORMAT", format),
+                ("RUST_LOG", "debug"),
+                ("GATEBOT_FLAGGER_TOKENS", &setting),
+            ],
+        );
+        for path in &paths {
+            for method in ["GET", "POST"] {
+                let stream = raw::connect(served.port).await;
+                let (read, mut write) = stream.into_split();
+                let body = r#"{"name":"podinfo","namespace":"test","phase":"Progressing"}"#;
+                let head = format!(
+                    "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                write.write_all(head.as_bytes()).await.unwrap();
+                let status = raw::response(&mut BufReader::new(read)).await.unwrap();
+                assert!(status.starts_with("HTTP/1.1 "), "{path}: {status}");
+            }
+        }
+        // An unknown route, logged at info, marks that everything before it was written.
+        let marker = "/marker/after-the-tokens";
+        assert_eq!(
+            client()
+                .get(format!("{}{marker}", served.url))
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            404
+        );
+        eventually("the marker's access line", WAIT, || async {
+            served.logs().contains(marker)
+        })
+        .await;
+        let logs = served.logs();
+        for (n, line) in logs.lines().enumerate() {
+            assert!(
+                !line.contains(TOKEN) && !line.contains("t0ken-in"),
+                "{format} log line {n} shows the token: {line}"
+            );
+        }
+        assert!(
+            logs.contains("/Gates/t/***/promote"),
+            "the mistyped paths are logged, redacted ({format}):\n{logs}"
+        );
+    }
 }

@@ -382,7 +382,7 @@ async fn evidence(report: &mut ConfigReport, config: &crate::Config, store: &cra
             Ok(None) => return,
             Err(e) => return report.problem(format_args!("GATEBOT_PROMETHEUS_URL: {e:#}")),
         };
-    let url = config.prometheus.url().unwrap_or_default();
+    let url = crate::config::url_shown(config.prometheus.url().unwrap_or_default());
     match prometheus.instant("vector(1)").await {
         Ok(_) => report.line(format_args!("prometheus:      {url} answers")),
         Err(why) => report.warning(format_args!(
@@ -489,7 +489,7 @@ fn summarise(report: &mut ConfigReport, config: &crate::Config, settings: &[Sett
     };
     report.line(format_args!(
         "github:          {github} (API {})",
-        gh.api_url
+        crate::config::url_shown(&gh.api_url)
     ));
     if let Some(repo) = &gh.repository {
         report.line(format_args!("default repo:    {repo}"));
@@ -506,7 +506,7 @@ fn summarise(report: &mut ConfigReport, config: &crate::Config, settings: &[Sett
     };
     report.line(format_args!(
         "slack:           {slack} (API {}), {} approver(s)",
-        sl.api_url,
+        crate::config::url_shown(&sl.api_url),
         sl.approvers.len()
     ));
     report.line(format_args!(
@@ -576,7 +576,9 @@ fn check_parts(report: &mut ConfigReport, config: &crate::Config) {
 }
 
 /// What check-config shows for a setting: never a secret, but the store's URL
-/// without its password, and "(empty)" rather than a mark for an empty value.
+/// without its password, every other URL without its password too
+/// (`GATEBOT_PROMETHEUS_URL=http://user:pass@host`), and "(empty)" rather
+/// than a mark for an empty value.
 fn setting_value(s: &crate::config::Setting, config: &crate::Config) -> String {
     use crate::config::Origin;
     match s {
@@ -591,34 +593,13 @@ fn setting_value(s: &crate::config::Setting, config: &crate::Config) -> String {
             .map(|(name, _)| name)
             .collect::<Vec<_>>()
             .join(", "),
-        _ if s.env == "GATEBOT_DATABASE_URL" => without_password(&config.database_url),
+        _ if s.env == "GATEBOT_DATABASE_URL" => crate::config::url_shown(&config.database_url),
         Setting { secret: true, .. } => "(secret, set)".to_string(),
+        Setting {
+            value: Some(value), ..
+        } if value.contains("://") => crate::config::url_shown(value),
         Setting { value, .. } => value.clone().unwrap_or_default(),
     }
-}
-
-/// A database URL with its password (in the user part or the query) replaced.
-fn without_password(url: &str) -> String {
-    let Ok(mut parsed) = reqwest::Url::parse(url) else {
-        return "(secret, set: not a URL)".to_string();
-    };
-    if parsed.password().is_some() && parsed.set_password(Some("***")).is_err() {
-        return "(secret, set)".to_string();
-    }
-    if parsed.query().is_some_and(|q| q.contains("password")) {
-        let pairs: Vec<(String, String)> = parsed
-            .query_pairs()
-            .map(|(k, v)| {
-                let secret = k.contains("password");
-                (
-                    k.into_owned(),
-                    if secret { "***".into() } else { v.into_owned() },
-                )
-            })
-            .collect();
-        parsed.query_pairs_mut().clear().extend_pairs(pairs);
-    }
-    parsed.to_string()
 }
 
 /// The TTL as it was written (`24h`, as everywhere else), and what it means.

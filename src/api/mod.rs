@@ -54,6 +54,25 @@ fn parse_key(state: &AppState, text: &str) -> Result<GateKey, Reject> {
         .map_err(|e| Reject::bad_request("bad_gate", e.to_string()))
 }
 
+/// Middleware, outside the body limit: a request that may carry a body is
+/// refused before it is read unless it carries one of the server's tokens
+/// (`http::auth::any_token`); the route checks which token it needs after.
+pub async fn token_first(
+    State(state): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::Method;
+    use axum::response::IntoResponse;
+    let reads = matches!(*req.method(), Method::GET | Method::HEAD);
+    if !reads {
+        if let Err(refused) = crate::http::auth::any_token(&state.config, req.headers()) {
+            return refused.into_response();
+        }
+    }
+    next.run(req).await
+}
+
 /// Gates per page of `GET /api/v1/gates` unless `limit` says otherwise.
 pub const DEFAULT_PAGE: usize = 100;
 /// The largest `limit` accepted.

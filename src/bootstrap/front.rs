@@ -84,7 +84,9 @@ impl Inner {
         let id = request_id(&parts.headers);
         let shown = id.to_str().unwrap_or("-");
         let checked = self.observed(route, &parts, body);
-        let mut response = access::logged(&parts.method, parts.uri.path(), shown, checked).await;
+        let tokens = self.state.config.flagger_tokens();
+        let path = parts.uri.path();
+        let mut response = access::logged(&parts.method, path, shown, tokens, checked).await;
         response.headers_mut().insert(X_REQUEST_ID, id);
         response
     }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::Router;
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -59,7 +59,7 @@ pub struct Gatebot {
     web: Arc<crate::web::Web>,
     receipts: http::receipts::Receipts,
     redeliveries: github::redeliver::Redeliveries,
-    webhook_readers: Arc<Semaphore>,
+    webhook_readers: http::limits::WebhookReaders,
 }
 
 impl Gatebot {
@@ -122,9 +122,11 @@ impl Gatebot {
             state.clock.clone(),
             state.inbox_wake.clone(),
         );
-        // One cap on webhook work in hand, over HTTP and Socket Mode alike.
-        let webhook_readers = Arc::new(Semaphore::new(http::limits::WEBHOOK_BODY_READERS));
-        if let Some(socket) = slack::socket_mode(&state, receipts.clone(), webhook_readers.clone())?
+        // A cap on webhook work in hand per channel; Slack's over HTTP and
+        // Socket Mode alike.
+        let webhook_readers = http::limits::WebhookReaders::default();
+        if let Some(socket) =
+            slack::socket_mode(&state, receipts.clone(), webhook_readers.slack.clone())?
         {
             tasks.spawn(socket.run(shutdown.clone()));
         }
@@ -322,7 +324,7 @@ impl Base {
         };
         let mut sinks = github::sinks(github, &base, policy, evidence);
         sinks.extend(slack::sinks(&base, evidence)?);
-        sinks.extend(crate::teams::sinks(&base, evidence));
+        sinks.extend(crate::teams::sinks(&base, policy, evidence));
         Ok(sinks)
     }
 
@@ -557,9 +559,18 @@ fn simulated_date() -> bool {
 
 /// The system clock, moved by `GATEBOT_TEST_CLOCK_OFFSET` when that is set.
 /// For tests only (undocumented in --help): it runs a replica whose clock is
-/// wrong, e.g. `-90s`, to show that the correction to the database's clock holds.
+/// wrong, e.g. `-90s`, to show that the correction to the database's clock holds;
+/// `file:<path>` reads the offset from that file at every call, to step it.
 fn system_clock() -> anyhow::Result<SharedClock> {
     match std::env::var("GATEBOT_TEST_CLOCK_OFFSET") {
+        Ok(text) if text.starts_with("file:") => {
+            let path = std::path::PathBuf::from(&text["file:".len()..]);
+            tracing::warn!(path = %path.display(), "GATEBOT_TEST_CLOCK_OFFSET moves this replica's clock by what the file says (for tests only)");
+            Ok(crate::clock::OffsetFileClock::new(
+                Arc::new(SystemClock),
+                path,
+            ))
+        }
         Ok(text) if !text.trim().is_empty() => {
             let skew = crate::clock::parse_offset(&text)
                 .map_err(|e| anyhow::anyhow!("GATEBOT_TEST_CLOCK_OFFSET: {e}"))?;

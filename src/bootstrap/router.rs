@@ -24,7 +24,7 @@ use crate::github::redeliver::Redeliveries;
 use crate::http::access;
 use crate::http::error::{Reject, Rejected};
 use crate::http::guard::{self, Failed, OnFailure};
-use crate::http::limits::{self, BodyLimit, WEBHOOK_BODY_READERS};
+use crate::http::limits::{self, BodyLimit, WebhookReaders};
 use crate::http::receipts::Receipts;
 use crate::http::{API_BODY_LIMIT, FLAGGER_BODY_LIMIT, GITHUB_BODY_LIMIT, SLACK_BODY_LIMIT};
 use crate::metrics::{FailureLabels, HttpLabels, Metrics, RouteLabels};
@@ -42,7 +42,7 @@ pub fn app(state: AppState) -> Router {
     let receipts = Webhooks {
         receipts,
         redeliveries: Redeliveries::default(),
-        readers: Arc::new(Semaphore::new(WEBHOOK_BODY_READERS)),
+        readers: WebhookReaders::default(),
     };
     let changes = state.engine.changes().unwrap_or_else(|| {
         let (changes, _) = tokio::sync::broadcast::channel(1024);
@@ -63,8 +63,9 @@ pub fn app(state: AppState) -> Router {
 pub struct Webhooks {
     pub receipts: Receipts,
     pub redeliveries: Redeliveries,
-    /// The cap on webhook bodies handled at once (Socket Mode shares it).
-    pub readers: Arc<Semaphore>,
+    /// The cap on webhook bodies handled at once, by channel (Socket Mode
+    /// shares Slack's).
+    pub readers: WebhookReaders,
 }
 
 /// The router with the pages `web`, storing webhook receipts through
@@ -77,7 +78,7 @@ fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, webhooks: Webhook
     let read_timeout = state.config.body_read_timeout;
     let rest = Router::new()
         .merge(flagger_routes(&state, read_timeout))
-        .merge(api_routes(read_timeout))
+        .merge(api_routes(&state, read_timeout))
         .merge(webhook_routes(&state, webhooks, read_timeout))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -180,8 +181,8 @@ fn flagger_routes(state: &AppState, read_timeout: std::time::Duration) -> Router
         .route_layer(limit)
 }
 
-/// The operator API.
-fn api_routes(read_timeout: std::time::Duration) -> Router<AppState> {
+/// The operator API; a write's token is checked before its body is read.
+fn api_routes(state: &AppState, read_timeout: std::time::Duration) -> Router<AppState> {
     let limit = middleware::from_fn_with_state(
         BodyLimit::new(API_BODY_LIMIT, read_timeout),
         limits::bounded,
@@ -206,6 +207,10 @@ fn api_routes(read_timeout: std::time::Duration) -> Router<AppState> {
         .route("/api/v1/events", get(api::events))
         .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
         .route_layer(limit)
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            api::token_first,
+        ))
 }
 
 /// GitHub's and Slack's webhooks, stored by one receipt writer: more
@@ -220,25 +225,30 @@ fn webhook_routes(
         redeliveries,
         readers,
     } = webhooks;
-    // One cap for both webhook sources (and Socket Mode): anyone may send to them.
-    let webhook_body = |max| {
+    // A cap per webhook channel (Socket Mode shares Slack's): anyone may
+    // send to them, and a flood at one leaves the others their readers.
+    let webhook_body = |max, readers: &Arc<Semaphore>| {
         middleware::from_fn_with_state(
-            BodyLimit::new(max, read_timeout).shared(&readers),
+            BodyLimit::new(max, read_timeout).shared(readers),
             limits::bounded,
         )
     };
     Router::new()
         .merge(
             github::routes()
-                .route_layer(webhook_body(GITHUB_BODY_LIMIT))
+                .route_layer(webhook_body(GITHUB_BODY_LIMIT, &readers.github))
                 // Outside the body limit: its 503s are refusals too.
                 .route_layer(middleware::from_fn_with_state(
                     redeliveries,
                     github::redeliver::note_refusals,
                 )),
         )
-        .merge(slack::routes().route_layer(webhook_body(SLACK_BODY_LIMIT)))
-        .merge(crate::teams::routes(state).route_layer(webhook_body(crate::teams::BODY_LIMIT)))
+        .merge(slack::routes().route_layer(webhook_body(SLACK_BODY_LIMIT, &readers.slack)))
+        // Teams' token is checked before its body is read (`teams::routes`).
+        .merge(crate::teams::routes(
+            state,
+            BodyLimit::new(crate::teams::BODY_LIMIT, read_timeout).shared(&readers.teams),
+        ))
         .layer(axum::Extension(receipts))
 }
 
@@ -249,6 +259,7 @@ fn webhook_routes(
 /// behind exactly these layers.
 pub fn harden(state: AppState, checks: Router<AppState>, rest: Router<AppState>) -> Router {
     let timeout = state.config.request_timeout;
+    let tokens = Arc::new(state.config.flagger_tokens().clone());
     let guarded = |routes: Router<AppState>, gate_check: bool| {
         let on = OnFailure {
             gate_check,
@@ -266,7 +277,7 @@ pub fn harden(state: AppState, checks: Router<AppState>, rest: Router<AppState>)
         .route_layer(middleware::from_fn_with_state(state.clone(), observe))
         .fallback(not_found)
         // The access log (`http::access`): at debug for routes machines poll.
-        .layer(middleware::from_fn(access::log))
+        .layer(middleware::from_fn_with_state(tokens, access::log))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .with_state(state)

@@ -66,6 +66,10 @@ pub(super) async fn heartbeat(
 /// is only known to within half the round trip.
 const READING_TRUSTED_WITHIN: gate::Millis = 1000;
 
+/// A change of the offset between two readings beyond this is a step of the
+/// wall clock, logged.
+const STEP_NOTICED: gate::Millis = 1000;
+
 /// How often a clock that stays beyond the limit is logged again.
 const SKEW_LOG_EVERY: Duration = Duration::from_secs(60);
 
@@ -99,7 +103,16 @@ pub(super) async fn sync_clock(
             return;
         }
     };
-    clock.set_offset(reading.offset_ms);
+    let stepped = reading.offset_ms - clock.offset_ms();
+    if clock.measured() && stepped.abs() > STEP_NOTICED {
+        // The stamps were right all along (see `CorrectedClock`): this says why
+        // the offset moved.
+        tracing::warn!(
+            step_ms = stepped,
+            "this replica's wall clock stepped; times stay the database's"
+        );
+    }
+    clock.set_reading(reading.offset_ms, reading.db_ms, reading.at);
     metrics.clock_offset.set(reading.offset_ms as f64 / 1000.0);
     match clock.skew_problem() {
         Some(why) if log.warned.is_none_or(|at| at.elapsed() >= SKEW_LOG_EVERY) => {
@@ -137,6 +150,9 @@ pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
         }
         if let Err(e) = state.engine.flush_seen().await {
             tracing::warn!(error = %e, "could not write last-seen times");
+        }
+        if let Err(e) = state.engine.end_silent_waits().await {
+            tracing::warn!(error = %e, "could not end the waits of canaries that stopped asking");
         }
         if let Err(e) = state.engine.expire_due().await {
             tracing::warn!(error = %e, "could not expire approvals");

@@ -322,7 +322,15 @@ impl Engine {
             due_at: timers.due_at(&facts),
             remind_at: timers.remind_at(key.kind, now, 0),
             cluster: key.cluster.as_ref().or(at.input.cluster.as_ref()),
+            vouched: at.input.cluster.is_some(),
         };
+        if !wait.vouched {
+            for ended in self.make_room(tx, key, now).await? {
+                out.notices
+                    .push(super::bounds::ended_notice(&ended, "evicted", now));
+                out.evicted.push(ended);
+            }
+        }
         let Some(wait_id) = Store::start_wait(tx, &wait).await? else {
             return Ok(());
         };
@@ -370,6 +378,9 @@ impl Engine {
         let (answer, reason) = (verdict.answer, &verdict.reason);
         self.memory()
             .observe(key, check, answer, reason, wait_open, now);
+        for wait in &out.evicted {
+            self.forget_wait(wait);
+        }
         drop(applying);
         self.after_commit(&out.audits, queued);
         Ok(())
@@ -383,6 +394,8 @@ struct Written {
     notices: Vec<Notice>,
     /// A cluster's promote gate opened for a commit: the next environment's order.
     passage: Option<crate::store::Passage>,
+    /// Made-up waits ended to make room for this one.
+    evicted: Vec<crate::store::OpenWait>,
 }
 
 /// The check being recorded, as each step (an expiry, a pin, its wait) reads it.

@@ -45,6 +45,18 @@ pub enum CommandError {
     Store(#[from] StoreError),
 }
 
+/// A command not done, in the queues' terms: given up when trying again
+/// cannot help, tried again (when the other side said, at that time)
+/// otherwise; the store's passing failures as such.
+impl From<CommandError> for crate::notify::SendError {
+    fn from(e: CommandError) -> Self {
+        match e {
+            CommandError::Store(e) => e.into(),
+            e => Self::of(e.lasting(), e.retry_after(), e.to_string()),
+        }
+    }
+}
+
 impl CommandError {
     /// No answer now; asking again may bring one (at `after`, when known).
     pub fn unanswered(message: impl Into<String>, after: Option<Duration>) -> Self {

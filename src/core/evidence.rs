@@ -12,6 +12,10 @@ use crate::evidence::Evidence;
 /// How many canaries are asked about at once.
 const AT_ONCE: usize = 8;
 
+/// The most Prometheus queries one pass sends, whatever waits: past it the
+/// remaining canaries are asked first at the next pass.
+pub const QUERIES_PER_REFRESH: usize = 400;
+
 /// The shortest time between two refreshes of one canary's messages.
 pub const REFRESH_AT_MOST_EVERY: Millis = 60_000;
 
@@ -29,6 +33,9 @@ pub struct Refreshed {
     at: HashMap<CanaryRef, Millis>,
     due: BTreeSet<CanaryRef>,
     progress: HashMap<CanaryRef, Numbers>,
+    /// Where the next pass starts among the real waiting canaries, so that
+    /// those past the query budget are not always the same.
+    next: usize,
 }
 
 /// The numbers of a canary's progress that its messages show.
@@ -77,8 +84,21 @@ impl Engine {
         let waiting = self.waiting_canaries().await?;
         let now = self.now();
         let mut changed = Vec::new();
-        let all: Vec<(&CanaryRef, &Waiting)> = waiting.iter().collect();
-        for chunk in all.chunks(AT_ONCE) {
+        let mut real = Vec::new();
+        let vouched = self.store.vouched_waiting_canaries().await?;
+        for (canary, w) in &waiting {
+            if self.is_real(canary, &vouched).await? {
+                real.push((canary, w));
+            }
+        }
+        let per = evidence.queries_per_canary();
+        let fit = (QUERIES_PER_REFRESH / per).max(1);
+        let start = refreshed.next % real.len().max(1);
+        real.rotate_left(start);
+        let asked = fit.min(real.len());
+        refreshed.next = start + asked;
+        self.count_refused("query", (real.len() - asked) * per);
+        for chunk in real[..asked].chunks(AT_ONCE) {
             let fetches = chunk
                 .iter()
                 .map(|(c, w)| evidence.fetch(c, &w.metadata, now));
@@ -118,6 +138,23 @@ impl Engine {
         tx.commit().await?;
         self.after_commit(&[], queued);
         Ok(notices.len())
+    }
+
+    /// Whether `canary` is known to be real, so that its numbers may be read:
+    /// a Flagger token vouched for its wait, Flagger sent an event about it,
+    /// or the cluster showed its Canary object. A check alone is a claim.
+    async fn is_real(
+        &self,
+        canary: &CanaryRef,
+        vouched: &BTreeSet<CanaryRef>,
+    ) -> Result<bool, CommandError> {
+        if vouched.contains(canary) {
+            return Ok(true);
+        }
+        if self.origins.get().is_some_and(|o| o.confirmed(canary)) {
+            return Ok(true);
+        }
+        Ok(self.store.canary_progress(canary).await?.is_some())
     }
 
     /// Whether the canary's weight, iteration or failed checks moved since

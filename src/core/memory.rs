@@ -392,6 +392,31 @@ impl Memory {
         }
     }
 
+    /// Forgets the canary's last check at the gate (a made-up wait ended for
+    /// want of room or of asking), and the gate's slot when nothing is left
+    /// in it, so a flood of made-up canaries leaves no entry behind. Its name
+    /// stays interned (ids are positions), a few dozen bytes.
+    pub fn forget(&mut self, key: &GateKey, canary: &CanaryRef) {
+        let (Some(canary), Some(key)) = (self.canary_of(canary), self.find(key)) else {
+            return;
+        };
+        let Some(slot) = self.gates.get_mut(&key) else {
+            return;
+        };
+        if !slot.seen.iter().any(|(c, _)| *c == canary) {
+            return;
+        }
+        let seen: Vec<_> = std::mem::take(&mut slot.seen)
+            .into_vec()
+            .into_iter()
+            .filter(|(c, _)| *c != canary)
+            .collect();
+        slot.seen = seen.into_boxed_slice();
+        if slot.seen.is_empty() && slot.status.is_none() {
+            self.gates.swap_remove(&key);
+        }
+    }
+
     /// Last-seen times that moved since the last call: (gate, canary, time).
     pub fn take_dirty(&mut self) -> Vec<(String, String, Millis)> {
         let mut out = Vec::new();
@@ -576,5 +601,8 @@ mod tests {
         assert_eq!(m.last_seen(&pr, &c), Some(9));
         m.end_wait(&pr, &c);
         assert!(!m.last(&pr, &c).unwrap().wait_open);
+        m.forget(&pr, &c);
+        assert!(m.last(&pr, &c).is_none());
+        assert_eq!(m.len(), 0, "the empty slot is gone");
     }
 }

@@ -10,6 +10,7 @@
 mod app;
 pub mod authors;
 pub mod awaited;
+mod bounds;
 mod change;
 mod check;
 pub mod commands;

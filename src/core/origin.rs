@@ -157,6 +157,13 @@ impl Origins {
         Lookup::Waiting(looking(canary))
     }
 
+    /// Whether the cluster showed `canary`'s Canary object (at any revision).
+    pub(super) fn confirmed(&self, canary: &CanaryRef) -> bool {
+        let ties = self.ties();
+        ties.get(canary)
+            .is_some_and(|e| matches!(e.state, State::Known(_, _)))
+    }
+
     fn settle(&self, canary: &CanaryRef, checksum: &str, state: State) {
         let mut ties = self.ties();
         // A newer revision queued meanwhile keeps its own lookup.

@@ -15,7 +15,7 @@ use super::unit::Unit;
 use crate::gate::environment::Environments;
 use crate::gate::{CanaryRef, Gate, GateKey, GateKind, Millis, PrNumber, RepoName};
 use crate::store::{
-    AuditEntry, CheckRunRow, DeploymentRow, EventRow, NamedGate, NewJob, ObservationRow,
+    AuditEntry, CheckRunRow, Claim, DeploymentRow, EventRow, NamedGate, NewJob, ObservationRow,
     ProtectionRequest, QueueName, Reserved, SlackDecision, SlackEnding, SlackFinal, SlackMessage,
     StatusComment, Store, StoreError, TeamsCard, TeamsConversation, WaitBrief, WaitRow,
 };
@@ -262,11 +262,10 @@ impl Unit<'_> {
     pub async fn settle(
         &mut self,
         queue: QueueName,
-        id: &str,
-        owner: &str,
+        claim: &Claim<'_>,
     ) -> Result<bool, StoreError> {
         let now = self.now();
-        Store::finish_in(self.tx(), queue, id, owner, now).await
+        Store::finish_in(self.tx(), queue, claim, now).await
     }
 
     /// Who decided a Slack message's wait, with the change they made.

@@ -282,13 +282,22 @@ impl Evidence {
     }
 
     /// The query window: the hook metadata's `interval` (the Canary's
-    /// analysis interval), else the policy's, else one minute.
+    /// analysis interval, a claim: held to 10 s..1 h and written anew, see
+    /// `gate::interval`), else the policy's, else one minute.
     fn window_of(&self, metadata: &BTreeMap<String, String>) -> String {
         metadata
             .get("interval")
-            .cloned()
+            .and_then(|i| crate::gate::interval::bounded(i))
+            .map(crate::gate::interval::prometheus)
             .or_else(|| self.rules.interval.clone())
             .unwrap_or_else(|| "1m".to_string())
+    }
+
+    /// The most Prometheus queries one canary's fetch sends: the built-in
+    /// metrics for canary and primary, now and over the chart's span, and
+    /// each of the policy's queries.
+    pub(crate) fn queries_per_canary(&self) -> usize {
+        8 + self.rules.queries.len()
     }
 
     async fn readings(

@@ -220,7 +220,7 @@ pub fn order(
     Order::Waiting(format!(
         "waiting: {} promoted {short} {} ago; {} may go at {} (soak {})",
         before.name,
-        Soak(Duration::from_millis(now.saturating_sub(last).max(0) as u64)),
+        Elapsed(Duration::from_millis(now.saturating_sub(last).max(0) as u64)),
         env.name,
         Rfc3339(may_go),
         Soak(env.soak),
@@ -237,17 +237,37 @@ pub fn valid_commit(text: &str) -> bool {
     (7..=64).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// A duration in minutes, or hours and minutes: `30m`, `1h 5m`, `0m`.
+/// A soak as a policy gives it, to the second: `20 s`, `30 min`, `1h`,
+/// `1h 5 min`, `2 min 30 s` (a soak under a minute is not "0 min").
 struct Soak(Duration);
 
 impl fmt::Display for Soak {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let minutes = self.0.as_secs() / 60;
-        match (minutes / 60, minutes % 60) {
-            (0, m) => write!(f, "{m} min"),
-            (h, 0) => write!(f, "{h}h"),
-            (h, m) => write!(f, "{h}h {m} min"),
+        let total = self.0.as_secs();
+        let (h, m, s) = (total / 3600, total / 60 % 60, total % 60);
+        let mut parts = Vec::with_capacity(3);
+        if h > 0 {
+            parts.push(format!("{h}h"));
         }
+        if m > 0 {
+            parts.push(format!("{m} min"));
+        }
+        if s > 0 || total == 0 {
+            parts.push(format!("{s} s"));
+        }
+        f.write_str(&parts.join(" "))
+    }
+}
+
+/// Time since something happened: seconds under a minute, else as [`Soak`]
+/// without the seconds (`12 min ago`, not `12 min 3 s ago`).
+struct Elapsed(Duration);
+
+impl fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = self.0.as_secs();
+        let shown = if secs < 60 { secs } else { secs - secs % 60 };
+        Soak(Duration::from_secs(shown)).fmt(f)
     }
 }
 
@@ -324,6 +344,44 @@ mod tests {
         assert!(default.unwrap_err().contains("default_cluster `x`"));
         // An environment of one cluster may share its name.
         assert!(Environments::new(vec![env("staging", &["staging"], None, 0)], None).is_ok());
+    }
+
+    #[test]
+    fn a_soak_is_shown_to_the_second() {
+        let table = [
+            (0, "0 s"),
+            (20, "20 s"),
+            (60, "1 min"),
+            (150, "2 min 30 s"),
+            (30 * 60, "30 min"),
+            (3600, "1h"),
+            (3900, "1h 5 min"),
+            (3620, "1h 20 s"),
+        ];
+        for (secs, shown) in table {
+            assert_eq!(Soak(Duration::from_secs(secs)).to_string(), shown);
+        }
+        assert_eq!(Elapsed(Duration::from_secs(45)).to_string(), "45 s");
+        assert_eq!(
+            Elapsed(Duration::from_secs(12 * 60 + 3)).to_string(),
+            "12 min"
+        );
+
+        // A policy's soak of 20 s, while production waits for it.
+        let mut envs = vec![
+            env("staging", &["staging-eu"], None, 0),
+            env("production", &["prod-eu"], Some("staging"), 0),
+        ];
+        envs[1].soak = Duration::from_secs(20);
+        let envs = Environments::new(envs, None).unwrap();
+        let prod = envs.named(&name("production")).unwrap();
+        let t0 = 1_800_000_000_000;
+        let promoted = |c: &ClusterName, _: &str| (c.as_str() == "staging-eu").then_some(t0);
+        let Order::Waiting(line) = order(&envs, prod, Some("85d557f"), promoted, t0 + 5_000) else {
+            panic!()
+        };
+        assert!(line.contains("promoted 85d557f 5 s ago"), "{line}");
+        assert!(line.ends_with("(soak 20 s)"), "{line}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod deadline;
 pub mod environment;
 pub mod event;
 pub mod freeze;
+pub mod interval;
 pub mod key;
 mod label;
 pub mod named;

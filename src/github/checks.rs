@@ -187,7 +187,7 @@ impl CheckRuns {
         if known.digest.as_deref() == Some(digest.as_str()) {
             return Ok(());
         }
-        let body = serde_json::to_value(shown).map_err(retry)?;
+        let body = serde_json::to_value(shown).map_err(|e| SendError::retry(e.to_string()))?;
         self.client
             .update_check_run(repo, known.run_id, body)
             .await
@@ -220,7 +220,7 @@ impl CheckRuns {
                 key.kind
             )));
         }
-        let mut body = serde_json::to_value(shown).map_err(retry)?;
+        let mut body = serde_json::to_value(shown).map_err(|e| SendError::retry(e.to_string()))?;
         body["name"] = json!(format!("gatebot / {}", key.kind));
         body["head_sha"] = json!(head);
         body["external_id"] = json!(key.to_string());
@@ -240,6 +240,7 @@ impl CheckRuns {
             head_sha: head,
             run_id,
             digest: Some(digest(shown)),
+            updated_at: self.clock.now_ms(),
         };
         self.records
             .put_check_run(repo, number, key.kind, &sent, self.clock.now_ms())
@@ -399,15 +400,52 @@ impl CheckRuns {
 
 /// Stored digests of ended runs start so: a push leaves them as they ended.
 const ENDED: &str = "ended:";
+/// Between the digest of the whole run and that of its output, which a
+/// click's payload carries (`written_at`).
+const OUTPUT: char = '~';
 
 fn digest(shown: &Shown) -> String {
     use sha2::{Digest, Sha256};
     let text = serde_json::to_string(shown).unwrap_or_default();
     let hash = hex::encode(Sha256::digest(text.as_bytes()));
+    let output = output_digest(&shown.output.title, &shown.output.summary);
     match shown.conclusion {
-        Some(_) => format!("{ENDED}{hash}"),
-        None => hash,
+        Some(_) => format!("{ENDED}{hash}{OUTPUT}{output}"),
+        None => format!("{hash}{OUTPUT}{output}"),
     }
+}
+
+/// A run's output (title and summary), as a digest.
+fn output_digest(title: &str, summary: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update(title.as_bytes());
+    hash.update([0]);
+    hash.update(summary.as_bytes());
+    hex::encode(&hash.finalize()[..16])
+}
+
+/// When what a click on the run `known` saw was written, for the rule that
+/// a command written before a gate's last close does not reopen it: the time
+/// gatebot last edited the run, when the click carries that edit's output;
+/// else the output is an earlier one, written no later than the run's
+/// creation (`started_at`, GitHub's time) can tell, and with no creation
+/// time, before every close.
+pub fn written_at(
+    known: &CheckRunRow,
+    title: &str,
+    summary: &str,
+    started_at: Option<Millis>,
+) -> Millis {
+    let last = known
+        .digest
+        .as_deref()
+        .and_then(|d| d.rsplit_once(OUTPUT))
+        .map(|(_, output)| output);
+    if last == Some(output_digest(title, summary).as_str()) {
+        return known.updated_at;
+    }
+    started_at.unwrap_or(Millis::MIN)
 }
 
 /// The gate's state in a word, and the change that made it so.

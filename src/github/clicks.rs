@@ -3,7 +3,7 @@
 //! `core::dispatch` with the rules of a comment by the same person.
 
 use super::access::{CommentAuthorizer, Stale};
-use super::checks::{Button, KINDS};
+use super::checks::{self, Button, KINDS};
 use super::events::CheckRunEvent;
 use super::inbox::{finish, GithubInbox};
 use super::retry;
@@ -75,11 +75,23 @@ impl GithubInbox {
             self.client.learn_installation(&repo, i.id);
         }
         let records = &self.state.records;
-        let current = records
+        let known = records
             .check_run(&repo, number, key.kind)
             .await
             .map_err(retry)?
-            .is_some_and(|r| r.run_id == e.check_run.id);
+            .filter(|r| r.run_id == e.check_run.id);
+        let current = known.is_some();
+        // What the person saw was written then: a click on a run written
+        // before the gate's last close does not reopen it, as a comment does not.
+        let output = &e.check_run.output;
+        let written_at = known.as_ref().map(|k| {
+            checks::written_at(
+                k,
+                output.title.as_deref().unwrap_or(""),
+                output.summary.as_deref().unwrap_or(""),
+                e.check_run.started_at(),
+            )
+        });
         let pull = self
             .client
             .pull(&repo, number)
@@ -102,7 +114,8 @@ impl GithubInbox {
             current,
         };
         let who = Provenance::new(Actor::new(e.sender.login.clone(), Source::Github))
-            .delivery(delivery.clone());
+            .delivery(delivery.clone())
+            .written_at(written_at);
         let request = Request {
             place: None,
             command: button.command(key.kind),

@@ -494,6 +494,26 @@ impl GithubClient {
             .map(|_| ())
     }
 
+    /// The environments workflow run `run` waits to deploy to, as GitHub
+    /// lists them (`GET /repos/{owner}/{repo}/actions/runs/{run}/pending_deployments`).
+    pub async fn pending_deployments(
+        &self,
+        repo: &RepoName,
+        run: u64,
+    ) -> Result<Vec<String>, ApiError> {
+        #[derive(Deserialize)]
+        struct Pending {
+            environment: Environment,
+        }
+        #[derive(Deserialize)]
+        struct Environment {
+            name: String,
+        }
+        let rest = format!("/actions/runs/{run}/pending_deployments");
+        let listed: Vec<Pending> = self.read_repo("pending_deployments", repo, &rest).await?;
+        Ok(listed.into_iter().map(|p| p.environment.name).collect())
+    }
+
     /// Approves or rejects a workflow run's deployment at `path` (its
     /// callback, checked to be the repository's own under the API), with the
     /// repository's token.

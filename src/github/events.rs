@@ -217,6 +217,14 @@ pub struct CheckRun {
     /// What gatebot wrote there when it created the run: the gate's key.
     pub external_id: Option<String>,
     pub output: CheckRunOutput,
+    /// When the run was created, by GitHub's clock.
+    pub started_at: Option<String>,
+}
+
+impl CheckRun {
+    pub fn started_at(&self) -> Option<Millis> {
+        github_time(self.started_at.as_deref()?)
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

@@ -58,10 +58,9 @@ pub(super) async fn finish(
     item: &QueueItem,
     lease: &Lease,
 ) -> Result<Settled, SendError> {
-    unit.settle(lease.queue, &item.id, &lease.owner)
-        .await
-        .map_err(retry)?;
-    unit.commit().await.map_err(retry)?;
+    debug_assert_eq!(item.id, lease.claim().id);
+    unit.settle(lease.queue, &lease.claim()).await?;
+    unit.commit().await?;
     Ok(Settled::Done)
 }
 

@@ -97,18 +97,20 @@ pub(crate) fn unanswered(e: SendError) -> CommandError {
     match e {
         SendError::Retry { after, message } => CommandError::unanswered(message, after),
         SendError::Permanent(message) => CommandError::unanswerable(message),
+        SendError::Transient(message) => CommandError::unanswered(message, None),
     }
 }
 
-/// The store or GitHub could not be reached for now: try the job again later.
-fn retry(e: impl std::fmt::Display) -> SendError {
-    SendError::retry(e.to_string())
+/// The store could not be written or read for now: try again later (for as
+/// long as it takes when its failure passes, see `SendError::Transient`).
+fn retry(e: crate::store::StoreError) -> SendError {
+    e.into()
 }
 
 /// A command not done, in the outbox's terms: given up when trying again
 /// cannot help, tried again (when GitHub said, at that time) otherwise.
 pub(crate) fn send_error(e: CommandError) -> SendError {
-    SendError::of(e.lasting(), e.retry_after(), e.to_string())
+    e.into()
 }
 
 pub fn sinks(

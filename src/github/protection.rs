@@ -21,7 +21,7 @@ use crate::clock::SharedClock;
 use crate::core::Records;
 use crate::gate::{Actor, AuditAction, GateKind, Millis, PrNumber, RepoName};
 use crate::metrics::Metrics;
-use crate::notify::{Notice, SendError};
+use crate::notify::{Lease, Notice, SendError};
 use crate::policy::PROTECTION_KINDS;
 use crate::store::ProtectionRequest;
 
@@ -165,12 +165,14 @@ pub struct Protections {
 
 impl Protections {
     /// Decides each of the PR's deployments waiting at the decision's gates
-    /// since before it: one review each at its callback, remembered once sent.
+    /// since before it: one review each at its callback, remembered once sent,
+    /// each only while the job's lease holds (`None`: a caller that holds none).
     pub async fn send(
         &self,
         repo: &RepoName,
         number: PrNumber,
         d: &Decision,
+        lease: Option<&Lease>,
     ) -> Result<(), SendError> {
         let pending = self
             .records
@@ -178,7 +180,7 @@ impl Protections {
             .await
             .map_err(retry)?;
         for r in pending.iter().filter(|r| d.kinds.contains(&r.gate.kind)) {
-            let state = self.review(repo, r, d).await?;
+            let state = self.review(repo, r, d, lease).await?;
             let now = self.clock.now_ms();
             self.records
                 .decide_protection(r, state, now)
@@ -188,12 +190,15 @@ impl Protections {
         Ok(())
     }
 
-    /// Posts one review; what the request came to.
+    /// Posts one review, unless GitHub says the run no longer waits for the
+    /// environment (an earlier attempt, here or on another replica, may have
+    /// reached GitHub before its answer was lost); what the request came to.
     async fn review(
         &self,
         repo: &RepoName,
         r: &ProtectionRequest,
         d: &Decision,
+        lease: Option<&Lease>,
     ) -> Result<&'static str, SendError> {
         let path = match callback_path(&self.api_url, &r.callback_url, repo) {
             Ok((path, _)) => path,
@@ -205,6 +210,15 @@ impl Protections {
         };
         if let Some(id) = r.installation {
             self.client.learn_installation(repo, id);
+        }
+        if !self.still_waits(repo, r).await? {
+            tracing::info!(%repo, run = r.run_id, environment = %r.environment,
+                "the deployment no longer waits (decided by an earlier attempt or on GitHub): nothing sent");
+            return Ok("not_waiting");
+        }
+        // The read may have taken a while: still ours, right before the call.
+        if let Some(lease) = lease {
+            lease.hold().await?;
         }
         let body = json!({
             "environment_name": r.environment,
@@ -219,6 +233,26 @@ impl Protections {
                     // Decided elsewhere, or the run is gone: nothing to retry.
                     tracing::warn!(%repo, run = r.run_id, "GitHub refused the deployment's review: {why}");
                     Ok("failed")
+                }
+                again => Err(again),
+            },
+        }
+    }
+}
+
+impl Protections {
+    /// Whether GitHub still lists the request's environment among the run's
+    /// pending deployments. A run GitHub no longer knows waits for nothing; a
+    /// read GitHub refuses (an App without Actions: read) cannot tell, and the
+    /// review is sent as before.
+    async fn still_waits(&self, repo: &RepoName, r: &ProtectionRequest) -> Result<bool, SendError> {
+        match self.client.pending_deployments(repo, r.run_id).await {
+            Ok(envs) => Ok(envs.iter().any(|e| e.eq_ignore_ascii_case(&r.environment))),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => match e.to_send_error() {
+                SendError::Permanent(why) => {
+                    tracing::warn!(%repo, run = r.run_id, "cannot ask GitHub whether the deployment still waits (does the App have Actions: read?): {why}");
+                    Ok(true)
                 }
                 again => Err(again),
             },

@@ -77,7 +77,7 @@ impl GithubInbox {
             .delivery(delivery.clone());
         commands::close_pr_gates(&self.state.engine, &repo, number, &kinds, &who)
             .await
-            .map_err(retry)?;
+            .map_err(super::send_error)?;
         Ok(())
     }
 }

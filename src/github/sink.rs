@@ -28,7 +28,9 @@ use crate::evidence::Evidence;
 use crate::gate::{GateKey, GateKind, Millis, PrNumber, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::burst::{Admit, Burst};
-use crate::notify::{BoxFuture, Handler, Notice, PayloadError, SendError, Sink, SinkJob};
+use crate::notify::{
+    BoxFuture, Handler, Lease, Notice, PayloadError, SendError, Settled, Sink, SinkJob,
+};
 use crate::store::{NewJob, QueueItem, StatusComment};
 use crate::templates::escape::{self, code};
 use crate::templates::Templates;
@@ -237,10 +239,20 @@ impl GithubSink {
         }
     }
 
-    /// Runs a job unless its PR is known not to exist; a 404 for the PR marks it so.
-    async fn run(&self, job: GithubJob, item: &QueueItem) -> Result<(), SendError> {
+    /// Runs a job unless its PR is known not to exist; a 404 for the PR marks
+    /// it so. `lease`, when the worker holds one, is renewed before calls that
+    /// must not be made twice.
+    async fn run(
+        &self,
+        job: GithubJob,
+        item: &QueueItem,
+        lease: Option<&Lease>,
+    ) -> Result<(), SendError> {
         let Some((repo, number)) = job.pr().map(|(r, n)| (r.clone(), n)) else {
-            return self.send(job, item).await.map_err(Failure::into_send);
+            return self
+                .send(job, item, lease)
+                .await
+                .map_err(Failure::into_send);
         };
         let unavailable = |e: crate::store::StoreError| SendError::retry(e.to_string());
         let now = self.clock.now_ms();
@@ -257,7 +269,7 @@ impl GithubSink {
             tracing::debug!(%repo, %number, topic = %item.topic, "dropped: GitHub said this PR does not exist");
             return Ok(());
         }
-        match self.send(job, item).await {
+        match self.send(job, item, lease).await {
             Ok(()) => {
                 if missing {
                     self.records
@@ -280,7 +292,12 @@ impl GithubSink {
         }
     }
 
-    async fn send(&self, job: GithubJob, item: &QueueItem) -> Result<(), Failure> {
+    async fn send(
+        &self,
+        job: GithubJob,
+        item: &QueueItem,
+        lease: Option<&Lease>,
+    ) -> Result<(), Failure> {
         let api = |e: ApiError| e.to_send_error();
         match job {
             GithubJob::Reaction {
@@ -343,7 +360,7 @@ impl GithubSink {
                 number,
                 decision,
             } => match &self.protections {
-                Some(p) => Ok(p.send(&repo, number, &decision).await?),
+                Some(p) => Ok(p.send(&repo, number, &decision, lease).await?),
                 None => Ok(()),
             },
         }
@@ -569,12 +586,24 @@ impl Handler for GithubSink {
     }
 
     fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
+        Box::pin(async move { self.run(decode_job(item)?, item, None).await })
+    }
+
+    fn handle_leased<'a>(
+        &'a self,
+        item: &'a QueueItem,
+        lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<Settled, SendError>> {
         Box::pin(async move {
-            let job: GithubJob = serde_json::from_str(&item.payload)
-                .map_err(|e| SendError::Permanent(format!("unreadable GitHub job: {e}")))?;
-            self.run(job, item).await
+            self.run(decode_job(item)?, item, Some(lease)).await?;
+            Ok(Settled::NotYet)
         })
     }
+}
+
+fn decode_job(item: &QueueItem) -> Result<GithubJob, SendError> {
+    serde_json::from_str(&item.payload)
+        .map_err(|e| SendError::Permanent(format!("unreadable GitHub job: {e}")))
 }
 
 impl Sink for GithubSink {

@@ -6,14 +6,17 @@
 //! its access line at info, once, naming the change.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 use tower_http::request_id::RequestId;
 use tracing::{Instrument, Span};
+
+use crate::gate::FlaggerTokens;
 
 /// Put on a gate check's response when the check was written down: what changed.
 #[derive(Debug, Clone, Copy)]
@@ -28,7 +31,8 @@ pub fn polled(path: &str) -> bool {
         )
 }
 
-pub async fn log(req: Request, next: Next) -> Response {
+/// The access log of every route; `tokens` are what no logged path may show.
+pub async fn log(State(tokens): State<Arc<FlaggerTokens>>, req: Request, next: Next) -> Response {
     // Cheap copies (shared bytes), kept for a line logged after the handler ran.
     let method = req.method().clone();
     let uri = req.uri().clone();
@@ -37,7 +41,7 @@ pub async fn log(req: Request, next: Next) -> Response {
         .get::<RequestId>()
         .map(|id| id.header_value().clone());
     let id = id.as_ref().and_then(|v| v.to_str().ok()).unwrap_or("-");
-    logged(&method, uri.path(), id, next.run(req)).await
+    logged(&method, uri.path(), id, &tokens, next.run(req)).await
 }
 
 /// Runs `answer` in the request's span and logs its access line.
@@ -45,10 +49,12 @@ pub async fn logged(
     method: &Method,
     path: &str,
     id: &str,
+    tokens: &FlaggerTokens,
     answer: impl Future<Output = Response>,
 ) -> Response {
     let polled = polled(path);
-    let inner = span(!polled, method, path, id);
+    let path = Redacted { path, tokens };
+    let inner = span(!polled, method, &path, id);
     let started = Instant::now();
     let response = answer.instrument(inner.clone()).await;
     let latency = format_args!("{} ms", started.elapsed().as_millis());
@@ -62,7 +68,7 @@ pub async fn logged(
     }
     // A polled route's line at info gets the info span its steady state goes without.
     let outer = if polled {
-        span(true, method, path, id)
+        span(true, method, &path, id)
     } else {
         inner
     };
@@ -79,8 +85,7 @@ pub async fn logged(
 
 /// The `request` span, at info or (for a polled route) at debug: a span at
 /// info costs every request its formatted fields even when nothing is logged.
-fn span(info: bool, method: &Method, path: &str, id: &str) -> Span {
-    let path = Redacted(path);
+fn span(info: bool, method: &Method, path: &Redacted<'_>, id: &str) -> Span {
     if info {
         tracing::info_span!("request", %method, path = %path, request_id = %id)
     } else {
@@ -88,28 +93,96 @@ fn span(info: bool, method: &Method, path: &str, id: &str) -> Span {
     }
 }
 
-/// A path as logged: the Flagger token of `/gates/t/<token>/…` is a secret.
-/// (Query strings, where `?token=` goes, are never logged.)
-pub struct Redacted<'a>(pub &'a str);
+/// A path as logged, with no secret in it whatever was typed: the segment
+/// after any `t` segment (as in `/gates/t/<token>/…`, but anywhere, in any
+/// case, past empty segments: `//Gates/t//<token>`, `/gate/T/<token>`), and
+/// any segment that is one of the Flagger tokens, show as `***`. A segment
+/// is compared percent-decoded too. (Query strings, where `?token=` goes,
+/// are never logged.) Formatted only when a line is written: the hashing
+/// costs a polled route nothing at info.
+pub struct Redacted<'a> {
+    pub path: &'a str,
+    pub tokens: &'a FlaggerTokens,
+}
+
+impl Redacted<'_> {
+    fn secret(&self, segment: &str, after_t: bool) -> bool {
+        after_t
+            || (!self.tokens.is_empty()
+                && (self.tokens.cluster_of(segment).is_some()
+                    || (segment.contains('%')
+                        && self.tokens.cluster_of(&decoded(segment)).is_some())))
+    }
+}
+
+fn is_t(segment: &str) -> bool {
+    segment.eq_ignore_ascii_case("t") || decoded(segment).eq_ignore_ascii_case("t")
+}
+
+/// A segment's percent-escapes decoded (a malformed one kept as it is).
+fn decoded(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escape = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escape {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
 
 impl std::fmt::Display for Redacted<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0.strip_prefix("/gates/t/") {
-            Some(rest) => {
-                let after = rest.find('/').map_or("", |i| &rest[i..]);
-                write!(f, "/gates/t/***{after}")
+        let mut after_t = false;
+        for (n, segment) in self.path.split('/').enumerate() {
+            if n > 0 {
+                f.write_str("/")?;
             }
-            None => f.write_str(self.0),
+            if segment.is_empty() {
+                continue;
+            }
+            if self.secret(segment, after_t) {
+                f.write_str("***")?;
+            } else {
+                f.write_str(segment)?;
+            }
+            after_t = is_t(segment);
         }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::Redacted;
+    use crate::gate::FlaggerTokens;
+
+    fn tokens(token: &str) -> FlaggerTokens {
+        format!("prod={}", hex::encode(crate::gate::tokens::sha256(token)))
+            .parse()
+            .unwrap()
+    }
+
+    fn shown(path: &str, tokens: &FlaggerTokens) -> String {
+        Redacted { path, tokens }.to_string()
+    }
 
     #[test]
     fn a_flagger_token_in_the_path_is_never_shown() {
+        let none = FlaggerTokens::default();
         let table = [
             (
                 "/gates/t/s3cret/promote/pr/42",
@@ -118,9 +191,37 @@ mod tests {
             ("/gates/t/s3cret", "/gates/t/***"),
             ("/gates/promote/pr/42", "/gates/promote/pr/42"),
             ("/healthz", "/healthz"),
+            ("/", "/"),
+            ("", ""),
+            // Mistyped: the segment after any `t`, in any case, anywhere.
+            ("//gates/t/s3cret/promote", "//gates/t/***/promote"),
+            ("/Gates/t/s3cret/promote", "/Gates/t/***/promote"),
+            ("/gate/t/s3cret/promote", "/gate/t/***/promote"),
+            ("/gates/T/s3cret/promote", "/gates/T/***/promote"),
+            ("/gates/t//s3cret/promote", "/gates/t//***/promote"),
+            ("/gates/%74/s3cret/promote", "/gates/%74/***/promote"),
+            ("/x/y/t/s3cret", "/x/y/t/***"),
+            ("/gates/t/", "/gates/t/"),
+            ("/gates/t/t/s3cret", "/gates/t/***/***"),
         ];
-        for (path, shown) in table {
-            assert_eq!(Redacted(path).to_string(), shown);
+        for (path, want) in table {
+            assert_eq!(shown(path, &none), want, "{path}");
+        }
+    }
+
+    #[test]
+    fn a_configured_token_is_never_shown_wherever_it_is() {
+        let tokens = tokens("s3cret");
+        let table = [
+            ("/gates/s3cret/promote", "/gates/***/promote"),
+            ("/s3cret", "/***"),
+            ("/gates/tt/s3cret", "/gates/tt/***"),
+            ("/gates/promote/%73%33cret", "/gates/promote/***"),
+            ("/gates/promote/s3cret2", "/gates/promote/s3cret2"),
+            ("/gates/%zz/s3cret%", "/gates/%zz/s3cret%"),
+        ];
+        for (path, want) in table {
+            assert_eq!(shown(path, &tokens), want, "{path}");
         }
     }
 }

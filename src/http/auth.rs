@@ -182,6 +182,30 @@ fn claim(name: &str, headers: &HeaderMap) -> Option<String> {
     }
 }
 
+/// Before a body is read: when the server has any API token, the request
+/// must carry one of them (which one the route needs is checked after). A
+/// request with none, or a wrong one, holds no body reader. With no token
+/// configured, the routes answer for themselves (reads are open).
+pub fn any_token(config: &Config, headers: &HeaderMap) -> Result<(), Reject> {
+    if !config.has_operators() && config.pipeline_token().is_none() {
+        return Ok(());
+    }
+    let pipeline = if config.pipeline_token().is_some() {
+        " (or GATEBOT_PIPELINE_TOKEN)"
+    } else {
+        ""
+    };
+    let Some(given) = bearer(headers) else {
+        return Err(Reject::unauthorized(format!(
+            "missing bearer token: send Authorization: Bearer <this server's GATEBOT_ADMIN_TOKEN, or your own token from its GATEBOT_API_TOKENS>{pipeline}"
+        )));
+    };
+    match holder(config, given) {
+        Some(_) => Ok(()),
+        None => Err(Reject::unauthorized(format!("{WRONG_TOKEN}{pipeline}"))),
+    }
+}
+
 /// Reads need an operator's token when one is set, and are open when none is.
 pub fn reader(config: &Config, headers: &HeaderMap) -> Result<(), Reject> {
     if !config.has_operators() {

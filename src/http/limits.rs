@@ -4,6 +4,12 @@
 //! Together they bound what unauthenticated senders can make gatebot hold in
 //! memory: at most [`WEBHOOK_BODY_READERS`] webhook bodies of at most their
 //! route's limit, plus one small Flagger or API body per connection.
+//!
+//! The cap is shared out by channel ([`WebhookReaders`]): slow bodies sent to
+//! one channel's route wait for that channel's share only, so a flood of
+//! them on `/webhooks/teams` leaves GitHub's deliveries their readers, and the
+//! reverse. A channel whose credential is in a header (Teams' token, the
+//! API's bearer) has it checked before the body is read at all.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,10 +26,41 @@ use tokio::time::{timeout_at, Instant};
 
 use super::error::{Reject, Rejected};
 
-/// Webhook bodies (GitHub, Slack) read at the same time, across both sources.
-/// GitHub and Slack send a few deliveries a second at most; a flood of slow or
-/// large bodies gets 503 instead of memory.
-pub const WEBHOOK_BODY_READERS: usize = 16;
+/// Webhook bodies read at the same time, all channels together: the sum of
+/// the shares below. GitHub, Slack and Teams send a few deliveries a second
+/// at most; a flood of slow or large bodies gets 503 instead of memory.
+pub const WEBHOOK_BODY_READERS: usize =
+    GITHUB_BODY_READERS + SLACK_BODY_READERS + TEAMS_BODY_READERS;
+
+/// GitHub's share of [`WEBHOOK_BODY_READERS`]: its deliveries carry the
+/// commands, and its signature can only be checked once the body is read.
+pub const GITHUB_BODY_READERS: usize = 8;
+
+/// Slack's share (its HTTP routes and Socket Mode together).
+pub const SLACK_BODY_READERS: usize = 4;
+
+/// Teams' share; its token is checked before a body is read, so only the
+/// Bot Framework (or a holder of its token) can take these.
+pub const TEAMS_BODY_READERS: usize = 4;
+
+/// Each webhook channel's share of the body readers.
+#[derive(Clone)]
+pub struct WebhookReaders {
+    pub github: Arc<Semaphore>,
+    /// HTTP and Socket Mode.
+    pub slack: Arc<Semaphore>,
+    pub teams: Arc<Semaphore>,
+}
+
+impl Default for WebhookReaders {
+    fn default() -> Self {
+        Self {
+            github: Arc::new(Semaphore::new(GITHUB_BODY_READERS)),
+            slack: Arc::new(Semaphore::new(SLACK_BODY_READERS)),
+            teams: Arc::new(Semaphore::new(TEAMS_BODY_READERS)),
+        }
+    }
+}
 
 /// How long a webhook request waits for one of the [`WEBHOOK_BODY_READERS`]
 /// before it is answered 503: long enough to ride out a short burst, short

@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::clock::SharedClock;
 use crate::gate::audit::as_text;
 use crate::gate::{Actor, AuditAction, CanaryRef, GateKey, Millis, PrNumber, RepoName};
-use crate::store::{NewJob, QueueItem, QueueName};
+use crate::store::{Claim, NewJob, QueueItem, QueueName, Store, StoreError};
 
 pub use worker::{Drain, Worker, WorkerSettings};
 
@@ -224,6 +225,19 @@ pub enum SendError {
     },
     /// Trying again cannot help.
     Permanent(String),
+    /// The store failed in a way that passes (see `StoreError::transient`): an
+    /// inbox delivery is tried again until it applies, and this does not count
+    /// as one of its attempts; an outbox job counts it as a `Retry`.
+    Transient(String),
+}
+
+impl From<StoreError> for SendError {
+    fn from(e: StoreError) -> Self {
+        match e.transient() {
+            true => Self::Transient(e.to_string()),
+            false => Self::retry(e.to_string()),
+        }
+    }
 }
 
 impl SendError {
@@ -245,7 +259,9 @@ impl SendError {
 
     pub fn message(&self) -> &str {
         match self {
-            Self::Retry { message, .. } | Self::Permanent(message) => message,
+            Self::Retry { message, .. } | Self::Permanent(message) | Self::Transient(message) => {
+                message
+            }
         }
     }
 }
@@ -281,11 +297,57 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
-/// Whose claim an item is under, for settling it in a handler's transaction.
-#[derive(Debug, Clone)]
+/// Whose claim an item is under, for settling it in a handler's transaction
+/// and for renewing it before each call out.
 pub struct Lease {
     pub queue: QueueName,
     pub owner: String,
+    /// The item's attempts when it was claimed: see [`Claim`].
+    pub attempts: i64,
+    pub(crate) id: String,
+    pub(crate) length: Duration,
+    pub(crate) store: Store,
+    pub(crate) clock: SharedClock,
+    /// Set once a renewal found the item no longer ours.
+    pub(crate) lost: std::sync::atomic::AtomicBool,
+}
+
+impl Lease {
+    pub fn claim(&self) -> Claim<'_> {
+        Claim {
+            id: &self.id,
+            owner: &self.owner,
+            attempts: self.attempts,
+        }
+    }
+
+    /// Renews the lease just before a call out (and after any pause), so a
+    /// job is sent only while it is ours. An error means: send nothing. When
+    /// the item is no longer ours it is left to whoever has it (see [`Lease::lost`]).
+    pub async fn hold(&self) -> Result<(), SendError> {
+        let length = i64::try_from(self.length.as_millis()).unwrap_or(i64::MAX);
+        let now = self.clock.now_ms();
+        match self
+            .store
+            .hold_lease(self.queue, &self.claim(), now, length)
+            .await
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                self.lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                Err(SendError::retry(
+                    "the lease was lost: another worker has the item",
+                ))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Whether a renewal found the item no longer ours: it is neither sent
+    /// nor settled here.
+    pub fn lost(&self) -> bool {
+        self.lost.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// Whether a handler settled its item itself.

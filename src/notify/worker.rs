@@ -33,6 +33,11 @@ pub struct WorkerSettings {
 /// How many items per running lane may be claimed ahead, waiting behind a busy lane.
 const CLAIM_AHEAD: usize = 4;
 
+/// The longest wait between tries of a delivery the store failed to apply
+/// for a passing reason (a held row lock, a lost connection): once the store
+/// recovers, an acknowledged `/hold` applies within this.
+const TRANSIENT_MAX_BACKOFF: Duration = Duration::from_secs(30);
+
 impl Default for WorkerSettings {
     fn default() -> Self {
         Self {
@@ -155,7 +160,7 @@ impl Worker {
                                 Some(behind) => behind.push_back(item),
                                 None => {
                                     lanes.insert(lane.clone(), VecDeque::new());
-                                    self.start(&mut running, &mut tasks, lane, item);
+                                    self.start(&mut running, &mut tasks, lane, item, false);
                                 }
                             }
                         }
@@ -191,7 +196,7 @@ impl Worker {
                 failure.get_or_insert(e);
             }
             match lanes.get_mut(&lane).and_then(VecDeque::pop_front) {
-                Some(next) => self.start(&mut running, &mut tasks, lane, next),
+                Some(next) => self.start(&mut running, &mut tasks, lane, next, true),
                 None => {
                     lanes.remove(&lane);
                 }
@@ -213,6 +218,7 @@ impl Worker {
         tasks: &mut HashMap<tokio::task::Id, String>,
         lane: String,
         item: QueueItem,
+        waited: bool,
     ) {
         let worker = Arc::clone(self);
         // One span per delivery or job, named by its id, so that one approval
@@ -225,50 +231,99 @@ impl Worker {
             topic = %item.topic,
             attempt = item.attempts,
         );
-        let task = running.spawn(async move { worker.run_one(&item).await }.instrument(span));
+        let task =
+            running.spawn(async move { worker.run_one(&item, waited).await }.instrument(span));
         tasks.insert(task.id(), lane);
     }
 
-    async fn run_one(&self, item: &QueueItem) -> crate::store::Result<()> {
+    /// Backoff for a delivery the store failed to apply for a passing reason:
+    /// a tenth of how long it has waited, from the base backoff up to
+    /// [`TRANSIENT_MAX_BACKOFF`] (its attempts do not grow, so they cannot
+    /// measure it).
+    fn transient_backoff(&self, waited_ms: i64) -> Duration {
+        let tenth = Duration::from_millis(u64::try_from(waited_ms / 10).unwrap_or(0));
+        tenth
+            .max(self.settings.base_backoff)
+            .min(TRANSIENT_MAX_BACKOFF)
+    }
+
+    /// Runs one claimed item; `waited`: it was claimed ahead and waited in
+    /// its lane behind others.
+    async fn run_one(&self, item: &QueueItem, waited: bool) -> crate::store::Result<()> {
+        let lease = Lease {
+            queue: self.queue,
+            owner: self.owner.clone(),
+            attempts: item.attempts,
+            id: item.id.clone(),
+            length: self.settings.lease,
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+            lost: Default::default(),
+        };
         let result = match self.handlers.get(&item.route) {
             None => Err(SendError::Permanent(format!(
                 "nothing handles `{}` here: is it configured?",
                 item.route
             ))),
-            Some(handler) => {
-                let limit = self.settings.lease.mul_f32(0.8);
-                let lease = Lease {
-                    queue: self.queue,
-                    owner: self.owner.clone(),
-                };
-                match tokio::time::timeout(limit, handler.handle_leased(item, &lease)).await {
-                    Ok(result) => result,
-                    Err(_) => Err(SendError::retry(format!("timed out after {limit:?}"))),
+            // Claimed ahead, the item may have waited in its lane past its
+            // lease, and another worker may have it now: renewed first, or
+            // left. One started as it was claimed holds a fresh lease.
+            Some(handler) => match if waited { lease.hold().await } else { Ok(()) } {
+                Err(e) => Err(e),
+                Ok(()) => {
+                    let limit = self.settings.lease.mul_f32(0.8);
+                    match tokio::time::timeout(limit, handler.handle_leased(item, &lease)).await {
+                        Ok(result) => result,
+                        Err(_) => Err(SendError::retry(format!("timed out after {limit:?}"))),
+                    }
                 }
-            }
+            },
         };
+        if lease.lost() {
+            tracing::warn!(queue = self.label(), id = %item.id, "the lease was lost before the item was sent: left to its new owner");
+            self.count(item, "lost");
+            return Ok(());
+        }
+        let claim = lease.claim();
         let now = self.clock.now_ms();
         let (outcome, settled) = match result {
             Ok(Settled::Done) => ("done", true),
             Ok(Settled::NotYet) => (
                 "done",
                 self.finisher
-                    .finish(&self.store, self.queue, &self.owner, &item.id, now)
+                    .finish(&self.store, self.queue, &claim, now)
                     .await?,
             ),
-            Err(SendError::Retry { after, message })
+            // An acknowledged delivery is never given up for the store's
+            // passing failures: tried again until it applies, not counted.
+            Err(SendError::Transient(message)) if self.queue == QueueName::Inbox => {
+                let delay = self.transient_backoff(now - item.created_at);
+                tracing::warn!(queue = self.label(), route = %item.route, topic = %item.topic,
+                    waited_ms = now - item.created_at, retry_in = ?delay, error = %message,
+                    "the store failed for now; will retry");
+                let next = now + delay.as_millis() as i64;
+                let settled = self
+                    .store
+                    .retry(self.queue, &claim, next, &message, false)
+                    .await?;
+                ("retry", settled)
+            }
+            Err(e @ (SendError::Retry { .. } | SendError::Transient(_)))
                 if item.attempts < self.settings.max_attempts =>
             {
+                let after = match &e {
+                    SendError::Retry { after, .. } => *after,
+                    _ => None,
+                };
                 let delay = after.unwrap_or_else(|| self.backoff(item.attempts));
                 tracing::info!(queue = self.label(), route = %item.route, topic = %item.topic,
-                    attempts = item.attempts, retry_in = ?delay, error = %message, "will retry");
+                    attempts = item.attempts, retry_in = ?delay, error = %e, "will retry");
                 let next = now + delay.as_millis() as i64;
-                (
-                    "retry",
-                    self.store
-                        .retry(self.queue, &item.id, &self.owner, next, &message)
-                        .await?,
-                )
+                let settled = self
+                    .store
+                    .retry(self.queue, &claim, next, e.message(), true)
+                    .await?;
+                ("retry", settled)
             }
             Err(e) => {
                 tracing::warn!(queue = self.label(), route = %item.route, topic = %item.topic,
@@ -276,7 +331,7 @@ impl Worker {
                 (
                     "failed",
                     self.store
-                        .give_up(self.queue, &item.id, &self.owner, now, e.message())
+                        .give_up(self.queue, &claim, now, e.message())
                         .await?,
                 )
             }
@@ -284,6 +339,11 @@ impl Worker {
         if !settled {
             tracing::warn!(queue = self.label(), id = %item.id, "lease expired before the item was settled");
         }
+        self.count(item, outcome);
+        Ok(())
+    }
+
+    fn count(&self, item: &QueueItem, outcome: &'static str) {
         self.metrics
             .jobs
             .get_or_create(&JobLabels {
@@ -292,7 +352,6 @@ impl Worker {
                 result: outcome,
             })
             .inc();
-        Ok(())
     }
 }
 
@@ -386,5 +445,123 @@ impl Drain {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::notify::BoxFuture;
+    use crate::store::NewJob;
+
+    const NOW: i64 = 1_000_000;
+    const LEASE: Duration = Duration::from_secs(10);
+
+    /// Runs every job in one lane; holds "first" until released.
+    #[derive(Default)]
+    struct Gated {
+        started: Mutex<Vec<String>>,
+        entered: Notify,
+        release: Notify,
+    }
+
+    impl Handler for Gated {
+        fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
+            Box::pin(async move {
+                self.started.lock().unwrap().push(item.topic.clone());
+                self.entered.notify_one();
+                if item.topic == "first" {
+                    self.release.notified().await;
+                }
+                Ok(())
+            })
+        }
+
+        fn lane(&self, _item: &QueueItem) -> Option<String> {
+            Some("one pull request".into())
+        }
+    }
+
+    fn job(topic: &str) -> NewJob {
+        NewJob {
+            sink: "test".into(),
+            topic: topic.into(),
+            payload: "{}".into(),
+            dedupe_key: None,
+            once_key: None,
+            not_before: 0,
+        }
+    }
+
+    /// A job claimed ahead waits in its lane behind a slow one; meanwhile its
+    /// lease runs out and another replica takes it. When the lane frees up,
+    /// this worker must not send it: the other replica will.
+    #[tokio::test]
+    async fn a_job_claimed_ahead_is_not_sent_once_its_lease_is_lost() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}/gatebot.db", dir.path().display());
+        let store = Store::connect(&url).await.expect("store");
+        let mut tx = store.begin().await.unwrap();
+        for topic in ["first", "second"] {
+            assert!(Store::enqueue(&mut tx, &job(topic), NOW).await.unwrap());
+        }
+        tx.commit().await.unwrap();
+
+        let clock = ManualClock::new(NOW);
+        let gated = Arc::new(Gated::default());
+        let worker = Arc::new(Worker {
+            queue: QueueName::Outbox,
+            store: store.clone(),
+            clock: clock.clone(),
+            metrics: Arc::new(Metrics::new()),
+            handlers: HashMap::from([("test".to_string(), gated.clone() as Arc<dyn Handler>)]),
+            settings: WorkerSettings {
+                lease: LEASE,
+                concurrency: 2,
+                idle_poll: Duration::from_millis(20),
+                ..WorkerSettings::default()
+            },
+            wake: Arc::new(Notify::new()),
+            owner: store.replica().to_string(),
+            idle: Idle::default(),
+            finisher: Finisher::default(),
+        });
+        let shutdown = CancellationToken::new();
+        let drain = {
+            let (worker, shutdown) = (worker.clone(), shutdown.clone());
+            tokio::spawn(async move { worker.drain(&shutdown).await })
+        };
+        // "first" is being sent; "second" was claimed with it and waits.
+        gated.entered.notified().await;
+        assert_eq!(*gated.started.lock().unwrap(), ["first"]);
+
+        let later = LEASE.as_millis() as i64 + 1_000;
+        clock.set(NOW + later);
+        // Another replica, alive (its leases are not free for the taking).
+        let other = Store::connect(&url).await.expect("another replica's store");
+        other.heartbeat(NOW + later).await.unwrap();
+        let taken = other
+            .claim_many(QueueName::Outbox, other.replica(), NOW + later, 60_000, 10)
+            .await
+            .unwrap();
+        assert!(
+            taken.iter().any(|i| i.topic == "second"),
+            "the other replica has it: {taken:?}"
+        );
+
+        gated.release.notify_one();
+        tokio::time::timeout(Duration::from_secs(10), drain)
+            .await
+            .expect("the worker drains")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            *gated.started.lock().unwrap(),
+            ["first"],
+            "the job whose lease was lost is left to its new owner"
+        );
     }
 }

@@ -176,6 +176,7 @@ fn unanswered(e: SendError) -> CommandError {
     match e {
         SendError::Retry { after, message } => CommandError::unanswered(message, after),
         SendError::Permanent(message) => CommandError::unanswerable(message),
+        SendError::Transient(message) => CommandError::unanswered(message, None),
     }
 }
 

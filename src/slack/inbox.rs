@@ -33,7 +33,7 @@ pub struct SlackInbox {
 }
 
 fn store_err(e: crate::store::StoreError) -> SendError {
-    SendError::retry(format!("records: {e}"))
+    e.into()
 }
 
 impl Handler for SlackInbox {
@@ -345,7 +345,7 @@ impl SlackInbox {
 /// The outbox's terms for a command not done: given up when trying again
 /// cannot help, tried again (when Slack or GitHub said, at that time) otherwise.
 fn send_error(e: CommandError) -> SendError {
-    SendError::of(e.lasting(), e.retry_after(), e.to_string())
+    e.into()
 }
 
 /// Slack's words for what no one may send.

@@ -15,6 +15,9 @@ pub struct CheckRunRow {
     /// 0: being created by the job `digest` names.
     pub run_id: u64,
     pub digest: Option<String>,
+    /// When gatebot last created or edited it (or claimed its creation);
+    /// `put_check_run` sets it, whatever this says.
+    pub updated_at: Millis,
 }
 
 impl Store {
@@ -56,7 +59,7 @@ impl Store {
         kind: GateKind,
     ) -> Result<Option<CheckRunRow>> {
         let row = about_pr(
-            "SELECT head_sha, run_id, digest FROM check_runs WHERE repo = $1 AND number = $2 AND kind = $3",
+            "SELECT head_sha, run_id, digest, updated_at FROM check_runs WHERE repo = $1 AND number = $2 AND kind = $3",
             repo,
             number,
         )?
@@ -68,6 +71,7 @@ impl Store {
                 head_sha: row.try_get("head_sha")?,
                 run_id: id_in(&row, "run_id", "check run id")?,
                 digest: row.try_get("digest")?,
+                updated_at: row.try_get("updated_at")?,
             })
         })
         .transpose()

@@ -55,14 +55,14 @@ pub use pages::CanarySeen;
 pub use passages::Passage;
 pub use protection::ProtectionRequest;
 pub use prs::StatusComment;
-pub use queue::{Delivery, Job, NewJob, QueueItem, QueueName};
+pub use queue::{Claim, Delivery, Job, NewJob, QueueItem, QueueName};
 pub use replicas::{DEAD_AFTER, HEARTBEAT_EVERY};
 pub use retention::Retention;
 pub use rows::{AuditEntry, EventRow, ObservationRow, WaitRow};
 pub use slack::{SlackDecision, SlackEnding, SlackFinal, SlackMessage};
 pub use teams::{TeamsCard, TeamsConversation};
 pub use tx::{WriteHealth, WriteTx};
-pub use waits::{NewWait, PAGE as WAIT_PAGE};
+pub use waits::{NewWait, OpenWait, PAGE as WAIT_PAGE};
 pub use web::AuditSearch;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +116,47 @@ impl StoreError {
     pub fn contended(&self) -> bool {
         matches!(self, Self::Contended(_))
     }
+
+    /// Whether the failure passes by itself: a lock or statement timeout, a
+    /// deadlock or serialization failure, a lost or refused connection, the
+    /// pool out of connections, SQLite busy or locked. Nothing was written and
+    /// the same work applies once the store recovers, so a delivery failing
+    /// so is tried again for as long as it takes; anything else (a constraint,
+    /// unreadable data) would fail the same way every time.
+    pub fn transient(&self) -> bool {
+        match self {
+            Self::Contended(_) | Self::Shared(_) => true,
+            Self::Corrupt(_) => false,
+            Self::Unavailable(e) => transient_sqlx(e),
+        }
+    }
+}
+
+fn transient_sqlx(e: &sqlx::Error) -> bool {
+    use sqlx::Error as E;
+    match e {
+        E::PoolTimedOut | E::PoolClosed | E::Io(_) | E::Tls(_) | E::WorkerCrashed => true,
+        E::Database(d) => d.code().is_some_and(|code| transient_code(&code)),
+        _ => false,
+    }
+}
+
+/// PostgreSQL's SQLSTATE (five characters) or SQLite's result code (a
+/// number, often extended) of a failure that passes.
+fn transient_code(code: &str) -> bool {
+    if code.len() == 5 {
+        // 08: connection exceptions; 55P03 lock_not_available; 57014
+        // query_canceled (statement_timeout); 57P01-57P03 the server shutting
+        // down or starting; 53300 too_many_connections; 40001
+        // serialization_failure; 40P01 deadlock_detected.
+        return code.starts_with("08")
+            || matches!(
+                code,
+                "55P03" | "57014" | "57P01" | "57P02" | "57P03" | "53300" | "40001" | "40P01"
+            );
+    }
+    // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6), in any extended form.
+    code.parse::<i64>().is_ok_and(|n| matches!(n & 0xff, 5 | 6))
 }
 
 /// PostgreSQL: how long a statement may wait for a row lock, and run at all,
@@ -560,8 +601,8 @@ impl Store {
     /// another check (here or on another replica) started it first.
     pub async fn start_wait(tx: &mut WriteTx<'_>, wait: &NewWait<'_>) -> Result<Option<i64>> {
         let row = sqlx::query(
-            "INSERT INTO waits (gate_key, canary, checksum, phase, metadata, started_at, due_at, remind_at, cluster) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+            "INSERT INTO waits (gate_key, canary, checksum, phase, metadata, started_at, due_at, remind_at, cluster, vouched) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
              ON CONFLICT (gate_key, canary) WHERE ended_at IS NULL DO NOTHING RETURNING id",
         )
         .bind(wait.key.to_string())
@@ -573,6 +614,7 @@ impl Store {
         .bind(wait.due_at)
         .bind(wait.remind_at)
         .bind(wait.cluster.map(|c| c.as_str().to_string()))
+        .bind(i64::from(wait.vouched))
         .fetch_optional(tx.conn())
         .await?;
         Ok(row.map(|r| r.try_get("id")).transpose()?)
@@ -815,6 +857,26 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transient_store_errors_are_told_from_lasting_ones() {
+        for code in [
+            "55P03", "57014", "40001", "40P01", "08006", "08001", "57P01", "53300", "5", "6",
+            "517", "262",
+        ] {
+            assert!(transient_code(code), "{code}");
+        }
+        for code in ["23505", "42P01", "22P02", "19", "2067", "1", "11"] {
+            assert!(!transient_code(code), "{code}");
+        }
+        let unavailable = StoreError::Unavailable;
+        assert!(unavailable(sqlx::Error::PoolTimedOut).transient());
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert!(unavailable(sqlx::Error::Io(io)).transient());
+        assert!(StoreError::Shared("the group commit failed".into()).transient());
+        assert!(!unavailable(sqlx::Error::RowNotFound).transient());
+        assert!(!StoreError::Corrupt("a bad key".into()).transient());
+    }
 
     #[test]
     fn sqlite_urls_create_files() {

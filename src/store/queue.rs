@@ -269,40 +269,87 @@ impl Store {
             .next())
     }
 
-    /// Marks a claimed item done. False when the lease was lost to another worker.
-    pub async fn finish(
+    /// Renews the lease on a claimed item just before work that must not be
+    /// done twice (a call out), so it stays ours for `lease_ms` more. False
+    /// when it is no longer ours: it ran out, another worker (or a later claim
+    /// of this one) took it, or it was settled. On PostgreSQL, others also
+    /// take the leases of a replica they have not seen for [`super::DEAD_AFTER`]
+    /// (see [`Store::claim_many`]): renewing says this replica is alive, as
+    /// its heartbeat does, in the same transaction.
+    pub async fn hold_lease(
         &self,
         queue: QueueName,
-        id: &str,
-        owner: &str,
+        claim: &Claim<'_>,
         now: Millis,
+        lease_ms: i64,
     ) -> Result<bool> {
-        self.settle(queue, id, owner, Settlement::Done(now)).await
+        let mut tx = self.begin().await?;
+        tx.serves(queue);
+        let sql = format!(
+            "UPDATE {} SET lease_until = $4 WHERE id = $1 AND lease_owner = $2 AND attempts = $3 \
+             AND state = 'pending' AND lease_until >= $5",
+            queue.table()
+        );
+        let mut held = sqlx::query(&sql)
+            .bind(claim.id.to_string())
+            .bind(claim.owner.to_string())
+            .bind(claim.attempts)
+            .bind(now + lease_ms)
+            .bind(now)
+            .execute(tx.conn())
+            .await?
+            .rows_affected()
+            == 1;
+        if held && self.backend == Backend::Postgres {
+            // No row: others count this replica dead, and its leases free.
+            let seen =
+                sqlx::query("UPDATE replicas SET seen_at = GREATEST(seen_at, $2) WHERE owner = $1")
+                    .bind(claim.owner.to_string())
+                    .bind(now)
+                    .execute(tx.conn())
+                    .await?;
+            held = seen.rows_affected() == 1;
+        }
+        if held {
+            tx.commit().await?;
+        } else {
+            tx.rollback().await;
+        }
+        Ok(held)
     }
 
-    /// Puts a claimed item back, to be tried at `next_at`.
+    /// Marks a claimed item done. False when the lease was lost to another worker.
+    pub async fn finish(&self, queue: QueueName, claim: &Claim<'_>, now: Millis) -> Result<bool> {
+        self.settle(queue, claim, Settlement::Done(now)).await
+    }
+
+    /// Puts a claimed item back, to be tried at `next_at`. Not `counted`: the
+    /// attempt does not count towards giving up (a transient store error).
     pub async fn retry(
         &self,
         queue: QueueName,
-        id: &str,
-        owner: &str,
+        claim: &Claim<'_>,
         next_at: Millis,
         error: &str,
+        counted: bool,
     ) -> Result<bool> {
-        self.settle(queue, id, owner, Settlement::Retry { next_at, error })
-            .await
+        let how = Settlement::Retry {
+            next_at,
+            error,
+            counted,
+        };
+        self.settle(queue, claim, how).await
     }
 
     /// Gives up on a claimed item for good.
     pub async fn give_up(
         &self,
         queue: QueueName,
-        id: &str,
-        owner: &str,
+        claim: &Claim<'_>,
         now: Millis,
         error: &str,
     ) -> Result<bool> {
-        self.settle(queue, id, owner, Settlement::Failed { now, error })
+        self.settle(queue, claim, Settlement::Failed { now, error })
             .await
     }
 
@@ -311,13 +358,12 @@ impl Store {
     pub async fn finish_many(
         &self,
         queue: QueueName,
-        owner: &str,
-        items: &[(String, Millis)],
+        items: &[(Claim<'_>, Millis)],
     ) -> Result<Vec<bool>> {
         let mut tx = self.begin().await?;
         let mut settled = Vec::with_capacity(items.len());
-        for (id, now) in items {
-            settled.push(settle_in(&mut tx, queue, id, owner, Settlement::Done(*now)).await?);
+        for (claim, now) in items {
+            settled.push(settle_in(&mut tx, queue, claim, Settlement::Done(*now)).await?);
         }
         tx.commit().await?;
         Ok(settled)
@@ -329,22 +375,20 @@ impl Store {
     pub async fn finish_in(
         tx: &mut WriteTx<'_>,
         queue: QueueName,
-        id: &str,
-        owner: &str,
+        claim: &Claim<'_>,
         now: Millis,
     ) -> Result<bool> {
-        settle_in(tx, queue, id, owner, Settlement::Done(now)).await
+        settle_in(tx, queue, claim, Settlement::Done(now)).await
     }
 
     async fn settle(
         &self,
         queue: QueueName,
-        id: &str,
-        owner: &str,
+        claim: &Claim<'_>,
         how: Settlement<'_>,
     ) -> Result<bool> {
         let mut tx = self.begin().await?;
-        let done = settle_in(&mut tx, queue, id, owner, how).await?;
+        let done = settle_in(&mut tx, queue, claim, how).await?;
         tx.commit().await?;
         Ok(done)
     }
@@ -360,25 +404,41 @@ impl Store {
             .try_get("n")?)
     }
 
-    /// The number of pending items and when the oldest was queued (received).
-    pub async fn depth(&self, queue: QueueName) -> Result<(i64, Option<Millis>)> {
+    /// The number of pending items, when the oldest was queued (received),
+    /// and how many were queued before `overdue_before`.
+    pub async fn depth(
+        &self,
+        queue: QueueName,
+        overdue_before: Millis,
+    ) -> Result<(i64, Option<Millis>, i64)> {
         let created = match queue {
             QueueName::Outbox => "created_at",
             QueueName::Inbox => "received_at",
         };
         let sql = format!(
-            "SELECT COUNT(*) AS n, MIN({created}) AS oldest FROM {} WHERE state = 'pending'",
+            "SELECT COUNT(*) AS n, MIN({created}) AS oldest, \
+             COUNT(CASE WHEN {created} < $1 THEN 1 END) AS overdue \
+             FROM {} WHERE state = 'pending'",
             queue.table()
         );
-        let row = sqlx::query(&sql).fetch_one(&self.pool).await?;
-        Ok((row.try_get("n")?, row.try_get("oldest")?))
+        let row = sqlx::query(&sql)
+            .bind(overdue_before)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok((
+            row.try_get("n")?,
+            row.try_get("oldest")?,
+            row.try_get("overdue")?,
+        ))
     }
 
-    /// Sets the queue gauges (pending items, the oldest one's age) from the
-    /// store; a queue the store cannot count keeps its last values.
+    /// Sets the queue gauges (pending items, the oldest one's age, overdue
+    /// deliveries) from the store; a queue the store cannot count keeps its
+    /// last values.
     pub async fn report_queues(&self, metrics: &Metrics, now: Millis) {
+        let overdue_before = now - millis(crate::metrics::OVERDUE_AFTER);
         for queue in [QueueName::Outbox, QueueName::Inbox] {
-            let (n, oldest) = match self.depth(queue).await {
+            let (n, oldest, overdue) = match self.depth(queue, overdue_before).await {
                 Ok(depth) => depth,
                 Err(e) => {
                     tracing::debug!(queue = queue.label(), error = %e, "cannot count the queue");
@@ -387,7 +447,10 @@ impl Store {
             };
             match queue {
                 QueueName::Outbox => metrics.outbox_pending.set(n),
-                QueueName::Inbox => metrics.inbox_pending.set(n),
+                QueueName::Inbox => {
+                    metrics.inbox_pending.set(n);
+                    metrics.inbox_overdue.set(overdue)
+                }
             };
             let age = oldest.map_or(0, |at| (now - at).max(0));
             metrics.queue_age(queue.label(), Duration::from_millis(age as u64));
@@ -443,13 +506,28 @@ impl Store {
     }
 }
 
+/// One claim of an item: whose, and the item's attempts when claimed. Each
+/// claim raises the attempts, so they tell this claim from any later one (by
+/// another replica or by this one after its lease ran out): a fencing token.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    pub id: &'a str,
+    pub owner: &'a str,
+    pub attempts: i64,
+}
+
 /// How a claimed item leaves its lease.
 #[derive(Clone, Copy)]
 enum Settlement<'a> {
     /// Done at that time.
     Done(Millis),
-    /// Pending again, to be tried at `next_at`.
-    Retry { next_at: Millis, error: &'a str },
+    /// Pending again, to be tried at `next_at`; an attempt not `counted` is
+    /// taken back from the attempts.
+    Retry {
+        next_at: Millis,
+        error: &'a str,
+        counted: bool,
+    },
     /// Given up on for good.
     Failed { now: Millis, error: &'a str },
 }
@@ -459,7 +537,7 @@ impl<'a> Settlement<'a> {
     fn columns(self) -> (&'static str, Millis, Option<&'a str>, Option<Millis>) {
         match self {
             Self::Done(now) => ("done", now, None, Some(now)),
-            Self::Retry { next_at, error } => ("pending", next_at, Some(error), None),
+            Self::Retry { next_at, error, .. } => ("pending", next_at, Some(error), None),
             Self::Failed { now, error } => ("failed", now, Some(error), Some(now)),
         }
     }
@@ -468,24 +546,30 @@ impl<'a> Settlement<'a> {
 async fn settle_in(
     tx: &mut WriteTx<'_>,
     queue: QueueName,
-    id: &str,
-    owner: &str,
+    claim: &Claim<'_>,
     how: Settlement<'_>,
 ) -> Result<bool> {
     tx.serves(queue);
     let (state, next_at, error, done_at) = how.columns();
+    let uncounted = match how {
+        Settlement::Retry { counted: false, .. } => 1,
+        _ => 0,
+    };
     let sql = format!(
         "UPDATE {} SET state = $3, next_attempt_at = $4, last_error = COALESCE($5, last_error), \
-         done_at = $6, lease_until = NULL, lease_owner = NULL WHERE id = $1 AND lease_owner = $2",
+         done_at = $6, lease_until = NULL, lease_owner = NULL, attempts = attempts - $8 \
+         WHERE id = $1 AND lease_owner = $2 AND attempts = $7",
         queue.table()
     );
     let done = sqlx::query(&sql)
-        .bind(id.to_string())
-        .bind(owner.to_string())
+        .bind(claim.id.to_string())
+        .bind(claim.owner.to_string())
         .bind(state.to_string())
         .bind(next_at)
         .bind(error.map(str::to_string))
         .bind(done_at)
+        .bind(claim.attempts)
+        .bind(uncounted)
         .execute(tx.conn())
         .await?;
     Ok(done.rows_affected() == 1)

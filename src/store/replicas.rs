@@ -35,6 +35,10 @@ pub struct ClockReading {
     pub offset_ms: Millis,
     /// The round trip; the offset is right to within half of it.
     pub round_trip_ms: Millis,
+    /// The database's time at the midpoint, and when that was on this
+    /// process's monotonic clock (which no step of the wall clock moves).
+    pub db_ms: Millis,
+    pub at: Instant,
 }
 
 pub(super) struct Probe {
@@ -80,16 +84,19 @@ impl Store {
         }
         // Connected first, so the round trip is the query's alone.
         let mut conn = self.pool.acquire().await?;
-        let sent = local.now_ms();
+        let (sent, steady_sent) = (local.now_ms(), Instant::now());
         let db: i64 = sqlx::query_scalar(
             "SELECT CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)",
         )
         .fetch_one(&mut *conn)
         .await?;
         let back = local.now_ms();
+        let steady_trip = steady_sent.elapsed();
         Ok(Some(ClockReading {
             offset_ms: db - (sent + (back - sent) / 2),
-            round_trip_ms: back - sent,
+            round_trip_ms: Millis::try_from(steady_trip.as_millis()).unwrap_or(Millis::MAX),
+            db_ms: db,
+            at: steady_sent + steady_trip / 2,
         }))
     }
 

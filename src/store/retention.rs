@@ -76,6 +76,33 @@ const fn rule(
     }
 }
 
+impl Rule {
+    /// The statement of one batch. A row that a command changes while the
+    /// batch runs must survive it, on both stores:
+    /// - the outer statement checks the rule again, so that PostgreSQL
+    ///   re-reads the condition on the newest version of a row it waited for
+    ///   (a bare `key IN (…)` deletes a row that stopped being old meanwhile);
+    /// - on PostgreSQL the batch takes only rows nobody holds (`SKIP LOCKED`):
+    ///   a row a command is changing is left for a later pass, and the prune
+    ///   never waits behind a stuck lock.
+    ///
+    /// SQLite runs one writer at a time: the batch sees every commit before it.
+    fn statement(&self, backend: Backend) -> String {
+        let (table, key, selected) = (self.table, self.key, self.selected);
+        let skip_locked = match backend {
+            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+            Backend::Sqlite => "",
+        };
+        let chosen =
+            format!("SELECT {key} FROM {table} WHERE {selected} LIMIT {BATCH}{skip_locked}");
+        let rows = format!("({key}) IN ({chosen}) AND ({selected})");
+        match self.action {
+            Action::Delete => format!("DELETE FROM {table} WHERE {rows}"),
+            Action::ClearPayload => format!("UPDATE {table} SET payload = '' WHERE {rows}"),
+        }
+    }
+}
+
 fn payloads(r: &Retention) -> Option<Millis> {
     Some(r.payloads)
 }
@@ -265,17 +292,7 @@ impl Store {
                 return Ok(None);
             }
         }
-        let (table, key) = (r.table, r.key);
-        let chosen = format!(
-            "SELECT {key} FROM {table} WHERE {} LIMIT {BATCH}",
-            r.selected
-        );
-        let sql = match r.action {
-            Action::Delete => format!("DELETE FROM {table} WHERE ({key}) IN ({chosen})"),
-            Action::ClearPayload => {
-                format!("UPDATE {table} SET payload = '' WHERE ({key}) IN ({chosen})")
-            }
-        };
+        let sql = r.statement(self.backend);
         let done = sqlx::query(&sql).bind(cutoff).execute(tx.conn()).await?;
         tx.commit().await?;
         Ok(Some(done.rows_affected()))
@@ -327,6 +344,22 @@ mod tests {
         for r in RULES {
             assert!(!r.selected.contains(';'), "{}", r.table);
             assert!(r.selected.contains("< $1"), "{} has a cutoff", r.table);
+        }
+    }
+
+    #[test]
+    fn every_statement_checks_its_rule_on_the_rows_it_changes() {
+        for r in RULES {
+            for backend in [Backend::Sqlite, Backend::Postgres] {
+                let sql = r.statement(backend);
+                let outer = format!(") AND ({})", r.selected);
+                assert!(sql.ends_with(&outer), "{sql}");
+                assert_eq!(
+                    sql.contains("SKIP LOCKED"),
+                    backend == Backend::Postgres,
+                    "{sql}"
+                );
+            }
         }
     }
 }

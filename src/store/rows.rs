@@ -101,7 +101,7 @@ pub(super) fn id_in(row: &AnyRow, column: &str, what: &str) -> Result<u64> {
     u64::try_from(id).map_err(|_| StoreError::Corrupt(format!("{what} {id}")))
 }
 
-fn json(text: &str) -> serde_json::Value {
+pub(super) fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or(serde_json::Value::Null)
 }
 

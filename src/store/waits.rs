@@ -18,6 +18,8 @@ pub struct NewWait<'a> {
     pub due_at: Option<Millis>,
     pub remind_at: Option<Millis>,
     pub cluster: Option<&'a ClusterName>,
+    /// The check carried its cluster's Flagger token.
+    pub vouched: bool,
 }
 
 /// How many waits one query of housekeeping reads at most.
@@ -143,5 +145,142 @@ impl Store {
         .execute(tx.conn())
         .await?;
         Ok(done.rows_affected() == 1)
+    }
+}
+
+/// An open wait a canary made, with when that canary last asked its gate.
+#[derive(Debug, Clone)]
+pub struct OpenWait {
+    pub id: i64,
+    pub gate: GateKey,
+    pub canary: CanaryRef,
+    pub started_at: Millis,
+    /// The canary's last check as stored (None: none stored).
+    pub last_seen: Option<Millis>,
+    /// The hook's metadata, as stored.
+    pub metadata: serde_json::Value,
+    /// The check that started it carried its cluster's Flagger token.
+    pub vouched: bool,
+}
+
+fn open_wait_from_row(row: &sqlx::any::AnyRow) -> Result<OpenWait> {
+    use sqlx::Row;
+    let canary: String = row.try_get("canary")?;
+    Ok(OpenWait {
+        id: row.try_get("id")?,
+        gate: super::rows::key_in(row, "gate_key")?,
+        canary: canary
+            .parse()
+            .map_err(|e| super::StoreError::Corrupt(format!("canary {canary}: {e}")))?,
+        started_at: row.try_get("started_at")?,
+        last_seen: row.try_get("last_seen")?,
+        metadata: super::rows::json(&row.try_get::<String, _>("metadata")?),
+        vouched: row.try_get::<i64, _>("vouched")? != 0,
+    })
+}
+
+impl Store {
+    /// Open waits that no Flagger token vouched for, at `key` or in all.
+    pub async fn open_unvouched_waits(tx: &mut WriteTx<'_>, key: Option<&GateKey>) -> Result<i64> {
+        use sqlx::Row;
+        // The condition matches the partial index `waits_open_unvouched`.
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n FROM waits WHERE ended_at IS NULL AND vouched = 0 AND canary <> '' \
+             AND ($1 IS NULL OR gate_key = $1)",
+        )
+        .bind(key.map(ToString::to_string))
+        .fetch_one(tx.conn())
+        .await?;
+        Ok(row.try_get("n")?)
+    }
+
+    /// The `n` oldest open waits no Flagger token vouched for, at `key` or in
+    /// all, each with when its canary last asked.
+    pub async fn oldest_unvouched_waits(
+        tx: &mut WriteTx<'_>,
+        key: Option<&GateKey>,
+        n: i64,
+    ) -> Result<Vec<OpenWait>> {
+        let rows = sqlx::query(
+            "SELECT w.id, w.gate_key, w.canary, w.started_at, w.metadata, w.vouched, o.last_seen \
+             FROM waits w LEFT JOIN observations o ON o.gate_key = w.gate_key AND o.canary = w.canary \
+             WHERE w.ended_at IS NULL AND w.vouched = 0 AND w.canary <> '' \
+             AND ($1 IS NULL OR w.gate_key = $1) ORDER BY w.started_at, w.id LIMIT $2",
+        )
+        .bind(key.map(ToString::to_string))
+        .bind(n)
+        .fetch_all(tx.conn())
+        .await?;
+        rows.iter().map(open_wait_from_row).collect()
+    }
+
+    /// Open canary waits whose canary last asked before `before`, the
+    /// longest silent first, a page at most.
+    pub async fn silent_waits(&self, before: Millis) -> Result<Vec<OpenWait>> {
+        let rows = sqlx::query(&format!(
+            "SELECT w.id, w.gate_key, w.canary, w.started_at, w.metadata, w.vouched, o.last_seen \
+             FROM waits w JOIN observations o ON o.gate_key = w.gate_key AND o.canary = w.canary \
+             WHERE w.ended_at IS NULL AND w.canary <> '' AND o.last_seen < $1 \
+             ORDER BY o.last_seen, w.id LIMIT {PAGE}"
+        ))
+        .bind(before)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(open_wait_from_row).collect()
+    }
+
+    /// The canaries of open waits that a Flagger token vouched for.
+    pub async fn vouched_waiting_canaries(&self) -> Result<std::collections::BTreeSet<CanaryRef>> {
+        use sqlx::Row;
+        let rows = sqlx::query(
+            "SELECT DISTINCT canary FROM waits WHERE ended_at IS NULL AND vouched = 1 AND canary <> ''",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = std::collections::BTreeSet::new();
+        for row in &rows {
+            let text: String = row.try_get("canary")?;
+            if let Ok(canary) = text.parse() {
+                out.insert(canary);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Ends the open wait `id`, unless it ended meanwhile; whether it did.
+    pub async fn end_wait_by_id(
+        tx: &mut WriteTx<'_>,
+        wait: &OpenWait,
+        outcome: &str,
+        at: Millis,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE waits SET ended_at = $2, outcome = $3 WHERE id = $1 AND ended_at IS NULL",
+        )
+        .bind(wait.id)
+        .bind(at)
+        .bind(outcome.to_string())
+        .execute(tx.conn())
+        .await?;
+        if done.rows_affected() != 1 {
+            return Ok(false);
+        }
+        tx.ended_wait(wait.gate.kind, outcome, at - wait.started_at);
+        Ok(true)
+    }
+
+    /// Forgets a made-up canary's last check at a gate (its wait ended for
+    /// want of room or of asking): its next check, if any, starts afresh.
+    pub async fn forget_observation(
+        tx: &mut WriteTx<'_>,
+        key: &GateKey,
+        canary: &CanaryRef,
+    ) -> Result<()> {
+        sqlx::query("DELETE FROM observations WHERE gate_key = $1 AND canary = $2")
+            .bind(key.to_string())
+            .bind(canary.to_string())
+            .execute(tx.conn())
+            .await?;
+        Ok(())
     }
 }

@@ -15,6 +15,8 @@ pub struct Activity {
     pub kind: String,
     pub id: String,
     pub service_url: String,
+    /// The channel the activity came through: `msteams` for Teams.
+    pub channel_id: String,
     pub text: String,
     pub from: Account,
     pub conversation: Conversation,

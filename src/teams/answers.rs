@@ -194,5 +194,5 @@ pub(super) fn answer(outcome: Outcome<TeamsDenied>) -> String {
 
 /// The outbox's terms for a command not done.
 pub(super) fn send_error(e: CommandError) -> SendError {
-    SendError::of(e.lasting(), e.retry_after(), e.to_string())
+    e.into()
 }

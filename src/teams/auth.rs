@@ -2,9 +2,13 @@
 //! authentication spec says (docs/teams.md, "What is refused"): RS256 only,
 //! a key from the Bot Framework's key set, issuer `https://api.botframework.com`,
 //! audience the bot's app id, `exp` and `nbf` with 5 minutes of skew, and the
-//! `serviceurl` claim equal to the activity's `serviceUrl`. On top of the
-//! spec, the activity's tenant must be one gatebot serves.
+//! `serviceurl` claim equal to the activity's `serviceUrl`. The activity's
+//! `channelId` must be `msteams` and the key that signed the token endorsed
+//! for it (the spec's endorsement check: a key the Bot Framework uses for
+//! Web Chat or Direct Line does not make an activity a Teams one). On top of
+//! the spec, the activity's tenant must be one gatebot serves.
 
+use axum::http::StatusCode;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, Validation};
 use serde::Deserialize;
@@ -13,6 +17,8 @@ use super::activity::Activity;
 use super::keys::{KeyError, SigningKeys};
 
 pub const ISSUER: &str = "https://api.botframework.com";
+/// The only channel gatebot serves, as activities and endorsements name it.
+pub const TEAMS_CHANNEL: &str = "msteams";
 /// The clock skew the spec calls industry standard.
 pub const SKEW_SECS: i64 = 5 * 60;
 
@@ -30,6 +36,8 @@ pub enum Refusal {
     Expired,
     NotYetValid,
     ServiceUrl,
+    Channel,
+    Endorsement,
     Tenant,
 }
 
@@ -46,7 +54,18 @@ impl Refusal {
             Self::Expired => "teams_expired",
             Self::NotYetValid => "teams_not_yet_valid",
             Self::ServiceUrl => "teams_service_url",
+            Self::Channel => "teams_channel",
+            Self::Endorsement => "teams_endorsement",
             Self::Tenant => "teams_tenant",
+        }
+    }
+
+    /// 403 where the spec asks it (a channel the key is not endorsed for),
+    /// 401 for every other refusal.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Self::Channel | Self::Endorsement => StatusCode::FORBIDDEN,
+            _ => StatusCode::UNAUTHORIZED,
         }
     }
 
@@ -67,6 +86,8 @@ impl Refusal {
             Self::Expired => "the token has expired",
             Self::NotYetValid => "the token is not valid yet",
             Self::ServiceUrl => "the token's serviceurl is not the activity's serviceUrl",
+            Self::Channel => "the activity's channelId is not msteams: gatebot serves Teams only",
+            Self::Endorsement => "the token's key is not endorsed for the msteams channel",
             Self::Tenant => "this tenant is not in GATEBOT_TEAMS_TENANTS",
         }
     }
@@ -88,12 +109,19 @@ impl From<Refusal> for Failure {
 
 /// The claims gatebot reads; signature, issuer and audience are checked by
 /// `jsonwebtoken`, the times against gatebot's own clock.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct Claims {
     exp: i64,
     nbf: Option<i64>,
     #[serde(default)]
     serviceurl: Option<String>,
+}
+
+/// A token that verified: its claims, and whether its key is endorsed for Teams.
+#[derive(Debug, Clone)]
+pub struct Verified {
+    claims: Claims,
+    endorsed: bool,
 }
 
 /// What a token must be for.
@@ -107,7 +135,7 @@ pub async fn verify(
     keys: &SigningKeys,
     authorization: Option<&str>,
     expected: &Expected<'_>,
-) -> Result<Claims, Failure> {
+) -> Result<Verified, Failure> {
     let token = bearer(authorization).ok_or(Refusal::NoToken)?;
     let header = jsonwebtoken::decode_header(token).map_err(|_| Refusal::Malformed)?;
     if header.alg != Algorithm::RS256 {
@@ -118,7 +146,7 @@ pub async fn verify(
         KeyError::Unknown => Failure::Refused(Refusal::UnknownKey),
         KeyError::Unavailable(why) => Failure::Unavailable(why),
     })?;
-    let claims = jsonwebtoken::decode::<Claims>(token, &key, &validation(expected.app_id))
+    let claims = jsonwebtoken::decode::<Claims>(token, &key.key, &validation(expected.app_id))
         .map_err(|e| refusal(e.kind()))?
         .claims;
     if expected.now_secs > claims.exp.saturating_add(SKEW_SECS) {
@@ -130,19 +158,29 @@ pub async fn verify(
     {
         return Err(Refusal::NotYetValid.into());
     }
-    Ok(claims)
+    Ok(Verified {
+        claims,
+        endorsed: key.endorses(TEAMS_CHANNEL),
+    })
 }
 
-/// The activity must be the one the token was issued for, from a tenant
-/// gatebot serves.
+/// The activity must be the one the token was issued for, a Teams activity
+/// signed by a key endorsed for Teams, from a tenant gatebot serves.
 pub fn admits<'a>(
-    claims: &Claims,
+    verified: &Verified,
     activity: &Activity,
     mut tenants: impl Iterator<Item = &'a str>,
 ) -> Result<(), Refusal> {
+    let claims = &verified.claims;
     // Compared exactly, as the Bot Framework's own SDK does.
     if claims.serviceurl.as_deref() != Some(activity.service_url.as_str()) {
         return Err(Refusal::ServiceUrl);
+    }
+    if activity.channel_id != TEAMS_CHANNEL {
+        return Err(Refusal::Channel);
+    }
+    if !verified.endorsed {
+        return Err(Refusal::Endorsement);
     }
     let tenant = activity.tenant().ok_or(Refusal::Tenant)?;
     if !tenants.any(|t| t == tenant) {

@@ -7,6 +7,11 @@
 //! what Teams expects of an invoke: the updated card, or the refusal as a
 //! message. The inbox applies it with Teams' authorizer, and the card's
 //! decision commits with the change it decides.
+//!
+//! A button's data names its wait and that wait's gate; only the wait id is
+//! believed: the gate, canary and revision acted on are the wait's, read
+//! from the store, and a button whose gate is not its wait's is refused
+//! (crafted: gatebot never renders one).
 
 use std::time::Duration;
 
@@ -91,7 +96,20 @@ fn answer(kind: &str, value: Value) -> Response {
     Json(json!({"statusCode": 200, "type": kind, "value": value})).into_response()
 }
 
-/// The route's part: store, wait for the inbox, answer with the card.
+/// Why a click's data does not match its wait, if it does not: the gate a
+/// button names must be the gate of the wait it names.
+fn mismatch(data_gate: &str, wait: &WaitRow) -> Option<String> {
+    let named = sink::parse_gate(data_gate)?;
+    (named != wait.gate).then(|| {
+        format!(
+            "this button names {named}, but its wait {} is at {}: nothing was done",
+            wait.id, wait.gate
+        )
+    })
+}
+
+/// The route's part: check the click against its wait, store, wait for the
+/// inbox, answer with the card.
 pub async fn respond(
     state: &AppState,
     receipts: &Receipts,
@@ -104,6 +122,14 @@ pub async fn respond(
         Ok(click) => click,
         Err(why) => return Ok(bad_request(why)),
     };
+    let Some(wait) = state.records.wait(click.wait_id).await? else {
+        return Ok(answer(MESSAGE, json!("this wait is no longer known")));
+    };
+    if let Some(why) = mismatch(&activity.value.action.data.gate, &wait) {
+        tracing::warn!(wait = click.wait_id, gate = %activity.value.action.data.gate,
+            "a Teams click whose gate is not its wait's: refused");
+        return Ok(bad_request(why));
+    }
     activity.received_at = Some(state.clock.now_ms());
     super::receipt::store(receipts, &activity).await?;
     let delivery = DeliveryId::teams(&activity.receipt_id());
@@ -168,11 +194,21 @@ pub async fn apply(
     activity: &Activity,
 ) -> Result<(), SendError> {
     let click = click(activity).map_err(SendError::Permanent)?;
-    let data = &activity.value.action.data;
-    let key = sink::parse_gate(&data.gate)
-        .ok_or_else(|| SendError::Permanent("a stored click names no gate".into()))?;
-    let store_err = |e: crate::store::StoreError| SendError::retry(format!("records: {e}"));
+    let store_err = SendError::from;
     let wait = state.records.wait(click.wait_id).await.map_err(store_err)?;
+    // The gate is the wait's, never the button's word for it.
+    let Some(key) = wait.as_ref().map(|w| w.gate.clone()) else {
+        return Err(SendError::Permanent(format!(
+            "the wait {} of a stored click is no longer known",
+            click.wait_id
+        )));
+    };
+    if let Some(why) = wait
+        .as_ref()
+        .and_then(|w| mismatch(&activity.value.action.data.gate, w))
+    {
+        return Err(SendError::Permanent(why));
+    }
     let posted = state
         .records
         .teams_card(click.wait_id)

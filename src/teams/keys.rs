@@ -3,6 +3,10 @@
 //! again once a day, and on a key id not seen before, but then at most once
 //! every 5 minutes: anyone can send a token with a made-up key id, and that
 //! must not make gatebot call out at their pace.
+//!
+//! Each key keeps its `endorsements`, the channel ids the Bot Framework signs
+//! with it (`msteams`, `skype`, …): a token signed by a key not endorsed for
+//! Teams is not a Teams activity (`auth::admits`).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -39,6 +43,19 @@ pub enum KeyError {
     Unavailable(String),
 }
 
+/// A key of the Bot Framework's key set, with the channels it is endorsed for.
+#[derive(Clone)]
+pub struct SigningKey {
+    pub key: DecodingKey,
+    pub endorsements: Vec<String>,
+}
+
+impl SigningKey {
+    pub fn endorses(&self, channel: &str) -> bool {
+        self.endorsements.iter().any(|e| e == channel)
+    }
+}
+
 pub struct SigningKeys {
     metadata_url: String,
     clock: SharedClock,
@@ -48,7 +65,7 @@ pub struct SigningKeys {
 
 #[derive(Default)]
 struct Cache {
-    keys: HashMap<String, DecodingKey>,
+    keys: HashMap<String, SigningKey>,
     /// The last fetch that succeeded.
     fetched_at: Option<Millis>,
     /// The last fetch tried, whatever came of it.
@@ -92,7 +109,7 @@ impl SigningKeys {
 
     /// The key of id `kid`, fetching the key set when it is due. One fetch
     /// at a time: requests that arrive meanwhile wait for its keys.
-    pub async fn key(&self, kid: &str) -> Result<DecodingKey, KeyError> {
+    pub async fn key(&self, kid: &str) -> Result<SigningKey, KeyError> {
         let mut cache = self.cache.lock().await;
         let now = self.clock.now_ms();
         if cache.due(now, kid) {
@@ -112,10 +129,10 @@ impl SigningKeys {
         cache.keys.get(kid).cloned().ok_or(KeyError::Unknown)
     }
 
-    async fn fetch(&self) -> Result<HashMap<String, DecodingKey>, String> {
+    async fn fetch(&self) -> Result<HashMap<String, SigningKey>, String> {
         let metadata: Metadata = self.get("openid_metadata", &self.metadata_url).await?;
         let set: KeySet = self.get("signing_keys", &metadata.jwks_uri).await?;
-        let keys: HashMap<String, DecodingKey> = set
+        let keys: HashMap<String, SigningKey> = set
             .keys
             .into_iter()
             .filter_map(rsa_key)
@@ -173,13 +190,30 @@ impl SigningKeys {
     }
 }
 
-/// An RSA key with its id; other keys (and ones that do not parse) are
-/// skipped, so one odd entry does not lose the whole set.
-fn rsa_key(value: serde_json::Value) -> Option<(String, DecodingKey)> {
+/// Most endorsements kept per key, and their longest: a channel id is a word.
+const MAX_ENDORSEMENTS: usize = 64;
+const MAX_ENDORSEMENT: usize = 64;
+
+/// An RSA key with its id and endorsements; other keys (and ones that do not
+/// parse) are skipped, so one odd entry does not lose the whole set. A key
+/// without `endorsements` is endorsed for nothing.
+fn rsa_key(value: serde_json::Value) -> Option<(String, SigningKey)> {
+    let listed = value
+        .get("endorsements")
+        .and_then(serde_json::Value::as_array);
+    let endorsements = listed
+        .into_iter()
+        .flatten()
+        .filter_map(serde_json::Value::as_str)
+        .filter(|e| e.len() <= MAX_ENDORSEMENT)
+        .take(MAX_ENDORSEMENTS)
+        .map(str::to_string)
+        .collect();
     let jwk: Jwk = serde_json::from_value(value).ok()?;
     let kid = jwk.common.key_id.clone()?;
     if !matches!(jwk.algorithm, AlgorithmParameters::RSA(_)) {
         return None;
     }
-    DecodingKey::from_jwk(&jwk).ok().map(|key| (kid, key))
+    let key = DecodingKey::from_jwk(&jwk).ok()?;
+    Some((kid, SigningKey { key, endorsements }))
 }

@@ -38,8 +38,8 @@ use crate::notify::{Handler, Sink};
 /// Activities are a few KB; an Adaptive Card's action carries its card's data.
 pub const BODY_LIMIT: usize = 256 * 1024;
 
-pub fn routes(state: &AppState) -> Router<AppState> {
-    routes::routes(state)
+pub fn routes(state: &AppState, body: crate::http::limits::BodyLimit) -> Router<AppState> {
+    routes::routes(state, body)
 }
 
 /// `authors` answers four eyes for PRs gatebot has seen no delivery of.
@@ -62,6 +62,7 @@ pub fn inbox_handlers(
 /// a Workflows webhook is set.
 pub fn sinks(
     base: &crate::core::SinkBase<'_>,
+    policy: &crate::policy::Policy,
     evidence: &Arc<crate::evidence::Evidence>,
 ) -> Vec<Arc<dyn Sink>> {
     let crate::core::SinkBase {
@@ -96,6 +97,8 @@ pub fn sinks(
         records: records.clone(),
         clock: clock.clone(),
         channel: teams.channel().map(str::to_string),
+        bound: policy.teams_channels().clone(),
+        metrics: metrics.clone(),
         links,
         evidence: evidence.clone(),
     })]

@@ -6,14 +6,15 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Router};
 
 use super::activity::Activity;
-use super::auth::{self, Expected, Failure, Refusal};
+use super::auth::{self, Expected, Failure, Refusal, Verified};
 use super::conversations::{self, CONVERSATION_UPDATE, INSTALLATION_UPDATE};
 use super::inbox::MESSAGE;
 use super::invoke::{self, INVOKE};
@@ -22,13 +23,15 @@ use super::receipt;
 use super::BODY_LIMIT;
 use crate::core::AppState;
 use crate::http::error::Reject;
+use crate::http::limits::{self, BodyLimit};
 use crate::http::receipts::Receipts;
 
 /// The signing keys, when Teams is on.
 #[derive(Clone)]
 pub struct Bot(pub Option<Arc<SigningKeys>>);
 
-pub fn routes(state: &AppState) -> Router<AppState> {
+/// The messaging endpoint; its body read under `body`, once the token is checked.
+pub fn routes(state: &AppState, body: BodyLimit) -> Router<AppState> {
     let keys = state.config.teams.app_id().map(|_| {
         Arc::new(SigningKeys::new(
             &state.config.teams.openid_metadata_url,
@@ -39,44 +42,59 @@ pub fn routes(state: &AppState) -> Router<AppState> {
     Router::new()
         .route("/webhooks/teams", post(activity))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(Extension(Bot(keys)))
+        .route_layer(middleware::from_fn_with_state(body, limits::bounded))
+        // Outermost: no body is read for a request without a valid token.
+        .route_layer(middleware::from_fn_with_state(
+            (state.clone(), Bot(keys)),
+            authenticated,
+        ))
 }
 
-fn refused(r: Refusal) -> Reject {
-    Reject::new(StatusCode::UNAUTHORIZED, r.reason(), r.message())
-}
-
-async fn activity(
-    State(state): State<AppState>,
-    Extension(receipts): Extension<Receipts>,
-    Extension(Bot(keys)): Extension<Bot>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, Reject> {
+/// The Bot Framework's token, checked before the body is read (a sender
+/// without one holds none of Teams' body readers); its claims go on to the
+/// handler.
+async fn authenticated(
+    State((state, Bot(keys))): State<(AppState, Bot)>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let (Some(keys), Some(app_id)) = (keys, state.config.teams.app_id()) else {
-        return Err(Reject::not_configured(
-            "Microsoft Teams",
-            "GATEBOT_TEAMS_APP_ID",
-        ));
+        return Reject::not_configured("Microsoft Teams", "GATEBOT_TEAMS_APP_ID").into_response();
     };
-    let authorization = headers
+    let authorization = req
+        .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     let expected = Expected {
         app_id,
         now_secs: state.clock.now_secs(),
     };
-    let claims = auth::verify(&keys, authorization, &expected)
-        .await
-        .map_err(|e| match e {
-            Failure::Refused(r) => refused(r),
-            Failure::Unavailable(why) => Reject::unavailable(format!(
-                "cannot read the Bot Framework's signing keys ({why}): try again"
-            )),
-        })?;
+    match auth::verify(&keys, authorization, &expected).await {
+        Ok(claims) => {
+            req.extensions_mut().insert(claims);
+            next.run(req).await
+        }
+        Err(Failure::Refused(r)) => refused(r).into_response(),
+        Err(Failure::Unavailable(why)) => Reject::unavailable(format!(
+            "cannot read the Bot Framework's signing keys ({why}): try again"
+        ))
+        .into_response(),
+    }
+}
+
+fn refused(r: Refusal) -> Reject {
+    Reject::new(r.status(), r.reason(), r.message())
+}
+
+async fn activity(
+    State(state): State<AppState>,
+    Extension(receipts): Extension<Receipts>,
+    Extension(verified): Extension<Verified>,
+    body: Bytes,
+) -> Result<Response, Reject> {
     let mut activity =
         Activity::from_json(&body).map_err(|e| Reject::bad_request("malformed_activity", e))?;
-    auth::admits(&claims, &activity, state.config.teams.tenants()).map_err(refused)?;
+    auth::admits(&verified, &activity, state.config.teams.tenants()).map_err(refused)?;
     match activity.kind.as_str() {
         MESSAGE => {}
         INVOKE => return invoke::respond(&state, &receipts, activity).await,

@@ -15,7 +15,7 @@ use super::client::{Connector, Workflow};
 use crate::clock::SharedClock;
 use crate::core::Records;
 use crate::evidence::Evidence;
-use crate::gate::{AuditAction, GateKey, GateStatus, Millis};
+use crate::gate::{AuditAction, CanaryRef, GateKey, GateStatus, Millis};
 use crate::notify::{
     encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink, SinkJob,
 };
@@ -23,7 +23,9 @@ use crate::store::{NewJob, QueueItem, TeamsCard};
 
 pub const NAME: &str = "teams";
 const REPLY: &str = "reply";
-/// The Canary's webhook metadata that names the conversation for its cards.
+/// The Canary's webhook metadata that names the conversation for its cards:
+/// the caller's word, followed only where `[[teams.channels]]` binds it
+/// (`TeamsSink::conversation`).
 pub const CHANNEL_METADATA: &str = "teams_channel";
 /// How many of a gate's latest cards change when it changes: older waits are over.
 const GATE_CARDS: i64 = 20;
@@ -110,6 +112,10 @@ pub struct TeamsSink {
     pub clock: SharedClock,
     /// GATEBOT_TEAMS_CHANNEL: the conversation that gets the cards.
     pub channel: Option<String>,
+    /// `[[teams.channels]]`: where a Canary's `teams_channel` may send them.
+    pub bound: crate::policy::TeamsChannels,
+    /// Counts a `teams_channel` not followed.
+    pub metrics: Arc<crate::metrics::Metrics>,
     pub links: Links,
     /// The waiting canaries' numbers, shown on their cards.
     pub evidence: Arc<Evidence>,
@@ -123,8 +129,12 @@ impl Sink for TeamsSink {
     fn plan(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
         match notice {
             Notice::WaitStarted {
-                wait_id, metadata, ..
-            } => self.wait_started(*wait_id, metadata),
+                wait_id,
+                gate,
+                canary,
+                metadata,
+                ..
+            } => self.wait_started(*wait_id, gate, canary.as_ref(), metadata),
             Notice::WaitEnded {
                 wait_id, outcome, ..
             } => self.for_cards(CardJob::Ended {
@@ -157,6 +167,7 @@ impl Sink for TeamsSink {
             }),
             Notice::CanaryFailure {
                 canary,
+                gates,
                 failure,
                 what,
                 message,
@@ -171,11 +182,7 @@ impl Sink for TeamsSink {
                     what: what.clone(),
                     message: message.clone(),
                     next: next.clone(),
-                    conversation: metadata
-                        .get(CHANNEL_METADATA)
-                        .or(self.channel.as_ref())
-                        .map(|c| c.trim().to_string())
-                        .filter(|c| !c.is_empty()),
+                    conversation: self.conversation(metadata, gates, Some(canary)),
                 };
                 let once = format!("teams-failure:{canary}:{checksum}:{failure}");
                 Ok(vec![job.job(Some(once))?])
@@ -192,23 +199,57 @@ fn changes_cards(action: AuditAction) -> bool {
 }
 
 impl TeamsSink {
-    /// The card goes to the Canary's `teams_channel`, else GATEBOT_TEAMS_CHANNEL;
-    /// and to the Workflows webhook when one is set.
+    /// Where a card about `gates` and `canary` goes: the Canary's
+    /// `teams_channel` when `[[teams.channels]]` binds that conversation to
+    /// them (or it is GATEBOT_TEAMS_CHANNEL), else GATEBOT_TEAMS_CHANNEL. A
+    /// `teams_channel` not bound is logged, counted and not followed: hook
+    /// metadata is anyone's word, and must not post an Approve card into a
+    /// conversation of another team or tenant.
+    fn conversation(
+        &self,
+        metadata: &BTreeMap<String, String>,
+        gates: &[GateKey],
+        canary: Option<&CanaryRef>,
+    ) -> Option<String> {
+        let configured = self
+            .channel
+            .as_deref()
+            .map(str::trim)
+            .filter(|c| !c.is_empty());
+        let claimed = metadata
+            .get(CHANNEL_METADATA)
+            .map(|c| c.trim())
+            .filter(|c| !c.is_empty());
+        if let Some(claimed) = claimed {
+            if Some(claimed) == configured || self.bound.allows(claimed, gates, canary) {
+                return Some(claimed.to_string());
+            }
+            tracing::warn!(conversation = %claimed.escape_debug(), gate = ?gates.first().map(ToString::to_string),
+                "teams_channel names a conversation [[teams.channels]] does not bind to this canary: not followed");
+            self.metrics.dropped(NAME, "teams_channel_not_bound");
+        }
+        configured.map(str::to_string)
+    }
+
+    /// The card goes where `conversation` says; and to the Workflows
+    /// webhook when one is set.
     fn wait_started(
         &self,
         wait_id: i64,
+        gate: &GateKey,
+        canary: Option<&CanaryRef>,
         metadata: &BTreeMap<String, String>,
     ) -> Result<Vec<NewJob>, PayloadError> {
         let mut jobs = Vec::new();
-        let conversation = metadata
-            .get(CHANNEL_METADATA)
-            .or(self.channel.as_ref())
-            .map(|c| c.trim())
-            .filter(|c| !c.is_empty());
-        if let (Some(conversation), Some(_)) = (conversation, &self.connector) {
+        // Only the bot posts into a conversation.
+        let conversation = self
+            .connector
+            .as_ref()
+            .and_then(|_| self.conversation(metadata, std::slice::from_ref(gate), canary));
+        if let Some(conversation) = conversation {
             let post = CardJob::Post {
                 wait_id,
-                conversation: conversation.to_string(),
+                conversation,
             };
             jobs.push(post.job(Some(format!("teams-card:{wait_id}")))?);
         }

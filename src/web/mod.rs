@@ -132,6 +132,7 @@ pub fn routes(web: Arc<Web>) -> Router<AppState> {
         .route("/ui/signout", post(signin::signout))
         .route("/ui/setup/github", get(setup::page))
         .route("/ui/setup/github/callback", get(setup::callback))
+        .route("/ui/setup/github/confirm", post(setup::confirm))
         .route("/ui/act", post(actions::act))
         .layer(axum::extract::DefaultBodyLimit::max(FORM_BODY_LIMIT))
         .layer(middleware::from_fn(secure_headers))
@@ -190,6 +191,49 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
         body,
     )
         .into_response()
+}
+
+/// A form sent from gatebot's own pages, as far as the browser says: not
+/// `Sec-Fetch-Site: cross-site` (nor `same-site`, another host of the
+/// domain), and its `Origin` (else its `Referer`), when it has one, is this
+/// server's: its public URL's origin, or the host the request was sent to.
+/// On top of the CSRF token, for the forms whose effect reaches outside.
+fn same_origin(web: &Web, headers: &axum::http::HeaderMap) -> Result<(), Problem> {
+    let refused = |why: &str| {
+        Problem::forbidden(format!(
+            "refused: {why}; open the page on gatebot itself and send its form from there"
+        ))
+    };
+    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site")) {
+        if matches!(site.trim(), "cross-site" | "same-site") {
+            return Err(refused("this form was sent from another site"));
+        }
+    }
+    let from = match (text(header::ORIGIN), text(header::REFERER)) {
+        (Some(origin), _) => origin,
+        (None, Some(referer)) => referer,
+        (None, None) => return Ok(()),
+    };
+    let Some(from) = reqwest::Url::parse(from.trim())
+        .ok()
+        .filter(|u| u.has_host())
+    else {
+        return Err(refused("this form was sent from a page of no known origin"));
+    };
+    let origin = from.origin().ascii_serialization();
+    let public = web
+        .public_url
+        .as_deref()
+        .and_then(|u| reqwest::Url::parse(u).ok())
+        .map(|u| u.origin().ascii_serialization());
+    let host = text(header::HOST)
+        .and_then(|h| reqwest::Url::parse(&format!("{}://{}", from.scheme(), h.trim())).ok())
+        .map(|u| u.origin().ascii_serialization());
+    if public.as_deref() == Some(origin.as_str()) || host.as_deref() == Some(origin.as_str()) {
+        return Ok(());
+    }
+    Err(refused("this form was sent from another site"))
 }
 
 /// A page that could not be shown, or a refusal, said in a page.

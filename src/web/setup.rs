@@ -1,13 +1,20 @@
 //! `/ui/setup/github`: gatebot's GitHub App from GitHub's manifest flow
 //! (docs/github.md). An operator signed in with a token posts the manifest to
 //! GitHub (its own host for GitHub Enterprise), GitHub sends the browser back
-//! with a code, and gatebot trades the code for the App's id, private key and
-//! webhook secret, which it shows once and never keeps or logs.
+//! with a code, the operator confirms, and gatebot trades the code for the
+//! App's id, private key and webhook secret, which it writes into its Secret
+//! or shows once, and never keeps or logs.
+//!
+//! The credentials in place are replaced only by a deliberate act of the
+//! operator who started: the `state` is bound to that sign-in, good for
+//! [`TRIP_MS`] and used once (on every replica); GitHub's way back (a GET
+//! anyone can make a browser send) only asks; the confirmation is a POST
+//! with the session's CSRF token, from gatebot's own pages.
 
 use std::time::Duration;
 
-use axum::extract::{Query, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::extract::{Form, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -17,8 +24,12 @@ use super::view::Viewer;
 use super::{render, Problem};
 use crate::core::AppState;
 
-/// How long the form's `state` is good for: GitHub's code lasts an hour.
-const TRIP_MS: i64 = 60 * 60 * 1000;
+/// How long the form's `state` is good for, from the set-up page to the
+/// confirmation: creating the App on GitHub takes a minute or two.
+const TRIP_MS: i64 = 10 * 60 * 1000;
+
+/// What a `state` is sealed for.
+const STATE_PURPOSE: &str = "github-app";
 
 /// GitHub's answer to a conversion is a few KB; anything much larger is not it.
 const MAX_ANSWER: usize = 64 * 1024;
@@ -60,8 +71,7 @@ pub async fn page(
         "" => format!("{web}/settings/apps/new"),
         org => format!("{web}/organizations/{org}/settings/apps/new"),
     };
-    let until = state.clock.now_ms().saturating_add(TRIP_MS);
-    let sealed = viewer.web.signer.seal("github-app", &until.to_string());
+    let sealed = new_state(&viewer, state.clock.now_ms())?;
     let action = format!(
         "{target}?state={}",
         form_urlencoded::byte_serialize(sealed.as_bytes()).collect::<String>()
@@ -105,25 +115,76 @@ struct CreatedApp {
     client_secret: String,
 }
 
-/// GitHub's way back: the code becomes the App's credentials.
-pub async fn callback(
-    State(state): State<AppState>,
-    viewer: Viewer,
-    Query(q): Query<Back>,
-) -> Result<Response, Problem> {
-    operator(&viewer)?;
-    let fresh = viewer
+/// A `state` for this operator's trip to GitHub: until when it is good, a
+/// nonce (each trip its own), and its session's binding, sealed.
+fn new_state(viewer: &Viewer, now: i64) -> Result<String, Problem> {
+    let binding = session_binding(viewer)?;
+    let until = now.saturating_add(TRIP_MS);
+    let nonce = super::session::random_token();
+    Ok(viewer
         .web
         .signer
-        .open("github-app", &q.state)
-        .and_then(|until| until.parse::<i64>().ok())
-        .is_some_and(|until| until > state.clock.now_ms());
-    if !fresh {
-        return Err(Problem::forbidden(
-            "GitHub's answer carries no valid state (or it is over an hour old): start again at /ui/setup/github",
+        .seal(STATE_PURPOSE, &format!("{until}.{nonce}.{binding}")))
+}
+
+/// What ties a `state` to the sign-in that made it: an HMAC of the session's
+/// id (the id itself never leaves in a URL).
+fn session_binding(viewer: &Viewer) -> Result<String, Problem> {
+    let id = viewer
+        .session
+        .as_ref()
+        .and_then(|s| s.id.as_deref())
+        .ok_or_else(|| Problem::forbidden(SIGN_IN))?;
+    Ok(viewer.web.signer.sign("github-app-session", id)[..32].to_string())
+}
+
+/// A `state` checked: sealed by this server, still good, made by this very
+/// sign-in. Returns until when it is good and its key in the used-once table.
+fn checked_state(viewer: &Viewer, sealed: &str, now: i64) -> Result<(i64, String), Problem> {
+    let refused = |why: &str| Problem::forbidden(format!("{why}: start again at /ui/setup/github"));
+    let value = viewer
+        .web
+        .signer
+        .open(STATE_PURPOSE, sealed)
+        .ok_or_else(|| refused("GitHub's answer carries no valid state"))?;
+    let mut parts = value.splitn(3, '.');
+    let (Some(until), Some(_nonce), Some(binding)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(refused("GitHub's answer carries no valid state"));
+    };
+    let until: i64 = until
+        .parse()
+        .map_err(|_| refused("GitHub's answer carries no valid state"))?;
+    if until <= now {
+        return Err(refused(
+            "this set-up took longer than 10 minutes, so its state is no longer good",
         ));
     }
-    let code = q.code.trim();
+    let mine = session_binding(viewer)?;
+    if !bool::from(subtle::ConstantTimeEq::ct_eq(
+        binding.as_bytes(),
+        mine.as_bytes(),
+    )) {
+        return Err(refused(
+            "this set-up was started from another sign-in, and only that one may finish it",
+        ));
+    }
+    let key = hex::encode(crate::gate::tokens::sha256(&format!(
+        "{STATE_PURPOSE}:{sealed}"
+    )));
+    Ok((until, key))
+}
+
+/// A `state` that changed the credentials already (a replayed way back).
+const STATE_USED: &str =
+    "this set-up was finished already, and its state works once: start again at /ui/setup/github";
+
+const SIGN_IN: &str =
+    "sign in with the admin token (or your own operator token) at /ui/signin to create the GitHub App";
+
+/// The code as GitHub gives it, or a page saying to start again.
+fn checked_code(code: &str) -> Result<&str, Problem> {
+    let code = code.trim();
     let well_formed = (1..=128).contains(&code.len())
         && code
             .bytes()
@@ -131,6 +192,89 @@ pub async fn callback(
     if !well_formed {
         return Err(Problem::bad_request(
             "GitHub's answer has no usable code: start again at /ui/setup/github",
+        ));
+    }
+    Ok(code)
+}
+
+/// GitHub's way back: nothing is traded or written yet, the operator is asked.
+/// A link can make a browser send this GET; only the POST below acts.
+pub async fn callback(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Query(q): Query<Back>,
+) -> Result<Response, Problem> {
+    operator(&viewer)?;
+    let (_, used_key) = checked_state(&viewer, &q.state, state.clock.now_ms())?;
+    let code = checked_code(&q.code)?;
+    if state.records.oauth_state_used(&used_key).await? {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "Used already",
+            STATE_USED,
+        ));
+    }
+    let csrf = viewer
+        .session
+        .as_ref()
+        .map(|s| s.csrf.clone())
+        .ok_or_else(|| Problem::forbidden(SIGN_IN))?;
+    let secret = viewer
+        .web
+        .app_secret
+        .get()
+        .map(|to| format!("{}/{}", to.cluster.namespace(), to.name));
+    render(
+        &state,
+        "setup_github_confirm.html.j2",
+        json!({
+            "base": viewer.base("/ui/setup/github"), "code": code, "state": q.state,
+            "csrf": csrf, "secret": secret,
+        }),
+    )
+}
+
+#[derive(Deserialize)]
+pub struct Confirm {
+    #[serde(default)]
+    code: String,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    csrf: String,
+}
+
+/// The operator's confirmation: the code becomes the App's credentials,
+/// written into the Secret (replacing what is there) or shown once.
+pub async fn confirm(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    headers: HeaderMap,
+    Form(form): Form<Confirm>,
+) -> Result<Response, Problem> {
+    super::same_origin(&viewer.web, &headers)?;
+    operator(&viewer)?;
+    if let Some(session) = &viewer.session {
+        super::actions::check_csrf(session, &form.csrf)?;
+    }
+    let now = state.clock.now_ms();
+    let (until, used_key) = checked_state(&viewer, &form.state, now)?;
+    let code = checked_code(&form.code)?;
+    // Spent before GitHub is asked: of two confirmations at once, on any
+    // replicas, one goes on. GitHub's code works once anyway.
+    let first = state
+        .records
+        .use_oauth_state(&used_key, until, now)
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "cannot mark a set-up state used");
+            Problem::unavailable("gatebot cannot write to its store right now: try again")
+        })?;
+    if !first {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "Used already",
+            STATE_USED,
         ));
     }
     let app = convert(&state, code).await?;
@@ -269,9 +413,7 @@ async fn bounded_body(mut response: reqwest::Response) -> Result<Vec<u8>, Proble
 fn operator(viewer: &Viewer) -> Result<(), Problem> {
     match &viewer.session {
         Some(s) if s.via == Via::Admin => Ok(()),
-        _ => Err(Problem::forbidden(
-            "sign in with the admin token (or your own operator token) at /ui/signin to create the GitHub App",
-        )),
+        _ => Err(Problem::forbidden(SIGN_IN)),
     }
 }
 

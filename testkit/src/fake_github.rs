@@ -57,6 +57,8 @@ pub struct FakeCheckRun {
     /// The requested actions (buttons) as last sent.
     pub actions: Value,
     pub edits: u32,
+    /// When it was created, as GitHub writes it (the body's, else now).
+    pub started_at: String,
 }
 
 /// A deployment as the fake keeps it, with every status posted on it.
@@ -79,6 +81,7 @@ impl FakeCheckRun {
             "id": self.id, "name": self.name, "head_sha": self.head_sha,
             "external_id": self.external_id, "status": self.status,
             "conclusion": self.conclusion, "output": self.output,
+            "started_at": self.started_at,
         })
     }
 }
@@ -186,6 +189,8 @@ pub struct Inner {
     app_manifests: Mutex<Vec<(Option<String>, Value)>>,
     /// Manifest codes not yet converted: code → (organization, manifest).
     manifest_codes: Mutex<HashMap<String, (Option<String>, Value)>>,
+    /// Manifest codes traded for an App's credentials, in order.
+    manifest_conversions: Mutex<Vec<String>>,
     /// Bytes of padding added to each conversion's answer (a misbehaving host).
     conversion_padding: AtomicU64,
     /// Commit SHA → the PRs that contain it (`GET …/commits/{sha}/pulls`).
@@ -205,6 +210,11 @@ pub struct Inner {
     heads: Mutex<HashMap<u64, String>>,
     /// Reviews of protected deployments posted to their callbacks, in order.
     protection_reviews: Mutex<Vec<FakeProtectionReview>>,
+    /// (repository, workflow run) → the environments it waits to deploy to,
+    /// until a review decides them.
+    pending_deployments: Mutex<HashMap<(String, u64), Vec<String>>>,
+    /// Reads of a run's pending deployments, in order: (repository, run).
+    pending_deployment_reads: Mutex<Vec<(String, u64)>>,
 }
 
 /// One review posted to a workflow run's deployment callback.
@@ -281,6 +291,10 @@ impl FakeGithub {
             .route(
                 "/repos/{owner}/{repo}/actions/runs/{run}/deployment_protection_rule",
                 post(review_protection),
+            )
+            .route(
+                "/repos/{owner}/{repo}/actions/runs/{run}/pending_deployments",
+                get(pending_deployments),
             )
             .route("/repos/{owner}/{repo}/check-runs", post(create_check_run))
             .route(
@@ -367,6 +381,31 @@ impl FakeGithub {
         self.inner.protection_reviews.lock().unwrap().clone()
     }
 
+    /// Workflow run `run` of `repo` waits to deploy to `environment`, as on
+    /// GitHub when it sends `deployment_protection_rule`: listed in its
+    /// pending deployments until a review approves or rejects it.
+    pub fn await_deployment(&self, repo: &str, run: u64, environment: &str) {
+        let mut pending = self.inner.pending_deployments.lock().unwrap();
+        let envs = pending.entry((repo.to_lowercase(), run)).or_default();
+        if !envs.iter().any(|e| e == environment) {
+            envs.push(environment.to_string());
+        }
+    }
+
+    /// The environments run `run` of `repo` still waits for.
+    pub fn pending_deployments(&self, repo: &str, run: u64) -> Vec<String> {
+        let pending = self.inner.pending_deployments.lock().unwrap();
+        pending
+            .get(&(repo.to_lowercase(), run))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// How many times gatebot read runs' pending deployments.
+    pub fn pending_deployment_reads(&self) -> usize {
+        self.inner.pending_deployment_reads.lock().unwrap().len()
+    }
+
     pub fn check_runs(&self) -> Vec<FakeCheckRun> {
         self.inner
             .check_runs
@@ -403,6 +442,11 @@ impl FakeGithub {
     /// The manifests GitHub was asked to create Apps from, with the organization.
     pub fn app_manifests(&self) -> Vec<(Option<String>, Value)> {
         self.inner.app_manifests.lock().unwrap().clone()
+    }
+
+    /// The manifest codes gatebot traded for an App's credentials, in order.
+    pub fn app_conversions(&self) -> Vec<String> {
+        self.inner.manifest_conversions.lock().unwrap().clone()
     }
 
     /// The person who signs in with GitHub's OAuth web flow: the fake's
@@ -842,6 +886,11 @@ async fn review_protection(
     {
         return unprocessable("environment_name and state (approved or rejected) are required");
     }
+    // Decided: the run no longer waits for the environment.
+    let repo_key = (format!("{owner}/{repo}").to_lowercase(), run);
+    if let Some(envs) = inner.pending_deployments.lock().unwrap().get_mut(&repo_key) {
+        envs.retain(|e| Some(e.as_str()) != v["environment_name"].as_str());
+    }
     inner
         .protection_reviews
         .lock()
@@ -856,6 +905,47 @@ async fn review_protection(
                 .map(str::to_string),
         });
     StatusCode::NO_CONTENT.into_response()
+}
+
+/// `GET …/actions/runs/{run}/pending_deployments`: the environments the run
+/// waits for, in GitHub's shape (an empty list for a run that waits for none).
+async fn pending_deployments(
+    State(inner): State<Arc<Inner>>,
+    Path((owner, repo, run)): Path<(String, String, u64)>,
+) -> Response {
+    let key = (format!("{owner}/{repo}").to_lowercase(), run);
+    inner
+        .pending_deployment_reads
+        .lock()
+        .unwrap()
+        .push(key.clone());
+    let envs = inner
+        .pending_deployments
+        .lock()
+        .unwrap()
+        .get(&key)
+        .cloned()
+        .unwrap_or_default();
+    let listed: Vec<Value> = envs
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            json!({
+                "environment": {
+                    "id": 161_088_068 + i as u64,
+                    "node_id": "MDExOkVudmlyb25tZW50NTY3MDMwMDY=",
+                    "name": name,
+                    "url": format!("https://api.github.com/repos/{owner}/{repo}/environments/{name}"),
+                    "html_url": format!("https://github.com/{owner}/{repo}/deployments/activity_log?environments_filter={name}"),
+                },
+                "wait_timer": 0,
+                "wait_timer_started_at": null,
+                "current_user_can_approve": false,
+                "reviewers": [],
+            })
+        })
+        .collect();
+    Json(listed).into_response()
 }
 
 /// The states GitHub accepts for a deployment status.
@@ -915,6 +1005,10 @@ async fn create_check_run(
         output: v["output"].clone(),
         actions: v["actions"].clone(),
         edits: 0,
+        started_at: v["started_at"].as_str().map_or_else(
+            || humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            str::to_string,
+        ),
     };
     let answer = run.to_json();
     inner.check_runs.lock().unwrap().insert(id, run);
@@ -1388,6 +1482,11 @@ async fn convert_manifest(State(inner): State<Arc<Inner>>, Path(code): Path<Stri
     let Some((org, manifest)) = inner.manifest_codes.lock().unwrap().remove(&code) else {
         return (StatusCode::NOT_FOUND, Json(json!({"message": "Not Found"}))).into_response();
     };
+    inner
+        .manifest_conversions
+        .lock()
+        .unwrap()
+        .push(code.clone());
     let id = inner.next_id.fetch_add(1, Ordering::SeqCst);
     let name = manifest["name"].as_str().unwrap_or("gatebot").to_string();
     let owner = org.unwrap_or_else(|| inner.login.lock().unwrap().clone());

@@ -35,7 +35,13 @@ pub const ISSUER: &str = "https://api.botframework.com";
 pub struct TestKey {
     pub kid: String,
     private: RsaPrivateKey,
+    /// The channels the key set says this key signs for.
+    endorsements: Vec<String>,
 }
+
+/// What the Bot Framework's keys are endorsed for (the spec: each key lists
+/// the channel ids it signs for; Teams' keys name `msteams`).
+pub const ENDORSEMENTS: [&str; 2] = ["msteams", "skype"];
 
 impl TestKey {
     /// A new 2048-bit key (the smallest ring verifies).
@@ -45,6 +51,7 @@ impl TestKey {
         Self {
             kid: kid.to_string(),
             private,
+            endorsements: ENDORSEMENTS.map(str::to_string).to_vec(),
         }
     }
 
@@ -53,19 +60,33 @@ impl TestKey {
         Self {
             kid: kid.to_string(),
             private: self.private.clone(),
+            endorsements: self.endorsements.clone(),
         }
     }
 
-    /// The public half as a JWK, as the Bot Framework lists it.
+    /// The same key, listed as endorsed for `channels` only.
+    pub fn endorsed(&self, channels: &[&str]) -> Self {
+        Self {
+            endorsements: channels.iter().map(|c| c.to_string()).collect(),
+            ..self.clone()
+        }
+    }
+
+    /// The public half as a JWK, in the shape the Bot Framework lists its
+    /// keys (tests/fixtures/README.md, "teams/"): `kty`, `use`, `kid`, `x5t`
+    /// (a certificate thumbprint; made up here, the key id), `n`, `e` and
+    /// `endorsements`. No `x5c`: the test makes no certificate, and gatebot
+    /// reads the key from `n` and `e`.
     pub fn jwk(&self) -> Value {
         let b64 = |n: &rsa::BigUint| URL_SAFE_NO_PAD.encode(n.to_bytes_be());
         json!({
             "kty": "RSA",
             "use": "sig",
             "kid": self.kid,
+            "x5t": self.kid,
             "n": b64(self.private.n()),
             "e": b64(self.private.e()),
-            "endorsements": ["msteams"],
+            "endorsements": self.endorsements,
         })
     }
 

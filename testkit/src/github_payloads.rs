@@ -66,6 +66,7 @@ pub fn check_run_click(run: &Value, identifier: &str, user: &str) -> Value {
         "status",
         "conclusion",
         "output",
+        "started_at",
     ] {
         p["check_run"][field] = run[field].clone();
     }
