@@ -842,8 +842,10 @@ impl Policy {
     }
 
     /// The GitHub environment of `canary`'s deployments: its own table's,
-    /// else its namespace's, else the namespace's name.
-    pub fn environment_of(&self, canary: &CanaryRef) -> String {
+    /// else its namespace's; None when no table names it. Never the
+    /// namespace itself: a check names its namespace, and a deployment's
+    /// environment is what runs `on: deployment` workflows.
+    pub fn environment_of(&self, canary: &CanaryRef) -> Option<String> {
         let tables = &self.file.github.environments;
         let own = canary.to_string();
         tables
@@ -856,10 +858,7 @@ impl Policy {
                         .is_some_and(|n| n.trim() == canary.namespace)
                 })
             })
-            .map_or_else(
-                || canary.namespace.clone(),
-                |e| e.environment.trim().to_string(),
-            )
+            .map(|e| e.environment.trim().to_string())
     }
 
     /// `[[teams.channels]]`: where a Canary's `teams_channel` may send its cards.
@@ -1455,13 +1454,13 @@ alice = "U1"
     }
 
     #[test]
-    fn a_canarys_environment_is_its_own_then_its_namespaces_then_the_namespace() {
+    fn a_canarys_environment_is_its_own_then_its_namespaces_then_none() {
         let text = "[[github.environments]]\nnamespace = \"prod\"\nenvironment = \"production\"\n\n[[github.environments]]\ncanary = \"prod/billing\"\nenvironment = \"billing-production\"\n";
         let p = Policy::parse(text, Permission::Write, &[]).unwrap();
         let of = |c: &str| p.environment_of(&c.parse().unwrap());
-        assert_eq!(of("prod/podinfo"), "production");
-        assert_eq!(of("prod/billing"), "billing-production");
-        assert_eq!(of("test/podinfo"), "test");
+        assert_eq!(of("prod/podinfo").as_deref(), Some("production"));
+        assert_eq!(of("prod/billing").as_deref(), Some("billing-production"));
+        assert_eq!(of("test/podinfo"), None, "never the namespace itself");
         for wrong in [
             "[[github.environments]]\nenvironment = \"x\"\n",
             "[[github.environments]]\nnamespace = \"a\"\ncanary = \"a/b\"\nenvironment = \"x\"\n",

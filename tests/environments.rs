@@ -7,10 +7,13 @@
 use std::sync::Arc;
 
 use gatebot::testing::clock::ManualClock;
+use gatebot::testing::github::verify::sign;
+use gatebot_testkit::chatops::GITHUB_SECRET;
 use gatebot_testkit::chatops::{ChatOps, Setup};
 use gatebot_testkit::flagger::{
     flagger_tokens, with_token, FlaggerSim, Hook, HookType, Phase, Strategy,
 };
+use gatebot_testkit::github_payloads::{fixture, github_time};
 use gatebot_testkit::harness::{client, eventually, postgres_url, Backend, ADMIN_TOKEN};
 use serde_json::{json, Value};
 
@@ -96,6 +99,29 @@ fn hooks(base: &str, commit: &str) -> Vec<Hook> {
 }
 
 impl Env {
+    /// GitHub says PR 42's head is now `commit` (a push).
+    async fn pushed(&self, commit: &str) {
+        let mut push = fixture("pull_request.synchronize.json");
+        push["repository"]["full_name"] = json!("acme/shop");
+        push["number"] = json!(42);
+        push["pull_request"]["number"] = json!(42);
+        push["pull_request"]["updated_at"] = json!(github_time(self.now_ms()));
+        push["after"] = json!(commit);
+        let body = serde_json::to_vec(&push).unwrap();
+        let r = client()
+            .post(self.server.at("/webhooks/github"))
+            .header("content-type", "application/json")
+            .header("x-github-event", "pull_request")
+            .header("x-github-delivery", format!("push-{commit}"))
+            .header("x-hub-signature-256", sign(GITHUB_SECRET, &body))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+        self.server.drained().await;
+    }
+
     /// A cluster's Flagger running `revision` of `commit`, waiting for promotion.
     async fn waiting(&self, cluster: (&str, &str), revision: &str, commit: &str) -> FlaggerSim {
         self.waiting_at(&self.server.url, cluster, revision, commit)
@@ -183,6 +209,7 @@ gatebot_testkit::on_both_stores!(
     slack_names_the_environment_as_comments_do,
     a_deadline_rolls_back_in_its_own_cluster,
     without_tokens_metadata_or_the_default_names_the_cluster,
+    a_revision_of_an_untold_commit_lets_no_later_environment_go,
 );
 
 async fn staging_goes_first_and_production_after_the_soak(backend: Backend) {
@@ -693,4 +720,73 @@ async fn without_tokens_metadata_or_the_default_names_the_cluster(backend: Backe
     let (status, answer) = check(&env, json!({})).await;
     assert_eq!(status, 403);
     assert!(answer.contains("/promote prod-us"), "{answer}");
+}
+
+/// Issue 41, point 11: staging's Flagger names no commit and still runs
+/// revision r1 (of the first commit) when the PR's head moves on. Staging
+/// promotes r1: gatebot can't tell its commit, so production, running the new
+/// head, is not let go after the soak, and says why.
+async fn a_revision_of_an_untold_commit_lets_no_later_environment_go(backend: Backend) {
+    let env = env(backend).await;
+    env.pushed(COMMIT).await;
+    let untold: Vec<Hook> = hooks(&env.server.url, COMMIT)
+        .into_iter()
+        .map(|mut h| {
+            h.metadata.remove("commit");
+            h
+        })
+        .collect();
+    let mut staging = FlaggerSim::new(
+        "podinfo",
+        "test",
+        Strategy::Canary {
+            step_weight: 50,
+            max_weight: 50,
+        },
+        with_token(untold, STAGING.1),
+    );
+    staging.tick().await;
+    staging.deploy("rev-s1");
+    assert!(
+        staging
+            .run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
+            .await
+    );
+    env.server.drained().await;
+
+    // The head moves on while staging still runs r1; staging promotes r1.
+    env.clock.advance(MINUTE);
+    env.pushed(NEXT_COMMIT).await;
+    env.clock.advance(MINUTE);
+    env.comment("alice", "/promote staging").await;
+    assert!(env.promoted(&mut staging).await);
+
+    // Production runs the new head, approved early; the soak passes.
+    env.comment("alice", "/promote production").await;
+    env.clock.advance(31 * MINUTE);
+    let (status, answer) = env.answer(PROD_EU, "rev-e2", NEXT_COMMIT).await;
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(
+        answer,
+        "waiting: can't tell which commit staging promoted: set the canary's `commit` metadata in staging-eu (or let gatebot look the revision up in the cluster), then promote a1b2c3d there; production goes after it"
+    );
+    // A production check that names no commit is not let go either.
+    let body = json!({
+        "name": "podinfo", "namespace": "test", "phase": "WaitingPromotion", "checksum": "rev-u2",
+    });
+    let r = client()
+        .post(
+            env.server
+                .at(&format!("/gates/t/{}/promote/pr/42", PROD_US.1)),
+        )
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    let line = r.text().await.unwrap();
+    assert!(
+        line.contains("gatebot can't tell which commit this revision was built from"),
+        "{line}"
+    );
 }

@@ -2,13 +2,15 @@
 //! canary revision tied to a PR gets a deployment on the PR's head commit,
 //! whose statuses follow Flagger's phases, over real HTTP, the fake GitHub
 //! (which keeps deployments and statuses) and the Flagger simulator, on both
-//! stores.
+//! stores. A check is unauthenticated (issue 41, point 7): a deployment is
+//! made only for a canary a person's approval was used by, to an
+//! environment the policy names, and for at most 8 canaries per PR.
 
 use std::time::Duration;
 
 use gatebot_testkit::fake_github::{Failure, FakeDeployment, FakeGithub};
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
-use gatebot_testkit::harness::{eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
+use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
 
 const HEAD: &str = "85d557f0c9a4e1d2b3c4d5e6f708192a3b4c5d6e";
@@ -24,7 +26,31 @@ const PRODUCTION: &str =
     "[[github.environments]]\nnamespace = \"test\"\nenvironment = \"production\"\n";
 
 async fn setup(backend: Backend, on: bool) -> Env {
-    setup_with(backend, on, None).await
+    setup_with(backend, on, Some(PRODUCTION)).await
+}
+
+/// `deployments::MAX_CANARIES`: the most canaries with deployments on one PR.
+const MAX_CANARIES: usize = 8;
+
+/// A check no Flagger sent: `namespace/name` at revision `checksum`, at
+/// PR 42's gate of `kind`; its status.
+async fn made_up(
+    server: &TestServer,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    checksum: &str,
+) -> u16 {
+    let body = json!({
+        "name": name, "namespace": namespace, "phase": "Progressing", "checksum": checksum,
+    });
+    let r = client()
+        .post(server.at(&format!("/gates/{kind}/pr/42")))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    r.status().as_u16()
 }
 
 async fn setup_with(backend: Backend, on: bool, policy: Option<&str>) -> Env {
@@ -85,10 +111,24 @@ async fn waiting_at_promote(server: &TestServer) -> FlaggerSim {
     sim
 }
 
-/// What a person sees of each deployment: its environment, revision and statuses.
+/// What a person sees of the deployment of the revision that ran (rev-b):
+/// its environment, revision and statuses. Whether rev-a got one too depends
+/// on which revision Flagger's start gate asked with last when the approval
+/// was used; if it did, it must have been superseded.
 fn shown(deployments: &[FakeDeployment]) -> Value {
+    for older in deployments
+        .iter()
+        .filter(|d| d.payload["checksum"] != "rev-b")
+    {
+        assert_eq!(
+            states(older).last().map(String::as_str),
+            Some("inactive"),
+            "an older revision's deployment is superseded: {older:#?}"
+        );
+    }
     let list: Vec<Value> = deployments
         .iter()
+        .filter(|d| d.payload["checksum"] == "rev-b")
         .map(|d| {
             let statuses: Vec<Value> = d
                 .statuses
@@ -125,6 +165,8 @@ gatebot_testkit::on_both_stores!(
     with_the_setting_off_no_deployment_is_made,
     a_rate_limited_creation_is_counted_and_one_deployment_each_is_made,
     a_creation_whose_answer_was_lost_is_found_not_made_again,
+    a_check_alone_makes_no_deployment_in_any_environment,
+    a_pull_requests_deployments_name_a_bounded_number_of_canaries,
 );
 
 async fn statuses_follow_a_canary_to_its_promotion(backend: Backend) {
@@ -167,7 +209,7 @@ async fn statuses_follow_a_canary_to_its_rollback(backend: Backend) {
     server.drained().await;
     let all = github.deployments();
     let latest = all.last().unwrap();
-    assert_eq!(latest.environment, "test", "the namespace, by default");
+    assert_eq!(latest.environment, "production", "as the policy names it");
     assert_eq!(latest.payload["checksum"], "rev-b");
     assert_eq!(states(latest).last().map(String::as_str), Some("failure"));
     if backend == Backend::Sqlite {
@@ -187,9 +229,7 @@ async fn with_the_setting_off_no_deployment_is_made(backend: Backend) {
 
 /// The first creation is refused with Retry-After; it is made once after
 /// it, and no other call goes out before (the status jobs that arrive
-/// meanwhile wait too), and the next revision gets its own. Each revision's job is let finish
-/// before the next arrives: a revision superseded before its job runs gets no
-/// deployment at all, which would make the count depend on timing.
+/// meanwhile wait too); none is made before the canary is approved.
 async fn a_rate_limited_creation_is_counted_and_one_deployment_each_is_made(backend: Backend) {
     let env = setup(backend, true).await;
     let (server, github) = (&env.server, &env.github);
@@ -212,15 +252,24 @@ async fn a_rate_limited_creation_is_counted_and_one_deployment_each_is_made(back
     sim.tick().await;
     sim.deploy("rev-b");
     sim.tick().await;
+    server.drained().await;
+    assert!(made(github).is_empty(), "not approved yet: no deployment");
+    // The start gate's approval is used by the canary: rev-b's deployment is
+    // due at its next news (its wait at the promote gate).
+    server.open("/gates/start/pr/42").await;
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
+            .await
+    );
     // The worker waits out Retry-After before trying again: no drain to await.
-    eventually("rev-a's deployment", Duration::from_secs(15), || async {
+    eventually("rev-b's deployment", Duration::from_secs(15), || async {
         !made(github).is_empty()
     })
     .await;
     server.drained().await;
     assert_eq!(
         made(github),
-        [json!("rev-a")],
+        [json!("rev-b")],
         "made once, after Retry-After"
     );
     let requests = github.requests();
@@ -233,13 +282,8 @@ async fn a_rate_limited_creation_is_counted_and_one_deployment_each_is_made(back
         next.path,
         next.at.duration_since(requests[limited].at)
     );
-    server.open("/gates/start/pr/42").await;
-    assert!(
-        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
-            .await
-    );
     server.drained().await;
-    assert_eq!(made(github), [json!("rev-a"), json!("rev-b")], "one each");
+    assert_eq!(made(github), [json!("rev-b")], "one");
     let limited = r#"gatebot_outbound_requests_total{service="github",endpoint="create_deployment",result="rate_limited"}"#;
     assert_eq!(server.metric(limited).await, 1.0);
 }
@@ -253,21 +297,95 @@ async fn a_creation_whose_answer_was_lost_is_found_not_made_again(backend: Backe
     github.lose_deployment_answers([Failure::server_error()]);
     let _sim = waiting_at_promote(server).await;
     eventually(
-        "both revisions' deployments with a status",
+        "rev-b's deployment with a status",
         Duration::from_secs(15),
         || async {
             let all = github.deployments();
-            all.iter().any(|d| d.payload["checksum"] == "rev-b")
-                && all.iter().all(|d| !d.statuses.is_empty())
+            all.iter()
+                .any(|d| d.payload["checksum"] == "rev-b" && !d.statuses.is_empty())
         },
     )
     .await;
     server.drained().await;
     let all = github.deployments();
-    let revisions: Vec<&Value> = all.iter().map(|d| &d.payload["checksum"]).collect();
-    assert_eq!(
-        revisions,
-        [&json!("rev-a"), &json!("rev-b")],
-        "one each: {all:#?}"
+    let made = all
+        .iter()
+        .filter(|d| d.payload["checksum"] == "rev-b")
+        .count();
+    assert_eq!(made, 1, "rev-b's made once: {all:#?}");
+}
+
+/// Checks from canaries no Flagger runs, in namespaces such as `production`,
+/// make no deployment: before an approval none is made at all, and after
+/// one only a canary the policy names gets one. The others are counted once.
+async fn a_check_alone_makes_no_deployment_in_any_environment(backend: Backend) {
+    let env = setup(backend, true).await;
+    let (server, github) = (&env.server, &env.github);
+    let mut namespaces = vec!["production".to_string(), "prod".into()];
+    namespaces.extend((0..10).map(|n| format!("env-{n}")));
+    for kind in ["start", "promote"] {
+        for ns in &namespaces {
+            assert_eq!(made_up(server, kind, ns, "app", "rev-x").await, 403);
+        }
+        // Even in the namespace the policy names.
+        assert_eq!(made_up(server, kind, "test", "fake", "rev-x").await, 403);
+    }
+    server.drained().await;
+    assert!(
+        github.deployments().is_empty(),
+        "{:#?}",
+        github.deployments()
     );
+
+    // A person approves the start gate; the real canary uses it.
+    let mut sim = waiting_at_promote(server).await;
+    // Made-up canaries use the open start gate too, twice each; they are
+    // in no namespace the policy names.
+    for _ in 0..2 {
+        for ns in &namespaces {
+            assert_eq!(made_up(server, "start", ns, "app", "rev-y").await, 200);
+        }
+    }
+    // The PR's next news (the real canary promoted) runs the job.
+    server.open("/gates/promote/pr/42").await;
+    assert!(sim.run_until(|s| s.promotions() == 1, 10).await);
+    server.drained().await;
+    let all = github.deployments();
+    // One canary's (rev-a's too, if the start gate asked with it last).
+    let mut made: Vec<(&str, &Value)> = all
+        .iter()
+        .map(|d| (d.environment.as_str(), &d.payload["canary"]))
+        .collect();
+    made.dedup();
+    assert_eq!(made, [("production", &json!("test/podinfo"))], "{all:#?}");
+    let told =
+        r#"gatebot_notifications_dropped_total{sink="github",reason="deployment_no_environment"}"#;
+    assert_eq!(
+        server.metric(told).await,
+        namespaces.len() as f64,
+        "once each"
+    );
+}
+
+/// Canaries of a namespace the policy names, each using the open start
+/// gate: the PR's deployments name at most [`MAX_CANARIES`] of them.
+async fn a_pull_requests_deployments_name_a_bounded_number_of_canaries(backend: Backend) {
+    let env = setup(backend, true).await;
+    let (server, github) = (&env.server, &env.github);
+    server.open("/gates/start/pr/42").await;
+    let extra = 3;
+    for n in 0..MAX_CANARIES + extra {
+        let name = format!("app-{n}");
+        assert_eq!(made_up(server, "start", "test", &name, "rev-1").await, 200);
+        // Its wait at the promote gate is the news that runs the job.
+        assert_eq!(
+            made_up(server, "promote", "test", &name, "rev-1").await,
+            403
+        );
+        server.drained().await;
+    }
+    let all = github.deployments();
+    assert_eq!(all.len(), MAX_CANARIES, "{all:#?}");
+    let limit = r#"gatebot_notifications_dropped_total{sink="github",reason="deployment_limit"}"#;
+    assert_eq!(server.metric(limit).await, extra as f64);
 }

@@ -75,7 +75,8 @@ impl Engine {
     }
 
     async fn check_now(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, CommandError> {
-        let commit = self.commit_of(key, input).await?;
+        // A passage and the order are a cluster's gate's only.
+        let commit = key.cluster.as_ref().and_then(|_| Self::commit_known(input));
         let gate = self.gate(key).await?;
         if let Some(verdict) = self.settled(key, &gate, input, self.now()) {
             return Ok(Checked::settled(verdict));
@@ -142,7 +143,7 @@ impl Engine {
             ),
         );
         let verdict = match key.cluster {
-            Some(_) => self.in_order(key, self.commit_known(key, input).as_deref(), now, verdict),
+            Some(_) => self.in_order(key, Self::commit_known(input).as_deref(), now, verdict),
             None => verdict,
         };
         if verdict.pin || verdict.expired {

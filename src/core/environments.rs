@@ -4,7 +4,6 @@
 //! commit) are written with the check that pinned them and kept in memory,
 //! so that the order is answered without the store.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 use indexmap::IndexMap;
@@ -13,8 +12,8 @@ use super::commands::{Act, Plan};
 use super::dispatch::Request;
 use super::{CheckInput, CommandError, Engine};
 use crate::command::{Command, Invalid};
-use crate::gate::environment::{order, valid_commit, Environments, Order, Target};
-use crate::gate::{ClusterName, GateKey, GateKind, Millis, PrNumber, RepoName, Scope, Verdict};
+use crate::gate::environment::{order, valid_commit, Environments, Order, Target, UNKNOWN_COMMIT};
+use crate::gate::{ClusterName, GateKey, GateKind, Millis, Scope, Verdict};
 use crate::store::{Passage, StoreError};
 
 /// Promote gates and commits whose passages are kept in memory; the oldest
@@ -25,11 +24,10 @@ const KEPT: usize = 10_000;
 /// promoted it, and when.
 type Passed = IndexMap<(GateKey, String), Vec<(ClusterName, Millis)>>;
 
-/// What memory keeps of the order: passages, and the PR heads checks used.
+/// What memory keeps of the order: passages.
 #[derive(Default)]
 pub(super) struct Paths {
     passed: Mutex<Passed>,
-    heads: Mutex<HashMap<(RepoName, PrNumber), String>>,
 }
 
 impl Paths {
@@ -86,37 +84,17 @@ impl Engine {
             .or_else(|| self.settings.environments.default_cluster().cloned())
     }
 
-    /// The commit of the checked revision, from memory: the canary's
-    /// `commit` metadata, else its PR's head as last read.
-    pub(super) fn commit_known(&self, key: &GateKey, input: &CheckInput) -> Option<String> {
+    /// The commit the checked revision was built from: its `commit`
+    /// metadata, else the commit the Kubernetes lookup found for its
+    /// checksum. Never the PR's head: a cluster may still run a revision of
+    /// an earlier commit (a build can roll out after the next push), and a
+    /// passage recorded for the wrong commit would let the next environment
+    /// go with a commit nobody ran.
+    pub(super) fn commit_known(input: &CheckInput) -> Option<String> {
         if let Some(c) = input.metadata.get("commit").filter(|c| valid_commit(c)) {
             return Some(c.to_ascii_lowercase());
         }
-        let (repo, number) = key.pr()?;
-        let heads = self.paths.heads.lock().expect("heads poisoned");
-        heads.get(&(repo.clone(), number)).cloned()
-    }
-
-    /// [`Engine::commit_known`], reading the PR's head from the store first
-    /// (the slow path, where a passage may be written).
-    pub(super) async fn commit_of(
-        &self,
-        key: &GateKey,
-        input: &CheckInput,
-    ) -> Result<Option<String>, StoreError> {
-        if self.settings.environments.is_empty() || key.cluster.is_none() {
-            return Ok(None);
-        }
-        if let Some((repo, number)) = key.pr() {
-            if let Some(head) = self.store.pr_head(repo, number).await? {
-                let mut heads = self.paths.heads.lock().expect("heads poisoned");
-                if heads.len() >= KEPT {
-                    heads.clear();
-                }
-                heads.insert((repo.clone(), number), head.to_ascii_lowercase());
-            }
-        }
-        Ok(self.commit_known(key, input))
+        input.found_commit.clone()
     }
 
     /// An open answer in a later environment, closed until the one before
@@ -138,7 +116,7 @@ impl Engine {
             return verdict;
         };
         let gate = GateKey::new(GateKind::Promote, key.scope.clone());
-        let promoted = |c: &ClusterName| self.paths.when(&gate, commit?, c);
+        let promoted = |c: &ClusterName, at: &str| self.paths.when(&gate, at, c);
         match order(envs, env, commit, promoted, now) {
             Order::Free => verdict,
             Order::Waiting(line) => Verdict {
@@ -148,15 +126,16 @@ impl Engine {
         }
     }
 
-    /// The passage a pin at `key` makes, if it is a promote gate of a cluster
-    /// and the commit is known.
+    /// The passage a pin at `key` makes, if it is a promote gate of a
+    /// cluster: of [`UNKNOWN_COMMIT`] when the revision's commit is not
+    /// known, so that the next environment says why it waits.
     pub(super) fn passage(key: &GateKey, commit: Option<&str>, at: Millis) -> Option<Passage> {
         if key.kind != GateKind::Promote {
             return None;
         }
         Some(Passage {
             gate: GateKey::new(GateKind::Promote, key.scope.clone()),
-            commit: commit?.to_string(),
+            commit: commit.unwrap_or(UNKNOWN_COMMIT).to_string(),
             cluster: key.cluster.clone()?,
             at,
         })

@@ -104,6 +104,9 @@ pub struct CheckInput {
     pub metadata: BTreeMap<String, String>,
     /// The cluster whose Flagger token the check carried; None without tokens.
     pub cluster: Option<crate::gate::ClusterName>,
+    /// The commit gatebot itself found the revision was built from (the
+    /// Kubernetes lookup's tie of this checksum); never read from the body.
+    pub found_commit: Option<String>,
 }
 
 /// Who did something and on which delivery (for replays and the audit log).

@@ -54,8 +54,9 @@ pub trait CanaryOrigin: Send + Sync {
 
 /// What a check learns about its canary.
 enum Lookup {
-    /// Answer it as this gate's scope (the PR's), or as its own gate (None).
-    Known(Option<Scope>),
+    /// Answer it as this gate's scope (the PR's), or as its own gate (None);
+    /// the revision was built from this commit.
+    Known(Option<Scope>, String),
     /// Not yet: closed, with this reason.
     Waiting(String),
 }
@@ -68,7 +69,7 @@ enum State {
         retry_at: Millis,
         why: String,
     },
-    Known(Option<Scope>),
+    Known(Option<Scope>, String),
 }
 
 struct Entry {
@@ -123,7 +124,7 @@ impl Origins {
         let mut ties = self.ties();
         let retry = match ties.get(canary) {
             Some(e) if e.checksum == checksum => match &e.state {
-                State::Known(scope) => return Lookup::Known(scope.clone()),
+                State::Known(scope, commit) => return Lookup::Known(scope.clone(), commit.clone()),
                 State::Queued => return Lookup::Waiting(looking(canary)),
                 State::Failed { retry_at, why, .. } if *retry_at > now => {
                     return Lookup::Waiting(failed(canary, why));
@@ -160,7 +161,7 @@ impl Origins {
     pub(super) fn confirmed(&self, canary: &CanaryRef) -> bool {
         let ties = self.ties();
         ties.get(canary)
-            .is_some_and(|e| matches!(e.state, State::Known(_)))
+            .is_some_and(|e| matches!(e.state, State::Known(_, _)))
     }
 
     fn settle(&self, canary: &CanaryRef, checksum: &str, state: State) {
@@ -189,7 +190,7 @@ impl Origins {
                 row.canary.clone(),
                 Entry {
                     checksum: row.checksum.clone(),
-                    state: State::Known(scope_of(&row)),
+                    state: State::Known(scope_of(&row), row.commit.clone()),
                 },
             );
         }
@@ -247,8 +248,18 @@ impl Engine {
             return self.check(key, input).await;
         };
         match origins.lookup(canary, &input.checksum, self.now()) {
-            Lookup::Known(Some(scope)) => self.check(&GateKey::new(key.kind, scope), input).await,
-            Lookup::Known(None) => self.check(key, input).await,
+            Lookup::Known(scope, commit) => {
+                // The commit the cluster says this revision runs: what a
+                // passage is recorded for when the metadata names none.
+                let input = CheckInput {
+                    found_commit: Some(commit),
+                    ..input.clone()
+                };
+                match scope {
+                    Some(scope) => self.check(&GateKey::new(key.kind, scope), &input).await,
+                    None => self.check(key, &input).await,
+                }
+            }
             Lookup::Waiting(reason) => {
                 self.count_check(key.kind, Answer::Closed);
                 Ok(Checked {
@@ -298,7 +309,7 @@ impl Engine {
         match result {
             Ok(tie) => {
                 tracing::info!(canary = %job.canary, commit = %tie.commit, pr = ?tie.pr, "canary tied to its pull request");
-                State::Known(scope_of(&tie))
+                State::Known(scope_of(&tie), tie.commit.clone())
             }
             Err(OriginError(why)) => {
                 let retry_in = origins.retry_in(job.attempts);

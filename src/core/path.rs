@@ -93,17 +93,14 @@ pub async fn order_line(
     if env.after.is_none() || key.kind.is_rollback() {
         return Ok(None);
     }
-    let mut commit = o.metadata["commit"]
+    // The metadata only, as stored: never the PR's head (see `commit_known`).
+    let commit = o.metadata["commit"]
         .as_str()
         .filter(|c| valid_commit(c))
         .map(str::to_ascii_lowercase);
-    if let (None, Some((repo, number))) = (&commit, key.pr()) {
-        commit = records.pr_head(repo, number).await?;
-    }
     let gate = GateKey::new(GateKind::Promote, key.scope.clone());
     let passages = records.passages_of(&gate).await?;
-    let promoted = |c: &ClusterName| {
-        let commit = commit.as_deref()?;
+    let promoted = |c: &ClusterName, commit: &str| {
         let p = passages
             .iter()
             .find(|p| p.commit == commit && p.cluster == *c)?;

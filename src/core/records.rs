@@ -16,7 +16,7 @@ use crate::gate::environment::Environments;
 use crate::gate::{CanaryRef, Gate, GateKey, GateKind, Millis, PrNumber, RepoName};
 use crate::store::{
     AuditEntry, CheckRunRow, Claim, DeploymentRow, EventRow, NamedGate, NewJob, ObservationRow,
-    ProtectionRequest, QueueName, SlackDecision, SlackEnding, SlackFinal, SlackMessage,
+    ProtectionRequest, QueueName, Reserved, SlackDecision, SlackEnding, SlackFinal, SlackMessage,
     StatusComment, Store, StoreError, TeamsCard, TeamsConversation, WaitBrief, WaitRow,
 };
 
@@ -186,6 +186,16 @@ records! {
         row: &DeploymentRow,
         now: Millis,
     ) -> ();
+    fn reserve_deployment(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        canary: &str,
+        checksum: &str,
+        max: usize,
+        now: Millis,
+    ) -> Reserved;
+    fn canary_approved(&self, gates: &[GateKey], canary: &str) -> bool;
     fn pending_protections(
         &self,
         repo: &RepoName,

@@ -59,6 +59,7 @@ impl FlaggerBody {
     pub(crate) fn input(self, cluster: Option<ClusterName>) -> Result<CheckInput, Reject> {
         Ok(CheckInput {
             cluster,
+            found_commit: None,
             canary: self.canary()?,
             checksum: self.checksum,
             phase: self.phase,

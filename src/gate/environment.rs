@@ -152,22 +152,28 @@ pub enum Order {
     Waiting(String),
 }
 
+/// The commit of a passage whose revision's commit gatebot could not tell
+/// (no `commit` metadata, no lookup): a cluster promoted something, and no
+/// later environment may go on the strength of it.
+pub const UNKNOWN_COMMIT: &str = "";
+
 /// Whether `env` may go for `commit`: every cluster of the environment it
 /// comes after must have promoted the same commit, the last of them at
-/// least the soak ago. `promoted` says when a cluster promoted it.
+/// least the soak ago. `promoted` says when a cluster promoted a commit
+/// ([`UNKNOWN_COMMIT`]: a revision of a commit gatebot could not tell).
 pub fn order(
     envs: &Environments,
     env: &Environment,
     commit: Option<&str>,
-    promoted: impl Fn(&ClusterName) -> Option<Millis>,
+    promoted: impl Fn(&ClusterName, &str) -> Option<Millis>,
     now: Millis,
 ) -> Order {
     let Some(before) = env.after.as_ref().and_then(|a| envs.named(a)) else {
         return Order::Free;
     };
-    let Some(commit) = commit else {
+    let Some(commit) = commit.filter(|c| *c != UNKNOWN_COMMIT) else {
         return Order::Waiting(format!(
-            "waiting: {} comes after {before}, and this revision's commit is unknown: set `commit` in the canary's webhook metadata, or tie it to its pull request",
+            "waiting: {} comes after {before}, and gatebot can't tell which commit this revision was built from: set `commit` in the canary's webhook metadata (or let gatebot look the revision up in the cluster)",
             env.name,
             before = before.name
         ));
@@ -176,11 +182,25 @@ pub fn order(
     let mut last = 0;
     let mut missing = Vec::new();
     for cluster in &before.clusters {
-        match promoted(cluster) {
+        match promoted(cluster, commit) {
             Some(at) => last = last.max(at),
-            None => missing.push(cluster.as_str()),
+            None => missing.push(cluster),
         }
     }
+    let untold: Vec<&str> = missing
+        .iter()
+        .filter(|c| promoted(c, UNKNOWN_COMMIT).is_some())
+        .map(|c| c.as_str())
+        .collect();
+    if !untold.is_empty() {
+        return Order::Waiting(format!(
+            "waiting: can't tell which commit {before} promoted: set the canary's `commit` metadata in {} (or let gatebot look the revision up in the cluster), then promote {short} there; {} goes after it",
+            untold.join(" and "),
+            env.name,
+            before = before.name,
+        ));
+    }
+    let missing: Vec<&str> = missing.iter().map(|c| c.as_str()).collect();
     if !missing.is_empty() {
         let mut line = format!("waiting: {} has not promoted {short}", before.name);
         if before.clusters.len() > 1 {
@@ -356,7 +376,7 @@ mod tests {
         let envs = Environments::new(envs, None).unwrap();
         let prod = envs.named(&name("production")).unwrap();
         let t0 = 1_800_000_000_000;
-        let promoted = |c: &ClusterName| (c.as_str() == "staging-eu").then_some(t0);
+        let promoted = |c: &ClusterName, _: &str| (c.as_str() == "staging-eu").then_some(t0);
         let Order::Waiting(line) = order(&envs, prod, Some("85d557f"), promoted, t0 + 5_000) else {
             panic!()
         };
@@ -371,15 +391,16 @@ mod tests {
         let staging = envs.named(&name("staging")).unwrap();
         let commit = "85d557f0a1b2c3d4e5f60718293a4b5c6d7e8f90";
         let t0 = 1_800_000_000_000;
-        assert_eq!(order(&envs, staging, None, |_| None, t0), Order::Free);
-        let Order::Waiting(none) = order(&envs, prod, Some(commit), |_| None, t0) else {
+        assert_eq!(order(&envs, staging, None, |_, _| None, t0), Order::Free);
+        let Order::Waiting(none) = order(&envs, prod, Some(commit), |_, _| None, t0) else {
             panic!()
         };
         assert_eq!(
             none,
             "waiting: staging has not promoted 85d557f; production goes after it (soak 30 min)"
         );
-        let promoted = |c: &ClusterName| (c.as_str() == "staging-eu").then_some(t0);
+        let promoted =
+            |c: &ClusterName, at: &str| (c.as_str() == "staging-eu" && at == commit).then_some(t0);
         let Order::Waiting(soaking) = order(&envs, prod, Some(commit), promoted, t0 + 12 * 60_000)
         else {
             panic!()
@@ -395,6 +416,19 @@ mod tests {
         let Order::Waiting(unknown) = order(&envs, prod, None, promoted, t0) else {
             panic!()
         };
-        assert!(unknown.contains("commit is unknown"), "{unknown}");
+        assert!(unknown.contains("can't tell which commit"), "{unknown}");
+        // Staging promoted a revision whose commit was not told: no commit
+        // may go on the strength of it.
+        let untold = |c: &ClusterName, at: &str| {
+            (c.as_str() == "staging-eu" && at == UNKNOWN_COMMIT).then_some(t0)
+        };
+        let Order::Waiting(line) = order(&envs, prod, Some(commit), untold, t0 + 60 * 60_000)
+        else {
+            panic!()
+        };
+        assert_eq!(
+            line,
+            "waiting: can't tell which commit staging promoted: set the canary's `commit` metadata in staging-eu (or let gatebot look the revision up in the cluster), then promote 85d557f there; production goes after it"
+        );
     }
 }

@@ -1,17 +1,23 @@
 //! GitHub Deployments (GATEBOT_GITHUB_DEPLOYMENTS): one per canary revision
 //! tied to a pull request, on the PR's head commit, for the environment the
-//! policy names (`[[github.environments]]`; default the canary's namespace),
-//! with statuses that follow Flagger's phases:
+//! policy names (`[[github.environments]]`), with statuses that follow
+//! Flagger's phases:
 //! `queued` while waiting to start, `in_progress` while progressing or
 //! waiting for promotion, `success` when promoted, `failure` when rolled
 //! back, `inactive` for a revision a newer one superseded.
+//!
+//! A gate check is unauthenticated, and a deployment may start a workflow
+//! (`on: deployment`): so the environment comes from the policy only (a
+//! canary no table names gets none), a canary's revisions get one only once a
+//! person's approval at one of the PR's gates was used by it (a pin), and a
+//! PR's deployments name at most [`MAX_CANARIES`] canaries.
 //!
 //! Sending: one outbox job per PR, deduplicated and in the PR's lane, that
 //! reads the revisions at send time and posts only what changed, so a status
 //! never overtakes the deployment it is about.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 
@@ -20,9 +26,17 @@ use super::retry;
 use crate::clock::SharedClock;
 use crate::core::Records;
 use crate::gate::{GateKey, GateKind, Phase, PrNumber, RepoName, Scope};
+use crate::metrics::Metrics;
 use crate::notify::SendError;
 use crate::policy::Policy;
-use crate::store::{DeploymentRow, StoreError};
+use crate::store::{DeploymentRow, Reserved, StoreError};
+
+/// The most canaries whose revisions get deployments on one PR; a canary
+/// past it gets none (logged and counted once).
+pub const MAX_CANARIES: usize = 8;
+
+/// Canaries whose refusal was logged, kept so each is logged once; cleared when full.
+const TOLD: usize = 10_000;
 
 /// The gates whose waits tie a canary's revisions to a pull request.
 const KINDS: [GateKind; 4] = [
@@ -36,9 +50,21 @@ const KINDS: [GateKind; 4] = [
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Revision {
     canary: String,
-    environment: String,
+    /// None: no `[[github.environments]]` table names the canary.
+    environment: Option<String>,
     checksum: String,
     state: &'static str,
+}
+
+/// The PR's gate of `kind` (of every cluster).
+fn pr_gate(kind: GateKind, repo: &RepoName, number: PrNumber) -> GateKey {
+    GateKey::new(
+        kind,
+        Scope::Pr {
+            repo: repo.clone(),
+            number,
+        },
+    )
 }
 
 /// States after which a deployment's status no longer changes.
@@ -55,6 +81,10 @@ pub struct Deployments {
     pub public_url: Option<String>,
     /// Names each canary's environment (`[[github.environments]]`).
     pub policy: Policy,
+    /// `gatebot_notifications_dropped_total{sink="github",reason="deployment_…"}`.
+    pub metrics: Arc<Metrics>,
+    /// The refusals logged already (repository, PR, canary, why).
+    pub told: Mutex<HashSet<String>>,
 }
 
 impl Deployments {
@@ -71,15 +101,22 @@ impl Deployments {
             .await
             .map_err(retry)?;
         for rev in &revisions {
+            let Some(environment) = rev.environment.as_deref() else {
+                // Told only of an approved revision: made-up canaries are many.
+                if self.approved(repo, number, rev).await? {
+                    self.tell(repo, number, rev, "deployment_no_environment");
+                }
+                continue;
+            };
             let superseded: Vec<DeploymentRow> = known
                 .iter()
                 .filter(|k| k.canary == rev.canary && k.checksum != rev.checksum)
-                .filter(|k| !ended(&k.state))
+                .filter(|k| !ended(&k.state) && !k.reserved())
                 .cloned()
                 .collect();
             for old in superseded {
                 let gate = self.gate_of(repo, number);
-                self.post(repo, number, old, "inactive", &rev.environment, gate)
+                self.post(repo, number, old, "inactive", environment, gate)
                     .await?;
             }
             let same = known
@@ -87,12 +124,16 @@ impl Deployments {
                 .find(|k| k.canary == rev.canary && k.checksum == rev.checksum)
                 .cloned();
             let row = match same {
+                Some(k) if k.reserved() => self.create(repo, number, rev, environment).await?,
                 Some(k) if k.state == rev.state => continue,
                 Some(k) => k,
-                None => self.create(repo, number, rev).await?,
+                None if self.may_create(repo, number, rev).await? => {
+                    self.create(repo, number, rev, environment).await?
+                }
+                None => continue,
             };
             let gate = self.gate_of(repo, number);
-            self.post(repo, number, row, rev.state, &rev.environment, gate)
+            self.post(repo, number, row, rev.state, environment, gate)
                 .await?;
             known = self
                 .records
@@ -103,16 +144,82 @@ impl Deployments {
         Ok(())
     }
 
+    /// Whether revision `rev` may get a deployment: a person's approval at
+    /// one of the PR's gates was used by it, and the PR's deployments have
+    /// room for its canary (its row is reserved then).
+    async fn may_create(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        rev: &Revision,
+    ) -> Result<bool, SendError> {
+        if !self.approved(repo, number, rev).await? {
+            // Not logged: every made-up canary's check would be a line.
+            return Ok(false);
+        }
+        let reserved = self
+            .records
+            .reserve_deployment(
+                repo,
+                number,
+                &rev.canary,
+                &rev.checksum,
+                MAX_CANARIES,
+                self.clock.now_ms(),
+            )
+            .await
+            .map_err(retry)?;
+        if reserved == Reserved::Full {
+            self.tell(repo, number, rev, "deployment_limit");
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Whether a person's approval at one of the PR's gates was used by
+    /// `rev`'s canary (a pin): a check alone is anyone's claim.
+    async fn approved(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        rev: &Revision,
+    ) -> Result<bool, SendError> {
+        let gates: Vec<GateKey> = KINDS.iter().map(|k| pr_gate(*k, repo, number)).collect();
+        self.records
+            .canary_approved(&gates, &rev.canary)
+            .await
+            .map_err(retry)
+    }
+
+    /// Logs and counts, once per canary, why its revision gets no deployment.
+    fn tell(&self, repo: &RepoName, number: PrNumber, rev: &Revision, why: &'static str) {
+        let (canary, checksum) = (&rev.canary, &rev.checksum);
+        // Once per canary: a job may read an older revision's observation.
+        let id = format!("{repo}#{number} {canary} {why}");
+        {
+            let mut told = self.told.lock().expect("told poisoned");
+            if told.len() >= TOLD {
+                told.clear();
+            }
+            if !told.insert(id) {
+                return;
+            }
+        }
+        self.metrics.dropped(super::sink::SINK, why);
+        match why {
+            "deployment_limit" => {
+                tracing::warn!(%repo, pr = %number, %canary, %checksum, max = MAX_CANARIES, "no deployment for this revision: the pull request's deployments name the most canaries gatebot makes deployments for")
+            }
+            _ => {
+                tracing::warn!(%repo, pr = %number, %canary, %checksum, "no deployment for this revision: no [[github.environments]] table names its canary or namespace")
+            }
+        }
+    }
+
     /// The promote gate's page, when GATEBOT_PUBLIC_URL is set.
     fn gate_of(&self, repo: &RepoName, number: PrNumber) -> Option<String> {
         let base = self.public_url.as_deref()?.trim_end_matches('/');
-        let key = GateKey::new(
-            GateKind::Promote,
-            Scope::Pr {
-                repo: repo.clone(),
-                number,
-            },
-        );
+        let key = pr_gate(GateKind::Promote, repo, number);
         Some(format!("{base}/ui{key}"))
     }
 
@@ -121,6 +228,7 @@ impl Deployments {
         repo: &RepoName,
         number: PrNumber,
         rev: &Revision,
+        environment: &str,
     ) -> Result<DeploymentRow, SendError> {
         let head = super::pushes::head(&self.records, &self.client, repo, number).await?;
         let payload = json!({"canary": rev.canary, "checksum": rev.checksum});
@@ -128,7 +236,7 @@ impl Deployments {
         // was stored) made the deployment already: found by its payload.
         let listed = self
             .client
-            .deployments_of(repo, &head, &rev.environment)
+            .deployments_of(repo, &head, environment)
             .await
             .map_err(|e| e.to_send_error())?;
         if let Some((id, _)) = listed.into_iter().find(|(_, p)| *p == payload) {
@@ -136,7 +244,7 @@ impl Deployments {
         }
         let body = json!({
             "ref": head,
-            "environment": rev.environment,
+            "environment": environment,
             "auto_merge": false,
             "required_contexts": [],
             "description": format!("canary {} at revision {}", rev.canary, rev.checksum),
@@ -219,13 +327,7 @@ impl Deployments {
     ) -> Result<Vec<Revision>, StoreError> {
         let mut latest = BTreeMap::new();
         for kind in KINDS {
-            let key = GateKey::new(
-                kind,
-                Scope::Pr {
-                    repo: repo.clone(),
-                    number,
-                },
-            );
+            let key = pr_gate(kind, repo, number);
             for o in self.records.observations_for(&key).await? {
                 let canary = o.canary.to_string();
                 let newer = latest
@@ -245,8 +347,8 @@ impl Deployments {
                 None => "in_progress",
             };
             out.push(Revision {
-                canary,
                 environment: self.policy.environment_of(&o.canary),
+                canary,
                 checksum: o.checksum.clone(),
                 state,
             });

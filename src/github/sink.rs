@@ -214,6 +214,8 @@ impl GithubSink {
             clock: parts.clock.clone(),
             public_url: parts.public_url.clone(),
             policy: parts.policy.clone(),
+            metrics: parts.metrics.clone(),
+            told: Default::default(),
         });
         let protections = (!parts.policy.protections().is_empty()).then(|| Protections {
             client: client.clone(),

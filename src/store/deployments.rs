@@ -3,6 +3,8 @@
 
 use sqlx::Row;
 
+use crate::gate::GateKey;
+
 use super::prs::about_pr;
 use super::rows::{id_in, signed};
 use super::{Result, Store};
@@ -16,6 +18,25 @@ pub struct DeploymentRow {
     pub deployment_id: u64,
     /// The state of the last status posted.
     pub state: String,
+}
+
+impl DeploymentRow {
+    /// A row [`Store::reserve_deployment`] made: GitHub has not been asked yet.
+    pub fn reserved(&self) -> bool {
+        self.deployment_id == RESERVED
+    }
+}
+
+/// The deployment id of a reserved row (GitHub's ids start at 1).
+const RESERVED: u64 = 0;
+
+/// Whether a revision's deployment may be created (see [`Store::reserve_deployment`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reserved {
+    /// The PR keeps a row for it now (or had one already).
+    Yes,
+    /// The PR's deployments name `max` canaries already, none of them this one.
+    Full,
 }
 
 impl Store {
@@ -66,5 +87,75 @@ impl Store {
         .bind(row.state.clone())
         .bind(now);
         self.execute_alone(query).await
+    }
+
+    /// Reserves the row of revision (`canary`, `checksum`)'s deployment
+    /// before GitHub is asked to create it: refused when the PR's rows name
+    /// `max` canaries already and none is `canary`. Counted and written in
+    /// one transaction.
+    pub async fn reserve_deployment(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        canary: &str,
+        checksum: &str,
+        max: usize,
+        now: crate::gate::Millis,
+    ) -> Result<Reserved> {
+        let mut tx = self.begin().await?;
+        let canaries: i64 = about_pr(
+            "SELECT COUNT(DISTINCT canary) FROM github_deployments WHERE repo = $1 AND number = $2",
+            repo,
+            number,
+        )?
+        .fetch_one(tx.conn())
+        .await?
+        .try_get(0)?;
+        let mine: i64 = about_pr(
+            "SELECT COUNT(*) FROM github_deployments WHERE repo = $1 AND number = $2 AND canary = $3",
+            repo,
+            number,
+        )?
+        .bind(canary.to_string())
+        .fetch_one(tx.conn())
+        .await?
+        .try_get(0)?;
+        if mine == 0 && usize::try_from(canaries).map_or(true, |n| n >= max) {
+            return Ok(Reserved::Full);
+        }
+        about_pr(
+            "INSERT INTO github_deployments (repo, number, canary, checksum, deployment_id, state, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, '', $6) ON CONFLICT (repo, number, canary, checksum) DO NOTHING",
+            repo,
+            number,
+        )?
+        .bind(canary.to_string())
+        .bind(checksum.to_string())
+        .bind(signed(RESERVED, "deployment id")?)
+        .bind(now)
+        .execute(tx.conn())
+        .await?;
+        tx.commit().await?;
+        Ok(Reserved::Yes)
+    }
+
+    /// Whether a person's approval at one of `gates` was used by `canary`
+    /// (a pin, of any revision: Flagger's start gate asks with the revision
+    /// it last applied, before the new one): what makes a canary's
+    /// revisions worth a deployment.
+    pub async fn canary_approved(&self, gates: &[GateKey], canary: &str) -> Result<bool> {
+        for gate in gates {
+            let found: Option<i64> = self
+                .first_value(
+                    sqlx::query("SELECT COUNT(*) FROM pins WHERE gate_key = $1 AND canary = $2")
+                        .bind(gate.to_string())
+                        .bind(canary.to_string()),
+                )
+                .await?;
+            if found.is_some_and(|n| n > 0) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 }

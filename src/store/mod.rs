@@ -46,7 +46,7 @@ use crate::gate::{
 };
 
 pub use checks::CheckRunRow;
-pub use deployments::DeploymentRow;
+pub use deployments::{DeploymentRow, Reserved};
 pub use gate_events::{GateEvent, GateEvents, LISTENER_APPLICATION_NAME};
 pub use named::{Link, NamedGate, NamedSpec};
 pub use notify::WaitBrief;
