@@ -156,6 +156,16 @@ async fn an_operator_creates_the_github_app_from_the_manifest() {
         "{action}"
     );
     let manifest = attribute(&page, "name=\"manifest\"", "value");
+    // The page lists what the manifest it sends asks for.
+    let sent: serde_json::Value = serde_json::from_str(&manifest).unwrap();
+    for (name, access) in sent["default_permissions"].as_object().unwrap() {
+        let shown = format!("<code>{name}: {}</code>", access.as_str().unwrap());
+        assert!(page.contains(&shown), "{shown} not on the page");
+    }
+    for event in sent["default_events"].as_array().unwrap() {
+        let shown = format!("<code>{}</code>", event.as_str().unwrap());
+        assert!(page.contains(&shown), "{shown} not on the page");
+    }
 
     // GitHub takes the form and sends the browser back with a code.
     let (status, headers, body) = send(

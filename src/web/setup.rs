@@ -77,12 +77,17 @@ pub async fn page(
         form_urlencoded::byte_serialize(sealed.as_bytes()).collect::<String>()
     );
     let manifest = manifest(&public, name)?;
+    // Shown from the manifest sent, so the page can't list less than it asks.
+    let asks = asks(&manifest);
+    let manifest =
+        serde_json::to_string(&manifest).map_err(|e| Problem::unavailable(e.to_string()))?;
     let mut response = render(
         &state,
         "setup_github.html.j2",
         json!({
             "base": viewer.base("/ui/setup/github"), "action": action, "manifest": manifest,
             "org": org, "name": name, "public": public, "web": web,
+            "permissions": asks.permissions, "events": asks.events,
         }),
     )?;
     // The one form that leaves gatebot: form-action names GitHub's origin too.
@@ -451,22 +456,46 @@ fn origin(url: &str) -> Result<String, Problem> {
 
 /// The shipped manifest with this server's webhook URL, the way back and the
 /// sign-in callback (an App's client id and secret sign people in too).
-fn manifest(public: &str, name: &str) -> Result<String, Problem> {
+fn manifest(public: &str, name: &str) -> Result<serde_json::Value, Problem> {
     let mut m: serde_json::Value = serde_json::from_str(&MANIFEST.replace(EXAMPLE_URL, public))
         .map_err(|e| Problem::unavailable(format!("the built-in manifest is broken: {e}")))?;
     m["name"] = json!(name);
     m["redirect_url"] = json!(format!("{public}/ui/setup/github/callback"));
     m["callback_urls"] = json!([format!("{public}/ui/signin/github/callback")]);
-    serde_json::to_string(&m).map_err(|e| Problem::unavailable(e.to_string()))
+    Ok(m)
+}
+
+/// What a manifest asks GitHub for, as the page lists it.
+struct Asks {
+    /// `name: access`, in the manifest's order.
+    permissions: Vec<String>,
+    events: Vec<String>,
+}
+
+fn asks(manifest: &serde_json::Value) -> Asks {
+    let permissions = manifest["default_permissions"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, access)| format!("{name}: {}", access.as_str().unwrap_or("?")))
+        .collect();
+    let events = manifest["default_events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.as_str().map(str::to_owned))
+        .collect();
+    Asks {
+        permissions,
+        events,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn the_manifest_points_at_this_server() {
-        let m: serde_json::Value =
-            serde_json::from_str(&super::manifest("https://gb.acme.test", "gatebot-acme").unwrap())
-                .unwrap();
+        let m = super::manifest("https://gb.acme.test", "gatebot-acme").unwrap();
         assert_eq!(
             m["hook_attributes"]["url"],
             "https://gb.acme.test/webhooks/github"
@@ -487,5 +516,40 @@ mod tests {
             ])
         );
         assert_eq!(m["default_permissions"]["deployments"], "write");
+    }
+
+    /// docs/github.md's table of permissions and its events are what the
+    /// manifest asks for, no fewer and no more.
+    #[test]
+    fn the_docs_list_what_the_manifest_asks() {
+        let doc = include_str!("../../docs/github.md");
+        let snake = |s: &str| s.trim().to_lowercase().replace(' ', "_");
+        let mut documented: Vec<String> = doc
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("| Repository → ")
+                    .or_else(|| l.strip_prefix("| Organization → "))
+            })
+            .filter_map(|l| l.split('|').next().map(snake))
+            .collect();
+        documented.sort();
+        let asks = super::asks(&super::manifest("https://gb.acme.test", "gatebot").unwrap());
+        let mut asked: Vec<String> = asks
+            .permissions
+            .iter()
+            .filter_map(|p| p.split(':').next().map(str::to_owned))
+            .collect();
+        asked.sort();
+        assert_eq!(documented, asked);
+        let events = doc
+            .lines()
+            .find(|l| l.starts_with("| Subscribe to events |"))
+            .unwrap();
+        let mut documented: Vec<String> =
+            events.split("**").skip(1).step_by(2).map(snake).collect();
+        documented.sort();
+        let mut asked = asks.events;
+        asked.sort();
+        assert_eq!(documented, asked);
     }
 }
