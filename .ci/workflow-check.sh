@@ -37,7 +37,7 @@ echo "workflow-check: zizmor"
 # --offline: no GitHub API calls (the online audits look up tags and advisories).
 "$venv/bin/zizmor" --offline --no-progress --min-severity low .github/workflows
 echo "workflow-check: hadolint"
-"$venv/bin/hadolint" Dockerfile
+"$venv/bin/hadolint" --no-color Dockerfile
 
 echo "workflow-check: versions and CHANGELOG"
 bash "$here/release-versions.sh"
