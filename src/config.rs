@@ -1150,7 +1150,7 @@ const ZERO: Duration = Duration::ZERO;
 
 const DAY: u64 = 24 * 3600;
 
-/// How long what grows with traffic is kept (README, "Retention").
+/// How long what grows with traffic is kept (docs/operations.md, "Retention").
 #[derive(Debug, Clone, clap::Args)]
 pub struct RetentionConfig {
     /// Done webhook deliveries and sent notifications keep their payload this long;

@@ -833,10 +833,10 @@ mod tests {
         }
     }
 
-    /// Where README.md and docs/ quote an answer, the quote is what gatebot says.
+    /// Where docs/ quote an answer, the quote is what gatebot says.
     #[test]
     fn answers_quoted_in_the_docs_are_real() {
-        let readme = include_str!("../../README.md");
+        let operations = include_str!("../../docs/operations.md");
         let install = include_str!("../../docs/install-kubernetes.md");
         let at = humantime::parse_rfc3339("2026-11-30T14:02:00Z").unwrap();
         let at = at.duration_since(UNIX_EPOCH).unwrap().as_millis() as Millis;
@@ -850,9 +850,9 @@ mod tests {
         };
         let closed = |kind| Gate::closed(key(kind));
         let quotes = [
-            (readme, say(&closed(GateKind::Promote), "r1", GITHUB)),
-            (readme, say(&approved, "85d557f47b", GITHUB)),
-            (readme, say(&closed(GateKind::Rollback), "r1", GITHUB)),
+            (operations, say(&closed(GateKind::Promote), "r1", GITHUB)),
+            (operations, say(&approved, "85d557f47b", GITHUB)),
+            (operations, say(&closed(GateKind::Rollback), "r1", GITHUB)),
             (
                 install,
                 format!("403 {}", say(&closed(GateKind::Start), "r1", both)),
@@ -869,7 +869,7 @@ mod tests {
         promote.key = key(GateKind::Promote);
         let moved = say(&promote, "7c1e2a90f3", GITHUB);
         assert!(
-            readme.contains(&format!("`{moved}`")),
+            operations.contains(&format!("`{moved}`")),
             "not quoted: `{moved}`"
         );
     }

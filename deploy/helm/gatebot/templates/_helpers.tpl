@@ -62,7 +62,7 @@ ServiceAccount name.
 Container image reference.
 */}}
 {{- define "gatebot.image" -}}
-{{- $repository := required "image.repository is not set: build the image from the repository's Dockerfile, push it, and pass --set image.repository=<registry>/<path>/gatebot (and --set image.tag=<tag>, default the chart's appVersion)" .Values.image.repository }}
+{{- $repository := required "image.repository is empty: leave it unset for the published ghcr.io/gatebot/gatebot, or build the image from the repository's Dockerfile, push it, and pass --set image.repository=<registry>/<path>/gatebot (and --set image.tag=<tag>, default the chart's appVersion)" .Values.image.repository }}
 {{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
 
