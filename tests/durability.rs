@@ -483,6 +483,7 @@ async fn an_acknowledged_hold_outlasts_a_stuck_row_lock() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 202, "acknowledged");
+    let acknowledged = std::time::Instant::now();
 
     let retries = r#"gatebot_queue_jobs_total{queue="inbox",route="github",result="retry"}"#;
     let failed = r#"gatebot_queue_jobs_total{queue="inbox",route="github",result="failed"}"#;
@@ -494,6 +495,8 @@ async fn an_acknowledged_hold_outlasts_a_stuck_row_lock() {
     .await;
     assert_eq!(server.metric(failed).await, 0.0, "never given up");
     assert_eq!(check().await, 200, "not applied while the lock is held");
+    // Long enough for the reply to say it was applied late (10 s).
+    tokio::time::sleep(Duration::from_secs(11).saturating_sub(acknowledged.elapsed())).await;
 
     sqlx::query("ROLLBACK").execute(&mut stuck).await.unwrap();
     eventually("the hold to apply", Duration::from_secs(40), || async {
@@ -501,4 +504,20 @@ async fn an_acknowledged_hold_outlasts_a_stuck_row_lock() {
     })
     .await;
     assert_eq!(server.metric(failed).await, 0.0);
+    eventually("the reply on the PR", Duration::from_secs(10), || async {
+        !github.replies(42).is_empty()
+    })
+    .await;
+    let reply = github.replies(42).remove(0).body;
+    assert!(
+        reply.contains("after it was received (the database was unavailable)"),
+        "{reply}"
+    );
+    insta::with_settings!({filters => vec![
+        (r"\d{2}:\d{2}:\d{2} UTC", "[time] UTC"),
+        (r"\d+ s after", "[waited] after"),
+        (r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "[uuid]"),
+    ]}, {
+        insta::assert_snapshot!("hold_applied_late", reply);
+    });
 }
