@@ -43,7 +43,7 @@ impl Handler for SlackInbox {
                 CLICK => {
                     let i: Interaction = serde_json::from_str(&item.payload)
                         .map_err(|e| SendError::Permanent(format!("stored click: {e}")))?;
-                    self.click(&i, item).await
+                    self.click(&i).await
                 }
                 SLASH => {
                     let c: SlashCommand = serde_json::from_str(&item.payload)
@@ -84,7 +84,7 @@ impl SlackInbox {
     /// the core says it is there. The decision, the change and the message's
     /// refresh commit together: the notice of the change finds the message
     /// decided, and a change that fails leaves no decision behind.
-    async fn click(&self, i: &Interaction, item: &QueueItem) -> Result<(), SendError> {
+    async fn click(&self, i: &Interaction) -> Result<(), SendError> {
         let Some(click) = i.click() else {
             return Ok(());
         };
@@ -126,11 +126,7 @@ impl SlackInbox {
         }
         unit.commit().await.map_err(store_err)?;
         match outcome {
-            // Acknowledged long ago: say when it took effect, and why so late.
-            Outcome::Applied(_) => match late_note(item, engine.now()) {
-                Some(note) => self.respond(url, note).await,
-                None => Ok(()),
-            },
+            Outcome::Applied(_) => Ok(()),
             refused => {
                 let text = self.refusal(&request.command, refused);
                 self.respond(url, text).await
