@@ -297,17 +297,10 @@ fn serve_logging(db: &TestDb, api_url: &str, level: &str) -> Served {
 }
 
 async fn promote(base: &str, pr: u64, comment_id: u64) {
-    let body = serde_json::to_vec(&comment(pr, comment_id, "alice", "/promote")).unwrap();
-    let r = client()
-        .post(format!("{base}/webhooks/github"))
-        .header("x-github-event", "issue_comment")
-        .header("x-github-delivery", format!("restart-{comment_id}"))
-        .header("x-hub-signature-256", sign(SECRET, &body))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202, "acknowledged");
+    let payload = comment(pr, comment_id, "alice", "/promote");
+    let guid = format!("restart-{comment_id}");
+    let (status, _) = deliver_signed(base, SECRET, "issue_comment", &guid, &payload).await;
+    assert_eq!(status, 202, "acknowledged");
 }
 
 /// Who holds the lease on the stored delivery, if anyone.
