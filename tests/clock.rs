@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::fake_slack::FakeSlack;
-use gatebot_testkit::github_payloads::{comment_at, now_ms};
+use gatebot_testkit::github_payloads::{comment_at, deliver_signed, now_ms};
 use gatebot_testkit::harness::{client, eventually, postgres_url, Backend, TestDb, ADMIN_TOKEN};
 use gatebot_testkit::served::Served;
 use serde_json::{json, Value};
@@ -245,20 +245,8 @@ async fn check(url: &str, gate: &str, canary: &str, rev: &str) -> u16 {
 }
 
 async fn deliver(url: &str, id: &str, payload: &Value) {
-    let body = serde_json::to_vec(payload).unwrap();
-    let r = client()
-        .post(format!("{url}/webhooks/github"))
-        .header("x-github-event", "issue_comment")
-        .header("x-github-delivery", id)
-        .header(
-            "x-hub-signature-256",
-            gatebot::testing::github::verify::sign(GITHUB_SECRET, &body),
-        )
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202, "delivery {id} stored");
+    let (status, _) = deliver_signed(url, GITHUB_SECRET, "issue_comment", id, payload).await;
+    assert_eq!(status, 202, "delivery {id} stored");
 }
 
 /// A close on B, then a `/promote` written (by GitHub's clock, the real time)

@@ -12,11 +12,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gatebot::testing::github::verify::sign;
+use gatebot_testkit::chatops::{ChatOps, Setup};
 use gatebot_testkit::fake_github::FakeGithub;
-use gatebot_testkit::github_payloads::comment;
+use gatebot_testkit::github_payloads::{comment, deliver_signed};
 use gatebot_testkit::harness::{
     client, eventually, postgres_url, Backend, TestDb, TestServer, ADMIN_TOKEN,
 };
+use gatebot_testkit::row_lock::RowLock;
 use gatebot_testkit::served::Served;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -295,17 +297,10 @@ fn serve_logging(db: &TestDb, api_url: &str, level: &str) -> Served {
 }
 
 async fn promote(base: &str, pr: u64, comment_id: u64) {
-    let body = serde_json::to_vec(&comment(pr, comment_id, "alice", "/promote")).unwrap();
-    let r = client()
-        .post(format!("{base}/webhooks/github"))
-        .header("x-github-event", "issue_comment")
-        .header("x-github-delivery", format!("restart-{comment_id}"))
-        .header("x-hub-signature-256", sign(SECRET, &body))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202, "acknowledged");
+    let payload = comment(pr, comment_id, "alice", "/promote");
+    let guid = format!("restart-{comment_id}");
+    let (status, _) = deliver_signed(base, SECRET, "issue_comment", &guid, &payload).await;
+    assert_eq!(status, 202, "acknowledged");
 }
 
 /// Who holds the lease on the stored delivery, if anyone.
@@ -418,7 +413,6 @@ async fn another_replica_takes_a_dead_replicas_command_within_seconds() {
     ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
 )]
 async fn an_acknowledged_hold_outlasts_a_stuck_row_lock() {
-    use sqlx::Connection;
     if postgres_url().is_none() {
         eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)");
         return;
@@ -462,27 +456,14 @@ async fn an_acknowledged_hold_outlasts_a_stuck_row_lock() {
     assert_eq!(opened.status().as_u16(), 200);
     assert_eq!(check().await, 200, "open before the hold");
 
-    let mut stuck = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut stuck).await.unwrap();
-    let locked = sqlx::query("SELECT key FROM gates WHERE key LIKE '%/acme/shop/pr/42' FOR UPDATE")
-        .execute(&mut stuck)
-        .await
-        .unwrap();
-    assert!(locked.rows_affected() >= 1, "the PR's gate rows are locked");
+    let stuck = RowLock::gates(&db.url, "%/acme/shop/pr/42").await;
+    assert!(stuck.rows >= 1, "the PR's gate rows are locked");
 
-    let body =
-        serde_json::to_vec(&comment(42, 4101, "alice", "/hold the pager is ringing")).unwrap();
-    let r = client()
-        .post(server.at("/webhooks/github"))
-        .header("content-type", "application/json")
-        .header("x-github-event", "issue_comment")
-        .header("x-github-delivery", "stuck-hold")
-        .header("x-hub-signature-256", sign(SECRET, &body))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 202, "acknowledged");
+    let hold = comment(42, 4101, "alice", "/hold the pager is ringing");
+    let (status, _) =
+        deliver_signed(&server.url, SECRET, "issue_comment", "stuck-hold", &hold).await;
+    assert_eq!(status, 202, "acknowledged");
+    let acknowledged = std::time::Instant::now();
 
     let retries = r#"gatebot_queue_jobs_total{queue="inbox",route="github",result="retry"}"#;
     let failed = r#"gatebot_queue_jobs_total{queue="inbox",route="github",result="failed"}"#;
@@ -494,11 +475,83 @@ async fn an_acknowledged_hold_outlasts_a_stuck_row_lock() {
     .await;
     assert_eq!(server.metric(failed).await, 0.0, "never given up");
     assert_eq!(check().await, 200, "not applied while the lock is held");
+    // Long enough for the reply to say it was applied late (10 s).
+    tokio::time::sleep(Duration::from_secs(11).saturating_sub(acknowledged.elapsed())).await;
 
-    sqlx::query("ROLLBACK").execute(&mut stuck).await.unwrap();
+    stuck.release().await;
     eventually("the hold to apply", Duration::from_secs(40), || async {
         check().await == 403
     })
     .await;
     assert_eq!(server.metric(failed).await, 0.0);
+    eventually("the reply on the PR", Duration::from_secs(10), || async {
+        !github.replies(42).is_empty()
+    })
+    .await;
+    let reply = github.replies(42).remove(0).body;
+    assert!(
+        reply.contains("after it was received (the database was unavailable)"),
+        "{reply}"
+    );
+    insta::with_settings!({filters => vec![
+        (r"\d{2}:\d{2}:\d{2} UTC", "[time] UTC"),
+        (r"\d+ s after", "[waited] after"),
+        (r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "[uuid]"),
+    ]}, {
+        insta::assert_snapshot!("hold_applied_late", reply);
+    });
+}
+
+/// A Slack command acknowledged while the store could not apply it says, once
+/// applied, that it was applied late, when and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
+async fn a_slack_hold_applied_late_says_so() {
+    if postgres_url().is_none() {
+        eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)");
+        return;
+    }
+    let env = ChatOps::start_with(Backend::Postgres, Setup::default(), |config| {
+        config.slack.approvers = vec!["UALICE".to_string()];
+    })
+    .await;
+    assert_eq!(open(&env.server.url, 42).await, 200);
+    let stuck = RowLock::gates(&env.db.url, "%/acme/shop/pr/42").await;
+    assert!(stuck.rows >= 1, "the PR's gate rows are locked");
+    let (status, _) = env
+        .slash(
+            "UALICE",
+            "alice",
+            "hold 42 the pager is ringing",
+            "late-hold",
+        )
+        .await;
+    assert_eq!(status, 200, "acknowledged");
+    let acknowledged = Instant::now();
+    tokio::time::sleep(Duration::from_secs(11).saturating_sub(acknowledged.elapsed())).await;
+    assert_eq!(
+        gate_status(&env.server.url, 42).await,
+        200,
+        "not applied while the lock is held"
+    );
+    stuck.release().await;
+    eventually("the hold to apply", Duration::from_secs(40), || async {
+        gate_status(&env.server.url, 42).await == 403
+    })
+    .await;
+    let answers = env.answers("late-hold").await;
+    let answer = answers.last().expect("an answer on the response_url");
+    assert!(
+        answer.contains("after it was received (the database was unavailable)"),
+        "{answers:?}"
+    );
+    insta::with_settings!({filters => vec![
+        (r"\d{2}:\d{2}:\d{2} UTC", "[time] UTC"),
+        (r"\d+ s after", "[waited] after"),
+    ]}, {
+        insta::assert_snapshot!("slack_hold_applied_late", answer);
+    });
 }

@@ -6,9 +6,8 @@
 
 use std::time::Duration;
 
-use gatebot::testing::github::verify::sign;
 use gatebot_testkit::fake_github::FakeGithub;
-use gatebot_testkit::github_payloads::comment;
+use gatebot_testkit::github_payloads::{comment, deliver_signed};
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::Value;
 
@@ -55,19 +54,10 @@ async fn enterprise(app: bool) -> Env {
 }
 
 async fn deliver(server: &TestServer, payload: &Value) -> u16 {
-    let body = serde_json::to_vec(payload).unwrap();
-    client()
-        .post(server.at("/webhooks/github"))
-        .header("content-type", "application/json")
-        .header("x-github-event", "issue_comment")
-        .header("x-github-delivery", uuid::Uuid::new_v4().to_string())
-        .header("x-hub-signature-256", sign(SECRET, &body))
-        .body(body)
-        .send()
+    let guid = uuid::Uuid::new_v4().to_string();
+    deliver_signed(&server.url, SECRET, "issue_comment", &guid, payload)
         .await
-        .unwrap()
-        .status()
-        .as_u16()
+        .0
 }
 
 async fn gate_open(server: &TestServer, gate: &str) -> bool {

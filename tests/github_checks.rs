@@ -5,10 +5,11 @@
 
 use std::time::Duration;
 
-use gatebot::testing::github::verify::sign;
 use gatebot_testkit::fake_github::{Failure, FakeCheckRun, FakeGithub};
 use gatebot_testkit::flagger::{waiting_at_promote, HookType, Phase};
-use gatebot_testkit::github_payloads::{check_run_click, fixture, github_time, now_ms};
+use gatebot_testkit::github_payloads::{
+    check_run_click, deliver_signed, fixture, github_time, now_ms,
+};
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
 
@@ -70,18 +71,7 @@ async fn deliver_as(
     guid: &str,
     payload: &Value,
 ) -> (u16, String) {
-    let body = serde_json::to_vec(payload).unwrap();
-    let r = client()
-        .post(server.at("/webhooks/github"))
-        .header("content-type", "application/json")
-        .header("x-github-event", event)
-        .header("x-github-delivery", guid)
-        .header("x-hub-signature-256", sign(SECRET, &body))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.text().await.unwrap())
+    deliver_signed(&server.url, SECRET, event, guid, payload).await
 }
 
 async fn deliver(server: &TestServer, event: &str, payload: &Value) -> (u16, String) {

@@ -5,10 +5,9 @@
 
 use std::time::Duration;
 
-use gatebot::testing::github::verify::sign;
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::flagger::{waiting_at_promote, HookType};
-use gatebot_testkit::github_payloads::{fixture, github_time, now_ms};
+use gatebot_testkit::github_payloads::{deliver_signed, fixture, github_time, now_ms};
 use gatebot_testkit::harness::{
     check_config_of_policy, client, Backend, TestDb, TestServer, ADMIN_TOKEN,
 };
@@ -65,18 +64,8 @@ async fn setup(backend: Backend, policy: Option<&str>) -> Env {
 }
 
 async fn deliver(server: &TestServer, payload: &Value) -> (u16, String) {
-    let body = serde_json::to_vec(payload).unwrap();
-    let r = client()
-        .post(server.at("/webhooks/github"))
-        .header("content-type", "application/json")
-        .header("x-github-event", "pull_request_review")
-        .header("x-github-delivery", uuid::Uuid::new_v4().to_string())
-        .header("x-hub-signature-256", sign(SECRET, &body))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.text().await.unwrap())
+    let guid = uuid::Uuid::new_v4().to_string();
+    deliver_signed(&server.url, SECRET, "pull_request_review", &guid, payload).await
 }
 
 /// Review `id` of PR 42 by `user` of `commit`, from the real payload, submitted now.

@@ -12,11 +12,12 @@ use axum::http::{Method, StatusCode, Uri};
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::fake_slack::FakeSlack;
 use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
-use gatebot_testkit::github_payloads::comment;
+use gatebot_testkit::github_payloads::{comment, deliver_signed};
 use gatebot_testkit::harness::{
     client, eventually, options_with, postgres_url, Backend, RecordingSink, TestDb, TestServer,
     ADMIN_TOKEN,
 };
+use gatebot_testkit::row_lock::RowLock;
 use gatebot_testkit::served::Served;
 use serde_json::json;
 
@@ -591,21 +592,11 @@ async fn duplicate_deliveries_to_both_replicas_apply_once() {
 
 /// Sends a signed GitHub comment delivery to one replica.
 async fn deliver_comment(replica: &str, pr: u64, id: u64, user: &str, text: &str) -> u16 {
-    let body = serde_json::to_vec(&comment(pr, id, user, text)).unwrap();
-    client()
-        .post(format!("{replica}/webhooks/github"))
-        .header("x-github-event", "issue_comment")
-        .header("x-github-delivery", format!("race-{id}"))
-        .header(
-            "x-hub-signature-256",
-            gatebot::testing::github::verify::sign(GITHUB_SECRET, &body),
-        )
-        .body(body)
-        .send()
+    let payload = comment(pr, id, user, text);
+    let guid = format!("race-{id}");
+    deliver_signed(replica, GITHUB_SECRET, "issue_comment", &guid, &payload)
         .await
-        .unwrap()
-        .status()
-        .as_u16()
+        .0
 }
 
 /// The actions on `gate`'s audit, oldest first.
@@ -710,7 +701,6 @@ async fn change_via(replica: &str, verb: &str, gate: &str) -> u16 {
     ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
 )]
 async fn a_stuck_row_lock_neither_hangs_a_write_nor_keeps_memory_stale() {
-    use sqlx::Connection;
     if skip() {
         return;
     }
@@ -739,14 +729,8 @@ async fn a_stuck_row_lock_neither_hangs_a_write_nor_keeps_memory_stale() {
     .await;
 
     // A client cut off mid-transaction: X's row stays locked.
-    let mut stuck = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut stuck).await.unwrap();
-    let locked = sqlx::query("SELECT key FROM gates WHERE key = $1 FOR UPDATE")
-        .bind("/gates/start/acme/shop/pr/1")
-        .execute(&mut stuck)
-        .await
-        .unwrap();
-    assert_eq!(locked.rows_affected(), 1, "X's row is locked");
+    let stuck = RowLock::gates(&db.url, "/gates/start/acme/shop/pr/1").await;
+    assert_eq!(stuck.rows, 1, "X's row is locked");
 
     // A write on B that touches X, and meanwhile A closes Y.
     let started = std::time::Instant::now();
@@ -771,7 +755,7 @@ async fn a_stuck_row_lock_neither_hangs_a_write_nor_keeps_memory_stale() {
         took >= Duration::from_secs(2),
         "X's write was tried again before it was refused: answered in {took:?}"
     );
-    sqlx::query("ROLLBACK").execute(&mut stuck).await.unwrap();
+    stuck.release().await;
     assert_eq!(
         change_via(&b.url, "close", x).await,
         200,

@@ -3,9 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use gatebot::testing::github::verify::sign;
 use gatebot_testkit::fake_github::FakeGithub;
-use gatebot_testkit::github_payloads::comment;
+use gatebot_testkit::github_payloads::{comment, deliver_signed};
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use gatebot_testkit::served::Served;
 use serde_json::{json, Value};
@@ -94,18 +93,9 @@ fn promote_from(pr: u64, id: u64, user: &str, body: &str) -> Value {
 }
 
 async fn deliver(server: &TestServer, payload: &Value) {
-    let body = serde_json::to_vec(payload).unwrap();
-    let r = client()
-        .post(server.at("/webhooks/github"))
-        .header("content-type", "application/json")
-        .header("x-github-event", "issue_comment")
-        .header("x-github-delivery", uuid::Uuid::new_v4().to_string())
-        .header("x-hub-signature-256", sign(SECRET, &body))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
+    let guid = uuid::Uuid::new_v4().to_string();
+    let (status, body) = deliver_signed(&server.url, SECRET, "issue_comment", &guid, payload).await;
+    assert_eq!(status, 202, "{body}");
 }
 
 async fn state(server: &TestServer, gate: &str) -> String {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use gatebot::testing::clock::{Clock, ManualClock, SharedClock};
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer};
+use gatebot_testkit::row_lock::RowLock;
 use serde_json::json;
 use sqlx::{AnyConnection, Connection};
 
@@ -449,14 +450,7 @@ async fn a_prune_never_deletes_a_gate_changed_while_it_runs() {
         .await
         .unwrap();
     }
-    let db_url = env._db.url.clone();
-    let mut holder = AnyConnection::connect(&db_url).await.unwrap();
-    let mut lock = holder.begin().await.unwrap();
-    sqlx::query("SELECT key FROM gates WHERE key = $1 FOR UPDATE")
-        .bind(locked)
-        .fetch_all(&mut *lock)
-        .await
-        .unwrap();
+    let lock = RowLock::gates(&env._db.url, locked).await;
     // A prune pass must reach the locked row: the next one starts within a
     // second (GATEBOT_RETENTION_INTERVAL) and either takes the others around
     // the lock or waits for it.
@@ -490,7 +484,7 @@ async fn a_prune_never_deletes_a_gate_changed_while_it_runs() {
     });
     let opens: Vec<_> = opens.collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    lock.rollback().await.unwrap();
+    lock.release().await;
     for open in opens {
         assert_eq!(open.await.unwrap(), 200, "the approval is acknowledged");
     }

@@ -26,7 +26,7 @@ use crate::core::dispatch;
 use crate::core::unit::Unit;
 use crate::core::AppState;
 use crate::gate::{DeliveryId, PrNumber, RepoName};
-use crate::notify::{BoxFuture, Handler, Lease, SendError, Settled};
+use crate::notify::{late_note, BoxFuture, Handler, Lease, SendError, Settled};
 use crate::policy::Policy;
 use crate::store::{NewJob, QueueItem};
 
@@ -298,7 +298,16 @@ impl GithubInbox {
             );
         }
         let mut unit = self.state.engine.begin().await.map_err(retry)?;
-        let (out, froze) = decide(&mut unit, steps).await?;
+        let (mut out, froze) = decide(&mut unit, steps).await?;
+        if out.applied {
+            // Acknowledged long ago: say when it took effect, and why so late.
+            if let Some(note) = late_note(item, self.state.engine.now()) {
+                out.lines.push(Line {
+                    command: None,
+                    message: note,
+                });
+            }
+        }
         let jobs = self.answer(c, out)?;
         unit.enqueue(&jobs).await.map_err(retry)?;
         if let Some(learned) = &learned {

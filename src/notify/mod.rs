@@ -3,6 +3,7 @@
 
 pub mod burst;
 pub mod finish;
+mod late;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -18,6 +19,7 @@ use crate::gate::audit::as_text;
 use crate::gate::{Actor, AuditAction, CanaryRef, GateKey, Millis, PrNumber, RepoName};
 use crate::store::{Claim, NewJob, QueueItem, QueueName, Store, StoreError};
 
+pub use late::late_note;
 pub use worker::{Drain, Worker, WorkerSettings};
 
 /// Something people may want to hear about. Stored as the payload of jobs:

@@ -19,7 +19,7 @@ use crate::core::dispatch::{self, Outcome, Request};
 use crate::core::AppState;
 use crate::core::{CommandError, Provenance};
 use crate::gate::{Actor, DeliveryId, GateKey, GateStatus, Phase, Source};
-use crate::notify::{BoxFuture, Handler, SendError, SinkJob};
+use crate::notify::{late_note, BoxFuture, Handler, SendError, SinkJob};
 use crate::store::{QueueItem, WaitRow};
 use crate::templates::Templates;
 
@@ -48,7 +48,7 @@ impl Handler for SlackInbox {
                 SLASH => {
                     let c: SlashCommand = serde_json::from_str(&item.payload)
                         .map_err(|e| SendError::Permanent(format!("stored command: {e}")))?;
-                    self.slash(&c).await
+                    self.slash(&c, item).await
                 }
                 other => Err(SendError::Permanent(format!(
                     "unknown Slack delivery kind {other}"
@@ -272,7 +272,7 @@ impl SlackInbox {
         )
     }
 
-    async fn slash(&self, c: &SlashCommand) -> Result<(), SendError> {
+    async fn slash(&self, c: &SlashCommand, item: &QueueItem) -> Result<(), SendError> {
         let url = Some(c.response_url.as_str());
         let parsed = match crate::command::freeze_verb(&c.text) {
             Some((verb, rest)) => self.freeze_command(verb, rest),
@@ -303,8 +303,15 @@ impl SlackInbox {
         let outcome = dispatch::run(&self.state.engine, "slack", &request, &authorizer)
             .await
             .map_err(send_error)?;
+        let late = match outcome {
+            Outcome::Applied(_) => late_note(item, self.state.engine.now()),
+            _ => None,
+        };
         let text = self.refusal(&request.command, outcome);
-        self.respond(url, text).await
+        match late {
+            Some(note) => self.respond(url, format!("{text}\n{note}")).await,
+            None => self.respond(url, text).await,
+        }
     }
 
     /// `/gatebot <command> <target> [reason]`; `None` when it names nothing.

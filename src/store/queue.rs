@@ -42,9 +42,12 @@ impl QueueName {
 
     fn columns(self) -> &'static str {
         match self {
-            Self::Outbox => "id, sink AS route, topic, payload, attempts, created_at AS created_at",
+            Self::Outbox => {
+                "id, sink AS route, topic, payload, attempts, created_at AS created_at, last_error"
+            }
             Self::Inbox => {
-                "id, source AS route, kind AS topic, payload, attempts, received_at AS created_at"
+                "id, source AS route, kind AS topic, payload, attempts, received_at AS created_at, \
+                 last_error"
             }
         }
     }
@@ -83,9 +86,12 @@ pub struct QueueItem {
     /// The outbox's topic or the inbox's kind.
     pub topic: String,
     pub payload: String,
-    /// Including this one.
+    /// Including this one. A try that failed for a passing store reason
+    /// does not count (see `Store::retry`).
     pub attempts: i64,
     pub created_at: Millis,
+    /// Why the last try failed, if one did.
+    pub last_error: Option<String>,
 }
 
 /// An outbox job as the API shows it.
@@ -245,6 +251,7 @@ impl Store {
                     payload: row.try_get("payload")?,
                     attempts: row.try_get("attempts")?,
                     created_at: row.try_get("created_at")?,
+                    last_error: row.try_get("last_error")?,
                 };
                 Ok((due, item))
             })

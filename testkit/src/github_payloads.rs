@@ -75,3 +75,30 @@ pub fn check_run_click(run: &Value, identifier: &str, user: &str) -> Value {
     p["sender"]["login"] = json!(user);
     p
 }
+
+/// Posts `payload` to the GitHub webhook of the gatebot at `base` as GitHub
+/// does: event `event`, delivery `guid`, signed with `secret`. The status and
+/// the body of the answer.
+pub async fn deliver_signed(
+    base: &str,
+    secret: &str,
+    event: &str,
+    guid: &str,
+    payload: &Value,
+) -> (u16, String) {
+    let body = serde_json::to_vec(payload).unwrap();
+    let r = crate::harness::client()
+        .post(format!("{base}/webhooks/github"))
+        .header("content-type", "application/json")
+        .header("x-github-event", event)
+        .header("x-github-delivery", guid)
+        .header(
+            "x-hub-signature-256",
+            gatebot::testing::github::verify::sign(secret, &body),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}

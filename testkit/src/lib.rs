@@ -20,6 +20,7 @@ pub mod github_payloads;
 pub mod harness;
 pub mod proxy;
 pub mod raw;
+pub mod row_lock;
 pub mod served;
 pub mod tls;
 
