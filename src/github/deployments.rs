@@ -205,7 +205,7 @@ impl Deployments {
                 return;
             }
         }
-        self.metrics.dropped(super::sink::SINK, why);
+        self.metrics.dropped(super::SINK, why);
         match why {
             "deployment_limit" => {
                 tracing::warn!(%repo, pr = %number, %canary, %checksum, max = MAX_CANARIES, "no deployment for this revision: the pull request's deployments name the most canaries gatebot makes deployments for")

@@ -52,8 +52,10 @@ use crate::notify::{BoxFuture, SendError};
 use crate::notify::{Handler, Sink};
 use client::GithubClient;
 
-/// The inbox source and outbox sink name.
+/// The inbox source name.
 pub const SOURCE: &str = "github";
+/// The outbox sink's name, as metrics label what it dropped.
+pub const SINK: &str = "github";
 
 /// Every comment gatebot writes starts with this, so it never reads its own
 /// comments as commands even when it cannot learn its own login.

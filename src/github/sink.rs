@@ -35,7 +35,7 @@ use crate::store::{NewJob, QueueItem, StatusComment};
 use crate::templates::escape::{self, code};
 use crate::templates::Templates;
 
-pub const SINK: &str = "github";
+use super::SINK;
 
 /// How long a PR GitHub answered 404 for stays given up on.
 const MISSING_FOR: Millis = 24 * 3600 * 1000;
