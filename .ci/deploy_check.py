@@ -775,6 +775,10 @@ def chart_checks(ck: Checks, chart: Path) -> None:
                "NOTES lacks /flagger/events with the token")
         expect("get secret gatebot-flagger-token -o jsonpath='{.data.token}'" in text,
                "NOTES does not say where the Flagger token is")
+        admin = notes(raw["existing-secret"])
+        expect("get secret gatebot-secrets -o jsonpath='{.data.admin-token}'" in admin
+               and 'curl -s -H "Authorization: Bearer $GATEBOT_ADMIN_TOKEN" http://localhost:8080/api/v1/gates' in admin,
+               "NOTES: with an admin token, the API call must send it")
         off = notes(raw["flagger-tokens-off"])
         expect(f"http://gatebot.{NAMESPACE}/gates/promote/pr/42" in off and "WARNING: flaggerTokens.enabled=false" in off,
                "NOTES without tokens: plain URLs and a warning")
@@ -1457,6 +1461,56 @@ def install_checks(ck: Checks) -> None:
                f"the guide's existingSecret {sorted(names)}, README's {state.get('secret')}")
         return f"{len(runs)} helm commands render; the Secret is {state.get('secret')} everywhere"
     ck.run("docs/install-kubernetes.md's helm commands render", guide)
+
+    def guide_secret_once() -> str:
+        # Created once, and so that running it again (to add a key) works: the guide's other
+        # sections say to run it again rather than create the Secret a second time.
+        text = (ROOT / "docs" / "install-kubernetes.md").read_text()
+        creates = [ln for b in sh_blocks(text) for ln in re.sub(r"\\\n\s*", " ", b).splitlines()
+                   if " create secret generic " in ln]
+        expect(len(creates) == 1, f"the guide creates a Secret {len(creates)} times: {creates}")
+        expect(creates[0].rstrip().endswith("--dry-run=client -o yaml | kubectl apply -f -"),
+               f"not idempotent: {creates[0]}")
+        return "one `create secret generic`, applied with --dry-run=client -o yaml | kubectl apply"
+    ck.run("docs/install-kubernetes.md: the Secret is created once, idempotently", guide_secret_once)
+
+    def guide_check_up() -> str:
+        text = (ROOT / "docs" / "install-kubernetes.md").read_text()
+        block = next((b for b in sh_blocks(text) if "rollout status" in b and "curl" in b), None)
+        expect(block is not None, "no \"Check it is up\" block")
+        runs = helm_runs([c for b in sh_blocks(text) for c in sh_commands(b)])
+        docs = runs[0].render()
+        secret = runs[0].values["existingSecret"]
+        name, key, _ = secret_refs(container_of(docs))["GATEBOT_ADMIN_TOKEN"]
+        binary = os.environ.get("GATEBOT_BIN", "")
+        expect(binary and Path(binary).is_file(), f"GATEBOT_BIN {binary!r} is not the binary")
+        admin = "an-admin-token-for-the-check"
+        server = Served(binary, {"GATEBOT_ADMIN_TOKEN": admin})
+        said = []
+        try:
+            for ln in block.strip().splitlines():
+                if ln.startswith("kubectl -n flagger-system rollout status deployment/gatebot") \
+                        or ln.startswith("kubectl -n flagger-system port-forward svc/gatebot 8080:80"):
+                    continue
+                m = re.fullmatch(r"export GATEBOT_ADMIN_TOKEN=\$\(kubectl -n (\S+) get secret (\S+) -o "
+                                 r"jsonpath='\{\.data\.(\S+)\}' \| base64 -d\)", ln)
+                if m:
+                    expect(m.group(1) == runs[0].namespace and (m.group(2), m.group(3)) == (name, key)
+                           and name == secret, f"{ln}: not where the chart reads GATEBOT_ADMIN_TOKEN ({name}, {key})")
+                    continue
+                expect(ln.startswith("curl ") and "localhost:8080" in ln, f"command not checked here: {ln}")
+                res = subprocess.run(["bash", "-c", ln.replace("localhost:8080", f"127.0.0.1:{server.port}")],
+                                     capture_output=True, text=True, timeout=20,
+                                     env={"PATH": os.environ.get("PATH", ""), "GATEBOT_ADMIN_TOKEN": admin,
+                                          "NO_PROXY": "127.0.0.1"})
+                out = res.stdout.strip()
+                expect(res.returncode == 0 and out and f"`{out}`" in text,
+                       f"{ln}: answered {out!r}, which the guide does not say")
+                said.append(out)
+        finally:
+            server.close()
+        return "answered " + ", ".join(said)
+    ck.run("docs/install-kubernetes.md: \"Check it is up\" against gatebot with the admin token", guide_check_up)
 
 
 # --------------------------------------------------------------------------- docs/gitops.md
