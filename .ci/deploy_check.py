@@ -148,6 +148,13 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "kubernetes": {"lookup": {"enabled": True, "container": "app"}},
     },
     "app-secret": {"kubernetes": {"appSecret": {"enabled": True}}},
+    "internal-lb": {
+        "service": {"type": "LoadBalancer",
+                    "annotations": {"networking.gke.io/load-balancer-type": "Internal"},
+                    "loadBalancerSourceRanges": ["10.20.0.0/16"]},
+        "flaggerTokens": {"remoteClusters": ["staging-eu"]},
+        "networkPolicy": {"extraFrom": [{"ipBlock": {"cidr": "10.20.0.0/16"}}]},
+    },
 }
 
 
@@ -533,8 +540,12 @@ def chart_checks(ck: Checks, chart: Path) -> None:
             # A rule without `from` (or with an empty peer) would admit everyone.
             expect(rule.get("from"), f"a rule admits every source: {rule}")
             for peer in rule["from"]:
-                expect("ipBlock" not in peer and peer.get("namespaceSelector"),
-                       f"a peer without a namespace: {peer}")
+                # Other clusters are admitted by address (extraFrom); never every address.
+                if "ipBlock" in peer:
+                    cidr = peer["ipBlock"].get("cidr", "")
+                    expect(cidr and not cidr.endswith("/0"), f"an ipBlock admitting everyone: {peer}")
+                    continue
+                expect(peer.get("namespaceSelector"), f"a peer without a namespace: {peer}")
             expect(rule.get("ports") == [{"port": "http", "protocol": "TCP"}],
                    f"rule ports {rule.get('ports')}")
         expect("http" in names, "the container has no port named http")
@@ -767,6 +778,10 @@ def chart_checks(ck: Checks, chart: Path) -> None:
                "NOTES lacks /flagger/events with the token")
         expect("get secret gatebot-flagger-token -o jsonpath='{.data.token}'" in text,
                "NOTES does not say where the Flagger token is")
+        admin = notes(raw["existing-secret"])
+        expect("get secret gatebot-secrets -o jsonpath='{.data.admin-token}'" in admin
+               and 'curl -s -H "Authorization: Bearer $GATEBOT_ADMIN_TOKEN" http://localhost:8080/api/v1/gates' in admin,
+               "NOTES: with an admin token, the API call must send it")
         off = notes(raw["flagger-tokens-off"])
         expect(f"http://gatebot.{NAMESPACE}/gates/promote/pr/42" in off and "WARNING: flaggerTokens.enabled=false" in off,
                "NOTES without tokens: plain URLs and a warning")
@@ -904,6 +919,34 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         expect(one(docs, "ServiceAccount").get("automountServiceAccountToken") is True, "token")
         return "an empty kept Secret, a Role on it alone (get, patch), env set"
     ck.run("kubernetes.appSecret: one Secret, a Role on it", app_secret)
+    def internal_lb() -> str:
+        docs = need("internal-lb")
+        svc = one(docs, "Service")
+        expect(svc["metadata"].get("annotations") == {"networking.gke.io/load-balancer-type": "Internal"},
+               f"service.annotations: {svc['metadata'].get('annotations')}")
+        expect(svc["spec"]["type"] == "LoadBalancer"
+               and svc["spec"].get("loadBalancerSourceRanges") == ["10.20.0.0/16"], "type and source ranges")
+        expect("loadBalancerSourceRanges" not in one(need("defaults"), "Service")["spec"], "ClusterIP: no ranges")
+        rules = policy_rules(docs)
+        expect(rules[-1]["from"] == [{"ipBlock": {"cidr": "10.20.0.0/16"}}], f"extraFrom ipBlock: {rules[-1]}")
+        expect(not of_kind(docs, "Ingress"), "no Ingress for a load balancer")
+        text = notes(raw["internal-lb"])
+        expect("http://<load balancer address of service gatebot>/gates/t/$FLAGGER_TOKEN/promote/pr/42" in text,
+               "NOTES: the other cluster's URL through the load balancer")
+        return "annotations, source ranges, an ipBlock peer, the remote URL in NOTES"
+    ck.run("service: an internal load balancer for other clusters", internal_lb)
+    ck.run("gatesIngress without Flagger tokens fails",
+           refuses({"flaggerTokens": {"enabled": False}, "gatesIngress": {"enabled": True, "hosts": ["g.example"]}},
+                   "exposes the gates beyond the cluster, but flaggerTokens.enabled is false"))
+    ck.run("a LoadBalancer without Flagger tokens fails",
+           refuses({"flaggerTokens": {"enabled": False}, "service": {"type": "LoadBalancer"}},
+                   "exposes the gates beyond the cluster, but flaggerTokens.enabled is false"))
+    ck.run("remoteClusters beside flaggerTokens.existingSecret fails",
+           refuses({"flaggerTokens": {"existingSecret": "s", "remoteClusters": ["prod-us"]}},
+                   "flaggerTokens.remoteClusters is set but flaggerTokens.existingSecret too"))
+    ck.run("remoteClusters naming this cluster fails",
+           refuses({"flaggerTokens": {"cluster": "prod-eu", "remoteClusters": ["prod-eu"]}},
+                   "flaggerTokens.remoteClusters lists \"prod-eu\", which is this cluster"))
     ck.run("kubernetes.lookup without GitHub credentials fails",
            refuses({"kubernetes": {"lookup": {"enabled": True}}}, "kubernetes.lookup.enabled"))
 
@@ -1453,6 +1496,56 @@ def install_checks(ck: Checks) -> None:
         return f"{len(runs)} helm commands render; the Secret is {state.get('secret')} everywhere"
     ck.run("docs/install-kubernetes.md's helm commands render", guide)
 
+    def guide_secret_once() -> str:
+        # Created once, and so that running it again (to add a key) works: the guide's other
+        # sections say to run it again rather than create the Secret a second time.
+        text = (ROOT / "docs" / "install-kubernetes.md").read_text()
+        creates = [ln for b in sh_blocks(text) for ln in re.sub(r"\\\n\s*", " ", b).splitlines()
+                   if " create secret generic " in ln]
+        expect(len(creates) == 1, f"the guide creates a Secret {len(creates)} times: {creates}")
+        expect(creates[0].rstrip().endswith("--dry-run=client -o yaml | kubectl apply -f -"),
+               f"not idempotent: {creates[0]}")
+        return "one `create secret generic`, applied with --dry-run=client -o yaml | kubectl apply"
+    ck.run("docs/install-kubernetes.md: the Secret is created once, idempotently", guide_secret_once)
+
+    def guide_check_up() -> str:
+        text = (ROOT / "docs" / "install-kubernetes.md").read_text()
+        block = next((b for b in sh_blocks(text) if "rollout status" in b and "curl" in b), None)
+        expect(block is not None, "no \"Check it is up\" block")
+        runs = helm_runs([c for b in sh_blocks(text) for c in sh_commands(b)])
+        docs = runs[0].render()
+        secret = runs[0].values["existingSecret"]
+        name, key, _ = secret_refs(container_of(docs))["GATEBOT_ADMIN_TOKEN"]
+        binary = os.environ.get("GATEBOT_BIN", "")
+        expect(binary and Path(binary).is_file(), f"GATEBOT_BIN {binary!r} is not the binary")
+        admin = "an-admin-token-for-the-check"
+        server = Served(binary, {"GATEBOT_ADMIN_TOKEN": admin})
+        said = []
+        try:
+            for ln in block.strip().splitlines():
+                if ln.startswith("kubectl -n flagger-system rollout status deployment/gatebot") \
+                        or ln.startswith("kubectl -n flagger-system port-forward svc/gatebot 8080:80"):
+                    continue
+                m = re.fullmatch(r"export GATEBOT_ADMIN_TOKEN=\$\(kubectl -n (\S+) get secret (\S+) -o "
+                                 r"jsonpath='\{\.data\.(\S+)\}' \| base64 -d\)", ln)
+                if m:
+                    expect(m.group(1) == runs[0].namespace and (m.group(2), m.group(3)) == (name, key)
+                           and name == secret, f"{ln}: not where the chart reads GATEBOT_ADMIN_TOKEN ({name}, {key})")
+                    continue
+                expect(ln.startswith("curl ") and "localhost:8080" in ln, f"command not checked here: {ln}")
+                res = subprocess.run(["bash", "-c", ln.replace("localhost:8080", f"127.0.0.1:{server.port}")],
+                                     capture_output=True, text=True, timeout=20,
+                                     env={"PATH": os.environ.get("PATH", ""), "GATEBOT_ADMIN_TOKEN": admin,
+                                          "NO_PROXY": "127.0.0.1"})
+                out = res.stdout.strip()
+                expect(res.returncode == 0 and out and f"`{out}`" in text,
+                       f"{ln}: answered {out!r}, which the guide does not say")
+                said.append(out)
+        finally:
+            server.close()
+        return "answered " + ", ".join(said)
+    ck.run("docs/install-kubernetes.md: \"Check it is up\" against gatebot with the admin token", guide_check_up)
+
 
 # --------------------------------------------------------------------------- docs/gitops.md
 
@@ -1530,6 +1623,227 @@ def gitops_checks(ck: Checks, chart: Path) -> None:
     ck.run("docs/gitops.md: Argo CD's Helm values put the PR in the Canary", argo)
 
 
+# --------------------------------------------------------------------------- one gatebot, several clusters
+
+HUB_VALUES = ROOT / "deploy" / "examples" / "values-hub.yaml"
+HUB_SECTION = "\n## One gatebot for staging and production\n"
+
+
+class Served:
+    """The real binary serving on 127.0.0.1 with `env`, until closed."""
+
+    def __init__(self, binary: str, env: dict[str, str]) -> None:
+        import socket
+        import tempfile
+        import time
+        import urllib.request
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.tmp = tempfile.TemporaryDirectory()
+        full = {"PATH": os.environ.get("PATH", ""), **env,
+                "GATEBOT_LISTEN": f"127.0.0.1:{self.port}",
+                "GATEBOT_DATABASE_URL": f"sqlite://{self.tmp.name}/gatebot.db"}
+        self.log = open(Path(self.tmp.name) / "log", "w+")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen([binary, "serve"], cwd=self.tmp.name, env=full,
+                                     stdout=subprocess.DEVNULL, stderr=self.log)
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with opener.open(f"http://127.0.0.1:{self.port}/healthz", timeout=2):
+                    return
+            except OSError:
+                if self.proc.poll() is not None:
+                    self.log.seek(0)
+                    text = self.log.read()
+                    self.close()
+                    raise AssertionError(f"gatebot exited: {text[-600:]}")
+                if time.monotonic() > deadline:
+                    self.close()
+                    raise AssertionError("gatebot did not serve /healthz in 20 s")
+                time.sleep(0.05)
+
+    def request(self, method: str, path: str, body: bytes) -> tuple[int, str]:
+        import urllib.error
+        import urllib.request
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=body, method=method,
+                                     headers={"content-type": "application/json"})
+        try:
+            with opener.open(req, timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+        self.tmp.cleanup()
+
+
+def hub_checks(ck: Checks, chart: Path) -> None:
+    text = (ROOT / "docs" / "environments.md").read_text()
+    parts = text.split(HUB_SECTION, 1)
+    section = parts[1].split("\n## ", 1)[0] if len(parts) == 2 else ""
+    values = yaml.safe_load(HUB_VALUES.read_text())
+    state: dict[str, Any] = {}
+
+    def example() -> str:
+        expect(section, f"docs/environments.md has no {HUB_SECTION.strip()!r} section")
+        rendered = render(chart, values)
+        docs = manifests(rendered)
+        validate_k8s(docs)
+        ings = of_kind(docs, "Ingress")
+        expect([i["metadata"]["name"] for i in ings] == ["gatebot-gates"], f"Ingresses {ings}")
+        spec = ings[0]["spec"]
+        hosts = values["gatesIngress"]["hosts"]
+        expect([r["host"] for r in spec["rules"]] == hosts, "one rule per gatesIngress host")
+        for rule in spec["rules"]:
+            got = sorted((p["path"], p["pathType"]) for p in rule["http"]["paths"])
+            expect(got == [("/flagger/events", "Exact"), ("/gates/t", "Prefix")],
+                   f"the gates Ingress must route only /gates/t/… and /flagger/events, got {got}")
+            for p in rule["http"]["paths"]:
+                be = p["backend"]["service"]
+                expect(be == {"name": "gatebot", "port": {"number": 80}}, f"backend {be}")
+        expect(spec.get("ingressClassName") == values["gatesIngress"]["className"], "className")
+        expect(spec.get("tls") == values["gatesIngress"]["tls"], "tls")
+        secrets = {d["metadata"]["name"]: d for d in of_kind(docs, "Secret")}
+        tokens = {}
+        for cluster in [values["flaggerTokens"]["cluster"], *values["flaggerTokens"]["remoteClusters"]]:
+            name = "gatebot-flagger-token" + ("" if cluster == values["flaggerTokens"]["cluster"] else f"-{cluster}")
+            expect(name in secrets, f"no Secret {name}")
+            expect(secrets[name]["metadata"].get("annotations", {}).get("helm.sh/resource-policy") == "keep",
+                   f"{name} is not kept")
+            tokens[cluster] = base64.b64decode(secrets[name]["data"]["token"]).decode()
+            expect(len(tokens[cluster]) >= 32, f"{name}: a short token")
+        expect(len(set(tokens.values())) == len(tokens), "two clusters share a token")
+        import hashlib
+        setting = base64.b64decode(secrets["gatebot-flagger-token"]["data"]["tokens"]).decode()
+        want = ",".join(f"{c}={hashlib.sha256(t.encode()).hexdigest()}" for c, t in tokens.items())
+        expect(setting == want, f"GATEBOT_FLAGGER_TOKENS is {setting}, not every cluster's hash")
+        out = notes(rendered)
+        for cluster in values["flaggerTokens"]["remoteClusters"]:
+            expect(f"get secret gatebot-flagger-token-{cluster} -o jsonpath='{{.data.token}}'" in out,
+                   f"NOTES does not say where {cluster}'s token is")
+        expect(f"https://{hosts[0]}/gates/t/$FLAGGER_TOKEN/promote/pr/42" in out, "NOTES: the remote URL")
+        state.update(docs=docs, secrets=secrets, tokens=tokens, spec=spec)
+        return (f"Ingress gatebot-gates: /gates/t (Prefix), /flagger/events (Exact) on {hosts}; "
+                f"{len(tokens)} tokens, their hashes in GATEBOT_FLAGGER_TOKENS")
+    ck.run("hub: deploy/examples/values-hub.yaml", example)
+
+    def routed(url: str) -> str:
+        """The path of `url`, after checking the gates Ingress serves its host over TLS and routes it."""
+        from urllib.parse import urlsplit
+        u = urlsplit(url)
+        spec = state["spec"]
+        expect(u.scheme == "https" and any(u.hostname in t["hosts"] for t in spec["tls"]),
+               f"{url}: not HTTPS on a host of gatesIngress.tls")
+        expect(u.hostname in [r["host"] for r in spec["rules"]], f"{url}: not a gatesIngress host")
+        expect(u.path.startswith("/gates/t/") or u.path == "/flagger/events",
+               f"{url}: the gates Ingress does not route {u.path}")
+        return u.path + (f"?{u.query}" if u.query else "")
+
+    def doc_commands() -> str:
+        expect("docs" in state, "the example did not render")
+        blocks = sh_blocks(section)
+        lines = [ln for b in blocks for ln in re.sub(r"\\\n\s*", " ", b).splitlines()
+                 if ln.strip() and not ln.startswith("#")]
+        runs = helm_runs([shlex.split(ln) for ln in lines if ln.startswith("helm ")])
+        expect(len(runs) == 1, f"one helm command, found {len(runs)}")
+        expect(runs[0].values == deep_merge(IMAGE, values), "the helm command does not install values-hub.yaml")
+        runs[0].render()
+        binary = os.environ.get("GATEBOT_BIN", "")
+        expect(binary and Path(binary).is_file(), f"GATEBOT_BIN {binary!r} is not the binary")
+        expect(shutil.which("curl") is not None, "curl is needed to run the section's curl command")
+        dep = one(state["docs"], "Deployment")
+        env = {e["name"]: e["value"] for e in container_of(state["docs"])["env"] if "value" in e}
+        cm = next(d for d in state["docs"] if d["kind"] == "ConfigMap" and "policy.toml" in d.get("data", {}))
+        server = None
+        checked = []
+        try:
+            import tempfile
+            tmp = tempfile.mkdtemp()
+            policy = Path(tmp) / "policy.toml"
+            policy.write_text(cm["data"]["policy.toml"])
+            setting = base64.b64decode(state["secrets"]["gatebot-flagger-token"]["data"]["tokens"]).decode()
+            env.update(GATEBOT_POLICY=str(policy), GATEBOT_FLAGGER_TOKENS=setting)
+            env.pop("GATEBOT_TEMPLATES_DIR", None)
+            server = Served(binary, env)
+            token = None
+            for ln in lines:
+                if ln.startswith("helm "):
+                    continue
+                m = re.fullmatch(r"FLAGGER_TOKEN=\$\(kubectl -n (\S+) get secret (\S+) -o "
+                                 r"jsonpath='\{\.data\.token\}' \| base64 -d\)", ln)
+                if m:
+                    expect(m.group(1) == dep["metadata"]["namespace"], f"{ln}: the release's namespace")
+                    cluster = next((c for c, t in state["tokens"].items()
+                                    if m.group(2) == "gatebot-flagger-token" + ("" if c == values["flaggerTokens"]["cluster"] else f"-{c}")), None)
+                    expect(cluster is not None, f"{ln}: no such Secret in the render")
+                    token = state["tokens"][cluster]
+                    checked.append(f"token of {cluster}")
+                    continue
+                if ln.startswith("kubectl --context ") and " create secret generic " in ln:
+                    expect(ln.endswith("--dry-run=client -o yaml | kubectl --context "
+                                       + ln.split()[2] + " apply -f -"), f"{ln}: not idempotent")
+                    made = created_secrets([shlex.split(ln.split(" | ")[0])])
+                    flux = re.search(r"substituteFrom:\n\s+- kind: Secret\n\s+name: (\S+)",
+                                     (ROOT / "docs" / "gitops.md").read_text())
+                    expect(flux and list(made) == [flux.group(1)], f"{ln}: not the Secret of docs/gitops.md")
+                    expect(made[flux.group(1)][1] == {"FLAGGER_TOKEN"}, f"{ln}: key FLAGGER_TOKEN")
+                    checked.append("the copy into the cluster")
+                    continue
+                if ln.startswith("curl "):
+                    expect(token is not None, f"{ln}: $FLAGGER_TOKEN is not set before")
+                    url = next(a for a in shlex.split(ln) if a.startswith("https://"))
+                    routed(url.replace("$FLAGGER_TOKEN", token))
+                    base = url.split("/", 3)[:3]
+                    local = ln.replace("/".join(base), f"http://127.0.0.1:{server.port}")
+                    res = subprocess.run(["bash", "-c", local], capture_output=True, text=True, timeout=20,
+                                         env={"PATH": os.environ.get("PATH", ""), "FLAGGER_TOKEN": token,
+                                              "NO_PROXY": "127.0.0.1"})
+                    answer = res.stdout.strip()
+                    expect(f"```text\n{answer}\n```" in section, f"{ln}: answered {answer!r}, not what the doc says")
+                    bad = subprocess.run(["bash", "-c", local], capture_output=True, text=True, timeout=20,
+                                         env={"PATH": os.environ.get("PATH", ""), "FLAGGER_TOKEN": "not-a-token",
+                                              "NO_PROXY": "127.0.0.1"})
+                    expect(bad.stdout.strip().endswith("\n401") and "not one of this gatebot's" in bad.stdout,
+                           f"a wrong token: {bad.stdout!r}")
+                    checked.append(f"curl: {answer.splitlines()[-1]}, a wrong token 401")
+                    continue
+                raise AssertionError(f"docs/environments.md command not checked here: {ln}")
+            # The other cluster's Canary, as Flux fills it in, against the same gatebot.
+            canary = next(b for b in re.findall(r"^```yaml\n(.*?)^```", section, re.S | re.M)
+                          if "kind: Canary" in b)
+            filled = yaml.safe_load(canary.replace("${FLAGGER_TOKEN}", token or "")
+                                    .replace("${PR_NUMBER}", "42").replace("${COMMIT_SHA}", "85d557f" + "0" * 33))
+            hooks = {h["type"]: h for h in filled["spec"]["analysis"]["webhooks"]}
+            expect(set(hooks) == {"confirm-rollout", "confirm-promotion", "rollback", "event"}, f"hooks {set(hooks)}")
+            body = json.dumps({"name": "podinfo", "namespace": "test", "phase": "Promoting",
+                               "checksum": "abc", "metadata": hooks["confirm-promotion"].get("metadata", {})}).encode()
+            code, said = server.request("POST", routed(hooks["confirm-promotion"]["url"]), body)
+            # The token names the cluster, whatever the Canary says: the wait is prod-us's.
+            expect(code == 403 and "/pr/42@prod-us" in said, f"prod-us's promote check: {code} {said!r}")
+            for kind in ("confirm-rollout", "rollback"):
+                routed(hooks[kind]["url"])
+            code, said = server.request("POST", routed(hooks["event"]["url"]), b"{}")
+            expect(code == 400, f"the event hook: {code} {said!r}")
+            checked.append("the Canary's promote check 403, a wait of prod-us")
+        finally:
+            if server:
+                server.close()
+        # The load balancer block renders, in place of the Ingress.
+        lb = next(b for b in re.findall(r"^```yaml\n(.*?)^```", section, re.S | re.M) if b.startswith("service:"))
+        docs = manifests(render(chart, deep_merge(values, {**yaml.safe_load(lb), "gatesIngress": {"enabled": False}})))
+        validate_k8s(docs)
+        expect(one(docs, "Service")["spec"]["type"] == "LoadBalancer", "the load balancer block")
+        return "; ".join(checked) + "; the load balancer values render"
+    ck.run("hub: docs/environments.md's commands and Canary, against gatebot", doc_commands)
+
+
 # --------------------------------------------------------------------------- main
 
 def main() -> int:
@@ -1552,6 +1866,7 @@ def main() -> int:
     app_manifest_checks(ck)
     install_checks(ck)
     gitops_checks(ck, args.chart.resolve())
+    hub_checks(ck, args.chart.resolve())
     print(f"deploy: {ck.passed} passed, {ck.failed} failed")
     return 1 if ck.failed else 0
 

@@ -525,4 +525,9 @@ async fn gatebot_wait_exits_on_approval_and_on_rejection(backend: Backend) {
         .unwrap();
     let (code, _) = exit_of(child).await;
     assert_eq!(code, 2);
+    // A named gate nobody created is a mistake, not a wait: exit 2 at once
+    // (docs/pipelines.md), not 1 after the 60 s timeout (exit_of allows 30 s).
+    let never = wait_for(&env, "/gates/promote/named/never");
+    let (code, out) = exit_of(never).await;
+    assert_eq!(code, 2, "{out}");
 }

@@ -1,6 +1,7 @@
 //! `gatebot wait <gate>`: a pipeline step that blocks until people decide.
 //! It asks the API (`GET /api/v1/gates/…`) until the gate opens (exit 0) or
-//! is closed, rejected or retired after the wait began (exit 1).
+//! is closed, rejected or retired after the wait began (exit 1). A named gate
+//! that was never created is an error (exit 2): nobody is told to decide it.
 
 use secrecy::SecretString;
 use tokio::time::Instant;
@@ -9,7 +10,7 @@ use super::cli::{api_path, exchange, read, NoAnswer, Server};
 use super::wire::GateView;
 use crate::config::WaitArgs;
 use crate::gate::state::rfc3339;
-use crate::gate::GateStatus;
+use crate::gate::{GateStatus, Scope};
 
 /// How the wait ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,7 +75,16 @@ async fn fetch(req: reqwest::RequestBuilder) -> Result<GateView, Failed> {
         NoAnswer::CutOff(e) => Failed::Transient(e),
     })?;
     if status.is_success() {
-        return read(&body).map_err(Failed::Fatal);
+        let view: GateView = read(&body).map_err(Failed::Fatal)?;
+        // Every key reads as a closed gate, but a named one exists only once a
+        // pipeline created it: waiting on a mistyped name would only time out.
+        if matches!(view.gate.key.scope, Scope::Named(_)) && view.named.is_none() {
+            return Err(Failed::Fatal(anyhow::anyhow!(
+                "{} was never created: a pipeline creates it first (POST /api/v1/gates); check the name",
+                view.gate.key
+            )));
+        }
+        return Ok(view);
     }
     let e = anyhow::anyhow!("gatebot answered {status}: {}", body.trim());
     if status.is_server_error() || status.as_u16() == 429 || status.as_u16() == 408 {

@@ -139,6 +139,21 @@ Refuse combinations that cannot work, with a message that says what to change.
 {{- if and $v.github.token (or $v.github.appId $v.github.appPrivateKey) }}
 {{- fail "set either github.token or a GitHub App (github.appId and github.appPrivateKey), not both" }}
 {{- end }}
+{{- if and $v.flaggerTokens.remoteClusters $v.flaggerTokens.existingSecret }}
+{{- fail "flaggerTokens.remoteClusters is set but flaggerTokens.existingSecret too: the chart generates the other clusters' tokens only beside its own; list every cluster's hash in your Secret and leave remoteClusters empty" }}
+{{- end }}
+{{- if and $v.flaggerTokens.remoteClusters (not $v.flaggerTokens.enabled) }}
+{{- fail "flaggerTokens.remoteClusters is set but flaggerTokens.enabled is false: other clusters are told apart by their tokens" }}
+{{- end }}
+{{- if has $v.flaggerTokens.cluster $v.flaggerTokens.remoteClusters }}
+{{- fail (printf "flaggerTokens.remoteClusters lists %q, which is this cluster (flaggerTokens.cluster)" $v.flaggerTokens.cluster) }}
+{{- end }}
+{{- if and (not $v.flaggerTokens.enabled) (or $v.gatesIngress.enabled (ne $v.service.type "ClusterIP")) }}
+{{- fail "gatesIngress.enabled or a service.type other than ClusterIP exposes the gates beyond the cluster, but flaggerTokens.enabled is false: anyone reaching them could create waits; turn flaggerTokens on" }}
+{{- end }}
+{{- if and $v.gatesIngress.enabled (not $v.gatesIngress.hosts) }}
+{{- fail "gatesIngress.enabled needs gatesIngress.hosts: the host name other clusters' Canaries call" }}
+{{- end }}
 {{- if and $v.github.appPrivateKey (not $v.github.appId) }}
 {{- fail "github.appPrivateKey is set but github.appId is empty" }}
 {{- end }}
@@ -164,4 +179,18 @@ The Secret /ui/setup/github writes the GitHub App's credentials into.
 */}}
 {{- define "gatebot.appSecretName" -}}
 {{- .Values.kubernetes.appSecret.name | default (printf "%s-github-app" (include "gatebot.fullname" .)) }}
+{{- end }}
+
+{{/*
+The token in key `token` of Secret `name`, or a new random one when there is none yet
+(`helm template` and the first install): kept across upgrades by `lookup`.
+*/}}
+{{- define "gatebot.keptToken" -}}
+{{- $token := randAlphaNum 40 }}
+{{- with lookup "v1" "Secret" .namespace .name }}
+{{- with index .data "token" }}
+{{- $token = b64dec . }}
+{{- end }}
+{{- end }}
+{{- $token }}
 {{- end }}
