@@ -51,6 +51,15 @@ pub enum Origin {
 }
 
 impl Origin {
+    /// Where a value was written, in a sentence: "(from the environment)".
+    pub fn said(self) -> &'static str {
+        match self {
+            Self::Environment => "the environment",
+            Self::SecretFile => "the file its _FILE names",
+            other => other.as_str(),
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Flag => "flag",
@@ -179,6 +188,173 @@ pub fn settings(command: &clap::Command, matches: &clap::ArgMatches) -> Vec<Sett
             })
         })
         .collect()
+}
+
+/// Variables that tests set for themselves (`GATEBOT_TEST_POSTGRES_URL`,
+/// `GATEBOT_TEST_EXIT_WITH_PARENT`, …): not settings, never called unknown.
+const TEST_PREFIX: &str = "GATEBOT_TEST_";
+
+/// Variables read with `std::env` rather than through an argument.
+const READ_DIRECTLY: [&str; 1] = ["GATEBOT_INBOX_START_DELAY"];
+
+/// A `GATEBOT_*` variable that nothing reads: most often a misspelt setting,
+/// which would otherwise leave its default in force without a word.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownName {
+    pub name: String,
+    pub origin: Origin,
+    /// The known name it is closest to, when one is close.
+    pub closest: Option<String>,
+}
+
+impl std::fmt::Display for UnknownName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} (from {}) is not a setting gatebot reads",
+            self.name,
+            self.origin.said()
+        )?;
+        match &self.closest {
+            Some(closest) => write!(f, ": did you mean {closest}?"),
+            None => write!(f, " (the settings are listed in .env.example)"),
+        }
+    }
+}
+
+/// Every variable some argument of `command` or of its subcommands reads,
+/// from clap's own list, so that a setting added or removed there needs no
+/// change here; with `<NAME>_FILE` for each secret.
+fn known_names(command: &clap::Command) -> std::collections::BTreeSet<String> {
+    fn walk(command: &clap::Command, out: &mut std::collections::BTreeSet<String>) {
+        for arg in command.get_arguments() {
+            if let Some(env) = arg.get_env() {
+                out.insert(env.to_string_lossy().into_owned());
+            }
+        }
+        for sub in command.get_subcommands() {
+            walk(sub, out);
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    walk(command, &mut out);
+    out.extend(SECRET_VARS.iter().map(|s| format!("{s}_FILE")));
+    out.extend(READ_DIRECTLY.iter().map(|s| s.to_string()));
+    out
+}
+
+/// The variables Kubernetes adds for a Service named `gatebot` when service
+/// links are on (`GATEBOT_SERVICE_HOST`, `GATEBOT_PORT_8080_TCP_ADDR`, …):
+/// not the user's mistakes.
+fn service_link(name: &str, value: &str) -> bool {
+    let Some(rest) = name.strip_prefix("GATEBOT_") else {
+        return false;
+    };
+    if rest == "SERVICE_HOST" || rest.starts_with("SERVICE_PORT") {
+        return true;
+    }
+    match rest.strip_prefix("PORT") {
+        Some("") => value.contains("://"),
+        Some(port) => port
+            .strip_prefix('_')
+            .and_then(|p| p.split('_').next())
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())),
+        None => false,
+    }
+}
+
+/// Every `GATEBOT_*` variable in the environment (`.env`'s entries included:
+/// they were loaded into it) that no argument of `command` reads, with the
+/// closest known name. `GATEBOT_TEST_*` are left out.
+pub fn unknown_names(command: &clap::Command) -> Vec<UnknownName> {
+    let known = known_names(command);
+    let mut out: Vec<UnknownName> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v)))
+        .filter(|(k, _)| k.starts_with("GATEBOT_") && !k.starts_with(TEST_PREFIX))
+        .filter(|(k, v)| !known.contains(k) && !service_link(k, &v.to_string_lossy()))
+        .map(|(name, _)| UnknownName {
+            origin: loaded(&name).unwrap_or(Origin::Environment),
+            closest: closest_name(&name, &known),
+            name,
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// The known name most like `name`, compared without the common prefix
+/// (which would make every pair look alike); none when nothing is close.
+fn closest_name(name: &str, known: &std::collections::BTreeSet<String>) -> Option<String> {
+    /// Close enough that the suggestion is likely what was meant.
+    const CLOSE: f64 = 0.8;
+    let tail = |n: &str| n.trim_start_matches("GATEBOT_").to_ascii_uppercase();
+    let wanted = tail(name);
+    known
+        .iter()
+        .map(|k| (strsim::jaro_winkler(&wanted, &tail(k)), k))
+        .filter(|(score, _)| *score >= CLOSE)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| k.clone())
+}
+
+/// A value clap refused, said in the words the user wrote: the variable (and
+/// whether it came from the environment, `.env` or a file) when the value did
+/// not come from the command line, as clap names only the flag. `None` when
+/// the error is not about a value, or the value was a flag's.
+pub fn value_error_in_user_terms(command: &clap::Command, error: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        error.kind(),
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue
+    ) {
+        return None;
+    }
+    let context = |kind| match error.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    // `--approval-ttl <DURATION>`, as clap renders the argument.
+    let flag = context(ContextKind::InvalidArg)?;
+    let value = context(ContextKind::InvalidValue)?;
+    let arg = find_arg(command, &|a: &clap::Arg| {
+        a.get_long()
+            .is_some_and(|long| flag.split(' ').next() == Some(&format!("--{long}")))
+    })?;
+    let env = arg.get_env()?.to_string_lossy().into_owned();
+    let long = format!("--{}", arg.get_long()?);
+    let on_command_line = std::env::args()
+        .skip(1)
+        .any(|a| a == long || a.starts_with(&format!("{long}=")));
+    if on_command_line || std::env::var_os(&env).is_none() {
+        return None;
+    }
+    let origin = loaded(&env).unwrap_or(Origin::Environment);
+    let why = match (error.kind(), error.get(ContextKind::ValidValue)) {
+        (ErrorKind::InvalidValue, Some(ContextValue::Strings(valid))) => {
+            format!("write one of: {}", valid.join(", "))
+        }
+        (ErrorKind::InvalidValue, _) => "not a value it takes".to_string(),
+        _ => std::error::Error::source(error)
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "not a value it takes".to_string()),
+    };
+    // A secret's value is never repeated, even a wrong one.
+    Some(if arg.is_hide_env_values_set() {
+        format!("{env} (from {}): {why}", origin.said())
+    } else {
+        format!("{env}={value} (from {}): {why}", origin.said())
+    })
+}
+
+/// The first argument of `command` or of its subcommands that `wanted` accepts.
+fn find_arg<'a>(
+    command: &'a clap::Command,
+    wanted: &dyn Fn(&clap::Arg) -> bool,
+) -> Option<&'a clap::Arg> {
+    command
+        .get_arguments()
+        .find(|a| wanted(a))
+        .or_else(|| command.get_subcommands().find_map(|s| find_arg(s, wanted)))
 }
 
 /// What a missing setting means, for the settings whose absence changes behaviour.
@@ -1333,6 +1509,10 @@ impl Config {
     /// and shown by `check-config`.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
+        // A warning, not a refusal: the card still says a gate waits.
+        if self.teams.workflow_url().is_some() && self.public_url.is_none() {
+            out.push("GATEBOT_TEAMS_WORKFLOW_URL without GATEBOT_PUBLIC_URL: the Workflows cards have no buttons, only a link to the gate's page, and without GATEBOT_PUBLIC_URL they have none: nobody can act from them; set GATEBOT_PUBLIC_URL to where people reach gatebot".into());
+        }
         for proxy in self.ui.trusted_proxies.iter().map(|p| p.trim()) {
             if proxy
                 .rsplit_once('/')
@@ -1590,11 +1770,37 @@ impl TeamsConfig {
     }
 
     fn problems(&self) -> Vec<String> {
-        if self.app_id().is_none() || self.tenants().next().is_some() {
-            return Vec::new();
+        let mut out = Vec::new();
+        if self.app_id().is_some() && self.tenants().next().is_none() {
+            out.push("GATEBOT_TEAMS_APP_ID without GATEBOT_TEAMS_TENANTS: every request would be refused; list the tenant ids of your organisation".into());
         }
-        vec!["GATEBOT_TEAMS_APP_ID without GATEBOT_TEAMS_TENANTS: every request would be refused; list the tenant ids of your organisation".into()]
+        // Refused as a wrong Slack id is: Teams names a person by object id
+        // only, so anything else would match nobody, without a word.
+        for a in self.approvers.iter().map(|a| a.trim()) {
+            if a.is_empty() || is_guid(a) {
+                continue;
+            }
+            let what = if a.contains('@') {
+                "an email or sign-in name"
+            } else {
+                "not an Entra object id"
+            };
+            out.push(format!(
+                "GATEBOT_TEAMS_APPROVERS: `{a}` is {what}: write the person's Entra object id (a GUID like 5a7c0e0b-…, shown as \"Object ID\" on their page in the Entra admin center)"
+            ));
+        }
+        out
     }
+}
+
+/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` in hex digits, as Entra writes object ids.
+fn is_guid(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('-').collect();
+    parts.len() == 5
+        && parts
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(p, n)| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 #[cfg(test)]

@@ -562,3 +562,216 @@ fn the_approval_ttl_is_described_one_way() {
         "An approval expires `GATEBOT_APPROVAL_TTL` after it is given, whether or not Flagger has used it"
     ));
 }
+
+/// `gatebot serve` in `dir` with only `env` set, its stderr in `dir/serve-<port>.log`.
+fn serve(dir: &std::path::Path, port: u16, env: &[(&str, &str)]) -> ChildGuard {
+    let log = std::fs::File::create(dir.join(format!("serve-{port}.log"))).unwrap();
+    ChildGuard::spawn(
+        Command::new(bin())
+            .arg("serve")
+            .env_clear()
+            .env("GATEBOT_LISTEN", format!("127.0.0.1:{port}"))
+            .envs(env.iter().copied())
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(log),
+    )
+}
+
+/// A misspelt setting is named, with the one it is closest to, wherever it
+/// was written; variables tests set for themselves (GATEBOT_TEST_*) are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misspelt_settings_are_named_with_the_closest_known_one() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join(".env"),
+        "GATEBOT_SLAK_CHANNEL=C0123DEPLOY\n",
+    )
+    .unwrap();
+    let env = [
+        ("GATEBOT_DATABASE_URL", "sqlite://g.db"),
+        ("GATEBOT_APROVAL_TTL", "2h"),
+        ("GATEBOT_WHATEVER", "1"),
+        ("GATEBOT_TEST_ANYTHING", "1"),
+        // What Kubernetes adds for a Service named gatebot.
+        ("GATEBOT_SERVICE_HOST", "10.0.0.1"),
+        ("GATEBOT_PORT_8080_TCP_ADDR", "10.0.0.1"),
+    ];
+    let out = gatebot(dir.path(), &env, &["check-config"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "a misspelt name passed:\n{text}");
+    for line in [
+        "problem:         GATEBOT_APROVAL_TTL (from the environment) is not a setting gatebot reads: did you mean GATEBOT_APPROVAL_TTL?",
+        "problem:         GATEBOT_SLAK_CHANNEL (from .env) is not a setting gatebot reads: did you mean GATEBOT_SLACK_CHANNEL?",
+        "problem:         GATEBOT_WHATEVER (from the environment) is not a setting gatebot reads (the settings are listed in .env.example)",
+        "configuration has problems",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no line `{line}` in:\n{text}");
+    }
+    for not_a_mistake in [
+        "GATEBOT_TEST_ANYTHING",
+        "GATEBOT_SERVICE_HOST",
+        "GATEBOT_PORT_",
+    ] {
+        assert!(!text.contains(not_a_mistake), "{not_a_mistake}:\n{text}");
+    }
+
+    // serve warns and starts: the environment may carry other names.
+    let port = free_port();
+    let _server = serve(dir.path(), port, &env);
+    gatebot_testkit::harness::eventually(
+        "gatebot to start despite unknown names",
+        Duration::from_secs(20),
+        || async { gatebot_testkit::served::healthy(port) },
+    )
+    .await;
+    let log = std::fs::read_to_string(dir.path().join(format!("serve-{port}.log"))).unwrap();
+    assert!(
+        log.contains("GATEBOT_APROVAL_TTL (from the environment) is not a setting gatebot reads: did you mean GATEBOT_APPROVAL_TTL?")
+            && log.contains("WARN"),
+        "{log}"
+    );
+}
+
+/// A value clap refuses is named as it was written: the variable, and where
+/// it came from, with the format expected; a flag stays a flag.
+#[test]
+fn a_bad_value_names_the_variable_that_was_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = ("GATEBOT_DATABASE_URL", "sqlite://g.db");
+    let stderr = |env: &[(&str, &str)], args: &[&str]| {
+        let out = gatebot(dir.path(), env, args);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    for args in [&["check-config"][..], &["serve"][..]] {
+        let said = stderr(&[db, ("GATEBOT_APPROVAL_TTL", "2x")], args);
+        assert!(
+            said.starts_with("gatebot: GATEBOT_APPROVAL_TTL=2x (from the environment): ")
+                && said.contains("(write e.g. 30s, 15m, 24h)")
+                && !said.contains("--approval-ttl"),
+            "{said}"
+        );
+    }
+    let said = stderr(&[db, ("GATEBOT_LOG_FORMAT", "yaml")], &["serve"]);
+    assert_eq!(
+        said,
+        "gatebot: GATEBOT_LOG_FORMAT=yaml (from the environment): write one of: text, json\n"
+    );
+    std::fs::write(dir.path().join(".env"), "GATEBOT_APPROVAL_TTL=2x\n").unwrap();
+    let said = stderr(&[db], &["check-config"]);
+    assert!(
+        said.starts_with("gatebot: GATEBOT_APPROVAL_TTL=2x (from .env): "),
+        "{said}"
+    );
+    // Given as a flag, the flag is what was written.
+    let said = stderr(&[db], &["serve", "--approval-ttl", "3x"]);
+    assert!(
+        said.contains("'--approval-ttl <APPROVAL_TTL>'") || said.contains("--approval-ttl"),
+        "{said}"
+    );
+    assert!(!said.contains("GATEBOT_APPROVAL_TTL="), "{said}");
+}
+
+/// Two servers on one SQLite file: the second refuses to start and says
+/// why; once the first is gone, a server starts on it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_one_sqlite_file_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("GATEBOT_DATABASE_URL", "sqlite://data/gatebot.db")];
+    let first_port = free_port();
+    let first = serve(dir.path(), first_port, &env);
+    gatebot_testkit::harness::eventually(
+        "the first server to listen",
+        Duration::from_secs(20),
+        || async { gatebot_testkit::served::healthy(first_port) },
+    )
+    .await;
+    let second_port = free_port();
+    let mut second = serve(dir.path(), second_port, &env);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stderr =
+        std::fs::read_to_string(dir.path().join(format!("serve-{second_port}.log"))).unwrap();
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "the second server started: {stderr}"
+    );
+    assert!(
+        stderr.contains("gatebot: another gatebot serves the SQLite file data/gatebot.db (it holds data/gatebot.db.lock): two servers on one SQLite file would disagree; stop the other one, or run several on PostgreSQL"),
+        "{stderr}"
+    );
+    assert!(
+        gatebot_testkit::served::healthy(first_port),
+        "the first one still serves"
+    );
+    // check-config reads the same file while a server runs.
+    let out = gatebot(dir.path(), &env, &["check-config"]);
+    assert!(out.status.success(), "{out:?}");
+    drop(first);
+    let again = free_port();
+    let _second = serve(dir.path(), again, &env);
+    gatebot_testkit::harness::eventually(
+        "a server to start once the first is gone",
+        Duration::from_secs(20),
+        || async { gatebot_testkit::served::healthy(again) },
+    )
+    .await;
+}
+
+/// A Teams approver written as an email is refused, as a wrong Slack id is;
+/// Workflows cards without GATEBOT_PUBLIC_URL, which would carry no way to
+/// act, are warned of.
+#[test]
+fn teams_approvers_are_object_ids_and_workflow_cards_need_the_public_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let teams = [
+        ("GATEBOT_DATABASE_URL", "sqlite://g.db"),
+        (
+            "GATEBOT_TEAMS_APP_ID",
+            "00000000-0000-4000-8000-000000000001",
+        ),
+        (
+            "GATEBOT_TEAMS_TENANTS",
+            "00000000-0000-4000-8000-000000000002",
+        ),
+    ];
+    let run = |extra: &[(&str, &str)]| {
+        let env: Vec<(&str, &str)> = teams.iter().chain(extra).copied().collect();
+        let out = gatebot(dir.path(), &env, &["check-config"]);
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (ok, text) = run(&[(
+        "GATEBOT_TEAMS_APPROVERS",
+        "alice@example.com,b15a9416-0ad3-4172-9210-7beb711d3f70",
+    )]);
+    assert!(!ok, "{text}");
+    assert!(text.lines().any(|l| l == "problem:         GATEBOT_TEAMS_APPROVERS: `alice@example.com` is an email or sign-in name: write the person's Entra object id (a GUID like 5a7c0e0b-…, shown as \"Object ID\" on their page in the Entra admin center)"), "{text}");
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("problem:") && l.contains("b15a9416")),
+        "an object id is fine:\n{text}"
+    );
+
+    let warned = "warning:         GATEBOT_TEAMS_WORKFLOW_URL without GATEBOT_PUBLIC_URL";
+    let url = (
+        "GATEBOT_TEAMS_WORKFLOW_URL",
+        "https://example.com/workflows/1",
+    );
+    let (ok, text) = run(&[url]);
+    assert!(ok && text.contains(warned), "{text}");
+    let (ok, text) = run(&[url, ("GATEBOT_PUBLIC_URL", "https://gatebot.example.com")]);
+    assert!(ok && !text.contains(warned), "{text}");
+}

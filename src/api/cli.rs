@@ -340,6 +340,7 @@ impl ConfigReport {
 pub async fn check_config(
     config: crate::Config,
     settings: &[crate::config::Setting],
+    unknown: &[crate::config::UnknownName],
 ) -> ConfigReport {
     let mut report = ConfigReport {
         ok: true,
@@ -347,6 +348,11 @@ pub async fn check_config(
     };
     list_settings(&mut report, &config, settings);
     summarise(&mut report, &config, settings);
+    // A problem here though `serve` only warns: check-config answers "is what
+    // I wrote what runs?", and a misspelt name means it is not.
+    for name in unknown {
+        report.problem(name);
+    }
     check_parts(&mut report, &config);
     match crate::store::Store::connect(&config.database_url).await {
         Ok(store) => {

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use super::Gatebot;
-use crate::config::{Cli, Command, Config, Setting};
+use crate::config::{Cli, Command, Config, Setting, UnknownName};
 use crate::telemetry;
 use anyhow::Context;
 use clap::FromArgMatches;
@@ -16,7 +16,18 @@ pub fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let command = crate::config::cli();
-    let matches = command.clone().get_matches();
+    let matches = match command.clone().try_get_matches() {
+        Ok(matches) => matches,
+        Err(e) => match crate::config::value_error_in_user_terms(&command, &e) {
+            Some(said) => {
+                eprintln!("gatebot: {said}");
+                return ExitCode::from(2);
+            }
+            None => e.exit(),
+        },
+    };
+    // Read before the runtime starts, as everything else from the environment.
+    let unknown = crate::config::unknown_names(&command);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // Where each setting came from, for check-config.
     let settings = match (
@@ -35,9 +46,9 @@ pub fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Serve(config) => serve(*config).await.map(|()| ExitCode::SUCCESS),
+            Command::Serve(config) => serve(*config, &unknown).await.map(|()| ExitCode::SUCCESS),
             Command::Gates(args) => crate::api::cli::run(args).await.map(|()| ExitCode::SUCCESS),
-            Command::CheckConfig(config) => check_config(*config, settings)
+            Command::CheckConfig(config) => check_config(*config, settings, &unknown)
                 .await
                 .map(|()| ExitCode::SUCCESS),
             Command::Wait(args) => Ok(wait(args).await),
@@ -79,10 +90,17 @@ async fn wait(args: crate::config::WaitArgs) -> ExitCode {
     }
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
+async fn serve(config: Config, unknown: &[UnknownName]) -> anyhow::Result<()> {
     telemetry::init(config.log_format);
+    // A warning, not a refusal: an environment may carry other GATEBOT_*
+    // names, and a restart must not take a working gate down over one.
+    for name in unknown {
+        tracing::warn!("{name}");
+    }
     // Registered before anything else, so a SIGTERM during start-up is still graceful.
     let stop = shutdown_signal()?;
+    // Held until the process ends.
+    let _sqlite_lock = crate::store::lock_sqlite_file(&config.database_url)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -95,8 +113,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     gatebot.serve(listener, stop).await
 }
 
-async fn check_config(config: Config, settings: Vec<Setting>) -> anyhow::Result<()> {
-    let report = crate::api::cli::check_config(config, &settings).await;
+async fn check_config(
+    config: Config,
+    settings: Vec<Setting>,
+    unknown: &[UnknownName],
+) -> anyhow::Result<()> {
+    let report = crate::api::cli::check_config(config, &settings, unknown).await;
     print!("{}", report.text);
     if report.ok {
         Ok(())

@@ -825,6 +825,45 @@ fn normalise_url(url: &str) -> anyhow::Result<(Backend, String)> {
     Ok((Backend::Sqlite, format!("sqlite://{path}?{query}")))
 }
 
+/// One server per SQLite file: an exclusive advisory lock on `<file>.lock`,
+/// held while the returned file is (keep it for the process's life; the OS
+/// lets go when the process ends, however it ends). Two servers on one file
+/// would each trust their own memory and disagree for seconds. `None` for
+/// PostgreSQL, where replicas are made to share the store.
+pub fn lock_sqlite_file(url: &str) -> anyhow::Result<Option<std::fs::File>> {
+    let (backend, url) = normalise_url(url)?;
+    if backend != Backend::Sqlite {
+        return Ok(None);
+    }
+    let Some(path) = url
+        .strip_prefix("sqlite://")
+        .and_then(|rest| rest.split('?').next())
+        .filter(|p| *p != ":memory:" && !url.contains("mode=memory"))
+    else {
+        return Ok(None);
+    };
+    if let Some(dir) = sqlite_dir(&url) {
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create the directory {}", dir.display()))?;
+    }
+    let lock_path = format!("{path}.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("cannot open the lock file {lock_path}"))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another gatebot serves the SQLite file {path} (it holds {lock_path}): two servers on one SQLite file would disagree; stop the other one, or run several on PostgreSQL (GATEBOT_DATABASE_URL=postgres://…)"
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {lock_path}"))
+        }
+    }
+}
+
 fn sqlite_dir(url: &str) -> Option<std::path::PathBuf> {
     let path = url.strip_prefix("sqlite://")?.split('?').next()?;
     std::path::Path::new(path)
