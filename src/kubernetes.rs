@@ -29,8 +29,21 @@ pub struct Revision {
 
 /// Why the cluster did not say.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct ClusterError(pub String);
+#[error("{why}")]
+pub struct ClusterError {
+    pub why: String,
+    /// The object asked for is not there (404).
+    pub missing: bool,
+}
+
+impl ClusterError {
+    fn new(why: String) -> Self {
+        Self {
+            why,
+            missing: false,
+        }
+    }
+}
 
 /// A client of the cluster and how to read a revision from it.
 pub struct Cluster {
@@ -72,12 +85,21 @@ impl Cluster {
         let gvk = GroupVersionKind::gvk("flagger.app", "v1beta1", "Canary");
         let resource = ApiResource::from_gvk_with_plural(&gvk, "canaries");
         let object = self.get(&canary.namespace, &canary.name, &resource).await?;
+        same_place(&object, &canary.namespace, &canary.name, "Canary")?;
         let target = target_of(&object, canary)?;
+        // Only the target in the Canary's own namespace counts: an object
+        // elsewhere, whatever it is annotated with, is not this canary's.
         let target_object = self
             .get(&canary.namespace, &target.name, &target.resource)
             .await?;
+        same_place(
+            &target_object,
+            &canary.namespace,
+            &target.name,
+            &target.resource.kind,
+        )?;
         let commit = commit_of(&target_object, &self.settings).ok_or_else(|| {
-            ClusterError(format!(
+            ClusterError::new(format!(
                 "{} {}/{} names no commit: annotate it (or its pod template) with {}, or tag its image with the commit",
                 target.resource.kind, canary.namespace, target.name, self.settings.commit_annotation
             ))
@@ -97,17 +119,15 @@ impl Cluster {
             Api::namespaced_with(self.client.clone(), namespace, resource);
         let what = || format!("{} {namespace}/{name}", resource.kind);
         match tokio::time::timeout(CALL_TIMEOUT, api.get(name)).await {
-            Err(_) => Err(ClusterError(format!(
+            Err(_) => Err(ClusterError::new(format!(
                 "the cluster did not answer within {CALL_TIMEOUT:?} for {}",
                 what()
             ))),
             Ok(Ok(object)) => Ok(object),
-            Ok(Err(e)) => Err(ClusterError(why(
-                &e,
-                &what(),
-                &resource.plural,
-                &resource.group,
-            ))),
+            Ok(Err(e)) => Err(ClusterError {
+                why: why(&e, &what(), &resource.plural, &resource.group),
+                missing: matches!(&e, kube::Error::Api(status) if status.code == 404),
+            }),
         }
     }
 
@@ -138,11 +158,11 @@ impl Cluster {
         )
         .await
         {
-            Err(_) => Err(ClusterError(format!(
+            Err(_) => Err(ClusterError::new(format!(
                 "the cluster did not answer within {CALL_TIMEOUT:?} for {what}"
             ))),
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(ClusterError(why(&e, &what, "secrets", ""))),
+            Ok(Err(e)) => Err(ClusterError::new(why(&e, &what, "secrets", ""))),
         }
     }
 }
@@ -167,6 +187,25 @@ fn why(e: &kube::Error, what: &str, plural: &str, group: &str) -> String {
     }
 }
 
+/// The object read is the one asked for: its namespace and name as the
+/// request named them (a proxy or an aggregated API could answer otherwise).
+fn same_place(
+    object: &DynamicObject,
+    namespace: &str,
+    name: &str,
+    kind: &str,
+) -> Result<(), ClusterError> {
+    let meta = &object.metadata;
+    if meta.namespace.as_deref() == Some(namespace) && meta.name.as_deref() == Some(name) {
+        return Ok(());
+    }
+    Err(ClusterError::new(format!(
+        "the cluster answered {kind} {namespace}/{name} with {}/{}",
+        meta.namespace.as_deref().unwrap_or("-"),
+        meta.name.as_deref().unwrap_or("-")
+    )))
+}
+
 struct Target {
     name: String,
     resource: ApiResource,
@@ -177,6 +216,14 @@ fn target_of(canary: &DynamicObject, at: &CanaryRef) -> Result<Target, ClusterEr
     let target = &canary.data["spec"]["targetRef"];
     let field = |f: &str| target[f].as_str().unwrap_or_default().to_string();
     let (kind, name, api_version) = (field("kind"), field("name"), field("apiVersion"));
+    // Flagger reads the target in the Canary's namespace; one naming another
+    // namespace is refused rather than read in either.
+    let elsewhere = field("namespace");
+    if !(elsewhere.is_empty() || elsewhere == at.namespace) {
+        return Err(ClusterError::new(format!(
+            "canary {at} targets an object in namespace {elsewhere}: only its own namespace's counts"
+        )));
+    }
     let api_version = if api_version.is_empty() {
         "apps/v1".to_string()
     } else {
@@ -185,9 +232,9 @@ fn target_of(canary: &DynamicObject, at: &CanaryRef) -> Result<Target, ClusterEr
     let plural = match kind.as_str() {
         "Deployment" => "deployments",
         "DaemonSet" => "daemonsets",
-        "" => return Err(ClusterError(format!("canary {at} has no spec.targetRef"))),
+        "" => return Err(ClusterError::new(format!("canary {at} has no spec.targetRef"))),
         other => {
-            return Err(ClusterError(format!(
+            return Err(ClusterError::new(format!(
                 "canary {at} targets a {other}: only a Deployment's or a DaemonSet's commit can be read"
             )))
         }

@@ -24,35 +24,48 @@ pub(super) struct ClusterOrigin {
 }
 
 impl CanaryOrigin for ClusterOrigin {
-    fn find<'a>(&'a self, canary: &'a CanaryRef) -> BoxFuture<'a, Result<Found, OriginError>> {
+    fn find<'a>(
+        &'a self,
+        canary: &'a CanaryRef,
+        known: Option<&'a Found>,
+    ) -> BoxFuture<'a, Result<Found, OriginError>> {
         Box::pin(async move {
             let revision = self
                 .cluster
                 .revision(canary)
                 .await
-                .map_err(|e| OriginError(e.to_string()))?;
+                .map_err(|e| OriginError {
+                    why: e.why,
+                    missing: e.missing,
+                })?;
             let repo = match &revision.repository {
                 Some(named) => named.parse::<RepoName>().map_err(|e| {
-                    OriginError(format!("{}: {e}", self.repository_annotation))
+                    OriginError::new(format!("{}: {e}", self.repository_annotation))
                 })?,
                 None => self.default_repo.clone().ok_or_else(|| {
-                    OriginError(format!(
+                    OriginError::new(format!(
                         "no repository: annotate the Canary with {} or set GATEBOT_GITHUB_REPOSITORY",
                         self.repository_annotation
                     ))
                 })?,
             };
             if !(self.allowed.is_empty() || self.allowed.contains(&repo)) {
-                return Err(OriginError(format!(
+                return Err(OriginError::new(format!(
                     "{repo} is not in GATEBOT_GITHUB_ALLOWED_REPOSITORIES"
                 )));
+            }
+            // The same commit of the same repository: GitHub said already.
+            if let Some(known) = known.filter(|k| {
+                k.commit == revision.commit && k.pr.as_ref().is_none_or(|(r, _)| *r == repo)
+            }) {
+                return Ok(known.clone());
             }
             let pulls = self
                 .github
                 .pulls_of_commit(&repo, &revision.commit)
                 .await
                 .map_err(|e| {
-                    OriginError(format!("GitHub, commit {} of {repo}: {e}", revision.commit))
+                    OriginError::new(format!("GitHub, commit {} of {repo}: {e}", revision.commit))
                 })?;
             Ok(Found {
                 pr: pull_of_commit(&pulls, &revision.commit).map(|n| (repo, PrNumber(n))),
