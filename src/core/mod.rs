@@ -7,6 +7,7 @@
 //! copy is kept current by their announcements and trusted only while they can
 //! be heard (`gate_cache`). Last-seen times are kept in memory and flushed in batches.
 
+pub mod admit;
 mod app;
 pub mod authors;
 pub mod awaited;
@@ -99,14 +100,14 @@ pub const STORE_BUSY: &str =
 #[derive(Debug, Clone, Default)]
 pub struct CheckInput {
     pub canary: Option<CanaryRef>,
-    pub checksum: String,
-    pub phase: String,
-    pub metadata: BTreeMap<String, String>,
+    pub checksum: admit::Claim<String>,
+    pub phase: admit::Claim<String>,
+    pub metadata: admit::Claim<admit::Metadata>,
     /// The cluster whose Flagger token the check carried; None without tokens.
     pub cluster: Option<crate::gate::ClusterName>,
     /// The commit gatebot itself found the revision was built from (the
     /// Kubernetes lookup's tie of this checksum); never read from the body.
-    pub found_commit: Option<String>,
+    pub found_commit: Option<admit::Admitted<String>>,
 }
 
 /// Who did something and on which delivery (for replays and the audit log).
@@ -295,6 +296,11 @@ impl Engine {
 
     pub fn settings(&self) -> &EngineSettings {
         &self.settings
+    }
+
+    /// What a claim from Flagger's side may route (see [`admit`]).
+    pub(crate) fn admit(&self) -> admit::Admit<'_> {
+        admit::Admit::new(&self.settings)
     }
 
     pub fn now(&self) -> Millis {

@@ -247,12 +247,13 @@ impl Engine {
         else {
             return self.check(key, input).await;
         };
-        match origins.lookup(canary, &input.checksum, self.now()) {
+        let checksum = super::admit::Admit::to_verify(&input.checksum);
+        match origins.lookup(canary, checksum.get(), self.now()) {
             Lookup::Known(scope, commit) => {
                 // The commit the cluster says this revision runs: what a
                 // passage is recorded for when the metadata names none.
                 let input = CheckInput {
-                    found_commit: Some(commit),
+                    found_commit: Some(super::admit::Admit::found_commit(commit)),
                     ..input.clone()
                 };
                 match scope {
