@@ -12,6 +12,7 @@ mod app;
 pub mod authors;
 pub mod awaited;
 mod bounds;
+mod budget;
 mod change;
 mod check;
 pub mod commands;
@@ -231,6 +232,8 @@ pub struct Engine {
     origins: std::sync::OnceLock<Arc<origin::Origins>>,
     /// With `[[environments]]`: where commits were promoted, and PR heads.
     paths: environments::Paths,
+    /// What each cluster's checks may still start (`budget`).
+    budgets: budget::Budgets,
 }
 
 impl Engine {
@@ -269,6 +272,7 @@ impl Engine {
         metrics.gate_cache_trusted.set(i64::from(sqlite));
         let engine = Self {
             paths: Default::default(),
+            budgets: Default::default(),
             cache_trusted: std::sync::atomic::AtomicBool::new(sqlite),
             any_freeze: std::sync::atomic::AtomicBool::new(!freezes.is_empty()),
             windows: Mutex::new(Default::default()),
