@@ -190,9 +190,14 @@ pub fn flagger(body: &[u8]) {
     for kind in [GateKind::LegacyGate, GateKind::Promote] {
         key_round_trips(&GateKey::new(kind, Scope::Canary(canary.clone())));
     }
-    let _ = input.metadata.get("timestamp").map(|t| t.parse::<i64>());
-    if let Some(message) = input.metadata.get("eventMessage") {
-        progress_folds(message, &input.checksum, input.metadata.get("threshold"));
+    let metadata = input.metadata.recorded();
+    let _ = metadata.get("timestamp").map(|t| t.parse::<i64>());
+    if let Some(message) = metadata.get("eventMessage") {
+        progress_folds(
+            message,
+            input.checksum.recorded(),
+            metadata.get("threshold"),
+        );
     }
 }
 

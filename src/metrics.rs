@@ -65,10 +65,12 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
-/// What a check's side effect was: `wait`, `lookup`, `query`.
+/// A side effect refused past its cluster's budget: what it was (`wait`,
+/// `lookup`, `query`) and the cluster (empty on a single-cluster install).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WhatLabels {
+pub struct BudgetLabels {
     pub what: &'static str,
+    pub cluster: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -168,7 +170,7 @@ pub struct Metrics {
     pub waits_started: Family<KindLabels, Counter>,
     pub waits_open: Gauge,
     /// Side effects of checks refused past their bound (docs/security.md).
-    pub budget_refused: Family<WhatLabels, Counter>,
+    pub budget_refused: Family<BudgetLabels, Counter>,
     pub audit_events: Family<ActionLabels, Counter>,
     pub rejected: Family<RejectLabels, Counter>,
     pub jobs: Family<JobLabels, Counter>,
@@ -392,7 +394,7 @@ impl Metrics {
         self.add("waits_open", "Waits not yet ended", self.waits_open.clone());
         self.add(
             "budget_refused",
-            "Side effects of unauthenticated checks refused or cut short past their bound: a made-up wait ended for room (wait), a cluster lookup (lookup), a Prometheus query (query)",
+            "Side effects of checks refused or cut short past their cluster's budget or their bound: a made-up wait not started or ended for room (wait), a cluster lookup (lookup), a Prometheus query (query)",
             self.budget_refused.clone(),
         );
         self.add(

@@ -370,3 +370,89 @@ fn the_store_scanner_sees_types_and_fields() {
     assert!(!reaches_store(".store(delivery)"));
     assert!(!reaches_store("CommandError::Store(_) => 503"));
 }
+
+/// The files that read a claim from Flagger's side as data
+/// (`Claim::recorded`), and why. Anything that routes a side effect takes
+/// an `Admitted` value from `src/core/admit.rs` instead.
+const CLAIM_READERS: &[(&str, &str)] = &[
+    ("core/admit.rs", "admission itself"),
+    (
+        "core/check.rs",
+        "stores a check's checksum, phase and metadata with its wait",
+    ),
+    (
+        "core/events.rs",
+        "stores an event's row and folds its message into progress",
+    ),
+    (
+        "flagger/mod.rs",
+        "an event's message, type and time, kept as data",
+    ),
+    ("fuzzing.rs", "fuzz targets parse what they are given"),
+];
+
+/// Where a line of code reads a claim's value: `.recorded()`, or a claim's
+/// inner field.
+fn reads_claim(code: &str) -> bool {
+    code.contains(".recorded()") || code.contains("Claim(") || code.contains("Admitted(")
+}
+
+#[test]
+fn claims_route_nothing_without_admission() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    files.sort();
+    let mut broken = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).expect("under src/");
+        let rel = rel.to_string_lossy().replace('\\', "/");
+        let text = std::fs::read_to_string(file).expect("read source");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("//") || !reads_claim(code) {
+                continue;
+            }
+            let builds_admitted = code.contains("Admitted(") || code.contains("Claim(");
+            let listed = match builds_admitted {
+                true => rel == "core/admit.rs",
+                false => CLAIM_READERS.iter().any(|(f, _)| *f == rel),
+            };
+            if !listed {
+                broken.push(format!("src/{rel}:{}: {code}", n + 1));
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "a claim from Flagger's side is read outside admission (route it through \
+         core::admit::Admit, or list a record-keeper in CLAIM_READERS with why):\n{}",
+        broken.join("\n")
+    );
+    // What Flagger sends stays a claim from the parse on, and what the lookup
+    // found stays admitted: a field turned back into a plain value would let
+    // anything route on it.
+    let input = std::fs::read_to_string(src.join("core/mod.rs")).expect("read core/mod.rs");
+    for field in [
+        "pub checksum: admit::Claim<String>,",
+        "pub phase: admit::Claim<String>,",
+        "pub metadata: admit::Claim<admit::Metadata>,",
+        "pub found_commit: Option<admit::Admitted<String>>,",
+    ] {
+        assert!(
+            input.contains(field),
+            "CheckInput no longer declares `{field}`"
+        );
+    }
+}
+
+#[test]
+fn the_claim_scanner_sees_reads_and_constructions() {
+    assert!(reads_claim("let m = input.metadata.recorded();"));
+    assert!(reads_claim("Some(Admitted(c.to_ascii_lowercase()))"));
+    assert!(reads_claim("pub struct Claim(T);"));
+    assert!(!reads_claim("let c = Claim::new(self.checksum);"));
+    assert!(!reads_claim(
+        "let pr = self.admit().event_pr(&input.metadata);"
+    ));
+}

@@ -181,7 +181,7 @@ async fn fifty_thousand_made_up_waits_stay_bounded_in_store_and_memory() {
         .unwrap();
     let refused = gatebot_testkit::harness::metric_value(
         &metrics,
-        "gatebot_budget_refused_total{what=\"wait\"}",
+        "gatebot_budget_refused_total{what=\"wait\",cluster=\"\"}",
     );
     let mut conn = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
     let waits: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM waits WHERE ended_at IS NULL")

@@ -147,7 +147,7 @@ async fn past_the_bound_the_oldest_made_up_wait_ends_and_a_canary_that_asks_stay
     let refused = env
         .chat
         .server
-        .metric("gatebot_budget_refused_total{what=\"wait\"}")
+        .metric("gatebot_budget_refused_total{what=\"wait\",cluster=\"\"}")
         .await;
     assert_eq!(refused, 11.0);
     // The real canary is still answered as its gate stands.

@@ -17,7 +17,6 @@
 //! but its history rows.
 
 use super::*;
-use crate::metrics::WhatLabels;
 use crate::store::OpenWait;
 
 /// The most open waits without a Flagger token at one gate.
@@ -63,18 +62,8 @@ impl Engine {
                 }
             }
         }
-        self.count_refused("wait", ended.len());
+        self.count_refused("wait", key.cluster.as_ref(), ended.len());
         Ok(ended)
-    }
-
-    pub(crate) fn count_refused(&self, what: &'static str, n: usize) {
-        if n > 0 {
-            let refused = self
-                .metrics
-                .budget_refused
-                .get_or_create(&WhatLabels { what });
-            refused.inc_by(n as u64);
-        }
     }
 
     /// Ends the waits whose canary stopped asking (see the module), told as

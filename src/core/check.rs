@@ -94,8 +94,8 @@ impl Engine {
         };
         let check = Check {
             canary,
-            checksum: &input.checksum,
-            phase: &input.phase,
+            checksum: input.checksum.recorded(),
+            phase: input.phase.recorded(),
         };
         let checked = self
             .record_check(key, &check, input, commit.as_deref())
@@ -127,8 +127,8 @@ impl Engine {
         };
         let check = Check {
             canary,
-            checksum: &input.checksum,
-            phase: &input.phase,
+            checksum: input.checksum.recorded(),
+            phase: input.phase.recorded(),
         };
         let verdict = self.unless_frozen(
             key,
@@ -194,7 +194,8 @@ impl Engine {
         // one that another replica has since held or approved anew.
         let mut gate = self.gate_in(&mut tx, key).await?;
         let mut verdict = self.verdict_of(key, &gate, check, commit, now);
-        let metadata = serde_json::to_string(&input.metadata).unwrap_or_else(|_| "{}".into());
+        let metadata =
+            serde_json::to_string(input.metadata.recorded()).unwrap_or_else(|_| "{}".into());
         let at = CheckAt {
             key,
             check,
@@ -308,7 +309,7 @@ impl Engine {
             kind: key.kind,
             scope: &key.scope,
             canary: check.canary,
-            metadata: &at.input.metadata,
+            metadata: at.input.metadata.recorded(),
             started_at: now,
             authenticated: at.input.cluster.is_some(),
         };
@@ -325,6 +326,11 @@ impl Engine {
             vouched: at.input.cluster.is_some(),
         };
         if !wait.vouched {
+            // Past its cluster's budget a made-up check starts no wait (and so
+            // no message); it is answered all the same.
+            if self.draw("wait", wait.cluster, 1) == 0 {
+                return Ok(());
+            }
             for ended in self.make_room(tx, key, now).await? {
                 out.notices
                     .push(super::bounds::ended_notice(&ended, "evicted", now));
@@ -344,7 +350,7 @@ impl Engine {
             checksum: check.checksum.to_string(),
             phase: check.phase.to_string(),
             reason: verdict.reason.clone(),
-            metadata: at.input.metadata.clone(),
+            metadata: at.input.metadata.recorded().clone(),
             at: now,
         });
         self.metrics

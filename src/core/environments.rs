@@ -8,11 +8,12 @@ use std::sync::Mutex;
 
 use indexmap::IndexMap;
 
+use super::admit::{Admit, Admitted};
 use super::commands::{Act, Plan};
 use super::dispatch::Request;
 use super::{CheckInput, CommandError, Engine};
 use crate::command::{Command, Invalid};
-use crate::gate::environment::{order, valid_commit, Environments, Order, Target, UNKNOWN_COMMIT};
+use crate::gate::environment::{order, Environments, Order, Target, UNKNOWN_COMMIT};
 use crate::gate::{ClusterName, GateKey, GateKind, Millis, Scope, Verdict};
 use crate::store::{Passage, StoreError};
 
@@ -53,48 +54,21 @@ impl Paths {
 }
 
 impl Engine {
-    /// The gate a check asks at: with `[[environments]]`, its cluster's (the
-    /// Flagger token's, else the canary's `cluster` metadata, else the
-    /// default); without, the gate as named. A cluster in no environment is
-    /// answered closed.
+    /// The gate a check asks at: with `[[environments]]`, its cluster's
+    /// (admitted by [`Admit::placement`]); without, the gate as named.
     pub(super) fn placed(&self, key: &GateKey, input: &CheckInput) -> Result<GateKey, Verdict> {
-        let envs = &self.settings.environments;
-        let Some(cluster) = self.cluster_named(input) else {
-            return Err(Verdict::closed(format!(
-                "closed: which cluster is this? The policy has environments: give this cluster's Flagger its token, or set `cluster` in the canary's webhook metadata (one of {})",
-                cluster_list(envs)
-            )));
-        };
-        if envs.of_cluster(&cluster).is_none() {
-            return Err(Verdict::closed(format!(
-                "closed: cluster {cluster} is in no environment of the policy (one of {})",
-                cluster_list(envs)
-            )));
-        }
-        Ok(key.clone().at(Some(cluster)))
+        let cluster = self.admit().placement(input)?;
+        Ok(key.clone().at(Some(cluster.into_inner())))
     }
 
-    /// The cluster a check or an event is from: its Flagger token's, else
-    /// its `cluster` metadata, else the policy's default.
+    /// The cluster a check or an event says it is from (see [`Admit::cluster_named`]).
     pub(super) fn cluster_named(&self, input: &CheckInput) -> Option<ClusterName> {
-        input
-            .cluster
-            .clone()
-            .or_else(|| input.metadata.get("cluster")?.parse().ok())
-            .or_else(|| self.settings.environments.default_cluster().cloned())
+        self.admit().cluster_named(input)
     }
 
-    /// The commit the checked revision was built from: its `commit`
-    /// metadata, else the commit the Kubernetes lookup found for its
-    /// checksum. Never the PR's head: a cluster may still run a revision of
-    /// an earlier commit (a build can roll out after the next push), and a
-    /// passage recorded for the wrong commit would let the next environment
-    /// go with a commit nobody ran.
+    /// The commit the checked revision was built from (see [`Admit::commit`]).
     pub(super) fn commit_known(input: &CheckInput) -> Option<String> {
-        if let Some(c) = input.metadata.get("commit").filter(|c| valid_commit(c)) {
-            return Some(c.to_ascii_lowercase());
-        }
-        input.found_commit.clone()
+        Admit::commit(input).map(Admitted::into_inner)
     }
 
     /// An open answer in a later environment, closed until the one before
@@ -297,9 +271,4 @@ fn names(envs: &Environments) -> Vec<String> {
         .flat_map(|e| std::iter::once(&e.name).chain(&e.clusters))
         .map(ToString::to_string)
         .collect()
-}
-
-fn cluster_list(envs: &Environments) -> String {
-    let names: Vec<&str> = envs.clusters().map(ClusterName::as_str).collect();
-    names.join(", ")
 }

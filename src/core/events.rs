@@ -1,5 +1,6 @@
 //! Flagger's event hook: the canary timeline and its milestones.
 
+use super::admit::Admitted;
 use super::*;
 use crate::gate::progress::{self, CanaryProgress, Failure};
 
@@ -18,13 +19,14 @@ impl Engine {
         let row = EventRow {
             received_at: now,
             canary: canary.clone(),
-            phase: Phase::parse(&input.phase),
-            checksum: input.checksum.clone(),
+            phase: Phase::parse(input.phase.recorded()),
+            checksum: input.checksum.recorded().clone(),
             event_type: event_type.to_string(),
             kind: kind.as_str().to_string(),
             message: message.to_string(),
             flagger_at,
-            metadata: serde_json::to_string(&input.metadata).unwrap_or_else(|_| "{}".into()),
+            metadata: serde_json::to_string(input.metadata.recorded())
+                .unwrap_or_else(|_| "{}".into()),
             cluster: match self.settings.environments.is_empty() {
                 true => input.cluster.clone(),
                 false => self.cluster_named(input),
@@ -45,8 +47,8 @@ impl Engine {
                 what: f.what().to_string(),
                 message: message.to_string(),
                 next: f.next().to_string(),
-                checksum: input.checksum.clone(),
-                metadata: input.metadata.clone(),
+                checksum: input.checksum.recorded().clone(),
+                metadata: input.metadata.recorded().clone(),
                 at: now,
             });
         }
@@ -61,9 +63,9 @@ impl Engine {
                 kind: kind.as_str().to_string(),
                 message: message.to_string(),
                 event_type: event_type.to_string(),
-                phase: input.phase.clone(),
-                checksum: input.checksum.clone(),
-                metadata: input.metadata.clone(),
+                phase: input.phase.recorded().clone(),
+                checksum: input.checksum.recorded().clone(),
+                metadata: input.metadata.recorded().clone(),
                 at: now,
             });
         }
@@ -94,7 +96,11 @@ impl Engine {
             false => self.cluster_named(input),
         };
         gates.retain(|k| k.cluster.is_none() || k.cluster == cluster);
-        if let Some(pr) = self.pr_from_metadata(&input.metadata) {
+        if let Some(pr) = self
+            .admit()
+            .event_pr(&input.metadata)
+            .map(Admitted::into_inner)
+        {
             for kind in [GateKind::Start, GateKind::Promote] {
                 let key = GateKey::new(kind, pr.clone()).at(cluster.clone());
                 if !gates.contains(&key) {
@@ -146,30 +152,14 @@ impl Engine {
             Backend::Postgres => Store::lock_canary_progress(tx, canary).await?,
         };
         let seen = progress::Seen {
-            checksum: &input.checksum,
+            checksum: input.checksum.recorded(),
             message,
-            threshold: progress::threshold_of(input.metadata.get("threshold")),
+            threshold: progress::threshold_of(input.metadata.recorded().get("threshold")),
             at: now,
         };
         let (next, failure) = CanaryProgress::after(prev, seen);
         Store::put_canary_progress(tx, canary, &next).await?;
         Ok(failure)
-    }
-
-    /// A canary's event metadata may name its PR: `pr: "42"` (default repository)
-    /// and optionally `repository: owner/name`.
-    fn pr_from_metadata(&self, metadata: &BTreeMap<String, String>) -> Option<Scope> {
-        let number = metadata
-            .get("pr")?
-            .trim()
-            .trim_start_matches('#')
-            .parse()
-            .ok()?;
-        let repo = match metadata.get("repository").or_else(|| metadata.get("repo")) {
-            Some(r) => r.parse().ok()?,
-            None => self.settings.default_repo.clone()?,
-        };
-        Some(Scope::Pr { repo, number })
     }
 
     /// Writes last-seen times gathered since the last flush.

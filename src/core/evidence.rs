@@ -97,7 +97,8 @@ impl Engine {
         real.rotate_left(start);
         let asked = fit.min(real.len());
         refreshed.next = start + asked;
-        self.count_refused("query", (real.len() - asked) * per);
+        // Waits do not say which cluster asked: counted without one.
+        self.count_refused("query", None, (real.len() - asked) * per);
         for chunk in real[..asked].chunks(AT_ONCE) {
             let fetches = chunk
                 .iter()

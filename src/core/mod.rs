@@ -7,10 +7,12 @@
 //! copy is kept current by their announcements and trusted only while they can
 //! be heard (`gate_cache`). Last-seen times are kept in memory and flushed in batches.
 
+pub mod admit;
 mod app;
 pub mod authors;
 pub mod awaited;
 mod bounds;
+mod budget;
 mod change;
 mod check;
 pub mod commands;
@@ -99,14 +101,14 @@ pub const STORE_BUSY: &str =
 #[derive(Debug, Clone, Default)]
 pub struct CheckInput {
     pub canary: Option<CanaryRef>,
-    pub checksum: String,
-    pub phase: String,
-    pub metadata: BTreeMap<String, String>,
+    pub checksum: admit::Claim<String>,
+    pub phase: admit::Claim<String>,
+    pub metadata: admit::Claim<admit::Metadata>,
     /// The cluster whose Flagger token the check carried; None without tokens.
     pub cluster: Option<crate::gate::ClusterName>,
     /// The commit gatebot itself found the revision was built from (the
     /// Kubernetes lookup's tie of this checksum); never read from the body.
-    pub found_commit: Option<String>,
+    pub found_commit: Option<admit::Admitted<String>>,
 }
 
 /// Who did something and on which delivery (for replays and the audit log).
@@ -230,6 +232,8 @@ pub struct Engine {
     origins: std::sync::OnceLock<Arc<origin::Origins>>,
     /// With `[[environments]]`: where commits were promoted, and PR heads.
     paths: environments::Paths,
+    /// What each cluster's checks may still start (`budget`).
+    budgets: budget::Budgets,
 }
 
 impl Engine {
@@ -268,6 +272,7 @@ impl Engine {
         metrics.gate_cache_trusted.set(i64::from(sqlite));
         let engine = Self {
             paths: Default::default(),
+            budgets: Default::default(),
             cache_trusted: std::sync::atomic::AtomicBool::new(sqlite),
             any_freeze: std::sync::atomic::AtomicBool::new(!freezes.is_empty()),
             windows: Mutex::new(Default::default()),
@@ -295,6 +300,11 @@ impl Engine {
 
     pub fn settings(&self) -> &EngineSettings {
         &self.settings
+    }
+
+    /// What a claim from Flagger's side may route (see [`admit`]).
+    pub(crate) fn admit(&self) -> admit::Admit<'_> {
+        admit::Admit::new(&self.settings)
     }
 
     pub fn now(&self) -> Millis {

@@ -436,12 +436,13 @@ impl Engine {
             return self.check(key, input).await;
         };
         let now = self.now();
-        let reason = match origins.lookup(canary, &input.checksum, now) {
+        let checksum = super::admit::Admit::to_verify(&input.checksum);
+        let reason = match origins.lookup(canary, checksum.get(), now) {
             Lookup::Known(scope, commit) => {
                 // The commit the cluster says this revision runs: what a
                 // passage is recorded for when the metadata names none.
                 let input = CheckInput {
-                    found_commit: Some(commit),
+                    found_commit: Some(super::admit::Admit::found_commit(commit)),
                     ..input.clone()
                 };
                 return match scope {
@@ -456,10 +457,16 @@ impl Engine {
                 let real = tied
                     || input.cluster.is_some()
                     || self.store.canary_progress(canary).await?.is_some();
-                if origins.queue(canary, &input.checksum, attempts, real, now) {
+                // An unknown canary's lookup draws from its cluster's budget
+                // (the draw counts a refusal itself).
+                if !real && !self.draw_lookup(input.cluster.as_ref()) {
+                    format!(
+                        "closed: this cluster's budget of lookups for unknown canaries is spent this minute; {canary} is asked again at the next poll"
+                    )
+                } else if origins.queue(canary, checksum.get(), attempts, real, now) {
                     looking(canary)
                 } else {
-                    self.count_refused("lookup", 1);
+                    self.count_refused("lookup", input.cluster.as_ref(), 1);
                     format!(
                         "closed: {QUEUED} canaries are being looked up already; {canary} is asked again at the next poll"
                     )

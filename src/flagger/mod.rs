@@ -14,6 +14,7 @@ use axum::Extension;
 use serde::Deserialize;
 
 use crate::command::Command;
+use crate::core::admit::Claim;
 use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Checked, Request};
 use crate::core::AppState;
@@ -61,20 +62,21 @@ impl FlaggerBody {
             cluster,
             found_commit: None,
             canary: self.canary()?,
-            checksum: self.checksum,
-            phase: self.phase,
-            metadata: self
-                .metadata
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| {
-                    let v = match v {
-                        serde_json::Value::String(s) => s,
-                        other => other.to_string(),
-                    };
-                    (k, v)
-                })
-                .collect(),
+            checksum: Claim::new(self.checksum),
+            phase: Claim::new(self.phase),
+            metadata: Claim::new(
+                self.metadata
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let v = match v {
+                            serde_json::Value::String(s) => s,
+                            other => other.to_string(),
+                        };
+                        (k, v)
+                    })
+                    .collect(),
+            ),
         })
     }
 }
@@ -388,17 +390,14 @@ pub async fn event(
     let canary = input.canary.clone().ok_or_else(|| {
         Reject::bad_request("no_canary", "the event names no canary (name, namespace)")
     })?;
-    let message = input
-        .metadata
-        .get("eventMessage")
-        .cloned()
-        .unwrap_or_default();
-    let event_type = input
-        .metadata
+    // An event's message, type and time are kept as data, never a route.
+    let said = input.metadata.recorded();
+    let message = said.get("eventMessage").cloned().unwrap_or_default();
+    let event_type = said
         .get("eventType")
         .cloned()
         .unwrap_or_else(|| "Normal".into());
-    let flagger_at = input.metadata.get("timestamp").and_then(|t| t.parse().ok());
+    let flagger_at = said.get("timestamp").and_then(|t| t.parse().ok());
     let event = Event {
         canary,
         input,
