@@ -81,7 +81,6 @@ impl super::Engine {
         granted as usize
     }
 
-    /// Whether a Kubernetes lookup for a check at `cluster`'s gates may go.
     /// Whether an unknown canary's Kubernetes lookup may go.
     pub(crate) fn draw_lookup(&self, cluster: Option<&ClusterName>) -> bool {
         self.draw("lookup", cluster, 1) == 1
