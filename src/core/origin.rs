@@ -308,7 +308,7 @@ impl Engine {
             .inc();
         match result {
             Ok(tie) => {
-                tracing::info!(canary = %job.canary, commit = %tie.commit, pr = ?tie.pr, "canary tied to its pull request");
+                tracing::info!(canary = %job.canary, commit = ?tie.commit, pr = ?tie.pr, "canary tied to its pull request");
                 State::Known(scope_of(&tie), tie.commit.clone())
             }
             Err(OriginError(why)) => {
