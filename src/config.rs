@@ -1095,7 +1095,7 @@ pub struct SlackConfig {
     #[arg(long = "slack-app-token", env = "GATEBOT_SLACK_APP_TOKEN", value_parser = parse_secret, hide_env_values = true)]
     pub app_token: Option<SecretString>,
 
-    /// Channel for waiting messages (id or #name); a Canary webhook's metadata `slack_channel` overrides it.
+    /// Channel for waiting messages (id or #name); a Canary webhook's metadata `slack_channel` overrides it where `[[slack.channels]]` binds that channel.
     #[arg(long = "slack-channel", env = "GATEBOT_SLACK_CHANNEL")]
     pub channel: Option<String>,
 

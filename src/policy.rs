@@ -501,24 +501,26 @@ struct ChatSection {
     forbid_self_approval: Option<bool>,
     #[serde(default)]
     commands: HashMap<Rule, ChatCommand>,
-    /// `[[teams.channels]]` (Teams only): the conversations a Canary's
-    /// `teams_channel` may name.
+    /// `[[slack.channels]]` / `[[teams.channels]]`: the channels a Canary's
+    /// `slack_channel` / `teams_channel` may name.
     #[serde(default)]
     channels: Vec<ChannelEntry>,
 }
 
-/// One `[[teams.channels]]` table: a Canary's `teams_channel` may name
-/// `conversation` for the gates of one namespace, repository or canary.
+/// One `[[slack.channels]]` or `[[teams.channels]]` table: a Canary's
+/// `slack_channel` / `teams_channel` may name `channel` (Teams:
+/// `conversation`) for the gates of one namespace, repository or canary.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ChannelEntry {
+    #[serde(alias = "channel")]
     conversation: String,
     namespace: Option<String>,
     repository: Option<String>,
     canary: Option<String>,
 }
 
-/// What a `[[teams.channels]]` table binds its conversation to.
+/// What a `[[slack.channels]]` / `[[teams.channels]]` table binds its channel to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Bound {
     Namespace(String),
@@ -526,14 +528,15 @@ enum Bound {
     Canary(CanaryRef),
 }
 
-/// `[[teams.channels]]`, read: which conversation may get the cards of which
-/// gates when a Canary's metadata names it. The metadata is the caller's
-/// word (anyone who reaches the port can send a check); the table is the
-/// operator's, so a card goes only where the operator bound it.
+/// `[[slack.channels]]` or `[[teams.channels]]`, read: which channel (Teams:
+/// conversation) may get the messages of which gates when a Canary's
+/// metadata names it. The metadata is the caller's word (anyone who reaches
+/// the port can send a check); the table is the operator's, so a message
+/// with Approve buttons goes only where the operator bound it.
 #[derive(Debug, Clone, Default)]
-pub struct TeamsChannels(Vec<(String, Bound)>);
+pub struct ChannelBindings(Vec<(String, Bound)>);
 
-impl TeamsChannels {
+impl ChannelBindings {
     /// Whether `conversation` is bound to `canary` (its own table, or its
     /// namespace's) or to the repository or namespace of one of `gates`.
     pub fn allows(
@@ -563,18 +566,15 @@ impl TeamsChannels {
     }
 }
 
-/// Reads `[[teams.channels]]`: each table one conversation and one of
-/// namespace, repository or canary. `[[slack.channels]]` is not a thing.
-fn teams_channels(file: &File) -> anyhow::Result<TeamsChannels> {
-    if !file.slack.channels.is_empty() {
-        anyhow::bail!("slack.channels: only [[teams.channels]] is read; a Slack channel comes from GATEBOT_SLACK_CHANNEL or slack_channel");
-    }
+/// Reads `[[slack.channels]]` or `[[teams.channels]]` (`section`): each
+/// table one channel and one of namespace, repository or canary.
+fn channel_bindings(entries: &[ChannelEntry], section: &str) -> anyhow::Result<ChannelBindings> {
     let mut out = Vec::new();
-    for (n, e) in file.teams.channels.iter().enumerate() {
-        let at = format!("teams.channels[{n}]");
+    for (n, e) in entries.iter().enumerate() {
+        let at = format!("{section}.channels[{n}]");
         let conversation = e.conversation.trim();
         if conversation.is_empty() || conversation.chars().any(char::is_control) {
-            anyhow::bail!("{at}: conversation: a conversation id (19:…@thread.tacv2), as gatebot logs it when the bot is added");
+            anyhow::bail!("{at}: channel: a Slack channel id (C…) or a Teams conversation id (19:…@thread.tacv2)");
         }
         let bound = match (&e.namespace, &e.repository, &e.canary) {
             (Some(ns), None, None) => Bound::Namespace(
@@ -598,7 +598,15 @@ fn teams_channels(file: &File) -> anyhow::Result<TeamsChannels> {
         };
         out.push((conversation.to_string(), bound));
     }
-    Ok(TeamsChannels(out))
+    Ok(ChannelBindings(out))
+}
+
+/// `[[teams.channels]]` and `[[slack.channels]]`, read.
+fn channels(file: &File) -> anyhow::Result<(ChannelBindings, ChannelBindings)> {
+    Ok((
+        channel_bindings(&file.teams.channels, "teams")?,
+        channel_bindings(&file.slack.channels, "slack")?,
+    ))
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -677,7 +685,8 @@ pub struct Policy {
     /// `[[github.protection]]`: environment → the PR gate that approves it.
     protection: Vec<(String, GateKind)>,
     environments: Environments,
-    teams_channels: TeamsChannels,
+    teams_channels: ChannelBindings,
+    slack_channels: ChannelBindings,
 }
 
 /// One `[[environments]]` table.
@@ -794,7 +803,7 @@ impl Policy {
                 source.as_deref().unwrap_or("the policy file")
             )
         })?;
-        let teams_channels = teams_channels(&file).with_context(|| {
+        let (teams_channels, slack_channels) = channels(&file).with_context(|| {
             format!(
                 "GATEBOT_POLICY: {}",
                 source.as_deref().unwrap_or("the policy file")
@@ -803,6 +812,7 @@ impl Policy {
         let policy = Self {
             environments,
             teams_channels,
+            slack_channels,
             protection,
             calendar,
             quorum,
@@ -825,9 +835,11 @@ impl Policy {
     ) -> anyhow::Result<Self> {
         let file = File::parse(text).context("the policy file does not parse")?;
         check_environments(&file)?;
+        let (teams_channels, slack_channels) = channels(&file)?;
         Ok(Self {
             environments: environments(&file)?,
-            teams_channels: teams_channels(&file)?,
+            teams_channels,
+            slack_channels,
             protection: protection_rules(&file)?,
             deadlines: deadline_rules(&file)?,
             reminders: file.reminders.read(&file)?,
@@ -862,8 +874,13 @@ impl Policy {
     }
 
     /// `[[teams.channels]]`: where a Canary's `teams_channel` may send its cards.
-    pub fn teams_channels(&self) -> &TeamsChannels {
+    pub fn teams_channels(&self) -> &ChannelBindings {
         &self.teams_channels
+    }
+
+    /// `[[slack.channels]]`: where a Canary's `slack_channel` may send its messages.
+    pub fn slack_channels(&self) -> &ChannelBindings {
+        &self.slack_channels
     }
 
     /// `[[environments]]`: the clusters' order (empty: one gate for every cluster).
@@ -1368,10 +1385,22 @@ alice = "U1"
             "[[teams.channels]]\nconversation = \"19:x\"\nnamespace = \"a\"\ncanary = \"a/b\"\n",
             "[[teams.channels]]\nconversation = \" \"\nnamespace = \"a\"\n",
             "[[teams.channels]]\nconversation = \"19:x\"\nrepository = \"nope\"\n",
-            "[[slack.channels]]\nconversation = \"C1\"\nnamespace = \"a\"\n",
         ] {
             assert!(Policy::parse(bad, Permission::Write, &[]).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn slack_channels_are_bound_like_teams_channels_and_kept_apart() {
+        let text = "[[slack.channels]]\nchannel = \"C0BILLING\"\nnamespace = \"billing\"\n";
+        let p = Policy::parse(text, Permission::Write, &[]).unwrap();
+        let api: CanaryRef = "billing/api".parse().unwrap();
+        let podinfo: CanaryRef = "test/podinfo".parse().unwrap();
+        assert!(p.slack_channels().allows("C0BILLING", &[], Some(&api)));
+        assert!(!p.slack_channels().allows("C0BILLING", &[], Some(&podinfo)));
+        assert!(!p.teams_channels().allows("C0BILLING", &[], Some(&api)));
+        let bad = "[[slack.channels]]\nchannel = \"C1\"\n";
+        assert!(Policy::parse(bad, Permission::Write, &[]).is_err());
     }
 
     #[test]

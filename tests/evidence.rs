@@ -274,8 +274,8 @@ async fn a_hostile_target_makes_no_query() {
     let chat = &env.chat;
     let server = &chat.server;
     let url = server.at("/gates/promote/pr/42");
-    // Flagger told of it: a real canary, whose numbers are read.
-    flagger_event(server, "podinfo").await;
+    // A person's approval was used by it: a real canary, whose numbers are read.
+    pinned_at_start(server, "podinfo").await;
     let body = serde_json::json!({
         "name": "podinfo", "namespace": "test", "phase": "WaitingPromotion", "checksum": "rev-b",
         "metadata": {"target": "x\"}[1m]) or vector(1) #"}
@@ -297,6 +297,28 @@ async fn a_hostile_target_makes_no_query() {
     );
 }
 
+/// PR 42's start gate opened through the API and used by `test/{name}`: a pin.
+async fn pinned_at_start(server: &gatebot_testkit::harness::TestServer, name: &str) {
+    let r = client()
+        .post(server.at("/api/v1/gates/open"))
+        .bearer_auth(gatebot_testkit::harness::ADMIN_TOKEN)
+        .json(&serde_json::json!({"gate": "/gates/start/pr/42", "reason": "go"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let check = serde_json::json!({
+        "name": name, "namespace": "test", "phase": "Progressing", "checksum": "rev-b",
+    });
+    let r = client()
+        .post(server.at("/gates/start/pr/42"))
+        .json(&check)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+}
+
 /// An event as Flagger's event hook posts it, for `test/{name}`.
 async fn flagger_event(server: &gatebot_testkit::harness::TestServer, name: &str) {
     let event = serde_json::json!({
@@ -312,8 +334,9 @@ async fn flagger_event(server: &gatebot_testkit::harness::TestServer, name: &str
     assert!(r.status().is_success(), "{}", r.text().await.unwrap());
 }
 
-/// A check alone is a claim: made-up canaries waiting cost no query, a
-/// canary Flagger told of is asked about, and its `interval` claim reaches
+/// A check alone is a claim, and so is an event without a Flagger token:
+/// made-up canaries waiting cost no query, one a person's approval was used
+/// by is asked about, and its `interval` claim reaches
 /// PromQL only held to an hour.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_real_canaries_are_queried_and_the_interval_is_bounded() {
@@ -337,7 +360,9 @@ async fn only_real_canaries_are_queried_and_the_interval_is_bounded() {
             403
         );
     }
-    flagger_event(server, "podinfo").await;
+    // Without Flagger tokens an event is anyone's word: it makes no canary real.
+    flagger_event(server, "made-up-0").await;
+    pinned_at_start(server, "podinfo").await;
     assert_eq!(
         check("podinfo".into()).await.unwrap().status().as_u16(),
         403

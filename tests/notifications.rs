@@ -69,6 +69,14 @@ async fn burst_of_waits_gets_one_digest(backend: Backend) {
     config.slack.signing_secret = Some("secret".to_string().into());
     config.slack.bot_token = Some("xoxb-test".to_string().into());
     config.slack.channel = Some("#deploys".into());
+    // The other channel is bound to the one check that names it.
+    let policy = db.dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[[slack.channels]]\nchannel = \"#other\"\ncanary = \"test/elsewhere\"\n",
+    )
+    .unwrap();
+    config.policy = Some(policy);
     config.slack.api_url = slack.api_url();
     config.notify_burst = BURST;
     let clock = ManualClock::new(NOW);

@@ -1228,9 +1228,68 @@ async fn a_click_waits_for_a_rate_limited_user_group() {
     );
 }
 
+/// A check's metadata is anyone's word: `slack_channel` naming a channel
+/// `[[slack.channels]]` does not bind to the canary does not take the
+/// Approve buttons there (issue 41, B.9 for Slack).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_channel_goes_only_where_the_policy_binds_it() {
+    let github = FakeGithub::start().await;
+    let policy = "[[slack.channels]]\nchannel = \"#billing\"\nnamespace = \"billing\"\n";
+    let env = env(
+        Backend::Sqlite,
+        Setup {
+            policy: Some((policy, &github)),
+            ..Setup::default()
+        },
+    )
+    .await;
+    // Bound, but to another namespace: test/podinfo's check may not name it either.
+    for channel in ["C0PRIVATEEXEC", "#billing"] {
+        let hooks = vec![Hook::new(
+            "start-gate",
+            HookType::ConfirmRollout,
+            env.server.at(&format!(
+                "/gates/start/acme/shop/pr/{}",
+                42 + channel.len() % 2
+            )),
+        )
+        .with_metadata("slack_channel", channel)];
+        let mut sim = released(hooks).await;
+        sim.tick().await;
+    }
+    let start = env
+        .waiting_message_for("/gates/start/acme/shop/pr/43")
+        .await;
+    env.waiting_message_for("/gates/start/acme/shop/pr/42")
+        .await;
+    let channels: Vec<_> = env
+        .waiting_messages()
+        .iter()
+        .map(|m| m.body["channel"].clone())
+        .collect();
+    assert_eq!(start.body["channel"], "#deploys", "{channels:?}");
+    assert!(
+        channels.iter().all(|c| c == "#deploys"),
+        "not bound to test/podinfo nor to acme/shop: {channels:?}"
+    );
+    let dropped =
+        r#"gatebot_notifications_dropped_total{sink="slack",reason="slack_channel_not_bound"}"#;
+    assert_eq!(env.server.metric(dropped).await, 2.0);
+    env.server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canary_scoped_and_loadtester_waits_are_announced() {
-    let env = env(Backend::Sqlite, Setup::default()).await;
+    let github = FakeGithub::start().await;
+    let policy = "[[slack.channels]]\nchannel = \"#team-a\"\ncanary = \"test/podinfo\"\n";
+    let env = env(
+        Backend::Sqlite,
+        Setup {
+            policy: Some((policy, &github)),
+            ..Setup::default()
+        },
+    )
+    .await;
     let hooks = vec![
         Hook::new(
             "start-gate",
@@ -1256,7 +1315,7 @@ async fn canary_scoped_and_loadtester_waits_are_announced() {
         .await;
     assert_eq!(
         start.body["channel"], "#team-a",
-        "the canary's metadata picks the channel"
+        "the canary's metadata picks the channel [[slack.channels]] binds to it"
     );
     assert!(!text_of(&start).contains("github.com"), "no PR, no link");
     assert_eq!(

@@ -66,6 +66,10 @@ approvers = []
 
 [users]
 alice-gh = "UALICE"
+
+[[slack.channels]]
+channel = '#team-a'
+canary = "test/podinfo"
 "#;
 
 struct Env {

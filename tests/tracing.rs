@@ -231,3 +231,109 @@ async fn a_flagger_token_in_a_mistyped_path_is_never_logged() {
         );
     }
 }
+
+/// A check's checksum is the caller's text: a newline or an ANSI escape in
+/// it forges no log line, in text or JSON (issue 41: the warning "no
+/// deployment for this revision" logged it raw).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checksum_with_a_newline_forges_no_log_line() {
+    let forged = "abc\n2026-12-05T14:00:00.000000Z  INFO gatebot::core: FORGED gate opened by alice\u{1b}[2K";
+    for format in ["text", "json"] {
+        let db = TestDb::new(Backend::Sqlite).await;
+        let github = FakeGithub::start().await;
+        github.set_head(42, "85d557f0c9a4e1d2b3c4d5e6f708192a3b4c5d6e");
+        let policy = db.dir.path().join("policy.toml");
+        std::fs::write(
+            &policy,
+            "[[github.environments]]\nnamespace = \"test\"\nenvironment = \"production\"\n",
+        )
+        .unwrap();
+        let served = Served::start(
+            &db,
+            &[
+                ("GATEBOT_LOG_FORMAT", format),
+                ("NO_COLOR", "1"),
+                ("RUST_LOG", "info"),
+                ("GATEBOT_ADMIN_TOKEN", "admin-token"),
+                ("GATEBOT_GITHUB_WEBHOOK_SECRET", "s"),
+                ("GATEBOT_GITHUB_TOKEN", "ghp_test"),
+                ("GATEBOT_GITHUB_API_URL", &github.url),
+                ("GATEBOT_GITHUB_REPOSITORY", "acme/shop"),
+                ("GATEBOT_GITHUB_DEPLOYMENTS", "true"),
+                ("GATEBOT_POLICY", policy.to_str().unwrap()),
+            ],
+        );
+        let opened = client()
+            .post(format!("{}/api/v1/gates/open", served.url))
+            .bearer_auth("admin-token")
+            .json(&serde_json::json!({"gate": "/gates/start/pr/42", "reason": "go"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(opened.status().is_success(), "{}", opened.status());
+        let check = serde_json::json!({"name": "app", "namespace": "elsewhere",
+            "phase": "Progressing", "checksum": forged});
+        for kind in ["start", "promote"] {
+            client()
+                .post(format!("{}/gates/{kind}/pr/42", served.url))
+                .json(&check)
+                .send()
+                .await
+                .unwrap();
+        }
+        let seen = tokio::time::timeout(WAIT, async {
+            while !served.logs().contains("no deployment for this revision") {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert!(seen.is_ok(), "no warning ({format}):\n{}", served.logs());
+        let logs = served.logs();
+        assert!(
+            logs.contains("FORGED"),
+            "the checksum is logged ({format}):\n{logs}"
+        );
+        for line in logs.lines() {
+            assert!(
+                !line.starts_with("2026-12-05T14:00:00") && !line.contains('\u{1b}'),
+                "a check's checksum forged a log line ({format}): {line:?}"
+            );
+            if format == "json" {
+                assert!(serde_json::from_str::<Value>(line).is_ok(), "{line:?}");
+            }
+        }
+    }
+}
+
+/// Flagger-side text (checksums, revisions, commits, metadata values) is
+/// logged with `?` (escaped), never `%` (as is): a newline in it would forge
+/// a line. Canary names and namespaces are checked Kubernetes names.
+#[test]
+fn flagger_side_text_is_never_logged_as_is() {
+    let flagger_side = ["checksum", "revision", "commit", "metadata", "hook"];
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+    let mut found = Vec::new();
+    let mut dirs = vec![std::path::PathBuf::from(root)];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for (at, _) in text.match_indices("tracing::") {
+                // The macro's arguments, up to its closing `);`.
+                let call = &text[at..];
+                let call = &call[..call.find(");").unwrap_or(call.len())];
+                for field in flagger_side {
+                    let raw = [format!("%{field}"), format!("{field} = %")];
+                    if raw.iter().any(|r| call.contains(r.as_str())) {
+                        found.push(format!("{}: {field}", path.display()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "logged as is: {found:#?}");
+}

@@ -323,7 +323,7 @@ impl Base {
             metrics: &self.metrics,
         };
         let mut sinks = github::sinks(github, &base, policy, evidence);
-        sinks.extend(slack::sinks(&base, evidence)?);
+        sinks.extend(slack::sinks(&base, policy, evidence)?);
         sinks.extend(crate::teams::sinks(&base, policy, evidence));
         Ok(sinks)
     }

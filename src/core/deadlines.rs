@@ -139,7 +139,7 @@ impl Engine {
         tell_deadline(&mut unit, wait, canary, action, message, now).await?;
         unit.commit().await?;
         let (key, revision) = (&wait.gate, &wait.checksum);
-        tracing::info!(gate = %key, canary = %canary, revision = %revision, action = %action, "wait deadline passed");
+        tracing::info!(gate = %key, canary = %canary, revision = ?revision, action = %action, "wait deadline passed");
         Ok(true)
     }
 }

@@ -142,8 +142,11 @@ impl Engine {
     }
 
     /// Whether `canary` is known to be real, so that its numbers may be read:
-    /// a Flagger token vouched for its wait, Flagger sent an event about it,
-    /// or the cluster showed its Canary object. A check alone is a claim.
+    /// a Flagger token vouched for its wait, a person's approval was used by
+    /// it (a pin, at any gate), or the cluster showed its Canary
+    /// object. A check alone is a claim, and so is an event: without Flagger
+    /// tokens `/flagger/events` is as open as the checks (with them, the
+    /// canary's waits are vouched already).
     async fn is_real(
         &self,
         canary: &CanaryRef,
@@ -155,7 +158,7 @@ impl Engine {
         if self.origins.get().is_some_and(|o| o.confirmed(canary)) {
             return Ok(true);
         }
-        Ok(self.store.canary_progress(canary).await?.is_some())
+        Ok(self.store.canary_pinned(&canary.to_string()).await?)
     }
 
     /// Whether the canary's weight, iteration or failed checks moved since

@@ -533,7 +533,7 @@ impl Engine {
             .inc();
         match result {
             Ok(found) => {
-                tracing::info!(canary = %job.canary, commit = %found.commit, pr = ?found.pr, "canary tied to its pull request");
+                tracing::info!(canary = %job.canary, commit = ?found.commit, pr = ?found.pr, "canary tied to its pull request");
                 Ok(found)
             }
             Err(e) => {

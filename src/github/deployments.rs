@@ -208,10 +208,10 @@ impl Deployments {
         self.metrics.dropped(super::SINK, why);
         match why {
             "deployment_limit" => {
-                tracing::warn!(%repo, pr = %number, %canary, %checksum, max = MAX_CANARIES, "no deployment for this revision: the pull request's deployments name the most canaries gatebot makes deployments for")
+                tracing::warn!(%repo, pr = %number, %canary, ?checksum, max = MAX_CANARIES, "no deployment for this revision: the pull request's deployments name the most canaries gatebot makes deployments for")
             }
             _ => {
-                tracing::warn!(%repo, pr = %number, %canary, %checksum, "no deployment for this revision: no [[github.environments]] table names its canary or namespace")
+                tracing::warn!(%repo, pr = %number, %canary, ?checksum, "no deployment for this revision: no [[github.environments]] table names its canary or namespace")
             }
         }
     }

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use super::sink::{store_err, SlackSink, POST_ONCE};
-use crate::gate::Millis;
+use super::sink::{store_err, SlackSink, CHANNEL_METADATA, NAME, POST_ONCE};
+use crate::gate::{CanaryRef, GateKey, Millis};
 use crate::notify::SendError;
 use crate::templates::escape::{self, mrkdwn};
 
@@ -12,16 +12,38 @@ use crate::templates::escape::{self, mrkdwn};
 const NAMED: usize = 10;
 
 impl SlackSink {
-    /// The channel a wait is announced in: its canary's `slack_channel`, or the default.
+    /// The channel a wait is announced in: `slack_channel` when it is the
+    /// default, when `[[slack.channels]]` binds it to `gates` or `canary`, or
+    /// when no canary sent it (a named gate's, set through the signed-in
+    /// API); else the default. A canary's metadata is anyone's word and must
+    /// not post Approve buttons into a channel of its choosing: an unbound
+    /// one is dropped, and with `report` logged and counted.
     pub(super) fn channel_of<'a>(
         &'a self,
         metadata: &'a BTreeMap<String, String>,
+        gates: &[GateKey],
+        canary: Option<&CanaryRef>,
+        report: bool,
     ) -> Option<&'a str> {
-        metadata
-            .get("slack_channel")
+        let configured = self.channel.as_deref().map(str::trim);
+        let claimed = metadata
+            .get(CHANNEL_METADATA)
             .map(|c| c.trim())
-            .filter(|c| !c.is_empty())
-            .or(self.channel.as_deref().map(str::trim))
+            .filter(|c| !c.is_empty());
+        if let Some(claimed) = claimed {
+            if canary.is_none()
+                || Some(claimed) == configured
+                || self.bound.allows(claimed, gates, canary)
+            {
+                return Some(claimed);
+            }
+            if report {
+                tracing::warn!(channel = ?claimed, gate = ?gates.first().map(ToString::to_string),
+                    "slack_channel names a channel [[slack.channels]] does not bind to this canary: not followed");
+                self.metrics.dropped(NAME, "slack_channel_not_bound");
+            }
+        }
+        configured
     }
 
     /// Tells the channel about the waits of a minute that were not announced
@@ -49,7 +71,10 @@ impl SlackSink {
                     tracing::warn!(wait = w.id, error = %e, "unreadable wait metadata");
                     BTreeMap::new()
                 });
-                if self.channel_of(&metadata) != Some(channel) {
+                let gate = GateKey::parse(&w.gate, self.default_repo.as_ref()).ok();
+                let canary = w.canary.parse::<CanaryRef>().ok();
+                let gates = gate.as_slice();
+                if self.channel_of(&metadata, gates, canary.as_ref(), false) != Some(channel) {
                     continue;
                 }
                 count += 1;

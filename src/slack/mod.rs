@@ -62,6 +62,7 @@ fn api(config: &Config, metrics: &Metrics) -> anyhow::Result<Option<Arc<client::
 
 pub fn sinks(
     base: &crate::core::SinkBase<'_>,
+    policy: &crate::policy::Policy,
     evidence: &Arc<crate::evidence::Evidence>,
 ) -> anyhow::Result<Vec<Arc<dyn Sink>>> {
     let crate::core::SinkBase {
@@ -84,6 +85,7 @@ pub fn sinks(
             .channel
             .clone()
             .filter(|c| !c.trim().is_empty()),
+        bound: policy.slack_channels().clone(),
         default_repo: config.github.repository.clone(),
         burst: Burst::new(config.notify_burst),
         metrics: metrics.clone(),

@@ -122,6 +122,9 @@ impl SinkJob for SlackJob {
     }
 }
 
+/// The metadata key a Canary names its Slack channel with (bound by `[[slack.channels]]`).
+pub(super) const CHANNEL_METADATA: &str = "slack_channel";
+
 /// Announced waits have a `post_wait` job with this once-key prefix and their id.
 pub(super) const POST_ONCE: &str = "slack-wait:";
 
@@ -131,6 +134,8 @@ pub struct SlackSink {
     pub templates: Templates,
     pub clock: SharedClock,
     pub channel: Option<String>,
+    /// `[[slack.channels]]`: where a Canary's `slack_channel` may send its messages.
+    pub bound: crate::policy::ChannelBindings,
     pub default_repo: Option<RepoName>,
     /// New waits announced on their own per channel and minute.
     pub burst: Burst,
@@ -215,6 +220,7 @@ impl SlackSink {
     fn failure_job(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
         let Notice::CanaryFailure {
             canary,
+            gates,
             failure,
             what,
             message,
@@ -232,7 +238,9 @@ impl SlackSink {
             what: what.clone(),
             message: message.clone(),
             next: next.clone(),
-            channel: self.channel_of(metadata).map(str::to_string),
+            channel: self
+                .channel_of(metadata, gates, Some(canary), true)
+                .map(str::to_string),
         };
         Ok(vec![job.job(Some(format!(
             "slack-failure:{canary}:{checksum}:{failure}"
@@ -254,7 +262,9 @@ impl SlackSink {
         else {
             return Ok(Vec::new());
         };
-        let Some(channel) = self.channel_of(metadata) else {
+        let Some(channel) =
+            self.channel_of(metadata, std::slice::from_ref(gate), canary.as_ref(), true)
+        else {
             tracing::debug!(gate = %gate, "no Slack channel for this wait: set GATEBOT_SLACK_CHANNEL or slack_channel metadata");
             return Ok(Vec::new());
         };

@@ -158,4 +158,15 @@ impl Store {
         }
         Ok(false)
     }
+
+    /// Whether a person's approval at any gate was used by `canary` (a
+    /// pin): what makes a canary real when no Flagger token vouches for it.
+    pub async fn canary_pinned(&self, canary: &str) -> Result<bool> {
+        let found: Option<i64> = self
+            .first_value(
+                sqlx::query("SELECT COUNT(*) FROM pins WHERE canary = $1").bind(canary.to_string()),
+            )
+            .await?;
+        Ok(found.is_some_and(|n| n > 0))
+    }
 }

@@ -113,7 +113,7 @@ pub struct TeamsSink {
     /// GATEBOT_TEAMS_CHANNEL: the conversation that gets the cards.
     pub channel: Option<String>,
     /// `[[teams.channels]]`: where a Canary's `teams_channel` may send them.
-    pub bound: crate::policy::TeamsChannels,
+    pub bound: crate::policy::ChannelBindings,
     /// Counts a `teams_channel` not followed.
     pub metrics: Arc<crate::metrics::Metrics>,
     pub links: Links,
