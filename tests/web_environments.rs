@@ -197,6 +197,12 @@ async fn the_waiting_page_keeps_one_environment_or_one_cluster(backend: Backend)
         eu.contains("href=\"/ui?cluster=prod-eu\" aria-current=\"page\">prod-eu</a>"),
         "{eu}"
     );
+    // docs/environments.md's hub section points at a remote cluster's list.
+    let us = page(&env, "/ui?cluster=prod-us").await;
+    assert!(
+        us.contains("href=\"/ui?cluster=prod-us\" aria-current=\"page\">prod-us</a>"),
+        "{us}"
+    );
 
     let staging = page(&env, "/ui?env=staging").await;
     assert_eq!(rows(&staging), [at("staging-eu")]);
