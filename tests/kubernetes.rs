@@ -72,17 +72,7 @@ async fn setup(backend: Backend) -> Env {
 
 /// Flagger's confirm-promotion call for `test/podinfo`, on the canary's own gate.
 async fn check(server: &TestServer) -> (u16, String) {
-    let body = json!({
-        "name": "podinfo", "namespace": "test", "phase": "Progressing",
-        "checksum": CHECKSUM, "type": "confirm-promotion", "metadata": {}
-    });
-    let r = client()
-        .post(server.at("/gates/promote"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.text().await.unwrap())
+    check_of(server, "test", "podinfo", CHECKSUM).await
 }
 
 /// A check of canary `namespace/name` at `checksum`, on the canary's own gate.

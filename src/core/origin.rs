@@ -453,10 +453,12 @@ impl Engine {
             Lookup::Waiting(reason) => reason,
             Lookup::Due { attempts, tied } => {
                 // Real: tied before, vouched by a token (which names the
-                // cluster), or one Flagger sent an event for.
+                // cluster), or one a person's approval was used by. Not an
+                // event: without tokens /flagger/events is as open as the
+                // checks (the evidence's rule too).
                 let real = tied
                     || input.cluster.is_some()
-                    || self.store.canary_progress(canary).await?.is_some();
+                    || self.store.canary_pinned(&canary.to_string()).await?;
                 // An unknown canary's lookup draws from its cluster's budget
                 // (the draw counts a refusal itself).
                 if !real && !self.draw_lookup(input.cluster.as_ref()) {
