@@ -85,8 +85,8 @@ impl Inner {
         let shown = id.to_str().unwrap_or("-");
         let checked = self.observed(route, &parts, body);
         let tokens = self.state.config.flagger_tokens();
-        let path = parts.uri.path();
-        let mut response = access::logged(&parts.method, path, shown, tokens, checked).await;
+        let path = route.shown();
+        let mut response = access::logged(&parts.method, true, path, shown, tokens, checked).await;
         response.headers_mut().insert(X_REQUEST_ID, id);
         response
     }

@@ -22,7 +22,7 @@ use crate::core::{CheckInput, CommandError, Provenance};
 use crate::gate::{
     Actor, Answer, CanaryRef, ClusterName, GateKey, GateKind, Scope, Source, Verdict,
 };
-use crate::http::access::Changed;
+use crate::http::access::{self, Changed};
 use crate::http::auth::admin;
 use crate::http::error::Reject;
 use events::{Event, EventIntake, Taken};
@@ -180,6 +180,25 @@ impl<'a> CheckRoute<'a> {
     }
 
     /// The route's pattern, as the router names it in metrics.
+    /// The route as its access line shows it: never the token, and the kind
+    /// and scope only when `access::Shown` finds them plain.
+    pub(crate) fn shown(&self) -> access::Shown<'a> {
+        let known = |kind: &'a str| GateKind::from_route(kind).map(|_| kind);
+        match *self {
+            Self::Canary { token, kind } => access::Shown::Check {
+                token: token.is_some(),
+                kind: known(kind),
+                scope: None,
+            },
+            Self::Scoped { token, kind, scope } => access::Shown::Check {
+                token: token.is_some(),
+                kind: known(kind),
+                scope: Some(scope),
+            },
+            Self::Legacy(_) => access::Shown::Pattern(self.pattern()),
+        }
+    }
+
     pub(crate) fn pattern(&self) -> &'static str {
         match self {
             Self::Canary { token: None, .. } => "/gates/{kind}",

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
@@ -36,24 +36,61 @@ pub async fn log(State(tokens): State<Arc<FlaggerTokens>>, req: Request, next: N
     // Cheap copies (shared bytes), kept for a line logged after the handler ran.
     let method = req.method().clone();
     let uri = req.uri().clone();
+    let matched = req.extensions().get::<MatchedPath>().cloned();
     let id = req
         .extensions()
         .get::<RequestId>()
         .map(|id| id.header_value().clone());
     let id = id.as_ref().and_then(|v| v.to_str().ok()).unwrap_or("-");
-    logged(&method, uri.path(), id, &tokens, next.run(req)).await
+    let shown = match &matched {
+        // A gate route the router answers holds an escape `CheckRoute` left
+        // to it: its pattern says enough.
+        Some(route) if polled(route.as_str()) => Shown::Pattern(route.as_str()),
+        Some(_) => Shown::Path(uri.path()),
+        None => Shown::Unmatched(uri.path().len()),
+    };
+    logged(
+        &method,
+        polled(uri.path()),
+        shown,
+        id,
+        &tokens,
+        next.run(req),
+    )
+    .await
 }
 
-/// Runs `answer` in the request's span and logs its access line.
+/// What an access line shows as a request's path. A token typed into a path
+/// a little wrong (`/gates/t:<token>/…`, `/gates/t%2F<token>/…`) can't be
+/// masked by a rule, so only what a route matched is shown as written.
+#[derive(Debug, Clone, Copy)]
+pub enum Shown<'a> {
+    /// A path a route matched, with its secrets masked (`Redacted`).
+    Path(&'a str),
+    /// A route's pattern, as `/gates/t/{token}/{kind}`.
+    Pattern(&'a str),
+    /// A gate check: its kind and scope shown when they are plain (a kind
+    /// gatebot knows, a scope of letters, digits, `-`, `_`, `.` and `/`).
+    Check {
+        token: bool,
+        kind: Option<&'a str>,
+        scope: Option<&'a str>,
+    },
+    /// No route matched: only the path's length.
+    Unmatched(usize),
+}
+
+/// Runs `answer` in the request's span and logs its access line; `polled`
+/// (see `polled`) logs the steady state at debug.
 pub async fn logged(
     method: &Method,
-    path: &str,
+    polled: bool,
+    shown: Shown<'_>,
     id: &str,
     tokens: &FlaggerTokens,
     answer: impl Future<Output = Response>,
 ) -> Response {
-    let polled = polled(path);
-    let path = Redacted { path, tokens };
+    let path = Logged { shown, tokens };
     let inner = span(!polled, method, &path, id);
     let started = Instant::now();
     let response = answer.instrument(inner.clone()).await;
@@ -85,12 +122,47 @@ pub async fn logged(
 
 /// The `request` span, at info or (for a polled route) at debug: a span at
 /// info costs every request its formatted fields even when nothing is logged.
-fn span(info: bool, method: &Method, path: &Redacted<'_>, id: &str) -> Span {
+fn span(info: bool, method: &Method, path: &Logged<'_>, id: &str) -> Span {
     if info {
         tracing::info_span!("request", %method, path = %path, request_id = %id)
     } else {
         tracing::debug_span!("request", %method, path = %path, request_id = %id)
     }
+}
+
+/// A request's path as its access line shows it.
+pub struct Logged<'a> {
+    shown: Shown<'a>,
+    tokens: &'a FlaggerTokens,
+}
+
+impl std::fmt::Display for Logged<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tokens = self.tokens;
+        match self.shown {
+            Shown::Path(path) => Redacted { path, tokens }.fmt(f),
+            Shown::Pattern(pattern) => f.write_str(pattern),
+            Shown::Unmatched(len) => write!(f, "<unmatched: {len} bytes>"),
+            Shown::Check { token, kind, scope } => {
+                f.write_str(if token { "/gates/t/***/" } else { "/gates/" })?;
+                f.write_str(kind.unwrap_or("{kind}"))?;
+                match scope {
+                    None => Ok(()),
+                    Some(path) if kind.is_some() && plain(path) => {
+                        write!(f, "/{}", Redacted { path, tokens })
+                    }
+                    Some(_) => f.write_str("/{*scope}"),
+                }
+            }
+        }
+    }
+}
+
+fn plain(scope: &str) -> bool {
+    scope.len() <= 256
+        && scope
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
 }
 
 /// A path as logged, with no secret in it whatever was typed: the segment
@@ -167,7 +239,7 @@ impl std::fmt::Display for Redacted<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::Redacted;
+    use super::{Logged, Redacted, Shown};
     use crate::gate::FlaggerTokens;
 
     fn tokens(token: &str) -> FlaggerTokens {
@@ -222,6 +294,44 @@ mod tests {
         ];
         for (path, want) in table {
             assert_eq!(shown(path, &tokens), want, "{path}");
+        }
+    }
+
+    #[test]
+    fn only_what_a_route_matched_is_shown_as_written() {
+        let tokens = FlaggerTokens::default();
+        let shown = |shown| {
+            Logged {
+                shown,
+                tokens: &tokens,
+            }
+            .to_string()
+        };
+        let check = |token, kind, scope| Shown::Check { token, kind, scope };
+        let table = [
+            (Shown::Unmatched(31), "<unmatched: 31 bytes>"),
+            (
+                Shown::Pattern("/gates/{kind}/{*scope}"),
+                "/gates/{kind}/{*scope}",
+            ),
+            (Shown::Path("/ui/t/s3cret"), "/ui/t/***"),
+            (check(true, Some("promote"), None), "/gates/t/***/promote"),
+            (
+                check(false, Some("promote"), Some("pr/42")),
+                "/gates/promote/pr/42",
+            ),
+            (check(false, None, Some("pr/42")), "/gates/{kind}/{*scope}"),
+            (
+                check(false, Some("promote"), Some("pr/42;s3cret")),
+                "/gates/promote/{*scope}",
+            ),
+            (
+                check(false, Some("promote"), Some("t/s3cret")),
+                "/gates/promote/t/***",
+            ),
+        ];
+        for (given, want) in table {
+            assert_eq!(shown(given), want, "{given:?}");
         }
     }
 }
