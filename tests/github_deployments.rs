@@ -3,13 +3,15 @@
 //! whose statuses follow Flagger's phases, over real HTTP, the fake GitHub
 //! (which keeps deployments and statuses) and the Flagger simulator, on both
 //! stores. A check is unauthenticated (issue 41, point 7): a deployment is
-//! made only for a canary a person's approval was used by, to an
-//! environment the policy names, and for at most 8 canaries per PR.
+//! made only for a revision known to be real (a person's approval was used
+//! by it, or a Flagger token vouched for it), to an environment the policy
+//! names, and for at most 8 canaries per PR. The Flagger here has a token
+//! (as the chart's default), but where a test sends checks no Flagger sent.
 
 use std::time::Duration;
 
 use gatebot_testkit::fake_github::{Failure, FakeDeployment, FakeGithub};
-use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
+use gatebot_testkit::flagger::{flagger_tokens, pr_hooks, with_token, FlaggerSim, Phase, Strategy};
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use serde_json::{json, Value};
 
@@ -18,8 +20,13 @@ const HEAD: &str = "85d557f0c9a4e1d2b3c4d5e6f708192a3b4c5d6e";
 struct Env {
     server: TestServer,
     github: FakeGithub,
+    /// The Flagger token, when checks need one.
+    token: Option<&'static str>,
     _db: TestDb,
 }
+
+/// The token of the cluster the Flagger simulator runs in.
+const TOKEN: &str = "deployments-flagger-token";
 
 /// The policy that names the environment of namespace `test`'s canaries.
 const PRODUCTION: &str =
@@ -27,6 +34,11 @@ const PRODUCTION: &str =
 
 async fn setup(backend: Backend, on: bool) -> Env {
     setup_with(backend, on, Some(PRODUCTION)).await
+}
+
+/// Without Flagger tokens: anyone's check is taken, as without the chart.
+async fn setup_open(backend: Backend) -> Env {
+    setup_as(backend, true, Some(PRODUCTION), None).await
 }
 
 /// `deployments::MAX_CANARIES`: the most canaries with deployments on one PR.
@@ -54,6 +66,15 @@ async fn made_up(
 }
 
 async fn setup_with(backend: Backend, on: bool, policy: Option<&str>) -> Env {
+    setup_as(backend, on, policy, Some(TOKEN)).await
+}
+
+async fn setup_as(
+    backend: Backend,
+    on: bool,
+    policy: Option<&str>,
+    token: Option<&'static str>,
+) -> Env {
     let db = TestDb::new(backend).await;
     let github = FakeGithub::start().await;
     github.set_head(42, HEAD);
@@ -65,6 +86,9 @@ async fn setup_with(backend: Backend, on: bool, policy: Option<&str>) -> Env {
     config.github.token = Some("ghp_test".to_string().into());
     config.github.api_url = github.url.clone();
     config.github.deployments = on;
+    if let Some(token) = token {
+        config.flagger_tokens = flagger_tokens(&[("prod", token)]).into();
+    }
     if let Some(policy) = policy {
         let path = db.dir.path().join("policy.toml");
         std::fs::write(&path, policy).unwrap();
@@ -82,12 +106,23 @@ async fn setup_with(backend: Backend, on: bool, policy: Option<&str>) -> Env {
     Env {
         server,
         github,
+        token,
         _db: db,
     }
 }
 
+/// PR 42's hooks, with the token when the server takes checks only with one.
+fn hooks(env: &Env) -> Vec<gatebot_testkit::flagger::Hook> {
+    let hooks = pr_hooks(&env.server.url, 42);
+    match env.token {
+        Some(token) => with_token(hooks, token),
+        None => hooks,
+    }
+}
+
 /// PR 42's canary, started by the admin, waiting at the promote gate.
-async fn waiting_at_promote(server: &TestServer) -> FlaggerSim {
+async fn waiting_at_promote(env: &Env) -> FlaggerSim {
+    let server = &env.server;
     let mut sim = FlaggerSim::new(
         "podinfo",
         "test",
@@ -95,7 +130,7 @@ async fn waiting_at_promote(server: &TestServer) -> FlaggerSim {
             step_weight: 50,
             max_weight: 50,
         },
-        pr_hooks(&server.url, 42),
+        hooks(env),
     );
     sim.deploy("rev-a");
     sim.tick().await;
@@ -166,13 +201,14 @@ gatebot_testkit::on_both_stores!(
     a_rate_limited_creation_is_counted_and_one_deployment_each_is_made,
     a_creation_whose_answer_was_lost_is_found_not_made_again,
     a_check_alone_makes_no_deployment_in_any_environment,
+    a_made_up_revision_of_an_approved_canary_makes_no_deployment,
     a_pull_requests_deployments_name_a_bounded_number_of_canaries,
 );
 
 async fn statuses_follow_a_canary_to_its_promotion(backend: Backend) {
     let env = setup_with(backend, true, Some(PRODUCTION)).await;
     let (server, github) = (&env.server, &env.github);
-    let mut sim = waiting_at_promote(server).await;
+    let mut sim = waiting_at_promote(&env).await;
     let latest = github.deployments().last().cloned().unwrap();
     assert_eq!(latest.sha, HEAD);
     assert_eq!(latest.environment, "production", "as the policy names it");
@@ -203,7 +239,7 @@ async fn statuses_follow_a_canary_to_its_promotion(backend: Backend) {
 async fn statuses_follow_a_canary_to_its_rollback(backend: Backend) {
     let env = setup(backend, true).await;
     let (server, github) = (&env.server, &env.github);
-    let mut sim = waiting_at_promote(server).await;
+    let mut sim = waiting_at_promote(&env).await;
     server.open("/gates/rollback/pr/42").await;
     assert!(sim.run_until(|s| s.phase() == Phase::Failed, 10).await);
     server.drained().await;
@@ -220,7 +256,7 @@ async fn statuses_follow_a_canary_to_its_rollback(backend: Backend) {
 async fn with_the_setting_off_no_deployment_is_made(backend: Backend) {
     let env = setup(backend, false).await;
     let (server, github) = (&env.server, &env.github);
-    let mut sim = waiting_at_promote(server).await;
+    let mut sim = waiting_at_promote(&env).await;
     server.open("/gates/promote/pr/42").await;
     assert!(sim.run_until(|s| s.promotions() == 1, 10).await);
     server.drained().await;
@@ -229,7 +265,7 @@ async fn with_the_setting_off_no_deployment_is_made(backend: Backend) {
 
 /// The first creation is refused with Retry-After; it is made once after
 /// it, and no other call goes out before (the status jobs that arrive
-/// meanwhile wait too); none is made before the canary is approved.
+/// meanwhile wait too).
 async fn a_rate_limited_creation_is_counted_and_one_deployment_each_is_made(backend: Backend) {
     let env = setup(backend, true).await;
     let (server, github) = (&env.server, &env.github);
@@ -241,21 +277,19 @@ async fn a_rate_limited_creation_is_counted_and_one_deployment_each_is_made(back
             step_weight: 50,
             max_weight: 50,
         },
-        pr_hooks(&server.url, 42),
+        hooks(&env),
     );
     let made = |github: &FakeGithub| -> Vec<Value> {
         let all = github.deployments();
         all.iter().map(|d| d.payload["checksum"].clone()).collect()
     };
-    // Flagger's start gate first sees the revision it last applied (rev-a).
+    // Flagger's start gate first sees the revision it last applied (rev-a);
+    // rev-b asks the promote gate once the start gate is open, and its
+    // token vouches for it.
     sim.deploy("rev-a");
     sim.tick().await;
     sim.deploy("rev-b");
     sim.tick().await;
-    server.drained().await;
-    assert!(made(github).is_empty(), "not approved yet: no deployment");
-    // The start gate's approval is used by the canary: rev-b's deployment is
-    // due at its next news (its wait at the promote gate).
     server.open("/gates/start/pr/42").await;
     assert!(
         sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
@@ -263,15 +297,12 @@ async fn a_rate_limited_creation_is_counted_and_one_deployment_each_is_made(back
     );
     // The worker waits out Retry-After before trying again: no drain to await.
     eventually("rev-b's deployment", Duration::from_secs(15), || async {
-        !made(github).is_empty()
+        made(github).contains(&json!("rev-b"))
     })
     .await;
     server.drained().await;
-    assert_eq!(
-        made(github),
-        [json!("rev-b")],
-        "made once, after Retry-After"
-    );
+    let rev_b = |github: &FakeGithub| made(github).iter().filter(|c| **c == "rev-b").count();
+    assert_eq!(rev_b(github), 1, "made once, after Retry-After");
     let requests = github.requests();
     let limited = requests.iter().position(|r| r.status == 403).unwrap();
     let next = &requests[limited + 1];
@@ -282,8 +313,9 @@ async fn a_rate_limited_creation_is_counted_and_one_deployment_each_is_made(back
         next.path,
         next.at.duration_since(requests[limited].at)
     );
+    sim.tick().await;
     server.drained().await;
-    assert_eq!(made(github), [json!("rev-b")], "one");
+    assert_eq!(rev_b(github), 1, "one");
     let limited = r#"gatebot_outbound_requests_total{service="github",endpoint="create_deployment",result="rate_limited"}"#;
     assert_eq!(server.metric(limited).await, 1.0);
 }
@@ -295,7 +327,7 @@ async fn a_creation_whose_answer_was_lost_is_found_not_made_again(backend: Backe
     let env = setup(backend, true).await;
     let (server, github) = (&env.server, &env.github);
     github.lose_deployment_answers([Failure::server_error()]);
-    let _sim = waiting_at_promote(server).await;
+    let _sim = waiting_at_promote(&env).await;
     eventually(
         "rev-b's deployment with a status",
         Duration::from_secs(15),
@@ -319,7 +351,7 @@ async fn a_creation_whose_answer_was_lost_is_found_not_made_again(backend: Backe
 /// make no deployment: before an approval none is made at all, and after
 /// one only a canary the policy names gets one. The others are counted once.
 async fn a_check_alone_makes_no_deployment_in_any_environment(backend: Backend) {
-    let env = setup(backend, true).await;
+    let env = setup_open(backend).await;
     let (server, github) = (&env.server, &env.github);
     let mut namespaces = vec!["production".to_string(), "prod".into()];
     namespaces.extend((0..10).map(|n| format!("env-{n}")));
@@ -338,7 +370,7 @@ async fn a_check_alone_makes_no_deployment_in_any_environment(backend: Backend) 
     );
 
     // A person approves the start gate; the real canary uses it.
-    let mut sim = waiting_at_promote(server).await;
+    let mut sim = waiting_at_promote(&env).await;
     // Made-up canaries use the open start gate too, twice each; they are
     // in no namespace the policy names.
     for _ in 0..2 {
@@ -370,7 +402,7 @@ async fn a_check_alone_makes_no_deployment_in_any_environment(backend: Backend) 
 /// Canaries of a namespace the policy names, each using the open start
 /// gate: the PR's deployments name at most [`MAX_CANARIES`] of them.
 async fn a_pull_requests_deployments_name_a_bounded_number_of_canaries(backend: Backend) {
-    let env = setup(backend, true).await;
+    let env = setup_open(backend).await;
     let (server, github) = (&env.server, &env.github);
     server.open("/gates/start/pr/42").await;
     let extra = 3;
@@ -388,4 +420,39 @@ async fn a_pull_requests_deployments_name_a_bounded_number_of_canaries(backend: 
     assert_eq!(all.len(), MAX_CANARIES, "{all:#?}");
     let limit = r#"gatebot_notifications_dropped_total{sink="github",reason="deployment_limit"}"#;
     assert_eq!(server.metric(limit).await, extra as f64);
+}
+
+/// Made-up checksums of a real canary that a person approved (issue 41,
+/// point 7: each made a production deployment once the canary was approved)
+/// make none, and the real revision's deployment is not superseded.
+async fn a_made_up_revision_of_an_approved_canary_makes_no_deployment(backend: Backend) {
+    let env = setup_open(backend).await;
+    let (server, github) = (&env.server, &env.github);
+    let mut sim = waiting_at_promote(&env).await;
+    server.open("/gates/promote/pr/42").await;
+    assert!(sim.run_until(|s| s.promotions() == 1, 10).await);
+    server.drained().await;
+    let before: Vec<(Value, Vec<String>)> = github
+        .deployments()
+        .iter()
+        .map(|d| (d.payload["checksum"].clone(), states(d)))
+        .collect();
+    assert!(
+        before
+            .iter()
+            .any(|(c, s)| *c == "rev-b" && s.last().map(String::as_str) == Some("success")),
+        "{before:?}"
+    );
+    for n in 0..20 {
+        for kind in ["start", "promote", "traffic"] {
+            made_up(server, kind, "test", "podinfo", &format!("rev-x{n}")).await;
+        }
+    }
+    server.drained().await;
+    let after: Vec<(Value, Vec<String>)> = github
+        .deployments()
+        .iter()
+        .map(|d| (d.payload["checksum"].clone(), states(d)))
+        .collect();
+    assert_eq!(after, before, "made-up revisions changed the deployments");
 }

@@ -195,7 +195,7 @@ records! {
         max: usize,
         now: Millis,
     ) -> Reserved;
-    fn canary_approved(&self, gates: &[GateKey], canary: &str) -> bool;
+    fn revision_real(&self, gates: &[GateKey], canary: &str, checksum: &str) -> bool;
     fn pending_protections(
         &self,
         repo: &RepoName,

@@ -8,9 +8,11 @@
 //!
 //! A gate check is unauthenticated, and a deployment may start a workflow
 //! (`on: deployment`): so the environment comes from the policy only (a
-//! canary no table names gets none), a canary's revisions get one only once a
-//! person's approval at one of the PR's gates was used by it (a pin), and a
-//! PR's deployments name at most [`MAX_CANARIES`] canaries.
+//! canary no table names gets none), a revision counts only once it is known
+//! to be real (a person's approval at one of the PR's gates was used by that
+//! revision, or a Flagger token vouched for a wait of it), and a PR's
+//! deployments name at most [`MAX_CANARIES`] canaries. A made-up checksum of
+//! a real canary is neither deployed nor supersedes the real revision.
 //!
 //! Sending: one outbox job per PR, deduplicated and in the PR's lane, that
 //! reads the revisions at send time and posts only what changed, so a status
@@ -29,7 +31,7 @@ use crate::gate::{GateKey, GateKind, Phase, PrNumber, RepoName, Scope};
 use crate::metrics::Metrics;
 use crate::notify::SendError;
 use crate::policy::Policy;
-use crate::store::{DeploymentRow, Reserved, StoreError};
+use crate::store::{DeploymentRow, ObservationRow, Reserved, StoreError};
 
 /// The most canaries whose revisions get deployments on one PR; a canary
 /// past it gets none (logged and counted once).
@@ -91,21 +93,15 @@ impl Deployments {
     /// Creates each current revision's deployment and posts the statuses
     /// that changed since the last send.
     pub async fn send(&self, repo: &RepoName, number: PrNumber) -> Result<(), SendError> {
-        let revisions = self.revisions(repo, number).await.map_err(retry)?;
-        if revisions.is_empty() {
-            return Ok(());
-        }
         let mut known = self
             .records
             .deployments_of(repo, number)
             .await
             .map_err(retry)?;
+        let revisions = self.revisions(repo, number, &known).await.map_err(retry)?;
         for rev in &revisions {
             let Some(environment) = rev.environment.as_deref() else {
-                // Told only of an approved revision: made-up canaries are many.
-                if self.approved(repo, number, rev).await? {
-                    self.tell(repo, number, rev, "deployment_no_environment");
-                }
+                self.tell(repo, number, rev, "deployment_no_environment");
                 continue;
             };
             let superseded: Vec<DeploymentRow> = known
@@ -144,19 +140,14 @@ impl Deployments {
         Ok(())
     }
 
-    /// Whether revision `rev` may get a deployment: a person's approval at
-    /// one of the PR's gates was used by it, and the PR's deployments have
-    /// room for its canary (its row is reserved then).
+    /// Whether (real) revision `rev` may get a deployment: the PR's
+    /// deployments have room for its canary (its row is reserved then).
     async fn may_create(
         &self,
         repo: &RepoName,
         number: PrNumber,
         rev: &Revision,
     ) -> Result<bool, SendError> {
-        if !self.approved(repo, number, rev).await? {
-            // Not logged: every made-up canary's check would be a line.
-            return Ok(false);
-        }
         let reserved = self
             .records
             .reserve_deployment(
@@ -174,21 +165,6 @@ impl Deployments {
             return Ok(false);
         }
         Ok(true)
-    }
-
-    /// Whether a person's approval at one of the PR's gates was used by
-    /// `rev`'s canary (a pin): a check alone is anyone's claim.
-    async fn approved(
-        &self,
-        repo: &RepoName,
-        number: PrNumber,
-        rev: &Revision,
-    ) -> Result<bool, SendError> {
-        let gates: Vec<GateKey> = KINDS.iter().map(|k| pr_gate(*k, repo, number)).collect();
-        self.records
-            .canary_approved(&gates, &rev.canary)
-            .await
-            .map_err(retry)
     }
 
     /// Logs and counts, once per canary, why its revision gets no deployment.
@@ -319,41 +295,58 @@ impl Deployments {
             .map_err(retry)
     }
 
-    /// Each canary's latest revision seen at the PR's gates, and its state.
+    /// Each canary's latest real revision seen at the PR's gates, and its
+    /// state. Real: one with a deployment already (`known`), or one
+    /// `Records::revision_real` vouches for; a made-up checksum is skipped,
+    /// so it neither gets a deployment nor supersedes the real one.
     async fn revisions(
         &self,
         repo: &RepoName,
         number: PrNumber,
+        known: &[DeploymentRow],
     ) -> Result<Vec<Revision>, StoreError> {
-        let mut latest = BTreeMap::new();
-        for kind in KINDS {
-            let key = pr_gate(kind, repo, number);
-            for o in self.records.observations_for(&key).await? {
-                let canary = o.canary.to_string();
-                let newer = latest
-                    .get(&canary)
-                    .is_none_or(|(seen, _): &(i64, _)| o.last_seen > *seen);
-                if newer {
-                    latest.insert(canary, (o.last_seen, o));
-                }
+        let gates: Vec<GateKey> = KINDS.iter().map(|k| pr_gate(*k, repo, number)).collect();
+        let mut seen: BTreeMap<String, Vec<ObservationRow>> = BTreeMap::new();
+        for gate in &gates {
+            for o in self.records.observations_for(gate).await? {
+                seen.entry(o.canary.to_string()).or_default().push(o);
             }
         }
         let mut out = Vec::new();
-        for (canary, (_, o)) in latest {
-            let state = match self.ended(&canary, &o.checksum).await? {
-                Some(end) => end,
-                None if o.gate.kind == GateKind::Start && !o.phase.progressing() => "queued",
-                None if o.phase == Phase::Failed => "failure",
-                None => "in_progress",
-            };
-            out.push(Revision {
-                environment: self.policy.environment_of(&o.canary),
-                canary,
-                checksum: o.checksum.clone(),
-                state,
-            });
+        for (canary, mut observed) in seen {
+            observed.sort_by_key(|o| std::cmp::Reverse(o.last_seen));
+            for o in observed {
+                let deployed = known
+                    .iter()
+                    .any(|k| k.canary == canary && k.checksum == o.checksum);
+                if deployed
+                    || self
+                        .records
+                        .revision_real(&gates, &canary, &o.checksum)
+                        .await?
+                {
+                    out.push(self.revision(canary, o).await?);
+                    break;
+                }
+            }
         }
         Ok(out)
+    }
+
+    /// Observation `o`'s revision, in the state Flagger's events and phases give it.
+    async fn revision(&self, canary: String, o: ObservationRow) -> Result<Revision, StoreError> {
+        let state = match self.ended(&canary, &o.checksum).await? {
+            Some(end) => end,
+            None if o.gate.kind == GateKind::Start && !o.phase.progressing() => "queued",
+            None if o.phase == Phase::Failed => "failure",
+            None => "in_progress",
+        };
+        Ok(Revision {
+            environment: self.policy.environment_of(&o.canary),
+            canary,
+            checksum: o.checksum,
+            state,
+        })
     }
 
     /// How Flagger's events say the revision ended, if they do.

@@ -139,17 +139,29 @@ impl Store {
         Ok(Reserved::Yes)
     }
 
-    /// Whether a person's approval at one of `gates` was used by `canary`
-    /// (a pin, of any revision: Flagger's start gate asks with the revision
-    /// it last applied, before the new one): what makes a canary's
-    /// revisions worth a deployment.
-    pub async fn canary_approved(&self, gates: &[GateKey], canary: &str) -> Result<bool> {
+    /// Whether `canary`'s revision `checksum` is known to be real at one of
+    /// `gates`: a person's approval there was used by this revision (a pin),
+    /// or a Flagger token vouched for a wait of it. A check alone is
+    /// anyone's claim, and so is its checksum: what makes a revision worth
+    /// a deployment.
+    pub async fn revision_real(
+        &self,
+        gates: &[GateKey],
+        canary: &str,
+        checksum: &str,
+    ) -> Result<bool> {
         for gate in gates {
             let found: Option<i64> = self
                 .first_value(
-                    sqlx::query("SELECT COUNT(*) FROM pins WHERE gate_key = $1 AND canary = $2")
-                        .bind(gate.to_string())
-                        .bind(canary.to_string()),
+                    sqlx::query(
+                        "SELECT (SELECT COUNT(*) FROM pins \
+                                 WHERE gate_key = $1 AND canary = $2 AND checksum = $3) \
+                              + (SELECT COUNT(*) FROM waits \
+                                 WHERE gate_key = $1 AND canary = $2 AND checksum = $3 AND vouched = 1)",
+                    )
+                    .bind(gate.to_string())
+                    .bind(canary.to_string())
+                    .bind(checksum.to_string()),
                 )
                 .await?;
             if found.is_some_and(|n| n > 0) {
