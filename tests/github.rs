@@ -693,6 +693,54 @@ async fn signatures_are_checked_and_counted() {
     assert!(env.github.requests().is_empty(), "nothing reached GitHub");
 }
 
+/// GitHub's hook form defaults to `application/x-www-form-urlencoded`: the
+/// JSON comes in `payload=`, signed over the form's bytes as received
+/// (issue 42, point 4: every comment got 400 `malformed JSON`).
+#[tokio::test]
+async fn form_encoded_deliveries_are_taken() {
+    let env = setup(Backend::Sqlite).await;
+    let server = &env.server;
+    server.open("/gates/start/pr/61").await;
+    let mut sim = canary(server, 61).await;
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 10)
+            .await
+    );
+    let post_form = |body: Vec<u8>, sig: String| async move {
+        let r = client()
+            .post(server.at("/webhooks/github"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("x-github-event", "issue_comment")
+            .header("x-github-delivery", new_delivery())
+            .header("x-hub-signature-256", sig)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    let json = serde_json::to_string(&comment(61, 6101, "alice", "/promote")).unwrap();
+    let form: String = form_urlencoded::Serializer::new(String::new())
+        .append_pair("payload", &json)
+        .finish();
+    // Signed over the JSON, not the form's bytes: refused.
+    let (status, text) = post_form(form.clone().into_bytes(), sign(SECRET, json.as_bytes())).await;
+    assert_eq!(status, 401, "{text}");
+    // A form without `payload`.
+    let other = "zen=hello".to_string();
+    let (status, text) =
+        post_form(other.clone().into_bytes(), sign(SECRET, other.as_bytes())).await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("payload"), "{text}");
+    assert!(!gate_open(server, "/gates/promote/pr/61").await);
+
+    let (status, text) = post_form(form.clone().into_bytes(), sign(SECRET, form.as_bytes())).await;
+    assert_eq!(status, 202, "{text}");
+    server.drained().await;
+    assert!(gate_open(server, "/gates/promote/pr/61").await);
+    assert!(sim.run_until(|s| s.promotions() == 1, 5).await);
+}
+
 #[tokio::test]
 async fn ping_and_ignored_events_are_answered() {
     let env = setup(Backend::Sqlite).await;

@@ -25,6 +25,18 @@ const GITHUB: [(&str, &str); 4] = [
     ("GATEBOT_GITHUB_BOT_LOGIN", "gatebot[bot]"),
 ];
 
+/// Slack configured (its API is never called).
+const SLACK: [(&str, &str); 3] = [
+    ("GATEBOT_SLACK_SIGNING_SECRET", "slack-s3cret"),
+    ("GATEBOT_SLACK_BOT_TOKEN", "xoxb-test"),
+    ("GATEBOT_SLACK_API_URL", "http://127.0.0.1:9/api"),
+];
+
+/// The headers of a GitHub delivery, signed in GitHub's form (with the
+/// wrong secret): what takes one of GitHub's body readers.
+const PLAUSIBLE: &str = "X-GitHub-Event: ping\r\nX-GitHub-Delivery: d\r\n\
+    X-Hub-Signature-256: sha256=0000000000000000000000000000000000000000000000000000000000000000\r\n";
+
 /// Flagger's check, on a fresh connection each time as Flagger makes it.
 async fn gate_check(url: &str) -> (u16, Duration) {
     let flagger = reqwest::Client::builder()
@@ -133,10 +145,7 @@ async fn slow_webhook_bodies_time_out_and_readers_are_capped() {
         slow.push(tokio::spawn(async move {
             let (read, mut write) = connect(port).await.into_split();
             write
-                .write_all(
-                    b"POST /webhooks/github HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: ping\r\n\
-                      Content-Length: 1000\r\n\r\n",
-                )
+                .write_all(format!("POST /webhooks/github HTTP/1.1\r\nHost: x\r\n{PLAUSIBLE}Content-Length: 1000\r\n\r\n").as_bytes())
                 .await
                 .unwrap();
             let started = Instant::now();
@@ -163,6 +172,8 @@ async fn slow_webhook_bodies_time_out_and_readers_are_capped() {
         let r = client()
             .post(format!("{}/webhooks/github", served.url))
             .header("x-github-event", "ping")
+            .header("x-github-delivery", "d")
+            .header("x-hub-signature-256", format!("sha256={}", "0".repeat(64)))
             .body("{}")
             .send()
             .await
@@ -250,15 +261,22 @@ async fn slow_bodies_at_one_channel_do_not_starve_another() {
         ),
         ("RUST_LOG", "warn"),
     ]);
+    env.extend(SLACK);
     let served = Served::start(&db, &env);
     let port = served.port;
+    // Signed in Slack's form, now (with the wrong secret): what takes Slack's readers.
+    let slack_plausible = format!(
+        "X-Slack-Signature: v0={}\r\nX-Slack-Request-Timestamp: {}\r\n",
+        "0".repeat(64),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    );
     for (n, (path, headers)) in [
         ("/webhooks/teams", "Authorization: Bearer x.y.z\r\n"),
         ("/webhooks/teams", ""),
-        (
-            "/webhooks/slack/interactions",
-            "X-Slack-Signature: v0=00\r\nX-Slack-Request-Timestamp: 1\r\n",
-        ),
+        ("/webhooks/slack/interactions", slack_plausible.as_str()),
     ]
     .into_iter()
     .enumerate()
@@ -282,7 +300,7 @@ async fn slow_bodies_at_one_channel_do_not_starve_another() {
     // The reverse: GitHub flooded, Teams answers at once (here: 401, no token).
     let mut stalled = Vec::new();
     for _ in 0..20 {
-        stalled.push(stalled_body(port, "/webhooks/github", "X-GitHub-Event: ping\r\n").await);
+        stalled.push(stalled_body(port, "/webhooks/github", PLAUSIBLE).await);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
@@ -310,6 +328,80 @@ async fn slow_bodies_at_one_channel_do_not_starve_another() {
         .expect("answered before the body")
         .unwrap();
         assert!(answer.starts_with("HTTP/1.1 401"), "{auth:?}: {answer}");
+    }
+}
+
+/// What can be checked in a webhook's headers is checked before its body is
+/// read (issue 41, point 14): a request to GitHub's or Slack's route with no
+/// signature, one not of the sender's form, or (Slack) a stale timestamp is
+/// answered at once, its 100,000 bytes never awaited, so a flood of them
+/// takes none of the channel's body readers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsigned_webhooks_are_refused_before_their_bodies() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let mut env = GITHUB.to_vec();
+    env.extend(SLACK);
+    env.extend([("GATEBOT_BODY_READ_TIMEOUT", "30s"), ("RUST_LOG", "warn")]);
+    let served = Served::start(&db, &env);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let zeros = "0".repeat(64);
+    let cases = [
+        (
+            "/webhooks/github",
+            "X-GitHub-Event: ping\r\nX-GitHub-Delivery: d\r\n".to_string(),
+            "401",
+        ),
+        (
+            "/webhooks/github",
+            "X-GitHub-Event: ping\r\nX-GitHub-Delivery: d\r\nX-Hub-Signature-256: sha256=00\r\n"
+                .into(),
+            "401",
+        ),
+        (
+            "/webhooks/github",
+            format!("X-Hub-Signature-256: sha256={zeros}\r\n"),
+            "400",
+        ),
+        ("/webhooks/slack/interactions", String::new(), "401"),
+        ("/webhooks/slack/commands", String::new(), "401"),
+        (
+            "/webhooks/slack/interactions",
+            format!("X-Slack-Signature: v0={zeros}\r\nX-Slack-Request-Timestamp: 1\r\n"),
+            "401",
+        ),
+        (
+            "/webhooks/slack/commands",
+            format!("X-Slack-Signature: nope\r\nX-Slack-Request-Timestamp: {now}\r\n"),
+            "401",
+        ),
+    ];
+    for (path, headers, want) in &cases {
+        // More than every channel's share at once: none waits for a reader.
+        let mut answers = Vec::new();
+        for _ in 0..12 {
+            let stream = stalled_body(served.port, path, headers).await;
+            answers.push(tokio::spawn(async move {
+                let (read, _write) = stream.into_split();
+                tokio::time::timeout(
+                    Duration::from_secs(2),
+                    raw::status_line(&mut BufReader::new(read)),
+                )
+                .await
+            }));
+        }
+        for answer in answers {
+            let answer = answer.await.unwrap();
+            let line = answer
+                .unwrap_or_else(|_| panic!("{path} {headers:?}: not answered before the body"))
+                .unwrap();
+            assert!(
+                line.starts_with(&format!("HTTP/1.1 {want}")),
+                "{path} {headers:?}: {line}"
+            );
+        }
     }
 }
 

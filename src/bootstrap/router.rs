@@ -237,13 +237,25 @@ fn webhook_routes(
         .merge(
             github::routes()
                 .route_layer(webhook_body(GITHUB_BODY_LIMIT, &readers.github))
+                // What can be checked in the headers is, before a reader is taken.
+                .route_layer(middleware::from_fn_with_state(
+                    state.clone(),
+                    github::routes::headers_first,
+                ))
                 // Outside the body limit: its 503s are refusals too.
                 .route_layer(middleware::from_fn_with_state(
                     redeliveries,
                     github::redeliver::note_refusals,
                 )),
         )
-        .merge(slack::routes().route_layer(webhook_body(SLACK_BODY_LIMIT, &readers.slack)))
+        .merge(
+            slack::routes()
+                .route_layer(webhook_body(SLACK_BODY_LIMIT, &readers.slack))
+                .route_layer(middleware::from_fn_with_state(
+                    state.clone(),
+                    slack::routes::headers_first,
+                )),
+        )
         // Teams' token is checked before its body is read (`teams::routes`).
         .merge(crate::teams::routes(
             state,

@@ -5,8 +5,9 @@
 //! captured delivery re-sent under a new header is a duplicate.
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use secrecy::ExposeSecret;
@@ -60,6 +61,8 @@ async fn receive(
 ) -> Result<Response, Reject> {
     authenticate(&state.config.github, headers, body)?;
     let (event, guid) = event_and_guid(headers)?;
+    let json = json_of(headers, body)?;
+    let body = json.as_ref();
     let received = match event {
         "ping" => return Ok(text(StatusCode::OK, "pong")),
         "issue_comment" => issue_comment(state, body)?,
@@ -92,8 +95,39 @@ async fn receive(
     Ok(text(StatusCode::ACCEPTED, "accepted"))
 }
 
+/// The delivery's JSON: the body itself, or with the content type
+/// `application/x-www-form-urlencoded` (the default in GitHub's hook form)
+/// its `payload` field. The signature was checked over the bytes received.
+fn json_of<'a>(headers: &HeaderMap, body: &'a [u8]) -> Result<std::borrow::Cow<'a, [u8]>, Reject> {
+    let form = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| {
+            v.trim()
+                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        });
+    if !form {
+        return Ok(std::borrow::Cow::Borrowed(body));
+    }
+    form_urlencoded::parse(body)
+        .find(|(k, _)| k == "payload")
+        .map(|(_, v)| std::borrow::Cow::Owned(v.into_owned().into_bytes()))
+        .ok_or_else(|| {
+            Reject::bad_request(
+                "malformed_payload",
+                "a form-encoded delivery carries its JSON in `payload`, and this one has none",
+            )
+        })
+}
+
 /// GitHub is configured, and the delivery is signed with its webhook secret.
 fn authenticate(gh: &GithubConfig, headers: &HeaderMap, body: &[u8]) -> Result<(), Reject> {
+    let secret = secret(gh)?;
+    verify(secret.expose_secret(), signature_header(headers), body).map_err(unsigned)
+}
+
+fn secret(gh: &GithubConfig) -> Result<&secrecy::SecretString, Reject> {
     let Some(secret) = &gh.webhook_secret else {
         return Err(Reject::not_configured(
             "GitHub",
@@ -106,16 +140,36 @@ fn authenticate(gh: &GithubConfig, headers: &HeaderMap, body: &[u8]) -> Result<(
             "GATEBOT_GITHUB_TOKEN, or GATEBOT_GITHUB_APP_ID and GATEBOT_GITHUB_APP_PRIVATE_KEY",
         ));
     }
-    let signature = headers
+    Ok(secret)
+}
+
+fn signature_header(headers: &HeaderMap) -> Option<&str> {
+    headers
         .get("x-hub-signature-256")
-        .and_then(|v| v.to_str().ok());
-    verify(secret.expose_secret(), signature, body).map_err(|e| {
-        Reject::new(
-            StatusCode::UNAUTHORIZED,
-            e.reason(),
-            super::verify::message(e),
-        )
-    })
+        .and_then(|v| v.to_str().ok())
+}
+
+fn unsigned(e: super::verify::VerifyError) -> Reject {
+    Reject::new(
+        StatusCode::UNAUTHORIZED,
+        e.reason(),
+        super::verify::message(e),
+    )
+}
+
+/// Middleware, before the body is read: a request that can't be a delivery
+/// of GitHub's (GitHub not configured here, no event, no signature of the
+/// form `sha256=<64 hex>`) is refused without taking one of GitHub's body
+/// readers. Only the signature's match needs the body.
+pub async fn headers_first(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    let checked = secret(&state.config.github)
+        .and_then(|_| super::verify::signature(signature_header(headers)).map_err(unsigned))
+        .and_then(|_| event_and_guid(headers).map(|_| ()));
+    match checked {
+        Ok(()) => next.run(req).await,
+        Err(refused) => refused.into_response(),
+    }
 }
 
 /// The event's name and GitHub's delivery id (unsigned, so only logged:

@@ -16,14 +16,20 @@ pub fn message(e: VerifyError) -> &'static str {
     }
 }
 
-/// Verifies `header` over `body` with any of the comma-separated `secrets`,
-/// in constant time.
-pub fn verify(secrets: &str, header: Option<&str>, body: &[u8]) -> Result<(), VerifyError> {
+/// The signature `header` carries, if it has GitHub's form: what can be
+/// checked before the body is read.
+pub fn signature(header: Option<&str>) -> Result<[u8; 32], VerifyError> {
     let header = header.ok_or(VerifyError::Missing)?.trim();
     let hex_sig = header
         .strip_prefix("sha256=")
         .ok_or(VerifyError::Malformed)?;
-    let given = from_hex(hex_sig)?;
+    from_hex(hex_sig)
+}
+
+/// Verifies `header` over `body` with any of the comma-separated `secrets`,
+/// in constant time.
+pub fn verify(secrets: &str, header: Option<&str>, body: &[u8]) -> Result<(), VerifyError> {
+    let given = signature(header)?;
     let mut matched = false;
     for secret in secrets.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         // Every secret is tried, so the time taken does not say which one matched.

@@ -9,7 +9,10 @@
 //! one channel's route wait for that channel's share only, so a flood of
 //! them on `/webhooks/teams` leaves GitHub's deliveries their readers, and the
 //! reverse. A channel whose credential is in a header (Teams' token, the
-//! API's bearer) has it checked before the body is read at all.
+//! API's bearer) has it checked before the body is read at all; GitHub's and
+//! Slack's signatures are over the body, so only their form (and Slack's
+//! timestamp) is checked first (`github::routes::headers_first`,
+//! `slack::routes::headers_first`).
 
 use std::sync::Arc;
 use std::time::Duration;

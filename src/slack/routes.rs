@@ -2,8 +2,9 @@
 //! verify the signature, then hand over to [`accept`] within Slack's 3 seconds.
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Json, Router};
@@ -38,6 +39,51 @@ fn secret(state: &AppState) -> Result<&[u8], Reject> {
     }
 }
 
+/// The largest unsigned body read: Slack's certificate check
+/// (`ssl_check=1&token=…`) on the commands route.
+const SSL_CHECK_MAX: u64 = 512;
+
+/// Middleware, before the body is read: a request that can't be Slack's
+/// (Slack not configured here, a signature header missing or not of the
+/// form `v0=<64 hex>`, a timestamp outside the 5-minute window) is refused
+/// without taking one of Slack's body readers. Only the signature's match
+/// needs the body. A small unsigned body to the commands route may be
+/// Slack's certificate check, which `commands` answers.
+pub async fn headers_first(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let (timestamp, signature) = (
+        header("x-slack-request-timestamp"),
+        header("x-slack-signature"),
+    );
+    let ssl_check = req.uri().path() == "/webhooks/slack/commands"
+        && timestamp.is_none()
+        && signature.is_none()
+        && header(header::CONTENT_LENGTH.as_str())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .is_some_and(|len| len <= SSL_CHECK_MAX);
+    let checked = secret(&state).and_then(|_| {
+        if ssl_check {
+            return Ok(());
+        }
+        super::verify::plausible(timestamp, signature, state.clock.now_secs())
+            .map(|_| ())
+            .map_err(unsigned)
+    });
+    match checked {
+        Ok(()) => next.run(req).await,
+        Err(refused) => refused.into_response(),
+    }
+}
+
+fn unsigned(e: super::verify::VerifyError) -> Reject {
+    Reject::new(
+        StatusCode::UNAUTHORIZED,
+        e.reason(),
+        super::verify::message(e),
+    )
+}
+
 /// Checks the signature; returns the signed request time (Unix ms), which is
 /// when the person acted as far as gatebot can trust.
 fn verified(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Millis, Reject> {
@@ -50,13 +96,7 @@ fn verified(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Millis
         body,
         state.clock.now_secs(),
     )
-    .map_err(|e| {
-        Reject::new(
-            StatusCode::UNAUTHORIZED,
-            e.reason(),
-            super::verify::message(e),
-        )
-    })?;
+    .map_err(unsigned)?;
     Ok(secs.saturating_mul(1000))
 }
 

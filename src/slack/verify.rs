@@ -39,6 +39,23 @@ pub fn verify(
     body: &[u8],
     now_secs: i64,
 ) -> Result<i64, VerifyError> {
+    let (ts, given) = plausible(timestamp, signature, now_secs)?;
+    let timestamp = timestamp.unwrap_or_default().trim();
+    if same(&mac(secret, timestamp, body), &given) {
+        Ok(ts)
+    } else {
+        Err(VerifyError::Mismatch)
+    }
+}
+
+/// What can be checked before the body is read: both headers there, the
+/// timestamp within the window, the signature of Slack's form. Returns the
+/// timestamp and the signature's bytes.
+pub fn plausible(
+    timestamp: Option<&str>,
+    signature: Option<&str>,
+    now_secs: i64,
+) -> Result<(i64, [u8; 32]), VerifyError> {
     let (Some(timestamp), Some(signature)) = (timestamp, signature) else {
         return Err(VerifyError::Missing);
     };
@@ -56,11 +73,7 @@ pub fn verify(
         .strip_prefix("v0=")
         .and_then(|hex_sig| from_hex(hex_sig).ok())
         .ok_or(VerifyError::Mismatch)?;
-    if same(&mac(secret, timestamp.trim(), body), &given) {
-        Ok(ts)
-    } else {
-        Err(VerifyError::Mismatch)
-    }
+    Ok((ts, given))
 }
 
 #[cfg(test)]

@@ -92,7 +92,8 @@ pub async fn post_big(port: u16, path: &str, total: usize, chunked: bool) -> Str
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
          X-GitHub-Event: issue_comment\r\nX-GitHub-Delivery: big-1\r\n\
-         X-Hub-Signature-256: sha256=00\r\n{length}\r\n\r\n"
+         X-Hub-Signature-256: sha256={zeros}\r\n{length}\r\n\r\n",
+        zeros = "0".repeat(64)
     );
     write.write_all(head.as_bytes()).await.expect("write head");
     if !chunked {
