@@ -555,3 +555,71 @@ async fn a_slack_hold_applied_late_says_so() {
         insta::assert_snapshot!("slack_hold_applied_late", answer);
     });
 }
+
+/// A Slack click acknowledged while the store could not apply it: the
+/// message shows the decision once applied, and the person who clicked is
+/// told that it applied late, when and why (issue 41, point 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
+async fn a_slack_click_applied_late_says_so() {
+    if postgres_url().is_none() {
+        eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)");
+        return;
+    }
+    let env = ChatOps::start_with(Backend::Postgres, Setup::default(), |config| {
+        config.slack.approvers = vec!["UALICE".to_string()];
+    })
+    .await;
+    // A stored row to lock: the start gate, closed.
+    env.server.close("/gates/start/pr/42").await;
+    let start = || async {
+        client()
+            .post(env.server.at("/gates/start/pr/42"))
+            .json(&serde_json::json!({"name": "podinfo", "namespace": "test", "phase": "Initialized", "checksum": "r1"}))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(start().await, 403);
+    env.server.drained().await;
+    let message = env.waiting_message("pr/42").expect("the waiting message");
+    let stuck = RowLock::gates(&env.db.url, "%/acme/shop/pr/42").await;
+    assert!(stuck.rows >= 1, "the PR's gate rows are locked");
+    // Slack signs whole seconds: a click in the close's second reads as
+    // written before it.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let acknowledged = Instant::now();
+    assert_eq!(
+        env.click("UALICE", "alice", "gatebot_approve", &message, "late-click")
+            .await,
+        200
+    );
+    tokio::time::sleep(Duration::from_secs(11).saturating_sub(acknowledged.elapsed())).await;
+    assert_eq!(start().await, 403, "not applied while the lock is held");
+    stuck.release().await;
+    eventually("the approval to apply", Duration::from_secs(40), || async {
+        start().await == 200
+    })
+    .await;
+    eventually("the late note", Duration::from_secs(10), || async {
+        !env.answers("late-click").await.is_empty()
+    })
+    .await;
+    let answers = env.answers("late-click").await;
+    let answer = answers.last().unwrap();
+    assert!(
+        answer.contains("after it was received (the database was unavailable)"),
+        "{answers:?}"
+    );
+    insta::with_settings!({filters => vec![
+        (r"\d{2}:\d{2}:\d{2} UTC", "[time] UTC"),
+        (r"\d+ s after", "[waited] after"),
+    ]}, {
+        insta::assert_snapshot!("slack_click_applied_late", answer);
+    });
+}

@@ -43,7 +43,7 @@ impl Handler for SlackInbox {
                 CLICK => {
                     let i: Interaction = serde_json::from_str(&item.payload)
                         .map_err(|e| SendError::Permanent(format!("stored click: {e}")))?;
-                    self.click(&i).await
+                    self.click(&i, item).await
                 }
                 SLASH => {
                     let c: SlashCommand = serde_json::from_str(&item.payload)
@@ -84,7 +84,7 @@ impl SlackInbox {
     /// the core says it is there. The decision, the change and the message's
     /// refresh commit together: the notice of the change finds the message
     /// decided, and a change that fails leaves no decision behind.
-    async fn click(&self, i: &Interaction) -> Result<(), SendError> {
+    async fn click(&self, i: &Interaction, item: &QueueItem) -> Result<(), SendError> {
         let Some(click) = i.click() else {
             return Ok(());
         };
@@ -126,7 +126,14 @@ impl SlackInbox {
         }
         unit.commit().await.map_err(store_err)?;
         match outcome {
-            Outcome::Applied(_) => Ok(()),
+            // The message shows the decision; only a late one says more, to the clicker.
+            Outcome::Applied(_) => match late_note(item, engine.now()) {
+                Some(note) => {
+                    self.respond(url, format!(":hourglass: your click was {note}"))
+                        .await
+                }
+                None => Ok(()),
+            },
             refused => {
                 let text = self.refusal(&request.command, refused);
                 self.respond(url, text).await

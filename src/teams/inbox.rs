@@ -6,10 +6,11 @@
 use crate::command::{parse_freeze, parse_slash, Command, Verb};
 use crate::core::authors::PrAuthors;
 use crate::core::commands::{self, Subject};
+use crate::core::dispatch::Outcome;
 use crate::core::dispatch::{self, Request};
 use crate::core::{AppState, Provenance};
 use crate::gate::{Actor, DeliveryId, Source};
-use crate::notify::{BoxFuture, Handler, SendError};
+use crate::notify::{late_note, BoxFuture, Handler, SendError};
 use crate::store::QueueItem;
 
 use super::activity::Activity;
@@ -33,9 +34,14 @@ impl Handler for TeamsInbox {
             let activity: Activity = serde_json::from_str(&item.payload)
                 .map_err(|e| SendError::Permanent(format!("stored activity: {e}")))?;
             if item.topic == super::invoke::INVOKE {
-                return super::invoke::apply(&self.state, &self.authors, &activity).await;
+                let late =
+                    super::invoke::apply(&self.state, &self.authors, &activity, item).await?;
+                return match late {
+                    Some(note) => self.reply(&activity, note).await,
+                    None => Ok(()),
+                };
             }
-            let answer = self.message(&activity).await?;
+            let answer = self.message(&activity, item).await?;
             tracing::info!(from = %activity.from.name, answer = %answer, "Teams command");
             self.reply(&activity, answer).await
         })
@@ -90,7 +96,7 @@ impl TeamsInbox {
     }
 
     /// Applies the message's command; returns what the person would be told.
-    async fn message(&self, activity: &Activity) -> Result<String, SendError> {
+    async fn message(&self, activity: &Activity, item: &QueueItem) -> Result<String, SendError> {
         let text = without_mentions(&activity.text);
         if let Ok(inv) = parse_slash(&text) {
             if inv.command == Verb::Status {
@@ -122,7 +128,15 @@ impl TeamsInbox {
         let outcome = dispatch::run(&self.state.engine, "teams", &request, &authorizer)
             .await
             .map_err(send_error)?;
-        Ok(answer(outcome))
+        let late = match outcome {
+            Outcome::Applied(_) => late_note(item, self.state.engine.now()),
+            _ => None,
+        };
+        let text = answer(outcome);
+        Ok(match late {
+            Some(note) => format!("{text}\n\n{note}"),
+            None => text,
+        })
     }
 
     /// The command and what it is about, or the answer when it is none.

@@ -31,8 +31,8 @@ use crate::core::{AppState, Provenance};
 use crate::gate::{Actor, DeliveryId, GateKey, Phase, Source};
 use crate::http::error::{Reject, Rejected};
 use crate::http::receipts::Receipts;
-use crate::notify::{SendError, SinkJob};
-use crate::store::WaitRow;
+use crate::notify::{late_note, SendError, SinkJob};
+use crate::store::{QueueItem, WaitRow};
 
 use super::answers::{
     answer as answer_of, name_of, person_of, send_error, TeamsAuthorizer, TeamsDenied,
@@ -187,12 +187,15 @@ async fn applied(
     }
 }
 
-/// The inbox's part: the click applied through the one command path.
+/// The inbox's part: the click applied through the one command path. The
+/// note to post in the card's thread when it applied late (the card shows
+/// the decision; only lateness needs saying).
 pub async fn apply(
     state: &AppState,
     authors: &PrAuthors,
     activity: &Activity,
-) -> Result<(), SendError> {
+    item: &QueueItem,
+) -> Result<Option<String>, SendError> {
     let click = click(activity).map_err(SendError::Permanent)?;
     let store_err = SendError::from;
     let wait = state.records.wait(click.wait_id).await.map_err(store_err)?;
@@ -246,8 +249,14 @@ pub async fn apply(
     }
     unit.commit().await.map_err(store_err)?;
     state.delivery_applied.notify_waiters();
+    let late = match outcome {
+        Outcome::Applied(_) => {
+            late_note(item, engine.now()).map(|note| format!("{name}'s click was {note}"))
+        }
+        _ => None,
+    };
     tracing::info!(from = %name, verb = click.verb, answer = %answer_of(outcome), "Teams card click");
-    Ok(())
+    Ok(late)
 }
 
 /// The command a click means, by whom, for the revision the card showed.
