@@ -456,3 +456,104 @@ fn the_claim_scanner_sees_reads_and_constructions() {
         "let pr = self.admit().event_pr(&input.metadata);"
     ));
 }
+
+/// Once stored, a check's metadata is a plain JSON value again (a wait's,
+/// an observation's, a message's record): the type no longer says it is a
+/// claim. So the places that read it are listed here with what they read
+/// and why that routes nothing, or through which named function; a new
+/// reader must be added with its reason (issue 41, C).
+const STORED_CLAIM_READERS: &[(&str, &str)] = &[
+    ("api/cli.rs", "check-config names each waiting canary's evidence provider: a line of text"),
+    ("core/admit.rs", "admission itself"),
+    (
+        "core/deadlines.rs",
+        "a deadline in metadata counts only for a check a Flagger token vouched for (`gate::deadline`)",
+    ),
+    (
+        "core/evidence.rs",
+        "evidence is read only for canaries `is_real` admits, within the cluster's budget",
+    ),
+    (
+        "core/path.rs",
+        "the `commit` of a passage, only when it names a commit (`valid_commit`), as `Admit::commit`",
+    ),
+    (
+        "evidence/mod.rs",
+        "`provider` picks among Flagger's known providers (`Provider::from_flagger`); `target` is escaped into the query as a label value",
+    ),
+    ("fuzzing.rs", "fuzz targets parse what they are given"),
+    (
+        "gate/deadline.rs",
+        "parses a deadline; whether it counts is `core/deadlines.rs`'s",
+    ),
+    (
+        "github/sink.rs",
+        "`pr` and `repository` of a named gate's announcement, which gatebot itself wrote",
+    ),
+    (
+        "slack/blocks.rs",
+        "a PR link and a named gate's links (which gatebot wrote) shown in a message",
+    ),
+    (
+        "slack/sink.rs",
+        "`commit` compared with another message's, to thread an environment's path",
+    ),
+    ("teams/card.rs", "a title and a PR link shown on the card, escaped"),
+    ("teams/sink.rs", "the evidence line shown on the card"),
+    ("web/view.rs", "a PR link on the page"),
+];
+
+/// Where a line of code reads stored metadata.
+fn reads_stored_metadata(code: &str) -> bool {
+    [
+        "metadata.get(",
+        "metadata[",
+        "evidence::strings(",
+        "metadata.as_object()",
+    ]
+    .iter()
+    .any(|p| code.contains(p))
+}
+
+#[test]
+fn stored_claims_are_read_only_where_listed() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    files.sort();
+    let mut broken = Vec::new();
+    let mut used = BTreeSet::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).expect("under src/");
+        let rel = rel.to_string_lossy().replace('\\', "/");
+        let text = std::fs::read_to_string(file).expect("read source");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("//") || !reads_stored_metadata(code) {
+                continue;
+            }
+            match STORED_CLAIM_READERS.iter().find(|(f, _)| *f == rel) {
+                Some((f, _)) => {
+                    used.insert(*f);
+                }
+                None => broken.push(format!("src/{rel}:{}: {code}", n + 1)),
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "stored metadata (a claim from Flagger's side) is read in a file not listed in \
+         STORED_CLAIM_READERS: route it through core::admit::Admit or a named check, \
+         and list the file with why:\n{}",
+        broken.join("\n")
+    );
+    let stale: Vec<&str> = STORED_CLAIM_READERS
+        .iter()
+        .map(|(f, _)| *f)
+        .filter(|f| !used.contains(f))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "listed but no longer reading stored metadata: {stale:?}"
+    );
+}

@@ -1,7 +1,8 @@
 //! Open waits are bounded (src/core/bounds.rs), on SQLite and PostgreSQL: a
 //! wait whose canary stopped asking ends as abandoned and its message says
 //! so; past the bound at one gate the oldest made-up wait ends first, never
-//! that of a canary that keeps asking, and every check is still answered.
+//! that of a canary that keeps asking, and every check is still answered;
+//! an evicted made-up wait leaves no audit entry.
 
 use std::sync::Arc;
 
@@ -144,6 +145,29 @@ async fn past_the_bound_the_oldest_made_up_wait_ends_and_a_canary_that_asks_stay
         .filter(|w| w["outcome"] == "evicted")
         .count();
     assert_eq!(evicted, 11);
+    // An evicted made-up wait leaves no audit entry (kept a year, a flood's
+    // would grow the store); the wait of a canary that asked again keeps its.
+    let audit = env
+        .chat
+        .server
+        .api("/api/v1/audit?gate=/gates/promote/pr/9&limit=500")
+        .await;
+    let waited: Vec<&str> = audit["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "wait")
+        .filter_map(|e| e["canary"].as_str())
+        .collect();
+    assert!(waited.contains(&"test/podinfo"), "{waited:?}");
+    for i in 0..11 {
+        let gone = format!("test/made-up-{i}");
+        assert!(!waited.contains(&gone.as_str()), "{gone}'s entry stayed");
+    }
+    assert!(
+        waited.contains(&"test/made-up-11"),
+        "an open wait keeps its entry"
+    );
     let refused = env
         .chat
         .server

@@ -13,8 +13,9 @@
 //! that is longer (its `interval` metadata, bounded to an hour).
 //!
 //! A made-up wait that ends either way also forgets its canary's last check
-//! (store and memory), so a flood of made-up canaries leaves nothing behind
-//! but its history rows.
+//! (store and memory), and one whose canary never asked again also its
+//! audit entry, so a flood of made-up canaries leaves nothing behind but
+//! its rows in `waits`, pruned with the history (`GATEBOT_RETENTION_HISTORY`).
 
 use super::*;
 use crate::store::OpenWait;
@@ -57,7 +58,7 @@ impl Engine {
             candidates.retain(|w| !ended.iter().any(|e: &OpenWait| e.id == w.id));
             for wait in pick(candidates, over) {
                 if Store::end_wait_by_id(tx, &wait, "evicted", now).await? {
-                    Store::forget_observation(tx, &wait.gate, &wait.canary).await?;
+                    forget_made_up(tx, &wait).await?;
                     ended.push(wait);
                 }
             }
@@ -82,7 +83,7 @@ impl Engine {
                 continue;
             }
             if !wait.vouched {
-                Store::forget_observation(&mut tx, &wait.gate, &wait.canary).await?;
+                forget_made_up(&mut tx, &wait).await?;
             }
             let notice = ended_notice(&wait, "abandoned", now);
             let queued = self.finish(&mut tx, &[], &[notice], now).await?;
@@ -107,6 +108,20 @@ impl Engine {
     }
 }
 
+/// What a made-up wait leaves when it ends: its canary's last check, and
+/// (if the canary never asked again) its audit entry go.
+async fn forget_made_up(tx: &mut WriteTx<'_>, wait: &OpenWait) -> Result<(), StoreError> {
+    Store::forget_observation(tx, &wait.gate, &wait.canary).await?;
+    if !asked_again(wait) {
+        Store::forget_wait_entry(tx, wait).await?;
+    }
+    Ok(())
+}
+
+fn asked_again(wait: &OpenWait) -> bool {
+    wait.last_seen.is_some_and(|s| s > wait.started_at)
+}
+
 /// The notice of a bounded wait's end: its messages change as for any ending.
 pub(super) fn ended_notice(wait: &OpenWait, outcome: &str, at: Millis) -> Notice {
     Notice::WaitEnded {
@@ -121,7 +136,6 @@ pub(super) fn ended_notice(wait: &OpenWait, outcome: &str, at: Millis) -> Notice
 /// `over` waits to end among the oldest: those whose canary never asked
 /// again first, then by age.
 fn pick(mut candidates: Vec<OpenWait>, over: i64) -> Vec<OpenWait> {
-    let asked_again = |w: &OpenWait| w.last_seen.is_some_and(|s| s > w.started_at);
     // Stable: each group stays oldest first.
     candidates.sort_by_key(asked_again);
     candidates.truncate(usize::try_from(over).unwrap_or(0));

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::*;
 use crate::evidence::Evidence;
+use crate::gate::ClusterName;
 
 /// How many canaries are asked about at once.
 const AT_ONCE: usize = 8;
@@ -23,6 +24,9 @@ pub const REFRESH_AT_MOST_EVERY: Millis = 60_000;
 struct Waiting {
     gates: Vec<GateKey>,
     metadata: BTreeMap<String, String>,
+    /// The cluster whose Flagger token its first wait carried (or the
+    /// cluster its gate is of): whose budget its queries draw from.
+    cluster: Option<ClusterName>,
 }
 
 /// What the loop remembers between passes: when each canary's messages
@@ -97,9 +101,18 @@ impl Engine {
         real.rotate_left(start);
         let asked = fit.min(real.len());
         refreshed.next = start + asked;
-        // Waits do not say which cluster asked: counted without one.
-        self.count_refused("query", None, (real.len() - asked) * per);
-        for chunk in real[..asked].chunks(AT_ONCE) {
+        for (_, w) in &real[asked..] {
+            self.count_refused("query", w.cluster.as_ref(), per);
+        }
+        // Each canary's queries also draw from its cluster's budget, so that
+        // one cluster's canaries can't spend what another's need.
+        let mut allowed = Vec::with_capacity(asked);
+        for (c, w) in &real[..asked] {
+            if self.draw("query", w.cluster.as_ref(), per) == per {
+                allowed.push((*c, *w));
+            }
+        }
+        for chunk in allowed.chunks(AT_ONCE) {
             let fetches = chunk
                 .iter()
                 .map(|(c, w)| evidence.fetch(c, &w.metadata, now));
@@ -187,6 +200,7 @@ impl Engine {
                 let entry = out.entry(canary.clone()).or_insert_with(|| Waiting {
                     gates: Vec::new(),
                     metadata: crate::evidence::strings(&wait.metadata),
+                    cluster: wait.gate.cluster.clone().or_else(|| wait.cluster.clone()),
                 });
                 entry.gates.push(wait.gate.clone());
             }
