@@ -467,6 +467,67 @@ async fn sign_in_with_github_approve_confirm_and_the_canary_promotes() {
     rig.stop().await;
 }
 
+/// A gate approved for an earlier revision is closed for the one that waits
+/// now (issue 42, point 3: the page showed OPEN beside a canary that got 403,
+/// and offered no Approve). The page shows what Flagger gets, Approve is
+/// there for the admin, and after it the gate answers Flagger 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_open_for_an_earlier_revision_shows_closed_and_offers_approve() {
+    let Some(rig) = Rig::start().await else {
+        return;
+    };
+    let check = |revision: &'static str| {
+        let url = rig.server.at("/gates/promote/pr/10");
+        async move {
+            gatebot_testkit::harness::status(gatebot_testkit::harness::client().post(url).json(
+                &json!({"name": "podinfo", "namespace": "test", "checksum": revision, "phase": "WaitingPromotion"}),
+            ))
+            .await
+        }
+    };
+    assert_eq!(check("r1").await, 403);
+    rig.server.open("/gates/promote/pr/10").await;
+    assert_eq!(check("r1").await, 200, "pinned to r1");
+    assert_eq!(check("r2").await, 403, "r2 waits");
+
+    rig.sign_in_with_token().await;
+    rig.goto("/ui").await;
+    let row = "#waiting tr[data-gate=\"/gates/promote/acme/shop/pr/10\"]";
+    let shown = rig.text(row).await;
+    assert!(shown.contains("r2"), "{shown}");
+    assert!(!shown.to_lowercase().contains("open by"), "{shown}");
+    assert!(
+        shown.contains("was for revision r1"),
+        "the reason Flagger gets: {shown}"
+    );
+    assert_eq!(
+        rig.js(&format!(
+            "return document.querySelector('{} .state').textContent",
+            row.replace('\'', "\\'")
+        ))
+        .await,
+        json!("closed")
+    );
+    rig.goto("/ui/gates/promote/acme/shop/pr/10").await;
+    let state = rig.text("#gate-state").await.to_lowercase();
+    assert!(state.starts_with("closed"), "{state}");
+    assert!(
+        state.contains("was for revision r1, this is revision r2"),
+        "{state}"
+    );
+    rig.click("button[data-action=approve]").await;
+    let heading = rig.text_once("h1", |h| h.starts_with("Approve")).await;
+    assert!(heading.starts_with("Approve"), "{heading}");
+    rig.click("#confirm-button").await;
+    let state = rig
+        .text_once("#gate-state", |s| s.to_lowercase().starts_with("open"))
+        .await
+        .to_lowercase();
+    assert!(state.starts_with("open"), "{state}");
+    assert_eq!(check("r2").await, 200, "Flagger's check after the click");
+    rig.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_sees_no_approve_button_and_a_forged_post_is_refused() {
     let Some(rig) = Rig::start().await else {

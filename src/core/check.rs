@@ -5,7 +5,7 @@ use super::memory::SeenEntry;
 use super::unit::audit_entry;
 use super::*;
 use crate::gate::timers::WaitFacts;
-use crate::store::NewWait;
+use crate::store::{NewWait, WaitRow};
 
 /// A check's answer and, when it was written down, what it changed: the one
 /// thing about it worth a line at info. The steady state changes nothing.
@@ -86,7 +86,7 @@ impl Engine {
             let verdict =
                 self.unless_frozen(key, None, now, peek(&gate, now, self.settings.channels));
             return Ok(Checked::settled(self.in_order(
-                key,
+                &gate,
                 commit.as_deref(),
                 now,
                 verdict,
@@ -143,7 +143,7 @@ impl Engine {
             ),
         );
         let verdict = match key.cluster {
-            Some(_) => self.in_order(key, Self::commit_known(input).as_deref(), now, verdict),
+            Some(_) => self.in_order(gate, Self::commit_known(input).as_deref(), now, verdict),
             None => verdict,
         };
         if verdict.pin || verdict.expired {
@@ -258,7 +258,37 @@ impl Engine {
         let settings = &self.settings;
         let decided = decide(gate, check, now, settings.channels, &settings.quorum);
         let verdict = self.unless_frozen(key, Some(check.canary), now, decided);
-        self.in_order(key, commit, now, verdict)
+        self.in_order(gate, commit, now, verdict)
+    }
+
+    /// What Flagger is answered when the canary of `wait` asks again at its
+    /// revision, now: read only, for a page to show beside the wait (a gate
+    /// approved for another revision is closed for this one). The commit is
+    /// the wait's `commit` metadata, as a check's.
+    pub async fn answer_for_wait(&self, wait: &WaitRow) -> Result<Verdict, StoreError> {
+        let gate = self.gate(&wait.gate).await?;
+        let now = self.now();
+        let Some(canary) = &wait.canary else {
+            return Ok(self.unless_frozen(
+                &wait.gate,
+                None,
+                now,
+                peek(&gate, now, self.settings.channels),
+            ));
+        };
+        let commit = wait
+            .metadata
+            .get("commit")
+            .and_then(|c| c.as_str())
+            .filter(|c| crate::gate::environment::valid_commit(c))
+            .map(str::to_ascii_lowercase);
+        let phase = wait.phase.to_string();
+        let check = Check {
+            canary,
+            checksum: &wait.checksum,
+            phase: &phase,
+        };
+        Ok(self.verdict_of(&wait.gate, &gate, &check, commit.as_deref(), now))
     }
 
     /// Starts, restarts or ends the canary's wait as `step` says; whether a

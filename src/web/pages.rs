@@ -372,7 +372,7 @@ async fn show_gate(state: AppState, viewer: Viewer, path: &str) -> Result<Respon
         None => None,
     };
     let mut permits = Permits::new(&state, &viewer);
-    let buttons = permits.buttons(&detail.gate).await;
+    let (state_shown, buttons) = permits.beside(&detail.gate, open_wait, now).await?;
     let audit: Vec<_> = detail
         .audit
         .iter()
@@ -393,7 +393,7 @@ async fn show_gate(state: AppState, viewer: Viewer, path: &str) -> Result<Respon
             "base": viewer.base(here),
             "gate": key.to_string(), "kind": key.kind.as_str(), "subject": key.subject(),
             "title": title, "pr": pr,
-            "state": view::state_view(&detail.gate, now),
+            "state": state_shown,
             "buttons": buttons,
             "wait": open_wait.map(|w| json!({
                 "canary": w.canary.as_ref().map(ToString::to_string), "revision": w.checksum,

@@ -16,7 +16,7 @@ use crate::command::Verb;
 use crate::config::UiMode;
 use crate::core::AppState;
 use crate::core::WaitRow;
-use crate::gate::{Gate, GateKey, GateKind, GateStatus, Millis, RepoName, Scope};
+use crate::gate::{Answer, Gate, GateKey, GateKind, GateStatus, Millis, RepoName, Scope};
 
 /// The pages' shared state and who is asking, for every handler.
 pub struct Viewer {
@@ -213,9 +213,46 @@ impl<'a> Permits<'a> {
         yes
     }
 
+    /// The state and buttons of `gate` beside `wait`, a canary waiting at a
+    /// revision: what Flagger is answered for that revision. A gate open for
+    /// another revision (or held back by a freeze, a window, or the
+    /// environments' order) is closed for this one: shown closed, with the
+    /// reason Flagger gets, and with Approve for a viewer who may.
+    pub async fn beside(
+        &mut self,
+        gate: &Gate,
+        wait: Option<&WaitRow>,
+        now: Millis,
+    ) -> Result<(StateView, Buttons), Problem> {
+        let mut shown = state_view(gate, now);
+        let mut buttons = self.buttons(gate).await;
+        let Some(wait) = wait.filter(|_| shown.name == "open") else {
+            return Ok((shown, buttons));
+        };
+        let verdict = self.state.engine.answer_for_wait(wait).await?;
+        if verdict.answer == Answer::Closed {
+            shown = StateView {
+                name: "closed",
+                by: None,
+                at: None,
+                reason: Some(verdict.reason),
+                expires: None,
+                pins: shown.pins,
+            };
+            buttons.approve =
+                self.acts() && self.may(approve_command(gate.key.kind), &gate.key).await;
+        }
+        Ok((shown, buttons))
+    }
+
+    /// Whether the viewer is signed in where the pages take actions.
+    fn acts(&self) -> bool {
+        self.viewer.session.is_some() && self.viewer.web.mode == UiMode::On
+    }
+
     /// The buttons for `gate` in its state.
     pub async fn buttons(&mut self, gate: &Gate) -> Buttons {
-        if self.viewer.session.is_none() || self.viewer.web.mode != UiMode::On {
+        if !self.acts() {
             return Buttons::default();
         }
         let key = &gate.key;
@@ -317,6 +354,7 @@ pub async fn waiting_row(
     permits: &mut Permits<'_>,
 ) -> Result<WaitingRow, Problem> {
     let gate = state.engine.gate(&wait.gate).await?;
+    let (state_shown, buttons) = permits.beside(&gate, Some(wait), now).await?;
     let pr = match pr_of(&wait.gate, &wait.metadata) {
         Some((repo, n)) => Some(pr_view(state, &repo, n).await?),
         None => None,
@@ -339,8 +377,8 @@ pub async fn waiting_row(
         since: when(wait.started_at, now),
         title: title_of(state, &wait.gate, &wait.metadata).await?,
         pr,
-        state: state_view(&gate, now),
-        buttons: permits.buttons(&gate).await,
+        state: state_shown,
+        buttons,
     })
 }
 
