@@ -217,6 +217,15 @@ async fn staging_goes_first_and_production_after_the_soak(backend: Backend) {
     let mut staging = env.waiting(STAGING, "rev-s1", COMMIT).await;
     let mut eu = env.waiting(PROD_EU, "rev-e1", COMMIT).await;
     let mut us = env.waiting(PROD_US, "rev-u1", COMMIT).await;
+    // Production, not approved yet, says where the revision stands first
+    // (docs/environments.md quotes it).
+    let (status, answer) = env.answer(PROD_EU, "rev-e1", COMMIT).await;
+    assert_eq!(status, 403);
+    assert_eq!(
+        answer,
+        "waiting: staging has not promoted 85d557f; production goes after it (soak 30 min); \
+         and comment /promote prod-eu on acme/shop#42 or approve in Slack"
+    );
 
     // Both environments wait: `/promote` alone asks which.
     let reply = env.comment("alice", "/promote").await;

@@ -14,7 +14,7 @@ use super::dispatch::Request;
 use super::{CheckInput, CommandError, Engine};
 use crate::command::{Command, Invalid};
 use crate::gate::environment::{order, Environments, Order, Target, UNKNOWN_COMMIT};
-use crate::gate::{ClusterName, GateKey, GateKind, Millis, Scope, Verdict};
+use crate::gate::{ClusterName, Gate, GateKey, GateKind, GateStatus, Millis, Scope, Verdict};
 use crate::store::{Passage, StoreError};
 
 /// Promote gates and commits whose passages are kept in memory; the oldest
@@ -74,29 +74,45 @@ impl Engine {
     /// An open answer in a later environment, closed until the one before
     /// promoted the same commit a soak ago. Break glass skips the order; a
     /// rollback never waits for it. The approval stays unpinned, so it takes
-    /// effect once the soak ends.
+    /// effect once the soak ends. A gate that still waits for its approval
+    /// says where the revision stands too, before how to approve it.
     pub(super) fn in_order(
         &self,
-        key: &GateKey,
+        gate: &Gate,
         commit: Option<&str>,
         now: Millis,
         verdict: Verdict,
     ) -> Verdict {
-        if verdict.answer != crate::gate::Answer::Open || verdict.forced || key.kind.is_rollback() {
+        let key = &gate.key;
+        let open = verdict.answer == crate::gate::Answer::Open;
+        let awaiting = !open
+            && matches!(
+                gate.status,
+                GateStatus::Closed { .. } | GateStatus::Approving(_)
+            )
+            && verdict.reason.starts_with("waiting: ");
+        if !(open || awaiting) || verdict.forced || key.kind.is_rollback() {
             return verdict;
         }
         let envs = &self.settings.environments;
         let Some(env) = key.cluster.as_ref().and_then(|c| envs.of_cluster(c)) else {
             return verdict;
         };
-        let gate = GateKey::new(GateKind::Promote, key.scope.clone());
-        let promoted = |c: &ClusterName, at: &str| self.paths.when(&gate, at, c);
+        let promoted_gate = GateKey::new(GateKind::Promote, key.scope.clone());
+        let promoted = |c: &ClusterName, at: &str| self.paths.when(&promoted_gate, at, c);
         match order(envs, env, commit, promoted, now) {
             Order::Free => verdict,
-            Order::Waiting(line) => Verdict {
+            Order::Waiting(line) if open => Verdict {
                 expired: verdict.expired,
                 ..Verdict::closed(line)
             },
+            Order::Waiting(line) => {
+                let how = verdict.reason.trim_start_matches("waiting: ");
+                Verdict {
+                    reason: format!("{line}; and {how}"),
+                    ..verdict
+                }
+            }
         }
     }
 
