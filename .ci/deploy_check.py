@@ -21,6 +21,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from typing import Any, Callable
@@ -1545,6 +1546,31 @@ def install_checks(ck: Checks) -> None:
             server.close()
         return "answered " + ", ".join(said)
     ck.run("docs/install-kubernetes.md: \"Check it is up\" against gatebot with the admin token", guide_check_up)
+
+    def guide_probe() -> str:
+        # `kubectl exec` into the chart's Deployment, running the image's binary: the same
+        # command line run here against the binary, with nothing configured, must work.
+        text = (ROOT / "docs" / "install-kubernetes.md").read_text()
+        lines = [ln for b in sh_blocks(text) for ln in b.splitlines() if "check-config --probe" in ln]
+        expect(len(lines) == 1, f"one probe command in the guide, found {lines}")
+        runs = helm_runs([c for b in sh_blocks(text) for c in sh_commands(b)])
+        docs = runs[0].render()
+        dep = one(docs, "Deployment")["metadata"]["name"]
+        entry = re.search(r'^ENTRYPOINT \["([^"]+)"\]', (ROOT / "Dockerfile").read_text(), re.M)
+        expect(entry is not None, "the Dockerfile has no ENTRYPOINT")
+        want = f"kubectl -n {runs[0].namespace} exec deployment/{dep} -- {entry.group(1)} check-config --probe"
+        expect(lines[0].strip() == want, f"{lines[0]!r}: not {want!r}")
+        binary = os.environ.get("GATEBOT_BIN", "")
+        expect(binary and Path(binary).is_file(), f"GATEBOT_BIN {binary!r} is not the binary")
+        with tempfile.TemporaryDirectory() as tmp:
+            res = subprocess.run([binary, "check-config", "--probe"], capture_output=True, text=True,
+                                 timeout=30, cwd=tmp,
+                                 env={"PATH": os.environ.get("PATH", ""),
+                                      "GATEBOT_DATABASE_URL": f"sqlite://{tmp}/g.db"})
+        expect(res.returncode == 0 and "probe:" in res.stdout,
+               f"check-config --probe exited {res.returncode}: {res.stdout[-400:]}{res.stderr[-400:]}")
+        return want
+    ck.run("docs/install-kubernetes.md: the probe runs the image's binary in the chart's Deployment", guide_probe)
 
 
 # --------------------------------------------------------------------------- docs/gitops.md

@@ -402,7 +402,24 @@ came from, and exits non-zero when one is wrong or the store does not open.";
 /// of its help (they still parse).
 pub fn cli() -> clap::Command {
     use clap::CommandFactory;
-    Cli::command().mut_subcommand("check-config", |c| c.mut_args(|a| a.hide(true)))
+    Cli::command().mut_subcommand("check-config", |c| {
+        c.mut_args(|a| {
+            let own = a.get_id() == "probe";
+            a.hide(!own)
+        })
+    })
+}
+
+/// `gatebot check-config [--probe]`, with serve's settings.
+#[derive(Debug, Args)]
+pub struct CheckConfigArgs {
+    /// Also try the credentials: one read-only call to each configured
+    /// service (GitHub, Slack, Teams, Prometheus, Kubernetes; the store is
+    /// always opened), with what it answered and how to fix a refusal.
+    #[arg(long)]
+    pub probe: bool,
+    #[command(flatten)]
+    pub config: Config,
 }
 
 #[derive(Debug, Parser)]
@@ -424,7 +441,7 @@ pub enum Command {
     Gates(GatesArgs),
     /// Check the configuration (and that the store opens) without serving.
     #[command(after_help = CHECK_CONFIG_HELP)]
-    CheckConfig(Box<Config>),
+    CheckConfig(Box<CheckConfigArgs>),
     /// Wait for a gate's decision: exits 0 when it opens, 1 when it is
     /// rejected, retired or the wait times out, 2 when gatebot cannot tell.
     Wait(WaitArgs),
@@ -855,32 +872,55 @@ impl PrometheusConfig {
 }
 
 /// A URL as gatebot shows it (check-config, its problems): as written, but
-/// with a password in its user part or its query replaced by `***`. Text
-/// that does not parse as a URL is not shown: it may hold a password. The
-/// one function for every URL-valued setting.
+/// with whatever may be a secret replaced by `***`: a password, a user name
+/// with no password (`https://<token>@host`, a common way to pass a token),
+/// every query value but a few known settings (`?api_key=`, `?sig=`, ...)
+/// and a fragment. Text that does not parse as a URL is not shown: it may
+/// hold a password. The one function for every URL-valued setting.
 pub fn url_shown(url: &str) -> String {
+    /// Query keys whose values are settings, never secrets.
+    const PLAIN: [&str; 6] = [
+        "sslmode",
+        "application_name",
+        "connect_timeout",
+        "target_session_attrs",
+        "mode",
+        "cache",
+    ];
     let Ok(mut parsed) = reqwest::Url::parse(url) else {
         return "(set: not a URL, not shown)".to_string();
     };
-    let in_query = parsed.query().is_some_and(|q| q.contains("password"));
-    if parsed.password().is_none() && !in_query {
+    let user_alone = !parsed.username().is_empty() && parsed.password().is_none();
+    let secret_query = parsed.query_pairs().any(|(k, _)| !PLAIN.contains(&&*k));
+    if parsed.password().is_none() && !user_alone && !secret_query && parsed.fragment().is_none() {
         return url.to_string();
     }
-    if parsed.password().is_some() && parsed.set_password(Some("***")).is_err() {
+    let masked = if user_alone {
+        parsed.set_username("***")
+    } else if parsed.password().is_some() {
+        parsed.set_password(Some("***"))
+    } else {
+        Ok(())
+    };
+    if masked.is_err() {
         return "(set, not shown: it holds a password)".to_string();
     }
-    if in_query {
+    if secret_query {
         let pairs: Vec<(String, String)> = parsed
             .query_pairs()
             .map(|(k, v)| {
-                let secret = k.contains("password");
-                (
-                    k.into_owned(),
-                    if secret { "***".into() } else { v.into_owned() },
-                )
+                let value = if PLAIN.contains(&&*k) {
+                    v.into_owned()
+                } else {
+                    "***".into()
+                };
+                (k.into_owned(), value)
             })
             .collect();
         parsed.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    if parsed.fragment().is_some() {
+        parsed.set_fragment(Some("***"));
     }
     parsed.to_string()
 }

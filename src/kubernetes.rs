@@ -53,6 +53,9 @@ pub struct Cluster {
     namespace: String,
 }
 
+/// The Canary `Cluster::probe` reads: a name no Canary has.
+const PROBE_NAME: &str = "gatebot-check-config-probe";
+
 impl Cluster {
     /// Reads the kubeconfig (or the in-cluster config); contacts nothing.
     pub async fn connect(settings: &KubernetesConfig) -> anyhow::Result<Self> {
@@ -107,6 +110,22 @@ impl Cluster {
         let key = &self.settings.repository_annotation;
         let repository = annotation(&object, key).or_else(|| annotation(&target_object, key));
         Ok(Revision { commit, repository })
+    }
+
+    /// One read-only call that proves the credentials and the permission
+    /// the lookup needs: a Canary nobody names, read in gatebot's namespace
+    /// (not found is the good answer). What was reached.
+    pub async fn probe(&self) -> Result<String, ClusterError> {
+        let gvk = GroupVersionKind::gvk("flagger.app", "v1beta1", "Canary");
+        let resource = ApiResource::from_gvk_with_plural(&gvk, "canaries");
+        match self.get(&self.namespace, PROBE_NAME, &resource).await {
+            Ok(_) => Ok(format!("read canaries in {}", self.namespace)),
+            Err(e) if e.missing => Ok(format!(
+                "may read canaries (tried {}/{PROBE_NAME})",
+                self.namespace
+            )),
+            Err(e) => Err(e),
+        }
     }
 
     async fn get(

@@ -382,9 +382,10 @@ fn check_config_shows_no_url_password() {
                 "GATEBOT_GITHUB_API_URL",
                 "https://ghe:hunter3@ghe.example/api/v3",
             ),
+            // A token as the user name, as any query value or the fragment.
             (
                 "GATEBOT_SLACK_API_URL",
-                "https://slack.example/api?password=hunter4",
+                "https://hunter4@slack.example/api?password=hunter5&sig=hunter6&mode=x#hunter7",
             ),
             ("GATEBOT_PUBLIC_URL", "https://gatebot.example"),
         ],
@@ -406,7 +407,7 @@ fn check_config_shows_no_url_password() {
         setting(
             "GATEBOT_SLACK_API_URL",
             "environment",
-            "https://slack.example/api?password=***",
+            "https://***@slack.example/api?password=***&sig=***&mode=x#***",
         ),
         // A URL without a password is shown as written.
         setting(
@@ -774,4 +775,120 @@ fn teams_approvers_are_object_ids_and_workflow_cards_need_the_public_url() {
     assert!(ok && text.contains(warned), "{text}");
     let (ok, text) = run(&[url, ("GATEBOT_PUBLIC_URL", "https://gatebot.example.com")]);
     assert!(ok && !text.contains(warned), "{text}");
+}
+
+/// `check-config --probe` makes one read-only call to each configured
+/// service with the credentials given (issue 42, point 5): placeholders are
+/// refused, each with what to fix, and working credentials say who they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_config_probe_tries_each_services_credentials() {
+    use gatebot_testkit::fake_github::FakeGithub;
+    use gatebot_testkit::fake_kube::FakeKube;
+    use gatebot_testkit::fake_slack::FakeSlack;
+    use gatebot_testkit::fake_teams::FakeBotFramework;
+
+    let github = FakeGithub::start().await;
+    let slack = FakeSlack::start().await;
+    let teams = FakeBotFramework::start(&[]).await;
+    let kube = FakeKube::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kube.kubeconfig(dir.path(), "flagger-system");
+    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+    teams.accept_only_secret("the-client-secret");
+    github.refuse_token("ghp_your_token");
+    slack.refuse_token("xoxb-your-token");
+    let slack_api = slack.api_url();
+    let common = [
+        ("GATEBOT_DATABASE_URL", "sqlite://g.db"),
+        ("GATEBOT_GITHUB_API_URL", github.url.as_str()),
+        ("GATEBOT_GITHUB_REPOSITORY", "acme/shop"),
+        ("GATEBOT_GITHUB_WEBHOOK_SECRET", "s"),
+        ("GATEBOT_SLACK_API_URL", slack_api.as_str()),
+        ("GATEBOT_SLACK_SIGNING_SECRET", "s"),
+        (
+            "GATEBOT_TEAMS_APP_ID",
+            "00000000-0000-0000-0000-000000000001",
+        ),
+        (
+            "GATEBOT_TEAMS_TENANTS",
+            "72f988bf-86f1-41af-91ab-2d7cd011db47",
+        ),
+        ("GATEBOT_TEAMS_LOGIN_URL", teams.url.as_str()),
+        ("GATEBOT_KUBERNETES_LOOKUP", "true"),
+        ("GATEBOT_KUBECONFIG", kubeconfig.as_str()),
+    ];
+    let probe = |secrets: [(&'static str, &'static str); 3]| {
+        let mut env: Vec<(String, String)> = common
+            .iter()
+            .chain(secrets.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        env.push(("NO_COLOR".into(), "1".into()));
+        let dir = dir.path().to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let env: Vec<(&str, &str)> =
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let out = gatebot(&dir, &env, &["check-config", "--probe"]);
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            )
+        })
+    };
+
+    // The placeholders of README's install: each refused, with the fix.
+    let (ok, text) = probe([
+        ("GATEBOT_GITHUB_TOKEN", "ghp_your_token"),
+        ("GATEBOT_SLACK_BOT_TOKEN", "xoxb-your-token"),
+        ("GATEBOT_TEAMS_APP_PASSWORD", "the-secret-id"),
+    ])
+    .await
+    .unwrap();
+    assert!(!ok, "{text}");
+    for want in [
+        "problem:         github:          ",
+        "refused the sign-in",
+        "set GATEBOT_GITHUB_TOKEN to valid ones",
+        "problem:         slack:           ",
+        "invalid_auth",
+        "copy the Bot User OAuth Token",
+        "problem:         teams:           ",
+        "GATEBOT_TEAMS_APP_PASSWORD (the client secret, not its id)",
+        // The lookup's cluster answers: the kubeconfig's token is the fake's.
+        "kubernetes:      may read canaries (tried flagger-system/gatebot-check-config-probe)",
+        "configuration has problems",
+    ] {
+        assert!(text.contains(want), "no `{want}` in:\n{text}");
+    }
+    assert!(
+        !text.contains("ghp_your_token") && !text.contains("xoxb-your-token"),
+        "{text}"
+    );
+
+    // Working credentials: each says who it is, and the configuration is OK.
+    let (ok, text) = probe([
+        ("GATEBOT_GITHUB_TOKEN", "ghp_working"),
+        ("GATEBOT_SLACK_BOT_TOKEN", "xoxb-working"),
+        ("GATEBOT_TEAMS_APP_PASSWORD", "the-client-secret"),
+    ])
+    .await
+    .unwrap();
+    assert!(ok, "{text}");
+    for want in [
+        "github:          ",
+        ": signed in as gatebot-test",
+        "github:          can read acme/shop",
+        "the bot token is grace (Subarachnoid Workspace)",
+        "a token was issued for app 00000000-0000-0000-0000-000000000001",
+        "configuration OK",
+    ] {
+        assert!(text.contains(want), "no `{want}` in:\n{text}");
+    }
+    // Nothing written: every call was a read (or the token's form post).
+    let writes: Vec<_> = github
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .collect();
+    assert!(writes.is_empty(), "{writes:?}");
 }

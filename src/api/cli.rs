@@ -321,18 +321,27 @@ pub struct ConfigReport {
 }
 
 impl ConfigReport {
-    fn line(&mut self, line: impl std::fmt::Display) {
+    pub fn line(&mut self, line: impl std::fmt::Display) {
         use std::fmt::Write;
         let _ = writeln!(self.text, "{line}");
     }
 
-    fn problem(&mut self, problem: impl std::fmt::Display) {
+    pub fn problem(&mut self, problem: impl std::fmt::Display) {
         self.ok = false;
         self.line(format_args!("problem:         {problem}"));
     }
 
-    fn warning(&mut self, warning: impl std::fmt::Display) {
+    pub fn warning(&mut self, warning: impl std::fmt::Display) {
         self.line(format_args!("warning:         {warning}"));
+    }
+
+    /// The last line: whether the configuration is OK.
+    pub fn end(&mut self) {
+        self.line(if self.ok {
+            "configuration OK"
+        } else {
+            "configuration has problems"
+        });
     }
 }
 
@@ -370,11 +379,6 @@ pub async fn check_config(
         }
         Err(e) => report.problem(format_args!("{e:#}")),
     }
-    report.line(if report.ok {
-        "configuration OK"
-    } else {
-        "configuration has problems"
-    });
     report
 }
 

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use super::Gatebot;
-use crate::config::{Cli, Command, Config, Setting, UnknownName};
+use crate::config::{CheckConfigArgs, Cli, Command, Config, Setting, UnknownName};
 use crate::telemetry;
 use anyhow::Context;
 use clap::FromArgMatches;
@@ -48,7 +48,7 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Serve(config) => serve(*config, &unknown).await.map(|()| ExitCode::SUCCESS),
             Command::Gates(args) => crate::api::cli::run(args).await.map(|()| ExitCode::SUCCESS),
-            Command::CheckConfig(config) => check_config(*config, settings, &unknown)
+            Command::CheckConfig(args) => check_config(*args, settings, &unknown)
                 .await
                 .map(|()| ExitCode::SUCCESS),
             Command::Wait(args) => Ok(wait(args).await),
@@ -114,11 +114,17 @@ async fn serve(config: Config, unknown: &[UnknownName]) -> anyhow::Result<()> {
 }
 
 async fn check_config(
-    config: Config,
+    args: CheckConfigArgs,
     settings: Vec<Setting>,
     unknown: &[UnknownName],
 ) -> anyhow::Result<()> {
-    let report = crate::api::cli::check_config(config, &settings, unknown).await;
+    let CheckConfigArgs { probe, config } = args;
+    let probed = probe.then(|| config.clone());
+    let mut report = crate::api::cli::check_config(config, &settings, unknown).await;
+    if let Some(config) = probed {
+        super::probe::probe(&config, &mut report).await;
+    }
+    report.end();
     print!("{}", report.text);
     if report.ok {
         Ok(())

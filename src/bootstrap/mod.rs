@@ -5,6 +5,7 @@
 mod entry;
 mod front;
 mod origin;
+mod probe;
 mod router;
 mod tasks;
 mod web_access;

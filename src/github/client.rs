@@ -415,6 +415,14 @@ impl GithubClient {
         }
     }
 
+    /// `GET /repos/{owner}/{repo}` with the repository's token (an App's
+    /// installation token): whether gatebot can see it.
+    pub async fn can_read(&self, repo: &RepoName) -> Result<(), ApiError> {
+        self.read_repo::<Value>("repository", repo, "")
+            .await
+            .map(drop)
+    }
+
     pub async fn react(
         &self,
         repo: &RepoName,

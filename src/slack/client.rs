@@ -182,6 +182,19 @@ impl SlackApi {
         Ok(())
     }
 
+    /// `auth.test`: who the bot token is, as `user (team)`; read only.
+    pub async fn auth_test(&self) -> Result<String, SendError> {
+        let answer: Value = self.method("auth.test", &json!({})).await?;
+        let field = |k: &str| {
+            answer
+                .get(k)
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_string()
+        };
+        Ok(format!("{} ({})", field("user"), field("team")))
+    }
+
     /// usergroups.users.list: the members of a user group.
     pub async fn group_members(&self, group: &str) -> Result<Vec<String>, SendError> {
         let method = "usergroups.users.list";

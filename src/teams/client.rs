@@ -177,6 +177,13 @@ impl Connector {
             .map_err(|e| SendError::Permanent(format!("{e:#}")))
     }
 
+    /// A token from the login endpoint, fetched now (read only): whether the
+    /// app id, password and tenant are accepted.
+    pub async fn probe(&self) -> Result<(), SendError> {
+        *self.token.lock().await = None;
+        self.token().await.map(drop)
+    }
+
     /// The cached token, or a new one when it is about to expire.
     async fn token(&self) -> Result<SecretString, SendError> {
         let mut cached = self.token.lock().await;

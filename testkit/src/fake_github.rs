@@ -156,6 +156,9 @@ impl Failure {
 #[derive(Default)]
 pub struct Inner {
     pub requests: Mutex<Vec<Recorded>>,
+    /// Tokens answered 401 Bad credentials, as GitHub answers a revoked,
+    /// expired or made-up one.
+    refused_tokens: Mutex<HashSet<String>>,
     /// login (lowercase) → GitHub's `permission` and `role_name`; absent: 404.
     permissions: Mutex<HashMap<String, (String, String)>>,
     /// login (lowercase) → how long its permission lookup takes to answer.
@@ -271,6 +274,7 @@ impl FakeGithub {
                 "/orgs/{org}/teams/{team}/memberships/{user}",
                 get(membership),
             )
+            .route("/repos/{owner}/{repo}", get(repository))
             .route("/repos/{owner}/{repo}/pulls/{number}", get(pull))
             .route(
                 "/repos/{owner}/{repo}/commits/{sha}/pulls",
@@ -462,6 +466,15 @@ impl FakeGithub {
             .lock()
             .unwrap()
             .insert(login.to_ascii_lowercase(), delay);
+    }
+
+    /// From now on every call with `token` is answered 401 Bad credentials.
+    pub fn refuse_token(&self, token: &str) {
+        self.inner
+            .refused_tokens
+            .lock()
+            .unwrap()
+            .insert(token.to_string());
     }
 
     /// `role` is admin, maintain, write, triage or read; "none" answers `none`.
@@ -663,7 +676,23 @@ async fn record(State(inner): State<Arc<Inner>>, req: Request, next: Next) -> Re
     } else {
         None
     };
+    let refused = authorization
+        .as_deref()
+        .and_then(|a| {
+            a.strip_prefix("Bearer ")
+                .or_else(|| a.strip_prefix("token "))
+        })
+        .is_some_and(|t| inner.refused_tokens.lock().unwrap().contains(t));
     let response = match failure {
+        _ if refused => (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({
+                "message": "Bad credentials",
+                "documentation_url": "https://docs.github.com/rest",
+                "status": "401",
+            })),
+        )
+            .into_response(),
         Some(f) => failed(&f),
         None if write => {
             let key = authorization.clone().unwrap_or_default();
@@ -697,6 +726,21 @@ async fn record(State(inner): State<Arc<Inner>>, req: Request, next: Next) -> Re
         at: std::time::Instant::now(),
     });
     response
+}
+
+/// `GET /repos/{owner}/{repo}`: the fields of GitHub's answer gatebot reads
+/// (none: it asks only whether it may see the repository).
+async fn repository(Path((owner, repo)): Path<(String, String)>) -> Response {
+    Json(json!({
+        "id": 1296269,
+        "name": repo,
+        "full_name": format!("{owner}/{repo}"),
+        "owner": {"login": owner, "type": "Organization"},
+        "private": true,
+        "default_branch": "main",
+        "permissions": {"admin": false, "maintain": false, "push": true, "triage": true, "pull": true},
+    }))
+    .into_response()
 }
 
 async fn permission(

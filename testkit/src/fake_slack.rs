@@ -4,7 +4,7 @@
 //! It also speaks Socket Mode: `apps.connections.open` and the WebSocket
 //! behind it (see [`crate::fake_socket_mode`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -41,6 +41,8 @@ type Failure = (u16, Option<u64>, Option<String>);
 #[derive(Default)]
 struct Inner {
     requests: Mutex<Vec<Request>>,
+    /// Bot tokens Slack answers `invalid_auth` (revoked, or made up).
+    refused_tokens: Mutex<HashSet<String>>,
     /// method → failures to answer next: (status, Retry-After seconds, Slack error code).
     failures: Mutex<HashMap<String, VecDeque<Failure>>>,
     groups: Mutex<HashMap<String, Vec<String>>>,
@@ -60,6 +62,7 @@ impl FakeSlack {
     pub async fn start() -> Self {
         let inner = Arc::new(Inner::default());
         let app = Router::new()
+            .route("/api/auth.test", post(auth_test))
             .route("/api/chat.postMessage", post(post_message))
             .route("/api/chat.update", post(update))
             .route("/api/chat.postEphemeral", post(post_ephemeral))
@@ -99,6 +102,15 @@ impl FakeSlack {
     /// The Socket Mode side: connections, envelopes, acknowledgements.
     pub fn socket(&self) -> &Hub {
         &self.inner.socket
+    }
+
+    /// From now on `auth.test` with `token` answers `invalid_auth`.
+    pub fn refuse_token(&self, token: &str) {
+        self.inner
+            .refused_tokens
+            .lock()
+            .unwrap()
+            .insert(token.to_string());
     }
 
     pub fn set_group(&self, group: &str, users: &[&str]) {
@@ -247,6 +259,35 @@ async fn post_ephemeral(State(s): State<Arc<Inner>>, headers: HeaderMap, body: B
         return r;
     }
     Json(json!({"ok": true, "message_ts": s.next_ts()})).into_response()
+}
+
+/// `auth.test`, answered as Slack's documentation shows it.
+async fn auth_test(State(s): State<Arc<Inner>>, headers: HeaderMap) -> Response {
+    if let Some(r) = s.record("auth.test", &headers, json!({})) {
+        return r;
+    }
+    let token = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if token.is_empty() {
+        return Json(json!({"ok": false, "error": "not_authed"})).into_response();
+    }
+    if s.refused_tokens.lock().unwrap().contains(token) {
+        return Json(json!({"ok": false, "error": "invalid_auth"})).into_response();
+    }
+    Json(json!({
+        "ok": true,
+        "url": "https://subarachnoid.slack.com/",
+        "team": "Subarachnoid Workspace",
+        "user": "grace",
+        "team_id": "T12345678",
+        "user_id": "W12345678",
+        "bot_id": "B12345678",
+        "is_enterprise_install": false,
+    }))
+    .into_response()
 }
 
 async fn group_users(

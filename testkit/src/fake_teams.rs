@@ -153,6 +153,8 @@ struct Inner {
     sent: Mutex<Vec<Sent>>,
     /// Retry-After seconds of the 429s to answer next.
     throttle: Mutex<Vec<u64>>,
+    /// The one client secret the login endpoint accepts (None: any).
+    client_secret: Mutex<Option<String>>,
 }
 
 #[derive(Clone)]
@@ -173,6 +175,7 @@ impl FakeBotFramework {
             tokens: Mutex::default(),
             sent: Mutex::default(),
             throttle: Mutex::default(),
+            client_secret: Mutex::default(),
         });
         let app = Router::new()
             .route("/v1/.well-known/openidconfiguration", get(metadata))
@@ -216,6 +219,12 @@ impl FakeBotFramework {
         self.inner.tokens.lock().unwrap().clone()
     }
 
+    /// From now on the login endpoint issues tokens only for `secret`, and
+    /// answers any other as Microsoft Entra ID does (401 `invalid_client`).
+    pub fn accept_only_secret(&self, secret: &str) {
+        *self.inner.client_secret.lock().unwrap() = Some(secret.to_string());
+    }
+
     /// Every activity sent, answered or not.
     pub fn sent(&self) -> Vec<Sent> {
         self.inner.sent.lock().unwrap().clone()
@@ -256,7 +265,23 @@ async fn key_set(State(inner): State<Arc<Inner>>) -> Json<Value> {
     Json(json!({ "keys": keys }))
 }
 
-async fn token(State(inner): State<Arc<Inner>>, Path(tenant): Path<String>) -> Json<Value> {
+async fn token(
+    State(inner): State<Arc<Inner>>,
+    Path(tenant): Path<String>,
+    axum::extract::Form(form): axum::extract::Form<std::collections::HashMap<String, String>>,
+) -> Response {
+    let wanted = inner.client_secret.lock().unwrap().clone();
+    if wanted.is_some_and(|w| form.get("client_secret") != Some(&w)) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({
+                "error": "invalid_client",
+                "error_description": "AADSTS7000215: Invalid client secret provided. Ensure the secret being sent in the request is the client secret value, not the client secret ID, for a secret added to app '00000000-0000-0000-0000-000000000001'.",
+                "error_codes": [7000215],
+            })),
+        )
+            .into_response();
+    }
     inner.tokens.lock().unwrap().push(tenant.clone());
     let n = inner.tokens.lock().unwrap().len();
     Json(json!({
@@ -265,6 +290,7 @@ async fn token(State(inner): State<Arc<Inner>>, Path(tenant): Path<String>) -> J
         "ext_expires_in": 3600,
         "access_token": format!("test-bot-token-{n}"),
     }))
+    .into_response()
 }
 
 async fn send(
