@@ -966,7 +966,8 @@ def chart_checks(ck: Checks, chart: Path) -> None:
 
 ALERTS = {"GatebotNotificationsFailing", "GatebotNotificationsDropped", "GatebotWaitPastDeadline",
           "GatebotSignatureFailures", "GatebotStoreNotReady", "GatebotSlackSocketModeDown",
-          "GatebotClockSkew", "GatebotStoreFilling", "GatebotDeliveriesOverdue"}
+          "GatebotClockSkew", "GatebotStoreFilling", "GatebotDeliveriesOverdue",
+          "GatebotBudgetRefused"}
 DASHBOARD_PANELS = {"Waits open", "Waits started", "Approvals by channel", "Time to decision",
                     "Oldest pending notification", "Queue depth",
                     "GitHub and Slack calls by result", "Gate checks by kind and result",
