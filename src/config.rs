@@ -872,11 +872,11 @@ impl PrometheusConfig {
 }
 
 /// A URL as gatebot shows it (check-config, its problems): as written, but
-/// with whatever may be a secret replaced by `***`: a password, a user name
-/// with no password (`https://<token>@host`, a common way to pass a token),
-/// every query value but a few known settings (`?api_key=`, `?sig=`, ...)
-/// and a fragment. Text that does not parse as a URL is not shown: it may
-/// hold a password. The one function for every URL-valued setting.
+/// with whatever may be a secret replaced by `***`: the user part (a name
+/// may be a token: `https://<token>@host`), every query value but those of
+/// a few known settings (`sslmode=disable`), a query key given without a
+/// value, and a fragment. Text that does not parse as a URL is not shown:
+/// it may hold a password. The one function for every URL-valued setting.
 pub fn url_shown(url: &str) -> String {
     /// Query keys whose values are settings, never secrets.
     const PLAIN: [&str; 6] = [
@@ -887,34 +887,37 @@ pub fn url_shown(url: &str) -> String {
         "mode",
         "cache",
     ];
+    let plain_value = |v: &str| {
+        !v.is_empty()
+            && v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    };
     let Ok(mut parsed) = reqwest::Url::parse(url) else {
         return "(set: not a URL, not shown)".to_string();
     };
-    let user_alone = !parsed.username().is_empty() && parsed.password().is_none();
-    let secret_query = parsed.query_pairs().any(|(k, _)| !PLAIN.contains(&&*k));
-    if parsed.password().is_none() && !user_alone && !secret_query && parsed.fragment().is_none() {
+    let password = parsed.password().is_some();
+    let nothing_hidden = parsed.username().is_empty()
+        && !password
+        && parsed.query().is_none()
+        && parsed.fragment().is_none();
+    if nothing_hidden {
         return url.to_string();
     }
-    let masked = if user_alone {
-        parsed.set_username("***")
-    } else if parsed.password().is_some() {
-        parsed.set_password(Some("***"))
-    } else {
-        Ok(())
-    };
-    if masked.is_err() {
-        return "(set, not shown: it holds a password)".to_string();
+    if !parsed.username().is_empty() || password {
+        let masked = parsed
+            .set_username("***")
+            .and_then(|()| parsed.set_password(password.then_some("***")));
+        if masked.is_err() {
+            return "(set, not shown: it holds a user part)".to_string();
+        }
     }
-    if secret_query {
+    if parsed.query().is_some() {
         let pairs: Vec<(String, String)> = parsed
             .query_pairs()
-            .map(|(k, v)| {
-                let value = if PLAIN.contains(&&*k) {
-                    v.into_owned()
-                } else {
-                    "***".into()
-                };
-                (k.into_owned(), value)
+            .map(|(k, v)| match (PLAIN.contains(&&*k), v.is_empty()) {
+                (true, _) if plain_value(&v) => (k.into_owned(), v.into_owned()),
+                (_, true) => ("***".to_string(), String::new()),
+                _ => (k.into_owned(), "***".to_string()),
             })
             .collect();
         parsed.query_pairs_mut().clear().extend_pairs(pairs);

@@ -361,7 +361,7 @@ fn check_config_shows_the_store_url_without_its_password() {
     let line = setting(
         "GATEBOT_DATABASE_URL",
         "environment",
-        "postgres://gatebot:***@127.0.0.1:1/gatebot?sslmode=disable&password=***",
+        "postgres://***:***@127.0.0.1:1/gatebot?sslmode=disable&password=***",
     );
     assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
 }
@@ -388,6 +388,11 @@ fn check_config_shows_no_url_password() {
                 "https://hunter4@slack.example/api?password=hunter5&sig=hunter6&mode=x#hunter7",
             ),
             ("GATEBOT_PUBLIC_URL", "https://gatebot.example"),
+            // One slash, a bare query key, a plain key's value that is not plain.
+            (
+                "GATEBOT_TEAMS_LOGIN_URL",
+                "http:/u:hunter8@login.example/x?hunter9&mode=a;password=hunter10",
+            ),
         ],
         &["check-config"],
     );
@@ -397,17 +402,22 @@ fn check_config_shows_no_url_password() {
         setting(
             "GATEBOT_PROMETHEUS_URL",
             "environment",
-            "http://prom:***@127.0.0.1:1/",
+            "http://***:***@127.0.0.1:1/",
         ),
         setting(
             "GATEBOT_GITHUB_API_URL",
             "environment",
-            "https://ghe:***@ghe.example/api/v3",
+            "https://***:***@ghe.example/api/v3",
         ),
         setting(
             "GATEBOT_SLACK_API_URL",
             "environment",
             "https://***@slack.example/api?password=***&sig=***&mode=x#***",
+        ),
+        setting(
+            "GATEBOT_TEAMS_LOGIN_URL",
+            "environment",
+            "http://***:***@login.example/x?***=&mode=***",
         ),
         // A URL without a password is shown as written.
         setting(
@@ -419,7 +429,7 @@ fn check_config_shows_no_url_password() {
         assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
     }
     assert!(
-        text.contains("prometheus:      http://prom:***@127.0.0.1:1/: "),
+        text.contains("prometheus:      http://***:***@127.0.0.1:1/: "),
         "{text}"
     );
 }
@@ -817,9 +827,10 @@ async fn check_config_probe_tries_each_services_credentials() {
         ("GATEBOT_KUBERNETES_LOOKUP", "true"),
         ("GATEBOT_KUBECONFIG", kubeconfig.as_str()),
     ];
-    let probe = |secrets: [(&'static str, &'static str); 3]| {
+    let probe = |secrets: Vec<(&'static str, &'static str)>| {
         let mut env: Vec<(String, String)> = common
             .iter()
+            .filter(|(k, _)| !secrets.iter().any(|(s, _)| s == k))
             .chain(secrets.iter())
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
@@ -837,7 +848,7 @@ async fn check_config_probe_tries_each_services_credentials() {
     };
 
     // The placeholders of README's install: each refused, with the fix.
-    let (ok, text) = probe([
+    let (ok, text) = probe(vec![
         ("GATEBOT_GITHUB_TOKEN", "ghp_your_token"),
         ("GATEBOT_SLACK_BOT_TOKEN", "xoxb-your-token"),
         ("GATEBOT_TEAMS_APP_PASSWORD", "the-secret-id"),
@@ -866,7 +877,7 @@ async fn check_config_probe_tries_each_services_credentials() {
     );
 
     // Working credentials: each says who it is, and the configuration is OK.
-    let (ok, text) = probe([
+    let (ok, text) = probe(vec![
         ("GATEBOT_GITHUB_TOKEN", "ghp_working"),
         ("GATEBOT_SLACK_BOT_TOKEN", "xoxb-working"),
         ("GATEBOT_TEAMS_APP_PASSWORD", "the-client-secret"),
@@ -884,6 +895,21 @@ async fn check_config_probe_tries_each_services_credentials() {
     ] {
         assert!(text.contains(want), "no `{want}` in:\n{text}");
     }
+    // An error that names the URL shows it as check-config shows URLs.
+    let (ok, text) = probe(vec![
+        ("GATEBOT_GITHUB_TOKEN", "ghp_working"),
+        ("GATEBOT_SLACK_BOT_TOKEN", "xoxb-working"),
+        ("GATEBOT_TEAMS_APP_PASSWORD", "the-client-secret"),
+        (
+            "GATEBOT_SLACK_API_URL",
+            "http://127.0.0.1:9/api?token=hunter11#hunter12",
+        ),
+    ])
+    .await
+    .unwrap();
+    assert!(!ok, "{text}");
+    assert!(text.contains("problem:         slack:"), "{text}");
+    assert!(!text.contains("hunter"), "{text}");
     // Nothing written: every call was a read (or the token's form post).
     let writes: Vec<_> = github
         .requests()

@@ -733,6 +733,23 @@ async fn form_encoded_deliveries_are_taken() {
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("payload"), "{text}");
     assert!(!gate_open(server, "/gates/promote/pr/61").await);
+    // A signed JSON delivery whose comment carries `&payload=<forged JSON>&`,
+    // sent again as a form (the content type is not signed): refused, not
+    // read as the forged event.
+    let forged = serde_json::to_string(&comment(61, 6102, "alice", "/promote")).unwrap();
+    let smuggled = format!(
+        "&payload={}&",
+        form_urlencoded::byte_serialize(forged.as_bytes()).collect::<String>()
+    );
+    let carrier = serde_json::to_string(&comment(61, 6103, "mallory", &smuggled)).unwrap();
+    let (status, text) = post_form(
+        carrier.clone().into_bytes(),
+        sign(SECRET, carrier.as_bytes()),
+    )
+    .await;
+    assert_eq!(status, 400, "{text}");
+    server.drained().await;
+    assert!(!gate_open(server, "/gates/promote/pr/61").await);
 
     let (status, text) = post_form(form.clone().into_bytes(), sign(SECRET, form.as_bytes())).await;
     assert_eq!(status, 202, "{text}");

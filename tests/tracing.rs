@@ -109,21 +109,26 @@ async fn a_steady_check_logs_nothing_and_a_change_one_line() {
             assert_eq!(r.status(), 403);
         }
     };
-    // Lines about the gate's route, after a marker request (a page's route,
-    // logged at info with its path) has shown that everything before it was
-    // written. (A path no route matches is logged by its length only.)
+    // Lines about the gate's route, after a marker request (a page, logged at
+    // info with the request id it was sent with) has shown that everything
+    // before it was written.
     let mut markers = 0;
     let mut logged = || {
         markers += 1;
-        let marker = format!("/ui/gates/marker-{markers}");
-        let url = format!("{}{marker}", served.url);
+        let marker = format!("marker-{markers}");
+        let url = format!("{}/ui/health", served.url);
         let served = &served;
         async move {
-            client().get(url).send().await.unwrap();
+            client()
+                .get(url)
+                .header("x-request-id", &marker)
+                .send()
+                .await
+                .unwrap();
             eventually("the marker's access line", WAIT, || async {
                 lines(&served.logs())
                     .iter()
-                    .any(|l| l["span"]["path"] == marker.as_str())
+                    .any(|l| l["span"]["request_id"] == marker.as_str())
             })
             .await;
             lines(&served.logs())
@@ -188,6 +193,9 @@ async fn a_flagger_token_in_a_mistyped_path_is_never_logged() {
         format!("/gates/promote/t%2F{TOKEN}"),
         format!("/gates/promote/pr/42;{TOKEN}"),
         format!("/{TOKEN}."),
+        format!("/ui/gates/t:{TOKEN}"),
+        format!("/api/v1/gates/promote/pr/42-{TOKEN}"),
+        format!("/gates/promote/pr/42-{TOKEN}"),
     ];
     for format in ["text", "json"] {
         let db = TestDb::new(Backend::Sqlite).await;
@@ -214,11 +222,12 @@ async fn a_flagger_token_in_a_mistyped_path_is_never_logged() {
                 assert!(status.starts_with("HTTP/1.1 "), "{path}: {status}");
             }
         }
-        // A page's route, logged at info with its path, marks that everything
-        // before it was written.
-        let marker = "/ui/gates/marker-after-the-tokens";
+        // A page, logged at info with the request id it was sent with, marks
+        // that everything before it was written.
+        let marker = "marker-after-the-tokens";
         client()
-            .get(format!("{}{marker}", served.url))
+            .get(format!("{}/ui/health", served.url))
+            .header("x-request-id", marker)
             .send()
             .await
             .unwrap();

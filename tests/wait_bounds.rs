@@ -179,3 +179,52 @@ async fn past_the_bound_the_oldest_made_up_wait_ends_and_a_canary_that_asks_stay
     let (status, answer) = env.check(9, "podinfo", "r1").await;
     assert_eq!(status, 200, "{answer}");
 }
+
+/// One cluster's flood spends that cluster's budget only (issue 41, C):
+/// made-up canaries at cluster a's gates, with a's token, start waits until
+/// a's budget is spent (counted by cluster), and cluster b's canary still
+/// starts its wait and is told, as before the flood.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_at_one_cluster_spends_only_its_own_budget() {
+    use gatebot_testkit::flagger::flagger_tokens;
+    use gatebot_testkit::harness::{TestDb, TestServer};
+    const BUDGET: usize = 20;
+    let db = TestDb::new(Backend::Sqlite).await;
+    let mut config = db.config();
+    config.flagger_tokens = flagger_tokens(&[("a", "token-of-a"), ("b", "token-of-b")]).into();
+    let server = TestServer::start(config, Default::default()).await;
+    server.state.engine.limit_budget(BUDGET as u32);
+    let check = |token: &'static str, name: String| {
+        let url = server.at(&format!("/gates/t/{token}/promote/acme/shop/pr/7"));
+        async move {
+            let body = json!({"name": name, "namespace": "test", "phase": "Progressing", "checksum": "r1"});
+            let r = client().post(url).json(&body).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    for n in 0..2 * BUDGET {
+        let (status, answer) = check("token-of-a", format!("made-up-{n}")).await;
+        assert_eq!(status, 403, "answered as the gate stands: {answer}");
+    }
+    let (status, answer) = check("token-of-b", "real".to_string()).await;
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.starts_with("waiting: "), "{answer}");
+    let waits = server.api("/api/v1/waits?open=true").await;
+    let open: Vec<&str> = waits["waits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["canary"].as_str())
+        .collect();
+    assert!(open.contains(&"test/real"), "b's canary waits: {open:?}");
+    let of_a = open
+        .iter()
+        .filter(|c| c.starts_with("test/made-up-"))
+        .count();
+    assert_eq!(of_a, BUDGET, "a's waits stop at its budget");
+    let refused = |cluster: &str| {
+        format!("gatebot_budget_refused_total{{what=\"wait\",cluster=\"{cluster}\"}}")
+    };
+    assert_eq!(server.metric(&refused("a")).await, BUDGET as f64);
+    assert_eq!(server.metric(&refused("b")).await, 0.0);
+}

@@ -605,9 +605,10 @@ fn setting_value(s: &crate::config::Setting, config: &crate::Config) -> String {
             .join(", "),
         _ if s.env == "GATEBOT_DATABASE_URL" => crate::config::url_shown(&config.database_url),
         Setting { secret: true, .. } => "(secret, set)".to_string(),
+        // Any URL-valued setting, however it is written (`http:/u:p@h` parses too).
         Setting {
             value: Some(value), ..
-        } if value.contains("://") => crate::config::url_shown(value),
+        } if value.contains("://") || s.env.ends_with("_URL") => crate::config::url_shown(value),
         Setting { value, .. } => value.clone().unwrap_or_default(),
     }
 }

@@ -39,7 +39,7 @@ async fn github(
         Ok(Some(client)) => client,
         Ok(None) => return 0,
         Err(e) => {
-            report.problem(format_args!("github:          {e:#}"));
+            report.problem(scrub(&format!("github:          {e:#}"), config));
             return 1;
         }
     };
@@ -70,7 +70,10 @@ async fn github(
                     ),
                     other => github_fix(other, "GATEBOT_GITHUB_TOKEN", &api),
                 };
-                report.problem(format_args!("github:          reading {repo}: {e}: {fix}"));
+                report.problem(scrub(
+                    &format!("github:          reading {repo}: {e}: {fix}"),
+                    config,
+                ));
             }
         }
     }
@@ -111,7 +114,7 @@ async fn slack(config: &Config, metrics: &Metrics, report: &mut ConfigReport) ->
     ) {
         Ok(client) => client,
         Err(e) => {
-            report.problem(format_args!("slack:           {e:#}"));
+            report.problem(scrub(&format!("slack:           {e:#}"), config));
             return 1;
         }
     };
@@ -119,10 +122,13 @@ async fn slack(config: &Config, metrics: &Metrics, report: &mut ConfigReport) ->
         Ok(who) => report.line(format_args!(
             "slack:           {api}: the bot token is {who}"
         )),
-        Err(e) => report.problem(format_args!(
-            "slack:           {api}: auth.test: {}: {}",
-            e.message(),
-            slack_fix(&e, &api)
+        Err(e) => report.problem(scrub(
+            &format!(
+                "slack:           {api}: auth.test: {}: {}",
+                e.message(),
+                slack_fix(&e, &api)
+            ),
+            config,
         )),
     }
     1
@@ -167,9 +173,12 @@ async fn teams(
     let login = crate::config::url_shown(&teams.login_url);
     match connector.probe().await {
         Ok(()) => report.line(format_args!("teams:           {login}: a token was issued for app {app_id}")),
-        Err(e) => report.problem(format_args!(
-            "teams:           {login}: no token for app {app_id}: {}: check GATEBOT_TEAMS_APP_ID, GATEBOT_TEAMS_APP_PASSWORD (the client secret, not its id) and GATEBOT_TEAMS_TENANT (single-tenant bots)",
-            e.message()
+        Err(e) => report.problem(scrub(
+            &format!(
+                "teams:           {login}: no token for app {app_id}: {}: check GATEBOT_TEAMS_APP_ID, GATEBOT_TEAMS_APP_PASSWORD (the client secret, not its id) and GATEBOT_TEAMS_TENANT (single-tenant bots)",
+                e.message()
+            ),
+            config,
         )),
     }
     1
@@ -194,7 +203,41 @@ async fn kubernetes(config: &Config, report: &mut ConfigReport) -> usize {
     };
     match cluster.probe().await {
         Ok(what) => report.line(format_args!("kubernetes:      {what}")),
-        Err(e) => report.problem(format_args!("kubernetes:      {}", e.why)),
+        Err(e) => report.problem(scrub(&format!("kubernetes:      {}", e.why), config)),
     }
     1
+}
+
+/// `text` (an error a client made, an answer a service gave) without a
+/// secret: every URL in it as `url_shown` shows URLs, and the configured
+/// credentials replaced by `***` wherever they appear (a service may echo
+/// the token it refused).
+fn scrub(text: &str, config: &Config) -> String {
+    use secrecy::ExposeSecret;
+    let mut out: String = text
+        .split_inclusive(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .map(|piece| {
+            let end = piece
+                .find(|c: char| c.is_whitespace() || c == '(' || c == ')')
+                .unwrap_or(piece.len());
+            let (word, rest) = piece.split_at(end);
+            if word.contains("://") {
+                format!("{}{rest}", crate::config::url_shown(word))
+            } else {
+                piece.to_string()
+            }
+        })
+        .collect();
+    let secrets = [
+        config.github.token.as_ref(),
+        config.slack.bot_token.as_ref(),
+        config.teams.app_password(),
+    ];
+    for secret in secrets.into_iter().flatten() {
+        let secret = secret.expose_secret();
+        if secret.len() >= 4 {
+            out = out.replace(secret, "***");
+        }
+    }
+    out
 }

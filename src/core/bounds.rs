@@ -13,9 +13,10 @@
 //! that is longer (its `interval` metadata, bounded to an hour).
 //!
 //! A made-up wait that ends either way also forgets its canary's last check
-//! (store and memory), and one whose canary never asked again also its
-//! audit entry, so a flood of made-up canaries leaves nothing behind but
-//! its rows in `waits`, pruned with the history (`GATEBOT_RETENTION_HISTORY`).
+//! (store and memory), and one ended for room whose canary never asked
+//! again also its audit entry, so a flood of made-up canaries leaves nothing
+//! behind but its rows in `waits`, pruned with the history
+//! (`GATEBOT_RETENTION_HISTORY`) and at most 2,000 open waits' entries.
 
 use super::*;
 use crate::store::OpenWait;
@@ -58,7 +59,12 @@ impl Engine {
             candidates.retain(|w| !ended.iter().any(|e: &OpenWait| e.id == w.id));
             for wait in pick(candidates, over) {
                 if Store::end_wait_by_id(tx, &wait, "evicted", now).await? {
-                    forget_made_up(tx, &wait).await?;
+                    Store::forget_observation(tx, &wait.gate, &wait.canary).await?;
+                    // Ended for room by a flood: one asked once leaves no
+                    // audit entry either (the audit is kept a year).
+                    if !asked_again(&wait) {
+                        Store::forget_wait_entry(tx, &wait).await?;
+                    }
                     ended.push(wait);
                 }
             }
@@ -83,7 +89,7 @@ impl Engine {
                 continue;
             }
             if !wait.vouched {
-                forget_made_up(&mut tx, &wait).await?;
+                Store::forget_observation(&mut tx, &wait.gate, &wait.canary).await?;
             }
             let notice = ended_notice(&wait, "abandoned", now);
             let queued = self.finish(&mut tx, &[], &[notice], now).await?;
@@ -106,16 +112,6 @@ impl Engine {
             false => memory.forget(&wait.gate, &wait.canary),
         }
     }
-}
-
-/// What a made-up wait leaves when it ends: its canary's last check, and
-/// (if the canary never asked again) its audit entry go.
-async fn forget_made_up(tx: &mut WriteTx<'_>, wait: &OpenWait) -> Result<(), StoreError> {
-    Store::forget_observation(tx, &wait.gate, &wait.canary).await?;
-    if !asked_again(wait) {
-        Store::forget_wait_entry(tx, wait).await?;
-    }
-    Ok(())
 }
 
 fn asked_again(wait: &OpenWait) -> bool {

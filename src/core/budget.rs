@@ -29,9 +29,19 @@ const WINDOW: Millis = 60_000;
 pub const CLUSTERS: usize = 64;
 
 /// What each cluster has spent in its current window.
-#[derive(Default)]
 pub(crate) struct Budgets {
     spent: Mutex<HashMap<Option<ClusterName>, Spent>>,
+    /// [`PER_MINUTE`], lowered only by tests (a flood of 6,000 checks is slow).
+    per_minute: std::sync::atomic::AtomicU32,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Self {
+            spent: Mutex::default(),
+            per_minute: std::sync::atomic::AtomicU32::new(PER_MINUTE),
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -60,7 +70,8 @@ impl Budgets {
                 drawn: 0,
             };
         }
-        let granted = n.min(PER_MINUTE.saturating_sub(s.drawn));
+        let most = self.per_minute.load(std::sync::atomic::Ordering::Relaxed);
+        let granted = n.min(most.saturating_sub(s.drawn));
         s.drawn += granted;
         granted
     }
@@ -79,6 +90,14 @@ impl super::Engine {
         let granted = self.budgets.draw(cluster, asked, self.now());
         self.count_refused(what, cluster, (asked - granted) as usize);
         granted as usize
+    }
+
+    /// Lowers every cluster's budget to `per_minute` (tests: a flood past
+    /// the real budget takes minutes to send).
+    pub fn limit_budget(&self, per_minute: u32) {
+        self.budgets
+            .per_minute
+            .store(per_minute, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether an unknown canary's Kubernetes lookup may go.

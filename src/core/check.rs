@@ -355,12 +355,13 @@ impl Engine {
             cluster: key.cluster.as_ref().or(at.input.cluster.as_ref()),
             vouched: at.input.cluster.is_some(),
         };
+        // Past its cluster's budget a check starts no wait (and so no
+        // message), vouched or not: a leaked token floods only its own
+        // cluster's share. It is answered all the same.
+        if self.draw("wait", wait.cluster, 1) == 0 {
+            return Ok(());
+        }
         if !wait.vouched {
-            // Past its cluster's budget a made-up check starts no wait (and so
-            // no message); it is answered all the same.
-            if self.draw("wait", wait.cluster, 1) == 0 {
-                return Ok(());
-            }
             for ended in self.make_room(tx, key, now).await? {
                 out.notices
                     .push(super::bounds::ended_notice(&ended, "evicted", now));

@@ -110,15 +110,19 @@ fn json_of<'a>(headers: &HeaderMap, body: &'a [u8]) -> Result<std::borrow::Cow<'
     if !form {
         return Ok(std::borrow::Cow::Borrowed(body));
     }
-    form_urlencoded::parse(body)
-        .find(|(k, _)| k == "payload")
-        .map(|(_, v)| std::borrow::Cow::Owned(v.into_owned().into_bytes()))
-        .ok_or_else(|| {
-            Reject::bad_request(
-                "malformed_payload",
-                "a form-encoded delivery carries its JSON in `payload`, and this one has none",
-            )
-        })
+    // The content type is not signed: a JSON delivery sent again as a form
+    // must not yield a `payload` someone wrote into a comment. GitHub's form
+    // is `payload=…` and nothing else, so anything more is refused.
+    let mut pairs = form_urlencoded::parse(body);
+    match (body.starts_with(b"payload="), pairs.next(), pairs.next()) {
+        (true, Some((key, json)), None) if key == "payload" => {
+            Ok(std::borrow::Cow::Owned(json.into_owned().into_bytes()))
+        }
+        _ => Err(Reject::bad_request(
+            "malformed_payload",
+            "a form-encoded delivery is `payload=<JSON>` and nothing else, as GitHub sends it",
+        )),
+    }
 }
 
 /// GitHub is configured, and the delivery is signed with its webhook secret.

@@ -45,7 +45,10 @@ pub async fn log(State(tokens): State<Arc<FlaggerTokens>>, req: Request, next: N
     let shown = match &matched {
         // A gate route the router answers holds an escape `CheckRoute` left
         // to it: its pattern says enough.
-        Some(route) if polled(route.as_str()) => Shown::Pattern(route.as_str()),
+        // A route with parameters may hold anything in them (`/ui/gates/{*key}`).
+        Some(route) if polled(route.as_str()) || route.as_str().contains('{') => {
+            Shown::Pattern(route.as_str())
+        }
         Some(_) => Shown::Path(uri.path()),
         None => Shown::Unmatched(uri.path().len()),
     };
@@ -69,8 +72,8 @@ pub enum Shown<'a> {
     Path(&'a str),
     /// A route's pattern, as `/gates/t/{token}/{kind}`.
     Pattern(&'a str),
-    /// A gate check: its kind and scope shown when they are plain (a kind
-    /// gatebot knows, a scope of letters, digits, `-`, `_`, `.` and `/`).
+    /// A gate check: its kind when gatebot knows it, and of its scope only
+    /// a PR's number (`scope_shown`).
     Check {
         token: bool,
         kind: Option<&'a str>,
@@ -148,9 +151,7 @@ impl std::fmt::Display for Logged<'_> {
                 f.write_str(kind.unwrap_or("{kind}"))?;
                 match scope {
                     None => Ok(()),
-                    Some(path) if kind.is_some() && plain(path) => {
-                        write!(f, "/{}", Redacted { path, tokens })
-                    }
+                    Some(scope) if kind.is_some() => f.write_str(&scope_shown(scope)),
                     Some(_) => f.write_str("/{*scope}"),
                 }
             }
@@ -158,11 +159,17 @@ impl std::fmt::Display for Logged<'_> {
     }
 }
 
-fn plain(scope: &str) -> bool {
-    scope.len() <= 256
-        && scope
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
+/// A check's scope as logged: a PR's number, never a segment someone typed
+/// (a token typed a little wrong would be one): `/pr/42`,
+/// `/{owner}/{repo}/pr/42`, else `/{*scope}`.
+fn scope_shown(scope: &str) -> String {
+    let number = |n: &str| !n.is_empty() && n.len() <= 10 && n.bytes().all(|b| b.is_ascii_digit());
+    let parts: Vec<&str> = scope.split('/').collect();
+    match parts.as_slice() {
+        ["pr", n] if number(n) => format!("/pr/{n}"),
+        [_, _, "pr", n] if number(n) => format!("/{{owner}}/{{repo}}/pr/{n}"),
+        _ => "/{*scope}".to_string(),
+    }
 }
 
 /// A path as logged, with no secret in it whatever was typed: the segment
@@ -327,7 +334,15 @@ mod tests {
             ),
             (
                 check(false, Some("promote"), Some("t/s3cret")),
-                "/gates/promote/t/***",
+                "/gates/promote/{*scope}",
+            ),
+            (
+                check(false, Some("promote"), Some("pr/42-s3cret")),
+                "/gates/promote/{*scope}",
+            ),
+            (
+                check(false, Some("promote"), Some("acme/shop/pr/42")),
+                "/gates/promote/{owner}/{repo}/pr/42",
             ),
         ];
         for (given, want) in table {
