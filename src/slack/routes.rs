@@ -62,17 +62,15 @@ pub async fn headers_first(State(state): State<AppState>, req: Request, next: Ne
         && header(header::CONTENT_LENGTH.as_str())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .is_some_and(|len| len <= SSL_CHECK_MAX);
-    let checked = secret(&state).and_then(|_| {
-        super::verify::plausible(timestamp, signature, state.clock.now_secs())
-            .map(|_| ())
-            .map_err(unsigned)
-    });
-    match checked {
-        Ok(()) => next.run(req).await,
+    if let Err(refused) = secret(&state) {
+        return refused.into_response();
+    }
+    match super::verify::plausible(timestamp, signature, state.clock.now_secs()) {
+        Ok(_) => next.run(req).await,
         // Answered without reading it (nor taking a reader): the check
         // wants a 200, and nothing unsigned is acted on.
         Err(_) if ssl_check => StatusCode::OK.into_response(),
-        Err(refused) => refused.into_response(),
+        Err(e) => unsigned(e).into_response(),
     }
 }
 
