@@ -1311,3 +1311,48 @@ async fn teams_channel_goes_only_where_the_policy_binds_it(backend: Backend) {
     assert!(env.cards("POST").iter().all(|s| s.status == 200));
     env.server.stop().await;
 }
+
+/// A typed command acknowledged while the store could not apply it (a row
+/// lock from a second connection, while gatebot's clock moves on two
+/// minutes) says in its reply, once applied, that it was applied late and
+/// when (issue 41, point 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
+async fn a_command_applied_late_says_so_in_its_reply() {
+    if gatebot_testkit::harness::postgres_url().is_none() {
+        eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)");
+        return;
+    }
+    let env = env(Backend::Postgres).await;
+    // A stored row to lock: the promote gate, open.
+    env.server.open("/gates/promote/pr/42").await;
+    let stuck = gatebot_testkit::row_lock::RowLock::gates(&env.db.url, "%/acme/shop/pr/42").await;
+    assert!(stuck.rows >= 1, "the PR's gate rows are locked");
+    let mut activity = env.message();
+    activity["id"] = json!("late-1");
+    activity["text"] = json!("<at>ridotest</at> hold 42 the pager is ringing");
+    activity["from"]["aadObjectId"] = json!(RIDO);
+    assert_eq!(
+        env.post(Some(&env.token_for(&activity)), &activity).await,
+        200,
+        "acknowledged"
+    );
+    // What the delivery waits through, on gatebot's clock.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    env.clock.advance(120_000);
+    stuck.release().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    let reply = loop {
+        let sent = env.bot.sent();
+        if let Some(s) = sent.iter().find(|s| s.activity["replyToId"] == "late-1") {
+            break s.activity["text"].as_str().unwrap().to_string();
+        }
+        assert!(std::time::Instant::now() < deadline, "no reply: {sent:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(reply.contains("held"), "{reply}");
+    assert!(reply.contains("2 min after it was received"), "{reply}");
+}
