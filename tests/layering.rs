@@ -397,30 +397,40 @@ fn reads_claim(code: &str) -> bool {
     code.contains(".recorded()") || code.contains("Claim(") || code.contains("Admitted(")
 }
 
-#[test]
-fn claims_route_nothing_without_admission() {
+/// Every line of code under src/ (comments skipped) that `matches`, as
+/// (file relative to src/, line number, the line trimmed).
+fn code_lines(matches: impl Fn(&str) -> bool) -> Vec<(String, usize, String)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     sources(&src, &mut files);
     files.sort();
-    let mut broken = Vec::new();
+    let mut out = Vec::new();
     for file in &files {
         let rel = file.strip_prefix(&src).expect("under src/");
         let rel = rel.to_string_lossy().replace('\\', "/");
         let text = std::fs::read_to_string(file).expect("read source");
         for (n, line) in text.lines().enumerate() {
             let code = line.trim_start();
-            if code.starts_with("//") || !reads_claim(code) {
-                continue;
+            if !code.starts_with("//") && matches(code) {
+                out.push((rel.clone(), n + 1, code.to_string()));
             }
-            let builds_admitted = code.contains("Admitted(") || code.contains("Claim(");
-            let listed = match builds_admitted {
-                true => rel == "core/admit.rs",
-                false => CLAIM_READERS.iter().any(|(f, _)| *f == rel),
-            };
-            if !listed {
-                broken.push(format!("src/{rel}:{}: {code}", n + 1));
-            }
+        }
+    }
+    out
+}
+
+#[test]
+fn claims_route_nothing_without_admission() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut broken = Vec::new();
+    for (rel, n, code) in code_lines(reads_claim) {
+        let builds_admitted = code.contains("Admitted(") || code.contains("Claim(");
+        let listed = match builds_admitted {
+            true => rel == "core/admit.rs",
+            false => CLAIM_READERS.iter().any(|(f, _)| *f == rel),
+        };
+        if !listed {
+            broken.push(format!("src/{rel}:{n}: {code}"));
         }
     }
     assert!(
@@ -517,27 +527,14 @@ fn reads_stored_metadata(code: &str) -> bool {
 
 #[test]
 fn stored_claims_are_read_only_where_listed() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    sources(&src, &mut files);
-    files.sort();
     let mut broken = Vec::new();
     let mut used = BTreeSet::new();
-    for file in &files {
-        let rel = file.strip_prefix(&src).expect("under src/");
-        let rel = rel.to_string_lossy().replace('\\', "/");
-        let text = std::fs::read_to_string(file).expect("read source");
-        for (n, line) in text.lines().enumerate() {
-            let code = line.trim_start();
-            if code.starts_with("//") || !reads_stored_metadata(code) {
-                continue;
+    for (rel, n, code) in code_lines(reads_stored_metadata) {
+        match STORED_CLAIM_READERS.iter().find(|(f, _)| *f == rel) {
+            Some((f, _)) => {
+                used.insert(*f);
             }
-            match STORED_CLAIM_READERS.iter().find(|(f, _)| *f == rel) {
-                Some((f, _)) => {
-                    used.insert(*f);
-                }
-                None => broken.push(format!("src/{rel}:{}: {code}", n + 1)),
-            }
+            None => broken.push(format!("src/{rel}:{n}: {code}")),
         }
     }
     assert!(
