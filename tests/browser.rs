@@ -871,8 +871,8 @@ fn picture_page(kind: &str, body: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readme_pictures_show_what_gatebot_sends() {
     let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/pictures");
-    let status = include_str!("snapshots/snapshots__github_status_waiting_promotion.snap");
-    let slack = include_str!("snapshots/snapshots__slack_wait_promote.snap");
+    let status = include_str!("snapshots/suite__snapshots__github_status_waiting_promotion.snap");
+    let slack = include_str!("snapshots/suite__snapshots__slack_wait_promote.snap");
     let slack: serde_json::Value = serde_json::from_str(snapshot_body(slack)).unwrap();
     let pages = [
         ("status-comment", status_comment_page(snapshot_body(status))),
@@ -888,7 +888,7 @@ async fn readme_pictures_show_what_gatebot_sends() {
         let committed = std::fs::read_to_string(&file).unwrap_or_default();
         assert!(
             committed == *html,
-            "{} is not what the snapshots give now: run GATEBOT_UPDATE_PICTURES=1 cargo test --test browser readme_pictures",
+            "{} is not what the snapshots give now: run GATEBOT_UPDATE_PICTURES=1 cargo test --test suite browser::readme_pictures",
             file.display()
         );
     }

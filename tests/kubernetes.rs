@@ -132,7 +132,8 @@ async fn flood(server: &TestServer, n: usize, body: impl Fn(usize) -> (String, S
     }
 }
 
-/// The WARN lines this test binary's gatebot logged (captured once per binary).
+/// The WARN lines the in-process gatebots of the test binary logged (captured
+/// once; only this file's tests make up the names counted).
 fn warn_lines(containing: &str) -> usize {
     static LOG: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
     static INIT: std::sync::Once = std::sync::Once::new();

@@ -10,7 +10,7 @@
 //! none of them grows with time once retention has reached its steady state.
 //!
 //! `.ci/run` runs the short form (6 weeks); `GATEBOT_SOAK=long cargo test
-//! --release --test soak -- --nocapture` runs a year (BENCHMARKS.md has its table).
+//! --release --test suite soak:: -- --nocapture` runs a year (BENCHMARKS.md has its table).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

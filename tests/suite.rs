@@ -1,0 +1,64 @@
+//! The integration tests, as one test crate: each file beside this one is a
+//! module of it, so `cargo test` links one test binary instead of one per
+//! file (linking dominated the cold build; BENCHMARKS.md, "Building").
+//! Run one file's tests with `cargo test --test suite quorum::`.
+
+mod browser;
+mod cache;
+mod clock;
+mod deadlines;
+mod durability;
+mod enterprise;
+mod environments;
+mod evidence;
+mod first_run;
+mod freezes;
+mod fuzzing;
+mod gates;
+mod github;
+mod github_checks;
+mod github_deployments;
+mod github_protection;
+mod github_reviews;
+mod holes;
+mod identity;
+mod kubernetes;
+mod layering;
+mod limits;
+mod memory;
+mod named_limits;
+mod notifications;
+mod observability;
+mod one_path;
+mod operations;
+mod outage;
+mod pg_tls;
+mod pipelines;
+mod proxy;
+mod queue;
+mod quorum;
+mod redelivery;
+mod reminders;
+mod replay;
+mod replicas;
+mod resilience;
+mod retention;
+mod rows;
+mod schema;
+mod security_doc;
+mod setup_github;
+mod slack;
+mod snapshots;
+mod soak;
+mod socket_mode;
+mod tables;
+mod teams;
+mod templates;
+mod tracing;
+mod transactions;
+mod trust;
+mod wait_bounds;
+mod web;
+mod web_environments;
+mod window_dst;
+mod windows;
