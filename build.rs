@@ -1,11 +1,9 @@
-//! Build metadata for `gatebot_build_info`, and the migrations' rebuild trigger.
+//! Build metadata for `gatebot_build_info`, and the cfgs of tests that need services.
 
 use std::path::Path;
 use std::process::Command;
 
 fn main() {
-    // The migrations are embedded by `sqlx::migrate!`: rebuild when one is added or edited.
-    println!("cargo:rerun-if-changed=migrations");
     println!("cargo:rustc-env=GATEBOT_BUILD_COMMIT={}", commit());
     println!("cargo:rustc-env=GATEBOT_BUILD_RUSTC={}", rustc());
     test_services();

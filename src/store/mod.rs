@@ -9,6 +9,7 @@ mod deployments;
 mod freezes;
 mod gate_events;
 mod loading;
+mod migrations;
 mod named;
 mod notify;
 mod origins;
@@ -181,9 +182,6 @@ pub struct Store {
     /// The latest write probe, shared so that a flood of `/readyz` costs one write a second.
     probe: Arc<Mutex<Option<replicas::Probe>>>,
 }
-
-static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
-static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// SQLite frees pages that retention empties only with `auto_vacuum`
 /// incremental; a file made without it is rewritten once (`VACUUM`).
@@ -784,15 +782,12 @@ fn timeouts(lock: Duration, statement: Duration) -> Vec<String> {
 async fn migrate(pool: &AnyPool, backend: Backend) -> Result<(), sqlx::migrate::MigrateError> {
     let mut conn = pool.acquire().await?;
     conn.close_on_drop();
-    match backend {
-        Backend::Sqlite => SQLITE_MIGRATIONS.run(&mut *conn).await,
-        Backend::Postgres => {
-            for setting in timeouts(Duration::ZERO, Duration::ZERO) {
-                sqlx::query(&setting).execute(&mut *conn).await?;
-            }
-            POSTGRES_MIGRATIONS.run(&mut *conn).await
+    if backend == Backend::Postgres {
+        for setting in timeouts(Duration::ZERO, Duration::ZERO) {
+            sqlx::query(&setting).execute(&mut *conn).await?;
         }
     }
+    migrations::migrator(backend).await?.run(&mut *conn).await
 }
 
 fn actor_from(row: &AnyRow, name: &str, source: &str) -> Result<Option<Actor>> {
