@@ -26,6 +26,7 @@ mod events;
 pub mod evidence;
 pub mod freezes;
 mod gate_cache;
+pub mod intake;
 mod lists;
 mod memory;
 pub mod named;

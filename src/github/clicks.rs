@@ -5,12 +5,13 @@
 use super::access::{CommentAuthorizer, Stale};
 use super::checks::{self, Button, KINDS};
 use super::events::CheckRunEvent;
-use super::inbox::{finish, GithubInbox};
+use super::inbox::GithubInbox;
 use super::retry;
 use super::sink::GithubJob;
 use super::SOURCE;
 use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Answer, Authorizer, Request, Rule};
+use crate::core::intake::{self, Said};
 use crate::core::Provenance;
 use crate::gate::{Actor, DeliveryId, GateKey, PrNumber, RepoName, Source};
 use crate::notify::{Lease, SendError, Settled};
@@ -122,17 +123,12 @@ impl GithubInbox {
             subject: Subject::Gate(key.clone()),
             who,
         };
-        let engine = &self.state.engine;
-        let authorized = dispatch::authorize(engine, &request, &authorizer)
-            .await
-            .map_err(super::send_error)?;
-        let mut unit = engine.begin().await.map_err(retry)?;
-        dispatch::decide(&mut unit, SOURCE, &request, authorized)
-            .await
-            .map_err(super::send_error)?;
         // The run says at once who did what, refused or not.
         let job = GithubJob::check_run(&repo, number, key.kind)?;
-        unit.enqueue(&[job]).await.map_err(retry)?;
-        finish(unit, item, lease).await
+        let say = |_, _| Ok((Said::jobs(vec![job]), ()));
+        let engine = &self.state.engine;
+        let authorized = dispatch::authorize(engine, &request, &authorizer).await?;
+        intake::take(engine, SOURCE, &request, authorized, Some(lease), say).await?;
+        Ok(Settled::Done)
     }
 }

@@ -23,7 +23,7 @@ use crate::command::{new_commands, parse_comment, Parsed};
 use crate::core::authors;
 use crate::core::commands::Subject;
 use crate::core::dispatch;
-use crate::core::unit::Unit;
+use crate::core::intake::{self, Mark, Said};
 use crate::core::AppState;
 use crate::gate::{DeliveryId, PrNumber, RepoName};
 use crate::notify::{late_note, BoxFuture, Handler, Lease, SendError, Settled};
@@ -45,23 +45,14 @@ struct Learned {
 }
 
 impl Learned {
-    async fn write(&self, unit: &mut Unit<'_>) -> Result<(), SendError> {
-        unit.learn_pr_author(&self.repo, self.number, &self.login)
-            .await
-            .map_err(retry)
+    /// The row that keeps it, written with the delivery's settlement.
+    fn mark(self) -> Mark {
+        Mark::PrAuthor {
+            repo: self.repo,
+            number: self.number,
+            login: self.login,
+        }
     }
-}
-
-/// Settles the delivery in `unit` and commits it.
-pub(super) async fn finish(
-    mut unit: Unit<'_>,
-    item: &QueueItem,
-    lease: &Lease,
-) -> Result<Settled, SendError> {
-    debug_assert_eq!(item.id, lease.claim().id);
-    unit.settle(lease.queue, &lease.claim()).await?;
-    unit.commit().await?;
-    Ok(Settled::Done)
 }
 
 impl GithubInbox {
@@ -138,7 +129,6 @@ impl GithubInbox {
     /// delivery in one transaction; with nothing to write, the worker settles it.
     async fn settle(
         &self,
-        item: &QueueItem,
         lease: &Lease,
         jobs: Vec<NewJob>,
         learned: Option<Learned>,
@@ -146,12 +136,10 @@ impl GithubInbox {
         if jobs.is_empty() && learned.is_none() {
             return Ok(Settled::NotYet);
         }
-        let mut unit = self.state.engine.begin().await.map_err(retry)?;
-        unit.enqueue(&jobs).await.map_err(retry)?;
-        if let Some(learned) = &learned {
-            learned.write(&mut unit).await?;
-        }
-        finish(unit, item, lease).await
+        let mut said = Said::jobs(jobs);
+        said.marks.extend(learned.map(Learned::mark));
+        intake::answer(&self.state.engine, said, Some(lease)).await?;
+        Ok(Settled::Done)
     }
 
     /// The PR's author when gatebot did not know it yet (for four eyes in
@@ -211,7 +199,7 @@ impl GithubInbox {
             Some(parsed) => self.not_run(&c, &body, &parsed)?,
             None => Vec::new(),
         };
-        self.settle(item, lease, jobs, learned).await
+        self.settle(lease, jobs, learned).await
     }
 
     /// The comment's command lines; None when it is gatebot's own or neither
@@ -297,27 +285,25 @@ impl GithubInbox {
                     .await?,
             );
         }
-        let mut unit = self.state.engine.begin().await.map_err(retry)?;
-        let (mut out, froze) = decide(&mut unit, steps).await?;
-        if out.applied {
+        let (asked, shown): (Vec<_>, Vec<_>) = steps.into_iter().map(Step::split).unzip();
+        let say = |outcomes: Vec<_>, now| {
+            let mut out = Reply::default();
+            for (shown, outcome) in shown.into_iter().zip(outcomes) {
+                out.show(shown, outcome);
+            }
             // Acknowledged long ago: say when it took effect, and why so late.
-            if let Some(note) = late_note(item, self.state.engine.now()) {
+            if let Some(note) = late_note(item, now).filter(|_| out.applied) {
                 out.lines.push(Line {
                     command: None,
                     message: note,
                 });
             }
-        }
-        let jobs = self.answer(c, out)?;
-        unit.enqueue(&jobs).await.map_err(retry)?;
-        if let Some(learned) = &learned {
-            learned.write(&mut unit).await?;
-        }
-        let settled = finish(unit, item, lease).await?;
-        if froze {
-            self.state.engine.reload_freezes().await.map_err(retry)?;
-        }
-        Ok(settled)
+            let mut said = Said::jobs(self.answer(c, out)?);
+            said.marks.extend(learned.map(Learned::mark));
+            Ok((said, ()))
+        };
+        intake::take_all(&self.state.engine, SOURCE, asked, Some(lease), say).await?;
+        Ok(Settled::Done)
     }
 
     /// The reactions, the reply and the answers a comment's commands came to.
@@ -338,43 +324,6 @@ impl GithubInbox {
         }
         Ok(jobs)
     }
-}
-
-/// Decides a comment's steps in `unit`; whether a freeze changed.
-async fn decide(unit: &mut Unit<'_>, steps: Vec<Step>) -> Result<(Reply, bool), SendError> {
-    let mut out = Reply::default();
-    let mut froze = false;
-    for step in steps {
-        match step {
-            Step::Unknown(word) => {
-                unit.count(SOURCE, "unknown", "unknown");
-                out.refused = true;
-                out.lines.push(Line {
-                    command: Some(format!("/{word}")),
-                    message: "is not a gatebot command: comment `/help` for the list".into(),
-                });
-            }
-            Step::Answer { job, purpose } => {
-                unit.count(SOURCE, purpose, "answered");
-                out.extra.push((job, purpose));
-            }
-            Step::Unreadable { word, why } => {
-                unit.count(SOURCE, word, "refused");
-                out.refused(word, why);
-            }
-            Step::Command {
-                request,
-                authorized,
-            } => {
-                let outcome = dispatch::decide(unit, SOURCE, &request, authorized)
-                    .await
-                    .map_err(super::send_error)?;
-                froze |= dispatch::changed_freezes(&outcome);
-                out.render(&request.command, outcome);
-            }
-        }
-    }
-    Ok((out, froze))
 }
 
 /// One comment's delivery, and the jobs that answer on its pull request.

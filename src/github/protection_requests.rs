@@ -5,11 +5,11 @@
 use std::collections::BTreeMap;
 
 use super::events::DeploymentProtectionRuleEvent;
-use super::inbox::{finish, GithubInbox};
+use super::inbox::GithubInbox;
 use super::protection::{callback_path, Decision};
-use super::retry;
 use super::sink::GithubJob;
 use crate::core::awaited::Awaited;
+use crate::core::intake::{self, Said};
 use crate::gate::{GateKey, Scope};
 use crate::notify::{Lease, SendError, Settled};
 use crate::store::{ProtectionRequest, QueueItem};
@@ -44,7 +44,6 @@ impl GithubInbox {
                 number,
             },
         );
-        let mut unit = self.state.engine.begin().await.map_err(retry)?;
         let request = ProtectionRequest {
             repo: repo.clone(),
             run_id,
@@ -53,25 +52,26 @@ impl GithubInbox {
             gate: key.clone(),
             callback_url: e.deployment_callback_url.clone(),
             installation: e.installation.as_ref().map(|i| i.id),
-            requested_at: unit.now(),
+            // Set by the core, in the unit that keeps it.
+            requested_at: 0,
         };
-        if !unit.put_protection_request(&request).await.map_err(retry)? {
-            return finish(unit, item, lease).await;
-        }
         let reason = format!(
             "the deployment of workflow run {run_id} to {} waits for {key}",
             request.environment
         );
-        let awaited = unit
-            .await_gate(&key, reason, metadata(&request))
-            .await
-            .map_err(super::send_error)?;
-        if let Awaited::Open(change) = awaited {
-            let decision = Decision::approved(kind, &change.by, unit.now());
-            let job = GithubJob::protection(&repo, number, decision)?;
-            unit.enqueue(&[job]).await.map_err(retry)?;
-        }
-        finish(unit, item, lease).await
+        let metadata = metadata(&request);
+        let say = |awaited: &Awaited, now| match awaited {
+            Awaited::Open(change) => {
+                let decision = Decision::approved(kind, &change.by, now);
+                Ok(Said::jobs(vec![GithubJob::protection(
+                    &repo, number, decision,
+                )?]))
+            }
+            Awaited::Waiting => Ok(Said::default()),
+        };
+        let engine = &self.state.engine;
+        intake::protection_request(engine, request, reason, metadata, Some(lease), say).await?;
+        Ok(Settled::Done)
     }
 }
 

@@ -5,6 +5,7 @@ use super::sink::GithubJob;
 use crate::command::{Command, Invalid};
 use crate::core::commands::Applied;
 use crate::core::dispatch::{Authorized, Outcome, Request};
+use crate::core::intake::Asked;
 use crate::gate::state::rfc3339;
 
 /// One line of a reply.
@@ -42,7 +43,70 @@ pub(super) enum Step {
     },
 }
 
+/// What is left to show of a step once the core has it.
+pub(super) enum Shown {
+    Unknown(String),
+    Answer {
+        job: GithubJob,
+        purpose: &'static str,
+    },
+    Unreadable {
+        word: &'static str,
+        why: String,
+    },
+    Command(Command),
+}
+
+impl Step {
+    /// What the core runs or counts of this line, and what is left to show.
+    pub(super) fn split(self) -> (Asked<String>, Shown) {
+        let counted = |command: &str, result| Asked::Counted {
+            command: command.to_string(),
+            result,
+        };
+        match self {
+            Self::Unknown(word) => (counted("unknown", "unknown"), Shown::Unknown(word)),
+            Self::Answer { job, purpose } => {
+                (counted(purpose, "answered"), Shown::Answer { job, purpose })
+            }
+            Self::Unreadable { word, why } => {
+                (counted(word, "refused"), Shown::Unreadable { word, why })
+            }
+            Self::Command {
+                request,
+                authorized,
+            } => {
+                let command = request.command.clone();
+                let asked = Asked::Command {
+                    request,
+                    authorized,
+                };
+                (asked, Shown::Command(command))
+            }
+        }
+    }
+}
+
 impl Reply {
+    /// Adds what came of one line: `outcome` is the core's for a command.
+    pub(super) fn show(&mut self, shown: Shown, outcome: Option<Outcome<String>>) {
+        match (shown, outcome) {
+            (Shown::Unknown(word), _) => {
+                self.refused = true;
+                self.lines.push(Line {
+                    command: Some(format!("/{word}")),
+                    message: "is not a gatebot command: comment `/help` for the list".into(),
+                });
+            }
+            (Shown::Answer { job, purpose }, _) => self.extra.push((job, purpose)),
+            (Shown::Unreadable { word, why }, _) => self.refused(word, why),
+            (Shown::Command(command), Some(outcome)) => self.render(&command, outcome),
+            (Shown::Command(command), None) => {
+                self.refused(command.name(), "not decided: comment again".into())
+            }
+        }
+    }
+
     pub(super) fn render(&mut self, command: &Command, outcome: Outcome<String>) {
         let why = match outcome {
             Outcome::Applied(applied) => {

@@ -7,7 +7,7 @@
 
 use super::access::{CommentAuthorizer, Stale};
 use super::events::PullRequestReviewEvent;
-use super::inbox::{finish, GithubInbox};
+use super::inbox::GithubInbox;
 use super::reply::{Line, Reply};
 use super::retry;
 use super::sink::GithubJob;
@@ -15,6 +15,7 @@ use super::SOURCE;
 use crate::command::Command;
 use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Request};
+use crate::core::intake::{self, Said};
 use crate::core::withdraw::Withdrawn;
 use crate::core::Provenance;
 use crate::gate::{Actor, DeliveryId, GateKey, GateKind, PrNumber, RepoName, Scope, Source};
@@ -90,10 +91,10 @@ impl GithubInbox {
             delivery,
         };
         if e.dismissed() {
-            return self.dismissed(item, lease, &r).await;
+            return self.dismissed(lease, &r).await;
         }
         if e.approved() {
-            return self.approved(item, lease, &r).await;
+            return self.approved(lease, &r).await;
         }
         Ok(Settled::NotYet)
     }
@@ -109,7 +110,6 @@ impl GithubInbox {
     /// an older commit than the PR's head.
     async fn approved(
         &self,
-        item: &QueueItem,
         lease: &Lease,
         r: &Reviewed<'_>,
     ) -> Result<Settled, SendError> {
@@ -131,11 +131,9 @@ impl GithubInbox {
                     short(&head)
                 ),
             };
-            let mut unit = engine.begin().await.map_err(retry)?;
-            unit.enqueue(&[r.reply(self, vec![line])?])
-                .await
-                .map_err(retry)?;
-            return finish(unit, item, lease).await;
+            let said = Said::jobs(vec![r.reply(self, vec![line])?]);
+            intake::answer(engine, said, Some(lease)).await?;
+            return Ok(Settled::Done);
         }
         let pr_author = pull.user.map(|u| u.login).unwrap_or_default();
         let stale = Stale {
@@ -162,16 +160,12 @@ impl GithubInbox {
             subject: Subject::pr(r.repo.clone(), r.number),
             who,
         };
-        let authorized = dispatch::authorize(engine, &request, &authorizer)
-            .await
-            .map_err(super::send_error)?;
-        let mut unit = engine.begin().await.map_err(retry)?;
-        let outcome = dispatch::decide(&mut unit, SOURCE, &request, authorized)
-            .await
-            .map_err(super::send_error)?;
-        let mut reply = Reply::default();
-        reply.render(&request.command, outcome);
-        if !reply.lines.is_empty() {
+        let say = |outcome, _| {
+            let mut reply = Reply::default();
+            reply.render(&request.command, outcome);
+            if reply.lines.is_empty() {
+                return Ok((Said::default(), ()));
+            }
             let lead = Line {
                 command: None,
                 message: format!(
@@ -180,18 +174,17 @@ impl GithubInbox {
                 ),
             };
             let lines = std::iter::once(lead).chain(reply.lines).collect();
-            unit.enqueue(&[r.reply(self, lines)?])
-                .await
-                .map_err(retry)?;
-        }
-        finish(unit, item, lease).await
+            Ok((Said::jobs(vec![r.reply(self, lines)?]), ()))
+        };
+        let authorized = dispatch::authorize(engine, &request, &authorizer).await?;
+        intake::take(engine, SOURCE, &request, authorized, Some(lease), say).await?;
+        Ok(Settled::Done)
     }
 
     /// A dismissed review: the reviewer's vote at the promote gate no longer
     /// counts, unless it already opened the gate.
     async fn dismissed(
         &self,
-        item: &QueueItem,
         lease: &Lease,
         r: &Reviewed<'_>,
     ) -> Result<Settled, SendError> {
@@ -202,35 +195,36 @@ impl GithubInbox {
                 "review by {} dismissed: their approval no longer counts",
                 r.reviewer()
             )));
-        let mut unit = engine.begin().await.map_err(retry)?;
-        let withdrawn = unit
-            .withdraw(&r.promote(), r.reviewer(), &who)
-            .await
-            .map_err(super::send_error)?;
-        let message = match withdrawn {
-            Withdrawn::Counted(left) => {
-                unit.count(SOURCE, "review", "withdrawn");
-                format!(
+        let say = |withdrawn: &Withdrawn| {
+            let message = match withdrawn {
+                Withdrawn::Counted(left) => format!(
                     "your review was dismissed by @{}, so your approval no longer counts: {left}",
                     r.e.sender.login
-                )
-            }
-            Withdrawn::Used => {
-                unit.count(SOURCE, "review", "used");
-                format!(
+                ),
+                Withdrawn::Used => format!(
                     "your review was dismissed by @{}, but your approval had already opened the gate: comment `/hold` to keep it closed",
                     r.e.sender.login
-                )
-            }
-            Withdrawn::Nothing => return finish(unit, item, lease).await,
+                ),
+                Withdrawn::Nothing => return Ok(Said::default()),
+            };
+            let line = Line {
+                command: None,
+                message,
+            };
+            Ok(Said::jobs(vec![r.reply(self, vec![line])?]))
         };
-        let line = Line {
-            command: None,
-            message,
-        };
-        unit.enqueue(&[r.reply(self, vec![line])?])
-            .await
-            .map_err(retry)?;
-        finish(unit, item, lease).await
+        let (key, person) = (r.promote(), r.reviewer());
+        intake::withdraw(
+            engine,
+            SOURCE,
+            "review",
+            &key,
+            person,
+            &who,
+            Some(lease),
+            say,
+        )
+        .await?;
+        Ok(Settled::Done)
     }
 }

@@ -16,11 +16,12 @@ use crate::command::{parse_slash, Command, Invalid};
 use crate::core::authors::PrAuthors;
 use crate::core::commands::{self, Applied, Subject};
 use crate::core::dispatch::{self, Outcome, Request};
+use crate::core::intake::{self, Mark, Said};
 use crate::core::AppState;
 use crate::core::{CommandError, Provenance};
-use crate::gate::{Actor, DeliveryId, GateKey, GateStatus, Phase, Source};
+use crate::gate::{Actor, DeliveryId, GateKey, GateStatus, Millis, Phase, Source};
 use crate::notify::{late_note, BoxFuture, Handler, SendError, SinkJob};
-use crate::store::{QueueItem, WaitRow};
+use crate::store::{NewJob, QueueItem, WaitRow};
 use crate::templates::Templates;
 
 pub const CLICK: &str = "block_actions";
@@ -64,19 +65,10 @@ impl SlackInbox {
     }
 
     async fn respond(&self, response_url: Option<&str>, text: String) -> Result<(), SendError> {
-        let Some(url) = response_url.filter(|u| !u.is_empty()) else {
-            tracing::info!(reply = %text, "no response_url to answer on");
+        let Some(job) = response(response_url, text)? else {
             return Ok(());
         };
-        let job = SlackJob::Respond {
-            response_url: url.to_string(),
-            response: Response::ephemeral(text),
-        };
-        self.state
-            .engine
-            .enqueue(&[job.job(None)?])
-            .await
-            .map_err(store_err)?;
+        self.state.engine.enqueue(&[job]).await.map_err(store_err)?;
         Ok(())
     }
 
@@ -116,29 +108,24 @@ impl SlackInbox {
                 return self.respond(url, text).await;
             }
         }
-        let mut unit = engine.begin().await.map_err(store_err)?;
-        let outcome = dispatch::decide(&mut unit, "slack", &request, authorized)
-            .await
-            .map_err(send_error)?;
-        if let Outcome::Applied(applied) = &outcome {
-            self.decide_message(&mut unit, i, click.approve, wait_id, applied)
-                .await?;
-        }
-        unit.commit().await.map_err(store_err)?;
-        match outcome {
-            // The message shows the decision; only a late one says more, to the clicker.
-            Outcome::Applied(_) => match late_note(item, engine.now()) {
-                Some(note) => {
-                    self.respond(url, format!(":hourglass: your click was {note}"))
-                        .await
-                }
-                None => Ok(()),
-            },
-            refused => {
-                let text = self.refusal(&request.command, refused);
-                self.respond(url, text).await
+        let say = |outcome, now| {
+            let (mut said, text) = match outcome {
+                Outcome::Applied(applied) => (
+                    decided(i, click.approve, wait_id, &applied, now)?,
+                    // The message shows the decision; only a late one says more, to the clicker.
+                    late_note(item, now).map(|note| format!(":hourglass: your click was {note}")),
+                ),
+                refused => (
+                    Said::default(),
+                    Some(self.refusal(&request.command, refused)),
+                ),
+            };
+            if let Some(text) = text {
+                said.jobs.extend(response(url, text)?);
             }
-        }
+            Ok((said, ()))
+        };
+        intake::take(engine, "slack", &request, authorized, None, say).await
     }
 
     /// The command a click means, by whom, for the revision the message showed.
@@ -204,40 +191,6 @@ impl SlackInbox {
             .or_else(|| wait.and_then(|w| w.outcome.clone()))
             .or_else(|| wait.is_none().then(|| "unknown wait".to_string()));
         Ok(ended.map(SlackDenied::Over))
-    }
-
-    /// Records who decided the message (unless an approval only counted
-    /// towards several: the buttons stay for the others) and refreshes it.
-    async fn decide_message(
-        &self,
-        unit: &mut crate::core::unit::Unit<'_>,
-        i: &Interaction,
-        approve: bool,
-        wait_id: i64,
-        applied: &Applied,
-    ) -> Result<(), SendError> {
-        if !applied.counted_only() {
-            let rollback_gate = applied
-                .gates
-                .iter()
-                .find(|g| !approve && g.key.kind.is_rollback())
-                .map(|g| g.key.to_string());
-            let decision = Decision {
-                approved: approve,
-                user_id: Some(i.user.id.clone()),
-                name: i.user_label(),
-                via: "slack".into(),
-                at: unit.now(),
-                reason: None,
-                rollback_gate,
-            };
-            record::decide_in(unit, &record::decision_key(wait_id), &decision)
-                .await
-                .map_err(store_err)?;
-        }
-        unit.enqueue(&[SlackJob::Refresh { wait_id }.job(None)?])
-            .await
-            .map_err(store_err)
     }
 
     /// What Slack is told when a command changed nothing.
@@ -358,6 +311,50 @@ impl SlackInbox {
 
 /// The outbox's terms for a command not done: given up when trying again
 /// cannot help, tried again (when Slack or GitHub said, at that time) otherwise.
+/// The rows and the refresh a click that applied writes: the message's
+/// decision (unless the click only counted towards a quorum) and its refresh.
+fn decided(
+    i: &Interaction,
+    approve: bool,
+    wait_id: i64,
+    applied: &Applied,
+    now: Millis,
+) -> Result<Said, SendError> {
+    let mut said = Said::jobs(vec![SlackJob::Refresh { wait_id }.job(None)?]);
+    if !applied.counted_only() {
+        let rollback_gate = applied
+            .gates
+            .iter()
+            .find(|g| !approve && g.key.kind.is_rollback())
+            .map(|g| g.key.to_string());
+        let decision = Decision {
+            approved: approve,
+            user_id: Some(i.user.id.clone()),
+            name: i.user_label(),
+            via: "slack".into(),
+            at: now,
+            reason: None,
+            rollback_gate,
+        };
+        said.marks.push(Mark::SlackDecision { wait_id, decision });
+    }
+    Ok(said)
+}
+
+/// The job that answers the clicker or sender on Slack's `response_url`
+/// (none without one: the answer is logged).
+fn response(response_url: Option<&str>, text: String) -> Result<Option<NewJob>, SendError> {
+    let Some(url) = response_url.filter(|u| !u.is_empty()) else {
+        tracing::info!(reply = %text, "no response_url to answer on");
+        return Ok(None);
+    };
+    let job = SlackJob::Respond {
+        response_url: url.to_string(),
+        response: Response::ephemeral(text),
+    };
+    Ok(Some(job.job(None)?))
+}
+
 fn send_error(e: CommandError) -> SendError {
     e.into()
 }

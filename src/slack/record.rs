@@ -9,7 +9,6 @@ use std::marker::PhantomData;
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::unit::Unit;
 use crate::core::Records;
 use crate::gate::audit::as_text;
 use crate::gate::{CanaryRef, GateKey, GateStatus, Millis};
@@ -143,15 +142,6 @@ pub async fn put<T: Fact>(
     now: Millis,
 ) -> Result<(), StoreError> {
     value.save(records, key.wait_id, now).await
-}
-
-/// Records a decision inside the transaction of the change it decides.
-pub async fn decide_in(
-    unit: &mut Unit<'_>,
-    key: &Key<Decision>,
-    d: &Decision,
-) -> Result<(), StoreError> {
-    unit.decide_slack_message(key.wait_id, d).await
 }
 
 /// The wait of the latest message posted for a canary: where its progress is threaded.

@@ -27,6 +27,7 @@ use crate::command::Command;
 use crate::core::authors::PrAuthors;
 use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Outcome, Request};
+use crate::core::intake::{self, Mark, Said};
 use crate::core::{AppState, Provenance};
 use crate::gate::{Actor, DeliveryId, GateKey, Phase, Source};
 use crate::http::error::{Reject, Rejected};
@@ -230,31 +231,28 @@ pub async fn apply(
     let authorized = dispatch::authorize(engine, &request, &authorizer)
         .await
         .map_err(send_error)?;
-    let mut unit = engine.begin().await.map_err(store_err)?;
-    let outcome = dispatch::decide(&mut unit, "teams", &request, authorized)
-        .await
-        .map_err(send_error)?;
-    if let Outcome::Applied(applied) = &outcome {
-        if click.verb != HOLD && !applied.counted_only() {
-            unit.decide_teams_card(click.wait_id, click.verb, name)
-                .await
-                .map_err(store_err)?;
+    let say = |outcome, now| {
+        let mut said = Said::default();
+        let mut late = None;
+        if let Outcome::Applied(applied) = &outcome {
+            if click.verb != HOLD && !applied.counted_only() {
+                let by = name.to_string();
+                said.marks.push(Mark::TeamsCard {
+                    wait_id: click.wait_id,
+                    verb: click.verb,
+                    by,
+                });
+            }
+            let refresh = CardJob::Refresh {
+                wait_id: click.wait_id,
+            };
+            said.jobs.push(refresh.job(None)?);
+            late = late_note(item, now).map(|note| format!("{name}'s click was {note}"));
         }
-        let refresh = CardJob::Refresh {
-            wait_id: click.wait_id,
-        };
-        unit.enqueue(&[refresh.job(None)?])
-            .await
-            .map_err(store_err)?;
-    }
-    unit.commit().await.map_err(store_err)?;
-    state.delivery_applied.notify_waiters();
-    let late = match outcome {
-        Outcome::Applied(_) => {
-            late_note(item, engine.now()).map(|note| format!("{name}'s click was {note}"))
-        }
-        _ => None,
+        Ok((said, (outcome, late)))
     };
+    let (outcome, late) = intake::take(engine, "teams", &request, authorized, None, say).await?;
+    state.delivery_applied.notify_waiters();
     tracing::info!(from = %name, verb = click.verb, answer = %answer_of(outcome), "Teams card click");
     Ok(late)
 }
