@@ -358,6 +358,32 @@ fn channels_ask_the_core_not_the_store() {
     );
 }
 
+/// Whether a line of code opens a transaction or names the core's unit.
+fn opens_a_unit(code: &str) -> bool {
+    code.contains(".begin()") || code.contains("core::unit") || code.contains("Unit<")
+}
+
+/// Issue 43: a channel reads, asks and renders; the core decides, writes and
+/// settles (`core::intake`, `core::dispatch::run`), so no channel opens a
+/// transaction or holds a unit.
+#[test]
+fn no_channel_opens_a_transaction() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let broken: Vec<String> = code_lines(opens_a_unit)
+        .into_iter()
+        .filter(|(rel, _, _)| is_channel(&module_of(&src, &src.join(rel))))
+        .map(|(rel, n, code)| format!("src/{rel}:{n}: {code}"))
+        .collect();
+    assert!(
+        broken.is_empty(),
+        "channels open transactions (hand the core what to write: core::intake::take):\n{}",
+        broken.join("\n")
+    );
+    assert!(opens_a_unit("let mut unit = engine.begin().await?;"));
+    assert!(opens_a_unit("    unit: &mut Unit<'_>,"));
+    assert!(!opens_a_unit("intake::take(engine, SOURCE, &request, authorized, None, say).await?;"));
+}
+
 #[test]
 fn the_store_scanner_sees_types_and_fields() {
     assert!(reaches_store("use crate::store::{NewJob, Store};"));
