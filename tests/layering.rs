@@ -381,7 +381,9 @@ fn no_channel_opens_a_transaction() {
     );
     assert!(opens_a_unit("let mut unit = engine.begin().await?;"));
     assert!(opens_a_unit("    unit: &mut Unit<'_>,"));
-    assert!(!opens_a_unit("intake::take(engine, SOURCE, &request, authorized, None, say).await?;"));
+    assert!(!opens_a_unit(
+        "intake::take(engine, SOURCE, &request, authorized, None, say).await?;"
+    ));
 }
 
 #[test]

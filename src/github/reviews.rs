@@ -108,11 +108,7 @@ impl GithubInbox {
 
     /// An approving review: `/promote` by the reviewer, unless it is about
     /// an older commit than the PR's head.
-    async fn approved(
-        &self,
-        lease: &Lease,
-        r: &Reviewed<'_>,
-    ) -> Result<Settled, SendError> {
+    async fn approved(&self, lease: &Lease, r: &Reviewed<'_>) -> Result<Settled, SendError> {
         let pull = self
             .client
             .pull(&r.repo, r.number)
@@ -183,11 +179,7 @@ impl GithubInbox {
 
     /// A dismissed review: the reviewer's vote at the promote gate no longer
     /// counts, unless it already opened the gate.
-    async fn dismissed(
-        &self,
-        lease: &Lease,
-        r: &Reviewed<'_>,
-    ) -> Result<Settled, SendError> {
+    async fn dismissed(&self, lease: &Lease, r: &Reviewed<'_>) -> Result<Settled, SendError> {
         let engine = &self.state.engine;
         let who = Provenance::new(Actor::new(r.e.sender.login.clone(), Source::Github))
             .delivery(r.delivery.clone())
