@@ -480,14 +480,12 @@ async fn dribbled_headers_are_cut_and_gate_checks_keep_answering() {
     assert!(slowest < Duration::from_secs(4), "{slowest:?}");
     // The promise to Flagger: an answer within 2 s (a loaded 2-core CI machine sees ~1 s).
     assert!(worst < Duration::from_secs(2), "worst gate check {worst:?}");
-    assert!(
-        metric(
-            &served.url,
-            "gatebot_http_connections_cut_total{reason=\"header_timeout\"}"
-        )
-        .await
-            >= 300.0
-    );
+    let cut = metric(
+        &served.url,
+        "gatebot_http_connections_cut_total{reason=\"header_timeout\"}",
+    )
+    .await;
+    assert!(cut >= 300.0, "{cut} connections cut for their headers");
 }
 
 /// A keep-alive connection outlives the header timeout while idle, and is
