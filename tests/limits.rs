@@ -443,8 +443,10 @@ async fn dribbled_headers_are_cut_and_gate_checks_keep_answering() {
     let port = served.port;
     let mut dribblers = Vec::new();
     for i in 0..300 {
+        // Connected one after another: 300 SYNs at once overflow the kernel's
+        // SYN queue, and the connections it then resets never reach gatebot.
+        let (mut read, mut write) = connect(port).await.into_split();
         dribblers.push(tokio::spawn(async move {
-            let (mut read, mut write) = connect(port).await.into_split();
             let started = Instant::now();
             let dribble = tokio::spawn(async move {
                 let _ = write.write_all(b"GET /healthz HTTP/1.1\r\n").await;

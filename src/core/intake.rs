@@ -1,10 +1,12 @@
-//! The one intake for a stored delivery that carries one command (a button
-//! clicked in a PR's checks, in Slack or on a Teams card; an approving
-//! review): the channel reads the delivery into a [`Request`], has the core
-//! authorize it (`dispatch::authorize`, with the channel's authorizer), and
-//! says in its own words what came of it; the core decides, writes the
-//! channel's answer and settles the delivery in one unit. A channel that
-//! uses it opens no transaction.
+//! The one intake of a stored delivery that carries commands (a PR comment,
+//! a button clicked in a PR's checks, in Slack or on a Teams card, an
+//! approving or dismissed review) or starts a wait (a deployment's
+//! protection request). The channel reads the delivery, has the core
+//! authorize its commands (`dispatch::authorize`, with the channel's
+//! authorizer; its calls out happen there, before any transaction), and
+//! says in its own words what came of them ([`Said`]); the core decides,
+//! writes that, settles the delivery and commits in one unit. No channel
+//! opens a transaction (`tests/layering.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt;
