@@ -33,7 +33,7 @@ impl GithubInbox {
         let user = &e.comment.user.login;
         let number = PrNumber(e.issue.number);
         let inv = match parsed {
-            Parsed::Unknown { word, .. } => return Ok(Step::Unknown(word)),
+            Parsed::Unknown { word, .. } => return Ok(Step::unknown(word)),
             Parsed::Freeze { unfreeze, rest, .. } => {
                 return self.freeze_step(unfreeze, &rest, e, repo, delivery).await;
             }
@@ -57,10 +57,7 @@ impl GithubInbox {
                         json!({"marker": MARKER, "author": user, "subject": subject.display(), "commands": dispatch::help()}),
                     )
                     .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
-                return Ok(Step::Answer {
-                    job: comment(text),
-                    purpose: "help",
-                });
+                return Ok(Step::answer(comment(text), "help"));
             }
             Verb::Status => {
                 let pr = view(&self.state.records, repo, number, self.state.clock.now_ms())
@@ -75,10 +72,7 @@ impl GithubInbox {
                         json!({"marker": MARKER, "subject": pr.subject, "gates": pr.gates, "events": pr.events, "reply": true}),
                     )
                     .map_err(|e| SendError::Permanent(format!("{e:#}")))?;
-                return Ok(Step::Answer {
-                    job: comment(text),
-                    purpose: "status",
-                });
+                return Ok(Step::answer(comment(text), "status"));
             }
             _ => {}
         }
@@ -115,10 +109,7 @@ impl GithubInbox {
         let authorized = dispatch::authorize(&self.state.engine, &request, &authorizer)
             .await
             .map_err(super::send_error)?;
-        Ok(Step::Command {
-            request: Box::new(request),
-            authorized,
-        })
+        Ok(Step::command(request, authorized))
     }
 
     /// `/freeze [for 2h|until <time>] <reason>` freezes the PR's repository;
@@ -133,7 +124,7 @@ impl GithubInbox {
     ) -> Result<Step, SendError> {
         let word = if unfreeze { "unfreeze" } else { "freeze" };
         let line = crate::command::parse_freeze(rest);
-        let unreadable = |why: String| Ok(Step::Unreadable { word, why });
+        let unreadable = |why: String| Ok(Step::unreadable(word, why));
         if line.scope.is_some() {
             return unreadable(format!(
                 "on a pull request `/{word}` is for {repo}: freeze other scopes with `/gatebot {word}` in Slack or `gatebot {word}`"

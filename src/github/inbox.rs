@@ -15,7 +15,7 @@ use super::events::{
     CheckRunEvent, DeploymentProtectionRuleEvent, IssueCommentEvent, PullRequestEvent,
     PullRequestReviewEvent, User,
 };
-use super::reply::{Line, Reply, Step};
+use super::reply::{Line, Reply};
 use super::retry;
 use super::sink::GithubJob;
 use super::{is_own_comment, pushes, quoted_command, SOURCE};
@@ -285,7 +285,8 @@ impl GithubInbox {
                     .await?,
             );
         }
-        let (asked, shown): (Vec<_>, Vec<_>) = steps.into_iter().map(Step::split).unzip();
+        let (asked, shown): (Vec<_>, Vec<_>) =
+            steps.into_iter().map(|s| (s.asked, s.shown)).unzip();
         let say = |outcomes: Vec<_>, now| {
             let mut out = Reply::default();
             for (shown, outcome) in shown.into_iter().zip(outcomes) {

@@ -23,8 +23,15 @@ pub(super) struct Reply {
     pub(super) extra: Vec<(GithubJob, &'static str)>,
 }
 
-/// One line of a comment, decided before the transaction opens.
-pub(super) enum Step {
+/// One line of a comment, decided before the transaction opens: what the
+/// core runs or counts of it, and what is left to show once it has.
+pub(super) struct Step {
+    pub(super) asked: Asked<String>,
+    pub(super) shown: Shown,
+}
+
+/// What is left to show of a line once the core has it.
+pub(super) enum Shown {
     Unknown(String),
     /// `/help` or `/status`: a comment to post.
     Answer {
@@ -37,52 +44,39 @@ pub(super) enum Step {
         word: &'static str,
         why: String,
     },
-    Command {
-        request: Box<Request>,
-        authorized: Authorized<String>,
-    },
-}
-
-/// What is left to show of a step once the core has it.
-pub(super) enum Shown {
-    Unknown(String),
-    Answer {
-        job: GithubJob,
-        purpose: &'static str,
-    },
-    Unreadable {
-        word: &'static str,
-        why: String,
-    },
     Command(Command),
 }
 
 impl Step {
-    /// What the core runs or counts of this line, and what is left to show.
-    pub(super) fn split(self) -> (Asked<String>, Shown) {
-        let counted = |command: &str, result| Asked::Counted {
-            command: command.to_string(),
-            result,
-        };
-        match self {
-            Self::Unknown(word) => (counted("unknown", "unknown"), Shown::Unknown(word)),
-            Self::Answer { job, purpose } => {
-                (counted(purpose, "answered"), Shown::Answer { job, purpose })
-            }
-            Self::Unreadable { word, why } => {
-                (counted(word, "refused"), Shown::Unreadable { word, why })
-            }
-            Self::Command {
+    fn counted(command: &str, result: &'static str, shown: Shown) -> Self {
+        let command = command.to_string();
+        Self {
+            asked: Asked::Counted { command, result },
+            shown,
+        }
+    }
+
+    pub(super) fn unknown(word: String) -> Self {
+        Self::counted("unknown", "unknown", Shown::Unknown(word))
+    }
+
+    pub(super) fn answer(job: GithubJob, purpose: &'static str) -> Self {
+        Self::counted(purpose, "answered", Shown::Answer { job, purpose })
+    }
+
+    pub(super) fn unreadable(word: &'static str, why: String) -> Self {
+        Self::counted(word, "refused", Shown::Unreadable { word, why })
+    }
+
+    pub(super) fn command(request: Request, authorized: Authorized<String>) -> Self {
+        let shown = Shown::Command(request.command.clone());
+        let request = Box::new(request);
+        Self {
+            asked: Asked::Command {
                 request,
                 authorized,
-            } => {
-                let command = request.command.clone();
-                let asked = Asked::Command {
-                    request,
-                    authorized,
-                };
-                (asked, Shown::Command(command))
-            }
+            },
+            shown,
         }
     }
 }

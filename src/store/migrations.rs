@@ -14,29 +14,40 @@ use super::Backend;
 /// A migration file's name and text.
 type File = (&'static str, &'static str);
 
-macro_rules! files {
-    ($dir:literal: $($name:literal),* $(,)?) => {
-        &[$(($name, include_str!(concat!("../../migrations/", $dir, "/", $name)))),*]
+/// Both stores' migrations, one file of each directory per name (`tests/schema.rs`
+/// checks that the two build the same schema).
+macro_rules! migrations {
+    ($($name:literal),* $(,)?) => {
+        const SQLITE: &[File] =
+            &[$(($name, include_str!(concat!("../../migrations/sqlite/", $name)))),*];
+        const POSTGRES: &[File] =
+            &[$(($name, include_str!(concat!("../../migrations/postgres/", $name)))),*];
     };
 }
 
-// A new migration is a new line in each list (`migrations_are_the_directorys` fails otherwise).
-const SQLITE: &[File] = files!("sqlite":
-    "0001_init.sql", "0002_replicas.sql", "0003_missing_prs.sql", "0004_typed_tables.sql",
-    "0005_named_gates.sql", "0006_wait_deadlines.sql", "0007_wait_reminders.sql",
-    "0008_freezes.sql", "0009_quorum.sql", "0010_sessions.sql", "0011_named_limits.sql",
-    "0012_wait_timers.sql", "0013_canary_ties.sql", "0014_teams.sql", "0015_check_runs.sql",
-    "0016_canary_progress.sql", "0017_deployments.sql", "0018_protection_requests.sql",
-    "0019_environments.sql", "0020_waits_by_cluster.sql", "0021_wait_bounds.sql",
-);
-
-const POSTGRES: &[File] = files!("postgres":
-    "0001_init.sql", "0002_replicas.sql", "0003_missing_prs.sql", "0004_typed_tables.sql",
-    "0005_named_gates.sql", "0006_wait_deadlines.sql", "0007_wait_reminders.sql",
-    "0008_freezes.sql", "0009_quorum.sql", "0010_sessions.sql", "0011_named_limits.sql",
-    "0012_wait_timers.sql", "0013_canary_ties.sql", "0014_teams.sql", "0015_check_runs.sql",
-    "0016_canary_progress.sql", "0017_deployments.sql", "0018_protection_requests.sql",
-    "0019_environments.sql", "0020_waits_by_cluster.sql", "0021_wait_bounds.sql",
+// A new migration is a new name here (`migrations_are_the_directorys` fails otherwise).
+migrations!(
+    "0001_init.sql",
+    "0002_replicas.sql",
+    "0003_missing_prs.sql",
+    "0004_typed_tables.sql",
+    "0005_named_gates.sql",
+    "0006_wait_deadlines.sql",
+    "0007_wait_reminders.sql",
+    "0008_freezes.sql",
+    "0009_quorum.sql",
+    "0010_sessions.sql",
+    "0011_named_limits.sql",
+    "0012_wait_timers.sql",
+    "0013_canary_ties.sql",
+    "0014_teams.sql",
+    "0015_check_runs.sql",
+    "0016_canary_progress.sql",
+    "0017_deployments.sql",
+    "0018_protection_requests.sql",
+    "0019_environments.sql",
+    "0020_waits_by_cluster.sql",
+    "0021_wait_bounds.sql",
 );
 
 /// The migrations of `backend`, as sqlx's own `Migrator` runs them.
