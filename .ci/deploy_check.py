@@ -143,7 +143,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                   "approvers": ["b15a9416-0ad3-4172-9210-7beb711d3f70"]},
     },
     "limits": {"limits": {"headerReadTimeout": "3s", "idleTimeout": "75s", "maxConnections": 256,
-                          "bodyReadTimeout": "5s", "requestTimeout": "8s"}},
+                          "bodyReadTimeout": "5s", "requestTimeout": "8s"},
+               "retention": {"audit": "0", "history": "30d"},
+               "evidence": {"refresh": "1m"},
+               "policy": "[github]\nforbid_self_approval = true\n"},
     "kubernetes-lookup": {
         "github": {"repository": "acme/shop", "token": "ghp_x", "webhookSecret": "s"},
         "kubernetes": {"lookup": {"enabled": True, "container": "app"}},
@@ -722,15 +725,25 @@ def chart_checks(ck: Checks, chart: Path) -> None:
     ck.run("github app", github_app)
 
     def limits_check() -> str:
-        want = {"GATEBOT_HEADER_READ_TIMEOUT": "3s", "GATEBOT_IDLE_TIMEOUT": "75s",
-                "GATEBOT_MAX_CONNECTIONS": "256", "GATEBOT_BODY_READ_TIMEOUT": "5s",
-                "GATEBOT_REQUEST_TIMEOUT": "8s"}
-        envs = env_map(container_of(need("limits")))
-        got = {k: envs.get(k, {}).get("value") for k in want}
-        expect(got == want, f"limits env {got}")
-        defaults = env_map(container_of(need("defaults")))
-        expect(not set(want) & set(defaults), "limits set although limits.* are empty")
-        return "limits.* as GATEBOT_* settings, none by default"
+        docs = need("limits")
+        cms = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+        text = cms["gatebot-policy"]["data"]["policy.toml"]
+        want = ['body_read_timeout = "5s"', 'header_read_timeout = "3s"', 'idle_timeout = "75s"',
+                'request_timeout = "8s"', "max_connections = 256", 'retention_audit = "0"',
+                'retention_history = "30d"', 'evidence_refresh = "1m"']
+        expect(text.startswith("[github]\nforbid_self_approval = true\n[limits]\n"), f"policy then [limits]: {text!r}")
+        for line in want:
+            expect(line in text.splitlines(), f"{line} not in {text!r}")
+        envs = env_map(container_of(docs))
+        expect(envs["GATEBOT_POLICY"]["value"].endswith("/policy.toml"), "GATEBOT_POLICY")
+        moved = [k for k in envs if k.startswith(("GATEBOT_RETENTION_", "GATEBOT_EVIDENCE_"))
+                 or k in ("GATEBOT_HEADER_READ_TIMEOUT", "GATEBOT_IDLE_TIMEOUT", "GATEBOT_MAX_CONNECTIONS",
+                          "GATEBOT_BODY_READ_TIMEOUT", "GATEBOT_REQUEST_TIMEOUT", "GATEBOT_PROMETHEUS_TIMEOUT")]
+        expect(not moved, f"limits as variables: {moved}")
+        defaults = need("defaults")
+        expect(not any(d["kind"] == "ConfigMap" and "policy.toml" in d.get("data", {}) for d in defaults),
+               "a policy ConfigMap although nothing sets one")
+        return "limits.*, retention.*, evidence.refresh into the policy file's [limits]; none by default"
     ck.run("limits (timeouts and connection limit)", limits_check)
 
     def checksums() -> str:

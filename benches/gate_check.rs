@@ -313,8 +313,8 @@ async fn evidence_scenario() {
         config.github.repository = Some("acme/shop".parse().unwrap());
         if i == 1 {
             config.prometheus.url = Some(prometheus.url.clone());
-            config.prometheus.refresh = Duration::from_secs(1);
-            config.prometheus.timeout = Duration::from_millis(900);
+            config.limits.evidence_refresh = Duration::from_secs(1);
+            config.limits.prometheus_timeout = Duration::from_millis(900);
         }
         Gatebot::start(config.clone()).await.unwrap().stop().await;
         seed(&url, 100).await;

@@ -18,6 +18,9 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::gate::{GateKind, RepoName};
 
+mod limits;
+pub use limits::Limits;
+
 /// Environment variables that hold secrets (or their hashes) and may come
 /// from `<NAME>_FILE`.
 pub const SECRET_VARS: [&str; 15] = [
@@ -205,10 +208,57 @@ pub struct UnknownName {
     pub origin: Origin,
     /// The known name it is closest to, when one is close.
     pub closest: Option<String>,
+    /// The `[limits]` key it became, when it was a setting of its own.
+    pub moved: Option<&'static str>,
+}
+
+/// Settings that became keys of the policy file's `[limits]` table:
+/// named with their new place rather than as unknown.
+const MOVED_TO_LIMITS: [(&str, &str); 22] = [
+    ("GATEBOT_SHUTDOWN_TIMEOUT", "shutdown_timeout"),
+    ("GATEBOT_OUTBOX_BACKOFF", "outbox_backoff"),
+    ("GATEBOT_OUTBOX_MAX_ATTEMPTS", "outbox_max_attempts"),
+    ("GATEBOT_OUTBOX_LEASE", "outbox_lease"),
+    ("GATEBOT_HEADER_READ_TIMEOUT", "header_read_timeout"),
+    ("GATEBOT_IDLE_TIMEOUT", "idle_timeout"),
+    ("GATEBOT_MAX_CONNECTIONS", "max_connections"),
+    ("GATEBOT_BODY_READ_TIMEOUT", "body_read_timeout"),
+    ("GATEBOT_REQUEST_TIMEOUT", "request_timeout"),
+    ("GATEBOT_NOTIFY_BURST", "notify_burst"),
+    ("GATEBOT_NAMED_GATES_LIVE", "named_gates_live"),
+    ("GATEBOT_NAMED_GATES_PER_HOUR", "named_gates_per_hour"),
+    ("GATEBOT_NAMED_GATE_RETENTION", "named_gate_retention"),
+    ("GATEBOT_PROMETHEUS_TIMEOUT", "prometheus_timeout"),
+    ("GATEBOT_EVIDENCE_REFRESH", "evidence_refresh"),
+    ("GATEBOT_UI_SESSION_TTL", "ui_session_ttl"),
+    ("GATEBOT_RETENTION_PAYLOADS", "retention_payloads"),
+    ("GATEBOT_RETENTION_DELIVERIES", "retention_deliveries"),
+    ("GATEBOT_RETENTION_HISTORY", "retention_history"),
+    ("GATEBOT_RETENTION_AUDIT", "retention_audit"),
+    ("GATEBOT_RETENTION_INTERVAL", "retention_interval"),
+    (
+        "GATEBOT_KUBERNETES_LOOKUP_BACKOFF",
+        "kubernetes_lookup_backoff",
+    ),
+];
+
+fn moved_to_limits(name: &str) -> Option<&'static str> {
+    MOVED_TO_LIMITS
+        .iter()
+        .find(|(env, _)| *env == name)
+        .map(|(_, key)| *key)
 }
 
 impl std::fmt::Display for UnknownName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(key) = self.moved {
+            return write!(
+                f,
+                "{} (from {}) is no longer read: it is `{key}` in the [limits] table of the policy file now (GATEBOT_POLICY; docs/operations.md, \"Limits\")",
+                self.name,
+                self.origin.said()
+            );
+        }
         write!(
             f,
             "{} (from {}) is not a setting gatebot reads",
@@ -274,6 +324,7 @@ pub fn unknown_names(command: &clap::Command) -> Vec<UnknownName> {
         .filter(|(k, v)| !known.contains(k) && !service_link(k, &v.to_string_lossy()))
         .map(|(name, _)| UnknownName {
             origin: loaded(&name).unwrap_or(Origin::Environment),
+            moved: moved_to_limits(&name),
             closest: closest_name(&name, &known),
             name,
         })
@@ -696,72 +747,14 @@ pub struct Config {
     #[arg(long, env = "GATEBOT_POLICY")]
     pub policy: Option<PathBuf>,
 
-    /// How long to let in-flight requests finish after SIGTERM.
-    #[arg(long, env = "GATEBOT_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
-    pub shutdown_timeout: Duration,
-
-    /// First retry delay of a failed notification; doubles each attempt, capped at 10 minutes.
-    #[arg(long, env = "GATEBOT_OUTBOX_BACKOFF", default_value = "2s", value_parser = parse_duration)]
-    pub outbox_backoff: Duration,
-
-    /// Attempts before a notification is given up.
-    #[arg(long, env = "GATEBOT_OUTBOX_MAX_ATTEMPTS", default_value_t = 12)]
-    pub outbox_max_attempts: i64,
-
-    /// How long a replica holds a notification it is sending; if it dies, another
-    /// replica sends it after this. Longer than any one GitHub or Slack call.
-    #[arg(long, env = "GATEBOT_OUTBOX_LEASE", default_value = "60s", value_parser = parse_duration)]
-    pub outbox_lease: Duration,
-
-    /// A request head (request line and headers) must arrive whole within this,
-    /// or the connection is closed.
-    #[arg(long, env = "GATEBOT_HEADER_READ_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
-    pub header_read_timeout: Duration,
-
-    /// A keep-alive connection with no request for this long is closed. Keep it
-    /// above how long proxies in front keep idle upstream connections (60s for ingress-nginx).
-    #[arg(long, env = "GATEBOT_IDLE_TIMEOUT", default_value = "90s", value_parser = parse_duration)]
-    pub idle_timeout: Duration,
-
-    /// Most connections open at once; more wait in the listen backlog until one
-    /// closes. Lowered to fit under the descriptor limit (`ulimit -n`).
-    #[arg(long, env = "GATEBOT_MAX_CONNECTIONS", default_value_t = 512)]
-    pub max_connections: usize,
-
-    /// A request body must arrive whole within this (408 otherwise).
-    #[arg(long, env = "GATEBOT_BODY_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
-    pub body_read_timeout: Duration,
-
-    /// A request not answered within this gets 503, or 403 with a reason on
-    /// Flagger's gate checks.
-    #[arg(long, env = "GATEBOT_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
-    pub request_timeout: Duration,
-    /// New waits announced one by one per minute, per Slack channel and per pull
-    /// request; the rest of the minute's waits get one digest when it is over.
-    #[arg(long, env = "GATEBOT_NOTIFY_BURST", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
-    pub notify_burst: u32,
-
     /// Where people reach gatebot's pages (https://gatebot.example.com);
     /// messages link to a gate's page there when it is set.
     #[arg(long, env = "GATEBOT_PUBLIC_URL")]
     pub public_url: Option<String>,
 
-    /// Most named gates (`POST /api/v1/gates`) not retired at once; past it a
-    /// creation gets 429.
-    #[arg(long, env = "GATEBOT_NAMED_GATES_LIVE", default_value_t = 500)]
-    pub named_gates_live: u32,
-
-    /// Most named gates one token creates in an hour; past it a creation gets 429.
-    #[arg(long, env = "GATEBOT_NAMED_GATES_PER_HOUR", default_value_t = 30)]
-    pub named_gates_per_hour: u32,
-
-    /// How long a retired named gate keeps its details (title, links, waits);
-    /// then only its name, its state and its audit lines are kept.
-    #[arg(long, env = "GATEBOT_NAMED_GATE_RETENTION", default_value = "30d", value_parser = parse_duration)]
-    pub named_gate_retention: Duration,
-
-    #[command(flatten)]
-    pub retention: RetentionConfig,
+    /// The `[limits]` table of the policy file: tuning knobs with defaults.
+    #[arg(skip)]
+    pub limits: Limits,
 
     #[command(flatten)]
     pub github: GithubConfig,
@@ -802,13 +795,6 @@ pub struct PrometheusConfig {
     pub username: Option<String>,
     #[arg(long = "prometheus-password", env = "GATEBOT_PROMETHEUS_PASSWORD", value_parser = parse_secret, hide_env_values = true)]
     pub password: Option<SecretString>,
-    /// The longest one query may take; a slower Prometheus shows as
-    /// "metrics unavailable".
-    #[arg(long = "prometheus-timeout", env = "GATEBOT_PROMETHEUS_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
-    pub timeout: Duration,
-    /// How often the numbers of each waiting canary are fetched again.
-    #[arg(long = "evidence-refresh", env = "GATEBOT_EVIDENCE_REFRESH", default_value = "30s", value_parser = parse_duration)]
-    pub refresh: Duration,
 }
 
 impl PrometheusConfig {
@@ -860,11 +846,6 @@ impl PrometheusConfig {
         if user && self.bearer_token_file().is_some() {
             out.push(
                 "GATEBOT_PROMETHEUS_TOKEN_FILE and basic auth exclude each other: set one".into(),
-            );
-        }
-        if self.timeout.is_zero() || self.refresh.is_zero() {
-            out.push(
-                "GATEBOT_PROMETHEUS_TIMEOUT and GATEBOT_EVIDENCE_REFRESH must be above zero".into(),
             );
         }
         out
@@ -1017,9 +998,6 @@ pub struct UiConfig {
     /// so sessions end at a restart and do not cross replicas.
     #[arg(long = "ui-session-key", env = "GATEBOT_UI_SESSION_KEY", value_parser = parse_secret, hide_env_values = true)]
     pub session_key: Option<SecretString>,
-    /// How long a sign-in lasts.
-    #[arg(long = "ui-session-ttl", env = "GATEBOT_UI_SESSION_TTL", default_value = "12h", value_parser = parse_duration)]
-    pub session_ttl: Duration,
     /// "Sign in with GitHub": the GitHub App's or an OAuth App's client id.
     #[arg(long = "ui-github-client-id", env = "GATEBOT_UI_GITHUB_CLIENT_ID")]
     pub github_client_id: Option<String>,
@@ -1268,13 +1246,6 @@ impl Config {
         }
         out.extend(self.shared_tokens());
         out.extend(self.prometheus.problems());
-        let kept = &self.retention;
-        if kept.payloads > kept.deliveries {
-            out.push(
-                "GATEBOT_RETENTION_PAYLOADS is longer than GATEBOT_RETENTION_DELIVERIES: a payload cannot outlive its delivery"
-                    .into(),
-            );
-        }
         let gh = &self.github;
         if gh.app_id.is_some() != gh.app_private_key.is_some() {
             out.push(
@@ -1347,205 +1318,19 @@ impl Config {
     }
 }
 
-/// The range a duration setting must fall in; `zero` is also allowed when it
-/// has a meaning of its own.
-struct Span {
-    env: &'static str,
-    value: Duration,
-    min: Duration,
-    max: Duration,
-    zero: Option<&'static str>,
-}
-
-const fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
-
-const fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-const ZERO: Duration = Duration::ZERO;
-
-const DAY: u64 = 24 * 3600;
-
-/// How long what grows with traffic is kept (docs/operations.md, "Retention").
-#[derive(Debug, Clone, clap::Args)]
-pub struct RetentionConfig {
-    /// Done webhook deliveries and sent notifications keep their payload this long;
-    /// after it only their id (which stops a replay) is kept.
-    #[arg(long = "retention-payloads", env = "GATEBOT_RETENTION_PAYLOADS", default_value = "3d", value_parser = parse_duration)]
-    pub payloads: Duration,
-
-    /// Done webhook deliveries and notifications are forgotten after this; a GitHub
-    /// command or pull request event signed longer ago is then ignored as too old.
-    #[arg(long = "retention-deliveries", env = "GATEBOT_RETENTION_DELIVERIES", default_value = "30d", value_parser = parse_duration)]
-    pub deliveries: Duration,
-
-    /// Flagger's events, canaries' last checks, ended waits and their Slack messages.
-    #[arg(long = "retention-history", env = "GATEBOT_RETENTION_HISTORY", default_value = "90d", value_parser = parse_duration)]
-    pub history: Duration,
-
-    /// Audit entries; 0 keeps them for ever. What is pruned is counted and logged.
-    #[arg(long = "retention-audit", env = "GATEBOT_RETENTION_AUDIT", default_value = "365d", value_parser = parse_duration)]
-    pub audit: Duration,
-
-    /// How often a retention pass runs (one replica at a time).
-    #[arg(long = "retention-interval", env = "GATEBOT_RETENTION_INTERVAL", default_value = "10m", value_parser = parse_duration)]
-    pub interval: Duration,
-}
-
 impl Config {
     /// Values outside what gatebot can work with, each naming its setting and range.
     fn out_of_range(&self) -> Vec<String> {
-        let spans = self
-            .timing_spans()
-            .into_iter()
-            .chain(self.retention_spans());
-        let mut out: Vec<String> = spans.filter_map(|s| s.problem()).collect();
-        out.extend(self.counts_out_of_range());
-        out
-    }
-
-    /// Approvals, shutdown, the outbox's timings, timeouts and sessions.
-    fn timing_spans(&self) -> [Span; 9] {
-        [
-            Span::new(
-                "GATEBOT_APPROVAL_TTL",
-                self.approval_ttl,
-                secs(60),
-                secs(365 * DAY),
-            )
-            .or_zero("approvals that never expire"),
-            Span::new(
-                "GATEBOT_SHUTDOWN_TIMEOUT",
-                self.shutdown_timeout,
-                ZERO,
-                secs(3600),
-            ),
-            Span::new(
-                "GATEBOT_OUTBOX_BACKOFF",
-                self.outbox_backoff,
-                ms(10),
-                secs(600),
-            ),
-            Span::new(
-                "GATEBOT_OUTBOX_LEASE",
-                self.outbox_lease,
-                secs(1),
-                secs(3600),
-            ),
-            Span::new(
-                "GATEBOT_HEADER_READ_TIMEOUT",
-                self.header_read_timeout,
-                ms(100),
-                secs(300),
-            ),
-            Span::new(
-                "GATEBOT_IDLE_TIMEOUT",
-                self.idle_timeout,
-                ms(100),
-                secs(3600),
-            ),
-            Span::new(
-                "GATEBOT_BODY_READ_TIMEOUT",
-                self.body_read_timeout,
-                ms(100),
-                secs(300),
-            ),
-            Span::new(
-                "GATEBOT_REQUEST_TIMEOUT",
-                self.request_timeout,
-                ms(100),
-                secs(600),
-            ),
-            Span::new(
-                "GATEBOT_UI_SESSION_TTL",
-                self.ui.session_ttl,
-                secs(60),
-                secs(30 * DAY),
-            ),
-        ]
-    }
-
-    /// How long what grows with traffic is kept, and how often it is pruned.
-    fn retention_spans(&self) -> [Span; 6] {
-        [
-            Span::new(
-                "GATEBOT_RETENTION_PAYLOADS",
-                self.retention.payloads,
-                secs(3600),
-                secs(365 * DAY),
-            ),
-            Span::new(
-                "GATEBOT_RETENTION_DELIVERIES",
-                self.retention.deliveries,
-                secs(DAY),
-                secs(3650 * DAY),
-            ),
-            Span::new(
-                "GATEBOT_RETENTION_HISTORY",
-                self.retention.history,
-                secs(DAY),
-                secs(3650 * DAY),
-            ),
-            Span::new(
-                "GATEBOT_RETENTION_AUDIT",
-                self.retention.audit,
-                secs(DAY),
-                secs(3650 * DAY),
-            )
-            .or_zero("an audit log kept for ever"),
-            Span::new(
-                "GATEBOT_RETENTION_INTERVAL",
-                self.retention.interval,
-                secs(1),
-                secs(DAY),
-            ),
-            Span::new(
-                "GATEBOT_NAMED_GATE_RETENTION",
-                self.named_gate_retention,
-                secs(3600),
-                secs(3650 * DAY),
-            ),
-        ]
-    }
-
-    /// Counts outside their range.
-    fn counts_out_of_range(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        let counts: [(&str, i64, i64, i64); 4] = [
-            (
-                "GATEBOT_OUTBOX_MAX_ATTEMPTS",
-                self.outbox_max_attempts,
-                1,
-                100,
-            ),
-            (
-                "GATEBOT_MAX_CONNECTIONS",
-                self.max_connections as i64,
-                1,
-                65_536,
-            ),
-            (
-                "GATEBOT_NAMED_GATES_LIVE",
-                i64::from(self.named_gates_live),
-                1,
-                100_000,
-            ),
-            (
-                "GATEBOT_NAMED_GATES_PER_HOUR",
-                i64::from(self.named_gates_per_hour),
-                1,
-                10_000,
-            ),
-        ];
-        for (env, value, min, max) in counts {
-            if !(min..=max).contains(&value) {
-                out.push(format!("{env} must be from {min} to {max}, not {value}"));
-            }
+        const MINUTE: Duration = Duration::from_secs(60);
+        const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+        let ttl = self.approval_ttl;
+        if ttl.is_zero() || (MINUTE..=YEAR).contains(&ttl) {
+            return Vec::new();
         }
-        out
+        vec![format!(
+            "GATEBOT_APPROVAL_TTL must be from 1m to 365d, or 0 for approvals that never expire, not {}",
+            humantime::format_duration(ttl)
+        )]
     }
 
     /// Settings that work but put gates at risk, each with why; logged at start
@@ -1566,14 +1351,6 @@ impl Config {
                 ));
             }
         }
-        // Longer than any one GitHub or Slack call (5 s), or another replica
-        // takes over a notification still being sent.
-        if self.outbox_lease < secs(10) {
-            out.push(format!(
-                "GATEBOT_OUTBOX_LEASE={}: shorter than a GitHub or Slack call may take (5s), so a notification still being sent may be sent again by another replica; 60s is the default",
-                humantime::format_duration(self.outbox_lease)
-            ));
-        }
         let gh = &self.github;
         if gh.check_runs && !gh.check_runs_on() {
             out.push("GATEBOT_GITHUB_CHECK_RUNS=true without a GitHub App (GATEBOT_GITHUB_APP_ID, and no GATEBOT_GITHUB_TOKEN): check runs are made by Apps only, so they are off".into());
@@ -1582,58 +1359,6 @@ impl Config {
             out.push("GATEBOT_LOADTESTER_OPEN_ACCESS=true: anyone who can reach gatebot can open and close gates through /gate/open and /rollback/open, as with the loadtester".into());
         }
         out
-    }
-}
-
-impl Span {
-    fn new(env: &'static str, value: Duration, min: Duration, max: Duration) -> Self {
-        Self {
-            env,
-            value,
-            min,
-            max,
-            zero: None,
-        }
-    }
-
-    /// Zero is allowed too, and means `meaning`.
-    fn or_zero(self, meaning: &'static str) -> Self {
-        Self {
-            zero: Some(meaning),
-            ..self
-        }
-    }
-
-    fn problem(&self) -> Option<String> {
-        let ok = (self.value.is_zero() && self.zero.is_some())
-            || (self.min..=self.max).contains(&self.value);
-        if ok {
-            return None;
-        }
-        let zero = self
-            .zero
-            .map(|z| format!(", or 0 for {z}"))
-            .unwrap_or_default();
-        Some(format!(
-            "{} must be from {} to {}{zero}, not {}",
-            self.env,
-            bound(self.min),
-            bound(self.max),
-            humantime::format_duration(self.value)
-        ))
-    }
-}
-
-/// A range's end in the largest unit that divides it (365d, not 11months 30days…).
-fn bound(d: Duration) -> String {
-    let s = d.as_secs();
-    match () {
-        _ if d.is_zero() => "0s".to_string(),
-        _ if d.subsec_millis() != 0 || s == 0 => format!("{}ms", d.as_millis()),
-        _ if s.is_multiple_of(DAY) => format!("{}d", s / DAY),
-        _ if s.is_multiple_of(3600) => format!("{}h", s / 3600),
-        _ if s.is_multiple_of(60) => format!("{}m", s / 60),
-        _ => format!("{s}s"),
     }
 }
 
@@ -1949,10 +1674,6 @@ pub struct KubernetesConfig {
     /// The container whose image tag is the commit. Unset: the first one.
     #[arg(long = "kubernetes-container", env = "GATEBOT_KUBERNETES_CONTAINER")]
     pub container: Option<String>,
-    /// How long after a failed lookup it is tried again (doubling each time,
-    /// up to 32 times this).
-    #[arg(long = "kubernetes-lookup-backoff", env = "GATEBOT_KUBERNETES_LOOKUP_BACKOFF", default_value = "10s", value_parser = parse_duration)]
-    pub lookup_backoff: Duration,
     /// A Secret of gatebot's own namespace that /ui/setup/github writes the
     /// new GitHub App's id, key and secrets into (gatebot needs `get` and
     /// `patch` on it). Unset: the page only shows them, once.

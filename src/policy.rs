@@ -52,7 +52,7 @@ use anyhow::Context;
 use serde::Deserialize;
 
 use crate::command::{Rule, Verb};
-use crate::config::{Config, Permission};
+use crate::config::{Config, Limits, Permission};
 use crate::gate::deadline::{Deadline, DeadlineRule, OnDeadline};
 use crate::gate::environment::{Environment, Environments};
 use crate::gate::window::{Calendar, Window};
@@ -93,6 +93,8 @@ struct File {
     environments: Vec<toml::Spanned<EnvironmentsEntry>>,
     /// The cluster of a check that no Flagger token and no metadata names.
     default_cluster: Option<String>,
+    /// `[limits]`: tuning knobs; absent, the defaults (or what a test set) stay.
+    limits: Option<Limits>,
     /// Where each line of the text starts (for errors that name a line).
     #[serde(skip)]
     line_starts: Vec<usize>,
@@ -750,6 +752,18 @@ fn deadline_rules(file: &File) -> anyhow::Result<Vec<DeadlineRule>> {
         .collect()
 }
 
+/// Refuses a `[limits]` value out of its range, naming the first.
+fn check_limits(file: &File) -> anyhow::Result<()> {
+    match file
+        .limits
+        .as_ref()
+        .and_then(|l| l.problems().into_iter().next())
+    {
+        Some(problem) => anyhow::bail!(problem),
+        None => Ok(()),
+    }
+}
+
 /// Commands that open a gate: the ones four eyes applies to by default.
 fn approves(command: Verb) -> bool {
     matches!(command, Verb::Promote | Verb::Start | Verb::Traffic)
@@ -785,12 +799,14 @@ impl Policy {
                 source.as_deref().unwrap_or("the policy file")
             )
         })?;
-        check_environments(&file).with_context(|| {
-            format!(
-                "GATEBOT_POLICY: {}",
-                source.as_deref().unwrap_or("the policy file")
-            )
-        })?;
+        check_environments(&file)
+            .and_then(|()| check_limits(&file))
+            .with_context(|| {
+                format!(
+                    "GATEBOT_POLICY: {}",
+                    source.as_deref().unwrap_or("the policy file")
+                )
+            })?;
         let protection = protection_rules(&file).with_context(|| {
             format!(
                 "GATEBOT_POLICY: {}",
@@ -835,6 +851,7 @@ impl Policy {
     ) -> anyhow::Result<Self> {
         let file = File::parse(text).context("the policy file does not parse")?;
         check_environments(&file)?;
+        check_limits(&file)?;
         let (teams_channels, slack_channels) = channels(&file)?;
         Ok(Self {
             environments: environments(&file)?,
@@ -874,6 +891,11 @@ impl Policy {
     }
 
     /// `[[teams.channels]]`: where a Canary's `teams_channel` may send its cards.
+    /// The `[limits]` table, when the file has one.
+    pub fn limits(&self) -> Option<&Limits> {
+        self.file.limits.as_ref()
+    }
+
     pub fn teams_channels(&self) -> &ChannelBindings {
         &self.teams_channels
     }
@@ -1150,7 +1172,16 @@ fn read(path: &Path) -> anyhow::Result<File> {
 impl File {
     /// Parses the file and keeps where each line starts, so that errors about
     /// an entry can name its line.
-    fn parse(text: &str) -> Result<Self, toml::de::Error> {
+    fn parse(text: &str) -> anyhow::Result<Self> {
+        let table: toml::Table = toml::from_str(text)?;
+        // serde reads an array as a struct's fields in order: `limits = [1, 2]`
+        // would set the first two limits without a word.
+        if let Some(value) = table.get("limits").filter(|v| !v.is_table()) {
+            anyhow::bail!(
+                "limits must be a table ([limits]), not a {}",
+                value.type_str()
+            );
+        }
         let mut file: File = toml::from_str(text)?;
         file.line_starts = std::iter::once(0)
             .chain(text.match_indices('\n').map(|(i, _)| i + 1))

@@ -655,7 +655,7 @@ async fn the_gate_page_draws_the_canary_against_its_primary() {
     let url = prometheus.url.clone();
     let Some(rig) = Rig::start_with(|config| {
         config.prometheus.url = Some(url);
-        config.prometheus.refresh = Duration::from_millis(100);
+        config.limits.evidence_refresh = Duration::from_millis(100);
     })
     .await
     else {

@@ -11,7 +11,7 @@ use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::fake_slack::FakeSlack;
 use gatebot_testkit::github_payloads::{comment_at, deliver_signed, now_ms};
 use gatebot_testkit::harness::{client, eventually, postgres_url, Backend, TestDb, ADMIN_TOKEN};
-use gatebot_testkit::served::Served;
+use gatebot_testkit::served::{limits_policy, Served};
 use serde_json::{json, Value};
 
 const GITHUB_SECRET: &str = "clock-github-secret";
@@ -132,6 +132,7 @@ async fn start_pair(skew: &str) -> (TestDb, Pair) {
     // would send it a second time meanwhile.
     github.set_write_delay(Duration::from_millis(300));
     let slack = FakeSlack::start().await;
+    let limits = limits_policy(db.dir.path(), &[("outbox_backoff", "200ms")]);
     let vars = |offset: Option<&str>| {
         let mut vars = vec![
             ("GATEBOT_GITHUB_TOKEN", "ghp_test".to_string()),
@@ -146,7 +147,7 @@ async fn start_pair(skew: &str) -> (TestDb, Pair) {
             ("GATEBOT_SLACK_API_URL", slack.api_url()),
             ("GATEBOT_SLACK_CHANNEL", "#deploys".to_string()),
             ("GATEBOT_APPROVAL_TTL", format!("{TTL_SECS}s")),
-            ("GATEBOT_OUTBOX_BACKOFF", "200ms".to_string()),
+            ("GATEBOT_POLICY", limits.clone()),
             ("RUST_LOG", "warn".to_string()),
         ];
         if let Some(offset) = offset {

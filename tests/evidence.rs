@@ -38,8 +38,8 @@ async fn setup(backend: Backend, policy: &str) -> Env {
         },
         |config| {
             config.prometheus.url = Some(url);
-            config.prometheus.refresh = Duration::from_millis(100);
-            config.prometheus.timeout = Duration::from_millis(300);
+            config.limits.evidence_refresh = Duration::from_millis(100);
+            config.limits.prometheus_timeout = Duration::from_millis(300);
             config.public_url = Some("https://gatebot.example.com".into());
         },
     )
@@ -396,7 +396,11 @@ async fn check_config_says_whether_prometheus_answers_and_each_canarys_provider(
     prometheus.answer(&["vector(1)"], Answer::Value("1".into()));
     let db = gatebot_testkit::harness::TestDb::new(Backend::Sqlite).await;
     let policy = db.dir.path().join("policy.toml");
-    std::fs::write(&policy, "[evidence]\nprovider = \"nginx\"\n").unwrap();
+    std::fs::write(
+        &policy,
+        "[evidence]\nprovider = \"nginx\"\n[limits]\nprometheus_timeout = \"500ms\"\n",
+    )
+    .unwrap();
     let mut config = db.config();
     config.github.repository = Some("acme/shop".parse().unwrap());
     let server = gatebot_testkit::harness::TestServer::start(config, Default::default()).await;
@@ -423,7 +427,6 @@ async fn check_config_says_whether_prometheus_answers_and_each_canarys_provider(
                 .env("GATEBOT_POLICY", policy)
                 .env("GATEBOT_GITHUB_REPOSITORY", "acme/shop")
                 .env("GATEBOT_PROMETHEUS_URL", url)
-                .env("GATEBOT_PROMETHEUS_TIMEOUT", "500ms")
                 .arg("check-config")
                 .output()
                 .expect("gatebot runs");
@@ -493,7 +496,7 @@ async fn the_bearer_token_file_is_read_again_and_basic_auth_is_sent() {
         |config| {
             config.prometheus.url = Some(url);
             config.prometheus.bearer_token_file = Some(token_file);
-            config.prometheus.refresh = Duration::from_millis(100);
+            config.limits.evidence_refresh = Duration::from_millis(100);
         },
     )
     .await;
@@ -531,7 +534,7 @@ async fn the_bearer_token_file_is_read_again_and_basic_auth_is_sent() {
             config.prometheus.url = Some(url);
             config.prometheus.username = Some("gatebot".into());
             config.prometheus.password = Some("s3cret".to_string().into());
-            config.prometheus.refresh = Duration::from_millis(100);
+            config.limits.evidence_refresh = Duration::from_millis(100);
         },
     )
     .await;

@@ -204,7 +204,7 @@ fn dotenv_is_read_and_check_config_says_where_each_setting_came_from() {
     for line in [
         setting("GATEBOT_LISTEN", ".env", "127.0.0.1:9999"),
         setting("GATEBOT_APPROVAL_TTL", "environment", "2h"),
-        setting("GATEBOT_IDLE_TIMEOUT", "default", "90s"),
+        setting("GATEBOT_UI", "default", "on"),
         // The store's URL is shown: a SQLite URL holds no password.
         setting("GATEBOT_DATABASE_URL", ".env", "sqlite://db/gatebot.db"),
         // Empty is empty, not a secret that is set.
@@ -377,7 +377,6 @@ fn check_config_shows_no_url_password() {
             ("GATEBOT_DATABASE_URL", "sqlite://g.db"),
             // Nothing listens on port 1: check-config says so, with the URL.
             ("GATEBOT_PROMETHEUS_URL", "http://prom:hunter2@127.0.0.1:1"),
-            ("GATEBOT_PROMETHEUS_TIMEOUT", "200ms"),
             (
                 "GATEBOT_GITHUB_API_URL",
                 "https://ghe:hunter3@ghe.example/api/v3",

@@ -266,37 +266,94 @@ fn check_config(env: &[(&str, &str)]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// `gatebot serve` with `env` in `dir`: it must refuse to start, saying `says`.
+fn serve_refuses(dir: &std::path::Path, env: &[(&str, &str)], says: &str) {
+    let out = std::process::Command::new(bin())
+        .env_clear()
+        .env("GATEBOT_DATABASE_URL", "sqlite://g.db")
+        .env("GATEBOT_LISTEN", "127.0.0.1:0")
+        .envs(env.iter().copied())
+        .current_dir(dir)
+        .arg("serve")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "serve started with {env:?}");
+    assert!(stderr.contains(says), "{env:?}: {stderr}");
+}
+
 #[test]
 fn settings_out_of_range_are_refused_by_check_config_and_at_start() {
     for (name, value, says) in [
         ("GATEBOT_APPROVAL_TTL", "400000000y", "GATEBOT_APPROVAL_TTL must be from 1m to 365d, or 0 for approvals that never expire, not 400000000years"),
-        ("GATEBOT_OUTBOX_MAX_ATTEMPTS", "-3", "GATEBOT_OUTBOX_MAX_ATTEMPTS must be from 1 to 100, not -3"),
-        ("GATEBOT_OUTBOX_LEASE", "0s", "GATEBOT_OUTBOX_LEASE must be from 1s to 1h, not 0s"),
-        ("GATEBOT_REQUEST_TIMEOUT", "2days", "GATEBOT_REQUEST_TIMEOUT must be from 100ms to 10m, not 2days"),
-        ("GATEBOT_NAMED_GATES_LIVE", "0", "GATEBOT_NAMED_GATES_LIVE must be from 1 to 100000, not 0"),
-        ("GATEBOT_NAMED_GATE_RETENTION", "1m", "GATEBOT_NAMED_GATE_RETENTION must be from 1h to 3650d, not 1m"),
         ("GATEBOT_TEMPLATES_DIR", "no-such-dir", "GATEBOT_TEMPLATES_DIR: no-such-dir is not a directory"),
     ] {
         let (ok, text) = check_config(&[(name, value)]);
         assert!(!ok, "{name}={value} passed:\n{text}");
         assert!(text.contains(&format!("problem:         {says}")), "{name}={value}:\n{text}");
-
-        let dir = tempfile::tempdir().unwrap();
-        let out = std::process::Command::new(bin())
-            .env_clear()
-            .env("GATEBOT_DATABASE_URL", "sqlite://g.db")
-            .env("GATEBOT_LISTEN", "127.0.0.1:0")
-            .env(name, value)
-            .current_dir(dir.path())
-            .arg("serve")
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "serve started with {name}={value}");
-        assert!(stderr.contains(says), "{name}={value}: {stderr}");
+        serve_refuses(tempfile::tempdir().unwrap().path(), &[(name, value)], says);
     }
     let (ok, text) = check_config(&[("GATEBOT_APPROVAL_TTL", "0")]);
     assert!(ok, "0 means approvals never expire:\n{text}");
+}
+
+#[test]
+fn limits_out_of_range_or_not_a_table_are_refused_by_check_config_and_at_start() {
+    for (limits, says) in [
+        (
+            "[limits]\noutbox_max_attempts = 0",
+            "[limits] outbox_max_attempts must be from 1 to 100, not 0",
+        ),
+        (
+            "[limits]\noutbox_lease = \"0s\"",
+            "[limits] outbox_lease must be from 1s to 1h, not 0s",
+        ),
+        (
+            "[limits]\nrequest_timeout = \"2days\"",
+            "[limits] request_timeout must be from 100ms to 10m, not 2d",
+        ),
+        (
+            "[limits]\nnamed_gates_live = 0",
+            "[limits] named_gates_live must be from 1 to 100000, not 0",
+        ),
+        (
+            "[limits]\nnamed_gate_retention = \"1m\"",
+            "[limits] named_gate_retention must be from 1h to 3650d, not 1m",
+        ),
+        (
+            "[limits]\nmax_connections = 18446744073709551615",
+            "max_connections",
+        ),
+        ("[limits]\nidle_timeout = 90", "90 has no unit"),
+        (
+            "[limits]\nidle_timout = \"90s\"",
+            "unknown field `idle_timout`",
+        ),
+        // An array would set the first limits in order without a word.
+        (
+            "limits = [\"1s\", \"2s\"]",
+            "limits must be a table ([limits]), not a array",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = dir.path().join("policy.toml");
+        std::fs::write(&policy, limits).unwrap();
+        let env = [("GATEBOT_POLICY", policy.to_str().unwrap())];
+        let (ok, text) = check_config(&env);
+        assert!(!ok, "{limits} passed:\n{text}");
+        assert!(text.contains(says), "{limits}:\n{text}");
+        serve_refuses(dir.path(), &env, says);
+    }
+}
+
+#[test]
+fn a_setting_that_moved_to_limits_is_named_with_its_new_place() {
+    let (ok, text) = check_config(&[("GATEBOT_OUTBOX_LEASE", "2m")]);
+    assert!(!ok, "check-config passed a moved setting:\n{text}");
+    assert!(
+        text.contains("GATEBOT_OUTBOX_LEASE (from the environment) is no longer read: it is `outbox_lease` in the [limits] table of the policy file now"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -45,7 +45,7 @@ async fn start_with(
     config.github.api_url = github.url.clone();
     config.kubernetes.lookup = true;
     config.kubernetes.kubeconfig = Some(kube.kubeconfig(db.dir.path(), "gatebot"));
-    config.kubernetes.lookup_backoff = backoff;
+    config.limits.kubernetes_lookup_backoff = backoff;
     let options = gatebot::Options {
         worker: Some(gatebot::testing::notify::WorkerSettings {
             base_backoff: Duration::from_millis(50),

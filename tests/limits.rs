@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 
 use gatebot_testkit::harness::{client, metric_value, Backend, TestDb, TestServer, ADMIN_TOKEN};
 use gatebot_testkit::raw::{self, closed_within, connect, memory_kb, post_big};
-use gatebot_testkit::served::{bin, Served};
+use gatebot_testkit::served::{bin, limits_policy, Served};
 
 const MB: usize = 1024 * 1024;
 
@@ -133,8 +133,9 @@ async fn huge_webhook_bodies_are_refused_without_growing_memory() {
 async fn slow_webhook_bodies_time_out_and_readers_are_capped() {
     const READERS: usize = gatebot::testing::http::limits::GITHUB_BODY_READERS;
     let db = TestDb::new(Backend::Sqlite).await;
+    let limits = limits_policy(db.dir.path(), &[("body_read_timeout", "2s")]);
     let mut env = GITHUB.to_vec();
-    env.push(("GATEBOT_BODY_READ_TIMEOUT", "2s"));
+    env.push(("GATEBOT_POLICY", &limits));
     // The loop below may send hundreds of requests: keep the access log from
     // filling the stderr pipe that Served reads only at exit.
     env.push(("RUST_LOG", "warn"));
@@ -244,9 +245,10 @@ async fn github_delivery(url: &str, n: usize) -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_bodies_at_one_channel_do_not_starve_another() {
     let db = TestDb::new(Backend::Sqlite).await;
+    let limits = limits_policy(db.dir.path(), &[("body_read_timeout", "30s")]);
     let mut env = GITHUB.to_vec();
     env.extend([
-        ("GATEBOT_BODY_READ_TIMEOUT", "30s"),
+        ("GATEBOT_POLICY", limits.as_str()),
         (
             "GATEBOT_TEAMS_APP_ID",
             "00000000-0000-0000-0000-000000000001",
@@ -341,7 +343,8 @@ async fn unsigned_webhooks_are_refused_before_their_bodies() {
     let db = TestDb::new(Backend::Sqlite).await;
     let mut env = GITHUB.to_vec();
     env.extend(SLACK);
-    env.extend([("GATEBOT_BODY_READ_TIMEOUT", "30s"), ("RUST_LOG", "warn")]);
+    let limits = limits_policy(db.dir.path(), &[("body_read_timeout", "30s")]);
+    env.extend([("GATEBOT_POLICY", limits.as_str()), ("RUST_LOG", "warn")]);
     let served = Served::start(&db, &env);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -430,11 +433,14 @@ async fn unsigned_webhooks_are_refused_before_their_bodies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dribbled_headers_are_cut_and_gate_checks_keep_answering() {
     let db = TestDb::new(Backend::Sqlite).await;
+    let limits = limits_policy(
+        db.dir.path(),
+        &[("header_read_timeout", "1s"), ("max_connections", "400")],
+    );
     let served = Served::start(
         &db,
         &[
-            ("GATEBOT_HEADER_READ_TIMEOUT", "1s"),
-            ("GATEBOT_MAX_CONNECTIONS", "400"),
+            ("GATEBOT_POLICY", &limits),
             // Served reads stderr only at exit: keep the access log of the
             // checks below from filling the pipe.
             ("RUST_LOG", "warn"),
@@ -495,13 +501,11 @@ async fn dribbled_headers_are_cut_and_gate_checks_keep_answering() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_keep_alive_connections_are_closed_after_the_idle_timeout() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let served = Served::start(
-        &db,
-        &[
-            ("GATEBOT_HEADER_READ_TIMEOUT", "1s"),
-            ("GATEBOT_IDLE_TIMEOUT", "3s"),
-        ],
+    let limits = limits_policy(
+        db.dir.path(),
+        &[("header_read_timeout", "1s"), ("idle_timeout", "3s")],
     );
+    let served = Served::start(&db, &[("GATEBOT_POLICY", &limits)]);
     let (read, mut write) = connect(served.port).await.into_split();
     let mut reader = BufReader::new(read);
     let request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -534,13 +538,11 @@ async fn idle_keep_alive_connections_are_closed_after_the_idle_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_connection_limit_a_check_waits_for_a_free_slot() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let served = Served::start(
-        &db,
-        &[
-            ("GATEBOT_HEADER_READ_TIMEOUT", "2s"),
-            ("GATEBOT_MAX_CONNECTIONS", "20"),
-        ],
+    let limits = limits_policy(
+        db.dir.path(),
+        &[("header_read_timeout", "2s"), ("max_connections", "20")],
     );
+    let served = Served::start(&db, &[("GATEBOT_POLICY", &limits)]);
     let mut held = Vec::new();
     for _ in 0..20 {
         let mut conn = connect(served.port).await;
@@ -640,7 +642,7 @@ async fn a_panic_is_a_500_and_on_a_gate_check_a_403_with_a_reason() {
 async fn a_timed_out_request_is_answered_and_counted_by_route() {
     let db = TestDb::new(Backend::Sqlite).await;
     let mut config = db.config();
-    config.request_timeout = Duration::from_millis(300);
+    config.limits.request_timeout = Duration::from_millis(300);
     async fn hang() -> &'static str {
         tokio::time::sleep(Duration::from_secs(30)).await;
         "too late"

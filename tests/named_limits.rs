@@ -25,8 +25,8 @@ async fn env(backend: Backend, live: u32, per_hour: u32) -> ChatOps {
     };
     ChatOps::start_with(backend, setup, |config| {
         config.pipeline_token = Some(PIPELINE_TOKEN.to_string().into());
-        config.named_gates_live = live;
-        config.named_gates_per_hour = per_hour;
+        config.limits.named_gates_live = live;
+        config.limits.named_gates_per_hour = per_hour;
     })
     .await
 }
@@ -144,7 +144,7 @@ async fn creations_past_a_tokens_hourly_quota_get_429_with_the_limit(backend: Ba
     let r = create(url, PIPELINE_TOKEN, &gate("r3")).await;
     assert_eq!(r.status, 429, "{}", r.text);
     assert!(
-        r.text.contains("GATEBOT_NAMED_GATES_PER_HOUR=3"),
+        r.text.contains("[limits] named_gates_per_hour = 3"),
         "{}",
         r.text
     );
@@ -181,7 +181,11 @@ async fn live_gates_past_the_quota_get_429_until_one_is_retired(backend: Backend
     }
     let r = create(url, ADMIN_TOKEN, &gate("c")).await;
     assert_eq!(r.status, 429, "{}", r.text);
-    assert!(r.text.contains("GATEBOT_NAMED_GATES_LIVE=2"), "{}", r.text);
+    assert!(
+        r.text.contains("[limits] named_gates_live = 2"),
+        "{}",
+        r.text
+    );
     assert!(r.retry_after.is_some());
     assert_eq!(retire(url, "a").await, 200);
     assert_eq!(create(url, ADMIN_TOKEN, &gate("c")).await.status, 201);

@@ -1,6 +1,6 @@
 //! Notifications stay bounded and are never empty. Anyone who can reach the gate
 //! URLs can start waits, each announced in Slack and on a PR: past
-//! GATEBOT_NOTIFY_BURST new waits a minute per channel the rest get one digest,
+//! [limits] notify_burst new waits a minute per channel the rest get one digest,
 //! and a PR GitHub says does not exist costs one call, not one per notification.
 //! A job whose payload cannot be encoded is counted and reported, never stored
 //! empty. SQLite and PostgreSQL.
@@ -78,7 +78,7 @@ async fn burst_of_waits_gets_one_digest(backend: Backend) {
     .unwrap();
     config.policy = Some(policy);
     config.slack.api_url = slack.api_url();
-    config.notify_burst = BURST;
+    config.limits.notify_burst = BURST;
     let clock = ManualClock::new(NOW);
     let server = TestServer::start(config, options(Some(clock.clone() as SharedClock))).await;
 
@@ -162,7 +162,7 @@ async fn burst_on_one_pr_gets_one_edit(backend: Backend) {
     config.github.webhook_secret = Some("secret".to_string().into());
     config.github.token = Some("ghp_test".to_string().into());
     config.github.api_url = github.url.clone();
-    config.notify_burst = BURST;
+    config.limits.notify_burst = BURST;
     let clock = ManualClock::new(NOW);
     let server = TestServer::start(config, options(Some(clock.clone() as SharedClock))).await;
     let outbox_idle = || async {

@@ -544,7 +544,7 @@ async fn comment_without_githubs_time_is_refused() {
     assert_eq!(env.check("/gates/promote/pr/57", "pr57", "rev1").await, 403);
 }
 
-/// Delivery ids are forgotten after GATEBOT_RETENTION_DELIVERIES (30 days),
+/// Delivery ids are forgotten after [limits] retention_deliveries (30 days),
 /// so what GitHub signed longer ago is refused at the door: a replay of it
 /// cannot run again once its id is gone. A comment or push signed inside the
 /// window is taken as usual.
@@ -555,7 +555,7 @@ async fn what_github_signed_before_the_retention_window_is_refused() {
     let old = comment_at(58, 5801, "alice", "/promote", now_ms() - 31 * DAY);
     let (status, text) = env.github("issue_comment", &old).await;
     assert_eq!(status, 422, "{text}");
-    assert!(text.contains("GATEBOT_RETENTION_DELIVERIES"), "{text}");
+    assert!(text.contains("[limits] retention_deliveries"), "{text}");
     let mut push = fixture("pull_request.synchronize.json");
     push["repository"]["full_name"] = json!("acme/shop");
     push["number"] = json!(58);

@@ -18,7 +18,7 @@ use gatebot_testkit::harness::{
     ADMIN_TOKEN,
 };
 use gatebot_testkit::row_lock::RowLock;
-use gatebot_testkit::served::Served;
+use gatebot_testkit::served::{limits_policy, Served};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -326,14 +326,17 @@ async fn replica_killed_mid_send_loses_no_job_and_sends_none_twice() {
     let github = FakeGithub::start().await;
     github.set_write_delay(Duration::from_millis(300));
     github.hold_writes_of("Bearer ghp_a");
+    let limits = limits_policy(
+        db.dir.path(),
+        &[("outbox_lease", "2s"), ("outbox_backoff", "200ms")],
+    );
     let env = |token: &'static str| {
         vec![
             ("GATEBOT_GITHUB_TOKEN", token.to_string()),
             ("GATEBOT_GITHUB_WEBHOOK_SECRET", GITHUB_SECRET.to_string()),
             ("GATEBOT_GITHUB_API_URL", github.url.clone()),
             ("GATEBOT_GITHUB_REPOSITORY", "acme/shop".to_string()),
-            ("GATEBOT_OUTBOX_LEASE", "2s".to_string()),
-            ("GATEBOT_OUTBOX_BACKOFF", "200ms".to_string()),
+            ("GATEBOT_POLICY", limits.clone()),
             ("RUST_LOG", "warn".to_string()),
         ]
     };

@@ -32,11 +32,11 @@ async fn env(backend: Backend) -> Env {
     let db = TestDb::new(backend).await;
     let mut config = db.config();
     config.admin_token = Some(gatebot_testkit::harness::ADMIN_TOKEN.to_string().into());
-    config.retention.payloads = Duration::from_secs(3600);
-    config.retention.deliveries = Duration::from_secs(24 * 3600);
-    config.retention.history = Duration::from_secs(24 * 3600);
-    config.retention.audit = Duration::from_secs(3 * 24 * 3600);
-    config.retention.interval = Duration::from_secs(1);
+    config.limits.retention_payloads = Duration::from_secs(3600);
+    config.limits.retention_deliveries = Duration::from_secs(24 * 3600);
+    config.limits.retention_history = Duration::from_secs(24 * 3600);
+    config.limits.retention_audit = Duration::from_secs(3 * 24 * 3600);
+    config.limits.retention_interval = Duration::from_secs(1);
     let clock = ManualClock::new(gatebot_testkit::github_payloads::now_ms());
     let options = gatebot::Options {
         clock: Some(clock.clone() as SharedClock),
@@ -242,7 +242,7 @@ async fn what_outlives_its_retention_is_pruned_and_nothing_else(backend: Backend
     let audit_before = env.count(&old_audit).await;
     assert!(audit_before >= 2, "an open and a pin at least");
 
-    // Past GATEBOT_RETENTION_PAYLOADS: payloads go, ids stay.
+    // Past [limits] retention_payloads: payloads go, ids stay.
     env.clock.advance(2 * HOUR);
     env.until(
         "payloads left",
@@ -263,7 +263,7 @@ async fn what_outlives_its_retention_is_pruned_and_nothing_else(backend: Backend
         "the id is kept: it still stops a replay"
     );
 
-    // Past GATEBOT_RETENTION_DELIVERIES and _HISTORY.
+    // Past [limits] retention_deliveries and _HISTORY.
     env.clock.advance(2 * DAY);
     env.until("events", "SELECT COUNT(*) FROM events", 0).await;
     env.until("progress", "SELECT COUNT(*) FROM canary_progress", 0)
@@ -369,7 +369,7 @@ async fn what_outlives_its_retention_is_pruned_and_nothing_else(backend: Backend
         }
     }
 
-    // Past GATEBOT_RETENTION_AUDIT: the audit entries go, counted.
+    // Past [limits] retention_audit: the audit entries go, counted.
     env.clock.advance(2 * DAY);
     env.until("audit entries", &old_audit, 0).await;
     let left = env.count("SELECT COUNT(*) FROM audit").await as f64;
@@ -452,7 +452,7 @@ async fn a_prune_never_deletes_a_gate_changed_while_it_runs() {
     }
     let lock = RowLock::gates(&env._db.url, locked).await;
     // A prune pass must reach the locked row: the next one starts within a
-    // second (GATEBOT_RETENTION_INTERVAL) and either takes the others around
+    // second ([limits] retention_interval) and either takes the others around
     // the lock or waits for it.
     let prune_waits = "SELECT COUNT(*) FROM pg_stat_activity \
         WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM gates%'";

@@ -116,7 +116,7 @@ async fn env(backend: Backend, setup: Setup) -> Env {
         config.approval_ttl = ttl;
     }
     if let Some(burst) = setup.burst {
-        config.notify_burst = burst;
+        config.limits.notify_burst = burst;
     }
     config.public_url = setup.public_url;
     let clock = ManualClock::new(NOW);
@@ -1016,7 +1016,7 @@ async fn slack_burst_digest(backend: Backend) {
     assert_eq!(digest.len(), 1, "{digest:#?}");
     env.snap_json(
         "slack_digest",
-        "chat.postMessage of the digest of the waits over GATEBOT_NOTIFY_BURST",
+        "chat.postMessage of the digest of the waits over [limits] notify_burst",
         &digest[0],
     );
     env.server.stop().await;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use gatebot_testkit::harness::{client, metric_value, Backend, TestDb, ADMIN_TOKEN};
 use gatebot_testkit::raw::memory_kb;
-use gatebot_testkit::served::Served;
+use gatebot_testkit::served::{limits_policy, Served};
 use serde_json::{json, Value};
 use sqlx::Connection;
 
@@ -27,12 +27,12 @@ const CANARIES: u64 = 200;
 const NAMESPACES: u64 = 5;
 /// Retention scaled to the run: a steady state within three weeks.
 const RETENTION: [(&str, &str); 6] = [
-    ("GATEBOT_RETENTION_PAYLOADS", "1d"),
-    ("GATEBOT_RETENTION_DELIVERIES", "2d"),
-    ("GATEBOT_RETENTION_HISTORY", "7d"),
-    ("GATEBOT_RETENTION_AUDIT", "14d"),
-    ("GATEBOT_RETENTION_INTERVAL", "1s"),
-    ("GATEBOT_NAMED_GATE_RETENTION", "7d"),
+    ("retention_payloads", "1d"),
+    ("retention_deliveries", "2d"),
+    ("retention_history", "7d"),
+    ("retention_audit", "14d"),
+    ("retention_interval", "1s"),
+    ("named_gate_retention", "7d"),
 ];
 /// The tables that grow with traffic.
 const TABLES: &[&str] = &[
@@ -107,6 +107,7 @@ struct Soak {
 
 impl Soak {
     fn env(&self) -> Vec<(&'static str, String)> {
+        let dir = self.db.dir.path();
         let mut env: Vec<(&str, String)> = vec![
             ("GATEBOT_GITHUB_REPOSITORY", "acme/shop".into()),
             ("GATEBOT_PIPELINE_TOKEN", PIPELINE_TOKEN.into()),
@@ -120,17 +121,21 @@ impl Soak {
         ];
         if std::env::var("GATEBOT_SOAK_RETENTION").as_deref() == Ok("off") {
             // For the comparison only: everything kept (as long as settings allow).
-            env.extend(RETENTION.iter().map(|(k, _)| {
-                let v = match *k {
-                    "GATEBOT_RETENTION_INTERVAL" => "1s",
-                    "GATEBOT_RETENTION_AUDIT" => "0",
-                    "GATEBOT_RETENTION_PAYLOADS" => "365d",
-                    _ => "3650d",
-                };
-                (*k, v.to_string())
-            }));
+            let kept: Vec<(&str, &str)> = RETENTION
+                .iter()
+                .map(|(k, _)| {
+                    let v = match *k {
+                        "retention_interval" => "1s",
+                        "retention_audit" => "0",
+                        "retention_payloads" => "365d",
+                        _ => "3650d",
+                    };
+                    (*k, v)
+                })
+                .collect();
+            env.push(("GATEBOT_POLICY", limits_policy(dir, &kept)));
         } else {
-            env.extend(RETENTION.iter().map(|(k, v)| (*k, v.to_string())));
+            env.push(("GATEBOT_POLICY", limits_policy(dir, &RETENTION)));
         }
         env
     }

@@ -1039,7 +1039,7 @@ async fn the_card_shows_the_canarys_numbers(backend: Backend) {
         c.teams.channel = Some(CHANNEL.into());
         c.public_url = Some(PUBLIC_URL.into());
         c.prometheus.url = Some(prometheus.url.clone());
-        c.prometheus.refresh = Duration::from_millis(100);
+        c.limits.evidence_refresh = Duration::from_millis(100);
     })
     .await;
     env.install().await;

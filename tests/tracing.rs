@@ -8,7 +8,7 @@ use gatebot_testkit::fake_github::{Failure, FakeGithub};
 use gatebot_testkit::github_payloads::comment;
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb};
 use gatebot_testkit::raw;
-use gatebot_testkit::served::Served;
+use gatebot_testkit::served::{limits_policy, Served};
 use serde_json::Value;
 use tokio::io::{AsyncWriteExt, BufReader};
 
@@ -37,12 +37,13 @@ async fn a_delivery_and_its_jobs_log_under_their_ids() {
     github.set_permission("alice", "write");
     // The first write to GitHub fails once, so that its job logs a retry.
     github.fail_writes([Failure::server_error()]);
+    let limits = limits_policy(db.dir.path(), &[("outbox_backoff", "50ms")]);
     let served = Served::start(
         &db,
         &[
             ("GATEBOT_LOG_FORMAT", "json"),
             ("RUST_LOG", "info"),
-            ("GATEBOT_OUTBOX_BACKOFF", "50ms"),
+            ("GATEBOT_POLICY", &limits),
             ("GATEBOT_GITHUB_WEBHOOK_SECRET", SECRET),
             ("GATEBOT_GITHUB_TOKEN", "ghp_test"),
             ("GATEBOT_GITHUB_API_URL", &github.url),

@@ -386,12 +386,15 @@ pub async fn check_config(
 /// canary gets (docs/evidence.md).
 async fn evidence(report: &mut ConfigReport, config: &crate::Config, store: &crate::store::Store) {
     let calls = crate::metrics::Metrics::new().outbound("prometheus");
-    let prometheus =
-        match crate::evidence::prometheus::Prometheus::from_config(&config.prometheus, calls) {
-            Ok(Some(p)) => p,
-            Ok(None) => return,
-            Err(e) => return report.problem(format_args!("GATEBOT_PROMETHEUS_URL: {e:#}")),
-        };
+    let prometheus = match crate::evidence::prometheus::Prometheus::from_config(
+        &config.prometheus,
+        config.limits.prometheus_timeout,
+        calls,
+    ) {
+        Ok(Some(p)) => p,
+        Ok(None) => return,
+        Err(e) => return report.problem(format_args!("GATEBOT_PROMETHEUS_URL: {e:#}")),
+    };
     let url = crate::config::url_shown(config.prometheus.url().unwrap_or_default());
     match prometheus.instant("vector(1)").await {
         Ok(_) => report.line(format_args!("prometheus:      {url} answers")),
@@ -552,6 +555,19 @@ fn check_parts(report: &mut ConfigReport, config: &crate::Config) {
                     path.display(),
                     policy.deadlines().len()
                 ));
+            }
+            if let Some(limits) = policy.limits() {
+                let changed = limits.changed();
+                report.line(format_args!(
+                    "limits:          {}",
+                    match changed.is_empty() {
+                        true => "the defaults ([limits] sets none)".to_string(),
+                        false => changed.join(", "),
+                    }
+                ));
+                for warning in limits.warnings() {
+                    report.warning(warning);
+                }
             }
             if policy.approving_review() == crate::policy::ApprovingReview::Promote {
                 report.line(

@@ -118,7 +118,14 @@ async fn check_config(
     settings: Vec<Setting>,
     unknown: &[UnknownName],
 ) -> anyhow::Result<()> {
-    let CheckConfigArgs { probe, config } = args;
+    let CheckConfigArgs { probe, mut config } = args;
+    // As `serve` does; a policy file that does not read is check-config's problem to say.
+    if let Some(limits) = crate::policy::Policy::from_config(&config)
+        .ok()
+        .and_then(|p| p.limits().cloned())
+    {
+        config.limits = limits;
+    }
     let probed = probe.then(|| config.clone());
     let mut report = crate::api::cli::check_config(config, &settings, unknown).await;
     if let Some(config) = probed {

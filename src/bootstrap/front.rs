@@ -43,10 +43,10 @@ impl Front {
     /// `router` with Flagger's checks answered in front of it, under the
     /// limits the router's `check_routes` and `harden` give them.
     pub(crate) fn new(state: AppState, router: Router) -> Self {
-        let limit = BodyLimit::new(FLAGGER_BODY_LIMIT, state.config.body_read_timeout);
+        let limit = BodyLimit::new(FLAGGER_BODY_LIMIT, state.config.limits.body_read_timeout);
         let on = OnFailure {
             gate_check: true,
-            timeout: state.config.request_timeout,
+            timeout: state.config.limits.request_timeout,
         };
         Self(Arc::new(Inner {
             state,

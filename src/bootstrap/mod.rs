@@ -68,9 +68,12 @@ impl Gatebot {
         Self::start_with(config, Options::default()).await
     }
 
-    pub async fn start_with(config: Config, options: Options) -> anyhow::Result<Self> {
-        prepare(&config)?;
+    pub async fn start_with(mut config: Config, options: Options) -> anyhow::Result<Self> {
         let policy = policy::Policy::from_config(&config)?;
+        if let Some(limits) = policy.limits() {
+            config.limits = limits.clone();
+        }
+        prepare(&config)?;
         let base = Base::open(&config, &policy, options.clock).await?;
         let templates = templates::Templates::with_links(
             config.templates_dir.clone(),
@@ -175,7 +178,7 @@ impl Gatebot {
         listener: TcpListener,
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let grace = self.state.config.shutdown_timeout;
+        let grace = self.state.config.limits.shutdown_timeout;
         let limits = http::server::ServerLimits::from_config(&self.state.config);
         let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
         let server = http::server::serve(
@@ -221,7 +224,11 @@ fn prepare(config: &Config) -> anyhow::Result<()> {
     if let Some(problem) = config.problems().into_iter().next() {
         anyhow::bail!(problem);
     }
-    for warning in config.warnings() {
+    for warning in config
+        .warnings()
+        .into_iter()
+        .chain(config.limits.warnings())
+    {
         tracing::warn!("{warning}");
     }
     crate::outbound::configure(&config.outbound)
@@ -332,8 +339,11 @@ impl Base {
     /// The canaries' numbers: Prometheus's client and the policy's queries,
     /// checked now so a bad query stops the start, not a message.
     fn evidence(&self, config: &Config, policy: &policy::Policy) -> anyhow::Result<Evidence> {
-        let prometheus =
-            Prometheus::from_config(&config.prometheus, self.metrics.outbound("prometheus"))?;
+        let prometheus = Prometheus::from_config(
+            &config.prometheus,
+            config.limits.prometheus_timeout,
+            self.metrics.outbound("prometheus"),
+        )?;
         crate::evidence::check_rules(policy.evidence()).context("GATEBOT_POLICY: [evidence]")?;
         Ok(Evidence::new(
             prometheus,
@@ -363,8 +373,8 @@ impl Base {
             timers: policy.timers(),
             environments: policy.environments().clone(),
             named: engine::named::NamedLimits {
-                live: config.named_gates_live,
-                per_hour: config.named_gates_per_hour,
+                live: config.limits.named_gates_live,
+                per_hour: config.limits.named_gates_per_hour,
             },
         };
         let engine = Engine::new(
@@ -468,9 +478,9 @@ impl Workers {
         shutdown: &CancellationToken,
     ) -> anyhow::Result<Drain> {
         let settings = self.worker.unwrap_or_else(|| WorkerSettings {
-            base_backoff: state.config.outbox_backoff,
-            max_attempts: state.config.outbox_max_attempts,
-            lease: state.config.outbox_lease,
+            base_backoff: state.config.limits.outbox_backoff,
+            max_attempts: state.config.limits.outbox_max_attempts.into(),
+            lease: state.config.limits.outbox_lease,
             ..WorkerSettings::default()
         });
         let outbox = worker(

@@ -98,7 +98,7 @@ pub(super) async fn origins(
     };
     Ok(Some(Arc::new(crate::core::origin::Origins::new(
         Arc::new(finder),
-        settings.lookup_backoff,
+        config.limits.kubernetes_lookup_backoff,
         lookups,
     ))))
 }

@@ -75,7 +75,7 @@ pub fn app_with(state: AppState, web: Arc<crate::web::Web>, webhooks: Webhooks) 
 }
 
 fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, webhooks: Webhooks) -> Router {
-    let read_timeout = state.config.body_read_timeout;
+    let read_timeout = state.config.limits.body_read_timeout;
     let rest = Router::new()
         .merge(flagger_routes(&state, read_timeout))
         .merge(api_routes(&state, read_timeout))
@@ -270,7 +270,7 @@ fn webhook_routes(
 /// (not empty) 500 or 503. Public so that tests can put failing handlers
 /// behind exactly these layers.
 pub fn harden(state: AppState, checks: Router<AppState>, rest: Router<AppState>) -> Router {
-    let timeout = state.config.request_timeout;
+    let timeout = state.config.limits.request_timeout;
     let tokens = Arc::new(state.config.flagger_tokens().clone());
     let guarded = |routes: Router<AppState>, gate_check: bool| {
         let on = OnFailure {

@@ -166,7 +166,7 @@ pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
         if let Err(e) = state.engine.send_reminders(&state.policy).await {
             tracing::warn!(error = %e, "could not send reminders");
         }
-        let retention = state.config.named_gate_retention;
+        let retention = state.config.limits.named_gate_retention;
         if let Err(e) = state.engine.prune_retired_named(retention).await {
             tracing::warn!(error = %e, "could not prune retired named gates");
         }
@@ -183,13 +183,13 @@ pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
     }
 }
 
-/// The waiting canaries' numbers: every GATEBOT_EVIDENCE_REFRESH while
+/// The waiting canaries' numbers: every [limits] evidence_refresh while
 /// Prometheus is set; a pass that takes longer delays the next.
 pub(super) async fn evidence(state: AppState, shutdown: CancellationToken) {
     if !state.evidence.is_on() {
         return;
     }
-    let mut tick = tokio::time::interval(state.config.prometheus.refresh);
+    let mut tick = tokio::time::interval(state.config.limits.evidence_refresh);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut refreshed = crate::core::evidence::Refreshed::default();
     loop {
@@ -209,11 +209,11 @@ pub(super) async fn evidence(state: AppState, shutdown: CancellationToken) {
     }
 }
 
-/// Retention: every `GATEBOT_RETENTION_INTERVAL` (and once at start), prunes
+/// Retention: every `[limits] retention_interval` (and once at start), prunes
 /// what has outlived its setting, then reports the store's rows and size.
 pub(super) async fn retention(state: AppState, shutdown: CancellationToken) {
-    let rules = store::Retention::from(&state.config.retention);
-    let mut tick = tokio::time::interval(state.config.retention.interval);
+    let rules = store::Retention::from(&state.config.limits);
+    let mut tick = tokio::time::interval(state.config.limits.retention_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -244,8 +244,8 @@ async fn prune_once(state: &AppState, rules: &store::Retention) {
             // The audit log is what people read afterwards: never pruned silently.
             tracing::info!(
                 deleted = p.deleted,
-                kept_for = %humantime::format_duration(state.config.retention.audit),
-                "pruned audit entries older than GATEBOT_RETENTION_AUDIT"
+                kept_for = %humantime::format_duration(state.config.limits.retention_audit),
+                "pruned audit entries older than [limits] retention_audit"
             );
         } else {
             tracing::debug!(

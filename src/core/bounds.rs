@@ -16,7 +16,7 @@
 //! (store and memory), and one ended for room whose canary never asked
 //! again also its audit entry, so a flood of made-up canaries leaves nothing
 //! behind but its rows in `waits`, pruned with the history
-//! (`GATEBOT_RETENTION_HISTORY`) and at most 2,000 open waits' entries.
+//! (`[limits] retention_history`) and at most 2,000 open waits' entries.
 
 use super::*;
 use crate::store::OpenWait;

@@ -1,6 +1,6 @@
 //! Keeps the waiting canaries' numbers current (`evidence`): each pass reads
 //! the open waits, fetches every waiting canary's numbers (a few at a time,
-//! each call bounded by GATEBOT_PROMETHEUS_TIMEOUT), and asks the surfaces to
+//! each call bounded by [limits] prometheus_timeout), and asks the surfaces to
 //! show a changed line at most once a minute per canary. Runs beside the
 //! gate check, never in it: a slow Prometheus delays only the next line.
 

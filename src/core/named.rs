@@ -11,8 +11,8 @@ use crate::gate::{AuditAction, Gate, GateKey, Millis, Scope};
 use crate::notify::Notice;
 use crate::store::{NamedGate, NamedSpec, Store, StoreError};
 
-/// How many named gates there may be (`GATEBOT_NAMED_GATES_LIVE`,
-/// `GATEBOT_NAMED_GATES_PER_HOUR`): each costs store space until it is
+/// How many named gates there may be (`[limits] named_gates_live`,
+/// `[limits] named_gates_per_hour`): each costs store space until it is
 /// retired and pruned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NamedLimits {
@@ -58,10 +58,10 @@ pub enum NamedError {
 fn quota_message(quota: &Quota, retry_after: Duration) -> String {
     match quota {
         Quota::Live { limit } => format!(
-            "{limit} named gates are live, the most this server keeps (GATEBOT_NAMED_GATES_LIVE={limit}): retire one (DELETE /api/v1/gates/<kind>/named/<name>) before creating another"
+            "{limit} named gates are live, the most this server keeps ([limits] named_gates_live = {limit}): retire one (DELETE /api/v1/gates/<kind>/named/<name>) before creating another"
         ),
         Quota::PerHour { limit, actor } => format!(
-            "{actor} created {limit} named gates in the last hour, the most one token may (GATEBOT_NAMED_GATES_PER_HOUR={limit}): try again in {}s",
+            "{actor} created {limit} named gates in the last hour, the most one token may ([limits] named_gates_per_hour = {limit}): try again in {}s",
             retry_after.as_secs()
         ),
     }

@@ -103,6 +103,7 @@ impl Prometheus {
     /// None when GATEBOT_PROMETHEUS_URL is unset.
     pub(crate) fn from_config(
         config: &PrometheusConfig,
+        timeout: Duration,
         calls: OutboundCalls,
     ) -> anyhow::Result<Option<Self>> {
         let Some(base) = config.url() else {
@@ -114,10 +115,10 @@ impl Prometheus {
             (None, None) => Auth::None,
         };
         Ok(Some(Self {
-            http: HTTP.get(config.timeout)?,
+            http: HTTP.get(timeout)?,
             base: base.to_string(),
             auth,
-            timeout: config.timeout,
+            timeout,
             calls,
         }))
     }

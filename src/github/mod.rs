@@ -138,7 +138,7 @@ pub fn sinks(
             templates: templates.clone(),
             clock: clock.clone(),
             allowed: config.github.allowed_repositories.clone(),
-            burst: config.notify_burst,
+            burst: config.limits.notify_burst,
             metrics: metrics.clone(),
             check_runs: config.github.check_runs_on(),
             deployments: config.github.deployments,

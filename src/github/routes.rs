@@ -375,18 +375,18 @@ fn protection(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
     Ok(Received::Work { id, payload })
 }
 
-/// Delivery ids are forgotten after `GATEBOT_RETENTION_DELIVERIES`, so what
+/// Delivery ids are forgotten after `[limits] retention_deliveries`, so what
 /// GitHub signed longer ago than that is refused: a replay of it cannot run
 /// again once its id is gone.
 fn too_old(state: &AppState, signed_at: Option<Millis>) -> Result<(), Reject> {
-    let window = state.config.retention.deliveries;
+    let window = state.config.limits.retention_deliveries;
     let oldest = state.clock.now_ms() - window.as_millis() as Millis;
     match signed_at {
         Some(at) if at < oldest => Err(Reject::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "too_old",
             format!(
-                "signed more than {} ago (GATEBOT_RETENTION_DELIVERIES): too old to act on",
+                "signed more than {} ago ([limits] retention_deliveries): too old to act on",
                 humantime::format_duration(window)
             ),
         )),

@@ -5,7 +5,7 @@
 //! dedupe key, so a burst of changes coalesces into one edit that renders the
 //! PR's state at send time. A PR gets a status comment only once Flagger has
 //! waited at one of its gates; from then on the comment follows every change.
-//! Past GATEBOT_NOTIFY_BURST new waits a minute on one PR, the next edit waits
+//! Past [limits] notify_burst new waits a minute on one PR, the next edit waits
 //! for the minute to end. A PR GitHub answers 404 for is remembered for a day,
 //! and its jobs are dropped meanwhile without calling GitHub.
 //!

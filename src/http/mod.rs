@@ -13,7 +13,7 @@ pub mod signature;
 
 // Body limits per route, enforced by `limits::bounded` before any handler runs.
 // A body over its limit gets 413, one that is not whole within
-// GATEBOT_BODY_READ_TIMEOUT gets 408.
+// [limits] body_read_timeout gets 408.
 
 /// Flagger's bodies are a few hundred bytes.
 pub const FLAGGER_BODY_LIMIT: usize = 64 * 1024;

@@ -67,9 +67,9 @@ pub struct ServerLimits {
 impl ServerLimits {
     pub fn from_config(config: &crate::Config) -> Self {
         Self {
-            header_read_timeout: config.header_read_timeout,
-            idle_timeout: config.idle_timeout,
-            max_connections: below_descriptor_limit(config.max_connections),
+            header_read_timeout: config.limits.header_read_timeout,
+            idle_timeout: config.limits.idle_timeout,
+            max_connections: below_descriptor_limit(config.limits.max_connections as usize),
         }
     }
 }
@@ -91,7 +91,7 @@ fn below_descriptor_limit(wanted: usize) -> usize {
             wanted,
             allowed = room,
             descriptor_limit = soft,
-            "GATEBOT_MAX_CONNECTIONS is above what the descriptor limit allows: lowered (raise `ulimit -n` to allow more)"
+            "[limits] max_connections is above what the descriptor limit allows: lowered (raise `ulimit -n` to allow more)"
         );
         return room;
     }

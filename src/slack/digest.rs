@@ -1,5 +1,5 @@
 //! The digest: one Slack message for the waits of a minute that were over
-//! GATEBOT_NOTIFY_BURST in a channel, read from the store when the minute is over.
+//! [limits] notify_burst in a channel, read from the store when the minute is over.
 
 use std::collections::BTreeMap;
 

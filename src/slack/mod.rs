@@ -87,7 +87,7 @@ pub fn sinks(
             .filter(|c| !c.trim().is_empty()),
         bound: policy.slack_channels().clone(),
         default_repo: config.github.repository.clone(),
-        burst: Burst::new(config.notify_burst),
+        burst: Burst::new(config.limits.notify_burst),
         metrics: metrics.clone(),
         evidence: evidence.clone(),
     })])

@@ -94,7 +94,7 @@ pub enum SlackJob {
         /// The channel when there is no thread.
         channel: Option<String>,
     },
-    /// One message for the waits of a minute over GATEBOT_NOTIFY_BURST in a channel.
+    /// One message for the waits of a minute over [limits] notify_burst in a channel.
     Digest {
         channel: String,
         since: Millis,

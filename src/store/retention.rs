@@ -29,15 +29,15 @@ pub struct Retention {
     pub audit: Option<Millis>,
 }
 
-impl From<&crate::config::RetentionConfig> for Retention {
-    fn from(kept: &crate::config::RetentionConfig) -> Self {
+impl From<&crate::config::Limits> for Retention {
+    fn from(kept: &crate::config::Limits) -> Self {
         let ms = |d: std::time::Duration| Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX);
         Self {
-            payloads: ms(kept.payloads),
-            deliveries: ms(kept.deliveries),
-            history: ms(kept.history),
+            payloads: ms(kept.retention_payloads),
+            deliveries: ms(kept.retention_deliveries),
+            history: ms(kept.retention_history),
             // 0 keeps the audit log for ever.
-            audit: (!kept.audit.is_zero()).then(|| ms(kept.audit)),
+            audit: (!kept.retention_audit.is_zero()).then(|| ms(kept.retention_audit)),
         }
     }
 }

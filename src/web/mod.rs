@@ -91,7 +91,7 @@ impl Web {
             mode: ui.mode,
             signer,
             operators,
-            session_ttl: ui.session_ttl,
+            session_ttl: config.limits.ui_session_ttl,
             oauth: signin::OAuth::from_config(config)?,
             proxies,
             public_url: config
@@ -102,7 +102,7 @@ impl Web {
             authority,
             changes,
             live_pages: Arc::new(Semaphore::new(MAX_LIVE_PAGES)),
-            stream_lifetime: (config.idle_timeout / 2).min(Duration::from_secs(60)),
+            stream_lifetime: (config.limits.idle_timeout / 2).min(Duration::from_secs(60)),
             app_secret: std::sync::OnceLock::new(),
         })
     }

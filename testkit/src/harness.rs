@@ -93,7 +93,7 @@ impl TestDb {
     pub fn config(&self) -> Config {
         let mut config = Config::with_database(&self.url);
         config.listen = "127.0.0.1:0".parse().unwrap();
-        config.shutdown_timeout = Duration::from_secs(5);
+        config.limits.shutdown_timeout = Duration::from_secs(5);
         config
     }
 }

@@ -184,3 +184,20 @@ pub fn healthy(port: u16) -> bool {
     let _ = conn.read_to_string(&mut answer);
     answer.starts_with("HTTP/1.1 200")
 }
+
+/// Writes a policy file holding only a `[limits]` table with `limits`
+/// (`("outbox_lease", "2s")`) into `dir`, and returns its path for
+/// `GATEBOT_POLICY`. A value that is a whole number is written bare, any
+/// other in quotes.
+pub fn limits_policy(dir: &std::path::Path, limits: &[(&str, &str)]) -> String {
+    let mut text = String::from("[limits]\n");
+    for (key, value) in limits {
+        match value.parse::<u64>() {
+            Ok(n) => text.push_str(&format!("{key} = {n}\n")),
+            Err(_) => text.push_str(&format!("{key} = \"{value}\"\n")),
+        }
+    }
+    let path = dir.join("limits-policy.toml");
+    std::fs::write(&path, text).expect("the policy file written");
+    path.to_str().expect("a UTF-8 path").to_string()
+}

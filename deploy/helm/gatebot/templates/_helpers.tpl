@@ -194,3 +194,47 @@ The token in key `token` of Secret `name`, or a new random one when there is non
 {{- end }}
 {{- $token }}
 {{- end }}
+
+{{/*
+The [limits] table of the policy file, from limits.*, retention.* and evidence.refresh /
+evidence.timeout; empty when none is set (gatebot's defaults then hold).
+*/}}
+{{- define "gatebot.limitsToml" -}}
+{{- $lines := list -}}
+{{- range $key, $name := dict "headerReadTimeout" "header_read_timeout" "idleTimeout" "idle_timeout" "bodyReadTimeout" "body_read_timeout" "requestTimeout" "request_timeout" -}}
+{{- with index $.Values.limits $key -}}
+{{- $lines = append $lines (printf "%s = %s" $name (toString . | quote)) -}}
+{{- end -}}
+{{- end -}}
+{{- with .Values.limits.maxConnections -}}
+{{- $lines = append $lines (printf "max_connections = %d" (int64 .)) -}}
+{{- end -}}
+{{- range $key, $value := .Values.retention -}}
+{{- if $value -}}
+{{- $lines = append $lines (printf "retention_%s = %s" $key (toString $value | quote)) -}}
+{{- end -}}
+{{- end -}}
+{{- with .Values.evidence.refresh -}}
+{{- $lines = append $lines (printf "evidence_refresh = %s" (toString . | quote)) -}}
+{{- end -}}
+{{- with .Values.evidence.timeout -}}
+{{- $lines = append $lines (printf "prometheus_timeout = %s" (toString . | quote)) -}}
+{{- end -}}
+{{- if $lines -}}
+[limits]
+{{ join "\n" $lines }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The policy file: `policy`, then the [limits] table the values make.
+*/}}
+{{- define "gatebot.policyToml" -}}
+{{- $limits := include "gatebot.limitsToml" . -}}
+{{- if and .Values.policy $limits -}}
+{{ .Values.policy | trimSuffix "\n" }}
+{{ $limits }}
+{{- else -}}
+{{ .Values.policy | default $limits }}
+{{- end -}}
+{{- end -}}
