@@ -21,14 +21,12 @@ RUN cargo build --release --locked \
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=builder /app/target/release/gatebot /gatebot
-# Built-in message templates. GATEBOT_TEMPLATES_DIR may point elsewhere; a template
-# missing there falls back to the copy compiled into the binary.
-COPY templates/ /templates/
 # /data holds the SQLite database by default, owned by the nonroot user; mount a volume there.
 COPY --from=builder --chown=65532:65532 /data-skeleton /data
+# The message templates are compiled into the binary; the policy file's [templates] dir
+# overrides them.
 ENV GATEBOT_LISTEN=0.0.0.0:8080 \
-    GATEBOT_DATABASE_URL=sqlite:///data/gatebot.db \
-    GATEBOT_TEMPLATES_DIR=/templates
+    GATEBOT_DATABASE_URL=sqlite:///data/gatebot.db
 USER 65532:65532
 EXPOSE 8080
 VOLUME ["/data"]

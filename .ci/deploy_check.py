@@ -43,7 +43,7 @@ KNOWN_ENV = {
     "GATEBOT_GITHUB_APP_PRIVATE_KEY", "GATEBOT_GITHUB_API_URL", "GATEBOT_GITHUB_REPOSITORY",
     "GATEBOT_GITHUB_MIN_PERMISSION", "GATEBOT_SLACK_SIGNING_SECRET", "GATEBOT_SLACK_BOT_TOKEN",
     "GATEBOT_SLACK_CHANNEL", "GATEBOT_SLACK_API_URL", "GATEBOT_SLACK_APPROVERS",
-    "GATEBOT_POLICY", "GATEBOT_TEMPLATES_DIR", "GATEBOT_LOG_FORMAT", "RUST_LOG",
+    "GATEBOT_POLICY", "GATEBOT_LOG_FORMAT", "RUST_LOG",
 }
 # Settings added since live in .env.example, which lists every one.
 if (ROOT / ".env.example").is_file():
@@ -145,7 +145,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "limits": {"limits": {"headerReadTimeout": "3s", "idleTimeout": "75s", "maxConnections": 256,
                           "bodyReadTimeout": "5s", "requestTimeout": "8s"},
                "retention": {"audit": "0", "history": "30d"},
-               "evidence": {"refresh": "1m"},
+               "evidence": {"refresh": "1m", "username": "gate bot"},
+               "metricsServer": "http://prometheus.istio-system:9090",
                "policy": "[github]\nforbid_self_approval = true\n"},
     "kubernetes-lookup": {
         "github": {"repository": "acme/shop", "token": "ghp_x", "webhookSecret": "s"},
@@ -308,14 +309,29 @@ def env_map(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def check_deployment(dep: dict[str, Any], *, sqlite: bool) -> str:
+def policy_of(docs: list[dict[str, Any]]) -> str:
+    """The policy file the chart wrote (its ConfigMap), or "" when it wrote none."""
+    for d in docs:
+        if d["kind"] == "ConfigMap" and "policy.toml" in d.get("data", {}):
+            return d["data"]["policy.toml"]
+    return ""
+
+
+def toml_tables(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The policy file the chart wrote, read as TOML."""
+    import tomllib
+    return tomllib.loads(policy_of(docs))
+
+
+def check_deployment(dep: dict[str, Any], *, sqlite: bool, policy: str = "") -> str:
     spec = dep["spec"]
     pod = spec["template"]["spec"]
     psc = pod.get("securityContext", {}) or {}
     # Only kubernetes.lookup (a read-only ClusterRole) and kubernetes.appSecret (one Secret)
     # call the API.
-    envs = env_map(pod["containers"][0])
-    reads_cluster = bool({"GATEBOT_KUBERNETES_LOOKUP", "GATEBOT_KUBERNETES_APP_SECRET"} & set(envs))
+    import tomllib
+    kubernetes = tomllib.loads(policy).get("kubernetes", {})
+    reads_cluster = bool(kubernetes.get("lookup") or kubernetes.get("app_secret"))
     expect(pod.get("automountServiceAccountToken") is reads_cluster,
            "automountServiceAccountToken must be false without kubernetes.lookup")
     containers = pod.get("containers", []) + pod.get("initContainers", [])
@@ -454,6 +470,30 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         return "every value commented"
     ck.run("values.yaml comments", comments)
 
+    def tables_written_once() -> str:
+        # A table of the policy file that the values write too would be written twice,
+        # which TOML refuses: gatebot would not start. The render says so instead.
+        for policy, values in (("[limits]\noutbox_lease = \"2m\"\n", {"evidence": {"refresh": "10s"}}),
+                               ("limits.outbox_lease = \"2m\"\n", {"limits": {"idleTimeout": "75s"}}),
+                               ("[kubernetes]\nlookup = true\n",
+                                {"kubernetes": {"appSecret": {"enabled": True}}})):
+            try:
+                render(chart, {"policy": policy, **values})
+            except helm.HelmError as exc:
+                expect("write it in one place" in str(exc), f"unexpected error: {exc}")
+                continue
+            raise AssertionError(f"{policy!r} with {values} rendered a table twice")
+        alone = policy_of(manifests(render(chart, {"policy": "[limits]\noutbox_lease = \"2m\"\n"})))
+        expect(alone.strip() == '[limits]\noutbox_lease = "2m"', f"the policy's own [limits]: {alone!r}")
+        for bad in ("0", "08", "0100", 0, 70000):
+            try:
+                render(chart, {"limits": {"maxConnections": bad}})
+            except helm.HelmError:
+                continue
+            raise AssertionError(f"limits.maxConnections {bad!r} rendered")
+        return "a table in policy and in values is refused at render; maxConnections is a number"
+    ck.run("policy tables written once", tables_written_once)
+
     def typo_rejected() -> str:
         for bad in ({"replicaCont": 1}, {"image": {"repo": "x"}}, {"logFormat": "xml"}):
             try:
@@ -481,7 +521,8 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         sqlite = not (SCENARIOS[name].get("postgres") or {})
         ck.run(f"deployment security invariants [{name}]",
                lambda docs=docs, sqlite=sqlite: check_deployment(one(docs, "Deployment"),
-                                                                  sqlite=sqlite))
+                                                                  sqlite=sqlite,
+                                                                  policy=policy_of(docs)))
 
     def need(name: str) -> list[dict[str, Any]]:
         expect(name in rendered, f"scenario {name} did not render")
@@ -685,14 +726,15 @@ def chart_checks(ck: Checks, chart: Path) -> None:
             expect(tcm["data"][k.replace("/", "__")] == v, f"content of {k}")
         pcm = cms.get("gatebot-policy")
         expect(pcm is not None and pcm["data"]["policy.toml"].strip()
-               == SCENARIOS["templates"]["policy"].strip(), "policy ConfigMap")
+               == SCENARIOS["templates"]["policy"].strip()
+               + '\n[templates]\ndir = "/etc/gatebot/templates"', "policy ConfigMap")
         dep = one(docs, "Deployment")
         pod = dep["spec"]["template"]["spec"]
         c = container_of(docs)
         envs = env_map(c)
         mounts = {m["name"]: m for m in c["volumeMounts"]}
         vols = {v["name"]: v for v in pod["volumes"]}
-        tdir = envs["GATEBOT_TEMPLATES_DIR"]["value"]
+        tdir = toml_tables(docs)["templates"]["dir"]
         tvol = next(n for n, m in mounts.items() if m["mountPath"] == tdir)
         items = {i["key"]: i["path"] for i in vols[tvol]["configMap"]["items"]}
         expect(vols[tvol]["configMap"]["name"] == "gatebot-templates", "templates volume")
@@ -743,7 +785,11 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         defaults = need("defaults")
         expect(not any(d["kind"] == "ConfigMap" and "policy.toml" in d.get("data", {}) for d in defaults),
                "a policy ConfigMap although nothing sets one")
-        return "limits.*, retention.*, evidence.refresh into the policy file's [limits]; none by default"
+        url = envs["GATEBOT_PROMETHEUS_URL"]["value"]
+        expect(url == "http://gate%20bot@prometheus.istio-system:9090",
+               f"evidence.username as metricsServer's user part: {url}")
+        return ("limits.*, retention.*, evidence.refresh into the policy file's [limits]; none by "
+                "default; evidence.username in metricsServer")
     ck.run("limits (timeouts and connection limit)", limits_check)
 
     def checksums() -> str:
@@ -844,10 +890,9 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         docs = need("private-cluster")
         c = container_of(docs)
         envs = env_map(c)
-        expect(envs.get("GATEBOT_LOADTESTER_OPEN_ACCESS", {}).get("value") == "true",
-               "loadtester.openAccess sets GATEBOT_LOADTESTER_OPEN_ACCESS")
-        expect("GATEBOT_LOADTESTER_OPEN_ACCESS" not in env_map(container_of(need("defaults"))),
-               "open access is off by default")
+        expect(toml_tables(docs).get("loadtester") == {"open_access": True},
+               "loadtester.openAccess sets [loadtester] open_access")
+        expect("loadtester" not in toml_tables(need("defaults")), "open access is off by default")
         pod = one(docs, "Deployment")["spec"]["template"]["spec"]
         vols = {v["name"]: v for v in pod["volumes"]}
         expect(vols.get("ca") == {"name": "ca", "configMap": {"name": "corporate-ca"}}, "volumes")
@@ -892,13 +937,10 @@ def chart_checks(ck: Checks, chart: Path) -> None:
 
     def kubernetes_lookup() -> str:
         docs = need("kubernetes-lookup")
-        envs = env_map(container_of(docs))
-        expect(envs.get("GATEBOT_KUBERNETES_LOOKUP", {}).get("value") == "true",
-               "kubernetes.lookup.enabled sets GATEBOT_KUBERNETES_LOOKUP")
-        expect(envs.get("GATEBOT_KUBERNETES_CONTAINER", {}).get("value") == "app",
-               "kubernetes.lookup.container")
-        expect(envs.get("GATEBOT_COMMIT_ANNOTATION", {}).get("value")
-               == "gatebot.dev/commit", "the commit annotation's default")
+        k = toml_tables(docs).get("kubernetes", {})
+        expect(k.get("lookup") is True, "kubernetes.lookup.enabled sets [kubernetes] lookup")
+        expect(k.get("container") == "app", "kubernetes.lookup.container")
+        expect(k.get("commit_annotation") == "gatebot.dev/commit", "the commit annotation's default")
         sa = one(docs, "ServiceAccount")
         expect(sa.get("automountServiceAccountToken") is True, "the token is mounted")
         role = one(docs, "ClusterRole")
@@ -911,15 +953,13 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         expect(binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
                                         "namespace": sa["metadata"].get("namespace", "default")}]
                or binding["subjects"][0]["name"] == sa["metadata"]["name"], "binding's subject")
-        expect("GATEBOT_KUBERNETES_LOOKUP" not in env_map(container_of(need("defaults"))),
-               "off by default")
-        return "ClusterRole get on canaries, deployments, daemonsets; token mounted; env set"
+        expect("kubernetes" not in toml_tables(need("defaults")), "off by default")
+        return "ClusterRole get on canaries, deployments, daemonsets; token mounted; [kubernetes] set"
     ck.run("kubernetes.lookup: read-only ClusterRole, binding, env", kubernetes_lookup)
     def app_secret() -> str:
         docs = need("app-secret")
-        envs = env_map(container_of(docs))
-        expect(envs.get("GATEBOT_KUBERNETES_APP_SECRET", {}).get("value") == "gatebot-github-app",
-               "kubernetes.appSecret sets GATEBOT_KUBERNETES_APP_SECRET")
+        expect(toml_tables(docs).get("kubernetes", {}).get("app_secret") == "gatebot-github-app",
+               "kubernetes.appSecret sets [kubernetes] app_secret")
         secrets = {d["metadata"]["name"]: d for d in of_kind(docs, "Secret")}
         kept = secrets.get("gatebot-github-app", {})
         expect(kept.get("metadata", {}).get("annotations", {}).get("helm.sh/resource-policy")
@@ -971,7 +1011,8 @@ def chart_checks(ck: Checks, chart: Path) -> None:
             docs = manifests(render(chart, values))
             validate_k8s(docs)
             sqlite = not (values.get("postgres") or {})
-            return check_deployment(one(docs, "Deployment"), sqlite=sqlite)
+            return check_deployment(one(docs, "Deployment"), sqlite=sqlite,
+                                    policy=policy_of(docs))
         ck.run(f"example {example.relative_to(ROOT)}", ex)
 
 
@@ -1810,7 +1851,6 @@ def hub_checks(ck: Checks, chart: Path) -> None:
             policy.write_text(cm["data"]["policy.toml"])
             setting = base64.b64decode(state["secrets"]["gatebot-flagger-token"]["data"]["tokens"]).decode()
             env.update(GATEBOT_POLICY=str(policy), GATEBOT_FLAGGER_TOKENS=setting)
-            env.pop("GATEBOT_TEMPLATES_DIR", None)
             server = Served(binary, env)
             token = None
             for ln in lines:

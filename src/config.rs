@@ -19,7 +19,9 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::gate::{GateKind, RepoName};
 
 mod limits;
+pub(crate) mod sections;
 pub use limits::Limits;
+pub use sections::Sections;
 
 /// Environment variables that hold secrets (or their hashes) and may come
 /// from `<NAME>_FILE`.
@@ -208,9 +210,24 @@ pub struct UnknownName {
     pub origin: Origin,
     /// The known name it is closest to, when one is close.
     pub closest: Option<String>,
-    /// The `[limits]` key it became, when it was a setting of its own.
-    pub moved: Option<&'static str>,
+    /// Where it went, when it was a setting of its own.
+    pub moved: Option<String>,
 }
+
+/// Settings that became keys of the policy file, or are derived: named
+/// with their new place rather than as unknown.
+const MOVED: [(&str, &str); 10] = [
+    ("GATEBOT_LOADTESTER_OPEN_ACCESS", "it is `open_access` in the [loadtester] table of the policy file now (GATEBOT_POLICY; docs/policy.md)"),
+    ("GATEBOT_TEMPLATES_DIR", "it is `dir` in the [templates] table of the policy file now (GATEBOT_POLICY; docs/policy.md)"),
+    ("GATEBOT_KUBERNETES_LOOKUP", "it is `lookup` in the [kubernetes] table of the policy file now (GATEBOT_POLICY; docs/gitops.md)"),
+    ("GATEBOT_COMMIT_ANNOTATION", "it is `commit_annotation` in the [kubernetes] table of the policy file now (GATEBOT_POLICY; docs/gitops.md)"),
+    ("GATEBOT_REPOSITORY_ANNOTATION", "it is `repository_annotation` in the [kubernetes] table of the policy file now (GATEBOT_POLICY; docs/gitops.md)"),
+    ("GATEBOT_KUBERNETES_CONTAINER", "it is `container` in the [kubernetes] table of the policy file now (GATEBOT_POLICY; docs/gitops.md)"),
+    ("GATEBOT_KUBERNETES_APP_SECRET", "it is `app_secret` in the [kubernetes] table of the policy file now (GATEBOT_POLICY; docs/github.md)"),
+    ("GATEBOT_UI_TRUSTED_PROXIES", "it is `trusted_proxies` in the [ui] table of the policy file now (GATEBOT_POLICY; docs/web.md)"),
+    ("GATEBOT_UI_GITHUB_OAUTH_URL", "GitHub's sign-in pages are found from GATEBOT_GITHUB_API_URL now (https://HOST/api/v3 signs in at https://HOST)"),
+    ("GATEBOT_PROMETHEUS_USERNAME", "the user is the user part of GATEBOT_PROMETHEUS_URL now (http://gatebot@prometheus:9090)"),
+];
 
 /// Settings that became keys of the policy file's `[limits]` table:
 /// named with their new place rather than as unknown.
@@ -242,19 +259,23 @@ const MOVED_TO_LIMITS: [(&str, &str); 22] = [
     ),
 ];
 
-fn moved_to_limits(name: &str) -> Option<&'static str> {
-    MOVED_TO_LIMITS
+/// Where a setting that is no longer read went, in a sentence.
+fn moved(name: &str) -> Option<String> {
+    if let Some((_, key)) = MOVED_TO_LIMITS.iter().find(|(env, _)| *env == name) {
+        return Some(format!("it is `{key}` in the [limits] table of the policy file now (GATEBOT_POLICY; docs/operations.md, \"Limits\")"));
+    }
+    MOVED
         .iter()
         .find(|(env, _)| *env == name)
-        .map(|(_, key)| *key)
+        .map(|(_, place)| place.to_string())
 }
 
 impl std::fmt::Display for UnknownName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if let Some(key) = self.moved {
+        if let Some(place) = &self.moved {
             return write!(
                 f,
-                "{} (from {}) is no longer read: it is `{key}` in the [limits] table of the policy file now (GATEBOT_POLICY; docs/operations.md, \"Limits\")",
+                "{} (from {}) is no longer read: {place}",
                 self.name,
                 self.origin.said()
             );
@@ -266,7 +287,13 @@ impl std::fmt::Display for UnknownName {
             self.origin.said()
         )?;
         match &self.closest {
-            Some(closest) => write!(f, ": did you mean {closest}?"),
+            Some(closest) => match moved(closest) {
+                Some(place) => write!(
+                    f,
+                    ": did you mean {closest}? That one is no longer read: {place}"
+                ),
+                None => write!(f, ": did you mean {closest}?"),
+            },
             None => write!(f, " (the settings are listed in .env.example)"),
         }
     }
@@ -318,14 +345,23 @@ fn service_link(name: &str, value: &str) -> bool {
 /// closest known name. `GATEBOT_TEST_*` are left out.
 pub fn unknown_names(command: &clap::Command) -> Vec<UnknownName> {
     let known = known_names(command);
+    // A misspelt name of a setting that moved is pointed at that setting,
+    // which then says where it went, not at an unrelated one still read.
+    let mut known_or_moved = known.clone();
+    known_or_moved.extend(
+        MOVED_TO_LIMITS
+            .iter()
+            .chain(MOVED.iter())
+            .map(|(n, _)| n.to_string()),
+    );
     let mut out: Vec<UnknownName> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v)))
         .filter(|(k, _)| k.starts_with("GATEBOT_") && !k.starts_with(TEST_PREFIX))
         .filter(|(k, v)| !known.contains(k) && !service_link(k, &v.to_string_lossy()))
         .map(|(name, _)| UnknownName {
             origin: loaded(&name).unwrap_or(Origin::Environment),
-            moved: moved_to_limits(&name),
-            closest: closest_name(&name, &known),
+            moved: moved(&name),
+            closest: closest_name(&name, &known_or_moved),
             name,
         })
         .collect();
@@ -725,7 +761,8 @@ pub struct Config {
 
     /// Let anyone who can reach gatebot call the loadtester's /gate/open, /gate/close,
     /// /rollback/open and /rollback/close, as the loadtester does (drop-in migration).
-    #[arg(long, env = "GATEBOT_LOADTESTER_OPEN_ACCESS", default_value_t = false)]
+    /// `[loadtester] open_access` in the policy file.
+    #[arg(skip)]
     pub loadtester_open_access: bool,
 
     /// Flagger's checks and events must carry a cluster's token: comma-separated
@@ -739,8 +776,9 @@ pub struct Config {
     #[arg(long, env = "GATEBOT_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
 
-    /// Directory whose templates override the built-in ones (github/*.j2, slack/*.j2).
-    #[arg(long, env = "GATEBOT_TEMPLATES_DIR")]
+    /// Directory whose templates override the built-in ones (github/*.j2,
+    /// slack/*.j2): `[templates] dir` in the policy file.
+    #[arg(skip)]
     pub templates_dir: Option<PathBuf>,
 
     /// Policy file: finer rules for who may do what.
@@ -790,15 +828,14 @@ pub struct PrometheusConfig {
     /// service-account tokens rotate).
     #[arg(long = "prometheus-token-file", env = "GATEBOT_PROMETHEUS_TOKEN_FILE")]
     pub bearer_token_file: Option<PathBuf>,
-    /// Basic auth user, with GATEBOT_PROMETHEUS_PASSWORD.
-    #[arg(long = "prometheus-username", env = "GATEBOT_PROMETHEUS_USERNAME")]
-    pub username: Option<String>,
+    /// Basic auth's password; the user is the URL's user part
+    /// (`http://gatebot@prometheus:9090`).
     #[arg(long = "prometheus-password", env = "GATEBOT_PROMETHEUS_PASSWORD", value_parser = parse_secret, hide_env_values = true)]
     pub password: Option<SecretString>,
 }
 
 impl PrometheusConfig {
-    /// The URL without a trailing slash; empty counts as unset.
+    /// The URL as given, without a trailing slash; empty counts as unset.
     pub fn url(&self) -> Option<&str> {
         self.url
             .as_deref()
@@ -813,9 +850,27 @@ impl PrometheusConfig {
             .filter(|p| !p.as_os_str().is_empty())
     }
 
+    /// The URL requests go to: without its user part, which says who to
+    /// sign in as, not where to go.
+    pub fn base(&self) -> Option<String> {
+        let mut url = reqwest::Url::parse(self.url()?).ok()?;
+        url.set_username("").ok()?;
+        url.set_password(None).ok()?;
+        Some(url.as_str().trim_end_matches('/').to_string())
+    }
+
+    /// The URL's user part, decoded; empty counts as unset.
+    fn user(&self) -> Option<String> {
+        let url = reqwest::Url::parse(self.url()?).ok()?;
+        let user = percent_encoding::percent_decode_str(url.username())
+            .decode_utf8()
+            .ok()?;
+        Some(user.into_owned()).filter(|u| !u.is_empty())
+    }
+
     /// Basic auth, when both halves are set (empty counts as unset).
-    pub fn basic_auth(&self) -> Option<(&str, &SecretString)> {
-        let user = self.username.as_deref().filter(|u| !u.is_empty())?;
+    pub fn basic_auth(&self) -> Option<(String, &SecretString)> {
+        let user = self.user()?;
         let password = self
             .password
             .as_ref()
@@ -833,14 +888,21 @@ impl PrometheusConfig {
                 ));
             }
         }
-        let user = self.username.as_deref().is_some_and(|u| !u.is_empty());
+        let parsed = self.url().and_then(|u| reqwest::Url::parse(u).ok());
+        if parsed.as_ref().is_some_and(|u| u.password().is_some()) {
+            out.push("GATEBOT_PROMETHEUS_URL holds a password: write only the user in the URL (http://gatebot@prometheus:9090) and the password in GATEBOT_PROMETHEUS_PASSWORD".into());
+        }
+        if parsed.as_ref().is_some_and(|u| !u.username().is_empty()) && self.user().is_none() {
+            out.push("GATEBOT_PROMETHEUS_URL: its user part is not UTF-8 once decoded".into());
+        }
+        let user = self.user().is_some();
         let password = self
             .password
             .as_ref()
             .is_some_and(|p| !p.expose_secret().is_empty());
         if user != password {
             out.push(
-                "GATEBOT_PROMETHEUS_USERNAME and GATEBOT_PROMETHEUS_PASSWORD go together".into(),
+                "basic auth to Prometheus needs both a user in GATEBOT_PROMETHEUS_URL (http://gatebot@prometheus:9090) and GATEBOT_PROMETHEUS_PASSWORD".into(),
             );
         }
         if user && self.bearer_token_file().is_some() {
@@ -1004,20 +1066,10 @@ pub struct UiConfig {
     /// Its client secret.
     #[arg(long = "ui-github-client-secret", env = "GATEBOT_UI_GITHUB_CLIENT_SECRET", value_parser = parse_secret, hide_env_values = true)]
     pub github_client_secret: Option<SecretString>,
-    /// Where GitHub's OAuth pages are (GitHub Enterprise: https://ghe.example.com).
-    #[arg(
-        long = "ui-github-oauth-url",
-        env = "GATEBOT_UI_GITHUB_OAUTH_URL",
-        default_value = "https://github.com"
-    )]
-    pub github_oauth_url: String,
-    /// Authenticating proxies (addresses or CIDRs, comma-separated) whose
-    /// X-Forwarded-User / X-Forwarded-Email are believed. Empty: none.
-    #[arg(
-        long = "ui-trusted-proxies",
-        env = "GATEBOT_UI_TRUSTED_PROXIES",
-        value_delimiter = ','
-    )]
+    /// Authenticating proxies (addresses or CIDRs) whose X-Forwarded-User /
+    /// X-Forwarded-Email are believed: `[ui] trusted_proxies` in the policy
+    /// file. Empty: none.
+    #[arg(skip)]
     pub trusted_proxies: Vec<String>,
 }
 
@@ -1096,6 +1148,21 @@ pub struct GithubConfig {
 }
 
 impl GithubConfig {
+    /// GitHub's web pages (sign-in, App set-up), found from the API's URL:
+    /// https://api.github.com is https://github.com, https://api.X.ghe.com is
+    /// https://X.ghe.com, and GitHub Enterprise Server's https://HOST/api/v3
+    /// is https://HOST.
+    pub fn web_url(&self) -> String {
+        let api = self.api_url.trim().trim_end_matches('/');
+        if let Some(host) = api.strip_suffix("/api/v3") {
+            return host.to_string();
+        }
+        match api.split_once("://api.") {
+            Some((scheme, rest)) => format!("{scheme}://{rest}"),
+            None => api.to_string(),
+        }
+    }
+
     /// Check runs are made: asked for, and a GitHub App to make them (they are App-only).
     pub fn check_runs_on(&self) -> bool {
         self.check_runs && self.token.is_none() && self.app_id.is_some()
@@ -1228,7 +1295,7 @@ impl Config {
         let mut out = self.out_of_range();
         if let Some(dir) = self.templates_dir.as_ref().filter(|d| !d.is_dir()) {
             out.push(format!(
-                "GATEBOT_TEMPLATES_DIR: {} is not a directory: create it, or unset the setting for the built-in templates",
+                "[templates] dir: {} is not a directory: create it, or remove the table for the built-in templates",
                 dir.display()
             ));
         }
@@ -1347,7 +1414,7 @@ impl Config {
                 .is_some_and(|(_, bits)| bits.trim() == "0")
             {
                 out.push(format!(
-                    "GATEBOT_UI_TRUSTED_PROXIES: {proxy} trusts every address: anyone who can reach gatebot can sign in to the pages as anyone by sending X-Forwarded-User; name only your authenticating proxy's addresses"
+                    "[ui] trusted_proxies: {proxy} trusts every address: anyone who can reach gatebot can sign in to the pages as anyone by sending X-Forwarded-User; name only your authenticating proxy's addresses"
                 ));
             }
         }
@@ -1356,7 +1423,7 @@ impl Config {
             out.push("GATEBOT_GITHUB_CHECK_RUNS=true without a GitHub App (GATEBOT_GITHUB_APP_ID, and no GATEBOT_GITHUB_TOKEN): check runs are made by Apps only, so they are off".into());
         }
         if self.loadtester_open_access {
-            out.push("GATEBOT_LOADTESTER_OPEN_ACCESS=true: anyone who can reach gatebot can open and close gates through /gate/open and /rollback/open, as with the loadtester".into());
+            out.push("[loadtester] open_access = true: anyone who can reach gatebot can open and close gates through /gate/open and /rollback/open, as with the loadtester".into());
         }
         out
     }
@@ -1578,6 +1645,39 @@ mod tests {
     use super::Cli;
 
     #[test]
+    fn githubs_web_pages_are_found_from_its_api() {
+        let web = |api: &str| {
+            let mut config = super::Config::with_database("sqlite://unused.db");
+            config.github.api_url = api.to_string();
+            config.github.web_url()
+        };
+        assert_eq!(web("https://api.github.com"), "https://github.com");
+        assert_eq!(web("https://api.github.com/"), "https://github.com");
+        assert_eq!(
+            web("https://ghe.example.com/api/v3"),
+            "https://ghe.example.com"
+        );
+        assert_eq!(web("https://api.acme.ghe.com"), "https://acme.ghe.com");
+        assert_eq!(web("http://127.0.0.1:9999"), "http://127.0.0.1:9999");
+    }
+
+    #[test]
+    fn prometheus_basic_auth_takes_its_user_from_the_url() {
+        let mut p = super::PrometheusConfig {
+            url: Some("http://gate%20bot@prometheus:9090/".into()),
+            password: Some("pw".to_string().into()),
+            ..Default::default()
+        };
+        assert_eq!(p.base().as_deref(), Some("http://prometheus:9090"));
+        assert_eq!(p.basic_auth().map(|(u, _)| u).as_deref(), Some("gate bot"));
+        assert!(p.problems().is_empty(), "{:?}", p.problems());
+        p.password = None;
+        assert_eq!(p.problems().len(), 1, "a user without a password");
+        p.url = Some("http://u:secret@prometheus:9090".into());
+        assert!(p.problems().iter().any(|e| e.contains("holds a password")));
+    }
+
+    #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
     }
@@ -1639,16 +1739,13 @@ mod tests {
 
 /// Reading the cluster (docs/gitops.md, "The PR found from the cluster"):
 /// a canary's own gate answered as the gate of the PR that brought the
-/// canary's revision. Off unless `GATEBOT_KUBERNETES_LOOKUP` is set.
+/// canary's revision. Off unless the policy file's `[kubernetes] lookup`
+/// is true; every field but the kubeconfig is that table's.
 #[derive(Debug, Clone, Args)]
 pub struct KubernetesConfig {
     /// Tie `/gates/<kind>` (a canary's own gate) to the pull request whose
     /// commit the canary's target runs, read from the cluster and GitHub.
-    #[arg(
-        long = "kubernetes-lookup",
-        env = "GATEBOT_KUBERNETES_LOOKUP",
-        default_value_t = false
-    )]
+    #[arg(skip)]
     pub lookup: bool,
     /// A kubeconfig file to read. Unset: `KUBECONFIG` or `~/.kube/config`,
     /// else the pod's service account (in-cluster).
@@ -1657,27 +1754,19 @@ pub struct KubernetesConfig {
     /// The annotation holding the commit, on the canary's target or its pod
     /// template. Without it the image tag of the container is used when it
     /// looks like a commit (7 to 40 hex digits).
-    #[arg(
-        long = "commit-annotation",
-        env = "GATEBOT_COMMIT_ANNOTATION",
-        default_value = "gatebot.dev/commit"
-    )]
+    #[arg(skip = String::from("gatebot.dev/commit"))]
     pub commit_annotation: String,
     /// The annotation naming the repository (`owner/repo`), on the Canary or
     /// its target. Without it: GATEBOT_GITHUB_REPOSITORY.
-    #[arg(
-        long = "repository-annotation",
-        env = "GATEBOT_REPOSITORY_ANNOTATION",
-        default_value = "gatebot.dev/repository"
-    )]
+    #[arg(skip = String::from("gatebot.dev/repository"))]
     pub repository_annotation: String,
     /// The container whose image tag is the commit. Unset: the first one.
-    #[arg(long = "kubernetes-container", env = "GATEBOT_KUBERNETES_CONTAINER")]
+    #[arg(skip)]
     pub container: Option<String>,
     /// A Secret of gatebot's own namespace that /ui/setup/github writes the
     /// new GitHub App's id, key and secrets into (gatebot needs `get` and
     /// `patch` on it). Unset: the page only shows them, once.
-    #[arg(long = "kubernetes-app-secret", env = "GATEBOT_KUBERNETES_APP_SECRET")]
+    #[arg(skip)]
     pub app_secret: Option<String>,
 }
 
@@ -1686,7 +1775,7 @@ impl Config {
         let gh = &self.github;
         let mut out = Vec::new();
         if self.kubernetes.lookup && gh.token.is_none() && gh.app_id.is_none() {
-            out.push("GATEBOT_KUBERNETES_LOOKUP needs GitHub credentials (GATEBOT_GITHUB_TOKEN or a GitHub App) to find the pull request of a commit".into());
+            out.push("[kubernetes] lookup needs GitHub credentials (GATEBOT_GITHUB_TOKEN or a GitHub App) to find the pull request of a commit".into());
         }
         out
     }

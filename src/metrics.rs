@@ -548,7 +548,7 @@ impl Metrics {
     pub fn count_canary_lookups(&mut self, lookups: Family<ResultLabels, Counter>) {
         self.add(
             "canary_lookups",
-            "Lookups of the pull request that brought a canary's revision (GATEBOT_KUBERNETES_LOOKUP), by result: found, no_pr (no PR brought the commit), failed (retried with backoff; the gate stays closed)",
+            "Lookups of the pull request that brought a canary's revision ([kubernetes] lookup), by result: found, no_pr (no PR brought the commit), failed (retried with backoff; the gate stays closed)",
             lookups,
         );
     }

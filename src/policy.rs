@@ -52,7 +52,7 @@ use anyhow::Context;
 use serde::Deserialize;
 
 use crate::command::{Rule, Verb};
-use crate::config::{Config, Limits, Permission};
+use crate::config::{sections, Config, Limits, Permission, Sections};
 use crate::gate::deadline::{Deadline, DeadlineRule, OnDeadline};
 use crate::gate::environment::{Environment, Environments};
 use crate::gate::window::{Calendar, Window};
@@ -95,6 +95,10 @@ struct File {
     default_cluster: Option<String>,
     /// `[limits]`: tuning knobs; absent, the defaults (or what a test set) stay.
     limits: Option<Limits>,
+    loadtester: Option<sections::Loadtester>,
+    templates: Option<sections::Templates>,
+    kubernetes: Option<sections::Kubernetes>,
+    ui: Option<sections::Ui>,
     /// Where each line of the text starts (for errors that name a line).
     #[serde(skip)]
     line_starts: Vec<usize>,
@@ -752,13 +756,15 @@ fn deadline_rules(file: &File) -> anyhow::Result<Vec<DeadlineRule>> {
         .collect()
 }
 
-/// Refuses a `[limits]` value out of its range, naming the first.
+/// Refuses a `[limits]` value out of its range, or a name Kubernetes does
+/// not take, naming the first.
 fn check_limits(file: &File) -> anyhow::Result<()> {
-    match file
-        .limits
-        .as_ref()
-        .and_then(|l| l.problems().into_iter().next())
-    {
+    let limits = file.limits.as_ref().map(Limits::problems);
+    let problems = limits
+        .into_iter()
+        .flatten()
+        .chain(file.sections().problems());
+    match problems.into_iter().next() {
         Some(problem) => anyhow::bail!(problem),
         None => Ok(()),
     }
@@ -894,6 +900,15 @@ impl Policy {
     /// The `[limits]` table, when the file has one.
     pub fn limits(&self) -> Option<&Limits> {
         self.file.limits.as_ref()
+    }
+
+    /// Sets on `config` what the file's `[limits]`, `[loadtester]`,
+    /// `[templates]`, `[kubernetes]` and `[ui]` tables name.
+    pub fn settle(&self, config: &mut Config) {
+        if let Some(limits) = self.limits() {
+            config.limits = limits.clone();
+        }
+        self.file.sections().apply(config);
     }
 
     pub fn teams_channels(&self) -> &ChannelBindings {
@@ -1163,24 +1178,68 @@ impl Policy {
     }
 }
 
+/// `text` with every control character but the line break escaped (`\u{1b}`).
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '\n' => c.to_string(),
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
 fn read(path: &Path) -> anyhow::Result<File> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("GATEBOT_POLICY: cannot read {}", path.display()))?;
     File::parse(&text).with_context(|| format!("GATEBOT_POLICY: {} does not parse", path.display()))
 }
 
+/// The keys of the file that are tables (`[github]`), not arrays of them.
+const TABLES: [&str; 12] = [
+    "github",
+    "slack",
+    "teams",
+    "users",
+    "reminders",
+    "evidence",
+    "deadline_metadata",
+    "limits",
+    "loadtester",
+    "templates",
+    "kubernetes",
+    "ui",
+];
+
 impl File {
+    /// The tables that set what were settings of their own.
+    fn sections(&self) -> Sections {
+        Sections {
+            loadtester: self.loadtester.clone(),
+            templates: self.templates.clone(),
+            kubernetes: self.kubernetes.clone(),
+            ui: self.ui.clone(),
+        }
+    }
+
     /// Parses the file and keeps where each line starts, so that errors about
-    /// an entry can name its line.
+    /// an entry can name its line. An error quotes the file: its control
+    /// characters are escaped, so that it cannot drive the terminal it is shown on.
     fn parse(text: &str) -> anyhow::Result<Self> {
+        Self::parse_text(text).map_err(|e| anyhow::anyhow!(printable(&format!("{e:#}"))))
+    }
+
+    fn parse_text(text: &str) -> anyhow::Result<Self> {
         let table: toml::Table = toml::from_str(text)?;
         // serde reads an array as a struct's fields in order: `limits = [1, 2]`
         // would set the first two limits without a word.
-        if let Some(value) = table.get("limits").filter(|v| !v.is_table()) {
-            anyhow::bail!(
-                "limits must be a table ([limits]), not a {}",
-                value.type_str()
-            );
+        for key in TABLES {
+            if let Some(value) = table.get(key).filter(|v| !v.is_table()) {
+                anyhow::bail!(
+                    "{key} must be a table ([{key}]), not a {}",
+                    value.type_str()
+                );
+            }
         }
         let mut file: File = toml::from_str(text)?;
         file.line_starts = std::iter::once(0)
@@ -1223,6 +1282,48 @@ alice = "U1"
 
     fn policy() -> Policy {
         Policy::parse(FILE, Permission::Write, &["U0".into()]).unwrap()
+    }
+
+    /// docs/policy.md, "Settings in the policy file": the example reads, and sets each field.
+    #[test]
+    fn the_settings_example_of_the_docs_reads() {
+        let docs = include_str!("../docs/policy.md");
+        let example = docs
+            .split("## Settings in the policy file")
+            .nth(1)
+            .and_then(|rest| rest.split("```toml\n").nth(1))
+            .and_then(|rest| rest.split("```").next())
+            .expect("the example");
+        let policy = Policy::parse(example, Permission::Write, &[]).unwrap();
+        let mut config = Config::with_database("sqlite://unused.db");
+        policy.settle(&mut config);
+        assert_eq!(
+            config.templates_dir.as_deref(),
+            Some(Path::new("/etc/gatebot/templates"))
+        );
+        assert!(config.kubernetes.lookup && config.loadtester_open_access);
+        assert_eq!(config.kubernetes.container.as_deref(), Some("app"));
+        assert_eq!(
+            config.kubernetes.app_secret.as_deref(),
+            Some("gatebot-github-app")
+        );
+        assert_eq!(config.ui.trusted_proxies, ["10.0.0.0/8"]);
+    }
+
+    #[test]
+    fn errors_quote_the_file_without_its_control_characters() {
+        for text in [
+            "[limits]\nidle_timeout = \"\u{1b}[31mRED\u{7}\"\n",
+            "[limits]\n\"\u{1b}[2Jfake\" = 1\n",
+        ] {
+            let e = Policy::parse(text, Permission::Write, &[]).unwrap_err();
+            let said = format!("{e:#}");
+            assert!(
+                !said.contains('\u{1b}') && !said.contains('\u{7}'),
+                "{said:?}"
+            );
+            assert!(said.contains("\\u{1b}"), "{said:?}");
+        }
     }
 
     #[test]

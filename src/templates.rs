@@ -1,5 +1,5 @@
 //! Message templates (minijinja). Built-in copies of `templates/` are compiled
-//! in; a file of the same name under `GATEBOT_TEMPLATES_DIR` overrides one. A
+//! in; a file of the same name under `[templates] dir` overrides one. A
 //! file there that overrides nothing (a typo, an old name) is refused at start,
 //! since it would otherwise be ignored without a word.
 
@@ -223,7 +223,7 @@ fn refuse_unknown(dir: &Path) -> anyhow::Result<()> {
     unknown.sort();
     let valid: Vec<&str> = builtin().map(|(n, _)| *n).collect();
     anyhow::bail!(
-        "{} overrides no template: {} (GATEBOT_TEMPLATES_DIR {}); the templates are: {}",
+        "{} overrides no template: {} ([templates] dir {}); the templates are: {}",
         if unknown.len() == 1 {
             "this file"
         } else {

@@ -194,7 +194,6 @@ impl Rig {
         config.github.api_url = github.url.clone();
         config.ui.github_client_id = Some("client-1".into());
         config.ui.github_client_secret = Some("client-secret".to_string().into());
-        config.ui.github_oauth_url = github.url.clone();
         edit(&mut config);
         let server = TestServer::start(config, options_with(&RecordingSink::new(), None)).await;
         let (driver, browser) = driven_browser(&driver, &browser).await;

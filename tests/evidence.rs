@@ -531,8 +531,8 @@ async fn the_bearer_token_file_is_read_again_and_basic_auth_is_sent() {
             ..Setup::default()
         },
         |config| {
-            config.prometheus.url = Some(url);
-            config.prometheus.username = Some("gatebot".into());
+            // The user is the URL's user part.
+            config.prometheus.url = Some(url.replacen("://", "://gatebot@", 1));
             config.prometheus.password = Some("s3cret".to_string().into());
             config.limits.evidence_refresh = Duration::from_millis(100);
         },

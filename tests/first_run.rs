@@ -803,6 +803,9 @@ async fn check_config_probe_tries_each_services_credentials() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = kube.kubeconfig(dir.path(), "flagger-system");
     let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "[kubernetes]\nlookup = true\n").unwrap();
+    let policy = policy.to_string_lossy().into_owned();
     teams.accept_only_secret("the-client-secret");
     github.refuse_token("ghp_your_token");
     slack.refuse_token("xoxb-your-token");
@@ -823,7 +826,7 @@ async fn check_config_probe_tries_each_services_credentials() {
             "72f988bf-86f1-41af-91ab-2d7cd011db47",
         ),
         ("GATEBOT_TEAMS_LOGIN_URL", teams.url.as_str()),
-        ("GATEBOT_KUBERNETES_LOOKUP", "true"),
+        ("GATEBOT_POLICY", policy.as_str()),
         ("GATEBOT_KUBECONFIG", kubeconfig.as_str()),
     ];
     let probe = |secrets: Vec<(&'static str, &'static str)>| {

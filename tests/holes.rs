@@ -11,8 +11,9 @@ use gatebot::testing::github::verify::sign;
 use gatebot_testkit::chatops::{ChatOps, Setup, GITHUB_SECRET, SLACK_SECRET};
 use gatebot_testkit::fake_slack::post_signed;
 use gatebot_testkit::github_payloads::comment_at;
+use gatebot_testkit::harness::check_config_of_policy;
 use gatebot_testkit::harness::{client, eventually, Backend, TestDb, ADMIN_TOKEN};
-use gatebot_testkit::served::{bin, Served};
+use gatebot_testkit::served::{bin, policy_file, Served};
 use serde_json::{json, Value};
 use sqlx::Connection;
 
@@ -284,15 +285,12 @@ fn serve_refuses(dir: &std::path::Path, env: &[(&str, &str)], says: &str) {
 
 #[test]
 fn settings_out_of_range_are_refused_by_check_config_and_at_start() {
-    for (name, value, says) in [
-        ("GATEBOT_APPROVAL_TTL", "400000000y", "GATEBOT_APPROVAL_TTL must be from 1m to 365d, or 0 for approvals that never expire, not 400000000years"),
-        ("GATEBOT_TEMPLATES_DIR", "no-such-dir", "GATEBOT_TEMPLATES_DIR: no-such-dir is not a directory"),
-    ] {
-        let (ok, text) = check_config(&[(name, value)]);
-        assert!(!ok, "{name}={value} passed:\n{text}");
-        assert!(text.contains(&format!("problem:         {says}")), "{name}={value}:\n{text}");
-        serve_refuses(tempfile::tempdir().unwrap().path(), &[(name, value)], says);
-    }
+    let ttl = [("GATEBOT_APPROVAL_TTL", "400000000y")];
+    let says = "GATEBOT_APPROVAL_TTL must be from 1m to 365d, or 0 for approvals that never expire, not 400000000years";
+    let (ok, text) = check_config(&ttl);
+    assert!(!ok, "{ttl:?} passed:\n{text}");
+    assert!(text.contains(&format!("problem:         {says}")), "{text}");
+    serve_refuses(tempfile::tempdir().unwrap().path(), &ttl, says);
     let (ok, text) = check_config(&[("GATEBOT_APPROVAL_TTL", "0")]);
     assert!(ok, "0 means approvals never expire:\n{text}");
 }
@@ -329,6 +327,26 @@ fn limits_out_of_range_or_not_a_table_are_refused_by_check_config_and_at_start()
             "[limits]\nidle_timout = \"90s\"",
             "unknown field `idle_timout`",
         ),
+        (
+            "[templates]\ndir = \"no-such-dir\"",
+            "[templates] dir: no-such-dir is not a directory",
+        ),
+        (
+            "[kubernetes]\napp_secret = \"../../kube-system/x\"",
+            "is not a Secret's name",
+        ),
+        (
+            "[kubernetes]\ncommit_annotation = \"\"",
+            "is not an annotation key",
+        ),
+        (
+            "kubernetes = [true]",
+            "kubernetes must be a table ([kubernetes]), not a array",
+        ),
+        (
+            "loadtester = [true]",
+            "loadtester must be a table ([loadtester]), not a array",
+        ),
         // An array would set the first limits in order without a word.
         (
             "limits = [\"1s\", \"2s\"]",
@@ -348,41 +366,56 @@ fn limits_out_of_range_or_not_a_table_are_refused_by_check_config_and_at_start()
 
 #[test]
 fn a_setting_that_moved_to_limits_is_named_with_its_new_place() {
-    let (ok, text) = check_config(&[("GATEBOT_OUTBOX_LEASE", "2m")]);
-    assert!(!ok, "check-config passed a moved setting:\n{text}");
+    for (name, says) in [
+        ("GATEBOT_OUTBOX_LEASE", "is no longer read: it is `outbox_lease` in the [limits] table of the policy file now"),
+        ("GATEBOT_KUBERNETES_APP_SECRET", "is no longer read: it is `app_secret` in the [kubernetes] table of the policy file now"),
+        ("GATEBOT_UI_GITHUB_OAUTH_URL", "is no longer read: GitHub's sign-in pages are found from GATEBOT_GITHUB_API_URL now"),
+        ("GATEBOT_PROMETHEUS_USERNAME", "is no longer read: the user is the user part of GATEBOT_PROMETHEUS_URL now"),
+    ] {
+        let (ok, text) = check_config(&[(name, "x")]);
+        assert!(!ok, "check-config passed {name}:\n{text}");
+        assert!(
+            text.contains(&format!("{name} (from the environment) {says}")),
+            "{text}"
+        );
+    }
+    // Misspelt, it is pointed at the setting it was, not at one still read.
+    let (_, text) = check_config(&[("GATEBOT_UI_SESION_TTL", "1h")]);
     assert!(
-        text.contains("GATEBOT_OUTBOX_LEASE (from the environment) is no longer read: it is `outbox_lease` in the [limits] table of the policy file now"),
+        text.contains("did you mean GATEBOT_UI_SESSION_TTL? That one is no longer read: it is `ui_session_ttl` in the [limits] table"),
         "{text}"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dangerous_settings_are_warned_about_by_check_config_and_at_start() {
-    let proxies = "GATEBOT_UI_TRUSTED_PROXIES: 0.0.0.0/0 trusts every address";
-    let (ok, text) = check_config(&[("GATEBOT_UI_TRUSTED_PROXIES", "10.0.0.0/8,0.0.0.0/0")]);
+    let proxies = "[ui] trusted_proxies: 0.0.0.0/0 trusts every address";
+    let (ok, text) = check_config_of_policy(
+        bin(),
+        "[ui]\ntrusted_proxies = [\"10.0.0.0/8\", \"0.0.0.0/0\"]\n",
+    );
     assert!(ok, "a warning, not a problem:\n{text}");
     assert!(
         text.contains(&format!("warning:         {proxies}")),
         "{text}"
     );
-    let (_, text) = check_config(&[("GATEBOT_UI_TRUSTED_PROXIES", "10.0.0.0/8")]);
+    let (_, text) = check_config_of_policy(bin(), "[ui]\ntrusted_proxies = [\"10.0.0.0/8\"]\n");
     assert!(!text.contains("warning:"), "{text}");
 
     let db = TestDb::new(Backend::Sqlite).await;
-    let served = Served::start(
-        &db,
-        &[
-            ("GATEBOT_UI_TRUSTED_PROXIES", "::/0"),
-            ("GATEBOT_LOADTESTER_OPEN_ACCESS", "true"),
-        ],
+    let policy = policy_file(
+        db.dir.path(),
+        "policy.toml",
+        "[ui]\ntrusted_proxies = [\"::/0\"]\n[loadtester]\nopen_access = true\n",
     );
+    let served = Served::start(&db, &[("GATEBOT_POLICY", &policy)]);
     let logs = served.logs();
     assert!(
-        logs.contains("GATEBOT_UI_TRUSTED_PROXIES: ::/0 trusts every address"),
+        logs.contains("[ui] trusted_proxies: ::/0 trusts every address"),
         "{logs}"
     );
     assert!(
-        logs.contains("GATEBOT_LOADTESTER_OPEN_ACCESS=true: anyone"),
+        logs.contains("[loadtester] open_access = true: anyone"),
         "{logs}"
     );
     let _: Value = served.api("/api/v1/gates").await;

@@ -47,7 +47,6 @@ fn config(db: &TestDb, github: &FakeGithub) -> gatebot::Config {
     config.ui.session_key = Some(SESSION_KEY.to_string().into());
     config.ui.github_client_id = Some("client-1".into());
     config.ui.github_client_secret = Some("client-secret".to_string().into());
-    config.ui.github_oauth_url = github.url.clone();
     config.github.api_url = github.url.clone();
     let policy = db.dir.path().join("policy.toml");
     std::fs::write(&policy, POLICY).unwrap();

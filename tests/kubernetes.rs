@@ -1,5 +1,5 @@
 //! A canary's own gate (`/gates/{kind}`) answered as the gate of the PR that
-//! brought its revision (`GATEBOT_KUBERNETES_LOOKUP`): the commit read from a
+//! brought its revision (`[kubernetes] lookup` in the policy file): the commit read from a
 //! fake Kubernetes API server (Flagger's example Canary and its Deployment),
 //! the PR from the fake GitHub, gatebot over real HTTP on both stores.
 
@@ -320,6 +320,11 @@ async fn the_loadtester_gate_is_never_tied() {
 #[test]
 fn check_config_shows_the_kubernetes_settings() {
     let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("policy.toml"),
+        "[kubernetes]\nlookup = true\napp_secret = \"gatebot-github-app\"\n",
+    )
+    .unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
         .env_clear()
         .current_dir(dir.path())
@@ -328,31 +333,21 @@ fn check_config_shows_the_kubernetes_settings() {
             "GATEBOT_DATABASE_URL",
             format!("sqlite://{}/gatebot.db", dir.path().display()),
         )
-        .env("GATEBOT_KUBERNETES_LOOKUP", "true")
-        .env("GATEBOT_KUBERNETES_APP_SECRET", "gatebot-github-app")
+        .env("GATEBOT_POLICY", "policy.toml")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "{stdout}");
-    let line = |env: &str| {
-        stdout
-            .lines()
-            .find(|l| l.split_whitespace().next() == Some(env))
-            .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
-            .unwrap_or_else(|| panic!("{env} not shown: {stdout}"))
-    };
-    assert_eq!(line("GATEBOT_KUBERNETES_LOOKUP"), "environment true");
-    assert_eq!(
-        line("GATEBOT_KUBERNETES_APP_SECRET"),
-        "environment gatebot-github-app"
-    );
-    assert_eq!(
-        line("GATEBOT_COMMIT_ANNOTATION"),
-        "default gatebot.dev/commit"
-    );
-    assert_eq!(line("GATEBOT_KUBECONFIG"), "unset -");
     assert!(
-        stdout.contains("GATEBOT_KUBERNETES_LOOKUP needs GitHub credentials"),
+        stdout.contains("kubernetes:      a canary's own gate is its PR's: the commit from the annotation gatebot.dev/commit, else the image tag of the first container; the repository from gatebot.dev/repository"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("kubernetes:      /ui/setup/github writes the new App into the Secret gatebot-github-app"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("[kubernetes] lookup needs GitHub credentials"),
         "{stdout}"
     );
 }

@@ -75,7 +75,6 @@ async fn env(backend: Backend) -> Env {
             config.ui.mode = gatebot::testing::config::UiMode::On;
             config.ui.github_client_id = Some("client-1".into());
             config.ui.github_client_secret = Some("client-secret".to_string().into());
-            config.ui.github_oauth_url = config.github.api_url.clone();
         },
     )
     .await;

@@ -434,7 +434,7 @@ async fn loadtester_api_is_compatible_and_durable() {
         .text()
         .await
         .unwrap()
-        .contains("GATEBOT_LOADTESTER_OPEN_ACCESS"));
+        .contains("[loadtester] open_access = true"));
     assert_eq!(status(admin("/gate/open")).await, 202);
     assert_eq!(status(check("/gate/check", &canary)).await, 200);
     // Open until closed, whatever the revision: the loadtester's semantics.

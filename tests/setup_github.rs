@@ -37,7 +37,6 @@ async fn setup_with(
     let mut config = db.config();
     config.admin_token = Some(ADMIN_TOKEN.to_string().into());
     config.github.api_url = github.url.clone();
-    config.ui.github_oauth_url = github.url.clone();
     config.public_url = public_url.map(str::to_string);
     tweak(&mut config, &db);
     let sink = RecordingSink::new();
@@ -392,7 +391,7 @@ async fn create_app(s: &Setup, cookie: &str) -> (u16, String) {
 
 const APP_SECRET: &str = "/api/v1/namespaces/gatebot/secrets/gatebot-github-app";
 
-/// With `GATEBOT_KUBERNETES_APP_SECRET`, the App's credentials go into that
+/// With `[kubernetes] app_secret`, the App's credentials go into that
 /// Secret (a merge patch of its `data`) and the page does not show them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_credentials_go_into_the_secret_when_gatebot_may_write_it() {

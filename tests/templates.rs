@@ -1,4 +1,4 @@
-//! Template overrides, with the real binary: a file under GATEBOT_TEMPLATES_DIR
+//! Template overrides, with the real binary: a file under the policy file's `[templates] dir`
 //! that overrides no built-in template is refused at start (and by
 //! `check-config`) with the list of valid names; hidden entries, such as the
 //! `..data` links of a mounted ConfigMap, are skipped; the repository's own
@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gatebot_testkit::harness::{client, Backend, TestDb};
-use gatebot_testkit::served::{bin, free_port, ChildGuard, Served};
+use gatebot_testkit::served::{bin, free_port, templates_policy, ChildGuard, Served};
 
 fn write(dir: &Path, name: &str, text: &str) {
     let path = dir.join(name);
@@ -62,8 +62,9 @@ fn an_override_of_no_template_is_refused_with_the_valid_names() {
     write(&templates, "slack/wait.json.j2", "{\"blocks\": []}\n");
     write(&templates, "github/status.md.j2", "Gate {{ gate }}\n");
     let db = format!("sqlite://{}/gatebot.db", dir.path().display());
+    let policy = templates_policy(dir.path(), &templates);
     let env = [
-        ("GATEBOT_TEMPLATES_DIR", templates.to_str().unwrap()),
+        ("GATEBOT_POLICY", policy.as_str()),
         ("GATEBOT_DATABASE_URL", db.as_str()),
     ];
 
@@ -95,10 +96,8 @@ async fn valid_overrides_and_configmap_links_start() {
     // What a ConfigMap volume holds beside the files it projects.
     write(templates, "..2026_12_01_00_00_00.1/slack/wait.j2", "x\n");
     write(templates, ".hidden", "x\n");
-    let served = Served::start(
-        &db,
-        &[("GATEBOT_TEMPLATES_DIR", templates.to_str().unwrap())],
-    );
+    let policy = templates_policy(db.dir.path(), templates);
+    let served = Served::start(&db, &[("GATEBOT_POLICY", &policy)]);
     let r = client()
         .get(format!("{}/healthz", served.url))
         .send()
@@ -106,13 +105,11 @@ async fn valid_overrides_and_configmap_links_start() {
         .unwrap();
     assert_eq!(r.status(), 200);
 
-    // The image ships the repository's templates/ as GATEBOT_TEMPLATES_DIR.
+    // The repository's templates/ as overrides: every file there is a template's name.
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("templates");
     let db2 = TestDb::new(Backend::Sqlite).await;
-    let served = Served::start(
-        &db2,
-        &[("GATEBOT_TEMPLATES_DIR", shipped.to_str().unwrap())],
-    );
+    let policy = templates_policy(db2.dir.path(), &shipped);
+    let served = Served::start(&db2, &[("GATEBOT_POLICY", &policy)]);
     let r = client()
         .get(format!("{}/healthz", served.url))
         .send()

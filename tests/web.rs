@@ -40,7 +40,6 @@ async fn setup(backend: Backend, edit: impl FnOnce(&mut gatebot::Config)) -> Set
     config.github.api_url = github.url.clone();
     config.ui.github_client_id = Some("client-1".into());
     config.ui.github_client_secret = Some("client-secret".to_string().into());
-    config.ui.github_oauth_url = github.url.clone();
     edit(&mut config);
     let sink = RecordingSink::new();
     let server = TestServer::start(config, options_with(&sink, None)).await;

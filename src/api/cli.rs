@@ -547,6 +547,7 @@ fn check_parts(report: &mut ConfigReport, config: &crate::Config) {
         "flagger:         {}",
         flagger_door(config.flagger_tokens())
     ));
+    kubernetes(report, &config.kubernetes);
     match crate::policy::Policy::from_config(config) {
         Ok(policy) => {
             if let Some(path) = &config.policy {
@@ -598,6 +599,22 @@ fn check_parts(report: &mut ConfigReport, config: &crate::Config) {
             }
         }
         Err(e) => report.problem(format_args!("{e:#}")),
+    }
+}
+
+/// What the policy file's `[kubernetes]` table turns on, when it turns anything on.
+fn kubernetes(report: &mut ConfigReport, k: &crate::config::KubernetesConfig) {
+    if k.lookup {
+        let container = k.container.as_deref().unwrap_or("the first container");
+        report.line(format_args!(
+            "kubernetes:      a canary's own gate is its PR's: the commit from the annotation {}, else the image tag of {container}; the repository from {}",
+            k.commit_annotation, k.repository_annotation
+        ));
+    }
+    if let Some(secret) = &k.app_secret {
+        report.line(format_args!(
+            "kubernetes:      /ui/setup/github writes the new App into the Secret {secret}"
+        ));
     }
 }
 

@@ -120,11 +120,8 @@ async fn check_config(
 ) -> anyhow::Result<()> {
     let CheckConfigArgs { probe, mut config } = args;
     // As `serve` does; a policy file that does not read is check-config's problem to say.
-    if let Some(limits) = crate::policy::Policy::from_config(&config)
-        .ok()
-        .and_then(|p| p.limits().cloned())
-    {
-        config.limits = limits;
+    if let Ok(policy) = crate::policy::Policy::from_config(&config) {
+        policy.settle(&mut config);
     }
     let probed = probe.then(|| config.clone());
     let mut report = crate::api::cli::check_config(config, &settings, unknown).await;

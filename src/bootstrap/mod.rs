@@ -70,9 +70,7 @@ impl Gatebot {
 
     pub async fn start_with(mut config: Config, options: Options) -> anyhow::Result<Self> {
         let policy = policy::Policy::from_config(&config)?;
-        if let Some(limits) = policy.limits() {
-            config.limits = limits.clone();
-        }
+        policy.settle(&mut config);
         prepare(&config)?;
         let base = Base::open(&config, &policy, options.clock).await?;
         let templates = templates::Templates::with_links(
@@ -245,7 +243,7 @@ struct Base {
     /// The clock is measured against the database's (PostgreSQL, real time).
     measure: bool,
     skew_log: tasks::SkewLog,
-    /// Counts of the canaries' PR lookups (GATEBOT_KUBERNETES_LOOKUP).
+    /// Counts of the canaries' PR lookups ([kubernetes] lookup).
     canary_lookups: engine::origin::Lookups,
     /// Counts of the canaries' numbers that Prometheus could not give.
     evidence_unavailable: Family<ReasonLabels, Counter>,
@@ -401,7 +399,7 @@ impl Base {
         Ok(engine)
     }
 
-    /// Canaries tied to their PRs through the cluster (GATEBOT_KUBERNETES_LOOKUP).
+    /// Canaries tied to their PRs through the cluster ([kubernetes] lookup).
     async fn cluster(
         &self,
         config: &Config,
@@ -462,7 +460,7 @@ impl Base {
         tasks.spawn(housekeeping(state.clone(), shutdown.clone()));
         tasks.spawn(retention(state.clone(), shutdown.clone()));
         tasks.spawn(tasks::evidence(state.clone(), shutdown.clone()));
-        // Canaries' PRs looked up in the background (GATEBOT_KUBERNETES_LOOKUP).
+        // Canaries' PRs looked up in the background ([kubernetes] lookup).
         let (finder, stop) = (state.clone(), shutdown.clone());
         tasks.spawn(async move { finder.engine.find_origins(stop).await });
         Ok(drain)

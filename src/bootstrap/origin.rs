@@ -75,7 +75,7 @@ impl CanaryOrigin for ClusterOrigin {
     }
 }
 
-/// The lookups of canaries' PRs, when `GATEBOT_KUBERNETES_LOOKUP` is on.
+/// The lookups of canaries' PRs, when `[kubernetes] lookup` is on.
 pub(super) async fn origins(
     config: &crate::config::Config,
     github: Option<Arc<GithubClient>>,

@@ -210,29 +210,39 @@ pub(super) async fn evidence(state: AppState, shutdown: CancellationToken) {
 }
 
 /// Retention: every `[limits] retention_interval` (and once at start), prunes
-/// what has outlived its setting, then reports the store's rows and size.
+/// what has outlived its setting, then reports the store's rows and size
+/// when the pass pruned something or a minute has passed: counting every
+/// table's rows costs a scan, which a short interval on a large store would
+/// otherwise repeat for ever.
 pub(super) async fn retention(state: AppState, shutdown: CancellationToken) {
+    const SIZE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
     let rules = store::Retention::from(&state.config.limits);
     let mut tick = tokio::time::interval(state.config.limits.retention_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sized: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        prune_once(&state, &rules).await;
-        report_store_size(&state).await;
+        let pruned = prune_once(&state, &rules).await;
+        if pruned || sized.is_none_or(|at| at.elapsed() >= SIZE_EVERY) {
+            report_store_size(&state).await;
+            sized = Some(tokio::time::Instant::now());
+        }
     }
 }
 
-async fn prune_once(state: &AppState, rules: &store::Retention) {
+/// One pass; whether it pruned anything.
+async fn prune_once(state: &AppState, rules: &store::Retention) -> bool {
     let pruned = match state.store.prune(rules, state.clock.now_ms()).await {
         Ok(pruned) => pruned,
         Err(e) => {
             tracing::warn!(error = %e, "retention pass failed; it is tried again at the next");
-            return;
+            return false;
         }
     };
+    let any = !pruned.is_empty();
     for p in pruned {
         let labels = TableLabels { table: p.table };
         state
@@ -256,6 +266,7 @@ async fn prune_once(state: &AppState, rules: &store::Retention) {
             );
         }
     }
+    any
 }
 
 async fn report_store_size(state: &AppState) {

@@ -285,7 +285,11 @@ impl Limits {
     pub fn problems(&self) -> Vec<String> {
         let mut out: Vec<String> = self.entries().iter().filter_map(Entry::problem).collect();
         if self.retention_payloads > self.retention_deliveries {
-            out.push("[limits] retention_payloads is longer than retention_deliveries: a payload cannot outlive its delivery".into());
+            out.push(format!(
+                "[limits] retention_payloads ({}) is longer than retention_deliveries ({}): a payload cannot outlive its delivery",
+                short(self.retention_payloads),
+                short(self.retention_deliveries)
+            ));
         }
         out
     }
@@ -326,6 +330,10 @@ pub fn short(d: Duration) -> String {
     let s = d.as_secs();
     match () {
         _ if d.is_zero() => "0s".to_string(),
+        // Below a millisecond: said whole, so that a value just past a range's end shows why.
+        _ if !d.subsec_nanos().is_multiple_of(1_000_000) => {
+            humantime::format_duration(d).to_string()
+        }
         _ if d.subsec_millis() != 0 || s == 0 => format!("{}ms", d.as_millis()),
         _ if s.is_multiple_of(DAY) => format!("{}d", s / DAY),
         _ if s.is_multiple_of(3600) => format!("{}h", s / 3600),
@@ -384,6 +392,11 @@ mod tests {
         assert_eq!(limits.retention_audit, Duration::ZERO);
         assert_eq!(limits.idle_timeout, Limits::default().idle_timeout);
         assert!(limits.problems().is_empty(), "{:?}", limits.problems());
+        let past = parse("shutdown_timeout = \"1h 1ns\"").unwrap();
+        assert_eq!(
+            past.problems(),
+            ["[limits] shutdown_timeout must be from 0s to 1h, not 1h 1ns"]
+        );
         assert_eq!(
             limits.changed(),
             [
@@ -410,7 +423,7 @@ mod tests {
                 "[limits] outbox_max_attempts must be from 1 to 100, not 0",
                 "[limits] outbox_lease must be from 1s to 1h, not 0s",
                 "[limits] request_timeout must be from 100ms to 10m, not 2d",
-                "[limits] retention_payloads is longer than retention_deliveries: a payload cannot outlive its delivery",
+                "[limits] retention_payloads (60d) is longer than retention_deliveries (30d): a payload cannot outlive its delivery",
             ]
         );
     }

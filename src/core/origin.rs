@@ -1,6 +1,6 @@
 //! A canary's own gate (`/gates/{kind}`) answered as the gate of the pull
 //! request that brought the canary's revision, when gatebot may read the
-//! cluster (`GATEBOT_KUBERNETES_LOOKUP`).
+//! cluster (`[kubernetes] lookup`).
 //!
 //! The check stays memory-only: an unknown (canary, checksum) is answered
 //! closed at once and one lookup is queued; the worker finds the tie through a

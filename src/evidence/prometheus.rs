@@ -106,17 +106,17 @@ impl Prometheus {
         timeout: Duration,
         calls: OutboundCalls,
     ) -> anyhow::Result<Option<Self>> {
-        let Some(base) = config.url() else {
+        let Some(base) = config.base() else {
             return Ok(None);
         };
         let auth = match (config.bearer_token_file(), config.basic_auth()) {
             (Some(file), _) => Auth::BearerFile(file.to_path_buf()),
-            (None, Some((user, password))) => Auth::Basic(user.to_string(), password.clone()),
+            (None, Some((user, password))) => Auth::Basic(user, password.clone()),
             (None, None) => Auth::None,
         };
         Ok(Some(Self {
             http: HTTP.get(timeout)?,
-            base: base.to_string(),
+            base,
             auth,
             timeout,
             calls,

@@ -342,7 +342,7 @@ async fn of_canary(
 }
 
 async fn answer(state: &AppState, key: &GateKey, input: &CheckInput) -> Response {
-    // A canary's own gate may be its PR's (GATEBOT_KUBERNETES_LOOKUP).
+    // A canary's own gate may be its PR's ([kubernetes] lookup).
     respond(key, state.engine.check_canary(key, input).await)
 }
 
@@ -487,7 +487,7 @@ pub async fn legacy_set(
             Reject::new(
                 r.status,
                 r.reason,
-                format!("{} (or set GATEBOT_LOADTESTER_OPEN_ACCESS=true for the loadtester's unauthenticated behaviour)", r.message),
+                format!("{} (or set [loadtester] open_access = true for the loadtester's unauthenticated behaviour)", r.message),
             )
         })?
     };

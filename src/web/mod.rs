@@ -79,7 +79,7 @@ impl Web {
             .filter(|s| !s.is_empty())
             .map(|s| {
                 s.parse::<Cidr>()
-                    .map_err(|e| anyhow::anyhow!("GATEBOT_UI_TRUSTED_PROXIES: {e}"))
+                    .map_err(|e| anyhow::anyhow!("[ui] trusted_proxies: {e}"))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let signer = Signer::new(ui.session_key.as_ref());

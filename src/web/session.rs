@@ -272,7 +272,7 @@ fn forwarded(web: &Web, policy: &Policy, headers: &HeaderMap, peer: SocketAddr) 
     })
 }
 
-/// An address or a network (`10.0.0.0/8`, `::1`), as GATEBOT_UI_TRUSTED_PROXIES lists them.
+/// An address or a network (`10.0.0.0/8`, `::1`), as [ui] trusted_proxies lists them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cidr {
     net: IpAddr,

@@ -93,7 +93,7 @@ pub async fn page(
     // The one form that leaves gatebot: form-action names GitHub's origin too.
     let csp = super::csp_with_form_action(&origin(&web)?);
     let csp = HeaderValue::from_str(&csp)
-        .map_err(|_| Problem::bad_request("GATEBOT_UI_GITHUB_OAUTH_URL is not a usable URL"))?;
+        .map_err(|_| Problem::bad_request("GATEBOT_GITHUB_API_URL is not a usable URL"))?;
     response
         .headers_mut()
         .insert(header::CONTENT_SECURITY_POLICY, csp);
@@ -303,7 +303,7 @@ pub async fn confirm(
 }
 
 /// The Secret of gatebot's namespace the App's credentials are written into
-/// (`GATEBOT_KUBERNETES_APP_SECRET`), when gatebot may patch it.
+/// (`[kubernetes] app_secret`), when gatebot may patch it.
 pub struct AppSecret {
     pub cluster: crate::kubernetes::Cluster,
     pub name: String,
@@ -437,21 +437,15 @@ fn checked<'a>(field: &str, value: &'a str, max: usize) -> Result<&'a str, Probl
     }
 }
 
-/// GitHub's web pages: github.com, or GitHub Enterprise Server's own host
-/// (the host of GATEBOT_UI_GITHUB_OAUTH_URL, which is the same setting).
+/// GitHub's web pages: github.com, or GitHub Enterprise's own host.
 fn github_web(state: &AppState) -> String {
-    state
-        .config
-        .ui
-        .github_oauth_url
-        .trim_end_matches('/')
-        .to_string()
+    state.config.github.web_url()
 }
 
 fn origin(url: &str) -> Result<String, Problem> {
     reqwest::Url::parse(url)
         .map(|u| u.origin().ascii_serialization())
-        .map_err(|_| Problem::bad_request("GATEBOT_UI_GITHUB_OAUTH_URL is not a URL"))
+        .map_err(|_| Problem::bad_request("GATEBOT_GITHUB_API_URL is not a URL"))
 }
 
 /// The shipped manifest with this server's webhook URL, the way back and the

@@ -44,7 +44,7 @@ impl OAuth {
         Ok(Some(Self {
             client_id: id.trim().to_string(),
             client_secret: secret.clone(),
-            web_url: ui.github_oauth_url.trim_end_matches('/').to_string(),
+            web_url: config.github.web_url(),
             api_url: config.github.api_url.trim_end_matches('/').to_string(),
             http: HTTP.get(Duration::from_secs(10))?,
         }))

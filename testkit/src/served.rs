@@ -201,3 +201,20 @@ pub fn limits_policy(dir: &std::path::Path, limits: &[(&str, &str)]) -> String {
     std::fs::write(&path, text).expect("the policy file written");
     path.to_str().expect("a UTF-8 path").to_string()
 }
+
+/// Writes `text` as a policy file `name` into `dir`, and returns its path for
+/// `GATEBOT_POLICY`.
+pub fn policy_file(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("the policy file written");
+    path.to_str().expect("a UTF-8 path").to_string()
+}
+
+/// A policy file whose `[templates]` table names `templates`.
+pub fn templates_policy(dir: &std::path::Path, templates: &std::path::Path) -> String {
+    policy_file(
+        dir,
+        "templates-policy.toml",
+        &format!("[templates]\ndir = {:?}\n", templates.display().to_string()),
+    )
+}

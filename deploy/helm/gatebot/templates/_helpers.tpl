@@ -227,14 +227,71 @@ evidence.timeout; empty when none is set (gatebot's defaults then hold).
 {{- end -}}
 
 {{/*
-The policy file: `policy`, then the [limits] table the values make.
+The tables of the policy file that say how gatebot runs here: [templates], [kubernetes] and
+[loadtester], from templates.overrides, kubernetes.* and loadtester.openAccess.
+*/}}
+{{- define "gatebot.settingsToml" -}}
+{{- $tables := list -}}
+{{- if .Values.templates.overrides -}}
+{{- $tables = append $tables "[templates]\ndir = \"/etc/gatebot/templates\"" -}}
+{{- end -}}
+{{- $k := list -}}
+{{- with .Values.kubernetes.lookup -}}
+{{- if .enabled -}}
+{{- $k = append $k "lookup = true" -}}
+{{- $k = append $k (printf "commit_annotation = %s" (.commitAnnotation | quote)) -}}
+{{- $k = append $k (printf "repository_annotation = %s" (.repositoryAnnotation | quote)) -}}
+{{- with .container -}}
+{{- $k = append $k (printf "container = %s" (. | quote)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.kubernetes.appSecret.enabled -}}
+{{- $k = append $k (printf "app_secret = %s" (include "gatebot.appSecretName" . | quote)) -}}
+{{- end -}}
+{{- if $k -}}
+{{- $tables = append $tables (printf "[kubernetes]\n%s" (join "\n" $k)) -}}
+{{- end -}}
+{{- if .Values.loadtester.openAccess -}}
+{{- $tables = append $tables "[loadtester]\nopen_access = true" -}}
+{{- end -}}
+{{ join "\n" $tables }}
+{{- end -}}
+
+{{/*
+metricsServer, with evidence.username as its user part (percent-encoded), as gatebot reads it.
+*/}}
+{{- define "gatebot.metricsServerUrl" -}}
+{{- if .Values.evidence.username -}}
+{{- $url := urlParse .Values.metricsServer -}}
+{{- $_ := set $url "userinfo" (urlquery .Values.evidence.username | replace "+" "%20") -}}
+{{- urlJoin $url -}}
+{{- else -}}
+{{- .Values.metricsServer -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The policy file: `policy`, then the tables the values make ([limits], [templates],
+[kubernetes], [loadtester]). Set each in values or in `policy`, not both: TOML refuses a
+table written twice.
 */}}
 {{- define "gatebot.policyToml" -}}
-{{- $limits := include "gatebot.limitsToml" . -}}
-{{- if and .Values.policy $limits -}}
-{{ .Values.policy | trimSuffix "\n" }}
-{{ $limits }}
-{{- else -}}
-{{ .Values.policy | default $limits }}
+{{- range $table, $from := dict "limits" "limits.*, retention.* and evidence.refresh/timeout" "templates" "templates.overrides" "kubernetes" "kubernetes.*" "loadtester" "loadtester.openAccess" -}}
+{{- $made := ternary (include "gatebot.limitsToml" $) (include "gatebot.settingsToml" $) (eq $table "limits") -}}
+{{- if and (regexMatch (printf "(?m)^\\s*\\[%s\\]" $table) $made) (regexMatch (printf "(?m)^\\s*(\\[\\s*\"?%s\"?\\s*[.\\]]|\"?%s\"?\\s*[.=])" $table $table) ($.Values.policy | default "")) -}}
+{{- fail (printf "policy has a [%s] table and %s set it too: write it in one place (TOML refuses a table written twice)" $table $from) -}}
 {{- end -}}
+{{- end -}}
+{{- $parts := list -}}
+{{- with .Values.policy -}}
+{{- $parts = append $parts (. | trimSuffix "\n") -}}
+{{- end -}}
+{{- with include "gatebot.limitsToml" . -}}
+{{- $parts = append $parts . -}}
+{{- end -}}
+{{- with include "gatebot.settingsToml" . -}}
+{{- $parts = append $parts . -}}
+{{- end -}}
+{{ join "\n" $parts }}
 {{- end -}}
