@@ -41,8 +41,8 @@ KNOWN_ENV = {
     "GATEBOT_LISTEN", "GATEBOT_DATABASE_URL", "GATEBOT_ADMIN_TOKEN", "GATEBOT_APPROVAL_TTL",
     "GATEBOT_GITHUB_WEBHOOK_SECRET", "GATEBOT_GITHUB_TOKEN", "GATEBOT_GITHUB_APP_ID",
     "GATEBOT_GITHUB_APP_PRIVATE_KEY", "GATEBOT_GITHUB_API_URL", "GATEBOT_GITHUB_REPOSITORY",
-    "GATEBOT_GITHUB_MIN_PERMISSION", "GATEBOT_SLACK_SIGNING_SECRET", "GATEBOT_SLACK_BOT_TOKEN",
-    "GATEBOT_SLACK_CHANNEL", "GATEBOT_SLACK_API_URL", "GATEBOT_SLACK_APPROVERS",
+    "GATEBOT_SLACK_SIGNING_SECRET", "GATEBOT_SLACK_BOT_TOKEN",
+    "GATEBOT_SLACK_CHANNEL", "GATEBOT_SLACK_API_URL",
     "GATEBOT_POLICY", "GATEBOT_LOG_FORMAT", "RUST_LOG",
 }
 # Settings added since live in .env.example, which lists every one.
@@ -476,13 +476,21 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         for policy, values in (("[limits]\noutbox_lease = \"2m\"\n", {"evidence": {"refresh": "10s"}}),
                                ("limits.outbox_lease = \"2m\"\n", {"limits": {"idleTimeout": "75s"}}),
                                ("[kubernetes]\nlookup = true\n",
-                                {"kubernetes": {"appSecret": {"enabled": True}}})):
+                                {"kubernetes": {"appSecret": {"enabled": True}}}),
+                               ("[github]\nforbid_self_approval = true\n",
+                                {"github": {"minPermission": "maintain"}}),
+                               ("[slack]\napprovers = [\"U1\"]\n", {"slack": {"approvers": ["U2"]}})):
             try:
                 render(chart, {"policy": policy, **values})
             except helm.HelmError as exc:
                 expect("write it in one place" in str(exc), f"unexpected error: {exc}")
                 continue
             raise AssertionError(f"{policy!r} with {values} rendered a table twice")
+        # A sub-table of the policy's may come before the values' table: valid TOML.
+        both = toml_tables(manifests(render(chart, {"policy": "[github.commands.promote]\nteams = [\"acme/r\"]\n",
+                                                    "github": {"minPermission": "maintain"}})))
+        expect(both["github"]["min_permission"] == "maintain"
+               and both["github"]["commands"]["promote"]["teams"] == ["acme/r"], f"merged: {both}")
         alone = policy_of(manifests(render(chart, {"policy": "[limits]\noutbox_lease = \"2m\"\n"})))
         expect(alone.strip() == '[limits]\noutbox_lease = "2m"', f"the policy's own [limits]: {alone!r}")
         for bad in ("0", "08", "0100", 0, 70000):
@@ -689,7 +697,8 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         expect(base64.b64decode(secret["data"]["database-url"]).decode()
                == SCENARIOS["postgres"]["postgres"]["url"], "database-url content")
         envs = env_map(c)
-        expect(envs["GATEBOT_SLACK_APPROVERS"]["value"] == "U0ALICE,S0DEPLOY", "approvers")
+        expect(toml_tables(docs).get("slack", {}).get("approvers") == ["U0ALICE", "S0DEPLOY"],
+               "approvers in the policy file's [slack]")
         expect(envs["GATEBOT_APPROVAL_TTL"]["value"] == "24h", "approval TTL")
         expect(envs["GATEBOT_GITHUB_REPOSITORY"]["value"] == "acme/shop", "repository")
         # Named tokens are hashes: a plain value, one comma-separated setting.
@@ -918,8 +927,8 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         expect(envs.get("GATEBOT_TEAMS_APP_ID", {}).get("value") == values["appId"], "app id")
         expect(envs.get("GATEBOT_TEAMS_TENANTS", {}).get("value") == ",".join(values["tenants"]),
                "tenants, comma-separated")
-        expect(envs.get("GATEBOT_TEAMS_APPROVERS", {}).get("value") == ",".join(values["approvers"]),
-               "approvers, comma-separated")
+        expect(toml_tables(docs).get("teams", {}).get("approvers") == values["approvers"],
+               "approvers in the policy file's [teams]")
         expect("GATEBOT_TEAMS_TENANT" not in envs, "no single tenant unless set")
         expect(not any(n.startswith("GATEBOT_TEAMS_") for n in env_map(container_of(need("defaults")))),
                "Teams is off by default")
@@ -931,9 +940,9 @@ def chart_checks(ck: Checks, chart: Path) -> None:
                "teams-app-password content")
         expect("teams-secret-1" not in json.dumps(one(docs, "Deployment")),
                "the app password appears in the Deployment")
-        return "app id, tenants and approvers in env; the password from the Secret"
+        return "app id and tenants in env, approvers in the policy file; the password from the Secret"
     ck.run("loadtester.openAccess, volumes and volumeMounts, Socket Mode", private_cluster)
-    ck.run("Teams: settings in env, the app password from the Secret", teams)
+    ck.run("Teams: settings in env and the policy file, the app password from the Secret", teams)
 
     def kubernetes_lookup() -> str:
         docs = need("kubernetes-lookup")

@@ -216,7 +216,7 @@ pub struct UnknownName {
 
 /// Settings that became keys of the policy file, or are derived: named
 /// with their new place rather than as unknown.
-const MOVED: [(&str, &str); 10] = [
+const MOVED: [(&str, &str); 17] = [
     ("GATEBOT_LOADTESTER_OPEN_ACCESS", "it is `open_access` in the [loadtester] table of the policy file now (GATEBOT_POLICY; docs/policy.md)"),
     ("GATEBOT_TEMPLATES_DIR", "it is `dir` in the [templates] table of the policy file now (GATEBOT_POLICY; docs/policy.md)"),
     ("GATEBOT_KUBERNETES_LOOKUP", "it is `lookup` in the [kubernetes] table of the policy file now (GATEBOT_POLICY; docs/gitops.md)"),
@@ -227,6 +227,13 @@ const MOVED: [(&str, &str); 10] = [
     ("GATEBOT_UI_TRUSTED_PROXIES", "it is `trusted_proxies` in the [ui] table of the policy file now (GATEBOT_POLICY; docs/web.md)"),
     ("GATEBOT_UI_GITHUB_OAUTH_URL", "GitHub's sign-in pages are found from GATEBOT_GITHUB_API_URL now (https://HOST/api/v3 signs in at https://HOST)"),
     ("GATEBOT_PROMETHEUS_USERNAME", "the user is the user part of GATEBOT_PROMETHEUS_URL now (http://gatebot@prometheus:9090)"),
+    ("GATEBOT_GITHUB_MIN_PERMISSION", "it is `min_permission` in the [github] table of the policy file now (GATEBOT_POLICY; docs/policy.md)"),
+    ("GATEBOT_GITHUB_CHECK_RUNS", "it is `check_runs` in the [github] table of the policy file now (GATEBOT_POLICY; docs/github.md)"),
+    ("GATEBOT_GITHUB_DEPLOYMENTS", "it is `deployments` in the [github] table of the policy file now (GATEBOT_POLICY; docs/github.md)"),
+    ("GATEBOT_GITHUB_CLOSE_ON_PUSH", "it is `close_on_push` in the [github] table of the policy file now (GATEBOT_POLICY; docs/github.md)"),
+    ("GATEBOT_GITHUB_BOT_LOGIN", "it is `bot_login` in the [github] table of the policy file now (GATEBOT_POLICY; docs/github.md)"),
+    ("GATEBOT_SLACK_APPROVERS", "it is `approvers` in the [slack] table of the policy file now (GATEBOT_POLICY; docs/policy.md)"),
+    ("GATEBOT_TEAMS_APPROVERS", "it is `approvers` in the [teams] table of the policy file now (GATEBOT_POLICY; docs/policy.md)"),
 ];
 
 /// Settings that became keys of the policy file's `[limits]` table:
@@ -1104,46 +1111,33 @@ pub struct GithubConfig {
     #[arg(long = "github-repository", env = "GATEBOT_GITHUB_REPOSITORY", value_parser = parse_repo)]
     pub repository: Option<RepoName>,
 
-    /// Least repository permission a commenter needs.
-    #[arg(
-        long = "github-min-permission",
-        env = "GATEBOT_GITHUB_MIN_PERMISSION",
-        value_enum,
-        default_value = "write"
-    )]
+    /// Least repository permission a commenter needs: the policy file's
+    /// `[github] min_permission`, else write.
+    #[arg(skip = Permission::Write)]
     pub min_permission: Permission,
 
     /// Only these repositories (owner/repo, comma-separated) are listened to; empty: all.
     #[arg(long = "github-allowed-repositories", env = "GATEBOT_GITHUB_ALLOWED_REPOSITORIES", value_delimiter = ',', value_parser = parse_repo)]
     pub allowed_repositories: Vec<RepoName>,
 
-    /// Gate kinds a push of new commits to the PR closes.
-    #[arg(
-        long = "github-close-on-push",
-        env = "GATEBOT_GITHUB_CLOSE_ON_PUSH",
-        value_parser = lenient::<GateKinds>,
-        default_value = "start,promote,traffic"
-    )]
-    pub close_on_push: Lenient<GateKinds>,
+    /// Gate kinds a push of new commits to the PR closes (`[github]
+    /// close_on_push` in the policy file).
+    #[arg(skip = GateKinds(vec![GateKind::Start, GateKind::Promote, GateKind::Traffic]))]
+    pub close_on_push: GateKinds,
 
-    /// The bot's own login, whose comments are never commands (found from the token when unset).
-    #[arg(long = "github-bot-login", env = "GATEBOT_GITHUB_BOT_LOGIN")]
+    /// The bot's own login, whose comments are never commands (`[github]
+    /// bot_login`; found from the token when unset).
+    #[arg(skip)]
     pub bot_login: Option<String>,
 
-    /// A check run with buttons (Promote, Roll back, Hold) per waiting gate of a PR; needs a GitHub App.
-    #[arg(
-        long = "github-check-runs",
-        env = "GATEBOT_GITHUB_CHECK_RUNS",
-        default_value_t = false
-    )]
+    /// A check run with buttons (Promote, Roll back, Hold) per waiting gate
+    /// of a PR; needs a GitHub App (`[github] check_runs`).
+    #[arg(skip)]
     pub check_runs: bool,
 
-    /// A GitHub Deployment per canary revision of a PR, its statuses following Flagger's phases.
-    #[arg(
-        long = "github-deployments",
-        env = "GATEBOT_GITHUB_DEPLOYMENTS",
-        default_value_t = false
-    )]
+    /// A GitHub Deployment per canary revision of a PR, its statuses
+    /// following Flagger's phases (`[github] deployments`).
+    #[arg(skip)]
     pub deployments: bool,
 }
 
@@ -1196,12 +1190,9 @@ pub struct SlackConfig {
     )]
     pub api_url: String,
 
-    /// Who may act from Slack: user ids (U…, W…) and user group ids (S…), comma-separated.
-    #[arg(
-        long = "slack-approvers",
-        env = "GATEBOT_SLACK_APPROVERS",
-        value_delimiter = ','
-    )]
+    /// Who may act from Slack when the policy file's `[slack] approvers`
+    /// names nobody: nobody, unless a test sets some.
+    #[arg(skip)]
     pub approvers: Vec<String>,
 }
 
@@ -1241,7 +1232,7 @@ impl Config {
     /// The gate kinds that a push closes (none when the setting did not
     /// read: [`Config::problems`] refuses to start then).
     pub fn close_on_push(&self) -> &[GateKind] {
-        &self.github.close_on_push.get().0
+        &self.github.close_on_push.0
     }
 
     pub fn admin_token(&self) -> Option<&str> {
@@ -1302,10 +1293,6 @@ impl Config {
         for (name, invalid) in [
             ("GATEBOT_API_TOKENS", &self.api_tokens.invalid),
             ("GATEBOT_FLAGGER_TOKENS", &self.flagger_tokens.invalid),
-            (
-                "GATEBOT_GITHUB_CLOSE_ON_PUSH",
-                &self.github.close_on_push.invalid,
-            ),
         ] {
             if let Some(e) = invalid {
                 out.push(format!("{name}: {e}"));
@@ -1349,14 +1336,6 @@ impl Config {
             .is_some_and(|t| !t.starts_with("xapp-"))
         {
             out.push("GATEBOT_SLACK_APP_TOKEN must be an app-level token (xapp-…) with the connections:write scope".into());
-        }
-        for a in &sl.approvers {
-            let a = a.trim();
-            if !(a.is_empty() || a.starts_with('U') || a.starts_with('W') || a.starts_with('S')) {
-                out.push(format!(
-                    "GATEBOT_SLACK_APPROVERS: `{a}` is not a user (U…, W…) or user group (S…) id"
-                ));
-            }
         }
         out.extend(self.teams.problems());
         out
@@ -1420,7 +1399,7 @@ impl Config {
         }
         let gh = &self.github;
         if gh.check_runs && !gh.check_runs_on() {
-            out.push("GATEBOT_GITHUB_CHECK_RUNS=true without a GitHub App (GATEBOT_GITHUB_APP_ID, and no GATEBOT_GITHUB_TOKEN): check runs are made by Apps only, so they are off".into());
+            out.push("[github] check_runs = true without a GitHub App (GATEBOT_GITHUB_APP_ID, and no GATEBOT_GITHUB_TOKEN): check runs are made by Apps only, so they are off".into());
         }
         if self.loadtester_open_access {
             out.push("[loadtester] open_access = true: anyone who can reach gatebot can open and close gates through /gate/open and /rollback/open, as with the loadtester".into());
@@ -1518,13 +1497,9 @@ pub struct TeamsConfig {
     )]
     pub openid_metadata_url: String,
 
-    /// Who may act from Teams: Entra object ids (a person's `aadObjectId`), comma-separated. Empty: nobody.
-    #[arg(
-        id = "teams_approvers",
-        long = "teams-approvers",
-        env = "GATEBOT_TEAMS_APPROVERS",
-        value_delimiter = ','
-    )]
+    /// Who may act from Teams when the policy file's `[teams] approvers`
+    /// names nobody: nobody, unless a test sets some.
+    #[arg(skip)]
     pub approvers: Vec<String>,
 
     /// The bot's client secret (its app registration's "Certificates & secrets"): gatebot's answers are posted with a token it gets.
@@ -1609,27 +1584,12 @@ impl TeamsConfig {
         if self.app_id().is_some() && self.tenants().next().is_none() {
             out.push("GATEBOT_TEAMS_APP_ID without GATEBOT_TEAMS_TENANTS: every request would be refused; list the tenant ids of your organisation".into());
         }
-        // Refused as a wrong Slack id is: Teams names a person by object id
-        // only, so anything else would match nobody, without a word.
-        for a in self.approvers.iter().map(|a| a.trim()) {
-            if a.is_empty() || is_guid(a) {
-                continue;
-            }
-            let what = if a.contains('@') {
-                "an email or sign-in name"
-            } else {
-                "not an Entra object id"
-            };
-            out.push(format!(
-                "GATEBOT_TEAMS_APPROVERS: `{a}` is {what}: write the person's Entra object id (a GUID like 5a7c0e0b-…, shown as \"Object ID\" on their page in the Entra admin center)"
-            ));
-        }
         out
     }
 }
 
 /// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` in hex digits, as Entra writes object ids.
-fn is_guid(s: &str) -> bool {
+pub(crate) fn is_guid(s: &str) -> bool {
     let parts: Vec<&str> = s.split('-').collect();
     parts.len() == 5
         && parts
@@ -1701,7 +1661,7 @@ mod tests {
         let off = |c: &super::Config| {
             c.warnings()
                 .iter()
-                .any(|w| w.contains("GATEBOT_GITHUB_CHECK_RUNS"))
+                .any(|w| w.contains("[github] check_runs"))
         };
         config.github.check_runs = true;
         config.github.token = Some("ghp_x".to_string().into());

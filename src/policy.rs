@@ -21,7 +21,7 @@
 //! approvers = ["S0ONCALL1"]
 //!
 //! [teams]                            # Entra object ids, as [slack] (default
-//! approvers = ["6e1f…"]              # GATEBOT_TEAMS_APPROVERS); per command too
+//! approvers = ["6e1f…"]              # nobody); per command too
 //!
 //! [users]                            # GitHub login = Slack user id, or both chats
 //! alice = "U012AB3CD"
@@ -400,6 +400,92 @@ struct GithubSection {
     /// to an environment that names gatebot among its protection rules.
     #[serde(default)]
     protection: Vec<ProtectionEntry>,
+    /// A check run with buttons per waiting gate of a PR (a GitHub App only).
+    check_runs: Option<bool>,
+    /// A GitHub Deployment per canary revision of a PR.
+    deployments: Option<bool>,
+    /// The gate kinds a push of new commits closes.
+    close_on_push: Option<Vec<String>>,
+    /// The bot's own login, whose comments are never commands.
+    bot_login: Option<String>,
+}
+
+impl GithubSection {
+    /// `close_on_push`, read; a name that is no gate kind is said.
+    fn close_on_push(&self) -> anyhow::Result<Option<Vec<GateKind>>> {
+        let Some(kinds) = &self.close_on_push else {
+            return Ok(None);
+        };
+        let read = kinds.iter().map(|k| {
+            GateKind::from_route(k.trim())
+                .ok_or_else(|| anyhow::anyhow!("[github] close_on_push: unknown gate kind {k:?}"))
+        });
+        read.collect::<anyhow::Result<_>>().map(Some)
+    }
+
+    /// What the section sets that were settings of their own, on `config`.
+    fn settle(&self, config: &mut crate::config::GithubConfig) {
+        if let Some(p) = self.min_permission {
+            config.min_permission = p;
+        }
+        if let Some(on) = self.check_runs {
+            config.check_runs = on;
+        }
+        if let Some(on) = self.deployments {
+            config.deployments = on;
+        }
+        if let Ok(Some(kinds)) = self.close_on_push() {
+            config.close_on_push = crate::config::GateKinds(kinds);
+        }
+        if let Some(login) = &self.bot_login {
+            config.bot_login = Some(login.clone());
+        }
+    }
+}
+
+/// A GitHub login: letters, digits and single hyphens, with `[bot]` after an App's.
+fn github_login(login: &str) -> bool {
+    let name = login.strip_suffix("[bot]").unwrap_or(login);
+    (1..=39).contains(&name.len())
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+/// Approvers who could never match anyone: a Slack id is U…, W… (people) or
+/// S… (user groups); a Teams person is an Entra object id (a GUID).
+fn approver_problems(file: &File) -> Vec<String> {
+    let mut out = Vec::new();
+    let lists = |chat: &ChatSection| {
+        let commands = chat.commands.values().filter_map(|c| c.approvers.clone());
+        chat.approvers
+            .clone()
+            .into_iter()
+            .chain(commands)
+            .flatten()
+            .collect::<Vec<_>>()
+    };
+    for a in lists(&file.slack).iter().map(|a| a.trim()) {
+        if !(a.starts_with('U') || a.starts_with('W') || a.starts_with('S')) {
+            out.push(format!(
+                "[slack] approvers: {a:?} is not a user (U…, W…) or user group (S…) id"
+            ));
+        }
+    }
+    for a in lists(&file.teams).iter().map(|a| a.trim()) {
+        if crate::config::is_guid(a) {
+            continue;
+        }
+        let what = if a.contains('@') {
+            "an email or sign-in name"
+        } else {
+            "not an Entra object id"
+        };
+        out.push(format!(
+            "[teams] approvers: {a:?} is {what}: write the person's Entra object id (a GUID like 5a7c0e0b-…, shown as \"Object ID\" on their page in the Entra admin center)"
+        ));
+    }
+    out
 }
 
 /// One `[[github.protection]]` table: a deployment to `environment` waits for
@@ -681,7 +767,7 @@ pub struct Policy {
     file: File,
     default_permission: Permission,
     default_approvers: Vec<String>,
-    /// GATEBOT_TEAMS_APPROVERS, where `[teams]` names none.
+    /// Who may act from Teams where `[teams]` names none (nobody, but in tests).
     default_teams_approvers: Vec<String>,
     source: Option<String>,
     deadlines: Vec<DeadlineRule>,
@@ -759,11 +845,21 @@ fn deadline_rules(file: &File) -> anyhow::Result<Vec<DeadlineRule>> {
 /// Refuses a `[limits]` value out of its range, or a name Kubernetes does
 /// not take, naming the first.
 fn check_limits(file: &File) -> anyhow::Result<()> {
+    file.github.close_on_push()?;
+    if let Some(login) = file
+        .github
+        .bot_login
+        .as_deref()
+        .filter(|l| !github_login(l))
+    {
+        anyhow::bail!("[github] bot_login = {login:?} is not a GitHub login");
+    }
     let limits = file.limits.as_ref().map(Limits::problems);
     let problems = limits
         .into_iter()
         .flatten()
-        .chain(file.sections().problems());
+        .chain(file.sections().problems())
+        .chain(approver_problems(file));
     match problems.into_iter().next() {
         Some(problem) => anyhow::bail!(problem),
         None => Ok(()),
@@ -909,6 +1005,7 @@ impl Policy {
             config.limits = limits.clone();
         }
         self.file.sections().apply(config);
+        self.file.github.settle(&mut config.github);
     }
 
     pub fn teams_channels(&self) -> &ChannelBindings {
@@ -984,11 +1081,14 @@ impl Policy {
     }
 
     fn slack_rule(&self, rule: Rule, approves: bool) -> ChatRule {
-        let defaults = (&self.default_approvers, "GATEBOT_SLACK_APPROVERS");
+        let defaults = (
+            &self.default_approvers,
+            "the policy file's [slack] approvers",
+        );
         self.chat_rule("slack", &self.file.slack, defaults, rule, approves)
     }
 
-    /// Who may run `command` from Teams: `[teams]`, else GATEBOT_TEAMS_APPROVERS.
+    /// Who may run `command` from Teams: `[teams.commands.<command>]`, else `[teams]`.
     pub fn teams(&self, command: Verb) -> ChatRule {
         self.teams_rule(Rule::Verb(command), approves(command))
     }
@@ -999,7 +1099,10 @@ impl Policy {
     }
 
     fn teams_rule(&self, rule: Rule, approves: bool) -> ChatRule {
-        let defaults = (&self.default_teams_approvers, "GATEBOT_TEAMS_APPROVERS");
+        let defaults = (
+            &self.default_teams_approvers,
+            "the policy file's [teams] approvers",
+        );
         self.chat_rule("teams", &self.file.teams, defaults, rule, approves)
     }
 
@@ -1546,7 +1649,7 @@ alice = "U1"
         let env_only = Policy::parse("", Permission::Write, &[" U0 ".into(), "".into()]).unwrap();
         let rule = env_only.slack(Verb::Promote);
         assert_eq!(rule.approvers, vec!["U0".to_string()]);
-        assert_eq!(rule.setting, "GATEBOT_SLACK_APPROVERS");
+        assert_eq!(rule.setting, "the policy file's [slack] approvers");
     }
 
     #[test]
@@ -1577,24 +1680,40 @@ alice = "U1"
 
     #[test]
     fn teams_approvers_come_from_the_most_specific_place() {
-        let text = "[teams]\napprovers = [\"t1\"]\nforbid_self_approval = true\n[teams.commands.rollback]\napprovers = [\"t9\"]\n[teams.commands.force]\napprovers = [\"t0\"]\n";
-        let p = Policy::parse(text, Permission::Write, &[]).unwrap();
+        let (t1, t9, t0) = (
+            "11111111-1111-4111-8111-111111111111",
+            "99999999-9999-4999-8999-999999999999",
+            "00000000-0000-4000-8000-000000000000",
+        );
+        let text = format!("[teams]\napprovers = [\"{t1}\"]\nforbid_self_approval = true\n[teams.commands.rollback]\napprovers = [\"{t9}\"]\n[teams.commands.force]\napprovers = [\"{t0}\"]\n");
+        let p = Policy::parse(&text, Permission::Write, &[]).unwrap();
         let promote = p.teams(Verb::Promote);
-        assert_eq!(promote.approvers, vec!["t1".to_string()]);
+        assert_eq!(promote.approvers, vec![t1.to_string()]);
         assert!(promote.forbid_self_approval);
         assert_eq!(promote.setting, "teams.approvers in policy");
-        assert_eq!(p.teams(Verb::Rollback).approvers, vec!["t9".to_string()]);
+        assert_eq!(p.teams(Verb::Rollback).approvers, vec![t9.to_string()]);
         assert_eq!(
             p.teams_force().map(|r| r.approvers),
-            Some(vec!["t0".to_string()])
+            Some(vec![t0.to_string()])
         );
+        let email = "[teams.commands.promote]\napprovers = [\"alice@example.com\"]\n";
+        let e = Policy::parse(email, Permission::Write, &[]).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("is an email or sign-in name"),
+            "{e:#}"
+        );
+        let slack = "[slack]\napprovers = [\"alice\"]\n";
+        assert!(Policy::parse(slack, Permission::Write, &[]).is_err());
         assert_eq!(
             p.slack(Verb::Promote).approvers,
             Vec::<String>::new(),
             "Slack's stay apart"
         );
         let none = Policy::parse("", Permission::Write, &[]).unwrap();
-        assert_eq!(none.teams(Verb::Promote).setting, "GATEBOT_TEAMS_APPROVERS");
+        assert_eq!(
+            none.teams(Verb::Promote).setting,
+            "the policy file's [teams] approvers"
+        );
         assert_eq!(none.teams_force(), None);
     }
 

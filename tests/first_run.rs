@@ -762,12 +762,15 @@ fn teams_approvers_are_object_ids_and_workflow_cards_need_the_public_url() {
             String::from_utf8_lossy(&out.stdout).into_owned(),
         )
     };
-    let (ok, text) = run(&[(
-        "GATEBOT_TEAMS_APPROVERS",
-        "alice@example.com,b15a9416-0ad3-4172-9210-7beb711d3f70",
-    )]);
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[teams]\napprovers = [\"alice@example.com\", \"b15a9416-0ad3-4172-9210-7beb711d3f70\"]\n",
+    )
+    .unwrap();
+    let (ok, text) = run(&[("GATEBOT_POLICY", policy.to_str().unwrap())]);
     assert!(!ok, "{text}");
-    assert!(text.lines().any(|l| l == "problem:         GATEBOT_TEAMS_APPROVERS: `alice@example.com` is an email or sign-in name: write the person's Entra object id (a GUID like 5a7c0e0b-…, shown as \"Object ID\" on their page in the Entra admin center)"), "{text}");
+    assert!(text.lines().any(|l| l.ends_with("[teams] approvers: \"alice@example.com\" is an email or sign-in name: write the person's Entra object id (a GUID like 5a7c0e0b-…, shown as \"Object ID\" on their page in the Entra admin center)")), "{text}");
     assert!(
         !text
             .lines()

@@ -1,4 +1,4 @@
-//! GitHub Deployments (issue 27, point 3): with GATEBOT_GITHUB_DEPLOYMENTS a
+//! GitHub Deployments (issue 27, point 3): with [github] deployments a
 //! canary revision tied to a PR gets a deployment on the PR's head commit,
 //! whose statuses follow Flagger's phases, over real HTTP, the fake GitHub
 //! (which keeps deployments and statuses) and the Flagger simulator, on both

@@ -18,11 +18,10 @@ use gatebot_testkit::served::{bin, limits_policy, Served};
 const MB: usize = 1024 * 1024;
 
 /// GitHub configured (the API is never called: no delivery verifies).
-const GITHUB: [(&str, &str); 4] = [
+const GITHUB: [(&str, &str); 3] = [
     ("GATEBOT_GITHUB_WEBHOOK_SECRET", "s3cret"),
     ("GATEBOT_GITHUB_TOKEN", "ghp_test"),
     ("GATEBOT_GITHUB_API_URL", "http://127.0.0.1:9"),
-    ("GATEBOT_GITHUB_BOT_LOGIN", "gatebot[bot]"),
 ];
 
 /// Slack configured (its API is never called).

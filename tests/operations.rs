@@ -310,8 +310,13 @@ fn check_config_reports_problems() {
 
     // A setting read once, at start: an unknown gate kind is named by
     // check-config, and `serve` refuses to start with it.
-    let unknown = "GATEBOT_GITHUB_CLOSE_ON_PUSH: unknown gate kind `deploy`";
-    let bad = run(&[("GATEBOT_GITHUB_CLOSE_ON_PUSH", "start, deploy")]);
+    let unknown = "[github] close_on_push: unknown gate kind \"deploy\"";
+    std::fs::write(
+        &policy,
+        "[github]\nclose_on_push = [\"start\", \"deploy\"]\n",
+    )
+    .unwrap();
+    let bad = run(&[("GATEBOT_POLICY", policy.to_str().unwrap())]);
     assert!(!bad.status.success());
     assert!(stdout(&bad).contains(unknown), "{}", stdout(&bad));
     let mut serve = ChildGuard::spawn(
@@ -321,7 +326,7 @@ fn check_config_reports_problems() {
             .arg("serve")
             .env("GATEBOT_LISTEN", format!("127.0.0.1:{}", free_port()))
             .env("GATEBOT_DATABASE_URL", &db)
-            .env("GATEBOT_GITHUB_CLOSE_ON_PUSH", "start,deploy")
+            .env("GATEBOT_POLICY", &policy)
             .stderr(Stdio::piped()),
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(20);

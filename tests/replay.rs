@@ -372,7 +372,7 @@ async fn comment_written_before_a_push_opens_nothing(backend: Backend) {
     assert_eq!(env.count(key, "open").await, 0);
     assert_eq!(env.count(key, "refuse").await, 1);
 
-    // A push does not close the rollback gate (GATEBOT_GITHUB_CLOSE_ON_PUSH), so an
+    // A push does not close the rollback gate ([github] close_on_push), so an
     // older /rollback still counts.
     let rollback = comment_at(53, 5303, "alice", "/rollback", written);
     assert_eq!(env.github("issue_comment", &rollback).await.0, 202);

@@ -593,7 +593,7 @@ async fn disallowed_user_gets_ephemeral_refusal(backend: Backend) {
     assert_eq!(answer["response_type"], "ephemeral");
     let text = answer["text"].as_str().unwrap();
     assert!(text.contains("you are not an approver"), "{text}");
-    assert!(text.contains("GATEBOT_SLACK_APPROVERS"), "{text}");
+    assert!(text.contains("[slack] approvers"), "{text}");
     assert!(
         text.contains(&format!("<@{ALICE}>")),
         "names who to ask: {text}"
@@ -748,7 +748,7 @@ async fn empty_approvers_means_nobody_and_names_the_setting() {
         .unwrap()
         .to_string();
     assert!(
-        text.contains("Nobody may") && text.contains("GATEBOT_SLACK_APPROVERS"),
+        text.contains("Nobody may") && text.contains("[slack] approvers"),
         "{text}"
     );
     assert_eq!(
@@ -758,10 +758,7 @@ async fn empty_approvers_means_nobody_and_names_the_setting() {
     let (status, body) = env.command(ALICE, "promote 42", "cmd-n").await;
     assert_eq!(status, 200);
     assert!(
-        body["text"]
-            .as_str()
-            .unwrap()
-            .contains("GATEBOT_SLACK_APPROVERS"),
+        body["text"].as_str().unwrap().contains("[slack] approvers"),
         "{body}"
     );
 }

@@ -492,7 +492,7 @@ async fn typed_commands(backend: Backend) {
         .unwrap_or_else(|| panic!("the refusal is audited: {refused:?}"));
     let why = refusal["reason"].as_str().unwrap();
     assert!(
-        why.contains("rido is not a Teams approver") && why.contains("GATEBOT_TEAMS_APPROVERS"),
+        why.contains("rido is not a Teams approver") && why.contains("[teams] approvers"),
         "{why}"
     );
 
@@ -912,7 +912,7 @@ async fn a_click_approves_and_flagger_promotes(backend: Backend) {
     env.server.stop().await;
 }
 
-/// Someone not in GATEBOT_TEAMS_APPROVERS is answered in the card with who
+/// Someone not in [teams] approvers is answered in the card with who
 /// may, and nothing opens; a replayed click is applied once; a click on a
 /// card decided already is refused.
 async fn an_unlisted_user_is_refused_in_the_card(backend: Backend) {
@@ -928,7 +928,7 @@ async fn an_unlisted_user_is_refused_in_the_card(backend: Backend) {
     assert_eq!(answer["type"], "application/vnd.microsoft.activity.message");
     let why = answer["value"].as_str().unwrap();
     assert!(
-        why.contains("Rido is not a Teams approver") && why.contains("GATEBOT_TEAMS_APPROVERS"),
+        why.contains("Rido is not a Teams approver") && why.contains("[teams] approvers"),
         "{why}"
     );
     assert_eq!(env.gate("/start/acme/shop/pr/42").await["state"], "closed");

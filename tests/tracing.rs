@@ -263,7 +263,7 @@ async fn a_checksum_with_a_newline_forges_no_log_line() {
         let policy = db.dir.path().join("policy.toml");
         std::fs::write(
             &policy,
-            "[[github.environments]]\nnamespace = \"test\"\nenvironment = \"production\"\n",
+            "[github]\ndeployments = true\n\n[[github.environments]]\nnamespace = \"test\"\nenvironment = \"production\"\n",
         )
         .unwrap();
         let served = Served::start(
@@ -277,7 +277,6 @@ async fn a_checksum_with_a_newline_forges_no_log_line() {
                 ("GATEBOT_GITHUB_TOKEN", "ghp_test"),
                 ("GATEBOT_GITHUB_API_URL", &github.url),
                 ("GATEBOT_GITHUB_REPOSITORY", "acme/shop"),
-                ("GATEBOT_GITHUB_DEPLOYMENTS", "true"),
                 ("GATEBOT_POLICY", policy.to_str().unwrap()),
             ],
         );

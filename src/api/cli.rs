@@ -518,9 +518,8 @@ fn summarise(report: &mut ConfigReport, config: &crate::Config, settings: &[Sett
         (true, _, false) => "on, HTTP",
     };
     report.line(format_args!(
-        "slack:           {slack} (API {}), {} approver(s)",
+        "slack:           {slack} (API {})",
         crate::config::url_shown(&sl.api_url),
-        sl.approvers.len()
     ));
     report.line(format_args!(
         "outbound:        {}",
@@ -557,6 +556,12 @@ fn check_parts(report: &mut ConfigReport, config: &crate::Config) {
                     policy.deadlines().len()
                 ));
             }
+            let promote = crate::command::Verb::Promote;
+            report.line(format_args!(
+                "approvers:       Slack {}, Teams {} for promote (the policy file's [slack] and [teams])",
+                policy.slack(promote).approvers.len(),
+                policy.teams(promote).approvers.len()
+            ));
             if let Some(limits) = policy.limits() {
                 let changed = limits.changed();
                 report.line(format_args!(

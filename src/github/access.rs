@@ -151,7 +151,7 @@ impl Access {
 pub struct Stale {
     pub closed_unmerged: bool,
     /// The PR's last push, when the comment was written before it, and the
-    /// gate kinds a push closes (GATEBOT_GITHUB_CLOSE_ON_PUSH; checked at start).
+    /// gate kinds a push closes ([github] close_on_push; checked at start).
     pub pushed: Option<(Millis, Vec<GateKind>)>,
 }
 

@@ -1,4 +1,4 @@
-//! Check runs (GATEBOT_GITHUB_CHECK_RUNS, GitHub App only): one per waiting
+//! Check runs ([github] check_runs, GitHub App only): one per waiting
 //! gate of a pull request, on its head commit, with Promote (or Start,
 //! Traffic), Roll back and Hold buttons.
 //!

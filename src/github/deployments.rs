@@ -1,4 +1,4 @@
-//! GitHub Deployments (GATEBOT_GITHUB_DEPLOYMENTS): one per canary revision
+//! GitHub Deployments ([github] deployments): one per canary revision
 //! tied to a pull request, on the PR's head commit, for the environment the
 //! policy names (`[[github.environments]]`), with statuses that follow
 //! Flagger's phases:

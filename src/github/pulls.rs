@@ -1,5 +1,5 @@
 //! Pull request events: new commits pushed, or the PR closed without merging,
-//! close the PR's gates (which kinds: GATEBOT_GITHUB_CLOSE_ON_PUSH).
+//! close the PR's gates (which kinds: [github] close_on_push).
 
 use super::checks::KINDS;
 use super::events::PullRequestEvent;

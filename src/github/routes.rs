@@ -268,7 +268,7 @@ fn pull_request(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
     })
 }
 
-/// A click on one of a check run's buttons (GATEBOT_GITHUB_CHECK_RUNS).
+/// A click on one of a check run's buttons ([github] check_runs).
 fn check_run(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
     let e: CheckRunEvent = serde_json::from_slice(body).map_err(malformed)?;
     if e.action != "requested_action" {
@@ -279,7 +279,7 @@ fn check_run(state: &AppState, body: &[u8]) -> Result<Received, Reject> {
     }
     if !state.config.github.check_runs_on() {
         return Ok(Received::Answer(ignored(
-            "check runs are off (GATEBOT_GITHUB_CHECK_RUNS, with a GitHub App)",
+            "check runs are off ([github] check_runs, with a GitHub App)",
         )));
     }
     if let Some(answer) = not_allowed(&state.config.github, &e.repository) {

@@ -173,9 +173,9 @@ pub struct GithubSink {
     /// New waits that edit a PR's status comment at once, per PR and minute.
     burst: Burst,
     metrics: Arc<Metrics>,
-    /// Some when check runs are on (GATEBOT_GITHUB_CHECK_RUNS, with an App).
+    /// Some when check runs are on ([github] check_runs, with an App).
     check_runs: Option<CheckRuns>,
-    /// Some when deployments are on (GATEBOT_GITHUB_DEPLOYMENTS).
+    /// Some when deployments are on ([github] deployments).
     deployments: Option<Deployments>,
     /// Some when the policy names protected environments (`[[github.protection]]`).
     protections: Option<Protections>,

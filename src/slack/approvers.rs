@@ -82,7 +82,7 @@ mod tests {
         ChatRule {
             approvers: approvers.iter().map(|s| s.to_string()).collect(),
             forbid_self_approval: false,
-            setting: "GATEBOT_SLACK_APPROVERS".into(),
+            setting: "the policy file's [slack] approvers".into(),
         }
     }
 

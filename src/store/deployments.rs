@@ -1,5 +1,5 @@
 //! The GitHub Deployment of each canary revision tied to a pull request, and
-//! the state of the last status posted on it (GATEBOT_GITHUB_DEPLOYMENTS).
+//! the state of the last status posted on it ([github] deployments).
 
 use sqlx::Row;
 

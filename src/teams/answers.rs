@@ -53,7 +53,7 @@ impl std::fmt::Display for TeamsDenied {
 }
 
 /// Teams' rules: the policy's `[teams]` approvers for the command (else
-/// GATEBOT_TEAMS_APPROVERS), by Entra object id; break glass only by
+/// [teams] approvers), by Entra object id; break glass only by
 /// `[teams.commands.force]`; four eyes by the `[users]` mapping to GitHub.
 pub(super) struct TeamsAuthorizer<'a> {
     pub(super) state: &'a AppState,

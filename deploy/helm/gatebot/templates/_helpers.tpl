@@ -232,6 +232,15 @@ The tables of the policy file that say how gatebot runs here: [templates], [kube
 */}}
 {{- define "gatebot.settingsToml" -}}
 {{- $tables := list -}}
+{{- with .Values.github.minPermission -}}
+{{- $tables = append $tables (printf "[github]\nmin_permission = %s" (. | quote)) -}}
+{{- end -}}
+{{- with .Values.slack.approvers -}}
+{{- $tables = append $tables (printf "[slack]\napprovers = %s" (toJson .)) -}}
+{{- end -}}
+{{- with .Values.teams.approvers -}}
+{{- $tables = append $tables (printf "[teams]\napprovers = %s" (toJson .)) -}}
+{{- end -}}
 {{- if .Values.templates.overrides -}}
 {{- $tables = append $tables "[templates]\ndir = \"/etc/gatebot/templates\"" -}}
 {{- end -}}
@@ -277,9 +286,11 @@ The policy file: `policy`, then the tables the values make ([limits], [templates
 table written twice.
 */}}
 {{- define "gatebot.policyToml" -}}
-{{- range $table, $from := dict "limits" "limits.*, retention.* and evidence.refresh/timeout" "templates" "templates.overrides" "kubernetes" "kubernetes.*" "loadtester" "loadtester.openAccess" -}}
+{{- range $table, $from := dict "limits" "limits.*, retention.* and evidence.refresh/timeout" "templates" "templates.overrides" "kubernetes" "kubernetes.*" "loadtester" "loadtester.openAccess" "github" "github.minPermission" "slack" "slack.approvers" "teams" "teams.approvers" -}}
 {{- $made := ternary (include "gatebot.limitsToml" $) (include "gatebot.settingsToml" $) (eq $table "limits") -}}
-{{- if and (regexMatch (printf "(?m)^\\s*\\[%s\\]" $table) $made) (regexMatch (printf "(?m)^\\s*(\\[\\s*\"?%s\"?\\s*[.\\]]|\"?%s\"?\\s*[.=])" $table $table) ($.Values.policy | default "")) -}}
+{{- /* [github.commands.x] may come before the values' [github]; [github] itself, or github.x = … at the top, may not */ -}}
+{{- $close := ternary "\\]" "[.\\]]" (has $table (list "github" "slack" "teams")) -}}
+{{- if and (regexMatch (printf "(?m)^\\s*\\[%s\\]" $table) $made) (regexMatch (printf "(?m)^\\s*(\\[\\s*\"?%s\"?\\s*%s|\"?%s\"?\\s*[.=])" $table $close $table) ($.Values.policy | default "")) -}}
 {{- fail (printf "policy has a [%s] table and %s set it too: write it in one place (TOML refuses a table written twice)" $table $from) -}}
 {{- end -}}
 {{- end -}}
