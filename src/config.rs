@@ -43,6 +43,94 @@ pub const SECRET_VARS: [&str; 15] = [
     "GATEBOT_PROMETHEUS_PASSWORD",
 ];
 
+/// The settings by what a person is setting up, in the order `.env.example`
+/// (under `# --- <heading> ---`) and `check-config` list them.
+pub const GROUPS: [(&str, &[&str]); 9] = [
+    (
+        "gatebot itself",
+        &[
+            "GATEBOT_LISTEN",
+            "GATEBOT_DATABASE_URL",
+            "GATEBOT_POLICY",
+            "GATEBOT_APPROVAL_TTL",
+            "GATEBOT_LOG_FORMAT",
+        ],
+    ),
+    (
+        "Who may call it",
+        &[
+            "GATEBOT_ADMIN_TOKEN",
+            "GATEBOT_API_TOKENS",
+            "GATEBOT_PIPELINE_TOKEN",
+            "GATEBOT_FLAGGER_TOKENS",
+        ],
+    ),
+    (
+        "GitHub",
+        &[
+            "GATEBOT_GITHUB_WEBHOOK_SECRET",
+            "GATEBOT_GITHUB_TOKEN",
+            "GATEBOT_GITHUB_APP_ID",
+            "GATEBOT_GITHUB_APP_PRIVATE_KEY",
+            "GATEBOT_GITHUB_API_URL",
+            "GATEBOT_GITHUB_REPOSITORY",
+            "GATEBOT_GITHUB_ALLOWED_REPOSITORIES",
+        ],
+    ),
+    (
+        "Slack",
+        &[
+            "GATEBOT_SLACK_SIGNING_SECRET",
+            "GATEBOT_SLACK_BOT_TOKEN",
+            "GATEBOT_SLACK_APP_TOKEN",
+            "GATEBOT_SLACK_CHANNEL",
+            "GATEBOT_SLACK_API_URL",
+        ],
+    ),
+    (
+        "Microsoft Teams",
+        &[
+            "GATEBOT_TEAMS_APP_ID",
+            "GATEBOT_TEAMS_TENANTS",
+            "GATEBOT_TEAMS_OPENID_METADATA_URL",
+            "GATEBOT_TEAMS_APP_PASSWORD",
+            "GATEBOT_TEAMS_TENANT",
+            "GATEBOT_TEAMS_LOGIN_URL",
+            "GATEBOT_TEAMS_CHANNEL",
+            "GATEBOT_TEAMS_WORKFLOW_URL",
+        ],
+    ),
+    (
+        "The web pages",
+        &[
+            "GATEBOT_PUBLIC_URL",
+            "GATEBOT_UI",
+            "GATEBOT_UI_SESSION_KEY",
+            "GATEBOT_UI_GITHUB_CLIENT_ID",
+            "GATEBOT_UI_GITHUB_CLIENT_SECRET",
+        ],
+    ),
+    ("The CLI", &["GATEBOT_SERVER"]),
+    (
+        "Outbound calls and the cluster",
+        &[
+            "HTTPS_PROXY",
+            "HTTP_PROXY",
+            "NO_PROXY",
+            "GATEBOT_EXTRA_CA_FILE",
+            "GATEBOT_KUBECONFIG",
+        ],
+    ),
+    (
+        "The canaries' numbers",
+        &[
+            "GATEBOT_PROMETHEUS_URL",
+            "GATEBOT_PROMETHEUS_TOKEN_FILE",
+            "GATEBOT_PROMETHEUS_PASSWORD",
+        ],
+    ),
+];
+
 /// Where a setting's value came from, as `check-config` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -1603,6 +1691,68 @@ mod tests {
     use clap::CommandFactory;
 
     use super::Cli;
+
+    /// Every setting is in one group, and `.env.example` lists the groups
+    /// under their headings in the same order, each setting in its own.
+    #[test]
+    fn the_settings_are_grouped_alike_everywhere() {
+        let config = include_str!("config.rs");
+        let mut names: Vec<&str> = config
+            .split("env = \"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        names.sort();
+        names.dedup();
+        let grouped: Vec<&str> = super::GROUPS
+            .iter()
+            .flat_map(|(_, n)| n.iter().copied())
+            .collect();
+        let mut sorted = grouped.clone();
+        sorted.sort();
+        assert_eq!(sorted, names, "each setting in exactly one group");
+        let example = include_str!("../.env.example");
+        let mut seen: Vec<(String, Vec<String>)> = Vec::new();
+        for line in example.lines() {
+            if let Some(heading) = line
+                .strip_prefix("# --- ")
+                .and_then(|l| l.strip_suffix(" ---"))
+            {
+                seen.push((heading.to_string(), Vec::new()));
+            } else if let Some((name, _)) = line.split_once('=').filter(|_| !line.starts_with('#'))
+            {
+                if name != "RUST_LOG" {
+                    seen.last_mut()
+                        .expect("a heading first")
+                        .1
+                        .push(name.to_string());
+                }
+            }
+        }
+        let want: Vec<(String, Vec<String>)> = super::GROUPS
+            .iter()
+            .map(|(h, n)| (h.to_string(), n.iter().map(|s| s.to_string()).collect()))
+            .collect();
+        let headings: Vec<(String, Vec<String>)> = seen
+            .into_iter()
+            .map(|(h, n)| (h.split(" (").next().unwrap_or(&h).to_string(), n))
+            .collect();
+        assert_eq!(headings, want);
+    }
+
+    /// docs/operations.md says how many settings there are.
+    #[test]
+    fn the_docs_count_the_settings() {
+        let count: usize = super::GROUPS
+            .iter()
+            .map(|(_, n)| n.iter().filter(|n| n.starts_with("GATEBOT_")).count())
+            .sum();
+        let docs = include_str!("../docs/operations.md");
+        assert!(
+            docs.contains(&format!("gatebot reads {count} `GATEBOT_*` settings")),
+            "{count}"
+        );
+    }
 
     #[test]
     fn githubs_web_pages_are_found_from_its_api() {

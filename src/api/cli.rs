@@ -465,13 +465,38 @@ async fn teams_conversations(
 /// unset one means.
 fn list_settings(report: &mut ConfigReport, config: &crate::Config, settings: &[Setting]) {
     let width = settings.iter().map(|s| s.env.len()).max().unwrap_or(0);
-    for s in settings {
-        let value = setting_value(s, config);
-        report.line(format_args!(
-            "{:<width$} {:<12} {value}",
-            s.env,
-            s.origin.as_str()
-        ));
+    // Under the headings .env.example uses; a setting in no group (none, by
+    // config's test) is listed last rather than lost.
+    let grouped = |env: &str| {
+        crate::config::GROUPS
+            .iter()
+            .any(|(_, names)| names.contains(&env))
+    };
+    let groups = crate::config::GROUPS
+        .iter()
+        .map(|(heading, names)| {
+            (
+                *heading,
+                names
+                    .iter()
+                    .filter_map(|n| settings.iter().find(|s| s.env == *n))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .chain([(
+            "Others",
+            settings.iter().filter(|s| !grouped(&s.env)).collect(),
+        )]);
+    for (heading, members) in groups.filter(|(_, m)| !m.is_empty()) {
+        report.line(format_args!("# {heading}"));
+        for s in members {
+            let value = setting_value(s, config);
+            report.line(format_args!(
+                "{:<width$} {:<12} {value}",
+                s.env,
+                s.origin.as_str()
+            ));
+        }
     }
     for s in settings
         .iter()
