@@ -479,13 +479,21 @@ def chart_checks(ck: Checks, chart: Path) -> None:
                                 {"kubernetes": {"appSecret": {"enabled": True}}}),
                                ("[github]\nforbid_self_approval = true\n",
                                 {"github": {"minPermission": "maintain"}}),
-                               ("[slack]\napprovers = [\"U1\"]\n", {"slack": {"approvers": ["U2"]}})):
+                               ("[slack]\napprovers = [\"U1\"]\n", {"slack": {"approvers": ["U2"]}}),
+                               ("[ 'github' ]\nbot_login = \"x\"\n", {"github": {"minPermission": "admin"}}),
+                               ("limits.outbox_lease = \"2m\"\n", {"retention": {"audit": "0"}})):
             try:
                 render(chart, {"policy": policy, **values})
             except helm.HelmError as exc:
                 expect("write it in one place" in str(exc), f"unexpected error: {exc}")
                 continue
             raise AssertionError(f"{policy!r} with {values} rendered a table twice")
+        # `teams = …` in a table of the policy's is no [teams] table.
+        teams = toml_tables(manifests(render(chart, {
+            "policy": "[github.commands.promote]\nteams = [\"acme/rel\"]\n[users.alice]\nslack = \"U1\"\n",
+            "slack": {"approvers": ["U0ALICE"]},
+            "teams": {"approvers": ["b15a9416-0ad3-4172-9210-7beb711d3f70"]}})))
+        expect(teams["slack"]["approvers"] == ["U0ALICE"], f"teams = in a table: {teams}")
         # A sub-table of the policy's may come before the values' table: valid TOML.
         both = toml_tables(manifests(render(chart, {"policy": "[github.commands.promote]\nteams = [\"acme/r\"]\n",
                                                     "github": {"minPermission": "maintain"}})))

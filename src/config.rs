@@ -18,8 +18,10 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::gate::{GateKind, RepoName};
 
+mod cidr;
 mod limits;
 pub(crate) mod sections;
+pub use cidr::Cidr;
 pub use limits::Limits;
 pub use sections::Sections;
 
@@ -990,6 +992,14 @@ impl PrometheusConfig {
         if parsed.as_ref().is_some_and(|u| !u.username().is_empty()) && self.user().is_none() {
             out.push("GATEBOT_PROMETHEUS_URL: its user part is not UTF-8 once decoded".into());
         }
+        // Basic auth joins user and password with `:`: a user holding one would
+        // carry part of a password in the URL.
+        if self
+            .user()
+            .is_some_and(|u| u.contains(':') || u.chars().any(char::is_control))
+        {
+            out.push("GATEBOT_PROMETHEUS_URL: its user part holds a `:` or a control character once decoded: write the password in GATEBOT_PROMETHEUS_PASSWORD".into());
+        }
         let user = self.user().is_some();
         let password = self
             .password
@@ -1234,15 +1244,31 @@ impl GithubConfig {
     /// https://api.github.com is https://github.com, https://api.X.ghe.com is
     /// https://X.ghe.com, and GitHub Enterprise Server's https://HOST/api/v3
     /// is https://HOST.
+    ///
+    /// Only the scheme, host, port and path are kept: a user part (which may
+    /// be a token) or a query never reaches a page or a redirect.
     pub fn web_url(&self) -> String {
-        let api = self.api_url.trim().trim_end_matches('/');
-        if let Some(host) = api.strip_suffix("/api/v3") {
-            return host.to_string();
+        let Ok(mut url) = reqwest::Url::parse(self.api_url.trim()) else {
+            return "https://github.com".to_string();
+        };
+        if !matches!(url.scheme(), "http" | "https") {
+            return "https://github.com".to_string();
         }
-        match api.split_once("://api.") {
-            Some((scheme, rest)) => format!("{scheme}://{rest}"),
-            None => api.to_string(),
+        let (_, _) = (url.set_username(""), url.set_password(None));
+        url.set_query(None);
+        url.set_fragment(None);
+        let path = url.path().trim_end_matches('/').to_string();
+        let lower = path.to_ascii_lowercase();
+        if lower.ends_with("/api/v3") {
+            url.set_path(&path[..path.len() - "/api/v3".len()]);
+        } else if let Some(web) = url.host_str().and_then(|h| h.strip_prefix("api.")) {
+            // The host is lower case once parsed.
+            let web = web.to_string();
+            if url.set_host(Some(&web)).is_err() {
+                return "https://github.com".to_string();
+            }
         }
+        url.as_str().trim_end_matches('/').to_string()
     }
 
     /// Check runs are made: asked for, and a GitHub App to make them (they are App-only).
@@ -1374,8 +1400,22 @@ impl Config {
         let mut out = self.out_of_range();
         if let Some(dir) = self.templates_dir.as_ref().filter(|d| !d.is_dir()) {
             out.push(format!(
-                "[templates] dir: {} is not a directory: create it, or remove the table for the built-in templates",
-                dir.display()
+                "[templates] dir: {:?} is not a directory: create it, or remove the table for the built-in templates",
+                dir.display().to_string()
+            ));
+        }
+        for proxy in self.ui.trusted_proxies.iter().map(|p| p.trim()) {
+            if let Err(e) = proxy.parse::<Cidr>() {
+                out.push(format!("[ui] trusted_proxies: {e}"));
+            }
+        }
+        if !matches!(
+            self.github.api_url.split_once("://"),
+            Some(("http" | "https", _))
+        ) {
+            out.push(format!(
+                "GATEBOT_GITHUB_API_URL: {} is not an http(s) URL",
+                url_shown(&self.github.api_url)
             ));
         }
         for (name, invalid) in [
@@ -1475,13 +1515,17 @@ impl Config {
         if self.teams.workflow_url().is_some() && self.public_url.is_none() {
             out.push("GATEBOT_TEAMS_WORKFLOW_URL without GATEBOT_PUBLIC_URL: the Workflows cards have no buttons, only a link to the gate's page, and without GATEBOT_PUBLIC_URL they have none: nobody can act from them; set GATEBOT_PUBLIC_URL to where people reach gatebot".into());
         }
+        // Judged by what the entry covers, not how it is written: two /1
+        // networks trust as much as one /0.
         for proxy in self.ui.trusted_proxies.iter().map(|p| p.trim()) {
-            if proxy
-                .rsplit_once('/')
-                .is_some_and(|(_, bits)| bits.trim() == "0")
-            {
+            let wide = proxy.parse::<Cidr>().ok().filter(|c| c.span_bits() > 24);
+            if let Some(cidr) = wide {
+                let said = match cidr.span_bits() {
+                    32 | 128 => "every address".to_string(),
+                    bits => format!("2^{bits} addresses"),
+                };
                 out.push(format!(
-                    "[ui] trusted_proxies: {proxy} trusts every address: anyone who can reach gatebot can sign in to the pages as anyone by sending X-Forwarded-User; name only your authenticating proxy's addresses"
+                    "[ui] trusted_proxies: {proxy:?} trusts {said}: anyone who can reach gatebot from there can sign in to the pages as anyone by sending X-Forwarded-User; name only your authenticating proxy's addresses"
                 ));
             }
         }
@@ -1769,6 +1813,20 @@ mod tests {
         );
         assert_eq!(web("https://api.acme.ghe.com"), "https://acme.ghe.com");
         assert_eq!(web("http://127.0.0.1:9999"), "http://127.0.0.1:9999");
+        assert_eq!(
+            web("https://tok:secret@api.github.com"),
+            "https://github.com"
+        );
+        assert_eq!(web("https://API.github.com"), "https://github.com");
+        assert_eq!(
+            web("https://ghe.example.com/API/V3/"),
+            "https://ghe.example.com"
+        );
+        assert_eq!(
+            web("https://gw.corp/proxy?to=https://api.github.com"),
+            "https://gw.corp/proxy"
+        );
+        assert_eq!(web("javascript:alert(1)//api.x"), "https://github.com");
     }
 
     #[test]
@@ -1783,6 +1841,13 @@ mod tests {
         assert!(p.problems().is_empty(), "{:?}", p.problems());
         p.password = None;
         assert_eq!(p.problems().len(), 1, "a user without a password");
+        p.url = Some("http://gatebot%3Asupersecret@prometheus:9090".into());
+        p.password = Some("pw".to_string().into());
+        assert!(
+            p.problems().iter().any(|e| e.contains("holds a `:`")),
+            "{:?}",
+            p.problems()
+        );
         p.url = Some("http://u:secret@prometheus:9090".into());
         assert!(p.problems().iter().any(|e| e.contains("holds a password")));
     }

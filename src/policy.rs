@@ -465,8 +465,15 @@ fn approver_problems(file: &File) -> Vec<String> {
             .flatten()
             .collect::<Vec<_>>()
     };
+    // U012AB3CD, W…, S…: a letter then upper-case letters and digits.
+    let slack_id = |a: &str| {
+        a.len() >= 2
+            && a.starts_with(['U', 'W', 'S'])
+            && a.bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+    };
     for a in lists(&file.slack).iter().map(|a| a.trim()) {
-        if !(a.starts_with('U') || a.starts_with('W') || a.starts_with('S')) {
+        if !slack_id(a) {
             out.push(format!(
                 "[slack] approvers: {a:?} is not a user (U…, W…) or user group (S…) id"
             ));
@@ -1702,8 +1709,19 @@ alice = "U1"
             format!("{e:#}").contains("is an email or sign-in name"),
             "{e:#}"
         );
-        let slack = "[slack]\napprovers = [\"alice\"]\n";
-        assert!(Policy::parse(slack, Permission::Write, &[]).is_err());
+        for bad in [
+            "alice",
+            "Steve",
+            "Ursula Smith",
+            "Wendy@example.com",
+            "Sre-oncall",
+        ] {
+            let slack = format!("[slack]\napprovers = [\"{bad}\"]\n");
+            assert!(
+                Policy::parse(&slack, Permission::Write, &[]).is_err(),
+                "{bad}"
+            );
+        }
         assert_eq!(
             p.slack(Verb::Promote).approvers,
             Vec::<String>::new(),

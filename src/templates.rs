@@ -5,6 +5,7 @@
 
 pub mod escape;
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -161,10 +162,7 @@ impl Templates {
         });
         for (name, source) in builtin() {
             let source = match &dir {
-                Some(dir) if dir.join(name).is_file() => std::fs::read_to_string(dir.join(name))
-                    .with_context(|| {
-                        format!("cannot read template {}", dir.join(name).display())
-                    })?,
+                Some(dir) if dir.join(name).is_file() => read_override(&dir.join(name))?,
                 _ => source.to_string(),
             };
             env.add_template_owned(name.to_string(), source)
@@ -188,14 +186,46 @@ impl Templates {
     }
 }
 
+/// The most a template override may be: templates are a few KB.
+const OVERRIDE_LIMIT: u64 = 256 * 1024;
+/// The most entries an override directory may hold before it is refused:
+/// there are a few dozen templates, and a directory named by mistake (`/`)
+/// must not be walked whole.
+const DIR_ENTRIES: usize = 1000;
+
+/// An override, when it is a regular file of at most [`OVERRIDE_LIMIT`].
+fn read_override(path: &Path) -> anyhow::Result<String> {
+    let cannot = || format!("cannot read template {:?}", path.display().to_string());
+    let meta = std::fs::metadata(path).with_context(cannot)?;
+    if !meta.is_file() || meta.len() > OVERRIDE_LIMIT {
+        anyhow::bail!(
+            "template {:?} is not a regular file of at most {} KB",
+            path.display().to_string(),
+            OVERRIDE_LIMIT / 1024
+        );
+    }
+    let mut text = String::new();
+    std::io::Read::take(
+        std::fs::File::open(path).with_context(cannot)?,
+        OVERRIDE_LIMIT,
+    )
+    .read_to_string(&mut text)
+    .with_context(cannot)?;
+    Ok(text)
+}
+
 /// Fails when a file under `dir` is not the name of a built-in template, and
 /// lists the names that are. Names starting with `.` are skipped: hidden files,
-/// and the `..data` links Kubernetes puts in a mounted ConfigMap.
+/// and the `..data` links Kubernetes puts in a mounted ConfigMap (whose
+/// folders are links too, so links are followed). Template names are one
+/// folder deep (`slack/wait.j2`), so nothing deeper is walked, and a
+/// directory of more than [`DIR_ENTRIES`] entries is refused.
 fn refuse_unknown(dir: &Path) -> anyhow::Result<()> {
     if !dir.is_dir() {
         return Ok(());
     }
     let mut unknown = Vec::new();
+    let mut seen = 0usize;
     let mut pending = vec![(dir.to_path_buf(), String::new())];
     while let Some((path, prefix)) = pending.pop() {
         let entries = std::fs::read_dir(&path)
@@ -208,9 +238,16 @@ fn refuse_unknown(dir: &Path) -> anyhow::Result<()> {
             if name.starts_with('.') {
                 continue;
             }
+            seen += 1;
+            if seen > DIR_ENTRIES {
+                anyhow::bail!(
+                    "[templates] dir {:?} holds more than {DIR_ENTRIES} entries: name a directory that holds only template overrides",
+                    dir.display().to_string()
+                );
+            }
             let relative = format!("{prefix}{name}");
             let full = entry.path();
-            if full.is_dir() {
+            if full.is_dir() && prefix.is_empty() {
                 pending.push((full, format!("{relative}/")));
             } else if !builtin().any(|(n, _)| *n == relative) {
                 unknown.push(relative);
@@ -223,14 +260,14 @@ fn refuse_unknown(dir: &Path) -> anyhow::Result<()> {
     unknown.sort();
     let valid: Vec<&str> = builtin().map(|(n, _)| *n).collect();
     anyhow::bail!(
-        "{} overrides no template: {} ([templates] dir {}); the templates are: {}",
+        "{} no template: {} ([templates] dir {:?}); the templates are: {}",
         if unknown.len() == 1 {
-            "this file"
+            "this file overrides"
         } else {
-            "these files"
+            "these files override"
         },
         unknown.join(", "),
-        dir.display(),
+        dir.display().to_string(),
         valid.join(", ")
     )
 }

@@ -329,7 +329,7 @@ fn limits_out_of_range_or_not_a_table_are_refused_by_check_config_and_at_start()
         ),
         (
             "[templates]\ndir = \"no-such-dir\"",
-            "[templates] dir: no-such-dir is not a directory",
+            "[templates] dir: \"no-such-dir\" is not a directory",
         ),
         (
             "[kubernetes]\napp_secret = \"../../kube-system/x\"",
@@ -364,6 +364,41 @@ fn limits_out_of_range_or_not_a_table_are_refused_by_check_config_and_at_start()
     }
 }
 
+/// A templates directory of links to itself, or of too many files, is
+/// refused at once, not walked for ever; what is printed of a path escapes
+/// its control characters.
+#[test]
+fn a_templates_dir_of_loops_or_many_files_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let looped = dir.path().join("looped");
+    std::fs::create_dir(&looped).unwrap();
+    for name in ["a", "b", "c"] {
+        std::os::unix::fs::symlink(".", looped.join(name)).unwrap();
+    }
+    let many = dir.path().join("many");
+    std::fs::create_dir(&many).unwrap();
+    for i in 0..1001 {
+        std::fs::write(many.join(format!("f{i}")), "").unwrap();
+    }
+    for (templates, says) in [
+        ("looped", "no template: a/a, a/b"),
+        ("many", "holds more than 1000 entries"),
+        ("nope\u{1b}[2K\rconfiguration OK", "is not a directory"),
+    ] {
+        let policy = dir.path().join("policy.toml");
+        // TOML's escapes, not Rust's (`\u001b`, not `\u{1b}`).
+        let path = dir.path().join(templates).display().to_string();
+        let path = path.replace('\u{1b}', "\\u001b").replace('\r', "\\r");
+        let text = format!("[templates]\ndir = \"{path}\"\n");
+        std::fs::write(&policy, text).unwrap();
+        let started = std::time::Instant::now();
+        let (ok, text) = check_config(&[("GATEBOT_POLICY", policy.to_str().unwrap())]);
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        assert!(!ok && text.contains(says), "{templates}: {text}");
+        assert!(!text.contains('\u{1b}'), "a raw escape: {text:?}");
+    }
+}
+
 #[test]
 fn a_setting_that_moved_to_limits_is_named_with_its_new_place() {
     for (name, says) in [
@@ -374,10 +409,10 @@ fn a_setting_that_moved_to_limits_is_named_with_its_new_place() {
     ] {
         let (ok, text) = check_config(&[(name, "x")]);
         assert!(!ok, "check-config passed {name}:\n{text}");
-        assert!(
-            text.contains(&format!("{name} (from the environment) {says}")),
-            "{text}"
-        );
+        let said = format!("{name} (from the environment) {says}");
+        assert!(text.contains(&said), "{text}");
+        // Left where it was, its value would be dropped: serve refuses too.
+        serve_refuses(tempfile::tempdir().unwrap().path(), &[(name, "x")], &said);
     }
     // Misspelt, it is pointed at the setting it was, not at one still read.
     let (_, text) = check_config(&[("GATEBOT_UI_SESION_TTL", "1h")]);
@@ -389,7 +424,7 @@ fn a_setting_that_moved_to_limits_is_named_with_its_new_place() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dangerous_settings_are_warned_about_by_check_config_and_at_start() {
-    let proxies = "[ui] trusted_proxies: 0.0.0.0/0 trusts every address";
+    let proxies = "[ui] trusted_proxies: \"0.0.0.0/0\" trusts every address";
     let (ok, text) = check_config_of_policy(
         bin(),
         "[ui]\ntrusted_proxies = [\"10.0.0.0/8\", \"0.0.0.0/0\"]\n",
@@ -401,6 +436,24 @@ async fn dangerous_settings_are_warned_about_by_check_config_and_at_start() {
     );
     let (_, text) = check_config_of_policy(bin(), "[ui]\ntrusted_proxies = [\"10.0.0.0/8\"]\n");
     assert!(!text.contains("warning:"), "{text}");
+    // Judged by what an entry covers, not how it is written.
+    let (ok, text) = check_config_of_policy(
+        bin(),
+        "[ui]\ntrusted_proxies = [\"0.0.0.0/1\", \"128.0.0.0/1\"]\n",
+    );
+    assert!(
+        ok && text.contains("\"0.0.0.0/1\" trusts 2^31 addresses"),
+        "{text}"
+    );
+    // What serve would refuse, check-config refuses too.
+    for sneaky in ["0.0.0.0/+0", "0.0.0.0/00", "proxy.internal", "10.0.0.0/8/8"] {
+        let (ok, text) =
+            check_config_of_policy(bin(), &format!("[ui]\ntrusted_proxies = [\"{sneaky}\"]\n"));
+        assert!(
+            !ok && text.contains("is not an address or CIDR"),
+            "{sneaky}: {text}"
+        );
+    }
 
     let db = TestDb::new(Backend::Sqlite).await;
     let policy = policy_file(
@@ -411,7 +464,7 @@ async fn dangerous_settings_are_warned_about_by_check_config_and_at_start() {
     let served = Served::start(&db, &[("GATEBOT_POLICY", &policy)]);
     let logs = served.logs();
     assert!(
-        logs.contains("[ui] trusted_proxies: ::/0 trusts every address"),
+        logs.contains("[ui] trusted_proxies: \"::/0\" trusts every address"),
         "{logs}"
     );
     assert!(

@@ -93,11 +93,22 @@ async fn wait(args: crate::config::WaitArgs) -> ExitCode {
 async fn serve(config: Config, unknown: &[UnknownName]) -> anyhow::Result<()> {
     telemetry::init(config.log_format);
     // A warning, not a refusal: an environment may carry other GATEBOT_*
-    // names, and a restart must not take a working gate down over one.
+    // names, and a restart must not take a working gate down over one. But a
+    // setting that moved to the policy file is refused: left where it was,
+    // its value would be dropped without a word (a lower min_permission).
+    let moved: Vec<String> = unknown
+        .iter()
+        .filter(|n| n.moved.is_some())
+        .map(|n| n.to_string())
+        .collect();
+    if !moved.is_empty() {
+        anyhow::bail!("{}", moved.join("; "));
+    }
     for name in unknown {
         tracing::warn!("{name}");
     }
-    // Registered before anything else, so a SIGTERM during start-up is still graceful.
+    // Registered before anything else: a SIGTERM during start-up (bounded: no
+    // file is read without a limit) is kept, and gatebot stops as soon as it is up.
     let stop = shutdown_signal()?;
     // Held until the process ends.
     let _sqlite_lock = crate::store::lock_sqlite_file(&config.database_url)?;

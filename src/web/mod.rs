@@ -30,8 +30,8 @@ use axum::{Extension, Router};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
+pub use crate::config::Cidr;
 pub use permit::Authority;
-pub use session::Cidr;
 
 use crate::config::{Config, UiMode};
 use crate::core::watch::Changes;

@@ -288,9 +288,12 @@ table written twice.
 {{- define "gatebot.policyToml" -}}
 {{- range $table, $from := dict "limits" "limits.*, retention.* and evidence.refresh/timeout" "templates" "templates.overrides" "kubernetes" "kubernetes.*" "loadtester" "loadtester.openAccess" "github" "github.minPermission" "slack" "slack.approvers" "teams" "teams.approvers" -}}
 {{- $made := ternary (include "gatebot.limitsToml" $) (include "gatebot.settingsToml" $) (eq $table "limits") -}}
-{{- /* [github.commands.x] may come before the values' [github]; [github] itself, or github.x = … at the top, may not */ -}}
-{{- $close := ternary "\\]" "[.\\]]" (has $table (list "github" "slack" "teams")) -}}
-{{- if and (regexMatch (printf "(?m)^\\s*\\[%s\\]" $table) $made) (regexMatch (printf "(?m)^\\s*(\\[\\s*\"?%s\"?\\s*%s|\"?%s\"?\\s*[.=])" $table $close $table) ($.Values.policy | default "")) -}}
+{{- /* [github.commands.x] may come before the values' [github] and `teams = …` sits in many tables: for the chat tables only a [github] header clashes */ -}}
+{{- $clash := printf "(?m)^\\s*(\\[\\s*[\"']?%s[\"']?\\s*[.\\]]|[\"']?%s[\"']?\\s*[.=])" $table $table -}}
+{{- if has $table (list "github" "slack" "teams") -}}
+{{- $clash = printf "(?m)^\\s*\\[\\s*[\"']?%s[\"']?\\s*\\]" $table -}}
+{{- end -}}
+{{- if and (regexMatch (printf "(?m)^\\s*\\[%s\\]" $table) $made) (regexMatch $clash ($.Values.policy | default "")) -}}
 {{- fail (printf "policy has a [%s] table and %s set it too: write it in one place (TOML refuses a table written twice)" $table $from) -}}
 {{- end -}}
 {{- end -}}
