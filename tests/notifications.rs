@@ -338,7 +338,7 @@ impl Sink for Unencodable {
 
     fn plan(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
         let payload = BTreeMap::from([((1, 2), notice.topic())]);
-        Ok(vec![encode_job(self.name(), notice.topic(), &payload)?])
+        Ok(vec![encode_job(self.name(), &notice.topic(), &payload)?])
     }
 }
 

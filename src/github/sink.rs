@@ -85,17 +85,7 @@ pub enum GithubJob {
 
 impl SinkJob for GithubJob {
     const SINK: &'static str = SINK;
-
-    fn topic(&self) -> &'static str {
-        match self {
-            Self::Reaction { .. } => "reaction",
-            Self::Comment { .. } => "comment",
-            Self::Status { .. } => "status",
-            Self::CheckRun { .. } => "check_run",
-            Self::Deployment { .. } => "deployment",
-            Self::Protection { .. } => "protection",
-        }
-    }
+    const TAG: &'static str = "type";
 }
 
 impl GithubJob {

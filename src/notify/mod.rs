@@ -134,23 +134,17 @@ pub enum Notice {
 }
 
 impl Notice {
-    pub fn topic(&self) -> &'static str {
-        match self {
-            Self::WaitStarted { .. } => "wait_started",
-            Self::WaitEnded { .. } => "wait_ended",
-            Self::GateChanged { .. } => "gate_changed",
-            Self::CanaryEvent { .. } => "canary_event",
-            Self::CanaryFailure { .. } => "canary_failure",
-            Self::Evidence { .. } => "evidence",
-            Self::Reminder { .. } => "reminder",
-            Self::Frozen { .. } => "frozen",
-            Self::Unfrozen { .. } => "unfrozen",
-        }
+    /// Its kind, as stored: `wait_started`, `gate_changed`, …
+    pub fn topic(&self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.get("type")?.as_str().map(str::to_string))
+            .unwrap_or_default()
     }
 
     /// A job for `sink` that carries this notice whole.
     pub fn job(&self, sink: &str) -> Result<NewJob, PayloadError> {
-        encode_job(sink, self.topic(), self)
+        encode_tagged(sink, "type", self)
     }
 }
 
@@ -171,18 +165,19 @@ impl From<PayloadError> for SendError {
     }
 }
 
-/// A sink's own job, stored as its JSON: the sink's name, and a topic per kind.
+/// A sink's own job, stored as its JSON: the sink's name, and as its topic
+/// the variant's name, which serde writes in the field `TAG`.
 pub trait SinkJob: Serialize + Sized {
     const SINK: &'static str;
-
-    fn topic(&self) -> &'static str;
+    /// The field serde's `#[serde(tag = …)]` names.
+    const TAG: &'static str;
 
     /// The job, queued at most once per `once_key` when one is given (a
     /// delivery and a purpose, say).
     fn job(&self, once_key: Option<String>) -> Result<NewJob, PayloadError> {
         Ok(NewJob {
             once_key,
-            ..encode_job(Self::SINK, self.topic(), self)?
+            ..encode_tagged(Self::SINK, Self::TAG, self)?
         })
     }
 
@@ -191,9 +186,40 @@ pub trait SinkJob: Serialize + Sized {
     fn deduped(&self, dedupe_key: String) -> Result<NewJob, PayloadError> {
         Ok(NewJob {
             dedupe_key: Some(dedupe_key),
-            ..encode_job(Self::SINK, self.topic(), self)?
+            ..encode_tagged(Self::SINK, Self::TAG, self)?
         })
     }
+}
+
+/// A job for `sink` whose payload is `payload` as JSON and whose topic is
+/// the variant's name serde wrote in its field `tag`: one name per kind of
+/// job, kept by the type rather than copied into a `match`.
+pub fn encode_tagged(
+    sink: &str,
+    tag: &str,
+    payload: &impl Serialize,
+) -> Result<NewJob, PayloadError> {
+    let failed = |source| PayloadError {
+        sink: sink.to_string(),
+        topic: tag.to_string(),
+        source,
+    };
+    let text = serde_json::to_string(payload).map_err(failed)?;
+    let fields: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&text).map_err(failed)?;
+    let Some(topic) = fields.get(tag).and_then(|t| t.as_str()) else {
+        return Err(failed(<serde_json::Error as serde::ser::Error>::custom(
+            format!("no `{tag}` field"),
+        )));
+    };
+    Ok(NewJob {
+        sink: sink.to_string(),
+        topic: topic.to_string(),
+        payload: text,
+        dedupe_key: None,
+        once_key: None,
+        not_before: 0,
+    })
 }
 
 /// A job for `sink` whose payload is `payload` as JSON.
@@ -409,6 +435,22 @@ mod tests {
 
     /// Payloads as the outbox holds them since before keys were typed: each
     /// still reads back, and is written again byte for byte.
+    /// A job's topic is its variant's name as serde writes it; a payload
+    /// without the tag is refused, not stored under a made-up topic.
+    #[test]
+    fn topics_are_the_variants_names() {
+        let notice = Notice::Unfrozen {
+            ids: vec![1],
+            scope: "all".into(),
+            by: Actor::new("alice", crate::gate::Source::Slack),
+            at: 0,
+        };
+        assert_eq!(notice.topic(), "unfrozen");
+        assert_eq!(notice.job("slack").unwrap().topic, "unfrozen");
+        let untagged = encode_tagged("slack", "job", &serde_json::json!({"text": "x"}));
+        assert!(untagged.is_err());
+    }
+
     #[test]
     fn stored_payloads_read_back_unchanged() {
         for text in [

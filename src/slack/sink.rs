@@ -104,22 +104,7 @@ pub enum SlackJob {
 
 impl SinkJob for SlackJob {
     const SINK: &'static str = NAME;
-
-    fn topic(&self) -> &'static str {
-        match self {
-            Self::PostWait { .. } => "post_wait",
-            Self::Refresh { .. } => "refresh",
-            Self::WaitEnded { .. } => "wait_ended",
-            Self::GateOpened { .. } => "gate_opened",
-            Self::RefreshGate { .. } => "refresh_gate",
-            Self::CanaryEvent { .. } => "canary_event",
-            Self::Respond { .. } => "respond",
-            Self::Digest { .. } => "digest",
-            Self::Remind { .. } => "remind",
-            Self::Announce { .. } => "announce",
-            Self::Failure { .. } => "failure",
-        }
-    }
+    const TAG: &'static str = "job";
 }
 
 /// The metadata key a Canary names its Slack channel with (bound by `[[slack.channels]]`).

@@ -89,18 +89,7 @@ pub enum CardJob {
 
 impl SinkJob for CardJob {
     const SINK: &'static str = NAME;
-
-    fn topic(&self) -> &'static str {
-        match self {
-            Self::Post { .. } => "post_card",
-            Self::Workflow { .. } => "workflow_card",
-            Self::Refresh { .. } => "refresh_card",
-            Self::Ended { .. } => "card_ended",
-            Self::Gate { .. } => "gate_cards",
-            Self::Final { .. } => "card_final",
-            Self::Failure { .. } => "failure_card",
-        }
-    }
+    const TAG: &'static str = "job";
 }
 
 pub struct TeamsSink {
