@@ -304,64 +304,102 @@ pub struct UnknownName {
     pub moved: Option<String>,
 }
 
-/// Settings that became keys of the policy file, or are derived: named
-/// with their new place rather than as unknown.
-const MOVED: [(&str, &str); 17] = [
-    ("GATEBOT_LOADTESTER_OPEN_ACCESS", "it is `open_access` in the [loadtester] table of the policy file now (GATEBOT_POLICY; docs/policy.md)"),
-    ("GATEBOT_TEMPLATES_DIR", "it is `dir` in the [templates] table of the policy file now (GATEBOT_POLICY; docs/policy.md)"),
-    ("GATEBOT_KUBERNETES_LOOKUP", "it is `lookup` in the [kubernetes] table of the policy file now (GATEBOT_POLICY; docs/gitops.md)"),
-    ("GATEBOT_COMMIT_ANNOTATION", "it is `commit_annotation` in the [kubernetes] table of the policy file now (GATEBOT_POLICY; docs/gitops.md)"),
-    ("GATEBOT_REPOSITORY_ANNOTATION", "it is `repository_annotation` in the [kubernetes] table of the policy file now (GATEBOT_POLICY; docs/gitops.md)"),
-    ("GATEBOT_KUBERNETES_CONTAINER", "it is `container` in the [kubernetes] table of the policy file now (GATEBOT_POLICY; docs/gitops.md)"),
-    ("GATEBOT_KUBERNETES_APP_SECRET", "it is `app_secret` in the [kubernetes] table of the policy file now (GATEBOT_POLICY; docs/github.md)"),
-    ("GATEBOT_UI_TRUSTED_PROXIES", "it is `trusted_proxies` in the [ui] table of the policy file now (GATEBOT_POLICY; docs/web.md)"),
-    ("GATEBOT_UI_GITHUB_OAUTH_URL", "GitHub's sign-in pages are found from GATEBOT_GITHUB_API_URL now (https://HOST/api/v3 signs in at https://HOST)"),
-    ("GATEBOT_PROMETHEUS_USERNAME", "the user is the user part of GATEBOT_PROMETHEUS_URL now (http://gatebot@prometheus:9090)"),
-    ("GATEBOT_GITHUB_MIN_PERMISSION", "it is `min_permission` in the [github] table of the policy file now (GATEBOT_POLICY; docs/policy.md)"),
-    ("GATEBOT_GITHUB_CHECK_RUNS", "it is `check_runs` in the [github] table of the policy file now (GATEBOT_POLICY; docs/github.md)"),
-    ("GATEBOT_GITHUB_DEPLOYMENTS", "it is `deployments` in the [github] table of the policy file now (GATEBOT_POLICY; docs/github.md)"),
-    ("GATEBOT_GITHUB_CLOSE_ON_PUSH", "it is `close_on_push` in the [github] table of the policy file now (GATEBOT_POLICY; docs/github.md)"),
-    ("GATEBOT_GITHUB_BOT_LOGIN", "it is `bot_login` in the [github] table of the policy file now (GATEBOT_POLICY; docs/github.md)"),
-    ("GATEBOT_SLACK_APPROVERS", "it is `approvers` in the [slack] table of the policy file now (GATEBOT_POLICY; docs/policy.md)"),
-    ("GATEBOT_TEAMS_APPROVERS", "it is `approvers` in the [teams] table of the policy file now (GATEBOT_POLICY; docs/policy.md)"),
-];
-
-/// Settings that became keys of the policy file's `[limits]` table:
-/// named with their new place rather than as unknown.
-const MOVED_TO_LIMITS: [(&str, &str); 22] = [
-    ("GATEBOT_SHUTDOWN_TIMEOUT", "shutdown_timeout"),
-    ("GATEBOT_OUTBOX_BACKOFF", "outbox_backoff"),
-    ("GATEBOT_OUTBOX_MAX_ATTEMPTS", "outbox_max_attempts"),
-    ("GATEBOT_OUTBOX_LEASE", "outbox_lease"),
-    ("GATEBOT_HEADER_READ_TIMEOUT", "header_read_timeout"),
-    ("GATEBOT_IDLE_TIMEOUT", "idle_timeout"),
-    ("GATEBOT_MAX_CONNECTIONS", "max_connections"),
-    ("GATEBOT_BODY_READ_TIMEOUT", "body_read_timeout"),
-    ("GATEBOT_REQUEST_TIMEOUT", "request_timeout"),
-    ("GATEBOT_NOTIFY_BURST", "notify_burst"),
-    ("GATEBOT_NAMED_GATES_LIVE", "named_gates_live"),
-    ("GATEBOT_NAMED_GATES_PER_HOUR", "named_gates_per_hour"),
-    ("GATEBOT_NAMED_GATE_RETENTION", "named_gate_retention"),
-    ("GATEBOT_PROMETHEUS_TIMEOUT", "prometheus_timeout"),
-    ("GATEBOT_EVIDENCE_REFRESH", "evidence_refresh"),
-    ("GATEBOT_UI_SESSION_TTL", "ui_session_ttl"),
-    ("GATEBOT_RETENTION_PAYLOADS", "retention_payloads"),
-    ("GATEBOT_RETENTION_DELIVERIES", "retention_deliveries"),
-    ("GATEBOT_RETENTION_HISTORY", "retention_history"),
-    ("GATEBOT_RETENTION_AUDIT", "retention_audit"),
-    ("GATEBOT_RETENTION_INTERVAL", "retention_interval"),
+/// Settings that became keys of the policy file: the variable, its table
+/// and its key. Named with their new place rather than as unknown.
+const MOVED: [(&str, &str, &str); 37] = [
+    ("GATEBOT_SHUTDOWN_TIMEOUT", "limits", "shutdown_timeout"),
+    ("GATEBOT_OUTBOX_BACKOFF", "limits", "outbox_backoff"),
+    (
+        "GATEBOT_OUTBOX_MAX_ATTEMPTS",
+        "limits",
+        "outbox_max_attempts",
+    ),
+    ("GATEBOT_OUTBOX_LEASE", "limits", "outbox_lease"),
+    (
+        "GATEBOT_HEADER_READ_TIMEOUT",
+        "limits",
+        "header_read_timeout",
+    ),
+    ("GATEBOT_IDLE_TIMEOUT", "limits", "idle_timeout"),
+    ("GATEBOT_MAX_CONNECTIONS", "limits", "max_connections"),
+    ("GATEBOT_BODY_READ_TIMEOUT", "limits", "body_read_timeout"),
+    ("GATEBOT_REQUEST_TIMEOUT", "limits", "request_timeout"),
+    ("GATEBOT_NOTIFY_BURST", "limits", "notify_burst"),
+    ("GATEBOT_NAMED_GATES_LIVE", "limits", "named_gates_live"),
+    (
+        "GATEBOT_NAMED_GATES_PER_HOUR",
+        "limits",
+        "named_gates_per_hour",
+    ),
+    (
+        "GATEBOT_NAMED_GATE_RETENTION",
+        "limits",
+        "named_gate_retention",
+    ),
+    ("GATEBOT_PROMETHEUS_TIMEOUT", "limits", "prometheus_timeout"),
+    ("GATEBOT_EVIDENCE_REFRESH", "limits", "evidence_refresh"),
+    ("GATEBOT_UI_SESSION_TTL", "limits", "ui_session_ttl"),
+    ("GATEBOT_RETENTION_PAYLOADS", "limits", "retention_payloads"),
+    (
+        "GATEBOT_RETENTION_DELIVERIES",
+        "limits",
+        "retention_deliveries",
+    ),
+    ("GATEBOT_RETENTION_HISTORY", "limits", "retention_history"),
+    ("GATEBOT_RETENTION_AUDIT", "limits", "retention_audit"),
+    ("GATEBOT_RETENTION_INTERVAL", "limits", "retention_interval"),
     (
         "GATEBOT_KUBERNETES_LOOKUP_BACKOFF",
+        "limits",
         "kubernetes_lookup_backoff",
     ),
+    (
+        "GATEBOT_LOADTESTER_OPEN_ACCESS",
+        "loadtester",
+        "open_access",
+    ),
+    ("GATEBOT_TEMPLATES_DIR", "templates", "dir"),
+    ("GATEBOT_KUBERNETES_LOOKUP", "kubernetes", "lookup"),
+    (
+        "GATEBOT_COMMIT_ANNOTATION",
+        "kubernetes",
+        "commit_annotation",
+    ),
+    (
+        "GATEBOT_REPOSITORY_ANNOTATION",
+        "kubernetes",
+        "repository_annotation",
+    ),
+    ("GATEBOT_KUBERNETES_CONTAINER", "kubernetes", "container"),
+    ("GATEBOT_KUBERNETES_APP_SECRET", "kubernetes", "app_secret"),
+    ("GATEBOT_UI_TRUSTED_PROXIES", "ui", "trusted_proxies"),
+    ("GATEBOT_GITHUB_MIN_PERMISSION", "github", "min_permission"),
+    ("GATEBOT_GITHUB_CHECK_RUNS", "github", "check_runs"),
+    ("GATEBOT_GITHUB_DEPLOYMENTS", "github", "deployments"),
+    ("GATEBOT_GITHUB_CLOSE_ON_PUSH", "github", "close_on_push"),
+    ("GATEBOT_GITHUB_BOT_LOGIN", "github", "bot_login"),
+    ("GATEBOT_SLACK_APPROVERS", "slack", "approvers"),
+    ("GATEBOT_TEAMS_APPROVERS", "teams", "approvers"),
+];
+
+/// Settings that gatebot works out from others now.
+const DERIVED: [(&str, &str); 2] = [
+    ("GATEBOT_UI_GITHUB_OAUTH_URL", "GitHub's sign-in pages are found from GATEBOT_GITHUB_API_URL now (https://HOST/api/v3 signs in at https://HOST)"),
+    ("GATEBOT_PROMETHEUS_USERNAME", "the user is the user part of GATEBOT_PROMETHEUS_URL now (http://gatebot@prometheus:9090)"),
 ];
 
 /// Where a setting that is no longer read went, in a sentence.
 fn moved(name: &str) -> Option<String> {
-    if let Some((_, key)) = MOVED_TO_LIMITS.iter().find(|(env, _)| *env == name) {
-        return Some(format!("it is `{key}` in the [limits] table of the policy file now (GATEBOT_POLICY; docs/operations.md, \"Limits\")"));
+    if let Some((_, table, key)) = MOVED.iter().find(|(env, _, _)| *env == name) {
+        let docs = match *table {
+            "limits" => "docs/operations.md, \"Limits\"",
+            _ => "docs/policy.md, \"Settings in the policy file\"",
+        };
+        return Some(format!(
+            "it is `{key}` in the [{table}] table of the policy file now (GATEBOT_POLICY; {docs})"
+        ));
     }
-    MOVED
+    DERIVED
         .iter()
         .find(|(env, _)| *env == name)
         .map(|(_, place)| place.to_string())
@@ -400,6 +438,15 @@ impl std::fmt::Display for UnknownName {
 /// from clap's own list, so that a setting added or removed there needs no
 /// change here; with `<NAME>_FILE` for each secret.
 fn known_names(command: &clap::Command) -> std::collections::BTreeSet<String> {
+    let mut out = setting_names(command);
+    out.extend(SECRET_VARS.iter().map(|s| format!("{s}_FILE")));
+    out.extend(READ_DIRECTLY.iter().map(|s| s.to_string()));
+    out
+}
+
+/// The variable of every argument of `command` and of its subcommands: the
+/// settings, as clap holds them.
+fn setting_names(command: &clap::Command) -> std::collections::BTreeSet<String> {
     fn walk(command: &clap::Command, out: &mut std::collections::BTreeSet<String>) {
         for arg in command.get_arguments() {
             if let Some(env) = arg.get_env() {
@@ -412,8 +459,6 @@ fn known_names(command: &clap::Command) -> std::collections::BTreeSet<String> {
     }
     let mut out = std::collections::BTreeSet::new();
     walk(command, &mut out);
-    out.extend(SECRET_VARS.iter().map(|s| format!("{s}_FILE")));
-    out.extend(READ_DIRECTLY.iter().map(|s| s.to_string()));
     out
 }
 
@@ -445,12 +490,11 @@ pub fn unknown_names(command: &clap::Command) -> Vec<UnknownName> {
     // A misspelt name of a setting that moved is pointed at that setting,
     // which then says where it went, not at an unrelated one still read.
     let mut known_or_moved = known.clone();
-    known_or_moved.extend(
-        MOVED_TO_LIMITS
-            .iter()
-            .chain(MOVED.iter())
-            .map(|(n, _)| n.to_string()),
-    );
+    let moved_names = MOVED
+        .iter()
+        .map(|(n, _, _)| n)
+        .chain(DERIVED.iter().map(|(n, _)| n));
+    known_or_moved.extend(moved_names.map(|n| n.to_string()));
     let mut out: Vec<UnknownName> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v)))
         .filter(|(k, _)| k.starts_with("GATEBOT_") && !k.starts_with(TEST_PREFIX))
@@ -1209,19 +1253,14 @@ pub struct GithubConfig {
     #[arg(long = "github-repository", env = "GATEBOT_GITHUB_REPOSITORY", value_parser = parse_repo)]
     pub repository: Option<RepoName>,
 
-    /// Least repository permission a commenter needs: the policy file's
-    /// `[github] min_permission`, else write.
-    #[arg(skip = Permission::Write)]
-    pub min_permission: Permission,
-
     /// Only these repositories (owner/repo, comma-separated) are listened to; empty: all.
     #[arg(long = "github-allowed-repositories", env = "GATEBOT_GITHUB_ALLOWED_REPOSITORIES", value_delimiter = ',', value_parser = parse_repo)]
     pub allowed_repositories: Vec<RepoName>,
 
     /// Gate kinds a push of new commits to the PR closes (`[github]
     /// close_on_push` in the policy file).
-    #[arg(skip = GateKinds(vec![GateKind::Start, GateKind::Promote, GateKind::Traffic]))]
-    pub close_on_push: GateKinds,
+    #[arg(skip = vec![GateKind::Start, GateKind::Promote, GateKind::Traffic])]
+    pub close_on_push: Vec<GateKind>,
 
     /// The bot's own login, whose comments are never commands (`[github]
     /// bot_login`; found from the token when unset).
@@ -1325,28 +1364,10 @@ impl SlackConfig {
     }
 }
 
-/// Gate kinds, comma-separated (`start,promote,traffic`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GateKinds(pub Vec<GateKind>);
-
-impl std::str::FromStr for GateKinds {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        s.split(',')
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .map(|k| GateKind::from_route(k).ok_or_else(|| format!("unknown gate kind `{k}`")))
-            .collect::<Result<_, _>>()
-            .map(Self)
-    }
-}
-
 impl Config {
-    /// The gate kinds that a push closes (none when the setting did not
-    /// read: [`Config::problems`] refuses to start then).
+    /// The gate kinds that a push closes.
     pub fn close_on_push(&self) -> &[GateKind] {
-        &self.github.close_on_push.0
+        &self.github.close_on_push
     }
 
     pub fn admin_token(&self) -> Option<&str> {
@@ -1740,14 +1761,7 @@ mod tests {
     /// under their headings in the same order, each setting in its own.
     #[test]
     fn the_settings_are_grouped_alike_everywhere() {
-        let config = include_str!("config.rs");
-        let mut names: Vec<&str> = config
-            .split("env = \"")
-            .skip(1)
-            .filter_map(|rest| rest.split('"').next())
-            .collect();
-        names.sort();
-        names.dedup();
+        let names: Vec<String> = super::setting_names(&Cli::command()).into_iter().collect();
         let grouped: Vec<&str> = super::GROUPS
             .iter()
             .flat_map(|(_, n)| n.iter().copied())

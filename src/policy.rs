@@ -425,9 +425,6 @@ impl GithubSection {
 
     /// What the section sets that were settings of their own, on `config`.
     fn settle(&self, config: &mut crate::config::GithubConfig) {
-        if let Some(p) = self.min_permission {
-            config.min_permission = p;
-        }
         if let Some(on) = self.check_runs {
             config.check_runs = on;
         }
@@ -435,7 +432,7 @@ impl GithubSection {
             config.deployments = on;
         }
         if let Ok(Some(kinds)) = self.close_on_push() {
-            config.close_on_push = crate::config::GateKinds(kinds);
+            config.close_on_push = kinds;
         }
         if let Some(login) = &self.bot_login {
             config.bot_login = Some(login.clone());
@@ -849,9 +846,10 @@ fn deadline_rules(file: &File) -> anyhow::Result<Vec<DeadlineRule>> {
         .collect()
 }
 
-/// Refuses a `[limits]` value out of its range, or a name Kubernetes does
-/// not take, naming the first.
-fn check_limits(file: &File) -> anyhow::Result<()> {
+/// Refuses, naming the first, what the tables that were settings hold and
+/// gatebot cannot use: a limit out of its range, a name Kubernetes or GitHub
+/// does not take, a gate kind that is none, an approver who is nobody.
+fn check_settings(file: &File) -> anyhow::Result<()> {
     file.github.close_on_push()?;
     if let Some(login) = file
         .github
@@ -909,7 +907,7 @@ impl Policy {
             )
         })?;
         check_environments(&file)
-            .and_then(|()| check_limits(&file))
+            .and_then(|()| check_settings(&file))
             .with_context(|| {
                 format!(
                     "GATEBOT_POLICY: {}",
@@ -942,7 +940,8 @@ impl Policy {
             calendar,
             quorum,
             file,
-            default_permission: config.github.min_permission,
+            // `[github] min_permission` refines it, per command too.
+            default_permission: Permission::Write,
             default_approvers: clean(&config.slack.approvers),
             default_teams_approvers: clean(&config.teams.approvers),
             source,
@@ -960,7 +959,7 @@ impl Policy {
     ) -> anyhow::Result<Self> {
         let file = File::parse(text).context("the policy file does not parse")?;
         check_environments(&file)?;
-        check_limits(&file)?;
+        check_settings(&file)?;
         let (teams_channels, slack_channels) = channels(&file)?;
         Ok(Self {
             environments: environments(&file)?,
