@@ -19,7 +19,7 @@ const AUTHOR: &str = "Kobzol";
 struct Env {
     server: TestServer,
     github: FakeGithub,
-    _db: TestDb,
+    db: TestDb,
 }
 
 fn fast_worker() -> gatebot::Options {
@@ -47,11 +47,7 @@ async fn setup_with(backend: Backend, tweak: impl FnOnce(&mut gatebot::Config, &
     config.github.api_url = github.url.clone();
     tweak(&mut config, &db);
     let server = TestServer::start(config, fast_worker()).await;
-    Env {
-        server,
-        github,
-        _db: db,
-    }
+    Env { server, github, db }
 }
 
 async fn setup(backend: Backend) -> Env {
@@ -964,13 +960,67 @@ async fn reply_posted_by_an_attempt_that_never_heard_back_is_not_posted_again() 
     eventually("the reply job to be settled", WAIT, || async {
         let jobs = server.api("/api/v1/outbox").await;
         jobs["jobs"].as_array().unwrap().iter().any(|j| {
-            j["topic"] == "comment" && j["state"] == "done" && j["attempts"].as_i64() >= Some(2)
+            j["topic"] == "reply" && j["state"] == "done" && j["attempts"].as_i64() >= Some(2)
         })
     })
     .await;
     let replies = github.replies(71);
     assert_eq!(replies.len(), 1, "posted once: {replies:?}");
     assert!(replies[0].body.contains("read"), "{}", replies[0].body);
+}
+
+/// A comment's reply is queued as what the core decided, as data, in the
+/// command's own transaction, and worded by the GitHub sender when it posts
+/// it: the stored job holds no rendered text, so nothing between the
+/// decision and its commit runs the channel's code.
+#[tokio::test]
+async fn a_reply_is_stored_as_what_was_decided_and_worded_when_sent() {
+    let env = setup(Backend::Sqlite).await;
+    let (server, github) = (&env.server, &env.github);
+    deliver(
+        server,
+        "issue_comment",
+        &comment(44, 4401, "rita", "/promote\n/promot **now**"),
+    )
+    .await;
+    server.drained().await;
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    let mut conn = sqlx::AnyConnection::connect(&env.db.url).await.unwrap();
+    let payload: String = sqlx::query_scalar("SELECT payload FROM outbox WHERE topic = 'reply'")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    let job: Value = serde_json::from_str(&payload).unwrap();
+    assert_eq!(job["author"], "rita", "{job}");
+    assert!(
+        job.get("body").is_none(),
+        "rendered before it was sent: {job}"
+    );
+    let lines = job["lines"].as_array().unwrap();
+    assert_eq!(lines[0]["told"], "refused", "{job}");
+    assert_eq!(lines[0]["command"], "promote", "{job}");
+    assert_eq!(lines[0]["why"]["refusal"], "denied", "{job}");
+    assert_eq!(
+        lines[1],
+        json!({"told": "unknown", "word": "promot"}),
+        "{job}"
+    );
+    let replies = github.replies(44);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert!(
+        replies[0].body.contains("`/promote`: not done: ")
+            && replies[0].body.contains("and you have read"),
+        "{}",
+        replies[0].body
+    );
+    assert!(
+        replies[0]
+            .body
+            .contains("`/promot`: is not a gatebot command"),
+        "{}",
+        replies[0].body
+    );
 }
 
 /// The real binary, killed right after it acknowledged a delivery, applies the

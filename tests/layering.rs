@@ -582,3 +582,48 @@ fn stored_claims_are_read_only_where_listed() {
         "listed but no longer reading stored metadata: {stale:?}"
     );
 }
+
+/// The rows of docs/architecture.md's "File by file" trace: the file each
+/// step opens, in order.
+fn traced_files() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let section = doc
+        .split("### File by file")
+        .nth(1)
+        .expect("docs/architecture.md has a \"File by file\" trace");
+    section
+        .lines()
+        .skip_while(|l| !l.starts_with("| #"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let file = l.split('|').nth(2).unwrap_or_default().trim();
+            file.trim_matches('`').to_string()
+        })
+        .collect()
+}
+
+/// A GitHub `/promote` reaches its committed decision through at most twelve
+/// files, and once the core's intake has it, no file of the channel runs
+/// before the commit (issue 43). The trace names files that exist.
+#[test]
+fn the_promote_trace_is_short_and_does_not_return_to_the_channel() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let files = traced_files();
+    assert!(files.len() >= 10, "the trace has too few rows: {files:?}");
+    for f in &files {
+        assert!(root.join(f).is_file(), "the trace names {f}, which does not exist");
+    }
+    let distinct: BTreeSet<_> = files.iter().collect();
+    assert!(distinct.len() <= 12, "{} files: {distinct:?}", distinct.len());
+    let intake = files
+        .iter()
+        .position(|f| f == "src/core/intake.rs")
+        .expect("the trace passes the core's intake");
+    let back: Vec<_> = files[intake..]
+        .iter()
+        .filter(|f| f.starts_with("src/github/"))
+        .collect();
+    assert!(back.is_empty(), "back in the channel after the intake: {back:?}");
+}

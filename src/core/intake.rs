@@ -7,18 +7,29 @@
 //! says in its own words what came of them ([`Said`]); the core decides,
 //! writes that, settles the delivery and commits in one unit. No channel
 //! opens a transaction (`tests/layering.rs`).
+//!
+//! A channel that can say what came of a delivery later hands the core its
+//! answer as data instead ([`take_told`]): the core writes what came of each
+//! line ([`Told`]) into the channel's reply in the command's own unit, and the
+//! channel's sink words it when it sends. Such a command goes from the channel
+//! to the core and never back before its decision is committed, and a reply
+//! retried after a crash says what was decided.
 
 use std::collections::BTreeMap;
 use std::fmt;
+
+use serde::{Deserialize, Serialize};
 
 use super::awaited::Awaited;
 use super::dispatch::{self, Authorized, Outcome, Request};
 use super::unit::Unit;
 use super::withdraw::Withdrawn;
 use super::{Engine, Provenance};
+use crate::command::Command;
+use crate::command::Invalid;
 use crate::gate::{GateKey, Millis, PrNumber, RepoName};
-use crate::notify::{Lease, SendError};
-use crate::store::{NewJob, ProtectionRequest, SlackDecision};
+use crate::notify::{late_note, Lease, SendError};
+use crate::store::{NewJob, ProtectionRequest, QueueItem, SlackDecision};
 
 /// What a channel writes beside a delivery's outcome, in the same unit.
 #[derive(Debug, Default)]
@@ -69,10 +80,12 @@ pub enum Asked<D> {
         authorized: Authorized<D>,
     },
     /// A line that runs nothing (an unknown word, `/help`): counted in
-    /// `gatebot_commands_total` as `command` with `result`.
+    /// `gatebot_commands_total` as `command` with `result`, and `told` in
+    /// the answer when it says something there.
     Counted {
         command: String,
         result: &'static str,
+        told: Option<Told>,
     },
 }
 
@@ -104,7 +117,9 @@ where
                 froze |= dispatch::changed_freezes(&outcome);
                 outcomes.push(Some(outcome));
             }
-            Asked::Counted { command, result } => {
+            Asked::Counted {
+                command, result, ..
+            } => {
                 unit.count(source, &command, result);
                 outcomes.push(None);
             }
@@ -117,6 +132,53 @@ where
         engine.reload_freezes().await?;
     }
     Ok(answer)
+}
+
+/// Decides a delivery's lines and queues `answer` with what came of them
+/// ([`Told`]), writes `marks` and settles `receipt`, all in one unit: the
+/// channel made everything it writes before, and words the answer when its
+/// sink sends it.
+pub async fn take_told<D>(
+    engine: &Engine,
+    source: &'static str,
+    asked: Vec<Asked<D>>,
+    receipt: Option<&Lease>,
+    answer: Answer<'_>,
+    marks: Vec<Mark>,
+) -> Result<(), SendError>
+where
+    D: fmt::Display,
+{
+    let told_first: Vec<Option<Told>> = asked
+        .iter()
+        .map(|line| match line {
+            Asked::Counted { told, .. } => told.clone(),
+            Asked::Command { .. } => None,
+        })
+        .collect();
+    let commands: Vec<Option<Command>> = asked
+        .iter()
+        .map(|line| match line {
+            Asked::Command { request, .. } => Some(request.command.clone()),
+            Asked::Counted { .. } => None,
+        })
+        .collect();
+    let say = |outcomes: Vec<Option<Outcome<D>>>, now| {
+        let told = told_first
+            .into_iter()
+            .zip(commands)
+            .zip(outcomes)
+            .filter_map(|((told, command), outcome)| match (command, outcome) {
+                (Some(command), Some(outcome)) => Some(Told::of(&command, outcome)),
+                _ => told,
+            })
+            .collect();
+        let jobs = answer
+            .jobs(told, now)
+            .map_err(|e| SendError::Permanent(format!("cannot write the answer: {e}")))?;
+        Ok((Said { jobs, marks }, ()))
+    };
+    take_all(engine, source, asked, receipt, say).await
 }
 
 /// [`take_all`] for a delivery of one command.
@@ -200,6 +262,175 @@ pub async fn protection_request(
     Ok(unit.commit().await?)
 }
 
+/// What came of one line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "told", rename_all = "snake_case")]
+pub enum Told {
+    /// A command done; `note` when its line says more than its reaction.
+    Applied {
+        command: String,
+        note: Option<AppliedNote>,
+    },
+    /// A command not done, and why.
+    Refused { command: String, why: Refusal },
+    /// A word that is no gatebot command.
+    Unknown { word: String },
+    /// A line that names no command gatebot can run (a freeze of another
+    /// scope, a time it cannot read).
+    Unreadable { word: String, why: String },
+    /// The delivery applied long after it was received: when, and why.
+    Late { note: String },
+}
+
+/// What an applied command's line says besides that it was done.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "note", rename_all = "snake_case")]
+pub enum AppliedNote {
+    /// A freeze made: "frozen … until …".
+    Froze { reason_line: String },
+    /// Freezes lifted (possibly none) in a scope.
+    Lifted { count: usize, scope: String },
+    /// An approval that counted and opened nothing yet: "approval counted at …".
+    Counted { summary: String },
+}
+
+/// Why a command was not done.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "refusal", rename_all = "snake_case")]
+pub enum Refusal {
+    /// The channel's authorizer said no.
+    Denied { why: String },
+    /// Break glass without a reason.
+    ForceWithoutReason { verb: String },
+    /// A freeze's reason empty, too long or more than one line.
+    FreezeReason,
+    /// Anything else no one may send.
+    Invalid { why: String },
+    /// A hold stands in the way.
+    Held {
+        gate: String,
+        by: String,
+        via: String,
+    },
+    /// Written before the gate's last close.
+    WrittenBeforeClose { closed_at: Millis },
+    /// A named gate that cannot be created or retired so.
+    Named { why: String },
+}
+
+impl Told {
+    /// What `outcome` of `command` comes to.
+    pub fn of<D: fmt::Display>(command: &Command, outcome: Outcome<D>) -> Self {
+        let name = command.name().to_string();
+        let why = match outcome {
+            Outcome::Applied(applied) => {
+                let note = if let Some(f) = &applied.froze {
+                    Some(AppliedNote::Froze {
+                        reason_line: f.reason_line(),
+                    })
+                } else if let Command::Unfreeze { scope } = command {
+                    Some(AppliedNote::Lifted {
+                        count: applied.lifted.len(),
+                        scope: scope.to_string(),
+                    })
+                } else {
+                    applied.counted_only().then(|| AppliedNote::Counted {
+                        summary: applied.summary(),
+                    })
+                };
+                return Self::Applied {
+                    command: name,
+                    note,
+                };
+            }
+            Outcome::Denied(why) => Refusal::Denied {
+                why: why.to_string(),
+            },
+            Outcome::Invalid(Invalid::ForceWithoutReason(verb)) => Refusal::ForceWithoutReason {
+                verb: verb.to_string(),
+            },
+            Outcome::Invalid(Invalid::FreezeReason) => Refusal::FreezeReason,
+            Outcome::Invalid(other) => Refusal::Invalid {
+                why: other.to_string(),
+            },
+            Outcome::Held { gate, by, via } => Refusal::Held {
+                gate: gate.to_string(),
+                by,
+                via: via.to_string(),
+            },
+            Outcome::WrittenBeforeClose { closed_at, .. } => {
+                Refusal::WrittenBeforeClose { closed_at }
+            }
+            Outcome::Named(why) => Refusal::Named {
+                why: why.to_string(),
+            },
+        };
+        Self::Refused { command: name, why }
+    }
+
+    fn applied(&self) -> bool {
+        matches!(self, Self::Applied { .. })
+    }
+
+    fn refused(&self) -> bool {
+        matches!(
+            self,
+            Self::Refused { .. } | Self::Unknown { .. } | Self::Unreadable { .. }
+        )
+    }
+
+    /// Whether the answer has a line for it: a command done says so by its
+    /// reaction alone unless it has a note.
+    fn shows(&self) -> bool {
+        !matches!(self, Self::Applied { note: None, .. })
+    }
+}
+
+/// How the core answers a delivery's lines, made by the channel before the
+/// unit opens: the jobs always queued, the one whose payload's `lines` the
+/// core fills with the [`Told`]s (when any of them shows), and those queued
+/// when a line was done or refused.
+pub struct Answer<'a> {
+    /// Queued first, whatever the lines came to (a 👀, a `/help`'s answer).
+    pub first: Vec<NewJob>,
+    /// The reply: a job whose payload is a JSON object with a `lines` array.
+    pub reply: NewJob,
+    /// Queued when a line was done (a 🚀).
+    pub applied: Option<NewJob>,
+    /// Queued when a line was refused (a 😕).
+    pub refused: Option<NewJob>,
+    /// The delivery as received: a reply to one applied late says so.
+    pub received: Option<&'a QueueItem>,
+}
+
+impl Answer<'_> {
+    /// The jobs `told`, decided at `now`, comes to, in the order queued.
+    pub(super) fn jobs(self, mut told: Vec<Told>, now: Millis) -> serde_json::Result<Vec<NewJob>> {
+        let applied = told.iter().any(Told::applied);
+        let refused = told.iter().any(Told::refused);
+        if applied {
+            let late = self.received.and_then(|item| late_note(item, now));
+            told.extend(late.map(|note| Told::Late { note }));
+        }
+        let mut jobs = self.first;
+        if told.iter().any(Told::shows) {
+            jobs.push(with_lines(self.reply, &told)?);
+        }
+        jobs.extend(self.applied.filter(|_| applied));
+        jobs.extend(self.refused.filter(|_| refused));
+        Ok(jobs)
+    }
+}
+
+/// `job` with `told` as its payload's `lines`.
+fn with_lines(mut job: NewJob, told: &[Told]) -> serde_json::Result<NewJob> {
+    let mut payload: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&job.payload)?;
+    payload.insert("lines".into(), serde_json::to_value(told)?);
+    job.payload = serde_json::to_string(&payload)?;
+    Ok(job)
+}
+
 async fn write(unit: &mut Unit<'_>, said: Said, receipt: Option<&Lease>) -> Result<(), SendError> {
     for mark in &said.marks {
         match mark {
@@ -221,4 +452,90 @@ async fn write(unit: &mut Unit<'_>, said: Said, receipt: Option<&Lease>) -> Resu
         unit.settle(lease.queue, &lease.claim()).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(payload: &str) -> NewJob {
+        NewJob {
+            sink: "github".into(),
+            topic: "reply".into(),
+            payload: payload.into(),
+            dedupe_key: None,
+            once_key: Some("once".into()),
+            not_before: 0,
+        }
+    }
+
+    fn answer(first: &str) -> Answer<'static> {
+        Answer {
+            first: vec![job(first)],
+            reply: job(r#"{"type":"reply","lines":[]}"#),
+            applied: Some(job("rocket")),
+            refused: Some(job("confused")),
+            received: None,
+        }
+    }
+
+    fn payloads(jobs: &[NewJob]) -> Vec<&str> {
+        jobs.iter().map(|j| j.payload.as_str()).collect()
+    }
+
+    #[test]
+    fn a_command_done_is_answered_by_its_reaction_alone() {
+        let done = Told::Applied {
+            command: "promote".into(),
+            note: None,
+        };
+        let jobs = answer("eyes").jobs(vec![done], 0).unwrap();
+        assert_eq!(payloads(&jobs), ["eyes", "rocket"]);
+    }
+
+    #[test]
+    fn a_refusal_fills_the_reply_and_is_reacted_to() {
+        let unknown = Told::Unknown {
+            word: "promot".into(),
+        };
+        let jobs = answer("eyes").jobs(vec![unknown], 0).unwrap();
+        assert_eq!(jobs.len(), 3);
+        assert_eq!(jobs[0].payload, "eyes");
+        let reply: serde_json::Value = serde_json::from_str(&jobs[1].payload).unwrap();
+        assert_eq!(reply["type"], "reply");
+        assert_eq!(reply["lines"][0]["told"], "unknown");
+        assert_eq!(reply["lines"][0]["word"], "promot");
+        assert_eq!(jobs[2].payload, "confused");
+    }
+
+    #[test]
+    fn told_reads_back_as_written() {
+        let lines = vec![
+            Told::Refused {
+                command: "promote".into(),
+                why: Refusal::Held {
+                    gate: "/gates/promote/acme/shop/pr/42".into(),
+                    by: "sre".into(),
+                    via: "slack".into(),
+                },
+            },
+            Told::Applied {
+                command: "unfreeze".into(),
+                note: Some(AppliedNote::Lifted {
+                    count: 2,
+                    scope: "acme/shop".into(),
+                }),
+            },
+        ];
+        let text = serde_json::to_string(&lines).unwrap();
+        assert_eq!(serde_json::from_str::<Vec<Told>>(&text).unwrap(), lines);
+    }
+
+    #[test]
+    fn a_reply_that_is_not_an_object_is_an_error_not_an_empty_job() {
+        let mut a = answer("eyes");
+        a.reply = job("[]");
+        let unknown = Told::Unknown { word: "x".into() };
+        assert!(a.jobs(vec![unknown], 0).is_err());
+    }
 }

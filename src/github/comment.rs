@@ -1,19 +1,21 @@
 //! What a PR comment's lines come to: each command parsed and authorized
-//! before the comment's transaction opens (the reply renders the outcome).
+//! before the comment's transaction opens ([`Step`]); the core tells what
+//! came of them in the reply, worded when it is sent.
 
 use serde_json::json;
 
 use super::access::{CommentAuthorizer, Stale};
 use super::events::IssueCommentEvent;
 use super::inbox::GithubInbox;
-use super::reply::{Line, Step};
+use super::reply::Line;
 use super::retry;
 use super::sink::GithubJob;
 use super::status::view;
 use super::MARKER;
 use crate::command::{Command, Parsed, Verb};
 use crate::core::commands::Subject;
-use crate::core::dispatch::{self, Request};
+use crate::core::dispatch::{self, Authorized, Request};
+use crate::core::intake::{Asked, Told};
 use crate::core::Provenance;
 use crate::gate::freeze::FreezeScope;
 use crate::gate::{Actor, DeliveryId, PrNumber, RepoName, Source};
@@ -161,16 +163,57 @@ impl GithubInbox {
     }
 
     pub(super) fn reply(&self, author: &str, lines: Vec<Line>) -> Result<String, SendError> {
-        let lines: Vec<_> = lines
-            .into_iter()
-            .map(|l| json!({"command": l.command, "message": l.message}))
-            .collect();
-        self.state
-            .templates
-            .render(
-                "github/reply.md.j2",
-                json!({"marker": MARKER, "author": author, "lines": lines}),
-            )
-            .map_err(|e| SendError::Permanent(format!("{e:#}")))
+        super::reply::render(&self.state.templates, author, lines)
+    }
+}
+
+/// One line of a comment, decided before the transaction opens: what the
+/// core runs or counts of it, and the answer posted for it first (`/help`,
+/// `/status`).
+pub(super) struct Step {
+    pub(super) asked: Asked<String>,
+    pub(super) first: Option<(GithubJob, &'static str)>,
+}
+
+impl Step {
+    fn counted(command: &str, result: &'static str, told: Option<Told>) -> Self {
+        let command = command.to_string();
+        Self {
+            asked: Asked::Counted {
+                command,
+                result,
+                told,
+            },
+            first: None,
+        }
+    }
+
+    pub(super) fn unknown(word: String) -> Self {
+        Self::counted("unknown", "unknown", Some(Told::Unknown { word }))
+    }
+
+    pub(super) fn answer(job: GithubJob, purpose: &'static str) -> Self {
+        Self {
+            first: Some((job, purpose)),
+            ..Self::counted(purpose, "answered", None)
+        }
+    }
+
+    pub(super) fn unreadable(word: &'static str, why: String) -> Self {
+        let told = Told::Unreadable {
+            word: word.to_string(),
+            why,
+        };
+        Self::counted(word, "refused", Some(told))
+    }
+
+    pub(super) fn command(request: Request, authorized: Authorized<String>) -> Self {
+        Self {
+            asked: Asked::Command {
+                request: Box::new(request),
+                authorized,
+            },
+            first: None,
+        }
     }
 }

@@ -15,7 +15,7 @@ use super::events::{
     CheckRunEvent, DeploymentProtectionRuleEvent, IssueCommentEvent, PullRequestEvent,
     PullRequestReviewEvent, User,
 };
-use super::reply::{Line, Reply};
+use super::reply::Line;
 use super::retry;
 use super::sink::GithubJob;
 use super::{is_own_comment, pushes, quoted_command, SOURCE};
@@ -23,10 +23,10 @@ use crate::command::{new_commands, parse_comment, Parsed};
 use crate::core::authors;
 use crate::core::commands::Subject;
 use crate::core::dispatch;
-use crate::core::intake::{self, Mark, Said};
+use crate::core::intake::{self, Answer, Mark, Said};
 use crate::core::AppState;
 use crate::gate::{DeliveryId, PrNumber, RepoName};
-use crate::notify::{late_note, BoxFuture, Handler, Lease, SendError, Settled};
+use crate::notify::{BoxFuture, Handler, Lease, SendError, Settled};
 use crate::policy::Policy;
 use crate::store::{NewJob, QueueItem};
 
@@ -285,45 +285,25 @@ impl GithubInbox {
                     .await?,
             );
         }
-        let (asked, shown): (Vec<_>, Vec<_>) =
-            steps.into_iter().map(|s| (s.asked, s.shown)).unzip();
-        let say = |outcomes: Vec<_>, now| {
-            let mut out = Reply::default();
-            for (shown, outcome) in shown.into_iter().zip(outcomes) {
-                out.show(shown, outcome);
+        let mut first = vec![c.react("eyes").once(c.once("eyes"))?];
+        let mut asked = Vec::with_capacity(steps.len());
+        for step in steps {
+            if let Some((job, purpose)) = step.first {
+                first.push(job.once(c.once(purpose))?);
             }
-            // Acknowledged long ago: say when it took effect, and why so late.
-            if let Some(note) = late_note(item, now).filter(|_| out.applied) {
-                out.lines.push(Line {
-                    command: None,
-                    message: note,
-                });
-            }
-            let mut said = Said::jobs(self.answer(c, out)?);
-            said.marks.extend(learned.map(Learned::mark));
-            Ok((said, ()))
+            asked.push(step.asked);
+        }
+        let answer = Answer {
+            first,
+            reply: c.reply().once(c.once("reply"))?,
+            applied: Some(c.react("rocket").once(c.once("rocket"))?),
+            refused: Some(c.react("confused").once(c.once("confused"))?),
+            received: Some(item),
         };
-        intake::take_all(&self.state.engine, SOURCE, asked, Some(lease), say).await?;
+        let marks = learned.map(Learned::mark).into_iter().collect();
+        let engine = &self.state.engine;
+        intake::take_told(engine, SOURCE, asked, Some(lease), answer, marks).await?;
         Ok(Settled::Done)
-    }
-
-    /// The reactions, the reply and the answers a comment's commands came to.
-    fn answer(&self, c: &Comment<'_>, out: Reply) -> Result<Vec<NewJob>, SendError> {
-        let mut jobs = vec![c.react("eyes").once(c.once("eyes"))?];
-        for (job, purpose) in out.extra {
-            jobs.push(job.once(c.once(purpose))?);
-        }
-        if !out.lines.is_empty() {
-            let text = self.reply(&c.e.comment.user.login, out.lines)?;
-            jobs.push(c.comment(text).once(c.once("reply"))?);
-        }
-        if out.applied {
-            jobs.push(c.react("rocket").once(c.once("rocket"))?);
-        }
-        if out.refused {
-            jobs.push(c.react("confused").once(c.once("confused"))?);
-        }
-        Ok(jobs)
     }
 }
 
@@ -350,6 +330,17 @@ impl Comment<'_> {
             number: self.number,
             body,
             installation: self.installation(),
+        }
+    }
+
+    /// The reply to the comment, its lines filled in by the core.
+    fn reply(&self) -> GithubJob {
+        GithubJob::Reply {
+            repo: self.repo.clone(),
+            number: self.number,
+            author: self.e.comment.user.login.clone(),
+            installation: self.installation(),
+            lines: Vec::new(),
         }
     }
 

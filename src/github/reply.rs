@@ -1,12 +1,13 @@
-//! What a PR comment's lines come to before its transaction opens
-//! ([`Step`]), and the reply that says what came of them ([`Reply`]).
+//! A reply's words for what the core told of a comment's lines, rendered
+//! when the reply is sent.
 
-use super::sink::GithubJob;
-use crate::command::{Command, Invalid};
-use crate::core::commands::Applied;
-use crate::core::dispatch::{Authorized, Outcome, Request};
-use crate::core::intake::Asked;
+use serde_json::json;
+
+use super::MARKER;
+use crate::core::intake::{AppliedNote, Refusal, Told};
 use crate::gate::state::rfc3339;
+use crate::notify::SendError;
+use crate::templates::Templates;
 
 /// One line of a reply.
 pub(super) struct Line {
@@ -14,155 +15,85 @@ pub(super) struct Line {
     pub(super) message: String,
 }
 
-/// What came of one comment.
-#[derive(Default)]
-pub(super) struct Reply {
-    pub(super) lines: Vec<Line>,
-    pub(super) applied: bool,
-    pub(super) refused: bool,
-    pub(super) extra: Vec<(GithubJob, &'static str)>,
+/// A reply's lines for what was told: none for a command done that has
+/// nothing to add to its 🚀.
+pub(super) fn lines(told: &[Told]) -> Vec<Line> {
+    told.iter().filter_map(line).collect()
 }
 
-/// One line of a comment, decided before the transaction opens: what the
-/// core runs or counts of it, and what is left to show once it has.
-pub(super) struct Step {
-    pub(super) asked: Asked<String>,
-    pub(super) shown: Shown,
-}
-
-/// What is left to show of a line once the core has it.
-pub(super) enum Shown {
-    Unknown(String),
-    /// `/help` or `/status`: a comment to post.
-    Answer {
-        job: GithubJob,
-        purpose: &'static str,
-    },
-    /// A line that says no command gatebot can run (a freeze of another
-    /// scope, a time it cannot read).
-    Unreadable {
-        word: &'static str,
-        why: String,
-    },
-    Command(Command),
-}
-
-impl Step {
-    fn counted(command: &str, result: &'static str, shown: Shown) -> Self {
-        let command = command.to_string();
-        Self {
-            asked: Asked::Counted { command, result },
-            shown,
+fn line(told: &Told) -> Option<Line> {
+    let (command, message) = match told {
+        Told::Applied { note: None, .. } => return None,
+        Told::Applied {
+            command,
+            note: Some(note),
+        } => (command.as_str(), note_text(note)),
+        Told::Refused { command, why } => (command.as_str(), refused(why)),
+        Told::Unknown { word } => (
+            word.as_str(),
+            "is not a gatebot command: comment `/help` for the list".to_string(),
+        ),
+        Told::Unreadable { word, why } => (word.as_str(), format!("not done: {why}")),
+        Told::Late { note } => {
+            return Some(Line {
+                command: None,
+                message: note.clone(),
+            })
         }
-    }
+    };
+    Some(Line {
+        command: Some(format!("/{command}")),
+        message,
+    })
+}
 
-    pub(super) fn unknown(word: String) -> Self {
-        Self::counted("unknown", "unknown", Shown::Unknown(word))
-    }
-
-    pub(super) fn answer(job: GithubJob, purpose: &'static str) -> Self {
-        Self::counted(purpose, "answered", Shown::Answer { job, purpose })
-    }
-
-    pub(super) fn unreadable(word: &'static str, why: String) -> Self {
-        Self::counted(word, "refused", Shown::Unreadable { word, why })
-    }
-
-    pub(super) fn command(request: Request, authorized: Authorized<String>) -> Self {
-        let shown = Shown::Command(request.command.clone());
-        let request = Box::new(request);
-        Self {
-            asked: Asked::Command {
-                request,
-                authorized,
-            },
-            shown,
-        }
+/// What an applied command's line says: a freeze made or lifted, an
+/// approval that only counted.
+fn note_text(note: &AppliedNote) -> String {
+    match note {
+        AppliedNote::Froze { reason_line } => format!("changes are {reason_line}"),
+        AppliedNote::Lifted { count: 0, scope } => format!("nothing was frozen in {scope}"),
+        AppliedNote::Lifted { count, scope } => format!("lifted {count} freeze(s) of {scope}"),
+        AppliedNote::Counted { summary } => summary.clone(),
     }
 }
 
-impl Reply {
-    /// Adds what came of one line: `outcome` is the core's for a command.
-    pub(super) fn show(&mut self, shown: Shown, outcome: Option<Outcome<String>>) {
-        match (shown, outcome) {
-            (Shown::Unknown(word), _) => {
-                self.refused = true;
-                self.lines.push(Line {
-                    command: Some(format!("/{word}")),
-                    message: "is not a gatebot command: comment `/help` for the list".into(),
-                });
-            }
-            (Shown::Answer { job, purpose }, _) => self.extra.push((job, purpose)),
-            (Shown::Unreadable { word, why }, _) => self.refused(word, why),
-            (Shown::Command(command), Some(outcome)) => self.render(&command, outcome),
-            (Shown::Command(command), None) => {
-                self.refused(command.name(), "not decided: comment again".into())
-            }
-        }
-    }
-
-    pub(super) fn render(&mut self, command: &Command, outcome: Outcome<String>) {
-        let why = match outcome {
-            Outcome::Applied(applied) => {
-                self.applied = true;
-                // Counted, not opened: say how many more the gate needs.
-                if let Some(message) = said(command, &applied) {
-                    self.line(command.name(), message);
-                }
-                return;
-            }
-            Outcome::Denied(why) => why,
-            Outcome::Invalid(invalid) => invalid_text(&invalid),
-            Outcome::Held { gate, by, via } => {
-                format!("{gate} is held by {by} via {via}: comment `/unhold` first")
-            }
-            Outcome::WrittenBeforeClose { closed_at, .. } => format!(
-                "written before the gate closed at {}: comment again",
-                rfc3339(closed_at)
-            ),
-            Outcome::Named(why) => why.to_string(),
-        };
-        self.refused(command.name(), why);
-    }
-
-    pub(super) fn refused(&mut self, word: &str, why: String) {
-        self.refused = true;
-        self.line(word, format!("not done: {why}"));
-    }
-
-    fn line(&mut self, word: &str, message: String) {
-        self.lines.push(Line {
-            command: Some(format!("/{word}")),
-            message,
-        });
-    }
-}
-
-/// What an applied command's line says, if it says anything: a freeze made
-/// or lifted, an approval that only counted.
-fn said(command: &Command, applied: &Applied) -> Option<String> {
-    if let Some(f) = &applied.froze {
-        return Some(format!("changes are {}", f.reason_line()));
-    }
-    if let Command::Unfreeze { scope } = command {
-        return Some(match applied.lifted.len() {
-            0 => format!("nothing was frozen in {scope}"),
-            n => format!("lifted {n} freeze(s) of {scope}"),
-        });
-    }
-    applied.counted_only().then(|| applied.summary())
-}
-
-/// A comment's words for what no one may send.
-fn invalid_text(invalid: &Invalid) -> String {
-    match invalid {
-        Invalid::ForceWithoutReason(verb) => {
+/// A comment's words for a refusal.
+fn refused(why: &Refusal) -> String {
+    let why = match why {
+        Refusal::Denied { why } | Refusal::Invalid { why } | Refusal::Named { why } => why.clone(),
+        Refusal::ForceWithoutReason { verb } => {
             format!("break glass needs a reason: `/{verb} --force <reason>`")
         }
-        Invalid::FreezeReason => format!(
+        Refusal::FreezeReason => format!(
             "a freeze needs a reason: `/freeze [for 2h|until <time>] <reason>`, one line of at most {} characters",
             crate::command::MAX_FREEZE_REASON
         ),
-        other => other.to_string(),
-    }
+        Refusal::Held { gate, by, via } => {
+            format!("{gate} is held by {by} via {via}: comment `/unhold` first")
+        }
+        Refusal::WrittenBeforeClose { closed_at } => format!(
+            "written before the gate closed at {}: comment again",
+            rfc3339(*closed_at)
+        ),
+    };
+    format!("not done: {why}")
+}
+
+/// The reply to `author` that says `lines`.
+pub(super) fn render(
+    templates: &Templates,
+    author: &str,
+    lines: Vec<Line>,
+) -> Result<String, SendError> {
+    let lines: Vec<_> = lines
+        .into_iter()
+        .map(|l| json!({"command": l.command, "message": l.message}))
+        .collect();
+    templates
+        .render(
+            "github/reply.md.j2",
+            json!({"marker": MARKER, "author": author, "lines": lines}),
+        )
+        .map_err(|e| SendError::Permanent(format!("{e:#}")))
 }

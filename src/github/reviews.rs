@@ -8,14 +8,14 @@
 use super::access::{CommentAuthorizer, Stale};
 use super::events::PullRequestReviewEvent;
 use super::inbox::GithubInbox;
-use super::reply::{Line, Reply};
+use super::reply::{self, Line};
 use super::retry;
 use super::sink::GithubJob;
 use super::SOURCE;
 use crate::command::Command;
 use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Request};
-use crate::core::intake::{self, Said};
+use crate::core::intake::{self, Said, Told};
 use crate::core::withdraw::Withdrawn;
 use crate::core::Provenance;
 use crate::gate::{Actor, DeliveryId, GateKey, GateKind, PrNumber, RepoName, Scope, Source};
@@ -157,9 +157,9 @@ impl GithubInbox {
             who,
         };
         let say = |outcome, _| {
-            let mut reply = Reply::default();
-            reply.render(&request.command, outcome);
-            if reply.lines.is_empty() {
+            let told = [Told::of(&request.command, outcome)];
+            let lines = reply::lines(&told);
+            if lines.is_empty() {
                 return Ok((Said::default(), ()));
             }
             let lead = Line {
@@ -169,7 +169,7 @@ impl GithubInbox {
                     short(reviewed)
                 ),
             };
-            let lines = std::iter::once(lead).chain(reply.lines).collect();
+            let lines = std::iter::once(lead).chain(lines).collect();
             Ok((Said::jobs(vec![r.reply(self, lines)?]), ()))
         };
         let authorized = dispatch::authorize(engine, &request, &authorizer).await?;

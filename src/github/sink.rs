@@ -21,8 +21,10 @@ use super::checks::{CheckRuns, KINDS};
 use super::client::{ApiError, GithubClient};
 use super::deployments::Deployments;
 use super::protection::{decision_of, Decision, Protections};
+use super::reply;
 use super::status::{status_marker, view};
 use crate::clock::SharedClock;
+use crate::core::intake::Told;
 use crate::core::Records;
 use crate::evidence::Evidence;
 use crate::gate::{GateKey, GateKind, Millis, PrNumber, RepoName};
@@ -58,6 +60,16 @@ pub enum GithubJob {
         body: String,
         #[serde(default)]
         installation: Option<u64>,
+    },
+    /// The reply to `author`'s comment: what the core told of its lines,
+    /// worded when sent.
+    Reply {
+        repo: RepoName,
+        number: PrNumber,
+        author: String,
+        #[serde(default)]
+        installation: Option<u64>,
+        lines: Vec<Told>,
     },
     Status {
         repo: RepoName,
@@ -143,9 +155,9 @@ impl GithubJob {
     /// The PR a job writes to, when it writes to one.
     fn pr(&self) -> Option<(&RepoName, PrNumber)> {
         match self {
-            Self::Comment { repo, number, .. } | Self::Status { repo, number } => {
-                Some((repo, *number))
-            }
+            Self::Comment { repo, number, .. }
+            | Self::Reply { repo, number, .. }
+            | Self::Status { repo, number } => Some((repo, *number)),
             Self::Reaction { .. }
             | Self::CheckRun { .. }
             | Self::Deployment { .. }
@@ -253,7 +265,7 @@ impl GithubSink {
             .map_err(unavailable)?;
         // A reply answers a comment GitHub delivered from this PR, so the PR is
         // there (its mark came from a token that could not see it, say): try it.
-        let reply = matches!(job, GithubJob::Comment { .. });
+        let reply = matches!(job, GithubJob::Comment { .. } | GithubJob::Reply { .. });
         if missing && !reply {
             self.metrics.dropped(SINK, "missing_pr");
             tracing::debug!(%repo, %number, topic = %item.topic, "dropped: GitHub said this PR does not exist");
@@ -280,6 +292,40 @@ impl GithubSink {
                 Err(e)
             }
         }
+    }
+
+    /// Posts `body` on the PR once: a sender that died (or timed out) before
+    /// GitHub answered may have posted it, so a retry looks for this job's
+    /// marker first.
+    async fn comment(
+        &self,
+        repo: &RepoName,
+        number: PrNumber,
+        body: &str,
+        installation: Option<u64>,
+        item: &QueueItem,
+    ) -> Result<(), Failure> {
+        if let Some(id) = installation {
+            self.client.learn_installation(repo, id);
+        }
+        let marker = format!("<!-- gatebot:job:{} -->", item.id);
+        if item.attempts > 1 {
+            let since = Some(item.created_at - 60_000);
+            if let Some(id) = self
+                .client
+                .find_comment(repo, number, &marker, since)
+                .await
+                .map_err(on_pr)?
+            {
+                tracing::info!(comment = id, job = %item.id, "comment was posted by an earlier attempt");
+                return Ok(());
+            }
+        }
+        self.client
+            .create_comment(repo, number, &format!("{body}\n{marker}"))
+            .await
+            .map(|_| ())
+            .map_err(on_pr)
     }
 
     async fn send(
@@ -310,30 +356,16 @@ impl GithubSink {
                 number,
                 body,
                 installation,
+            } => self.comment(&repo, number, &body, installation, item).await,
+            GithubJob::Reply {
+                repo,
+                number,
+                author,
+                installation,
+                lines,
             } => {
-                if let Some(id) = installation {
-                    self.client.learn_installation(&repo, id);
-                }
-                // A sender that died (or timed out) before GitHub answered may
-                // have posted it: on a retry, look for this job's marker first.
-                let marker = format!("<!-- gatebot:job:{} -->", item.id);
-                if item.attempts > 1 {
-                    let since = Some(item.created_at - 60_000);
-                    if let Some(id) = self
-                        .client
-                        .find_comment(&repo, number, &marker, since)
-                        .await
-                        .map_err(on_pr)?
-                    {
-                        tracing::info!(comment = id, job = %item.id, "comment was posted by an earlier attempt");
-                        return Ok(());
-                    }
-                }
-                self.client
-                    .create_comment(&repo, number, &format!("{body}\n{marker}"))
-                    .await
-                    .map(|_| ())
-                    .map_err(on_pr)
+                let body = reply::render(&self.templates, &author, reply::lines(&lines))?;
+                self.comment(&repo, number, &body, installation, item).await
             }
             GithubJob::Status { repo, number } => self.status(&repo, number, &item.id).await,
             GithubJob::CheckRun { repo, number, kind } => match &self.check_runs {
@@ -564,6 +596,7 @@ impl Handler for GithubSink {
     fn lane(&self, item: &QueueItem) -> Option<String> {
         match serde_json::from_str::<GithubJob>(&item.payload).ok()? {
             GithubJob::Comment { repo, number, .. }
+            | GithubJob::Reply { repo, number, .. }
             | GithubJob::Status { repo, number }
             | GithubJob::CheckRun { repo, number, .. }
             | GithubJob::Deployment { repo, number }
@@ -592,8 +625,7 @@ impl Handler for GithubSink {
 }
 
 fn decode_job(item: &QueueItem) -> Result<GithubJob, SendError> {
-    serde_json::from_str(&item.payload)
-        .map_err(|e| SendError::Permanent(format!("unreadable GitHub job: {e}")))
+    crate::notify::decode_job(SINK, item)
 }
 
 impl Sink for GithubSink {

@@ -191,6 +191,25 @@ pub trait SinkJob: Serialize + Sized {
     }
 }
 
+/// `item`'s payload as the job `J` of `sink`. A kind of job this version
+/// does not know was queued by a newer one (replicas of two versions run side
+/// by side while one replaces the other): it is tried again, so that a newer
+/// replica sends it, rather than given up; anything else unreadable is.
+pub fn decode_job<J: serde::de::DeserializeOwned>(
+    sink: &str,
+    item: &QueueItem,
+) -> Result<J, SendError> {
+    serde_json::from_str(&item.payload).map_err(|e| {
+        let message = format!("unreadable {sink} job `{}`: {e}", item.topic);
+        match e.to_string().starts_with("unknown variant") {
+            true => SendError::retry(format!(
+                "{message} (queued by a newer gatebot? left for a replica that knows it)"
+            )),
+            false => SendError::Permanent(message),
+        }
+    })
+}
+
 /// A job for `sink` whose payload is `payload` as JSON and whose topic is
 /// the variant's name serde wrote in its field `tag`: one name per kind of
 /// job, kept by the type rather than copied into a `match`.
@@ -433,8 +452,6 @@ impl Notifier {
 mod tests {
     use super::*;
 
-    /// Payloads as the outbox holds them since before keys were typed: each
-    /// still reads back, and is written again byte for byte.
     /// A job's topic is its variant's name as serde writes it; a payload
     /// without the tag is refused, not stored under a made-up topic.
     #[test]
@@ -451,6 +468,41 @@ mod tests {
         assert!(untagged.is_err());
     }
 
+    /// A job of a kind a newer version queued is left for a replica that
+    /// knows it; a payload no version can read is given up.
+    #[test]
+    fn a_newer_kind_of_job_is_tried_again_and_a_broken_one_given_up() {
+        #[derive(Debug, Deserialize)]
+        #[serde(tag = "type", rename_all = "snake_case")]
+        enum Job {
+            Comment {},
+        }
+        let item = |topic: &str, payload: &str| QueueItem {
+            id: "1".into(),
+            route: "github".into(),
+            topic: topic.into(),
+            payload: payload.into(),
+            attempts: 1,
+            created_at: 0,
+            last_error: None,
+        };
+        let newer = item("reply", r#"{"type":"reply","lines":[]}"#);
+        match decode_job::<Job>("github", &newer) {
+            Err(SendError::Retry { message, .. }) => {
+                assert!(message.contains("newer"), "{message}")
+            }
+            other => panic!("not tried again: {other:?}"),
+        }
+        let broken = item("comment", r#"{"type":"comment""#);
+        assert!(matches!(
+            decode_job::<Job>("github", &broken),
+            Err(SendError::Permanent(_))
+        ));
+        assert!(decode_job::<Job>("github", &item("comment", r#"{"type":"comment"}"#)).is_ok());
+    }
+
+    /// Payloads as the outbox holds them since before keys were typed: each
+    /// still reads back, and is written again byte for byte.
     #[test]
     fn stored_payloads_read_back_unchanged() {
         for text in [

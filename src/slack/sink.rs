@@ -402,8 +402,7 @@ impl Handler for SlackSink {
 
     fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
         Box::pin(async move {
-            let job: SlackJob = serde_json::from_str(&item.payload)
-                .map_err(|e| SendError::Permanent(format!("unreadable Slack job: {e}")))?;
+            let job: SlackJob = crate::notify::decode_job(NAME, item)?;
             self.run(job).await
         })
     }

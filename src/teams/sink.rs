@@ -268,12 +268,10 @@ impl Handler for TeamsSink {
     fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
         Box::pin(async move {
             if item.topic == REPLY {
-                let reply: Reply = serde_json::from_str(&item.payload)
-                    .map_err(|e| SendError::Permanent(format!("unreadable Teams job: {e}")))?;
+                let reply: Reply = crate::notify::decode_job(NAME, item)?;
                 return self.reply(&reply).await;
             }
-            let job: CardJob = serde_json::from_str(&item.payload)
-                .map_err(|e| SendError::Permanent(format!("unreadable Teams job: {e}")))?;
+            let job: CardJob = crate::notify::decode_job(NAME, item)?;
             self.run(job).await
         })
     }
