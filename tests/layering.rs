@@ -613,10 +613,17 @@ fn the_promote_trace_is_short_and_does_not_return_to_the_channel() {
     let files = traced_files();
     assert!(files.len() >= 10, "the trace has too few rows: {files:?}");
     for f in &files {
-        assert!(root.join(f).is_file(), "the trace names {f}, which does not exist");
+        assert!(
+            root.join(f).is_file(),
+            "the trace names {f}, which does not exist"
+        );
     }
     let distinct: BTreeSet<_> = files.iter().collect();
-    assert!(distinct.len() <= 12, "{} files: {distinct:?}", distinct.len());
+    assert!(
+        distinct.len() <= 12,
+        "{} files: {distinct:?}",
+        distinct.len()
+    );
     let intake = files
         .iter()
         .position(|f| f == "src/core/intake.rs")
@@ -625,5 +632,8 @@ fn the_promote_trace_is_short_and_does_not_return_to_the_channel() {
         .iter()
         .filter(|f| f.starts_with("src/github/"))
         .collect();
-    assert!(back.is_empty(), "back in the channel after the intake: {back:?}");
+    assert!(
+        back.is_empty(),
+        "back in the channel after the intake: {back:?}"
+    );
 }

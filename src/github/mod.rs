@@ -49,7 +49,7 @@ use crate::evidence::Evidence;
 use crate::gate::{PrNumber, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::{BoxFuture, SendError};
-use crate::notify::{Handler, Sink};
+use crate::notify::{Handler, Outbox, Sink};
 use client::GithubClient;
 
 /// The inbox source name.
@@ -131,7 +131,7 @@ pub fn sinks(
         clock,
         metrics,
     } = *base;
-    vec![Arc::new(sink::GithubSink::new(
+    vec![Outbox::sink(sink::GithubSink::new(
         client.clone(),
         sink::SinkParts {
             records: records.clone(),

@@ -31,7 +31,7 @@ use crate::gate::{GateKey, GateKind, Millis, PrNumber, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::burst::{Admit, Burst};
 use crate::notify::{
-    BoxFuture, Handler, Lease, Notice, PayloadError, SendError, Settled, Sink, SinkJob,
+    decode_job, BoxFuture, Channel, Lease, Notice, PayloadError, SendError, SinkJob,
 };
 use crate::store::{NewJob, QueueItem, StatusComment};
 use crate::templates::escape::{self, code};
@@ -591,10 +591,17 @@ fn named_pr(metadata: &std::collections::BTreeMap<String, String>) -> Option<(Re
 /// (the same job, taken over after its lease, takes it over at once).
 const CREATION_CLAIM: Millis = 60_000;
 
-impl Handler for GithubSink {
+impl Channel for GithubSink {
+    type Job = GithubJob;
+    const NAME: &'static str = SINK;
+
+    fn decode(item: &QueueItem) -> Result<GithubJob, SendError> {
+        decode_job(SINK, item)
+    }
+
     /// Writes to one pull request go out in order (the status comment's edits, replies).
-    fn lane(&self, item: &QueueItem) -> Option<String> {
-        match serde_json::from_str::<GithubJob>(&item.payload).ok()? {
+    fn lane(&self, job: &GithubJob) -> Option<String> {
+        match job {
             GithubJob::Comment { repo, number, .. }
             | GithubJob::Reply { repo, number, .. }
             | GithubJob::Status { repo, number }
@@ -608,29 +615,13 @@ impl Handler for GithubSink {
         }
     }
 
-    fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
-        Box::pin(async move { self.run(decode_job(item)?, item, None).await })
-    }
-
-    fn handle_leased<'a>(
+    fn send<'a>(
         &'a self,
+        job: GithubJob,
         item: &'a QueueItem,
-        lease: &'a Lease,
-    ) -> BoxFuture<'a, Result<Settled, SendError>> {
-        Box::pin(async move {
-            self.run(decode_job(item)?, item, Some(lease)).await?;
-            Ok(Settled::NotYet)
-        })
-    }
-}
-
-fn decode_job(item: &QueueItem) -> Result<GithubJob, SendError> {
-    crate::notify::decode_job(SINK, item)
-}
-
-impl Sink for GithubSink {
-    fn name(&self) -> &'static str {
-        SINK
+        lease: Option<&'a Lease>,
+    ) -> BoxFuture<'a, Result<(), SendError>> {
+        Box::pin(self.run(job, item, lease))
     }
 
     fn plan(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {

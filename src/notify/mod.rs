@@ -2,6 +2,7 @@
 //! configured sink, and the worker that runs durable jobs from a queue.
 
 pub mod burst;
+mod channel;
 pub mod finish;
 mod late;
 mod worker;
@@ -19,6 +20,7 @@ use crate::gate::audit::as_text;
 use crate::gate::{Actor, AuditAction, CanaryRef, GateKey, Millis, PrNumber, RepoName};
 use crate::store::{Claim, NewJob, QueueItem, QueueName, Store, StoreError};
 
+pub use channel::{Channel, Outbox};
 pub use late::late_note;
 pub use worker::{Drain, Worker, WorkerSettings};
 

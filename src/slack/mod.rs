@@ -29,7 +29,7 @@ use crate::core::authors::{AuthorLookup, PrAuthors};
 use crate::core::AppState;
 use crate::metrics::Metrics;
 use crate::notify::burst::Burst;
-use crate::notify::{Handler, Sink};
+use crate::notify::{Handler, Outbox, Sink};
 
 pub fn routes() -> Router<AppState> {
     routes::routes()
@@ -75,7 +75,7 @@ pub fn sinks(
     let Some(api) = api(config, metrics)? else {
         return Ok(Vec::new());
     };
-    Ok(vec![Arc::new(sink::SlackSink {
+    Ok(vec![Outbox::sink(sink::SlackSink {
         api,
         records: records.clone(),
         templates: templates.clone(),

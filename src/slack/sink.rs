@@ -18,7 +18,9 @@ use crate::evidence::Evidence;
 use crate::gate::{Actor, AuditAction, GateKey, Millis, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::burst::{Admit, Burst};
-use crate::notify::{BoxFuture, Handler, Notice, PayloadError, SendError, Sink, SinkJob};
+use crate::notify::{
+    decode_job, BoxFuture, Channel, Lease, Notice, PayloadError, SendError, SinkJob,
+};
 use crate::store::{NewJob, QueueItem};
 use crate::templates::escape::{self, mrkdwn};
 use crate::templates::Templates;
@@ -146,9 +148,30 @@ impl SlackSink {
     }
 }
 
-impl Sink for SlackSink {
-    fn name(&self) -> &'static str {
-        NAME
+impl Channel for SlackSink {
+    type Job = SlackJob;
+    const NAME: &'static str = NAME;
+
+    fn decode(item: &QueueItem) -> Result<SlackJob, SendError> {
+        decode_job(NAME, item)
+    }
+
+    /// Messages and their updates go out in order: a gate's opening edits the
+    /// waiting messages that earlier jobs posted. Answers to one person don't wait.
+    fn lane(&self, job: &SlackJob) -> Option<String> {
+        match job {
+            SlackJob::Respond { .. } => None,
+            _ => Some("messages".to_string()),
+        }
+    }
+
+    fn send<'a>(
+        &'a self,
+        job: SlackJob,
+        _item: &'a QueueItem,
+        _lease: Option<&'a Lease>,
+    ) -> BoxFuture<'a, Result<(), SendError>> {
+        Box::pin(self.run(job))
     }
 
     fn plan(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
@@ -387,24 +410,6 @@ fn freeze_news(notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
             ])
         }
         _ => Ok(Vec::new()),
-    }
-}
-
-impl Handler for SlackSink {
-    /// Messages and their updates go out in order: a gate's opening edits the
-    /// waiting messages that earlier jobs posted. Answers to one person don't wait.
-    fn lane(&self, item: &QueueItem) -> Option<String> {
-        match serde_json::from_str::<SlackJob>(&item.payload).ok()? {
-            SlackJob::Respond { .. } => None,
-            _ => Some("messages".to_string()),
-        }
-    }
-
-    fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
-        Box::pin(async move {
-            let job: SlackJob = crate::notify::decode_job(NAME, item)?;
-            self.run(job).await
-        })
     }
 }
 

@@ -33,7 +33,7 @@ use axum::Router;
 use crate::config::Config;
 use crate::core::authors::{AuthorLookup, PrAuthors};
 use crate::core::AppState;
-use crate::notify::{Handler, Sink};
+use crate::notify::{Handler, Outbox, Sink};
 
 /// Activities are a few KB; an Adaptive Card's action carries its card's data.
 pub const BODY_LIMIT: usize = 256 * 1024;
@@ -91,7 +91,7 @@ pub fn sinks(
         return Vec::new();
     }
     let links = links(config);
-    vec![Arc::new(sink::TeamsSink {
+    vec![Outbox::sink(sink::TeamsSink {
         connector,
         workflow,
         records: records.clone(),

@@ -17,7 +17,7 @@ use crate::core::Records;
 use crate::evidence::Evidence;
 use crate::gate::{AuditAction, CanaryRef, GateKey, GateStatus, Millis};
 use crate::notify::{
-    encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink, SinkJob,
+    decode_job, encode_job, BoxFuture, Channel, Lease, Notice, PayloadError, SendError, SinkJob,
 };
 use crate::store::{NewJob, QueueItem, TeamsCard};
 
@@ -110,9 +110,35 @@ pub struct TeamsSink {
     pub evidence: Arc<Evidence>,
 }
 
-impl Sink for TeamsSink {
-    fn name(&self) -> &'static str {
-        NAME
+impl Channel for TeamsSink {
+    type Job = TeamsJob;
+    const NAME: &'static str = NAME;
+
+    fn decode(item: &QueueItem) -> Result<TeamsJob, SendError> {
+        Ok(match item.topic == REPLY {
+            true => TeamsJob::Reply(decode_job(NAME, item)?),
+            false => TeamsJob::Card(decode_job(NAME, item)?),
+        })
+    }
+
+    /// Cards and their updates go out in order (an update after its post);
+    /// replies to people do not wait for them.
+    fn lane(&self, job: &TeamsJob) -> Option<String> {
+        matches!(job, TeamsJob::Card(_)).then(|| "cards".to_string())
+    }
+
+    fn send<'a>(
+        &'a self,
+        job: TeamsJob,
+        _item: &'a QueueItem,
+        _lease: Option<&'a Lease>,
+    ) -> BoxFuture<'a, Result<(), SendError>> {
+        Box::pin(async move {
+            match job {
+                TeamsJob::Reply(reply) => self.reply(&reply).await,
+                TeamsJob::Card(job) => self.run(job).await,
+            }
+        })
     }
 
     fn plan(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
@@ -258,23 +284,11 @@ impl TeamsSink {
     }
 }
 
-impl Handler for TeamsSink {
-    /// Cards and their updates go out in order (an update after its post);
-    /// replies to people do not wait for them.
-    fn lane(&self, item: &QueueItem) -> Option<String> {
-        (item.topic != REPLY).then(|| "cards".to_string())
-    }
-
-    fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
-        Box::pin(async move {
-            if item.topic == REPLY {
-                let reply: Reply = crate::notify::decode_job(NAME, item)?;
-                return self.reply(&reply).await;
-            }
-            let job: CardJob = crate::notify::decode_job(NAME, item)?;
-            self.run(job).await
-        })
-    }
+/// What the `teams` sink sends: a reply to a person, or a card's post or
+/// update (stored apart, by topic).
+pub enum TeamsJob {
+    Reply(Reply),
+    Card(CardJob),
 }
 
 fn store_err(e: crate::store::StoreError) -> SendError {
