@@ -300,7 +300,7 @@ fn the_sibling_scanner_reads_super_and_crate_paths() {
 }
 
 /// Channel files that still reach the store itself, and why. Every other
-/// channel file reads through the core (`core::lists`, `core::read`) and may
+/// channel file reads through the core (`core::Records`, `core::read`) and may
 /// name only the store's outbox and receipt plumbing and its error.
 const STORE_USERS: &[(&str, &str)] = &[
     ("api/cli.rs", "check-config proves the store reachable"),

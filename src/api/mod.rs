@@ -232,7 +232,7 @@ pub async fn waits(
     Query(q): Query<WaitsQuery>,
 ) -> Result<Json<Value>, Reject> {
     let key = gate_read(&state, &headers, q.gate.as_deref())?;
-    let waits = state.engine.waits(key.as_ref(), q.open, 500).await?;
+    let waits = state.records.waits(key.as_ref(), q.open, 500).await?;
     answer_json(&WaitList { waits })
 }
 
@@ -249,7 +249,7 @@ pub async fn audit(
 ) -> Result<Json<Value>, Reject> {
     let key = gate_read(&state, &headers, q.gate.as_deref())?;
     let limit = q.limit.unwrap_or(200).clamp(1, 5000);
-    let audit = state.engine.audit(key.as_ref(), limit).await?;
+    let audit = state.records.audit_log(key.as_ref(), limit).await?;
     answer_json(&AuditList { audit })
 }
 
@@ -264,7 +264,7 @@ pub async fn outbox(
     Query(q): Query<OutboxQuery>,
 ) -> Result<Json<Value>, Reject> {
     reader(&state.config, &headers)?;
-    let jobs = state.engine.jobs(q.state.as_deref(), 500).await?;
+    let jobs = state.records.jobs(q.state.as_deref(), 500).await?;
     answer_json(&JobList { jobs })
 }
 
@@ -279,6 +279,6 @@ pub async fn events(
     Query(q): Query<EventsQuery>,
 ) -> Result<Json<Value>, Reject> {
     reader(&state.config, &headers)?;
-    let events = state.engine.events(q.canary.as_deref(), 500).await?;
+    let events = state.records.events(q.canary.as_deref(), 500).await?;
     answer_json(&EventList { events })
 }

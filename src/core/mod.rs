@@ -27,7 +27,6 @@ pub mod evidence;
 pub mod freezes;
 mod gate_cache;
 pub mod intake;
-mod lists;
 mod memory;
 pub mod named;
 pub mod origin;

@@ -13,11 +13,12 @@ use std::sync::Arc;
 
 use super::unit::Unit;
 use crate::gate::environment::Environments;
-use crate::gate::{CanaryRef, Gate, GateKey, GateKind, Millis, PrNumber, RepoName};
+use crate::gate::{CanaryRef, ClusterName, Gate, GateKey, GateKind, Millis, PrNumber, RepoName};
 use crate::store::{
-    AuditEntry, CheckRunRow, Claim, DeploymentRow, EventRow, NamedGate, NewJob, ObservationRow,
-    ProtectionRequest, QueueName, Reserved, SlackDecision, SlackEnding, SlackFinal, SlackMessage,
-    StatusComment, Store, StoreError, TeamsCard, TeamsConversation, WaitBrief, WaitRow,
+    AuditEntry, AuditSearch, CheckRunRow, Claim, DeploymentRow, EventRow, Job, NamedGate, NewJob,
+    ObservationRow, ProtectionRequest, QueueName, Reserved, SlackDecision, SlackEnding, SlackFinal,
+    SlackMessage, StatusComment, Store, StoreError, TeamsCard, TeamsConversation, WaitBrief,
+    WaitRow,
 };
 
 /// What every channel's sinks are built from, once, by the bootstrap.
@@ -242,6 +243,26 @@ records! {
     fn oauth_state_used(&self, state_hash: &str) -> bool;
     /// False: the state was used before (a replayed sign-in).
     fn use_oauth_state(&self, state_hash: &str, expires_at: Millis, now: Millis) -> bool;
+}
+
+// The operator API's and the web pages' lists, as stored.
+records! {
+    /// Up to `limit` open waits, newest first, older than the wait `before`;
+    /// only those of `clusters` when given.
+    fn open_waits_page(
+        &self,
+        clusters: Option<&[ClusterName]>,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Vec<WaitRow>;
+    /// How many waits are open, of `clusters` only when given.
+    fn open_wait_count_of(&self, clusters: Option<&[ClusterName]>) -> i64;
+    /// Up to `limit` audit entries that `search` finds, newest first, with their ids.
+    fn search_audit(&self, search: &AuditSearch, limit: i64) -> Vec<(i64, AuditEntry)>;
+    /// The latest `limit` jobs of the outbox, in one state or all.
+    fn jobs(&self, state: Option<&str>, limit: i64) -> Vec<Job>;
+    /// How many deliveries or jobs wait in `queue`.
+    fn pending(&self, queue: QueueName) -> i64;
 }
 
 /// A channel's rows that belong with the change a command makes.

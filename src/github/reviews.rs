@@ -101,8 +101,12 @@ impl GithubInbox {
 
     /// The PR's head: as the last push told it, else as GitHub says now.
     async fn head(&self, r: &Reviewed<'_>, asked: Option<String>) -> Result<String, SendError> {
-        let engine = &self.state.engine;
-        let known = engine.pr_head(&r.repo, r.number).await.map_err(retry)?;
+        let known = self
+            .state
+            .records
+            .pr_head(&r.repo, r.number)
+            .await
+            .map_err(retry)?;
         Ok(known.or(asked).unwrap_or_default())
     }
 

@@ -183,8 +183,8 @@ pub async fn waiting(
     let clusters = filter.clusters.as_deref();
     let now = state.clock.now_ms();
     let mut waits = state
-        .engine
-        .open_waits(clusters, q.before, page_limit())
+        .records
+        .open_waits_page(clusters, q.before, page_limit())
         .await?;
     let more = waits.len() > PAGE;
     waits.truncate(PAGE);
@@ -193,7 +193,7 @@ pub async fn waiting(
     } else {
         None
     };
-    let total = state.engine.open_wait_count(clusters).await?;
+    let total = state.records.open_wait_count_of(clusters).await?;
     let mut permits = Permits::new(&state, &viewer);
     let mut rows = Vec::with_capacity(waits.len());
     for wait in &waits {
@@ -267,7 +267,7 @@ async fn timeline(
 ) -> Result<Vec<EventView>, Problem> {
     let mut events = Vec::new();
     for c in canaries {
-        events.extend(state.engine.events(Some(c), 50).await?);
+        events.extend(state.records.events(Some(c), 50).await?);
     }
     events.sort_by_key(|e| std::cmp::Reverse(e.received_at));
     events.truncate(100);
@@ -310,7 +310,7 @@ async fn charts(
             label: MarkLabel::Approved,
         })
         .collect();
-    for e in state.engine.events(Some(&canary.to_string()), 50).await? {
+    for e in state.records.events(Some(&canary.to_string()), 50).await? {
         if let Step::Weight(w) = step(&e.message) {
             marks.push(Mark {
                 at: e.received_at,
@@ -353,8 +353,8 @@ async fn show_gate(state: AppState, viewer: Viewer, path: &str) -> Result<Respon
     let title = view::title_of(&state, &key, &metadata).await?;
     let progress = match open_wait.and_then(|w| w.canary.as_ref().map(|c| (c, w))) {
         Some((canary, w)) => state
-            .engine
-            .progress(canary)
+            .records
+            .canary_progress(canary)
             .await?
             .filter(|p| p.of_revision(&w.checksum))
             // Escaped by the page's template, as all of its text.
@@ -510,7 +510,7 @@ pub async fn pull_request(
             })),
             "buttons": permits.buttons(&gate).await,
         }));
-        audit.extend(state.engine.audit(Some(&key), 50).await?);
+        audit.extend(state.records.audit_log(Some(&key), 50).await?);
     }
     audit.sort_by_key(|e| std::cmp::Reverse(e.at));
     audit.truncate(100);
@@ -599,7 +599,7 @@ pub async fn audit(
 ) -> Result<Response, Problem> {
     let now = state.clock.now_ms();
     let search = audit_search(&q, state.config.github.repository.as_ref())?;
-    let mut found = state.engine.search_audit(&search, page_limit()).await?;
+    let mut found = state.records.search_audit(&search, page_limit()).await?;
     let more = found.len() > PAGE;
     found.truncate(PAGE);
     let rows: Vec<_> = found.iter().map(|(id, e)| audit_row(*id, e, now)).collect();
@@ -634,21 +634,21 @@ pub async fn health(State(state): State<AppState>, viewer: Viewer) -> Result<Res
         })
     };
     let queued: Vec<_> = state
-        .engine
+        .records
         .jobs(Some("pending"), i64::try_from(PAGE).unwrap_or(50))
         .await?
         .iter()
         .map(job)
         .collect();
     let failed: Vec<_> = state
-        .engine
+        .records
         .jobs(Some("failed"), i64::try_from(PAGE).unwrap_or(50))
         .await?
         .iter()
         .map(job)
         .collect();
-    let pending = state.engine.pending(QueueName::Outbox).await?;
-    let inbox = state.engine.pending(QueueName::Inbox).await?;
+    let pending = state.records.pending(QueueName::Outbox).await?;
+    let inbox = state.records.pending(QueueName::Inbox).await?;
     render(
         &state,
         "health.html.j2",

@@ -317,7 +317,7 @@ fn pr_of(key: &GateKey, metadata: &serde_json::Value) -> Option<(RepoName, u64)>
 
 pub async fn pr_view(state: &AppState, repo: &RepoName, number: u64) -> Result<PrView, Problem> {
     let author = state
-        .engine
+        .records
         .pr_author(repo, crate::gate::PrNumber(number))
         .await?;
     Ok(PrView {
