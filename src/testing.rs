@@ -40,8 +40,8 @@ pub mod http {
 
 pub mod notify {
     pub use crate::notify::{
-        encode_job, BoxFuture, Drain, Handler, Notice, PayloadError, SendError, Sink,
-        WorkerSettings,
+        encode_job, BoxFuture, Drain, Handler, Lease, Notice, PayloadError, SendError, Settled,
+        Sink, WorkerSettings,
     };
 }
 

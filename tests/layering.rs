@@ -583,9 +583,9 @@ fn stored_claims_are_read_only_where_listed() {
     );
 }
 
-/// The rows of docs/architecture.md's "File by file" trace: the file each
-/// step opens, in order.
-fn traced_files() -> Vec<String> {
+/// The rows of docs/architecture.md's "File by file" trace, in order: the
+/// file each step opens and what it does there.
+fn traced_rows() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
     let section = doc
@@ -598,42 +598,40 @@ fn traced_files() -> Vec<String> {
         .skip(2)
         .take_while(|l| l.starts_with('|'))
         .map(|l| {
-            let file = l.split('|').nth(2).unwrap_or_default().trim();
-            file.trim_matches('`').to_string()
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let file = cells.get(2).unwrap_or(&"").trim_matches('`').to_string();
+            (file, cells.get(3).unwrap_or(&"").to_string())
         })
         .collect()
 }
 
 /// A GitHub `/promote` reaches its committed decision through at most twelve
-/// files, and once the core's intake has it, no file of the channel runs
-/// before the commit (issue 43). The trace names files that exist.
+/// files, and once the core's unit is open no file of the channel runs before
+/// the commit (issue 43). The trace names files that exist.
 #[test]
 fn the_promote_trace_is_short_and_does_not_return_to_the_channel() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let files = traced_files();
-    assert!(files.len() >= 10, "the trace has too few rows: {files:?}");
-    for f in &files {
+    let rows = traced_rows();
+    assert!(rows.len() >= 10, "the trace has too few rows: {rows:?}");
+    for (f, _) in &rows {
         assert!(
             root.join(f).is_file(),
             "the trace names {f}, which does not exist"
         );
     }
-    let distinct: BTreeSet<_> = files.iter().collect();
+    let distinct: BTreeSet<_> = rows.iter().map(|(f, _)| f).collect();
     assert!(
         distinct.len() <= 12,
         "{} files: {distinct:?}",
         distinct.len()
     );
-    let intake = files
+    let unit = rows
         .iter()
-        .position(|f| f == "src/core/intake.rs")
-        .expect("the trace passes the core's intake");
-    let back: Vec<_> = files[intake..]
+        .position(|(_, what)| what.contains("one unit"))
+        .expect("the trace says where the unit opens");
+    let back: Vec<_> = rows[unit..]
         .iter()
-        .filter(|f| f.starts_with("src/github/"))
+        .filter(|(f, _)| f.starts_with("src/github/"))
         .collect();
-    assert!(
-        back.is_empty(),
-        "back in the channel after the intake: {back:?}"
-    );
+    assert!(back.is_empty(), "back in the channel inside the unit: {back:?}");
 }

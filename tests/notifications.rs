@@ -12,7 +12,8 @@ use std::time::Duration;
 use gatebot::testing::clock::{ManualClock, SharedClock};
 use gatebot::testing::github::verify::sign;
 use gatebot::testing::notify::{
-    encode_job, BoxFuture, Handler, Notice, PayloadError, SendError, Sink, WorkerSettings,
+    encode_job, BoxFuture, Handler, Lease, Notice, PayloadError, SendError, Settled, Sink,
+    WorkerSettings,
 };
 use gatebot::testing::store::{NewJob, QueueItem};
 use gatebot::Options;
@@ -323,10 +324,18 @@ struct Unencodable {
 }
 
 impl Handler for Unencodable {
-    fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
+    fn lane(&self, _item: &QueueItem) -> Option<String> {
+        None
+    }
+
+    fn handle<'a>(
+        &'a self,
+        item: &'a QueueItem,
+        _lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<Settled, SendError>> {
         Box::pin(async move {
             self.received.lock().unwrap().push(item.clone());
-            Ok(())
+            Ok(Settled::NotYet)
         })
     }
 }

@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -28,8 +29,55 @@ use super::{Engine, Provenance};
 use crate::command::Command;
 use crate::command::Invalid;
 use crate::gate::{GateKey, Millis, PrNumber, RepoName};
-use crate::notify::{late_note, Lease, SendError};
+use crate::notify::{late_note, BoxFuture, Handler, Lease, SendError, Settled};
 use crate::store::{NewJob, ProtectionRequest, QueueItem, SlackDecision};
+
+/// A channel's side of the inbox: how a stored delivery reads back, the lane
+/// it keeps order in, and what it comes to (through this module's `take`s).
+/// The worker runs every channel's deliveries through [`Inbox`]: it hands
+/// each to the core, which hands it to the channel read back once.
+pub trait Intake: Send + Sync + 'static {
+    /// A delivery, as the channel reads it.
+    type Delivery: Send;
+
+    /// `item`'s delivery, read back from its payload.
+    fn decode(item: &QueueItem) -> Result<Self::Delivery, SendError>;
+
+    /// Deliveries of one lane apply one at a time, in the order received.
+    fn lane(&self, delivery: &Self::Delivery) -> Option<String>;
+
+    /// What `delivery` (stored as `item`, claimed under `lease`) comes to.
+    fn take<'a>(
+        &'a self,
+        delivery: Self::Delivery,
+        item: &'a QueueItem,
+        lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<Settled, SendError>>;
+}
+
+/// A channel's intake as the inbox's worker runs it.
+pub struct Inbox<I>(Arc<I>);
+
+impl<I: Intake> Inbox<I> {
+    /// The handler of `intake`'s deliveries.
+    pub fn handler(intake: I) -> Arc<dyn Handler> {
+        Arc::new(Self(Arc::new(intake)))
+    }
+}
+
+impl<I: Intake> Handler for Inbox<I> {
+    fn lane(&self, item: &QueueItem) -> Option<String> {
+        self.0.lane(&I::decode(item).ok()?)
+    }
+
+    fn handle<'a>(
+        &'a self,
+        item: &'a QueueItem,
+        lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<Settled, SendError>> {
+        Box::pin(async move { self.0.take(I::decode(item)?, item, lease).await })
+    }
+}
 
 /// What a channel writes beside a delivery's outcome, in the same unit.
 #[derive(Debug, Default)]

@@ -15,7 +15,6 @@ use crate::core::intake::{self, Said};
 use crate::core::Provenance;
 use crate::gate::{Actor, DeliveryId, GateKey, PrNumber, RepoName, Source};
 use crate::notify::{Lease, SendError, Settled};
-use crate::store::QueueItem;
 
 /// A click's rules: those of a comment by the same person, on the gate's
 /// current run only (a run a push superseded was about an earlier revision).
@@ -56,12 +55,10 @@ impl GithubInbox {
     /// with who did what, in one unit with the delivery's settlement.
     pub(super) async fn check_run_click(
         &self,
-        item: &QueueItem,
+        e: &CheckRunEvent,
         delivery: &DeliveryId,
         lease: &Lease,
     ) -> Result<Settled, SendError> {
-        let e: CheckRunEvent = serde_json::from_str(&item.payload)
-            .map_err(|err| SendError::Permanent(format!("unreadable delivery: {err}")))?;
         let Some(repo) = e.repository.name() else {
             return Ok(Settled::NotYet);
         };
@@ -69,7 +66,7 @@ impl GithubInbox {
         if !on || !self.allowed(&repo) || e.sender.is_bot() {
             return Ok(Settled::NotYet);
         }
-        let Some((key, number, button)) = clicked(&e, &repo) else {
+        let Some((key, number, button)) = clicked(e, &repo) else {
             return Ok(Settled::NotYet);
         };
         if let Some(i) = &e.installation {

@@ -23,10 +23,10 @@ use crate::command::{new_commands, parse_comment, Parsed};
 use crate::core::authors;
 use crate::core::commands::Subject;
 use crate::core::dispatch;
-use crate::core::intake::{self, Answer, Mark, Said};
+use crate::core::intake::{self, Answer, Intake, Mark, Said};
 use crate::core::AppState;
 use crate::gate::{DeliveryId, PrNumber, RepoName};
-use crate::notify::{BoxFuture, Handler, Lease, SendError, Settled};
+use crate::notify::{BoxFuture, Lease, SendError, Settled};
 use crate::policy::Policy;
 use crate::store::{NewJob, QueueItem};
 
@@ -168,12 +168,11 @@ impl GithubInbox {
     /// commit together with the delivery's settlement.
     async fn issue_comment(
         &self,
+        e: &IssueCommentEvent,
         item: &QueueItem,
         delivery: &DeliveryId,
         lease: &Lease,
     ) -> Result<Settled, SendError> {
-        let e: IssueCommentEvent = serde_json::from_str(&item.payload)
-            .map_err(|err| SendError::Permanent(format!("unreadable delivery: {err}")))?;
         let Some((repo, number)) = e.pr() else {
             return Ok(Settled::NotYet);
         };
@@ -187,7 +186,7 @@ impl GithubInbox {
         let learned = self.new_author(&repo, number, &e.issue.user.login).await?;
         let body = e.comment.body.clone().unwrap_or_default();
         let c = Comment {
-            e: &e,
+            e,
             repo,
             number,
             delivery,
@@ -369,58 +368,73 @@ fn word(p: &Parsed) -> String {
     }
 }
 
-impl Handler for GithubInbox {
-    /// One pull request's deliveries apply in order; other PRs don't wait for them.
-    fn lane(&self, item: &QueueItem) -> Option<String> {
-        let (repo, number) = match item.topic.as_str() {
-            "issue_comment" => serde_json::from_str::<IssueCommentEvent>(&item.payload)
-                .ok()?
-                .pr()?,
-            "pull_request" => serde_json::from_str::<PullRequestEvent>(&item.payload)
-                .ok()?
-                .pr()?,
-            "pull_request_review" => serde_json::from_str::<PullRequestReviewEvent>(&item.payload)
-                .ok()?
-                .pr()?,
-            "deployment_protection_rule" => {
-                serde_json::from_str::<DeploymentProtectionRuleEvent>(&item.payload)
-                    .ok()?
-                    .pr()?
-            }
-            "check_run" => {
-                let e = serde_json::from_str::<CheckRunEvent>(&item.payload).ok()?;
-                let key = e.gate()?;
-                let (repo, number) = key.pr()?;
-                (repo.clone(), number)
-            }
-            _ => return None,
-        };
-        Some(format!("{repo}#{number}"))
-    }
+/// A stored GitHub delivery, read back by its event's name.
+pub enum GithubDelivery {
+    IssueComment(Box<IssueCommentEvent>),
+    PullRequest(Box<PullRequestEvent>),
+    Review(Box<PullRequestReviewEvent>),
+    Protection(Box<DeploymentProtectionRuleEvent>),
+    CheckRun(Box<CheckRunEvent>),
+    /// An event gatebot keeps but does nothing with here.
+    Other,
+}
 
-    fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
-        Box::pin(async move {
-            let delivery = delivery_of(item);
-            match item.topic.as_str() {
-                "pull_request" => self.pull_request(&delivery, &item.payload).await,
-                _ => Ok(()),
-            }
+impl GithubDelivery {
+    /// The pull request it is about.
+    fn pr(&self) -> Option<(RepoName, PrNumber)> {
+        match self {
+            Self::IssueComment(e) => e.pr(),
+            Self::PullRequest(e) => e.pr(),
+            Self::Review(e) => e.pr(),
+            Self::Protection(e) => e.pr(),
+            Self::CheckRun(e) => e.gate()?.pr().map(|(r, n)| (r.clone(), n)),
+            Self::Other => None,
+        }
+    }
+}
+
+impl Intake for GithubInbox {
+    type Delivery = GithubDelivery;
+
+    fn decode(item: &QueueItem) -> Result<GithubDelivery, SendError> {
+        fn read<T: serde::de::DeserializeOwned>(item: &QueueItem) -> Result<Box<T>, SendError> {
+            serde_json::from_str(&item.payload)
+                .map_err(|err| SendError::Permanent(format!("unreadable delivery: {err}")))
+        }
+        Ok(match item.topic.as_str() {
+            "issue_comment" => GithubDelivery::IssueComment(read(item)?),
+            "pull_request" => GithubDelivery::PullRequest(read(item)?),
+            "pull_request_review" => GithubDelivery::Review(read(item)?),
+            "deployment_protection_rule" => GithubDelivery::Protection(read(item)?),
+            "check_run" => GithubDelivery::CheckRun(read(item)?),
+            _ => GithubDelivery::Other,
         })
     }
 
-    fn handle_leased<'a>(
+    /// One pull request's deliveries apply in order; other PRs don't wait for them.
+    fn lane(&self, delivery: &GithubDelivery) -> Option<String> {
+        let (repo, number) = delivery.pr()?;
+        Some(format!("{repo}#{number}"))
+    }
+
+    fn take<'a>(
         &'a self,
+        delivery: GithubDelivery,
         item: &'a QueueItem,
         lease: &'a Lease,
     ) -> BoxFuture<'a, Result<Settled, SendError>> {
         Box::pin(async move {
-            let delivery = delivery_of(item);
-            match item.topic.as_str() {
-                "issue_comment" => self.issue_comment(item, &delivery, lease).await,
-                "check_run" => self.check_run_click(item, &delivery, lease).await,
-                "pull_request_review" => self.review(item, &delivery, lease).await,
-                "deployment_protection_rule" => self.protection_request(item, lease).await,
-                _ => self.handle(item).await.map(|()| Settled::NotYet),
+            let id = delivery_of(item);
+            match delivery {
+                GithubDelivery::IssueComment(e) => self.issue_comment(&e, item, &id, lease).await,
+                GithubDelivery::CheckRun(e) => self.check_run_click(&e, &id, lease).await,
+                GithubDelivery::Review(e) => self.review(&e, &id, lease).await,
+                GithubDelivery::Protection(e) => self.protection_request(&e, lease).await,
+                GithubDelivery::PullRequest(e) => {
+                    self.pull_request(&id, &e).await?;
+                    Ok(Settled::NotYet)
+                }
+                GithubDelivery::Other => Ok(Settled::NotYet),
             }
         })
     }

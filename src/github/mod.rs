@@ -43,6 +43,7 @@ use crate::clock::SharedClock;
 use crate::command::Verb;
 use crate::config::Config;
 use crate::core::authors::AuthorLookup;
+use crate::core::intake::Inbox;
 use crate::core::SinkBase;
 use crate::core::{AppState, CommandError};
 use crate::evidence::Evidence;
@@ -159,7 +160,7 @@ pub fn inbox_handlers(
     };
     let policy = state.policy.clone();
     let inbox = inbox::GithubInbox::new(state.clone(), client.clone(), policy);
-    HashMap::from([(SOURCE.to_string(), Arc::new(inbox) as Arc<dyn Handler>)])
+    HashMap::from([(SOURCE.to_string(), Inbox::handler(inbox))])
 }
 
 /// A comment gatebot wrote.

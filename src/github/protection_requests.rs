@@ -12,18 +12,16 @@ use crate::core::awaited::Awaited;
 use crate::core::intake::{self, Said};
 use crate::gate::{GateKey, Scope};
 use crate::notify::{Lease, SendError, Settled};
-use crate::store::{ProtectionRequest, QueueItem};
+use crate::store::ProtectionRequest;
 
 impl GithubInbox {
     /// A deployment waiting for gatebot: stored, and its wait started through
     /// the core in the same unit; approved at once when the gate is open.
     pub(super) async fn protection_request(
         &self,
-        item: &QueueItem,
+        e: &DeploymentProtectionRuleEvent,
         lease: &Lease,
     ) -> Result<Settled, SendError> {
-        let e: DeploymentProtectionRuleEvent = serde_json::from_str(&item.payload)
-            .map_err(|err| SendError::Permanent(format!("unreadable delivery: {err}")))?;
         let Some((repo, number)) = e.pr() else {
             return Ok(Settled::NotYet);
         };

@@ -16,10 +16,8 @@ impl GithubInbox {
     pub(super) async fn pull_request(
         &self,
         delivery: &DeliveryId,
-        payload: &str,
+        e: &PullRequestEvent,
     ) -> Result<(), SendError> {
-        let e: PullRequestEvent = serde_json::from_str(payload)
-            .map_err(|err| SendError::Permanent(format!("unreadable delivery: {err}")))?;
         let Some((repo, number)) = e.pr() else {
             return Ok(());
         };
@@ -33,7 +31,7 @@ impl GithubInbox {
             .await?;
         let (kinds, reason) = match e.action.as_str() {
             "synchronize" => {
-                self.moved_head(&e, &repo, number).await?;
+                self.moved_head(e, &repo, number).await?;
                 if let Some(at) = e.updated_at() {
                     pushes::remember(
                         &self.state.records,

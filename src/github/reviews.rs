@@ -21,7 +21,7 @@ use crate::core::Provenance;
 use crate::gate::{Actor, DeliveryId, GateKey, GateKind, PrNumber, RepoName, Scope, Source};
 use crate::notify::{Lease, SendError, Settled};
 use crate::policy::ApprovingReview;
-use crate::store::{NewJob, QueueItem};
+use crate::store::NewJob;
 
 /// A commit as replies show it.
 fn short(sha: &str) -> &str {
@@ -68,12 +68,10 @@ impl GithubInbox {
     /// An approving review or a dismissal, when the policy counts reviews.
     pub(super) async fn review(
         &self,
-        item: &QueueItem,
+        e: &PullRequestReviewEvent,
         delivery: &DeliveryId,
         lease: &Lease,
     ) -> Result<Settled, SendError> {
-        let e: PullRequestReviewEvent = serde_json::from_str(&item.payload)
-            .map_err(|err| SendError::Permanent(format!("unreadable delivery: {err}")))?;
         let Some((repo, number)) = e.pr() else {
             return Ok(Settled::NotYet);
         };
@@ -85,7 +83,7 @@ impl GithubInbox {
             self.client.learn_installation(&repo, i.id);
         }
         let r = Reviewed {
-            e: &e,
+            e,
             repo,
             number,
             delivery,

@@ -619,9 +619,9 @@ impl Channel for GithubSink {
         &'a self,
         job: GithubJob,
         item: &'a QueueItem,
-        lease: Option<&'a Lease>,
+        lease: &'a Lease,
     ) -> BoxFuture<'a, Result<(), SendError>> {
-        Box::pin(self.run(job, item, lease))
+        Box::pin(self.run(job, item, Some(lease)))
     }
 
     fn plan(&self, notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {

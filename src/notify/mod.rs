@@ -323,27 +323,22 @@ impl std::fmt::Display for SendError {
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Runs the items of one route of a queue: a notification sink of the outbox
-/// (`github`, `slack`) or a webhook source of the inbox.
+/// Runs the items of one route of a queue: a channel's outbox
+/// ([`Outbox`]) or its inbox (`core::intake::Inbox`).
 pub trait Handler: Send + Sync + 'static {
-    fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>>;
-
     /// Items of one lane run one at a time, in order; lanes run concurrently.
     /// None: the item needs no order with others.
-    fn lane(&self, _item: &QueueItem) -> Option<String> {
-        None
-    }
+    fn lane(&self, item: &QueueItem) -> Option<String>;
 
-    /// Like `handle`, for handlers that settle the item in the transaction of
-    /// its effects (`Store::finish_in` with this lease), so the item and what
-    /// it did commit together. `Settled::Done` tells the worker not to.
-    fn handle_leased<'a>(
+    /// Runs `item` under `lease`. A handler that settles the item in the
+    /// transaction of its effects (`Store::finish_in` with this lease), so
+    /// the item and what it did commit together, says `Settled::Done`, and
+    /// the worker does not settle it again.
+    fn handle<'a>(
         &'a self,
         item: &'a QueueItem,
-        _lease: &'a Lease,
-    ) -> BoxFuture<'a, Result<Settled, SendError>> {
-        Box::pin(async move { self.handle(item).await.map(|()| Settled::NotYet) })
-    }
+        lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<Settled, SendError>>;
 }
 
 /// Whose claim an item is under, for settling it in a handler's transaction

@@ -272,7 +272,7 @@ impl Worker {
                 Err(e) => Err(e),
                 Ok(()) => {
                     let limit = self.settings.lease.mul_f32(0.8);
-                    match tokio::time::timeout(limit, handler.handle_leased(item, &lease)).await {
+                    match tokio::time::timeout(limit, handler.handle(item, &lease)).await {
                         Ok(result) => result,
                         Err(_) => Err(SendError::retry(format!("timed out after {limit:?}"))),
                     }
@@ -469,14 +469,18 @@ mod tests {
     }
 
     impl Handler for Gated {
-        fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
+        fn handle<'a>(
+            &'a self,
+            item: &'a QueueItem,
+            _lease: &'a Lease,
+        ) -> BoxFuture<'a, Result<Settled, SendError>> {
             Box::pin(async move {
                 self.started.lock().unwrap().push(item.topic.clone());
                 self.entered.notify_one();
                 if item.topic == "first" {
                     self.release.notified().await;
                 }
-                Ok(())
+                Ok(Settled::NotYet)
             })
         }
 

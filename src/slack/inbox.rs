@@ -16,11 +16,11 @@ use crate::command::{parse_slash, Command, Invalid};
 use crate::core::authors::PrAuthors;
 use crate::core::commands::{self, Applied, Subject};
 use crate::core::dispatch::{self, Outcome, Request};
-use crate::core::intake::{self, Mark, Said};
+use crate::core::intake::{self, Intake, Mark, Said};
 use crate::core::AppState;
 use crate::core::{CommandError, Provenance};
 use crate::gate::{Actor, DeliveryId, GateKey, GateStatus, Millis, Phase, Source};
-use crate::notify::{late_note, BoxFuture, Handler, SendError, SinkJob};
+use crate::notify::{late_note, BoxFuture, Lease, SendError, Settled, SinkJob};
 use crate::store::{NewJob, QueueItem, WaitRow};
 use crate::templates::Templates;
 
@@ -37,24 +37,48 @@ fn store_err(e: crate::store::StoreError) -> SendError {
     e.into()
 }
 
-impl Handler for SlackInbox {
-    fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
+/// A stored Slack delivery: a click on a message's button, or a slash command.
+pub enum SlackDelivery {
+    Click(Box<Interaction>),
+    Slash(Box<SlashCommand>),
+}
+
+impl Intake for SlackInbox {
+    type Delivery = SlackDelivery;
+
+    fn decode(item: &QueueItem) -> Result<SlackDelivery, SendError> {
+        let unreadable =
+            |what: &str, e: serde_json::Error| SendError::Permanent(format!("stored {what}: {e}"));
+        match item.topic.as_str() {
+            CLICK => serde_json::from_str(&item.payload)
+                .map(SlackDelivery::Click)
+                .map_err(|e| unreadable("click", e)),
+            SLASH => serde_json::from_str(&item.payload)
+                .map(SlackDelivery::Slash)
+                .map_err(|e| unreadable("command", e)),
+            other => Err(SendError::Permanent(format!(
+                "unknown Slack delivery kind {other}"
+            ))),
+        }
+    }
+
+    /// Clicks and commands apply as they come: each settles on its own.
+    fn lane(&self, _delivery: &SlackDelivery) -> Option<String> {
+        None
+    }
+
+    fn take<'a>(
+        &'a self,
+        delivery: SlackDelivery,
+        item: &'a QueueItem,
+        _lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<Settled, SendError>> {
         Box::pin(async move {
-            match item.topic.as_str() {
-                CLICK => {
-                    let i: Interaction = serde_json::from_str(&item.payload)
-                        .map_err(|e| SendError::Permanent(format!("stored click: {e}")))?;
-                    self.click(&i, item).await
-                }
-                SLASH => {
-                    let c: SlashCommand = serde_json::from_str(&item.payload)
-                        .map_err(|e| SendError::Permanent(format!("stored command: {e}")))?;
-                    self.slash(&c, item).await
-                }
-                other => Err(SendError::Permanent(format!(
-                    "unknown Slack delivery kind {other}"
-                ))),
+            match delivery {
+                SlackDelivery::Click(i) => self.click(&i, item).await?,
+                SlackDelivery::Slash(c) => self.slash(&c, item).await?,
             }
+            Ok(Settled::NotYet)
         })
     }
 }

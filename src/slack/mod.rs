@@ -26,6 +26,7 @@ use secrecy::ExposeSecret;
 
 use crate::config::Config;
 use crate::core::authors::{AuthorLookup, PrAuthors};
+use crate::core::intake::Inbox;
 use crate::core::AppState;
 use crate::metrics::Metrics;
 use crate::notify::burst::Burst;
@@ -108,7 +109,7 @@ pub fn inbox_handlers(
     };
     Ok(HashMap::from([(
         "slack".to_string(),
-        Arc::new(handler) as Arc<dyn Handler>,
+        Inbox::handler(handler),
     )]))
 }
 

@@ -169,7 +169,7 @@ impl Channel for SlackSink {
         &'a self,
         job: SlackJob,
         _item: &'a QueueItem,
-        _lease: Option<&'a Lease>,
+        _lease: &'a Lease,
     ) -> BoxFuture<'a, Result<(), SendError>> {
         Box::pin(self.run(job))
     }

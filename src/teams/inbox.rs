@@ -8,9 +8,10 @@ use crate::core::authors::PrAuthors;
 use crate::core::commands::{self, Subject};
 use crate::core::dispatch::Outcome;
 use crate::core::dispatch::{self, Request};
+use crate::core::intake::Intake;
 use crate::core::{AppState, Provenance};
 use crate::gate::{Actor, DeliveryId, Source};
-use crate::notify::{late_note, BoxFuture, Handler, SendError};
+use crate::notify::{late_note, BoxFuture, Lease, SendError, Settled};
 use crate::store::QueueItem;
 
 use super::activity::Activity;
@@ -28,22 +29,38 @@ pub struct TeamsInbox {
     pub replies: bool,
 }
 
-impl Handler for TeamsInbox {
-    fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
+impl Intake for TeamsInbox {
+    type Delivery = Activity;
+
+    fn decode(item: &QueueItem) -> Result<Activity, SendError> {
+        serde_json::from_str(&item.payload)
+            .map_err(|e| SendError::Permanent(format!("stored activity: {e}")))
+    }
+
+    /// Messages and card clicks apply as they come: each settles on its own.
+    fn lane(&self, _activity: &Activity) -> Option<String> {
+        None
+    }
+
+    fn take<'a>(
+        &'a self,
+        activity: Activity,
+        item: &'a QueueItem,
+        _lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<Settled, SendError>> {
         Box::pin(async move {
-            let activity: Activity = serde_json::from_str(&item.payload)
-                .map_err(|e| SendError::Permanent(format!("stored activity: {e}")))?;
             if item.topic == super::invoke::INVOKE {
                 let late =
                     super::invoke::apply(&self.state, &self.authors, &activity, item).await?;
-                return match late {
-                    Some(note) => self.reply(&activity, note).await,
-                    None => Ok(()),
-                };
+                if let Some(note) = late {
+                    self.reply(&activity, note).await?;
+                }
+                return Ok(Settled::NotYet);
             }
             let answer = self.message(&activity, item).await?;
             tracing::info!(from = %activity.from.name, answer = %answer, "Teams command");
-            self.reply(&activity, answer).await
+            self.reply(&activity, answer).await?;
+            Ok(Settled::NotYet)
         })
     }
 }

@@ -32,6 +32,7 @@ use axum::Router;
 
 use crate::config::Config;
 use crate::core::authors::{AuthorLookup, PrAuthors};
+use crate::core::intake::Inbox;
 use crate::core::AppState;
 use crate::notify::{Handler, Outbox, Sink};
 
@@ -55,7 +56,7 @@ pub fn inbox_handlers(
         authors: PrAuthors::new(state.records.clone(), authors),
         replies: state.config.teams.app_password().is_some(),
     };
-    HashMap::from([("teams".to_string(), Arc::new(handler) as Arc<dyn Handler>)])
+    HashMap::from([("teams".to_string(), Inbox::handler(handler))])
 }
 
 /// The `teams` sink, when the bot may post (an app id and its password) or

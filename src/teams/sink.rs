@@ -131,7 +131,7 @@ impl Channel for TeamsSink {
         &'a self,
         job: TeamsJob,
         _item: &'a QueueItem,
-        _lease: Option<&'a Lease>,
+        _lease: &'a Lease,
     ) -> BoxFuture<'a, Result<(), SendError>> {
         Box::pin(async move {
             match job {

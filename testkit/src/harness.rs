@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gatebot::testing::clock::SharedClock;
-use gatebot::testing::notify::{BoxFuture, Drain, Handler, Notice, PayloadError, SendError, Sink};
+use gatebot::testing::notify::{
+    BoxFuture, Drain, Handler, Lease, Notice, PayloadError, SendError, Settled, Sink,
+};
 use gatebot::testing::store::{NewJob, QueueItem, QueueName};
 use gatebot::{AppState, Config, Gatebot, Options};
 use tokio::net::TcpListener;
@@ -365,7 +367,15 @@ impl RecordingSink {
 }
 
 impl Handler for RecordingSink {
-    fn handle<'a>(&'a self, item: &'a QueueItem) -> BoxFuture<'a, Result<(), SendError>> {
+    fn lane(&self, _item: &QueueItem) -> Option<String> {
+        None
+    }
+
+    fn handle<'a>(
+        &'a self,
+        item: &'a QueueItem,
+        _lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<Settled, SendError>> {
         Box::pin(async move {
             self.attempts.lock().unwrap().push(item.clone());
             if let Some(e) = self.failures.lock().unwrap().pop_front() {
@@ -374,7 +384,7 @@ impl Handler for RecordingSink {
             let notice: Notice = serde_json::from_str(&item.payload)
                 .map_err(|e| SendError::Permanent(e.to_string()))?;
             self.sent.lock().unwrap().push((item.clone(), notice));
-            Ok(())
+            Ok(Settled::NotYet)
         })
     }
 }
