@@ -1023,6 +1023,35 @@ async fn a_reply_is_stored_as_what_was_decided_and_worded_when_sent() {
     );
 }
 
+/// A comment of thousands of command lines, or of one very long word, is
+/// answered in a reply GitHub accepts (under its 65,536 characters) that
+/// still says what came of the real command: at most twenty lines run, the
+/// rest are counted and named, and a word is quoted back briefly.
+#[tokio::test]
+async fn a_flood_of_lines_is_answered_briefly_and_the_real_refusal_is_kept() {
+    let env = setup(Backend::Sqlite).await;
+    let (server, github) = (&env.server, &env.github);
+    let long = format!("/{}", "a".repeat(70_000));
+    let flood = ["/x"; 3000].join("\n");
+    let body = format!("/promote\n{long}\n{flood}");
+    deliver(server, "issue_comment", &comment(45, 4501, "rita", &body)).await;
+    server.drained().await;
+    let replies = github.replies(45);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    let reply = &replies[0].body;
+    assert!(reply.len() < 65_536, "{} characters", reply.len());
+    assert!(reply.contains("and you have read"), "{reply}");
+    assert!(
+        reply.contains("2982 more command line(s) not run: a comment runs at most 20"),
+        "{reply}"
+    );
+    assert!(reply.contains("aaa…`"), "the long word cut short: {reply}");
+    assert_eq!(
+        github.reactions_on(4501),
+        vec!["eyes".to_string(), "confused".to_string()]
+    );
+}
+
 /// The real binary, killed right after it acknowledged a delivery, applies the
 /// command once restarted on the same database.
 #[tokio::test]

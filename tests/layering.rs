@@ -633,5 +633,8 @@ fn the_promote_trace_is_short_and_does_not_return_to_the_channel() {
         .iter()
         .filter(|(f, _)| f.starts_with("src/github/"))
         .collect();
-    assert!(back.is_empty(), "back in the channel inside the unit: {back:?}");
+    assert!(
+        back.is_empty(),
+        "back in the channel inside the unit: {back:?}"
+    );
 }

@@ -328,6 +328,8 @@ pub enum Told {
     Unreadable { word: String, why: String },
     /// The delivery applied long after it was received: when, and why.
     Late { note: String },
+    /// Lines past the most one delivery runs: not run.
+    Skipped { lines: usize, most: usize },
 }
 
 /// What an applied command's line says besides that it was done.
@@ -423,7 +425,10 @@ impl Told {
     fn refused(&self) -> bool {
         matches!(
             self,
-            Self::Refused { .. } | Self::Unknown { .. } | Self::Unreadable { .. }
+            Self::Refused { .. }
+                | Self::Unknown { .. }
+                | Self::Unreadable { .. }
+                | Self::Skipped { .. }
         )
     }
 

@@ -119,21 +119,37 @@ pub fn end_of(
     match (for_, until) {
         (Some(_), Some(_)) => Err("give `for` or `until`, not both".into()),
         (Some(d), None) => humantime::parse_duration(d)
-            .map(|d| Some(now + d.as_millis() as Millis))
-            .map_err(|e| format!("for `{d}`: {e} (write e.g. 2h, 1d)")),
+            .map(|d| Some(now.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))))
+            .map_err(|e| format!("for `{}`: {e} (write e.g. 2h, 1d)", quoted(d))),
         (None, Some(t)) => {
+            let t_ = quoted(t);
             let at = humantime::parse_rfc3339_weak(t)
-                .map_err(|e| format!("until `{t}`: {e} (write e.g. 2026-12-24T18:00:00Z)"))?;
+                .map_err(|e| format!("until `{t_}`: {e} (write e.g. 2026-12-24T18:00:00Z)"))?;
             let ms = at
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_err(|_| format!("until `{t}` is before 1970"))?
+                .map_err(|_| format!("until `{t_}` is before 1970"))?
                 .as_millis() as Millis;
             if ms <= now {
-                return Err(format!("until `{t}` is in the past ({})", rfc3339(now)));
+                return Err(format!("until `{t_}` is in the past ({})", rfc3339(now)));
             }
             Ok(Some(ms))
         }
         (None, None) => Ok(None),
+    }
+}
+
+/// A person's word, shown between backticks in an answer: at most 40
+/// characters, with no backtick or control character to end the quote early
+/// (and let a mention after it ping).
+fn quoted(word: &str) -> String {
+    let kept: String = word
+        .chars()
+        .filter(|c| *c != '`' && !c.is_control())
+        .take(41)
+        .collect();
+    match kept.chars().count() > 40 {
+        true => kept.chars().take(39).chain(['…']).collect(),
+        false => kept,
     }
 }
 
@@ -214,5 +230,18 @@ mod tests {
         for bad in ["", "ns/Prod", "nonsense", "a/b/c"] {
             assert!(bad.parse::<FreezeScope>().is_err(), "{bad:?}");
         }
+    }
+
+    /// A time gatebot cannot read is quoted back without what would end the
+    /// quote (a backtick, so a mention after it would ping), and briefly; a
+    /// while past the store's last millisecond ends there.
+    #[test]
+    fn an_unreadable_time_is_quoted_back_safely() {
+        let why = end_of(0, Some("2h`@acme/sre"), None).unwrap_err();
+        assert!(why.starts_with("for `2h@acme/sre`: "), "{why}");
+        let long = "x".repeat(5000);
+        let why = end_of(0, None, Some(&long)).unwrap_err();
+        assert!(why.len() < 200, "{why}");
+        assert_eq!(end_of(i64::MAX - 5, Some("1h"), None), Ok(Some(i64::MAX)));
     }
 }

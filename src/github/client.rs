@@ -88,9 +88,10 @@ impl std::fmt::Display for ApiError {
 /// Reads Retry-After and GitHub's rate-limit headers. Returns (rate limited, wait).
 pub fn rate_limit(status: u16, headers: &HeaderMap, body: &str) -> (bool, Option<Duration>) {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    // Within the hour, whatever the server says (`Retry-After: 10000000000`).
     let retry_after = header("retry-after")
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs);
+        .map(|s| Duration::from_secs(s.min(3600)));
     let exhausted = header("x-ratelimit-remaining").map(str::trim) == Some("0");
     let reset = header("x-ratelimit-reset")
         .and_then(|v| v.trim().parse::<u64>().ok())
@@ -892,6 +893,26 @@ mod tests {
         );
         assert!(!limited, "a plain 403 is a permission problem");
         assert!(rate_limit(429, &HeaderMap::new(), "").0);
+    }
+
+    /// A server's word on when to come back is kept to the hour, on a 5xx
+    /// as on a rate limit: a `Retry-After` of years parks nothing for years.
+    #[test]
+    fn a_retry_after_of_years_waits_an_hour() {
+        let years = headers(&[("retry-after", "10000000000")]);
+        assert_eq!(
+            rate_limit(503, &years, "").1,
+            Some(Duration::from_secs(3600))
+        );
+        assert_eq!(
+            rate_limit(429, &years, "").1,
+            Some(Duration::from_secs(3600))
+        );
+        let most = headers(&[("retry-after", "18446744073709551615")]);
+        assert_eq!(
+            rate_limit(503, &most, "").1,
+            Some(Duration::from_secs(3600))
+        );
     }
 
     #[test]

@@ -21,9 +21,35 @@ use crate::gate::freeze::FreezeScope;
 use crate::gate::{Actor, DeliveryId, PrNumber, RepoName, Source};
 use crate::notify::SendError;
 
+/// The most command lines one comment runs: a reply that says what came of
+/// each stays well within GitHub's 65,536 characters.
+pub(super) const MAX_LINES: usize = 20;
+
 impl GithubInbox {
+    /// What a comment's command lines come to, the first [`MAX_LINES`] of
+    /// them, before anything is written.
+    pub(super) async fn steps(
+        &self,
+        parsed: Vec<Parsed>,
+        e: &IssueCommentEvent,
+        repo: &RepoName,
+        stale: &Stale,
+        delivery: &DeliveryId,
+    ) -> Result<Vec<Step>, SendError> {
+        let subject = Subject::pr(repo.clone(), PrNumber(e.issue.number));
+        let skipped = parsed.len().saturating_sub(MAX_LINES);
+        let mut steps = Vec::new();
+        for p in parsed.into_iter().take(MAX_LINES) {
+            steps.push(self.step(p, e, repo, &subject, stale, delivery).await?);
+        }
+        if skipped > 0 {
+            steps.push(Step::skipped(skipped));
+        }
+        Ok(steps)
+    }
+
     /// What one command-shaped line of a comment comes to, before anything is written.
-    pub(super) async fn step(
+    async fn step(
         &self,
         parsed: Parsed,
         e: &IssueCommentEvent,
@@ -188,8 +214,22 @@ impl Step {
         }
     }
 
+    /// A word that is no command, quoted back in at most 40 characters.
     pub(super) fn unknown(word: String) -> Self {
+        let word = match word.chars().count() > 40 {
+            true => word.chars().take(39).chain(['…']).collect(),
+            false => word,
+        };
         Self::counted("unknown", "unknown", Some(Told::Unknown { word }))
+    }
+
+    /// Lines past the most a comment runs: answered, not run.
+    pub(super) fn skipped(lines: usize) -> Self {
+        let told = Told::Skipped {
+            lines,
+            most: MAX_LINES,
+        };
+        Self::counted("skipped", "refused", Some(told))
     }
 
     pub(super) fn answer(job: GithubJob, purpose: &'static str) -> Self {

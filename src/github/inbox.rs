@@ -21,7 +21,6 @@ use super::sink::GithubJob;
 use super::{is_own_comment, pushes, quoted_command, SOURCE};
 use crate::command::{new_commands, parse_comment, Parsed};
 use crate::core::authors;
-use crate::core::commands::Subject;
 use crate::core::dispatch;
 use crate::core::intake::{self, Answer, Intake, Mark, Said};
 use crate::core::AppState;
@@ -276,14 +275,7 @@ impl GithubInbox {
         learned: Option<Learned>,
     ) -> Result<Settled, SendError> {
         let stale = self.stale(c).await?;
-        let subject = Subject::pr(c.repo.clone(), c.number);
-        let mut steps = Vec::new();
-        for p in parsed {
-            steps.push(
-                self.step(p, c.e, &c.repo, &subject, &stale, c.delivery)
-                    .await?,
-            );
-        }
+        let steps = self.steps(parsed, c.e, &c.repo, &stale, c.delivery).await?;
         let mut first = vec![c.react("eyes").once(c.once("eyes"))?];
         let mut asked = Vec::with_capacity(steps.len());
         for step in steps {

@@ -40,6 +40,14 @@ fn line(told: &Told) -> Option<Line> {
                 message: note.clone(),
             })
         }
+        Told::Skipped { lines, most } => {
+            return Some(Line {
+                command: None,
+                message: format!(
+                    "{lines} more command line(s) not run: a comment runs at most {most}"
+                ),
+            })
+        }
     };
     Some(Line {
         command: Some(format!("/{command}")),

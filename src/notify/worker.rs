@@ -14,6 +14,7 @@ use tracing::Instrument;
 use super::finish::Finisher;
 use super::{Handler, Lease, SendError, Settled};
 use crate::clock::SharedClock;
+use crate::gate::Millis;
 use crate::metrics::{JobLabels, Metrics};
 use crate::store::{QueueItem, QueueName, Store};
 
@@ -37,6 +38,15 @@ const CLAIM_AHEAD: usize = 4;
 /// for a passing reason (a held row lock, a lost connection): once the store
 /// recovers, an acknowledged `/hold` applies within this.
 const TRANSIENT_MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The longest an item waits for its next try, whatever the other side's
+/// `Retry-After` says: GitHub's rate limits reset within the hour.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// `delay` after `now`, in the store's milliseconds, never past its end.
+fn later(now: Millis, delay: Duration) -> Millis {
+    now.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX))
+}
 
 impl Default for WorkerSettings {
     fn default() -> Self {
@@ -301,7 +311,7 @@ impl Worker {
                 tracing::warn!(queue = self.label(), route = %item.route, topic = %item.topic,
                     waited_ms = now - item.created_at, retry_in = ?delay, error = %message,
                     "the store failed for now; will retry");
-                let next = now + delay.as_millis() as i64;
+                let next = later(now, delay);
                 let settled = self
                     .store
                     .retry(self.queue, &claim, next, &message, false)
@@ -315,10 +325,14 @@ impl Worker {
                     SendError::Retry { after, .. } => *after,
                     _ => None,
                 };
-                let delay = after.unwrap_or_else(|| self.backoff(item.attempts));
+                // The other side's word on when, but never parked for longer
+                // than a rate limit's hour.
+                let delay = after
+                    .unwrap_or_else(|| self.backoff(item.attempts))
+                    .min(MAX_RETRY_AFTER);
                 tracing::info!(queue = self.label(), route = %item.route, topic = %item.topic,
                     attempts = item.attempts, retry_in = ?delay, error = %e, "will retry");
-                let next = now + delay.as_millis() as i64;
+                let next = later(now, delay);
                 let settled = self
                     .store
                     .retry(self.queue, &claim, next, e.message(), true)
@@ -460,6 +474,15 @@ mod tests {
     const NOW: i64 = 1_000_000;
     const LEASE: Duration = Duration::from_secs(10);
 
+    /// A next try is never past the store's last millisecond, however long
+    /// the wait asked for.
+    #[test]
+    fn a_next_try_does_not_wrap() {
+        assert_eq!(later(NOW, Duration::from_millis(5)), NOW + 5);
+        assert_eq!(later(NOW, Duration::MAX), i64::MAX);
+        assert_eq!(later(i64::MAX - 1, Duration::from_secs(1)), i64::MAX);
+    }
+
     /// Runs every job in one lane; holds "first" until released.
     #[derive(Default)]
     struct Gated {
@@ -567,5 +590,55 @@ mod tests {
             ["first"],
             "the job whose lease was lost is left to its new owner"
         );
+    }
+
+    /// Answers every job "come back in three hundred years".
+    struct Later;
+
+    impl Handler for Later {
+        fn lane(&self, _item: &QueueItem) -> Option<String> {
+            None
+        }
+
+        fn handle<'a>(
+            &'a self,
+            _item: &'a QueueItem,
+            _lease: &'a Lease,
+        ) -> BoxFuture<'a, Result<Settled, SendError>> {
+            Box::pin(async {
+                Err(SendError::Retry {
+                    after: Some(Duration::from_secs(10_000_000_000)),
+                    message: "503".into(),
+                })
+            })
+        }
+    }
+
+    /// A job the other side asks to come back to in centuries is tried again
+    /// within the hour: parked for good, it would be neither sent nor given up.
+    #[tokio::test]
+    async fn a_retry_after_of_centuries_is_tried_again_within_the_hour() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}/gatebot.db", dir.path().display());
+        let store = Store::connect(&url).await.expect("store");
+        let mut tx = store.begin().await.unwrap();
+        assert!(Store::enqueue(&mut tx, &job("reply"), NOW).await.unwrap());
+        tx.commit().await.unwrap();
+        let worker = Arc::new(Worker {
+            queue: QueueName::Outbox,
+            store: store.clone(),
+            clock: ManualClock::new(NOW),
+            metrics: Arc::new(Metrics::new()),
+            handlers: HashMap::from([("test".to_string(), Arc::new(Later) as Arc<dyn Handler>)]),
+            settings: WorkerSettings::default(),
+            wake: Arc::new(Notify::new()),
+            owner: store.replica().to_string(),
+            idle: Idle::default(),
+            finisher: Finisher::default(),
+        });
+        worker.drain(&CancellationToken::new()).await.unwrap();
+        let jobs = store.jobs(None, 10).await.unwrap();
+        assert_eq!(jobs[0].state, "pending", "{jobs:?}");
+        assert_eq!(jobs[0].next_attempt_at, NOW + 3_600_000, "{jobs:?}");
     }
 }
