@@ -473,3 +473,28 @@ async fn dangerous_settings_are_warned_about_by_check_config_and_at_start() {
     );
     let _: Value = served.api("/api/v1/gates").await;
 }
+
+gatebot_testkit::on_both_stores!(a_reason_with_a_nul_byte_is_kept);
+
+/// A person's reason may hold any character, NUL among them, which
+/// PostgreSQL's text refuses: the command still applies on both stores, with
+/// the character kept as U+FFFD, rather than failing until given up.
+async fn a_reason_with_a_nul_byte_is_kept(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let mut config = db.config();
+    config.admin_token = Some(ADMIN_TOKEN.to_string().into());
+    let server = gatebot_testkit::harness::TestServer::start(config, Default::default()).await;
+    let r = client()
+        .post(server.at("/api/v1/gates/open"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"gate": "/gates/promote/acme/shop/pr/7", "reason": "incident\u{0}ongoing"}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    assert_eq!(status, 200, "{text}");
+    let audit = server.api("/api/v1/audit").await;
+    let reason = &audit["audit"][0]["reason"];
+    assert_eq!(reason, "incident\u{FFFD}ongoing", "{audit}");
+}

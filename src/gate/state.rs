@@ -471,9 +471,14 @@ fn reason_suffix(reason: &Option<String>) -> String {
     }
 }
 
-/// Reasons end up in HTTP bodies and log lines: keep them on one line.
+/// Reasons end up in HTTP bodies and log lines: `s` on one line, its runs of
+/// white space one space each, and any NUL (which PostgreSQL's text cannot
+/// hold, so a command carrying one could never be written) shown as U+FFFD.
 pub fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+    s.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('\0', "\u{FFFD}")
 }
 
 pub fn rfc3339(ms: Millis) -> String {
