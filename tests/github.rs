@@ -1052,6 +1052,47 @@ async fn a_flood_of_lines_is_answered_briefly_and_the_real_refusal_is_kept() {
     );
 }
 
+/// GitHub refusing to say what a person may do (a plain 403: gatebot's token
+/// cannot read the repository's collaborators) refuses the command with a
+/// reply that says so, a 😕 and an audit entry, instead of dropping the
+/// comment unanswered.
+#[tokio::test]
+async fn a_permission_github_will_not_tell_refuses_and_says_so() {
+    let env = setup(Backend::Sqlite).await;
+    let (server, github) = (&env.server, &env.github);
+    github.refuse_permission("olga");
+    deliver(
+        server,
+        "issue_comment",
+        &comment(46, 4601, "olga", "/hold db migration"),
+    )
+    .await;
+    server.drained().await;
+    let replies = github.replies(46);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert!(
+        replies[0]
+            .body
+            .contains("GitHub would not tell gatebot who may act on acme/shop"),
+        "{}",
+        replies[0].body
+    );
+    assert!(
+        !replies[0].body.contains("Resource not accessible"),
+        "GitHub's words stay in the log: {}",
+        replies[0].body
+    );
+    assert_eq!(
+        github.reactions_on(4601),
+        vec!["eyes".to_string(), "confused".to_string()]
+    );
+    let entries = audit(server, "/gates/promote/acme/shop/pr/46").await;
+    assert!(
+        entries.iter().any(|e| e["action"] == "refuse"),
+        "{entries:?}"
+    );
+}
+
 /// The real binary, killed right after it acknowledged a delivery, applies the
 /// command once restarted on the same database.
 #[tokio::test]

@@ -211,11 +211,35 @@ impl Authorizer for CommentAuthorizer<'_> {
             if let Some(why) = self.stale(rule, keys) {
                 return Ok(Err(why));
             }
-            match rule {
+            let answer = match rule {
                 Rule::Verb(verb) => access.authorize(verb, repo, user, self.pr_author).await,
                 _ => access.authorize_force(repo, user, self.pr_author).await,
-            }
+            };
+            refused_when_unanswerable(answer, repo)
         })
+    }
+}
+
+/// A question GitHub will never answer (a plain 403 for the permission:
+/// gatebot's token may not read the repository's collaborators) refuses the
+/// command and says why, rather than dropping the comment unanswered; one it
+/// may answer later is asked again. GitHub's own words go to the log only.
+fn refused_when_unanswerable(
+    answer: Result<Result<(), String>, CommandError>,
+    repo: &RepoName,
+) -> Result<Result<(), String>, CommandError> {
+    match answer {
+        Err(CommandError::Unanswered {
+            message,
+            lasting: true,
+            ..
+        }) => {
+            tracing::warn!(%repo, error = %message, "GitHub refused to say who may run a command");
+            Ok(Err(format!(
+                "GitHub would not tell gatebot who may act on {repo}: its token may lack access to the repository's collaborators or teams (an admin can see why in gatebot's log)"
+            )))
+        }
+        other => other,
     }
 }
 

@@ -163,6 +163,9 @@ pub struct Inner {
     permissions: Mutex<HashMap<String, (String, String)>>,
     /// login (lowercase) → how long its permission lookup takes to answer.
     permission_delays: Mutex<HashMap<String, std::time::Duration>>,
+    /// logins (lowercase) whose permission lookup is refused 403, as GitHub
+    /// refuses a token that may not read the repository's collaborators.
+    permission_refused: Mutex<std::collections::HashSet<String>>,
     teams: Mutex<HashSet<(String, String)>>,
     /// PR number → merged
     pulls: Mutex<HashMap<u64, bool>>,
@@ -468,6 +471,16 @@ impl FakeGithub {
             .insert(login.to_ascii_lowercase(), delay);
     }
 
+    /// From now on `login`'s permission lookup is answered 403 "Resource not
+    /// accessible by integration" (an App without the Metadata permission).
+    pub fn refuse_permission(&self, login: &str) {
+        self.inner
+            .permission_refused
+            .lock()
+            .unwrap()
+            .insert(login.to_ascii_lowercase());
+    }
+
     /// From now on every call with `token` is answered 401 Bad credentials.
     pub fn refuse_token(&self, token: &str) {
         self.inner
@@ -755,6 +768,19 @@ async fn permission(
         .copied();
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
+    }
+    let refused = inner
+        .permission_refused
+        .lock()
+        .unwrap()
+        .contains(&user.to_ascii_lowercase());
+    if refused {
+        let body = json!({
+            "message": "Resource not accessible by integration",
+            "documentation_url": "https://docs.github.com/rest/collaborators/collaborators#get-repository-permissions-for-a-user",
+            "status": "403"
+        });
+        return (StatusCode::FORBIDDEN, Json(body)).into_response();
     }
     let Some((permission, role)) = inner
         .permissions
