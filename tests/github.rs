@@ -134,6 +134,9 @@ async fn canary(server: &TestServer, pr: u64) -> FlaggerSim {
 }
 
 gatebot_testkit::on_both_stores!(
+    a_reply_is_stored_as_what_was_decided_and_worded_when_sent,
+    a_flood_of_lines_is_answered_briefly_and_the_real_refusal_is_kept,
+    a_permission_github_will_not_tell_refuses_and_says_so,
     writer_promotes_and_flagger_promotes,
     refusals_change_nothing_and_say_why,
     redelivery_applies_once,
@@ -973,9 +976,8 @@ async fn reply_posted_by_an_attempt_that_never_heard_back_is_not_posted_again() 
 /// command's own transaction, and worded by the GitHub sender when it posts
 /// it: the stored job holds no rendered text, so nothing between the
 /// decision and its commit runs the channel's code.
-#[tokio::test]
-async fn a_reply_is_stored_as_what_was_decided_and_worded_when_sent() {
-    let env = setup(Backend::Sqlite).await;
+async fn a_reply_is_stored_as_what_was_decided_and_worded_when_sent(backend: Backend) {
+    let env = setup(backend).await;
     let (server, github) = (&env.server, &env.github);
     deliver(
         server,
@@ -1027,9 +1029,8 @@ async fn a_reply_is_stored_as_what_was_decided_and_worded_when_sent() {
 /// answered in a reply GitHub accepts (under its 65,536 characters) that
 /// still says what came of the real command: at most twenty lines run, the
 /// rest are counted and named, and a word is quoted back briefly.
-#[tokio::test]
-async fn a_flood_of_lines_is_answered_briefly_and_the_real_refusal_is_kept() {
-    let env = setup(Backend::Sqlite).await;
+async fn a_flood_of_lines_is_answered_briefly_and_the_real_refusal_is_kept(backend: Backend) {
+    let env = setup(backend).await;
     let (server, github) = (&env.server, &env.github);
     let long = format!("/{}", "a".repeat(70_000));
     let flood = ["/x"; 3000].join("\n");
@@ -1056,9 +1057,8 @@ async fn a_flood_of_lines_is_answered_briefly_and_the_real_refusal_is_kept() {
 /// cannot read the repository's collaborators) refuses the command with a
 /// reply that says so, a 😕 and an audit entry, instead of dropping the
 /// comment unanswered.
-#[tokio::test]
-async fn a_permission_github_will_not_tell_refuses_and_says_so() {
-    let env = setup(Backend::Sqlite).await;
+async fn a_permission_github_will_not_tell_refuses_and_says_so(backend: Backend) {
+    let env = setup(backend).await;
     let (server, github) = (&env.server, &env.github);
     github.refuse_permission("olga");
     deliver(
