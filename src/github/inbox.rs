@@ -331,6 +331,7 @@ impl Comment<'_> {
             number: self.number,
             author: self.e.comment.user.login.clone(),
             installation: self.installation(),
+            lead: None,
             lines: Vec::new(),
         }
     }

@@ -8,14 +8,14 @@
 use super::access::{CommentAuthorizer, Stale};
 use super::events::PullRequestReviewEvent;
 use super::inbox::GithubInbox;
-use super::reply::{self, Line};
+use super::reply::Line;
 use super::retry;
 use super::sink::GithubJob;
 use super::SOURCE;
 use crate::command::Command;
 use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Request};
-use crate::core::intake::{self, Said, Told};
+use crate::core::intake::{self, Answer, Asked, Said};
 use crate::core::withdraw::Withdrawn;
 use crate::core::Provenance;
 use crate::gate::{Actor, DeliveryId, GateKey, GateKind, PrNumber, RepoName, Scope, Source};
@@ -158,24 +158,32 @@ impl GithubInbox {
             subject: Subject::pr(r.repo.clone(), r.number),
             who,
         };
-        let say = |outcome, _| {
-            let told = [Told::of(&request.command, outcome)];
-            let lines = reply::lines(&told);
-            if lines.is_empty() {
-                return Ok((Said::default(), ()));
-            }
-            let lead = Line {
-                command: None,
-                message: format!(
-                    "your approving review of `{}` counts as `/promote` here:",
-                    short(reviewed)
-                ),
-            };
-            let lines = std::iter::once(lead).chain(lines).collect();
-            Ok((Said::jobs(vec![r.reply(self, lines)?]), ()))
+        // A reply only when the review did more than open the gate, led by
+        // what the review counted as; worded when sent.
+        let reply = GithubJob::Reply {
+            repo: r.repo.clone(),
+            number: r.number,
+            author: r.reviewer().to_string(),
+            installation: r.e.installation.as_ref().map(|i| i.id),
+            lead: Some(format!(
+                "your approving review of `{}` counts as `/promote` here:",
+                short(reviewed)
+            )),
+            lines: Vec::new(),
+        };
+        let answer = Answer {
+            first: Vec::new(),
+            reply: reply.once(r.delivery.once_key(SOURCE, "review-reply"))?,
+            applied: None,
+            refused: None,
+            received: None,
         };
         let authorized = dispatch::authorize(engine, &request, &authorizer).await?;
-        intake::take(engine, SOURCE, &request, authorized, Some(lease), say).await?;
+        let asked = vec![Asked::Command {
+            request: Box::new(request),
+            authorized,
+        }];
+        intake::take_told(engine, SOURCE, asked, Some(lease), answer, Vec::new()).await?;
         Ok(Settled::Done)
     }
 

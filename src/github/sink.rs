@@ -69,6 +69,9 @@ pub enum GithubJob {
         author: String,
         #[serde(default)]
         installation: Option<u64>,
+        /// A first line before the lines (what a review counted as).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lead: Option<String>,
         lines: Vec<Told>,
     },
     Status {
@@ -362,9 +365,15 @@ impl GithubSink {
                 number,
                 author,
                 installation,
+                lead,
                 lines,
             } => {
-                let body = reply::render(&self.templates, &author, reply::lines(&lines))?;
+                let lead = lead.map(|message| reply::Line {
+                    command: None,
+                    message,
+                });
+                let lines = lead.into_iter().chain(reply::lines(&lines)).collect();
+                let body = reply::render(&self.templates, &author, lines)?;
                 self.comment(&repo, number, &body, installation, item).await
             }
             GithubJob::Status { repo, number } => self.status(&repo, number, &item.id).await,
