@@ -182,7 +182,7 @@ where
     Ok(answer)
 }
 
-/// Decides a delivery's lines and queues `answer` with what came of them
+/// Decides a delivery's lines and queues `replies` with what came of them
 /// ([`Told`]), writes `marks` and settles `receipt`, all in one unit: the
 /// channel made everything it writes before, and words the answer when its
 /// sink sends it.
@@ -191,7 +191,7 @@ pub async fn take_told<D>(
     source: &'static str,
     asked: Vec<Asked<D>>,
     receipt: Option<&Lease>,
-    answer: Answer<'_>,
+    replies: Replies<'_>,
     marks: Vec<Mark>,
 ) -> Result<(), SendError>
 where
@@ -221,7 +221,7 @@ where
                 _ => told,
             })
             .collect();
-        let jobs = answer
+        let jobs = replies
             .jobs(told, now)
             .map_err(|e| SendError::Permanent(format!("cannot write the answer: {e}")))?;
         Ok((Said { jobs, marks }, ()))
@@ -443,11 +443,12 @@ impl Told {
 /// unit opens: the jobs always queued, the one whose payload's `lines` the
 /// core fills with the [`Told`]s (when any of them shows), and those queued
 /// when a line was done or refused.
-pub struct Answer<'a> {
+pub struct Replies<'a> {
     /// Queued first, whatever the lines came to (a 👀, a `/help`'s answer).
     pub first: Vec<NewJob>,
-    /// The reply: a job whose payload is a JSON object with a `lines` array.
-    pub reply: NewJob,
+    /// The reply, if the channel writes one: a job whose payload is a JSON
+    /// object with a `lines` array.
+    pub reply: Option<NewJob>,
     /// Queued when a line was done (a 🚀).
     pub applied: Option<NewJob>,
     /// Queued when a line was refused (a 😕).
@@ -456,7 +457,7 @@ pub struct Answer<'a> {
     pub received: Option<&'a QueueItem>,
 }
 
-impl Answer<'_> {
+impl Replies<'_> {
     /// The jobs `told`, decided at `now`, comes to, in the order queued.
     pub(super) fn jobs(self, mut told: Vec<Told>, now: Millis) -> serde_json::Result<Vec<NewJob>> {
         let applied = told.iter().any(Told::applied);
@@ -466,8 +467,8 @@ impl Answer<'_> {
             told.extend(late.map(|note| Told::Late { note }));
         }
         let mut jobs = self.first;
-        if told.iter().any(Told::shows) {
-            jobs.push(with_lines(self.reply, &told)?);
+        if let Some(reply) = self.reply.filter(|_| told.iter().any(Told::shows)) {
+            jobs.push(with_lines(reply, &told)?);
         }
         jobs.extend(self.applied.filter(|_| applied));
         jobs.extend(self.refused.filter(|_| refused));
@@ -522,10 +523,10 @@ mod tests {
         }
     }
 
-    fn answer(first: &str) -> Answer<'static> {
-        Answer {
+    fn answer(first: &str) -> Replies<'static> {
+        Replies {
             first: vec![job(first)],
-            reply: job(r#"{"type":"reply","lines":[]}"#),
+            reply: Some(job(r#"{"type":"reply","lines":[]}"#)),
             applied: Some(job("rocket")),
             refused: Some(job("confused")),
             received: None,
@@ -587,7 +588,7 @@ mod tests {
     #[test]
     fn a_reply_that_is_not_an_object_is_an_error_not_an_empty_job() {
         let mut a = answer("eyes");
-        a.reply = job("[]");
+        a.reply = Some(job("[]"));
         let unknown = Told::Unknown { word: "x".into() };
         assert!(a.jobs(vec![unknown], 0).is_err());
     }

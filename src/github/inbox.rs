@@ -22,7 +22,7 @@ use super::{is_own_comment, pushes, quoted_command, SOURCE};
 use crate::command::{new_commands, parse_comment, Parsed};
 use crate::core::authors;
 use crate::core::dispatch;
-use crate::core::intake::{self, Answer, Intake, Mark, Said};
+use crate::core::intake::{self, Intake, Mark, Replies, Said};
 use crate::core::AppState;
 use crate::gate::{DeliveryId, PrNumber, RepoName};
 use crate::notify::{BoxFuture, Lease, SendError, Settled};
@@ -284,16 +284,16 @@ impl GithubInbox {
             }
             asked.push(step.asked);
         }
-        let answer = Answer {
+        let replies = Replies {
             first,
-            reply: c.reply().once(c.once("reply"))?,
+            reply: Some(c.reply().once(c.once("reply"))?),
             applied: Some(c.react("rocket").once(c.once("rocket"))?),
             refused: Some(c.react("confused").once(c.once("confused"))?),
             received: Some(item),
         };
         let marks = learned.map(Learned::mark).into_iter().collect();
         let engine = &self.state.engine;
-        intake::take_told(engine, SOURCE, asked, Some(lease), answer, marks).await?;
+        intake::take_told(engine, SOURCE, asked, Some(lease), replies, marks).await?;
         Ok(Settled::Done)
     }
 }

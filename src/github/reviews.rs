@@ -15,7 +15,7 @@ use super::SOURCE;
 use crate::command::Command;
 use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Request};
-use crate::core::intake::{self, Answer, Asked, Said};
+use crate::core::intake::{self, Asked, Replies, Said};
 use crate::core::withdraw::Withdrawn;
 use crate::core::Provenance;
 use crate::gate::{Actor, DeliveryId, GateKey, GateKind, PrNumber, RepoName, Scope, Source};
@@ -171,9 +171,9 @@ impl GithubInbox {
             )),
             lines: Vec::new(),
         };
-        let answer = Answer {
+        let replies = Replies {
             first: Vec::new(),
-            reply: reply.once(r.delivery.once_key(SOURCE, "review-reply"))?,
+            reply: Some(reply.once(r.delivery.once_key(SOURCE, "review-reply"))?),
             applied: None,
             refused: None,
             received: None,
@@ -183,7 +183,7 @@ impl GithubInbox {
             request: Box::new(request),
             authorized,
         }];
-        intake::take_told(engine, SOURCE, asked, Some(lease), answer, Vec::new()).await?;
+        intake::take_told(engine, SOURCE, asked, Some(lease), replies, Vec::new()).await?;
         Ok(Settled::Done)
     }
 
