@@ -197,33 +197,27 @@ pub async fn take_told<D>(
 where
     D: fmt::Display,
 {
-    let told_first: Vec<Option<Told>> = asked
+    // A command's line tells its outcome; any other line, what the channel said of it.
+    let lines: Vec<Result<Command, Option<Told>>> = asked
         .iter()
         .map(|line| match line {
-            Asked::Counted { told, .. } => told.clone(),
-            Asked::Command { .. } => None,
-        })
-        .collect();
-    let commands: Vec<Option<Command>> = asked
-        .iter()
-        .map(|line| match line {
-            Asked::Command { request, .. } => Some(request.command.clone()),
-            Asked::Counted { .. } => None,
+            Asked::Command { request, .. } => Ok(request.command.clone()),
+            Asked::Counted { told, .. } => Err(told.clone()),
         })
         .collect();
     let say = |outcomes: Vec<Option<Outcome<D>>>, now| {
-        let told = told_first
+        let told = lines
             .into_iter()
-            .zip(commands)
             .zip(outcomes)
-            .filter_map(|((told, command), outcome)| match (command, outcome) {
-                (Some(command), Some(outcome)) => Some(Told::of(&command, outcome)),
-                _ => told,
+            .filter_map(|(line, outcome)| match (line, outcome) {
+                (Ok(command), Some(outcome)) => Some(Told::of(&command, outcome)),
+                (Ok(_), None) => None,
+                (Err(told), _) => told,
             })
             .collect();
         let jobs = replies
             .jobs(told, now)
-            .map_err(|e| SendError::Permanent(format!("cannot write the answer: {e}")))?;
+            .map_err(|e| SendError::Permanent(format!("cannot write the reply: {e}")))?;
         Ok((Said { jobs, marks }, ()))
     };
     take_all(engine, source, asked, receipt, say).await
