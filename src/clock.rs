@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::gate::Millis;
+use crate::gate::{millis, Millis};
 
 pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> Millis;
@@ -109,7 +109,7 @@ impl CorrectedClock {
     /// `offset_ms` ahead of the local wall clock.
     pub fn set_reading(&self, offset_ms: Millis, db_ms: Millis, at: Instant) {
         self.offset_ms.store(offset_ms, Ordering::SeqCst);
-        let steady = millis_of(at.saturating_duration_since(self.started));
+        let steady = millis(at.saturating_duration_since(self.started));
         self.steady_offset_ms
             .store(db_ms.saturating_sub(steady), Ordering::SeqCst);
     }
@@ -117,7 +117,7 @@ impl CorrectedClock {
     /// Why this replica's clock is a problem: an offset beyond [`OFFSET_LIMIT`].
     pub fn skew_problem(&self) -> Option<String> {
         let offset = self.offset_ms();
-        let limit = millis_of(OFFSET_LIMIT);
+        let limit = millis(OFFSET_LIMIT);
         (offset.abs() > limit).then(|| {
             let way = if offset > 0 { "behind" } else { "ahead of" };
             format!(
@@ -134,7 +134,7 @@ impl Clock for CorrectedClock {
     fn now_ms(&self) -> Millis {
         match self.steady_offset_ms.load(Ordering::Relaxed) {
             UNMEASURED => self.local.now_ms().saturating_add(self.offset_ms()),
-            steady => millis_of(self.started.elapsed()).saturating_add(steady),
+            steady => millis(self.started.elapsed()).saturating_add(steady),
         }
     }
 }
@@ -190,12 +190,8 @@ pub fn parse_offset(text: &str) -> Result<Millis, String> {
         None => (1, text.strip_prefix('+').unwrap_or(text)),
     };
     humantime::parse_duration(magnitude.trim())
-        .map(|d| sign * millis_of(d))
+        .map(|d| sign * millis(d))
         .map_err(|e| format!("{text:?} is not an offset such as -90s: {e}"))
-}
-
-fn millis_of(d: std::time::Duration) -> Millis {
-    Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
 }
 
 #[cfg(test)]

@@ -324,10 +324,6 @@ struct Unencodable {
 }
 
 impl Handler for Unencodable {
-    fn lane(&self, _item: &QueueItem) -> Option<String> {
-        None
-    }
-
     fn handle<'a>(
         &'a self,
         item: &'a QueueItem,

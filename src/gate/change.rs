@@ -11,6 +11,11 @@ use super::key::CanaryRef;
 /// Unix time in milliseconds.
 pub type Millis = i64;
 
+/// `d` in milliseconds, the longest a `Millis` holds when it is longer.
+pub fn millis(d: std::time::Duration) -> Millis {
+    Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
+}
+
 /// Where a person (or gatebot) acted from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

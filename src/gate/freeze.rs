@@ -119,7 +119,7 @@ pub fn end_of(
     match (for_, until) {
         (Some(_), Some(_)) => Err("give `for` or `until`, not both".into()),
         (Some(d), None) => humantime::parse_duration(d)
-            .map(|d| Some(now.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))))
+            .map(|d| Some(now.saturating_add(super::millis(d))))
             .map_err(|e| format!("for `{}`: {e} (write e.g. 2h, 1d)", quoted(d))),
         (None, Some(t)) => {
             let t_ = quoted(t);

@@ -21,7 +21,7 @@ pub mod tokens;
 pub mod window;
 
 pub use audit::{AuditAction, DeliveryId};
-pub use change::{Actor, Approval, Change, Check, Millis, Source};
+pub use change::{millis, Actor, Approval, Change, Check, Millis, Source};
 pub use cluster::{ClusterName, FlaggerTokens};
 pub use key::{
     CanaryRef, GateKey, GateKind, GateName, KeyError, Namespace, PrNumber, RepoName, Scope,

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::change::Millis;
+use super::change::{millis, Millis};
 use super::deadline::{deadline_for, deadline_without_canary, Deadline, DeadlineRule};
 use super::key::{CanaryRef, GateKind, Scope};
 
@@ -84,10 +84,6 @@ impl WaitTimers {
         let point = self.reminders.get(sent)?;
         Some(started_at.saturating_add(millis(*point)))
     }
-}
-
-fn millis(d: Duration) -> Millis {
-    Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use crate::clock::SharedClock;
 use crate::config::{GithubConfig, Permission};
 use crate::gate::{Millis, PrNumber, RepoName};
 use crate::metrics::OutboundCalls;
-use crate::notify::SendError;
+use crate::notify::{SendError, MAX_RETRY_AFTER};
 use crate::outbound;
 
 /// The longest one GitHub call may take.
@@ -91,7 +91,7 @@ pub fn rate_limit(status: u16, headers: &HeaderMap, body: &str) -> (bool, Option
     // Within the hour, whatever the server says (`Retry-After: 10000000000`).
     let retry_after = header("retry-after")
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(|s| Duration::from_secs(s.min(3600)));
+        .map(|s| Duration::from_secs(s).min(MAX_RETRY_AFTER));
     let exhausted = header("x-ratelimit-remaining").map(str::trim) == Some("0");
     let reset = header("x-ratelimit-reset")
         .and_then(|v| v.trim().parse::<u64>().ok())
@@ -112,7 +112,7 @@ pub fn rate_limit(status: u16, headers: &HeaderMap, body: &str) -> (bool, Option
         .or(if exhausted { reset } else { None })
         // Secondary limits without a header: GitHub asks for at least a minute.
         .or(Some(Duration::from_secs(60)))
-        .map(|d| d.min(Duration::from_secs(3600)));
+        .map(|d| d.min(MAX_RETRY_AFTER));
     (true, wait)
 }
 

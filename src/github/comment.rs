@@ -216,10 +216,7 @@ impl Step {
 
     /// A word that is no command, quoted back in at most 40 characters.
     pub(super) fn unknown(word: String) -> Self {
-        let word = match word.chars().count() > 40 {
-            true => word.chars().take(39).chain(['…']).collect(),
-            false => word,
-        };
+        let word = crate::templates::escape::cap(&word, 40);
         Self::counted("unknown", "unknown", Some(Told::Unknown { word }))
     }
 

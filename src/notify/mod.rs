@@ -22,7 +22,7 @@ use crate::store::{Claim, NewJob, QueueItem, QueueName, Store, StoreError};
 
 pub use channel::{Channel, Outbox};
 pub use late::late_note;
-pub use worker::{Drain, Worker, WorkerSettings};
+pub use worker::{Drain, Worker, WorkerSettings, MAX_RETRY_AFTER};
 
 /// Something people may want to hear about. Stored as the payload of jobs:
 /// keys and canaries are kept as their text, so payloads queued before these
@@ -328,7 +328,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait Handler: Send + Sync + 'static {
     /// Items of one lane run one at a time, in order; lanes run concurrently.
     /// None: the item needs no order with others.
-    fn lane(&self, item: &QueueItem) -> Option<String>;
+    fn lane(&self, _item: &QueueItem) -> Option<String> {
+        None
+    }
 
     /// Runs `item` under `lease`. A handler that settles the item in the
     /// transaction of its effects (`Store::finish_in` with this lease), so

@@ -14,7 +14,7 @@ use tracing::Instrument;
 use super::finish::Finisher;
 use super::{Handler, Lease, SendError, Settled};
 use crate::clock::SharedClock;
-use crate::gate::Millis;
+use crate::gate::{millis, Millis};
 use crate::metrics::{JobLabels, Metrics};
 use crate::store::{QueueItem, QueueName, Store};
 
@@ -41,11 +41,11 @@ const TRANSIENT_MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// The longest an item waits for its next try, whatever the other side's
 /// `Retry-After` says: GitHub's rate limits reset within the hour.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// `delay` after `now`, in the store's milliseconds, never past its end.
 fn later(now: Millis, delay: Duration) -> Millis {
-    now.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX))
+    now.saturating_add(millis(delay))
 }
 
 impl Default for WorkerSettings {
@@ -596,10 +596,6 @@ mod tests {
     struct Later;
 
     impl Handler for Later {
-        fn lane(&self, _item: &QueueItem) -> Option<String> {
-            None
-        }
-
         fn handle<'a>(
             &'a self,
             _item: &'a QueueItem,

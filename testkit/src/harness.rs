@@ -367,10 +367,6 @@ impl RecordingSink {
 }
 
 impl Handler for RecordingSink {
-    fn lane(&self, _item: &QueueItem) -> Option<String> {
-        None
-    }
-
     fn handle<'a>(
         &'a self,
         item: &'a QueueItem,
