@@ -82,6 +82,7 @@ impl Env {
             .server
             .state
             .engine
+            .deadlines()
             .enforce_deadlines()
             .await
             .expect("deadlines apply");
@@ -172,8 +173,8 @@ async fn waiting_for_promotion_past_the_deadline_rolls_back_at_the_next_tick(bac
     // Two passes at once (as two replicas would run them) act once.
     let state = &env.server.state;
     let (a, b) = tokio::join!(
-        state.engine.enforce_deadlines(),
-        state.engine.enforce_deadlines()
+        state.engine.deadlines().enforce_deadlines(),
+        state.engine.deadlines().enforce_deadlines()
     );
     assert_eq!(a.unwrap() + b.unwrap(), 1, "acted on once");
     assert_eq!(env.enforce().await, 0, "and never again");
@@ -494,7 +495,16 @@ async fn deadlines_and_reminders_are_kept_past_fifty_thousand_other_waits(backen
     flood(&env, 50_000).await;
     // What a restart does: the waits in progress get the policy's timers.
     let started = std::time::Instant::now();
-    assert_eq!(env.server.state.engine.schedule_waits().await.unwrap(), 0);
+    assert_eq!(
+        env.server
+            .state
+            .engine
+            .deadlines()
+            .schedule_waits()
+            .await
+            .unwrap(),
+        0
+    );
     eprintln!(
         "timers of 50,000 waits looked at in {:?}",
         started.elapsed()
@@ -505,7 +515,12 @@ async fn deadlines_and_reminders_are_kept_past_fifty_thousand_other_waits(backen
     env.clock.advance(30 * 60_000);
     let state = &env.server.state;
     assert_eq!(
-        state.engine.send_reminders(&state.policy).await.unwrap(),
+        state
+            .engine
+            .reminders()
+            .send_reminders(&state.policy)
+            .await
+            .unwrap(),
         1,
         "reminded"
     );

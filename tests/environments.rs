@@ -655,7 +655,14 @@ async fn a_deadline_rolls_back_in_its_own_cluster(backend: Backend) {
     let mut eu = env.waiting(PROD_EU, "rev-e1", COMMIT).await;
     env.clock.advance(2 * 60 * MINUTE + 1000);
     env.waiting(PROD_US, "rev-u1", COMMIT).await;
-    let acted = env.server.state.engine.enforce_deadlines().await.unwrap();
+    let acted = env
+        .server
+        .state
+        .engine
+        .deadlines()
+        .enforce_deadlines()
+        .await
+        .unwrap();
     env.server.drained().await;
     assert_eq!(acted, 1);
     assert_eq!(

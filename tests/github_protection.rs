@@ -214,9 +214,16 @@ async fn rejected_at_the_deadline(backend: Backend) {
     env.requested(7).await;
     let engine = &env.server.state.engine;
     env.clock.advance(2 * HOUR - 1000);
-    assert_eq!(engine.enforce_deadlines().await.unwrap(), 0, "not yet");
+    assert_eq!(
+        engine.deadlines().enforce_deadlines().await.unwrap(),
+        0,
+        "not yet"
+    );
     env.clock.advance(2000);
-    let (a, b) = tokio::join!(engine.enforce_deadlines(), engine.enforce_deadlines());
+    let (a, b) = tokio::join!(
+        engine.deadlines().enforce_deadlines(),
+        engine.deadlines().enforce_deadlines()
+    );
     assert_eq!(a.unwrap() + b.unwrap(), 1, "acted on once");
     let reviews = env.reviews(1).await;
     assert_eq!(reviews.len(), 1, "{reviews:#?}");
@@ -259,7 +266,13 @@ async fn a_second_request_waits_once_and_a_rerun_waits_again(backend: Backend) {
     env.server.drained().await;
     assert_eq!(env.audit("wait").await, 1, "still one wait");
     env.clock.advance(2 * HOUR + 1000);
-    env.server.state.engine.enforce_deadlines().await.unwrap();
+    env.server
+        .state
+        .engine
+        .deadlines()
+        .enforce_deadlines()
+        .await
+        .unwrap();
     assert_eq!(env.reviews(1).await[0].body["state"], "rejected");
 
     let mut rerun = env.request(7, None);

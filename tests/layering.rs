@@ -379,7 +379,9 @@ fn no_channel_opens_a_transaction() {
         "channels open transactions (hand the core what to write: core::intake::take):\n{}",
         broken.join("\n")
     );
-    assert!(opens_a_unit("let mut unit = engine.begin().await?;"));
+    assert!(opens_a_unit(
+        "let mut unit = engine.commands().begin().await?;"
+    ));
     assert!(opens_a_unit("    unit: &mut Unit<'_>,"));
     assert!(!opens_a_unit(
         "intake::take(engine, SOURCE, &request, authorized, None, say).await?;"
@@ -637,4 +639,72 @@ fn the_promote_trace_is_short_and_does_not_return_to_the_channel() {
         back.is_empty(),
         "back in the channel inside the unit: {back:?}"
     );
+}
+
+/// The parts a `parts!` table in `mod_rs` declares: (module, type, accessor).
+fn parts_of(mod_rs: &str) -> Vec<(String, String, String)> {
+    let text = std::fs::read_to_string(mod_rs).expect("read mod.rs");
+    let table = text
+        .split_once("parts! {\n")
+        .map(|(_, rest)| rest.split_once("\n}").map_or(rest, |(t, _)| t))
+        .unwrap_or_default();
+    table
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim().strip_suffix(';')?;
+            let (path, name) = l.split_once(" by ")?;
+            let (module, part) = path.split_once("::")?;
+            Some((module.into(), part.into(), name.into()))
+        })
+        .collect()
+}
+
+/// The files of `src/` with an `impl` block of `ty` (`impl Engine {`,
+/// `impl<'e> Checks<'e> {`), and how many blocks each has.
+fn impls_of(ty: &str) -> Vec<(String, usize)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let heads = [
+        format!("impl {ty} {{"),
+        format!("impl<'e> {ty}<'e> {{"),
+        format!("impl<'e> super::{ty}<'e> {{"),
+        format!("impl super::{ty} {{"),
+    ];
+    let mut found: Vec<(String, usize)> = files
+        .iter()
+        .filter_map(|f| {
+            let text = std::fs::read_to_string(f).expect("read source");
+            let n = text
+                .lines()
+                .filter(|l| heads.iter().any(|h| l.starts_with(h.as_str())))
+                .count();
+            let rel = f
+                .strip_prefix(&src)
+                .expect("under src")
+                .display()
+                .to_string();
+            (n > 0).then_some((rel, n))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Issue 43, point 3: the engine is read in one place. `Engine` keeps the
+/// state its parts share in `core/mod.rs`; each part (checks, commands,
+/// deadlines, reads, …) is its own type with one `impl` block in its own file.
+#[test]
+fn the_engine_and_each_of_its_parts_are_read_in_one_place() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let parts = parts_of(&format!("{root}/src/core/mod.rs"));
+    assert!(parts.len() >= 10, "parts! table not found: {parts:?}");
+    assert_eq!(impls_of("Engine"), [("core/mod.rs".to_string(), 1)]);
+    for (module, part, _) in &parts {
+        assert_eq!(
+            impls_of(part),
+            [(format!("core/{module}.rs"), 1)],
+            "{part} must be written in one block of core/{module}.rs"
+        );
+    }
 }

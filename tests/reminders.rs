@@ -60,6 +60,7 @@ impl Env {
         let state = &self.server.state;
         let n = state
             .engine
+            .reminders()
             .send_reminders(&state.policy)
             .await
             .expect("reminders go out");
@@ -125,8 +126,8 @@ async fn each_reminder_point_is_sent_once_until_the_wait_ends(backend: Backend) 
     // Two passes at once (as two replicas would run them) remind once.
     let state = &env.server.state;
     let (a, b) = tokio::join!(
-        state.engine.send_reminders(&state.policy),
-        state.engine.send_reminders(&state.policy)
+        state.engine.reminders().send_reminders(&state.policy),
+        state.engine.reminders().send_reminders(&state.policy)
     );
     assert_eq!(a.unwrap() + b.unwrap(), 1);
     env.server.drained().await;

@@ -55,8 +55,16 @@ impl Env {
     /// What housekeeping does every few seconds, now.
     async fn housekeeping(&self) {
         let engine = &self.chat.server.state.engine;
-        engine.flush_seen().await.expect("last-seen times written");
-        engine.end_silent_waits().await.expect("silent waits ended");
+        engine
+            .events()
+            .flush_seen()
+            .await
+            .expect("last-seen times written");
+        engine
+            .bounds()
+            .end_silent_waits()
+            .await
+            .expect("silent waits ended");
         self.chat.server.drained().await;
     }
 }
@@ -193,7 +201,7 @@ async fn a_flood_at_one_cluster_spends_only_its_own_budget() {
     let mut config = db.config();
     config.flagger_tokens = flagger_tokens(&[("a", "token-of-a"), ("b", "token-of-b")]).into();
     let server = TestServer::start(config, Default::default()).await;
-    server.state.engine.limit_budget(BUDGET as u32);
+    server.state.engine.budget().limit_budget(BUDGET as u32);
     let check = |token: &'static str, name: String| {
         let url = server.at(&format!("/gates/t/{token}/promote/acme/shop/pr/7"));
         async move {

@@ -29,7 +29,7 @@ pub async fn list(
     headers: HeaderMap,
 ) -> Result<Json<Value>, Reject> {
     reader(&state.config, &headers)?;
-    let freezes = views(&state.engine.freezes());
+    let freezes = views(&state.engine.freezes().in_force());
     answer_json(&FreezeList { freezes })
 }
 

@@ -103,7 +103,11 @@ pub async fn list(
             ))
         }
     };
-    let page = state.engine.page(q.cursor.as_deref(), limit).await?;
+    let page = state
+        .engine
+        .reads()
+        .page(q.cursor.as_deref(), limit)
+        .await?;
     answer_json(&GateList::from(page))
 }
 
@@ -126,7 +130,7 @@ pub async fn show(
             format!("the pipeline token reads only named gates (/gates/<kind>/named/<name>), and {key} is not one: read it with GATEBOT_ADMIN_TOKEN"),
         ));
     }
-    Ok(Json(state.engine.detail(&key).await?.into()))
+    Ok(Json(state.engine.reads().detail(&key).await?.into()))
 }
 
 #[derive(Debug, Deserialize)]

@@ -206,7 +206,7 @@ impl Gatebot {
     pub async fn stop(mut self) {
         self.shutdown.cancel();
         while self.tasks.join_next().await.is_some() {}
-        if let Err(e) = self.state.engine.flush_seen().await {
+        if let Err(e) = self.state.engine.events().flush_seen().await {
             tracing::warn!(error = %e, "could not write last-seen times");
         }
         if let Err(e) = self.state.store.leave().await {
@@ -387,6 +387,7 @@ impl Base {
         .context("cannot load gates from the store")?;
         // The policy may have changed since the waits in progress started.
         let rescheduled = engine
+            .deadlines()
             .schedule_waits()
             .await
             .context("cannot set the timers of the waits in progress")?;
@@ -409,6 +410,7 @@ impl Base {
         let lookups = self.canary_lookups.clone();
         if let Some(origins) = origin::origins(config, github, lookups).await? {
             engine
+                .origins()
                 .find_origins_with(origins)
                 .await
                 .context("cannot load the canaries' pull requests from the store")?;
@@ -426,7 +428,7 @@ impl Base {
         engine: &Engine,
     ) -> anyhow::Result<Arc<crate::web::Web>> {
         let (changes, _) = tokio::sync::broadcast::channel(1024);
-        engine.publish_to(changes.clone());
+        engine.watch().publish_to(changes.clone());
         let authority = github.map(|client| {
             Arc::new(web_access::GithubAuthority::new(
                 client,
@@ -462,7 +464,7 @@ impl Base {
         tasks.spawn(tasks::evidence(state.clone(), shutdown.clone()));
         // Canaries' PRs looked up in the background ([kubernetes] lookup).
         let (finder, stop) = (state.clone(), shutdown.clone());
-        tasks.spawn(async move { finder.engine.find_origins(stop).await });
+        tasks.spawn(async move { finder.engine.origins().find_origins(stop).await });
         Ok(drain)
     }
 }

@@ -44,9 +44,9 @@ pub fn app(state: AppState) -> Router {
         redeliveries: Redeliveries::default(),
         readers: WebhookReaders::default(),
     };
-    let changes = state.engine.changes().unwrap_or_else(|| {
+    let changes = state.engine.watch().changes().unwrap_or_else(|| {
         let (changes, _) = tokio::sync::broadcast::channel(1024);
-        state.engine.publish_to(changes.clone());
+        state.engine.watch().publish_to(changes.clone());
         changes
     });
     match crate::web::Web::new(&state.config, changes, None) {

@@ -134,7 +134,7 @@ pub(super) async fn follow_gates(state: AppState, shutdown: CancellationToken) {
     let url = state.config.database_url.clone();
     tokio::select! {
         () = shutdown.cancelled() => {}
-        () = state.engine.follow_gates(&url) => {}
+        () = state.engine.gate_cache().follow_gates(&url) => {}
     }
 }
 
@@ -148,31 +148,31 @@ pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if let Err(e) = state.engine.flush_seen().await {
+        if let Err(e) = state.engine.events().flush_seen().await {
             tracing::warn!(error = %e, "could not write last-seen times");
         }
-        if let Err(e) = state.engine.end_silent_waits().await {
+        if let Err(e) = state.engine.bounds().end_silent_waits().await {
             tracing::warn!(error = %e, "could not end the waits of canaries that stopped asking");
         }
-        if let Err(e) = state.engine.expire_due().await {
+        if let Err(e) = state.engine.commands().expire_due().await {
             tracing::warn!(error = %e, "could not expire approvals");
         }
-        match state.engine.enforce_deadlines().await {
+        match state.engine.deadlines().enforce_deadlines().await {
             Ok(acted) => {
                 state.metrics.deadlines_passed.inc_by(acted as u64);
             }
             Err(e) => tracing::warn!(error = %e, "could not apply wait deadlines"),
         }
-        if let Err(e) = state.engine.send_reminders(&state.policy).await {
+        if let Err(e) = state.engine.reminders().send_reminders(&state.policy).await {
             tracing::warn!(error = %e, "could not send reminders");
         }
         let retention = state.config.limits.named_gate_retention;
-        if let Err(e) = state.engine.prune_retired_named(retention).await {
+        if let Err(e) = state.engine.named().prune_retired(retention).await {
             tracing::warn!(error = %e, "could not prune retired named gates");
         }
         // Another replica may have frozen or lifted; SQLite has one writer.
         if state.store.backend() == crate::store::Backend::Postgres {
-            if let Err(e) = state.engine.reload_freezes().await {
+            if let Err(e) = state.engine.freezes().reload_freezes().await {
                 tracing::warn!(error = %e, "could not re-read freezes");
             }
         }
@@ -199,6 +199,7 @@ pub(super) async fn evidence(state: AppState, shutdown: CancellationToken) {
         }
         let pass = state
             .engine
+            .evidence()
             .refresh_evidence(&state.evidence, &mut refreshed);
         tokio::select! {
             () = shutdown.cancelled() => return,

@@ -6,12 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use super::deadlines::policy_actor;
 use super::unit::{audit_entry, Unit};
-use super::{CommandError, Engine, Provenance};
-use crate::gate::{Actor, AuditAction, Change, GateKey, GateStatus, Millis};
+use super::{CommandError, Provenance};
+use crate::gate::{Actor, AuditAction, Change, GateKey, GateStatus};
 use crate::notify::Notice;
-use crate::store::{ProtectionRequest, Store, StoreError, WaitRow};
+use crate::store::{ProtectionRequest, Store, StoreError};
 
 /// What starting an outside wait found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,52 +68,5 @@ impl Unit<'_> {
         self.record(audit_entry(key, AuditAction::Wait, &who, now), &[notice])
             .await?;
         Ok(Awaited::Waiting)
-    }
-}
-
-impl Engine {
-    /// Closes the outside waits whose deadline passed: each ended as
-    /// `deadline`, audited and told, once across replicas. How many.
-    pub(super) async fn enforce_announcement_deadlines(
-        &self,
-        now: Millis,
-    ) -> Result<usize, CommandError> {
-        let mut acted = 0;
-        for wait in self.store.due_announcements(now).await? {
-            acted += usize::from(self.announcement_due(&wait, now).await?);
-        }
-        Ok(acted)
-    }
-
-    async fn announcement_due(&self, wait: &WaitRow, now: Millis) -> Result<bool, CommandError> {
-        let mut unit = self.begin().await?;
-        if !Store::mark_deadline(unit.tx(), wait.id, now).await? {
-            unit.rollback().await;
-            return Ok(false);
-        }
-        let key = &wait.gate;
-        let after = wait.due_at.unwrap_or(now).saturating_sub(wait.started_at);
-        let waited = humantime::format_duration(std::time::Duration::from_secs(
-            u64::try_from(after / 1000).unwrap_or(0),
-        ));
-        let message =
-            format!("waited {waited} at {key} without a decision: the deadline closed the wait");
-        let who = Provenance::new(policy_actor()).reason(Some(message));
-        Store::end_announcement(unit.tx(), key, "deadline", now).await?;
-        let notice = Notice::WaitEnded {
-            wait_id: wait.id,
-            gate: key.clone(),
-            canary: None,
-            outcome: "deadline".into(),
-            at: now,
-        };
-        unit.record(
-            audit_entry(key, AuditAction::Deadline, &who, now),
-            &[notice],
-        )
-        .await?;
-        unit.commit().await?;
-        tracing::info!(gate = %key, "the deadline of a wait no canary made passed");
-        Ok(true)
     }
 }

@@ -37,11 +37,11 @@ pub const SILENT_AFTER: Millis = 30 * 60_000;
 /// A canary with a long interval may stay silent this many intervals.
 const SILENT_INTERVALS: u32 = 10;
 
-impl Engine {
+impl<'e> Bounds<'e> {
     /// Ends older made-up waits until one more fits at `key` and in all, in
     /// the check's transaction. The waits ended, for their notices.
     pub(super) async fn make_room(
-        &self,
+        self,
         tx: &mut WriteTx<'_>,
         key: &GateKey,
         now: Millis,
@@ -69,21 +69,23 @@ impl Engine {
                 }
             }
         }
-        self.count_refused("wait", key.cluster.as_ref(), ended.len());
+        self.engine
+            .budget()
+            .count_refused("wait", key.cluster.as_ref(), ended.len());
         Ok(ended)
     }
 
     /// Ends the waits whose canary stopped asking (see the module), told as
     /// any ending is. How many.
-    pub async fn end_silent_waits(&self) -> Result<usize, CommandError> {
-        let now = self.now();
+    pub async fn end_silent_waits(self) -> Result<usize, CommandError> {
+        let now = self.engine.now();
         let mut ended = 0;
-        for wait in self.store.silent_waits(now - SILENT_AFTER).await? {
+        for wait in self.engine.store.silent_waits(now - SILENT_AFTER).await? {
             let last = wait.last_seen.unwrap_or(wait.started_at);
             if now - last < silent_after(&wait.metadata) {
                 continue;
             }
-            let mut tx = self.store.begin().await?;
+            let mut tx = self.engine.store.begin().await?;
             if !Store::end_wait_by_id(&mut tx, &wait, "abandoned", now).await? {
                 tx.rollback().await;
                 continue;
@@ -92,12 +94,12 @@ impl Engine {
                 Store::forget_observation(&mut tx, &wait.gate, &wait.canary).await?;
             }
             let notice = ended_notice(&wait, "abandoned", now);
-            let queued = self.finish(&mut tx, &[], &[notice], now).await?;
-            let applying = self.applying.lock().await;
+            let queued = self.engine.finish(&mut tx, &[], &[notice], now).await?;
+            let applying = self.engine.applying.lock().await;
             tx.commit().await?;
             self.forget_wait(&wait);
             drop(applying);
-            self.after_commit(&[], queued);
+            self.engine.after_commit(&[], queued);
             tracing::info!(gate = %wait.gate, canary = %wait.canary, "wait abandoned: its canary stopped asking");
             ended += 1;
         }
@@ -105,8 +107,8 @@ impl Engine {
     }
 
     /// Memory after a bounded wait ended: a made-up canary's last check goes.
-    pub(super) fn forget_wait(&self, wait: &OpenWait) {
-        let mut memory = self.memory();
+    pub(super) fn forget_wait(self, wait: &OpenWait) {
+        let mut memory = self.engine.memory();
         match wait.vouched {
             true => memory.end_wait(&wait.gate, &wait.canary),
             false => memory.forget(&wait.gate, &wait.canary),

@@ -77,44 +77,36 @@ impl Budgets {
     }
 }
 
-impl super::Engine {
+impl<'e> super::Budget<'e> {
     /// Draws `n` side effects of kind `what` from `cluster`'s budget: how
     /// many may go. The rest are counted refused.
-    pub(crate) fn draw(
-        &self,
-        what: &'static str,
-        cluster: Option<&ClusterName>,
-        n: usize,
-    ) -> usize {
+    pub(crate) fn draw(self, what: &'static str, cluster: Option<&ClusterName>, n: usize) -> usize {
         let asked = u32::try_from(n).unwrap_or(u32::MAX);
-        let granted = self.budgets.draw(cluster, asked, self.now());
+        let granted = self.engine.budgets.draw(cluster, asked, self.engine.now());
         self.count_refused(what, cluster, (asked - granted) as usize);
         granted as usize
     }
 
     /// Lowers every cluster's budget to `per_minute` (tests: a flood past
     /// the real budget takes minutes to send).
-    pub fn limit_budget(&self, per_minute: u32) {
-        self.budgets
+    pub fn limit_budget(self, per_minute: u32) {
+        self.engine
+            .budgets
             .per_minute
             .store(per_minute, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether an unknown canary's Kubernetes lookup may go.
-    pub(crate) fn draw_lookup(&self, cluster: Option<&ClusterName>) -> bool {
+    pub(crate) fn draw_lookup(self, cluster: Option<&ClusterName>) -> bool {
         self.draw("lookup", cluster, 1) == 1
     }
 
     /// Counts `n` side effects of kind `what` refused at `cluster`.
-    pub(crate) fn count_refused(
-        &self,
-        what: &'static str,
-        cluster: Option<&ClusterName>,
-        n: usize,
-    ) {
+    pub(crate) fn count_refused(self, what: &'static str, cluster: Option<&ClusterName>, n: usize) {
         if n > 0 {
             let cluster = cluster.map_or_else(String::new, |c| c.as_str().to_string());
             let refused = self
+                .engine
                 .metrics
                 .budget_refused
                 .get_or_create(&BudgetLabels { what, cluster });

@@ -1,7 +1,8 @@
 //! What people do to gates, one change at a time: open, close, hold, unhold,
 //! refuse, and expiry. Each is one [`Unit`]; several changes that belong
-//! together (one command, one delivery) share one with [`Engine::begin`].
+//! together (one command, one delivery) share one with [`Commands::begin`].
 
+use super::unit::Unit;
 use super::*;
 
 /// How many times a change whose gate was locked is tried before it is
@@ -24,34 +25,50 @@ enum Act {
     Unhold,
 }
 
-impl Engine {
+impl<'e> Commands<'e> {
+    /// Starts a unit of work.
+    pub async fn begin(self) -> Result<Unit<'e>, StoreError> {
+        Unit::begin(self.engine).await
+    }
+
+    /// Queues jobs that no gate change carries (replies to a click or a command)
+    /// and wakes the outbox. Returns how many were queued.
+    pub async fn enqueue(self, jobs: &[crate::store::NewJob]) -> Result<usize, StoreError> {
+        let now = self.engine.now();
+        let mut tx = self.engine.store.begin().await?;
+        let queued = queue_jobs(&mut tx, jobs, now).await?;
+        tx.commit().await?;
+        self.engine.after_commit(&[], queued);
+        Ok(queued)
+    }
+
     /// Opens a gate ([`Unit::open`]) in a unit of its own.
-    pub async fn open(&self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
+    pub async fn open(self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         self.alone(Act::Open, key, who).await
     }
 
     /// Closes a gate ([`Unit::close`]) in a unit of its own.
-    pub async fn close(&self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
+    pub async fn close(self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         self.alone(Act::Close, key, who).await
     }
 
     /// Holds a gate ([`Unit::hold`]) in a unit of its own.
-    pub async fn hold(&self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
+    pub async fn hold(self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         self.alone(Act::Hold, key, who).await
     }
 
     /// Lifts a hold ([`Unit::unhold`]) in a unit of its own.
-    pub async fn unhold(&self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
+    pub async fn unhold(self, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         self.alone(Act::Unhold, key, who).await
     }
 
     /// One change in a unit of its own, tried again when its gate was locked.
-    async fn alone(&self, act: Act, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
+    async fn alone(self, act: Act, key: &GateKey, who: &Provenance) -> Result<Gate, CommandError> {
         self.retrying(|| self.alone_once(act, key, who)).await
     }
 
     async fn alone_once(
-        &self,
+        self,
         act: Act,
         key: &GateKey,
         who: &Provenance,
@@ -79,7 +96,7 @@ impl Engine {
     /// (`StoreError::Contended`), at most [`ATTEMPTS`] times, a short random
     /// while apart. Each attempt is a unit of its own: the write turn and the
     /// transaction are given up before the wait.
-    pub(crate) async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T, CommandError>
+    pub(crate) async fn retrying<T, F, Fut>(self, mut attempt: F) -> Result<T, CommandError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, CommandError>>,
@@ -98,7 +115,7 @@ impl Engine {
     }
 
     /// Records that someone was refused ([`Unit::refuse`]).
-    pub async fn refuse(&self, key: &GateKey, who: &Provenance) -> Result<(), CommandError> {
+    pub async fn refuse(self, key: &GateKey, who: &Provenance) -> Result<(), CommandError> {
         let mut unit = self.begin().await?;
         unit.refuse(key, who).await?;
         unit.commit().await?;
@@ -107,9 +124,9 @@ impl Engine {
 
     /// Closes approvals whose time ran out, so the record says so even when no
     /// canary asks. Returns how many.
-    pub async fn expire_due(&self) -> Result<usize, CommandError> {
-        let now = self.now();
-        let due = self.store.expired_gates(now).await?;
+    pub async fn expire_due(self) -> Result<usize, CommandError> {
+        let now = self.engine.now();
+        let due = self.engine.store.expired_gates(now).await?;
         let who = Provenance::new(Actor::gatebot()).reason(Some("approval expired".into()));
         let mut expired = 0;
         for key in &due {

@@ -24,20 +24,20 @@ impl Checked {
     }
 }
 
-impl Engine {
+impl<'e> Checks<'e> {
     /// Answers Flagger within the check deadline, whatever the store does.
     /// Without a canary (a GET with no body) it only peeks.
     ///
     /// A check that cannot read or record what it needs in time answers closed
     /// with [`STORE_BUSY`]; nothing of it is remembered, so the next poll tries
     /// again. Dropping the unfinished write rolls it back.
-    pub async fn check(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, CommandError> {
+    pub async fn check(self, key: &GateKey, input: &CheckInput) -> Result<Checked, CommandError> {
         // With environments, each cluster asks at its own gate.
         let placed;
-        let key = if self.settings.environments.is_empty() {
+        let key = if self.engine.settings.environments.is_empty() {
             key
         } else {
-            match self.placed(key, input) {
+            match self.engine.clusters().placed(key, input) {
                 Ok(k) => {
                     placed = k;
                     &placed
@@ -50,23 +50,24 @@ impl Engine {
         };
         // The steady state is answered from memory, with no timer to arm: always
         // on SQLite, and on PostgreSQL while other replicas' changes are heard.
-        if self.answers_from_memory() {
+        if self.engine.gate_cache().answers_from_memory() {
             let gate = self
+                .engine
                 .memory()
                 .gate(key)
                 .unwrap_or_else(|| Gate::closed(key.clone()));
-            if let Some(verdict) = self.settled(key, &gate, input, self.now()) {
+            if let Some(verdict) = self.settled(key, &gate, input, self.engine.now()) {
                 return Ok(Checked::settled(verdict));
             }
         }
-        let deadline = self.settings.check_deadline;
+        let deadline = self.engine.settings.check_deadline;
         // Boxed: the store's futures make this one large, and every check's
         // future would carry (and move) that size even when memory answers.
         let slow = Box::pin(self.check_now(key, input));
         match tokio::time::timeout(deadline, slow).await {
             Ok(result) => result,
             Err(_) => {
-                self.metrics.checks_store_busy.inc();
+                self.engine.metrics.checks_store_busy.inc();
                 self.count_check(key.kind, Answer::Closed);
                 tracing::warn!(gate = %key, ?deadline, "gate check could not reach the store in time: answering closed");
                 Ok(Checked::settled(Verdict::closed(STORE_BUSY)))
@@ -74,18 +75,25 @@ impl Engine {
         }
     }
 
-    async fn check_now(&self, key: &GateKey, input: &CheckInput) -> Result<Checked, CommandError> {
+    async fn check_now(self, key: &GateKey, input: &CheckInput) -> Result<Checked, CommandError> {
         // A passage and the order are a cluster's gate's only.
-        let commit = key.cluster.as_ref().and_then(|_| Self::commit_known(input));
-        let gate = self.gate(key).await?;
-        if let Some(verdict) = self.settled(key, &gate, input, self.now()) {
+        let commit = key
+            .cluster
+            .as_ref()
+            .and_then(|_| Clusters::commit_known(input));
+        let gate = self.engine.gate(key).await?;
+        if let Some(verdict) = self.settled(key, &gate, input, self.engine.now()) {
             return Ok(Checked::settled(verdict));
         }
         let Some(canary) = &input.canary else {
-            let now = self.now();
-            let verdict =
-                self.unless_frozen(key, None, now, peek(&gate, now, self.settings.channels));
-            return Ok(Checked::settled(self.in_order(
+            let now = self.engine.now();
+            let verdict = self.engine.freezes().unless_frozen(
+                key,
+                None,
+                now,
+                peek(&gate, now, self.engine.settings.channels),
+            );
+            return Ok(Checked::settled(self.engine.clusters().in_order(
                 &gate,
                 commit.as_deref(),
                 now,
@@ -107,7 +115,7 @@ impl Engine {
     /// The answer when nothing needs writing: a peek (no canary), or the same
     /// canary, revision and answer as its last check. None: record it.
     fn settled(
-        &self,
+        self,
         key: &GateKey,
         gate: &Gate,
         input: &CheckInput,
@@ -118,11 +126,11 @@ impl Engine {
             if key.cluster.is_some() {
                 return None;
             }
-            return Some(self.unless_frozen(
+            return Some(self.engine.freezes().unless_frozen(
                 key,
                 None,
                 now,
-                peek(gate, now, self.settings.channels),
+                peek(gate, now, self.engine.settings.channels),
             ));
         };
         let check = Check {
@@ -130,7 +138,7 @@ impl Engine {
             checksum: input.checksum.recorded(),
             phase: input.phase.recorded(),
         };
-        let verdict = self.unless_frozen(
+        let verdict = self.engine.freezes().unless_frozen(
             key,
             Some(canary),
             now,
@@ -138,18 +146,23 @@ impl Engine {
                 gate,
                 &check,
                 now,
-                self.settings.channels,
-                &self.settings.quorum,
+                self.engine.settings.channels,
+                &self.engine.settings.quorum,
             ),
         );
         let verdict = match key.cluster {
-            Some(_) => self.in_order(gate, Self::commit_known(input).as_deref(), now, verdict),
+            Some(_) => self.engine.clusters().in_order(
+                gate,
+                Clusters::commit_known(input).as_deref(),
+                now,
+                verdict,
+            ),
             None => verdict,
         };
         if verdict.pin || verdict.expired {
             return None;
         }
-        let mut memory = self.memory();
+        let mut memory = self.engine.memory();
         let s = memory.last_mut(key, canary)?;
         let step = wait_step(key.kind, Some(&s.seen()), &check, verdict.answer);
         let same = step == WaitStep::Nothing
@@ -167,8 +180,9 @@ impl Engine {
         Some(verdict)
     }
 
-    pub(super) fn count_check(&self, kind: GateKind, answer: Answer) {
-        self.metrics
+    pub(super) fn count_check(self, kind: GateKind, answer: Answer) {
+        self.engine
+            .metrics
             .gate_checks
             .get_or_create(&GateLabels {
                 kind: kind.as_str(),
@@ -181,18 +195,18 @@ impl Engine {
     /// read the gate (locked), decide, apply what the answer changes (an
     /// expiry, a pin, the canary's wait), then record the observation.
     async fn record_check(
-        &self,
+        self,
         key: &GateKey,
         check: &Check<'_>,
         input: &CheckInput,
         commit: Option<&str>,
     ) -> Result<Checked, CommandError> {
-        let _turn = self.write.lock().await;
-        let now = self.now();
-        let mut tx = self.store.begin().await?;
+        let _turn = self.engine.write.lock().await;
+        let now = self.engine.now();
+        let mut tx = self.engine.store.begin().await?;
         // Locked: an expiry or a pin is decided on the gate as it stands, not on
         // one that another replica has since held or approved anew.
-        let mut gate = self.gate_in(&mut tx, key).await?;
+        let mut gate = self.engine.gate_in(&mut tx, key).await?;
         let mut verdict = self.verdict_of(key, &gate, check, commit, now);
         let metadata =
             serde_json::to_string(input.metadata.recorded()).unwrap_or_else(|_| "{}".into());
@@ -208,7 +222,7 @@ impl Engine {
             expire(&mut tx, &at, &mut gate, &mut out).await?;
         }
         let mut pinned_now = false;
-        let passage = Self::passage(key, commit, now);
+        let passage = Clusters::passage(key, commit, now);
         if verdict.pin {
             match pin(&mut tx, &at, &mut gate, &mut out).await? {
                 Pinned::Now => pinned_now = true,
@@ -218,7 +232,7 @@ impl Engine {
             }
         }
         let (seen, before) = {
-            let memory = self.memory();
+            let memory = self.engine.memory();
             let last = memory.last(key, check.canary);
             (
                 last.map(SeenEntry::seen),
@@ -248,32 +262,35 @@ impl Engine {
     /// The answer for the canary at `gate` as it stands, freezes, windows
     /// and the environments' order included.
     fn verdict_of(
-        &self,
+        self,
         key: &GateKey,
         gate: &Gate,
         check: &Check<'_>,
         commit: Option<&str>,
         now: Millis,
     ) -> Verdict {
-        let settings = &self.settings;
+        let settings = &self.engine.settings;
         let decided = decide(gate, check, now, settings.channels, &settings.quorum);
-        let verdict = self.unless_frozen(key, Some(check.canary), now, decided);
-        self.in_order(gate, commit, now, verdict)
+        let verdict = self
+            .engine
+            .freezes()
+            .unless_frozen(key, Some(check.canary), now, decided);
+        self.engine.clusters().in_order(gate, commit, now, verdict)
     }
 
     /// What Flagger is answered when the canary of `wait` asks again at its
     /// revision, now: read only, for a page to show beside the wait (a gate
     /// approved for another revision is closed for this one). The commit is
     /// the wait's `commit` metadata, as a check's.
-    pub async fn answer_for_wait(&self, wait: &WaitRow) -> Result<Verdict, StoreError> {
-        let gate = self.gate(&wait.gate).await?;
-        let now = self.now();
+    pub async fn answer_for_wait(self, wait: &WaitRow) -> Result<Verdict, StoreError> {
+        let gate = self.engine.gate(&wait.gate).await?;
+        let now = self.engine.now();
         let Some(canary) = &wait.canary else {
-            return Ok(self.unless_frozen(
+            return Ok(self.engine.freezes().unless_frozen(
                 &wait.gate,
                 None,
                 now,
-                peek(&gate, now, self.settings.channels),
+                peek(&gate, now, self.engine.settings.channels),
             ));
         };
         let commit = wait
@@ -294,7 +311,7 @@ impl Engine {
     /// Starts, restarts or ends the canary's wait as `step` says; whether a
     /// wait is open after it.
     async fn step_wait(
-        &self,
+        self,
         tx: &mut WriteTx<'_>,
         at: &CheckAt<'_>,
         verdict: &Verdict,
@@ -327,14 +344,14 @@ impl Engine {
 
     /// A new wait for the canary, with its deadline and first reminder.
     async fn start_wait(
-        &self,
+        self,
         tx: &mut WriteTx<'_>,
         at: &CheckAt<'_>,
         verdict: &Verdict,
         out: &mut Written,
     ) -> Result<(), StoreError> {
         let (key, check, now) = (at.key, at.check, at.now);
-        let timers = &self.settings.timers;
+        let timers = &self.engine.settings.timers;
         let facts = WaitFacts {
             kind: key.kind,
             scope: &key.scope,
@@ -358,11 +375,11 @@ impl Engine {
         // Past its cluster's budget a check starts no wait (and so no
         // message), vouched or not: a leaked token floods only its own
         // cluster's share. It is answered all the same.
-        if self.draw("wait", wait.cluster, 1) == 0 {
+        if self.engine.budget().draw("wait", wait.cluster, 1) == 0 {
             return Ok(());
         }
         if !wait.vouched {
-            for ended in self.make_room(tx, key, now).await? {
+            for ended in self.engine.bounds().make_room(tx, key, now).await? {
                 out.notices
                     .push(super::bounds::ended_notice(&ended, "evicted", now));
                 out.evicted.push(ended);
@@ -384,7 +401,8 @@ impl Engine {
             metadata: at.input.metadata.recorded().clone(),
             at: now,
         });
-        self.metrics
+        self.engine
+            .metrics
             .waits_started
             .get_or_create(&KindLabels {
                 kind: key.kind.as_str(),
@@ -396,7 +414,7 @@ impl Engine {
     /// Writes the audit entries and notices, commits, and only then lets
     /// memory and the outbox know.
     async fn commit_check(
-        &self,
+        self,
         mut tx: WriteTx<'_>,
         gate: &Gate,
         at: &CheckAt<'_>,
@@ -405,21 +423,25 @@ impl Engine {
         out: Written,
     ) -> Result<(), StoreError> {
         let (key, check, now) = (at.key, at.check, at.now);
-        let queued = self.finish(&mut tx, &out.audits, &out.notices, now).await?;
-        let applying = self.applying.lock().await;
+        let queued = self
+            .engine
+            .finish(&mut tx, &out.audits, &out.notices, now)
+            .await?;
+        let applying = self.engine.applying.lock().await;
         tx.commit().await?;
-        self.remember(gate);
+        self.engine.remember(gate);
         if let Some(p) = out.passage.clone() {
-            self.passed(p);
+            self.engine.clusters().passed(p);
         }
         let (answer, reason) = (verdict.answer, &verdict.reason);
-        self.memory()
+        self.engine
+            .memory()
             .observe(key, check, answer, reason, wait_open, now);
         for wait in &out.evicted {
-            self.forget_wait(wait);
+            self.engine.bounds().forget_wait(wait);
         }
         drop(applying);
-        self.after_commit(&out.audits, queued);
+        self.engine.after_commit(&out.audits, queued);
         Ok(())
     }
 }

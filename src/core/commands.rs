@@ -331,7 +331,7 @@ pub async fn close_pr_gates(
     kinds: &[GateKind],
     who: &Provenance,
 ) -> Result<Vec<Gate>, CommandError> {
-    let mut unit = engine.begin().await?;
+    let mut unit = engine.commands().begin().await?;
     let mut closed = Vec::new();
     let scope = Scope::Pr {
         repo: repo.clone(),
@@ -340,6 +340,7 @@ pub async fn close_pr_gates(
     let keys = kinds.iter().flat_map(|kind| {
         let key = GateKey::new(*kind, scope.clone());
         engine
+            .clusters()
             .placements()
             .into_iter()
             .map(move |c| key.clone().at(c))
@@ -359,7 +360,7 @@ pub async fn close_pr_gates(
 
 /// The PR's gates and who waits at them, for `/status`.
 pub async fn status(engine: &Engine, subject: &Subject) -> Result<Vec<GateSummary>, CommandError> {
-    let placements = engine.placements();
+    let placements = engine.clusters().placements();
     let wanted: Vec<String> = subject
         .gates(&GateKind::ROUTABLE)
         .iter()
@@ -370,6 +371,7 @@ pub async fn status(engine: &Engine, subject: &Subject) -> Result<Vec<GateSummar
         .map(|k| k.to_string())
         .collect();
     Ok(engine
+        .reads()
         .list()
         .await?
         .into_iter()

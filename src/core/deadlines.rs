@@ -34,15 +34,15 @@ pub(super) fn facts<'a>(
     }
 }
 
-impl Engine {
+impl<'e> Deadlines<'e> {
     /// Acts on every wait whose deadline passed: only those are read, a page
     /// at a time, however many other waits there are. Returns how many.
-    pub async fn enforce_deadlines(&self) -> Result<usize, CommandError> {
-        let now = self.now();
+    pub async fn enforce_deadlines(self) -> Result<usize, CommandError> {
+        let now = self.engine.now();
         let mut acted = 0;
         let mut after = None;
         loop {
-            let page = self.store.due_waits(now, after).await?;
+            let page = self.engine.store.due_waits(now, after).await?;
             for wait in &page {
                 acted += usize::from(self.deadline_due(wait, now).await?);
             }
@@ -57,12 +57,13 @@ impl Engine {
     }
 
     /// A wait whose deadline fell: acted on by the rule that set it.
-    async fn deadline_due(&self, wait: &WaitRow, now: Millis) -> Result<bool, CommandError> {
+    async fn deadline_due(self, wait: &WaitRow, now: Millis) -> Result<bool, CommandError> {
         let Some(canary) = wait.canary.clone() else {
             return Ok(false);
         };
         let metadata = strings(&wait.metadata);
         let deadline = match self
+            .engine
             .settings
             .timers
             .deadline(&facts(wait, &canary, &metadata))
@@ -70,7 +71,7 @@ impl Engine {
             Ok(Some(d)) => d,
             Ok(None) => {
                 // Set by a policy no longer in force.
-                let mut unit = self.begin().await?;
+                let mut unit = self.engine.commands().begin().await?;
                 Store::set_timers(unit.tx(), wait.id, None, wait.remind_at).await?;
                 unit.commit().await?;
                 return Ok(false);
@@ -78,7 +79,7 @@ impl Engine {
             Err(why) => {
                 // Said once: the wait is marked, so later passes skip it.
                 tracing::warn!(gate = %wait.gate, canary = %canary, "{why}: no deadline");
-                let mut unit = self.begin().await?;
+                let mut unit = self.engine.commands().begin().await?;
                 Store::mark_deadline(unit.tx(), wait.id, now).await?;
                 unit.commit().await?;
                 return Ok(false);
@@ -91,12 +92,12 @@ impl Engine {
     /// Works out every open wait's timers again by the policy in force (at
     /// start-up: the policy may have changed since they started). Writes
     /// only those that differ. Returns how many changed.
-    pub async fn schedule_waits(&self) -> Result<usize, CommandError> {
-        let timers = &self.settings.timers;
+    pub async fn schedule_waits(self) -> Result<usize, CommandError> {
+        let timers = &self.engine.settings.timers;
         let (mut after, mut changed) = (0, 0);
         loop {
-            let page = self.store.open_waits_after(after).await?;
-            let mut unit = self.begin().await?;
+            let page = self.engine.store.open_waits_after(after).await?;
+            let mut unit = self.engine.commands().begin().await?;
             for wait in &page {
                 let Some(canary) = &wait.canary else { continue };
                 let metadata = strings(&wait.metadata);
@@ -118,14 +119,14 @@ impl Engine {
 
     /// One wait's deadline, in one unit: marked, acted on, audited, told.
     async fn deadline_passed(
-        &self,
+        self,
         wait: &WaitRow,
         canary: &CanaryRef,
         after: std::time::Duration,
         action: OnDeadline,
         now: Millis,
     ) -> Result<bool, CommandError> {
-        let mut unit = self.begin().await?;
+        let mut unit = self.engine.commands().begin().await?;
         if !Store::mark_deadline(unit.tx(), wait.id, now).await? {
             unit.rollback().await;
             return Ok(false);
@@ -140,6 +141,51 @@ impl Engine {
         unit.commit().await?;
         let (key, revision) = (&wait.gate, &wait.checksum);
         tracing::info!(gate = %key, canary = %canary, revision = ?revision, action = %action, "wait deadline passed");
+        Ok(true)
+    }
+
+    /// Closes the outside waits whose deadline passed: each ended as
+    /// `deadline`, audited and told, once across replicas. How many.
+    pub(super) async fn enforce_announcement_deadlines(
+        self,
+        now: Millis,
+    ) -> Result<usize, CommandError> {
+        let mut acted = 0;
+        for wait in self.engine.store.due_announcements(now).await? {
+            acted += usize::from(self.announcement_due(&wait, now).await?);
+        }
+        Ok(acted)
+    }
+
+    async fn announcement_due(self, wait: &WaitRow, now: Millis) -> Result<bool, CommandError> {
+        let mut unit = self.engine.commands().begin().await?;
+        if !Store::mark_deadline(unit.tx(), wait.id, now).await? {
+            unit.rollback().await;
+            return Ok(false);
+        }
+        let key = &wait.gate;
+        let after = wait.due_at.unwrap_or(now).saturating_sub(wait.started_at);
+        let waited = humantime::format_duration(std::time::Duration::from_secs(
+            u64::try_from(after / 1000).unwrap_or(0),
+        ));
+        let message =
+            format!("waited {waited} at {key} without a decision: the deadline closed the wait");
+        let who = Provenance::new(policy_actor()).reason(Some(message));
+        Store::end_announcement(unit.tx(), key, "deadline", now).await?;
+        let notice = Notice::WaitEnded {
+            wait_id: wait.id,
+            gate: key.clone(),
+            canary: None,
+            outcome: "deadline".into(),
+            at: now,
+        };
+        unit.record(
+            audit_entry(key, AuditAction::Deadline, &who, now),
+            &[notice],
+        )
+        .await?;
+        unit.commit().await?;
+        tracing::info!(gate = %key, "the deadline of a wait no canary made passed");
         Ok(true)
     }
 }

@@ -153,15 +153,16 @@ pub async fn run<A: Authorizer>(
 ) -> Result<Outcome<A::Denied>, CommandError> {
     let authorized = authorize(engine, request, authorizer).await?;
     let outcome = engine
+        .commands()
         .retrying(|| async {
-            let mut unit = engine.begin().await?;
+            let mut unit = engine.commands().begin().await?;
             let outcome = decide(&mut unit, source, request, authorized.clone()).await?;
             unit.commit().await?;
             Ok(outcome)
         })
         .await?;
     if changed_freezes(&outcome) {
-        engine.reload_freezes().await?;
+        engine.freezes().reload_freezes().await?;
     }
     Ok(outcome)
 }
@@ -181,7 +182,7 @@ pub async fn authorize<A: Authorizer>(
 ) -> Result<Authorized<A::Denied>, CommandError> {
     let phase = phase_of(engine, request).await?;
     let plan = match plan(&request.command, &request.subject, &phase) {
-        Ok(plan) => engine.place_plan(plan, request).await?,
+        Ok(plan) => engine.clusters().place_plan(plan, request).await?,
         Err(invalid) => Err(invalid),
     };
     let verdict = match &plan {
@@ -251,7 +252,7 @@ pub async fn refuse(
     who: &Provenance,
     why: &str,
 ) -> Result<(), CommandError> {
-    let mut unit = engine.begin().await?;
+    let mut unit = engine.commands().begin().await?;
     refuse_in(&mut unit, command, keys, who, why).await?;
     unit.count(source, command, "refused");
     Ok(unit.commit().await?)

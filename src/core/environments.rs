@@ -11,7 +11,7 @@ use indexmap::IndexMap;
 use super::admit::{Admit, Admitted};
 use super::commands::{Act, Plan};
 use super::dispatch::Request;
-use super::{CheckInput, CommandError, Engine};
+use super::{CheckInput, Clusters, CommandError};
 use crate::command::{Command, Invalid};
 use crate::gate::environment::{order, Environments, Order, Target, UNKNOWN_COMMIT};
 use crate::gate::{ClusterName, Gate, GateKey, GateKind, GateStatus, Millis, Scope, Verdict};
@@ -53,17 +53,17 @@ impl Paths {
     }
 }
 
-impl Engine {
+impl<'e> Clusters<'e> {
     /// The gate a check asks at: with `[[environments]]`, its cluster's
     /// (admitted by [`Admit::placement`]); without, the gate as named.
-    pub(super) fn placed(&self, key: &GateKey, input: &CheckInput) -> Result<GateKey, Verdict> {
-        let cluster = self.admit().placement(input)?;
+    pub(super) fn placed(self, key: &GateKey, input: &CheckInput) -> Result<GateKey, Verdict> {
+        let cluster = self.engine.admit().placement(input)?;
         Ok(key.clone().at(Some(cluster.into_inner())))
     }
 
     /// The cluster a check or an event says it is from (see [`Admit::cluster_named`]).
-    pub(super) fn cluster_named(&self, input: &CheckInput) -> Option<ClusterName> {
-        self.admit().cluster_named(input)
+    pub(super) fn cluster_named(self, input: &CheckInput) -> Option<ClusterName> {
+        self.engine.admit().cluster_named(input)
     }
 
     /// The commit the checked revision was built from (see [`Admit::commit`]).
@@ -77,7 +77,7 @@ impl Engine {
     /// effect once the soak ends. A gate that still waits for its approval
     /// says where the revision stands too, before how to approve it.
     pub(super) fn in_order(
-        &self,
+        self,
         gate: &Gate,
         commit: Option<&str>,
         now: Millis,
@@ -94,12 +94,12 @@ impl Engine {
         if !(open || awaiting) || verdict.forced || key.kind.is_rollback() {
             return verdict;
         }
-        let envs = &self.settings.environments;
+        let envs = &self.engine.settings.environments;
         let Some(env) = key.cluster.as_ref().and_then(|c| envs.of_cluster(c)) else {
             return verdict;
         };
         let promoted_gate = GateKey::new(GateKind::Promote, key.scope.clone());
-        let promoted = |c: &ClusterName, at: &str| self.paths.when(&promoted_gate, at, c);
+        let promoted = |c: &ClusterName, at: &str| self.engine.paths.when(&promoted_gate, at, c);
         match order(envs, env, commit, promoted, now) {
             Order::Free => verdict,
             Order::Waiting(line) if open => Verdict {
@@ -132,42 +132,39 @@ impl Engine {
     }
 
     /// Lets memory know of a committed passage.
-    pub(super) fn passed(&self, p: Passage) {
-        self.paths.pass(p);
+    pub(super) fn passed(self, p: Passage) {
+        self.engine.paths.pass(p);
     }
 
     /// Loads the newest passages (at start, and when PostgreSQL's listener
     /// reconnects).
-    pub(super) async fn load_passages(&self) -> Result<(), StoreError> {
-        if self.settings.environments.is_empty() {
+    pub(super) async fn load_passages(self) -> Result<(), StoreError> {
+        if self.engine.settings.environments.is_empty() {
             return Ok(());
         }
-        let mut all = self.store.passages(KEPT as i64).await?;
+        let mut all = self.engine.store.passages(KEPT as i64).await?;
         all.reverse();
         for p in all {
-            self.paths.pass(p);
+            self.engine.paths.pass(p);
         }
         Ok(())
     }
 
     /// Re-reads a promote gate's passages (another replica may have written one).
-    pub(super) async fn refresh_passages(&self, key: &GateKey) -> Result<(), StoreError> {
-        if self.settings.environments.is_empty() || key.kind != GateKind::Promote {
+    pub(super) async fn refresh_passages(self, key: &GateKey) -> Result<(), StoreError> {
+        if self.engine.settings.environments.is_empty() || key.kind != GateKind::Promote {
             return Ok(());
         }
         let gate = GateKey::new(GateKind::Promote, key.scope.clone());
-        for p in self.store.passages_of(&gate).await? {
-            self.paths.pass(p);
+        for p in self.engine.store.passages_of(&gate).await? {
+            self.engine.paths.pass(p);
         }
         Ok(())
     }
-}
-
-impl Engine {
     /// Where a scope's gates are: each cluster's with environments, else
     /// the one gate of every cluster.
-    pub(crate) fn placements(&self) -> Vec<Option<ClusterName>> {
-        let envs = &self.settings.environments;
+    pub(crate) fn placements(self) -> Vec<Option<ClusterName>> {
+        let envs = &self.engine.settings.environments;
         match envs.is_empty() {
             true => vec![None],
             false => envs.clusters().cloned().map(Some).collect(),
@@ -181,11 +178,11 @@ impl Engine {
     /// one?"); else every cluster. A gate of one cluster (a button's) and a
     /// pipeline's named gate stay as they are.
     pub(super) async fn place_plan(
-        &self,
+        self,
         mut plan: Plan,
         request: &Request,
     ) -> Result<Result<Plan, Invalid>, CommandError> {
-        let envs = &self.settings.environments;
+        let envs = &self.engine.settings.environments;
         let placed = |k: &GateKey| k.cluster.is_some() || matches!(k.scope, Scope::Named(_));
         // A gate of a cluster the policy does not name is no gate: nothing
         // is kept for it, so no one can grow memory with made-up clusters.
@@ -250,13 +247,19 @@ impl Engine {
     }
 
     /// The environments where a canary waits at one of `keys`, in order.
-    async fn waiting(&self, keys: &[GateKey]) -> Result<Vec<ClusterName>, StoreError> {
+    async fn waiting(self, keys: &[GateKey]) -> Result<Vec<ClusterName>, StoreError> {
         let mut out = Vec::new();
-        for env in self.settings.environments.all() {
+        for env in self.engine.settings.environments.all() {
             'env: for cluster in &env.clusters {
                 for key in keys {
                     let at = key.clone().at(Some(cluster.clone()));
-                    if !self.store.waits(Some(&at), true, 1).await?.is_empty() {
+                    if !self
+                        .engine
+                        .store
+                        .waits(Some(&at), true, 1)
+                        .await?
+                        .is_empty()
+                    {
                         out.push(env.name.clone());
                         break 'env;
                     }

@@ -4,17 +4,17 @@ use super::admit::Admitted;
 use super::*;
 use crate::gate::progress::{self, CanaryProgress, Failure};
 
-impl Engine {
+impl<'e> Events<'e> {
     /// Records a Flagger event and tells people about milestones.
     pub async fn record_event(
-        &self,
+        self,
         canary: &CanaryRef,
         input: &CheckInput,
         message: &str,
         event_type: &str,
         flagger_at: Option<Millis>,
     ) -> Result<EventKind, CommandError> {
-        let now = self.now();
+        let now = self.engine.now();
         let kind = classify(message);
         let row = EventRow {
             received_at: now,
@@ -27,13 +27,13 @@ impl Engine {
             flagger_at,
             metadata: serde_json::to_string(input.metadata.recorded())
                 .unwrap_or_else(|_| "{}".into()),
-            cluster: match self.settings.environments.is_empty() {
+            cluster: match self.engine.settings.environments.is_empty() {
                 true => input.cluster.clone(),
-                false => self.cluster_named(input),
+                false => self.engine.clusters().cluster_named(input),
             },
         };
         let gates = self.gates_told(canary, input).await?;
-        let mut tx = self.store.begin().await?;
+        let mut tx = self.engine.store.begin().await?;
         Store::insert_event(&mut tx, &row).await?;
         let mut notices = Vec::new();
         let failure = self
@@ -69,10 +69,11 @@ impl Engine {
                 at: now,
             });
         }
-        let queued = self.finish(&mut tx, &[], &notices, now).await?;
+        let queued = self.engine.finish(&mut tx, &[], &notices, now).await?;
         tx.commit().await?;
-        self.after_commit(&[], queued);
-        self.metrics
+        self.engine.after_commit(&[], queued);
+        self.engine
+            .metrics
             .events
             .get_or_create(&ActionLabels {
                 action: kind.as_str().to_string(),
@@ -86,17 +87,18 @@ impl Engine {
     /// environments, only its own cluster's: a canary of the same name in
     /// another cluster is another rollout.
     async fn gates_told(
-        &self,
+        self,
         canary: &CanaryRef,
         input: &CheckInput,
     ) -> Result<Vec<GateKey>, CommandError> {
-        let mut gates = self.store.gates_of_canary(canary).await?;
-        let cluster = match self.settings.environments.is_empty() {
+        let mut gates = self.engine.store.gates_of_canary(canary).await?;
+        let cluster = match self.engine.settings.environments.is_empty() {
             true => None,
-            false => self.cluster_named(input),
+            false => self.engine.clusters().cluster_named(input),
         };
         gates.retain(|k| k.cluster.is_none() || k.cluster == cluster);
         if let Some(pr) = self
+            .engine
             .admit()
             .event_pr(&input.metadata)
             .map(Admitted::into_inner)
@@ -113,7 +115,7 @@ impl Engine {
 
     /// Ends the canary's waits at `gates` (its rollout is over), each said once.
     async fn end_waits_in(
-        &self,
+        self,
         tx: &mut WriteTx<'_>,
         gates: &[GateKey],
         canary: &CanaryRef,
@@ -131,7 +133,7 @@ impl Engine {
                     outcome: outcome.to_string(),
                     at: now,
                 });
-                self.memory().end_wait(key, canary);
+                self.engine.memory().end_wait(key, canary);
             }
         }
         Ok(notices)
@@ -140,14 +142,14 @@ impl Engine {
     /// Folds the event into the canary's stored progress, in the event's
     /// transaction; the failure to announce, once per revision and kind.
     async fn progress_in(
-        &self,
+        self,
         tx: &mut WriteTx<'_>,
         canary: &CanaryRef,
         input: &CheckInput,
         message: &str,
         now: Millis,
     ) -> Result<Option<Failure>, StoreError> {
-        let prev = match self.store.backend() {
+        let prev = match self.engine.store.backend() {
             Backend::Sqlite => Store::canary_progress_in(tx, canary).await?,
             Backend::Postgres => Store::lock_canary_progress(tx, canary).await?,
         };
@@ -163,12 +165,13 @@ impl Engine {
     }
 
     /// Writes last-seen times gathered since the last flush.
-    pub async fn flush_seen(&self) -> Result<usize, StoreError> {
-        let batch = self.memory().take_dirty();
-        self.store.touch_observations(&batch).await?;
-        self.metrics
+    pub async fn flush_seen(self) -> Result<usize, StoreError> {
+        let batch = self.engine.memory().take_dirty();
+        self.engine.store.touch_observations(&batch).await?;
+        self.engine
+            .metrics
             .waits_open
-            .set(self.store.open_wait_count().await?);
+            .set(self.engine.store.open_wait_count().await?);
         Ok(batch.len())
     }
 }

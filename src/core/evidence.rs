@@ -74,11 +74,11 @@ impl Refreshed {
     }
 }
 
-impl Engine {
+impl<'e> EvidenceRefresh<'e> {
     /// One pass: fetches the numbers of every waiting canary, and queues a
     /// refresh of the messages whose numbers changed. Returns how many.
     pub async fn refresh_evidence(
-        &self,
+        self,
         evidence: &Evidence,
         refreshed: &mut Refreshed,
     ) -> Result<usize, CommandError> {
@@ -86,10 +86,10 @@ impl Engine {
             return Ok(0);
         }
         let waiting = self.waiting_canaries().await?;
-        let now = self.now();
+        let now = self.engine.now();
         let mut changed = Vec::new();
         let mut real = Vec::new();
-        let vouched = self.store.vouched_waiting_canaries().await?;
+        let vouched = self.engine.store.vouched_waiting_canaries().await?;
         for (canary, w) in &waiting {
             if self.is_real(canary, &vouched).await? {
                 real.push((canary, w));
@@ -102,13 +102,15 @@ impl Engine {
         let asked = fit.min(real.len());
         refreshed.next = start + asked;
         for (_, w) in &real[asked..] {
-            self.count_refused("query", w.cluster.as_ref(), per);
+            self.engine
+                .budget()
+                .count_refused("query", w.cluster.as_ref(), per);
         }
         // Each canary's queries also draw from its cluster's budget, so that
         // one cluster's canaries can't spend what another's need.
         let mut allowed = Vec::with_capacity(asked);
         for (c, w) in &real[..asked] {
-            if self.draw("query", w.cluster.as_ref(), per) == per {
+            if self.engine.budget().draw("query", w.cluster.as_ref(), per) == per {
                 allowed.push((*c, *w));
             }
         }
@@ -147,10 +149,10 @@ impl Engine {
         if notices.is_empty() {
             return Ok(0);
         }
-        let mut tx = self.store.begin().await?;
-        let queued = self.finish(&mut tx, &[], &notices, now).await?;
+        let mut tx = self.engine.store.begin().await?;
+        let queued = self.engine.finish(&mut tx, &[], &notices, now).await?;
         tx.commit().await?;
-        self.after_commit(&[], queued);
+        self.engine.after_commit(&[], queued);
         Ok(notices.len())
     }
 
@@ -161,27 +163,32 @@ impl Engine {
     /// tokens `/flagger/events` is as open as the checks (with them, the
     /// canary's waits are vouched already).
     async fn is_real(
-        &self,
+        self,
         canary: &CanaryRef,
         vouched: &BTreeSet<CanaryRef>,
     ) -> Result<bool, CommandError> {
         if vouched.contains(canary) {
             return Ok(true);
         }
-        if self.origins.get().is_some_and(|o| o.confirmed(canary)) {
+        if self
+            .engine
+            .origins
+            .get()
+            .is_some_and(|o| o.confirmed(canary))
+        {
             return Ok(true);
         }
-        Ok(self.store.canary_pinned(&canary.to_string()).await?)
+        Ok(self.engine.store.canary_pinned(&canary.to_string()).await?)
     }
 
     /// Whether the canary's weight, iteration or failed checks moved since
     /// the last pass (Flagger's events change them between messages).
     async fn progress_moved(
-        &self,
+        self,
         canary: &CanaryRef,
         refreshed: &mut Refreshed,
     ) -> Result<bool, CommandError> {
-        let Some(p) = self.store.canary_progress(canary).await? else {
+        let Some(p) = self.engine.store.canary_progress(canary).await? else {
             return Ok(false);
         };
         let numbers = (p.checksum, p.weight, p.iteration, p.failed_checks);
@@ -190,11 +197,11 @@ impl Engine {
     }
 
     /// The canaries of the open waits, a page at a time.
-    async fn waiting_canaries(&self) -> Result<BTreeMap<CanaryRef, Waiting>, CommandError> {
+    async fn waiting_canaries(self) -> Result<BTreeMap<CanaryRef, Waiting>, CommandError> {
         let mut out: BTreeMap<CanaryRef, Waiting> = BTreeMap::new();
         let mut after = 0;
         loop {
-            let page = self.store.open_waits_after(after).await?;
+            let page = self.engine.store.open_waits_after(after).await?;
             for wait in &page {
                 let Some(canary) = &wait.canary else { continue };
                 let entry = out.entry(canary.clone()).or_insert_with(|| Waiting {

@@ -11,11 +11,11 @@ use super::*;
 use crate::gate::freeze::{frozen, Freeze, FreezeScope};
 use crate::gate::window::WindowState;
 
-impl Engine {
+impl<'e> Freezes<'e> {
     /// `verdict`, unless a freeze holds the gate: then closed, with the
     /// freeze's reason, and nothing pinned (an expiry is still recorded).
     pub(super) fn unless_frozen(
-        &self,
+        self,
         key: &GateKey,
         canary: Option<&CanaryRef>,
         now: Millis,
@@ -29,13 +29,13 @@ impl Engine {
             expired: verdict.expired,
             ..Verdict::closed(reason)
         };
-        if self.any_freeze.load(Ordering::Acquire) {
-            let freezes = self.freezes.read().expect("freezes poisoned");
+        if self.engine.any_freeze.load(Ordering::Acquire) {
+            let freezes = self.engine.freezes.read().expect("freezes poisoned");
             if let Some(f) = frozen(&freezes, key, canary, now) {
                 return held(f.reason_line());
             }
         }
-        if self.settings.calendar.windows.is_empty() {
+        if self.engine.settings.calendar.windows.is_empty() {
             return verdict;
         }
         match self.window(key.kind, now) {
@@ -45,37 +45,40 @@ impl Engine {
     }
 
     /// The calendar's answer for `kind`, computed once per change of it.
-    fn window(&self, kind: GateKind, now: Millis) -> WindowState {
-        self.windows
-            .lock()
-            .expect("windows poisoned")
-            .state(&self.settings.calendar, kind, now)
+    fn window(self, kind: GateKind, now: Millis) -> WindowState {
+        self.engine.windows.lock().expect("windows poisoned").state(
+            &self.engine.settings.calendar,
+            kind,
+            now,
+        )
     }
 
     /// The freezes in force, oldest first.
-    pub fn freezes(&self) -> Vec<Freeze> {
-        let now = self.now();
-        let freezes = self.freezes.read().expect("freezes poisoned");
+    pub fn in_force(self) -> Vec<Freeze> {
+        let now = self.engine.now();
+        let freezes = self.engine.freezes.read().expect("freezes poisoned");
         freezes.iter().filter(|f| f.active(now)).cloned().collect()
     }
 
     /// Re-reads the freezes in force (another replica may have changed them).
-    pub async fn reload_freezes(&self) -> Result<(), StoreError> {
-        let active = self.store.active_freezes(self.now()).await?;
+    pub async fn reload_freezes(self) -> Result<(), StoreError> {
+        let active = self.engine.store.active_freezes(self.engine.now()).await?;
         self.set_freezes(active);
         Ok(())
     }
 
-    pub(super) fn set_freezes(&self, active: Vec<Freeze>) {
-        let mut freezes = self.freezes.write().expect("freezes poisoned");
-        self.any_freeze.store(!active.is_empty(), Ordering::Release);
+    pub(super) fn set_freezes(self, active: Vec<Freeze>) {
+        let mut freezes = self.engine.freezes.write().expect("freezes poisoned");
+        self.engine
+            .any_freeze
+            .store(!active.is_empty(), Ordering::Release);
         *freezes = active;
     }
 }
 
 /// Freezes `scope` (until `until`, or until lifted) in `unit`, announced in
 /// it; a `delivery` that froze already gives back its freeze. The caller
-/// re-reads the freezes ([`Engine::reload_freezes`]) once it commits.
+/// re-reads the freezes ([`Freezes::reload_freezes`]) once it commits.
 pub async fn freeze_in(
     unit: &mut Unit<'_>,
     scope: FreezeScope,

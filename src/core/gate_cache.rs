@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::Engine;
+use super::GateCache;
 use crate::gate::GateKey;
 use crate::store::{Backend, GateEvent, GateEvents, StoreError};
 
@@ -76,16 +76,18 @@ impl Heard {
     }
 }
 
-impl Engine {
+impl<'e> GateCache<'e> {
     /// Whether a check may answer from the gates in memory.
-    pub(super) fn answers_from_memory(&self) -> bool {
-        self.cache_trusted.load(Ordering::Acquire)
-            && (self.store.backend() == Backend::Sqlite || self.heard.within(STALE_AFTER))
+    pub(super) fn answers_from_memory(self) -> bool {
+        self.engine.cache_trusted.load(Ordering::Acquire)
+            && (self.engine.store.backend() == Backend::Sqlite
+                || self.engine.heard.within(STALE_AFTER))
     }
 
-    fn trust_memory(&self, trusted: bool) {
-        self.cache_trusted.store(trusted, Ordering::Release);
-        self.metrics
+    fn trust_memory(self, trusted: bool) {
+        self.engine.cache_trusted.store(trusted, Ordering::Release);
+        self.engine
+            .metrics
             .gate_cache_trusted
             .set(i64::from(self.answers_from_memory()));
     }
@@ -94,20 +96,20 @@ impl Engine {
     /// changes, reconnecting with backoff when the listening connection is lost,
     /// and keeps `gatebot_gate_cache_trusted` saying whether checks answer from
     /// memory. Runs until dropped (at shutdown). `url` is the store's.
-    pub async fn follow_gates(&self, url: &str) {
+    pub async fn follow_gates(self, url: &str) {
         tokio::join!(self.follow(url), self.watch_trust());
     }
 
     /// Brings the trust gauge up to date as the heartbeat comes or stops,
     /// apart from the listener, which may be the one held up.
-    async fn watch_trust(&self) {
+    async fn watch_trust(self) {
         let mut trusted = self.answers_from_memory();
         let mut tick = tokio::time::interval(WATCH_EVERY);
         loop {
             tick.tick().await;
             let now = self.answers_from_memory();
-            self.metrics.gate_cache_trusted.set(i64::from(now));
-            if now != trusted && self.cache_trusted.load(Ordering::Acquire) {
+            self.engine.metrics.gate_cache_trusted.set(i64::from(now));
+            if now != trusted && self.engine.cache_trusted.load(Ordering::Acquire) {
                 if now {
                     tracing::info!("gate changes heard again: checks answer from memory");
                 } else {
@@ -118,7 +120,7 @@ impl Engine {
         }
     }
 
-    async fn follow(&self, url: &str) {
+    async fn follow(self, url: &str) {
         let mut retry = FIRST_RETRY;
         loop {
             let mut trusted = false;
@@ -135,7 +137,7 @@ impl Engine {
 
     /// Listens, reloads every gate, trusts memory, and applies announcements
     /// until the connection is lost. Returns why it stopped.
-    async fn follow_once(&self, url: &str, trusted: &mut bool) -> StoreError {
+    async fn follow_once(self, url: &str, trusted: &mut bool) -> StoreError {
         // Listening first: a change committed during the reload is announced
         // after it and re-read then.
         let mut events = match GateEvents::connect(url, CONNECT_TIMEOUT).await {
@@ -146,21 +148,21 @@ impl Engine {
         if let Err(e) = self.reload_gates().await {
             return e;
         }
-        self.heard.set(reloaded_from);
+        self.engine.heard.set(reloaded_from);
         self.trust_memory(true);
         *trusted = true;
         tracing::info!("hearing gate changes: checks answer from memory");
         let mut ping = tokio::time::interval(PING_EVERY);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ping.tick().await;
-        let mut pings = Pings::new(self.store.replica());
+        let mut pings = Pings::new(self.engine.store.replica());
         loop {
             let failed = tokio::select! {
                 event = events.next() => match event {
                     Ok(GateEvent::Changed(key)) => self.refresh_gate(&key).await.err(),
                     Ok(GateEvent::Ping(nonce)) => {
                         if let Some(sent) = pings.back(&nonce) {
-                            self.heard.set(sent);
+                            self.engine.heard.set(sent);
                         }
                         None
                     }
@@ -183,24 +185,25 @@ impl Engine {
     }
 
     /// Reads every gate into memory.
-    async fn reload_gates(&self) -> Result<(), StoreError> {
-        let _applying = self.applying.lock().await;
-        self.store
-            .each_gate(|gate| self.memory().put_gate(&gate))
+    async fn reload_gates(self) -> Result<(), StoreError> {
+        let _applying = self.engine.applying.lock().await;
+        self.engine
+            .store
+            .each_gate(|gate| self.engine.memory().put_gate(&gate))
             .await?;
-        self.load_passages().await?;
-        self.metrics.gate_cache_reloads.inc();
+        self.engine.clusters().load_passages().await?;
+        self.engine.metrics.gate_cache_reloads.inc();
         Ok(())
     }
 
     /// Reads one gate that another replica (or this one) changed.
-    async fn refresh_gate(&self, key: &GateKey) -> Result<(), StoreError> {
-        let _applying = self.applying.lock().await;
-        if let Some(gate) = self.store.load_gate(key).await? {
-            self.memory().put_gate(&gate);
+    async fn refresh_gate(self, key: &GateKey) -> Result<(), StoreError> {
+        let _applying = self.engine.applying.lock().await;
+        if let Some(gate) = self.engine.store.load_gate(key).await? {
+            self.engine.memory().put_gate(&gate);
         }
         // A pin announces its gate; a passage may have come with it.
-        self.refresh_passages(key).await
+        self.engine.clusters().refresh_passages(key).await
     }
 }
 

@@ -152,7 +152,7 @@ pub async fn take_all<D, T>(
 where
     D: fmt::Display,
 {
-    let mut unit = engine.begin().await?;
+    let mut unit = engine.commands().begin().await?;
     let mut outcomes = Vec::with_capacity(asked.len());
     let mut froze = false;
     for line in asked {
@@ -177,7 +177,7 @@ where
     write(&mut unit, said, receipt).await?;
     unit.commit().await?;
     if froze {
-        engine.reload_freezes().await?;
+        engine.freezes().reload_freezes().await?;
     }
     Ok(answer)
 }
@@ -249,7 +249,7 @@ where
 /// Writes `said` and settles `receipt` in a unit of their own: a delivery
 /// that carries no command but is answered (a stale review).
 pub async fn answer(engine: &Engine, said: Said, receipt: Option<&Lease>) -> Result<(), SendError> {
-    let mut unit = engine.begin().await?;
+    let mut unit = engine.commands().begin().await?;
     write(&mut unit, said, receipt).await?;
     Ok(unit.commit().await?)
 }
@@ -268,7 +268,7 @@ pub async fn withdraw(
     receipt: Option<&Lease>,
     say: impl FnOnce(&Withdrawn) -> Result<Said, SendError>,
 ) -> Result<(), SendError> {
-    let mut unit = engine.begin().await?;
+    let mut unit = engine.commands().begin().await?;
     let withdrawn = unit.withdraw(key, person, who).await?;
     match withdrawn {
         Withdrawn::Counted(_) => unit.count(source, command, "withdrawn"),
@@ -291,7 +291,7 @@ pub async fn protection_request(
     receipt: Option<&Lease>,
     say: impl FnOnce(&Awaited, Millis) -> Result<Said, SendError>,
 ) -> Result<(), SendError> {
-    let mut unit = engine.begin().await?;
+    let mut unit = engine.commands().begin().await?;
     request.requested_at = unit.now();
     let said = match unit.put_protection_request(&request).await? {
         true => {

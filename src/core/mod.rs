@@ -30,7 +30,6 @@ pub mod intake;
 mod memory;
 pub mod named;
 pub mod origin;
-mod page;
 pub mod path;
 mod read;
 mod records;
@@ -46,8 +45,7 @@ pub use crate::store::{
 pub use app::{AppState, Shared};
 pub use check::Checked;
 pub use error::CommandError;
-pub use page::GatePage;
-pub use read::{GateDetail, GateSummary};
+pub use read::{GateDetail, GatePage, GateSummary};
 pub use records::{Records, SinkBase};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -236,6 +234,60 @@ pub struct Engine {
     budgets: budget::Budgets,
 }
 
+/// The engine's parts, each named for what it is for and written in one file.
+/// Each is a view of the one [`Engine`], which keeps only the state they share.
+macro_rules! parts {
+    ($( $(#[$doc:meta])* $module:ident::$part:ident by $name:ident; )*) => {
+        $(
+            $(#[$doc])*
+            #[derive(Clone, Copy)]
+            pub struct $part<'e> {
+                engine: &'e Engine,
+            }
+        )*
+        impl Engine {
+            $(
+                pub fn $name(&self) -> $part<'_> {
+                    $part { engine: self }
+                }
+            )*
+        }
+    };
+}
+
+parts! {
+    /// Flagger's checks: the steady state from memory, a wait started or stepped in one transaction.
+    check::Checks by checks;
+    /// What people do to gates: a unit of work, open, close, hold, unhold, refuse, expiry, and jobs no change carries.
+    change::Commands by commands;
+    /// Waits' deadlines applied, and the waits their timers follow.
+    deadlines::Deadlines by deadlines;
+    /// Reminders at the policy's points, once across replicas.
+    reminders::Reminders by reminders;
+    /// The waits kept in bounds: room made for a new one, silent ones ended, ended ones forgotten.
+    bounds::Bounds by bounds;
+    /// Flagger's events: the timeline, the waits they end, and last-seen times flushed.
+    events::Events by events;
+    /// What each cluster's checks may still start, and what was refused.
+    budget::Budget by budget;
+    /// The canary's numbers refreshed for the messages of waiting canaries.
+    evidence::EvidenceRefresh by evidence;
+    /// Freezes and release windows: what holds a gate closed, and the freezes in force.
+    freezes::Freezes by freezes;
+    /// PostgreSQL: other replicas' gate changes heard, and whether memory may answer.
+    gate_cache::GateCache by gate_cache;
+    /// The policy's clusters in order: where a command's gates land, and what each has passed.
+    environments::Clusters by clusters;
+    /// Gates pipelines create by name: created, and pruned after retention.
+    named::NamedGates by named;
+    /// Canaries' own gates tied to the PRs that brought their revisions.
+    origin::OriginLookup by origins;
+    /// Gate lists, details and pages, as the API, the CLI, `/status` and the pages show them.
+    read::Reads by reads;
+    /// Committed changes published to open pages.
+    watch::Watch by watch;
+}
+
 impl Engine {
     pub async fn new(
         store: Store,
@@ -290,7 +342,7 @@ impl Engine {
             applying: tokio::sync::Mutex::new(()),
             heard: gate_cache::Heard::default(),
         };
-        engine.load_passages().await?;
+        engine.clusters().load_passages().await?;
         Ok(engine)
     }
 
@@ -366,13 +418,8 @@ impl Engine {
         Ok(queued)
     }
 
-    /// Nudges the outbox worker after jobs were queued outside the engine.
-    pub fn wake_outbox(&self) {
-        self.outbox_wake.notify_one();
-    }
-
     fn after_commit(&self, audits: &[AuditEntry], queued: usize) {
-        self.publish(audits);
+        self.watch().publish(audits);
         for entry in audits {
             self.metrics
                 .audit_events
@@ -384,17 +431,6 @@ impl Engine {
         if queued > 0 {
             self.outbox_wake.notify_one();
         }
-    }
-
-    /// Queues jobs that no gate change carries (replies to a click or a command)
-    /// and wakes the outbox. Returns how many were queued.
-    pub async fn enqueue(&self, jobs: &[crate::store::NewJob]) -> Result<usize, StoreError> {
-        let now = self.now();
-        let mut tx = self.store.begin().await?;
-        let queued = queue_jobs(&mut tx, jobs, now).await?;
-        tx.commit().await?;
-        self.after_commit(&[], queued);
-        Ok(queued)
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::unit::{audit_entry, Unit};
-use super::{CommandError, Engine, Provenance};
+use super::{CommandError, NamedGates, Provenance};
 use crate::gate::{AuditAction, Gate, GateKey, Millis, Scope};
 use crate::notify::Notice;
 use crate::store::{NamedGate, NamedSpec, Store, StoreError};
@@ -240,13 +240,14 @@ pub(super) async fn retire_in(
     })
 }
 
-impl Engine {
+impl<'e> NamedGates<'e> {
     /// Prunes the details of gates retired longer than `retention` ago, a
     /// batch at a time (see `Store::prune_retired_named`); how many it pruned.
-    pub async fn prune_retired_named(&self, retention: Duration) -> Result<usize, StoreError> {
-        let now = self.now();
+    pub async fn prune_retired(self, retention: Duration) -> Result<usize, StoreError> {
+        let now = self.engine.now();
         let keep = Millis::try_from(retention.as_millis()).unwrap_or(Millis::MAX);
         let pruned = self
+            .engine
             .store
             .prune_retired_named(now.saturating_sub(keep), now, PRUNE_BATCH)
             .await?;
@@ -260,11 +261,11 @@ impl Engine {
     }
 
     /// The named gate, if `key` names one that was created.
-    pub async fn named(&self, key: &GateKey) -> Result<Option<NamedGate>, StoreError> {
+    pub async fn find(self, key: &GateKey) -> Result<Option<NamedGate>, StoreError> {
         if !matches!(key.scope, Scope::Named(_)) {
             return Ok(None);
         }
-        self.store.named_gate(key).await
+        self.engine.store.named_gate(key).await
     }
 }
 

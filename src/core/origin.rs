@@ -415,27 +415,27 @@ fn scope_of_pr(pr: Option<&(RepoName, PrNumber)>) -> Option<Scope> {
     Some(Scope::Pr { repo, number })
 }
 
-impl Engine {
+impl<'e> OriginLookup<'e> {
     /// Ties this engine's canary-scoped checks to their PRs (at start, once).
-    pub async fn find_origins_with(&self, origins: Arc<Origins>) -> Result<(), StoreError> {
-        origins.load(self.store.canary_ties().await?);
-        let _ = self.origins.set(origins);
+    pub async fn find_origins_with(self, origins: Arc<Origins>) -> Result<(), StoreError> {
+        origins.load(self.engine.store.canary_ties().await?);
+        let _ = self.engine.origins.set(origins);
         Ok(())
     }
 
     /// A gate check, with a canary's own gate answered as its PR's when the
-    /// tie is known (see the module). Every other check is [`Engine::check`].
+    /// tie is known (see the module). Every other check is [`Checks::check`].
     pub async fn check_canary(
-        &self,
+        self,
         key: &GateKey,
         input: &CheckInput,
     ) -> Result<Checked, CommandError> {
         let (Some(origins), Some(canary), Scope::Canary(_)) =
-            (self.origins.get(), input.canary.as_ref(), &key.scope)
+            (self.engine.origins.get(), input.canary.as_ref(), &key.scope)
         else {
-            return self.check(key, input).await;
+            return self.engine.checks().check(key, input).await;
         };
-        let now = self.now();
+        let now = self.engine.now();
         let checksum = super::admit::Admit::to_verify(&input.checksum);
         let reason = match origins.lookup(canary, checksum.get(), now) {
             Lookup::Known(scope, commit) => {
@@ -446,8 +446,13 @@ impl Engine {
                     ..input.clone()
                 };
                 return match scope {
-                    Some(scope) => self.check(&GateKey::new(key.kind, scope), &input).await,
-                    None => self.check(key, &input).await,
+                    Some(scope) => {
+                        self.engine
+                            .checks()
+                            .check(&GateKey::new(key.kind, scope), &input)
+                            .await
+                    }
+                    None => self.engine.checks().check(key, &input).await,
                 };
             }
             Lookup::Waiting(reason) => reason,
@@ -458,24 +463,26 @@ impl Engine {
                 // checks (the evidence's rule too).
                 let real = tied
                     || input.cluster.is_some()
-                    || self.store.canary_pinned(&canary.to_string()).await?;
+                    || self.engine.store.canary_pinned(&canary.to_string()).await?;
                 // An unknown canary's lookup draws from its cluster's budget
                 // (the draw counts a refusal itself).
-                if !real && !self.draw_lookup(input.cluster.as_ref()) {
+                if !real && !self.engine.budget().draw_lookup(input.cluster.as_ref()) {
                     format!(
                         "closed: this cluster's budget of lookups for unknown canaries is spent this minute; {canary} is asked again at the next poll"
                     )
                 } else if origins.queue(canary, checksum.get(), attempts, real, now) {
                     looking(canary)
                 } else {
-                    self.count_refused("lookup", input.cluster.as_ref(), 1);
+                    self.engine
+                        .budget()
+                        .count_refused("lookup", input.cluster.as_ref(), 1);
                     format!(
                         "closed: {QUEUED} canaries are being looked up already; {canary} is asked again at the next poll"
                     )
                 }
             }
         };
-        self.count_check(key.kind, Answer::Closed);
+        self.engine.checks().count_check(key.kind, Answer::Closed);
         Ok(Checked {
             verdict: Verdict::closed(reason),
             change: None,
@@ -483,8 +490,8 @@ impl Engine {
     }
 
     /// The lookup workers, one per lane, one lookup at a time each, until shutdown.
-    pub async fn find_origins(&self, shutdown: CancellationToken) {
-        let Some(origins) = self.origins.get() else {
+    pub async fn find_origins(self, shutdown: CancellationToken) {
+        let Some(origins) = self.engine.origins.get() else {
             return;
         };
         let Some(lanes) = origins.jobs.lock().expect("origin jobs poisoned").take() else {
@@ -497,7 +504,7 @@ impl Engine {
     }
 
     async fn work(
-        &self,
+        self,
         origins: &Origins,
         mut jobs: mpsc::Receiver<Job>,
         shutdown: &CancellationToken,
@@ -515,8 +522,13 @@ impl Engine {
         }
     }
 
-    async fn find_origin(&self, origins: &Origins, job: &Job) -> Result<Found, Failed> {
-        let result = match self.store.canary_tie(&job.canary, &job.checksum).await {
+    async fn find_origin(self, origins: &Origins, job: &Job) -> Result<Found, Failed> {
+        let result = match self
+            .engine
+            .store
+            .canary_tie(&job.canary, &job.checksum)
+            .await
+        {
             Ok(Some(tie)) => Ok(Found {
                 commit: tie.commit,
                 pr: tie.pr,
@@ -547,7 +559,7 @@ impl Engine {
                     job.attempts
                 };
                 let retry_in = origins.retry_in(attempts);
-                let now = self.now();
+                let now = self.engine.now();
                 if origins.warn(&job.canary, now) {
                     tracing::warn!(canary = %job.canary, error = %e.why, ?retry_in, "cannot find the pull request of a canary's revision: its gate stays closed");
                 } else {
@@ -563,7 +575,7 @@ impl Engine {
         }
     }
 
-    async fn look_up(&self, origins: &Origins, job: &Job) -> Result<Found, OriginError> {
+    async fn look_up(self, origins: &Origins, job: &Job) -> Result<Found, OriginError> {
         let known = origins.known(&job.canary);
         let found = origins.finder.find(&job.canary, known.as_ref()).await?;
         // One row per canary and commit: a checksum made up for a real
@@ -574,9 +586,10 @@ impl Engine {
                 checksum: job.checksum.clone(),
                 commit: found.commit.clone(),
                 pr: found.pr.clone(),
-                found_at: self.now(),
+                found_at: self.engine.now(),
             };
-            self.store
+            self.engine
+                .store
                 .keep_canary_tie(&tie)
                 .await
                 .map_err(|e| OriginError::new(format!("the store: {e}")))?;

@@ -1,4 +1,6 @@
-//! Read models: gates as the API, the CLI and `/status` list them.
+//! Read models: gates as the API, the CLI and `/status` list them, and one page
+//! of the gate list, read by key range so that a page costs the same whatever
+//! the number of gates.
 
 use super::*;
 
@@ -33,25 +35,35 @@ pub struct GateDetail {
     pub named: Option<crate::store::NamedGate>,
 }
 
-impl Engine {
+/// Gates in key order, and the cursor of the next page (its last key) when
+/// there may be more.
+#[derive(Debug, Clone, Serialize)]
+pub struct GatePage {
+    pub gates: Vec<GateSummary>,
+    pub next: Option<String>,
+}
+
+impl<'e> Reads<'e> {
     /// Every gate anyone opened or Flagger asked, with the canaries at it.
-    pub async fn list(&self) -> Result<Vec<GateSummary>, StoreError> {
+    pub async fn list(self) -> Result<Vec<GateSummary>, StoreError> {
         self.summaries(|_| true).await
     }
 
-    /// [`Engine::list`], of the gates `keep` keeps.
+    /// [`Reads::list`], of the gates `keep` keeps.
     async fn summaries(
-        &self,
+        self,
         keep: impl Fn(&GateKey) -> bool,
     ) -> Result<Vec<GateSummary>, StoreError> {
-        let mut gates: BTreeMap<String, Gate> = match self.store.backend() {
+        let mut gates: BTreeMap<String, Gate> = match self.engine.store.backend() {
             Backend::Sqlite => self
+                .engine
                 .memory()
                 .gates()
                 .into_iter()
                 .map(|g| (g.key.to_string(), g))
                 .collect(),
             Backend::Postgres => self
+                .engine
                 .store
                 .load_gates()
                 .await?
@@ -59,8 +71,9 @@ impl Engine {
                 .map(|g| (g.key.to_string(), g))
                 .collect(),
         };
-        let observations = self.store.load_observations().await?;
+        let observations = self.engine.store.load_observations().await?;
         let waits: HashMap<i64, Millis> = self
+            .engine
             .store
             .waits(None, true, 10_000)
             .await?
@@ -83,7 +96,7 @@ impl Engine {
                 last_seen: o.last_seen,
             });
         }
-        let memory = self.memory();
+        let memory = self.engine.memory();
         Ok(gates
             .into_values()
             .filter(|gate| keep(&gate.key))
@@ -100,25 +113,83 @@ impl Engine {
             .collect())
     }
 
-    pub async fn detail(&self, key: &GateKey) -> Result<GateDetail, StoreError> {
-        let gate = self.gate(key).await?;
+    pub async fn detail(self, key: &GateKey) -> Result<GateDetail, StoreError> {
+        let gate = self.engine.gate(key).await?;
         Ok(GateDetail {
             gate,
-            observations: self.store.observations_for(key).await?,
-            waits: self.store.waits(Some(key), false, 50).await?,
-            audit: self.store.audit_log(Some(key), 100).await?,
-            named: self.named(key).await?,
+            observations: self.engine.store.observations_for(key).await?,
+            waits: self.engine.store.waits(Some(key), false, 50).await?,
+            audit: self.engine.store.audit_log(Some(key), 100).await?,
+            named: self.engine.named().find(key).await?,
         })
     }
 
     /// The gates of one PR that exist (opened or asked by Flagger).
     pub async fn gates_of_pr(
-        &self,
+        self,
         repo: &RepoName,
         number: crate::gate::PrNumber,
     ) -> Result<Vec<GateSummary>, StoreError> {
         self.summaries(|k| k.pr().is_some_and(|(r, n)| r == repo && n == number))
             .await
+    }
+
+    /// Up to `limit` gates after the key `after` (from the first when `None`),
+    /// as [`Reads::list`] shows them.
+    pub async fn page(self, after: Option<&str>, limit: usize) -> Result<GatePage, StoreError> {
+        let want = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut keys = self
+            .engine
+            .store
+            .gate_keys_after(after, want.saturating_add(1))
+            .await?;
+        let more = keys.len() > limit;
+        keys.truncate(limit);
+        let (Some(first), Some(last)) = (keys.first(), keys.last()) else {
+            return Ok(GatePage {
+                gates: Vec::new(),
+                next: None,
+            });
+        };
+        let (first, last) = (first.to_string(), last.to_string());
+        let mut stored: HashMap<GateKey, Gate> = match self.engine.store.backend() {
+            Backend::Sqlite => {
+                let memory = self.engine.memory();
+                keys.iter()
+                    .filter_map(|k| memory.gate(k).map(|g| (k.clone(), g)))
+                    .collect()
+            }
+            Backend::Postgres => self
+                .engine
+                .store
+                .gates_between(&first, &last)
+                .await?
+                .into_iter()
+                .map(|g| (g.key.clone(), g))
+                .collect(),
+        };
+        let mut canaries: HashMap<GateKey, Vec<CanarySeen>> = HashMap::new();
+        for (key, seen) in self.engine.store.canaries_between(&first, &last).await? {
+            canaries.entry(key).or_default().push(seen);
+        }
+        let memory = self.engine.memory();
+        let next = more.then_some(last);
+        let gates = keys
+            .iter()
+            .map(|key| {
+                let gate = stored
+                    .remove(key)
+                    .unwrap_or_else(|| Gate::closed(key.clone()));
+                let mut at_gate = canaries.remove(key).unwrap_or_default();
+                for c in &mut at_gate {
+                    if let Some(at) = memory.last_seen(key, &c.canary) {
+                        c.last_seen = c.last_seen.max(at);
+                    }
+                }
+                summarise(gate, at_gate)
+            })
+            .collect();
+        Ok(GatePage { gates, next })
     }
 }
 

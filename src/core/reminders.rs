@@ -10,17 +10,17 @@ use crate::gate::reminder;
 use crate::policy::Policy;
 use crate::store::{WaitRow, WAIT_PAGE};
 
-impl Engine {
+impl<'e> Reminders<'e> {
     /// Sends the reminders due now: only the waits whose next reminder is
     /// due are read, a page at a time. Returns how many.
-    pub async fn send_reminders(&self, policy: &Policy) -> Result<usize, CommandError> {
+    pub async fn send_reminders(self, policy: &Policy) -> Result<usize, CommandError> {
         if policy.reminders().at.is_empty() {
             return Ok(0);
         }
-        let now = self.now();
+        let now = self.engine.now();
         let (mut sent, mut after) = (0, None);
         loop {
-            let page = self.store.waits_to_remind(now, after).await?;
+            let page = self.engine.store.waits_to_remind(now, after).await?;
             for wait in &page {
                 sent += usize::from(self.remind(policy, wait, now).await?);
             }
@@ -35,7 +35,7 @@ impl Engine {
 
     /// One wait's reminder, for the latest point passed; the next one is set.
     async fn remind(
-        &self,
+        self,
         policy: &Policy,
         wait: &WaitRow,
         now: Millis,
@@ -55,10 +55,11 @@ impl Engine {
         let due = reminder::due(points, wait.started_at, now, before);
         let passed = due.map_or(before, |(passed, _)| passed);
         let next = self
+            .engine
             .settings
             .timers
             .remind_at(kind, wait.started_at, passed);
-        let mut unit = self.begin().await?;
+        let mut unit = self.engine.commands().begin().await?;
         if !Store::mark_reminded(unit.tx(), wait.id, wait.reminders_sent, passed as i64, next)
             .await?
         {

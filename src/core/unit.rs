@@ -32,16 +32,16 @@ pub struct Unit<'e> {
     ended: Vec<(GateKey, CanaryRef)>,
 }
 
-impl Engine {
-    /// Starts a unit of work.
-    pub async fn begin(&self) -> Result<Unit<'_>, StoreError> {
-        let turn = self.write.lock().await;
-        let tx = self.store.begin().await?;
+impl<'e> Unit<'e> {
+    /// Starts a unit of work: the engine's write turn, then a transaction.
+    pub(super) async fn begin(engine: &'e Engine) -> Result<Self, StoreError> {
+        let turn = engine.write.lock().await;
+        let tx = engine.store.begin().await?;
         Ok(Unit {
-            engine: self,
+            engine,
             tx,
             _turn: turn,
-            now: self.now(),
+            now: engine.now(),
             gates: HashMap::new(),
             audits: Vec::new(),
             queued: 0,
@@ -50,9 +50,7 @@ impl Engine {
             ended: Vec::new(),
         })
     }
-}
 
-impl<'e> Unit<'e> {
     pub fn now(&self) -> Millis {
         self.now
     }

@@ -7,7 +7,7 @@
 use serde::Serialize;
 use tokio::sync::broadcast;
 
-use super::Engine;
+use super::Watch;
 use crate::gate::Millis;
 use crate::store::AuditEntry;
 
@@ -22,17 +22,17 @@ pub struct Changed {
 /// The sender that bootstrap builds once; pages subscribe to it.
 pub type Changes = broadcast::Sender<Changed>;
 
-impl Engine {
+impl<'e> Watch<'e> {
     /// Publishes every later change to `changes` (set once, at start).
-    pub fn publish_to(&self, changes: Changes) {
-        if self.changes.set(changes).is_err() {
+    pub fn publish_to(self, changes: Changes) {
+        if self.engine.changes.set(changes).is_err() {
             tracing::warn!("changes are already published elsewhere");
         }
     }
 
     /// Called after a commit with its audit entries.
-    pub(super) fn publish(&self, audits: &[AuditEntry]) {
-        let Some(changes) = self.changes.get() else {
+    pub(super) fn publish(self, audits: &[AuditEntry]) {
+        let Some(changes) = self.engine.changes.get() else {
             return;
         };
         if changes.receiver_count() == 0 {
@@ -47,11 +47,8 @@ impl Engine {
             });
         }
     }
-}
-
-impl Engine {
-    /// The sender set by [`Engine::publish_to`], if any.
-    pub fn changes(&self) -> Option<Changes> {
-        self.changes.get().cloned()
+    /// The sender set by [`Watch::publish_to`], if any.
+    pub fn changes(self) -> Option<Changes> {
+        self.engine.changes.get().cloned()
     }
 }

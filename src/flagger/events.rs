@@ -97,6 +97,7 @@ async fn store(state: &AppState, e: &Event) -> Option<EventKind> {
     loop {
         let recorded = state
             .engine
+            .events()
             .record_event(&e.canary, &e.input, &e.message, &e.event_type, e.flagger_at)
             .await;
         match recorded {

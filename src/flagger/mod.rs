@@ -233,7 +233,10 @@ pub(crate) async fn check(
             let cluster = cluster(state, None, query)?;
             let (key, input) = legacy_key(kind, cluster, body)?;
             // The loadtester's gate is the one `/gate/open` opens: never a PR's.
-            Ok(respond(&key, state.engine.check(&key, &input).await))
+            Ok(respond(
+                &key,
+                state.engine.checks().check(&key, &input).await,
+            ))
         }
     }
 }
@@ -343,7 +346,7 @@ async fn of_canary(
 
 async fn answer(state: &AppState, key: &GateKey, input: &CheckInput) -> Response {
     // A canary's own gate may be its PR's ([kubernetes] lookup).
-    respond(key, state.engine.check_canary(key, input).await)
+    respond(key, state.engine.origins().check_canary(key, input).await)
 }
 
 fn respond(

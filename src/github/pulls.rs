@@ -111,7 +111,12 @@ impl GithubInbox {
                 jobs.push(GithubJob::check_run(repo, number, kind)?);
             }
         }
-        self.state.engine.enqueue(&jobs).await.map_err(retry)?;
+        self.state
+            .engine
+            .commands()
+            .enqueue(&jobs)
+            .await
+            .map_err(retry)?;
         Ok(())
     }
 }

@@ -216,6 +216,7 @@ async fn status(state: &AppState, subject: Option<&Subject>) -> Result<String, R
         None => (
             state
                 .engine
+                .reads()
                 .list()
                 .await?
                 .into_iter()
@@ -227,6 +228,7 @@ async fn status(state: &AppState, subject: Option<&Subject>) -> Result<String, R
     let freezes: Vec<String> = state
         .engine
         .freezes()
+        .in_force()
         .iter()
         .map(|f| f.reason_line())
         .collect();

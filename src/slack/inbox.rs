@@ -92,7 +92,12 @@ impl SlackInbox {
         let Some(job) = response(response_url, text)? else {
             return Ok(());
         };
-        self.state.engine.enqueue(&[job]).await.map_err(store_err)?;
+        self.state
+            .engine
+            .commands()
+            .enqueue(&[job])
+            .await
+            .map_err(store_err)?;
         Ok(())
     }
 

@@ -106,6 +106,7 @@ impl TeamsInbox {
         .map_err(|e| SendError::Permanent(e.to_string()))?;
         self.state
             .engine
+            .commands()
             .enqueue(&[job])
             .await
             .map_err(|e| SendError::retry(format!("store: {e}")))
@@ -204,6 +205,7 @@ impl TeamsInbox {
             ),
             None => (
                 engine
+                    .reads()
                     .list()
                     .await
                     .map_err(|e| SendError::retry(e.to_string()))?

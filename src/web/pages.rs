@@ -344,7 +344,7 @@ async fn show_gate(state: AppState, viewer: Viewer, path: &str) -> Result<Respon
     let key = GateKey::parse(path, state.config.github.repository.as_ref())
         .map_err(|e| Problem::bad_request(format!("no such gate: {e}")))?;
     let now = state.clock.now_ms();
-    let detail = state.engine.detail(&key).await?;
+    let detail = state.engine.reads().detail(&key).await?;
     let open_wait = detail.waits.iter().find(|w| w.ended_at.is_none());
     let metadata = open_wait
         .map(|w| w.metadata.clone())
@@ -475,7 +475,7 @@ pub async fn pull_request(
         .map_err(|e| Problem::bad_request(format!("no such pull request: {e}")))?;
     let now = state.clock.now_ms();
     let pr = view::pr_view(&state, &repo, number.0).await?;
-    let summaries = state.engine.gates_of_pr(&repo, number).await?;
+    let summaries = state.engine.reads().gates_of_pr(&repo, number).await?;
     let mut permits = Permits::new(&state, &viewer);
     let mut gates = Vec::new();
     let mut audit = Vec::new();

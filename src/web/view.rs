@@ -229,7 +229,7 @@ impl<'a> Permits<'a> {
         let Some(wait) = wait.filter(|_| shown.name == "open") else {
             return Ok((shown, buttons));
         };
-        let verdict = self.state.engine.answer_for_wait(wait).await?;
+        let verdict = self.state.engine.checks().answer_for_wait(wait).await?;
         if verdict.answer == Answer::Closed {
             shown = StateView {
                 name: "closed",
@@ -335,7 +335,7 @@ pub async fn title_of(
     metadata: &serde_json::Value,
 ) -> Result<Option<String>, Problem> {
     if matches!(key.scope, Scope::Named(_)) {
-        if let Some(named) = state.engine.named(key).await? {
+        if let Some(named) = state.engine.named().find(key).await? {
             if named.spec.title.is_some() {
                 return Ok(named.spec.title);
             }
