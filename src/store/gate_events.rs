@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 
-use super::{Result, Store, StoreError, WriteTx};
+use super::{Result, StoreError};
 use crate::gate::GateKey;
 
 /// The channel gate changes are announced on; the payload is the gate's key.
@@ -107,21 +107,4 @@ fn lost(kind: std::io::ErrorKind, what: String) -> StoreError {
 
 fn timed_out(what: &str) -> StoreError {
     lost(std::io::ErrorKind::TimedOut, format!("{what} timed out"))
-}
-
-impl Store {
-    /// Announces that `key` changed, at COMMIT of `tx`. PostgreSQL only
-    /// (SQLite has one process, whose memory is updated directly).
-    pub(super) async fn announce_gate(tx: &mut WriteTx<'_>, key: &GateKey) -> Result<()> {
-        let conn = tx.conn();
-        if conn.backend_name() != <sqlx::Postgres as sqlx::Database>::NAME {
-            return Ok(());
-        }
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(GATES_CHANNEL)
-            .bind(key.to_string())
-            .execute(conn)
-            .await?;
-        Ok(())
-    }
 }

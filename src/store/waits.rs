@@ -2,7 +2,7 @@
 //! reminder is due. Housekeeping asks only for the waits that are due, by an
 //! index, so a pass costs the same however many other canaries wait.
 
-use super::{Result, Store, WriteTx};
+use super::*;
 use crate::gate::{CanaryRef, ClusterName, GateKey, Millis};
 
 /// A wait about to start, with its timers.
@@ -145,6 +145,97 @@ impl Store {
         .execute(tx.conn())
         .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    /// The waits of a gate's latest `limit` posts in `table` (Slack's
+    /// messages, Teams' cards), oldest first. `table` is a name in this
+    /// crate's source, never input: it is written into the statement.
+    pub(super) async fn waits_posted_for_gate(
+        &self,
+        table: &'static str,
+        gate: &str,
+        limit: i64,
+    ) -> Result<Vec<i64>> {
+        let sql =
+            format!("SELECT wait_id FROM {table} WHERE gate = $1 ORDER BY wait_id DESC LIMIT $2");
+        let rows = sqlx::query(&sql)
+            .bind(gate.to_string())
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut ids = rows
+            .iter()
+            .map(|r| r.try_get("wait_id"))
+            .collect::<Result<Vec<i64>, _>>()?;
+        ids.reverse();
+        Ok(ids)
+    }
+
+    /// Starts a wait unless one is open. Returns the new wait's id, or None when
+    /// another check (here or on another replica) started it first.
+    pub async fn start_wait(tx: &mut WriteTx<'_>, wait: &NewWait<'_>) -> Result<Option<i64>> {
+        let row = sqlx::query(
+            "INSERT INTO waits (gate_key, canary, checksum, phase, metadata, started_at, due_at, remind_at, cluster, vouched) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+             ON CONFLICT (gate_key, canary) WHERE ended_at IS NULL DO NOTHING RETURNING id",
+        )
+        .bind(wait.key.to_string())
+        .bind(wait.canary.to_string())
+        .bind(wait.checksum.to_string())
+        .bind(wait.phase.to_string())
+        .bind(wait.metadata.to_string())
+        .bind(wait.at)
+        .bind(wait.due_at)
+        .bind(wait.remind_at)
+        .bind(wait.cluster.map(|c| c.as_str().to_string()))
+        .bind(i64::from(wait.vouched))
+        .fetch_optional(tx.conn())
+        .await?;
+        Ok(row.map(|r| r.try_get("id")).transpose()?)
+    }
+
+    /// Ends the open wait of a canary at a gate; returns its id if there was one.
+    pub async fn end_wait(
+        tx: &mut WriteTx<'_>,
+        key: &GateKey,
+        canary: &CanaryRef,
+        outcome: &str,
+        at: Millis,
+    ) -> Result<Option<i64>> {
+        Self::end_wait_as(tx, key, &canary.to_string(), outcome, at).await
+    }
+
+    pub async fn waits(
+        &self,
+        key: Option<&GateKey>,
+        open_only: bool,
+        limit: i64,
+    ) -> Result<Vec<WaitRow>> {
+        let rows = sqlx::query(
+            "SELECT * FROM waits WHERE ($1 IS NULL OR gate_key = $1) AND ($2 = 0 OR ended_at IS NULL) \
+             ORDER BY id DESC LIMIT $3",
+        )
+        .bind(key.map(|k| k.to_string()))
+        .bind(i64::from(open_only))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(rows::wait_from_row).collect()
+    }
+
+    pub async fn wait(&self, id: i64) -> Result<Option<WaitRow>> {
+        let row = sqlx::query("SELECT * FROM waits WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(rows::wait_from_row).transpose()
+    }
+
+    pub async fn open_wait_count(&self) -> Result<i64> {
+        let row = sqlx::query("SELECT COUNT(*) AS n FROM waits WHERE ended_at IS NULL")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get("n")?)
     }
 }
 
