@@ -55,8 +55,8 @@ pub mod slack {
 
 pub mod store {
     pub use crate::store::{
-        AuditEntry, Claim, NewJob, QueueItem, QueueName, StatusComment, Store, StoreError,
-        TeamsConversation, DEAD_AFTER, LISTENER_APPLICATION_NAME,
+        AuditEntry, Claim, History, NewJob, Prs, QueueItem, QueueName, Queues, SlackRows,
+        StatusComment, Store, StoreError, TeamsConversation, DEAD_AFTER, LISTENER_APPLICATION_NAME,
     };
 }
 

@@ -170,6 +170,7 @@ async fn burst_on_one_pr_gets_one_edit(backend: Backend) {
         server
             .state
             .store
+            .queues()
             .pending(gatebot::testing::store::QueueName::Outbox)
             .await
             .unwrap()

@@ -29,7 +29,9 @@ async fn store(backend: Backend) -> (TestDb, Store) {
 async fn queue(store: &Store, jobs: &[NewJob], now: i64) {
     let mut tx = store.begin().await.unwrap();
     for j in jobs {
-        assert!(Store::enqueue(&mut tx, j, now).await.unwrap());
+        assert!(gatebot::testing::store::Queues::enqueue(&mut tx, j, now)
+            .await
+            .unwrap());
     }
     tx.commit().await.unwrap();
 }
@@ -45,6 +47,7 @@ async fn jobs_are_claimed_in_batches_in_queue_order(backend: Backend) {
     queue(&store, &jobs, 1_000).await;
     let owner = store.replica().to_string();
     let first = store
+        .queues()
         .claim_many(QueueName::Outbox, &owner, 1_000, 60_000, 3)
         .await
         .unwrap();
@@ -55,6 +58,7 @@ async fn jobs_are_claimed_in_batches_in_queue_order(backend: Backend) {
         "a batch, in queue order"
     );
     let rest = store
+        .queues()
         .claim_many(QueueName::Outbox, &owner, 1_000, 60_000, 10)
         .await
         .unwrap();
@@ -65,6 +69,7 @@ async fn jobs_are_claimed_in_batches_in_queue_order(backend: Backend) {
         "claimed jobs are not claimed again; later ones wait"
     );
     let due = store
+        .queues()
         .claim_many(QueueName::Outbox, &owner, 5_000, 60_000, 10)
         .await
         .unwrap();
@@ -76,6 +81,7 @@ async fn a_batch_settles_only_what_its_owner_holds(backend: Backend) {
     queue(&store, &[job("a", 0), job("b", 0)], 1_000).await;
     let owner = store.replica().to_string();
     let claimed = store
+        .queues()
         .claim_many(QueueName::Outbox, &owner, 1_000, 60_000, 10)
         .await
         .unwrap();
@@ -90,13 +96,18 @@ async fn a_batch_settles_only_what_its_owner_holds(backend: Backend) {
         .map(|i| (claim(&i.id, i.attempts), 1_001))
         .chain([(claim("not-claimed", 1), 1_001)])
         .collect();
-    let settled = store.finish_many(QueueName::Outbox, &items).await.unwrap();
+    let settled = store
+        .queues()
+        .finish_many(QueueName::Outbox, &items)
+        .await
+        .unwrap();
     assert_eq!(settled, [true, true, false]);
     // Settled items are not handed out again, even after their lease would have run out.
     let again = store
+        .queues()
         .claim_many(QueueName::Outbox, &owner, 100_000, 60_000, 10)
         .await
         .unwrap();
     assert!(again.is_empty(), "{again:?}");
-    assert_eq!(store.pending(QueueName::Outbox).await.unwrap(), 0);
+    assert_eq!(store.queues().pending(QueueName::Outbox).await.unwrap(), 0);
 }

@@ -139,6 +139,7 @@ impl Env {
             self.server
                 .state
                 .store
+                .queues()
                 .pending(QueueName::Inbox)
                 .await
                 .unwrap()
@@ -175,6 +176,7 @@ impl Env {
             self.server
                 .state
                 .store
+                .queues()
                 .pending(QueueName::Outbox)
                 .await
                 .unwrap()

@@ -263,11 +263,12 @@ async fn outbox_jobs_are_sent_once_across_replicas_and_survive_a_dead_worker() {
         pr: None,
     };
     let mut tx = store.begin().await.unwrap();
-    gatebot::testing::store::Store::enqueue(&mut tx, &notice.job("test").unwrap(), now)
+    gatebot::testing::store::Queues::enqueue(&mut tx, &notice.job("test").unwrap(), now)
         .await
         .unwrap();
     tx.commit().await.unwrap();
     let taken = store
+        .queues()
         .claim(
             gatebot::testing::store::QueueName::Outbox,
             "replica-that-died",

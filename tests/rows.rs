@@ -40,10 +40,12 @@ async fn audit_entries_show_as_text(backend: Backend) {
         delivery: Some(DeliveryId::slack_click("T1")),
     };
     let mut tx = store.begin().await.unwrap();
-    Store::audit(&mut tx, &entry).await.unwrap();
+    gatebot::testing::store::History::audit(&mut tx, &entry)
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
 
-    let log = store.audit_log(Some(&key), 10).await.unwrap();
+    let log = store.history().audit_log(Some(&key), 10).await.unwrap();
     assert_eq!(log.len(), 1);
     assert_eq!(log[0].gate, key);
     assert_eq!(log[0].action, AuditAction::Pin);
@@ -86,19 +88,19 @@ async fn a_bad_stored_key_is_corrupt_not_skipped(backend: Backend) {
     .unwrap();
     pool.close().await;
 
-    let audit = store.audit_log(None, 10).await;
+    let audit = store.history().audit_log(None, 10).await;
     assert!(
         matches!(audit, Err(StoreError::Corrupt(_))),
         "the audit log says it is unreadable: {audit:?}"
     );
-    let observations = store.load_observations().await;
+    let observations = store.observations().load_observations().await;
     assert!(
         matches!(observations, Err(StoreError::Corrupt(ref e)) if e.contains("not-a-gate")),
         "observations say which key: {observations:?}"
     );
     let canary = CanaryRef::new("test", "podinfo").unwrap();
     assert!(matches!(
-        store.gates_of_canary(&canary).await,
+        store.gates().gates_of_canary(&canary).await,
         Err(StoreError::Corrupt(_))
     ));
 }
@@ -129,7 +131,7 @@ async fn phases_and_answers_decode_typed(backend: Backend) {
 
     // A phase Flagger may add one day is kept as it was sent.
     observed(&pool, "test/podinfo", "Paused", "open").await;
-    let rows = store.load_observations().await.unwrap();
+    let rows = store.observations().load_observations().await.unwrap();
     assert_eq!(rows[0].phase, Phase::Other("Paused".into()));
     assert_eq!(rows[0].answer, Answer::Open);
     assert_eq!(rows[0].canary, CanaryRef::new("test", "podinfo").unwrap());
@@ -145,24 +147,24 @@ async fn phases_and_answers_decode_typed(backend: Backend) {
         ("no-namespace", "closed", "no-namespace"),
     ] {
         observed(&pool, canary, "Progressing", answer).await;
-        let all = store.load_observations().await;
+        let all = store.observations().load_observations().await;
         assert!(
             matches!(all, Err(StoreError::Corrupt(ref e)) if e.contains(says)),
             "{says}: {all:?}"
         );
         let key = GateKey::parse(GATE, None).unwrap();
-        let one = store.observations_for(&key).await;
+        let one = store.observations().observations_for(&key).await;
         assert!(
             matches!(one, Err(StoreError::Corrupt(_))),
             "{says}: {one:?}"
         );
-        let page = store.canaries_between(GATE, GATE).await;
+        let page = store.pages().canaries_between(GATE, GATE).await;
         assert!(
             matches!(page, Err(StoreError::Corrupt(_))),
             "{says}: {page:?}"
         );
         let mut loaded = 0;
-        let at_start = store.each_observation(|_, _| loaded += 1).await;
+        let at_start = store.loading().each_observation(|_, _| loaded += 1).await;
         assert!(
             matches!(at_start, Err(StoreError::Corrupt(_))) && loaded == 0,
             "{says}: {at_start:?}"

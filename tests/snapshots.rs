@@ -224,8 +224,8 @@ impl Env {
     async fn settle(&self) {
         let store = &self.server.state.store;
         eventually("the inbox and outbox to drain", WAIT, || async {
-            store.pending(QueueName::Inbox).await.unwrap() == 0
-                && store.pending(QueueName::Outbox).await.unwrap() == 0
+            store.queues().pending(QueueName::Inbox).await.unwrap() == 0
+                && store.queues().pending(QueueName::Outbox).await.unwrap() == 0
         })
         .await;
     }

@@ -39,33 +39,51 @@ async fn teams_conversations_are_bounded(backend: Backend) {
     let old = "https://smba.trafficmanager.net/amer/";
     let new = "https://smba.trafficmanager.net/emea/";
     assert!(store
+        .teams()
         .remember_teams_conversation(&conversation("19:a", old), 1, 2)
         .await
         .unwrap());
     assert!(store
+        .teams()
         .remember_teams_conversation(&conversation("19:b", old), 2, 2)
         .await
         .unwrap());
     assert!(!store
+        .teams()
         .remember_teams_conversation(&conversation("19:c", old), 3, 2)
         .await
         .unwrap());
     assert!(store
+        .teams()
         .remember_teams_conversation(&conversation("19:a", new), 4, 2)
         .await
         .unwrap());
-    let a = store.teams_conversation("19:a").await.unwrap().unwrap();
+    let a = store
+        .teams()
+        .teams_conversation("19:a")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         a.service_url, new,
         "a known conversation's reference is updated"
     );
-    assert_eq!(store.teams_conversations(10).await.unwrap().len(), 2);
-    store.forget_teams_conversation("19:a").await.unwrap();
+    assert_eq!(
+        store.teams().teams_conversations(10).await.unwrap().len(),
+        2
+    );
+    store
+        .teams()
+        .forget_teams_conversation("19:a")
+        .await
+        .unwrap();
     assert!(store
+        .teams()
         .remember_teams_conversation(&conversation("19:c", old), 5, 2)
         .await
         .unwrap());
     let ids: Vec<String> = store
+        .teams()
         .teams_conversations(10)
         .await
         .unwrap()
@@ -101,7 +119,10 @@ async fn pr_authors_round_trip(backend: Backend) {
     let (_db, store) = store(backend).await;
     let records = Records::new(store.clone());
     let repo = repo();
-    assert_eq!(store.pr_author(&repo, PrNumber(42)).await.unwrap(), None);
+    assert_eq!(
+        store.prs().pr_author(&repo, PrNumber(42)).await.unwrap(),
+        None
+    );
     gatebot::testing::core::authors::remember(&records, &repo, PrNumber(42), "alice", 10)
         .await
         .unwrap();
@@ -110,15 +131,22 @@ async fn pr_authors_round_trip(backend: Backend) {
         .unwrap();
     assert_eq!(
         store
+            .prs()
             .pr_author(&repo, PrNumber(42))
             .await
             .unwrap()
             .as_deref(),
         Some("alice")
     );
-    assert_eq!(store.pr_author(&repo, PrNumber(43)).await.unwrap(), None);
+    assert_eq!(
+        store.prs().pr_author(&repo, PrNumber(43)).await.unwrap(),
+        None
+    );
     let other: RepoName = "acme/other".parse().unwrap();
-    assert_eq!(store.pr_author(&other, PrNumber(42)).await.unwrap(), None);
+    assert_eq!(
+        store.prs().pr_author(&other, PrNumber(42)).await.unwrap(),
+        None
+    );
 }
 
 async fn pr_push_times_only_move_forward(backend: Backend) {
@@ -158,29 +186,40 @@ async fn status_comments_round_trip(backend: Backend) {
     let (_db, store) = store(backend).await;
     let repo = repo();
     let n = PrNumber(42);
-    assert_eq!(store.status_comment(&repo, n).await.unwrap(), None);
+    assert_eq!(store.prs().status_comment(&repo, n).await.unwrap(), None);
     let first = StatusComment {
         comment_id: 9_000_000_001,
         digest: Some("aa".into()),
     };
     store
+        .prs()
         .remember_status_comment(&repo, n, &first, 1)
         .await
         .unwrap();
-    assert_eq!(store.status_comment(&repo, n).await.unwrap(), Some(first));
+    assert_eq!(
+        store.prs().status_comment(&repo, n).await.unwrap(),
+        Some(first)
+    );
     // Recreated after someone deleted it: a new id and digest replace both.
     let second = StatusComment {
         comment_id: 9_000_000_002,
         digest: Some("bb".into()),
     };
     let mut tx = store.begin().await.unwrap();
-    Store::put_status_comment(&mut tx, &repo, n, &second, 2)
+    gatebot::testing::store::Prs::put_status_comment(&mut tx, &repo, n, &second, 2)
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(store.status_comment(&repo, n).await.unwrap(), Some(second));
     assert_eq!(
-        store.status_comment(&repo, PrNumber(43)).await.unwrap(),
+        store.prs().status_comment(&repo, n).await.unwrap(),
+        Some(second)
+    );
+    assert_eq!(
+        store
+            .prs()
+            .status_comment(&repo, PrNumber(43))
+            .await
+            .unwrap(),
         None
     );
 }
@@ -333,13 +372,13 @@ async fn a_slack_decision_goes_with_its_transaction(backend: Backend) {
     // A decision written with a change that then fails goes with it.
     let other = record::decision_key(8);
     let mut tx = store.begin().await.unwrap();
-    Store::put_slack_decision(&mut tx, 8, &decision)
+    gatebot::testing::store::SlackRows::put_slack_decision(&mut tx, 8, &decision)
         .await
         .unwrap();
     tx.rollback().await;
     assert_eq!(record::get(&records, &other).await.unwrap(), None);
     let mut tx = store.begin().await.unwrap();
-    Store::put_slack_decision(&mut tx, 8, &decision)
+    gatebot::testing::store::SlackRows::put_slack_decision(&mut tx, 8, &decision)
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -472,6 +511,7 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
     let repo = repo();
     assert_eq!(
         store
+            .prs()
             .pr_author(&repo, PrNumber(42))
             .await
             .unwrap()
@@ -479,19 +519,30 @@ async fn kv_rows_survive_the_upgrade(backend: Backend) {
         Some("alice")
     );
     assert_eq!(
-        store.pr_pushed_at(&repo, PrNumber(42)).await.unwrap(),
+        store.prs().pr_pushed_at(&repo, PrNumber(42)).await.unwrap(),
         Some(1_700_000_000_000)
     );
-    assert_eq!(store.pr_pushed_at(&repo, PrNumber(9)).await.unwrap(), None);
     assert_eq!(
-        store.status_comment(&repo, PrNumber(42)).await.unwrap(),
+        store.prs().pr_pushed_at(&repo, PrNumber(9)).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .prs()
+            .status_comment(&repo, PrNumber(42))
+            .await
+            .unwrap(),
         Some(StatusComment {
             comment_id: 9001,
             digest: Some("abc123".into())
         })
     );
     assert_eq!(
-        store.status_comment(&repo, PrNumber(7)).await.unwrap(),
+        store
+            .prs()
+            .status_comment(&repo, PrNumber(7))
+            .await
+            .unwrap(),
         Some(StatusComment {
             comment_id: 9002,
             digest: None
@@ -610,6 +661,7 @@ async fn one_replica_at_a_time_creates_a_status_comment(backend: Backend) {
         let (store, repo) = (store.clone(), repo.clone());
         async move {
             store
+                .prs()
                 .claim_status_creation(&repo, n, job, at, minute)
                 .await
                 .unwrap()
@@ -621,7 +673,7 @@ async fn one_replica_at_a_time_creates_a_status_comment(backend: Backend) {
         claim("job-1", 2_500).await,
         "the same job, taken over after its lease"
     );
-    store.release_status_creation(&repo, n).await.unwrap();
+    store.prs().release_status_creation(&repo, n).await.unwrap();
     assert!(claim("job-2", 3_000).await, "given back");
     assert!(
         claim("job-3", 3_000 + minute + 1).await,
@@ -632,13 +684,14 @@ async fn one_replica_at_a_time_creates_a_status_comment(backend: Backend) {
         digest: None,
     };
     store
+        .prs()
         .remember_status_comment(&repo, n, &sent, 4_000)
         .await
         .unwrap();
     assert!(!claim("job-3", 10 * minute).await, "it exists");
-    store.release_status_creation(&repo, n).await.unwrap();
+    store.prs().release_status_creation(&repo, n).await.unwrap();
     assert_eq!(
-        store.status_comment(&repo, n).await.unwrap(),
+        store.prs().status_comment(&repo, n).await.unwrap(),
         Some(sent),
         "a real one stays"
     );

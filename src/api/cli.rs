@@ -408,7 +408,7 @@ async fn evidence(report: &mut ConfigReport, config: &crate::Config, store: &cra
     };
     let evidence =
         crate::evidence::Evidence::new(None, policy.evidence().clone(), Default::default());
-    let waiting = match store.open_waits_after(0).await {
+    let waiting = match store.waits().open_waits_after(0).await {
         Ok(waiting) => waiting,
         Err(e) => return report.problem(format_args!("open waits: {e:#}")),
     };
@@ -438,7 +438,7 @@ async fn teams_conversations(
     channel: Option<&str>,
 ) {
     const SHOWN: i64 = 50;
-    let known = match store.teams_conversations(SHOWN).await {
+    let known = match store.teams().teams_conversations(SHOWN).await {
         Ok(known) => known,
         Err(e) => return report.problem(format_args!("Teams conversations: {e:#}")),
     };

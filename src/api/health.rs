@@ -26,15 +26,16 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// full disk is a reason to take traffic away, not to restart the process.
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let now = state.clock.now_ms();
-    let problem = match tokio::time::timeout(PROBE_TIMEOUT, state.store.probe_write(now)).await {
-        Err(_) => Some(format!("a test write did not finish in {PROBE_TIMEOUT:?}")),
-        Ok(Err(e)) => Some(format!("writes fail: {e}")),
-        Ok(Ok(())) => state
-            .store
-            .write_health()
-            .recent_failure(FAILED_WRITE_COUNTS_FOR)
-            .map(|e| format!("a write failed just now: {e}")),
-    };
+    let problem =
+        match tokio::time::timeout(PROBE_TIMEOUT, state.store.replicas().probe_write(now)).await {
+            Err(_) => Some(format!("a test write did not finish in {PROBE_TIMEOUT:?}")),
+            Ok(Err(e)) => Some(format!("writes fail: {e}")),
+            Ok(Ok(())) => state
+                .store
+                .write_health()
+                .recent_failure(FAILED_WRITE_COUNTS_FOR)
+                .map(|e| format!("a write failed just now: {e}")),
+        };
     // For the store-not-ready alert: the probe's answer, as a gauge.
     state.metrics.store_ready.set(i64::from(problem.is_none()));
     // Answers are right (times are corrected), but a clock this wrong is a
@@ -57,6 +58,7 @@ const QUEUE_COUNT_TIMEOUT: Duration = Duration::from_secs(1);
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let report = state
         .store
+        .queues()
         .report_queues(&state.metrics, state.clock.now_ms());
     // A slow store leaves the last values (housekeeping refreshes them too).
     let _ = tokio::time::timeout(QUEUE_COUNT_TIMEOUT, report).await;

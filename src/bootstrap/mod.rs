@@ -209,7 +209,7 @@ impl Gatebot {
         if let Err(e) = self.state.engine.events().flush_seen().await {
             tracing::warn!(error = %e, "could not write last-seen times");
         }
-        if let Err(e) = self.state.store.leave().await {
+        if let Err(e) = self.state.store.replicas().leave().await {
             tracing::warn!(error = %e, "could not remove this replica's heartbeat");
         }
         self.state.store.close().await;

@@ -16,13 +16,13 @@ use crate::store::{self, Store};
 /// before it claims anything.
 pub(super) async fn take_over_leases(store: &Store, now: gate::Millis) {
     if store.backend() == store::Backend::Sqlite {
-        match store.release_leases().await {
+        match store.replicas().release_leases().await {
             Ok(0) => {}
             Ok(n) => tracing::info!(items = n, "took back leases of a previous process"),
             Err(e) => tracing::warn!(error = %e, "could not take back old leases"),
         }
     }
-    if let Err(e) = store.heartbeat(now).await {
+    if let Err(e) = store.replicas().heartbeat(now).await {
         tracing::warn!(error = %e, "could not register this replica");
     }
 }
@@ -52,7 +52,7 @@ pub(super) async fn heartbeat(
             if let Some((corrected, metrics, log)) = sync.as_mut() {
                 sync_clock(&store, corrected, metrics, log).await;
             }
-            store.heartbeat(clock.now_ms()).await
+            store.replicas().heartbeat(clock.now_ms()).await
         };
         match tokio::time::timeout(store::HEARTBEAT_EVERY * 2, beat).await {
             Ok(Ok(())) => {}
@@ -88,7 +88,7 @@ pub(super) async fn sync_clock(
     metrics: &Metrics,
     log: &mut SkewLog,
 ) {
-    let reading = match store.clock_reading(clock.local()).await {
+    let reading = match store.replicas().clock_reading(clock.local()).await {
         Ok(Some(r)) if r.round_trip_ms <= READING_TRUSTED_WITHIN => r,
         Ok(Some(r)) => {
             tracing::debug!(
@@ -178,6 +178,7 @@ pub(super) async fn housekeeping(state: AppState, shutdown: CancellationToken) {
         }
         state
             .store
+            .queues()
             .report_queues(&state.metrics, state.clock.now_ms())
             .await;
     }
@@ -236,7 +237,12 @@ pub(super) async fn retention(state: AppState, shutdown: CancellationToken) {
 
 /// One pass; whether it pruned anything.
 async fn prune_once(state: &AppState, rules: &store::Retention) -> bool {
-    let pruned = match state.store.prune(rules, state.clock.now_ms()).await {
+    let pruned = match state
+        .store
+        .retention()
+        .prune(rules, state.clock.now_ms())
+        .await
+    {
         Ok(pruned) => pruned,
         Err(e) => {
             tracing::warn!(error = %e, "retention pass failed; it is tried again at the next");
@@ -271,7 +277,7 @@ async fn prune_once(state: &AppState, rules: &store::Retention) -> bool {
 }
 
 async fn report_store_size(state: &AppState) {
-    match state.store.row_counts().await {
+    match state.store.retention().row_counts().await {
         Ok(counts) => {
             for (table, n) in counts {
                 state
@@ -283,7 +289,7 @@ async fn report_store_size(state: &AppState) {
         }
         Err(e) => tracing::debug!(error = %e, "cannot count the store's rows"),
     }
-    match state.store.size_bytes().await {
+    match state.store.retention().size_bytes().await {
         Ok(bytes) => {
             state.metrics.store_bytes.set(bytes);
         }

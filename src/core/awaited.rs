@@ -10,7 +10,7 @@ use super::unit::{audit_entry, Unit};
 use super::{CommandError, Provenance};
 use crate::gate::{Actor, AuditAction, Change, GateKey, GateStatus};
 use crate::notify::Notice;
-use crate::store::{ProtectionRequest, Store, StoreError};
+use crate::store::{ProtectionRequest, StoreError};
 
 /// What starting an outside wait found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,7 +28,7 @@ impl Unit<'_> {
         &mut self,
         request: &ProtectionRequest,
     ) -> Result<bool, StoreError> {
-        Store::put_protection_request(self.tx(), request).await
+        crate::store::Protection::put_protection_request(self.tx(), request).await
     }
 
     /// Starts people's wait at `key` for something outside Flagger, in this
@@ -50,7 +50,8 @@ impl Unit<'_> {
             .map_err(|e| StoreError::Corrupt(format!("cannot encode metadata: {e}")))?;
         let timers = &self.engine().settings().timers;
         let due = timers.due_without_canary(key.kind, &key.scope, now);
-        let Some(wait_id) = Store::start_announcement(self.tx(), key, &text, now, due).await?
+        let Some(wait_id) =
+            crate::store::NamedGates::start_announcement(self.tx(), key, &text, now, due).await?
         else {
             return Ok(Awaited::Waiting);
         };

@@ -48,22 +48,23 @@ impl<'e> Bounds<'e> {
     ) -> Result<Vec<OpenWait>, StoreError> {
         let mut ended = Vec::new();
         for (scope, most) in [(Some(key), OPEN_WAITS_PER_GATE), (None, OPEN_WAITS)] {
-            let open = Store::open_unvouched_waits(tx, scope).await?;
+            let open = crate::store::Waits::open_unvouched_waits(tx, scope).await?;
             if open < most {
                 continue;
             }
             // One at a time keeps a flood's checks cheap; more only after the
             // bounds were lowered.
             let over = (open - most + 1).min(CANDIDATES);
-            let mut candidates = Store::oldest_unvouched_waits(tx, scope, CANDIDATES).await?;
+            let mut candidates =
+                crate::store::Waits::oldest_unvouched_waits(tx, scope, CANDIDATES).await?;
             candidates.retain(|w| !ended.iter().any(|e: &OpenWait| e.id == w.id));
             for wait in pick(candidates, over) {
-                if Store::end_wait_by_id(tx, &wait, "evicted", now).await? {
-                    Store::forget_observation(tx, &wait.gate, &wait.canary).await?;
+                if crate::store::Waits::end_wait_by_id(tx, &wait, "evicted", now).await? {
+                    crate::store::Waits::forget_observation(tx, &wait.gate, &wait.canary).await?;
                     // Ended for room by a flood: one asked once leaves no
                     // audit entry either (the audit is kept a year).
                     if !asked_again(&wait) {
-                        Store::forget_wait_entry(tx, &wait).await?;
+                        crate::store::Waits::forget_wait_entry(tx, &wait).await?;
                     }
                     ended.push(wait);
                 }
@@ -80,18 +81,24 @@ impl<'e> Bounds<'e> {
     pub async fn end_silent_waits(self) -> Result<usize, CommandError> {
         let now = self.engine.now();
         let mut ended = 0;
-        for wait in self.engine.store.silent_waits(now - SILENT_AFTER).await? {
+        for wait in self
+            .engine
+            .store
+            .waits()
+            .silent_waits(now - SILENT_AFTER)
+            .await?
+        {
             let last = wait.last_seen.unwrap_or(wait.started_at);
             if now - last < silent_after(&wait.metadata) {
                 continue;
             }
             let mut tx = self.engine.store.begin().await?;
-            if !Store::end_wait_by_id(&mut tx, &wait, "abandoned", now).await? {
+            if !crate::store::Waits::end_wait_by_id(&mut tx, &wait, "abandoned", now).await? {
                 tx.rollback().await;
                 continue;
             }
             if !wait.vouched {
-                Store::forget_observation(&mut tx, &wait.gate, &wait.canary).await?;
+                crate::store::Waits::forget_observation(&mut tx, &wait.gate, &wait.canary).await?;
             }
             let notice = ended_notice(&wait, "abandoned", now);
             let queued = self.engine.finish(&mut tx, &[], &[notice], now).await?;

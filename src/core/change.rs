@@ -126,7 +126,7 @@ impl<'e> Commands<'e> {
     /// canary asks. Returns how many.
     pub async fn expire_due(self) -> Result<usize, CommandError> {
         let now = self.engine.now();
-        let due = self.engine.store.expired_gates(now).await?;
+        let due = self.engine.store.gates().expired_gates(now).await?;
         let who = Provenance::new(Actor::gatebot()).reason(Some("approval expired".into()));
         let mut expired = 0;
         for key in &due {

@@ -240,7 +240,7 @@ impl<'e> Checks<'e> {
             )
         };
         if let Some(p) = passage.filter(|_| pinned_now) {
-            Store::record_passage(&mut tx, &p).await?;
+            crate::store::Passages::record_passage(&mut tx, &p).await?;
             out.passage = Some(p);
         }
         let step = wait_step(key.kind, seen.as_ref(), check, verdict.answer);
@@ -250,7 +250,8 @@ impl<'e> Checks<'e> {
             .step_wait(&mut tx, &at, &verdict, step, was_open, &mut out)
             .await?;
         let (answer, reason) = (verdict.answer, &verdict.reason);
-        Store::observe(&mut tx, key, check, answer, reason, &metadata, now).await?;
+        crate::store::Observations::observe(&mut tx, key, check, answer, reason, &metadata, now)
+            .await?;
         self.commit_check(tx, &gate, &at, &verdict, wait_open, out)
             .await?;
         Ok(Checked {
@@ -385,7 +386,7 @@ impl<'e> Checks<'e> {
                 out.evicted.push(ended);
             }
         }
-        let Some(wait_id) = Store::start_wait(tx, &wait).await? else {
+        let Some(wait_id) = crate::store::Waits::start_wait(tx, &wait).await? else {
             return Ok(());
         };
         let reason = verdict.reason.clone();
@@ -487,7 +488,7 @@ async fn expire(
             at: now,
         }),
     };
-    Store::put_gate(tx, gate).await?;
+    crate::store::Gates::put_gate(tx, gate).await?;
     out.notices.push(Notice::GateChanged {
         gate: key.clone(),
         action: AuditAction::Expire,
@@ -527,7 +528,7 @@ async fn pin(
     let (Some(id), Some(by)) = (gate.status.pins_id().map(str::to_string), by) else {
         return Ok(Pinned::Nothing);
     };
-    let pinned = Store::pin(tx, key, &id, check.canary, check.checksum, now).await?;
+    let pinned = crate::store::Gates::pin(tx, key, &id, check.canary, check.checksum, now).await?;
     if let Some(pins) = gate.status.pins_mut() {
         pins.insert(check.canary.to_string(), pinned.clone());
     }
@@ -560,7 +561,7 @@ async fn end_wait(
     out: &mut Written,
 ) -> Result<(), StoreError> {
     let (key, check) = (at.key, at.check);
-    if let Some(id) = Store::end_wait(tx, key, check.canary, outcome, at.now).await? {
+    if let Some(id) = crate::store::Waits::end_wait(tx, key, check.canary, outcome, at.now).await? {
         out.notices
             .push(wait_ended(id, key, check, outcome, at.now));
     }

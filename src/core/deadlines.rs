@@ -42,7 +42,7 @@ impl<'e> Deadlines<'e> {
         let mut acted = 0;
         let mut after = None;
         loop {
-            let page = self.engine.store.due_waits(now, after).await?;
+            let page = self.engine.store.waits().due_waits(now, after).await?;
             for wait in &page {
                 acted += usize::from(self.deadline_due(wait, now).await?);
             }
@@ -72,7 +72,7 @@ impl<'e> Deadlines<'e> {
             Ok(None) => {
                 // Set by a policy no longer in force.
                 let mut unit = self.engine.commands().begin().await?;
-                Store::set_timers(unit.tx(), wait.id, None, wait.remind_at).await?;
+                crate::store::Waits::set_timers(unit.tx(), wait.id, None, wait.remind_at).await?;
                 unit.commit().await?;
                 return Ok(false);
             }
@@ -80,7 +80,7 @@ impl<'e> Deadlines<'e> {
                 // Said once: the wait is marked, so later passes skip it.
                 tracing::warn!(gate = %wait.gate, canary = %canary, "{why}: no deadline");
                 let mut unit = self.engine.commands().begin().await?;
-                Store::mark_deadline(unit.tx(), wait.id, now).await?;
+                crate::store::Waits::mark_deadline(unit.tx(), wait.id, now).await?;
                 unit.commit().await?;
                 return Ok(false);
             }
@@ -96,7 +96,7 @@ impl<'e> Deadlines<'e> {
         let timers = &self.engine.settings.timers;
         let (mut after, mut changed) = (0, 0);
         loop {
-            let page = self.engine.store.open_waits_after(after).await?;
+            let page = self.engine.store.waits().open_waits_after(after).await?;
             let mut unit = self.engine.commands().begin().await?;
             for wait in &page {
                 let Some(canary) = &wait.canary else { continue };
@@ -105,7 +105,7 @@ impl<'e> Deadlines<'e> {
                 let sent = usize::try_from(wait.reminders_sent).unwrap_or(usize::MAX);
                 let remind = timers.remind_at(wait.gate.kind, wait.started_at, sent);
                 if (due, remind) != (wait.due_at, wait.remind_at) {
-                    Store::set_timers(unit.tx(), wait.id, due, remind).await?;
+                    crate::store::Waits::set_timers(unit.tx(), wait.id, due, remind).await?;
                     changed += 1;
                 }
             }
@@ -127,7 +127,7 @@ impl<'e> Deadlines<'e> {
         now: Millis,
     ) -> Result<bool, CommandError> {
         let mut unit = self.engine.commands().begin().await?;
-        if !Store::mark_deadline(unit.tx(), wait.id, now).await? {
+        if !crate::store::Waits::mark_deadline(unit.tx(), wait.id, now).await? {
             unit.rollback().await;
             return Ok(false);
         }
@@ -151,7 +151,7 @@ impl<'e> Deadlines<'e> {
         now: Millis,
     ) -> Result<usize, CommandError> {
         let mut acted = 0;
-        for wait in self.engine.store.due_announcements(now).await? {
+        for wait in self.engine.store.waits().due_announcements(now).await? {
             acted += usize::from(self.announcement_due(&wait, now).await?);
         }
         Ok(acted)
@@ -159,7 +159,7 @@ impl<'e> Deadlines<'e> {
 
     async fn announcement_due(self, wait: &WaitRow, now: Millis) -> Result<bool, CommandError> {
         let mut unit = self.engine.commands().begin().await?;
-        if !Store::mark_deadline(unit.tx(), wait.id, now).await? {
+        if !crate::store::Waits::mark_deadline(unit.tx(), wait.id, now).await? {
             unit.rollback().await;
             return Ok(false);
         }
@@ -171,7 +171,7 @@ impl<'e> Deadlines<'e> {
         let message =
             format!("waited {waited} at {key} without a decision: the deadline closed the wait");
         let who = Provenance::new(policy_actor()).reason(Some(message));
-        Store::end_announcement(unit.tx(), key, "deadline", now).await?;
+        crate::store::NamedGates::end_announcement(unit.tx(), key, "deadline", now).await?;
         let notice = Notice::WaitEnded {
             wait_id: wait.id,
             gate: key.clone(),
@@ -264,7 +264,7 @@ async fn tell_deadline(
         metadata: wait.metadata.to_string(),
         cluster: wait.cluster.clone(),
     };
-    Store::insert_event(unit.tx(), &event).await?;
+    crate::store::History::insert_event(unit.tx(), &event).await?;
     let mut notices = vec![Notice::CanaryEvent {
         canary: canary.clone(),
         gates: vec![key.clone()],

@@ -201,7 +201,7 @@ async fn phase_of(engine: &Engine, request: &Request) -> Result<Phase, CommandEr
             _ => Phase::None,
         });
     };
-    let waits = engine.store().waits(Some(key), true, 1).await?;
+    let waits = engine.store().waits().list(Some(key), true, 1).await?;
     Ok(waits
         .into_iter()
         .next()

@@ -88,6 +88,7 @@ const PROMOTE: &str = "/gates/promote/acme/shop/pr/42";
 async fn actions(engine: &Engine, gate: &str) -> Vec<String> {
     let mut log = engine
         .store()
+        .history()
         .audit_log(Some(&key(gate)), 100)
         .await
         .expect("audit");
@@ -129,7 +130,13 @@ async fn a_denied_command_changes_nothing_and_is_audited_on_every_gate_it_names(
             GateStatus::Closed { .. }
         ));
     }
-    let log = f.engine.store().audit_log(None, 10).await.unwrap();
+    let log = f
+        .engine
+        .store()
+        .history()
+        .audit_log(None, 10)
+        .await
+        .unwrap();
     assert!(log
         .iter()
         .all(|e| e.reason.as_deref() == Some("refused /hold: not a maintainer")));

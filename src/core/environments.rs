@@ -142,7 +142,7 @@ impl<'e> Clusters<'e> {
         if self.engine.settings.environments.is_empty() {
             return Ok(());
         }
-        let mut all = self.engine.store.passages(KEPT as i64).await?;
+        let mut all = self.engine.store.passages().all(KEPT as i64).await?;
         all.reverse();
         for p in all {
             self.engine.paths.pass(p);
@@ -156,7 +156,7 @@ impl<'e> Clusters<'e> {
             return Ok(());
         }
         let gate = GateKey::new(GateKind::Promote, key.scope.clone());
-        for p in self.engine.store.passages_of(&gate).await? {
+        for p in self.engine.store.passages().passages_of(&gate).await? {
             self.engine.paths.pass(p);
         }
         Ok(())
@@ -256,7 +256,8 @@ impl<'e> Clusters<'e> {
                     if !self
                         .engine
                         .store
-                        .waits(Some(&at), true, 1)
+                        .waits()
+                        .list(Some(&at), true, 1)
                         .await?
                         .is_empty()
                     {

@@ -34,7 +34,7 @@ impl<'e> Events<'e> {
         };
         let gates = self.gates_told(canary, input).await?;
         let mut tx = self.engine.store.begin().await?;
-        Store::insert_event(&mut tx, &row).await?;
+        crate::store::History::insert_event(&mut tx, &row).await?;
         let mut notices = Vec::new();
         let failure = self
             .progress_in(&mut tx, canary, input, message, now)
@@ -91,7 +91,7 @@ impl<'e> Events<'e> {
         canary: &CanaryRef,
         input: &CheckInput,
     ) -> Result<Vec<GateKey>, CommandError> {
-        let mut gates = self.engine.store.gates_of_canary(canary).await?;
+        let mut gates = self.engine.store.gates().gates_of_canary(canary).await?;
         let cluster = match self.engine.settings.environments.is_empty() {
             true => None,
             false => self.engine.clusters().cluster_named(input),
@@ -125,7 +125,7 @@ impl<'e> Events<'e> {
         let mut notices = Vec::new();
         let keys: HashSet<&GateKey> = gates.iter().collect();
         for key in keys {
-            if let Some(id) = Store::end_wait(tx, key, canary, outcome, now).await? {
+            if let Some(id) = crate::store::Waits::end_wait(tx, key, canary, outcome, now).await? {
                 notices.push(Notice::WaitEnded {
                     wait_id: id,
                     gate: key.clone(),
@@ -150,8 +150,8 @@ impl<'e> Events<'e> {
         now: Millis,
     ) -> Result<Option<Failure>, StoreError> {
         let prev = match self.engine.store.backend() {
-            Backend::Sqlite => Store::canary_progress_in(tx, canary).await?,
-            Backend::Postgres => Store::lock_canary_progress(tx, canary).await?,
+            Backend::Sqlite => crate::store::Progress::canary_progress_in(tx, canary).await?,
+            Backend::Postgres => crate::store::Progress::lock_canary_progress(tx, canary).await?,
         };
         let seen = progress::Seen {
             checksum: input.checksum.recorded(),
@@ -160,18 +160,22 @@ impl<'e> Events<'e> {
             at: now,
         };
         let (next, failure) = CanaryProgress::after(prev, seen);
-        Store::put_canary_progress(tx, canary, &next).await?;
+        crate::store::Progress::put_canary_progress(tx, canary, &next).await?;
         Ok(failure)
     }
 
     /// Writes last-seen times gathered since the last flush.
     pub async fn flush_seen(self) -> Result<usize, StoreError> {
         let batch = self.engine.memory().take_dirty();
-        self.engine.store.touch_observations(&batch).await?;
+        self.engine
+            .store
+            .observations()
+            .touch_observations(&batch)
+            .await?;
         self.engine
             .metrics
             .waits_open
-            .set(self.engine.store.open_wait_count().await?);
+            .set(self.engine.store.waits().open_wait_count().await?);
         Ok(batch.len())
     }
 }

@@ -89,7 +89,7 @@ impl<'e> EvidenceRefresh<'e> {
         let now = self.engine.now();
         let mut changed = Vec::new();
         let mut real = Vec::new();
-        let vouched = self.engine.store.vouched_waiting_canaries().await?;
+        let vouched = self.engine.store.waits().vouched_waiting_canaries().await?;
         for (canary, w) in &waiting {
             if self.is_real(canary, &vouched).await? {
                 real.push((canary, w));
@@ -178,7 +178,12 @@ impl<'e> EvidenceRefresh<'e> {
         {
             return Ok(true);
         }
-        Ok(self.engine.store.canary_pinned(&canary.to_string()).await?)
+        Ok(self
+            .engine
+            .store
+            .deployments()
+            .canary_pinned(&canary.to_string())
+            .await?)
     }
 
     /// Whether the canary's weight, iteration or failed checks moved since
@@ -188,7 +193,7 @@ impl<'e> EvidenceRefresh<'e> {
         canary: &CanaryRef,
         refreshed: &mut Refreshed,
     ) -> Result<bool, CommandError> {
-        let Some(p) = self.engine.store.canary_progress(canary).await? else {
+        let Some(p) = self.engine.store.progress().canary_progress(canary).await? else {
             return Ok(false);
         };
         let numbers = (p.checksum, p.weight, p.iteration, p.failed_checks);
@@ -201,7 +206,7 @@ impl<'e> EvidenceRefresh<'e> {
         let mut out: BTreeMap<CanaryRef, Waiting> = BTreeMap::new();
         let mut after = 0;
         loop {
-            let page = self.engine.store.open_waits_after(after).await?;
+            let page = self.engine.store.waits().open_waits_after(after).await?;
             for wait in &page {
                 let Some(canary) = &wait.canary else { continue };
                 let entry = out.entry(canary.clone()).or_insert_with(|| Waiting {

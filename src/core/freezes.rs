@@ -62,7 +62,12 @@ impl<'e> Freezes<'e> {
 
     /// Re-reads the freezes in force (another replica may have changed them).
     pub async fn reload_freezes(self) -> Result<(), StoreError> {
-        let active = self.engine.store.active_freezes(self.engine.now()).await?;
+        let active = self
+            .engine
+            .store
+            .freezes()
+            .active_freezes(self.engine.now())
+            .await?;
         self.set_freezes(active);
         Ok(())
     }
@@ -89,10 +94,11 @@ pub async fn freeze_in(
 ) -> Result<Freeze, CommandError> {
     let now = unit.now();
     let inserted =
-        Store::insert_freeze(unit.tx(), &scope, reason, who, now, until, delivery).await?;
+        crate::store::Freezes::insert_freeze(unit.tx(), &scope, reason, who, now, until, delivery)
+            .await?;
     let Some(id) = inserted else {
         let done = match delivery {
-            Some(d) => Store::freeze_of_delivery(unit.tx(), d).await?,
+            Some(d) => crate::store::Freezes::freeze_of_delivery(unit.tx(), d).await?,
             None => None,
         };
         return done.ok_or_else(|| {
@@ -125,7 +131,7 @@ pub async fn unfreeze_in(
     who: &Actor,
 ) -> Result<Vec<Freeze>, CommandError> {
     let now = unit.now();
-    let lifted = Store::lift_freezes(unit.tx(), scope, who, now).await?;
+    let lifted = crate::store::Freezes::lift_freezes(unit.tx(), scope, who, now).await?;
     if !lifted.is_empty() {
         unit.notify(&[Notice::Unfrozen {
             ids: lifted.iter().map(|f| f.id).collect(),

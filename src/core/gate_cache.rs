@@ -189,6 +189,7 @@ impl<'e> GateCache<'e> {
         let _applying = self.engine.applying.lock().await;
         self.engine
             .store
+            .loading()
             .each_gate(|gate| self.engine.memory().put_gate(&gate))
             .await?;
         self.engine.clusters().load_passages().await?;
@@ -199,7 +200,7 @@ impl<'e> GateCache<'e> {
     /// Reads one gate that another replica (or this one) changed.
     async fn refresh_gate(self, key: &GateKey) -> Result<(), StoreError> {
         let _applying = self.engine.applying.lock().await;
-        if let Some(gate) = self.engine.store.load_gate(key).await? {
+        if let Some(gate) = self.engine.store.gates().load_gate(key).await? {
             self.engine.memory().put_gate(&gate);
         }
         // A pin announces its gate; a passage may have come with it.

@@ -302,9 +302,13 @@ impl Engine {
         // that no change made in between is missed (`follow_gates`).
         let sqlite = store.backend() == Backend::Sqlite;
         if sqlite {
-            store.each_gate(|gate| memory.put_gate(&gate)).await?;
+            store
+                .loading()
+                .each_gate(|gate| memory.put_gate(&gate))
+                .await?;
         }
         store
+            .loading()
             .each_observation(|gate, o| {
                 memory.load(Observed {
                     gate: &gate,
@@ -320,7 +324,7 @@ impl Engine {
             .await?;
         memory.shrink_to_fit();
         tracing::info!(gates = memory.len(), "loaded gates and last checks");
-        let freezes = store.active_freezes(clock.now_ms()).await?;
+        let freezes = store.freezes().active_freezes(clock.now_ms()).await?;
         metrics.gate_cache_trusted.set(i64::from(sqlite));
         let engine = Self {
             paths: Default::default(),
@@ -367,7 +371,7 @@ impl Engine {
     pub async fn gate(&self, key: &GateKey) -> Result<Gate, StoreError> {
         let found = match self.store.backend() {
             Backend::Sqlite => self.memory().gate(key),
-            Backend::Postgres => self.store.load_gate(key).await?,
+            Backend::Postgres => self.store.gates().load_gate(key).await?,
         };
         Ok(found.unwrap_or_else(|| Gate::closed(key.clone())))
     }
@@ -378,7 +382,7 @@ impl Engine {
     async fn gate_in(&self, tx: &mut WriteTx<'_>, key: &GateKey) -> Result<Gate, StoreError> {
         let found = match self.store.backend() {
             Backend::Sqlite => self.memory().gate(key),
-            Backend::Postgres => Store::lock_gate(tx, key).await?,
+            Backend::Postgres => crate::store::Gates::lock_gate(tx, key).await?,
         };
         Ok(found.unwrap_or_else(|| Gate::closed(key.clone())))
     }
@@ -400,13 +404,15 @@ impl Engine {
         now: Millis,
     ) -> Result<usize, StoreError> {
         for entry in audits {
-            Store::audit(tx, entry).await?;
+            crate::store::History::audit(tx, entry).await?;
         }
         let mut queued = 0;
         for notice in notices {
             for planned in self.notifier.plan(notice) {
                 match planned {
-                    Ok(job) => queued += usize::from(Store::enqueue(tx, &job, now).await?),
+                    Ok(job) => {
+                        queued += usize::from(crate::store::Queues::enqueue(tx, &job, now).await?)
+                    }
                     // A bug, said loudly; the change the notice reports still happens.
                     Err(e) => {
                         tracing::error!(error = %e, "notification dropped");
@@ -442,7 +448,7 @@ pub(crate) async fn queue_jobs(
 ) -> Result<usize, StoreError> {
     let mut queued = 0;
     for job in jobs {
-        queued += usize::from(Store::enqueue(tx, job, now).await?);
+        queued += usize::from(crate::store::Queues::enqueue(tx, job, now).await?);
     }
     Ok(queued)
 }

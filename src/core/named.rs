@@ -9,7 +9,7 @@ use super::unit::{audit_entry, Unit};
 use super::{CommandError, NamedGates, Provenance};
 use crate::gate::{AuditAction, Gate, GateKey, Millis, Scope};
 use crate::notify::Notice;
-use crate::store::{NamedGate, NamedSpec, Store, StoreError};
+use crate::store::{NamedGate, NamedSpec, StoreError};
 
 /// How many named gates there may be (`[limits] named_gates_live`,
 /// `[limits] named_gates_per_hour`): each costs store space until it is
@@ -74,7 +74,7 @@ async fn check_quota(
     actor: &str,
 ) -> Result<(), CommandError> {
     let now = unit.now();
-    let counts = Store::named_counts(unit.tx(), actor, now - HOUR_MS).await?;
+    let counts = crate::store::NamedGates::named_counts(unit.tx(), actor, now - HOUR_MS).await?;
     if counts.live >= i64::from(limits.live) {
         return Err(NamedError::Quota {
             quota: Quota::Live { limit: limits.live },
@@ -124,8 +124,8 @@ pub(super) async fn create_in(
         return Err(NamedError::NotNamed { key: key.clone() }.into());
     }
     let engine = unit.engine();
-    engine.store.lock_named_creations(unit.tx()).await?;
-    if let Some(named) = Store::named_gate_in(unit.tx(), key).await? {
+    engine.store.named().lock_named_creations(unit.tx()).await?;
+    if let Some(named) = crate::store::NamedGates::named_gate_in(unit.tx(), key).await? {
         return again(unit, named, spec).await;
     }
     check_quota(unit, &engine.settings.named, &who.actor.name).await?;
@@ -138,7 +138,7 @@ pub(super) async fn create_in(
         retired_at: None,
         pruned_at: None,
     };
-    Store::put_named_gate(unit.tx(), &named).await?;
+    crate::store::NamedGates::put_named_gate(unit.tx(), &named).await?;
     announce(unit, &named, who).await?;
     let gate = unit.gate(key).await?;
     tracing::info!(gate = %key, actor = %who.actor.name, "named gate created");
@@ -189,7 +189,9 @@ async fn announce(
     let text = serde_json::to_string(&metadata)
         .map_err(|e| StoreError::Corrupt(format!("cannot encode metadata: {e}")))?;
     let mut notices = Vec::new();
-    if let Some(wait_id) = Store::start_announcement(unit.tx(), key, &text, now, None).await? {
+    if let Some(wait_id) =
+        crate::store::NamedGates::start_announcement(unit.tx(), key, &text, now, None).await?
+    {
         notices.push(Notice::WaitStarted {
             wait_id,
             gate: key.clone(),
@@ -216,12 +218,12 @@ pub(super) async fn retire_in(
     if !matches!(key.scope, Scope::Named(_)) {
         return Err(NamedError::NotNamed { key: key.clone() }.into());
     }
-    let Some(mut named) = Store::named_gate_in(unit.tx(), key).await? else {
+    let Some(mut named) = crate::store::NamedGates::named_gate_in(unit.tx(), key).await? else {
         return Err(NamedError::NotFound { key: key.clone() }.into());
     };
     if named.retired_at.is_none() {
         named.retired_at = Some(unit.now());
-        Store::put_named_gate(unit.tx(), &named).await?;
+        crate::store::NamedGates::put_named_gate(unit.tx(), &named).await?;
         let why = who
             .clone()
             .reason(Some(crate::gate::state::retirement_reason(
@@ -249,6 +251,7 @@ impl<'e> NamedGates<'e> {
         let pruned = self
             .engine
             .store
+            .named()
             .prune_retired_named(now.saturating_sub(keep), now, PRUNE_BATCH)
             .await?;
         if !pruned.is_empty() {
@@ -265,7 +268,7 @@ impl<'e> NamedGates<'e> {
         if !matches!(key.scope, Scope::Named(_)) {
             return Ok(None);
         }
-        self.engine.store.named_gate(key).await
+        self.engine.store.named().named_gate(key).await
     }
 }
 
@@ -273,7 +276,7 @@ impl<'e> NamedGates<'e> {
 /// waits once the unit commits (the announcement has none).
 async fn end_waits(unit: &mut Unit<'_>, key: &GateKey, outcome: &str) -> Result<(), StoreError> {
     let now = unit.now();
-    let ended = Store::end_waits_of_gate(unit.tx(), key, outcome, now).await?;
+    let ended = crate::store::NamedGates::end_waits_of_gate(unit.tx(), key, outcome, now).await?;
     let notices: Vec<Notice> = ended
         .iter()
         .map(|(wait_id, canary)| Notice::WaitEnded {

@@ -418,7 +418,7 @@ fn scope_of_pr(pr: Option<&(RepoName, PrNumber)>) -> Option<Scope> {
 impl<'e> OriginLookup<'e> {
     /// Ties this engine's canary-scoped checks to their PRs (at start, once).
     pub async fn find_origins_with(self, origins: Arc<Origins>) -> Result<(), StoreError> {
-        origins.load(self.engine.store.canary_ties().await?);
+        origins.load(self.engine.store.origins().canary_ties().await?);
         let _ = self.engine.origins.set(origins);
         Ok(())
     }
@@ -463,7 +463,12 @@ impl<'e> OriginLookup<'e> {
                 // checks (the evidence's rule too).
                 let real = tied
                     || input.cluster.is_some()
-                    || self.engine.store.canary_pinned(&canary.to_string()).await?;
+                    || self
+                        .engine
+                        .store
+                        .deployments()
+                        .canary_pinned(&canary.to_string())
+                        .await?;
                 // An unknown canary's lookup draws from its cluster's budget
                 // (the draw counts a refusal itself).
                 if !real && !self.engine.budget().draw_lookup(input.cluster.as_ref()) {
@@ -526,6 +531,7 @@ impl<'e> OriginLookup<'e> {
         let result = match self
             .engine
             .store
+            .origins()
             .canary_tie(&job.canary, &job.checksum)
             .await
         {
@@ -590,6 +596,7 @@ impl<'e> OriginLookup<'e> {
             };
             self.engine
                 .store
+                .origins()
                 .keep_canary_tie(&tie)
                 .await
                 .map_err(|e| OriginError::new(format!("the store: {e}")))?;

@@ -65,17 +65,19 @@ impl<'e> Reads<'e> {
             Backend::Postgres => self
                 .engine
                 .store
+                .gates()
                 .load_gates()
                 .await?
                 .into_iter()
                 .map(|g| (g.key.to_string(), g))
                 .collect(),
         };
-        let observations = self.engine.store.load_observations().await?;
+        let observations = self.engine.store.observations().load_observations().await?;
         let waits: HashMap<i64, Millis> = self
             .engine
             .store
-            .waits(None, true, 10_000)
+            .waits()
+            .list(None, true, 10_000)
             .await?
             .into_iter()
             .map(|w| (w.id, w.started_at))
@@ -117,9 +119,19 @@ impl<'e> Reads<'e> {
         let gate = self.engine.gate(key).await?;
         Ok(GateDetail {
             gate,
-            observations: self.engine.store.observations_for(key).await?,
-            waits: self.engine.store.waits(Some(key), false, 50).await?,
-            audit: self.engine.store.audit_log(Some(key), 100).await?,
+            observations: self
+                .engine
+                .store
+                .observations()
+                .observations_for(key)
+                .await?,
+            waits: self.engine.store.waits().list(Some(key), false, 50).await?,
+            audit: self
+                .engine
+                .store
+                .history()
+                .audit_log(Some(key), 100)
+                .await?,
             named: self.engine.named().find(key).await?,
         })
     }
@@ -141,6 +153,7 @@ impl<'e> Reads<'e> {
         let mut keys = self
             .engine
             .store
+            .pages()
             .gate_keys_after(after, want.saturating_add(1))
             .await?;
         let more = keys.len() > limit;
@@ -162,6 +175,7 @@ impl<'e> Reads<'e> {
             Backend::Postgres => self
                 .engine
                 .store
+                .pages()
                 .gates_between(&first, &last)
                 .await?
                 .into_iter()
@@ -169,7 +183,13 @@ impl<'e> Reads<'e> {
                 .collect(),
         };
         let mut canaries: HashMap<GateKey, Vec<CanarySeen>> = HashMap::new();
-        for (key, seen) in self.engine.store.canaries_between(&first, &last).await? {
+        for (key, seen) in self
+            .engine
+            .store
+            .pages()
+            .canaries_between(&first, &last)
+            .await?
+        {
             canaries.entry(key).or_default().push(seen);
         }
         let memory = self.engine.memory();

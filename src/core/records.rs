@@ -38,15 +38,16 @@ pub struct Records {
     environments: Arc<Environments>,
 }
 
-/// Each method is the store's read or write of the same name, in a transaction
-/// of its own: listed here by signature, so what channels may do reads as a table.
+/// Each method is the store's read or write named before it (its part and
+/// name), in a transaction of its own: listed here by signature, so what
+/// channels may do reads as a table.
 macro_rules! records {
-    ($( $(#[$doc:meta])* fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty; )*) => {
+    ($( $(#[$doc:meta])* [$part:ident.$store_fn:ident] fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty; )*) => {
         impl Records {
             $(
                 $(#[$doc])*
                 pub async fn $name(&self $(, $arg: $ty)*) -> Result<$ret, StoreError> {
-                    self.store.$name($($arg),*).await
+                    self.store.$part().$store_fn($($arg),*).await
                 }
             )*
         }
@@ -83,19 +84,19 @@ impl Records {
 
 // What every channel's messages show.
 records! {
-    fn wait(&self, id: i64) -> Option<WaitRow>;
+    [waits.wait] fn wait(&self, id: i64) -> Option<WaitRow>;
     /// The latest `limit` waits, of one gate or all, only open ones if `open_only`.
-    fn waits(&self, key: Option<&GateKey>, open_only: bool, limit: i64) -> Vec<WaitRow>;
+    [waits.list] fn waits(&self, key: Option<&GateKey>, open_only: bool, limit: i64) -> Vec<WaitRow>;
     /// The gate as stored (None: never written).
-    fn load_gate(&self, key: &GateKey) -> Option<Gate>;
-    fn observations_for(&self, key: &GateKey) -> Vec<ObservationRow>;
-    fn canary_progress(&self, canary: &CanaryRef) -> Option<crate::gate::progress::CanaryProgress>;
-    fn events(&self, canary: Option<&str>, limit: i64) -> Vec<EventRow>;
-    fn audit_log(&self, key: Option<&GateKey>, limit: i64) -> Vec<AuditEntry>;
+    [gates.load_gate] fn load_gate(&self, key: &GateKey) -> Option<Gate>;
+    [observations.observations_for] fn observations_for(&self, key: &GateKey) -> Vec<ObservationRow>;
+    [progress.canary_progress] fn canary_progress(&self, canary: &CanaryRef) -> Option<crate::gate::progress::CanaryProgress>;
+    [history.events] fn events(&self, canary: Option<&str>, limit: i64) -> Vec<EventRow>;
+    [history.audit_log] fn audit_log(&self, key: Option<&GateKey>, limit: i64) -> Vec<AuditEntry>;
     /// Each change a delivery made: its action and the gate's reason.
-    fn audit_of_delivery(&self, delivery: &str) -> Vec<(String, Option<String>)>;
+    [teams.audit_of_delivery] fn audit_of_delivery(&self, delivery: &str) -> Vec<(String, Option<String>)>;
     /// Waits no channel announced yet, for the digest.
-    fn unannounced_waits(
+    [notices.unannounced_waits] fn unannounced_waits(
         &self,
         once_prefix: &str,
         since: Millis,
@@ -107,36 +108,36 @@ records! {
 
 // GitHub: the PR's head, status comment, check runs, deployments, protection requests.
 records! {
-    fn pr_author(&self, repo: &RepoName, number: PrNumber) -> Option<String>;
-    fn remember_pr_author(
+    [prs.pr_author] fn pr_author(&self, repo: &RepoName, number: PrNumber) -> Option<String>;
+    [prs.remember_pr_author] fn remember_pr_author(
         &self,
         repo: &RepoName,
         number: PrNumber,
         login: &str,
         at: Millis,
     ) -> ();
-    fn pr_head(&self, repo: &RepoName, number: PrNumber) -> Option<String>;
+    [check_runs.pr_head] fn pr_head(&self, repo: &RepoName, number: PrNumber) -> Option<String>;
     /// Where a PR's commits were promoted, per cluster (`[[environments]]`).
-    fn passages_of(&self, gate: &GateKey) -> Vec<crate::store::Passage>;
-    fn remember_pr_head(
+    [passages.passages_of] fn passages_of(&self, gate: &GateKey) -> Vec<crate::store::Passage>;
+    [check_runs.remember_pr_head] fn remember_pr_head(
         &self,
         repo: &RepoName,
         number: PrNumber,
         head_sha: &str,
         pushed_at: Millis,
     ) -> ();
-    fn pr_pushed_at(&self, repo: &RepoName, number: PrNumber) -> Option<Millis>;
-    fn remember_pr_push(
+    [prs.pr_pushed_at] fn pr_pushed_at(&self, repo: &RepoName, number: PrNumber) -> Option<Millis>;
+    [prs.remember_pr_push] fn remember_pr_push(
         &self,
         repo: &RepoName,
         number: PrNumber,
         pushed_at: Millis,
         now: Millis,
     ) -> ();
-    fn named_gate(&self, key: &GateKey) -> Option<NamedGate>;
-    fn named_gates_of_pr(&self, repo: &RepoName, number: PrNumber) -> Vec<NamedGate>;
-    fn status_comment(&self, repo: &RepoName, number: PrNumber) -> Option<StatusComment>;
-    fn claim_status_creation(
+    [named.named_gate] fn named_gate(&self, key: &GateKey) -> Option<NamedGate>;
+    [named.named_gates_of_pr] fn named_gates_of_pr(&self, repo: &RepoName, number: PrNumber) -> Vec<NamedGate>;
+    [prs.status_comment] fn status_comment(&self, repo: &RepoName, number: PrNumber) -> Option<StatusComment>;
+    [prs.claim_status_creation] fn claim_status_creation(
         &self,
         repo: &RepoName,
         number: PrNumber,
@@ -144,19 +145,19 @@ records! {
         now: Millis,
         stale_after: Millis,
     ) -> bool;
-    fn release_status_creation(&self, repo: &RepoName, number: PrNumber) -> ();
-    fn remember_status_comment(
+    [prs.release_status_creation] fn release_status_creation(&self, repo: &RepoName, number: PrNumber) -> ();
+    [prs.remember_status_comment] fn remember_status_comment(
         &self,
         repo: &RepoName,
         number: PrNumber,
         comment: &StatusComment,
         at: Millis,
     ) -> ();
-    fn pr_missing(&self, repo: &RepoName, number: PrNumber, since: Millis) -> bool;
-    fn mark_pr_missing(&self, repo: &RepoName, number: PrNumber, now: Millis) -> ();
-    fn forget_pr_missing(&self, repo: &RepoName, number: PrNumber) -> ();
-    fn check_run(&self, repo: &RepoName, number: PrNumber, kind: GateKind) -> Option<CheckRunRow>;
-    fn claim_check_run(
+    [notices.pr_missing] fn pr_missing(&self, repo: &RepoName, number: PrNumber, since: Millis) -> bool;
+    [notices.mark_pr_missing] fn mark_pr_missing(&self, repo: &RepoName, number: PrNumber, now: Millis) -> ();
+    [notices.forget_pr_missing] fn forget_pr_missing(&self, repo: &RepoName, number: PrNumber) -> ();
+    [check_runs.check_run] fn check_run(&self, repo: &RepoName, number: PrNumber, kind: GateKind) -> Option<CheckRunRow>;
+    [check_runs.claim_check_run] fn claim_check_run(
         &self,
         key: &GateKey,
         head_sha: &str,
@@ -164,7 +165,7 @@ records! {
         now: Millis,
         stale_after: Millis,
     ) -> bool;
-    fn put_check_run(
+    [check_runs.put_check_run] fn put_check_run(
         &self,
         repo: &RepoName,
         number: PrNumber,
@@ -172,22 +173,22 @@ records! {
         run: &CheckRunRow,
         now: Millis,
     ) -> ();
-    fn forget_check_run(
+    [check_runs.forget_check_run] fn forget_check_run(
         &self,
         repo: &RepoName,
         number: PrNumber,
         kind: GateKind,
         run_id: u64,
     ) -> ();
-    fn deployments_of(&self, repo: &RepoName, number: PrNumber) -> Vec<DeploymentRow>;
-    fn put_deployment(
+    [deployments.deployments_of] fn deployments_of(&self, repo: &RepoName, number: PrNumber) -> Vec<DeploymentRow>;
+    [deployments.put_deployment] fn put_deployment(
         &self,
         repo: &RepoName,
         number: PrNumber,
         row: &DeploymentRow,
         now: Millis,
     ) -> ();
-    fn reserve_deployment(
+    [deployments.reserve_deployment] fn reserve_deployment(
         &self,
         repo: &RepoName,
         number: PrNumber,
@@ -196,73 +197,73 @@ records! {
         max: usize,
         now: Millis,
     ) -> Reserved;
-    fn revision_real(&self, gates: &[GateKey], canary: &str, checksum: &str) -> bool;
-    fn pending_protections(
+    [deployments.revision_real] fn revision_real(&self, gates: &[GateKey], canary: &str, checksum: &str) -> bool;
+    [protection.pending_protections] fn pending_protections(
         &self,
         repo: &RepoName,
         number: PrNumber,
         at: Millis,
     ) -> Vec<ProtectionRequest>;
-    fn decide_protection(&self, r: &ProtectionRequest, state: &str, at: Millis) -> bool;
+    [protection.decide_protection] fn decide_protection(&self, r: &ProtectionRequest, state: &str, at: Millis) -> bool;
     /// Whether deliveries can be written (before GitHub is asked to send them again).
-    fn inbox_writable(&self) -> ();
+    [queues.inbox_writable] fn inbox_writable(&self) -> ();
 }
 
 // Slack: each posted message and its facts.
 records! {
-    fn slack_message(&self, wait_id: i64) -> Option<SlackMessage>;
-    fn remember_slack_message(&self, m: &SlackMessage, now: Millis) -> ();
-    fn latest_slack_message_of_canary(&self, canary: &str) -> Option<i64>;
-    fn slack_messages_of_gate(&self, gate: &str, limit: i64) -> Vec<i64>;
-    fn slack_decision(&self, wait_id: i64) -> Option<SlackDecision>;
-    fn remember_slack_decision(&self, wait_id: i64, d: &SlackDecision) -> ();
-    fn slack_ending(&self, wait_id: i64) -> Option<SlackEnding>;
-    fn remember_slack_ending(&self, wait_id: i64, e: &SlackEnding) -> ();
-    fn slack_final(&self, wait_id: i64) -> Option<SlackFinal>;
-    fn remember_slack_final(&self, wait_id: i64, f: &SlackFinal) -> ();
+    [slack.slack_message] fn slack_message(&self, wait_id: i64) -> Option<SlackMessage>;
+    [slack.remember_slack_message] fn remember_slack_message(&self, m: &SlackMessage, now: Millis) -> ();
+    [slack.latest_slack_message_of_canary] fn latest_slack_message_of_canary(&self, canary: &str) -> Option<i64>;
+    [slack.slack_messages_of_gate] fn slack_messages_of_gate(&self, gate: &str, limit: i64) -> Vec<i64>;
+    [slack.slack_decision] fn slack_decision(&self, wait_id: i64) -> Option<SlackDecision>;
+    [slack.remember_slack_decision] fn remember_slack_decision(&self, wait_id: i64, d: &SlackDecision) -> ();
+    [slack.slack_ending] fn slack_ending(&self, wait_id: i64) -> Option<SlackEnding>;
+    [slack.remember_slack_ending] fn remember_slack_ending(&self, wait_id: i64, e: &SlackEnding) -> ();
+    [slack.slack_final] fn slack_final(&self, wait_id: i64) -> Option<SlackFinal>;
+    [slack.remember_slack_final] fn remember_slack_final(&self, wait_id: i64, f: &SlackFinal) -> ();
 }
 
 // Teams: conversations the bot is in, and each card.
 records! {
-    fn teams_conversation(&self, id: &str) -> Option<TeamsConversation>;
+    [teams.teams_conversation] fn teams_conversation(&self, id: &str) -> Option<TeamsConversation>;
     /// Whether it was kept (at most `cap` conversations are).
-    fn remember_teams_conversation(&self, c: &TeamsConversation, now: Millis, cap: i64) -> bool;
-    fn forget_teams_conversation(&self, conversation_id: &str) -> ();
-    fn teams_card(&self, wait_id: i64) -> Option<TeamsCard>;
-    fn remember_teams_card(&self, c: &TeamsCard, now: Millis) -> ();
-    fn latest_teams_card_of_canary(&self, canary: &str) -> Option<i64>;
-    fn teams_cards_of_gate(&self, gate: &str, limit: i64) -> Vec<i64>;
-    fn end_teams_card(&self, wait_id: i64, outcome: &str) -> ();
-    fn finish_teams_card(&self, wait_id: i64, kind: &str, message: &str) -> ();
+    [teams.remember_teams_conversation] fn remember_teams_conversation(&self, c: &TeamsConversation, now: Millis, cap: i64) -> bool;
+    [teams.forget_teams_conversation] fn forget_teams_conversation(&self, conversation_id: &str) -> ();
+    [teams.teams_card] fn teams_card(&self, wait_id: i64) -> Option<TeamsCard>;
+    [teams.remember_teams_card] fn remember_teams_card(&self, c: &TeamsCard, now: Millis) -> ();
+    [teams.latest_teams_card_of_canary] fn latest_teams_card_of_canary(&self, canary: &str) -> Option<i64>;
+    [teams.teams_cards_of_gate] fn teams_cards_of_gate(&self, gate: &str, limit: i64) -> Vec<i64>;
+    [teams.end_teams_card] fn end_teams_card(&self, wait_id: i64, outcome: &str) -> ();
+    [teams.finish_teams_card] fn finish_teams_card(&self, wait_id: i64, kind: &str, message: &str) -> ();
 }
 
 // The web pages' sign-in: sign-outs and OAuth states used once.
 records! {
-    fn session_revoked(&self, id: &str) -> bool;
-    fn revoke_session(&self, id: &str, expires_at: Millis, now: Millis) -> ();
-    fn oauth_state_used(&self, state_hash: &str) -> bool;
+    [sessions.session_revoked] fn session_revoked(&self, id: &str) -> bool;
+    [sessions.revoke_session] fn revoke_session(&self, id: &str, expires_at: Millis, now: Millis) -> ();
+    [sessions.oauth_state_used] fn oauth_state_used(&self, state_hash: &str) -> bool;
     /// False: the state was used before (a replayed sign-in).
-    fn use_oauth_state(&self, state_hash: &str, expires_at: Millis, now: Millis) -> bool;
+    [sessions.use_oauth_state] fn use_oauth_state(&self, state_hash: &str, expires_at: Millis, now: Millis) -> bool;
 }
 
 // The operator API's and the web pages' lists, as stored.
 records! {
     /// Up to `limit` open waits, newest first, older than the wait `before`;
     /// only those of `clusters` when given.
-    fn open_waits_page(
+    [web.open_waits_page] fn open_waits_page(
         &self,
         clusters: Option<&[ClusterName]>,
         before: Option<i64>,
         limit: i64,
     ) -> Vec<WaitRow>;
     /// How many waits are open, of `clusters` only when given.
-    fn open_wait_count_of(&self, clusters: Option<&[ClusterName]>) -> i64;
+    [web.open_wait_count_of] fn open_wait_count_of(&self, clusters: Option<&[ClusterName]>) -> i64;
     /// Up to `limit` audit entries that `search` finds, newest first, with their ids.
-    fn search_audit(&self, search: &AuditSearch, limit: i64) -> Vec<(i64, AuditEntry)>;
+    [web.search_audit] fn search_audit(&self, search: &AuditSearch, limit: i64) -> Vec<(i64, AuditEntry)>;
     /// The latest `limit` jobs of the outbox, in one state or all.
-    fn jobs(&self, state: Option<&str>, limit: i64) -> Vec<Job>;
+    [queues.jobs] fn jobs(&self, state: Option<&str>, limit: i64) -> Vec<Job>;
     /// How many deliveries or jobs wait in `queue`.
-    fn pending(&self, queue: QueueName) -> i64;
+    [queues.pending] fn pending(&self, queue: QueueName) -> i64;
 }
 
 /// A channel's rows that belong with the change a command makes.
@@ -275,7 +276,7 @@ impl Unit<'_> {
         login: &str,
     ) -> Result<(), StoreError> {
         let now = self.now();
-        Store::put_pr_author(self.tx(), repo, number, login, now).await
+        crate::store::Prs::put_pr_author(self.tx(), repo, number, login, now).await
     }
 
     /// Settles the delivery (or job) this unit applies, as its lease's owner.
@@ -286,7 +287,7 @@ impl Unit<'_> {
         claim: &Claim<'_>,
     ) -> Result<bool, StoreError> {
         let now = self.now();
-        Store::finish_in(self.tx(), queue, claim, now).await
+        crate::store::Queues::finish_in(self.tx(), queue, claim, now).await
     }
 
     /// Who decided a Slack message's wait, with the change they made.
@@ -295,7 +296,7 @@ impl Unit<'_> {
         wait_id: i64,
         d: &SlackDecision,
     ) -> Result<(), StoreError> {
-        Store::put_slack_decision(self.tx(), wait_id, d).await
+        crate::store::SlackRows::put_slack_decision(self.tx(), wait_id, d).await
     }
 
     /// Who decided a Teams card's wait, and how, with the change they made.
@@ -306,6 +307,6 @@ impl Unit<'_> {
         by: &str,
     ) -> Result<(), StoreError> {
         let now = self.now();
-        Store::decide_teams_card(self.tx(), wait_id, verb, by, now).await
+        crate::store::TeamsRows::decide_teams_card(self.tx(), wait_id, verb, by, now).await
     }
 }

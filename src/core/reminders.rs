@@ -20,7 +20,12 @@ impl<'e> Reminders<'e> {
         let now = self.engine.now();
         let (mut sent, mut after) = (0, None);
         loop {
-            let page = self.engine.store.waits_to_remind(now, after).await?;
+            let page = self
+                .engine
+                .store
+                .waits()
+                .waits_to_remind(now, after)
+                .await?;
             for wait in &page {
                 sent += usize::from(self.remind(policy, wait, now).await?);
             }
@@ -60,8 +65,14 @@ impl<'e> Reminders<'e> {
             .timers
             .remind_at(kind, wait.started_at, passed);
         let mut unit = self.engine.commands().begin().await?;
-        if !Store::mark_reminded(unit.tx(), wait.id, wait.reminders_sent, passed as i64, next)
-            .await?
+        if !crate::store::Waits::mark_reminded(
+            unit.tx(),
+            wait.id,
+            wait.reminders_sent,
+            passed as i64,
+            next,
+        )
+        .await?
         {
             unit.rollback().await;
             return Ok(false);

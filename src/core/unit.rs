@@ -14,7 +14,7 @@ use crate::gate::{
 };
 use crate::metrics::CommandLabels;
 use crate::notify::Notice;
-use crate::store::{AuditEntry, NewJob, Store, StoreError, WriteTx};
+use crate::store::{AuditEntry, NewJob, StoreError, WriteTx};
 
 pub struct Unit<'e> {
     engine: &'e Engine,
@@ -327,6 +327,7 @@ impl<'e> Unit<'e> {
             let engine = self.engine;
             if engine
                 .store
+                .history()
                 .applied(&mut self.tx, delivery, key, AuditAction::Refuse)
                 .await?
             {
@@ -334,7 +335,7 @@ impl<'e> Unit<'e> {
             }
         }
         let entry = audit_entry(key, AuditAction::Refuse, who, self.now);
-        Store::audit(&mut self.tx, &entry).await?;
+        crate::store::History::audit(&mut self.tx, &entry).await?;
         self.audits.push(entry);
         Ok(())
     }
@@ -387,6 +388,7 @@ impl<'e> Unit<'e> {
             let engine = self.engine;
             if engine
                 .store
+                .history()
                 .applied(&mut self.tx, delivery, key, action)
                 .await?
             {
@@ -394,19 +396,19 @@ impl<'e> Unit<'e> {
             }
         }
         gate.status = status;
-        Store::put_gate(&mut self.tx, &gate).await?;
+        crate::store::Gates::put_gate(&mut self.tx, &gate).await?;
         if let GateStatus::Open(a) = &gate.status {
             // A new approval, pinned at once to what the people approved.
             for (canary, checksum) in &a.pins {
                 let canary: CanaryRef = canary
                     .parse()
                     .map_err(|e| StoreError::Corrupt(format!("pinned canary `{canary}`: {e}")))?;
-                Store::pin(&mut self.tx, key, &a.id, &canary, checksum, now).await?;
+                crate::store::Gates::pin(&mut self.tx, key, &a.id, &canary, checksum, now).await?;
             }
         }
         let entry = audit_entry(key, action, who, now);
         let pr = match key.scope {
-            Scope::Named(_) => Store::named_gate_in(&mut self.tx, key)
+            Scope::Named(_) => crate::store::NamedGates::named_gate_in(&mut self.tx, key)
                 .await?
                 .and_then(|n| n.spec.pr),
             _ => None,
@@ -455,7 +457,9 @@ impl<'e> Unit<'e> {
         };
         let now = self.now;
         for (key, outcome) in ended {
-            let Some(wait_id) = Store::end_announcement(&mut self.tx, &key, outcome, now).await?
+            let Some(wait_id) =
+                crate::store::NamedGates::end_announcement(&mut self.tx, &key, outcome, now)
+                    .await?
             else {
                 continue;
             };

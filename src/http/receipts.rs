@@ -88,7 +88,7 @@ async fn writer(state: Target, mut rx: mpsc::Receiver<(Delivery, Reply)>) {
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let (items, replies): (Vec<Delivery>, Vec<Reply>) = batch.drain(..).unzip();
         let now = state.clock.now_ms();
-        match state.store.receive_many(&items, now).await {
+        match state.store.queues().receive_many(&items, now).await {
             Ok(stored) => {
                 if stored.iter().any(|new| *new) {
                     state.inbox_wake.notify_one();

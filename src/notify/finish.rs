@@ -68,7 +68,7 @@ async fn writer(
                 (claim, *at)
             })
             .collect();
-        match store.finish_many(queue, &claims).await {
+        match store.queues().finish_many(queue, &claims).await {
             Ok(settled) => {
                 for (reply, ok) in replies.into_iter().zip(settled) {
                     let _ = reply.send(Ok(ok));

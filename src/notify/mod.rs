@@ -375,6 +375,7 @@ impl Lease {
         let now = self.clock.now_ms();
         match self
             .store
+            .queues()
             .hold_lease(self.queue, &self.claim(), now, length)
             .await
         {

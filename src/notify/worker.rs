@@ -121,7 +121,7 @@ impl Worker {
 
     async fn idle_sleep(&self) -> Duration {
         let now = self.clock.now_ms();
-        match self.store.next_due(self.queue).await {
+        match self.store.queues().next_due(self.queue).await {
             Ok(Some(due)) if due > now => {
                 Duration::from_millis((due - now) as u64).min(self.settings.idle_poll)
             }
@@ -158,6 +158,7 @@ impl Worker {
                 let room = (concurrency * CLAIM_AHEAD - claimed).min(concurrency);
                 match self
                     .store
+                    .queues()
                     .claim_many(self.queue, &self.owner, now, lease, room)
                     .await
                 {
@@ -314,6 +315,7 @@ impl Worker {
                 let next = later(now, delay);
                 let settled = self
                     .store
+                    .queues()
                     .retry(self.queue, &claim, next, &message, false)
                     .await?;
                 ("retry", settled)
@@ -335,6 +337,7 @@ impl Worker {
                 let next = later(now, delay);
                 let settled = self
                     .store
+                    .queues()
                     .retry(self.queue, &claim, next, e.message(), true)
                     .await?;
                 ("retry", settled)
@@ -345,6 +348,7 @@ impl Worker {
                 (
                     "failed",
                     self.store
+                        .queues()
                         .give_up(self.queue, &claim, now, e.message())
                         .await?,
                 )
@@ -533,7 +537,9 @@ mod tests {
         let store = Store::connect(&url).await.expect("store");
         let mut tx = store.begin().await.unwrap();
         for topic in ["first", "second"] {
-            assert!(Store::enqueue(&mut tx, &job(topic), NOW).await.unwrap());
+            assert!(crate::store::Queues::enqueue(&mut tx, &job(topic), NOW)
+                .await
+                .unwrap());
         }
         tx.commit().await.unwrap();
 
@@ -569,8 +575,9 @@ mod tests {
         clock.set(NOW + later);
         // Another replica, alive (its leases are not free for the taking).
         let other = Store::connect(&url).await.expect("another replica's store");
-        other.heartbeat(NOW + later).await.unwrap();
+        other.replicas().heartbeat(NOW + later).await.unwrap();
         let taken = other
+            .queues()
             .claim_many(QueueName::Outbox, other.replica(), NOW + later, 60_000, 10)
             .await
             .unwrap();
@@ -618,7 +625,9 @@ mod tests {
         let url = format!("sqlite://{}/gatebot.db", dir.path().display());
         let store = Store::connect(&url).await.expect("store");
         let mut tx = store.begin().await.unwrap();
-        assert!(Store::enqueue(&mut tx, &job("reply"), NOW).await.unwrap());
+        assert!(crate::store::Queues::enqueue(&mut tx, &job("reply"), NOW)
+            .await
+            .unwrap());
         tx.commit().await.unwrap();
         let worker = Arc::new(Worker {
             queue: QueueName::Outbox,
@@ -633,7 +642,7 @@ mod tests {
             finisher: Finisher::default(),
         });
         worker.drain(&CancellationToken::new()).await.unwrap();
-        let jobs = store.jobs(None, 10).await.unwrap();
+        let jobs = store.queues().jobs(None, 10).await.unwrap();
         assert_eq!(jobs[0].state, "pending", "{jobs:?}");
         assert_eq!(jobs[0].next_attempt_at, NOW + 3_600_000, "{jobs:?}");
     }

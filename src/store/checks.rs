@@ -5,7 +5,8 @@ use sqlx::Row;
 
 use super::prs::about_pr;
 use super::rows::{id_in, signed};
-use super::{Result, Store};
+use super::CheckRuns;
+use super::Result;
 use crate::gate::{GateKey, GateKind, Millis, PrNumber, RepoName};
 
 /// A gate's check run as last sent.
@@ -20,21 +21,21 @@ pub struct CheckRunRow {
     pub updated_at: Millis,
 }
 
-impl Store {
+impl<'s> CheckRuns<'s> {
     /// The PR's head commit, if GitHub has told it.
-    pub async fn pr_head(&self, repo: &RepoName, number: PrNumber) -> Result<Option<String>> {
+    pub async fn pr_head(self, repo: &RepoName, number: PrNumber) -> Result<Option<String>> {
         let query = about_pr(
             "SELECT head_sha FROM pr_heads WHERE repo = $1 AND number = $2",
             repo,
             number,
         )?;
-        self.first_value(query).await
+        self.store.first_value(query).await
     }
 
     /// Records the head pushed at `pushed_at` (GitHub's time). Deliveries come
     /// out of order, so only a later push replaces it; one statement.
     pub async fn remember_pr_head(
-        &self,
+        self,
         repo: &RepoName,
         number: PrNumber,
         head_sha: &str,
@@ -49,11 +50,11 @@ impl Store {
         )?
         .bind(head_sha.to_string())
         .bind(pushed_at);
-        self.execute_alone(query).await
+        self.store.execute_alone(query).await
     }
 
     pub async fn check_run(
-        &self,
+        self,
         repo: &RepoName,
         number: PrNumber,
         kind: GateKind,
@@ -64,7 +65,7 @@ impl Store {
             number,
         )?
         .bind(kind.as_str())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.store.pool)
         .await?;
         row.map(|row| {
             Ok(CheckRunRow {
@@ -82,7 +83,7 @@ impl Store {
     /// another job holds a claim younger than `stale_after`, or a run exists
     /// (none for a key of no pull request).
     pub async fn claim_check_run(
-        &self,
+        self,
         key: &GateKey,
         head_sha: &str,
         job: &str,
@@ -92,7 +93,7 @@ impl Store {
         let Some((repo, number)) = key.pr() else {
             return Ok(false);
         };
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         let row = about_pr(
             "INSERT INTO check_runs (repo, number, kind, head_sha, run_id, digest, updated_at) \
              VALUES ($1, $2, $3, $4, 0, $5, $6) ON CONFLICT (repo, number, kind) DO UPDATE \
@@ -116,7 +117,7 @@ impl Store {
 
     /// Records what a gate's check run now shows.
     pub async fn put_check_run(
-        &self,
+        self,
         repo: &RepoName,
         number: PrNumber,
         kind: GateKind,
@@ -136,13 +137,13 @@ impl Store {
         .bind(signed(run.run_id, "check run id")?)
         .bind(run.digest.clone())
         .bind(now);
-        self.execute_alone(query).await
+        self.store.execute_alone(query).await
     }
 
     /// Forgets a gate's check run `run_id` (0: a claim to create it), unless
     /// another has replaced it meanwhile.
     pub async fn forget_check_run(
-        &self,
+        self,
         repo: &RepoName,
         number: PrNumber,
         kind: GateKind,
@@ -155,6 +156,6 @@ impl Store {
         )?
         .bind(kind.as_str())
         .bind(signed(run_id, "check run id")?);
-        self.execute_alone(query).await
+        self.store.execute_alone(query).await
     }
 }

@@ -7,7 +7,8 @@ use crate::gate::GateKey;
 
 use super::prs::about_pr;
 use super::rows::{id_in, signed};
-use super::{Result, Store};
+use super::Deployments;
+use super::Result;
 use crate::gate::{PrNumber, RepoName};
 
 /// One revision's deployment as last sent.
@@ -39,10 +40,10 @@ pub enum Reserved {
     Full,
 }
 
-impl Store {
+impl<'s> Deployments<'s> {
     /// The PR's deployments, in the order GitHub created them.
     pub async fn deployments_of(
-        &self,
+        self,
         repo: &RepoName,
         number: PrNumber,
     ) -> Result<Vec<DeploymentRow>> {
@@ -52,7 +53,7 @@ impl Store {
             repo,
             number,
         )?
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter()
             .map(|row| {
@@ -68,7 +69,7 @@ impl Store {
 
     /// Records a revision's deployment and the state last posted on it.
     pub async fn put_deployment(
-        &self,
+        self,
         repo: &RepoName,
         number: PrNumber,
         row: &DeploymentRow,
@@ -86,7 +87,7 @@ impl Store {
         .bind(signed(row.deployment_id, "deployment id")?)
         .bind(row.state.clone())
         .bind(now);
-        self.execute_alone(query).await
+        self.store.execute_alone(query).await
     }
 
     /// Reserves the row of revision (`canary`, `checksum`)'s deployment
@@ -94,7 +95,7 @@ impl Store {
     /// `max` canaries already and none is `canary`. Counted and written in
     /// one transaction.
     pub async fn reserve_deployment(
-        &self,
+        self,
         repo: &RepoName,
         number: PrNumber,
         canary: &str,
@@ -102,7 +103,7 @@ impl Store {
         max: usize,
         now: crate::gate::Millis,
     ) -> Result<Reserved> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         let canaries: i64 = about_pr(
             "SELECT COUNT(DISTINCT canary) FROM github_deployments WHERE repo = $1 AND number = $2",
             repo,
@@ -145,14 +146,14 @@ impl Store {
     /// anyone's claim, and so is its checksum: what makes a revision worth
     /// a deployment.
     pub async fn revision_real(
-        &self,
+        self,
         gates: &[GateKey],
         canary: &str,
         checksum: &str,
     ) -> Result<bool> {
         for gate in gates {
             let found: Option<i64> = self
-                .first_value(
+                .store.first_value(
                     sqlx::query(
                         "SELECT (SELECT COUNT(*) FROM pins \
                                  WHERE gate_key = $1 AND canary = $2 AND checksum = $3) \
@@ -173,8 +174,9 @@ impl Store {
 
     /// Whether a person's approval at any gate was used by `canary` (a
     /// pin): what makes a canary real when no Flagger token vouches for it.
-    pub async fn canary_pinned(&self, canary: &str) -> Result<bool> {
+    pub async fn canary_pinned(self, canary: &str) -> Result<bool> {
         let found: Option<i64> = self
+            .store
             .first_value(
                 sqlx::query("SELECT COUNT(*) FROM pins WHERE canary = $1").bind(canary.to_string()),
             )

@@ -3,7 +3,8 @@
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::{actor_from, Result, Store, StoreError, WriteTx};
+use super::Freezes;
+use super::{actor_from, Result, StoreError, WriteTx};
 use crate::gate::freeze::{Freeze, FreezeScope};
 use crate::gate::{Actor, Millis};
 
@@ -21,14 +22,14 @@ fn freeze_from_row(row: &AnyRow) -> Result<Freeze> {
     })
 }
 
-impl Store {
+impl<'s> Freezes<'s> {
     /// Freezes neither lifted nor run out at `now`, oldest first.
-    pub async fn active_freezes(&self, now: Millis) -> Result<Vec<Freeze>> {
+    pub async fn active_freezes(self, now: Millis) -> Result<Vec<Freeze>> {
         let rows = sqlx::query(
             "SELECT * FROM freezes WHERE lifted_at IS NULL AND (until IS NULL OR until > $1) ORDER BY id",
         )
         .bind(now)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter().map(freeze_from_row).collect()
     }

@@ -4,26 +4,28 @@
 use super::gate_events::GATES_CHANNEL;
 use super::*;
 
-impl Store {
+impl<'s> Gates<'s> {
     // ---- gates ----
 
-    pub async fn load_gates(&self) -> Result<Vec<Gate>> {
+    pub async fn load_gates(self) -> Result<Vec<Gate>> {
         let rows = sqlx::query("SELECT * FROM gates ORDER BY key")
-            .fetch_all(&self.pool)
+            .fetch_all(&self.store.pool)
             .await?;
         let pins = sqlx::query(
             "SELECT p.approval_id, p.canary, p.checksum FROM pins p \
              JOIN gates g ON g.approval_id = p.approval_id",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         let mut votes = match (rows.first(), rows.last()) {
             (Some(first), Some(last)) => {
-                self.votes_between(
-                    &first.try_get::<String, _>("key")?,
-                    &last.try_get::<String, _>("key")?,
-                )
-                .await?
+                self.store
+                    .votes()
+                    .votes_between(
+                        &first.try_get::<String, _>("key")?,
+                        &last.try_get::<String, _>("key")?,
+                    )
+                    .await?
             }
             _ => Default::default(),
         };
@@ -49,8 +51,8 @@ impl Store {
         Ok(gates)
     }
 
-    pub async fn load_gate(&self, key: &GateKey) -> Result<Option<Gate>> {
-        let mut conn = self.pool.acquire().await?;
+    pub async fn load_gate(self, key: &GateKey) -> Result<Option<Gate>> {
+        let mut conn = self.store.pool.acquire().await?;
         read_gate(&mut conn, key, "").await
     }
 
@@ -109,15 +111,15 @@ impl Store {
         .bind(exclusive)
         .execute(tx.conn())
         .await?;
-        Self::put_votes(tx, gate).await?;
+        Votes::put_votes(tx, gate).await?;
         Self::announce_gate(tx, &gate.key).await
     }
 
     /// Open gates whose approval ran out by `now`.
-    pub async fn expired_gates(&self, now: Millis) -> Result<Vec<GateKey>> {
+    pub async fn expired_gates(self, now: Millis) -> Result<Vec<GateKey>> {
         let rows = sqlx::query("SELECT key FROM gates WHERE status = 'open' AND expires_at <= $1")
             .bind(now)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.store.pool)
             .await?;
         rows.iter().map(|r| rows::key_in(r, "key")).collect()
     }
@@ -156,12 +158,12 @@ impl Store {
     }
 
     /// The gates a canary has asked, most recent first: how an event finds its PR.
-    pub async fn gates_of_canary(&self, canary: &CanaryRef) -> Result<Vec<GateKey>> {
+    pub async fn gates_of_canary(self, canary: &CanaryRef) -> Result<Vec<GateKey>> {
         let rows = sqlx::query(
             "SELECT gate_key FROM observations WHERE canary = $1 ORDER BY last_seen DESC",
         )
         .bind(canary.to_string())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter().map(|r| rows::key_in(r, "gate_key")).collect()
     }

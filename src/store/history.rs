@@ -2,7 +2,7 @@
 
 use super::*;
 
-impl Store {
+impl<'s> History<'s> {
     // ---- audit ----
 
     pub async fn audit(tx: &mut WriteTx<'_>, entry: &AuditEntry) -> Result<()> {
@@ -24,13 +24,13 @@ impl Store {
         Ok(())
     }
 
-    pub async fn audit_log(&self, key: Option<&GateKey>, limit: i64) -> Result<Vec<AuditEntry>> {
+    pub async fn audit_log(self, key: Option<&GateKey>, limit: i64) -> Result<Vec<AuditEntry>> {
         let rows = sqlx::query(
             "SELECT * FROM audit WHERE ($1 IS NULL OR gate_key = $1) ORDER BY id DESC LIMIT $2",
         )
         .bind(key.map(|k| k.to_string()))
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter().map(rows::audit_from_row).collect()
     }
@@ -57,20 +57,20 @@ impl Store {
         Ok(row.try_get("id")?)
     }
 
-    pub async fn events(&self, canary: Option<&str>, limit: i64) -> Result<Vec<EventRow>> {
+    pub async fn events(self, canary: Option<&str>, limit: i64) -> Result<Vec<EventRow>> {
         let rows = sqlx::query(
             "SELECT * FROM events WHERE ($1 IS NULL OR canary = $1) ORDER BY id DESC LIMIT $2",
         )
         .bind(canary.map(str::to_string))
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter().map(rows::event_from_row).collect()
     }
 
     /// Whether this delivery already did this to this gate (replays change nothing).
     pub async fn applied(
-        &self,
+        self,
         tx: &mut WriteTx<'_>,
         delivery: &DeliveryId,
         gate: &GateKey,

@@ -6,14 +6,15 @@
 use sqlx::Row;
 
 use super::pages::{seen_from_row, SEEN_COLUMNS};
-use super::{rows, CanarySeen, Result, Store};
+use super::Loading;
+use super::{rows, CanarySeen, Result};
 use crate::gate::{Gate, GateKey};
 
 const PAGE: i64 = 2000;
 
-impl Store {
+impl<'s> Loading<'s> {
     /// Every gate with its current approval's pins, in key order.
-    pub async fn each_gate(&self, mut f: impl FnMut(Gate)) -> Result<()> {
+    pub async fn each_gate(self, mut f: impl FnMut(Gate)) -> Result<()> {
         let mut after = String::new();
         loop {
             let rows = sqlx::query(
@@ -24,14 +25,14 @@ impl Store {
             )
             .bind(after.clone())
             .bind(PAGE)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.store.pool)
             .await?;
             let Some(last) = rows.last() else {
                 return Ok(());
             };
             let first: String = rows[0].try_get("key")?;
             after = last.try_get("key")?;
-            let mut votes = self.votes_between(&first, &after).await?;
+            let mut votes = self.store.votes().votes_between(&first, &after).await?;
             let mut current: Option<(String, Gate)> = None;
             for row in &rows {
                 let key: String = row.try_get("key")?;
@@ -59,7 +60,7 @@ impl Store {
     }
 
     /// Every canary's last check at each gate, in (gate, canary) order.
-    pub async fn each_observation(&self, mut f: impl FnMut(GateKey, CanarySeen)) -> Result<()> {
+    pub async fn each_observation(self, mut f: impl FnMut(GateKey, CanarySeen)) -> Result<()> {
         let (mut gate, mut canary) = (String::new(), String::new());
         loop {
             let rows = sqlx::query(&format!(
@@ -69,7 +70,7 @@ impl Store {
             .bind(gate.clone())
             .bind(canary.clone())
             .bind(PAGE)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.store.pool)
             .await?;
             if rows.is_empty() {
                 return Ok(());

@@ -212,6 +212,78 @@ async fn incremental_vacuum_on(pool: &AnyPool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The store's parts, each named for what it keeps and written in one file.
+/// Each is a view of the one [`Store`], which keeps only the connection.
+macro_rules! parts {
+    ($( $(#[$doc:meta])* $module:ident::$part:ident by $name:ident; )*) => {
+        $(
+            $(#[$doc])*
+            #[derive(Clone, Copy)]
+            pub struct $part<'s> {
+                store: &'s Store,
+            }
+        )*
+        impl Store {
+            $(
+                pub fn $name(&self) -> $part<'_> {
+                    $part { store: self }
+                }
+            )*
+        }
+    };
+}
+
+parts! {
+    /// Gates as stored: read, locked, written, announced, pinned, expired.
+    gates::Gates by gates;
+    /// The last check of every canary at every gate.
+    observations::Observations by observations;
+    /// Waits: started, ended, listed, and their timers.
+    waits::Waits by waits;
+    /// The audit log, Flagger's events, and what a delivery changed.
+    history::History by history;
+    /// Every gate and last check, read once at start.
+    loading::Loading by loading;
+    /// GitHub: PR heads and the check run per PR gate.
+    checks::CheckRuns by check_runs;
+    /// GitHub: Deployments per canary revision of a PR.
+    deployments::Deployments by deployments;
+    /// Freezes: made, lifted, in force.
+    freezes::Freezes by freezes;
+    /// Gates pipelines create by name, and their announcements.
+    named::NamedGates by named;
+    /// What the notifier remembers: PRs GitHub no longer knows, waits not yet announced.
+    notify::Notices by notices;
+    /// Canaries tied to the PRs that brought their revisions.
+    origins::Origins by origins;
+    /// Gates and canaries read by key range, a page at a time.
+    pages::Pages by pages;
+    /// Where a commit was promoted, cluster by cluster.
+    passages::Passages by passages;
+    /// A canary's progress from its events.
+    progress::Progress by progress;
+    /// GitHub: deployment protection requests.
+    protection::Protection by protection;
+    /// Per PR: its author, last push and status comment.
+    prs::Prs by prs;
+    /// The durable inbox and outbox: leases, retries, settling.
+    queue::Queues by queues;
+    /// Replicas: heartbeats, the clock, write probes, leases given back.
+    replicas::Replicas by replicas;
+    /// Retention: old rows pruned in batches, and the store's size.
+    retention::Pruning by retention;
+    /// The pages' sign-outs and OAuth states used.
+    sessions::Sessions by sessions;
+    /// Slack: each message's post, decision, ending and final state.
+    slack::SlackRows by slack;
+    /// Teams: conversations and cards.
+    teams::TeamsRows by teams;
+    /// Quorum votes.
+    votes::Votes by votes;
+    /// The pages' reads: open waits by page, audit search.
+    web::WebReads by web;
+}
+
 impl Store {
     /// Connects and migrates. `url` is `sqlite://path` (file and directory created
     /// when missing) or `postgres://…`.

@@ -5,7 +5,8 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::{Result, Store, StoreError, WriteTx};
+use super::NamedGates;
+use super::{Result, StoreError, WriteTx};
 pub use crate::gate::named::{Link, NamedSpec};
 use crate::gate::{CanaryRef, GateKey, Millis, PrNumber, RepoName};
 
@@ -59,18 +60,18 @@ fn named_from_row(row: &AnyRow) -> Result<NamedGate> {
     })
 }
 
-impl Store {
-    pub async fn named_gate(&self, key: &GateKey) -> Result<Option<NamedGate>> {
+impl<'s> NamedGates<'s> {
+    pub async fn named_gate(self, key: &GateKey) -> Result<Option<NamedGate>> {
         let row = sqlx::query("SELECT * FROM named_gates WHERE gate_key = $1")
             .bind(key.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.store.pool)
             .await?;
         row.as_ref().map(named_from_row).transpose()
     }
 
     /// The live named gates that name a pull request, by key.
     pub async fn named_gates_of_pr(
-        &self,
+        self,
         repo: &RepoName,
         number: PrNumber,
     ) -> Result<Vec<NamedGate>> {
@@ -82,7 +83,7 @@ impl Store {
         )
         .bind(repo.to_string())
         .bind(number)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter().map(named_from_row).collect()
     }
@@ -223,25 +224,12 @@ impl Store {
             })
             .collect()
     }
-}
 
-/// How many named gates are live, and how many one actor created lately.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NamedCounts {
-    /// Created and not retired.
-    pub live: i64,
-    /// Created by the actor since the time asked.
-    pub created: i64,
-    /// When the oldest of those was created.
-    pub oldest_created: Option<Millis>,
-}
-
-impl Store {
     /// Inside a unit that creates a named gate: on PostgreSQL, creations by
     /// every replica take turns from here to the commit, so the counts read
     /// next stay true until the new gate is written (SQLite has one writer).
-    pub async fn lock_named_creations(&self, tx: &mut WriteTx<'_>) -> Result<()> {
-        if self.backend == super::Backend::Postgres {
+    pub async fn lock_named_creations(self, tx: &mut WriteTx<'_>) -> Result<()> {
+        if self.store.backend == super::Backend::Postgres {
             sqlx::query("LOCK TABLE named_gates IN SHARE ROW EXCLUSIVE MODE")
                 .execute(tx.conn())
                 .await?;
@@ -279,12 +267,12 @@ impl Store {
     /// showed of them, and the canaries' last checks. The name, the gate's
     /// state (held) and the audit lines stay. Returns the gates pruned.
     pub async fn prune_retired_named(
-        &self,
+        self,
         before: Millis,
         now: Millis,
         limit: i64,
     ) -> Result<Vec<GateKey>> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         let keys: Vec<String> = sqlx::query_scalar(
             "SELECT gate_key FROM named_gates WHERE pruned_at IS NULL AND retired_at < $1 \
              ORDER BY retired_at LIMIT $2",
@@ -308,6 +296,17 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// How many named gates are live, and how many one actor created lately.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamedCounts {
+    /// Created and not retired.
+    pub live: i64,
+    /// Created by the actor since the time asked.
+    pub created: i64,
+    /// When the oldest of those was created.
+    pub oldest_created: Option<Millis>,
 }
 
 async fn prune_one(tx: &mut WriteTx<'_>, key: &str, now: Millis) -> Result<()> {

@@ -3,7 +3,8 @@
 
 use sqlx::Row;
 
-use super::{Result, Store};
+use super::Notices;
+use super::Result;
 use crate::gate::{Millis, PrNumber, RepoName};
 
 /// A wait as a digest names it.
@@ -16,10 +17,10 @@ pub struct WaitBrief {
     pub metadata: String,
 }
 
-impl Store {
+impl<'s> Notices<'s> {
     /// Whether GitHub answered 404 for this PR after `since`.
     pub async fn pr_missing(
-        &self,
+        self,
         repo: &RepoName,
         number: PrNumber,
         since: Millis,
@@ -30,14 +31,14 @@ impl Store {
         .bind(repo.to_string())
         .bind(number.0 as i64)
         .bind(since)
-        .fetch_one(&self.pool)
+        .fetch_one(&self.store.pool)
         .await?;
         Ok(row.try_get::<i64, _>("n")? > 0)
     }
 
     /// Remembers that GitHub answered 404 for this PR.
     pub async fn mark_pr_missing(
-        &self,
+        self,
         repo: &RepoName,
         number: PrNumber,
         now: Millis,
@@ -49,21 +50,21 @@ impl Store {
         .bind(repo.to_string())
         .bind(number.0 as i64)
         .bind(now);
-        self.execute_alone(query).await
+        self.store.execute_alone(query).await
     }
 
     /// Forgets a PR's 404: it was seen to exist after all.
-    pub async fn forget_pr_missing(&self, repo: &RepoName, number: PrNumber) -> Result<()> {
+    pub async fn forget_pr_missing(self, repo: &RepoName, number: PrNumber) -> Result<()> {
         let query = sqlx::query("DELETE FROM missing_prs WHERE repo = $1 AND number = $2")
             .bind(repo.to_string())
             .bind(number.0 as i64);
-        self.execute_alone(query).await
+        self.store.execute_alone(query).await
     }
 
     /// Waits started in [since, until), after id `after`, for which no job with
     /// once-key `once_prefix` + id was queued: the ones not announced one by one.
     pub async fn unannounced_waits(
-        &self,
+        self,
         once_prefix: &str,
         since: Millis,
         until: Millis,
@@ -81,7 +82,7 @@ impl Store {
         .bind(after)
         .bind(once_prefix.to_string())
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter()
             .map(|r| {

@@ -2,26 +2,26 @@
 
 use super::*;
 
-impl Store {
+impl<'s> Observations<'s> {
     // ---- observations and waits ----
 
-    pub async fn load_observations(&self) -> Result<Vec<ObservationRow>> {
+    pub async fn load_observations(self) -> Result<Vec<ObservationRow>> {
         let rows = sqlx::query(
             "SELECT o.*, (SELECT w.id FROM waits w WHERE w.gate_key = o.gate_key AND w.canary = o.canary \
              AND w.ended_at IS NULL) AS wait_id FROM observations o ORDER BY o.gate_key, o.canary",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter().map(rows::observation_from_row).collect()
     }
 
-    pub async fn observations_for(&self, key: &GateKey) -> Result<Vec<ObservationRow>> {
+    pub async fn observations_for(self, key: &GateKey) -> Result<Vec<ObservationRow>> {
         let rows = sqlx::query(
             "SELECT o.*, (SELECT w.id FROM waits w WHERE w.gate_key = o.gate_key AND w.canary = o.canary \
              AND w.ended_at IS NULL) AS wait_id FROM observations o WHERE o.gate_key = $1 ORDER BY o.canary",
         )
         .bind(key.to_string())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter().map(rows::observation_from_row).collect()
     }
@@ -57,11 +57,11 @@ impl Store {
 
     /// Last-seen times are kept in memory and written in batches: a poll that
     /// repeats the last one must not cost a write each.
-    pub async fn touch_observations(&self, seen: &[(String, String, Millis)]) -> Result<()> {
+    pub async fn touch_observations(self, seen: &[(String, String, Millis)]) -> Result<()> {
         if seen.is_empty() {
             return Ok(());
         }
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         for (key, canary, at) in seen {
             sqlx::query(
                 "UPDATE observations SET last_seen = $3 WHERE gate_key = $1 AND canary = $2 AND last_seen < $3",

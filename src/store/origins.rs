@@ -4,7 +4,8 @@
 
 use sqlx::Row;
 
-use super::{Result, Store, StoreError};
+use super::Origins;
+use super::{Result, StoreError};
 use crate::gate::{CanaryRef, Millis, PrNumber, RepoName};
 
 /// A canary's revision and the PR that brought it (None: no PR did).
@@ -43,38 +44,34 @@ fn tie(row: &sqlx::any::AnyRow) -> Result<CanaryTie> {
     })
 }
 
-impl Store {
+impl<'s> Origins<'s> {
     /// The tie of `canary` at `checksum`, if one was found.
-    pub async fn canary_tie(
-        &self,
-        canary: &CanaryRef,
-        checksum: &str,
-    ) -> Result<Option<CanaryTie>> {
+    pub async fn canary_tie(self, canary: &CanaryRef, checksum: &str) -> Result<Option<CanaryTie>> {
         let row = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM canary_ties WHERE canary = $1 AND checksum = $2"
         ))
         .bind(canary.to_string())
         .bind(checksum.to_string())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.store.pool)
         .await?;
         row.as_ref().map(tie).transpose()
     }
 
     /// Every canary's latest tie (retention bounds them).
-    pub async fn canary_ties(&self) -> Result<Vec<CanaryTie>> {
+    pub async fn canary_ties(self) -> Result<Vec<CanaryTie>> {
         let rows = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM canary_ties t WHERE found_at = \
              (SELECT MAX(found_at) FROM canary_ties l WHERE l.canary = t.canary) \
              ORDER BY found_at DESC"
         ))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter().map(tie).collect()
     }
 
     /// Keeps a tie found (the first one kept for a revision stays) in place
     /// of the canary's earlier ones.
-    pub async fn keep_canary_tie(&self, tie: &CanaryTie) -> Result<()> {
+    pub async fn keep_canary_tie(self, tie: &CanaryTie) -> Result<()> {
         let (repo, number) = match &tie.pr {
             Some((repo, number)) => (
                 Some(repo.to_string()),
@@ -84,7 +81,7 @@ impl Store {
             ),
             None => (None, None),
         };
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         sqlx::query(&format!(
             "INSERT INTO canary_ties ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6) \
              ON CONFLICT (canary, checksum) DO NOTHING"

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::{rows, Result, Store};
+use super::Pages;
+use super::{rows, Result};
 use crate::gate::audit::as_text;
 use crate::gate::{Answer, CanaryRef, Gate, GateKey, GateStatus, Millis, Phase};
 
@@ -49,10 +50,10 @@ pub(super) fn seen_from_row(r: &AnyRow) -> Result<(GateKey, CanarySeen)> {
     Ok((rows::key_in(r, "gate_key")?, seen))
 }
 
-impl Store {
+impl<'s> Pages<'s> {
     /// Up to `limit` keys, in order, after `after`, of every gate the list
     /// shows: those with a row and those only Flagger has asked.
-    pub async fn gate_keys_after(&self, after: Option<&str>, limit: i64) -> Result<Vec<GateKey>> {
+    pub async fn gate_keys_after(self, after: Option<&str>, limit: i64) -> Result<Vec<GateKey>> {
         // Every key is longer than "", so "" starts from the first.
         let rows = sqlx::query(
             "SELECT k.key FROM (SELECT key FROM gates UNION SELECT gate_key AS key FROM observations) AS k \
@@ -60,17 +61,17 @@ impl Store {
         )
         .bind(after.unwrap_or("").to_string())
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter().map(|r| rows::key_in(r, "key")).collect()
     }
 
     /// The stored gates with keys from `first` to `last`, with their pins.
-    pub async fn gates_between(&self, first: &str, last: &str) -> Result<Vec<Gate>> {
+    pub async fn gates_between(self, first: &str, last: &str) -> Result<Vec<Gate>> {
         let rows = sqlx::query("SELECT * FROM gates WHERE key >= $1 AND key <= $2 ORDER BY key")
             .bind(first.to_string())
             .bind(last.to_string())
-            .fetch_all(&self.pool)
+            .fetch_all(&self.store.pool)
             .await?;
         let pin_rows = sqlx::query(
             "SELECT p.approval_id, p.canary, p.checksum FROM pins p \
@@ -78,7 +79,7 @@ impl Store {
         )
         .bind(first.to_string())
         .bind(last.to_string())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         let mut pins: HashMap<String, Vec<(String, String)>> = HashMap::new();
         for p in &pin_rows {
@@ -86,7 +87,7 @@ impl Store {
                 .or_default()
                 .push((p.try_get("canary")?, p.try_get("checksum")?));
         }
-        let mut votes = self.votes_between(first, last).await?;
+        let mut votes = self.store.votes().votes_between(first, last).await?;
         let mut gates = Vec::with_capacity(rows.len());
         for row in &rows {
             let mut gate = rows::gate_from_row(row)?;
@@ -106,7 +107,7 @@ impl Store {
     /// The canaries seen at the gates with keys from `first` to `last`, each
     /// with its gate.
     pub async fn canaries_between(
-        &self,
+        self,
         first: &str,
         last: &str,
     ) -> Result<Vec<(GateKey, CanarySeen)>> {
@@ -116,7 +117,7 @@ impl Store {
         ))
         .bind(first.to_string())
         .bind(last.to_string())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter().map(seen_from_row).collect()
     }

@@ -3,7 +3,8 @@
 
 use sqlx::Row;
 
-use super::{Result, Store, StoreError, WriteTx};
+use super::Passages;
+use super::{Result, StoreError, WriteTx};
 use crate::gate::{ClusterName, GateKey, Millis};
 
 /// A cluster's promote gate opened for a commit, first at `at`.
@@ -28,7 +29,7 @@ fn passage(row: &sqlx::any::AnyRow) -> Result<Passage> {
     })
 }
 
-impl Store {
+impl<'s> Passages<'s> {
     /// Records a passage with the change that made it; the first one stays.
     pub async fn record_passage(tx: &mut WriteTx<'_>, p: &Passage) -> Result<()> {
         sqlx::query(
@@ -45,23 +46,23 @@ impl Store {
     }
 
     /// The passages of one promote gate (every cluster, every commit kept).
-    pub async fn passages_of(&self, gate: &GateKey) -> Result<Vec<Passage>> {
+    pub async fn passages_of(self, gate: &GateKey) -> Result<Vec<Passage>> {
         let rows = sqlx::query(
             "SELECT gate_key, commit_sha, cluster, passed_at FROM passages WHERE gate_key = $1",
         )
         .bind(gate.to_string())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter().map(passage).collect()
     }
 
     /// Every passage kept, newest first, at most `limit`.
-    pub async fn passages(&self, limit: i64) -> Result<Vec<Passage>> {
+    pub async fn all(self, limit: i64) -> Result<Vec<Passage>> {
         let rows = sqlx::query(
             "SELECT gate_key, commit_sha, cluster, passed_at FROM passages ORDER BY passed_at DESC LIMIT $1",
         )
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter().map(passage).collect()
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::{Result, Store, StoreError, WriteTx};
+use super::{Progress, Result, StoreError, WriteTx};
 use crate::gate::progress::{CanaryProgress, Failure, LastEvent};
 use crate::gate::CanaryRef;
 
@@ -46,12 +46,12 @@ fn from_row(row: &AnyRow) -> Result<CanaryProgress> {
     })
 }
 
-impl Store {
+impl<'s> Progress<'s> {
     /// The canary's progress, if any event of it was stored.
-    pub async fn canary_progress(&self, canary: &CanaryRef) -> Result<Option<CanaryProgress>> {
+    pub async fn canary_progress(self, canary: &CanaryRef) -> Result<Option<CanaryProgress>> {
         let row = sqlx::query("SELECT * FROM canary_progress WHERE canary = $1")
             .bind(canary.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.store.pool)
             .await?;
         row.as_ref().map(from_row).transpose()
     }
@@ -123,6 +123,7 @@ mod tests {
     use super::*;
     use crate::gate::progress::Seen;
     use crate::gate::Millis;
+    use crate::store::Store;
 
     /// A database of its own on GATEBOT_TEST_POSTGRES_URL's server.
     async fn fresh_database() -> String {
@@ -162,19 +163,19 @@ mod tests {
         let canary: CanaryRef = "test/podinfo".parse().expect("canary");
 
         let mut first = one.begin().await.expect("begin");
-        let prev = Store::lock_canary_progress(&mut first, &canary)
+        let prev = Progress::lock_canary_progress(&mut first, &canary)
             .await
             .expect("lock");
         let second = {
             let canary = canary.clone();
             tokio::spawn(async move {
                 let mut tx = two.begin().await.expect("begin");
-                let prev = Store::lock_canary_progress(&mut tx, &canary)
+                let prev = Progress::lock_canary_progress(&mut tx, &canary)
                     .await
                     .expect("lock");
                 let seen = prev.as_ref().map(|p| p.last.at);
                 let next = folded(prev, "Advance podinfo.test canary weight 20", 2);
-                Store::put_canary_progress(&mut tx, &canary, &next)
+                Progress::put_canary_progress(&mut tx, &canary, &next)
                     .await
                     .expect("put");
                 tx.commit().await.expect("commit");
@@ -184,7 +185,7 @@ mod tests {
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         assert!(!second.is_finished(), "the second fold waits for the first");
         let next = folded(prev, "Advance podinfo.test canary weight 10", 1);
-        Store::put_canary_progress(&mut first, &canary, &next)
+        Progress::put_canary_progress(&mut first, &canary, &next)
             .await
             .expect("put");
         first.commit().await.expect("commit");
@@ -192,6 +193,7 @@ mod tests {
         assert_eq!(seen, Some(1), "the second fold read the first's commit");
 
         let stored = one
+            .progress()
             .canary_progress(&canary)
             .await
             .expect("read")

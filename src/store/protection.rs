@@ -6,7 +6,8 @@ use sqlx::Row;
 
 use super::prs::about_pr;
 use super::rows::{signed, unsigned};
-use super::{Result, Store, WriteTx};
+use super::Protection;
+use super::{Result, WriteTx};
 use crate::gate::{GateKey, Millis, PrNumber, RepoName};
 
 /// One deployment waiting for (or decided by) a gate.
@@ -22,7 +23,7 @@ pub struct ProtectionRequest {
     pub requested_at: Millis,
 }
 
-impl Store {
+impl<'s> Protection<'s> {
     /// Records a request, in the unit that starts its wait; false when the
     /// same run and environment are waiting already (a replay changes
     /// nothing). A decided one asks again when its job is re-run (the run id
@@ -59,7 +60,7 @@ impl Store {
 
     /// The PR's undecided requests made by `at`, oldest first.
     pub async fn pending_protections(
-        &self,
+        self,
         repo: &RepoName,
         number: PrNumber,
         at: Millis,
@@ -72,7 +73,7 @@ impl Store {
             number,
         )?
         .bind(at)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter()
             .map(|row| {
@@ -96,12 +97,12 @@ impl Store {
     /// Records how a request was decided (`approved`, `rejected`, `refused`,
     /// `failed`); false when it was decided already.
     pub async fn decide_protection(
-        &self,
+        self,
         r: &ProtectionRequest,
         state: &str,
         at: Millis,
     ) -> Result<bool> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         let done = sqlx::query(
             "UPDATE github_protection_requests SET decided_at = $4, state = $5 \
              WHERE repo = $1 AND run_id = $2 AND environment = $3 AND decided_at IS NULL",

@@ -6,7 +6,8 @@ use sqlx::query::Query;
 use sqlx::{Any, Row};
 
 use super::rows::{id_in, signed};
-use super::{Result, Store, WriteTx};
+use super::Prs;
+use super::{Result, WriteTx};
 use crate::gate::{Millis, PrNumber, RepoName};
 
 /// A pull request's status comment as last sent.
@@ -28,17 +29,17 @@ pub(super) fn about_pr<'q>(
         .bind(signed(number.0, "PR number")?))
 }
 
-impl Store {
+impl<'s> Prs<'s> {
     // ---- authors ----
 
     /// Who opened the pull request, if gatebot has learned it.
-    pub async fn pr_author(&self, repo: &RepoName, number: PrNumber) -> Result<Option<String>> {
+    pub async fn pr_author(self, repo: &RepoName, number: PrNumber) -> Result<Option<String>> {
         let query = about_pr(
             "SELECT login FROM pr_authors WHERE repo = $1 AND number = $2",
             repo,
             number,
         )?;
-        self.first_value(query).await
+        self.store.first_value(query).await
     }
 
     pub async fn put_pr_author(
@@ -64,13 +65,13 @@ impl Store {
 
     /// `put_pr_author` in a transaction of its own.
     pub async fn remember_pr_author(
-        &self,
+        self,
         repo: &RepoName,
         number: PrNumber,
         login: &str,
         at: Millis,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         Self::put_pr_author(&mut tx, repo, number, login, at).await?;
         tx.commit().await
     }
@@ -78,13 +79,13 @@ impl Store {
     // ---- pushes ----
 
     /// When the pull request last got new commits (GitHub's time), if known.
-    pub async fn pr_pushed_at(&self, repo: &RepoName, number: PrNumber) -> Result<Option<Millis>> {
+    pub async fn pr_pushed_at(self, repo: &RepoName, number: PrNumber) -> Result<Option<Millis>> {
         let query = about_pr(
             "SELECT pushed_at FROM pr_pushes WHERE repo = $1 AND number = $2",
             repo,
             number,
         )?;
-        self.first_value(query).await
+        self.store.first_value(query).await
     }
 
     /// Records a push at `pushed_at`. Deliveries come out of order, so the time
@@ -112,13 +113,13 @@ impl Store {
 
     /// `put_pr_push` in a transaction of its own.
     pub async fn remember_pr_push(
-        &self,
+        self,
         repo: &RepoName,
         number: PrNumber,
         pushed_at: Millis,
         now: Millis,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         Self::put_pr_push(&mut tx, repo, number, pushed_at, now).await?;
         tx.commit().await
     }
@@ -126,7 +127,7 @@ impl Store {
     // ---- status comments ----
 
     pub async fn status_comment(
-        &self,
+        self,
         repo: &RepoName,
         number: PrNumber,
     ) -> Result<Option<StatusComment>> {
@@ -135,7 +136,7 @@ impl Store {
             repo,
             number,
         )?
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.store.pool)
         .await?;
         row.map(|row| {
             Ok(StatusComment {
@@ -175,14 +176,14 @@ impl Store {
     /// `stale_after` ago) or the comment exists. The same job, retried or taken
     /// over from a dead replica, gets its claim back at once.
     pub async fn claim_status_creation(
-        &self,
+        self,
         repo: &RepoName,
         number: PrNumber,
         job: &str,
         now: Millis,
         stale_after: Millis,
     ) -> Result<bool> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         let owner = format!("creating:{job}");
         let row = about_pr(
             "INSERT INTO status_comments (repo, number, comment_id, digest, updated_at) \
@@ -204,24 +205,24 @@ impl Store {
     }
 
     /// Gives a claim to create back (creating failed).
-    pub async fn release_status_creation(&self, repo: &RepoName, number: PrNumber) -> Result<()> {
+    pub async fn release_status_creation(self, repo: &RepoName, number: PrNumber) -> Result<()> {
         let query = about_pr(
             "DELETE FROM status_comments WHERE repo = $1 AND number = $2 AND comment_id = 0",
             repo,
             number,
         )?;
-        self.execute_alone(query).await
+        self.store.execute_alone(query).await
     }
 
     /// `put_status_comment` in a transaction of its own.
     pub async fn remember_status_comment(
-        &self,
+        self,
         repo: &RepoName,
         number: PrNumber,
         comment: &StatusComment,
         at: Millis,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         Self::put_status_comment(&mut tx, repo, number, comment, at).await?;
         tx.commit().await
     }

@@ -8,7 +8,8 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::replicas::millis;
-use super::{Backend, Result, Store, WriteTx};
+use super::Queues;
+use super::{Backend, Result, WriteTx};
 use crate::gate::Millis;
 use crate::metrics::Metrics;
 
@@ -107,7 +108,7 @@ pub struct Job {
     pub created_at: Millis,
 }
 
-impl Store {
+impl<'s> Queues<'s> {
     /// Queues a job in the caller's transaction. False when deduplicated.
     pub async fn enqueue(tx: &mut WriteTx<'_>, job: &NewJob, now: Millis) -> Result<bool> {
         let done = sqlx::query(
@@ -131,14 +132,14 @@ impl Store {
 
     /// Stores a delivery. False when this delivery id was stored before.
     pub async fn receive(
-        &self,
+        self,
         source: &str,
         delivery: &str,
         kind: &str,
         payload: &str,
         now: Millis,
     ) -> Result<bool> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         tx.serves(QueueName::Inbox);
         let done = sqlx::query(
             "INSERT INTO inbox (id, source, kind, payload, received_at, next_attempt_at) \
@@ -157,8 +158,8 @@ impl Store {
 
     /// Stores several deliveries in one transaction, so concurrent webhooks
     /// share one disk flush. Per delivery: false when it was stored before.
-    pub async fn receive_many(&self, items: &[Delivery], now: Millis) -> Result<Vec<bool>> {
-        let mut tx = self.begin().await?;
+    pub async fn receive_many(self, items: &[Delivery], now: Millis) -> Result<Vec<bool>> {
+        let mut tx = self.store.begin().await?;
         tx.serves(QueueName::Inbox);
         let mut stored = Vec::with_capacity(items.len());
         for d in items {
@@ -182,8 +183,8 @@ impl Store {
     /// Whether a delivery could be stored now: a write transaction that takes
     /// the inbox's write lock, changes nothing and is rolled back. Not
     /// recorded for readiness; callers bound how long it may take.
-    pub async fn inbox_writable(&self) -> Result<()> {
-        let mut tx = self.begin_recorded(None).await?;
+    pub async fn inbox_writable(self) -> Result<()> {
+        let mut tx = self.store.begin_recorded(None).await?;
         sqlx::query("UPDATE inbox SET state = state WHERE id = ''")
             .execute(tx.conn())
             .await?;
@@ -196,7 +197,7 @@ impl Store {
     /// another replica that has not been seen for [`super::DEAD_AFTER`] (a
     /// process that died holding it).
     pub async fn claim_many(
-        &self,
+        self,
         queue: QueueName,
         owner: &str,
         now: Millis,
@@ -210,7 +211,7 @@ impl Store {
         );
         // The outer conditions repeat the inner ones so that two claimers racing
         // for one row cannot both win: the loser's UPDATE re-checks and matches nothing.
-        let lock = match self.backend {
+        let lock = match self.store.backend {
             Backend::Postgres => "FOR UPDATE SKIP LOCKED",
             Backend::Sqlite => "",
         };
@@ -225,7 +226,7 @@ impl Store {
             queue.on_claim(),
             queue.columns()
         );
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         tx.serves(queue);
         let rows = sqlx::query(&sql)
             .bind(now + lease_ms)
@@ -263,7 +264,7 @@ impl Store {
 
     /// Takes the next due item for `lease_ms`, or None (see [`Store::claim_many`]).
     pub async fn claim(
-        &self,
+        self,
         queue: QueueName,
         owner: &str,
         now: Millis,
@@ -284,13 +285,13 @@ impl Store {
     /// (see [`Store::claim_many`]): renewing says this replica is alive, as
     /// its heartbeat does, in the same transaction.
     pub async fn hold_lease(
-        &self,
+        self,
         queue: QueueName,
         claim: &Claim<'_>,
         now: Millis,
         lease_ms: i64,
     ) -> Result<bool> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         tx.serves(queue);
         let sql = format!(
             "UPDATE {} SET lease_until = $4 WHERE id = $1 AND lease_owner = $2 AND attempts = $3 \
@@ -307,7 +308,7 @@ impl Store {
             .await?
             .rows_affected()
             == 1;
-        if held && self.backend == Backend::Postgres {
+        if held && self.store.backend == Backend::Postgres {
             // No row: others count this replica dead, and its leases free.
             let seen =
                 sqlx::query("UPDATE replicas SET seen_at = GREATEST(seen_at, $2) WHERE owner = $1")
@@ -326,14 +327,14 @@ impl Store {
     }
 
     /// Marks a claimed item done. False when the lease was lost to another worker.
-    pub async fn finish(&self, queue: QueueName, claim: &Claim<'_>, now: Millis) -> Result<bool> {
+    pub async fn finish(self, queue: QueueName, claim: &Claim<'_>, now: Millis) -> Result<bool> {
         self.settle(queue, claim, Settlement::Done(now)).await
     }
 
     /// Puts a claimed item back, to be tried at `next_at`. Not `counted`: the
     /// attempt does not count towards giving up (a transient store error).
     pub async fn retry(
-        &self,
+        self,
         queue: QueueName,
         claim: &Claim<'_>,
         next_at: Millis,
@@ -350,7 +351,7 @@ impl Store {
 
     /// Gives up on a claimed item for good.
     pub async fn give_up(
-        &self,
+        self,
         queue: QueueName,
         claim: &Claim<'_>,
         now: Millis,
@@ -363,11 +364,11 @@ impl Store {
     /// Marks claimed items done in one transaction; for each, false when its
     /// lease was lost to another worker.
     pub async fn finish_many(
-        &self,
+        self,
         queue: QueueName,
         items: &[(Claim<'_>, Millis)],
     ) -> Result<Vec<bool>> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         let mut settled = Vec::with_capacity(items.len());
         for (claim, now) in items {
             settled.push(settle_in(&mut tx, queue, claim, Settlement::Done(*now)).await?);
@@ -389,24 +390,24 @@ impl Store {
     }
 
     async fn settle(
-        &self,
+        self,
         queue: QueueName,
         claim: &Claim<'_>,
         how: Settlement<'_>,
     ) -> Result<bool> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         let done = settle_in(&mut tx, queue, claim, how).await?;
         tx.commit().await?;
         Ok(done)
     }
 
-    pub async fn pending(&self, queue: QueueName) -> Result<i64> {
+    pub async fn pending(self, queue: QueueName) -> Result<i64> {
         let sql = format!(
             "SELECT COUNT(*) AS n FROM {} WHERE state = 'pending'",
             queue.table()
         );
         Ok(sqlx::query(&sql)
-            .fetch_one(&self.pool)
+            .fetch_one(&self.store.pool)
             .await?
             .try_get("n")?)
     }
@@ -414,7 +415,7 @@ impl Store {
     /// The number of pending items, when the oldest was queued (received),
     /// and how many were queued before `overdue_before`.
     pub async fn depth(
-        &self,
+        self,
         queue: QueueName,
         overdue_before: Millis,
     ) -> Result<(i64, Option<Millis>, i64)> {
@@ -430,7 +431,7 @@ impl Store {
         );
         let row = sqlx::query(&sql)
             .bind(overdue_before)
-            .fetch_one(&self.pool)
+            .fetch_one(&self.store.pool)
             .await?;
         Ok((
             row.try_get("n")?,
@@ -442,7 +443,7 @@ impl Store {
     /// Sets the queue gauges (pending items, the oldest one's age, overdue
     /// deliveries) from the store; a queue the store cannot count keeps its
     /// last values.
-    pub async fn report_queues(&self, metrics: &Metrics, now: Millis) {
+    pub async fn report_queues(self, metrics: &Metrics, now: Millis) {
         let overdue_before = now - millis(crate::metrics::OVERDUE_AFTER);
         for queue in [QueueName::Outbox, QueueName::Inbox] {
             let (n, oldest, overdue) = match self.depth(queue, overdue_before).await {
@@ -467,9 +468,9 @@ impl Store {
     /// The earliest time a pending item is due, if any: how long a worker may
     /// sleep. Another replica's lease ends early when that replica stops
     /// being seen; this replica's own leases end when they run out.
-    pub async fn next_due(&self, queue: QueueName) -> Result<Option<Millis>> {
+    pub async fn next_due(self, queue: QueueName) -> Result<Option<Millis>> {
         let table = queue.table();
-        let (greatest, least) = match self.backend {
+        let (greatest, least) = match self.store.backend {
             Backend::Postgres => ("GREATEST", "LEAST"),
             Backend::Sqlite => ("MAX", "MIN"),
         };
@@ -481,20 +482,20 @@ impl Store {
              END) AS t FROM {table} WHERE state = 'pending'"
         );
         Ok(sqlx::query(&sql)
-            .bind(self.replica.to_string())
+            .bind(self.store.replica.to_string())
             .bind(millis(super::DEAD_AFTER))
-            .fetch_one(&self.pool)
+            .fetch_one(&self.store.pool)
             .await?
             .try_get("t")?)
     }
 
-    pub async fn jobs(&self, state: Option<&str>, limit: i64) -> Result<Vec<Job>> {
+    pub async fn jobs(self, state: Option<&str>, limit: i64) -> Result<Vec<Job>> {
         let rows = sqlx::query(
             "SELECT * FROM outbox WHERE ($1 IS NULL OR state = $1) ORDER BY created_at DESC, id LIMIT $2",
         )
         .bind(state.map(str::to_string))
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter()
             .map(|r| {

@@ -11,7 +11,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Backend, Result, Store};
+use super::Replicas;
+use super::{Backend, Result};
 use crate::clock::Clock;
 use crate::gate::Millis;
 
@@ -55,16 +56,16 @@ pub(super) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-impl Store {
+impl<'s> Replicas<'s> {
     /// Records that this replica is alive at `now`, and forgets replicas long gone.
     /// Not counted as a real write for readiness.
-    pub async fn heartbeat(&self, now: Millis) -> Result<()> {
-        let mut tx = self.begin_recorded(None).await?;
+    pub async fn heartbeat(self, now: Millis) -> Result<()> {
+        let mut tx = self.store.begin_recorded(None).await?;
         sqlx::query(
             "INSERT INTO replicas (owner, started_at, seen_at) VALUES ($1, $2, $2) \
              ON CONFLICT (owner) DO UPDATE SET seen_at = excluded.seen_at",
         )
-        .bind(self.replica.to_string())
+        .bind(self.store.replica.to_string())
         .bind(now)
         .execute(tx.conn())
         .await?;
@@ -78,12 +79,12 @@ impl Store {
     /// PostgreSQL: reads the database's clock (`clock_timestamp()`) and compares
     /// it with `local` at the midpoint of the round trip. None on SQLite, whose
     /// clock is this process's.
-    pub async fn clock_reading(&self, local: &dyn Clock) -> Result<Option<ClockReading>> {
-        if self.backend != Backend::Postgres {
+    pub async fn clock_reading(self, local: &dyn Clock) -> Result<Option<ClockReading>> {
+        if self.store.backend != Backend::Postgres {
             return Ok(None);
         }
         // Connected first, so the round trip is the query's alone.
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.store.pool.acquire().await?;
         let (sent, steady_sent) = (local.now_ms(), Instant::now());
         let db: i64 = sqlx::query_scalar(
             "SELECT CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)",
@@ -102,8 +103,8 @@ impl Store {
 
     /// A real write (this replica's heartbeat row), for readiness. Concurrent
     /// callers share one probe, and its outcome is reused for a second.
-    pub async fn probe_write(&self, now: Millis) -> std::result::Result<(), String> {
-        let mut last = self.probe.lock().await;
+    pub async fn probe_write(self, now: Millis) -> std::result::Result<(), String> {
+        let mut last = self.store.probe.lock().await;
         if let Some(p) = last.as_ref().filter(|p| p.at.elapsed() < PROBE_REUSE) {
             return p.result.clone();
         }
@@ -116,10 +117,10 @@ impl Store {
     }
 
     /// Removes this replica's row on a clean stop, so its leases are free at once.
-    pub async fn leave(&self) -> Result<()> {
-        let mut tx = self.begin_recorded(None).await?;
+    pub async fn leave(self) -> Result<()> {
+        let mut tx = self.store.begin_recorded(None).await?;
         sqlx::query("DELETE FROM replicas WHERE owner = $1")
-            .bind(self.replica.to_string())
+            .bind(self.store.replica.to_string())
             .execute(tx.conn())
             .await?;
         tx.commit().await
@@ -127,8 +128,8 @@ impl Store {
 
     /// SQLite only (one process): at start, every lease is a dead process's, so
     /// take them all back. Returns how many items were leased.
-    pub async fn release_leases(&self) -> Result<u64> {
-        let mut tx = self.begin().await?;
+    pub async fn release_leases(self) -> Result<u64> {
+        let mut tx = self.store.begin().await?;
         let mut released = 0;
         for table in ["inbox", "outbox"] {
             let sql = format!(

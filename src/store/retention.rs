@@ -8,7 +8,7 @@
 
 use sqlx::Row;
 
-use super::{Backend, Result, Store};
+use super::{Backend, Pruning, Result};
 use crate::gate::Millis;
 
 /// Rows touched by one statement of a prune.
@@ -221,11 +221,11 @@ pub struct Pruned {
     pub cleared: u64,
 }
 
-impl Store {
+impl<'s> Pruning<'s> {
     /// One retention pass at `now`: every rule, batch after batch, until each
     /// has nothing left or another replica holds the turn. What went, per
     /// table.
-    pub async fn prune(&self, retention: &Retention, now: Millis) -> Result<Vec<Pruned>> {
+    pub async fn prune(self, retention: &Retention, now: Millis) -> Result<Vec<Pruned>> {
         let mut out: Vec<Pruned> = Vec::new();
         for r in RULES {
             let Some(keep) = (r.cutoff)(retention) else {
@@ -262,7 +262,7 @@ impl Store {
                 }
             }
         }
-        if self.backend == Backend::Sqlite && out.iter().any(|p| p.deleted > 0) {
+        if self.store.backend == Backend::Sqlite && out.iter().any(|p| p.deleted > 0) {
             self.return_free_pages().await?;
         }
         Ok(out)
@@ -270,19 +270,19 @@ impl Store {
 
     /// One batch of one rule in its own transaction; None when another
     /// replica is pruning.
-    async fn prune_batch(&self, r: &Rule, cutoff: Millis) -> Result<Option<u64>> {
+    async fn prune_batch(self, r: &Rule, cutoff: Millis) -> Result<Option<u64>> {
         // A read first: a pass with nothing due writes nothing (no write turn,
         // no transaction).
         let due = format!("SELECT 1 FROM {} WHERE {} LIMIT 1", r.table, r.selected);
         let any: Option<i32> = sqlx::query_scalar(&due)
             .bind(cutoff)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.store.pool)
             .await?;
         if any.is_none() {
             return Ok(Some(0));
         }
-        let mut tx = self.begin().await?;
-        if self.backend == Backend::Postgres {
+        let mut tx = self.store.begin().await?;
+        if self.store.backend == Backend::Postgres {
             let ours: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
                 .bind(RETENTION_LOCK)
                 .fetch_one(tx.conn())
@@ -292,7 +292,7 @@ impl Store {
                 return Ok(None);
             }
         }
-        let sql = r.statement(self.backend);
+        let sql = r.statement(self.store.backend);
         let done = sqlx::query(&sql).bind(cutoff).execute(tx.conn()).await?;
         tx.commit().await?;
         Ok(Some(done.rows_affected()))
@@ -300,17 +300,17 @@ impl Store {
 
     /// SQLite: hands the pages freed by a prune back to the file system, so
     /// the file shrinks instead of only not growing.
-    async fn return_free_pages(&self) -> Result<()> {
+    async fn return_free_pages(self) -> Result<()> {
         let query = sqlx::query("PRAGMA incremental_vacuum");
-        self.execute_alone(query).await
+        self.store.execute_alone(query).await
     }
 
     /// Rows in each of [`COUNTED`].
-    pub async fn row_counts(&self) -> Result<Vec<(&'static str, i64)>> {
+    pub async fn row_counts(self) -> Result<Vec<(&'static str, i64)>> {
         let mut out = Vec::with_capacity(COUNTED.len());
         for table in COUNTED {
             let n: i64 = sqlx::query(&format!("SELECT COUNT(*) AS n FROM {table}"))
-                .fetch_one(&self.pool)
+                .fetch_one(&self.store.pool)
                 .await?
                 .try_get("n")?;
             out.push((*table, n));
@@ -320,15 +320,18 @@ impl Store {
 
     /// The store's size on disk in bytes: SQLite's pages in use and free,
     /// or the PostgreSQL database's size.
-    pub async fn size_bytes(&self) -> Result<i64> {
-        let sql = match self.backend {
+    pub async fn size_bytes(self) -> Result<i64> {
+        let sql = match self.store.backend {
             Backend::Sqlite => {
                 "SELECT (SELECT page_count FROM pragma_page_count()) * \
                  (SELECT page_size FROM pragma_page_size()) AS n"
             }
             Backend::Postgres => "SELECT pg_database_size(current_database()) AS n",
         };
-        Ok(sqlx::query(sql).fetch_one(&self.pool).await?.try_get("n")?)
+        Ok(sqlx::query(sql)
+            .fetch_one(&self.store.pool)
+            .await?
+            .try_get("n")?)
     }
 }
 

@@ -3,14 +3,15 @@
 //! kept until their trip would have ended). Expired rows are deleted as new
 //! ones are added, so each table holds at most what could still be replayed.
 
-use super::{Result, Store};
+use super::Result;
+use super::Sessions;
 use crate::gate::Millis;
 
-impl Store {
+impl<'s> Sessions<'s> {
     /// Ends session `id` (a copy of its cookie is refused from now on) until
     /// `expires_at`, when the cookie is refused anyway.
-    pub async fn revoke_session(&self, id: &str, expires_at: Millis, now: Millis) -> Result<()> {
-        let mut tx = self.begin().await?;
+    pub async fn revoke_session(self, id: &str, expires_at: Millis, now: Millis) -> Result<()> {
+        let mut tx = self.store.begin().await?;
         sqlx::query("DELETE FROM revoked_sessions WHERE expires_at <= $1")
             .bind(now)
             .execute(tx.conn())
@@ -27,10 +28,10 @@ impl Store {
     }
 
     /// Whether session `id` was signed out.
-    pub async fn session_revoked(&self, id: &str) -> Result<bool> {
+    pub async fn session_revoked(self, id: &str) -> Result<bool> {
         let row = sqlx::query("SELECT 1 FROM revoked_sessions WHERE id = $1")
             .bind(id.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.store.pool)
             .await?;
         Ok(row.is_some())
     }
@@ -38,12 +39,12 @@ impl Store {
     /// Marks an OAuth `state` (its hash) used until `expires_at`. False: it
     /// was used already, here or on another replica.
     pub async fn use_oauth_state(
-        &self,
+        self,
         state_hash: &str,
         expires_at: Millis,
         now: Millis,
     ) -> Result<bool> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         sqlx::query("DELETE FROM used_oauth_states WHERE expires_at <= $1")
             .bind(now)
             .execute(tx.conn())
@@ -62,10 +63,10 @@ impl Store {
     }
 
     /// Whether an OAuth `state` (its hash) was used already.
-    pub async fn oauth_state_used(&self, state_hash: &str) -> Result<bool> {
+    pub async fn oauth_state_used(self, state_hash: &str) -> Result<bool> {
         let row = sqlx::query("SELECT 1 FROM used_oauth_states WHERE state_hash = $1")
             .bind(state_hash.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.store.pool)
             .await?;
         Ok(row.is_some())
     }

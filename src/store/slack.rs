@@ -5,7 +5,8 @@
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::{Result, Store, StoreError, WriteTx};
+use super::SlackRows;
+use super::{Result, StoreError, WriteTx};
 use crate::gate::Millis;
 
 /// The posted message and the wait it announces.
@@ -83,13 +84,13 @@ fn decision_from_row(r: &AnyRow) -> Result<SlackDecision> {
     })
 }
 
-impl Store {
+impl<'s> SlackRows<'s> {
     // ---- messages ----
 
-    pub async fn slack_message(&self, wait_id: i64) -> Result<Option<SlackMessage>> {
+    pub async fn slack_message(self, wait_id: i64) -> Result<Option<SlackMessage>> {
         let row = sqlx::query("SELECT * FROM slack_messages WHERE wait_id = $1")
             .bind(wait_id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.store.pool)
             .await?;
         row.as_ref().map(message_from_row).transpose()
     }
@@ -123,34 +124,36 @@ impl Store {
     }
 
     /// `put_slack_message` in a transaction of its own.
-    pub async fn remember_slack_message(&self, m: &SlackMessage, now: Millis) -> Result<()> {
-        let mut tx = self.begin().await?;
+    pub async fn remember_slack_message(self, m: &SlackMessage, now: Millis) -> Result<()> {
+        let mut tx = self.store.begin().await?;
         Self::put_slack_message(&mut tx, m, now).await?;
         tx.commit().await
     }
 
     /// The waits of the latest `limit` messages posted for a gate, oldest first.
-    pub async fn slack_messages_of_gate(&self, gate: &str, limit: i64) -> Result<Vec<i64>> {
-        self.waits_posted_for_gate("slack_messages", gate, limit)
+    pub async fn slack_messages_of_gate(self, gate: &str, limit: i64) -> Result<Vec<i64>> {
+        self.store
+            .waits()
+            .waits_posted_for_gate("slack_messages", gate, limit)
             .await
     }
 
     /// The wait of the message posted last for a canary: where its progress is threaded.
-    pub async fn latest_slack_message_of_canary(&self, canary: &str) -> Result<Option<i64>> {
+    pub async fn latest_slack_message_of_canary(self, canary: &str) -> Result<Option<i64>> {
         let query = sqlx::query(
             "SELECT wait_id FROM slack_messages WHERE canary = $1 \
              ORDER BY posted_at DESC, wait_id DESC LIMIT 1",
         )
         .bind(canary.to_string());
-        self.first_value(query).await
+        self.store.first_value(query).await
     }
 
     // ---- decisions ----
 
-    pub async fn slack_decision(&self, wait_id: i64) -> Result<Option<SlackDecision>> {
+    pub async fn slack_decision(self, wait_id: i64) -> Result<Option<SlackDecision>> {
         let row = sqlx::query("SELECT * FROM slack_decisions WHERE wait_id = $1")
             .bind(wait_id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.store.pool)
             .await?;
         row.as_ref().map(decision_from_row).transpose()
     }
@@ -181,18 +184,18 @@ impl Store {
     }
 
     /// `put_slack_decision` in a transaction of its own.
-    pub async fn remember_slack_decision(&self, wait_id: i64, d: &SlackDecision) -> Result<()> {
-        let mut tx = self.begin().await?;
+    pub async fn remember_slack_decision(self, wait_id: i64, d: &SlackDecision) -> Result<()> {
+        let mut tx = self.store.begin().await?;
         Self::put_slack_decision(&mut tx, wait_id, d).await?;
         tx.commit().await
     }
 
     // ---- endings ----
 
-    pub async fn slack_ending(&self, wait_id: i64) -> Result<Option<SlackEnding>> {
+    pub async fn slack_ending(self, wait_id: i64) -> Result<Option<SlackEnding>> {
         let row = sqlx::query("SELECT outcome, ended_at FROM slack_endings WHERE wait_id = $1")
             .bind(wait_id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.store.pool)
             .await?;
         row.map(|r| {
             Ok(SlackEnding {
@@ -221,19 +224,19 @@ impl Store {
     }
 
     /// `put_slack_ending` in a transaction of its own.
-    pub async fn remember_slack_ending(&self, wait_id: i64, e: &SlackEnding) -> Result<()> {
-        let mut tx = self.begin().await?;
+    pub async fn remember_slack_ending(self, wait_id: i64, e: &SlackEnding) -> Result<()> {
+        let mut tx = self.store.begin().await?;
         Self::put_slack_ending(&mut tx, wait_id, e).await?;
         tx.commit().await
     }
 
     // ---- the rollout's end ----
 
-    pub async fn slack_final(&self, wait_id: i64) -> Result<Option<SlackFinal>> {
+    pub async fn slack_final(self, wait_id: i64) -> Result<Option<SlackFinal>> {
         let row =
             sqlx::query("SELECT kind, message, final_at FROM slack_finals WHERE wait_id = $1")
                 .bind(wait_id)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&self.store.pool)
                 .await?;
         row.map(|r| {
             Ok(SlackFinal {
@@ -261,8 +264,8 @@ impl Store {
     }
 
     /// `put_slack_final` in a transaction of its own.
-    pub async fn remember_slack_final(&self, wait_id: i64, f: &SlackFinal) -> Result<()> {
-        let mut tx = self.begin().await?;
+    pub async fn remember_slack_final(self, wait_id: i64, f: &SlackFinal) -> Result<()> {
+        let mut tx = self.store.begin().await?;
         Self::put_slack_final(&mut tx, wait_id, f).await?;
         tx.commit().await
     }

@@ -5,7 +5,8 @@
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::{Result, Store, WriteTx};
+use super::TeamsRows;
+use super::{Result, WriteTx};
 use crate::gate::Millis;
 
 /// A conversation reference: enough to post there later.
@@ -65,18 +66,18 @@ fn card_from_row(r: &AnyRow) -> Result<TeamsCard> {
     })
 }
 
-impl Store {
+impl<'s> TeamsRows<'s> {
     // ---- conversations ----
 
     /// Keeps a conversation's reference (again: the service URL may move);
     /// false when `cap` conversations are known already and this is a new one.
     pub async fn remember_teams_conversation(
-        &self,
+        self,
         c: &TeamsConversation,
         now: Millis,
         cap: i64,
     ) -> Result<bool> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         let known: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM teams_conversations WHERE conversation_id <> $1",
         )
@@ -105,42 +106,42 @@ impl Store {
     }
 
     /// The bot was removed: its reference goes.
-    pub async fn forget_teams_conversation(&self, conversation_id: &str) -> Result<()> {
+    pub async fn forget_teams_conversation(self, conversation_id: &str) -> Result<()> {
         let query = sqlx::query("DELETE FROM teams_conversations WHERE conversation_id = $1")
             .bind(conversation_id.to_string());
-        self.execute_alone(query).await
+        self.store.execute_alone(query).await
     }
 
     /// The first `limit` conversations known, by id.
-    pub async fn teams_conversations(&self, limit: i64) -> Result<Vec<TeamsConversation>> {
+    pub async fn teams_conversations(self, limit: i64) -> Result<Vec<TeamsConversation>> {
         let rows =
             sqlx::query("SELECT * FROM teams_conversations ORDER BY conversation_id LIMIT $1")
                 .bind(limit)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.store.pool)
                 .await?;
         rows.iter().map(conversation_from_row).collect()
     }
 
-    pub async fn teams_conversation(&self, id: &str) -> Result<Option<TeamsConversation>> {
+    pub async fn teams_conversation(self, id: &str) -> Result<Option<TeamsConversation>> {
         let row = sqlx::query("SELECT * FROM teams_conversations WHERE conversation_id = $1")
             .bind(id.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.store.pool)
             .await?;
         row.as_ref().map(conversation_from_row).transpose()
     }
 
     // ---- cards ----
 
-    pub async fn teams_card(&self, wait_id: i64) -> Result<Option<TeamsCard>> {
+    pub async fn teams_card(self, wait_id: i64) -> Result<Option<TeamsCard>> {
         let row = sqlx::query("SELECT * FROM teams_cards WHERE wait_id = $1")
             .bind(wait_id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.store.pool)
             .await?;
         row.as_ref().map(card_from_row).transpose()
     }
 
     /// Remembers a posted card; posted once per wait, so a second is ignored.
-    pub async fn remember_teams_card(&self, c: &TeamsCard, now: Millis) -> Result<()> {
+    pub async fn remember_teams_card(self, c: &TeamsCard, now: Millis) -> Result<()> {
         let query = sqlx::query(
             "INSERT INTO teams_cards (wait_id, gate, canary, conversation_id, service_url, activity_id, posted_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (wait_id) DO NOTHING",
@@ -152,21 +153,24 @@ impl Store {
         .bind(c.service_url.clone())
         .bind(c.activity_id.clone())
         .bind(now);
-        self.execute_alone(query).await
+        self.store.execute_alone(query).await
     }
 
     /// The waits of a gate's latest `limit` cards, oldest first.
-    pub async fn teams_cards_of_gate(&self, gate: &str, limit: i64) -> Result<Vec<i64>> {
-        self.waits_posted_for_gate("teams_cards", gate, limit).await
+    pub async fn teams_cards_of_gate(self, gate: &str, limit: i64) -> Result<Vec<i64>> {
+        self.store
+            .waits()
+            .waits_posted_for_gate("teams_cards", gate, limit)
+            .await
     }
 
     /// The wait of a canary's latest card.
-    pub async fn latest_teams_card_of_canary(&self, canary: &str) -> Result<Option<i64>> {
+    pub async fn latest_teams_card_of_canary(self, canary: &str) -> Result<Option<i64>> {
         let query = sqlx::query(
             "SELECT wait_id FROM teams_cards WHERE canary = $1 ORDER BY wait_id DESC LIMIT 1",
         )
         .bind(canary.to_string());
-        self.first_value(query).await
+        self.store.first_value(query).await
     }
 
     /// Who decided from the card, in the transaction of the change.
@@ -190,31 +194,31 @@ impl Store {
     }
 
     /// How the wait ended (kept once: the first ending is the one).
-    pub async fn end_teams_card(&self, wait_id: i64, outcome: &str) -> Result<()> {
+    pub async fn end_teams_card(self, wait_id: i64, outcome: &str) -> Result<()> {
         let query = sqlx::query(
             "UPDATE teams_cards SET outcome = $2 WHERE wait_id = $1 AND outcome IS NULL",
         )
         .bind(wait_id)
         .bind(outcome.to_string());
-        self.execute_alone(query).await
+        self.store.execute_alone(query).await
     }
 
     /// How the rollout ended.
-    pub async fn finish_teams_card(&self, wait_id: i64, kind: &str, message: &str) -> Result<()> {
+    pub async fn finish_teams_card(self, wait_id: i64, kind: &str, message: &str) -> Result<()> {
         let query = sqlx::query(
             "UPDATE teams_cards SET final_kind = $2, final_message = $3 WHERE wait_id = $1",
         )
         .bind(wait_id)
         .bind(kind.to_string())
         .bind(message.to_string());
-        self.execute_alone(query).await
+        self.store.execute_alone(query).await
     }
 
     /// What a delivery did, from the audit: (action, reason) of each entry.
-    pub async fn audit_of_delivery(&self, delivery: &str) -> Result<Vec<(String, Option<String>)>> {
+    pub async fn audit_of_delivery(self, delivery: &str) -> Result<Vec<(String, Option<String>)>> {
         let rows = sqlx::query("SELECT action, reason FROM audit WHERE delivery = $1 ORDER BY id")
             .bind(delivery.to_string())
-            .fetch_all(&self.pool)
+            .fetch_all(&self.store.pool)
             .await?;
         rows.iter()
             .map(|r| Ok((r.try_get("action")?, r.try_get("reason")?)))

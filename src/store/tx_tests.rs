@@ -39,6 +39,7 @@ impl Fixture {
     async fn write(&self, login: &str) -> super::Result<()> {
         let repo: RepoName = "acme/shop".parse().expect("repo");
         self.store
+            .prs()
             .remember_pr_author(&repo, PrNumber(1), login, 1)
             .await
     }

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
-use super::{actor_from, Result, Store, StoreError, WriteTx};
+use super::Votes;
+use super::{actor_from, Result, StoreError, WriteTx};
 use crate::gate::{Change, Gate, GateKey, GateStatus, Vote};
 
 /// The votes a gate's state carries, in order.
@@ -31,7 +32,7 @@ fn votes_of_status(status: &GateStatus) -> Vec<Vote> {
     }
 }
 
-impl Store {
+impl<'s> Votes<'s> {
     /// Replaces the gate's votes with those its state carries.
     pub(super) async fn put_votes(tx: &mut WriteTx<'_>, gate: &Gate) -> Result<()> {
         let key = gate.key.to_string();
@@ -63,7 +64,7 @@ impl Store {
 
     /// The votes of gates with keys from `first` to `last`, by gate key.
     pub(super) async fn votes_between(
-        &self,
+        self,
         first: &str,
         last: &str,
     ) -> Result<HashMap<String, Vec<Vote>>> {
@@ -72,7 +73,7 @@ impl Store {
         )
         .bind(first.to_string())
         .bind(last.to_string())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         let mut votes: HashMap<String, Vec<Vote>> = HashMap::new();
         for row in &rows {

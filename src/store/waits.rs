@@ -25,11 +25,11 @@ pub struct NewWait<'a> {
 /// How many waits one query of housekeeping reads at most.
 pub const PAGE: usize = 1000;
 
-impl Store {
+impl<'s> Waits<'s> {
     /// Open waits whose deadline fell by `now` and was not acted on, the
     /// earliest first, after `after` (the last one read: due time and id).
     pub async fn due_waits(
-        &self,
+        self,
         now: Millis,
         after: Option<(Millis, i64)>,
     ) -> Result<Vec<super::WaitRow>> {
@@ -39,7 +39,7 @@ impl Store {
     /// Open waits whose next reminder is due by `now`, the earliest first,
     /// after `after` (the last one read).
     pub async fn waits_to_remind(
-        &self,
+        self,
         now: Millis,
         after: Option<(Millis, i64)>,
     ) -> Result<Vec<super::WaitRow>> {
@@ -47,7 +47,7 @@ impl Store {
     }
 
     async fn waits_due_by(
-        &self,
+        self,
         column: &str,
         now: Millis,
         after: Option<(Millis, i64)>,
@@ -64,34 +64,34 @@ impl Store {
             .bind(now)
             .bind(at)
             .bind(id)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.store.pool)
             .await?;
         rows.iter().map(super::rows::wait_from_row).collect()
     }
 
     /// Open waits no canary made whose deadline fell by `now` (a deployment
     /// waiting for a PR's gate), the earliest first, a page at most.
-    pub async fn due_announcements(&self, now: Millis) -> Result<Vec<super::WaitRow>> {
+    pub async fn due_announcements(self, now: Millis) -> Result<Vec<super::WaitRow>> {
         // The conditions match the partial index `waits_announcements_due`.
         let rows = sqlx::query(&format!(
             "SELECT * FROM waits WHERE ended_at IS NULL AND deadline_at IS NULL AND canary = '' \
              AND due_at IS NOT NULL AND due_at <= $1 ORDER BY due_at, id LIMIT {PAGE}"
         ))
         .bind(now)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter().map(super::rows::wait_from_row).collect()
     }
 
     /// A page of open canary waits after `after` (by id), for working out
     /// their timers again by the policy now in force.
-    pub async fn open_waits_after(&self, after: i64) -> Result<Vec<super::WaitRow>> {
+    pub async fn open_waits_after(self, after: i64) -> Result<Vec<super::WaitRow>> {
         let rows = sqlx::query(&format!(
             "SELECT * FROM waits WHERE ended_at IS NULL AND deadline_at IS NULL AND canary <> '' \
              AND id > $1 ORDER BY id LIMIT {PAGE}"
         ))
         .bind(after)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter().map(super::rows::wait_from_row).collect()
     }
@@ -151,7 +151,7 @@ impl Store {
     /// messages, Teams' cards), oldest first. `table` is a name in this
     /// crate's source, never input: it is written into the statement.
     pub(super) async fn waits_posted_for_gate(
-        &self,
+        self,
         table: &'static str,
         gate: &str,
         limit: i64,
@@ -161,7 +161,7 @@ impl Store {
         let rows = sqlx::query(&sql)
             .bind(gate.to_string())
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.store.pool)
             .await?;
         let mut ids = rows
             .iter()
@@ -202,11 +202,11 @@ impl Store {
         outcome: &str,
         at: Millis,
     ) -> Result<Option<i64>> {
-        Self::end_wait_as(tx, key, &canary.to_string(), outcome, at).await
+        NamedGates::end_wait_as(tx, key, &canary.to_string(), outcome, at).await
     }
 
-    pub async fn waits(
-        &self,
+    pub async fn list(
+        self,
         key: Option<&GateKey>,
         open_only: bool,
         limit: i64,
@@ -218,59 +218,26 @@ impl Store {
         .bind(key.map(|k| k.to_string()))
         .bind(i64::from(open_only))
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter().map(rows::wait_from_row).collect()
     }
 
-    pub async fn wait(&self, id: i64) -> Result<Option<WaitRow>> {
+    pub async fn wait(self, id: i64) -> Result<Option<WaitRow>> {
         let row = sqlx::query("SELECT * FROM waits WHERE id = $1")
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.store.pool)
             .await?;
         row.as_ref().map(rows::wait_from_row).transpose()
     }
 
-    pub async fn open_wait_count(&self) -> Result<i64> {
+    pub async fn open_wait_count(self) -> Result<i64> {
         let row = sqlx::query("SELECT COUNT(*) AS n FROM waits WHERE ended_at IS NULL")
-            .fetch_one(&self.pool)
+            .fetch_one(&self.store.pool)
             .await?;
         Ok(row.try_get("n")?)
     }
-}
 
-/// An open wait a canary made, with when that canary last asked its gate.
-#[derive(Debug, Clone)]
-pub struct OpenWait {
-    pub id: i64,
-    pub gate: GateKey,
-    pub canary: CanaryRef,
-    pub started_at: Millis,
-    /// The canary's last check as stored (None: none stored).
-    pub last_seen: Option<Millis>,
-    /// The hook's metadata, as stored.
-    pub metadata: serde_json::Value,
-    /// The check that started it carried its cluster's Flagger token.
-    pub vouched: bool,
-}
-
-fn open_wait_from_row(row: &sqlx::any::AnyRow) -> Result<OpenWait> {
-    use sqlx::Row;
-    let canary: String = row.try_get("canary")?;
-    Ok(OpenWait {
-        id: row.try_get("id")?,
-        gate: super::rows::key_in(row, "gate_key")?,
-        canary: canary
-            .parse()
-            .map_err(|e| super::StoreError::Corrupt(format!("canary {canary}: {e}")))?,
-        started_at: row.try_get("started_at")?,
-        last_seen: row.try_get("last_seen")?,
-        metadata: super::rows::json(&row.try_get::<String, _>("metadata")?),
-        vouched: row.try_get::<i64, _>("vouched")? != 0,
-    })
-}
-
-impl Store {
     /// Open waits that no Flagger token vouched for, at `key` or in all.
     pub async fn open_unvouched_waits(tx: &mut WriteTx<'_>, key: Option<&GateKey>) -> Result<i64> {
         use sqlx::Row;
@@ -307,7 +274,7 @@ impl Store {
 
     /// Open canary waits whose canary last asked before `before`, the
     /// longest silent first, a page at most.
-    pub async fn silent_waits(&self, before: Millis) -> Result<Vec<OpenWait>> {
+    pub async fn silent_waits(self, before: Millis) -> Result<Vec<OpenWait>> {
         let rows = sqlx::query(&format!(
             "SELECT w.id, w.gate_key, w.canary, w.started_at, w.metadata, w.vouched, o.last_seen \
              FROM waits w JOIN observations o ON o.gate_key = w.gate_key AND o.canary = w.canary \
@@ -315,18 +282,18 @@ impl Store {
              ORDER BY o.last_seen, w.id LIMIT {PAGE}"
         ))
         .bind(before)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter().map(open_wait_from_row).collect()
     }
 
     /// The canaries of open waits that a Flagger token vouched for.
-    pub async fn vouched_waiting_canaries(&self) -> Result<std::collections::BTreeSet<CanaryRef>> {
+    pub async fn vouched_waiting_canaries(self) -> Result<std::collections::BTreeSet<CanaryRef>> {
         use sqlx::Row;
         let rows = sqlx::query(
             "SELECT DISTINCT canary FROM waits WHERE ended_at IS NULL AND vouched = 1 AND canary <> ''",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         let mut out = std::collections::BTreeSet::new();
         for row in &rows {
@@ -391,4 +358,35 @@ impl Store {
         .await?;
         Ok(())
     }
+}
+
+/// An open wait a canary made, with when that canary last asked its gate.
+#[derive(Debug, Clone)]
+pub struct OpenWait {
+    pub id: i64,
+    pub gate: GateKey,
+    pub canary: CanaryRef,
+    pub started_at: Millis,
+    /// The canary's last check as stored (None: none stored).
+    pub last_seen: Option<Millis>,
+    /// The hook's metadata, as stored.
+    pub metadata: serde_json::Value,
+    /// The check that started it carried its cluster's Flagger token.
+    pub vouched: bool,
+}
+
+fn open_wait_from_row(row: &sqlx::any::AnyRow) -> Result<OpenWait> {
+    use sqlx::Row;
+    let canary: String = row.try_get("canary")?;
+    Ok(OpenWait {
+        id: row.try_get("id")?,
+        gate: super::rows::key_in(row, "gate_key")?,
+        canary: canary
+            .parse()
+            .map_err(|e| super::StoreError::Corrupt(format!("canary {canary}: {e}")))?,
+        started_at: row.try_get("started_at")?,
+        last_seen: row.try_get("last_seen")?,
+        metadata: super::rows::json(&row.try_get::<String, _>("metadata")?),
+        vouched: row.try_get::<i64, _>("vouched")? != 0,
+    })
 }

@@ -5,7 +5,8 @@
 
 use sqlx::Row;
 
-use super::{rows, AuditEntry, Result, Store, WaitRow};
+use super::WebReads;
+use super::{rows, AuditEntry, Result, WaitRow};
 use crate::gate::{ClusterName, Millis};
 
 /// What the audit page searches for; empty fields match everything.
@@ -49,13 +50,13 @@ fn open_waits_of_clusters(n: usize) -> String {
     )
 }
 
-impl Store {
+impl<'s> WebReads<'s> {
     /// Up to `limit` open waits, newest first, older than the wait `before`;
     /// only those of `clusters` when given. Each cluster is one range of the
     /// partial index `waits_open_by_cluster` (at most `limit` rows each), so a
     /// filtered page costs the same however many waits other clusters have.
     pub async fn open_waits_page(
-        &self,
+        self,
         clusters: Option<&[ClusterName]>,
         before: Option<i64>,
         limit: i64,
@@ -66,7 +67,7 @@ impl Store {
             )
             .bind(before.unwrap_or(i64::MAX))
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.store.pool)
             .await?;
             return rows.iter().map(rows::wait_from_row).collect();
         };
@@ -80,14 +81,14 @@ impl Store {
         for c in clusters {
             query = query.bind(c.as_str().to_string());
         }
-        let rows = query.fetch_all(&self.pool).await?;
+        let rows = query.fetch_all(&self.store.pool).await?;
         rows.iter().map(rows::wait_from_row).collect()
     }
 
     /// How many waits are open, of `clusters` only when given.
-    pub async fn open_wait_count_of(&self, clusters: Option<&[ClusterName]>) -> Result<i64> {
+    pub async fn open_wait_count_of(self, clusters: Option<&[ClusterName]>) -> Result<i64> {
         let Some(clusters) = clusters else {
-            return self.open_wait_count().await;
+            return self.store.waits().open_wait_count().await;
         };
         if clusters.is_empty() {
             return Ok(0);
@@ -101,15 +102,11 @@ impl Store {
         for c in clusters {
             query = query.bind(c.as_str().to_string());
         }
-        Ok(query.fetch_one(&self.pool).await?.try_get("n")?)
+        Ok(query.fetch_one(&self.store.pool).await?.try_get("n")?)
     }
 
     /// Up to `limit` audit entries matching `q`, newest first, with their ids.
-    pub async fn search_audit(
-        &self,
-        q: &AuditSearch,
-        limit: i64,
-    ) -> Result<Vec<(i64, AuditEntry)>> {
+    pub async fn search_audit(self, q: &AuditSearch, limit: i64) -> Result<Vec<(i64, AuditEntry)>> {
         // Sentinels rather than NULL parameters: both stores type them the same.
         let repo = if q.repo.is_empty() {
             String::new()
@@ -131,7 +128,7 @@ impl Store {
         .bind(q.since.unwrap_or(i64::MIN))
         .bind(q.until.unwrap_or(i64::MAX))
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.iter()
             .map(|r| Ok((r.try_get("id")?, rows::audit_from_row(r)?)))
@@ -143,7 +140,8 @@ impl Store {
 mod tests {
     use sqlx::{Connection, Row, SqliteConnection};
 
-    use super::{open_waits_of_clusters, Store};
+    use super::open_waits_of_clusters;
+    use crate::store::Store;
 
     /// Each cluster of a filtered waiting page is read as a range of the
     /// partial index, never by scanning the table.

@@ -196,8 +196,8 @@ impl TestServer {
             panic!(
                 "gatebot's workers did not settle within {DRAIN_DEADLINE:?} \
                  (inbox pending: {:?}, outbox pending: {:?})",
-                store.pending(QueueName::Inbox).await,
-                store.pending(QueueName::Outbox).await,
+                store.queues().pending(QueueName::Inbox).await,
+                store.queues().pending(QueueName::Outbox).await,
             );
         }
     }
