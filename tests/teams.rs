@@ -1234,9 +1234,52 @@ async fn a_failed_pre_rollout_check_reaches_teams_once(backend: Backend) {
     env.server.stop().await;
 }
 
+/// A click that only counts towards the two approvals the start gate needs
+/// leaves the card open, with its buttons and no decision; the second
+/// person's click decides it. The core writes a card's decision only when
+/// a click was done in full (issue 43, point 1).
+async fn a_click_that_only_counts_leaves_the_card_open(backend: Backend) {
+    let policy = format!(
+        "[teams]\napprovers = [\"{RIDO}\", \"{ALICE}\"]\n\n[[approvals]]\nkind = \"start\"\nrequired = 2\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.toml");
+    std::fs::write(&path, &policy).unwrap();
+    let env = env_with(backend, |c, _| {
+        c.teams.channel = Some(CHANNEL.into());
+        c.public_url = Some(PUBLIC_URL.into());
+        c.teams.approvers = Vec::new();
+        c.policy = Some(path);
+    })
+    .await;
+    env.install().await;
+    let _sim = waiting_at_start(&env).await;
+    let card = card_of(&env.until_cards("POST", 1).await[0]);
+
+    let (status, answer) = env.click("f:count-1", &card, "approve", RIDO).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        env.gate("/start/acme/shop/pr/42").await["state"],
+        "approving"
+    );
+    env.server.drained().await;
+    let shown = card_of(env.cards("PUT").last().expect("the card was refreshed"));
+    assert!(!texts(&shown).contains("Approved by"), "{shown}");
+    assert_eq!(verbs(&shown), ["approve", "reject", "hold"]);
+
+    let (status, answer) = env.click("f:count-2", &card, "approve", ALICE).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(env.gate("/start/acme/shop/pr/42").await["state"], "open");
+    env.server.drained().await;
+    let shown = card_of(env.cards("PUT").last().expect("the card was refreshed"));
+    assert!(texts(&shown).contains("Approved by"), "{shown}");
+    env.server.stop().await;
+}
+
 gatebot_testkit::on_both_stores!(
     a_failed_pre_rollout_check_reaches_teams_once,
     teams_channel_goes_only_where_the_policy_binds_it,
+    a_click_that_only_counts_leaves_the_card_open,
 );
 
 /// A conversation of another organisation this gatebot serves.
@@ -1355,4 +1398,55 @@ async fn a_command_applied_late_says_so_in_its_reply() {
     };
     assert!(reply.contains("held"), "{reply}");
     assert!(reply.contains("2 min after it was received"), "{reply}");
+}
+
+/// A card's click acknowledged while the store could not apply it (a row
+/// lock from a second connection, while gatebot's clock moves on two
+/// minutes) is answered in the card's thread, once applied, with when it
+/// was received, and the card shows the decision. What the click writes is
+/// made before its unit and committed with it (issue 43, point 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(gatebot_test_postgres),
+    ignore = "needs PostgreSQL: set GATEBOT_TEST_POSTGRES_URL"
+)]
+async fn a_click_applied_late_says_so_in_the_cards_thread() {
+    if gatebot_testkit::harness::postgres_url().is_none() {
+        eprintln!("SKIPPED on PostgreSQL: set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)");
+        return;
+    }
+    let env = cards_env(Backend::Postgres).await;
+    env.install().await;
+    // A stored row to lock: the start gate, opened and closed again.
+    env.server.open("/gates/start/pr/42").await;
+    env.server.close("/gates/start/pr/42").await;
+    let _sim = waiting_at_start(&env).await;
+    let card = card_of(&env.until_cards("POST", 1).await[0]);
+    let stuck = gatebot_testkit::row_lock::RowLock::gates(&env.db.url, "%/acme/shop/pr/42").await;
+    assert!(stuck.rows >= 1, "the PR's gate rows are locked");
+    let (status, _) = env.click("f:late-click", &card, "approve", RIDO).await;
+    assert_eq!(status, 200, "acknowledged");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    env.clock.advance(120_000);
+    stuck.release().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    let reply = loop {
+        let sent = env.bot.sent();
+        if let Some(s) = sent
+            .iter()
+            .find(|s| s.activity["replyToId"] == "f:late-click")
+        {
+            break s.activity["text"].as_str().unwrap().to_string();
+        }
+        assert!(std::time::Instant::now() < deadline, "no reply: {sent:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(reply.contains("'s click was"), "{reply}");
+    assert!(reply.contains("2 min after it was received"), "{reply}");
+    assert_eq!(env.gate("/start/acme/shop/pr/42").await["state"], "open");
+    env.server.drained().await;
+    let cards = env.cards("PUT");
+    let last = card_of(cards.last().expect("the card was updated"));
+    assert!(texts(&last).contains("Approved by Rido"), "{last}");
+    env.server.stop().await;
 }

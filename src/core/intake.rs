@@ -98,7 +98,7 @@ impl Said {
 }
 
 /// A row a channel keeps about what was decided where it asked.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Mark {
     /// Who decided a Slack message's wait, shown on its buttons.
     SlackDecision {
@@ -183,17 +183,18 @@ where
 }
 
 /// Decides a delivery's lines and queues `replies` with what came of them
-/// ([`Told`]), writes `marks` and settles `receipt`, all in one unit: the
-/// channel made everything it writes before, and words the answer when its
-/// sink sends it.
+/// ([`Told`]), writes `marks` (and the replies' `decided` when a line was
+/// done in full) and settles `receipt`, all in one unit: the channel made
+/// everything it writes before, and words the answer when its sink sends
+/// it. Returns what was told, for the log.
 pub async fn take_told<D>(
     engine: &Engine,
     source: &'static str,
     asked: Vec<Asked<D>>,
     receipt: Option<&Lease>,
     replies: Replies<'_>,
-    marks: Vec<Mark>,
-) -> Result<(), SendError>
+    mut marks: Vec<Mark>,
+) -> Result<Vec<Told>, SendError>
 where
     D: fmt::Display,
 {
@@ -206,7 +207,7 @@ where
         })
         .collect();
     let say = |outcomes: Vec<Option<Outcome<D>>>, now| {
-        let told = lines
+        let told: Vec<Told> = lines
             .into_iter()
             .zip(outcomes)
             .filter_map(|(line, outcome)| match (line, outcome) {
@@ -215,10 +216,13 @@ where
                 (Err(told), _) => told,
             })
             .collect();
+        if told.iter().any(Told::in_full) {
+            marks.extend(replies.decided.iter().cloned());
+        }
         let jobs = replies
-            .jobs(told, now)
+            .jobs(told.clone(), now)
             .map_err(|e| SendError::Permanent(format!("cannot write the reply: {e}")))?;
-        Ok((Said { jobs, marks }, ()))
+        Ok((Said { jobs, marks }, told))
     };
     take_all(engine, source, asked, receipt, say).await
 }
@@ -428,27 +432,62 @@ impl Told {
 
     /// Whether the answer has a line for it: a command done says so by its
     /// reaction alone unless it has a note.
-    fn shows(&self) -> bool {
+    pub fn shows(&self) -> bool {
         !matches!(self, Self::Applied { note: None, .. })
+    }
+
+    /// Whether it is the note of a delivery applied late.
+    pub fn late(&self) -> bool {
+        matches!(self, Self::Late { .. })
+    }
+
+    /// A command done in full: not an approval that only counted.
+    fn in_full(&self) -> bool {
+        matches!(
+            self,
+            Self::Applied { note, .. } if !matches!(note, Some(AppliedNote::Counted { .. }))
+        )
     }
 }
 
 /// How the core answers a delivery's lines, made by the channel before the
 /// unit opens: the jobs always queued, the one whose payload's `lines` the
-/// core fills with the [`Told`]s (when any of them shows), and those queued
-/// when a line was done or refused.
+/// core fills with the [`Told`]s (when any of them shows), those queued
+/// when a line was done or refused, and the rows written when a line was
+/// done in full.
 pub struct Replies<'a> {
     /// Queued first, whatever the lines came to (a 👀, a `/help`'s answer).
     pub first: Vec<NewJob>,
     /// The reply, if the channel writes one: a job whose payload is a JSON
     /// object with a `lines` array.
     pub reply: Option<NewJob>,
-    /// Queued when a line was done (a 🚀).
+    /// Which lines the reply shows; with none, it is not queued. A PR
+    /// comment's shows every line its reactions do not say ([`Told::shows`]);
+    /// a Teams card's only lateness, as the card shows the decision.
+    pub shows: fn(&Told) -> bool,
+    /// Queued when a line was done (a 🚀, a card's refresh).
     pub applied: Option<NewJob>,
     /// Queued when a line was refused (a 😕).
     pub refused: Option<NewJob>,
+    /// Written when a line was done in full, not only counted towards a
+    /// quorum: who decided a card, shown on it.
+    pub decided: Vec<Mark>,
     /// The delivery as received: a reply to one applied late says so.
     pub received: Option<&'a QueueItem>,
+}
+
+impl Default for Replies<'_> {
+    fn default() -> Self {
+        Self {
+            first: Vec::new(),
+            reply: None,
+            shows: Told::shows,
+            applied: None,
+            refused: None,
+            decided: Vec::new(),
+            received: None,
+        }
+    }
 }
 
 impl Replies<'_> {
@@ -461,8 +500,9 @@ impl Replies<'_> {
             told.extend(late.map(|note| Told::Late { note }));
         }
         let mut jobs = self.first;
-        if let Some(reply) = self.reply.filter(|_| told.iter().any(Told::shows)) {
-            jobs.push(with_lines(reply, &told)?);
+        let shown: Vec<Told> = told.into_iter().filter(self.shows).collect();
+        if let Some(reply) = self.reply.filter(|_| !shown.is_empty()) {
+            jobs.push(with_lines(reply, &shown)?);
         }
         jobs.extend(self.applied.filter(|_| applied));
         jobs.extend(self.refused.filter(|_| refused));
@@ -523,7 +563,7 @@ mod tests {
             reply: Some(job(r#"{"type":"reply","lines":[]}"#)),
             applied: Some(job("rocket")),
             refused: Some(job("confused")),
-            received: None,
+            ..Replies::default()
         }
     }
 
@@ -554,6 +594,30 @@ mod tests {
         assert_eq!(reply["lines"][0]["told"], "unknown");
         assert_eq!(reply["lines"][0]["word"], "promot");
         assert_eq!(jobs[2].payload, "confused");
+    }
+
+    #[test]
+    fn a_reply_shows_only_the_lines_its_channel_says() {
+        let done = Told::Applied {
+            command: "promote".into(),
+            note: None,
+        };
+        let counted = Told::Applied {
+            command: "promote".into(),
+            note: Some(AppliedNote::Counted {
+                summary: "1 of 2".into(),
+            }),
+        };
+        let card = |first| Replies {
+            shows: Told::late,
+            ..answer(first)
+        };
+        // Nothing late: a card's reply has no line, and is not queued.
+        let jobs = card("eyes")
+            .jobs(vec![done.clone(), counted.clone()], 0)
+            .unwrap();
+        assert_eq!(payloads(&jobs), ["eyes", "rocket"]);
+        assert!(done.in_full() && !counted.in_full());
     }
 
     #[test]

@@ -126,7 +126,7 @@ impl GithubInbox {
             reply: None,
             applied: None,
             refused: None,
-            received: None,
+            ..Replies::default()
         };
         let engine = &self.state.engine;
         let authorized = dispatch::authorize(engine, &request, &authorizer).await?;

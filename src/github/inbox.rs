@@ -290,6 +290,7 @@ impl GithubInbox {
             applied: Some(c.react("rocket").once(c.once("rocket"))?),
             refused: Some(c.react("confused").once(c.once("confused"))?),
             received: Some(item),
+            ..Replies::default()
         };
         let marks = learned.map(Learned::mark).into_iter().collect();
         let engine = &self.state.engine;

@@ -176,7 +176,7 @@ impl GithubInbox {
             reply: Some(reply.once(r.delivery.once_key(SOURCE, "review-reply"))?),
             applied: None,
             refused: None,
-            received: None,
+            ..Replies::default()
         };
         let authorized = dispatch::authorize(engine, &request, &authorizer).await?;
         let asked = vec![Asked::Command {

@@ -46,16 +46,18 @@ impl Intake for TeamsInbox {
         &'a self,
         activity: Activity,
         item: &'a QueueItem,
-        _lease: &'a Lease,
+        lease: &'a Lease,
     ) -> BoxFuture<'a, Result<Settled, SendError>> {
         Box::pin(async move {
             if item.topic == super::invoke::INVOKE {
-                let late =
-                    super::invoke::apply(&self.state, &self.authors, &activity, item).await?;
-                if let Some(note) = late {
-                    self.reply(&activity, note).await?;
-                }
-                return Ok(Settled::NotYet);
+                let click = super::invoke::Stored {
+                    activity: &activity,
+                    item,
+                    lease,
+                    replies: self.replies,
+                };
+                super::invoke::apply(&self.state, &self.authors, click).await?;
+                return Ok(Settled::Done);
             }
             let answer = self.message(&activity, item).await?;
             tracing::info!(from = %activity.from.name, answer = %answer, "Teams command");
@@ -101,6 +103,8 @@ impl TeamsInbox {
             conversation_id: activity.conversation.id.clone(),
             reply_to_id: activity.id.clone(),
             text,
+            clicker: None,
+            lines: Vec::new(),
         }
         .job()
         .map_err(|e| SendError::Permanent(e.to_string()))?;

@@ -26,18 +26,16 @@ use super::sink::{self, CardJob};
 use crate::command::Command;
 use crate::core::authors::PrAuthors;
 use crate::core::commands::Subject;
-use crate::core::dispatch::{self, Outcome, Request};
-use crate::core::intake::{self, Mark, Said};
+use crate::core::dispatch::{self, Request};
+use crate::core::intake::{self, Asked, Mark, Replies, Told};
 use crate::core::{AppState, Provenance};
 use crate::gate::{Actor, DeliveryId, GateKey, Phase, Source};
 use crate::http::error::{Reject, Rejected};
 use crate::http::receipts::Receipts;
-use crate::notify::{late_note, SendError, SinkJob};
+use crate::notify::{Lease, SendError, SinkJob};
 use crate::store::{QueueItem, WaitRow};
 
-use super::answers::{
-    answer as answer_of, name_of, person_of, send_error, TeamsAuthorizer, TeamsDenied,
-};
+use super::answers::{name_of, person_of, send_error, TeamsAuthorizer, TeamsDenied};
 
 pub const INVOKE: &str = "invoke";
 pub const CARD_ACTION: &str = "adaptiveCard/action";
@@ -188,15 +186,22 @@ async fn applied(
     }
 }
 
-/// The inbox's part: the click applied through the one command path. The
-/// note to post in the card's thread when it applied late (the card shows
-/// the decision; only lateness needs saying).
-pub async fn apply(
-    state: &AppState,
-    authors: &PrAuthors,
-    activity: &Activity,
-    item: &QueueItem,
-) -> Result<Option<String>, SendError> {
+/// A stored click as the inbox hands it over.
+pub struct Stored<'a> {
+    pub activity: &'a Activity,
+    pub item: &'a QueueItem,
+    pub lease: &'a Lease,
+    /// Whether answers are posted (the bot's password is set).
+    pub replies: bool,
+}
+
+/// The inbox's part: the click applied through the one command path, in one
+/// unit with what it writes (made here, before the unit): the card's
+/// decision when the click decided it, its refresh, the note in its thread
+/// when the click applied late (the card shows the decision; only lateness
+/// needs saying), and the delivery settled.
+pub async fn apply(state: &AppState, authors: &PrAuthors, c: Stored<'_>) -> Result<(), SendError> {
+    let (activity, item) = (c.activity, c.item);
     let click = click(activity).map_err(SendError::Permanent)?;
     let store_err = SendError::from;
     let wait = state.records.wait(click.wait_id).await.map_err(store_err)?;
@@ -231,30 +236,53 @@ pub async fn apply(
     let authorized = dispatch::authorize(engine, &request, &authorizer)
         .await
         .map_err(send_error)?;
-    let say = |outcome, now| {
-        let mut said = Said::default();
-        let mut late = None;
-        if let Outcome::Applied(applied) = &outcome {
-            if click.verb != HOLD && !applied.counted_only() {
-                let by = name.to_string();
-                said.marks.push(Mark::TeamsCard {
-                    wait_id: click.wait_id,
-                    verb: click.verb,
-                    by,
-                });
-            }
-            let refresh = CardJob::Refresh {
-                wait_id: click.wait_id,
-            };
-            said.jobs.push(refresh.job(None)?);
-            late = late_note(item, now).map(|note| format!("{name}'s click was {note}"));
-        }
-        Ok((said, (outcome, late)))
-    };
-    let (outcome, late) = intake::take(engine, "teams", &request, authorized, None, say).await?;
+    let replies = replies(activity, &click, name, c.replies, item)?;
+    let asked = vec![Asked::Command {
+        request: Box::new(request),
+        authorized,
+    }];
+    let told =
+        intake::take_told(engine, "teams", asked, Some(c.lease), replies, Vec::new()).await?;
     state.delivery_applied.notify_waiters();
-    tracing::info!(from = %name, verb = click.verb, answer = %answer_of(outcome), "Teams card click");
-    Ok(late)
+    tracing::info!(from = %name, verb = click.verb, told = ?told, "Teams card click");
+    Ok(())
+}
+
+/// What a click writes besides its change: the card's decision (not for a
+/// hold, which leaves the card open, nor for an approval that only counted),
+/// the card's refresh, and the reply in its thread that says a late click was late.
+fn replies<'a>(
+    activity: &Activity,
+    click: &Click,
+    name: &str,
+    replies: bool,
+    item: &'a QueueItem,
+) -> Result<Replies<'a>, SendError> {
+    let payload = |e: crate::notify::PayloadError| SendError::Permanent(e.to_string());
+    let reply = sink::Reply {
+        service_url: activity.service_url.clone(),
+        conversation_id: activity.conversation.id.clone(),
+        reply_to_id: activity.id.clone(),
+        text: String::new(),
+        clicker: Some(name.to_string()),
+        lines: Vec::new(),
+    };
+    let refresh = CardJob::Refresh {
+        wait_id: click.wait_id,
+    };
+    let decided = (click.verb != HOLD).then(|| Mark::TeamsCard {
+        wait_id: click.wait_id,
+        verb: click.verb,
+        by: name.to_string(),
+    });
+    Ok(Replies {
+        reply: replies.then(|| reply.job()).transpose().map_err(payload)?,
+        shows: Told::late,
+        applied: Some(refresh.job(None).map_err(payload)?),
+        decided: decided.into_iter().collect(),
+        received: Some(item),
+        ..Replies::default()
+    })
 }
 
 /// The command a click means, by whom, for the revision the card showed.

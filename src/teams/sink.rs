@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use super::card::{self, CardView, Links, Offer, Status};
 use super::client::{Connector, Workflow};
 use crate::clock::SharedClock;
+use crate::core::intake::Told;
 use crate::core::Records;
 use crate::evidence::Evidence;
 use crate::gate::{AuditAction, CanaryRef, GateKey, GateStatus, Millis};
@@ -32,7 +33,9 @@ const GATE_CARDS: i64 = 20;
 /// Rollout endings a card shows.
 const FINAL: [&str; 3] = ["promotion_completed", "rolling_back", "canary_failed"];
 
-/// A reply to a typed command (the job's topic is `reply`).
+/// A reply in an activity's thread (the job's topic is `reply`): to a typed
+/// command, its text; to a card's click, what the core told of it (`lines`),
+/// worded when it is sent.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Reply {
     pub service_url: String,
@@ -40,9 +43,32 @@ pub struct Reply {
     /// The activity answered: Teams shows the reply in its thread.
     pub reply_to_id: String,
     pub text: String,
+    /// Who clicked, when this answers a click.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clicker: Option<String>,
+    /// What came of the click, filled in by the core.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lines: Vec<Told>,
 }
 
 impl Reply {
+    /// The words posted: the text, or for a click what was told of it.
+    /// The card shows the decision, so only lateness is said.
+    pub fn words(&self) -> String {
+        let Some(clicker) = &self.clicker else {
+            return self.text.clone();
+        };
+        let said: Vec<String> = self
+            .lines
+            .iter()
+            .filter_map(|line| match line {
+                Told::Late { note } => Some(format!("{clicker}'s click was {note}")),
+                _ => None,
+            })
+            .collect();
+        said.join("\n")
+    }
+
     /// Once per activity answered: a command applied again sends no second reply.
     pub fn job(&self) -> Result<NewJob, PayloadError> {
         Ok(NewJob {
@@ -312,9 +338,13 @@ impl TeamsSink {
 
     async fn reply(&self, reply: &Reply) -> Result<(), SendError> {
         // Plain text: what people and Flagger wrote is never markup here.
+        let text = reply.words();
+        if text.is_empty() {
+            return Ok(());
+        }
         let activity = json!({
             "type": "message",
-            "text": reply.text,
+            "text": text,
             "textFormat": "plain",
             "replyToId": reply.reply_to_id,
         });
