@@ -1402,3 +1402,32 @@ async fn operators_override_message_templates() {
     );
     assert_eq!(buttons(&message).len(), 2, "the buttons stay");
 }
+
+/// Approve on a held gate changes nothing and tells the clicker why, in the
+/// words the core's refusal carries (`Told`), worded when the answer is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_click_on_a_held_gate_is_answered_with_the_hold() {
+    let env = env(Backend::Sqlite, Setup::default()).await;
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
+    sim.tick().await;
+    let start = env
+        .waiting_message_for("/gates/start/acme/shop/pr/42")
+        .await;
+    let (status, _) = env.command(ALICE, "hold 42 incident", "cmd-hold").await;
+    assert_eq!(status, 200);
+    env.wait_gate("/gates/start/acme/shop/pr/42", "held").await;
+    assert_eq!(
+        env.click(BOB, "gatebot_approve", &start, "trig-held").await,
+        200
+    );
+    let text = env.response("trig-held").await["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.starts_with(":warning: /gates/start/acme/shop/pr/42 is held by")
+            && text.ends_with("via slack: lift the hold first"),
+        "{text}"
+    );
+    assert_eq!(env.gate_state("/gates/start/acme/shop/pr/42").await, "held");
+}

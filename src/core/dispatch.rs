@@ -140,6 +140,12 @@ impl<D> Authorized<D> {
     pub fn allowed(&self) -> bool {
         self.plan.is_ok() && self.verdict.is_ok()
     }
+
+    /// Why the channel's authorizer said no, if it did: known before the
+    /// unit opens, so a channel can word it beforehand.
+    pub fn denied(&self) -> Option<&D> {
+        self.verdict.as_ref().err()
+    }
 }
 
 /// Plans, authorizes and applies one command in a unit of its own

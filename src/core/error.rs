@@ -9,10 +9,24 @@ use crate::command::Invalid;
 use crate::gate::{GateKey, Millis, Source};
 use crate::store::StoreError;
 
+/// "… is held by …": the words for a hold in the way, here and where a
+/// refusal is worded from data (`intake::Refusal`).
+pub fn held(gate: &dyn std::fmt::Display, by: &str, via: &dyn std::fmt::Display) -> String {
+    format!("{gate} is held by {by} via {via}: lift the hold first")
+}
+
+/// "… closed at …, after this was sent": a command older than the gate's last close.
+pub fn written_before_close(gate: &dyn std::fmt::Display, closed_at: Millis) -> String {
+    format!(
+        "{gate} closed at {}, after this was sent: send it again if it still holds",
+        crate::gate::state::rfc3339(closed_at)
+    )
+}
+
 /// A command (or a check, or a timer) that was not done.
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
-    #[error("{gate} is held by {by} via {via}: lift the hold first")]
+    #[error("{}", held(gate, by, via))]
     Held {
         gate: GateKey,
         by: String,
@@ -20,7 +34,7 @@ pub enum CommandError {
     },
     /// The command predates the gate's last close, so it was about an earlier
     /// revision (or a state someone has since ended).
-    #[error("{gate} closed at {}, after this was sent: send it again if it still holds", crate::gate::state::rfc3339(*closed_at))]
+    #[error("{}", written_before_close(gate, *closed_at))]
     WrittenBeforeClose { gate: GateKey, closed_at: Millis },
     /// The channel's authorizer said no.
     #[error("{0}")]

@@ -140,9 +140,9 @@ pub enum Asked<D> {
 /// Decides a delivery's commands in order, then writes what `say` makes of
 /// their outcomes (one per line, `None` for a counted one) and settles
 /// `receipt`, all in one unit; the freezes in force are re-read when a
-/// command changed them. `say` turns the outcomes into the rows and jobs to
-/// write and whatever the channel does after the commit.
-pub async fn take_all<D, T>(
+/// command changed them. `say` is the core's own ([`take_told`]): channels
+/// hand over data, never code that runs inside the unit.
+async fn take_all<D, T>(
     engine: &Engine,
     source: &'static str,
     asked: Vec<Asked<D>>,
@@ -207,6 +207,7 @@ where
         })
         .collect();
     let say = |outcomes: Vec<Option<Outcome<D>>>, now| {
+        let rollback = rollback_opened(&outcomes);
         let told: Vec<Told> = lines
             .into_iter()
             .zip(outcomes)
@@ -217,7 +218,8 @@ where
             })
             .collect();
         if told.iter().any(Told::in_full) {
-            marks.extend(replies.decided.iter().cloned());
+            let stamped = replies.decided.iter().cloned();
+            marks.extend(stamped.map(|m| m.stamped(now, rollback.as_deref())));
         }
         let jobs = replies
             .jobs(told.clone(), now)
@@ -227,27 +229,30 @@ where
     take_all(engine, source, asked, receipt, say).await
 }
 
-/// [`take_all`] for a delivery of one command.
-pub async fn take<D, T>(
-    engine: &Engine,
-    source: &'static str,
-    request: &Request,
-    authorized: Authorized<D>,
-    receipt: Option<&Lease>,
-    say: impl FnOnce(Outcome<D>, Millis) -> Result<(Said, T), SendError>,
-) -> Result<T, SendError>
-where
-    D: fmt::Display,
-{
-    let asked = vec![Asked::Command {
-        request: Box::new(request.clone()),
-        authorized,
-    }];
-    let say = |outcomes: Vec<Option<Outcome<D>>>, now| match outcomes.into_iter().next().flatten() {
-        Some(outcome) => say(outcome, now),
-        None => Err(SendError::Permanent("a command without an outcome".into())),
-    };
-    take_all(engine, source, asked, receipt, say).await
+/// The rollback gate a command opened (a Reject at a promotion), if any.
+fn rollback_opened<D>(outcomes: &[Option<Outcome<D>>]) -> Option<String> {
+    outcomes.iter().flatten().find_map(|outcome| match outcome {
+        Outcome::Applied(applied) => applied
+            .gates
+            .iter()
+            .find(|g| g.key.kind.is_rollback())
+            .map(|g| g.key.to_string()),
+        _ => None,
+    })
+}
+
+impl Mark {
+    /// The mark as the unit writes it: a message's decision made at the
+    /// unit's time, naming the rollback gate a Reject opened.
+    fn stamped(mut self, now: Millis, rollback: Option<&str>) -> Self {
+        if let Self::SlackDecision { decision, .. } = &mut self {
+            decision.at = now;
+            if !decision.approved {
+                decision.rollback_gate = rollback.map(str::to_string);
+            }
+        }
+        self
+    }
 }
 
 /// Writes `said` and settles `receipt` in a unit of their own: a delivery
@@ -361,7 +366,11 @@ pub enum Refusal {
         via: String,
     },
     /// Written before the gate's last close.
-    WrittenBeforeClose { closed_at: Millis },
+    WrittenBeforeClose {
+        #[serde(default)]
+        gate: String,
+        closed_at: Millis,
+    },
     /// A named gate that cannot be created or retired so.
     Named { why: String },
 }
@@ -406,9 +415,10 @@ impl Told {
                 by,
                 via: via.to_string(),
             },
-            Outcome::WrittenBeforeClose { closed_at, .. } => {
-                Refusal::WrittenBeforeClose { closed_at }
-            }
+            Outcome::WrittenBeforeClose { gate, closed_at } => Refusal::WrittenBeforeClose {
+                gate: gate.to_string(),
+                closed_at,
+            },
             Outcome::Named(why) => Refusal::Named {
                 why: why.to_string(),
             },

@@ -21,7 +21,7 @@ pub mod dispatch;
 #[cfg(test)]
 mod dispatch_tests;
 mod environments;
-mod error;
+pub mod error;
 mod events;
 pub mod evidence;
 pub mod freezes;

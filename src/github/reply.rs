@@ -80,7 +80,7 @@ fn refused(why: &Refusal) -> String {
         Refusal::Held { gate, by, via } => {
             format!("{gate} is held by {by} via {via}: comment `/unhold` first")
         }
-        Refusal::WrittenBeforeClose { closed_at } => format!(
+        Refusal::WrittenBeforeClose { closed_at, .. } => format!(
             "written before the gate closed at {}: comment again",
             rfc3339(*closed_at)
         ),

@@ -5,8 +5,11 @@ use serde_json::json;
 
 use super::approvers::{Approvers, Verdict};
 use super::blocks::hhmm;
+use crate::command::Invalid;
 use crate::core::authors::PrAuthors;
 use crate::core::dispatch::{Answer, Authorizer, Rule};
+use crate::core::error::{held, written_before_close};
+use crate::core::intake::{Refusal, Told};
 use crate::core::{AppState, CommandError};
 use crate::gate::{GateKey, Millis, Scope};
 use crate::notify::SendError;
@@ -19,6 +22,43 @@ pub fn reply(templates: &Templates, ctx: serde_json::Value) -> String {
         .render("slack/reply.j2", ctx)
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|e| format!("{e:#}"))
+}
+
+/// Slack's words for one line of what the core told of a click, when its
+/// answer says it: a refusal (the authorizer's, worded before the unit as
+/// `denied`), or that the click applied late. A click done says nothing:
+/// the message shows the decision.
+pub fn told(templates: &Templates, denied: Option<&str>, line: &Told) -> Option<String> {
+    let error = |message: String| reply(templates, json!({"what": "error", "message": message}));
+    let (command, why) = match line {
+        Told::Late { note } => return Some(format!(":hourglass: your click was {note}")),
+        Told::Refused { command, why } => (command, why),
+        _ => return None,
+    };
+    Some(match why {
+        Refusal::Denied { why } => denied.unwrap_or(why).to_string(),
+        Refusal::Held { gate, by, via } => error(held(gate, by, via)),
+        Refusal::WrittenBeforeClose { gate, closed_at } => {
+            error(written_before_close(gate, *closed_at))
+        }
+        Refusal::Named { why } => error(why.clone()),
+        Refusal::ForceWithoutReason { verb } => force_without_reason(verb),
+        Refusal::FreezeReason => freeze_reason(command),
+        Refusal::Invalid { why } => why.clone(),
+    })
+}
+
+/// Break glass without a reason, and how to give one.
+pub fn force_without_reason(verb: &dyn std::fmt::Display) -> String {
+    format!("break glass needs a reason: `/gatebot {verb} <target> --force <reason>`")
+}
+
+/// A freeze's reason gatebot cannot keep, and how to write one.
+pub fn freeze_reason(command: &str) -> String {
+    format!(
+        "{}: `/gatebot {command} [all|owner/repo|ns/<namespace>] [for 2h|until <time>] <reason>`",
+        Invalid::FreezeReason
+    )
 }
 
 /// The refusal for a verdict other than Allowed.

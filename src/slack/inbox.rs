@@ -5,21 +5,21 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::answers::{reply, SlackAuthorizer, SlackDenied};
+use super::answers::{force_without_reason, freeze_reason, reply, SlackAuthorizer, SlackDenied};
 use super::approvers::Approvers;
 use super::blocks::hhmm;
 use super::client::Response;
-use super::payload::{Interaction, SlashCommand};
+use super::payload::{Click, Interaction, SlashCommand};
 use super::record::{self, Decision, Ended};
 use super::sink::{parse_gate, SlackJob};
 use crate::command::{parse_slash, Command, Invalid};
 use crate::core::authors::PrAuthors;
 use crate::core::commands::{self, Applied, Subject};
 use crate::core::dispatch::{self, Outcome, Request};
-use crate::core::intake::{self, Intake, Mark, Said};
+use crate::core::intake::{self, Asked, Intake, Mark, Replies, Told};
 use crate::core::AppState;
 use crate::core::{CommandError, Provenance};
-use crate::gate::{Actor, DeliveryId, GateKey, GateStatus, Millis, Phase, Source};
+use crate::gate::{Actor, DeliveryId, GateKey, GateStatus, Phase, Source};
 use crate::notify::{late_note, BoxFuture, Lease, SendError, Settled, SinkJob};
 use crate::store::{NewJob, QueueItem, WaitRow};
 use crate::templates::Templates;
@@ -137,24 +137,59 @@ impl SlackInbox {
                 return self.respond(url, text).await;
             }
         }
-        let say = |outcome, now| {
-            let (mut said, text) = match outcome {
-                Outcome::Applied(applied) => (
-                    decided(i, click.approve, wait_id, &applied, now)?,
-                    // The message shows the decision; only a late one says more, to the clicker.
-                    late_note(item, now).map(|note| format!(":hourglass: your click was {note}")),
-                ),
-                refused => (
-                    Said::default(),
-                    Some(self.refusal(&request.command, refused)),
-                ),
-            };
-            if let Some(text) = text {
-                said.jobs.extend(response(url, text)?);
-            }
-            Ok((said, ()))
+        let replies = self.answer(i, &click, url, item, authorized.denied(), &request)?;
+        let asked = vec![Asked::Command {
+            request: Box::new(request),
+            authorized,
+        }];
+        intake::take_told(engine, "slack", asked, None, replies, Vec::new()).await?;
+        Ok(())
+    }
+
+    /// What a click writes besides its change, made before the unit: the
+    /// message's refresh; its decision, written only when the click was done
+    /// in full (not an approval that only counted); and the answer to the
+    /// clicker, which says a refusal or that the click applied late (the
+    /// message shows the rest).
+    fn answer<'a>(
+        &self,
+        i: &Interaction,
+        click: &Click,
+        url: Option<&str>,
+        item: &'a QueueItem,
+        denied: Option<&SlackDenied>,
+        request: &Request,
+    ) -> Result<Replies<'a>, SendError> {
+        let payload = |e: crate::notify::PayloadError| SendError::Permanent(e.to_string());
+        let decision = Decision {
+            approved: click.approve,
+            user_id: Some(i.user.id.clone()),
+            name: i.user_label(),
+            via: "slack".into(),
+            // Both set by the core as the unit writes it.
+            at: 0,
+            reason: None,
+            rollback_gate: None,
         };
-        intake::take(engine, "slack", &request, authorized, None, say).await
+        let answer = url.filter(|u| !u.is_empty()).map(|url| SlackJob::Answer {
+            response_url: url.to_string(),
+            denied: denied.map(|d| d.reply(self.templates(), request.command.name())),
+            lines: Vec::new(),
+        });
+        let refresh = SlackJob::Refresh {
+            wait_id: click.value.wait_id,
+        };
+        Ok(Replies {
+            reply: answer.map(|a| a.job(None)).transpose().map_err(payload)?,
+            shows: |line| !matches!(line, Told::Applied { .. }),
+            applied: Some(refresh.job(None).map_err(payload)?),
+            decided: vec![Mark::SlackDecision {
+                wait_id: click.value.wait_id,
+                decision,
+            }],
+            received: Some(item),
+            ..Replies::default()
+        })
     }
 
     /// The command a click means, by whom, for the revision the message showed.
@@ -340,36 +375,6 @@ impl SlackInbox {
 
 /// The outbox's terms for a command not done: given up when trying again
 /// cannot help, tried again (when Slack or GitHub said, at that time) otherwise.
-/// The rows and the refresh a click that applied writes: the message's
-/// decision (unless the click only counted towards a quorum) and its refresh.
-fn decided(
-    i: &Interaction,
-    approve: bool,
-    wait_id: i64,
-    applied: &Applied,
-    now: Millis,
-) -> Result<Said, SendError> {
-    let mut said = Said::jobs(vec![SlackJob::Refresh { wait_id }.job(None)?]);
-    if !applied.counted_only() {
-        let rollback_gate = applied
-            .gates
-            .iter()
-            .find(|g| !approve && g.key.kind.is_rollback())
-            .map(|g| g.key.to_string());
-        let decision = Decision {
-            approved: approve,
-            user_id: Some(i.user.id.clone()),
-            name: i.user_label(),
-            via: "slack".into(),
-            at: now,
-            reason: None,
-            rollback_gate,
-        };
-        said.marks.push(Mark::SlackDecision { wait_id, decision });
-    }
-    Ok(said)
-}
-
 /// The job that answers the clicker or sender on Slack's `response_url`
 /// (none without one: the answer is logged).
 fn response(response_url: Option<&str>, text: String) -> Result<Option<NewJob>, SendError> {
@@ -391,13 +396,8 @@ fn send_error(e: CommandError) -> SendError {
 /// Slack's words for what no one may send.
 fn invalid_text(command: &Command, invalid: &Invalid) -> String {
     match invalid {
-        Invalid::ForceWithoutReason(verb) => format!(
-            "break glass needs a reason: `/gatebot {verb} <target> --force <reason>`"
-        ),
-        Invalid::FreezeReason => format!(
-            "{invalid}: `/gatebot {} [all|owner/repo|ns/<namespace>] [for 2h|until <time>] <reason>`",
-            command.name()
-        ),
+        Invalid::ForceWithoutReason(verb) => force_without_reason(verb),
+        Invalid::FreezeReason => freeze_reason(command.name()),
         other => other.to_string(),
     }
 }

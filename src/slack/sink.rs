@@ -9,10 +9,12 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::answers;
 use super::blocks;
 use super::client::{Response, SlackApi};
 use super::record::{self, Decision, Ended, Final, Posted, WaitInfo};
 use crate::clock::SharedClock;
+use crate::core::intake::Told;
 use crate::core::Records;
 use crate::evidence::Evidence;
 use crate::gate::{Actor, AuditAction, GateKey, Millis, RepoName};
@@ -73,6 +75,16 @@ pub enum SlackJob {
     Respond {
         response_url: String,
         response: Response,
+    },
+    /// An answer to a click, worded when it is sent from what the core told
+    /// of it (`lines`, filled in by the core) and the authorizer's refusal,
+    /// worded before the unit (`denied`).
+    Answer {
+        response_url: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        denied: Option<String>,
+        #[serde(default)]
+        lines: Vec<Told>,
     },
     /// A reminder in the thread of a waiting message, mentioning who may decide.
     Remind {
@@ -160,7 +172,7 @@ impl Channel for SlackSink {
     /// waiting messages that earlier jobs posted. Answers to one person don't wait.
     fn lane(&self, job: &SlackJob) -> Option<String> {
         match job {
-            SlackJob::Respond { .. } => None,
+            SlackJob::Respond { .. } | SlackJob::Answer { .. } => None,
             _ => Some("messages".to_string()),
         }
     }
@@ -452,6 +464,21 @@ impl SlackSink {
                 response_url,
                 response,
             } => self.api.respond(&response_url, &response).await,
+            SlackJob::Answer {
+                response_url,
+                denied,
+                lines,
+            } => {
+                let said: Vec<String> = lines
+                    .iter()
+                    .filter_map(|line| answers::told(&self.templates, denied.as_deref(), line))
+                    .collect();
+                if said.is_empty() {
+                    return Ok(());
+                }
+                let response = Response::ephemeral(said.join("\n"));
+                self.api.respond(&response_url, &response).await
+            }
             SlackJob::Digest {
                 channel,
                 since,
