@@ -1431,3 +1431,49 @@ async fn a_click_on_a_held_gate_is_answered_with_the_hold() {
     );
     assert_eq!(env.gate_state("/gates/start/acme/shop/pr/42").await, "held");
 }
+
+/// A signed click whose button names another gate than its message's wait
+/// (PR 42's start message, carrying the promote gate) opens nothing and
+/// decides nothing: the clicker is told, the delivery is given up, and the
+/// start message's own Approve still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_button_acts_only_at_its_own_waits_gate() {
+    let env = env(Backend::Sqlite, Setup::default()).await;
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
+    sim.tick().await;
+    let start = env
+        .waiting_message_for("/gates/start/acme/shop/pr/42")
+        .await;
+    let mut value: Value = serde_json::from_str(&button_value(&start, "gatebot_approve")).unwrap();
+    value["g"] = json!("/gates/promote/acme/shop/pr/42");
+    let payload = click_payload(
+        ALICE,
+        "alice",
+        "gatebot_approve",
+        &value.to_string(),
+        "trig-other",
+        &env.slack.response_url("trig-other"),
+    );
+    assert_eq!(env.interact(&payload).await.status(), 200);
+    let text = env.response("trig-other").await["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains("this button names /gates/promote/acme/shop/pr/42")
+            && text.contains("nothing was done"),
+        "{text}"
+    );
+    env.server.drained().await;
+    for gate in [
+        "/gates/promote/acme/shop/pr/42",
+        "/gates/start/acme/shop/pr/42",
+    ] {
+        assert_eq!(env.gate_state(gate).await, "closed", "{gate}");
+    }
+    assert_eq!(
+        env.click(BOB, "gatebot_approve", &start, "trig-own").await,
+        200
+    );
+    env.wait_gate("/gates/start/acme/shop/pr/42", "open").await;
+}

@@ -71,14 +71,16 @@ impl Intake for SlackInbox {
         &'a self,
         delivery: SlackDelivery,
         item: &'a QueueItem,
-        _lease: &'a Lease,
+        lease: &'a Lease,
     ) -> BoxFuture<'a, Result<Settled, SendError>> {
         Box::pin(async move {
             match delivery {
-                SlackDelivery::Click(i) => self.click(&i, item).await?,
-                SlackDelivery::Slash(c) => self.slash(&c, item).await?,
+                SlackDelivery::Click(i) => self.click(&i, item, lease).await,
+                SlackDelivery::Slash(c) => {
+                    self.slash(&c, item).await?;
+                    Ok(Settled::NotYet)
+                }
             }
-            Ok(Settled::NotYet)
         })
     }
 }
@@ -105,15 +107,31 @@ impl SlackInbox {
     /// the core says it is there. The decision, the change and the message's
     /// refresh commit together: the notice of the change finds the message
     /// decided, and a change that fails leaves no decision behind.
-    async fn click(&self, i: &Interaction, item: &QueueItem) -> Result<(), SendError> {
+    async fn click(
+        &self,
+        i: &Interaction,
+        item: &QueueItem,
+        lease: &Lease,
+    ) -> Result<Settled, SendError> {
         let Some(click) = i.click() else {
-            return Ok(());
+            return Ok(Settled::NotYet);
         };
         let engine = &self.state.engine;
         let url = i.response_url.as_deref();
         let key = parse_gate(&click.value.gate)?;
         let wait_id = click.value.wait_id;
         let wait = self.state.records.wait(wait_id).await.map_err(store_err)?;
+        // A button acts on the wait its message was made for, at that wait's
+        // gate: one that names another gate is refused, and nothing is written.
+        if let Some(w) = wait.as_ref().filter(|w| w.gate != key) {
+            let why = format!(
+                "this button names {key}, but its message is for {}: nothing was done",
+                w.gate
+            );
+            let text = reply(self.templates(), json!({"what": "error", "message": why}));
+            self.respond(url, text).await?;
+            return Err(SendError::Permanent(why));
+        }
         let request = self.click_request(i, &key, click.approve, wait.as_ref());
         let authorizer = SlackAuthorizer {
             state: &self.state,
@@ -134,7 +152,8 @@ impl SlackInbox {
                     self.templates(),
                     json!({"what": "already", "verb": "approved", "by": by, "at_hhmm": hhmm(a.change.at)}),
                 );
-                return self.respond(url, text).await;
+                self.respond(url, text).await?;
+                return Ok(Settled::NotYet);
             }
         }
         let replies = self.answer(i, &click, url, item, authorized.denied(), &request)?;
@@ -142,8 +161,8 @@ impl SlackInbox {
             request: Box::new(request),
             authorized,
         }];
-        intake::take_told(engine, "slack", asked, None, replies, Vec::new()).await?;
-        Ok(())
+        intake::take_told(engine, "slack", asked, Some(lease), replies, Vec::new()).await?;
+        Ok(Settled::Done)
     }
 
     /// What a click writes besides its change, made before the unit: the
