@@ -589,13 +589,13 @@ fn stored_claims_are_read_only_where_listed() {
 
 /// The rows of docs/architecture.md's "File by file" trace, in order: the
 /// file each step opens and what it does there.
-fn traced_rows() -> Vec<(String, String)> {
+fn traced_rows(heading: &str) -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
     let section = doc
-        .split("### File by file")
+        .split(heading)
         .nth(1)
-        .expect("docs/architecture.md has a \"File by file\" trace");
+        .unwrap_or_else(|| panic!("docs/architecture.md has no \"{heading}\" trace"));
     section
         .lines()
         .skip_while(|l| !l.starts_with("| #"))
@@ -609,38 +609,46 @@ fn traced_rows() -> Vec<(String, String)> {
         .collect()
 }
 
-/// A GitHub `/promote` reaches its committed decision through at most twelve
-/// files, and once the core's unit is open no file of the channel runs before
-/// the commit (issue 43). The trace names files that exist.
+/// A GitHub `/promote`, a Slack Approve and a Teams card's Approve each reach
+/// their committed decision through at most twelve files, and once the
+/// core's unit is open no file of the channel runs before the commit (issue
+/// 43). Each trace names files that exist.
 #[test]
 fn the_promote_trace_is_short_and_does_not_return_to_the_channel() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let rows = traced_rows();
-    assert!(rows.len() >= 10, "the trace has too few rows: {rows:?}");
-    for (f, _) in &rows {
+    let traces = [
+        ("### File by file", "src/github/"),
+        ("### A Slack Approve, file by file", "src/slack/"),
+        ("### A Teams card's Approve, file by file", "src/teams/"),
+    ];
+    for (heading, channel) in traces {
+        let rows = traced_rows(heading);
+        assert!(rows.len() >= 10, "{heading}: too few rows: {rows:?}");
+        for (f, _) in &rows {
+            assert!(
+                root.join(f).is_file(),
+                "{heading} names {f}, which does not exist"
+            );
+        }
+        let distinct: BTreeSet<_> = rows.iter().map(|(f, _)| f).collect();
         assert!(
-            root.join(f).is_file(),
-            "the trace names {f}, which does not exist"
+            distinct.len() <= 12,
+            "{heading}: {} files: {distinct:?}",
+            distinct.len()
+        );
+        let unit = rows
+            .iter()
+            .position(|(_, what)| what.contains("one unit"))
+            .unwrap_or_else(|| panic!("{heading}: the trace says where the unit opens"));
+        let back: Vec<_> = rows[unit..]
+            .iter()
+            .filter(|(f, _)| f.starts_with(channel))
+            .collect();
+        assert!(
+            back.is_empty(),
+            "{heading}: back in the channel inside the unit: {back:?}"
         );
     }
-    let distinct: BTreeSet<_> = rows.iter().map(|(f, _)| f).collect();
-    assert!(
-        distinct.len() <= 12,
-        "{} files: {distinct:?}",
-        distinct.len()
-    );
-    let unit = rows
-        .iter()
-        .position(|(_, what)| what.contains("one unit"))
-        .expect("the trace says where the unit opens");
-    let back: Vec<_> = rows[unit..]
-        .iter()
-        .filter(|(f, _)| f.starts_with("src/github/"))
-        .collect();
-    assert!(
-        back.is_empty(),
-        "back in the channel inside the unit: {back:?}"
-    );
 }
 
 /// The parts a `parts!` table in `mod_rs` declares: (module, type, accessor).
