@@ -264,8 +264,8 @@ pub async fn answer(engine: &Engine, said: Said, receipt: Option<&Lease>) -> Res
 }
 
 /// Withdraws `person`'s approval at `key` (a dismissed review), counts it
-/// as `command` withdrawn or used, and writes what `say` makes of it and
-/// settles `receipt` in the same unit.
+/// as `command` withdrawn or used, queues `replies` with what came of it
+/// ([`Told::Withdrawn`], by `who`) and settles `receipt`, in one unit.
 #[allow(clippy::too_many_arguments)]
 pub async fn withdraw(
     engine: &Engine,
@@ -275,16 +275,29 @@ pub async fn withdraw(
     person: &str,
     who: &Provenance,
     receipt: Option<&Lease>,
-    say: impl FnOnce(&Withdrawn) -> Result<Said, SendError>,
+    replies: Replies<'_>,
 ) -> Result<(), SendError> {
     let mut unit = engine.commands().begin().await?;
     let withdrawn = unit.withdraw(key, person, who).await?;
-    match withdrawn {
-        Withdrawn::Counted(_) => unit.count(source, command, "withdrawn"),
-        Withdrawn::Used => unit.count(source, command, "used"),
-        Withdrawn::Nothing => {}
-    }
-    write(&mut unit, say(&withdrawn)?, receipt).await?;
+    let by = who.actor.name.clone();
+    let told = match withdrawn {
+        Withdrawn::Counted(left) => {
+            unit.count(source, command, "withdrawn");
+            Some(Told::Withdrawn {
+                by,
+                left: Some(left),
+            })
+        }
+        Withdrawn::Used => {
+            unit.count(source, command, "used");
+            Some(Told::Withdrawn { by, left: None })
+        }
+        Withdrawn::Nothing => None,
+    };
+    let jobs = replies
+        .jobs(told.into_iter().collect(), unit.now())
+        .map_err(|e| SendError::Permanent(format!("cannot write the reply: {e}")))?;
+    write(&mut unit, Said::jobs(jobs), receipt).await?;
     Ok(unit.commit().await?)
 }
 
@@ -333,6 +346,9 @@ pub enum Told {
     Late { note: String },
     /// Lines past the most one delivery runs: not run.
     Skipped { lines: usize, most: usize },
+    /// An approval taken back by `by` (a dismissed review): what the gate
+    /// still has (`left`), or none when the approval had already opened it.
+    Withdrawn { by: String, left: Option<String> },
 }
 
 /// What an applied command's line says besides that it was done.

@@ -40,6 +40,20 @@ fn line(told: &Told) -> Option<Line> {
                 message: note.clone(),
             })
         }
+        Told::Withdrawn { by, left } => {
+            let message = match left {
+                Some(left) => format!(
+                    "your review was dismissed by @{by}, so your approval no longer counts: {left}"
+                ),
+                None => format!(
+                    "your review was dismissed by @{by}, but your approval had already opened the gate: comment `/hold` to keep it closed"
+                ),
+            };
+            return Some(Line {
+                command: None,
+                message,
+            });
+        }
         Told::Skipped { lines, most } => {
             return Some(Line {
                 command: None,

@@ -16,7 +16,6 @@ use crate::command::Command;
 use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Request};
 use crate::core::intake::{self, Asked, Replies, Said};
-use crate::core::withdraw::Withdrawn;
 use crate::core::Provenance;
 use crate::gate::{Actor, DeliveryId, GateKey, GateKind, PrNumber, RepoName, Scope, Source};
 use crate::notify::{Lease, SendError, Settled};
@@ -197,23 +196,18 @@ impl GithubInbox {
                 "review by {} dismissed: their approval no longer counts",
                 r.reviewer()
             )));
-        let say = |withdrawn: &Withdrawn| {
-            let message = match withdrawn {
-                Withdrawn::Counted(left) => format!(
-                    "your review was dismissed by @{}, so your approval no longer counts: {left}",
-                    r.e.sender.login
-                ),
-                Withdrawn::Used => format!(
-                    "your review was dismissed by @{}, but your approval had already opened the gate: comment `/hold` to keep it closed",
-                    r.e.sender.login
-                ),
-                Withdrawn::Nothing => return Ok(Said::default()),
-            };
-            let line = Line {
-                command: None,
-                message,
-            };
-            Ok(Said::jobs(vec![r.reply(self, vec![line])?]))
+        // Worded when sent, from what the core told of the withdrawal.
+        let reply = GithubJob::Reply {
+            repo: r.repo.clone(),
+            number: r.number,
+            author: r.reviewer().to_string(),
+            installation: r.e.installation.as_ref().map(|i| i.id),
+            lead: None,
+            lines: Vec::new(),
+        };
+        let replies = Replies {
+            reply: Some(reply.once(r.delivery.once_key(SOURCE, "review-reply"))?),
+            ..Replies::default()
         };
         let (key, person) = (r.promote(), r.reviewer());
         intake::withdraw(
@@ -224,7 +218,7 @@ impl GithubInbox {
             person,
             &who,
             Some(lease),
-            say,
+            replies,
         )
         .await?;
         Ok(Settled::Done)
