@@ -731,3 +731,23 @@ fn the_engine_the_store_and_each_of_their_parts_are_read_in_one_place() {
         }
     }
 }
+
+/// Issue 43, point 1: a channel hands the core data (`Replies`, `Mark`s, a
+/// job to fill in), never code that runs inside the core's unit: no public
+/// function of the intake takes a closure.
+#[test]
+fn the_intake_takes_data_not_code() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("src/core/intake.rs")).unwrap();
+    let mut offending = Vec::new();
+    for (i, chunk) in text.split("\npub async fn ").enumerate().skip(1) {
+        let signature = chunk.split_once('{').map_or(chunk, |(s, _)| s);
+        if signature.contains("impl FnOnce") || signature.contains("impl Fn(") {
+            offending.push(format!("#{i}: {}", signature.lines().next().unwrap_or("")));
+        }
+    }
+    assert!(
+        offending.is_empty(),
+        "intake functions that take code: {offending:?}"
+    );
+}

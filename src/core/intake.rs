@@ -28,7 +28,7 @@ use super::withdraw::Withdrawn;
 use super::{Engine, Provenance};
 use crate::command::Command;
 use crate::command::Invalid;
-use crate::gate::{GateKey, Millis, PrNumber, RepoName};
+use crate::gate::{Actor, GateKey, Millis, PrNumber, RepoName};
 use crate::notify::{late_note, BoxFuture, Handler, Lease, SendError, Settled};
 use crate::store::{NewJob, ProtectionRequest, QueueItem, SlackDecision};
 
@@ -301,28 +301,42 @@ pub async fn withdraw(
     Ok(unit.commit().await?)
 }
 
+/// Who opened a gate, and when: filled into a job the channel made before
+/// the unit, for a request that found its gate open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Opened {
+    pub by: Actor,
+    pub at: Millis,
+}
+
 /// Keeps a deployment's protection request (at `unit.now()`) and starts the
-/// wait at its gate, then writes what `say` makes of it (an approval at once
-/// when the gate is open) and settles `receipt`, in one unit. A redelivered
-/// request changes nothing.
+/// wait at its gate, settles `receipt`, and, when the gate is open already,
+/// queues `if_open` with who opened it ([`Opened`], as its payload's
+/// `opened`), all in one unit. A redelivered request changes nothing.
 pub async fn protection_request(
     engine: &Engine,
     mut request: ProtectionRequest,
     reason: String,
     metadata: BTreeMap<String, String>,
     receipt: Option<&Lease>,
-    say: impl FnOnce(&Awaited, Millis) -> Result<Said, SendError>,
+    if_open: NewJob,
 ) -> Result<(), SendError> {
     let mut unit = engine.commands().begin().await?;
     request.requested_at = unit.now();
-    let said = match unit.put_protection_request(&request).await? {
-        true => {
-            let awaited = unit.await_gate(&request.gate, reason, metadata).await?;
-            say(&awaited, unit.now())?
+    let mut jobs = Vec::new();
+    if unit.put_protection_request(&request).await? {
+        let awaited = unit.await_gate(&request.gate, reason, metadata).await?;
+        if let Awaited::Open(change) = awaited {
+            let opened = Opened {
+                by: change.by,
+                at: unit.now(),
+            };
+            let job = with_field(if_open, "opened", &opened)
+                .map_err(|e| SendError::Permanent(format!("cannot write the decision: {e}")))?;
+            jobs.push(job);
         }
-        false => Said::default(),
-    };
-    write(&mut unit, said, receipt).await?;
+    }
+    write(&mut unit, Said::jobs(jobs), receipt).await?;
     Ok(unit.commit().await?)
 }
 
@@ -537,10 +551,15 @@ impl Replies<'_> {
 }
 
 /// `job` with `told` as its payload's `lines`.
-fn with_lines(mut job: NewJob, told: &[Told]) -> serde_json::Result<NewJob> {
+fn with_lines(job: NewJob, told: &[Told]) -> serde_json::Result<NewJob> {
+    with_field(job, "lines", &told)
+}
+
+/// `job` with `value` as its payload's `field`.
+fn with_field(mut job: NewJob, field: &str, value: &impl Serialize) -> serde_json::Result<NewJob> {
     let mut payload: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(&job.payload)?;
-    payload.insert("lines".into(), serde_json::to_value(told)?);
+    payload.insert(field.into(), serde_json::to_value(value)?);
     job.payload = serde_json::to_string(&payload)?;
     Ok(job)
 }

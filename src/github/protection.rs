@@ -18,6 +18,7 @@ use serde_json::json;
 use super::client::GithubClient;
 use super::retry;
 use crate::clock::SharedClock;
+use crate::core::intake::Opened;
 use crate::core::Records;
 use crate::gate::{Actor, AuditAction, GateKind, Millis, PrNumber, RepoName};
 use crate::metrics::Metrics;
@@ -99,6 +100,26 @@ impl Decision {
             state: "approved".into(),
             comment: bounded(format!("approved by {}", by(actor))),
             at,
+        }
+    }
+
+    /// An approval at `kind`'s gate by whoever opened it: the core fills in
+    /// who and when ([`Opened`]) as it finds the gate open.
+    pub fn approved_when_open(kind: GateKind) -> Self {
+        Self {
+            kinds: vec![kind],
+            state: "approved".into(),
+            comment: String::new(),
+            at: 0,
+        }
+    }
+
+    /// The decision with who opened the gate, and when, filled in.
+    pub fn opened(self, opened: &Opened) -> Self {
+        Self {
+            comment: bounded(format!("approved by {}", by(&opened.by))),
+            at: opened.at,
+            ..self
         }
     }
 }

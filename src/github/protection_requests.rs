@@ -8,8 +8,7 @@ use super::events::DeploymentProtectionRuleEvent;
 use super::inbox::GithubInbox;
 use super::protection::{callback_path, Decision};
 use super::sink::GithubJob;
-use crate::core::awaited::Awaited;
-use crate::core::intake::{self, Said};
+use crate::core::intake;
 use crate::gate::{GateKey, Scope};
 use crate::notify::{Lease, SendError, Settled};
 use crate::store::ProtectionRequest;
@@ -58,17 +57,11 @@ impl GithubInbox {
             request.environment
         );
         let metadata = metadata(&request);
-        let say = |awaited: &Awaited, now| match awaited {
-            Awaited::Open(change) => {
-                let decision = Decision::approved(kind, &change.by, now);
-                Ok(Said::jobs(vec![GithubJob::protection(
-                    &repo, number, decision,
-                )?]))
-            }
-            Awaited::Waiting => Ok(Said::default()),
-        };
+        // Approved at once if the gate is open: who opened it is the core's
+        // to fill in (`Opened`), in the unit that finds it open.
+        let if_open = GithubJob::protection(&repo, number, Decision::approved_when_open(kind))?;
         let engine = &self.state.engine;
-        intake::protection_request(engine, request, reason, metadata, Some(lease), say).await?;
+        intake::protection_request(engine, request, reason, metadata, Some(lease), if_open).await?;
         Ok(Settled::Done)
     }
 }

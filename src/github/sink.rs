@@ -24,7 +24,7 @@ use super::protection::{decision_of, Decision, Protections};
 use super::reply;
 use super::status::{status_marker, view};
 use crate::clock::SharedClock;
-use crate::core::intake::Told;
+use crate::core::intake::{Opened, Told};
 use crate::core::Records;
 use crate::evidence::Evidence;
 use crate::gate::{GateKey, GateKind, Millis, PrNumber, RepoName};
@@ -95,6 +95,10 @@ pub enum GithubJob {
         repo: RepoName,
         number: PrNumber,
         decision: Decision,
+        /// Who opened the gate, filled in by the core for a request that
+        /// found it open.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        opened: Option<Opened>,
     },
 }
 
@@ -151,6 +155,7 @@ impl GithubJob {
             repo: repo.clone(),
             number,
             decision,
+            opened: None,
         }
         .job(None)
     }
@@ -390,8 +395,15 @@ impl GithubSink {
                 repo,
                 number,
                 decision,
+                opened,
             } => match &self.protections {
-                Some(p) => Ok(p.send(&repo, number, &decision, lease).await?),
+                Some(p) => {
+                    let decision = match &opened {
+                        Some(opened) => decision.opened(opened),
+                        None => decision,
+                    };
+                    Ok(p.send(&repo, number, &decision, lease).await?)
+                }
                 None => Ok(()),
             },
         }
