@@ -344,10 +344,13 @@ pub async fn protection_request(
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "told", rename_all = "snake_case")]
 pub enum Told {
-    /// A command done; `note` when its line says more than its reaction.
+    /// A command done; `note` when its line says more than its reaction,
+    /// `summary` what it did ("opened /gates/…"), for an answer that says it.
     Applied {
         command: String,
         note: Option<AppliedNote>,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        summary: String,
     },
     /// A command not done, and why.
     Refused { command: String, why: Refusal },
@@ -428,6 +431,7 @@ impl Told {
                 return Self::Applied {
                     command: name,
                     note,
+                    summary: applied.summary(),
                 };
             }
             Outcome::Denied(why) => Refusal::Denied {
@@ -621,6 +625,7 @@ mod tests {
         let done = Told::Applied {
             command: "promote".into(),
             note: None,
+            summary: String::new(),
         };
         let jobs = answer("eyes").jobs(vec![done], 0).unwrap();
         assert_eq!(payloads(&jobs), ["eyes", "rocket"]);
@@ -646,12 +651,14 @@ mod tests {
         let done = Told::Applied {
             command: "promote".into(),
             note: None,
+            summary: String::new(),
         };
         let counted = Told::Applied {
             command: "promote".into(),
             note: Some(AppliedNote::Counted {
                 summary: "1 of 2".into(),
             }),
+            summary: String::new(),
         };
         let card = |first| Replies {
             shows: Told::late,
@@ -682,6 +689,7 @@ mod tests {
                     count: 2,
                     scope: "acme/shop".into(),
                 }),
+                summary: "lifted".into(),
             },
         ];
         let text = serde_json::to_string(&lines).unwrap();

@@ -27,6 +27,7 @@ fn line(told: &Told) -> Option<Line> {
         Told::Applied {
             command,
             note: Some(note),
+            ..
         } => (command.as_str(), note_text(note)),
         Told::Refused { command, why } => (command.as_str(), refused(why)),
         Told::Unknown { word } => (

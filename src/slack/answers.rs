@@ -9,7 +9,7 @@ use crate::command::Invalid;
 use crate::core::authors::PrAuthors;
 use crate::core::dispatch::{Answer, Authorizer, Rule};
 use crate::core::error::{held, written_before_close};
-use crate::core::intake::{Refusal, Told};
+use crate::core::intake::{AppliedNote, Refusal, Told};
 use crate::core::{AppState, CommandError};
 use crate::gate::{GateKey, Millis, Scope};
 use crate::notify::SendError;
@@ -24,19 +24,25 @@ pub fn reply(templates: &Templates, ctx: serde_json::Value) -> String {
         .unwrap_or_else(|e| format!("{e:#}"))
 }
 
-/// Slack's words for one line of what the core told of a click, when its
-/// answer says it: a refusal (the authorizer's, worded before the unit as
-/// `denied`), or that the click applied late. A click done says nothing:
-/// the message shows the decision.
-pub fn told(templates: &Templates, denied: Option<&str>, line: &Told) -> Option<String> {
+/// Slack's words for one line of what the core told of a click or a typed
+/// command, when its answer says it: a refusal (the authorizer's, worded
+/// before the unit as `denied`), that it applied late, and for a typed
+/// command what it did. A click done says nothing: the message shows the
+/// decision.
+pub fn told(templates: &Templates, answer: &Answered, line: &Told) -> Option<String> {
     let error = |message: String| reply(templates, json!({"what": "error", "message": message}));
     let (command, why) = match line {
+        Told::Late { note } if answer.typed => return Some(note.clone()),
         Told::Late { note } => return Some(format!(":hourglass: your click was {note}")),
+        Told::Applied { .. } if !answer.typed => return None,
+        Told::Applied { note, summary, .. } => {
+            return Some(done(templates, note.as_ref(), summary))
+        }
         Told::Refused { command, why } => (command, why),
         _ => return None,
     };
     Some(match why {
-        Refusal::Denied { why } => denied.unwrap_or(why).to_string(),
+        Refusal::Denied { why } => answer.denied.as_deref().unwrap_or(why).to_string(),
         Refusal::Held { gate, by, via } => error(held(gate, by, via)),
         Refusal::WrittenBeforeClose { gate, closed_at } => {
             error(written_before_close(gate, *closed_at))
@@ -48,13 +54,35 @@ pub fn told(templates: &Templates, denied: Option<&str>, line: &Told) -> Option<
     })
 }
 
+/// What an answer knows besides the core's lines.
+pub struct Answered {
+    /// The authorizer's refusal, worded before the unit.
+    pub denied: Option<String>,
+    /// A typed command (its answer says what it did), not a click.
+    pub typed: bool,
+}
+
+/// What Slack is told when a command was done.
+pub fn done(templates: &Templates, note: Option<&AppliedNote>, summary: &str) -> String {
+    match note {
+        Some(AppliedNote::Froze { reason_line }) => {
+            format!(":snowflake: Changes are {reason_line}")
+        }
+        Some(AppliedNote::Lifted { count: 0, scope }) => format!("nothing was frozen in {scope}"),
+        Some(AppliedNote::Lifted { count, scope }) => {
+            format!(":sunny: lifted {count} freeze(s) of {scope}")
+        }
+        _ => reply(templates, json!({"what": "done", "summary": summary})),
+    }
+}
+
 /// Break glass without a reason, and how to give one.
-pub fn force_without_reason(verb: &dyn std::fmt::Display) -> String {
+fn force_without_reason(verb: &dyn std::fmt::Display) -> String {
     format!("break glass needs a reason: `/gatebot {verb} <target> --force <reason>`")
 }
 
 /// A freeze's reason gatebot cannot keep, and how to write one.
-pub fn freeze_reason(command: &str) -> String {
+fn freeze_reason(command: &str) -> String {
     format!(
         "{}: `/gatebot {command} [all|owner/repo|ns/<namespace>] [for 2h|until <time>] <reason>`",
         Invalid::FreezeReason

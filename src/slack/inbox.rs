@@ -5,22 +5,22 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::answers::{force_without_reason, freeze_reason, reply, SlackAuthorizer, SlackDenied};
+use super::answers::{reply, SlackAuthorizer, SlackDenied};
 use super::approvers::Approvers;
 use super::blocks::hhmm;
 use super::client::Response;
 use super::payload::{Click, Interaction, SlashCommand};
 use super::record::{self, Decision, Ended};
 use super::sink::{parse_gate, SlackJob};
-use crate::command::{parse_slash, Command, Invalid};
+use crate::command::{parse_slash, Command};
 use crate::core::authors::PrAuthors;
-use crate::core::commands::{self, Applied, Subject};
-use crate::core::dispatch::{self, Outcome, Request};
+use crate::core::commands::{self, Subject};
+use crate::core::dispatch::{self, Request};
 use crate::core::intake::{self, Asked, Intake, Mark, Replies, Told};
 use crate::core::AppState;
 use crate::core::{CommandError, Provenance};
 use crate::gate::{Actor, DeliveryId, GateKey, GateStatus, Phase, Source};
-use crate::notify::{late_note, BoxFuture, Lease, SendError, Settled, SinkJob};
+use crate::notify::{BoxFuture, Lease, SendError, Settled, SinkJob};
 use crate::store::{NewJob, QueueItem, WaitRow};
 use crate::templates::Templates;
 
@@ -76,10 +76,7 @@ impl Intake for SlackInbox {
         Box::pin(async move {
             match delivery {
                 SlackDelivery::Click(i) => self.click(&i, item, lease).await,
-                SlackDelivery::Slash(c) => {
-                    self.slash(&c, item).await?;
-                    Ok(Settled::NotYet)
-                }
+                SlackDelivery::Slash(c) => self.slash(&c, item, lease).await,
             }
         })
     }
@@ -193,6 +190,7 @@ impl SlackInbox {
         let answer = url.filter(|u| !u.is_empty()).map(|url| SlackJob::Answer {
             response_url: url.to_string(),
             denied: denied.map(|d| d.reply(self.templates(), request.command.name())),
+            typed: false,
             lines: Vec::new(),
         });
         let refresh = SlackJob::Refresh {
@@ -276,46 +274,12 @@ impl SlackInbox {
         Ok(ended.map(SlackDenied::Over))
     }
 
-    /// What Slack is told when a command changed nothing.
-    fn refusal(&self, command: &Command, outcome: Outcome<SlackDenied>) -> String {
-        let error = |message: String| {
-            reply(
-                self.templates(),
-                json!({"what": "error", "message": message}),
-            )
-        };
-        match outcome {
-            Outcome::Applied(applied) => self.done(command, &applied),
-            Outcome::Denied(denied) => denied.reply(self.templates(), command.name()),
-            Outcome::Invalid(invalid) => invalid_text(command, &invalid),
-            Outcome::Held { gate, by, via } => {
-                error(CommandError::Held { gate, by, via }.to_string())
-            }
-            Outcome::WrittenBeforeClose { gate, closed_at } => {
-                error(CommandError::WrittenBeforeClose { gate, closed_at }.to_string())
-            }
-            Outcome::Named(why) => error(why.to_string()),
-        }
-    }
-
-    /// What Slack is told when a command was done.
-    fn done(&self, command: &Command, applied: &Applied) -> String {
-        if let Some(f) = &applied.froze {
-            return format!(":snowflake: Changes are {}", f.reason_line());
-        }
-        if let Command::Unfreeze { scope } = command {
-            return match applied.lifted.len() {
-                0 => format!("nothing was frozen in {scope}"),
-                n => format!(":sunny: lifted {n} freeze(s) of {scope}"),
-            };
-        }
-        reply(
-            self.templates(),
-            json!({"what": "done", "summary": applied.summary()}),
-        )
-    }
-
-    async fn slash(&self, c: &SlashCommand, item: &QueueItem) -> Result<(), SendError> {
+    async fn slash(
+        &self,
+        c: &SlashCommand,
+        item: &QueueItem,
+        lease: &Lease,
+    ) -> Result<Settled, SendError> {
         let url = Some(c.response_url.as_str());
         let parsed = match crate::command::freeze_verb(&c.text) {
             Some((verb, rest)) => self.freeze_command(verb, rest),
@@ -323,8 +287,11 @@ impl SlackInbox {
         };
         let (command, subject) = match parsed {
             Ok(Some(parsed)) => parsed,
-            Ok(None) => return Ok(()),
-            Err(text) => return self.respond(url, text).await,
+            Ok(None) => return Ok(Settled::NotYet),
+            Err(text) => {
+                self.respond(url, text).await?;
+                return Ok(Settled::NotYet);
+            }
         };
         let request = Request {
             place: None,
@@ -343,18 +310,36 @@ impl SlackInbox {
             decided: None,
             over: None,
         };
-        let outcome = dispatch::run(&self.state.engine, "slack", &request, &authorizer)
+        let engine = &self.state.engine;
+        let authorized = dispatch::authorize(engine, &request, &authorizer)
             .await
             .map_err(send_error)?;
-        let late = match outcome {
-            Outcome::Applied(_) => late_note(item, self.state.engine.now()),
-            _ => None,
+        // The answer says what was done, or why not, and whether late; the
+        // core fills it in the unit that decides, and the sink words it.
+        let payload = |e: crate::notify::PayloadError| SendError::Permanent(e.to_string());
+        let answer = SlackJob::Answer {
+            response_url: c.response_url.clone(),
+            denied: authorized
+                .denied()
+                .map(|d| d.reply(self.templates(), request.command.name())),
+            typed: true,
+            lines: Vec::new(),
         };
-        let text = self.refusal(&request.command, outcome);
-        match late {
-            Some(note) => self.respond(url, format!("{text}\n{note}")).await,
-            None => self.respond(url, text).await,
-        }
+        let replies = Replies {
+            reply: (!c.response_url.is_empty())
+                .then(|| answer.job(None))
+                .transpose()
+                .map_err(payload)?,
+            shows: |_| true,
+            received: Some(item),
+            ..Replies::default()
+        };
+        let asked = vec![Asked::Command {
+            request: Box::new(request),
+            authorized,
+        }];
+        intake::take_told(engine, "slack", asked, Some(lease), replies, Vec::new()).await?;
+        Ok(Settled::Done)
     }
 
     /// `/gatebot <command> <target> [reason]`; `None` when it names nothing.
@@ -410,13 +395,4 @@ fn response(response_url: Option<&str>, text: String) -> Result<Option<NewJob>, 
 
 fn send_error(e: CommandError) -> SendError {
     e.into()
-}
-
-/// Slack's words for what no one may send.
-fn invalid_text(command: &Command, invalid: &Invalid) -> String {
-    match invalid {
-        Invalid::ForceWithoutReason(verb) => force_without_reason(verb),
-        Invalid::FreezeReason => freeze_reason(command.name()),
-        other => other.to_string(),
-    }
 }

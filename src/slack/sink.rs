@@ -83,6 +83,9 @@ pub enum SlackJob {
         response_url: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         denied: Option<String>,
+        /// A typed command's answer (it says what was done), not a click's.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        typed: bool,
         #[serde(default)]
         lines: Vec<Told>,
     },
@@ -467,11 +470,13 @@ impl SlackSink {
             SlackJob::Answer {
                 response_url,
                 denied,
+                typed,
                 lines,
             } => {
+                let answer = answers::Answered { denied, typed };
                 let said: Vec<String> = lines
                     .iter()
-                    .filter_map(|line| answers::told(&self.templates, denied.as_deref(), line))
+                    .filter_map(|line| answers::told(&self.templates, &answer, line))
                     .collect();
                 if said.is_empty() {
                     return Ok(());
