@@ -386,8 +386,12 @@ pub enum AppliedNote {
 pub enum Refusal {
     /// The channel's authorizer said no.
     Denied { why: String },
-    /// Break glass without a reason.
-    ForceWithoutReason { verb: String },
+    /// Break glass without a reason; `why` as the core words it.
+    ForceWithoutReason {
+        verb: String,
+        #[serde(default)]
+        why: String,
+    },
     /// A freeze's reason empty, too long or more than one line.
     FreezeReason,
     /// Anything else no one may send.
@@ -437,9 +441,12 @@ impl Told {
             Outcome::Denied(why) => Refusal::Denied {
                 why: why.to_string(),
             },
-            Outcome::Invalid(Invalid::ForceWithoutReason(verb)) => Refusal::ForceWithoutReason {
-                verb: verb.to_string(),
-            },
+            Outcome::Invalid(invalid @ Invalid::ForceWithoutReason(verb)) => {
+                Refusal::ForceWithoutReason {
+                    verb: verb.to_string(),
+                    why: invalid.to_string(),
+                }
+            }
             Outcome::Invalid(Invalid::FreezeReason) => Refusal::FreezeReason,
             Outcome::Invalid(other) => Refusal::Invalid {
                 why: other.to_string(),

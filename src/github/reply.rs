@@ -85,7 +85,7 @@ fn note_text(note: &AppliedNote) -> String {
 fn refused(why: &Refusal) -> String {
     let why = match why {
         Refusal::Denied { why } | Refusal::Invalid { why } | Refusal::Named { why } => why.clone(),
-        Refusal::ForceWithoutReason { verb } => {
+        Refusal::ForceWithoutReason { verb, .. } => {
             format!("break glass needs a reason: `/{verb} --force <reason>`")
         }
         Refusal::FreezeReason => format!(

@@ -48,7 +48,7 @@ pub fn told(templates: &Templates, answer: &Answered, line: &Told) -> Option<Str
             error(written_before_close(gate, *closed_at))
         }
         Refusal::Named { why } => error(why.clone()),
-        Refusal::ForceWithoutReason { verb } => force_without_reason(verb),
+        Refusal::ForceWithoutReason { verb, .. } => force_without_reason(verb),
         Refusal::FreezeReason => freeze_reason(command),
         Refusal::Invalid { why } => why.clone(),
     })

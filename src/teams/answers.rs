@@ -2,7 +2,7 @@
 
 use super::activity::Activity;
 use crate::core::authors::PrAuthors;
-use crate::core::dispatch::{Answer, Authorizer, Outcome, Rule};
+use crate::core::dispatch::{Answer, Authorizer, Rule};
 use crate::core::{AppState, CommandError};
 use crate::gate::{GateKey, Scope};
 use crate::notify::SendError;
@@ -176,19 +176,6 @@ pub(super) fn name_of(activity: &Activity) -> &str {
         activity.from.id.as_str()
     } else {
         activity.from.name.as_str()
-    }
-}
-
-pub(super) fn answer(outcome: Outcome<TeamsDenied>) -> String {
-    match outcome {
-        Outcome::Applied(applied) => applied.summary(),
-        Outcome::Denied(denied) => denied.to_string(),
-        Outcome::Invalid(invalid) => invalid.to_string(),
-        Outcome::Held { gate, by, via } => format!("{gate} is held by {by} via {via}"),
-        Outcome::WrittenBeforeClose { gate, .. } => {
-            format!("{gate} was closed after this was written: send it again")
-        }
-        Outcome::Named(why) => why.to_string(),
     }
 }
 

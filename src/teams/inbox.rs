@@ -6,16 +6,15 @@
 use crate::command::{parse_freeze, parse_slash, Command, Verb};
 use crate::core::authors::PrAuthors;
 use crate::core::commands::{self, Subject};
-use crate::core::dispatch::Outcome;
 use crate::core::dispatch::{self, Request};
-use crate::core::intake::Intake;
+use crate::core::intake::{self, Asked, Intake, Replies};
 use crate::core::{AppState, Provenance};
 use crate::gate::{Actor, DeliveryId, Source};
-use crate::notify::{late_note, BoxFuture, Lease, SendError, Settled};
+use crate::notify::{BoxFuture, Lease, SendError, Settled};
 use crate::store::QueueItem;
 
 use super::activity::Activity;
-use super::answers::{answer, name_of, person_of, send_error, TeamsAuthorizer};
+use super::answers::{name_of, person_of, send_error, TeamsAuthorizer};
 use super::sink::Reply;
 
 /// A message typed to the bot.
@@ -59,11 +58,20 @@ impl Intake for TeamsInbox {
                 super::invoke::apply(&self.state, &self.authors, click).await?;
                 return Ok(Settled::Done);
             }
-            let answer = self.message(&activity, item).await?;
-            tracing::info!(from = %activity.from.name, answer = %answer, "Teams command");
-            self.reply(&activity, answer).await?;
-            Ok(Settled::NotYet)
+            self.message(&activity, item, lease).await
         })
+    }
+}
+
+/// A reply in `activity`'s thread, its words to come.
+fn reply_to(activity: &Activity) -> Reply {
+    Reply {
+        service_url: activity.service_url.clone(),
+        conversation_id: activity.conversation.id.clone(),
+        reply_to_id: activity.id.clone(),
+        text: String::new(),
+        clicker: None,
+        lines: Vec::new(),
     }
 }
 
@@ -94,17 +102,20 @@ fn find_ci(haystack: &str, needle: &str) -> Option<usize> {
 
 impl TeamsInbox {
     /// Queues the answer, posted in the message's thread by the outbox.
+    /// Answers at once what needs no unit (`status`, `help`, words it cannot read).
+    async fn answer_now(&self, activity: &Activity, text: String) -> Result<Settled, SendError> {
+        tracing::info!(from = %activity.from.name, answer = %text, "Teams command");
+        self.reply(activity, text).await?;
+        Ok(Settled::NotYet)
+    }
+
     async fn reply(&self, activity: &Activity, text: String) -> Result<(), SendError> {
         if !self.replies {
             return Ok(());
         }
         let job = Reply {
-            service_url: activity.service_url.clone(),
-            conversation_id: activity.conversation.id.clone(),
-            reply_to_id: activity.id.clone(),
             text,
-            clicker: None,
-            lines: Vec::new(),
+            ..reply_to(activity)
         }
         .job()
         .map_err(|e| SendError::Permanent(e.to_string()))?;
@@ -117,17 +128,24 @@ impl TeamsInbox {
             .map(drop)
     }
 
-    /// Applies the message's command; returns what the person would be told.
-    async fn message(&self, activity: &Activity, item: &QueueItem) -> Result<String, SendError> {
+    /// Applies the message's command in one unit with its reply (what the
+    /// core told of it, worded when sent) and the delivery's settling.
+    async fn message(
+        &self,
+        activity: &Activity,
+        item: &QueueItem,
+        lease: &Lease,
+    ) -> Result<Settled, SendError> {
         let text = without_mentions(&activity.text);
         if let Ok(inv) = parse_slash(&text) {
             if inv.command == Verb::Status {
-                return self.status(inv.target).await;
+                let answer = self.status(inv.target).await?;
+                return self.answer_now(activity, answer).await;
             }
         }
         let (command, subject) = match self.command(&text) {
             Ok(parsed) => parsed,
-            Err(answer) => return Ok(answer),
+            Err(answer) => return self.answer_now(activity, answer).await,
         };
         let name = name_of(activity);
         let aad_object_id = activity.from.aad_object_id.as_deref();
@@ -147,18 +165,27 @@ impl TeamsInbox {
             name,
             card: None,
         };
-        let outcome = dispatch::run(&self.state.engine, "teams", &request, &authorizer)
+        let engine = &self.state.engine;
+        let authorized = dispatch::authorize(engine, &request, &authorizer)
             .await
             .map_err(send_error)?;
-        let late = match outcome {
-            Outcome::Applied(_) => late_note(item, self.state.engine.now()),
-            _ => None,
+        let reply = reply_to(activity)
+            .job()
+            .map_err(|e| SendError::Permanent(e.to_string()))?;
+        let replies = Replies {
+            reply: self.replies.then_some(reply),
+            shows: |_| true,
+            received: Some(item),
+            ..Replies::default()
         };
-        let text = answer(outcome);
-        Ok(match late {
-            Some(note) => format!("{text}\n\n{note}"),
-            None => text,
-        })
+        let asked = vec![Asked::Command {
+            request: Box::new(request),
+            authorized,
+        }];
+        let told =
+            intake::take_told(engine, "teams", asked, Some(lease), replies, Vec::new()).await?;
+        tracing::info!(from = %activity.from.name, told = ?told, "Teams command");
+        Ok(Settled::Done)
     }
 
     /// The command and what it is about, or the answer when it is none.

@@ -13,7 +13,8 @@ use serde_json::{json, Value};
 use super::card::{self, CardView, Links, Offer, Status};
 use super::client::{Connector, Workflow};
 use crate::clock::SharedClock;
-use crate::core::intake::Told;
+use crate::command::Invalid;
+use crate::core::intake::{Refusal, Told};
 use crate::core::Records;
 use crate::evidence::Evidence;
 use crate::gate::{AuditAction, CanaryRef, GateKey, GateStatus, Millis};
@@ -52,21 +53,24 @@ pub struct Reply {
 }
 
 impl Reply {
-    /// The words posted: the text, or for a click what was told of it.
-    /// The card shows the decision, so only lateness is said.
+    /// The words posted: the text, or what was told of a typed command or a
+    /// click. A card shows a click's decision, so only lateness is said of it.
     pub fn words(&self) -> String {
-        let Some(clicker) = &self.clicker else {
+        if self.lines.is_empty() {
             return self.text.clone();
+        }
+        let said: Vec<String> = match &self.clicker {
+            Some(clicker) => self
+                .lines
+                .iter()
+                .filter_map(|line| match line {
+                    Told::Late { note } => Some(format!("{clicker}'s click was {note}")),
+                    _ => None,
+                })
+                .collect(),
+            None => self.lines.iter().filter_map(typed).collect(),
         };
-        let said: Vec<String> = self
-            .lines
-            .iter()
-            .filter_map(|line| match line {
-                Told::Late { note } => Some(format!("{clicker}'s click was {note}")),
-                _ => None,
-            })
-            .collect();
-        said.join("\n")
+        said.join("\n\n")
     }
 
     /// Once per activity answered: a command applied again sends no second reply.
@@ -79,6 +83,27 @@ impl Reply {
             ..encode_job(NAME, REPLY, self)?
         })
     }
+}
+
+/// Teams' words for one line of what the core told of a typed command.
+fn typed(line: &Told) -> Option<String> {
+    let why = match line {
+        Told::Applied { summary, .. } => return Some(summary.clone()),
+        Told::Late { note } => return Some(note.clone()),
+        Told::Refused { why, .. } => why,
+        _ => return None,
+    };
+    Some(match why {
+        Refusal::Denied { why }
+        | Refusal::ForceWithoutReason { why, .. }
+        | Refusal::Invalid { why }
+        | Refusal::Named { why } => why.clone(),
+        Refusal::FreezeReason => Invalid::FreezeReason.to_string(),
+        Refusal::Held { gate, by, via } => format!("{gate} is held by {by} via {via}"),
+        Refusal::WrittenBeforeClose { gate, .. } => {
+            format!("{gate} was closed after this was written: send it again")
+        }
+    })
 }
 
 /// A card's job (every topic but `reply`).
