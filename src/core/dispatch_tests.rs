@@ -171,3 +171,74 @@ async fn a_held_gate_and_a_stale_command_are_refused_and_audited() {
         ["hold", "refuse", "unhold", "refuse"]
     );
 }
+
+/// A delivery whose lease was lost before its unit commits writes nothing
+/// (no gate change, no answer): the worker that holds it now applies and
+/// answers it, once. Settling with a stale claim used to be ignored, and the
+/// person was answered twice.
+#[tokio::test]
+async fn a_unit_whose_lease_was_lost_writes_nothing() {
+    use super::intake::{self, Asked, Replies};
+    use crate::notify::{Lease, SendError};
+    use crate::store::{NewJob, QueueName};
+
+    let f = engine().await;
+    let store = f.engine.store().clone();
+    let queues = store.queues();
+    let now = f.engine.now();
+    assert!(queues
+        .receive("test", "d1", "comment", "{}", now)
+        .await
+        .unwrap());
+    let first = queues
+        .claim(QueueName::Inbox, "one", now, 1_000)
+        .await
+        .unwrap()
+        .expect("claimed");
+    f.clock.advance(2_000);
+    let later = f.engine.now();
+    let second = queues.claim(QueueName::Inbox, "two", later, 60_000).await;
+    assert!(
+        second.unwrap().is_some(),
+        "the lease ran out: claimed again"
+    );
+    let lease = Lease {
+        queue: QueueName::Inbox,
+        owner: "one".into(),
+        attempts: first.attempts,
+        id: first.id.clone(),
+        length: std::time::Duration::from_secs(1),
+        store: store.clone(),
+        clock: f.clock.clone(),
+        lost: Default::default(),
+    };
+    let r = request(Verb::Promote, PROMOTE, "d1", 999_000);
+    let authorized = dispatch::authorize(&f.engine, &r, &Decides(None))
+        .await
+        .unwrap();
+    let answer = NewJob {
+        sink: "test".into(),
+        topic: "reply".into(),
+        payload: "{}".into(),
+        dedupe_key: None,
+        once_key: None,
+        not_before: 0,
+    };
+    let replies = Replies {
+        reply: Some(answer),
+        shows: |_| true,
+        ..Replies::default()
+    };
+    let asked = vec![Asked::Command {
+        request: Box::new(r),
+        authorized,
+    }];
+    let out = intake::take_told(&f.engine, "test", asked, Some(&lease), replies, Vec::new()).await;
+    assert!(matches!(out, Err(SendError::Transient(_))), "{out:?}");
+    assert!(matches!(
+        f.engine.gate(&key(PROMOTE)).await.unwrap().status,
+        GateStatus::Closed { .. }
+    ));
+    assert_eq!(queues.pending(QueueName::Outbox).await.unwrap(), 0);
+    assert!(actions(&f.engine, PROMOTE).await.is_empty());
+}

@@ -592,8 +592,15 @@ async fn write(unit: &mut Unit<'_>, said: Said, receipt: Option<&Lease>) -> Resu
         }
     }
     unit.enqueue(&said.jobs).await?;
+    // A lease lost meanwhile: the item is another worker's, which applies it
+    // (once: the delivery's id) and answers it. Writing here too would answer twice.
     if let Some(lease) = receipt {
-        unit.settle(lease.queue, &lease.claim()).await?;
+        if !unit.settle(lease.queue, &lease.claim()).await? {
+            return Err(SendError::Transient(format!(
+                "the lease of {} was lost: another worker has it",
+                lease.claim().id
+            )));
+        }
     }
     Ok(())
 }

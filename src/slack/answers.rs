@@ -63,7 +63,7 @@ pub struct Answered {
 }
 
 /// What Slack is told when a command was done.
-pub fn done(templates: &Templates, note: Option<&AppliedNote>, summary: &str) -> String {
+fn done(templates: &Templates, note: Option<&AppliedNote>, summary: &str) -> String {
     match note {
         Some(AppliedNote::Froze { reason_line }) => {
             format!(":snowflake: Changes are {reason_line}")
