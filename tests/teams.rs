@@ -1450,3 +1450,27 @@ async fn a_click_applied_late_says_so_in_the_cards_thread() {
     assert!(texts(&last).contains("Approved by Rido"), "{last}");
     env.server.stop().await;
 }
+
+/// A freeze typed to the bot is answered with the freeze it made, and an
+/// unfreeze with how many it lifted (they were answered "opened ").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typed_freeze_and_unfreeze_say_what_they_did() {
+    let env = env(Backend::Sqlite).await;
+    let reply = |id: &str| {
+        env.bot
+            .sent()
+            .iter()
+            .find(|s| s.activity["replyToId"] == id)
+            .map(|s| s.activity["text"].as_str().unwrap_or("").to_string())
+    };
+    env.say("fz-1", "freeze all for 2h maintenance window", RIDO)
+        .await;
+    let frozen = reply("fz-1").expect("answered");
+    assert!(
+        frozen.starts_with("Changes are frozen (all)") && frozen.contains("maintenance window"),
+        "{frozen}"
+    );
+    env.say("fz-2", "unfreeze all", RIDO).await;
+    assert_eq!(reply("fz-2").as_deref(), Some("lifted 1 freeze(s) of all"));
+    env.server.stop().await;
+}

@@ -242,3 +242,81 @@ async fn a_unit_whose_lease_was_lost_writes_nothing() {
     assert_eq!(queues.pending(QueueName::Outbox).await.unwrap(), 0);
     assert!(actions(&f.engine, PROMOTE).await.is_empty());
 }
+
+/// Two clicks on one Teams card, each authorized before either commits: the
+/// first decides the card; the second, whose authorization is stale, writes
+/// nothing and is asked again (then refused as decided), instead of opening
+/// its gate and overwriting the card's decision.
+#[tokio::test]
+async fn a_card_decided_meanwhile_keeps_its_first_decision() {
+    use super::intake::{self, Asked, Mark, Replies};
+    use crate::notify::SendError;
+    use crate::store::TeamsCard;
+
+    let f = engine().await;
+    let card = TeamsCard {
+        wait_id: 7,
+        gate: PROMOTE.into(),
+        canary: "test/podinfo".into(),
+        conversation_id: "19:c".into(),
+        service_url: "https://smba.example/".into(),
+        activity_id: "a1".into(),
+        decided: None,
+        outcome: None,
+        final_state: None,
+    };
+    let teams = f.engine.store().teams();
+    teams
+        .remember_teams_card(&card, f.engine.now())
+        .await
+        .unwrap();
+    let start = "/gates/start/acme/shop/pr/42";
+    let first = request(Verb::Promote, PROMOTE, "c1", 999_000);
+    let second = request(Verb::Start, start, "c2", 999_000);
+    let mut asked = Vec::new();
+    for r in [first, second] {
+        let authorized = dispatch::authorize(&f.engine, &r, &Decides(None))
+            .await
+            .unwrap();
+        asked.push(Asked::Command {
+            request: Box::new(r),
+            authorized,
+        });
+    }
+    let decided = |by: &str| Replies {
+        decided: vec![Mark::TeamsCard {
+            wait_id: 7,
+            verb: "approve",
+            by: by.into(),
+        }],
+        ..Replies::default()
+    };
+    let late = asked.pop().expect("second");
+    let on_time = asked.pop().expect("first");
+    intake::take_told(
+        &f.engine,
+        "test",
+        vec![on_time],
+        None,
+        decided("Alice"),
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    let out = intake::take_told(
+        &f.engine,
+        "test",
+        vec![late],
+        None,
+        decided("Bob"),
+        Vec::new(),
+    )
+    .await;
+    assert!(matches!(out, Err(SendError::Retry { .. })), "{out:?}");
+    let kept = teams.teams_card(7).await.unwrap().expect("card");
+    assert_eq!(kept.decided.map(|(_, by, _)| by).as_deref(), Some("Alice"));
+    assert!(matches!(
+        f.engine.gate(&key(start)).await.unwrap().status,
+        GateStatus::Closed { .. }
+    ));
+}

@@ -582,7 +582,13 @@ async fn write(unit: &mut Unit<'_>, said: Said, receipt: Option<&Lease>) -> Resu
                 unit.decide_slack_message(*wait_id, decision).await?
             }
             Mark::TeamsCard { wait_id, verb, by } => {
-                unit.decide_teams_card(*wait_id, verb, by).await?
+                // Decided by a click that committed first: this one's
+                // authorization is stale. Asked again, it is refused.
+                if !unit.decide_teams_card(*wait_id, verb, by).await? {
+                    return Err(SendError::retry(format!(
+                        "the card of wait {wait_id} was decided meanwhile"
+                    )));
+                }
             }
             Mark::PrAuthor {
                 repo,

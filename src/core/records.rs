@@ -300,12 +300,13 @@ impl Unit<'_> {
     }
 
     /// Who decided a Teams card's wait, and how, with the change they made.
+    /// False when another click decided it first.
     pub async fn decide_teams_card(
         &mut self,
         wait_id: i64,
         verb: &str,
         by: &str,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let now = self.now();
         crate::store::TeamsRows::decide_teams_card(self.tx(), wait_id, verb, by, now).await
     }

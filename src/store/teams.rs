@@ -174,23 +174,35 @@ impl<'s> TeamsRows<'s> {
     }
 
     /// Who decided from the card, in the transaction of the change.
+    /// False when the card was decided already: the first decision stands,
+    /// and a click that raced it is asked again (and then refused).
     pub async fn decide_teams_card(
         tx: &mut WriteTx<'_>,
         wait_id: i64,
         verb: &str,
         by: &str,
         at: Millis,
-    ) -> Result<()> {
-        sqlx::query(
-            "UPDATE teams_cards SET verdict = $2, decided_by = $3, decided_at = $4 WHERE wait_id = $1",
+    ) -> Result<bool> {
+        let decided = sqlx::query(
+            "UPDATE teams_cards SET verdict = $2, decided_by = $3, decided_at = $4 \
+             WHERE wait_id = $1 AND verdict IS NULL",
         )
         .bind(wait_id)
         .bind(verb.to_string())
         .bind(by.to_string())
         .bind(at)
         .execute(tx.conn())
-        .await?;
-        Ok(())
+        .await?
+        .rows_affected();
+        if decided > 0 {
+            return Ok(true);
+        }
+        // No card kept (a Workflows post): nothing to decide, nothing raced.
+        let kept = sqlx::query("SELECT 1 FROM teams_cards WHERE wait_id = $1")
+            .bind(wait_id)
+            .fetch_optional(tx.conn())
+            .await?;
+        Ok(kept.is_none())
     }
 
     /// How the wait ended (kept once: the first ending is the one).

@@ -14,7 +14,7 @@ use super::card::{self, CardView, Links, Offer, Status};
 use super::client::{Connector, Workflow};
 use crate::clock::SharedClock;
 use crate::command::Invalid;
-use crate::core::intake::{Refusal, Told};
+use crate::core::intake::{AppliedNote, Refusal, Told};
 use crate::core::Records;
 use crate::evidence::Evidence;
 use crate::gate::{AuditAction, CanaryRef, GateKey, GateStatus, Millis};
@@ -88,7 +88,18 @@ impl Reply {
 /// Teams' words for one line of what the core told of a typed command.
 fn typed(line: &Told) -> Option<String> {
     let why = match line {
-        Told::Applied { summary, .. } => return Some(summary.clone()),
+        Told::Applied { note, summary, .. } => {
+            return Some(match note {
+                Some(AppliedNote::Froze { reason_line }) => format!("Changes are {reason_line}"),
+                Some(AppliedNote::Lifted { count: 0, scope }) => {
+                    format!("nothing was frozen in {scope}")
+                }
+                Some(AppliedNote::Lifted { count, scope }) => {
+                    format!("lifted {count} freeze(s) of {scope}")
+                }
+                _ => summary.clone(),
+            })
+        }
         Told::Late { note } => return Some(note.clone()),
         Told::Refused { why, .. } => why,
         _ => return None,
