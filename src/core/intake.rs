@@ -229,6 +229,25 @@ where
     take_all(engine, source, asked, receipt, say).await
 }
 
+/// [`take_told`] for a delivery of one command and no rows of its own.
+pub async fn take_one<D>(
+    engine: &Engine,
+    source: &'static str,
+    request: Request,
+    authorized: Authorized<D>,
+    receipt: Option<&Lease>,
+    replies: Replies<'_>,
+) -> Result<Vec<Told>, SendError>
+where
+    D: fmt::Display,
+{
+    let asked = vec![Asked::Command {
+        request: Box::new(request),
+        authorized,
+    }];
+    take_told(engine, source, asked, receipt, replies, Vec::new()).await
+}
+
 /// The rollback gate a command opened (a Reject at a promotion), if any.
 fn rollback_opened<D>(outcomes: &[Option<Outcome<D>>]) -> Option<String> {
     outcomes.iter().flatten().find_map(|outcome| match outcome {

@@ -11,7 +11,7 @@ use super::sink::GithubJob;
 use super::SOURCE;
 use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Answer, Authorizer, Request, Rule};
-use crate::core::intake::{self, Asked, Replies};
+use crate::core::intake::{self, Replies};
 use crate::core::Provenance;
 use crate::gate::{Actor, DeliveryId, GateKey, PrNumber, RepoName, Source};
 use crate::notify::{Lease, SendError, Settled};
@@ -123,18 +123,11 @@ impl GithubInbox {
         // The run says at once who did what, refused or not.
         let replies = Replies {
             first: vec![GithubJob::check_run(&repo, number, key.kind)?],
-            reply: None,
-            applied: None,
-            refused: None,
             ..Replies::default()
         };
         let engine = &self.state.engine;
         let authorized = dispatch::authorize(engine, &request, &authorizer).await?;
-        let asked = vec![Asked::Command {
-            request: Box::new(request),
-            authorized,
-        }];
-        intake::take_told(engine, SOURCE, asked, Some(lease), replies, Vec::new()).await?;
+        intake::take_one(engine, SOURCE, request, authorized, Some(lease), replies).await?;
         Ok(Settled::Done)
     }
 }

@@ -15,7 +15,7 @@ use super::SOURCE;
 use crate::command::Command;
 use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Request};
-use crate::core::intake::{self, Asked, Replies, Said};
+use crate::core::intake::{self, Replies, Said};
 use crate::core::Provenance;
 use crate::gate::{Actor, DeliveryId, GateKey, GateKind, PrNumber, RepoName, Scope, Source};
 use crate::notify::{Lease, SendError, Settled};
@@ -50,6 +50,23 @@ impl Reviewed<'_> {
             installation: self.e.installation.as_ref().map(|i| i.id),
         };
         Ok(job.once(self.delivery.once_key(SOURCE, "review-reply"))?)
+    }
+
+    /// The reply the core fills with what it told, once per delivery, led
+    /// by `lead`; worded when sent.
+    fn told(&self, lead: Option<String>) -> Result<Replies<'static>, SendError> {
+        let job = GithubJob::Reply {
+            repo: self.repo.clone(),
+            number: self.number,
+            author: self.reviewer().to_string(),
+            installation: self.e.installation.as_ref().map(|i| i.id),
+            lead,
+            lines: Vec::new(),
+        };
+        Ok(Replies {
+            reply: Some(job.once(self.delivery.once_key(SOURCE, "review-reply"))?),
+            ..Replies::default()
+        })
     }
 
     fn promote(&self) -> GateKey {
@@ -159,30 +176,12 @@ impl GithubInbox {
         };
         // A reply only when the review did more than open the gate, led by
         // what the review counted as; worded when sent.
-        let reply = GithubJob::Reply {
-            repo: r.repo.clone(),
-            number: r.number,
-            author: r.reviewer().to_string(),
-            installation: r.e.installation.as_ref().map(|i| i.id),
-            lead: Some(format!(
-                "your approving review of `{}` counts as `/promote` here:",
-                short(reviewed)
-            )),
-            lines: Vec::new(),
-        };
-        let replies = Replies {
-            first: Vec::new(),
-            reply: Some(reply.once(r.delivery.once_key(SOURCE, "review-reply"))?),
-            applied: None,
-            refused: None,
-            ..Replies::default()
-        };
+        let replies = r.told(Some(format!(
+            "your approving review of `{}` counts as `/promote` here:",
+            short(reviewed)
+        )))?;
         let authorized = dispatch::authorize(engine, &request, &authorizer).await?;
-        let asked = vec![Asked::Command {
-            request: Box::new(request),
-            authorized,
-        }];
-        intake::take_told(engine, SOURCE, asked, Some(lease), replies, Vec::new()).await?;
+        intake::take_one(engine, SOURCE, request, authorized, Some(lease), replies).await?;
         Ok(Settled::Done)
     }
 
@@ -197,18 +196,7 @@ impl GithubInbox {
                 r.reviewer()
             )));
         // Worded when sent, from what the core told of the withdrawal.
-        let reply = GithubJob::Reply {
-            repo: r.repo.clone(),
-            number: r.number,
-            author: r.reviewer().to_string(),
-            installation: r.e.installation.as_ref().map(|i| i.id),
-            lead: None,
-            lines: Vec::new(),
-        };
-        let replies = Replies {
-            reply: Some(reply.once(r.delivery.once_key(SOURCE, "review-reply"))?),
-            ..Replies::default()
-        };
+        let replies = r.told(None)?;
         let (key, person) = (r.promote(), r.reviewer());
         intake::withdraw(
             engine,

@@ -16,7 +16,7 @@ use crate::command::{parse_slash, Command};
 use crate::core::authors::PrAuthors;
 use crate::core::commands::{self, Subject};
 use crate::core::dispatch::{self, Request};
-use crate::core::intake::{self, Asked, Intake, Mark, Replies, Told};
+use crate::core::intake::{self, Intake, Mark, Replies, Told};
 use crate::core::AppState;
 use crate::core::{CommandError, Provenance};
 use crate::gate::{Actor, DeliveryId, GateKey, GateStatus, Phase, Source};
@@ -154,11 +154,7 @@ impl SlackInbox {
             }
         }
         let replies = self.answer(i, &click, url, item, authorized.denied(), &request)?;
-        let asked = vec![Asked::Command {
-            request: Box::new(request),
-            authorized,
-        }];
-        intake::take_told(engine, "slack", asked, Some(lease), replies, Vec::new()).await?;
+        intake::take_one(engine, "slack", request, authorized, Some(lease), replies).await?;
         Ok(Settled::Done)
     }
 
@@ -176,7 +172,6 @@ impl SlackInbox {
         denied: Option<&SlackDenied>,
         request: &Request,
     ) -> Result<Replies<'a>, SendError> {
-        let payload = |e: crate::notify::PayloadError| SendError::Permanent(e.to_string());
         let decision = Decision {
             approved: click.approve,
             user_id: Some(i.user.id.clone()),
@@ -197,9 +192,12 @@ impl SlackInbox {
             wait_id: click.value.wait_id,
         };
         Ok(Replies {
-            reply: answer.map(|a| a.job(None)).transpose().map_err(payload)?,
+            reply: answer
+                .map(|a| a.job(None))
+                .transpose()
+                .map_err(SendError::from)?,
             shows: |line| !matches!(line, Told::Applied { .. }),
-            applied: Some(refresh.job(None).map_err(payload)?),
+            applied: Some(refresh.job(None).map_err(SendError::from)?),
             decided: vec![Mark::SlackDecision {
                 wait_id: click.value.wait_id,
                 decision,
@@ -316,7 +314,6 @@ impl SlackInbox {
             .map_err(send_error)?;
         // The answer says what was done, or why not, and whether late; the
         // core fills it in the unit that decides, and the sink words it.
-        let payload = |e: crate::notify::PayloadError| SendError::Permanent(e.to_string());
         let answer = SlackJob::Answer {
             response_url: c.response_url.clone(),
             denied: authorized
@@ -329,16 +326,12 @@ impl SlackInbox {
             reply: (!c.response_url.is_empty())
                 .then(|| answer.job(None))
                 .transpose()
-                .map_err(payload)?,
+                .map_err(SendError::from)?,
             shows: |_| true,
             received: Some(item),
             ..Replies::default()
         };
-        let asked = vec![Asked::Command {
-            request: Box::new(request),
-            authorized,
-        }];
-        intake::take_told(engine, "slack", asked, Some(lease), replies, Vec::new()).await?;
+        intake::take_one(engine, "slack", request, authorized, Some(lease), replies).await?;
         Ok(Settled::Done)
     }
 

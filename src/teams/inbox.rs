@@ -7,7 +7,7 @@ use crate::command::{parse_freeze, parse_slash, Command, Verb};
 use crate::core::authors::PrAuthors;
 use crate::core::commands::{self, Subject};
 use crate::core::dispatch::{self, Request};
-use crate::core::intake::{self, Asked, Intake, Replies};
+use crate::core::intake::{self, Intake, Replies};
 use crate::core::{AppState, Provenance};
 use crate::gate::{Actor, DeliveryId, Source};
 use crate::notify::{BoxFuture, Lease, SendError, Settled};
@@ -117,8 +117,7 @@ impl TeamsInbox {
             text,
             ..reply_to(activity)
         }
-        .job()
-        .map_err(|e| SendError::Permanent(e.to_string()))?;
+        .job()?;
         self.state
             .engine
             .commands()
@@ -169,21 +168,15 @@ impl TeamsInbox {
         let authorized = dispatch::authorize(engine, &request, &authorizer)
             .await
             .map_err(send_error)?;
-        let reply = reply_to(activity)
-            .job()
-            .map_err(|e| SendError::Permanent(e.to_string()))?;
+        let reply = reply_to(activity).job()?;
         let replies = Replies {
             reply: self.replies.then_some(reply),
             shows: |_| true,
             received: Some(item),
             ..Replies::default()
         };
-        let asked = vec![Asked::Command {
-            request: Box::new(request),
-            authorized,
-        }];
         let told =
-            intake::take_told(engine, "teams", asked, Some(lease), replies, Vec::new()).await?;
+            intake::take_one(engine, "teams", request, authorized, Some(lease), replies).await?;
         tracing::info!(from = %activity.from.name, told = ?told, "Teams command");
         Ok(Settled::Done)
     }

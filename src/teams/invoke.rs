@@ -27,7 +27,7 @@ use crate::command::Command;
 use crate::core::authors::PrAuthors;
 use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Request};
-use crate::core::intake::{self, Asked, Mark, Replies, Told};
+use crate::core::intake::{self, Mark, Replies, Told};
 use crate::core::{AppState, Provenance};
 use crate::gate::{Actor, DeliveryId, GateKey, Phase, Source};
 use crate::http::error::{Reject, Rejected};
@@ -237,12 +237,8 @@ pub async fn apply(state: &AppState, authors: &PrAuthors, c: Stored<'_>) -> Resu
         .await
         .map_err(send_error)?;
     let replies = replies(activity, &click, name, c.replies, item)?;
-    let asked = vec![Asked::Command {
-        request: Box::new(request),
-        authorized,
-    }];
     let told =
-        intake::take_told(engine, "teams", asked, Some(c.lease), replies, Vec::new()).await?;
+        intake::take_one(engine, "teams", request, authorized, Some(c.lease), replies).await?;
     state.delivery_applied.notify_waiters();
     tracing::info!(from = %name, verb = click.verb, told = ?told, "Teams card click");
     Ok(())
@@ -258,7 +254,6 @@ fn replies<'a>(
     replies: bool,
     item: &'a QueueItem,
 ) -> Result<Replies<'a>, SendError> {
-    let payload = |e: crate::notify::PayloadError| SendError::Permanent(e.to_string());
     let reply = sink::Reply {
         service_url: activity.service_url.clone(),
         conversation_id: activity.conversation.id.clone(),
@@ -276,9 +271,12 @@ fn replies<'a>(
         by: name.to_string(),
     });
     Ok(Replies {
-        reply: replies.then(|| reply.job()).transpose().map_err(payload)?,
+        reply: replies
+            .then(|| reply.job())
+            .transpose()
+            .map_err(SendError::from)?,
         shows: Told::late,
-        applied: Some(refresh.job(None).map_err(payload)?),
+        applied: Some(refresh.job(None).map_err(SendError::from)?),
         decided: decided.into_iter().collect(),
         received: Some(item),
         ..Replies::default()
