@@ -243,14 +243,50 @@ async fn a_unit_whose_lease_was_lost_writes_nothing() {
     assert!(actions(&f.engine, PROMOTE).await.is_empty());
 }
 
-/// Two clicks on one Teams card, each authorized before either commits: the
-/// first decides the card; the second, whose authorization is stale, writes
-/// nothing and is asked again (then refused as decided), instead of opening
-/// its gate and overwriting the card's decision.
+/// Two clicks on one message, each authorized before either commits, Alice's
+/// applied first. Returns how Bob's went and the gate his click would open.
+async fn two_clicks_at_once(
+    f: &Fixture,
+    mark: impl Fn(&str) -> super::intake::Mark,
+) -> (
+    Result<Vec<super::intake::Told>, crate::notify::SendError>,
+    GateStatus,
+) {
+    use super::intake::{self, Asked, Replies};
+
+    let start = "/gates/start/acme/shop/pr/42";
+    let mut asked = Vec::new();
+    for r in [
+        request(Verb::Promote, PROMOTE, "c1", 999_000),
+        request(Verb::Start, start, "c2", 999_000),
+    ] {
+        let authorized = dispatch::authorize(&f.engine, &r, &Decides(None))
+            .await
+            .unwrap();
+        asked.push(Asked::Command {
+            request: Box::new(r),
+            authorized,
+        });
+    }
+    let late = asked.pop().expect("second");
+    let mut outs = Vec::new();
+    for (by, one) in [("Alice", asked.pop().expect("first")), ("Bob", late)] {
+        let replies = Replies {
+            decided: vec![mark(by)],
+            ..Replies::default()
+        };
+        outs.push(intake::take_told(&f.engine, "test", vec![one], None, replies, Vec::new()).await);
+    }
+    assert!(outs[0].is_ok(), "{:?}", outs[0]);
+    let status = f.engine.gate(&key(start)).await.unwrap().status;
+    (outs.pop().expect("Bob's"), status)
+}
+
+/// The first of two racing clicks decides a Teams card; the second, whose
+/// authorization is stale, writes nothing and is asked again (then refused as
+/// decided), instead of opening its gate and overwriting the card's decision.
 #[tokio::test]
 async fn a_card_decided_meanwhile_keeps_its_first_decision() {
-    use super::intake::{self, Asked, Mark, Replies};
-    use crate::notify::SendError;
     use crate::store::TeamsCard;
 
     let f = engine().await;
@@ -270,53 +306,45 @@ async fn a_card_decided_meanwhile_keeps_its_first_decision() {
         .remember_teams_card(&card, f.engine.now())
         .await
         .unwrap();
-    let start = "/gates/start/acme/shop/pr/42";
-    let first = request(Verb::Promote, PROMOTE, "c1", 999_000);
-    let second = request(Verb::Start, start, "c2", 999_000);
-    let mut asked = Vec::new();
-    for r in [first, second] {
-        let authorized = dispatch::authorize(&f.engine, &r, &Decides(None))
-            .await
-            .unwrap();
-        asked.push(Asked::Command {
-            request: Box::new(r),
-            authorized,
-        });
-    }
-    let decided = |by: &str| Replies {
-        decided: vec![Mark::TeamsCard {
-            wait_id: 7,
-            verb: "approve",
-            by: by.into(),
-        }],
-        ..Replies::default()
-    };
-    let late = asked.pop().expect("second");
-    let on_time = asked.pop().expect("first");
-    intake::take_told(
-        &f.engine,
-        "test",
-        vec![on_time],
-        None,
-        decided("Alice"),
-        Vec::new(),
-    )
-    .await
-    .unwrap();
-    let out = intake::take_told(
-        &f.engine,
-        "test",
-        vec![late],
-        None,
-        decided("Bob"),
-        Vec::new(),
-    )
+    let (late, start) = two_clicks_at_once(&f, |by| super::intake::Mark::TeamsCard {
+        wait_id: 7,
+        verb: "approve",
+        by: by.into(),
+    })
     .await;
-    assert!(matches!(out, Err(SendError::Retry { .. })), "{out:?}");
+    assert!(
+        matches!(late, Err(crate::notify::SendError::Retry { .. })),
+        "{late:?}"
+    );
     let kept = teams.teams_card(7).await.unwrap().expect("card");
     assert_eq!(kept.decided.map(|(_, by, _)| by).as_deref(), Some("Alice"));
-    assert!(matches!(
-        f.engine.gate(&key(start)).await.unwrap().status,
-        GateStatus::Closed { .. }
-    ));
+    assert!(matches!(start, GateStatus::Closed { .. }), "{start:?}");
+}
+
+/// The same race on a Slack message: its first decision stands.
+#[tokio::test]
+async fn a_slack_message_decided_meanwhile_keeps_its_first_decision() {
+    use crate::store::SlackDecision;
+
+    let f = engine().await;
+    let (late, start) = two_clicks_at_once(&f, |by| super::intake::Mark::SlackDecision {
+        wait_id: 7,
+        decision: SlackDecision {
+            approved: true,
+            user_id: Some(format!("U{by}")),
+            name: by.into(),
+            via: "slack".into(),
+            at: 0,
+            reason: None,
+            rollback_gate: None,
+        },
+    })
+    .await;
+    assert!(
+        matches!(late, Err(crate::notify::SendError::Retry { .. })),
+        "{late:?}"
+    );
+    let kept = f.engine.store().slack().slack_decision(7).await.unwrap();
+    assert_eq!(kept.map(|d| d.name).as_deref(), Some("Alice"));
+    assert!(matches!(start, GateStatus::Closed { .. }), "{start:?}");
 }

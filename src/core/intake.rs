@@ -594,19 +594,25 @@ fn with_field(mut job: NewJob, field: &str, value: &impl Serialize) -> serde_jso
     Ok(job)
 }
 
+fn decided_meanwhile(what: &str, wait_id: i64) -> SendError {
+    SendError::retry(format!(
+        "the {what} of wait {wait_id} was decided meanwhile"
+    ))
+}
+
 async fn write(unit: &mut Unit<'_>, said: Said, receipt: Option<&Lease>) -> Result<(), SendError> {
     for mark in &said.marks {
         match mark {
+            // Decided by a click that committed first: this one's
+            // authorization is stale. Asked again, it is refused.
             Mark::SlackDecision { wait_id, decision } => {
-                unit.decide_slack_message(*wait_id, decision).await?
+                if !unit.decide_slack_message(*wait_id, decision).await? {
+                    return Err(decided_meanwhile("message", *wait_id));
+                }
             }
             Mark::TeamsCard { wait_id, verb, by } => {
-                // Decided by a click that committed first: this one's
-                // authorization is stale. Asked again, it is refused.
                 if !unit.decide_teams_card(*wait_id, verb, by).await? {
-                    return Err(SendError::retry(format!(
-                        "the card of wait {wait_id} was decided meanwhile"
-                    )));
+                    return Err(decided_meanwhile("card", *wait_id));
                 }
             }
             Mark::PrAuthor {

@@ -291,11 +291,12 @@ impl Unit<'_> {
     }
 
     /// Who decided a Slack message's wait, with the change they made.
+    /// False when another click decided it first.
     pub async fn decide_slack_message(
         &mut self,
         wait_id: i64,
         d: &SlackDecision,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         crate::store::SlackRows::put_slack_decision(self.tx(), wait_id, d).await
     }
 

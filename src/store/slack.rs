@@ -158,17 +158,16 @@ impl<'s> SlackRows<'s> {
         row.as_ref().map(decision_from_row).transpose()
     }
 
+    /// Who decided a message's wait, unless someone decided it first.
+    /// False when the message was decided already: the first decision stands.
     pub async fn put_slack_decision(
         tx: &mut WriteTx<'_>,
         wait_id: i64,
         d: &SlackDecision,
-    ) -> Result<()> {
-        sqlx::query(
+    ) -> Result<bool> {
+        let written = sqlx::query(
             "INSERT INTO slack_decisions (wait_id, verdict, user_id, name, via, decided_at, reason, rollback_gate) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (wait_id) DO UPDATE SET \
-             verdict = excluded.verdict, user_id = excluded.user_id, name = excluded.name, \
-             via = excluded.via, decided_at = excluded.decided_at, reason = excluded.reason, \
-             rollback_gate = excluded.rollback_gate",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (wait_id) DO NOTHING",
         )
         .bind(wait_id)
         .bind(if d.approved { "approved" } else { "rejected" })
@@ -179,8 +178,9 @@ impl<'s> SlackRows<'s> {
         .bind(d.reason.clone())
         .bind(d.rollback_gate.clone())
         .execute(tx.conn())
-        .await?;
-        Ok(())
+        .await?
+        .rows_affected();
+        Ok(written > 0)
     }
 
     /// `put_slack_decision` in a transaction of its own.
