@@ -24,101 +24,81 @@ const fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// The `[limits]` table. A table sets only what it names; the rest keep
-/// their defaults.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Limits {
-    /// How long in-flight requests may finish after SIGTERM.
-    #[serde(with = "duration")]
-    pub shutdown_timeout: Duration,
-    /// First retry delay of a failed notification; doubles each attempt, capped at 10 minutes.
-    #[serde(with = "duration")]
-    pub outbox_backoff: Duration,
-    /// Attempts before a notification is given up.
-    pub outbox_max_attempts: u32,
-    /// How long a replica holds a notification it is sending; another takes it over after this.
-    #[serde(with = "duration")]
-    pub outbox_lease: Duration,
-    /// A request head must arrive whole within this, or the connection is closed.
-    #[serde(with = "duration")]
-    pub header_read_timeout: Duration,
-    /// A keep-alive connection with no request for this long is closed.
-    #[serde(with = "duration")]
-    pub idle_timeout: Duration,
-    /// Most connections open at once; lowered to fit under `ulimit -n`.
-    pub max_connections: u32,
-    /// A request body must arrive whole within this (408 otherwise).
-    #[serde(with = "duration")]
-    pub body_read_timeout: Duration,
-    /// A request not answered within this gets 503, or 403 on a gate check.
-    #[serde(with = "duration")]
-    pub request_timeout: Duration,
-    /// New waits announced one by one per minute, per Slack channel and pull request.
-    pub notify_burst: u32,
-    /// Most named gates not retired at once.
-    pub named_gates_live: u32,
-    /// Most named gates one token creates in an hour.
-    pub named_gates_per_hour: u32,
-    /// How long a retired named gate keeps its details.
-    #[serde(with = "duration")]
-    pub named_gate_retention: Duration,
-    /// The longest one Prometheus query may take.
-    #[serde(with = "duration")]
-    pub prometheus_timeout: Duration,
-    /// How often each waiting canary's numbers are read again.
-    #[serde(with = "duration")]
-    pub evidence_refresh: Duration,
-    /// How long a sign-in to the pages lasts.
-    #[serde(with = "duration")]
-    pub ui_session_ttl: Duration,
-    /// Done deliveries and notifications keep their payload this long.
-    #[serde(with = "duration")]
-    pub retention_payloads: Duration,
-    /// Done deliveries and notifications, ids included, are kept this long.
-    #[serde(with = "duration")]
-    pub retention_deliveries: Duration,
-    /// Flagger's events, canaries' last checks, ended waits and their messages.
-    #[serde(with = "duration")]
-    pub retention_history: Duration,
-    /// Audit entries; 0 keeps them for ever.
-    #[serde(with = "duration")]
-    pub retention_audit: Duration,
-    /// How often a retention pass runs.
-    #[serde(with = "duration")]
-    pub retention_interval: Duration,
-    /// How long after a failed cluster lookup it is tried again (doubling, up to 32 times).
-    #[serde(with = "duration")]
-    pub kubernetes_lookup_backoff: Duration,
+/// Each limit once: its key, its type, its default and the range it must be
+/// in. Makes the `Limits` struct, its defaults and the list the checks,
+/// `check-config` and the docs' test read.
+macro_rules! limits {
+    ($($(#[doc = $doc:literal])+
+       $key:ident: $ty:ty = $default:expr, $range:expr $(, zero: $zero:literal)?;)+) => {
+        /// The `[limits]` table. A table sets only what it names; the rest keep
+        /// their defaults.
+        #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        pub struct Limits {
+            $($(#[doc = $doc])+ #[serde(deserialize_with = "Limit::read")] pub $key: $ty,)+
+        }
+
+        impl Default for Limits {
+            fn default() -> Self {
+                Self { $($key: $default,)+ }
+            }
+        }
+
+        impl Limits {
+            /// Every limit with its range, in the order the docs list them.
+            fn entries(&self) -> Vec<Entry> {
+                vec![$(Entry::new(stringify!($key), self.$key, $range, None $(.or(Some($zero)))?),)+]
+            }
+        }
+    };
 }
 
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            shutdown_timeout: secs(20),
-            outbox_backoff: secs(2),
-            outbox_max_attempts: 12,
-            outbox_lease: secs(60),
-            header_read_timeout: secs(5),
-            idle_timeout: secs(90),
-            max_connections: 512,
-            body_read_timeout: secs(10),
-            request_timeout: secs(30),
-            notify_burst: 10,
-            named_gates_live: 500,
-            named_gates_per_hour: 30,
-            named_gate_retention: secs(30 * DAY),
-            prometheus_timeout: secs(2),
-            evidence_refresh: secs(30),
-            ui_session_ttl: secs(12 * 3600),
-            retention_payloads: secs(3 * DAY),
-            retention_deliveries: secs(30 * DAY),
-            retention_history: secs(90 * DAY),
-            retention_audit: secs(365 * DAY),
-            retention_interval: secs(600),
-            kubernetes_lookup_backoff: secs(10),
-        }
-    }
+limits! {
+    /// How long in-flight requests may finish after SIGTERM.
+    shutdown_timeout: Duration = secs(20), Duration::ZERO..=secs(3600);
+    /// First retry delay of a failed notification; doubles each attempt, capped at 10 minutes.
+    outbox_backoff: Duration = secs(2), ms(10)..=secs(600);
+    /// Attempts before a notification is given up.
+    outbox_max_attempts: u32 = 12, 1..=100;
+    /// How long a replica holds a notification it is sending; another takes it over after this.
+    outbox_lease: Duration = secs(60), secs(1)..=secs(3600);
+    /// A request head must arrive whole within this, or the connection is closed.
+    header_read_timeout: Duration = secs(5), ms(100)..=secs(300);
+    /// A keep-alive connection with no request for this long is closed.
+    idle_timeout: Duration = secs(90), ms(100)..=secs(3600);
+    /// Most connections open at once; lowered to fit under `ulimit -n`.
+    max_connections: u32 = 512, 1..=65_536;
+    /// A request body must arrive whole within this (408 otherwise).
+    body_read_timeout: Duration = secs(10), ms(100)..=secs(300);
+    /// A request not answered within this gets 503, or 403 on a gate check.
+    request_timeout: Duration = secs(30), ms(100)..=secs(600);
+    /// New waits announced one by one per minute, per Slack channel and pull request.
+    notify_burst: u32 = 10, 1..=10_000;
+    /// Most named gates not retired at once.
+    named_gates_live: u32 = 500, 1..=100_000;
+    /// Most named gates one token creates in an hour.
+    named_gates_per_hour: u32 = 30, 1..=10_000;
+    /// How long a retired named gate keeps its details.
+    named_gate_retention: Duration = secs(30 * DAY), secs(3600)..=secs(3650 * DAY);
+    /// The longest one Prometheus query may take.
+    prometheus_timeout: Duration = secs(2), ms(10)..=secs(600);
+    /// How often each waiting canary's numbers are read again.
+    evidence_refresh: Duration = secs(30), ms(100)..=secs(DAY);
+    /// How long a sign-in to the pages lasts.
+    ui_session_ttl: Duration = secs(12 * 3600), secs(60)..=secs(30 * DAY);
+    /// Done deliveries and notifications keep their payload this long.
+    retention_payloads: Duration = secs(3 * DAY), secs(3600)..=secs(365 * DAY);
+    /// Done deliveries and notifications, ids included, are kept this long.
+    retention_deliveries: Duration = secs(30 * DAY), secs(DAY)..=secs(3650 * DAY);
+    /// Flagger's events, canaries' last checks, ended waits and their messages.
+    retention_history: Duration = secs(90 * DAY), secs(DAY)..=secs(3650 * DAY);
+    /// Audit entries; 0 keeps them for ever.
+    retention_audit: Duration = secs(365 * DAY), secs(DAY)..=secs(3650 * DAY),
+        zero: "an audit log kept for ever";
+    /// How often a retention pass runs.
+    retention_interval: Duration = secs(600), secs(1)..=secs(DAY);
+    /// How long after a failed cluster lookup it is tried again (doubling, up to 32 times).
+    kubernetes_lookup_backoff: Duration = secs(10), ms(10)..=secs(DAY);
 }
 
 /// One limit as shown and checked: its key, its value and its range.
@@ -146,27 +126,71 @@ impl std::fmt::Display for Value {
     }
 }
 
-fn span(key: &'static str, value: Duration, min: Duration, max: Duration) -> Entry {
-    Entry {
-        key,
-        value: Value::Span(value),
-        min: Value::Span(min),
-        max: Value::Span(max),
-        zero: None,
+/// What a limit is: a span of time or a count.
+trait Limit: Copy {
+    fn value(self) -> Value;
+    fn read<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error>;
+}
+
+impl Limit for u32 {
+    fn value(self) -> Value {
+        Value::Count(self.into())
+    }
+
+    fn read<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        u32::deserialize(d)
     }
 }
 
-fn count(key: &'static str, value: u32, min: u64, max: u64) -> Entry {
-    Entry {
-        key,
-        value: Value::Count(value.into()),
-        min: Value::Count(min),
-        max: Value::Count(max),
-        zero: None,
+impl Limit for Duration {
+    fn value(self) -> Value {
+        Value::Span(self)
+    }
+
+    /// A duration written as the settings wrote it (`"30s"`, `"2h"`, `"0"`).
+    fn read<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = Duration;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a duration in quotes, e.g. \"30s\", \"2h\", \"30d\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Duration, E> {
+                humantime::parse_duration(text.trim()).map_err(|e| {
+                    E::custom(format!(
+                        "`{text}` is not a duration ({e}): write e.g. \"30s\", \"2h\", \"30d\""
+                    ))
+                })
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Duration, E> {
+                match n {
+                    0 => Ok(Duration::ZERO),
+                    _ => Err(E::custom(format!(
+                        "{n} has no unit: write it in quotes with one, e.g. \"{n}s\""
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(Text)
     }
 }
 
 impl Entry {
+    fn new<T: Limit>(
+        key: &'static str,
+        value: T,
+        range: std::ops::RangeInclusive<T>,
+        zero: Option<&'static str>,
+    ) -> Entry {
+        Entry {
+            key,
+            value: value.value(),
+            min: range.start().value(),
+            max: range.end().value(),
+            zero,
+        }
+    }
+
     fn problem(&self) -> Option<String> {
         let zero =
             matches!(self.value, Value::Span(d) if d.is_zero()) || self.value == Value::Count(0);
@@ -185,102 +209,6 @@ impl Entry {
 }
 
 impl Limits {
-    /// Every limit with its range, in the order the docs list them.
-    fn entries(&self) -> [Entry; 22] {
-        [
-            span(
-                "shutdown_timeout",
-                self.shutdown_timeout,
-                Duration::ZERO,
-                secs(3600),
-            ),
-            span("outbox_backoff", self.outbox_backoff, ms(10), secs(600)),
-            count("outbox_max_attempts", self.outbox_max_attempts, 1, 100),
-            span("outbox_lease", self.outbox_lease, secs(1), secs(3600)),
-            span(
-                "header_read_timeout",
-                self.header_read_timeout,
-                ms(100),
-                secs(300),
-            ),
-            span("idle_timeout", self.idle_timeout, ms(100), secs(3600)),
-            count("max_connections", self.max_connections, 1, 65_536),
-            span(
-                "body_read_timeout",
-                self.body_read_timeout,
-                ms(100),
-                secs(300),
-            ),
-            span("request_timeout", self.request_timeout, ms(100), secs(600)),
-            count("notify_burst", self.notify_burst, 1, 10_000),
-            count("named_gates_live", self.named_gates_live, 1, 100_000),
-            count("named_gates_per_hour", self.named_gates_per_hour, 1, 10_000),
-            span(
-                "named_gate_retention",
-                self.named_gate_retention,
-                secs(3600),
-                secs(3650 * DAY),
-            ),
-            span(
-                "prometheus_timeout",
-                self.prometheus_timeout,
-                ms(10),
-                secs(600),
-            ),
-            span(
-                "evidence_refresh",
-                self.evidence_refresh,
-                ms(100),
-                secs(DAY),
-            ),
-            span(
-                "ui_session_ttl",
-                self.ui_session_ttl,
-                secs(60),
-                secs(30 * DAY),
-            ),
-            span(
-                "retention_payloads",
-                self.retention_payloads,
-                secs(3600),
-                secs(365 * DAY),
-            ),
-            span(
-                "retention_deliveries",
-                self.retention_deliveries,
-                secs(DAY),
-                secs(3650 * DAY),
-            ),
-            span(
-                "retention_history",
-                self.retention_history,
-                secs(DAY),
-                secs(3650 * DAY),
-            ),
-            Entry {
-                zero: Some("an audit log kept for ever"),
-                ..span(
-                    "retention_audit",
-                    self.retention_audit,
-                    secs(DAY),
-                    secs(3650 * DAY),
-                )
-            },
-            span(
-                "retention_interval",
-                self.retention_interval,
-                secs(1),
-                secs(DAY),
-            ),
-            span(
-                "kubernetes_lookup_backoff",
-                self.kubernetes_lookup_backoff,
-                ms(10),
-                secs(DAY),
-            ),
-        ]
-    }
-
     /// Values gatebot cannot work with, each naming its key and range.
     pub fn problems(&self) -> Vec<String> {
         let mut out: Vec<String> = self.entries().iter().filter_map(Entry::problem).collect();
@@ -339,39 +267,6 @@ pub fn short(d: Duration) -> String {
         _ if s.is_multiple_of(3600) => format!("{}h", s / 3600),
         _ if s.is_multiple_of(60) => format!("{}m", s / 60),
         _ => format!("{s}s"),
-    }
-}
-
-/// A duration written as the settings wrote it (`"30s"`, `"2h"`, `"0"`).
-mod duration {
-    use std::time::Duration;
-
-    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
-        d: D,
-    ) -> Result<Duration, D::Error> {
-        struct Text;
-        impl serde::de::Visitor<'_> for Text {
-            type Value = Duration;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a duration in quotes, e.g. \"30s\", \"2h\", \"30d\"")
-            }
-            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Duration, E> {
-                humantime::parse_duration(text.trim()).map_err(|e| {
-                    E::custom(format!(
-                        "`{text}` is not a duration ({e}): write e.g. \"30s\", \"2h\", \"30d\""
-                    ))
-                })
-            }
-            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Duration, E> {
-                match n {
-                    0 => Ok(Duration::ZERO),
-                    _ => Err(E::custom(format!(
-                        "{n} has no unit: write it in quotes with one, e.g. \"{n}s\""
-                    ))),
-                }
-            }
-        }
-        d.deserialize_any(Text)
     }
 }
 
