@@ -55,6 +55,7 @@ use crate::command::{Rule, Verb};
 use crate::config::{sections, Config, Limits, Permission, Sections};
 use crate::gate::deadline::{Deadline, DeadlineRule, OnDeadline};
 use crate::gate::environment::{Environment, Environments};
+use crate::gate::reason::{ReasonKind, ReasonRule};
 use crate::gate::window::{Calendar, Window};
 use crate::gate::{
     CanaryRef, ClusterName, GateKey, GateKind, Namespace, QuorumRule, RepoName, Scope,
@@ -85,6 +86,8 @@ struct File {
     windows: Vec<toml::Spanned<WindowEntry>>,
     #[serde(default)]
     approvals: Vec<toml::Spanned<ApprovalsEntry>>,
+    #[serde(default)]
+    reasons: Vec<toml::Spanned<ReasonsEntry>>,
     /// Dates (`2026-12-24`) on which no release window opens.
     #[serde(default)]
     holidays: Vec<toml::Spanned<String>>,
@@ -310,6 +313,42 @@ fn quorum_rules(file: &File) -> anyhow::Result<Vec<QuorumRule>> {
             repository,
             namespace,
             required,
+        });
+    }
+    Ok(rules)
+}
+
+/// One `[[reasons]]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReasonsEntry {
+    kind: String,
+    environment: Option<String>,
+    required: bool,
+}
+
+/// Reads the `[[reasons]]` tables, saying which one is wrong; an environment
+/// must be one of `[[environments]]`.
+fn reason_rules(file: &File) -> anyhow::Result<Vec<ReasonRule>> {
+    let mut rules = Vec::with_capacity(file.reasons.len());
+    for (n, entry) in file.reasons.iter().enumerate() {
+        let at = format!("reasons[{n}] (line {})", file.line_of(entry.span()));
+        let r = entry.get_ref();
+        let Some(kind) = ReasonKind::parse(&r.kind) else {
+            let kinds: Vec<&str> = ReasonKind::ALL.iter().map(|k| k.as_str()).collect();
+            anyhow::bail!("{at}: kind `{}`: write one of {}", r.kind, kinds.join(", "));
+        };
+        if let Some(name) = &r.environment {
+            let known = file.environments.iter().any(|e| &e.get_ref().name == name);
+            anyhow::ensure!(
+                known,
+                "{at}: environment `{name}` is none of the [[environments]]"
+            );
+        }
+        rules.push(ReasonRule {
+            kind,
+            environment: r.environment.clone(),
+            required: r.required,
         });
     }
     Ok(rules)
@@ -778,6 +817,7 @@ pub struct Policy {
     reminders: Reminders,
     calendar: Calendar,
     quorum: Vec<QuorumRule>,
+    reasons: Vec<ReasonRule>,
     /// `[[github.protection]]`: environment → the PR gate that approves it.
     protection: Vec<(String, GateKind)>,
     environments: Environments,
@@ -882,72 +922,10 @@ impl Policy {
             Some(path) => (read(path)?, Some(path.display().to_string())),
             None => (File::default(), None),
         };
-        let deadlines = deadline_rules(&file).with_context(|| {
-            format!(
-                "GATEBOT_POLICY: {}",
-                source.as_deref().unwrap_or("the policy file")
-            )
-        })?;
-        let reminders = file.reminders.read(&file).with_context(|| {
-            format!(
-                "GATEBOT_POLICY: {}",
-                source.as_deref().unwrap_or("the policy file")
-            )
-        })?;
-        let calendar = calendar(&file).with_context(|| {
-            format!(
-                "GATEBOT_POLICY: {}",
-                source.as_deref().unwrap_or("the policy file")
-            )
-        })?;
-        let quorum = quorum_rules(&file).with_context(|| {
-            format!(
-                "GATEBOT_POLICY: {}",
-                source.as_deref().unwrap_or("the policy file")
-            )
-        })?;
-        check_environments(&file)
-            .and_then(|()| check_settings(&file))
-            .with_context(|| {
-                format!(
-                    "GATEBOT_POLICY: {}",
-                    source.as_deref().unwrap_or("the policy file")
-                )
-            })?;
-        let protection = protection_rules(&file).with_context(|| {
-            format!(
-                "GATEBOT_POLICY: {}",
-                source.as_deref().unwrap_or("the policy file")
-            )
-        })?;
-        let environments = environments(&file).with_context(|| {
-            format!(
-                "GATEBOT_POLICY: {}",
-                source.as_deref().unwrap_or("the policy file")
-            )
-        })?;
-        let (teams_channels, slack_channels) = channels(&file).with_context(|| {
-            format!(
-                "GATEBOT_POLICY: {}",
-                source.as_deref().unwrap_or("the policy file")
-            )
-        })?;
-        let policy = Self {
-            environments,
-            teams_channels,
-            slack_channels,
-            protection,
-            calendar,
-            quorum,
-            file,
-            // `[github] min_permission` refines it, per command too.
-            default_permission: Permission::Write,
-            default_approvers: clean(&config.slack.approvers),
-            default_teams_approvers: clean(&config.teams.approvers),
-            source,
-            deadlines,
-            reminders,
-        };
+        let named = source.as_deref().unwrap_or("the policy file");
+        let context = format!("GATEBOT_POLICY: {named}");
+        let mut policy = Self::read(file, source, &config.slack.approvers).context(context)?;
+        policy.default_teams_approvers = clean(&config.teams.approvers);
         Ok(policy)
     }
 
@@ -958,6 +936,13 @@ impl Policy {
         default_approvers: &[String],
     ) -> anyhow::Result<Self> {
         let file = File::parse(text).context("the policy file does not parse")?;
+        let mut policy = Self::read(file, Some("policy".into()), default_approvers)?;
+        policy.default_permission = default_permission;
+        Ok(policy)
+    }
+
+    /// Every table of `file` read and checked, the first problem said.
+    fn read(file: File, source: Option<String>, approvers: &[String]) -> anyhow::Result<Self> {
         check_environments(&file)?;
         check_settings(&file)?;
         let (teams_channels, slack_channels) = channels(&file)?;
@@ -970,11 +955,13 @@ impl Policy {
             reminders: file.reminders.read(&file)?,
             calendar: calendar(&file)?,
             quorum: quorum_rules(&file)?,
+            reasons: reason_rules(&file)?,
             file,
-            default_permission,
-            default_approvers: clean(default_approvers),
+            // `[github] min_permission` refines it, per command too.
+            default_permission: Permission::Write,
+            default_approvers: clean(approvers),
             default_teams_approvers: Vec::new(),
-            source: Some("policy".into()),
+            source,
         })
     }
 
@@ -1213,6 +1200,11 @@ impl Policy {
     /// How many people each kind of gate needs, in the file's order.
     pub fn quorum(&self) -> &[QuorumRule] {
         &self.quorum
+    }
+
+    /// Which commands must say why, in the file's order.
+    pub fn reasons(&self) -> &[ReasonRule] {
+        &self.reasons
     }
 
     /// Who may break glass (`/promote --force <reason>`) from GitHub: only
@@ -1492,6 +1484,31 @@ alice = "U1"
             ),
         ];
         refused_with(&table);
+    }
+
+    #[test]
+    fn reasons_are_read_and_bad_ones_name_their_line() {
+        let text = "[[environments]]\nname = \"production\"\nclusters = [\"prod-eu\"]\n\
+                    [[reasons]]\nkind = \"promote\"\nenvironment = \"production\"\nrequired = true\n\
+                    [[reasons]]\nkind = \"hold\"\nrequired = false\n";
+        let p = Policy::parse(text, Permission::Write, &[]).unwrap();
+        assert_eq!(p.reasons().len(), 2);
+        assert_eq!(p.reasons()[0].environment.as_deref(), Some("production"));
+        refused_with(&[
+            (
+                "[[reasons]]\nkind = \"approve\"\nrequired = true\n",
+                "reasons[0] (line 1): kind `approve`: write one of start, promote, traffic, rollback, hold, force",
+            ),
+            (
+                "[[reasons]]\nkind = \"promote\"\nenvironment = \"prod\"\nrequired = true\n",
+                "reasons[0] (line 1): environment `prod` is none of the [[environments]]",
+            ),
+            ("[[reasons]]\nkind = \"promote\"\n", "missing field `required`"),
+            (
+                "[[reasons]]\nkind = \"promote\"\nrequired = true\nmin = 3\n",
+                "unknown field `min`",
+            ),
+        ]);
     }
 
     /// docs/policy.md's complete example is a valid file.

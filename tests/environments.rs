@@ -210,6 +210,8 @@ gatebot_testkit::on_both_stores!(
     a_deadline_rolls_back_in_its_own_cluster,
     without_tokens_metadata_or_the_default_names_the_cluster,
     a_revision_of_an_untold_commit_lets_no_later_environment_go,
+    production_asks_why_from_every_channel,
+    a_reason_past_its_cap_is_refused_everywhere,
 );
 
 async fn staging_goes_first_and_production_after_the_soak(backend: Backend) {
@@ -805,4 +807,120 @@ async fn a_revision_of_an_untold_commit_lets_no_later_environment_go(backend: Ba
         line.contains("gatebot can't tell which commit this revision was built from"),
         "{line}"
     );
+}
+
+/// docs/policy.md's `[[reasons]]` example.
+fn reasons() -> String {
+    let doc = include_str!("../docs/policy.md");
+    let at = doc
+        .find("```toml\n[[reasons]]")
+        .expect("the reasons example");
+    block(&doc[at..], "```toml\n").to_string()
+}
+
+/// The audit's reasons, newest first.
+async fn audited_reasons(env: &Env) -> Vec<String> {
+    let audit = env.server.api("/api/v1/audit").await;
+    let entries = audit["audit"].as_array().expect("entries").clone();
+    entries
+        .iter()
+        .filter_map(|e| e["reason"].as_str().map(str::to_string))
+        .collect()
+}
+
+async fn production_asks_why_from_every_channel(backend: Backend) {
+    let env = env_with(backend, &reasons()).await;
+    let mut staging = env.waiting(STAGING, "rev-s1", COMMIT).await;
+    // Staging is under no rule: `/promote` alone opens it.
+    env.comment("alice", "/promote").await;
+    assert!(env.promoted(&mut staging).await);
+    env.clock.advance(31 * MINUTE);
+    let mut eu = env.waiting(PROD_EU, "rev-e1", COMMIT).await;
+    let asks = "the policy asks for a reason to promote in production: write it after the command, `promote production because <why>`";
+
+    // A PR comment naming the cluster, with nothing after it.
+    let reply = env.comment("alice", "/promote prod-eu").await;
+    assert!(reply.contains(asks), "{reply}");
+    // Slack's slash command, with `because` and nothing after it.
+    let (status, _) = env
+        .slash("UALICE", "alice", "promote 42 production because", "t1")
+        .await;
+    assert_eq!(status, 200);
+    let answers = env.answers("t1").await;
+    assert!(answers.iter().any(|a| a.contains(asks)), "{answers:?}");
+    // The API (and so the CLI), naming the environment.
+    let r = client()
+        .post(env.server.at("/api/v1/gates/open"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"gate": "/gates/promote/pr/42", "env": "production"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert!(r.text().await.unwrap().contains(asks));
+    for cluster in ["prod-eu", "prod-us"] {
+        let gate = env
+            .gate(&format!("/promote/acme/shop/pr/42@{cluster}"))
+            .await;
+        assert_eq!(gate["state"], "closed", "{gate}");
+    }
+
+    // Said why: the comment opens its cluster, and the audit keeps the words as written.
+    env.comment(
+        "alice",
+        "/promote prod-eu because the error budget is <b>fine</b>",
+    )
+    .await;
+    assert!(env.promoted(&mut eu).await);
+    let kept = audited_reasons(&env).await;
+    assert!(
+        kept.iter()
+            .any(|r| r == "prod-eu because the error budget is <b>fine</b>"),
+        "{kept:?}"
+    );
+    // docs/policy.md's CLI command.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
+        .args([
+            "gates",
+            "open",
+            "/gates/promote/pr/42",
+            "--env",
+            "production",
+        ])
+        .args(["--reason", "the error budget is fine"])
+        .env_clear()
+        .env("GATEBOT_SERVER", &env.server.url)
+        .env("GATEBOT_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("GATEBOT_GITHUB_REPOSITORY", "acme/shop")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let gate = env.gate("/promote/acme/shop/pr/42@prod-us").await;
+    assert_eq!(gate["state"], "open", "{gate}");
+}
+
+async fn a_reason_past_its_cap_is_refused_everywhere(backend: Backend) {
+    let env = env(backend).await;
+    let mut staging = env.waiting(STAGING, "rev-s1", COMMIT).await;
+    let long = "x".repeat(1_001);
+    let reply = env.comment("alice", &format!("/promote {long}")).await;
+    assert!(
+        reply.contains("a reason is at most 1000 characters"),
+        "{reply}"
+    );
+    let r = client()
+        .post(env.server.at("/api/v1/gates/open"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"gate": "/gates/promote/pr/42", "env": "staging", "reason": long}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert!(r.text().await.unwrap().contains("at most 1000 characters"));
+    staging.tick().await;
+    assert_eq!(staging.phase(), Phase::WaitingPromotion);
+    // At the cap, it is kept whole.
+    env.comment("alice", &format!("/promote {}", &long[1..]))
+        .await;
+    assert!(env.promoted(&mut staging).await);
 }

@@ -130,7 +130,31 @@ gatebot_testkit::on_both_stores!(
     a_slack_freeze_holds_a_preapproved_release_until_lifted,
     a_cli_freeze_for_a_while_ends_by_itself,
     bad_freezes_and_unauthorized_people_change_nothing,
+    a_freeze_reason_pings_no_one_in_slack,
 );
+
+/// A freeze's reason is a person's words: in the channel's announcement and
+/// the answer, Slack's `<!channel>` and `<@U…>` stay text.
+async fn a_freeze_reason_pings_no_one_in_slack(backend: Backend) {
+    let env = env(backend).await;
+    let reason = "<!channel> & <@U0ADMIN> see <https://evil.example|this>";
+    env.slash(ALICE, &format!("freeze acme/shop {reason}"), "T1")
+        .await;
+    env.server.drained().await;
+    let answer = env.answer("T1").await;
+    let announced = env.announcements();
+    let escaped = "&lt;!channel&gt; &amp; &lt;@U0ADMIN&gt; see &lt;https://evil.example|this&gt;";
+    for text in announced.iter().chain([&answer]) {
+        assert!(text.contains(escaped), "{text}");
+        assert!(
+            !text.contains("<!channel>") && !text.contains("<@U0ADMIN>"),
+            "{text}"
+        );
+    }
+    assert_eq!(announced.len(), 1, "{announced:?}");
+    // Kept as written.
+    assert_eq!(env.freezes().await[0]["reason"], reason);
+}
 
 async fn a_slack_freeze_holds_a_preapproved_release_until_lifted(backend: Backend) {
     let env = env(backend).await;

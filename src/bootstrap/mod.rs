@@ -368,6 +368,7 @@ impl Base {
             },
             calendar: policy.calendar().clone(),
             quorum: policy.quorum().to_vec(),
+            reasons: policy.reasons().to_vec(),
             timers: policy.timers(),
             environments: policy.environments().clone(),
             named: engine::named::NamedLimits {

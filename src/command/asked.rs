@@ -83,6 +83,10 @@ pub enum Invalid {
     },
     /// `--env` names no environment or cluster of the policy.
     UnknownPlace { place: String, all: Vec<String> },
+    /// The policy's `[[reasons]]` want one, and the command gives none.
+    ReasonRequired { verb: String, place: Option<String> },
+    /// A reason longer than [`crate::gate::reason::MAX_REASON`] characters.
+    ReasonTooLong,
 }
 
 impl fmt::Display for Invalid {
@@ -124,6 +128,22 @@ impl fmt::Display for Invalid {
                 "`{}` is no environment or cluster of the policy ({})",
                 crate::gate::key::printable(place),
                 all.join(", ")
+            ),
+            Self::ReasonRequired { verb, place: None } => write!(
+                f,
+                "the policy asks for a reason to {verb}: write it after the command, `{verb} because <why>`"
+            ),
+            Self::ReasonRequired {
+                verb,
+                place: Some(place),
+            } => write!(
+                f,
+                "the policy asks for a reason to {verb} in {place}: write it after the command, `{verb} {place} because <why>`"
+            ),
+            Self::ReasonTooLong => write!(
+                f,
+                "a reason is at most {} characters",
+                crate::gate::reason::MAX_REASON
             ),
         }
     }

@@ -8,7 +8,9 @@ use super::unit::Unit;
 use super::{CommandError, Engine, GateSummary, Provenance};
 pub use crate::command::Rule;
 use crate::command::{freeze_reason, Command, Invalid, Target, Verb};
+use crate::gate::environment::Environments;
 use crate::gate::freeze::Freeze;
+use crate::gate::reason::{self, ReasonKind, ReasonRule};
 use crate::gate::{
     CanaryRef, Gate, GateKey, GateKind, GateName, GateStatus, Namespace, Phase, PrNumber, RepoName,
     Scope, Source,
@@ -172,6 +174,61 @@ pub fn plan(command: &Command, subject: &Subject, phase: &Phase) -> Result<Plan,
         Command::Retire { .. } => plan(Rule::Named, subject.gates(&[]), Act::Retire),
         Command::Status => plan(Rule::Verb(Verb::Status), Vec::new(), Act::Answer),
         Command::Help => plan(Rule::Verb(Verb::Help), Vec::new(), Act::Answer),
+    }
+}
+
+/// Checks `plan`'s reason once its gates are placed in their environments:
+/// no reason is longer than its cap, and a command the policy's
+/// `[[reasons]]` name says why, besides the environment it names.
+pub(super) fn check_reason(
+    rules: &[ReasonRule],
+    envs: &Environments,
+    plan: &Plan,
+    command: &Command,
+) -> Result<(), Invalid> {
+    let text = command.reason();
+    if text.is_some_and(|t| !reason::fits(t)) {
+        return Err(Invalid::ReasonTooLong);
+    }
+    let Some(kind) = reason_kind(command, plan) else {
+        return Ok(());
+    };
+    let environment_of = |key: &GateKey| {
+        let env = key.cluster.as_ref().and_then(|c| envs.of_cluster(c));
+        env.map(|e| e.name.to_string())
+    };
+    let Some(place) = plan
+        .keys
+        .iter()
+        .map(environment_of)
+        .find(|env| reason::required(rules, kind, env.as_deref()))
+    else {
+        return Ok(());
+    };
+    let first = text.and_then(|t| t.split_whitespace().next());
+    match reason::given(text, first.filter(|w| envs.target(w).is_some())) {
+        Some(_) => Ok(()),
+        None => Err(Invalid::ReasonRequired {
+            verb: kind.to_string(),
+            place,
+        }),
+    }
+}
+
+/// What a `[[reasons]]` rule calls `command`; break glass is checked by
+/// [`plan`] for everyone.
+fn reason_kind(command: &Command, plan: &Plan) -> Option<ReasonKind> {
+    match command {
+        Command::Open { force: true, .. } => None,
+        Command::Open { kind, .. } => Some(match Verb::opening(*kind) {
+            Verb::Start => ReasonKind::Start,
+            Verb::Promote => ReasonKind::Promote,
+            Verb::Traffic => ReasonKind::Traffic,
+            _ => ReasonKind::Rollback,
+        }),
+        Command::Reject { .. } if plan.act == Act::Open => Some(ReasonKind::Rollback),
+        Command::Hold { .. } => Some(ReasonKind::Hold),
+        _ => None,
     }
 }
 

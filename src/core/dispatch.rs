@@ -11,7 +11,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::commands::{apply_in, plan, Act, Applied, Plan, Subject};
+use super::commands::{apply_in, check_reason, plan, Act, Applied, Plan, Subject};
 use super::named::NamedError;
 use super::unit::Unit;
 use super::{CommandError, Engine, Provenance};
@@ -191,6 +191,16 @@ pub async fn authorize<A: Authorizer>(
         Ok(plan) => engine.clusters().place_plan(plan, request).await?,
         Err(invalid) => Err(invalid),
     };
+    let settings = engine.settings();
+    let plan = plan.and_then(|plan| {
+        check_reason(
+            &settings.reasons,
+            &settings.environments,
+            &plan,
+            &request.command,
+        )?;
+        Ok(plan)
+    });
     let verdict = match &plan {
         Ok(plan) => authorizer.authorize(plan.rule, &plan.keys).await?,
         Err(_) => Ok(()),

@@ -37,6 +37,7 @@ async fn engine() -> Fixture {
             channels: Channels::default(),
             calendar: Default::default(),
             quorum: Vec::new(),
+            reasons: Vec::new(),
             timers: Default::default(),
             environments: Default::default(),
             named: crate::core::named::NamedLimits {

@@ -80,6 +80,8 @@ pub struct EngineSettings {
     pub calendar: crate::gate::window::Calendar,
     /// How many people each gate needs (the policy's `[[approvals]]`).
     pub quorum: Vec<crate::gate::QuorumRule>,
+    /// Which commands must say why (the policy's `[[reasons]]`).
+    pub reasons: Vec<crate::gate::reason::ReasonRule>,
     /// When waits' deadlines fall and reminders are due (the policy's).
     pub timers: crate::gate::timers::WaitTimers,
     /// How many gates pipelines may create by name.

@@ -14,6 +14,7 @@ pub mod named;
 pub mod phase;
 pub mod progress;
 pub mod quorum;
+pub mod reason;
 pub mod reminder;
 pub mod state;
 pub mod timers;

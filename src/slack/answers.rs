@@ -66,7 +66,8 @@ pub struct Answered {
 fn done(templates: &Templates, note: Option<&AppliedNote>, summary: &str) -> String {
     match note {
         Some(AppliedNote::Froze { reason_line }) => {
-            format!(":snowflake: Changes are {reason_line}")
+            let line = crate::templates::escape::entities(reason_line);
+            format!(":snowflake: Changes are {line}")
         }
         Some(AppliedNote::Lifted { count: 0, scope }) => format!("nothing was frozen in {scope}"),
         Some(AppliedNote::Lifted { count, scope }) => {

@@ -404,7 +404,7 @@ fn reminder(notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
 fn freeze_news(notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
     match notice {
         Notice::Frozen { id, line, .. } => {
-            let text = format!(":snowflake: Changes are {line}");
+            let text = format!(":snowflake: Changes are {}", escape::entities(line));
             Ok(vec![
                 SlackJob::Announce { text }.job(Some(format!("slack-frozen:{id}")))?
             ])
@@ -412,7 +412,8 @@ fn freeze_news(notice: &Notice) -> Result<Vec<NewJob>, PayloadError> {
         Notice::Unfrozen { ids, scope, by, .. } => {
             let text = format!(
                 ":sunny: The freeze of {scope} was lifted by {} via {}.",
-                by.name, by.source
+                escape::entities(&by.name),
+                by.source
             );
             // Each freeze is lifted once: its id makes the announcement's once-key.
             let once = ids

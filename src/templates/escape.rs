@@ -45,6 +45,15 @@ pub fn mrkdwn(s: &str, max: usize) -> String {
     out
 }
 
+/// For Slack mrkdwn, a line gatebot wrote around a person's words (a
+/// freeze's line): only `&`, `<`, `>` as entities, so nothing in it pings,
+/// links or mentions, and gatebot's own backticks still format it.
+pub fn entities(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
 /// For GitHub markdown: the value as a code span, so no mention, issue
 /// reference, link, autolink or HTML forms in it. The fence is longer than
 /// any run of backticks in it (CommonMark); `<` and `>` become `‹` `›`, since
@@ -81,6 +90,14 @@ mod tests {
 
     const HOSTILE: &str =
         "Rolling back <!channel> @acme/sre [Approve](https://evil) <!-- gatebot:status -->";
+
+    #[test]
+    fn entities_keep_a_line_from_pinging() {
+        assert_eq!(
+            entities("frozen by <!channel> & <@U1>: `/gatebot unfreeze all`"),
+            "frozen by &lt;!channel&gt; &amp; &lt;@U1&gt;: `/gatebot unfreeze all`"
+        );
+    }
 
     #[test]
     fn slack_loses_its_markup() {
