@@ -11,9 +11,9 @@ use std::sync::Arc;
 use gatebot::testing::clock::ManualClock;
 use gatebot::testing::github::verify::sign;
 use gatebot_testkit::chatops::{ChatOps, Setup, GITHUB_SECRET};
-use gatebot_testkit::fake_github::FakeProtectionReview;
+use gatebot_testkit::fake_github::{Failure, FakeProtectionReview};
 use gatebot_testkit::github_payloads::{fixture, github_time};
-use gatebot_testkit::harness::{check_config_of_policy, client, eventually, Backend};
+use gatebot_testkit::harness::{check_config_of_policy, client, eventually, Backend, ADMIN_TOKEN};
 use serde_json::{json, Value};
 
 const TEST_APP_KEY: &str = include_str!("fixtures/test-app-key.pem");
@@ -146,6 +146,8 @@ gatebot_testkit::on_both_stores!(
     a_second_request_waits_once_and_a_rerun_waits_again,
     a_callback_on_another_host_is_refused,
     a_deployment_no_longer_waiting_is_not_reviewed_again,
+    a_freeze_holds_the_approval_until_it_is_lifted,
+    a_hold_after_the_approval_was_queued_stops_it,
 );
 
 async fn approved_after_a_slack_click(backend: Backend) {
@@ -341,6 +343,64 @@ async fn a_deployment_no_longer_waiting_is_not_reviewed_again(backend: Backend) 
         .collect();
     assert_eq!(protection.len(), 1, "{jobs:#}");
     assert_eq!(protection[0]["state"], "done", "{jobs:#}");
+}
+
+/// A freeze holds the deployment as it holds Flagger: the approval of an
+/// open gate waits until the freeze is lifted.
+async fn a_freeze_holds_the_approval_until_it_is_lifted(backend: Backend) {
+    let env = env(backend).await;
+    env.comment_by(42, "kobzol", 501, "alice", "/promote").await;
+    let r = client()
+        .post(env.server.at("/api/v1/freezes"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"scope": "acme/shop", "reason": "end of year"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
+    env.requested(7).await;
+    env.clock.advance(HOUR);
+    env.server.drained().await;
+    assert!(
+        env.github.protection_reviews().is_empty(),
+        "approved through a freeze"
+    );
+
+    let r = client()
+        .delete(env.server.at("/api/v1/freezes?scope=acme/shop"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    env.clock.advance(HOUR);
+    let reviews = env.reviews(1).await;
+    assert_eq!(reviews[0].run_id, 7);
+    assert_eq!(reviews[0].body["state"], "approved");
+}
+
+/// A gate held while its approval's callback is being tried again: the
+/// approval is not sent, and the deployment waits for the next opening.
+async fn a_hold_after_the_approval_was_queued_stops_it(backend: Backend) {
+    let env = env(backend).await;
+    env.requested(7).await;
+    env.github
+        .fail_protection_reviews([Failure::server_error()]);
+    env.comment_by(42, "kobzol", 501, "alice", "/promote").await;
+    env.comment_by(42, "kobzol", 502, "alice", "/hold stop the deploy")
+        .await;
+    env.clock.advance(HOUR);
+    env.server.drained().await;
+    assert!(
+        env.github.protection_reviews().is_empty(),
+        "approved while held"
+    );
+
+    env.comment_by(42, "kobzol", 503, "alice", "/unhold").await;
+    env.comment_by(42, "kobzol", 504, "alice", "/promote").await;
+    let reviews = env.reviews(1).await;
+    assert_eq!(reviews.len(), 1, "{reviews:#?}");
+    assert_eq!(reviews[0].body["state"], "approved");
 }
 
 /// `check-config` shows each protected environment's gate, and refuses a

@@ -89,6 +89,8 @@ records! {
     [waits.list] fn waits(&self, key: Option<&GateKey>, open_only: bool, limit: i64) -> Vec<WaitRow>;
     /// The gate as stored (None: never written).
     [gates.load_gate] fn load_gate(&self, key: &GateKey) -> Option<Gate>;
+    /// The freezes in force at `now`, as stored (every replica's).
+    [freezes.active_freezes] fn active_freezes(&self, now: Millis) -> Vec<crate::gate::freeze::Freeze>;
     [observations.observations_for] fn observations_for(&self, key: &GateKey) -> Vec<ObservationRow>;
     [progress.canary_progress] fn canary_progress(&self, canary: &CanaryRef) -> Option<crate::gate::progress::CanaryProgress>;
     [history.events] fn events(&self, canary: Option<&str>, limit: i64) -> Vec<EventRow>;

@@ -4,9 +4,10 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::change::{Actor, Millis};
+use super::change::{Actor, Approval, Millis};
 use super::key::{CanaryRef, GateKey, GateKind, KeyError, Namespace, RepoName, Scope};
-use super::state::rfc3339;
+use super::state::{rfc3339, Gate, GateStatus};
+use super::window::WindowState;
 
 /// What a freeze covers.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -153,6 +154,50 @@ fn quoted(word: &str) -> String {
     }
 }
 
+/// Whether a gate people opened lets something outside Flagger go now (a
+/// GitHub deployment its protection rule holds), by the rules of Flagger's
+/// check: an approval for every canary that has not expired, and no freeze
+/// or closed release window, which break glass goes past.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outside<'g> {
+    /// It may go, by this approval.
+    Go(&'g Approval),
+    /// Open, but held: why, and when that may change.
+    Held { why: String, until: Option<Millis> },
+    /// Not open for it.
+    Closed,
+}
+
+pub fn outside<'g>(
+    gate: &'g Gate,
+    freezes: &[Freeze],
+    window: WindowState,
+    now: Millis,
+) -> Outside<'g> {
+    let GateStatus::Open(a) = &gate.status else {
+        return Outside::Closed;
+    };
+    if a.expired(now) || a.exclusive {
+        return Outside::Closed;
+    }
+    if a.forced {
+        return Outside::Go(a);
+    }
+    if let Some(f) = frozen(freezes, &gate.key, None, now) {
+        return Outside::Held {
+            why: f.reason_line(),
+            until: f.until,
+        };
+    }
+    match window {
+        WindowState::Closed { reason, next, .. } => Outside::Held {
+            why: reason,
+            until: next,
+        },
+        _ => Outside::Go(a),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,6 +216,68 @@ mod tests {
 
     fn key(text: &str) -> GateKey {
         GateKey::parse(text, None).unwrap()
+    }
+
+    #[test]
+    fn a_deployment_goes_by_an_open_gate_unless_a_freeze_or_a_window_holds_it() {
+        use crate::gate::{Change, Source};
+        let approval = |forced: bool, exclusive: bool, expires_at: Option<Millis>| Approval {
+            id: "a".into(),
+            change: Change {
+                by: Actor::new("alice", Source::Github),
+                reason: None,
+                at: 0,
+            },
+            expires_at,
+            pins: Default::default(),
+            approvers: Vec::new(),
+            forced,
+            exclusive,
+        };
+        let gate = |a: Approval| Gate {
+            key: key("/gates/promote/acme/shop/pr/1"),
+            status: GateStatus::Open(a),
+        };
+        let shut = || WindowState::Closed {
+            reason: "outside the window".into(),
+            next: Some(500),
+            until: 500,
+        };
+        let frozen = [freeze("acme/shop", Some(900))];
+        let open = gate(approval(false, false, None));
+        assert!(matches!(
+            outside(&open, &[], WindowState::Unrestricted, 10),
+            Outside::Go(_)
+        ));
+        assert_eq!(
+            outside(&open, &frozen, WindowState::Unrestricted, 10),
+            Outside::Held {
+                why: frozen[0].reason_line(),
+                until: Some(900)
+            }
+        );
+        assert!(matches!(
+            outside(&open, &[], shut(), 10),
+            Outside::Held {
+                until: Some(500),
+                ..
+            }
+        ));
+        let forced = gate(approval(true, false, None));
+        assert!(matches!(
+            outside(&forced, &frozen, shut(), 10),
+            Outside::Go(_)
+        ));
+        for closed in [
+            gate(approval(false, true, None)),
+            gate(approval(false, false, Some(10))),
+            Gate::closed(key("/gates/promote/acme/shop/pr/1")),
+        ] {
+            assert_eq!(
+                outside(&closed, &[], WindowState::Unrestricted, 10),
+                Outside::Closed
+            );
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! GitHub API (GATEBOT_GITHUB_API_URL).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -20,7 +21,9 @@ use super::retry;
 use crate::clock::SharedClock;
 use crate::core::intake::Opened;
 use crate::core::Records;
-use crate::gate::{Actor, AuditAction, GateKind, Millis, PrNumber, RepoName};
+use crate::gate::freeze::{outside, Outside};
+use crate::gate::window::Calendar;
+use crate::gate::{Actor, AuditAction, Gate, GateKind, Millis, PrNumber, RepoName};
 use crate::metrics::Metrics;
 use crate::notify::{Lease, Notice, SendError};
 use crate::policy::PROTECTION_KINDS;
@@ -182,6 +185,8 @@ pub struct Protections {
     pub metrics: Arc<Metrics>,
     /// GATEBOT_GITHUB_API_URL: the only host callbacks are posted to.
     pub api_url: String,
+    /// The policy's release windows, which hold a deployment as they hold a canary.
+    pub calendar: Calendar,
 }
 
 impl Protections {
@@ -201,6 +206,9 @@ impl Protections {
             .await
             .map_err(retry)?;
         for r in pending.iter().filter(|r| d.kinds.contains(&r.gate.kind)) {
+            if d.state == "approved" && !self.may_go(r).await? {
+                continue;
+            }
             let state = self.review(repo, r, d, lease).await?;
             let now = self.clock.now_ms();
             self.records
@@ -262,6 +270,29 @@ impl Protections {
 }
 
 impl Protections {
+    /// Whether the request's gate lets it go now, read again right before
+    /// the approval: false when the gate closed or was held since (a later
+    /// opening approves it); a freeze or a closed release window is tried
+    /// again when it may end.
+    async fn may_go(&self, r: &ProtectionRequest) -> Result<bool, SendError> {
+        let now = self.clock.now_ms();
+        let gate = self.records.load_gate(&r.gate).await.map_err(retry)?;
+        let freezes = self.records.active_freezes(now).await.map_err(retry)?;
+        let gate = gate.unwrap_or_else(|| Gate::closed(r.gate.clone()));
+        let window = self.calendar.state(r.gate.kind, now);
+        match outside(&gate, &freezes, window, now) {
+            Outside::Go(_) => Ok(true),
+            Outside::Closed => {
+                tracing::info!(run = r.run_id, gate = %r.gate, "the gate closed before its deployment was approved: it waits");
+                Ok(false)
+            }
+            Outside::Held { why, until } => Err(SendError::Retry {
+                after: until.map(|t| Duration::from_millis(t.saturating_sub(now).max(0) as u64)),
+                message: format!("{} waits: {why}", r.gate),
+            }),
+        }
+    }
+
     /// Whether GitHub still lists the request's environment among the run's
     /// pending deployments. A run GitHub no longer knows waits for nothing; a
     /// read GitHub refuses (an App without Actions: read) cannot tell, and the

@@ -44,10 +44,10 @@ fn line(told: &Told) -> Option<Line> {
         Told::Withdrawn { by, left } => {
             let message = match left {
                 Some(left) => format!(
-                    "your review was dismissed by @{by}, so your approval no longer counts: {left}"
+                    "your review was dismissed by {by}, so your approval no longer counts: {left}"
                 ),
                 None => format!(
-                    "your review was dismissed by @{by}, but your approval had already opened the gate: comment `/hold` to keep it closed"
+                    "your review was dismissed by {by}, but your approval had already opened the gate: comment `/hold` to keep it closed"
                 ),
             };
             return Some(Line {

@@ -233,6 +233,7 @@ impl GithubSink {
             clock: parts.clock.clone(),
             metrics: parts.metrics.clone(),
             api_url: parts.api_url.clone(),
+            calendar: parts.policy.calendar().clone(),
         });
         Self {
             check_runs,

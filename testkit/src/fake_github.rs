@@ -209,6 +209,7 @@ pub struct Inner {
     deployments: Mutex<BTreeMap<u64, FakeDeployment>>,
     /// Answers to give the next deployment creations instead of the real ones.
     deployment_failures: Mutex<VecDeque<Failure>>,
+    protection_failures: Mutex<VecDeque<Failure>>,
     /// Answers to give the next deployment creations after making them (an
     /// answer lost on the way back, as after a timeout).
     deployment_lost_answers: Mutex<VecDeque<Failure>>,
@@ -357,6 +358,15 @@ impl FakeGithub {
     pub fn fail_deployments(&self, failures: impl IntoIterator<Item = Failure>) {
         self.inner
             .deployment_failures
+            .lock()
+            .unwrap()
+            .extend(failures);
+    }
+
+    /// The next protection callbacks answer these, in order, and decide nothing.
+    pub fn fail_protection_reviews(&self, failures: impl IntoIterator<Item = Failure>) {
+        self.inner
+            .protection_failures
             .lock()
             .unwrap()
             .extend(failures);
@@ -951,6 +961,9 @@ async fn review_protection(
     headers: HeaderMap,
     Json(v): Json<Value>,
 ) -> Response {
+    if let Some(f) = inner.protection_failures.lock().unwrap().pop_front() {
+        return failed(&f);
+    }
     if !matches!(v["state"].as_str(), Some("approved" | "rejected"))
         || !v["environment_name"].is_string()
     {
