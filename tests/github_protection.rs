@@ -81,6 +81,30 @@ impl Env {
         p
     }
 
+    /// GitHub says PR 42's head is now `commit` (a push).
+    async fn pushed(&self, commit: &str) {
+        let mut push = fixture("pull_request.synchronize.json");
+        push["repository"]["full_name"] = json!("acme/shop");
+        push["number"] = json!(42);
+        push["pull_request"]["number"] = json!(42);
+        push["pull_request"]["head"]["sha"] = json!(commit);
+        push["pull_request"]["updated_at"] = json!(github_time(self.now_ms()));
+        push["after"] = json!(commit);
+        let body = serde_json::to_vec(&push).unwrap();
+        let r = client()
+            .post(self.server.at("/webhooks/github"))
+            .header("content-type", "application/json")
+            .header("x-github-event", "pull_request")
+            .header("x-github-delivery", format!("push-{commit}"))
+            .header("x-hub-signature-256", sign(GITHUB_SECRET, &body))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+        self.server.drained().await;
+    }
+
     /// Delivers `payload` signed, under a new delivery id; status and text.
     async fn deliver(&self, payload: &Value) -> (u16, String) {
         let body = serde_json::to_vec(payload).unwrap();
@@ -148,6 +172,7 @@ gatebot_testkit::on_both_stores!(
     a_deployment_no_longer_waiting_is_not_reviewed_again,
     a_freeze_holds_the_approval_until_it_is_lifted,
     a_hold_after_the_approval_was_queued_stops_it,
+    a_deployment_of_a_commit_pushed_since_waits_for_its_push,
 );
 
 async fn approved_after_a_slack_click(backend: Backend) {
@@ -398,6 +423,35 @@ async fn a_hold_after_the_approval_was_queued_stops_it(backend: Backend) {
 
     env.comment_by(42, "kobzol", 503, "alice", "/unhold").await;
     env.comment_by(42, "kobzol", 504, "alice", "/promote").await;
+    let reviews = env.reviews(1).await;
+    assert_eq!(reviews.len(), 1, "{reviews:#?}");
+    assert_eq!(reviews[0].body["state"], "approved");
+}
+
+/// The gate's approvals are of the head gatebot knows: a deployment of a
+/// commit pushed since (its push not delivered yet) is not approved by them;
+/// the push closes the gate, and the next approval lets it go.
+async fn a_deployment_of_a_commit_pushed_since_waits_for_its_push(backend: Backend) {
+    let env = env(backend).await;
+    let request = env.request(7, None);
+    let deployed = request["deployment"]["sha"].as_str().unwrap().to_string();
+    env.pushed("85d557f0c3b1e2a4d6f8091a2b3c4d5e6f708192").await;
+    env.comment_by(42, "kobzol", 501, "alice", "/promote").await;
+    let (status, text) = env.deliver(&request).await;
+    assert_eq!(status, 202, "{text}");
+    env.server.drained().await;
+    env.clock.advance(HOUR);
+    env.server.drained().await;
+    assert!(
+        env.github.protection_reviews().is_empty(),
+        "approved by an approval of the commit before"
+    );
+
+    env.pushed(&deployed).await;
+    env.clock.advance(HOUR);
+    env.server.drained().await;
+    assert!(env.github.protection_reviews().is_empty());
+    env.comment_by(42, "kobzol", 502, "alice", "/promote").await;
     let reviews = env.reviews(1).await;
     assert_eq!(reviews.len(), 1, "{reviews:#?}");
     assert_eq!(reviews[0].body["state"], "approved");

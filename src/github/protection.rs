@@ -281,7 +281,7 @@ impl Protections {
         let gate = gate.unwrap_or_else(|| Gate::closed(r.gate.clone()));
         let window = self.calendar.state(r.gate.kind, now);
         match outside(&gate, &freezes, window, now) {
-            Outside::Go(_) => Ok(true),
+            Outside::Go(_) => self.of_the_head(r).await,
             Outside::Closed => {
                 tracing::info!(run = r.run_id, gate = %r.gate, "the gate closed before its deployment was approved: it waits");
                 Ok(false)
@@ -290,6 +290,26 @@ impl Protections {
                 after: until.map(|t| Duration::from_millis(t.saturating_sub(now).max(0) as u64)),
                 message: format!("{} waits: {why}", r.gate),
             }),
+        }
+    }
+
+    /// Whether the deployment is of the pull request's head as gatebot knows
+    /// it, which the gate's approvals are of (a push closes them): a commit
+    /// pushed since, whose push has not reached gatebot yet, waits for it.
+    async fn of_the_head(&self, r: &ProtectionRequest) -> Result<bool, SendError> {
+        let head = self
+            .records
+            .pr_head(&r.repo, r.number)
+            .await
+            .map_err(retry)?;
+        match head {
+            Some(head) if !r.sha.is_empty() && !head.eq_ignore_ascii_case(&r.sha) => {
+                Err(SendError::retry(format!(
+                    "the deployment of run {} is of {}, but {}#{}'s head is {head}: it waits for the push",
+                    r.run_id, r.sha, r.repo, r.number
+                )))
+            }
+            _ => Ok(true),
         }
     }
 

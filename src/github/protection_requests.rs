@@ -9,6 +9,7 @@ use super::inbox::GithubInbox;
 use super::protection::{callback_path, Decision};
 use super::sink::GithubJob;
 use crate::core::intake;
+use crate::gate::environment::valid_commit;
 use crate::gate::{GateKey, Scope};
 use crate::notify::{Lease, SendError, Settled};
 use crate::store::ProtectionRequest;
@@ -51,6 +52,9 @@ impl GithubInbox {
             installation: e.installation.as_ref().map(|i| i.id),
             // Set by the core, in the unit that keeps it.
             requested_at: 0,
+            sha: Some(e.deployment.sha.to_ascii_lowercase())
+                .filter(|sha| valid_commit(sha))
+                .unwrap_or_default(),
         };
         let reason = format!(
             "the deployment of workflow run {run_id} to {} waits for {key}",

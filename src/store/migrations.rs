@@ -48,6 +48,7 @@ migrations!(
     "0019_environments.sql",
     "0020_waits_by_cluster.sql",
     "0021_wait_bounds.sql",
+    "0022_protection_sha.sql",
 );
 
 /// The migrations of `backend`, as sqlx's own `Migrator` runs them.

@@ -21,6 +21,8 @@ pub struct ProtectionRequest {
     pub callback_url: String,
     pub installation: Option<u64>,
     pub requested_at: Millis,
+    /// The commit deployed (GitHub's `deployment.sha`); empty when not known.
+    pub sha: String,
 }
 
 impl<'s> Protection<'s> {
@@ -38,10 +40,11 @@ impl<'s> Protection<'s> {
             .transpose()?;
         let done = sqlx::query(
             "INSERT INTO github_protection_requests (repo, run_id, environment, number, gate_key, \
-             callback_url, installation, requested_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             callback_url, installation, requested_at, sha) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
              ON CONFLICT (repo, run_id, environment) DO UPDATE SET number = excluded.number, \
              gate_key = excluded.gate_key, callback_url = excluded.callback_url, \
              installation = excluded.installation, requested_at = excluded.requested_at, \
+             sha = excluded.sha, \
              decided_at = NULL, state = NULL \
              WHERE github_protection_requests.decided_at IS NOT NULL",
         )
@@ -53,6 +56,7 @@ impl<'s> Protection<'s> {
         .bind(r.callback_url.clone())
         .bind(installation)
         .bind(r.requested_at)
+        .bind(r.sha.clone())
         .execute(tx.conn())
         .await?;
         Ok(done.rows_affected() == 1)
@@ -66,7 +70,7 @@ impl<'s> Protection<'s> {
         at: Millis,
     ) -> Result<Vec<ProtectionRequest>> {
         let rows = about_pr(
-            "SELECT run_id, environment, gate_key, callback_url, installation, requested_at \
+            "SELECT run_id, environment, gate_key, callback_url, installation, requested_at, sha \
              FROM github_protection_requests WHERE repo = $1 AND number = $2 \
              AND decided_at IS NULL AND requested_at <= $3 ORDER BY requested_at, run_id",
             repo,
@@ -89,6 +93,7 @@ impl<'s> Protection<'s> {
                         .map(|i| unsigned(i, "installation"))
                         .transpose()?,
                     requested_at: row.try_get("requested_at")?,
+                    sha: row.try_get("sha")?,
                 })
             })
             .collect()
