@@ -134,6 +134,7 @@ gatebot_testkit::on_both_stores!(
     a_review_of_an_older_commit_is_stale_and_the_reply_says_why,
     with_the_setting_off_a_review_changes_nothing,
     a_dismissed_review_withdraws_the_vote_before_quorum,
+    a_dismissal_takes_back_only_the_vote_its_review_cast,
     a_readers_review_is_refused_as_their_comment_would_be,
 );
 
@@ -262,6 +263,32 @@ async fn a_dismissed_review_withdraws_the_vote_before_quorum(backend: Backend) {
         snap("review_counted_reply", &replies[0]);
         snap("review_dismissed_reply", &replies[1]);
     }
+}
+
+/// Alice's vote came from her review of the head: dismissing her stale
+/// review, or a review of hers that approved nothing, leaves it counted.
+async fn a_dismissal_takes_back_only_the_vote_its_review_cast(backend: Backend) {
+    let env = setup(backend, Some(TWO)).await;
+    let server = &env.server;
+    let mut sim = waiting_at_promote(server).await;
+    let stale = review(9001, "alice", OLDER);
+    let mut remark = review(9003, "alice", HEAD);
+    remark["review"]["state"] = json!("changes_requested");
+    for r in [&stale, &review(9002, "alice", HEAD), &remark] {
+        deliver(server, r).await;
+        server.drained().await;
+    }
+    assert_eq!(count(&audit(server).await, "approve"), 1);
+    for r in [&stale, &remark] {
+        let (status, text) = deliver(server, &dismissal(r, "bob")).await;
+        assert_eq!(status, 202, "{text}");
+        server.drained().await;
+    }
+    assert_eq!(count(&audit(server).await, "withdraw"), 0);
+    // Bob's approval is the second: the gate opens.
+    deliver(server, &review(9004, "bob", HEAD)).await;
+    server.drained().await;
+    assert!(sim.run_until(|s| s.promotions() == 1, 10).await);
 }
 
 async fn a_readers_review_is_refused_as_their_comment_would_be(backend: Backend) {

@@ -282,7 +282,8 @@ pub async fn answer(engine: &Engine, said: Said, receipt: Option<&Lease>) -> Res
     Ok(unit.commit().await?)
 }
 
-/// Withdraws `person`'s approval at `key` (a dismissed review), counts it
+/// Withdraws `person`'s approval at `key` that `cast` gave (a dismissed
+/// review: the vote its approval cast), counts it
 /// as `command` withdrawn or used, queues `replies` with what came of it
 /// ([`Told::Withdrawn`], by `who`) and settles `receipt`, in one unit.
 #[allow(clippy::too_many_arguments)]
@@ -291,13 +292,13 @@ pub async fn withdraw(
     source: &'static str,
     command: &str,
     key: &GateKey,
-    person: &str,
+    (person, cast): (&str, &str),
     who: &Provenance,
     receipt: Option<&Lease>,
     replies: Replies<'_>,
 ) -> Result<(), SendError> {
     let mut unit = engine.commands().begin().await?;
-    let withdrawn = unit.withdraw(key, person, who).await?;
+    let withdrawn = unit.withdraw(key, person, Some(cast), who).await?;
     let by = who.actor.name.clone();
     let told = match withdrawn {
         Withdrawn::Counted(left) => {

@@ -19,11 +19,13 @@ pub enum Withdrawn {
 
 impl Unit<'_> {
     /// Takes `person`'s vote at `key` back, by `who` (the one who dismissed
-    /// it). A delivery already applied changes nothing.
+    /// it): only the vote `cast` gave (its reason), when named. A delivery
+    /// already applied changes nothing.
     pub async fn withdraw(
         &mut self,
         key: &GateKey,
         person: &str,
+        cast: Option<&str>,
         who: &Provenance,
     ) -> Result<Withdrawn, CommandError> {
         let person = person.to_ascii_lowercase();
@@ -43,7 +45,7 @@ impl Unit<'_> {
             }
             _ => return Ok(Withdrawn::Nothing),
         };
-        let Some(left) = tally.without(&person) else {
+        let Some(left) = tally.without(&person, cast) else {
             return Ok(Withdrawn::Nothing);
         };
         let summary = left.summary();

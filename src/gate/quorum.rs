@@ -146,9 +146,12 @@ impl Tally {
 
     /// Takes back `person`'s vote (a dismissed review): the others stand.
     /// None when they had not voted.
-    pub fn without(mut self, person: &str) -> Option<Self> {
+    pub fn without(mut self, person: &str, cast: Option<&str>) -> Option<Self> {
         let before = self.votes.len();
-        self.votes.retain(|v| v.person != person);
+        let theirs = |v: &Vote| {
+            v.person == person && cast.is_none_or(|c| v.change.reason.as_deref() == Some(c))
+        };
+        self.votes.retain(|v| !theirs(v));
         (self.votes.len() < before).then_some(self)
     }
 
@@ -253,11 +256,20 @@ mod tests {
         let tally = Tally::new("t", 2)
             .with(vote("alice", &[]))
             .with(vote("bob", &[]));
-        let left = tally.clone().without("alice").unwrap();
+        let left = tally.clone().without("alice", None).unwrap();
         assert_eq!(left.votes.len(), 1);
         assert_eq!(left.votes[0].person, "bob");
         assert!(!left.complete());
-        assert_eq!(tally.without("carol"), None, "carol had not voted");
+        assert_eq!(
+            tally.clone().without("carol", None),
+            None,
+            "carol had not voted"
+        );
+        assert_eq!(
+            tally.without("alice", Some("approving review 7 of abc")),
+            None,
+            "a vote cast otherwise is not taken back by what did not cast it"
+        );
     }
 
     fn rule(kind: GateKind, repo: Option<&str>, ns: Option<&str>, required: u32) -> QuorumRule {

@@ -40,6 +40,17 @@ impl Reviewed<'_> {
         &self.e.review.user.login
     }
 
+    /// The reason of the vote the review's approval casts: its dismissal
+    /// takes back that vote alone, not one the reviewer gave otherwise.
+    fn cast(&self) -> String {
+        let review = &self.e.review;
+        format!(
+            "approving review {} of {}",
+            review.id,
+            short(&review.commit_id)
+        )
+    }
+
     /// The reply on the PR, once per delivery.
     fn reply(&self, inbox: &GithubInbox, lines: Vec<Line>) -> Result<NewJob, SendError> {
         let body = inbox.reply(self.reviewer(), lines)?;
@@ -168,7 +179,7 @@ impl GithubInbox {
             place: None,
             command: Command::Open {
                 kind: GateKind::Promote,
-                reason: Some(format!("approving review of {}", short(reviewed))),
+                reason: Some(r.cast()),
                 force: false,
             },
             subject: Subject::pr(r.repo.clone(), r.number),
@@ -197,13 +208,13 @@ impl GithubInbox {
             )));
         // Worded when sent, from what the core told of the withdrawal.
         let replies = r.told(None)?;
-        let (key, person) = (r.promote(), r.reviewer());
+        let (key, cast) = (r.promote(), r.cast());
         intake::withdraw(
             engine,
             SOURCE,
             "review",
             &key,
-            person,
+            (r.reviewer(), &cast),
             &who,
             Some(lease),
             replies,
