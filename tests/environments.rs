@@ -836,7 +836,7 @@ async fn production_asks_why_from_every_channel(backend: Backend) {
     assert!(env.promoted(&mut staging).await);
     env.clock.advance(31 * MINUTE);
     let mut eu = env.waiting(PROD_EU, "rev-e1", COMMIT).await;
-    let asks = "the policy asks for a reason to promote in production: write it after the command, `promote production because <why>`";
+    let asks = "the policy asks for a reason to promote in production: say why, as in `promote production because <why>`";
 
     // A PR comment naming the cluster, with nothing after it.
     let reply = env.comment("alice", "/promote prod-eu").await;

@@ -153,7 +153,46 @@ gatebot_testkit::on_both_stores!(
     oauth_state_must_match,
     forwarded_user_only_from_trusted_proxies,
     changes_stream_to_open_pages,
+    the_page_asks_why_where_the_policy_does,
 );
+
+/// With a `[[reasons]]` rule, the page's Approve needs the confirmation's
+/// reason: without one it is refused with what to write, and changes nothing.
+async fn the_page_asks_why_where_the_policy_does(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[[reasons]]\nkind = \"promote\"\nrequired = true\n",
+    )
+    .unwrap();
+    let s = setup(backend, |c| c.policy = Some(policy)).await;
+    let gate = "/gates/promote/acme/shop/pr/7";
+    assert_eq!(check(&s.server, gate, "rev-a", json!({})).await, 403);
+    let (cookie, csrf) = admin_session(&s.server).await;
+    let act = |reason: &'static str| {
+        let csrf: &'static str = Box::leak(csrf.clone().into_boxed_str());
+        vec![
+            ("gate", gate),
+            ("action", "approve"),
+            ("csrf", csrf),
+            ("confirmed", "yes"),
+            ("reason", reason),
+        ]
+    };
+    for blank in ["", "   ", "because"] {
+        let (status, _, body) = post(&s.server.at("/ui/act"), Some(&cookie), &act(blank)).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(
+            body.contains("the policy asks for a reason to promote: say why"),
+            "{body}"
+        );
+    }
+    assert_eq!(check(&s.server, gate, "rev-a", json!({})).await, 403);
+    let (status, _, body) = post(&s.server.at("/ui/act"), Some(&cookie), &act("fine")).await;
+    assert_eq!(status, 303, "{body}");
+    assert_eq!(check(&s.server, gate, "rev-a", json!({})).await, 200);
+}
 
 async fn pages_show_waits_escaped_behind_strict_headers(backend: Backend) {
     let s = setup(backend, |_| {}).await;

@@ -131,14 +131,14 @@ impl fmt::Display for Invalid {
             ),
             Self::ReasonRequired { verb, place: None } => write!(
                 f,
-                "the policy asks for a reason to {verb}: write it after the command, `{verb} because <why>`"
+                "the policy asks for a reason to {verb}: say why, as in `{verb} because <why>`"
             ),
             Self::ReasonRequired {
                 verb,
                 place: Some(place),
             } => write!(
                 f,
-                "the policy asks for a reason to {verb} in {place}: write it after the command, `{verb} {place} because <why>`"
+                "the policy asks for a reason to {verb} in {place}: say why, as in `{verb} {place} because <why>`"
             ),
             Self::ReasonTooLong => write!(
                 f,
