@@ -849,6 +849,45 @@ async fn production_asks_why_from_every_channel(backend: Backend) {
     let answers = env.answers("t1").await;
     assert!(answers.iter().any(|a| a.contains(asks)), "{answers:?}");
     // The API (and so the CLI), naming the environment.
+    // Words that only name the place, or show nothing, are no reason either.
+    for none in [
+        "/promote Production",
+        "/promote prod-eu, production",
+        "/promote prod-eu because \u{200B}",
+    ] {
+        let reply = env.comment("alice", none).await;
+        assert!(reply.contains(asks), "{none}: {reply}");
+    }
+    // Break glass says why by the same measure.
+    let reply = env
+        .comment("carol", "/promote --force prod-eu because")
+        .await;
+    assert!(reply.contains("break glass needs a reason"), "{reply}");
+    // The API (and the CLI, whose user is a claim beside the token, never a
+    // reason), naming the environment.
+    let cli = |reason: Option<&str>| {
+        let mut cli = std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"));
+        cli.args([
+            "gates",
+            "open",
+            "/gates/promote/pr/42",
+            "--env",
+            "production",
+        ])
+        .args(reason.map(|r| ["--reason", r]).into_iter().flatten())
+        .env_clear()
+        .env("USER", "mallory")
+        .env("GATEBOT_SERVER", &env.server.url)
+        .env("GATEBOT_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("GATEBOT_GITHUB_REPOSITORY", "acme/shop");
+        cli.output().unwrap()
+    };
+    let out = cli(None);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(asks),
+        "{out:?}"
+    );
     let r = client()
         .post(env.server.at("/api/v1/gates/open"))
         .bearer_auth(ADMIN_TOKEN)
@@ -864,6 +903,12 @@ async fn production_asks_why_from_every_channel(backend: Backend) {
             .await;
         assert_eq!(gate["state"], "closed", "{gate}");
     }
+    // Each refusal is audited on the gates it was about.
+    let refused = audited_reasons(&env).await;
+    assert!(
+        refused.iter().filter(|r| r.contains(asks)).count() >= 6,
+        "{refused:?}"
+    );
 
     // Said why: the comment opens its cluster, and the audit keeps the words as written.
     env.comment(
@@ -878,25 +923,23 @@ async fn production_asks_why_from_every_channel(backend: Backend) {
             .any(|r| r == "prod-eu because the error budget is <b>fine</b>"),
         "{kept:?}"
     );
-    // docs/policy.md's CLI command.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
-        .args([
-            "gates",
-            "open",
-            "/gates/promote/pr/42",
-            "--env",
-            "production",
-        ])
-        .args(["--reason", "the error budget is fine"])
-        .env_clear()
-        .env("GATEBOT_SERVER", &env.server.url)
-        .env("GATEBOT_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("GATEBOT_GITHUB_REPOSITORY", "acme/shop")
-        .output()
-        .unwrap();
+    // The status comment shows it as a code span: no tag, mention or marker forms.
+    let status = env.github.status_comments(42).last().unwrap().body.clone();
+    assert!(
+        status.contains("`prod-eu because the error budget is ‹b›fine‹/b›`"),
+        "{status}"
+    );
+    // docs/policy.md's CLI command; the claim is recorded beside the reason.
+    let out = cli(Some("the error budget is fine"));
     assert!(out.status.success(), "{out:?}");
     let gate = env.gate("/promote/acme/shop/pr/42@prod-us").await;
     assert_eq!(gate["state"], "open", "{gate}");
+    let kept = audited_reasons(&env).await;
+    assert!(
+        kept.iter()
+            .any(|r| r.ends_with("via cli; the error budget is fine")),
+        "{kept:?}"
+    );
 }
 
 async fn a_reason_past_its_cap_is_refused_everywhere(backend: Backend) {

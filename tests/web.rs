@@ -189,6 +189,21 @@ async fn the_page_asks_why_where_the_policy_does(backend: Backend) {
         );
     }
     assert_eq!(check(&s.server, gate, "rev-a", json!({})).await, 403);
+    // The loadtester's routes carry no reason: a clear 400, not a 503 to retry.
+    let canary = json!({"name": "podinfo", "namespace": "test"});
+    let r = browser()
+        .post(s.server.at("/gate/open"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&canary)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("these routes carry no reason"));
     let (status, _, body) = post(&s.server.at("/ui/act"), Some(&cookie), &act("fine")).await;
     assert_eq!(status, 303, "{body}");
     assert_eq!(check(&s.server, gate, "rev-a", json!({})).await, 200);

@@ -175,7 +175,11 @@ async fn change(
         )
     })?;
     let key = parse_key(&state, &body.gate)?;
-    let reason = caller.reason(body.reason);
+    // The caller's claim is recorded beside the reason, never taken for one.
+    let reason = body
+        .reason
+        .map(|r| r.trim().to_string())
+        .filter(|r| !r.is_empty());
     let command = match open {
         true => Command::Open {
             kind: key.kind,
@@ -189,7 +193,7 @@ async fn change(
         place: body.env,
         command,
         subject: Subject::Gate(key),
-        who: Provenance::new(caller.actor.clone()),
+        who: Provenance::new(caller.actor.clone()).claim(caller.claim.clone()),
     };
     let mut gates = run(&state, &request).await?;
     if many {

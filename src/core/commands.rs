@@ -205,21 +205,23 @@ pub(super) fn check_reason(
     else {
         return Ok(());
     };
-    let first = text.and_then(|t| t.split_whitespace().next());
-    match reason::given(text, first.filter(|w| envs.target(w).is_some())) {
-        Some(_) => Ok(()),
-        None => Err(Invalid::ReasonRequired {
+    let is_place = |word: &str| envs.target(&word.to_ascii_lowercase()).is_some();
+    match (reason::given(text, is_place), kind) {
+        (Some(_), _) => Ok(()),
+        (None, ReasonKind::Force) => Err(Invalid::ForceWithoutReason(Verb::opening(
+            plan.keys.first().map_or(GateKind::Promote, |k| k.kind),
+        ))),
+        (None, _) => Err(Invalid::ReasonRequired {
             verb: kind.to_string(),
             place,
         }),
     }
 }
 
-/// What a `[[reasons]]` rule calls `command`; break glass is checked by
-/// [`plan`] for everyone.
+/// What a `[[reasons]]` rule calls `command`; break glass always needs one.
 fn reason_kind(command: &Command, plan: &Plan) -> Option<ReasonKind> {
     match command {
-        Command::Open { force: true, .. } => None,
+        Command::Open { force: true, .. } => Some(ReasonKind::Force),
         Command::Open { kind, .. } => Some(match Verb::opening(*kind) {
             Verb::Start => ReasonKind::Start,
             Verb::Promote => ReasonKind::Promote,
@@ -287,6 +289,16 @@ impl Applied {
 /// The reason written with the change: the person's, or for a Reject that
 /// gave none, where and what was rejected.
 fn reason_of(command: &Command, act: Act, who: &Provenance) -> Option<String> {
+    let said = said_of(command, act, who);
+    match (&who.claim, said) {
+        (None, said) => said,
+        (Some(claim), None) => Some(claim.clone()),
+        (Some(claim), Some(said)) => Some(format!("{claim}; {said}")),
+    }
+}
+
+/// The reason as the person gave it, or as the change explains itself.
+fn said_of(command: &Command, act: Act, who: &Provenance) -> Option<String> {
     if let Some(reason) = command.reason() {
         return Some(reason.to_string());
     }

@@ -128,12 +128,18 @@ impl<D: fmt::Display> Outcome<D> {
 pub struct Authorized<D> {
     plan: Result<Plan, Invalid>,
     verdict: Result<(), D>,
+    /// The gates an invalid plan was about, once known (a missing reason):
+    /// its refusal is audited there.
+    about: Vec<GateKey>,
 }
 
 impl<D> Authorized<D> {
-    /// The gates the command changes (none when it is invalid).
+    /// The gates the command changes, or those a refused plan was about
+    /// (none when it could not be placed).
     pub fn keys(&self) -> &[GateKey] {
-        self.plan.as_ref().map_or(&[], |p| p.keys.as_slice())
+        self.plan
+            .as_ref()
+            .map_or(&self.about, |p| p.keys.as_slice())
     }
 
     /// Whether it may be applied.
@@ -192,20 +198,24 @@ pub async fn authorize<A: Authorizer>(
         Err(invalid) => Err(invalid),
     };
     let settings = engine.settings();
+    let mut about = Vec::new();
     let plan = plan.and_then(|plan| {
-        check_reason(
-            &settings.reasons,
-            &settings.environments,
-            &plan,
-            &request.command,
-        )?;
-        Ok(plan)
+        let (rules, envs) = (&settings.reasons, &settings.environments);
+        let checked = check_reason(rules, envs, &plan, &request.command);
+        if checked.is_err() {
+            about = plan.keys.clone();
+        }
+        checked.map(|()| plan)
     });
     let verdict = match &plan {
         Ok(plan) => authorizer.authorize(plan.rule, &plan.keys).await?,
         Err(_) => Ok(()),
     };
-    Ok(Authorized { plan, verdict })
+    Ok(Authorized {
+        plan,
+        verdict,
+        about,
+    })
 }
 
 async fn phase_of(engine: &Engine, request: &Request) -> Result<Phase, CommandError> {

@@ -135,6 +135,9 @@ pub struct Provenance {
     /// The approval opens for the canary of `revision` only (a deadline's
     /// rollback): no other canary is rolled back by it.
     pub exclusive: bool,
+    /// What an API caller claims beside its token ("claims alice via cli"):
+    /// recorded before the reason, never taken for one.
+    pub claim: Option<String>,
 }
 
 impl Provenance {
@@ -148,7 +151,13 @@ impl Provenance {
             person: None,
             force: false,
             exclusive: false,
+            claim: None,
         }
+    }
+
+    pub fn claim(mut self, claim: Option<String>) -> Self {
+        self.claim = claim;
+        self
     }
 
     pub fn reason(mut self, reason: Option<String>) -> Self {

@@ -518,11 +518,17 @@ pub async fn legacy_set(
 }
 
 /// The loadtester's answer to a change not made: a hold or a stale command
-/// is a conflict; the store or anything else, try again.
+/// is a conflict, one no one may make (a policy's reason, which these routes
+/// cannot carry) a bad request; the store, try again.
 fn not_done(e: CommandError) -> Reject {
     let code = match &e {
         CommandError::Held { .. } => "held",
         CommandError::WrittenBeforeClose { .. } => "stale",
+        CommandError::Invalid(_) => {
+            let why =
+                format!("{e} (these routes carry no reason: use POST /api/v1/gates/open with one)");
+            return Reject::bad_request("invalid", why);
+        }
         _ => return Reject::unavailable(e.to_string()),
     };
     Reject::new(StatusCode::CONFLICT, code, e.to_string())

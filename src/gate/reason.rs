@@ -78,25 +78,28 @@ pub fn required(rules: &[ReasonRule], kind: ReasonKind, environment: Option<&str
         .is_some_and(|r| r.required)
 }
 
-/// The reason in a command's text, without the environment or cluster its
-/// first word names (`place`) and a `because` after it: `production because
-/// the error budget is fine` gives `the error budget is fine`, `production`
-/// alone gives none.
-pub fn given<'t>(text: Option<&'t str>, place: Option<&str>) -> Option<&'t str> {
+/// The reason in a command's text, without the words before it that name
+/// an environment or cluster (`is_place`, whatever their case or the
+/// punctuation around them) or say `because`: `production because the error
+/// budget is fine` gives `the error budget is fine`; `production`,
+/// `Production,` and `because because` give none. A reason has a letter or
+/// digit a person can see.
+pub fn given(text: Option<&str>, is_place: impl Fn(&str) -> bool) -> Option<&str> {
     let mut rest = text?.trim();
-    if let Some(place) = place {
-        if let Some((first, after)) = split_word(rest) {
-            if first.eq_ignore_ascii_case(place) {
-                rest = after;
-            }
+    while let Some((first, after)) = split_word(rest) {
+        let word = first.trim_matches(|c: char| !c.is_alphanumeric());
+        if !(word.eq_ignore_ascii_case("because") || (!word.is_empty() && is_place(word))) {
+            break;
         }
+        rest = after;
     }
-    if let Some((first, after)) = split_word(rest) {
-        if first.eq_ignore_ascii_case("because") {
-            rest = after;
-        }
-    }
-    (!rest.is_empty()).then_some(rest)
+    rest.chars().any(visible).then_some(rest)
+}
+
+/// A letter or digit that shows: not one of the fillers Unicode counts as
+/// letters but draws as nothing.
+fn visible(c: char) -> bool {
+    c.is_alphanumeric() && !matches!(c, '\u{115F}' | '\u{1160}' | '\u{3164}' | '\u{FFA0}')
 }
 
 /// The first word of `text` and the rest, trimmed.
@@ -142,27 +145,47 @@ mod tests {
 
     #[test]
     fn a_reason_is_what_follows_the_place_and_because() {
-        let p = Some("production");
+        let p = |w: &str| {
+            ["production", "prod-eu"]
+                .iter()
+                .any(|p| p.eq_ignore_ascii_case(w))
+        };
+        let given = |text: Option<&'static str>| given(text, p);
         assert_eq!(
-            given(Some("production because it is fine"), p),
+            given(Some("production because it is fine")),
             Some("it is fine")
         );
-        assert_eq!(given(Some("Production BECAUSE  ok "), p), Some("ok"));
-        assert_eq!(given(Some("production"), p), None);
-        assert_eq!(given(Some("production because"), p), None);
-        assert_eq!(given(Some("because"), None), None);
-        assert_eq!(given(Some("  "), None), None);
-        assert_eq!(given(None, p), None);
+        assert_eq!(given(Some("Production BECAUSE  ok ")), Some("ok"));
+        for none in [
+            Some("production"),
+            Some("production because"),
+            Some("because"),
+            Some("  "),
+            None,
+            Some("Production,"),
+            Some("`production`"),
+            Some("prod-eu."),
+            Some("production production"),
+            Some("production prod-eu because because"),
+            Some("because production"),
+            Some("\u{200B}"),
+            Some("production \u{FEFF}\u{2060}\u{00AD}"),
+            Some("\u{3164}\u{115F}"),
+            Some("\0"),
+            Some("- ."),
+        ] {
+            assert_eq!(given(none), None, "{none:?}");
+        }
         assert_eq!(
-            given(Some("the error budget is fine"), None),
+            given(Some("the error budget is fine")),
             Some("the error budget is fine")
         );
-        // The place is only taken off the front.
+        // Places are only taken off the front.
         assert_eq!(
-            given(Some("fine in production"), p),
+            given(Some("fine in production")),
             Some("fine in production")
         );
-        assert_eq!(given(Some("because production"), p), Some("production"));
+        assert_eq!(given(Some("- fine")), Some("- fine"));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::core::Records;
 use crate::evidence::Evidence;
 use crate::gate::progress::CanaryProgress;
+use crate::gate::reason::MAX_REASON;
 use crate::gate::state::rfc3339;
 use crate::gate::{
     CanaryRef, ClusterName, GateKey, GateKind, GateStatus, Millis, PrNumber, RepoName, Scope,
@@ -97,6 +98,8 @@ impl PrView {
     pub fn for_markdown(mut self, evidence: &Evidence) -> Self {
         for g in &mut self.gates {
             g.title = g.title.as_deref().map(|t| code(t, escape::METADATA));
+            // A person's words: no mention, link or marker forms in them.
+            g.reason = g.reason.as_deref().map(|r| code(r, MAX_REASON));
             for c in &mut g.canaries {
                 // gatebot's own words and numbers: no text of Flagger's side.
                 c.evidence = c
