@@ -1280,7 +1280,67 @@ gatebot_testkit::on_both_stores!(
     a_failed_pre_rollout_check_reaches_teams_once,
     teams_channel_goes_only_where_the_policy_binds_it,
     a_click_that_only_counts_leaves_the_card_open,
+    the_cards_reason_field_says_why_where_the_policy_asks,
 );
+
+/// Under a `[[reasons]]` rule, a button says why with what was typed in the
+/// card's reason field: without it the click is refused with what to write.
+async fn the_cards_reason_field_says_why_where_the_policy_asks(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.toml");
+    std::fs::write(&path, "[[reasons]]\nkind = \"start\"\nrequired = true\n").unwrap();
+    let env = env_with(backend, |c, _| {
+        c.teams.channel = Some(CHANNEL.into());
+        c.policy = Some(path);
+    })
+    .await;
+    env.install().await;
+    let _sim = waiting_at_start(&env).await;
+    let card = card_of(&env.until_cards("POST", 1).await[0]);
+    let field = card["body"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "Input.Text")
+        .expect("a reason field");
+    assert_eq!(
+        (field["id"].as_str(), field["maxLength"].as_u64()),
+        (Some("reason"), Some(1000))
+    );
+    let button = |reason: Option<&str>| {
+        let mut data = card["actions"][0]["data"].clone();
+        if let Some(reason) = reason {
+            data["reason"] = json!(reason);
+        }
+        data
+    };
+
+    let (status, answer) = env
+        .click_with("f:why-1", "approve", &button(Some("  ")), RIDO)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer
+            .to_string()
+            .contains("the policy asks for a reason to start: say why"),
+        "{answer}"
+    );
+    assert_eq!(env.gate("/start/acme/shop/pr/42").await["state"], "closed");
+
+    let (status, answer) = env
+        .click_with(
+            "f:why-2",
+            "approve",
+            &button(Some("smoke tests passed")),
+            RIDO,
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let gate = env.gate("/start/acme/shop/pr/42").await;
+    assert_eq!(gate["state"], "open", "{gate}");
+    assert_eq!(gate["reason"], "smoke tests passed", "{gate}");
+    env.server.stop().await;
+}
 
 /// A conversation of another organisation this gatebot serves.
 const OTHER_TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";

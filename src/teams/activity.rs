@@ -90,6 +90,10 @@ pub struct CardAction {
 pub struct CardData {
     pub wait_id: i64,
     pub gate: String,
+    /// What the person typed in the card's reason field (Teams adds the
+    /// card's inputs to the pressed button's data).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

@@ -7,7 +7,11 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use super::activity::CardData;
+use crate::gate::reason::MAX_REASON;
 use crate::gate::{GateKey, GateKind, Millis, RepoName};
+
+/// The card's reason field, sent as the button data's `reason`.
+pub const REASON: &str = "reason";
 
 /// The verbs of the card's buttons, as the invoke names them.
 pub const APPROVE: &str = "approve";
@@ -101,6 +105,11 @@ pub fn render(view: &CardView, links: &Links, offer: Offer) -> Value {
     }
     let mut actions = Vec::new();
     if view.open && offer == Offer::Buttons {
+        // Teams sends what is typed here with the button pressed (`data.reason`).
+        body.push(json!({
+            "type": "Input.Text", "id": REASON, "label": "Reason",
+            "placeholder": "Why (the policy may ask for one)", "maxLength": MAX_REASON,
+        }));
         actions.extend(buttons(view));
     }
     if let Some(url) = page_url(view, links) {
@@ -208,6 +217,7 @@ fn buttons(view: &CardView) -> Vec<Value> {
     let data = CardData {
         wait_id: view.wait_id,
         gate: view.gate.to_string(),
+        reason: None,
     };
     let rolls_back =
         crate::core::commands::rollback_of(&view.gate, &crate::gate::Phase::parse(&view.phase))

@@ -300,17 +300,19 @@ fn request(
     if let Some((w, canary)) = wait.and_then(|w| Some((w, w.canary.clone()?))) {
         who = who.revision(canary, w.checksum.clone());
     }
+    let reason = activity.value.action.data.reason.as_deref().map(str::trim);
+    let reason = reason.filter(|r| !r.is_empty()).map(str::to_string);
     let command = match verb {
         APPROVE => Command::Open {
             kind: key.kind,
-            reason: None,
+            reason,
             force: false,
         },
         REJECT => Command::Reject {
             phase: Some(wait.map_or(Phase::None, |w| w.phase.clone())),
-            reason: None,
+            reason,
         },
-        _ => Command::Hold { reason: None },
+        _ => Command::Hold { reason },
     };
     Request {
         place: None,
