@@ -332,7 +332,84 @@ gatebot_testkit::on_both_stores!(
     reject_on_promotion_makes_simulator_roll_back,
     late_second_click_and_slack_retry_change_nothing,
     disallowed_user_gets_ephemeral_refusal,
+    a_button_asks_why_in_a_modal_where_the_policy_does,
 );
+
+/// The reason modal's submission, as Slack sends it: its sample payload
+/// with this modal's `private_metadata`, by `user`, who typed `reason`.
+fn submission(view: &Value, user: &str, trigger: &str, reason: &str) -> Value {
+    let mut p: Value =
+        serde_json::from_str(&fixture("view_submission_payload.all-fields-sample.json")).unwrap();
+    p["user"] = json!({"id": user, "username": user.to_ascii_lowercase(), "name": user.to_ascii_lowercase(), "team_id": "T9TK3CUKW"});
+    p["trigger_id"] = json!(trigger);
+    p["view"]["type"] = json!("modal");
+    p["view"]["callback_id"] = view["callback_id"].clone();
+    p["view"]["private_metadata"] = view["private_metadata"].clone();
+    p["view"]["state"] =
+        json!({"values": {"reason": {"reason": {"type": "plain_text_input", "value": reason}}}});
+    p
+}
+
+/// Under a `[[reasons]]` rule, a button opens a modal that asks why (with
+/// the click's trigger, at once); its submission is that click, with the
+/// reason. A submission without one is refused at the click's response_url.
+async fn a_button_asks_why_in_a_modal_where_the_policy_does(backend: Backend) {
+    let github = FakeGithub::start().await;
+    let policy = "[[reasons]]\nkind = \"start\"\nrequired = true\n";
+    let setup = Setup {
+        policy: Some((policy, &github)),
+        ..Setup::default()
+    };
+    let env = env(backend, setup).await;
+    let mut sim = released(pr_hooks(&env.server.url, 42)).await;
+    sim.tick().await;
+    let gate = "/gates/start/acme/shop/pr/42";
+    let start = env.waiting_message_for(gate).await;
+    assert_eq!(
+        env.click(ALICE, "gatebot_approve", &start, "trig-why")
+            .await,
+        200
+    );
+    env.server.drained().await;
+    let opened = env.slack.ok("views.open");
+    assert_eq!(opened.len(), 1, "{opened:#?}");
+    assert_eq!(opened[0].body["trigger_id"], "trig-why");
+    let view = opened[0].body["view"].clone();
+    assert_eq!(env.gate_state(gate).await, "closed");
+    assert!(
+        env.responses("trig-why").is_empty(),
+        "the modal asks; nothing else is said"
+    );
+    if backend == Backend::Sqlite {
+        let mut shown = view.clone();
+        shown["private_metadata"] = json!("[the button and the click's response_url]");
+        insta::assert_json_snapshot!("slack_reason_modal", shown);
+    }
+
+    // Submitted blank (Slack's min_length would not let it): refused where the click was.
+    let blank = submission(&view, ALICE, "trig-blank", " ");
+    assert_eq!(env.interact(&blank).await.status(), 200);
+    let text = env.response("trig-why").await["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains("the policy asks for a reason to start"),
+        "{text}"
+    );
+    assert_eq!(env.gate_state(gate).await, "closed");
+
+    let said = submission(&view, ALICE, "trig-said", "smoke tests passed");
+    assert_eq!(env.interact(&said).await.status(), 200);
+    env.wait_gate(gate, "open").await;
+    let detail = env.server.api("/api/v1/gates/start/acme/shop/pr/42").await;
+    assert_eq!(detail["reason"], "smoke tests passed", "{detail}");
+    assert_eq!(
+        env.slack.ok("views.open").len(),
+        1,
+        "a submission opens no modal"
+    );
+}
 
 async fn wait_posts_one_message_with_both_buttons(backend: Backend) {
     let env = env(backend, Setup::default()).await;

@@ -142,6 +142,12 @@ impl<D> Authorized<D> {
             .map_or(&self.about, |p| p.keys.as_slice())
     }
 
+    /// Why no one may send it, if no one may: known before the unit, so a
+    /// channel can ask for what is missing (a reason) instead.
+    pub fn invalid(&self) -> Option<&Invalid> {
+        self.plan.as_ref().err()
+    }
+
     /// Whether it may be applied.
     pub fn allowed(&self) -> bool {
         self.plan.is_ok() && self.verdict.is_ok()

@@ -59,10 +59,16 @@ async fn store_command(receipts: &Receipts, command: &SlashCommand) -> Result<()
 /// clicked as far as gatebot can trust (Unix ms).
 pub async fn interaction(
     receipts: &Receipts,
-    mut interaction: Interaction,
+    interaction: Interaction,
     acted_at: Millis,
 ) -> Result<(), Reject> {
-    if interaction.kind != "block_actions" || interaction.click().is_none() {
+    // A submitted reason modal is the click it asked why for, with the reason.
+    let mut interaction = interaction.into_click();
+    let ours = matches!(
+        interaction.kind.as_str(),
+        "block_actions" | "view_submission"
+    );
+    if !ours || interaction.click().is_none() {
         return Ok(());
     }
     if interaction.user.id.is_empty() {

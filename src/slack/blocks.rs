@@ -1,6 +1,7 @@
 //! Block Kit messages (our own serde types); the words come from templates.
 
 use serde::Serialize;
+use serde_json::{json, Value};
 
 use super::payload::{ButtonValue, APPROVE, REJECT};
 use super::record::{Decision, View};
@@ -327,6 +328,39 @@ pub fn wait_message(
         }
     }
     Ok((fallback, blocks))
+}
+
+/// The modal that asks why, for a click the policy's `[[reasons]]` want a
+/// reason for (`why` is the core's refusal, in gatebot's words): submitted,
+/// it comes back as that click with the reason typed. `origin` is the
+/// button's own (`ModalOrigin`), so the click it answers is the one pressed.
+pub fn reason_modal(approve: bool, why: &str, origin: &str) -> Value {
+    use super::payload::{REASON_INPUT, REASON_MODAL};
+    let verb = if approve { "Approve" } else { "Reject" };
+    json!({
+        "type": "modal",
+        "callback_id": REASON_MODAL,
+        "private_metadata": origin,
+        "title": {"type": "plain_text", "text": "Why?"},
+        "submit": {"type": "plain_text", "text": verb},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "blocks": [
+            // gatebot's words, from the policy's names: its code span stays one.
+            {"type": "section", "text": {"type": "mrkdwn", "text": escape::entities(why)}},
+            {
+                "type": "input",
+                "block_id": REASON_INPUT,
+                "label": {"type": "plain_text", "text": "Reason"},
+                "element": {
+                    "type": "plain_text_input",
+                    "action_id": REASON_INPUT,
+                    "multiline": true,
+                    "min_length": 1,
+                    "max_length": crate::gate::reason::MAX_REASON,
+                },
+            },
+        ],
+    })
 }
 
 #[cfg(test)]

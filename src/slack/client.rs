@@ -182,6 +182,14 @@ impl SlackApi {
         Ok(())
     }
 
+    /// views.open: a modal for the person whose click gave `trigger_id`
+    /// (Slack takes it for 3 seconds after the click).
+    pub async fn open_view(&self, trigger_id: &str, view: &Value) -> Result<(), SendError> {
+        let body = json!({ "trigger_id": trigger_id, "view": view });
+        let _: Value = self.method("views.open", &body).await?;
+        Ok(())
+    }
+
     /// `auth.test`: who the bot token is, as `user (team)`; read only.
     pub async fn auth_test(&self) -> Result<String, SendError> {
         let answer: Value = self.method("auth.test", &json!({})).await?;

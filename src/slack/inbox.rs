@@ -7,16 +7,18 @@ use serde_json::json;
 
 use super::answers::{reply, SlackAuthorizer, SlackDenied};
 use super::approvers::Approvers;
+use super::blocks;
 use super::blocks::hhmm;
 use super::client::Response;
-use super::payload::{Click, Interaction, SlashCommand};
+use super::client::SlackApi;
+use super::payload::{Click, Interaction, ModalOrigin, SlashCommand};
 use super::record::{self, Decision, Ended};
 use super::sink::{parse_gate, SlackJob};
-use crate::command::{parse_slash, Command};
+use crate::command::{parse_slash, Command, Invalid};
 use crate::core::authors::PrAuthors;
 use crate::core::commands::{self, Subject};
 use crate::core::dispatch::{self, Request};
-use crate::core::intake::{self, Intake, Mark, Replies, Told};
+use crate::core::intake::{self, Intake, Mark, Replies, Said, Told};
 use crate::core::AppState;
 use crate::core::{CommandError, Provenance};
 use crate::gate::{Actor, DeliveryId, GateKey, GateStatus, Phase, Source};
@@ -29,6 +31,8 @@ pub const SLASH: &str = "slash_command";
 
 pub struct SlackInbox {
     pub state: AppState,
+    /// For the reason modal, opened at once while the click's trigger holds.
+    pub api: Arc<SlackApi>,
     pub approvers: Arc<Approvers>,
     pub authors: PrAuthors,
 }
@@ -141,6 +145,12 @@ impl SlackInbox {
         let authorized = dispatch::authorize(engine, &request, &authorizer)
             .await
             .map_err(send_error)?;
+        if let Some(why @ Invalid::ReasonRequired { .. }) = authorized.invalid() {
+            if self.asked_why(i, &click, why).await {
+                intake::answer(engine, Said::jobs(Vec::new()), Some(lease)).await?;
+                return Ok(Settled::Done);
+            }
+        }
         // Opened elsewhere meanwhile: say so, change nothing.
         if click.approve && authorized.allowed() {
             if let GateStatus::Open(a) = engine.gate(&key).await.map_err(store_err)?.status {
@@ -156,6 +166,35 @@ impl SlackInbox {
         let replies = self.answer(i, &click, url, item, authorized.denied(), &request)?;
         intake::take_one(engine, "slack", request, authorized, Some(lease), replies).await?;
         Ok(Settled::Done)
+    }
+
+    /// A button the policy wants a reason for: the modal that asks why,
+    /// opened while the click's trigger holds. False when it could not be
+    /// (a submitted modal, or Slack refused): the refusal is answered instead.
+    async fn asked_why(&self, i: &Interaction, click: &Click, why: &Invalid) -> bool {
+        let Some(trigger) = i.trigger_id.as_deref().filter(|_| i.kind == CLICK) else {
+            return false;
+        };
+        let action = i.actions.iter().find(|a| a.value.is_some());
+        let origin = ModalOrigin {
+            action_id: action.and_then(|a| a.action_id.clone()).unwrap_or_default(),
+            value: action.and_then(|a| a.value.clone()).unwrap_or_default(),
+            response_url: i.response_url.clone(),
+        };
+        let Ok(origin) = serde_json::to_string(&origin) else {
+            return false;
+        };
+        let modal = blocks::reason_modal(click.approve, &why.to_string(), &origin);
+        match self.api.open_view(trigger, &modal).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(
+                    wait = click.value.wait_id,
+                    "cannot open the reason modal, answering instead: {e}"
+                );
+                false
+            }
+        }
     }
 
     /// What a click writes besides its change, made before the unit: the
@@ -224,16 +263,18 @@ impl SlackInbox {
         if let Some((w, canary)) = wait.and_then(|w| Some((w, w.canary.clone()?))) {
             who = who.revision(canary, w.checksum.clone());
         }
+        // Typed in the reason modal, when the click came back through it.
+        let reason = i.reason();
         let command = if approve {
             Command::Open {
                 kind: key.kind,
-                reason: None,
+                reason,
                 force: false,
             }
         } else {
             Command::Reject {
                 phase: Some(wait.map_or(Phase::None, |w| w.phase.clone())),
-                reason: None,
+                reason,
             }
         };
         Request {

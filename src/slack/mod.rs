@@ -104,6 +104,7 @@ pub fn inbox_handlers(
     };
     let handler = inbox::SlackInbox {
         state: state.clone(),
+        api: api.clone(),
         approvers: Arc::new(approvers::Approvers::new(api)),
         authors: PrAuthors::new(state.records.clone(), authors),
     };

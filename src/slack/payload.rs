@@ -2,6 +2,8 @@
 //! use, every one optional or defaulted, unknown fields and types ignored.
 //! (Org-wide installs send `"team": null`, which slack-morphism's typed model rejects.)
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// `null` and a missing field both mean the default.
@@ -31,6 +33,46 @@ pub struct Interaction {
     /// The signed request time (Unix ms), set by the route from the verified
     /// header; never Slack's to say. None in clicks stored before it was kept.
     pub signed_at: Option<i64>,
+    /// The modal submitted (`view_submission`): gatebot's reason modal.
+    pub view: Option<View>,
+}
+
+/// A submitted modal: what gatebot put in it and what the person typed.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct View {
+    pub callback_id: Option<String>,
+    pub private_metadata: Option<String>,
+    pub state: Option<ViewState>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct ViewState {
+    /// block id → action id → the input's value.
+    pub values: BTreeMap<String, BTreeMap<String, InputValue>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct InputValue {
+    pub value: Option<String>,
+}
+
+/// The reason modal's callback id, and its input's block and action id.
+pub const REASON_MODAL: &str = "gatebot_reason";
+pub const REASON_INPUT: &str = "reason";
+
+/// What the reason modal carries back in its `private_metadata`: the button
+/// pressed, as its message had it, and where to answer the person.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct ModalOrigin {
+    #[serde(rename = "a")]
+    pub action_id: String,
+    #[serde(rename = "v")]
+    pub value: String,
+    #[serde(rename = "r", default)]
+    pub response_url: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -103,6 +145,41 @@ impl Interaction {
             .map(|(_, v)| v.into_owned())
             .ok_or("the form has no `payload` field")?;
         serde_json::from_str(&json).map_err(|e| format!("payload: {e}"))
+    }
+
+    /// The button pressed, as the reason modal carries it back.
+    fn modal_origin(&self) -> Option<ModalOrigin> {
+        let view = self.view.as_ref()?;
+        if self.kind != "view_submission" || view.callback_id.as_deref() != Some(REASON_MODAL) {
+            return None;
+        }
+        serde_json::from_str(view.private_metadata.as_deref()?).ok()
+    }
+
+    /// What the person typed in the reason modal.
+    pub fn reason(&self) -> Option<String> {
+        let state = self.view.as_ref()?.state.as_ref()?;
+        let typed = state
+            .values
+            .get(REASON_INPUT)?
+            .get(REASON_INPUT)?
+            .value
+            .as_deref()?;
+        Some(typed.trim().to_string()).filter(|r| !r.is_empty())
+    }
+
+    /// A submitted reason modal as the click it answers: the button pressed,
+    /// the reason typed, and the click's `response_url`. Anything else as it is.
+    pub fn into_click(mut self) -> Self {
+        if let Some(origin) = self.modal_origin() {
+            self.actions = vec![Action {
+                action_id: Some(origin.action_id),
+                value: Some(origin.value),
+                action_ts: None,
+            }];
+            self.response_url = origin.response_url;
+        }
+        self
     }
 
     /// The first of our buttons among the actions, if any.

@@ -24,7 +24,7 @@ use crate::fake_socket_mode::Hub;
 /// One request the fake received.
 #[derive(Debug, Clone)]
 pub struct Request {
-    /// `chat.postMessage`, `chat.update`, `usergroups.users.list`, `respond`.
+    /// `chat.postMessage`, `chat.update`, `usergroups.users.list`, `respond`, `views.open`.
     pub method: String,
     pub body: Value,
     pub auth: Option<String>,
@@ -66,6 +66,7 @@ impl FakeSlack {
             .route("/api/chat.postMessage", post(post_message))
             .route("/api/chat.update", post(update))
             .route("/api/chat.postEphemeral", post(post_ephemeral))
+            .route("/api/views.open", post(views_open))
             .route(
                 "/api/usergroups.users.list",
                 get(group_users).post(group_users),
@@ -262,6 +263,29 @@ async fn post_ephemeral(State(s): State<Arc<Inner>>, headers: HeaderMap, body: B
 }
 
 /// `auth.test`, answered as Slack's documentation shows it.
+/// `views.open`: a trigger id is good for one view, as Slack's is (a second
+/// use is `trigger_exchanged`).
+async fn views_open(State(s): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> Response {
+    let body = json_body(&body);
+    let trigger = body["trigger_id"].as_str().unwrap_or_default().to_string();
+    let used =
+        s.requests.lock().unwrap().iter().any(|r| {
+            r.method == "views.open" && !r.failed && r.body["trigger_id"] == trigger.as_str()
+        });
+    if let Some(r) = s.record("views.open", &headers, body.clone()) {
+        return r;
+    }
+    if trigger.is_empty() || used {
+        let error = if used {
+            "trigger_exchanged"
+        } else {
+            "invalid_trigger_id"
+        };
+        return Json(json!({"ok": false, "error": error})).into_response();
+    }
+    Json(json!({"ok": true, "view": body["view"]})).into_response()
+}
+
 async fn auth_test(State(s): State<Arc<Inner>>, headers: HeaderMap) -> Response {
     if let Some(r) = s.record("auth.test", &headers, json!({})) {
         return r;
