@@ -135,6 +135,7 @@ gatebot_testkit::on_both_stores!(
     with_the_setting_off_a_review_changes_nothing,
     a_dismissed_review_withdraws_the_vote_before_quorum,
     a_dismissal_takes_back_only_the_vote_its_review_cast,
+    under_a_reasons_rule_a_review_says_why_in_its_body,
     a_readers_review_is_refused_as_their_comment_would_be,
 );
 
@@ -289,6 +290,41 @@ async fn a_dismissal_takes_back_only_the_vote_its_review_cast(backend: Backend) 
     deliver(server, &review(9004, "bob", HEAD)).await;
     server.drained().await;
     assert!(sim.run_until(|s| s.promotions() == 1, 10).await);
+}
+
+/// Under a `[[reasons]]` rule, an approving review says why in its body;
+/// which review cast the vote is recorded before it, never taken for it.
+async fn under_a_reasons_rule_a_review_says_why_in_its_body(backend: Backend) {
+    let policy = format!("{ON}\n[[reasons]]\nkind = \"promote\"\nrequired = true\n");
+    let env = setup(backend, Some(&policy)).await;
+    let (server, github) = (&env.server, &env.github);
+    let mut sim = waiting_at_promote(server).await;
+    deliver(server, &review(9101, "alice", HEAD)).await;
+    server.drained().await;
+    assert!(
+        !promote_open(server).await,
+        "a review that says nothing opens nothing"
+    );
+    let replies = replies(github);
+    assert!(
+        replies[0].contains("the policy asks for a reason to promote: say why"),
+        "{replies:?}"
+    );
+
+    let mut said = review(9102, "alice", HEAD);
+    said["review"]["body"] = json!("\n  the canary's numbers are green\nmore detail");
+    deliver(server, &said).await;
+    server.drained().await;
+    assert!(sim.run_until(|s| s.promotions() == 1, 10).await);
+    let entries = audit(server).await;
+    let open = entries
+        .iter()
+        .find(|e| e["action"] == "open")
+        .expect("an open");
+    assert_eq!(
+        open["reason"], "approving review 9102 of 85d557f; the canary's numbers are green",
+        "{open}"
+    );
 }
 
 async fn a_readers_review_is_refused_as_their_comment_would_be(backend: Backend) {

@@ -144,12 +144,20 @@ impl Tally {
         self
     }
 
-    /// Takes back `person`'s vote (a dismissed review): the others stand.
-    /// None when they had not voted.
+    /// Takes back `person`'s vote (a dismissed review): only the one `cast`
+    /// gave, when named; the others stand. None when there was none.
     pub fn without(mut self, person: &str, cast: Option<&str>) -> Option<Self> {
         let before = self.votes.len();
+        // A vote's reason starts with what cast it, then what was said.
+        let cast_by = |reason: &str, c: &str| {
+            reason == c
+                || reason
+                    .strip_prefix(c)
+                    .is_some_and(|rest| rest.starts_with("; "))
+        };
         let theirs = |v: &Vote| {
-            v.person == person && cast.is_none_or(|c| v.change.reason.as_deref() == Some(c))
+            v.person == person
+                && cast.is_none_or(|c| v.change.reason.as_deref().is_some_and(|r| cast_by(r, c)))
         };
         self.votes.retain(|v| !theirs(v));
         (self.votes.len() < before).then_some(self)
@@ -264,6 +272,17 @@ mod tests {
             tally.clone().without("carol", None),
             None,
             "carol had not voted"
+        );
+        let mut cast = tally.clone();
+        cast.votes[0].change.reason = Some("approving review 7 of abc; looks good".into());
+        assert!(cast
+            .clone()
+            .without("alice", Some("approving review 7 of abc"))
+            .is_some());
+        assert_eq!(
+            cast.without("alice", Some("approving review 7 of ab")),
+            None,
+            "another review's id is not a prefix of this one's"
         );
         assert_eq!(
             tally.without("alice", Some("approving review 7 of abc")),

@@ -284,6 +284,9 @@ pub struct Review {
     pub commit_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub submitted_at: Option<String>,
+    /// What the reviewer wrote (null when nothing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
 }
 
 /// `pull_request_review.pull_request`: only its number matters.

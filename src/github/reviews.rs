@@ -17,6 +17,7 @@ use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Request};
 use crate::core::intake::{self, Replies, Said};
 use crate::core::Provenance;
+use crate::gate::reason::MAX_REASON;
 use crate::gate::{Actor, DeliveryId, GateKey, GateKind, PrNumber, RepoName, Scope, Source};
 use crate::notify::{Lease, SendError, Settled};
 use crate::policy::ApprovingReview;
@@ -40,8 +41,16 @@ impl Reviewed<'_> {
         &self.e.review.user.login
     }
 
-    /// The reason of the vote the review's approval casts: its dismissal
-    /// takes back that vote alone, not one the reviewer gave otherwise.
+    /// The reviewer's words as the approval's reason: the body's first line
+    /// that says something, cut to a reason's length.
+    fn said(&self) -> Option<String> {
+        let body = self.e.review.body.as_deref()?;
+        let line = body.lines().map(str::trim).find(|l| !l.is_empty())?;
+        Some(line.chars().take(MAX_REASON).collect())
+    }
+
+    /// The start of the reason of the vote the review's approval casts: its
+    /// dismissal takes back that vote alone, not one the reviewer gave otherwise.
     fn cast(&self) -> String {
         let review = &self.e.review;
         format!(
@@ -172,14 +181,17 @@ impl GithubInbox {
             pr_author: &pr_author,
             stale: &stale,
         };
+        // Which review cast the vote is recorded before the reviewer's words,
+        // never taken for them: a policy's `[[reasons]]` reads the words.
         let who = Provenance::new(Actor::new(r.reviewer().to_string(), Source::Github))
             .delivery(r.delivery.clone())
-            .written_at(r.e.submitted_at());
+            .written_at(r.e.submitted_at())
+            .claim(Some(r.cast()));
         let request = Request {
             place: None,
             command: Command::Open {
                 kind: GateKind::Promote,
-                reason: Some(r.cast()),
+                reason: r.said(),
                 force: false,
             },
             subject: Subject::pr(r.repo.clone(), r.number),
