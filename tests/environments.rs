@@ -14,7 +14,9 @@ use gatebot_testkit::flagger::{
     flagger_tokens, with_token, FlaggerSim, Hook, HookType, Phase, Strategy,
 };
 use gatebot_testkit::github_payloads::{fixture, github_time};
-use gatebot_testkit::harness::{client, eventually, postgres_url, Backend, ADMIN_TOKEN};
+use gatebot_testkit::harness::{
+    check_config_of_policy, client, eventually, postgres_url, Backend, ADMIN_TOKEN,
+};
 use serde_json::{json, Value};
 
 /// 2024-05-01T14:02:00Z
@@ -939,6 +941,23 @@ async fn production_asks_why_from_every_channel(backend: Backend) {
         kept.iter()
             .any(|r| r.ends_with("via cli; the error budget is fine")),
         "{kept:?}"
+    );
+}
+
+/// `check-config` says which commands must say why, and that a rule for
+/// break glass cannot lift its reason.
+#[test]
+fn check_config_lists_the_reasons() {
+    let policy = policy() + &reasons() + "\n[[reasons]]\nkind = \"force\"\nrequired = false\n";
+    let (ok, text) = check_config_of_policy(env!("CARGO_BIN_EXE_gatebot"), &policy);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("reasons:         promote in production needs a reason ([[reasons]])\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("kind = \"force\" with required = false changes nothing"),
+        "{text}"
     );
 }
 

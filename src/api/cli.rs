@@ -624,11 +624,39 @@ fn check_parts(report: &mut ConfigReport, config: &crate::Config) {
                     "protection:      a deployment to `{environment}` waits for the PR's {kind} gate ([[github.protection]])"
                 ));
             }
+            reasons(report, policy.reasons());
             for warning in policy.door_warnings(config.flagger_tokens()) {
                 report.warning(warning);
             }
         }
         Err(e) => report.problem(format_args!("{e:#}")),
+    }
+}
+
+/// Which commands must say why (`[[reasons]]`), and a rule that cannot do what it says.
+fn reasons(report: &mut ConfigReport, rules: &[crate::gate::reason::ReasonRule]) {
+    use crate::gate::reason::ReasonKind;
+    for r in rules {
+        let place = r
+            .environment
+            .as_deref()
+            .map(|e| format!(" in {e}"))
+            .unwrap_or_default();
+        if r.kind == ReasonKind::Force && !r.required {
+            report.warning(
+                "[[reasons]] kind = \"force\" with required = false changes nothing: break glass always needs a reason",
+            );
+            continue;
+        }
+        let needs = if r.required {
+            "needs a reason"
+        } else {
+            "needs no reason"
+        };
+        report.line(format_args!(
+            "reasons:         {}{place} {needs} ([[reasons]])",
+            r.kind
+        ));
     }
 }
 
