@@ -399,11 +399,26 @@ async fn a_button_asks_why_in_a_modal_where_the_policy_does(backend: Backend) {
     );
     assert_eq!(env.gate_state(gate).await, "closed");
 
-    let said = submission(&view, ALICE, "trig-said", "smoke tests passed");
+    let said = submission(&view, ALICE, "trig-said", "smoke tests passed <!channel>");
     assert_eq!(env.interact(&said).await.status(), 200);
     env.wait_gate(gate, "open").await;
     let detail = env.server.api("/api/v1/gates/start/acme/shop/pr/42").await;
-    assert_eq!(detail["reason"], "smoke tests passed", "{detail}");
+    assert_eq!(
+        detail["reason"], "smoke tests passed <!channel>",
+        "{detail}"
+    );
+    // The message shows the decision with its reason, escaped.
+    let updated = env.slack.ok("chat.update");
+    let last = updated
+        .last()
+        .expect("the message was updated")
+        .body
+        .to_string();
+    assert!(
+        last.contains("smoke tests passed &lt;!channel&gt;"),
+        "{last}"
+    );
+    assert!(!last.contains("<!channel>"), "{last}");
     assert_eq!(
         env.slack.ok("views.open").len(),
         1,

@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 
 use super::payload::{ButtonValue, APPROVE, REJECT};
 use super::record::{Decision, View};
+use crate::gate::reason::MAX_REASON;
 use crate::gate::{GateKey, GateKind, Millis, RepoName};
 use crate::templates::escape::{self, mrkdwn};
 use crate::templates::Templates;
@@ -91,7 +92,8 @@ impl From<&Decision> for DecisionCtx {
             via: d.via.clone(),
             at: d.at,
             at_hhmm: hhmm(d.at),
-            reason: d.reason.clone(),
+            // A person's words: no mention, link or markup forms in them.
+            reason: d.reason.as_deref().map(|r| mrkdwn(r, MAX_REASON)),
             rollback_gate: d
                 .rollback_gate
                 .as_deref()

@@ -218,7 +218,7 @@ impl SlackInbox {
             via: "slack".into(),
             // Both set by the core as the unit writes it.
             at: 0,
-            reason: None,
+            reason: request.command.reason().map(str::to_string),
             rollback_gate: None,
         };
         let answer = url.filter(|u| !u.is_empty()).map(|url| SlackJob::Answer {
