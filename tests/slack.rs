@@ -365,11 +365,14 @@ async fn a_button_asks_why_in_a_modal_where_the_policy_does(backend: Backend) {
     sim.tick().await;
     let gate = "/gates/start/acme/shop/pr/42";
     let start = env.waiting_message_for(gate).await;
-    assert_eq!(
-        env.click(ALICE, "gatebot_approve", &start, "trig-why")
-            .await,
-        200
-    );
+    // One who may not act is told so at once: no modal asks them why.
+    let clicked = env.click(MALLORY, "gatebot_approve", &start, "trig-mallory");
+    assert_eq!(clicked.await, 200);
+    let refused = env.response("trig-mallory").await.to_string();
+    assert!(refused.contains("not an approver"), "{refused}");
+    assert!(env.slack.ok("views.open").is_empty());
+    let clicked = env.click(ALICE, "gatebot_approve", &start, "trig-why");
+    assert_eq!(clicked.await, 200);
     env.server.drained().await;
     let opened = env.slack.ok("views.open");
     assert_eq!(opened.len(), 1, "{opened:#?}");

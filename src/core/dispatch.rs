@@ -204,19 +204,23 @@ pub async fn authorize<A: Authorizer>(
         Err(invalid) => Err(invalid),
     };
     let settings = engine.settings();
-    let mut about = Vec::new();
+    // A plan refused for its reason alone is still asked about, so that one
+    // who may not act is told so first, and a reason is asked only of those who may.
+    let mut about = None;
     let plan = plan.and_then(|plan| {
         let (rules, envs) = (&settings.reasons, &settings.environments);
         let checked = check_reason(rules, envs, &plan, &request.command);
         if checked.is_err() {
-            about = plan.keys.clone();
+            about = Some((plan.rule, plan.keys.clone()));
         }
         checked.map(|()| plan)
     });
-    let verdict = match &plan {
-        Ok(plan) => authorizer.authorize(plan.rule, &plan.keys).await?,
-        Err(_) => Ok(()),
+    let verdict = match (&plan, &about) {
+        (Ok(plan), _) => authorizer.authorize(plan.rule, &plan.keys).await?,
+        (Err(_), Some((rule, keys))) => authorizer.authorize(*rule, keys).await?,
+        (Err(_), None) => Ok(()),
     };
+    let about = about.map(|(_, keys)| keys).unwrap_or_default();
     Ok(Authorized {
         plan,
         verdict,
@@ -251,8 +255,8 @@ pub async fn decide<D: fmt::Display>(
     let name = request.command.name();
     let keys = authorized.keys().to_vec();
     let outcome = match (authorized.plan, authorized.verdict) {
-        (Err(invalid), _) => Outcome::Invalid(invalid),
-        (Ok(_), Err(denied)) => Outcome::Denied(denied),
+        (_, Err(denied)) => Outcome::Denied(denied),
+        (Err(invalid), Ok(())) => Outcome::Invalid(invalid),
         (Ok(plan), Ok(())) => match apply_in(unit, &request.command, &plan, &request.who).await {
             Ok(applied) => Outcome::Applied(applied),
             Err(CommandError::Held { gate, by, via }) => Outcome::Held { gate, by, via },

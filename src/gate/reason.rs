@@ -97,9 +97,14 @@ pub fn given(text: Option<&str>, is_place: impl Fn(&str) -> bool) -> Option<&str
 }
 
 /// A letter or digit that shows: not one of the fillers Unicode counts as
-/// letters but draws as nothing.
+/// letters but draws as nothing, nor a combining mark, which only decorates
+/// the letter before it.
 fn visible(c: char) -> bool {
-    c.is_alphanumeric() && !matches!(c, '\u{115F}' | '\u{1160}' | '\u{3164}' | '\u{FFA0}')
+    let filler = matches!(c, '\u{115F}' | '\u{1160}' | '\u{3164}' | '\u{FFA0}');
+    let combining = matches!(c,
+        '\u{0300}'..='\u{036F}' | '\u{1AB0}'..='\u{1AFF}' | '\u{1DC0}'..='\u{1DFF}'
+        | '\u{20D0}'..='\u{20FF}' | '\u{FE20}'..='\u{FE2F}');
+    c.is_alphanumeric() && !filler && !combining
 }
 
 /// The first word of `text` and the rest, trimmed.
@@ -171,6 +176,8 @@ mod tests {
             Some("\u{200B}"),
             Some("production \u{FEFF}\u{2060}\u{00AD}"),
             Some("\u{3164}\u{115F}"),
+            Some("\u{0345}"),
+            Some("production \u{0301}\u{20E3}"),
             Some("\0"),
             Some("- ."),
         ] {
