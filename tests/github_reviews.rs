@@ -307,7 +307,9 @@ async fn under_a_reasons_rule_a_review_says_why_in_its_body(backend: Backend) {
     );
     let replies = replies(github);
     assert!(
-        replies[0].contains("the policy asks for a reason to promote: say why"),
+        replies[0].contains("the policy asks for a reason to promote: say why")
+            && replies[0]
+                .contains("needs a reason: write it as the first line of the review's body"),
         "{replies:?}"
     );
 

@@ -12,7 +12,7 @@ use super::reply::Line;
 use super::retry;
 use super::sink::GithubJob;
 use super::SOURCE;
-use crate::command::Command;
+use crate::command::{Command, Invalid};
 use crate::core::commands::Subject;
 use crate::core::dispatch::{self, Request};
 use crate::core::intake::{self, Replies, Said};
@@ -197,13 +197,20 @@ impl GithubInbox {
             subject: Subject::pr(r.repo.clone(), r.number),
             who,
         };
-        // A reply only when the review did more than open the gate, led by
-        // what the review counted as; worded when sent.
-        let replies = r.told(Some(format!(
-            "your approving review of `{}` counts as `/promote` here:",
-            short(reviewed)
-        )))?;
         let authorized = dispatch::authorize(engine, &request, &authorizer).await?;
+        // A reply only when the review did more than open the gate, led by
+        // what the review counted as (or where its reason goes); worded when sent.
+        let lead = match authorized.invalid() {
+            Some(Invalid::ReasonRequired { .. }) => format!(
+                "your approving review of `{}` needs a reason: write it as the first line of the review's body, then review again.",
+                short(reviewed)
+            ),
+            _ => format!(
+                "your approving review of `{}` counts as `/promote` here:",
+                short(reviewed)
+            ),
+        };
+        let replies = r.told(Some(lead))?;
         intake::take_one(engine, SOURCE, request, authorized, Some(lease), replies).await?;
         Ok(Settled::Done)
     }
