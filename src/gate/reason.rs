@@ -80,7 +80,8 @@ pub fn required(rules: &[ReasonRule], kind: ReasonKind, environment: Option<&str
 
 /// The reason in a command's text, without the words before it that name
 /// an environment or cluster (`is_place`, whatever their case or the
-/// punctuation around them) or say `because`: `production because the error
+/// punctuation around them), say `because` or are a flag (`--force` out of
+/// its place is no reason): `production because the error
 /// budget is fine` gives `the error budget is fine`; `production`,
 /// `Production,` and `because because` give none. A reason has a letter or
 /// digit a person can see.
@@ -88,7 +89,8 @@ pub fn given(text: Option<&str>, is_place: impl Fn(&str) -> bool) -> Option<&str
     let mut rest = text?.trim();
     while let Some((first, after)) = split_word(rest) {
         let word = first.trim_matches(|c: char| !c.is_alphanumeric());
-        if !(word.eq_ignore_ascii_case("because") || (!word.is_empty() && is_place(word))) {
+        let flag = first.starts_with("--");
+        if !(flag || word.eq_ignore_ascii_case("because") || (!word.is_empty() && is_place(word))) {
             break;
         }
         rest = after;
@@ -180,6 +182,8 @@ mod tests {
             Some("production \u{0301}\u{20E3}"),
             Some("\0"),
             Some("- ."),
+            Some("production --force"),
+            Some("--force because"),
         ] {
             assert_eq!(given(none), None, "{none:?}");
         }
