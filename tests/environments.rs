@@ -7,13 +7,10 @@
 use std::sync::Arc;
 
 use gatebot::testing::clock::ManualClock;
-use gatebot::testing::github::verify::sign;
-use gatebot_testkit::chatops::GITHUB_SECRET;
 use gatebot_testkit::chatops::{ChatOps, Setup};
 use gatebot_testkit::flagger::{
     flagger_tokens, with_token, FlaggerSim, Hook, HookType, Phase, Strategy,
 };
-use gatebot_testkit::github_payloads::{fixture, github_time};
 use gatebot_testkit::harness::{
     check_config_of_policy, client, eventually, postgres_url, Backend, ADMIN_TOKEN,
 };
@@ -101,29 +98,6 @@ fn hooks(base: &str, commit: &str) -> Vec<Hook> {
 }
 
 impl Env {
-    /// GitHub says PR 42's head is now `commit` (a push).
-    async fn pushed(&self, commit: &str) {
-        let mut push = fixture("pull_request.synchronize.json");
-        push["repository"]["full_name"] = json!("acme/shop");
-        push["number"] = json!(42);
-        push["pull_request"]["number"] = json!(42);
-        push["pull_request"]["updated_at"] = json!(github_time(self.now_ms()));
-        push["after"] = json!(commit);
-        let body = serde_json::to_vec(&push).unwrap();
-        let r = client()
-            .post(self.server.at("/webhooks/github"))
-            .header("content-type", "application/json")
-            .header("x-github-event", "pull_request")
-            .header("x-github-delivery", format!("push-{commit}"))
-            .header("x-hub-signature-256", sign(GITHUB_SECRET, &body))
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
-        self.server.drained().await;
-    }
-
     /// A cluster's Flagger running `revision` of `commit`, waiting for promotion.
     async fn waiting(&self, cluster: (&str, &str), revision: &str, commit: &str) -> FlaggerSim {
         self.waiting_at(&self.server.url, cluster, revision, commit)
@@ -748,7 +722,7 @@ async fn without_tokens_metadata_or_the_default_names_the_cluster(backend: Backe
 /// head, is not let go after the soak, and says why.
 async fn a_revision_of_an_untold_commit_lets_no_later_environment_go(backend: Backend) {
     let env = env(backend).await;
-    env.pushed(COMMIT).await;
+    env.pushed(42, COMMIT).await;
     let untold: Vec<Hook> = hooks(&env.server.url, COMMIT)
         .into_iter()
         .map(|mut h| {
@@ -776,7 +750,7 @@ async fn a_revision_of_an_untold_commit_lets_no_later_environment_go(backend: Ba
 
     // The head moves on while staging still runs r1; staging promotes r1.
     env.clock.advance(MINUTE);
-    env.pushed(NEXT_COMMIT).await;
+    env.pushed(42, NEXT_COMMIT).await;
     env.clock.advance(MINUTE);
     env.comment("alice", "/promote staging").await;
     assert!(env.promoted(&mut staging).await);

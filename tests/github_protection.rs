@@ -81,30 +81,6 @@ impl Env {
         p
     }
 
-    /// GitHub says PR 42's head is now `commit` (a push).
-    async fn pushed(&self, commit: &str) {
-        let mut push = fixture("pull_request.synchronize.json");
-        push["repository"]["full_name"] = json!("acme/shop");
-        push["number"] = json!(42);
-        push["pull_request"]["number"] = json!(42);
-        push["pull_request"]["head"]["sha"] = json!(commit);
-        push["pull_request"]["updated_at"] = json!(github_time(self.now_ms()));
-        push["after"] = json!(commit);
-        let body = serde_json::to_vec(&push).unwrap();
-        let r = client()
-            .post(self.server.at("/webhooks/github"))
-            .header("content-type", "application/json")
-            .header("x-github-event", "pull_request")
-            .header("x-github-delivery", format!("push-{commit}"))
-            .header("x-hub-signature-256", sign(GITHUB_SECRET, &body))
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
-        self.server.drained().await;
-    }
-
     /// Delivers `payload` signed, under a new delivery id; status and text.
     async fn deliver(&self, payload: &Value) -> (u16, String) {
         let body = serde_json::to_vec(payload).unwrap();
@@ -435,7 +411,8 @@ async fn a_deployment_of_a_commit_pushed_since_waits_for_its_push(backend: Backe
     let env = env(backend).await;
     let request = env.request(7, None);
     let deployed = request["deployment"]["sha"].as_str().unwrap().to_string();
-    env.pushed("85d557f0c3b1e2a4d6f8091a2b3c4d5e6f708192").await;
+    env.pushed(42, "85d557f0c3b1e2a4d6f8091a2b3c4d5e6f708192")
+        .await;
     env.comment_by(42, "kobzol", 501, "alice", "/promote").await;
     let (status, text) = env.deliver(&request).await;
     assert_eq!(status, 202, "{text}");
@@ -447,7 +424,7 @@ async fn a_deployment_of_a_commit_pushed_since_waits_for_its_push(backend: Backe
         "approved by an approval of the commit before"
     );
 
-    env.pushed(&deployed).await;
+    env.pushed(42, &deployed).await;
     env.clock.advance(HOUR);
     env.server.drained().await;
     assert!(env.github.protection_reviews().is_empty());

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use crate::fake_github::FakeGithub;
 use crate::fake_slack::{post_signed, FakeSlack, Request};
-use crate::github_payloads::comment_at;
+use crate::github_payloads::{comment_at, fixture, github_time};
 use crate::harness::{client, Backend, TestDb, TestServer, ADMIN_TOKEN};
 
 pub const SLACK_SECRET: &str = "test-signing-secret";
@@ -114,12 +114,31 @@ impl ChatOps {
     pub async fn comment_by(&self, pr: u64, author: &str, id: u64, user: &str, body: &str) {
         let mut payload = comment_at(pr, id, user, body, self.now_ms());
         payload["issue"]["user"]["login"] = json!(author);
-        let payload = serde_json::to_vec(&payload).unwrap();
+        self.delivered("issue_comment", &format!("delivery-{id}"), &payload)
+            .await;
+    }
+
+    /// GitHub says acme/shop#`pr`'s head is now `commit` (a push), applied.
+    pub async fn pushed(&self, pr: u64, commit: &str) {
+        let mut push = fixture("pull_request.synchronize.json");
+        push["repository"]["full_name"] = json!("acme/shop");
+        push["number"] = json!(pr);
+        push["pull_request"]["number"] = json!(pr);
+        push["pull_request"]["head"]["sha"] = json!(commit);
+        push["pull_request"]["updated_at"] = json!(github_time(self.now_ms()));
+        push["after"] = json!(commit);
+        self.delivered("pull_request", &format!("push-{commit}"), &push)
+            .await;
+    }
+
+    /// `payload` delivered as GitHub's signed `event`, accepted and applied.
+    async fn delivered(&self, event: &str, delivery: &str, payload: &Value) {
+        let payload = serde_json::to_vec(payload).unwrap();
         let r = client()
             .post(self.server.at("/webhooks/github"))
             .header("content-type", "application/json")
-            .header("x-github-event", "issue_comment")
-            .header("x-github-delivery", format!("delivery-{id}"))
+            .header("x-github-event", event)
+            .header("x-github-delivery", delivery)
             .header("x-hub-signature-256", sign(GITHUB_SECRET, &payload))
             .body(payload)
             .send()
