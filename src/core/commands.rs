@@ -289,12 +289,7 @@ impl Applied {
 /// The reason written with the change: the person's, or for a Reject that
 /// gave none, where and what was rejected.
 fn reason_of(command: &Command, act: Act, who: &Provenance) -> Option<String> {
-    let said = said_of(command, act, who);
-    match (&who.claim, said) {
-        (None, said) => said,
-        (Some(claim), None) => Some(claim.clone()),
-        (Some(claim), Some(said)) => Some(format!("{claim}; {said}")),
-    }
+    reason::with_claim(who.claim.as_deref(), said_of(command, act, who))
 }
 
 /// The reason as the person gave it, or as the change explains itself.

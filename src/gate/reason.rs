@@ -109,6 +109,16 @@ fn visible(c: char) -> bool {
     c.is_alphanumeric() && !filler && !combining
 }
 
+/// What is recorded of a command's reason: what the caller claims beside
+/// its token (`claims alice via cli`) first, then what was said.
+pub fn with_claim(claim: Option<&str>, said: Option<String>) -> Option<String> {
+    match (claim, said) {
+        (None, said) => said,
+        (Some(claim), None) => Some(claim.to_string()),
+        (Some(claim), Some(said)) => Some(format!("{claim}; {said}")),
+    }
+}
+
 /// The first word of `text` and the rest, trimmed.
 fn split_word(text: &str) -> Option<(&str, &str)> {
     let text = text.trim_start();

@@ -21,7 +21,7 @@ use super::retry;
 use crate::clock::SharedClock;
 use crate::core::intake::Opened;
 use crate::core::Records;
-use crate::gate::freeze::{outside, Outside};
+use crate::gate::freeze::{outside, Freeze, Outside};
 use crate::gate::window::Calendar;
 use crate::gate::{Actor, AuditAction, Gate, GateKind, Millis, PrNumber, RepoName};
 use crate::metrics::Metrics;
@@ -177,6 +177,29 @@ pub(super) fn decision_of(notice: &Notice) -> Option<(RepoName, PrNumber, Decisi
     Some((repo.clone(), number, decision))
 }
 
+/// What an approval goes by besides its gate: the freezes in force and the
+/// PR's head as gatebot knows it (the commit its approvals are of).
+struct Standing {
+    freezes: Vec<Freeze>,
+    head: Option<String>,
+}
+
+impl Standing {
+    /// A deployment of another commit than the head waits for that commit's
+    /// push, which closes the gate (`close_on_push`).
+    fn of_the_head(&self, r: &ProtectionRequest) -> Result<(), SendError> {
+        match &self.head {
+            Some(head) if !r.sha.is_empty() && !head.eq_ignore_ascii_case(&r.sha) => {
+                Err(SendError::retry(format!(
+                    "the deployment of run {} is of {}, but {}#{}'s head is {head}: it waits for the push",
+                    r.run_id, r.sha, r.repo, r.number
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Sends the protection jobs of the `github` sink.
 pub struct Protections {
     pub client: Arc<GithubClient>,
@@ -205,9 +228,20 @@ impl Protections {
             .pending_protections(repo, number, d.at)
             .await
             .map_err(retry)?;
-        for r in pending.iter().filter(|r| d.kinds.contains(&r.gate.kind)) {
-            if d.state == "approved" && !self.may_go(r).await? {
-                continue;
+        let pending: Vec<_> = pending
+            .iter()
+            .filter(|r| d.kinds.contains(&r.gate.kind))
+            .collect();
+        // What an approval goes by besides its gate, read once for the PR's requests.
+        let standing = match (d.state.as_str(), pending.is_empty()) {
+            ("approved", false) => Some(self.standing(repo, number).await?),
+            _ => None,
+        };
+        for r in pending {
+            if let Some(standing) = &standing {
+                if !self.may_go(r, standing).await? {
+                    continue;
+                }
             }
             let state = self.review(repo, r, d, lease).await?;
             let now = self.clock.now_ms();
@@ -270,18 +304,26 @@ impl Protections {
 }
 
 impl Protections {
+    /// The freezes in force and the PR's head as gatebot knows it.
+    async fn standing(&self, repo: &RepoName, number: PrNumber) -> Result<Standing, SendError> {
+        let now = self.clock.now_ms();
+        Ok(Standing {
+            freezes: self.records.active_freezes(now).await.map_err(retry)?,
+            head: self.records.pr_head(repo, number).await.map_err(retry)?,
+        })
+    }
+
     /// Whether the request's gate lets it go now, read again right before
     /// the approval: false when the gate closed or was held since (a later
-    /// opening approves it); a freeze or a closed release window is tried
-    /// again when it may end.
-    async fn may_go(&self, r: &ProtectionRequest) -> Result<bool, SendError> {
+    /// opening approves it); a freeze, a closed release window or a commit
+    /// pushed since (whose push has not arrived) is tried again later.
+    async fn may_go(&self, r: &ProtectionRequest, standing: &Standing) -> Result<bool, SendError> {
         let now = self.clock.now_ms();
         let gate = self.records.load_gate(&r.gate).await.map_err(retry)?;
-        let freezes = self.records.active_freezes(now).await.map_err(retry)?;
         let gate = gate.unwrap_or_else(|| Gate::closed(r.gate.clone()));
         let window = self.calendar.state(r.gate.kind, now);
-        match outside(&gate, &freezes, window, now) {
-            Outside::Go(_) => self.of_the_head(r).await,
+        match outside(&gate, &standing.freezes, window, now) {
+            Outside::Go(_) => standing.of_the_head(r).map(|()| true),
             Outside::Closed => {
                 tracing::info!(run = r.run_id, gate = %r.gate, "the gate closed before its deployment was approved: it waits");
                 Ok(false)
@@ -290,26 +332,6 @@ impl Protections {
                 after: until.map(|t| Duration::from_millis(t.saturating_sub(now).max(0) as u64)),
                 message: format!("{} waits: {why}", r.gate),
             }),
-        }
-    }
-
-    /// Whether the deployment is of the pull request's head as gatebot knows
-    /// it, which the gate's approvals are of (a push closes them): a commit
-    /// pushed since, whose push has not reached gatebot yet, waits for it.
-    async fn of_the_head(&self, r: &ProtectionRequest) -> Result<bool, SendError> {
-        let head = self
-            .records
-            .pr_head(&r.repo, r.number)
-            .await
-            .map_err(retry)?;
-        match head {
-            Some(head) if !r.sha.is_empty() && !head.eq_ignore_ascii_case(&r.sha) => {
-                Err(SendError::retry(format!(
-                    "the deployment of run {} is of {}, but {}#{}'s head is {head}: it waits for the push",
-                    r.run_id, r.sha, r.repo, r.number
-                )))
-            }
-            _ => Ok(true),
         }
     }
 

@@ -40,11 +40,7 @@ impl Caller {
         let reason = reason
             .map(|r| r.trim().to_string())
             .filter(|r| !r.is_empty());
-        match (&self.claim, reason) {
-            (None, reason) => reason,
-            (Some(claim), None) => Some(claim.clone()),
-            (Some(claim), Some(reason)) => Some(format!("{claim}; {reason}")),
-        }
+        crate::gate::reason::with_claim(self.claim.as_deref(), reason)
     }
 }
 

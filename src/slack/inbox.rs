@@ -11,7 +11,7 @@ use super::blocks;
 use super::blocks::hhmm;
 use super::client::Response;
 use super::client::SlackApi;
-use super::payload::{Click, Interaction, ModalOrigin, SlashCommand};
+use super::payload::{Click, Interaction, ModalOrigin, SlashCommand, APPROVE, REJECT};
 use super::record::{self, Decision, Ended};
 use super::sink::{parse_gate, SlackJob};
 use crate::command::{parse_slash, Command, Invalid};
@@ -185,10 +185,14 @@ impl SlackInbox {
         let Some(trigger) = i.trigger_id.as_deref().filter(|_| i.kind == CLICK) else {
             return false;
         };
-        let action = i.actions.iter().find(|a| a.value.is_some());
+        // The button as the click was read, so the submission reads back the same.
+        let action = if click.approve { APPROVE } else { REJECT };
+        let Ok(value) = serde_json::to_string(&click.value) else {
+            return false;
+        };
         let origin = ModalOrigin {
-            action_id: action.and_then(|a| a.action_id.clone()).unwrap_or_default(),
-            value: action.and_then(|a| a.value.clone()).unwrap_or_default(),
+            action_id: action.to_string(),
+            value,
             response_url: i.response_url.clone(),
         };
         let Ok(origin) = serde_json::to_string(&origin) else {
