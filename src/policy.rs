@@ -58,7 +58,8 @@ use crate::gate::environment::{Environment, Environments};
 use crate::gate::reason::{ReasonKind, ReasonRule};
 use crate::gate::window::{Calendar, Window};
 use crate::gate::{
-    CanaryRef, ClusterName, GateKey, GateKind, Namespace, QuorumRule, RepoName, Scope,
+    CanaryRef, ClusterName, GateKey, GateKind, Group, Include, Namespace, QuorumRule, RepoName,
+    Scope,
 };
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -72,6 +73,9 @@ struct File {
     teams: ChatSection,
     #[serde(default)]
     users: BTreeMap<String, UserIds>,
+    /// `[groups]`: named lists of GitHub logins, for `[[approvals]] include`.
+    #[serde(default)]
+    groups: BTreeMap<String, Vec<String>>,
     #[serde(default)]
     deadlines: Vec<toml::Spanned<DeadlineEntry>>,
     #[serde(default)]
@@ -271,6 +275,47 @@ struct ApprovalsEntry {
     required: i64,
     repository: Option<String>,
     namespace: Option<String>,
+    #[serde(default)]
+    include: Vec<IncludeEntry>,
+}
+
+/// One group an `[[approvals]]` entry wants among the approvers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IncludeEntry {
+    /// A GitHub team, `org/slug`.
+    team: Option<String>,
+    /// A Slack user group id.
+    slack_group: Option<String>,
+    /// A name of the policy's `[groups]`.
+    group: Option<String>,
+    at_least: Option<i64>,
+}
+
+/// Reads one `include` entry of `[[approvals]]` needing `required` people.
+fn include_of(file: &File, entry: &IncludeEntry, required: u32) -> Result<Include, String> {
+    let group = match (&entry.team, &entry.slack_group, &entry.group) {
+        (Some(team), None, None) => Group::team(team)?,
+        (None, Some(id), None) => Group::slack(id)?,
+        (None, None, Some(name)) => {
+            let group = Group::listed(name)?;
+            if !file.groups.contains_key(name) {
+                return Err(format!("group `{name}` is not in [groups]"));
+            }
+            group
+        }
+        _ => return Err("name one of team, slack_group or group".into()),
+    };
+    let at_least = match entry.at_least.map(u32::try_from) {
+        None => 1,
+        Some(Ok(n @ 1..=20)) if n <= required => n,
+        Some(_) => {
+            return Err(format!(
+                "{group}: at_least: write how many of its people must approve, 1 to required ({required})"
+            ))
+        }
+    };
+    Ok(Include { group, at_least })
 }
 
 /// Reads the `[[approvals]]` tables, saying which one is wrong.
@@ -308,14 +353,35 @@ fn quorum_rules(file: &File) -> anyhow::Result<Vec<QuorumRule>> {
             ),
             None => None,
         };
+        let mut include: Vec<Include> = Vec::with_capacity(a.include.len());
+        for entry in &a.include {
+            let inc = include_of(file, entry, required)
+                .map_err(|e| anyhow::anyhow!("{at}: include: {e}"))?;
+            if include.iter().any(|i| i.group == inc.group) {
+                anyhow::bail!("{at}: include: {} is named twice", inc.group);
+            }
+            include.push(inc);
+        }
         rules.push(QuorumRule {
             kind,
             repository,
             namespace,
             required,
+            include,
         });
     }
     Ok(rules)
+}
+
+/// `[groups]`: each a lower-case name listing GitHub logins.
+fn check_groups(file: &File) -> anyhow::Result<()> {
+    for (name, logins) in &file.groups {
+        Group::listed(name).map_err(|e| anyhow::anyhow!("[groups] {e}"))?;
+        if let Some(bad) = logins.iter().find(|l| !crate::gate::is_login(l)) {
+            anyhow::bail!("[groups] {name}: `{bad}` is no GitHub login");
+        }
+    }
+    Ok(())
 }
 
 /// One `[[reasons]]` table.
@@ -945,6 +1011,7 @@ impl Policy {
     fn read(file: File, source: Option<String>, approvers: &[String]) -> anyhow::Result<Self> {
         check_environments(&file)?;
         check_settings(&file)?;
+        check_groups(&file)?;
         let (teams_channels, slack_channels) = channels(&file)?;
         Ok(Self {
             environments: environments(&file)?,
@@ -1252,6 +1319,14 @@ impl Policy {
             .and_then(|(_, ids)| ids.slack())
     }
 
+    /// Whether the policy's `[groups]` lists `login` in `group`.
+    pub fn listed_in(&self, group: &str, login: &str) -> bool {
+        self.file
+            .groups
+            .get(group)
+            .is_some_and(|logins| logins.iter().any(|l| l.eq_ignore_ascii_case(login)))
+    }
+
     /// The GitHub login of a Slack user id, when the policy maps them.
     pub fn github_login_of(&self, slack_user: &str) -> Option<&str> {
         self.file
@@ -1509,6 +1584,80 @@ alice = "U1"
                 "unknown field `min`",
             ),
         ]);
+    }
+
+    #[test]
+    fn groups_in_a_quorum_are_read_and_bad_ones_name_their_line() {
+        let text = "[groups]\nrelease = [\"alice\", \"Bob\"]\n\
+                    [[approvals]]\nkind = \"promote\"\nrequired = 2\n\
+                    include = [{ team = \"Acme/SRE\" }, { slack_group = \"S0ONCALL\", at_least = 2 }, { group = \"release\" }]\n";
+        let p = Policy::parse(text, Permission::Write, &[]).unwrap();
+        let include: Vec<(String, u32)> = p.quorum()[0]
+            .include
+            .iter()
+            .map(|i| (i.group.to_string(), i.at_least))
+            .collect();
+        assert_eq!(
+            include,
+            [
+                ("acme/sre".to_string(), 1),
+                ("S0ONCALL".to_string(), 2),
+                ("release".to_string(), 1)
+            ]
+        );
+        assert!(p.listed_in("release", "bob") && !p.listed_in("release", "carol"));
+        let rule = |include: &str| {
+            format!("[groups]\nrelease = [\"alice\"]\n[[approvals]]\nkind = \"promote\"\nrequired = 2\ninclude = [{include}]\n")
+        };
+        let refused = [
+            (
+                rule("{ team = \"sre\" }"),
+                "approvals[0] (line 3): include: `sre`: write a GitHub team as org/team-slug",
+            ),
+            (
+                rule("{ slack_group = \"U123\" }"),
+                "include: `U123`: write a Slack user group by its id (S…)",
+            ),
+            (
+                rule("{ group = \"ops\" }"),
+                "include: group `ops` is not in [groups]",
+            ),
+            (
+                rule("{ team = \"acme/sre\", group = \"release\" }"),
+                "include: name one of team, slack_group or group",
+            ),
+            (
+                rule("{ team = \"acme/sre\", at_least = 3 }"),
+                "acme/sre: at_least: write how many of its people must approve, 1 to required (2)",
+            ),
+            (
+                rule("{ team = \"acme/sre\", at_least = 0 }"),
+                "1 to required (2)",
+            ),
+            (
+                rule("{ team = \"acme/sre\" }, { team = \"ACME/sre\" }"),
+                "include: acme/sre is named twice",
+            ),
+            (
+                rule("{ team = \"acme/sre\", min = 1 }"),
+                "unknown field `min`",
+            ),
+            (
+                "[groups]\nRelease = [\"alice\"]\n".to_string(),
+                "[groups] `Release`: name a [groups] group in lower case",
+            ),
+            (
+                "[groups]\nrelease = [\"slack:U1\"]\n".to_string(),
+                "[groups] release: `slack:U1` is no GitHub login",
+            ),
+        ];
+        for (text, want) in refused {
+            let err = format!(
+                "{:#}",
+                Policy::parse(&text, Permission::Write, &[]).unwrap_err()
+            );
+            assert!(err.contains(want), "{text}: {err}");
+        }
     }
 
     /// docs/policy.md's complete example is a valid file.

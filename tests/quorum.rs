@@ -207,7 +207,159 @@ gatebot_testkit::on_both_stores!(
     a_hold_or_a_new_revision_starts_the_count_from_zero,
     break_glass_passes_a_freeze_and_a_missing_approval_loudly,
     a_namespace_rule_is_judged_when_its_canary_asks,
+    the_quorum_waits_for_someone_from_the_team,
+    slack_user_groups_and_the_policys_groups_count_their_people,
 );
+
+/// Two approvals, one of them from the acme/sre GitHub team.
+const SRE_AMONG_TWO: &str = r#"
+[slack]
+approvers = ["UALICE", "UBOB", "UDAVE", "UMAL"]
+
+[users]
+alice = "UALICE"
+dave = "UDAVE"
+
+[[approvals]]
+kind = "promote"
+required = 2
+include = [{ team = "acme/sre", at_least = 1 }]
+"#;
+
+/// Two people are not enough when neither is from the team the rule names:
+/// the answer says who is still needed, and only someone the team lists (by
+/// GitHub, for a login GitHub or `[users]` vouches for) completes it. A Slack
+/// user named like a member, or an API token named like one, is no member.
+async fn the_quorum_waits_for_someone_from_the_team(backend: Backend) {
+    let env = ChatOps::start(
+        backend,
+        Setup {
+            policy: SRE_AMONG_TWO,
+            permissions: &[("alice", "write"), ("carol", "write")],
+            clock: None,
+        },
+    )
+    .await;
+    env.github.set_author(42, "carol");
+    env.github.add_team_member("acme/sre", "dave");
+    // Names that someone could take where gatebot does not check them.
+    env.github.add_team_member("acme/sre", "mallory");
+    env.github.add_team_member("acme/sre", "admin");
+    let mut sim = waiting_to_promote(&env, "rev-b").await;
+
+    env.comment(1, "alice", "/promote").await;
+    assert!(
+        env.all_replies().contains(
+            "approval counted at /gates/promote/acme/shop/pr/42 (1 of 2 approvals: @alice; still needs someone from acme/sre)"
+        ),
+        "{}",
+        env.all_replies()
+    );
+    env.click_approve(BOB, "bob", "T1").await;
+    let reason = ask(&mut sim, "2 of 2 approvals").await;
+    assert!(
+        reason.contains(
+            "2 of 2 approvals: @alice, @bob for revision rev-b; still needs someone from acme/sre"
+        ),
+        "{reason}"
+    );
+    // An unmapped Slack user calling themselves mallory, and the API's admin
+    // token: counted as people, never as the team's.
+    env.click_approve("UMAL", "mallory", "T2").await;
+    env.server.open(PROMOTE).await;
+    let reason = ask(&mut sim, "4 of 2 approvals").await;
+    assert!(
+        reason.contains("still needs someone from acme/sre"),
+        "{reason}"
+    );
+    assert_eq!(sim.phase(), Phase::WaitingPromotion);
+    env.server.drained().await;
+    assert!(
+        env.status_comment()
+            .contains("still needs someone from acme/sre"),
+        "{}",
+        env.status_comment()
+    );
+    assert!(
+        env.promote_message()["blocks"]
+            .to_string()
+            .contains("still needs someone from acme/sre"),
+        "{}",
+        env.promote_message()
+    );
+
+    // Dave, from Slack, is acme/sre's by his login in [users].
+    env.click_approve("UDAVE", "dave", "T3").await;
+    assert!(
+        sim.run_until(|s| s.promotions() == 1, 20).await,
+        "promoted once someone from acme/sre approved: {}",
+        last_promote_reason(&sim)
+    );
+    assert!(
+        last_promote_reason(&sim).contains("dave via slack"),
+        "{}",
+        last_promote_reason(&sim)
+    );
+}
+
+/// A Slack user group and a `[groups]` list, each needed once.
+const ONCALL_AND_RELEASE: &str = r#"
+[slack]
+approvers = ["UALICE", "UBOB", "UDAVE"]
+
+[users]
+alice = "UALICE"
+
+[groups]
+release = ["alice"]
+
+[[approvals]]
+kind = "promote"
+required = 2
+include = [{ slack_group = "SONCALL" }, { group = "release", at_least = 1 }]
+"#;
+
+/// Slack's user group is asked for the clicker's Slack user, and the
+/// policy's `[groups]` for a login: each group's member completes its part;
+/// one person in both counts once but fills both.
+async fn slack_user_groups_and_the_policys_groups_count_their_people(backend: Backend) {
+    let env = ChatOps::start(
+        backend,
+        Setup {
+            policy: ONCALL_AND_RELEASE,
+            permissions: &[("alice", "write"), ("carol", "write")],
+            clock: None,
+        },
+    )
+    .await;
+    env.github.set_author(42, "carol");
+    env.slack.set_group("SONCALL", &["UBOB", "UALICE"]);
+    let mut sim = waiting_to_promote(&env, "rev-b").await;
+
+    env.slash("UDAVE", "dave", "promote 42", "T1").await;
+    env.server.drained().await;
+    let reason = ask(&mut sim, "1 of 2 approvals").await;
+    assert!(
+        reason.contains("still needs someone from SONCALL and someone from release"),
+        "{reason}"
+    );
+    env.slash("UBOB", "bob", "promote 42", "T2").await;
+    env.server.drained().await;
+    let reason = ask(&mut sim, "2 of 2 approvals").await;
+    assert!(
+        reason.contains(
+            "2 of 2 approvals: @dave, @bob for revision rev-b; still needs someone from release"
+        ),
+        "{reason}"
+    );
+    // Alice is in both; from GitHub, Slack's group knows her by [users].
+    env.comment(1, "alice", "/promote").await;
+    assert!(
+        sim.run_until(|s| s.promotions() == 1, 20).await,
+        "promoted: {}",
+        last_promote_reason(&sim)
+    );
+}
 
 /// `prod` needs two people; every other namespace one.
 const PROD_NEEDS_TWO: &str = r#"

@@ -4,6 +4,7 @@
 
 mod entry;
 mod front;
+mod members;
 mod origin;
 mod probe;
 mod router;
@@ -87,6 +88,8 @@ impl Gatebot {
         sinks.extend(base.sinks(&config, &policy, github.as_ref(), &templates, &evidence)?);
         let notifier = Notifier::new(sinks);
         let engine = base.engine(&config, &policy, &notifier, &wakes).await?;
+        let members = members::Members::new(&config, &base.metrics, &policy, github.clone())?;
+        engine.set_membership(Arc::new(members));
         base.cluster(&config, github.clone(), &engine).await?;
         let web = base.web(&config, &policy, github.clone(), &engine)?;
         if let Some(secret) = origin::app_secret(&config).await? {

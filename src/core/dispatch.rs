@@ -14,9 +14,9 @@ use serde::Serialize;
 use super::commands::{apply_in, check_reason, plan, Act, Applied, Plan, Subject};
 use super::named::NamedError;
 use super::unit::Unit;
-use super::{CommandError, Engine, Provenance};
+use super::{members, CommandError, Engine, Provenance};
 use crate::command::{Command, Invalid, Verb};
-use crate::gate::{GateKey, Millis, Phase, Source};
+use crate::gate::{GateKey, Group, Millis, Phase, Source};
 use crate::metrics::CommandLabels;
 use crate::notify::BoxFuture;
 use crate::store::StoreError;
@@ -131,6 +131,8 @@ pub struct Authorized<D> {
     /// The gates an invalid plan was about, once known (a missing reason):
     /// its refusal is audited there.
     about: Vec<GateKey>,
+    /// The quorum rules' groups the person is in, for an approval.
+    groups: Vec<Group>,
 }
 
 impl<D> Authorized<D> {
@@ -221,10 +223,17 @@ pub async fn authorize<A: Authorizer>(
         (Err(_), None) => Ok(()),
     };
     let about = about.map(|(_, keys)| keys).unwrap_or_default();
+    let groups = match (&plan, &verdict) {
+        (Ok(plan), Ok(())) if plan.act == Act::Open && !request.who.force => {
+            members::groups_of(engine, &plan.keys, &request.who).await?
+        }
+        _ => Vec::new(),
+    };
     Ok(Authorized {
         plan,
         verdict,
         about,
+        groups,
     })
 }
 
@@ -257,7 +266,14 @@ pub async fn decide<D: fmt::Display>(
     let outcome = match (authorized.plan, authorized.verdict) {
         (_, Err(denied)) => Outcome::Denied(denied),
         (Err(invalid), Ok(())) => Outcome::Invalid(invalid),
-        (Ok(plan), Ok(())) => match apply_in(unit, &request.command, &plan, &request.who).await {
+        (Ok(plan), Ok(())) => match apply_in(
+            unit,
+            &request.command,
+            &plan,
+            &who_in(request, authorized.groups),
+        )
+        .await
+        {
             Ok(applied) => Outcome::Applied(applied),
             Err(CommandError::Held { gate, by, via }) => Outcome::Held { gate, by, via },
             Err(CommandError::WrittenBeforeClose { gate, closed_at }) => {
@@ -275,6 +291,17 @@ pub async fn decide<D: fmt::Display>(
         }
     }
     Ok(outcome)
+}
+
+/// The person with the groups they were found in, for their vote.
+fn who_in(request: &Request, groups: Vec<Group>) -> std::borrow::Cow<'_, Provenance> {
+    if groups.is_empty() {
+        return std::borrow::Cow::Borrowed(&request.who);
+    }
+    std::borrow::Cow::Owned(Provenance {
+        groups,
+        ..request.who.clone()
+    })
 }
 
 /// Audits and counts a refusal of `command` on each of `keys` ("refused

@@ -515,6 +515,7 @@ mod tests {
                         at: 5,
                     },
                     revision: Some(("test/podinfo".into(), "r1".into())),
+                    groups: Vec::new(),
                 },
             )),
         };

@@ -27,6 +27,7 @@ pub mod evidence;
 pub mod freezes;
 mod gate_cache;
 pub mod intake;
+pub mod members;
 mod memory;
 pub mod named;
 pub mod origin;
@@ -60,7 +61,7 @@ use crate::gate::event::{classify, EventKind};
 use crate::gate::state::{closed_word, one_line, open_hint};
 use crate::gate::{
     decide, wait_step, Actor, Answer, AuditAction, CanaryRef, Change, Channels, Check, DeliveryId,
-    Gate, GateKey, GateKind, GateStatus, Millis, Phase, RepoName, Scope, Verdict, WaitStep,
+    Gate, GateKey, GateKind, GateStatus, Millis, Phase, RepoName, Scope, Source, Verdict, WaitStep,
 };
 use crate::metrics::{ActionLabels, GateLabels, KindLabels, Metrics};
 use crate::notify::{Notice, Notifier};
@@ -138,6 +139,9 @@ pub struct Provenance {
     /// What an API caller claims beside its token ("claims alice via cli"):
     /// recorded before the reason, never taken for one.
     pub claim: Option<String>,
+    /// The groups of the quorum rules the person was found in, asked before
+    /// the unit opened (`members`).
+    pub groups: Vec<crate::gate::Group>,
 }
 
 impl Provenance {
@@ -152,6 +156,7 @@ impl Provenance {
             force: false,
             exclusive: false,
             claim: None,
+            groups: Vec::new(),
         }
     }
 
@@ -197,6 +202,23 @@ impl Provenance {
         self
     }
 
+    /// The GitHub login this person is known to be: as GitHub sent it, or
+    /// as the policy's `[users]` maps their chat or proxy name. None for a
+    /// token's holder, whose named user is a claim.
+    pub fn login(&self) -> Option<String> {
+        let login = match self.actor.source {
+            Source::Github => Some(self.actor.name.as_str()),
+            Source::Slack | Source::Teams | Source::Web => self.person.as_deref(),
+            _ => None,
+        }?;
+        (!login.contains(':')).then(|| login.to_ascii_lowercase())
+    }
+
+    /// The Slack user this person is when they act from Slack unmapped.
+    pub fn slack_user(&self) -> Option<&str> {
+        self.person.as_deref()?.strip_prefix("slack:")
+    }
+
     /// The person this is, for counting approvals: one login in any case.
     pub fn person_name(&self) -> String {
         self.person
@@ -239,6 +261,8 @@ pub struct Engine {
     changes: std::sync::OnceLock<watch::Changes>,
     /// Canaries' own gates tied to their PRs, when the cluster may be read (`origin`).
     origins: std::sync::OnceLock<Arc<origin::Origins>>,
+    /// Who is in the groups quorum rules name (`members`).
+    membership: std::sync::OnceLock<Arc<dyn members::Membership>>,
     /// With `[[environments]]`: where commits were promoted, and PR heads.
     paths: environments::Paths,
     /// What each cluster's checks may still start (`budget`).
@@ -345,6 +369,7 @@ impl Engine {
             windows: Mutex::new(Default::default()),
             changes: std::sync::OnceLock::new(),
             origins: std::sync::OnceLock::new(),
+            membership: std::sync::OnceLock::new(),
             freezes: std::sync::RwLock::new(freezes),
             store,
             clock,
@@ -367,6 +392,11 @@ impl Engine {
 
     pub fn settings(&self) -> &EngineSettings {
         &self.settings
+    }
+
+    /// Where to ask who is in a quorum rule's groups; set once, at start.
+    pub fn set_membership(&self, membership: Arc<dyn members::Membership>) {
+        let _ = self.membership.set(membership);
     }
 
     /// What a claim from Flagger's side may route (see [`admit`]).

@@ -147,8 +147,8 @@ impl<'e> Unit<'e> {
         }
         // What the gate's most demanding canary could need: each canary is
         // judged by its own rule when it asks (`gate::decide`).
-        let required = quorum::most(&self.engine.settings.quorum, key);
-        if who.force || required <= 1 {
+        let need = quorum::most(&self.engine.settings.quorum, key);
+        if who.force || (need.required <= 1 && need.include.is_empty()) {
             let action = if who.force {
                 AuditAction::Force
             } else {
@@ -161,7 +161,7 @@ impl<'e> Unit<'e> {
                 .change(key, action, who, |_, _, _| Ok(Some(status)))
                 .await;
         }
-        self.vote(key, gate, who, revision, required).await
+        self.vote(key, gate, who, revision, need).await
     }
 
     /// Counts one person's approval at a gate that needs `required` people;
@@ -172,7 +172,7 @@ impl<'e> Unit<'e> {
         gate: Gate,
         who: &Provenance,
         revision: Option<(String, String)>,
-        required: u32,
+        need: quorum::Need,
     ) -> Result<Gate, CommandError> {
         let now = self.now;
         // The revision the person saw: the one a click showed, or the one
@@ -185,9 +185,10 @@ impl<'e> Unit<'e> {
                 [one] => Some(one.clone()),
                 _ => None,
             }),
+            groups: who.groups.clone(),
         };
         let tally = match gate.status {
-            GateStatus::Approving(t) => Tally { required, ..t },
+            GateStatus::Approving(t) => t.needing(need),
             // Already open for what this approves: nothing to count.
             GateStatus::Open(a)
                 if !a.expired(now)
@@ -201,7 +202,7 @@ impl<'e> Unit<'e> {
                     status: GateStatus::Open(a),
                 });
             }
-            _ => Tally::new(new_id(), required),
+            _ => Tally::new(new_id(), 0).needing(need),
         };
         let tally = tally.with(vote);
         let (action, status) = if tally.complete() {

@@ -482,6 +482,12 @@ fn valid_k8s_name(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.'))
 }
 
+/// GitHub logins: letters, digits and hyphens (and nothing a cookie or a
+/// page would need to escape).
+pub fn is_login(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,8 +25,9 @@ pub use audit::{AuditAction, DeliveryId};
 pub use change::{millis, Actor, Approval, Change, Check, Millis, Source};
 pub use cluster::{ClusterName, FlaggerTokens};
 pub use key::{
-    CanaryRef, GateKey, GateKind, GateName, KeyError, Namespace, PrNumber, RepoName, Scope,
+    is_login, CanaryRef, GateKey, GateKind, GateName, KeyError, Namespace, PrNumber, RepoName,
+    Scope,
 };
 pub use phase::Phase;
-pub use quorum::{QuorumRule, Tally, Vote};
+pub use quorum::{Group, GroupKind, Include, QuorumRule, Tally, Vote};
 pub use state::{decide, wait_step, Answer, Channels, Gate, GateStatus, Seen, Verdict, WaitStep};

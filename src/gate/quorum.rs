@@ -3,7 +3,7 @@
 //! the policy file fills the rules and the core keeps the tally.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +18,171 @@ pub struct QuorumRule {
     pub repository: Option<RepoName>,
     pub namespace: Option<String>,
     pub required: u32,
+    /// Groups that must be among the approvers, each with its least number.
+    pub include: Vec<Include>,
+}
+
+/// A group of people, named as the policy names it. Its form says where its
+/// members are listed, so one name cannot mean two groups.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Group(String);
+
+/// Where a group's members are listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupKind {
+    /// A GitHub team, `org/slug`: asked of GitHub for a person's login.
+    GithubTeam,
+    /// A Slack user group by its id (`S…`): asked of Slack for a Slack user.
+    SlackGroup,
+    /// A name in the policy's `[groups]`, listing GitHub logins.
+    Listed,
+}
+
+impl Group {
+    /// A GitHub team, `org/slug`.
+    pub fn team(name: &str) -> Result<Self, String> {
+        let ok = |part: &str| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        };
+        match name.split_once('/') {
+            Some((org, slug)) if ok(org) && ok(slug) => Ok(Self(name.to_ascii_lowercase())),
+            _ => Err(format!("`{name}`: write a GitHub team as org/team-slug")),
+        }
+    }
+
+    /// A Slack user group, by its id.
+    pub fn slack(id: &str) -> Result<Self, String> {
+        let ok = id.len() > 1
+            && id.starts_with('S')
+            && id
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit());
+        if ok {
+            Ok(Self(id.to_string()))
+        } else {
+            Err(format!("`{id}`: write a Slack user group by its id (S…)"))
+        }
+    }
+
+    /// A group of the policy's `[groups]`: lower case, so it is no Slack id.
+    pub fn listed(name: &str) -> Result<Self, String> {
+        let ok = name.len() <= 64
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+        if ok {
+            Ok(Self(name.to_string()))
+        } else {
+            Err(format!(
+                "`{name}`: name a [groups] group in lower case letters, digits, - and _"
+            ))
+        }
+    }
+
+    pub fn kind(&self) -> GroupKind {
+        if self.0.contains('/') {
+            GroupKind::GithubTeam
+        } else if self.0.starts_with('S') {
+            GroupKind::SlackGroup
+        } else {
+            GroupKind::Listed
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Group {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A group that must be among the approvers: at least this many of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Include {
+    pub group: Group,
+    pub at_least: u32,
+}
+
+/// What a canary's gate needs: so many distinct people, among them so many
+/// of each group.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Need {
+    pub required: u32,
+    pub include: Vec<Include>,
+}
+
+impl Need {
+    fn of(rule: Option<&QuorumRule>) -> Self {
+        rule.map_or(Self::one(), |r| Self {
+            required: r.required.max(1),
+            include: r.include.clone(),
+        })
+    }
+
+    fn one() -> Self {
+        Self {
+            required: 1,
+            include: Vec::new(),
+        }
+    }
+
+    /// Both needs at once: the most people of either, and every group at
+    /// the most either asks.
+    fn and(mut self, other: Need) -> Self {
+        self.required = self.required.max(other.required);
+        for inc in other.include {
+            match self.include.iter_mut().find(|i| i.group == inc.group) {
+                Some(i) => i.at_least = i.at_least.max(inc.at_least),
+                None => self.include.push(inc),
+            }
+        }
+        self
+    }
+
+    /// Whether `votes` are enough.
+    pub fn met(&self, votes: &[&Vote]) -> bool {
+        votes.len() >= self.required as usize && self.short(votes).is_empty()
+    }
+
+    /// Each group with fewer approvers than it needs, and how many more.
+    pub fn short(&self, votes: &[&Vote]) -> Vec<(&Group, u32)> {
+        self.include
+            .iter()
+            .filter_map(|inc| {
+                let have = votes
+                    .iter()
+                    .filter(|v| v.groups.contains(&inc.group))
+                    .count();
+                let missing = (inc.at_least as usize).saturating_sub(have);
+                (missing > 0).then_some((&inc.group, missing as u32))
+            })
+            .collect()
+    }
+
+    /// "still needs someone from acme/sre", or None when no group is short.
+    pub fn still_needs(&self, votes: &[&Vote]) -> Option<String> {
+        let short = self.short(votes);
+        if short.is_empty() {
+            return None;
+        }
+        let each: Vec<String> = short
+            .iter()
+            .map(|(group, n)| match n {
+                1 => format!("someone from {group}"),
+                n => format!("{n} more people from {group}"),
+            })
+            .collect();
+        Some(format!("still needs {}", each.join(" and ")))
+    }
 }
 
 impl QuorumRule {
@@ -52,30 +217,31 @@ impl QuorumRule {
     }
 }
 
-/// The most people any canary at `key` could need: what a gate must collect
-/// before it opens for every canary. A PR's or a named gate's canaries may be
-/// in any namespace, so each namespace rule counts; a canary's or a
-/// namespace's gate knows its namespace.
-pub fn most(rules: &[QuorumRule], key: &GateKey) -> u32 {
+/// The most any canary at `key` could need: what a gate must collect before
+/// it opens for every canary. A PR's or a named gate's canaries may be in any
+/// namespace, so each namespace rule counts; a canary's or a namespace's gate
+/// knows its namespace.
+pub fn most(rules: &[QuorumRule], key: &GateKey) -> Need {
     rules
         .iter()
         .filter_map(|r| r.namespace.as_deref())
-        .map(|ns| required(rules, key, &[ns]))
-        .fold(required(rules, key, &[]), u32::max)
+        .map(|ns| need(rules, key, &[ns]))
+        .fold(need(rules, key, &[]), Need::and)
 }
 
-/// The number of distinct people `key` needs: 1 unless a rule says more. A
-/// PR's gate is in the namespaces of the canaries waiting at it.
-pub fn required(rules: &[QuorumRule], key: &GateKey, namespaces: &[&str]) -> u32 {
+/// What `key` needs: one person unless a rule says more. A PR's gate is in
+/// the namespaces of the canaries waiting at it.
+pub fn need(rules: &[QuorumRule], key: &GateKey, namespaces: &[&str]) -> Need {
     if key.kind.is_rollback() || key.kind.is_legacy() {
-        return 1;
+        return Need::one();
     }
-    rules
+    let rule = rules
         .iter()
         .filter_map(|r| Some((r.matches(key, namespaces)?, r)))
         // The last of equally specific rules wins, as in the file's order.
         .max_by_key(|(rank, _)| *rank)
-        .map_or(1, |(_, r)| r.required.max(1))
+        .map(|(_, r)| r);
+    Need::of(rule)
 }
 
 /// One person's approval of a gate that needs several.
@@ -88,6 +254,9 @@ pub struct Vote {
     pub change: Change,
     /// The canary and revision they approved; None: whatever waits next.
     pub revision: Option<(String, String)>,
+    /// The groups the person was found in when they approved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<Group>,
 }
 
 impl Vote {
@@ -117,6 +286,9 @@ pub struct Tally {
     #[serde(skip)]
     pub id: String,
     pub required: u32,
+    /// The groups that must be among the votes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub include: Vec<Include>,
     pub votes: Vec<Vote>,
     /// canary → the revision the votes opened for it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -128,6 +300,7 @@ impl Tally {
         Self {
             id: id.into(),
             required,
+            include: Vec::new(),
             votes: Vec::new(),
             pins: BTreeMap::new(),
         }
@@ -135,13 +308,38 @@ impl Tally {
 
     /// Counts `vote`: votes for another revision give way to it (a new
     /// revision starts from zero); a person who approved this already keeps
-    /// their first approval, from whichever channel.
+    /// their first approval, from whichever channel, and adds the groups the
+    /// later one found them in.
     pub fn with(mut self, vote: Vote) -> Self {
         self.votes.retain(|v| !v.disagrees(&vote));
-        if !self.votes.iter().any(|v| v.person == vote.person) {
-            self.votes.push(vote);
+        match self.votes.iter_mut().find(|v| v.person == vote.person) {
+            Some(first) => {
+                for g in vote.groups {
+                    if !first.groups.contains(&g) {
+                        first.groups.push(g);
+                    }
+                }
+            }
+            None => self.votes.push(vote),
         }
         self
+    }
+
+    /// Takes on what the gate needs now.
+    pub fn needing(self, need: Need) -> Self {
+        Self {
+            required: need.required,
+            include: need.include,
+            ..self
+        }
+    }
+
+    /// What the gate collects for: the most any of its canaries could need.
+    pub fn need(&self) -> Need {
+        Need {
+            required: self.required,
+            include: self.include.clone(),
+        }
     }
 
     /// Takes back `person`'s vote (a dismissed review): only the one `cast`
@@ -163,9 +361,10 @@ impl Tally {
         (self.votes.len() < before).then_some(self)
     }
 
-    /// Enough distinct people approved.
+    /// Enough distinct people approved, with every group among them.
     pub fn complete(&self) -> bool {
-        self.votes.len() >= self.required as usize
+        let votes: Vec<&Vote> = self.votes.iter().collect();
+        self.need().met(&votes)
     }
 
     /// The revisions the votes name and those they opened already, together:
@@ -185,33 +384,41 @@ impl Tally {
         })
     }
 
-    /// "1 of 2 approvals: @alice", for messages and the status comment.
+    /// "1 of 2 approvals: @alice", and the groups still short ("; still
+    /// needs someone from acme/sre"), for messages and the status comment.
     pub fn summary(&self) -> String {
-        summary(self.required, self.votes.iter())
+        let mut out = summary(self.required, self.votes.iter());
+        let votes: Vec<&Vote> = self.votes.iter().collect();
+        if let Some(groups) = self.need().still_needs(&votes) {
+            let _ = write!(out, "; {groups}");
+        }
+        out
     }
 
-    /// Why `check` waits, when its canary needs `needed` people: how many
-    /// approved this revision and who is still needed.
-    pub fn reason(&self, check: &Check, needed: u32) -> String {
+    /// Why `check` waits, when its canary needs `need`: how many approved
+    /// this revision and who is still needed.
+    pub fn reason(&self, check: &Check, need: &Need) -> String {
         let counting: Vec<&Vote> = self.counting(check).collect();
-        let missing = (needed as usize).saturating_sub(counting.len());
-        let mut out = summary(needed, counting.iter().copied());
-        let _ = write!(out, " for revision {}; ", check.checksum);
-        let _ = write!(
-            out,
-            "{missing} more {} needed",
-            if missing == 1 {
+        let missing = (need.required as usize).saturating_sub(counting.len());
+        let mut out = summary(need.required, counting.iter().copied());
+        let _ = write!(out, " for revision {}", check.checksum);
+        if missing > 0 || need.short(&counting).is_empty() {
+            let noun = if missing == 1 {
                 "approval"
             } else {
                 "approvals"
+            };
+            let _ = write!(out, "; {missing} more {noun} needed");
+            if !counting.is_empty() {
+                let names: Vec<String> = counting
+                    .iter()
+                    .map(|v| format!("@{}", v.change.by.name))
+                    .collect();
+                let _ = write!(out, ", from someone other than {}", names.join(" and "));
             }
-        );
-        if !counting.is_empty() {
-            let names: Vec<String> = counting
-                .iter()
-                .map(|v| format!("@{}", v.change.by.name))
-                .collect();
-            let _ = write!(out, ", from someone other than {}", names.join(" and "));
+        }
+        if let Some(groups) = need.still_needs(&counting) {
+            let _ = write!(out, "; {groups}");
         }
         out
     }
@@ -297,6 +504,7 @@ mod tests {
             repository: repo.map(|r| r.parse().unwrap()),
             namespace: ns.map(str::to_string),
             required,
+            include: Vec::new(),
         }
     }
 
@@ -309,6 +517,7 @@ mod tests {
                 at: 0,
             },
             revision: pins.first().map(|(c, r)| (c.to_string(), r.to_string())),
+            groups: Vec::new(),
         }
     }
 
@@ -339,12 +548,12 @@ mod tests {
         ];
         for (key, namespaces, want) in table {
             assert_eq!(
-                required(&rules, key, namespaces),
+                need(&rules, key, namespaces).required,
                 want,
                 "{key} in {namespaces:?}"
             );
         }
-        assert_eq!(required(&[], &promote, &[]), 1);
+        assert_eq!(need(&[], &promote, &[]).required, 1);
     }
 
     /// A PR's gate collects what its most demanding canary could need; a
@@ -360,6 +569,7 @@ mod tests {
             GateKind::Promote,
             Scope::Canary(CanaryRef::new("dev", "podinfo").unwrap()),
         );
+        let most = |rules: &[QuorumRule], key: &GateKey| most(rules, key).required;
         assert_eq!(most(&rules, &pr_gate(GateKind::Promote)), 2);
         assert_eq!(most(&rules, &dev), 1);
         assert_eq!(most(&rules, &pr_gate(GateKind::Rollback)), 1);
@@ -394,6 +604,102 @@ mod tests {
         }
     }
 
+    fn member(person: &str, groups: &[&str]) -> Vote {
+        Vote {
+            groups: groups.iter().map(|g| Group::team(g).unwrap()).collect(),
+            ..vote(person, &[])
+        }
+    }
+
+    /// Two approvals, at least one of them from acme/sre: enough people is
+    /// not enough without the team, the answer says who is missing, and a
+    /// person's later vote adds the groups it found them in.
+    #[test]
+    fn a_group_the_rule_includes_must_be_among_the_votes() {
+        let sre = Include {
+            group: Group::team("acme/sre").unwrap(),
+            at_least: 1,
+        };
+        let need = Need {
+            required: 2,
+            include: vec![sre.clone()],
+        };
+        let tally = |votes: &[Vote]| {
+            votes
+                .iter()
+                .cloned()
+                .fold(Tally::new("t", 0).needing(need.clone()), Tally::with)
+        };
+        let two = tally(&[vote("alice", &[]), vote("bob", &[])]);
+        assert!(!two.complete());
+        assert_eq!(
+            two.summary(),
+            "2 of 2 approvals: @alice, @bob; still needs someone from acme/sre"
+        );
+        let with_sre = tally(&[vote("alice", &[]), member("dave", &["acme/sre"])]);
+        assert!(with_sre.complete());
+        assert_eq!(with_sre.summary(), "2 of 2 approvals: @alice, @dave");
+        let again = tally(&[
+            vote("alice", &[]),
+            vote("bob", &[]),
+            member("alice", &["acme/sre"]),
+        ]);
+        assert_eq!(again.votes.len(), 2, "alice counts once");
+        assert!(
+            again.complete(),
+            "her second approval found her in acme/sre"
+        );
+        let canary = CanaryRef::new("prod", "app").unwrap();
+        let check = Check {
+            canary: &canary,
+            checksum: "r1",
+            phase: "WaitingPromotion",
+        };
+        assert_eq!(
+            tally(&[vote("alice", &[])]).reason(&check, &need),
+            "1 of 2 approvals: @alice for revision r1; 1 more approval needed, from someone other than @alice; still needs someone from acme/sre"
+        );
+        let three = Need {
+            required: 3,
+            include: vec![Include { at_least: 2, ..sre }],
+        };
+        assert_eq!(
+            three.still_needs(&[]).as_deref(),
+            Some("still needs 2 more people from acme/sre")
+        );
+    }
+
+    /// A PR's gate collects for its most demanding canary: every group any
+    /// rule names, at the most any asks.
+    #[test]
+    fn the_most_a_gate_collects_takes_every_group() {
+        let include = |group: &str, at_least| Include {
+            group: Group::team(group).unwrap(),
+            at_least,
+        };
+        let rules = [
+            QuorumRule {
+                include: vec![include("acme/sre", 1)],
+                ..rule(GateKind::Promote, None, None, 2)
+            },
+            QuorumRule {
+                include: vec![include("acme/sre", 2), include("acme/dba", 1)],
+                ..rule(GateKind::Promote, None, Some("prod"), 3)
+            },
+        ];
+        let most = most(&rules, &pr_gate(GateKind::Promote));
+        assert_eq!(most.required, 3);
+        assert_eq!(
+            most.include,
+            vec![include("acme/sre", 2), include("acme/dba", 1)]
+        );
+        assert_eq!(most_rollback(&rules), Need::one());
+    }
+
+    fn most_rollback(rules: &[QuorumRule]) -> Need {
+        most(rules, &pr_gate(GateKind::Rollback))
+    }
+
     #[test]
     fn the_reason_says_who_approved_this_revision_and_who_is_needed() {
         let canary = CanaryRef::new("prod", "app").unwrap();
@@ -404,12 +710,16 @@ mod tests {
         };
         let tally = Tally::new("t", 2).with(vote("alice", &[("prod/app", "r1")]));
         assert_eq!(tally.summary(), "1 of 2 approvals: @alice");
+        let two = Need {
+            required: 2,
+            include: Vec::new(),
+        };
         assert_eq!(
-            tally.reason(&check("r1"), 2),
+            tally.reason(&check("r1"), &two),
             "1 of 2 approvals: @alice for revision r1; 1 more approval needed, from someone other than @alice"
         );
         assert_eq!(
-            tally.reason(&check("r2"), 2),
+            tally.reason(&check("r2"), &two),
             "0 of 2 approvals for revision r2; 2 more approvals needed"
         );
     }

@@ -282,13 +282,13 @@ fn approving(
             open_hint(key, channels)
         )),
         None => {
-            let needed = quorum::required(rules, key, &[check.canary.namespace.as_str()]);
-            if counting.len() >= needed as usize {
+            let need = quorum::need(rules, key, &[check.canary.namespace.as_str()]);
+            if need.met(&counting) {
                 return open(counting, check.checksum, true);
             }
             Verdict::closed(format!(
                 "{closed}: {}: {}",
-                tally.reason(check, needed),
+                tally.reason(check, &need),
                 open_hint(key, channels)
             ))
         }
@@ -547,6 +547,7 @@ mod tests {
             repository: None,
             namespace: None,
             required: 2,
+            include: Vec::new(),
         }]
     }
 
@@ -612,6 +613,7 @@ mod tests {
                 at: T0,
             },
             revision: revision.map(|r| ("test/podinfo".to_string(), r.to_string())),
+            groups: Vec::new(),
         }
     }
 
@@ -674,6 +676,7 @@ mod tests {
             repository: None,
             namespace: Some("prod".into()),
             required: 2,
+            include: Vec::new(),
         }];
         let mut tally = Tally::new("t", 2).with(vote("alice", None));
         let gate = |tally: &Tally| Gate {

@@ -62,7 +62,7 @@ impl Access {
         self.teams
             .get_or_fetch(key, || async {
                 self.client
-                    .team_member(repo, org, slug, user)
+                    .team_member(Some(repo), org, slug, user)
                     .await
                     .map_err(|e| super::unanswered(e.to_send_error()))
             })

@@ -287,6 +287,26 @@ impl GithubClient {
 
     /// The bearer credential for acting on `repo` (the App's JWT when None).
     async fn bearer(&self, repo: Option<&RepoName>) -> Result<SecretString, ApiError> {
+        match repo {
+            Some(repo) => {
+                let path = repo_path(repo, "/installation");
+                self.installed(repo.to_string(), &path).await
+            }
+            None => self.installed(String::new(), "").await,
+        }
+    }
+
+    /// The bearer credential for reading `org` (its teams).
+    async fn org_bearer(&self, org: &str) -> Result<SecretString, ApiError> {
+        let path = format!("/orgs/{}/installation", segment(org));
+        // Repositories are owner/name, so an org's key is never one's.
+        self.installed(format!("org:{}", org.to_ascii_lowercase()), &path)
+            .await
+    }
+
+    /// The token of the installation `lookup` names, known by `known_as`
+    /// once found; the App's JWT when `lookup` is empty.
+    async fn installed(&self, known_as: String, lookup: &str) -> Result<SecretString, ApiError> {
         let app = match &self.auth {
             Auth::Token(token) => return Ok(token.clone()),
             Auth::App(app) => app,
@@ -296,21 +316,23 @@ impl GithubClient {
                 .map(SecretString::from)
                 .map_err(|e| ApiError::Transport(e.to_string()))
         };
-        let Some(repo) = repo else {
+        if lookup.is_empty() {
             return jwt();
-        };
+        }
         let known = self
             .repo_installations
             .lock()
             .expect("installation map poisoned")
-            .get(&repo.to_string())
+            .get(&known_as)
             .copied();
         let id = match known {
             Some(id) => id,
             None => {
-                let path = repo_path(repo, "/installation");
-                let found: IdAnswer = self.read("installation", &jwt()?, &path).await?;
-                self.learn_installation(repo, found.id);
+                let found: IdAnswer = self.read("installation", &jwt()?, lookup).await?;
+                self.repo_installations
+                    .lock()
+                    .expect("installation map poisoned")
+                    .insert(known_as, found.id);
                 found.id
             }
         };
@@ -358,15 +380,19 @@ impl GithubClient {
         }
     }
 
-    /// Whether `user` is an active member of `org/team`.
+    /// Whether `user` is an active member of `org/team`, asked with the
+    /// installation on `repo`, or on the org itself when None.
     pub async fn team_member(
         &self,
-        repo: &RepoName,
+        repo: Option<&RepoName>,
         org: &str,
         team: &str,
         user: &str,
     ) -> Result<bool, ApiError> {
-        let auth = self.bearer(Some(repo)).await?;
+        let auth = match repo {
+            Some(repo) => self.bearer(Some(repo)).await?,
+            None => self.org_bearer(org).await?,
+        };
         let path = format!(
             "/orgs/{}/teams/{}/memberships/{}",
             segment(org),

@@ -65,6 +65,11 @@ impl Approvers {
         Ok(Verdict::NotApprover)
     }
 
+    /// Whether Slack user `user` is in user group `group`.
+    pub async fn is_member(&self, group: &str, user: &str) -> Result<bool, SendError> {
+        Ok(self.members(group).await?.iter().any(|m| m == user))
+    }
+
     async fn members(&self, group: &str) -> Result<Arc<Vec<String>>, SendError> {
         self.cache
             .get_or_fetch(group.to_string(), || async {

@@ -61,6 +61,15 @@ fn api(config: &Config, metrics: &Metrics) -> anyhow::Result<Option<Arc<client::
     }
 }
 
+/// Who is in Slack's user groups, for quorum rules that name one; None
+/// without a bot token.
+pub fn group_members(
+    config: &Config,
+    metrics: &Metrics,
+) -> anyhow::Result<Option<Arc<approvers::Approvers>>> {
+    Ok(api(config, metrics)?.map(|api| Arc::new(approvers::Approvers::new(api))))
+}
+
 pub fn sinks(
     base: &crate::core::SinkBase<'_>,
     policy: &crate::policy::Policy,

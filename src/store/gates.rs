@@ -90,13 +90,18 @@ impl<'s> Gates<'s> {
             GateStatus::Approving(t) => (i64::from(t.required), 0, 0),
             _ => (1, 0, 0),
         };
+        let include = match &gate.status {
+            GateStatus::Approving(t) => super::votes::includes_column(&t.include),
+            _ => String::new(),
+        };
         sqlx::query(
-            "INSERT INTO gates (key, status, approval_id, actor, source, reason, changed_at, expires_at, required, forced, exclusive) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+            "INSERT INTO gates (key, status, approval_id, actor, source, reason, changed_at, expires_at, required, forced, exclusive, must_include) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
              ON CONFLICT (key) DO UPDATE SET status = excluded.status, approval_id = excluded.approval_id, \
              actor = excluded.actor, source = excluded.source, reason = excluded.reason, \
              changed_at = excluded.changed_at, expires_at = excluded.expires_at, \
-             required = excluded.required, forced = excluded.forced, exclusive = excluded.exclusive",
+             required = excluded.required, forced = excluded.forced, exclusive = excluded.exclusive, \
+             must_include = excluded.must_include",
         )
         .bind(gate.key.to_string())
         .bind(gate.status.name())
@@ -109,6 +114,7 @@ impl<'s> Gates<'s> {
         .bind(required)
         .bind(forced)
         .bind(exclusive)
+        .bind(include)
         .execute(tx.conn())
         .await?;
         Votes::put_votes(tx, gate).await?;

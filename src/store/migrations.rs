@@ -49,6 +49,7 @@ migrations!(
     "0020_waits_by_cluster.sql",
     "0021_wait_bounds.sql",
     "0022_protection_sha.sql",
+    "0023_quorum_groups.sql",
 );
 
 /// The migrations of `backend`, as sqlx's own `Migrator` runs them.

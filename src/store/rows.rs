@@ -166,12 +166,15 @@ pub(super) fn gate_from_row(row: &AnyRow) -> Result<Gate> {
             exclusive: row.try_get::<i64, _>("exclusive")? != 0,
         }),
         ("held", Some(change)) => GateStatus::Held { change },
-        ("approving", _) => GateStatus::Approving(Tally::new(
-            // Tallies stored before they had pins had no id: name them by their gate.
-            row.try_get::<Option<String>, _>("approval_id")?
-                .unwrap_or_else(|| format!("votes:{key_text}")),
-            u32::try_from(row.try_get::<i64, _>("required")?).unwrap_or(u32::MAX),
-        )),
+        ("approving", _) => GateStatus::Approving(Tally {
+            include: super::votes::includes_in(&row.try_get::<String, _>("must_include")?)?,
+            ..Tally::new(
+                // Tallies stored before they had pins had no id: name them by their gate.
+                row.try_get::<Option<String>, _>("approval_id")?
+                    .unwrap_or_else(|| format!("votes:{key_text}")),
+                u32::try_from(row.try_get::<i64, _>("required")?).unwrap_or(u32::MAX),
+            )
+        }),
         ("closed", change) => GateStatus::Closed { change },
         (other, _) => return Err(StoreError::Corrupt(format!("gate {key_text} is `{other}`"))),
     };

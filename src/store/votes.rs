@@ -9,7 +9,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::Votes;
 use super::{actor_from, Result, StoreError, WriteTx};
-use crate::gate::{Change, Gate, GateKey, GateStatus, Vote};
+use crate::gate::{Change, Gate, GateKey, GateStatus, Group, Include, Vote};
 
 /// The votes a gate's state carries, in order.
 fn votes_of_status(status: &GateStatus) -> Vec<Vote> {
@@ -26,6 +26,7 @@ fn votes_of_status(status: &GateStatus) -> Vec<Vote> {
                     at: a.change.at,
                 },
                 revision: None,
+                groups: Vec::new(),
             })
             .collect(),
         _ => Vec::new(),
@@ -44,8 +45,8 @@ impl<'s> Votes<'s> {
         for (position, v) in votes.iter().enumerate() {
             let (canary, checksum) = v.revision.clone().unzip();
             sqlx::query(
-                "INSERT INTO votes (gate_key, position, person, actor, source, reason, voted_at, canary, checksum) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                "INSERT INTO votes (gate_key, position, person, actor, source, reason, voted_at, canary, checksum, member_of) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             )
             .bind(key.clone())
             .bind(position as i64)
@@ -56,6 +57,7 @@ impl<'s> Votes<'s> {
             .bind(v.change.at)
             .bind(canary)
             .bind(checksum)
+            .bind(words(v.groups.iter().map(Group::as_str)))
             .execute(tx.conn())
             .await?;
         }
@@ -108,7 +110,30 @@ fn vote_from_row(row: &AnyRow) -> Result<Vote> {
             at: row.try_get("voted_at")?,
         },
         revision: canary.zip(checksum),
+        groups: groups_in(&row.try_get::<String, _>("member_of")?)?,
     })
+}
+
+/// Names as one column: each is one word (group names have no spaces).
+pub(super) fn words<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    names.collect::<Vec<_>>().join(" ")
+}
+
+/// The groups a vote's column names, each checked as the policy checks it.
+fn groups_in(column: &str) -> Result<Vec<Group>> {
+    column.split_whitespace().map(group_in).collect()
+}
+
+/// One group's name read back, by the form that says its kind.
+pub(super) fn group_in(name: &str) -> Result<Group> {
+    let group = if name.contains('/') {
+        Group::team(name)
+    } else if name.starts_with('S') {
+        Group::slack(name)
+    } else {
+        Group::listed(name)
+    };
+    group.map_err(|e| StoreError::Corrupt(format!("a vote's group {e}")))
 }
 
 /// Gives a loaded gate its votes: the tally of an approving gate, or the
@@ -127,4 +152,30 @@ pub(super) fn has_votes(row: &AnyRow) -> Result<bool> {
     let status: String = row.try_get("status")?;
     let required: i64 = row.try_get("required")?;
     Ok(status == "approving" || (status == "open" && required > 1))
+}
+
+/// A tally's groups as one column: `acme/sre=1 S0SRE=2`.
+pub(super) fn includes_column(include: &[Include]) -> String {
+    let each: Vec<String> = include
+        .iter()
+        .map(|i| format!("{}={}", i.group, i.at_least))
+        .collect();
+    each.join(" ")
+}
+
+/// The groups a gate's `must_include` column names.
+pub(super) fn includes_in(column: &str) -> Result<Vec<Include>> {
+    column
+        .split_whitespace()
+        .map(|word| {
+            let (name, n) = word.rsplit_once('=').unwrap_or((word, ""));
+            let at_least = n.parse().map_err(|_| {
+                StoreError::Corrupt(format!("a gate's group `{word}` has no count"))
+            })?;
+            Ok(Include {
+                group: group_in(name)?,
+                at_least,
+            })
+        })
+        .collect()
 }

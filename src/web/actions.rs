@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
 use super::permit::{reject_target, Denied, WebAuthorizer};
-use super::session::Session;
+use super::session::{Session, Via};
 use super::view::Viewer;
 use super::{gate_path, render, Problem};
 use crate::command::Command;
@@ -130,6 +130,12 @@ pub async fn act(
         );
     }
     let mut who = Provenance::new(Actor::new(session.login.clone(), Source::Web));
+    if session.via != Via::Admin {
+        // A GitHub login (signed in with GitHub, or by a proxy as [users]
+        // lists it): the person in the quorum rules' groups. A token's name
+        // is no login.
+        who = who.person(session.login.clone());
+    }
     if form.action == Action::Approve && !form.revision.trim().is_empty() {
         if let Ok(canary) = form.canary.trim().parse::<CanaryRef>() {
             who = who.revision(canary, form.revision.trim());

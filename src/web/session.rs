@@ -133,11 +133,7 @@ pub fn random_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
-/// GitHub logins: letters, digits and hyphens (and nothing a cookie or a
-/// page would need to escape).
-pub fn is_login(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-}
+pub use crate::gate::is_login;
 
 /// In a cookie: no token fingerprint.
 const NO_TOKEN: &str = "-";

@@ -322,6 +322,7 @@ impl FakeGithub {
             .route("/login/oauth/access_token", post(oauth_token))
             .route("/app", get(app_info))
             .route("/repos/{owner}/{repo}/installation", get(installation))
+            .route("/orgs/{org}/installation", get(org_installation))
             .route("/app/installations/{id}/access_tokens", post(access_token))
             .route("/app/hook/deliveries", get(list_deliveries))
             .route("/app/hook/deliveries/{id}/attempts", post(redeliver))
@@ -1344,6 +1345,11 @@ async fn app_info() -> Response {
 async fn installation(Path((_owner, _repo)): Path<(String, String)>) -> Response {
     Json(json!({"id": 1, "app_id": 1, "account": user_json("acme", "Organization")}))
         .into_response()
+}
+
+/// `GET /orgs/{org}/installation`: the App is installed on the org.
+async fn org_installation(Path(org): Path<String>) -> Response {
+    Json(json!({"id": 1, "app_id": 1, "account": user_json(&org, "Organization")})).into_response()
 }
 
 async fn access_token(Path(id): Path<u64>) -> Response {
