@@ -27,7 +27,7 @@ pub use sections::Sections;
 
 /// Environment variables that hold secrets (or their hashes) and may come
 /// from `<NAME>_FILE`.
-pub const SECRET_VARS: [&str; 15] = [
+pub const SECRET_VARS: [&str; 16] = [
     "GATEBOT_ADMIN_TOKEN",
     "GATEBOT_API_TOKENS",
     "GATEBOT_PIPELINE_TOKEN",
@@ -43,11 +43,12 @@ pub const SECRET_VARS: [&str; 15] = [
     "GATEBOT_UI_SESSION_KEY",
     "GATEBOT_UI_GITHUB_CLIENT_SECRET",
     "GATEBOT_PROMETHEUS_PASSWORD",
+    "GATEBOT_CHANGE_PASSWORD",
 ];
 
 /// The settings by what a person is setting up, in the order `.env.example`
 /// (under `# --- <heading> ---`) and `check-config` list them.
-pub const GROUPS: [(&str, &[&str]); 9] = [
+pub const GROUPS: [(&str, &[&str]); 10] = [
     (
         "gatebot itself",
         &[
@@ -130,6 +131,10 @@ pub const GROUPS: [(&str, &[&str]); 9] = [
             "GATEBOT_PROMETHEUS_TOKEN_FILE",
             "GATEBOT_PROMETHEUS_PASSWORD",
         ],
+    ),
+    (
+        "Change requests",
+        &["GATEBOT_CHANGE_USER", "GATEBOT_CHANGE_PASSWORD"],
     ),
 ];
 
@@ -955,6 +960,38 @@ pub struct Config {
 
     #[command(flatten)]
     pub prometheus: PrometheusConfig,
+
+    #[command(flatten)]
+    pub change: ChangeConfig,
+}
+
+/// Who gatebot is to the change system of the policy's `[change]`
+/// (docs/change-management.md): basic auth, as ServiceNow's integration
+/// users and Jira's API tokens sign in.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ChangeConfig {
+    /// ServiceNow: the integration user; Jira: the account's email.
+    #[arg(id = "change_user", long = "change-user", env = "GATEBOT_CHANGE_USER")]
+    pub user: Option<String>,
+    /// ServiceNow: that user's password; Jira: an API token.
+    #[arg(id = "change_password", long = "change-password", env = "GATEBOT_CHANGE_PASSWORD", value_parser = parse_secret, hide_env_values = true)]
+    pub password: Option<SecretString>,
+}
+
+impl ChangeConfig {
+    /// Both halves of basic auth, when set (empty counts as unset).
+    pub fn basic_auth(&self) -> Option<(String, SecretString)> {
+        let user = self
+            .user
+            .as_deref()
+            .map(str::trim)
+            .filter(|u| !u.is_empty())?;
+        let password = self
+            .password
+            .as_ref()
+            .filter(|p| !p.expose_secret().is_empty())?;
+        Some((user.to_string(), password.clone()))
+    }
 }
 
 /// Where the canaries' numbers come from (docs/evidence.md): the Prometheus

@@ -18,6 +18,7 @@ pub(crate) mod gate;
 
 // Support below the core.
 pub(crate) mod cache;
+pub(crate) mod change;
 pub(crate) mod config;
 pub(crate) mod evidence;
 pub(crate) mod http;

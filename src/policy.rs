@@ -56,6 +56,7 @@ use crate::config::{sections, Config, Limits, Permission, Sections};
 use crate::gate::deadline::{Deadline, DeadlineRule, OnDeadline};
 use crate::gate::environment::{Environment, Environments};
 use crate::gate::reason::{ReasonKind, ReasonRule};
+use crate::gate::ticket::{ChangeRule, Fields, Mode, Provider};
 use crate::gate::window::{Calendar, Window};
 use crate::gate::{
     CanaryRef, ClusterName, GateKey, GateKind, Group, Include, Namespace, QuorumRule, RepoName,
@@ -73,6 +74,8 @@ struct File {
     teams: ChatSection,
     #[serde(default)]
     users: BTreeMap<String, UserIds>,
+    /// `[change]`: gates tied to change requests.
+    change: Option<toml::Spanned<ChangeEntry>>,
     /// `[groups]`: named lists of GitHub logins, for `[[approvals]] include`.
     #[serde(default)]
     groups: BTreeMap<String, Vec<String>>,
@@ -371,6 +374,162 @@ fn quorum_rules(file: &File) -> anyhow::Result<Vec<QuorumRule>> {
         });
     }
     Ok(rules)
+}
+
+/// The `[change]` table as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChangeEntry {
+    provider: String,
+    url: String,
+    #[serde(default = "reference")]
+    mode: String,
+    kinds: Option<Vec<String>>,
+    #[serde(default)]
+    environments: Vec<String>,
+    service: Option<String>,
+    project: Option<String>,
+    template: Option<String>,
+    service_desk: Option<String>,
+    request_type: Option<String>,
+    start_field: Option<String>,
+    end_field: Option<String>,
+    service_field: Option<String>,
+    poll: Option<String>,
+}
+
+fn reference() -> String {
+    "reference".into()
+}
+
+/// The policy's `[change]`: which gates need a change, where changes live,
+/// and how often gatebot asks about those it opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeSite {
+    pub rule: ChangeRule,
+    pub url: String,
+    pub fields: Fields,
+    pub poll: std::time::Duration,
+}
+
+/// Reads `[change]`, saying what is wrong.
+fn change_site(file: &File) -> anyhow::Result<Option<ChangeSite>> {
+    let Some(entry) = &file.change else {
+        return Ok(None);
+    };
+    let at = format!("[change] (line {})", file.line_of(entry.span()));
+    let c = entry.get_ref();
+    change_of(file, c)
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("{at}: {e}"))
+}
+
+fn change_of(file: &File, c: &ChangeEntry) -> Result<ChangeSite, String> {
+    let provider = Provider::parse(&c.provider)
+        .ok_or_else(|| format!("provider `{}`: write servicenow or jira", c.provider))?;
+    let mode = match c.mode.as_str() {
+        "reference" => Mode::Reference,
+        "create" => Mode::Create,
+        other => return Err(format!("mode `{other}`: write reference or create")),
+    };
+    let url = reqwest_like_url(&c.url)?;
+    let kinds = c.kinds.clone().unwrap_or_else(|| vec!["promote".into()]);
+    let kinds = kinds
+        .iter()
+        .map(|k| match GateKind::from_route(k) {
+            Some(kind) if !kind.is_rollback() && !kind.is_legacy() => Ok(kind),
+            _ => Err(format!("kinds: `{k}`: write start, promote or traffic")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let known = |e: &String| file.environments.iter().any(|x| &x.get_ref().name == e);
+    if let Some(e) = c.environments.iter().find(|e| !known(e)) {
+        return Err(format!(
+            "environments: `{e}` is none of the [[environments]]"
+        ));
+    }
+    let needs = |field: &Option<String>, name: &str| match field {
+        Some(v) if !v.trim().is_empty() => Ok(()),
+        _ => Err(format!("{name}: {} needs it", provider.name())),
+    };
+    let project = c.project.clone();
+    if provider == Provider::Jira {
+        needs(&project, "project")?;
+        needs(&c.start_field, "start_field")?;
+        needs(&c.end_field, "end_field")?;
+        if mode == Mode::Create {
+            needs(&c.service_desk, "service_desk")?;
+            needs(&c.request_type, "request_type")?;
+        }
+        let key_like = |p: &str| {
+            p.len() <= 10
+                && p.starts_with(|ch: char| ch.is_ascii_uppercase())
+                && p.chars()
+                    .all(|ch| ch.is_ascii_uppercase() || ch.is_ascii_digit() || ch == '_')
+        };
+        if project.as_deref().is_some_and(|p| !key_like(p)) {
+            return Err("project: write the Jira project key, as CHG".into());
+        }
+    }
+    // Ids that go into a path: letters, digits, `_` and `-` only.
+    let id_like = |v: &Option<String>, name: &str| match v {
+        Some(v)
+            if v.is_empty()
+                || !v
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-') =>
+        {
+            Err(format!("{name}: `{v}` is no id"))
+        }
+        _ => Ok(()),
+    };
+    id_like(&c.template, "template")?;
+    let poll = match &c.poll {
+        None => std::time::Duration::from_secs(60),
+        Some(text) => match humantime::parse_duration(text) {
+            Ok(d)
+                if (std::time::Duration::from_secs(10)..=std::time::Duration::from_secs(3600))
+                    .contains(&d) =>
+            {
+                d
+            }
+            _ => return Err(format!("poll `{text}`: write 10s to 1h")),
+        },
+    };
+    Ok(ChangeSite {
+        rule: ChangeRule {
+            provider,
+            mode,
+            kinds,
+            environments: c.environments.clone(),
+            service: c.service.clone().filter(|s| !s.trim().is_empty()),
+            project,
+        },
+        url,
+        fields: Fields {
+            template: c.template.clone(),
+            service_desk: c.service_desk.clone(),
+            request_type: c.request_type.clone(),
+            start_field: c.start_field.clone(),
+            end_field: c.end_field.clone(),
+            service_field: c.service_field.clone(),
+        },
+        poll,
+    })
+}
+
+/// An http(s) URL with a host and nothing after it but a path.
+fn reqwest_like_url(url: &str) -> Result<String, String> {
+    let url = url.trim().trim_end_matches('/');
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or_else(|| format!("url `{url}`: write https://<your instance>"))?;
+    if rest.is_empty() || rest.contains(['?', '#', '@', ' ']) {
+        return Err(format!(
+            "url `{url}`: write https://<your instance>, without a user, query or fragment"
+        ));
+    }
+    Ok(url.to_string())
 }
 
 /// `[groups]`: each a lower-case name listing GitHub logins.
@@ -884,6 +1043,7 @@ pub struct Policy {
     calendar: Calendar,
     quorum: Vec<QuorumRule>,
     reasons: Vec<ReasonRule>,
+    change: Option<ChangeSite>,
     /// `[[github.protection]]`: environment → the PR gate that approves it.
     protection: Vec<(String, GateKind)>,
     environments: Environments,
@@ -1012,6 +1172,7 @@ impl Policy {
         check_environments(&file)?;
         check_settings(&file)?;
         check_groups(&file)?;
+        let change = change_site(&file)?;
         let (teams_channels, slack_channels) = channels(&file)?;
         Ok(Self {
             environments: environments(&file)?,
@@ -1023,6 +1184,7 @@ impl Policy {
             calendar: calendar(&file)?,
             quorum: quorum_rules(&file)?,
             reasons: reason_rules(&file)?,
+            change,
             file,
             // `[github] min_permission` refines it, per command too.
             default_permission: Permission::Write,
@@ -1267,6 +1429,11 @@ impl Policy {
     /// How many people each kind of gate needs, in the file's order.
     pub fn quorum(&self) -> &[QuorumRule] {
         &self.quorum
+    }
+
+    /// Which gates are tied to change requests, and where changes live.
+    pub fn change(&self) -> Option<&ChangeSite> {
+        self.change.as_ref()
     }
 
     /// Which commands must say why, in the file's order.

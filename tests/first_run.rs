@@ -213,7 +213,8 @@ fn dotenv_is_read_and_check_config_says_where_each_setting_came_from() {
             "# Microsoft Teams",
             "# The web pages",
             "# Outbound calls and the cluster",
-            "# The canaries' numbers"
+            "# The canaries' numbers",
+            "# Change requests"
         ],
         "{text}"
     );

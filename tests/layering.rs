@@ -16,7 +16,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("support", &["kubernetes", "policy", "store", "telemetry"]),
     ("support", &["notify", "http"]),
-    ("support", &["evidence"]),
+    ("support", &["evidence", "change"]),
     ("core", &["core"]),
     (
         "channels",

@@ -5,6 +5,7 @@
 
 mod browser;
 mod cache;
+mod change;
 mod clock;
 mod deadlines;
 mod durability;

@@ -90,6 +90,9 @@ impl Gatebot {
         let engine = base.engine(&config, &policy, &notifier, &wakes).await?;
         let members = members::Members::new(&config, &base.metrics, &policy, github.clone())?;
         engine.set_membership(Arc::new(members));
+        if let Some(client) = change_client(&config, &policy)? {
+            engine.set_changes(Arc::new(client));
+        }
         base.cluster(&config, github.clone(), &engine).await?;
         let web = base.web(&config, &policy, github.clone(), &engine)?;
         if let Some(secret) = origin::app_secret(&config).await? {
@@ -372,6 +375,7 @@ impl Base {
             calendar: policy.calendar().clone(),
             quorum: policy.quorum().to_vec(),
             reasons: policy.reasons().to_vec(),
+            change: policy.change().map(|c| c.rule.clone()),
             timers: policy.timers(),
             environments: policy.environments().clone(),
             named: engine::named::NamedLimits {
@@ -597,4 +601,30 @@ fn system_clock() -> anyhow::Result<SharedClock> {
         }
         _ => Ok(Arc::new(SystemClock)),
     }
+}
+
+/// The change system's client, when the policy's `[change]` names one; its
+/// credentials must be set.
+fn change_client(
+    config: &Config,
+    policy: &policy::Policy,
+) -> anyhow::Result<Option<crate::change::ChangeClient>> {
+    let Some(site) = policy.change() else {
+        return Ok(None);
+    };
+    let Some((user, password)) = config.change.basic_auth() else {
+        anyhow::bail!(
+            "the policy's [change] names {}, but GATEBOT_CHANGE_USER and GATEBOT_CHANGE_PASSWORD are not both set",
+            site.rule.provider.name()
+        );
+    };
+    let http = crate::outbound::client(&config.outbound, crate::change::TIMEOUT)?;
+    Ok(Some(crate::change::ChangeClient::new(
+        site.rule.provider,
+        &site.url,
+        http,
+        user,
+        password,
+        site.fields.clone(),
+    )))
 }

@@ -87,6 +87,15 @@ pub enum Invalid {
     ReasonRequired { verb: String, place: Option<String> },
     /// A reason longer than [`crate::gate::reason::MAX_REASON`] characters.
     ReasonTooLong,
+    /// The policy's `[change]` wants an approved change named, and the
+    /// command names none.
+    ChangeRequired {
+        verb: String,
+        place: Option<String>,
+        example: String,
+    },
+    /// The change named lets nothing open now, or its system can't be read.
+    ChangeNotReady(String),
 }
 
 impl fmt::Display for Invalid {
@@ -145,6 +154,23 @@ impl fmt::Display for Invalid {
                 "a reason is at most {} characters",
                 crate::gate::reason::MAX_REASON
             ),
+            Self::ChangeRequired {
+                verb,
+                place,
+                example,
+            } => {
+                let (in_place, place) = match place {
+                    Some(p) => (format!(" in {p}"), format!("{p} ")),
+                    None => (String::new(), String::new()),
+                };
+                write!(
+                    f,
+                    "the policy ties {verb}{in_place} to an approved change: name it, as in `{verb} {place}{example} because <why>`"
+                )
+            }
+            Self::ChangeNotReady(why) => {
+                write!(f, "{why}: nothing opened; the canary goes on waiting")
+            }
         }
     }
 }

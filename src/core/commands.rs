@@ -193,14 +193,10 @@ pub(super) fn check_reason(
     let Some(kind) = reason_kind(command, plan) else {
         return Ok(());
     };
-    let environment_of = |key: &GateKey| {
-        let env = key.cluster.as_ref().and_then(|c| envs.of_cluster(c));
-        env.map(|e| e.name.to_string())
-    };
     let Some(place) = plan
         .keys
         .iter()
-        .map(environment_of)
+        .map(|key| environment_of(envs, key))
         .find(|env| reason::required(rules, kind, env.as_deref()))
     else {
         return Ok(());
@@ -216,6 +212,12 @@ pub(super) fn check_reason(
             place,
         }),
     }
+}
+
+/// The `[[environments]]` entry a gate is in, by its cluster.
+pub(super) fn environment_of(envs: &Environments, key: &GateKey) -> Option<String> {
+    let env = key.cluster.as_ref().and_then(|c| envs.of_cluster(c));
+    env.map(|e| e.name.to_string())
 }
 
 /// What a `[[reasons]]` rule calls `command`; break glass always needs one.
@@ -289,7 +291,13 @@ impl Applied {
 /// The reason written with the change: the person's, or for a Reject that
 /// gave none, where and what was rejected.
 fn reason_of(command: &Command, act: Act, who: &Provenance) -> Option<String> {
-    reason::with_claim(who.claim.as_deref(), said_of(command, act, who))
+    let said = said_of(command, act, who);
+    let said = match (&who.ticket, said) {
+        (Some(ticket), Some(said)) => Some(format!("{said}; {}", ticket.describe())),
+        (Some(ticket), None) => Some(ticket.describe()),
+        (None, said) => said,
+    };
+    reason::with_claim(who.claim.as_deref(), said)
 }
 
 /// The reason as the person gave it, or as the change explains itself.

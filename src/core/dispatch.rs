@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use super::commands::{apply_in, check_reason, plan, Act, Applied, Plan, Subject};
 use super::named::NamedError;
+use super::tickets::{self, TicketPin};
 use super::unit::Unit;
 use super::{members, CommandError, Engine, Provenance};
 use crate::command::{Command, Invalid, Verb};
@@ -133,6 +134,8 @@ pub struct Authorized<D> {
     about: Vec<GateKey>,
     /// The quorum rules' groups the person is in, for an approval.
     groups: Vec<Group>,
+    /// The approved change it is given under.
+    ticket: Option<TicketPin>,
 }
 
 impl<D> Authorized<D> {
@@ -222,18 +225,32 @@ pub async fn authorize<A: Authorizer>(
         (Err(_), Some((rule, keys))) => authorizer.authorize(*rule, keys).await?,
         (Err(_), None) => Ok(()),
     };
-    let about = about.map(|(_, keys)| keys).unwrap_or_default();
-    let groups = match (&plan, &verdict) {
-        (Ok(plan), Ok(())) if plan.act == Act::Open && !request.who.force => {
-            members::groups_of(engine, &plan.keys, &request.who).await?
+    let mut about = about.map(|(_, keys)| keys).unwrap_or_default();
+    let (mut groups, mut ticket) = (Vec::new(), None);
+    let mut plan = plan;
+    if let (Ok(opens), Ok(())) = (&plan, &verdict) {
+        if opens.act == Act::Open && !request.who.force {
+            match tickets::check(engine, opens, &request.command).await? {
+                Ok(pin) => ticket = pin,
+                // Refused for its change: audited at the gates it was about.
+                Err(invalid) => {
+                    about = opens.keys.clone();
+                    plan = Err(invalid);
+                }
+            }
         }
-        _ => Vec::new(),
-    };
+    }
+    if let (Ok(opens), Ok(())) = (&plan, &verdict) {
+        if opens.act == Act::Open && !request.who.force {
+            groups = members::groups_of(engine, &opens.keys, &request.who).await?;
+        }
+    }
     Ok(Authorized {
         plan,
         verdict,
         about,
         groups,
+        ticket,
     })
 }
 
@@ -270,7 +287,7 @@ pub async fn decide<D: fmt::Display>(
             unit,
             &request.command,
             &plan,
-            &who_in(request, authorized.groups),
+            &who_in(request, authorized.groups, authorized.ticket),
         )
         .await
         {
@@ -294,12 +311,17 @@ pub async fn decide<D: fmt::Display>(
 }
 
 /// The person with the groups they were found in, for their vote.
-fn who_in(request: &Request, groups: Vec<Group>) -> std::borrow::Cow<'_, Provenance> {
-    if groups.is_empty() {
+fn who_in(
+    request: &Request,
+    groups: Vec<Group>,
+    ticket: Option<TicketPin>,
+) -> std::borrow::Cow<'_, Provenance> {
+    if groups.is_empty() && ticket.is_none() {
         return std::borrow::Cow::Borrowed(&request.who);
     }
     std::borrow::Cow::Owned(Provenance {
         groups,
+        ticket,
         ..request.who.clone()
     })
 }

@@ -38,6 +38,7 @@ async fn engine() -> Fixture {
             calendar: Default::default(),
             quorum: Vec::new(),
             reasons: Vec::new(),
+            change: None,
             timers: Default::default(),
             environments: Default::default(),
             named: crate::core::named::NamedLimits {

@@ -35,6 +35,7 @@ pub mod path;
 mod read;
 mod records;
 pub mod reminders;
+pub mod tickets;
 pub mod unit;
 pub mod watch;
 pub mod withdraw;
@@ -83,6 +84,8 @@ pub struct EngineSettings {
     pub quorum: Vec<crate::gate::QuorumRule>,
     /// Which commands must say why (the policy's `[[reasons]]`).
     pub reasons: Vec<crate::gate::reason::ReasonRule>,
+    /// Which gates are tied to change requests (the policy's `[change]`).
+    pub change: Option<crate::gate::ticket::ChangeRule>,
     /// When waits' deadlines fall and reminders are due (the policy's).
     pub timers: crate::gate::timers::WaitTimers,
     /// How many gates pipelines may create by name.
@@ -142,6 +145,8 @@ pub struct Provenance {
     /// The groups of the quorum rules the person was found in, asked before
     /// the unit opened (`members`).
     pub groups: Vec<crate::gate::Group>,
+    /// The approved change the approval is given under (`tickets`).
+    pub ticket: Option<tickets::TicketPin>,
 }
 
 impl Provenance {
@@ -157,6 +162,7 @@ impl Provenance {
             exclusive: false,
             claim: None,
             groups: Vec::new(),
+            ticket: None,
         }
     }
 
@@ -263,6 +269,8 @@ pub struct Engine {
     origins: std::sync::OnceLock<Arc<origin::Origins>>,
     /// Who is in the groups quorum rules name (`members`).
     membership: std::sync::OnceLock<Arc<dyn members::Membership>>,
+    /// The change system of the policy's `[change]` (`tickets`).
+    change_system: std::sync::OnceLock<Arc<crate::change::ChangeClient>>,
     /// With `[[environments]]`: where commits were promoted, and PR heads.
     paths: environments::Paths,
     /// What each cluster's checks may still start (`budget`).
@@ -370,6 +378,7 @@ impl Engine {
             changes: std::sync::OnceLock::new(),
             origins: std::sync::OnceLock::new(),
             membership: std::sync::OnceLock::new(),
+            change_system: std::sync::OnceLock::new(),
             freezes: std::sync::RwLock::new(freezes),
             store,
             clock,
@@ -397,6 +406,11 @@ impl Engine {
     /// Where to ask who is in a quorum rule's groups; set once, at start.
     pub fn set_membership(&self, membership: Arc<dyn members::Membership>) {
         let _ = self.membership.set(membership);
+    }
+
+    /// The change system changes are read from; set once, at start.
+    pub fn set_changes(&self, client: Arc<crate::change::ChangeClient>) {
+        let _ = self.change_system.set(client);
     }
 
     /// What a claim from Flagger's side may route (see [`admit`]).

@@ -233,10 +233,14 @@ impl<'e> Unit<'e> {
         Approval {
             id,
             change: change_by(who, self.now),
-            expires_at: settings.approval_ttl.filter(|_| pinned).map(|t| {
-                let from = settings.calendar.usable_from(key.kind, self.now);
-                from + t.as_millis() as Millis
-            }),
+            expires_at: ends(
+                settings.approval_ttl.filter(|_| pinned).map(|t| {
+                    let from = settings.calendar.usable_from(key.kind, self.now);
+                    from + t.as_millis() as Millis
+                }),
+                // An approval under a change ends with the change's window.
+                who.ticket.as_ref().map(|t| t.until),
+            ),
             pins: pins.into_iter().filter(|_| pinned).collect(),
             approvers,
             forced: who.force,
@@ -538,5 +542,13 @@ pub(super) fn audit_entry(
         revision: None,
         canary: None,
         delivery: who.delivery.clone(),
+    }
+}
+
+/// The earlier of two ends, either of which may be none.
+fn ends(a: Option<Millis>, b: Option<Millis>) -> Option<Millis> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }

@@ -17,6 +17,7 @@ pub mod quorum;
 pub mod reason;
 pub mod reminder;
 pub mod state;
+pub mod ticket;
 pub mod timers;
 pub mod tokens;
 pub mod window;

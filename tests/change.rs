@@ -1,0 +1,330 @@
+//! Approvals tied to change requests (the policy's `[change]`, mode
+//! `reference`), end to end over real HTTP on SQLite and PostgreSQL, against
+//! fakes of ServiceNow's Change Management API and Jira Service Management's
+//! request API that answer with their published shapes: an approval at a gate
+//! under the rule names a change, which gatebot reads and counts only when it
+//! is approved, its window holds now and it names the service; the approval
+//! carries its number and link and ends with its window. A change system that
+//! is down or rate limited opens nothing and says so.
+
+use gatebot_testkit::chatops::{ChatOps, Setup};
+use gatebot_testkit::fake_jira::{self, FakeJira};
+use gatebot_testkit::fake_servicenow::{Change, FakeServiceNow};
+use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
+use gatebot_testkit::harness::{client, Backend, ADMIN_TOKEN};
+use serde_json::json;
+
+const CANARY: Strategy = Strategy::Canary {
+    step_weight: 50,
+    max_weight: 50,
+};
+const HOUR: i64 = 3_600_000;
+
+gatebot_testkit::on_both_stores!(
+    servicenow_changes_gate_an_approval_from_every_way_in,
+    a_jira_change_counts_once_approved_and_its_approval_ends_with_its_window,
+);
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// ServiceNow's `2026-12-07 08:00:00` (UTC).
+fn sn_time(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms as u64);
+    humantime::format_rfc3339_seconds(t)
+        .to_string()
+        .replace('T', " ")
+        .trim_end_matches('Z')
+        .to_string()
+}
+
+/// Jira's `2026-12-07T08:00:00.000+0000`.
+fn jira_time(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms as u64);
+    let text = humantime::format_rfc3339_seconds(t).to_string();
+    format!("{}.000+0000", text.trim_end_matches('Z'))
+}
+
+fn change(number: &str, approval: &str, from: i64, to: i64, ci: &str) -> Change {
+    Change {
+        number: number.into(),
+        approval: approval.into(),
+        state: if approval == "approved" { -2 } else { -4 },
+        start: sn_time(from),
+        end: sn_time(to),
+        cmdb_ci: ci.into(),
+        business_service: String::new(),
+    }
+}
+
+async fn start(backend: Backend, policy: &str) -> ChatOps {
+    let env = ChatOps::start_with(
+        backend,
+        Setup {
+            policy,
+            permissions: &[("alice", "write"), ("carol", "write")],
+            clock: None,
+        },
+        |config| {
+            config.change.user = Some("gatebot".into());
+            config.change.password = Some("s3cret".to_string().into());
+        },
+    )
+    .await;
+    env.github.set_author(42, "carol");
+    env
+}
+
+/// Flagger, waiting at PR 42's promote gate.
+async fn waiting(env: &ChatOps) -> FlaggerSim {
+    env.server.open("/gates/start/pr/42").await;
+    let mut sim = FlaggerSim::new("podinfo", "test", CANARY, pr_hooks(&env.server.url, 42));
+    // Flagger initializes on the first revision, and analyses the next.
+    sim.deploy("rev-a");
+    sim.tick().await;
+    sim.deploy("rev-b");
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 20)
+            .await,
+        "waits at the promote gate"
+    );
+    env.server.drained().await;
+    sim
+}
+
+/// The last reply on PR 42.
+fn last_reply(env: &ChatOps) -> String {
+    env.replies(42).last().cloned().unwrap_or_default()
+}
+
+async fn promote_gate(env: &ChatOps) -> serde_json::Value {
+    env.server
+        .api("/api/v1/gates/promote/acme/shop/pr/42")
+        .await
+}
+
+async fn servicenow_changes_gate_an_approval_from_every_way_in(backend: Backend) {
+    let sn = FakeServiceNow::start().await;
+    sn.require_basic("gatebot", "s3cret");
+    let now = now_ms();
+    sn.put(change(
+        "CHG0031337",
+        "approved",
+        now - HOUR,
+        now + 2 * HOUR,
+        "shop",
+    ));
+    sn.put(change(
+        "CHG0000001",
+        "requested",
+        now - HOUR,
+        now + 2 * HOUR,
+        "shop",
+    ));
+    sn.put(change(
+        "CHG0000002",
+        "rejected",
+        now - HOUR,
+        now + 2 * HOUR,
+        "shop",
+    ));
+    sn.put(change(
+        "CHG0000003",
+        "approved",
+        now + HOUR,
+        now + 2 * HOUR,
+        "shop",
+    ));
+    sn.put(change(
+        "CHG0000004",
+        "approved",
+        now - HOUR,
+        now + 2 * HOUR,
+        "billing",
+    ));
+    sn.put(change(
+        "CHG0000005",
+        "approved",
+        now - 2 * HOUR,
+        now - HOUR,
+        "shop",
+    ));
+    let policy = format!(
+        "[slack]\napprovers = [\"UALICE\"]\n[users]\nalice = \"UALICE\"\n\
+         [change]\nprovider = \"servicenow\"\nurl = \"{}\"\nservice = \"shop\"\n",
+        sn.url
+    );
+    let env = start(backend, &policy).await;
+    let mut sim = waiting(&env).await;
+
+    // Without a change, with one not ready, or with one that is no change.
+    let refusals = [
+        ("/promote", "the policy ties promote to an approved change: name it, as in `promote CHG0031337 because <why>`"),
+        ("/promote because it looks fine", "name it, as in `promote CHG0031337"),
+        ("/promote CHG0000001", "change CHG0000001 is not approved yet: nothing opened; the canary goes on waiting"),
+        ("/promote CHG0000002", "change CHG0000002 was rejected"),
+        ("/promote CHG0000003", "change CHG0000003's window begins at "),
+        ("/promote CHG0000004", "change CHG0000004 does not name shop"),
+        ("/promote CHG0000005", "change CHG0000005's window ended at "),
+        ("/promote CHG0099999", "ServiceNow has no change CHG0099999"),
+        // Only a word shaped like a change number is ever sent.
+        ("/promote CHG0031337^ORnumber=CHG1", "name it, as in"),
+    ];
+    for (n, (body, want)) in refusals.iter().enumerate() {
+        env.comment_by(42, "carol", n as u64 + 1, "alice", body)
+            .await;
+        assert!(
+            last_reply(&env).contains(want),
+            "{body}: {}",
+            last_reply(&env)
+        );
+    }
+    assert!(
+        !sn.requests().iter().any(|r| r.contains('^')),
+        "{:?}",
+        sn.requests()
+    );
+
+    // Down, then rate limited: nothing opens, the answer says why.
+    sn.down(true);
+    env.comment_by(42, "carol", 20, "alice", "/promote CHG0031337")
+        .await;
+    assert!(
+        last_reply(&env).contains("the change system can't be reached (503): nothing opened"),
+        "{}",
+        last_reply(&env)
+    );
+    sn.down(false);
+    sn.rate_limit(1, 30);
+    env.comment_by(42, "carol", 21, "alice", "/promote CHG0031337")
+        .await;
+    assert!(
+        last_reply(&env).contains("rate limited (429)"),
+        "{}",
+        last_reply(&env)
+    );
+    // The API and Slack are held to it too.
+    let r = client()
+        .post(env.server.at("/api/v1/gates/open"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"gate": "/gates/promote/pr/42", "reason": "looks fine"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert!(r.text().await.unwrap().contains("to an approved change"));
+    let (status, inline) = env
+        .slash("UALICE", "alice", "promote 42 because looks fine", "T1")
+        .await;
+    assert_eq!(status, 200);
+    let answer = format!("{inline} {}", env.answers("T1").await.join(" "));
+    assert!(answer.contains("to an approved change"), "{answer}");
+    sim.tick().await;
+    assert_eq!(sim.phase(), Phase::WaitingPromotion);
+    assert_eq!(promote_gate(&env).await["state"], "closed");
+
+    // The approved change, in its window, naming the service.
+    env.comment_by(
+        42,
+        "carol",
+        30,
+        "alice",
+        "/promote CHG0031337 because the error budget is fine",
+    )
+    .await;
+    assert!(
+        sim.run_until(|s| s.promotions() == 1, 20).await,
+        "promoted under the change"
+    );
+    let gate = promote_gate(&env).await;
+    let sys_id = sn.sys_id("CHG0031337").unwrap();
+    let reason = gate["reason"].as_str().unwrap_or_default().to_string();
+    assert!(
+        reason.contains("the error budget is fine; change CHG0031337")
+            && reason.contains(&format!("change_request.do?sys_id={sys_id}")),
+        "{gate}"
+    );
+    // It ends with the change's window (before the approval TTL would).
+    let expires = gate["expires_at"].as_i64().expect("an expiry");
+    assert!(
+        (expires - (now + 2 * HOUR)).abs() < 1_000,
+        "{expires} vs {}",
+        now + 2 * HOUR
+    );
+    assert!(
+        sn.requests()
+            .iter()
+            .any(|r| r == "GET /api/sn_chg_rest/change?sysparm_query=number=CHG0031337"),
+        "{:?}",
+        sn.requests()
+    );
+}
+
+async fn a_jira_change_counts_once_approved_and_its_approval_ends_with_its_window(
+    backend: Backend,
+) {
+    let jira = FakeJira::start().await;
+    jira.require_basic("gatebot", "s3cret");
+    let now = now_ms();
+    jira.put(fake_jira::Request {
+        key: "CHG-12".into(),
+        status: fake_jira::AWAITING_APPROVAL.into(),
+        approval: "pending".into(),
+        start: jira_time(now - HOUR),
+        end: jira_time(now + HOUR),
+        service: "shop".into(),
+    });
+    let policy = format!(
+        "[change]\nprovider = \"jira\"\nurl = \"{}\"\nproject = \"CHG\"\nservice = \"shop\"\n\
+         start_field = \"{}\"\nend_field = \"{}\"\nservice_field = \"{}\"\n",
+        jira.url,
+        fake_jira::START_FIELD,
+        fake_jira::END_FIELD,
+        fake_jira::SERVICE_FIELD
+    );
+    let env = start(backend, &policy).await;
+    let mut sim = waiting(&env).await;
+
+    env.comment_by(42, "carol", 1, "alice", "/promote OPS-12")
+        .await;
+    assert!(
+        last_reply(&env).contains("name it, as in `promote CHG-123 because <why>`"),
+        "another project's key is no change: {}",
+        last_reply(&env)
+    );
+    env.comment_by(42, "carol", 2, "alice", "/promote CHG-12")
+        .await;
+    assert!(
+        last_reply(&env).contains("change CHG-12 is not approved yet"),
+        "{}",
+        last_reply(&env)
+    );
+    jira.approve("CHG-12");
+    env.comment_by(42, "carol", 3, "alice", "/promote CHG-12 looks good")
+        .await;
+    assert!(
+        sim.run_until(|s| s.promotions() == 1, 20).await,
+        "promoted under the approved change: {}",
+        last_reply(&env)
+    );
+    let gate = promote_gate(&env).await;
+    assert!(
+        gate["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("change CHG-12 (")),
+        "{gate}"
+    );
+    let expires = gate["expires_at"].as_i64().expect("an expiry");
+    assert!((expires - (now + HOUR)).abs() < 1_000, "{gate}");
+    assert!(
+        jira.requests()
+            .iter()
+            .any(|r| r == "GET /rest/servicedeskapi/request/CHG-12/approval"),
+        "{:?}",
+        jira.requests()
+    );
+}
