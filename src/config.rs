@@ -27,7 +27,7 @@ pub use sections::Sections;
 
 /// Environment variables that hold secrets (or their hashes) and may come
 /// from `<NAME>_FILE`.
-pub const SECRET_VARS: [&str; 16] = [
+pub const SECRET_VARS: [&str; 17] = [
     "GATEBOT_ADMIN_TOKEN",
     "GATEBOT_API_TOKENS",
     "GATEBOT_PIPELINE_TOKEN",
@@ -44,6 +44,7 @@ pub const SECRET_VARS: [&str; 16] = [
     "GATEBOT_UI_GITHUB_CLIENT_SECRET",
     "GATEBOT_PROMETHEUS_PASSWORD",
     "GATEBOT_CHANGE_PASSWORD",
+    "GATEBOT_CHANGE_WEBHOOK_SECRET",
 ];
 
 /// The settings by what a person is setting up, in the order `.env.example`
@@ -134,7 +135,11 @@ pub const GROUPS: [(&str, &[&str]); 10] = [
     ),
     (
         "Change requests",
-        &["GATEBOT_CHANGE_USER", "GATEBOT_CHANGE_PASSWORD"],
+        &[
+            "GATEBOT_CHANGE_USER",
+            "GATEBOT_CHANGE_PASSWORD",
+            "GATEBOT_CHANGE_WEBHOOK_SECRET",
+        ],
     ),
 ];
 
@@ -976,6 +981,11 @@ pub struct ChangeConfig {
     /// ServiceNow: that user's password; Jira: an API token.
     #[arg(id = "change_password", long = "change-password", env = "GATEBOT_CHANGE_PASSWORD", value_parser = parse_secret, hide_env_values = true)]
     pub password: Option<SecretString>,
+    /// What the change system sends to `/webhooks/change` (a bearer token
+    /// or a basic auth password) to have gatebot read its changes at once.
+    /// Unset: the route answers 404 and gatebot reads them every `poll`.
+    #[arg(id = "change_webhook_secret", long = "change-webhook-secret", env = "GATEBOT_CHANGE_WEBHOOK_SECRET", value_parser = parse_secret, hide_env_values = true)]
+    pub webhook_secret: Option<SecretString>,
 }
 
 impl ChangeConfig {

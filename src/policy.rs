@@ -396,6 +396,7 @@ struct ChangeEntry {
     end_field: Option<String>,
     service_field: Option<String>,
     poll: Option<String>,
+    window: Option<String>,
 }
 
 fn reference() -> String {
@@ -495,8 +496,22 @@ fn change_of(file: &File, c: &ChangeEntry) -> Result<ChangeSite, String> {
             _ => return Err(format!("poll `{text}`: write 10s to 1h")),
         },
     };
+    let window = match &c.window {
+        None => 4 * 3_600_000,
+        Some(text) => match humantime::parse_duration(text) {
+            Ok(d)
+                if (std::time::Duration::from_secs(600)
+                    ..=std::time::Duration::from_secs(7 * 86_400))
+                    .contains(&d) =>
+            {
+                d.as_millis() as i64
+            }
+            _ => return Err(format!("window `{text}`: write 10m to 7d")),
+        },
+    };
     Ok(ChangeSite {
         rule: ChangeRule {
+            window,
             provider,
             mode,
             kinds,

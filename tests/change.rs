@@ -10,7 +10,7 @@
 use gatebot_testkit::chatops::{ChatOps, Setup};
 use gatebot_testkit::fake_jira::{self, FakeJira};
 use gatebot_testkit::fake_servicenow::{Change, FakeServiceNow};
-use gatebot_testkit::flagger::{pr_hooks, FlaggerSim, Phase, Strategy};
+use gatebot_testkit::flagger::{flagger_tokens, pr_hooks, with_token, FlaggerSim, Phase, Strategy};
 use gatebot_testkit::harness::{client, Backend, ADMIN_TOKEN};
 use serde_json::json;
 
@@ -23,7 +23,228 @@ const HOUR: i64 = 3_600_000;
 gatebot_testkit::on_both_stores!(
     servicenow_changes_gate_an_approval_from_every_way_in,
     a_jira_change_counts_once_approved_and_its_approval_ends_with_its_window,
+    a_production_promotion_under_a_reason_a_team_and_a_change_gatebot_opens,
+    a_change_rejected_in_jira_holds_its_gate,
 );
+
+const TOKEN: &str = "prod-flagger-token";
+const HOOK_SECRET: &str = "hook-secret";
+const PROMOTE: &str = "/gates/promote/acme/shop/pr/42";
+
+/// Polls `what` until it holds, for at most 20 s.
+async fn eventually<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !f().await {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// The change system's webhook, with `secret`.
+async fn hook(env: &ChatOps, secret: &str) -> u16 {
+    client()
+        .post(env.server.at("/webhooks/change"))
+        .bearer_auth(secret)
+        .body("{\"sys_id\": \"ignored\"}")
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// A server whose Flagger carries its cluster's token, so that its waits
+/// are vouched for, with the change system's credentials and webhook secret.
+async fn start_vouched(backend: Backend, policy: &str) -> ChatOps {
+    let env = ChatOps::start_with(
+        backend,
+        Setup {
+            policy,
+            permissions: &[("alice", "write"), ("carol", "write")],
+            clock: None,
+        },
+        |config| {
+            config.change.user = Some("gatebot".into());
+            config.change.password = Some("s3cret".to_string().into());
+            config.change.webhook_secret = Some(HOOK_SECRET.to_string().into());
+            config.flagger_tokens = flagger_tokens(&[("prod", TOKEN)]).into();
+        },
+    )
+    .await;
+    env.github.set_author(42, "carol");
+    env
+}
+
+/// Flagger (with its token), waiting at PR 42's promote gate.
+async fn waiting_vouched(env: &ChatOps) -> FlaggerSim {
+    let hooks = with_token(pr_hooks(&env.server.url, 42), TOKEN);
+    let start = client()
+        .post(env.server.at("/api/v1/gates/open"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"gate": "/gates/start/pr/42"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(start.status().as_u16(), 200);
+    let mut sim = FlaggerSim::new("podinfo", "test", CANARY, hooks);
+    sim.deploy("rev-a");
+    sim.tick().await;
+    sim.deploy("rev-b");
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 20)
+            .await,
+        "waits at the promote gate"
+    );
+    env.server.drained().await;
+    sim
+}
+
+/// All three rules at once, and the change gatebot opens for the wait: a
+/// Slack click asks why in a modal, the person is from the team, the
+/// change's approval in ServiceNow is the second approval, and once Flagger
+/// promotes the change is closed, successful.
+async fn a_production_promotion_under_a_reason_a_team_and_a_change_gatebot_opens(backend: Backend) {
+    let sn = FakeServiceNow::start().await;
+    sn.require_basic("gatebot", "s3cret");
+    let policy = format!(
+        "[slack]\napprovers = [\"UALICE\"]\n[users]\nalice = \"UALICE\"\n\
+         [[reasons]]\nkind = \"promote\"\nrequired = true\n\
+         [[approvals]]\nkind = \"promote\"\nrequired = 2\ninclude = [{{ team = \"acme/sre\" }}]\n\
+         [change]\nprovider = \"servicenow\"\nurl = \"{}\"\nmode = \"create\"\nservice = \"shop\"\npoll = \"10s\"\n",
+        sn.url
+    );
+    let env = start_vouched(backend, &policy).await;
+    env.github.add_team_member("acme/sre", "alice");
+    let mut sim = waiting_vouched(&env).await;
+
+    // A forged webhook wakes nothing and is counted.
+    assert_eq!(hook(&env, "guess").await, 401);
+    // The change is opened for the vouched wait, once.
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    eventually("a change opened", || async { sn.created().len() == 1 }).await;
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    let number = "CHG0040001";
+    eventually("the change numbered", || async {
+        sn.change(number).is_some_and(|c| !c.start.is_empty())
+    })
+    .await;
+    let created = sn.created()[0].to_string();
+    assert!(
+        created.contains("Promote test/podinfo to revision")
+            && created.contains("\"cmdb_ci\":\"shop\""),
+        "{created}"
+    );
+
+    // Alice (acme/sre) clicks Approve: the policy asks why, in a modal.
+    let message = env.waiting_message(PROMOTE).expect("a waiting message");
+    assert_eq!(
+        env.click("UALICE", "alice", "gatebot_approve", &message, "T1")
+            .await,
+        200
+    );
+    env.server.drained().await;
+    let opened = env.slack.ok("views.open");
+    assert_eq!(opened.len(), 1, "{opened:#?}");
+    let view = opened[0].body["view"].clone();
+    assert_eq!(
+        env.submit_reason(&view, "UALICE", "T2", "the error budget is fine")
+            .await,
+        200
+    );
+    env.server.drained().await;
+    let gate = promote_gate(&env).await;
+    assert_eq!(gate["state"], "approving", "{gate}");
+    sim.tick().await;
+    assert_eq!(sim.phase(), Phase::WaitingPromotion, "one of two approvals");
+
+    // The change is approved in ServiceNow; its webhook says so.
+    sn.approve(number);
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    assert!(
+        sim.run_until(|s| s.promotions() == 1, 40).await,
+        "promoted once the change was approved: {}",
+        promote_gate(&env).await
+    );
+    let gate = promote_gate(&env).await;
+    let reason = gate["reason"].to_string();
+    assert!(
+        reason.contains(&format!("change {number} approved; change {number} (")),
+        "{gate}"
+    );
+    let audit = gate["audit"].to_string();
+    assert!(audit.contains("the error budget is fine"), "{audit}");
+
+    // Flagger says it promoted (with its token): the change is closed.
+    let _ = sim.run_until(|s| s.phase() == Phase::Succeeded, 20).await;
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    eventually("the change closed", || async {
+        sn.change(number).is_some_and(|c| c.state == 3)
+    })
+    .await;
+    let (_, patch) = sn.patches().last().cloned().expect("a PATCH");
+    assert_eq!(patch["close_code"], "successful", "{patch}");
+}
+
+/// A change gatebot opened in Jira and declined there holds its gate, with
+/// the reason; an unvouched Flagger (no token) opens no change at all.
+async fn a_change_rejected_in_jira_holds_its_gate(backend: Backend) {
+    let jira = FakeJira::start().await;
+    jira.require_basic("gatebot", "s3cret");
+    let policy = format!(
+        "[change]\nprovider = \"jira\"\nurl = \"{}\"\nmode = \"create\"\nproject = \"CHG\"\n\
+         service_desk = \"10\"\nrequest_type = \"45\"\n\
+         start_field = \"{}\"\nend_field = \"{}\"\n",
+        jira.url,
+        fake_jira::START_FIELD,
+        fake_jira::END_FIELD,
+    );
+    // Without Flagger tokens a wait is Flagger's claim alone: no change.
+    let open_door = ChatOps::start_with(
+        backend,
+        Setup {
+            policy: &policy,
+            permissions: &[],
+            clock: None,
+        },
+        |config| {
+            config.change.user = Some("gatebot".into());
+            config.change.password = Some("s3cret".to_string().into());
+            config.change.webhook_secret = Some(HOOK_SECRET.to_string().into());
+        },
+    )
+    .await;
+    let _unvouched = waiting(&open_door).await;
+    assert_eq!(hook(&open_door, HOOK_SECRET).await, 202);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(jira.created().is_empty(), "{:?}", jira.created());
+    drop(open_door);
+
+    let env = start_vouched(backend, &policy).await;
+    let mut sim = waiting_vouched(&env).await;
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    eventually("a change opened", || async { !jira.created().is_empty() }).await;
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    eventually("numbered", || async { jira.request("CHG-101").is_some() }).await;
+    assert_eq!(jira.created().len(), 1, "{:?}", jira.created());
+
+    jira.decline("CHG-101");
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    eventually("the gate held", || async {
+        promote_gate(&env).await["state"] == "held"
+    })
+    .await;
+    let gate = promote_gate(&env).await;
+    assert!(
+        gate["change"]["reason"] == "change CHG-101 was rejected",
+        "{gate}"
+    );
+    sim.tick().await;
+    assert_eq!(sim.phase(), Phase::WaitingPromotion);
+}
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()

@@ -1,6 +1,7 @@
 //! The operator API: `/api/v1/…`, JSON in and out; the CLI that calls it;
 //! health, readiness and metrics.
 
+pub mod change;
 pub mod cli;
 pub mod freezes;
 pub mod health;

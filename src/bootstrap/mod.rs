@@ -470,6 +470,7 @@ impl Base {
         tasks.spawn(housekeeping(state.clone(), shutdown.clone()));
         tasks.spawn(retention(state.clone(), shutdown.clone()));
         tasks.spawn(tasks::evidence(state.clone(), shutdown.clone()));
+        tasks.spawn(tasks::changes(state.clone(), shutdown.clone()));
         // Canaries' PRs looked up in the background ([kubernetes] lookup).
         let (finder, stop) = (state.clone(), shutdown.clone());
         tasks.spawn(async move { finder.engine.origins().find_origins(stop).await });

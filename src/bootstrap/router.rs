@@ -83,6 +83,8 @@ fn compose(state: AppState, web: Option<Arc<crate::web::Web>>, webhooks: Webhook
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
+        // Its body is never read: only its secret counts.
+        .route("/webhooks/change", post(api::change::changed))
         .merge(web.map(crate::web::routes).unwrap_or_default());
     harden(state, check_routes(read_timeout), rest)
 }

@@ -211,6 +211,35 @@ pub(super) async fn evidence(state: AppState, shutdown: CancellationToken) {
     }
 }
 
+/// The changes gatebot opens (`[change] mode = "create"`): a pass every
+/// `poll`, and at once when the change system's webhook says something
+/// changed; a pass that takes longer delays the next.
+pub(super) async fn changes(state: AppState, shutdown: CancellationToken) {
+    let Some(site) = state.policy.change() else {
+        return;
+    };
+    if site.rule.mode != gate::ticket::Mode::Create {
+        return;
+    }
+    let mut tick = tokio::time::interval(site.poll);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let wake = state.engine.change_wake();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+            () = wake.notified() => {}
+        }
+        let pass = crate::core::tickets::tend(&state.engine);
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            done = pass => if let Err(e) = done {
+                tracing::warn!(error = %e, "could not tend the change requests");
+            },
+        }
+    }
+}
+
 /// Retention: every `[limits] retention_interval` (and once at start), prunes
 /// what has outlived its setting, then reports the store's rows and size
 /// when the pass pruned something or a minute has passed: counting every

@@ -102,13 +102,23 @@ pub(super) async fn create(client: &ChangeClient, draft: &Draft) -> Result<Strin
             "[change] names no service_desk and request_type to open changes in".into(),
         ));
     };
+    let mut values = json!({
+        "summary": draft.summary,
+        "description": draft.description,
+    });
+    let when = |ms| {
+        super::timestamp(ms)
+            .strftime("%Y-%m-%dT%H:%M:%S%.3f+0000")
+            .to_string()
+    };
+    if let (Some(start), Some(end)) = (&fields.start_field, &fields.end_field) {
+        values[start] = json!(when(draft.window.0));
+        values[end] = json!(when(draft.window.1));
+    }
     let body = json!({
         "serviceDeskId": desk,
         "requestTypeId": kind,
-        "requestFieldValues": {
-            "summary": draft.summary,
-            "description": draft.description,
-        },
+        "requestFieldValues": values,
     });
     let answer = client
         .call(Method::POST, "/rest/servicedeskapi/request", Some(&body))

@@ -55,6 +55,13 @@ pub struct Draft {
     pub description: String,
     /// The configuration item or service it names, if the policy gives one.
     pub service: Option<String>,
+    /// Its planned window: from when the canary started waiting.
+    pub window: (crate::gate::Millis, crate::gate::Millis),
+}
+
+/// An instant as jiff's UTC timestamp (the epoch for one out of range).
+fn timestamp(ms: crate::gate::Millis) -> jiff::Timestamp {
+    jiff::Timestamp::from_millisecond(ms).unwrap_or(jiff::Timestamp::UNIX_EPOCH)
 }
 
 /// A change system's client: one per process.

@@ -78,9 +78,16 @@ pub(super) async fn create(client: &ChangeClient, draft: &Draft) -> Result<Strin
         Some(template) => format!("/api/sn_chg_rest/change/standard/{template}"),
         None => "/api/sn_chg_rest/change/normal".to_string(),
     };
+    let when = |ms| {
+        super::timestamp(ms)
+            .strftime("%Y-%m-%d %H:%M:%S")
+            .to_string()
+    };
     let mut body = json!({
         "short_description": draft.summary,
         "description": draft.description,
+        "start_date": when(draft.window.0),
+        "end_date": when(draft.window.1),
     });
     if let Some(service) = &draft.service {
         body["cmdb_ci"] = json!(service);

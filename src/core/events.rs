@@ -5,6 +5,35 @@ use super::*;
 use crate::gate::progress::{self, CanaryProgress, Failure};
 
 impl<'e> Events<'e> {
+    /// Flagger is done with a canary (promoted, or rolling back): the
+    /// changes gatebot opened for it are to be closed. Only an event a Flagger
+    /// token vouched for closes anything outside.
+    async fn done_with_changes(
+        self,
+        tx: &mut crate::store::WriteTx<'_>,
+        canary: &CanaryRef,
+        input: &CheckInput,
+        kind: EventKind,
+        now: Millis,
+    ) -> Result<(), CommandError> {
+        let creates = self
+            .engine
+            .settings
+            .change
+            .as_ref()
+            .is_some_and(|r| r.mode == crate::gate::ticket::Mode::Create);
+        let successful = match kind {
+            EventKind::PromotionCompleted => true,
+            EventKind::RollingBack | EventKind::CanaryFailed => false,
+            _ => return Ok(()),
+        };
+        if creates && input.cluster.is_some() {
+            let canary = canary.to_string();
+            crate::store::Tickets::close_tickets_of(tx, &canary, successful, now).await?;
+        }
+        Ok(())
+    }
+
     /// Records a Flagger event and tells people about milestones.
     pub async fn record_event(
         self,
@@ -35,6 +64,8 @@ impl<'e> Events<'e> {
         let gates = self.gates_told(canary, input).await?;
         let mut tx = self.engine.store.begin().await?;
         crate::store::History::insert_event(&mut tx, &row).await?;
+        self.done_with_changes(&mut tx, canary, input, kind, now)
+            .await?;
         let mut notices = Vec::new();
         let failure = self
             .progress_in(&mut tx, canary, input, message, now)

@@ -271,6 +271,8 @@ pub struct Engine {
     membership: std::sync::OnceLock<Arc<dyn members::Membership>>,
     /// The change system of the policy's `[change]` (`tickets`).
     change_system: std::sync::OnceLock<Arc<crate::change::ChangeClient>>,
+    /// Wakes the changes' pass (their system's webhook said something changed).
+    change_wake: Arc<Notify>,
     /// With `[[environments]]`: where commits were promoted, and PR heads.
     paths: environments::Paths,
     /// What each cluster's checks may still start (`budget`).
@@ -379,6 +381,7 @@ impl Engine {
             origins: std::sync::OnceLock::new(),
             membership: std::sync::OnceLock::new(),
             change_system: std::sync::OnceLock::new(),
+            change_wake: Arc::new(Notify::new()),
             freezes: std::sync::RwLock::new(freezes),
             store,
             clock,
@@ -406,6 +409,11 @@ impl Engine {
     /// Where to ask who is in a quorum rule's groups; set once, at start.
     pub fn set_membership(&self, membership: Arc<dyn members::Membership>) {
         let _ = self.membership.set(membership);
+    }
+
+    /// What wakes the changes' pass before its time.
+    pub fn change_wake(&self) -> Arc<Notify> {
+        self.change_wake.clone()
     }
 
     /// The change system changes are read from; set once, at start.

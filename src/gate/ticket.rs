@@ -66,6 +66,9 @@ pub struct ChangeRule {
     pub service: Option<String>,
     /// Jira: the project key of change numbers (`CHG` of `CHG-12`).
     pub project: Option<String>,
+    /// Mode `create`: how long the planned window of a change gatebot
+    /// opens is, from when the canary started waiting.
+    pub window: Millis,
 }
 
 impl ChangeRule {
@@ -161,13 +164,15 @@ impl Ticket {
     pub fn allows(&self, now: Millis, service: Option<&str>) -> Result<Millis, NotReady> {
         let n = &self.number;
         let no = |why: String| Err(NotReady(why));
+        // A rejected change is often closed too: the rejection is the news.
+        if self.decision == Decision::Rejected {
+            return no(format!("change {n} was rejected"));
+        }
         if self.closed {
             return no(format!("change {n} is closed"));
         }
-        match self.decision {
-            Decision::Rejected => return no(format!("change {n} was rejected")),
-            Decision::Pending => return no(format!("change {n} is not approved yet")),
-            Decision::Approved => {}
+        if self.decision == Decision::Pending {
+            return no(format!("change {n} is not approved yet"));
         }
         let Some((start, end)) = self.window else {
             return no(format!("change {n} has no planned window"));
@@ -206,6 +211,7 @@ mod tests {
             environments: vec!["production".into()],
             service: Some("shop".into()),
             project: Some("CHG".into()),
+            window: 3_600_000,
         }
     }
 

@@ -50,6 +50,7 @@ migrations!(
     "0021_wait_bounds.sql",
     "0022_protection_sha.sql",
     "0023_quorum_groups.sql",
+    "0024_change_tickets.sql",
 );
 
 /// The migrations of `backend`, as sqlx's own `Migrator` runs them.

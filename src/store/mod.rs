@@ -28,6 +28,7 @@ mod rows;
 mod sessions;
 mod slack;
 mod teams;
+pub mod tickets;
 mod tx;
 #[cfg(test)]
 mod tx_tests;
@@ -278,6 +279,8 @@ parts! {
     slack::SlackRows by slack;
     /// Teams: conversations and cards.
     teams::TeamsRows by teams;
+    /// The change requests opened for waiting canaries, followed and closed.
+    tickets::Tickets by tickets;
     /// Quorum votes.
     votes::Votes by votes;
     /// The pages' reads: open waits by page, audit search.

@@ -223,6 +223,36 @@ impl ChatOps {
         .as_u16()
     }
 
+    /// `user` submits the reason modal `view` (as `views.open` showed it)
+    /// with `reason`: Slack's `view_submission`, signed.
+    pub async fn submit_reason(
+        &self,
+        view: &Value,
+        user: &str,
+        trigger: &str,
+        reason: &str,
+    ) -> u16 {
+        let mut p = fixture_json("slack/view_submission_payload.all-fields-sample.json");
+        p["user"] = json!({"id": user, "username": user.to_ascii_lowercase(), "name": user.to_ascii_lowercase(), "team_id": "T9TK3CUKW"});
+        p["trigger_id"] = json!(trigger);
+        p["view"]["type"] = json!("modal");
+        p["view"]["callback_id"] = view["callback_id"].clone();
+        p["view"]["private_metadata"] = view["private_metadata"].clone();
+        p["view"]["state"] = json!({"values": {"reason": {"reason": {"type": "plain_text_input", "value": reason}}}});
+        let body = form_urlencoded::Serializer::new(String::new())
+            .append_pair("payload", &p.to_string())
+            .finish();
+        post_signed(
+            &self.server.at("/webhooks/slack/interactions"),
+            &body,
+            self.now_ms() / 1000,
+            SLACK_SECRET,
+        )
+        .await
+        .status()
+        .as_u16()
+    }
+
     /// The interaction Slack sends for a click of `action` on a posted
     /// message by `user` (named `name`): Slack's documented example with
     /// this button, person and trigger. Socket Mode carries it as JSON.

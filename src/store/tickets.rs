@@ -1,0 +1,174 @@
+//! The change requests gatebot opened for waiting canaries (`[change] mode =
+//! "create"`), one per gate, canary and revision: claimed before the change
+//! system is asked, so two replicas never open two; then followed until the
+//! gate opens or is held, and closed when Flagger is done.
+
+use sqlx::Row;
+
+use super::rows::key_in;
+use super::{Result, Tickets, WriteTx};
+use crate::gate::{GateKey, Millis};
+
+/// Where a ticket is in its life.
+pub mod state {
+    /// Claimed; the change system has not answered yet.
+    pub const CREATING: &str = "creating";
+    /// Waiting for its approval.
+    pub const OPEN: &str = "open";
+    /// The gate opened by it.
+    pub const OPENED: &str = "opened";
+    /// Rejected: the gate held by it.
+    pub const REJECTED: &str = "rejected";
+    /// Flagger is done: to be moved to its end state.
+    pub const CLOSING: &str = "closing";
+    pub const CLOSED: &str = "closed";
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TicketRow {
+    pub gate: GateKey,
+    pub canary: String,
+    pub checksum: String,
+    pub number: String,
+    pub state: String,
+    pub successful: bool,
+    pub changed_at: Millis,
+}
+
+impl<'s> Tickets<'s> {
+    /// Claims the ticket of a wait; false when it has one (or another
+    /// replica is making it).
+    pub async fn claim_ticket(
+        self,
+        gate: &GateKey,
+        canary: &str,
+        checksum: &str,
+        now: Millis,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "INSERT INTO change_tickets (gate_key, canary, checksum, state, created_at, changed_at) \
+             VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT DO NOTHING",
+        )
+        .bind(gate.to_string())
+        .bind(canary.to_string())
+        .bind(checksum.to_string())
+        .bind(state::CREATING)
+        .bind(now)
+        .execute(&self.store.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The change system opened it as `number`.
+    pub async fn ticket_made(self, row: &TicketRow, number: &str, now: Millis) -> Result<()> {
+        self.move_ticket(row, &[state::CREATING], state::OPEN, Some(number), now)
+            .await
+            .map(drop)
+    }
+
+    /// The change system did not open it: the claim goes, to be tried again.
+    pub async fn unclaim_ticket(self, row: &TicketRow) -> Result<()> {
+        sqlx::query(
+            "DELETE FROM change_tickets WHERE gate_key = $1 AND canary = $2 AND checksum = $3 AND state = $4",
+        )
+        .bind(row.gate.to_string())
+        .bind(row.canary.clone())
+        .bind(row.checksum.clone())
+        .bind(state::CREATING)
+        .execute(&self.store.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Moves a ticket from one of `from` to `to`; false when it had moved.
+    pub async fn move_ticket(
+        self,
+        row: &TicketRow,
+        from: &[&str],
+        to: &str,
+        number: Option<&str>,
+        now: Millis,
+    ) -> Result<bool> {
+        let states = from
+            .iter()
+            .map(|s| format!("'{s}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let done = sqlx::query(&format!(
+            "UPDATE change_tickets SET state = $1, number = COALESCE($2, number), changed_at = $3 \
+             WHERE gate_key = $4 AND canary = $5 AND checksum = $6 AND state IN ({states})"
+        ))
+        .bind(to.to_string())
+        .bind(number.map(str::to_string))
+        .bind(now)
+        .bind(row.gate.to_string())
+        .bind(row.canary.clone())
+        .bind(row.checksum.clone())
+        .execute(&self.store.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Tickets in `state`, oldest change first, at most `limit`.
+    pub async fn tickets_in(self, state: &str, limit: i64) -> Result<Vec<TicketRow>> {
+        let rows = sqlx::query(
+            "SELECT * FROM change_tickets WHERE state = $1 ORDER BY changed_at LIMIT $2",
+        )
+        .bind(state.to_string())
+        .bind(limit)
+        .fetch_all(&self.store.pool)
+        .await?;
+        rows.iter().map(ticket_from_row).collect()
+    }
+
+    /// Flagger is done with `canary` (promoted, or rolled back): its
+    /// tickets are to be closed, in the unit that records the event.
+    pub(crate) async fn close_tickets_of(
+        tx: &mut WriteTx<'_>,
+        canary: &str,
+        successful: bool,
+        now: Millis,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE change_tickets SET state = $1, successful = $2, changed_at = $3 \
+             WHERE canary = $4 AND state IN ($5, $6, $7)",
+        )
+        .bind(state::CLOSING)
+        .bind(i64::from(successful))
+        .bind(now)
+        .bind(canary.to_string())
+        .bind(state::OPEN)
+        .bind(state::OPENED)
+        .bind(state::REJECTED)
+        .execute(tx.conn())
+        .await?;
+        Ok(())
+    }
+
+    /// Forgets closed tickets last changed before `before`, and claims that
+    /// were never answered (a replica that died mid-call) before `stale`.
+    pub async fn prune_tickets(self, before: Millis, stale: Millis) -> Result<u64> {
+        let done = sqlx::query(
+            "DELETE FROM change_tickets WHERE (state = $1 AND changed_at < $2) OR (state = $3 AND changed_at < $4)",
+        )
+        .bind(state::CLOSED)
+        .bind(before)
+        .bind(state::CREATING)
+        .bind(stale)
+        .execute(&self.store.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+fn ticket_from_row(row: &sqlx::any::AnyRow) -> Result<TicketRow> {
+    Ok(TicketRow {
+        gate: key_in(row, "gate_key")?,
+        canary: row.try_get("canary")?,
+        checksum: row.try_get("checksum")?,
+        number: row.try_get("number")?,
+        state: row.try_get("state")?,
+        successful: row.try_get::<i64, _>("successful")? != 0,
+        changed_at: row.try_get("changed_at")?,
+    })
+}
