@@ -1842,6 +1842,45 @@ alice = "U1"
         }
     }
 
+    /// Every table docs/change-management.md shows is read as it says.
+    #[test]
+    fn the_change_management_examples_are_valid() {
+        let doc = include_str!("../docs/change-management.md");
+        let envs = "[[environments]]\nname = \"production\"\nclusters = [\"prod-eu\"]\n";
+        let blocks: Vec<&str> = doc
+            .split("```toml\n")
+            .skip(1)
+            .map(|b| b.split("```").next().unwrap_or_default())
+            .collect();
+        assert_eq!(blocks.len(), 3);
+        for block in blocks {
+            let p = Policy::parse(&format!("{envs}{block}"), Permission::Write, &[])
+                .unwrap_or_else(|e| panic!("{block}: {e:#}"));
+            assert!(p.change().is_some(), "{block}");
+        }
+        let created = Policy::parse(
+            &format!(
+                "{envs}{}",
+                doc.split("```toml\n")
+                    .nth(3)
+                    .unwrap()
+                    .split("```")
+                    .next()
+                    .unwrap()
+            ),
+            Permission::Write,
+            &[],
+        )
+        .unwrap();
+        let site = created.change().unwrap();
+        assert_eq!(site.rule.window, 4 * 3_600_000);
+        assert_eq!(site.poll, std::time::Duration::from_secs(60));
+        assert_eq!(
+            site.fields.template.as_deref(),
+            Some("4a1ad9d3c3f1e110e9d6b6c1a0013197")
+        );
+    }
+
     /// docs/policy.md's complete example is a valid file.
     #[test]
     fn the_documented_example_is_valid() {

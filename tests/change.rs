@@ -448,15 +448,31 @@ async fn servicenow_changes_gate_an_approval_from_every_way_in(backend: Backend)
     assert_eq!(sim.phase(), Phase::WaitingPromotion);
     assert_eq!(promote_gate(&env).await["state"], "closed");
 
-    // The approved change, in its window, naming the service.
-    env.comment_by(
-        42,
-        "carol",
-        30,
-        "alice",
-        "/promote CHG0031337 because the error budget is fine",
-    )
-    .await;
+    // The approved change, in its window, naming the service: named in the
+    // modal a Slack button opens where the policy wants a change.
+    let message = env
+        .waiting_message("/gates/promote/acme/shop/pr/42")
+        .expect("a waiting message");
+    assert_eq!(
+        env.click("UALICE", "alice", "gatebot_approve", &message, "T5")
+            .await,
+        200
+    );
+    env.server.drained().await;
+    let opened = env.slack.ok("views.open");
+    assert_eq!(opened.len(), 1, "{opened:#?}");
+    let view = opened[0].body["view"].clone();
+    assert!(view.to_string().contains("to an approved change"), "{view}");
+    assert_eq!(
+        env.submit_reason(
+            &view,
+            "UALICE",
+            "T6",
+            "CHG0031337 because the error budget is fine"
+        )
+        .await,
+        200
+    );
     assert!(
         sim.run_until(|s| s.promotions() == 1, 20).await,
         "promoted under the change"
@@ -547,5 +563,105 @@ async fn a_jira_change_counts_once_approved_and_its_approval_ends_with_its_windo
             .any(|r| r == "GET /rest/servicedeskapi/request/CHG-12/approval"),
         "{:?}",
         jira.requests()
+    );
+}
+
+/// `gatebot check-config` with `env`, in a directory of its own; whether it
+/// passed, and what it printed.
+async fn check_config(policy: &str, env: &[(&str, &str)], probe: bool) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.toml");
+    std::fs::write(&path, policy).unwrap();
+    let mut env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    env.push(("GATEBOT_POLICY".into(), path.display().to_string()));
+    env.push((
+        "GATEBOT_DATABASE_URL".into(),
+        format!("sqlite://{}/gatebot.db", dir.path().display()),
+    ));
+    env.push(("NO_COLOR".into(), "1".into()));
+    let args: &[&str] = if probe {
+        &["check-config", "--probe"]
+    } else {
+        &["check-config"]
+    };
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
+            .env_clear()
+            .current_dir(dir.path())
+            .envs(env)
+            .args(args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// check-config says which gates need a change and what is missing, and
+/// `--probe` signs in to the change system, never showing the password.
+#[tokio::test]
+async fn check_config_reads_the_change_system() {
+    let sn = FakeServiceNow::start().await;
+    sn.require_basic("gatebot", "s3cret-password");
+    let policy = format!(
+        "[change]\nprovider = \"servicenow\"\nurl = \"{}\"\nmode = \"create\"\nservice = \"shop\"\n",
+        sn.url
+    );
+    let (ok, text) = check_config(&policy, &[], false).await;
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("change:          promote opens a change naming shop for each waiting canary, every 1m (ServiceNow at "),
+        "{text}"
+    );
+    assert!(
+        text.contains("[change] needs GATEBOT_CHANGE_USER and GATEBOT_CHANGE_PASSWORD"),
+        "{text}"
+    );
+    assert!(
+        text.contains("opens no change without GATEBOT_FLAGGER_TOKENS"),
+        "{text}"
+    );
+
+    let signed = [
+        ("GATEBOT_CHANGE_USER", "gatebot"),
+        ("GATEBOT_CHANGE_PASSWORD", "s3cret-password"),
+    ];
+    let (ok, text) = check_config(&policy, &signed, true).await;
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("change:          signed in to ServiceNow as gatebot and read its changes"),
+        "{text}"
+    );
+    let wrong = [
+        ("GATEBOT_CHANGE_USER", "gatebot"),
+        ("GATEBOT_CHANGE_PASSWORD", "wrong-password"),
+    ];
+    let (ok, text) = check_config(&policy, &wrong, true).await;
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("ServiceNow: the change system refused gatebot (401 Unauthorized: check GATEBOT_CHANGE_USER and GATEBOT_CHANGE_PASSWORD)"),
+        "{text}"
+    );
+    assert!(!text.contains("wrong-password"), "{text}");
+    let (ok, text) = check_config(
+        "[change]\nprovider = \"remedy\"\nurl = \"https://x\"\n",
+        &[],
+        false,
+    )
+    .await;
+    assert!(
+        !ok && text.contains("provider `remedy`: write servicenow or jira"),
+        "{text}"
     );
 }

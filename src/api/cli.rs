@@ -625,6 +625,9 @@ fn check_parts(report: &mut ConfigReport, config: &crate::Config) {
                 ));
             }
             reasons(report, policy.reasons());
+            if let Some(site) = policy.change() {
+                change(report, site, config);
+            }
             for warning in policy.door_warnings(config.flagger_tokens()) {
                 report.warning(warning);
             }
@@ -657,6 +660,49 @@ fn reasons(report: &mut ConfigReport, rules: &[crate::gate::reason::ReasonRule])
             "reasons:         {}{place} {needs} ([[reasons]])",
             r.kind
         ));
+    }
+}
+
+/// Which gates are tied to change requests (`[change]`), and what it lacks.
+fn change(
+    report: &mut ConfigReport,
+    site: &crate::policy::ChangeSite,
+    config: &crate::config::Config,
+) {
+    use crate::gate::ticket::Mode;
+    let rule = &site.rule;
+    let kinds: Vec<String> = rule.kinds.iter().map(|k| k.to_string()).collect();
+    let place = match rule.environments.as_slice() {
+        [] => String::new(),
+        envs => format!(" in {}", envs.join(", ")),
+    };
+    let naming = rule
+        .service
+        .as_deref()
+        .map(|s| format!(" naming {s}"))
+        .unwrap_or_default();
+    let how = match rule.mode {
+        Mode::Reference => format!("needs an approved change{naming}, named in the approval"),
+        Mode::Create => format!(
+            "opens a change{naming} for each waiting canary, every {}",
+            humantime::format_duration(site.poll)
+        ),
+    };
+    report.line(format_args!(
+        "change:          {}{place} {how} ({} at {}, [change])",
+        kinds.join(", "),
+        rule.provider.name(),
+        crate::config::url_shown(&site.url)
+    ));
+    if config.change.basic_auth().is_none() {
+        report.problem(
+            "[change] needs GATEBOT_CHANGE_USER and GATEBOT_CHANGE_PASSWORD (ServiceNow's integration user, or a Jira email and API token)",
+        );
+    }
+    if rule.mode == Mode::Create && config.flagger_tokens().is_empty() {
+        report.warning(
+            "[change] mode = \"create\" opens no change without GATEBOT_FLAGGER_TOKENS: only a wait a Flagger token vouched for opens one",
+        );
     }
 }
 

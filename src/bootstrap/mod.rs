@@ -606,7 +606,7 @@ fn system_clock() -> anyhow::Result<SharedClock> {
 
 /// The change system's client, when the policy's `[change]` names one; its
 /// credentials must be set.
-fn change_client(
+pub(super) fn change_client(
     config: &Config,
     policy: &policy::Policy,
 ) -> anyhow::Result<Option<crate::change::ChangeClient>> {

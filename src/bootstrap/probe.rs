@@ -22,6 +22,7 @@ pub(super) async fn probe(config: &Config, report: &mut ConfigReport) {
     tried += slack(config, &metrics, report).await;
     tried += teams(config, &metrics, clock, report).await;
     tried += kubernetes(config, report).await;
+    tried += change(config, report).await;
     if tried == 0 {
         report.line("probe:           no GitHub, Slack, Teams or Kubernetes is configured to try");
     }
@@ -208,6 +209,34 @@ async fn kubernetes(config: &Config, report: &mut ConfigReport) -> usize {
     1
 }
 
+/// Reads a change that does not exist from the `[change]` system: signed in
+/// when it answers that there is none.
+async fn change(config: &Config, report: &mut ConfigReport) -> usize {
+    let Ok(policy) = crate::policy::Policy::from_config(config) else {
+        return 0;
+    };
+    let Some(site) = policy.change() else {
+        return 0;
+    };
+    let client = match super::change_client(config, &policy) {
+        Ok(Some(client)) => client,
+        Ok(None) => return 0,
+        Err(e) => {
+            report.problem(format_args!("change:          {e:#}"));
+            return 1;
+        }
+    };
+    let name = site.rule.provider.name();
+    match client.probe(site.rule.project.as_deref()).await {
+        Ok(()) => report.line(format_args!(
+            "change:          signed in to {name} as {} and read its changes",
+            config.change.user.as_deref().unwrap_or_default()
+        )),
+        Err(e) => report.problem(scrub(&format!("change:          {name}: {e}"), config)),
+    }
+    1
+}
+
 /// `text` (an error a client made, an answer a service gave) without a
 /// secret: every URL in it as `url_shown` shows URLs, and the configured
 /// credentials replaced by `***` wherever they appear (a service may echo
@@ -232,6 +261,7 @@ fn scrub(text: &str, config: &Config) -> String {
         config.github.token.as_ref(),
         config.slack.bot_token.as_ref(),
         config.teams.app_password(),
+        config.change.password.as_ref(),
     ];
     for secret in secrets.into_iter().flatten() {
         let secret = secret.expose_secret();

@@ -107,6 +107,19 @@ impl ChangeClient {
         }
     }
 
+    /// One read with the credentials given (`check-config --probe`): a
+    /// number no change has, so a sign-in that works answers "no such change".
+    pub async fn probe(&self, project: Option<&str>) -> Result<(), CallError> {
+        let number = match (self.provider, project) {
+            (Provider::Jira, Some(p)) => format!("{p}-0"),
+            _ => "CHG0000000".to_string(),
+        };
+        match self.read(&number).await {
+            Ok(_) | Err(CallError::NotFound) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Opens a change; its number.
     pub async fn create(&self, draft: &Draft) -> Result<String, CallError> {
         match self.provider {

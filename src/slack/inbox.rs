@@ -145,16 +145,18 @@ impl SlackInbox {
         let authorized = dispatch::authorize(engine, &request, &authorizer)
             .await
             .map_err(send_error)?;
-        // Asked why only when the reason is all that is missing: one who may
-        // not act, or a click on a decided message, is answered as before.
+        // Asked why (and which change) only when that is all that is missing:
+        // one who may not act, or a click on a decided message, is answered as before.
         let held = || async {
             matches!(
                 engine.gate(&key).await.map(|g| g.status),
                 Ok(GateStatus::Held { .. })
             )
         };
-        if let (Some(why @ Invalid::ReasonRequired { .. }), None) =
-            (authorized.invalid(), authorized.denied())
+        if let (
+            Some(why @ (Invalid::ReasonRequired { .. } | Invalid::ChangeRequired { .. })),
+            None,
+        ) = (authorized.invalid(), authorized.denied())
         {
             if !held().await && self.asked_why(i, &click, why).await {
                 intake::answer(engine, Said::jobs(Vec::new()), Some(lease)).await?;
