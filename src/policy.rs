@@ -551,6 +551,9 @@ fn reqwest_like_url(url: &str) -> Result<String, String> {
 fn check_groups(file: &File) -> anyhow::Result<()> {
     for (name, logins) in &file.groups {
         Group::listed(name).map_err(|e| anyhow::anyhow!("[groups] {e}"))?;
+        if name == crate::gate::quorum::CHANGE {
+            anyhow::bail!("[groups] `change` is the change's own group ([change] mode = \"create\"): name yours otherwise");
+        }
         if let Some(bad) = logins.iter().find(|l| !crate::gate::is_login(l)) {
             anyhow::bail!("[groups] {name}: `{bad}` is no GitHub login");
         }

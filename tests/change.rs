@@ -10,7 +10,9 @@
 use gatebot_testkit::chatops::{ChatOps, Setup};
 use gatebot_testkit::fake_jira::{self, FakeJira};
 use gatebot_testkit::fake_servicenow::{Change, FakeServiceNow};
-use gatebot_testkit::flagger::{flagger_tokens, pr_hooks, with_token, FlaggerSim, Phase, Strategy};
+use gatebot_testkit::flagger::{
+    flagger_tokens, pr_hooks, with_token, FlaggerSim, HookType, Phase, Strategy,
+};
 use gatebot_testkit::harness::{client, Backend, ADMIN_TOKEN};
 use serde_json::json;
 
@@ -28,6 +30,7 @@ gatebot_testkit::on_both_stores!(
 );
 
 const TOKEN: &str = "prod-flagger-token";
+const STAGING_TOKEN: &str = "staging-flagger-token";
 const HOOK_SECRET: &str = "hook-secret";
 const PROMOTE: &str = "/gates/promote/acme/shop/pr/42";
 
@@ -71,7 +74,8 @@ async fn start_vouched(backend: Backend, policy: &str) -> ChatOps {
             config.change.user = Some("gatebot".into());
             config.change.password = Some("s3cret".to_string().into());
             config.change.webhook_secret = Some(HOOK_SECRET.to_string().into());
-            config.flagger_tokens = flagger_tokens(&[("prod", TOKEN)]).into();
+            config.flagger_tokens =
+                flagger_tokens(&[("prod", TOKEN), ("staging", STAGING_TOKEN)]).into();
         },
     )
     .await;
@@ -139,6 +143,16 @@ async fn a_production_promotion_under_a_reason_a_team_and_a_change_gatebot_opens
         "{created}"
     );
 
+    // People alone never open it: the change's approval is one of the votes.
+    let r = client()
+        .post(env.server.at("/api/v1/gates/open"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"gate": "/gates/promote/pr/42", "reason": "ship it"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+
     // Alice (acme/sre) clicks Approve: the policy asks why, in a modal.
     let message = env.waiting_message(PROMOTE).expect("a waiting message");
     assert_eq!(
@@ -159,7 +173,41 @@ async fn a_production_promotion_under_a_reason_a_team_and_a_change_gatebot_opens
     let gate = promote_gate(&env).await;
     assert_eq!(gate["state"], "approving", "{gate}");
     sim.tick().await;
-    assert_eq!(sim.phase(), Phase::WaitingPromotion, "one of two approvals");
+    assert_eq!(
+        sim.phase(),
+        Phase::WaitingPromotion,
+        "two people, one of them from acme/sre, but not the change"
+    );
+    let said = sim
+        .calls_of(HookType::ConfirmPromotion)
+        .last()
+        .map(|c| c.response.clone())
+        .unwrap_or_default();
+    assert!(
+        said.contains(
+            "2 of 2 approvals: @admin, @ualice for revision rev-b; still needs its change approved"
+        ),
+        "{said}"
+    );
+    // Another cluster's Flagger says this canary was promoted: its token
+    // vouches for its own canaries only, so the change stays open.
+    let forged = json!({"name": "podinfo", "namespace": "test", "phase": "Succeeded",
+        "checksum": "rev-b", "metadata": {"eventMessage": "Promotion completed! Scaling down podinfo.test",
+        "eventType": "Normal", "timestamp": "1"}});
+    let r = client()
+        .post(
+            env.server
+                .at(&format!("/flagger/events?token={STAGING_TOKEN}")),
+        )
+        .json(&forged)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(sn.patches().is_empty(), "{:?}", sn.patches());
+    assert_eq!(sn.change(number).map(|c| c.state), Some(-5));
 
     // The change is approved in ServiceNow; its webhook says so.
     sn.approve(number);

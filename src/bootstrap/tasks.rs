@@ -230,7 +230,7 @@ pub(super) async fn changes(state: AppState, shutdown: CancellationToken) {
             _ = tick.tick() => {}
             () = wake.notified() => {}
         }
-        let pass = crate::core::tickets::tend(&state.engine);
+        let pass = crate::core::created::tend(&state.engine);
         tokio::select! {
             () = shutdown.cancelled() => return,
             done = pass => if let Err(e) = done {

@@ -28,19 +28,7 @@ pub(super) async fn read(client: &ChangeClient, key: &str) -> Result<Ticket, Cal
             None,
         )
         .await?;
-    let decisions: Vec<&str> = approvals["values"]
-        .as_array()
-        .ok_or_else(|| garbled("a list of approvals"))?
-        .iter()
-        .filter_map(|a| a["finalDecision"].as_str())
-        .collect();
-    let decision = if decisions.contains(&"declined") {
-        Decision::Rejected
-    } else if !decisions.is_empty() && decisions.iter().all(|d| *d == "approved") {
-        Decision::Approved
-    } else {
-        Decision::Pending
-    };
+    let decision = decision_of(&approvals)?;
     let value = |id: &Option<String>| {
         let id = id.as_deref()?;
         request["requestFieldValues"]
@@ -67,9 +55,31 @@ pub(super) async fn read(client: &ChangeClient, key: &str) -> Result<Ticket, Cal
         number: key.to_string(),
         link,
         decision,
-        closed: request["currentStatus"]["statusCategory"].as_str() == Some("DONE"),
+        closed: request["currentStatus"]["statusCategory"]
+            .as_str()
+            .is_some_and(|c| c.eq_ignore_ascii_case("done")),
         window,
         services,
+    })
+}
+
+/// What the approvals decided: declined by any; approved only when every
+/// one on a last page says so (a decision missing or unread is pending).
+fn decision_of(approvals: &Value) -> Result<Decision, CallError> {
+    let values = approvals["values"]
+        .as_array()
+        .ok_or_else(|| garbled("a list of approvals"))?;
+    let decisions: Vec<&str> = values
+        .iter()
+        .map(|a| a["finalDecision"].as_str().unwrap_or("pending"))
+        .collect();
+    let whole = approvals["isLastPage"].as_bool() != Some(false);
+    Ok(if decisions.contains(&"declined") {
+        Decision::Rejected
+    } else if whole && !decisions.is_empty() && decisions.iter().all(|d| *d == "approved") {
+        Decision::Approved
+    } else {
+        Decision::Pending
     })
 }
 
@@ -184,5 +194,38 @@ mod tests {
             ["shop", "cart", "3"]
         );
         assert!(super::names(json!({"id": 1})).is_empty());
+    }
+
+    #[test]
+    fn approved_only_when_every_approval_says_so() {
+        use crate::gate::ticket::Decision;
+        let of = |v| super::decision_of(&v).unwrap();
+        let table = [
+            (
+                json!({"values": [{"finalDecision": "approved"}]}),
+                Decision::Approved,
+            ),
+            (
+                json!({"values": [{"finalDecision": "approved"}, {}]}),
+                Decision::Pending,
+            ),
+            (
+                json!({"values": [{"finalDecision": "approved"}, {"finalDecision": null}]}),
+                Decision::Pending,
+            ),
+            (
+                json!({"values": [{"finalDecision": "approved"}], "isLastPage": false}),
+                Decision::Pending,
+            ),
+            (
+                json!({"values": [{"finalDecision": "declined"}], "isLastPage": false}),
+                Decision::Rejected,
+            ),
+            (json!({"values": []}), Decision::Pending),
+        ];
+        for (v, want) in table {
+            assert_eq!(of(v.clone()), want, "{v}");
+        }
+        assert!(super::decision_of(&json!({"values": 3})).is_err());
     }
 }

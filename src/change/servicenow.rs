@@ -45,10 +45,12 @@ pub(super) async fn read(client: &ChangeClient, number: &str) -> Result<Ticket, 
         Some("rejected") => Decision::Rejected,
         _ => Decision::Pending,
     };
-    // 3.0 or "3": the state as a whole number.
-    let state = field(&record, "state", "value")
-        .map(|s| s.trim_end_matches(".0").to_string())
-        .unwrap_or_default();
+    // 3.0 or "3": the state as a whole number. One that can't be read is
+    // taken as ended: an unknown state lets nothing open.
+    let state = field(&record, "state", "value").map(|s| s.trim_end_matches(".0").to_string());
+    let closed = state
+        .as_deref()
+        .is_none_or(|s| ENDED.contains(&s) || s.parse::<i64>().is_err());
     let at = |name: &str| field(&record, name, "value").as_deref().and_then(utc);
     let window = at("start_date").zip(at("end_date"));
     let services = ["cmdb_ci", "business_service"]
@@ -60,15 +62,16 @@ pub(super) async fn read(client: &ChangeClient, number: &str) -> Result<Ticket, 
         number: number.to_string(),
         link: format!("{}/change_request.do?sys_id={sys_id}", client.base),
         decision,
-        closed: ENDED.contains(&state.as_str()),
+        closed,
         window,
         services,
     })
 }
 
-/// ServiceNow's `2026-12-07 08:00:00`, in UTC as the API's `value` gives it.
+/// ServiceNow's `2026-12-07 08:00:00`, in UTC as the API's `value` gives it;
+/// anything else (an offset, another form) is no time.
 fn utc(text: &str) -> Option<Millis> {
-    let civil: jiff::civil::DateTime = text.trim().parse().ok()?;
+    let civil = jiff::civil::DateTime::strptime("%Y-%m-%d %H:%M:%S", text).ok()?;
     let at = jiff::tz::TimeZone::UTC.to_timestamp(civil).ok()?;
     Some(at.as_millisecond())
 }
@@ -120,7 +123,9 @@ mod tests {
     #[test]
     fn the_apis_times_are_utc() {
         assert_eq!(super::utc("1970-01-01 00:00:01"), Some(1_000));
-        assert_eq!(super::utc("2026-12-07T08:00:00"), Some(1_796_630_400_000));
+        assert_eq!(super::utc("2026-12-07 08:00:00"), Some(1_796_630_400_000));
+        assert_eq!(super::utc("2026-12-07T08:00:00"), None);
+        assert_eq!(super::utc("2026-12-07 08:00:00-10:00"), None);
         assert_eq!(super::utc(""), None);
         assert_eq!(super::utc("next tuesday"), None);
     }

@@ -27,9 +27,16 @@ impl<'e> Events<'e> {
             EventKind::RollingBack | EventKind::CanaryFailed => false,
             _ => return Ok(()),
         };
-        if creates && input.cluster.is_some() {
-            let canary = canary.to_string();
-            crate::store::Tickets::close_tickets_of(tx, &canary, successful, now).await?;
+        if let (true, Some(cluster)) = (creates, &input.cluster) {
+            let revision = (canary.to_string(), input.checksum.recorded().clone());
+            crate::store::Tickets::close_tickets_of(
+                tx,
+                (&revision.0, &revision.1),
+                cluster.as_str(),
+                successful,
+                now,
+            )
+            .await?;
         }
         Ok(())
     }

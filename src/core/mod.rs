@@ -16,6 +16,7 @@ mod budget;
 mod change;
 mod check;
 pub mod commands;
+pub mod created;
 pub mod deadlines;
 pub mod dispatch;
 #[cfg(test)]

@@ -147,7 +147,10 @@ impl<'e> Unit<'e> {
         }
         // What the gate's most demanding canary could need: each canary is
         // judged by its own rule when it asks (`gate::decide`).
-        let need = quorum::most(&self.engine.settings.quorum, key);
+        let mut need = quorum::most(&self.engine.settings.quorum, key);
+        if super::tickets::created_for(self.engine, key) {
+            need = need.and_change();
+        }
         if who.force || (need.required <= 1 && need.include.is_empty()) {
             let action = if who.force {
                 AuditAction::Force

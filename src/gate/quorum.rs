@@ -84,6 +84,13 @@ impl Group {
         }
     }
 
+    /// The change gatebot opened for the wait (`[change] mode = "create"`):
+    /// its approval is one vote, and the gate opens with no fewer. Only the
+    /// change's own vote is in it; `[groups]` may not use the name.
+    pub fn change() -> Self {
+        Self(CHANGE.to_string())
+    }
+
     pub fn kind(&self) -> GroupKind {
         if self.0.contains('/') {
             GroupKind::GithubTeam
@@ -104,6 +111,9 @@ impl fmt::Display for Group {
         f.write_str(&self.0)
     }
 }
+
+/// The name of [`Group::change`].
+pub const CHANGE: &str = "change";
 
 /// A group that must be among the approvers: at least this many of them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,6 +142,27 @@ impl Need {
         Self {
             required: 1,
             include: Vec::new(),
+        }
+    }
+
+    /// The change's own approval too (mode `create`).
+    pub fn and_change(self) -> Self {
+        self.and(Need {
+            required: 1,
+            include: vec![Include {
+                group: Group::change(),
+                at_least: 1,
+            }],
+        })
+    }
+
+    /// What a canary's own rule needs, and the change if the gate collects
+    /// for one: the change is the gate's, whatever the canary's namespace.
+    pub fn with_change_of(self, tally: &Tally) -> Self {
+        if tally.include.iter().any(|i| i.group == Group::change()) {
+            self.and_change()
+        } else {
+            self
         }
     }
 
@@ -177,6 +208,7 @@ impl Need {
         let each: Vec<String> = short
             .iter()
             .map(|(group, n)| match n {
+                _ if **group == Group::change() => "its change approved".to_string(),
                 1 => format!("someone from {group}"),
                 n => format!("{n} more people from {group}"),
             })

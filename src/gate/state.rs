@@ -282,7 +282,8 @@ fn approving(
             open_hint(key, channels)
         )),
         None => {
-            let need = quorum::need(rules, key, &[check.canary.namespace.as_str()]);
+            let need =
+                quorum::need(rules, key, &[check.canary.namespace.as_str()]).with_change_of(tally);
             if need.met(&counting) {
                 return open(counting, check.checksum, true);
             }

@@ -89,7 +89,8 @@ impl ChangeRule {
             .map(str::to_string)
     }
 
-    fn is_number(&self, word: &str) -> bool {
+    /// Whether `word` is a change number as this provider writes them.
+    pub fn is_number(&self, word: &str) -> bool {
         let digits = |d: &str| (1..=12).contains(&d.len()) && d.chars().all(|c| c.is_ascii_digit());
         match self.provider {
             Provider::ServiceNow => word.strip_prefix("CHG").is_some_and(digits),

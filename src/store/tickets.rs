@@ -29,29 +29,28 @@ pub struct TicketRow {
     pub gate: GateKey,
     pub canary: String,
     pub checksum: String,
+    /// The cluster whose Flagger token vouched for its wait.
+    pub cluster: String,
     pub number: String,
     pub state: String,
     pub successful: bool,
     pub changed_at: Millis,
+    /// When its canary was last seen waiting for it.
+    pub seen_at: Millis,
 }
 
 impl<'s> Tickets<'s> {
     /// Claims the ticket of a wait; false when it has one (or another
     /// replica is making it).
-    pub async fn claim_ticket(
-        self,
-        gate: &GateKey,
-        canary: &str,
-        checksum: &str,
-        now: Millis,
-    ) -> Result<bool> {
+    pub async fn claim_ticket(self, row: &TicketRow, now: Millis) -> Result<bool> {
         let done = sqlx::query(
-            "INSERT INTO change_tickets (gate_key, canary, checksum, state, created_at, changed_at) \
-             VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT DO NOTHING",
+            "INSERT INTO change_tickets (gate_key, canary, checksum, cluster, state, created_at, changed_at, seen_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $6, $6) ON CONFLICT DO NOTHING",
         )
-        .bind(gate.to_string())
-        .bind(canary.to_string())
-        .bind(checksum.to_string())
+        .bind(row.gate.to_string())
+        .bind(row.canary.clone())
+        .bind(row.checksum.clone())
+        .bind(row.cluster.clone())
         .bind(state::CREATING)
         .bind(now)
         .execute(&self.store.pool)
@@ -64,20 +63,6 @@ impl<'s> Tickets<'s> {
         self.move_ticket(row, &[state::CREATING], state::OPEN, Some(number), now)
             .await
             .map(drop)
-    }
-
-    /// The change system did not open it: the claim goes, to be tried again.
-    pub async fn unclaim_ticket(self, row: &TicketRow) -> Result<()> {
-        sqlx::query(
-            "DELETE FROM change_tickets WHERE gate_key = $1 AND canary = $2 AND checksum = $3 AND state = $4",
-        )
-        .bind(row.gate.to_string())
-        .bind(row.canary.clone())
-        .bind(row.checksum.clone())
-        .bind(state::CREATING)
-        .execute(&self.store.pool)
-        .await?;
-        Ok(())
     }
 
     /// Moves a ticket from one of `from` to `to`; false when it had moved.
@@ -121,28 +106,69 @@ impl<'s> Tickets<'s> {
         rows.iter().map(ticket_from_row).collect()
     }
 
-    /// Flagger is done with `canary` (promoted, or rolled back): its
-    /// tickets are to be closed, in the unit that records the event.
+    /// Flagger, with `cluster`'s token, is done with `canary` at `checksum`
+    /// (promoted, or rolled back): the tickets of that revision in that
+    /// cluster are to be closed, in the unit that records the event;
+    /// successful only where the change itself opened the gate.
     pub(crate) async fn close_tickets_of(
         tx: &mut WriteTx<'_>,
-        canary: &str,
+        revision: (&str, &str),
+        cluster: &str,
         successful: bool,
         now: Millis,
     ) -> Result<()> {
         sqlx::query(
-            "UPDATE change_tickets SET state = $1, successful = $2, changed_at = $3 \
-             WHERE canary = $4 AND state IN ($5, $6, $7)",
+            "UPDATE change_tickets SET state = $1, changed_at = $3, \
+             successful = CASE WHEN state = $8 THEN $2 ELSE 0 END \
+             WHERE canary = $4 AND checksum = $5 AND cluster = $6 AND state IN ($7, $8, $9)",
         )
         .bind(state::CLOSING)
         .bind(i64::from(successful))
         .bind(now)
-        .bind(canary.to_string())
+        .bind(revision.0.to_string())
+        .bind(revision.1.to_string())
+        .bind(cluster.to_string())
         .bind(state::OPEN)
         .bind(state::OPENED)
         .bind(state::REJECTED)
         .execute(tx.conn())
         .await?;
         Ok(())
+    }
+
+    /// An open ticket read now (to the back of the line), and whether its
+    /// canary still waits for it.
+    pub async fn touch_ticket(self, row: &TicketRow, waiting: bool, now: Millis) -> Result<()> {
+        sqlx::query(
+            "UPDATE change_tickets SET changed_at = $1, seen_at = CASE WHEN $2 = 1 THEN $1 ELSE seen_at END \
+             WHERE gate_key = $3 AND canary = $4 AND checksum = $5 AND state = $6",
+        )
+        .bind(now)
+        .bind(i64::from(waiting))
+        .bind(row.gate.to_string())
+        .bind(row.canary.clone())
+        .bind(row.checksum.clone())
+        .bind(state::OPEN)
+        .execute(&self.store.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Marks a ticket to be closed unsuccessfully (its wait ended without it).
+    pub async fn abandon_ticket(self, row: &TicketRow, now: Millis) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE change_tickets SET state = $1, successful = 0, changed_at = $2 \
+             WHERE gate_key = $3 AND canary = $4 AND checksum = $5 AND state = $6",
+        )
+        .bind(state::CLOSING)
+        .bind(now)
+        .bind(row.gate.to_string())
+        .bind(row.canary.clone())
+        .bind(row.checksum.clone())
+        .bind(state::OPEN)
+        .execute(&self.store.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
 
     /// Forgets closed tickets last changed before `before`, and claims that
@@ -166,9 +192,11 @@ fn ticket_from_row(row: &sqlx::any::AnyRow) -> Result<TicketRow> {
         gate: key_in(row, "gate_key")?,
         canary: row.try_get("canary")?,
         checksum: row.try_get("checksum")?,
+        cluster: row.try_get("cluster")?,
         number: row.try_get("number")?,
         state: row.try_get("state")?,
         successful: row.try_get::<i64, _>("successful")? != 0,
         changed_at: row.try_get("changed_at")?,
+        seen_at: row.try_get("seen_at")?,
     })
 }

@@ -1,0 +1,311 @@
+//! The changes gatebot opens (`[change] mode = "create"`): one for each
+//! wait under the rule that a Flagger token vouched for; the gate opened when
+//! the change is approved, held when it is rejected; the change closed when
+//! Flagger promotes or rolls back.
+
+use super::commands::{environment_of, Subject};
+use super::dispatch::{self, Checked, Request};
+use super::tickets::TicketPin;
+use super::{CommandError, Engine, Provenance};
+use crate::change::{CallError, ChangeClient, Draft};
+use crate::command::Command;
+use crate::gate::ticket::{ChangeRule, Decision, Mode};
+use crate::gate::{Actor, CanaryRef, Group, Millis, Source};
+use crate::store::tickets::{state, TicketRow};
+use crate::store::WaitRow;
+
+/// How many tickets one pass reads or closes, least recently read first
+/// (each read moves it to the back), and how many changes it opens: a pass
+/// stays short, and the rest come at the next ones.
+const PER_PASS: i64 = 100;
+const OPENED_PER_PASS: usize = 20;
+
+/// How many waits a pass looks at: more than the store keeps open.
+const WAITS: i64 = 10_000;
+
+/// How long a closed ticket is kept, and how long a claim whose change may
+/// or may not have been opened (a timeout, a replica that died mid-call)
+/// waits before it is tried again: at most one more change per claim and
+/// per that while the change system misbehaves.
+const KEEP_CLOSED: Millis = 30 * 24 * 3_600_000;
+/// How long a change's canary may be gone before the change is closed.
+const GONE_AFTER: Millis = 3_600_000;
+const STALE_CLAIM: Millis = 10 * 60_000;
+
+/// One pass over the changes gatebot opens (mode `create`): a change for
+/// each wait under the rule that a Flagger token vouched for; each open one
+/// read, its gate opened when it allows, held when it was rejected, closed
+/// when its wait ended without it; those Flagger is done with moved to their
+/// end state. The change system down or limiting ends the pass, to be tried
+/// at the next.
+pub async fn tend(engine: &Engine) -> Result<(), CommandError> {
+    let (Some(rule), Some(system)) = (
+        engine
+            .settings()
+            .change
+            .as_ref()
+            .filter(|r| r.mode == Mode::Create),
+        engine.change_system.get(),
+    ) else {
+        return Ok(());
+    };
+    let waits = engine.store().waits().list(None, true, WAITS).await?;
+    let pass = async {
+        open_changes(engine, rule, system, &waits).await?;
+        follow_changes(engine, rule, system, &waits).await?;
+        close_changes(engine, system).await
+    };
+    match pass.await {
+        Ok(()) => {}
+        Err(Stop::Store(e)) => return Err(e),
+        Err(Stop::Unreachable(e)) => {
+            tracing::warn!(error = %e, "the change system can't be reached; the pass ends, and the waits go on");
+        }
+    }
+    let now = engine.now();
+    engine
+        .store()
+        .tickets()
+        .prune_tickets(now - KEEP_CLOSED, now - STALE_CLAIM)
+        .await?;
+    Ok(())
+}
+
+/// Why a pass ends early.
+enum Stop {
+    Store(CommandError),
+    /// The change system is down or limiting: asking it more now only adds load.
+    Unreachable(CallError),
+}
+
+impl From<CommandError> for Stop {
+    fn from(e: CommandError) -> Self {
+        Self::Store(e)
+    }
+}
+
+impl From<crate::store::StoreError> for Stop {
+    fn from(e: crate::store::StoreError) -> Self {
+        Self::Store(e.into())
+    }
+}
+
+/// A change for each vouched wait under the rule that has none.
+async fn open_changes(
+    engine: &Engine,
+    rule: &ChangeRule,
+    system: &ChangeClient,
+    waits: &[WaitRow],
+) -> Result<(), Stop> {
+    let tickets = engine.store().tickets();
+    let envs = &engine.settings().environments;
+    let mut opened = 0;
+    for wait in waits {
+        let Some(canary) = wait.canary.as_ref() else {
+            continue;
+        };
+        // A check alone is Flagger's unauthenticated claim: only a wait a
+        // Flagger token vouched for opens anything outside.
+        let under = rule.covers(wait.gate.kind, environment_of(envs, &wait.gate).as_deref());
+        let Some(cluster) = wait.cluster.as_ref().filter(|_| under) else {
+            continue;
+        };
+        if opened == OPENED_PER_PASS {
+            return Ok(());
+        }
+        let now = engine.now();
+        let row = TicketRow {
+            gate: wait.gate.clone(),
+            canary: canary.to_string(),
+            checksum: wait.checksum.clone(),
+            cluster: cluster.to_string(),
+            number: String::new(),
+            state: state::CREATING.into(),
+            successful: false,
+            changed_at: now,
+            seen_at: now,
+        };
+        if !tickets.claim_ticket(&row, now).await? {
+            continue;
+        }
+        opened += 1;
+        // A claim stays until the change is known: a failure may have opened
+        // it anyway (an answer lost to a timeout), so it is tried again only
+        // once the claim is stale.
+        match system.create(&draft(rule, &row, wait.started_at)).await {
+            Ok(number) if rule.is_number(&number) => {
+                tracing::info!(change = %number, gate = %row.gate, canary = %row.canary, "change opened");
+                tickets.ticket_made(&row, &number, engine.now()).await?;
+            }
+            Ok(number) => {
+                tracing::error!(change = ?number, "the change system answered a number unlike its own; not followed");
+            }
+            Err(e @ CallError::Unreachable { .. }) => return Err(Stop::Unreachable(e)),
+            Err(e) => {
+                tracing::warn!(gate = %row.gate, canary = %row.canary, error = %e, "change not opened");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a change gatebot opens says: the canary, its revision and gate.
+/// Names come from Flagger's side: they are data in the text, and the
+/// change system shows them as text.
+fn draft(rule: &ChangeRule, row: &TicketRow, started: Millis) -> Draft {
+    let revision: String = row.checksum.chars().take(12).collect();
+    Draft {
+        summary: format!("Promote {} to revision {revision}", row.canary),
+        description: format!(
+            "Flagger waits at {} for canary {} at revision {} (cluster {}).\n\
+             Approve this change to open the gate; gatebot closes it when Flagger promotes or rolls back.",
+            row.gate, row.canary, row.checksum, row.cluster
+        ),
+        service: rule.service.clone(),
+        window: (started, started + rule.window),
+    }
+}
+
+/// Each open change read, least recently read first: its gate opened once
+/// it allows, held once rejected, and the change closed when its wait ended
+/// without it (a newer revision, the canary gone).
+async fn follow_changes(
+    engine: &Engine,
+    rule: &ChangeRule,
+    system: &ChangeClient,
+    waits: &[WaitRow],
+) -> Result<(), Stop> {
+    let tickets = engine.store().tickets();
+    let waiting = |row: &TicketRow| {
+        waits.iter().any(|w| {
+            w.gate == row.gate
+                && w.checksum == row.checksum
+                && w.canary
+                    .as_ref()
+                    .is_some_and(|c| c.to_string() == row.canary)
+        })
+    };
+    for row in tickets.tickets_in(state::OPEN, PER_PASS).await? {
+        let now = engine.now();
+        let waits = waiting(&row);
+        // Gone for an hour (a newer revision, the canary deleted): closed. A
+        // wait ended a moment ago may start again at Flagger's next check.
+        if !waits && now - row.seen_at > GONE_AFTER {
+            tickets.abandon_ticket(&row, now).await?;
+            continue;
+        }
+        let ticket = match system.read(&row.number).await {
+            Ok(ticket) => ticket,
+            Err(e @ CallError::Unreachable { .. }) => return Err(Stop::Unreachable(e)),
+            Err(e) => {
+                tracing::warn!(change = %row.number, error = %e, "change not read; the wait goes on");
+                tickets.touch_ticket(&row, waits, now).await?;
+                continue;
+            }
+        };
+        let moved = match ticket.allows(now, rule.service.as_deref()) {
+            Ok(until) => {
+                let pin = TicketPin {
+                    number: row.number.clone(),
+                    link: ticket.link.clone(),
+                    until,
+                };
+                act(engine, &row, Act::Open(pin))
+                    .await?
+                    .then_some(state::OPENED)
+            }
+            Err(why) if ticket.decision == Decision::Rejected || ticket.closed => {
+                act(engine, &row, Act::Hold(why.0))
+                    .await?
+                    .then_some(state::REJECTED)
+            }
+            // Not yet approved, or its window has not begun: the wait goes on.
+            Err(_) => None,
+        };
+        // Read now: to the back of the line, so no change waits behind others.
+        match moved {
+            Some(to) => tickets
+                .move_ticket(&row, &[state::OPEN], to, None, now)
+                .await
+                .map(drop)?,
+            None => tickets.touch_ticket(&row, waits, now).await?,
+        }
+    }
+    Ok(())
+}
+
+/// What a change does to its gate.
+enum Act {
+    Open(TicketPin),
+    Hold(String),
+}
+
+/// Opens or holds the ticket's gate through the one command path, as the
+/// change (a member of no group but the change's own): pinned to the canary
+/// and revision it was opened for. False when it was refused (a hold, a
+/// freeze), to be tried at the next pass.
+async fn act(engine: &Engine, row: &TicketRow, act: Act) -> Result<bool, CommandError> {
+    let actor = Actor::new(row.number.clone(), Source::Gatebot);
+    let mut who = Provenance::new(actor);
+    if let Ok(canary) = row.canary.parse::<CanaryRef>() {
+        who = who.revision(canary, row.checksum.clone());
+    }
+    let command = match act {
+        Act::Open(pin) => {
+            let reason = format!("change {} approved", row.number);
+            who.ticket = Some(pin);
+            who.groups = vec![Group::change()];
+            Command::Open {
+                kind: row.gate.kind,
+                reason: Some(reason),
+                force: false,
+            }
+        }
+        Act::Hold(why) => Command::Hold { reason: Some(why) },
+    };
+    let request = Request {
+        command,
+        subject: Subject::Gate(row.gate.clone()),
+        who,
+        place: None,
+    };
+    let outcome = dispatch::run(engine, "change", &request, &Checked).await?;
+    if let dispatch::Outcome::Applied(_) = outcome {
+        return Ok(true);
+    }
+    tracing::info!(change = %row.number, gate = %row.gate, outcome = ?outcome, "the change's gate was not changed; trying again at the next pass");
+    Ok(false)
+}
+
+/// Those Flagger is done with, moved to their end state. One the change
+/// system refuses for good (closed already, a workflow that does not allow
+/// it) is given up, said once.
+async fn close_changes(engine: &Engine, system: &ChangeClient) -> Result<(), Stop> {
+    let tickets = engine.store().tickets();
+    for row in tickets.tickets_in(state::CLOSING, PER_PASS).await? {
+        let notes = if row.successful {
+            format!(
+                "Flagger promoted {} at revision {}.",
+                row.canary, row.checksum
+            )
+        } else {
+            format!(
+                "Flagger did not promote {} at revision {} under this change.",
+                row.canary, row.checksum
+            )
+        };
+        match system.close(&row.number, row.successful, &notes).await {
+            Ok(()) => {
+                tracing::info!(change = %row.number, successful = row.successful, "change closed");
+            }
+            Err(e @ CallError::Unreachable { .. }) => return Err(Stop::Unreachable(e)),
+            Err(e) => {
+                tracing::error!(change = %row.number, error = %e, "change not closed; given up: close it by hand");
+            }
+        }
+        tickets
+            .move_ticket(&row, &[state::CLOSING], state::CLOSED, None, engine.now())
+            .await?;
+    }
+    Ok(())
+}
