@@ -3,7 +3,7 @@
 //! the change is approved, held when it is rejected; the change closed when
 //! Flagger promotes or rolls back.
 
-use super::commands::{environment_of, Subject};
+use super::commands::Subject;
 use super::dispatch::{self, Checked, Request};
 use super::tickets::TicketPin;
 use super::{CommandError, Engine, Provenance};
@@ -106,7 +106,7 @@ async fn open_changes(
         };
         // A check alone is Flagger's unauthenticated claim: only a wait a
         // Flagger token vouched for opens anything outside.
-        let under = rule.covers(wait.gate.kind, environment_of(envs, &wait.gate).as_deref());
+        let under = rule.covers_gate(&wait.gate, envs);
         let Some(cluster) = wait.cluster.as_ref().filter(|_| under) else {
             continue;
         };

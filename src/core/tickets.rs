@@ -88,17 +88,5 @@ pub async fn check(
 /// The first gate of `keys` under the rule.
 fn covered<'k>(rule: &ChangeRule, engine: &Engine, keys: &'k [GateKey]) -> Option<&'k GateKey> {
     let envs = &engine.settings().environments;
-    keys.iter()
-        .find(|k| rule.covers(k.kind, environment_of(envs, k).as_deref()))
-}
-
-/// Whether `key` opens only with the change gatebot opens for it (mode
-/// `create`): the change's approval is then one of the votes it needs.
-pub(super) fn created_for(engine: &Engine, key: &GateKey) -> bool {
-    engine
-        .settings()
-        .change
-        .as_ref()
-        .filter(|r| r.mode == Mode::Create)
-        .is_some_and(|r| covered(r, engine, std::slice::from_ref(key)).is_some())
+    keys.iter().find(|k| rule.covers_gate(k, envs))
 }

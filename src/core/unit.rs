@@ -148,7 +148,13 @@ impl<'e> Unit<'e> {
         // What the gate's most demanding canary could need: each canary is
         // judged by its own rule when it asks (`gate::decide`).
         let mut need = quorum::most(&self.engine.settings.quorum, key);
-        if super::tickets::created_for(self.engine, key) {
+        let settings = &self.engine.settings;
+        let envs = &settings.environments;
+        if settings
+            .change
+            .as_ref()
+            .is_some_and(|r| r.creates_for(key, envs))
+        {
             need = need.and_change();
         }
         if who.force || (need.required <= 1 && need.include.is_empty()) {

@@ -5,7 +5,8 @@
 
 use std::fmt;
 
-use super::key::GateKind;
+use super::environment::Environments;
+use super::key::{GateKey, GateKind};
 use super::state::rfc3339;
 use super::Millis;
 
@@ -77,6 +78,18 @@ impl ChangeRule {
         self.kinds.contains(&kind)
             && (self.environments.is_empty()
                 || environment.is_some_and(|e| self.environments.iter().any(|x| x == e)))
+    }
+
+    /// Whether gate `key` needs a change: its kind, in its cluster's environment.
+    pub fn covers_gate(&self, key: &GateKey, envs: &Environments) -> bool {
+        let env = key.cluster.as_ref().and_then(|c| envs.of_cluster(c));
+        self.covers(key.kind, env.map(|e| e.name.as_str()))
+    }
+
+    /// Whether gate `key` opens only with the change gatebot opens for it
+    /// (mode `create`): the change's approval is then one of its votes.
+    pub fn creates_for(&self, key: &GateKey, envs: &Environments) -> bool {
+        self.mode == Mode::Create && self.covers_gate(key, envs)
     }
 
     /// The change number `text` names, as this provider writes them:
