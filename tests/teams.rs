@@ -1281,7 +1281,40 @@ gatebot_testkit::on_both_stores!(
     teams_channel_goes_only_where_the_policy_binds_it,
     a_click_that_only_counts_leaves_the_card_open,
     the_cards_reason_field_says_why_where_the_policy_asks,
+    a_teams_person_counts_for_a_group_by_their_login,
 );
+
+/// A quorum's group from Teams: a person is in a `[groups]` list by the
+/// GitHub login `[users]` maps them to; an unmapped one is in none, and the
+/// answer says who is still needed.
+async fn a_teams_person_counts_for_a_group_by_their_login(backend: Backend) {
+    let policy = format!(
+        "[teams]\napprovers = [\"{RIDO}\", \"{CAROL}\"]\n\
+         [users]\nrido = {{ teams = \"{RIDO}\" }}\n\
+         [groups]\nsre = [\"rido\"]\n\
+         [[approvals]]\nkind = \"start\"\nrequired = 1\ninclude = [{{ group = \"sre\" }}]\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.toml");
+    std::fs::write(&path, &policy).unwrap();
+    let env = env_with(backend, |c, _| {
+        c.teams.approvers = Vec::new();
+        c.policy = Some(path);
+    })
+    .await;
+    let _sim = waiting_at_start(&env).await;
+    env.say("c1", "start 42", CAROL).await;
+    let gate = env.gate("/start/acme/shop/pr/42").await;
+    assert_eq!(gate["state"], "approving", "{gate}");
+    assert!(
+        gate.to_string()
+            .contains("\"include\":[{\"at_least\":1,\"group\":\"sre\"}]"),
+        "{gate}"
+    );
+    env.say("r1", "start 42", RIDO).await;
+    let gate = env.gate("/start/acme/shop/pr/42").await;
+    assert_eq!(gate["state"], "open", "rido is sre's by his login: {gate}");
+}
 
 /// Under a `[[reasons]]` rule, a button says why with what was typed in the
 /// card's reason field: without it the click is refused with what to write.
