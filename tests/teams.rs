@@ -1372,6 +1372,11 @@ async fn the_cards_reason_field_says_why_where_the_policy_asks(backend: Backend)
     let gate = env.gate("/start/acme/shop/pr/42").await;
     assert_eq!(gate["state"], "open", "{gate}");
     assert_eq!(gate["reason"], "smoke tests passed", "{gate}");
+    // The card's decision says why.
+    assert!(
+        answer.to_string().contains("UTC: smoke tests passed"),
+        "{answer}"
+    );
     env.server.stop().await;
 }
 

@@ -666,6 +666,17 @@ fn status(
         };
         return Some((line(text, color), false));
     }
+    // What the approval in force said (a person's reason, a change's number
+    // and link): escaped with the rest of the line when the card is drawn.
+    let why = match gate {
+        Some(GateStatus::Open(a)) => a
+            .change
+            .reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default(),
+        _ => String::new(),
+    };
     // A hold shows as the gate's state, below.
     let decided = posted.and_then(|p| p.decided.as_ref());
     if let Some((verb, by, at)) = decided.filter(|(verb, ..)| verb != card::HOLD) {
@@ -674,14 +685,19 @@ fn status(
         } else {
             ("Rejected", "attention")
         };
-        let text = format!("{done} by {by} in Teams at {} UTC", card::hhmm(*at));
+        let why = if verb == card::APPROVE {
+            why.as_str()
+        } else {
+            ""
+        };
+        let text = format!("{done} by {by} in Teams at {} UTC{why}", card::hhmm(*at));
         return Some((line(text, color), false));
     }
     match gate {
         Some(GateStatus::Open(a)) => {
             let by = &a.change.by;
             let text = format!(
-                "Approved by {} via {} at {} UTC",
+                "Approved by {} via {} at {} UTC{why}",
                 by.name,
                 by.source,
                 card::hhmm(a.change.at)
