@@ -27,7 +27,74 @@ gatebot_testkit::on_both_stores!(
     a_jira_change_counts_once_approved_and_its_approval_ends_with_its_window,
     a_production_promotion_under_a_reason_a_team_and_a_change_gatebot_opens,
     a_change_rejected_in_jira_holds_its_gate,
+    each_canary_at_one_gate_goes_by_its_own_change,
 );
+
+/// Two canaries wait at one PR's gate, each with the change gatebot opened
+/// for it: one change's approval opens the gate for its own canary only.
+async fn each_canary_at_one_gate_goes_by_its_own_change(backend: Backend) {
+    let sn = FakeServiceNow::start().await;
+    sn.require_basic("gatebot", "s3cret");
+    let policy = format!(
+        "[change]\nprovider = \"servicenow\"\nurl = \"{}\"\nmode = \"create\"\n",
+        sn.url
+    );
+    let env = start_vouched(backend, &policy).await;
+    let mut podinfo = waiting_vouched(&env).await;
+    let hooks = with_token(pr_hooks(&env.server.url, 42), TOKEN);
+    let mut other = FlaggerSim::new("other", "test", CANARY, hooks);
+    other.deploy("rev-a");
+    other.tick().await;
+    other.deploy("rev-o");
+    assert!(
+        other
+            .run_until(|s| s.phase() == Phase::WaitingPromotion, 20)
+            .await
+    );
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    eventually("two changes", || async { sn.created().len() == 2 }).await;
+    let number_of = |canary: &str| {
+        let created = sn.created();
+        let n = created
+            .iter()
+            .position(|c| c.to_string().contains(canary))
+            .expect("a change for the canary");
+        format!("CHG004000{}", n + 1)
+    };
+    let (mine, theirs) = (number_of("test/podinfo"), number_of("test/other"));
+    eventually("numbered", || async { sn.change(&theirs).is_some() }).await;
+
+    sn.approve(&mine);
+    podinfo.tick().await;
+    other.tick().await;
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    assert!(
+        podinfo.run_until(|s| s.promotions() == 1, 40).await,
+        "its own change opens podinfo"
+    );
+    for _ in 0..3 {
+        other.tick().await;
+    }
+    assert_eq!(
+        other.phase(),
+        Phase::WaitingPromotion,
+        "not by podinfo's change"
+    );
+    let said = other
+        .calls_of(HookType::ConfirmPromotion)
+        .last()
+        .map(|c| c.response.clone())
+        .unwrap_or_default();
+    assert!(said.contains("test/podinfo only"), "{said}");
+
+    sn.approve(&theirs);
+    other.tick().await;
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    assert!(
+        other.run_until(|s| s.promotions() == 1, 40).await,
+        "its own change opens other"
+    );
+}
 
 const TOKEN: &str = "prod-flagger-token";
 const STAGING_TOKEN: &str = "staging-flagger-token";
@@ -209,8 +276,10 @@ async fn a_production_promotion_under_a_reason_a_team_and_a_change_gatebot_opens
     assert!(sn.patches().is_empty(), "{:?}", sn.patches());
     assert_eq!(sn.change(number).map(|c| c.state), Some(-5));
 
-    // The change is approved in ServiceNow; its webhook says so.
+    // The change is approved in ServiceNow; its webhook says so (once
+    // Flagger waits again: the forged event ended the wait it was in).
     sn.approve(number);
+    sim.tick().await;
     assert_eq!(hook(&env, HOOK_SECRET).await, 202);
     assert!(
         sim.run_until(|s| s.promotions() == 1, 40).await,

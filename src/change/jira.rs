@@ -73,7 +73,8 @@ fn decision_of(approvals: &Value) -> Result<Decision, CallError> {
         .iter()
         .map(|a| a["finalDecision"].as_str().unwrap_or("pending"))
         .collect();
-    let whole = approvals["isLastPage"].as_bool() != Some(false);
+    // Only a page that says it is the last is all of them.
+    let whole = approvals["isLastPage"].as_bool() == Some(true);
     Ok(if decisions.contains(&"declined") {
         Decision::Rejected
     } else if whole && !decisions.is_empty() && decisions.iter().all(|d| *d == "approved") {
@@ -202,11 +203,11 @@ mod tests {
         let of = |v| super::decision_of(&v).unwrap();
         let table = [
             (
-                json!({"values": [{"finalDecision": "approved"}]}),
+                json!({"values": [{"finalDecision": "approved"}], "isLastPage": true}),
                 Decision::Approved,
             ),
             (
-                json!({"values": [{"finalDecision": "approved"}, {}]}),
+                json!({"values": [{"finalDecision": "approved"}, {}], "isLastPage": true}),
                 Decision::Pending,
             ),
             (
@@ -214,7 +215,7 @@ mod tests {
                 Decision::Pending,
             ),
             (
-                json!({"values": [{"finalDecision": "approved"}], "isLastPage": false}),
+                json!({"values": [{"finalDecision": "approved"}], "isLastPage": "false"}),
                 Decision::Pending,
             ),
             (

@@ -10,7 +10,7 @@ use super::{CommandError, Engine, Provenance};
 use crate::change::{CallError, ChangeClient, Draft};
 use crate::command::Command;
 use crate::gate::ticket::{ChangeRule, Decision, Mode};
-use crate::gate::{Actor, CanaryRef, Group, Millis, Source};
+use crate::gate::{Actor, CanaryRef, GateStatus, Group, Millis, Source};
 use crate::store::tickets::{state, TicketRow};
 use crate::store::WaitRow;
 
@@ -53,6 +53,7 @@ pub async fn tend(engine: &Engine) -> Result<(), CommandError> {
     let pass = async {
         open_changes(engine, rule, system, &waits).await?;
         follow_changes(engine, rule, system, &waits).await?;
+        retire_changes(engine, &waits).await?;
         close_changes(engine, system).await
     };
     match pass.await {
@@ -176,21 +177,12 @@ async fn follow_changes(
     waits: &[WaitRow],
 ) -> Result<(), Stop> {
     let tickets = engine.store().tickets();
-    let waiting = |row: &TicketRow| {
-        waits.iter().any(|w| {
-            w.gate == row.gate
-                && w.checksum == row.checksum
-                && w.canary
-                    .as_ref()
-                    .is_some_and(|c| c.to_string() == row.canary)
-        })
-    };
     for row in tickets.tickets_in(state::OPEN, PER_PASS).await? {
         let now = engine.now();
-        let waits = waiting(&row);
+        let still = waiting(waits, &row);
         // Gone for an hour (a newer revision, the canary deleted): closed. A
         // wait ended a moment ago may start again at Flagger's next check.
-        if !waits && now - row.seen_at > GONE_AFTER {
+        if !still && now - row.seen_at > GONE_AFTER {
             tickets.abandon_ticket(&row, now).await?;
             continue;
         }
@@ -199,11 +191,14 @@ async fn follow_changes(
             Err(e @ CallError::Unreachable { .. }) => return Err(Stop::Unreachable(e)),
             Err(e) => {
                 tracing::warn!(change = %row.number, error = %e, "change not read; the wait goes on");
-                tickets.touch_ticket(&row, waits, now).await?;
+                tickets.touch_ticket(&row, still, now).await?;
                 continue;
             }
         };
         let moved = match ticket.allows(now, rule.service.as_deref()) {
+            // Its canary has moved on (or waits again at Flagger's next
+            // check): nothing is opened for a revision that does not wait.
+            Ok(_) if !still => None,
             Ok(until) => {
                 let pin = TicketPin {
                     number: row.number.clone(),
@@ -228,10 +223,40 @@ async fn follow_changes(
                 .move_ticket(&row, &[state::OPEN], to, None, now)
                 .await
                 .map(drop)?,
-            None => tickets.touch_ticket(&row, waits, now).await?,
+            None => tickets.touch_ticket(&row, still, now).await?,
         }
     }
     Ok(())
+}
+
+/// Changes that opened or held their gate, closed once their canary has not
+/// waited for them for an hour (a newer revision, the canary deleted), when
+/// no promotion or rollback said so.
+async fn retire_changes(engine: &Engine, waits: &[WaitRow]) -> Result<(), Stop> {
+    let tickets = engine.store().tickets();
+    for kind in [state::OPENED, state::REJECTED] {
+        for row in tickets.tickets_in(kind, PER_PASS).await? {
+            let now = engine.now();
+            let waiting = waiting(waits, &row);
+            if !waiting && now - row.seen_at > GONE_AFTER {
+                tickets.abandon_ticket(&row, now).await?;
+            } else {
+                tickets.touch_ticket(&row, waiting, now).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether the ticket's canary waits at its gate at its revision now.
+fn waiting(waits: &[WaitRow], row: &TicketRow) -> bool {
+    waits.iter().any(|w| {
+        w.gate == row.gate
+            && w.checksum == row.checksum
+            && w.canary
+                .as_ref()
+                .is_some_and(|c| c.to_string() == row.canary)
+    })
 }
 
 /// What a change does to its gate.
@@ -246,10 +271,12 @@ enum Act {
 /// freeze), to be tried at the next pass.
 async fn act(engine: &Engine, row: &TicketRow, act: Act) -> Result<bool, CommandError> {
     let actor = Actor::new(row.number.clone(), Source::Gatebot);
-    let mut who = Provenance::new(actor);
-    if let Ok(canary) = row.canary.parse::<CanaryRef>() {
-        who = who.revision(canary, row.checksum.clone());
-    }
+    let Ok(canary) = row.canary.parse::<CanaryRef>() else {
+        return Ok(false);
+    };
+    // Its canary's and revision's only: no other canary goes by this change.
+    let mut who = Provenance::new(actor).only(canary, row.checksum.clone());
+    let opens = matches!(act, Act::Open(_));
     let command = match act {
         Act::Open(pin) => {
             let reason = format!("change {} approved", row.number);
@@ -271,10 +298,23 @@ async fn act(engine: &Engine, row: &TicketRow, act: Act) -> Result<bool, Command
     };
     let outcome = dispatch::run(engine, "change", &request, &Checked).await?;
     if let dispatch::Outcome::Applied(_) = outcome {
-        return Ok(true);
+        // An open that waits for another canary's approval to end changes
+        // nothing: the change has not voted yet.
+        return Ok(!opens || landed(engine, row).await?);
     }
     tracing::info!(change = %row.number, gate = %row.gate, outcome = ?outcome, "the change's gate was not changed; trying again at the next pass");
     Ok(false)
+}
+
+/// Whether the change's vote is in its gate: counted, or the gate open for
+/// its canary at its revision.
+async fn landed(engine: &Engine, row: &TicketRow) -> Result<bool, CommandError> {
+    let person = row.number.to_ascii_lowercase();
+    Ok(match engine.gate(&row.gate).await?.status {
+        GateStatus::Open(a) => a.pins.get(&row.canary) == Some(&row.checksum),
+        GateStatus::Approving(t) => t.votes.iter().any(|v| v.person == person),
+        _ => false,
+    })
 }
 
 /// Those Flagger is done with, moved to their end state. One the change

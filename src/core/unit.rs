@@ -137,25 +137,31 @@ impl<'e> Unit<'e> {
             .revision
             .as_ref()
             .map(|(c, r)| (c.to_string(), r.clone()));
-        let exclusive = who.exclusive && revision.is_some();
-        if let (true, Some((canary, checksum)), GateStatus::Open(a)) =
-            (exclusive, &revision, &gate.status)
-        {
-            if !a.expired(now) {
-                return self.open_also(key, a, canary, checksum, who).await;
-            }
-        }
         // What the gate's most demanding canary could need: each canary is
         // judged by its own rule when it asks (`gate::decide`).
         let mut need = quorum::most(&self.engine.settings.quorum, key);
         let settings = &self.engine.settings;
         let envs = &settings.environments;
-        if settings
+        let creates = settings
             .change
             .as_ref()
-            .is_some_and(|r| r.creates_for(key, envs))
-        {
+            .is_some_and(|r| r.creates_for(key, envs));
+        if creates {
             need = need.and_change();
+        }
+        let exclusive = who.exclusive && revision.is_some();
+        if let (true, Some((canary, checksum)), GateStatus::Open(a)) =
+            (exclusive, &revision, &gate.status)
+        {
+            if !a.expired(now) {
+                // Open for another canary under its change: this canary's
+                // change opens it alone only when nothing else is needed;
+                // otherwise it waits for that approval to end.
+                if creates && !need.change_only() {
+                    return Ok(gate.clone());
+                }
+                return self.open_also(key, a, canary, checksum, who).await;
+            }
         }
         if who.force || (need.required <= 1 && need.include.is_empty()) {
             let action = if who.force {
@@ -217,7 +223,13 @@ impl<'e> Unit<'e> {
         let (action, status) = if tally.complete() {
             let approvers = tally.votes.iter().map(|v| v.change.by.clone()).collect();
             let pins = tally.all_pins();
-            let approval = self.approval(key, who, tally.id, pins, approvers);
+            let mut approval = self.approval(key, who, tally.id.clone(), pins, approvers);
+            if let Some(pins) = tally.change_pins() {
+                // Under changes gatebot opened: only the canaries whose own
+                // change voted, whoever voted last.
+                approval.pins = pins;
+                approval.exclusive = true;
+            }
             (AuditAction::Open, GateStatus::Open(approval))
         } else {
             (AuditAction::Approve, GateStatus::Approving(tally))

@@ -8,7 +8,7 @@ use std::fmt::{self, Write as _};
 use serde::{Deserialize, Serialize};
 
 use super::change::{Approval, Change, Check};
-use super::key::{GateKey, GateKind, RepoName, Scope};
+use super::key::{CanaryRef, GateKey, GateKind, RepoName, Scope};
 
 /// How many people a kind of gate needs, optionally only in one repository
 /// (PR gates) or namespace. The most specific rule wins.
@@ -179,20 +179,28 @@ impl Need {
         self
     }
 
-    /// Whether `votes` are enough.
-    pub fn met(&self, votes: &[&Vote]) -> bool {
-        votes.len() >= self.required as usize && self.short(votes).is_empty()
+    /// Whether only the change is needed besides one person's approval.
+    pub fn change_only(&self) -> bool {
+        self.required <= 1 && self.include.iter().all(|i| i.group == Group::change())
     }
 
-    /// Each group with fewer approvers than it needs, and how many more.
-    pub fn short(&self, votes: &[&Vote]) -> Vec<(&Group, u32)> {
+    /// Whether `votes` are enough (for `canary`, when one asks).
+    pub fn met(&self, votes: &[&Vote], canary: Option<&CanaryRef>) -> bool {
+        votes.len() >= self.required as usize && self.short(votes, canary).is_empty()
+    }
+
+    /// Each group with fewer approvers than it needs, and how many more. A
+    /// change's vote is its canary's only: it fills no other canary's need.
+    pub fn short(&self, votes: &[&Vote], canary: Option<&CanaryRef>) -> Vec<(&Group, u32)> {
+        let counts = |v: &Vote, group: &Group| {
+            v.groups.contains(group)
+                && (*group != Group::change()
+                    || canary.is_none_or(|c| v.revision.as_ref().is_some_and(|(vc, _)| c.is(vc))))
+        };
         self.include
             .iter()
             .filter_map(|inc| {
-                let have = votes
-                    .iter()
-                    .filter(|v| v.groups.contains(&inc.group))
-                    .count();
+                let have = votes.iter().filter(|v| counts(v, &inc.group)).count();
                 let missing = (inc.at_least as usize).saturating_sub(have);
                 (missing > 0).then_some((&inc.group, missing as u32))
             })
@@ -200,8 +208,8 @@ impl Need {
     }
 
     /// "still needs someone from acme/sre", or None when no group is short.
-    pub fn still_needs(&self, votes: &[&Vote]) -> Option<String> {
-        let short = self.short(votes);
+    pub fn still_needs(&self, votes: &[&Vote], canary: Option<&CanaryRef>) -> Option<String> {
+        let short = self.short(votes, canary);
         if short.is_empty() {
             return None;
         }
@@ -396,7 +404,18 @@ impl Tally {
     /// Enough distinct people approved, with every group among them.
     pub fn complete(&self) -> bool {
         let votes: Vec<&Vote> = self.votes.iter().collect();
-        self.need().met(&votes)
+        self.need().met(&votes, None)
+    }
+
+    /// Under changes gatebot opened: the canaries (and revisions) whose own
+    /// change voted, the only ones the approval may open. None otherwise.
+    pub fn change_pins(&self) -> Option<BTreeMap<String, String>> {
+        let change = Group::change();
+        if !self.include.iter().any(|i| i.group == change) {
+            return None;
+        }
+        let pins = self.votes.iter().filter(|v| v.groups.contains(&change));
+        Some(pins.filter_map(|v| v.revision.clone()).collect())
     }
 
     /// The revisions the votes name and those they opened already, together:
@@ -421,7 +440,7 @@ impl Tally {
     pub fn summary(&self) -> String {
         let mut out = summary(self.required, self.votes.iter());
         let votes: Vec<&Vote> = self.votes.iter().collect();
-        if let Some(groups) = self.need().still_needs(&votes) {
+        if let Some(groups) = self.need().still_needs(&votes, None) {
             let _ = write!(out, "; {groups}");
         }
         out
@@ -434,7 +453,7 @@ impl Tally {
         let missing = (need.required as usize).saturating_sub(counting.len());
         let mut out = summary(need.required, counting.iter().copied());
         let _ = write!(out, " for revision {}", check.checksum);
-        if missing > 0 || need.short(&counting).is_empty() {
+        if missing > 0 || need.short(&counting, Some(check.canary)).is_empty() {
             let noun = if missing == 1 {
                 "approval"
             } else {
@@ -449,7 +468,7 @@ impl Tally {
                 let _ = write!(out, ", from someone other than {}", names.join(" and "));
             }
         }
-        if let Some(groups) = need.still_needs(&counting) {
+        if let Some(groups) = need.still_needs(&counting, Some(check.canary)) {
             let _ = write!(out, "; {groups}");
         }
         out
@@ -696,8 +715,53 @@ mod tests {
             include: vec![Include { at_least: 2, ..sre }],
         };
         assert_eq!(
-            three.still_needs(&[]).as_deref(),
+            three.still_needs(&[], None).as_deref(),
             Some("still needs 2 more people from acme/sre")
+        );
+    }
+
+    /// Under changes gatebot opened, a change's vote is its canary's only:
+    /// it fills no other canary's need, and the approval it completes opens
+    /// only the canaries whose own change voted, whoever voted last.
+    #[test]
+    fn a_changes_vote_is_its_canarys_only() {
+        let change = |canary: &str| Vote {
+            groups: vec![Group::change()],
+            ..vote("chg1", &[(canary, "r1")])
+        };
+        let need = Need::one().and_change();
+        let tally = Tally::new("t", 0)
+            .needing(Need {
+                required: 2,
+                ..need.clone()
+            })
+            .with(change("prod/a"))
+            .with(vote("alice", &[("prod/b", "r2")]));
+        let votes: Vec<&Vote> = tally.votes.iter().collect();
+        let (a, b) = (
+            CanaryRef::new("prod", "a").unwrap(),
+            CanaryRef::new("prod", "b").unwrap(),
+        );
+        assert!(need.met(&votes, Some(&a)));
+        assert!(!need.met(&votes, Some(&b)), "a's change is not b's");
+        assert_eq!(
+            need.still_needs(&votes, Some(&b)).as_deref(),
+            Some("still needs its change approved")
+        );
+        assert!(tally.complete());
+        assert_eq!(
+            tally.change_pins(),
+            Some(BTreeMap::from([("prod/a".to_string(), "r1".to_string())])),
+            "alice's vote for b opens nothing for b"
+        );
+        assert_eq!(Tally::new("t", 2).change_pins(), None);
+        assert!(
+            need.change_only()
+                && !Need {
+                    required: 2,
+                    ..need
+                }
+                .change_only()
         );
     }
 

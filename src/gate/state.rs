@@ -284,7 +284,7 @@ fn approving(
         None => {
             let need =
                 quorum::need(rules, key, &[check.canary.namespace.as_str()]).with_change_of(tally);
-            if need.met(&counting) {
+            if need.met(&counting, Some(check.canary)) {
                 return open(counting, check.checksum, true);
             }
             Verdict::closed(format!(

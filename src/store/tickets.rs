@@ -136,7 +136,7 @@ impl<'s> Tickets<'s> {
         Ok(())
     }
 
-    /// An open ticket read now (to the back of the line), and whether its
+    /// A ticket looked at now (to the back of the line), and whether its
     /// canary still waits for it.
     pub async fn touch_ticket(self, row: &TicketRow, waiting: bool, now: Millis) -> Result<()> {
         sqlx::query(
@@ -148,13 +148,14 @@ impl<'s> Tickets<'s> {
         .bind(row.gate.to_string())
         .bind(row.canary.clone())
         .bind(row.checksum.clone())
-        .bind(state::OPEN)
+        .bind(row.state.clone())
         .execute(&self.store.pool)
         .await?;
         Ok(())
     }
 
-    /// Marks a ticket to be closed unsuccessfully (its wait ended without it).
+    /// Marks a ticket to be closed unsuccessfully (its canary has long
+    /// stopped waiting for it).
     pub async fn abandon_ticket(self, row: &TicketRow, now: Millis) -> Result<bool> {
         let done = sqlx::query(
             "UPDATE change_tickets SET state = $1, successful = 0, changed_at = $2 \
@@ -165,7 +166,7 @@ impl<'s> Tickets<'s> {
         .bind(row.gate.to_string())
         .bind(row.canary.clone())
         .bind(row.checksum.clone())
-        .bind(state::OPEN)
+        .bind(row.state.clone())
         .execute(&self.store.pool)
         .await?;
         Ok(done.rows_affected() == 1)
