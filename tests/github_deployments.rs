@@ -218,12 +218,24 @@ async fn statuses_follow_a_canary_to_its_promotion(backend: Backend) {
         Some("in_progress")
     );
 
-    server.open("/gates/promote/pr/42").await;
+    let opened = client()
+        .post(server.at("/api/v1/gates/open"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"gate": "/gates/promote/pr/42", "reason": "the error budget is fine"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(opened.status().as_u16(), 200);
     assert!(sim.run_until(|s| s.promotions() == 1, 10).await);
     server.drained().await;
     let all = github.deployments();
     let latest = all.last().unwrap();
     assert_eq!(states(latest).last().map(String::as_str), Some("success"));
+    // The status says who approved and why.
+    assert_eq!(
+        latest.statuses.last().unwrap()["description"],
+        "promoted; approved by admin via api: the error budget is fine"
+    );
     for older in &all[..all.len() - 1] {
         let last = states(older).last().cloned();
         assert!(

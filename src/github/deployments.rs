@@ -27,7 +27,7 @@ use super::client::GithubClient;
 use super::retry;
 use crate::clock::SharedClock;
 use crate::core::Records;
-use crate::gate::{GateKey, GateKind, Phase, PrNumber, RepoName, Scope};
+use crate::gate::{GateKey, GateKind, GateStatus, Phase, PrNumber, RepoName, Scope};
 use crate::metrics::Metrics;
 use crate::notify::SendError;
 use crate::policy::Policy;
@@ -88,6 +88,9 @@ pub struct Deployments {
     /// The refusals logged already (repository, PR, canary, why).
     pub told: Mutex<HashSet<String>>,
 }
+
+/// The most a deployment status's description may hold (GitHub refuses more).
+const DESCRIPTION_MAX: usize = 140;
 
 impl Deployments {
     /// Creates each current revision's deployment and posts the statuses
@@ -193,6 +196,27 @@ impl Deployments {
     }
 
     /// The promote gate's page, when GATEBOT_PUBLIC_URL is set.
+    /// "promoted; approved by alice via slack: <why>", as the promote gate's
+    /// approval says, within GitHub's 140 characters for a description.
+    async fn promoted_by(&self, repo: &RepoName, number: PrNumber) -> Result<String, SendError> {
+        let key = pr_gate(GateKind::Promote, repo, number);
+        let gate = self.records.load_gate(&key).await.map_err(retry)?;
+        let Some(GateStatus::Open(a)) = gate.map(|g| g.status) else {
+            return Ok("promoted".to_string());
+        };
+        let mut text = format!(
+            "promoted; approved by {} via {}",
+            a.change.by.name, a.change.by.source
+        );
+        if let Some(why) = a.change.reason.as_deref() {
+            text = format!("{text}: {why}");
+        }
+        if text.chars().count() > DESCRIPTION_MAX {
+            text = text.chars().take(DESCRIPTION_MAX - 1).collect::<String>() + "…";
+        }
+        Ok(text)
+    }
+
     fn gate_of(&self, repo: &RepoName, number: PrNumber) -> Option<String> {
         let base = self.public_url.as_deref()?.trim_end_matches('/');
         let key = pr_gate(GateKind::Promote, repo, number);
@@ -266,11 +290,11 @@ impl Deployments {
         log_url: Option<String>,
     ) -> Result<(), SendError> {
         let description = match state {
-            "queued" => "waiting to start",
-            "in_progress" => "progressing, or waiting for promotion",
-            "success" => "promoted",
-            "failure" => "rolled back",
-            _ => "superseded by a newer revision",
+            "queued" => "waiting to start".to_string(),
+            "in_progress" => "progressing, or waiting for promotion".to_string(),
+            "success" => self.promoted_by(repo, number).await?,
+            "failure" => "rolled back".to_string(),
+            _ => "superseded by a newer revision".to_string(),
         };
         let mut body = json!({
             "state": state,
