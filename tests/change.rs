@@ -205,7 +205,7 @@ async fn a_production_promotion_under_a_reason_a_team_and_a_change_gatebot_opens
     .await;
     let created = sn.created()[0].to_string();
     assert!(
-        created.contains("Promote test/podinfo to revision")
+        created.contains("Promote test/podinfo to revision rev-b, from pull request acme/shop#42")
             && created.contains("\"cmdb_ci\":\"shop\""),
         "{created}"
     );

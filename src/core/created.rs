@@ -10,7 +10,7 @@ use super::{CommandError, Engine, Provenance};
 use crate::change::{CallError, ChangeClient, Draft};
 use crate::command::Command;
 use crate::gate::ticket::{ChangeRule, Decision, Mode};
-use crate::gate::{Actor, CanaryRef, GateStatus, Group, Millis, Source};
+use crate::gate::{Actor, CanaryRef, GateStatus, Group, Millis, Scope, Source};
 use crate::store::tickets::{state, TicketRow};
 use crate::store::WaitRow;
 
@@ -155,10 +155,14 @@ async fn open_changes(
 /// change system shows them as text.
 fn draft(rule: &ChangeRule, row: &TicketRow, started: Millis) -> Draft {
     let revision: String = row.checksum.chars().take(12).collect();
+    let pr = match &row.gate.scope {
+        Scope::Pr { repo, number } => format!(", from pull request {repo}#{}", number.0),
+        _ => String::new(),
+    };
     Draft {
-        summary: format!("Promote {} to revision {revision}", row.canary),
+        summary: format!("Promote {} to revision {revision}{pr}", row.canary),
         description: format!(
-            "Flagger waits at {} for canary {} at revision {} (cluster {}).\n\
+            "Flagger waits at {} for canary {} at revision {} (cluster {}){pr}.\n\
              Approve this change to open the gate; gatebot closes it when Flagger promotes or rolls back.",
             row.gate, row.canary, row.checksum, row.cluster
         ),
