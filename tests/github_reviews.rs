@@ -137,7 +137,33 @@ gatebot_testkit::on_both_stores!(
     a_dismissal_takes_back_only_the_vote_its_review_cast,
     under_a_reasons_rule_a_review_says_why_in_its_body,
     a_readers_review_is_refused_as_their_comment_would_be,
+    a_reviewer_counts_for_the_team_github_lists_them_in,
 );
+
+/// A quorum's group from approving reviews: the reviewer's login, as GitHub
+/// signed it, is asked of the team.
+async fn a_reviewer_counts_for_the_team_github_lists_them_in(backend: Backend) {
+    let policy = format!(
+        "{ON}\n[[approvals]]\nkind = \"promote\"\nrequired = 1\ninclude = [{{ team = \"acme/sre\" }}]\n"
+    );
+    let env = setup(backend, Some(&policy)).await;
+    let (server, github) = (&env.server, &env.github);
+    github.add_team_member("acme/sre", "bob");
+    let mut sim = waiting_at_promote(server).await;
+    deliver(server, &review(9201, "alice", HEAD)).await;
+    server.drained().await;
+    assert!(!promote_open(server).await, "alice is not acme/sre's");
+    assert!(
+        replies(github)
+            .iter()
+            .any(|r| r.contains("still needs someone from acme/sre")),
+        "{:?}",
+        replies(github)
+    );
+    deliver(server, &review(9202, "bob", HEAD)).await;
+    server.drained().await;
+    assert!(sim.run_until(|s| s.promotions() == 1, 10).await);
+}
 
 async fn an_approving_review_opens_the_gate_and_flagger_promotes(backend: Backend) {
     let env = setup(backend, Some(ON)).await;
