@@ -166,3 +166,16 @@ pub async fn body(mut response: reqwest::Response, limit: usize) -> Result<Vec<u
     }
     Ok(out)
 }
+
+/// The `Retry-After` a service answered, in seconds as every service gatebot
+/// calls writes it; None without one. Callers hold it to their own bound.
+pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}

@@ -162,7 +162,9 @@ impl ChangeClient {
             after: None,
         })?;
         let status = response.status();
-        let after = retry_after(response.headers());
+        // Within the hour, whatever the service says.
+        let after =
+            crate::outbound::retry_after(response.headers()).map(|d| d.min(MAX_RETRY_AFTER));
         let bytes = crate::outbound::body(response, MAX_ANSWER)
             .await
             .map_err(|why| CallError::Unreachable { why, after: None })?;
@@ -197,18 +199,6 @@ impl ChangeClient {
             ))),
         }
     }
-}
-
-/// A Retry-After in seconds, held to an hour.
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    headers
-        .get("retry-after")?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .map(|s| Duration::from_secs(s).min(MAX_RETRY_AFTER))
 }
 
 /// What an error body says, in a line of at most 200 characters (it is the

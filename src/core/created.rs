@@ -3,6 +3,8 @@
 //! the change is approved, held when it is rejected; the change closed when
 //! Flagger promotes or rolls back.
 
+use std::collections::HashSet;
+
 use super::commands::Subject;
 use super::dispatch::{self, Checked, Request};
 use super::tickets::TicketPin;
@@ -50,10 +52,11 @@ pub async fn tend(engine: &Engine) -> Result<(), CommandError> {
         return Ok(());
     };
     let waits = engine.store().waits().list(None, true, WAITS).await?;
+    let waiting = Waiting::of(&waits);
     let pass = async {
         open_changes(engine, rule, system, &waits).await?;
-        follow_changes(engine, rule, system, &waits).await?;
-        retire_changes(engine, &waits).await?;
+        follow_changes(engine, rule, system, &waiting).await?;
+        retire_changes(engine, &waiting).await?;
         close_changes(engine, system).await
     };
     match pass.await {
@@ -178,12 +181,12 @@ async fn follow_changes(
     engine: &Engine,
     rule: &ChangeRule,
     system: &ChangeClient,
-    waits: &[WaitRow],
+    waiting: &Waiting,
 ) -> Result<(), Stop> {
     let tickets = engine.store().tickets();
     for row in tickets.tickets_in(state::OPEN, PER_PASS).await? {
         let now = engine.now();
-        let still = waiting(waits, &row);
+        let still = waiting.at(&row);
         // Gone for an hour (a newer revision, the canary deleted): closed. A
         // wait ended a moment ago may start again at Flagger's next check.
         if !still && now - row.seen_at > GONE_AFTER {
@@ -236,31 +239,43 @@ async fn follow_changes(
 /// Changes that opened or held their gate, closed once their canary has not
 /// waited for them for an hour (a newer revision, the canary deleted), when
 /// no promotion or rollback said so.
-async fn retire_changes(engine: &Engine, waits: &[WaitRow]) -> Result<(), Stop> {
+async fn retire_changes(engine: &Engine, waiting: &Waiting) -> Result<(), Stop> {
     let tickets = engine.store().tickets();
     for kind in [state::OPENED, state::REJECTED] {
         for row in tickets.tickets_in(kind, PER_PASS).await? {
             let now = engine.now();
-            let waiting = waiting(waits, &row);
-            if !waiting && now - row.seen_at > GONE_AFTER {
+            let still = waiting.at(&row);
+            if !still && now - row.seen_at > GONE_AFTER {
                 tickets.abandon_ticket(&row, now).await?;
             } else {
-                tickets.touch_ticket(&row, waiting, now).await?;
+                tickets.touch_ticket(&row, still, now).await?;
             }
         }
     }
     Ok(())
 }
 
-/// Whether the ticket's canary waits at its gate at its revision now.
-fn waiting(waits: &[WaitRow], row: &TicketRow) -> bool {
-    waits.iter().any(|w| {
-        w.gate == row.gate
-            && w.checksum == row.checksum
-            && w.canary
-                .as_ref()
-                .is_some_and(|c| c.to_string() == row.canary)
-    })
+/// What waits now, by gate, canary and revision: read once a pass.
+struct Waiting(HashSet<(String, String, String)>);
+
+impl Waiting {
+    fn of(waits: &[WaitRow]) -> Self {
+        let each = waits.iter().filter_map(|w| {
+            let canary = w.canary.as_ref()?;
+            Some((w.gate.to_string(), canary.to_string(), w.checksum.clone()))
+        });
+        Self(each.collect())
+    }
+
+    /// Whether the ticket's canary waits at its gate at its revision.
+    fn at(&self, row: &TicketRow) -> bool {
+        let key = (
+            row.gate.to_string(),
+            row.canary.clone(),
+            row.checksum.clone(),
+        );
+        self.0.contains(&key)
+    }
 }
 
 /// What a change does to its gate.

@@ -226,23 +226,22 @@ pub async fn authorize<A: Authorizer>(
         (Err(_), None) => Ok(()),
     };
     let mut about = about.map(|(_, keys)| keys).unwrap_or_default();
+    // An approval allowed so far: its change read, then its groups asked.
     let (mut groups, mut ticket) = (Vec::new(), None);
     let mut plan = plan;
     if let (Ok(opens), Ok(())) = (&plan, &verdict) {
         if opens.act == Act::Open && !request.who.force {
             match tickets::check(engine, opens, &request.command).await? {
-                Ok(pin) => ticket = pin,
+                Ok(pin) => {
+                    ticket = pin;
+                    groups = members::groups_of(engine, &opens.keys, &request.who).await?;
+                }
                 // Refused for its change: audited at the gates it was about.
                 Err(invalid) => {
                     about = opens.keys.clone();
                     plan = Err(invalid);
                 }
             }
-        }
-    }
-    if let (Ok(opens), Ok(())) = (&plan, &verdict) {
-        if opens.act == Act::Open && !request.who.force {
-            groups = members::groups_of(engine, &opens.keys, &request.who).await?;
         }
     }
     Ok(Authorized {

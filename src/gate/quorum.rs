@@ -91,6 +91,12 @@ impl Group {
         Self(CHANGE.to_string())
     }
 
+    /// Whether this is [`Group::change`]: a comparison without a String of
+    /// its own, for the check of a gate that collects votes.
+    pub fn is_change(&self) -> bool {
+        self.0 == CHANGE
+    }
+
     pub fn kind(&self) -> GroupKind {
         if self.0.contains('/') {
             GroupKind::GithubTeam
@@ -159,7 +165,7 @@ impl Need {
     /// What a canary's own rule needs, and the change if the gate collects
     /// for one: the change is the gate's, whatever the canary's namespace.
     pub fn with_change_of(self, tally: &Tally) -> Self {
-        if tally.include.iter().any(|i| i.group == Group::change()) {
+        if tally.include.iter().any(|i| i.group.is_change()) {
             self.and_change()
         } else {
             self
@@ -181,7 +187,7 @@ impl Need {
 
     /// Whether only the change is needed besides one person's approval.
     pub fn change_only(&self) -> bool {
-        self.required <= 1 && self.include.iter().all(|i| i.group == Group::change())
+        self.required <= 1 && self.include.iter().all(|i| i.group.is_change())
     }
 
     /// Whether `votes` are enough (for `canary`, when one asks).
@@ -194,7 +200,7 @@ impl Need {
     pub fn short(&self, votes: &[&Vote], canary: Option<&CanaryRef>) -> Vec<(&Group, u32)> {
         let counts = |v: &Vote, group: &Group| {
             v.groups.contains(group)
-                && (*group != Group::change()
+                && (!group.is_change()
                     || canary.is_none_or(|c| v.revision.as_ref().is_some_and(|(vc, _)| c.is(vc))))
         };
         self.include
@@ -216,7 +222,7 @@ impl Need {
         let each: Vec<String> = short
             .iter()
             .map(|(group, n)| match n {
-                _ if **group == Group::change() => "its change approved".to_string(),
+                _ if group.is_change() => "its change approved".to_string(),
                 1 => format!("someone from {group}"),
                 n => format!("{n} more people from {group}"),
             })
@@ -410,11 +416,13 @@ impl Tally {
     /// Under changes gatebot opened: the canaries (and revisions) whose own
     /// change voted, the only ones the approval may open. None otherwise.
     pub fn change_pins(&self) -> Option<BTreeMap<String, String>> {
-        let change = Group::change();
-        if !self.include.iter().any(|i| i.group == change) {
+        if !self.include.iter().any(|i| i.group.is_change()) {
             return None;
         }
-        let pins = self.votes.iter().filter(|v| v.groups.contains(&change));
+        let pins = self
+            .votes
+            .iter()
+            .filter(|v| v.groups.iter().any(Group::is_change));
         Some(pins.filter_map(|v| v.revision.clone()).collect())
     }
 

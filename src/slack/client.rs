@@ -377,12 +377,7 @@ async fn call<T: DeserializeOwned>(request: reqwest::RequestBuilder) -> Result<T
         .await
         .map_err(|e| CallError::Transport(outbound::why(&e)))?;
     let status = response.status();
-    let retry_after = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs);
+    let retry_after = outbound::retry_after(response.headers());
     let is_json = response
         .headers()
         .get(reqwest::header::CONTENT_TYPE)

@@ -253,12 +253,7 @@ async fn answer(
             .await
             .map_err(|e| ("transport", SendError::retry(e)));
     }
-    let after = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs);
+    let after = outbound::retry_after(response.headers());
     let message = format!("HTTP {status}");
     Err(match status.as_u16() {
         429 => ("rate_limited", SendError::Retry { after, message }),
