@@ -370,16 +370,6 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// ServiceNow's `2026-12-07 08:00:00` (UTC).
-fn sn_time(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms as u64);
-    humantime::format_rfc3339_seconds(t)
-        .to_string()
-        .replace('T', " ")
-        .trim_end_matches('Z')
-        .to_string()
-}
-
 /// Jira's `2026-12-07T08:00:00.000+0000`.
 fn jira_time(ms: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms as u64);
@@ -388,15 +378,7 @@ fn jira_time(ms: i64) -> String {
 }
 
 fn change(number: &str, approval: &str, from: i64, to: i64, ci: &str) -> Change {
-    Change {
-        number: number.into(),
-        approval: approval.into(),
-        state: if approval == "approved" { -2 } else { -4 },
-        start: sn_time(from),
-        end: sn_time(to),
-        cmdb_ci: ci.into(),
-        business_service: String::new(),
-    }
+    Change::planned(number, approval, from, to, ci)
 }
 
 async fn start(backend: Backend, policy: &str) -> ChatOps {
@@ -555,6 +537,21 @@ async fn servicenow_changes_gate_an_approval_from_every_way_in(backend: Backend)
         .unwrap();
     assert_eq!(r.status().as_u16(), 400);
     assert!(r.text().await.unwrap().contains("to an approved change"));
+    // The CLI (the API's client) names a change in its `--reason`.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatebot"))
+        .args(["gates", "open", "/gates/promote/pr/42", "--reason"])
+        .arg("CHG0000001 because it is ready")
+        .env_clear()
+        .env("GATEBOT_SERVER", &env.server.url)
+        .env("GATEBOT_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("GATEBOT_GITHUB_REPOSITORY", "acme/shop")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("change CHG0000001 is not approved yet"),
+        "{out:?}"
+    );
     let (status, inline) = env
         .slash("UALICE", "alice", "promote 42 because looks fine", "T1")
         .await;

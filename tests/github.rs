@@ -476,7 +476,7 @@ async fn one_status_comment_per_pr_edited_in_place(backend: Backend) {
     assert_eq!(comments[0].id, first.id);
     assert!(comments[0].edits >= 1);
     assert!(
-        comments[0].body.contains("alice via github"),
+        comments[0].body.contains("`alice` via github"),
         "{}",
         comments[0].body
     );

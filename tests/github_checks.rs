@@ -123,6 +123,7 @@ gatebot_testkit::on_both_stores!(
     the_authors_click_is_refused_under_four_eyes,
     a_click_on_a_pr_closed_without_merging_is_refused,
     a_late_click_does_not_reopen_a_closed_gate,
+    a_click_is_held_to_the_reasons_and_the_teams_of_the_policy,
 );
 
 async fn a_click_on_promote_opens_the_gate_and_flagger_promotes(backend: Backend) {
@@ -412,4 +413,63 @@ async fn a_late_click_does_not_reopen_a_closed_gate(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(gate.status(), 200, "opened by a click on the edited run");
+}
+
+/// The summary of the only promote run, once the queue has drained.
+async fn summary(env: &Env) -> String {
+    env.server.drained().await;
+    only_run(&env.github).output["summary"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A button carries no words: under a `[[reasons]]` rule a click is refused
+/// with where to say why; under `[[approvals]] include` the clicker's signed
+/// login is asked of the team, and only a member's click fills it.
+async fn a_click_is_held_to_the_reasons_and_the_teams_of_the_policy(backend: Backend) {
+    let policy = "[[reasons]]\nkind = \"rollback\"\nrequired = true\n\
+                  [[approvals]]\nkind = \"promote\"\nrequired = 1\ninclude = [{ team = \"acme/sre\" }]\n";
+    let env = setup_with(backend, Some(policy)).await;
+    env.github.set_permission("dave", "write");
+    env.github.add_team_member("acme/sre", "dave");
+    let mut sim = waiting_at_promote(&env.server).await;
+
+    let run = only_run(&env.github);
+    let (status, text) = deliver(
+        &env.server,
+        "check_run",
+        &check_run_click(&run.to_json(), "reject", "alice"),
+    )
+    .await;
+    assert_eq!(status, 202, "{text}");
+    let said = summary(&env).await;
+    assert!(
+        said.contains("the policy asks for a reason to rollback, and a button carries no words")
+            && said.contains("comment `/rollback because ‹why›` on the pull request"),
+        "{said}"
+    );
+    sim.tick().await;
+    assert_eq!(sim.phase(), Phase::WaitingPromotion, "no rollback");
+
+    let run = only_run(&env.github);
+    let click = check_run_click(&run.to_json(), "open", "alice");
+    assert_eq!(deliver(&env.server, "check_run", &click).await.0, 202);
+    let said = summary(&env).await;
+    assert!(said.contains("still needs someone from acme/sre"), "{said}");
+    if backend == Backend::Sqlite {
+        snap("check_run_still_needs", &only_run(&env.github));
+    }
+    sim.tick().await;
+    assert_eq!(sim.phase(), Phase::WaitingPromotion, "not by alice alone");
+
+    let run = only_run(&env.github);
+    let click = check_run_click(&run.to_json(), "open", "dave");
+    assert_eq!(deliver(&env.server, "check_run", &click).await.0, 202);
+    env.server.drained().await;
+    assert!(
+        sim.run_until(|s| s.promotions() == 1, 10).await,
+        "dave is acme/sre's: {}",
+        summary(&env).await
+    );
 }

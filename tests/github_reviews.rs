@@ -42,6 +42,10 @@ async fn setup(backend: Backend, policy: Option<&str>) -> Env {
     config.github.webhook_secret = Some(SECRET.to_string().into());
     config.github.token = Some("ghp_test".to_string().into());
     config.github.api_url = github.url.clone();
+    if policy.is_some_and(|p| p.contains("[change]")) {
+        config.change.user = Some("gatebot".into());
+        config.change.password = Some("s3cret".to_string().into());
+    }
     if let Some(policy) = policy {
         let path = db.dir.path().join("policy.toml");
         std::fs::write(&path, policy).unwrap();
@@ -138,7 +142,67 @@ gatebot_testkit::on_both_stores!(
     under_a_reasons_rule_a_review_says_why_in_its_body,
     a_readers_review_is_refused_as_their_comment_would_be,
     a_reviewer_counts_for_the_team_github_lists_them_in,
+    under_a_change_rule_a_review_names_its_change_in_its_body,
 );
+
+/// Under `[change]` (mode `reference`), an approving review names its
+/// change in the first line of its body, read from ServiceNow.
+async fn under_a_change_rule_a_review_names_its_change_in_its_body(backend: Backend) {
+    use gatebot_testkit::fake_servicenow::{Change, FakeServiceNow};
+    let sn = FakeServiceNow::start().await;
+    sn.require_basic("gatebot", "s3cret");
+    let (now, hour) = (now_ms(), 3_600_000);
+    sn.put(Change::planned(
+        "CHG0031337",
+        "approved",
+        now - hour,
+        now + hour,
+        "shop",
+    ));
+    sn.put(Change::planned(
+        "CHG0000001",
+        "requested",
+        now - hour,
+        now + hour,
+        "shop",
+    ));
+    let policy = format!(
+        "{ON}\n[change]\nprovider = \"servicenow\"\nurl = \"{}\"\n",
+        sn.url
+    );
+    let env = setup(backend, Some(&policy)).await;
+    let (server, github) = (&env.server, &env.github);
+    let mut sim = waiting_at_promote(server).await;
+    let mut pending = review(9201, "alice", HEAD);
+    pending["review"]["body"] = json!("CHG0000001 looks good");
+    deliver(server, &pending).await;
+    server.drained().await;
+    assert!(!promote_open(server).await);
+    let replies = replies(github);
+    assert!(
+        replies
+            .iter()
+            .any(|r| r.contains("change CHG0000001 is not approved yet")),
+        "{replies:?}"
+    );
+
+    let mut approved = review(9202, "alice", HEAD);
+    approved["review"]["body"] = json!("CHG0031337 looks good\nthe numbers are green");
+    deliver(server, &approved).await;
+    server.drained().await;
+    assert!(sim.run_until(|s| s.promotions() == 1, 10).await);
+    let entries = audit(server).await;
+    let open = entries
+        .iter()
+        .find(|e| e["action"] == "open")
+        .expect("an open");
+    assert!(
+        open["reason"].as_str().is_some_and(|r| r.starts_with(
+            "approving review 9202 of 85d557f; CHG0031337 looks good; change CHG0031337 ("
+        )),
+        "{open}"
+    );
+}
 
 /// A quorum's group from approving reviews: the reviewer's login, as GitHub
 /// signed it, is asked of the team.

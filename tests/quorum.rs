@@ -616,7 +616,7 @@ async fn break_glass_passes_a_freeze_and_a_missing_approval_loudly(backend: Back
     let status = env.status_comment();
     assert!(
         status.contains(
-            "🚨 **Break glass:** `promote` was forced open by maria via github: `payments are down`"
+            "🚨 **Break glass:** `promote` was forced open by `maria` via github: `payments are down`"
         ),
         "{status}"
     );

@@ -11,6 +11,7 @@ use gatebot::testing::notify::WorkerSettings;
 use gatebot::{Config, Options};
 use gatebot_testkit::fake_github::FakeGithub;
 use gatebot_testkit::fake_prometheus::{Answer, FakePrometheus};
+use gatebot_testkit::fake_servicenow::{Change, FakeServiceNow};
 use gatebot_testkit::fake_teams::{claims, unsigned, FakeBotFramework, Sent, TestKey};
 use gatebot_testkit::flagger::{
     failing_webhook, pr_hooks, FlaggerSim, Hook, HookType, Phase, Strategy,
@@ -1282,7 +1283,99 @@ gatebot_testkit::on_both_stores!(
     a_click_that_only_counts_leaves_the_card_open,
     the_cards_reason_field_says_why_where_the_policy_asks,
     a_teams_person_counts_for_a_group_by_their_login,
+    a_teams_approval_names_its_change_typed_or_in_the_cards_field,
 );
+
+/// Under `[change]` (mode `reference`), a Teams approval names its change,
+/// typed after the command or in the card's reason field: gatebot reads it
+/// from ServiceNow and counts the approval only once the change is approved.
+async fn a_teams_approval_names_its_change_typed_or_in_the_cards_field(backend: Backend) {
+    let sn = FakeServiceNow::start().await;
+    sn.require_basic("gatebot", "s3cret");
+    let hour = 3_600_000;
+    sn.put(Change::planned(
+        "CHG0031337",
+        "approved",
+        NOW - hour,
+        NOW + hour,
+        "shop",
+    ));
+    sn.put(Change::planned(
+        "CHG0000001",
+        "requested",
+        NOW - hour,
+        NOW + hour,
+        "shop",
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.toml");
+    let policy = format!(
+        "[change]\nprovider = \"servicenow\"\nurl = \"{}\"\nkinds = [\"start\"]\n",
+        sn.url
+    );
+    std::fs::write(&path, policy).unwrap();
+    let env = env_with(backend, |c, _| {
+        c.teams.channel = Some(CHANNEL.into());
+        c.policy = Some(path);
+        c.change.user = Some("gatebot".into());
+        c.change.password = Some("s3cret".to_string().into());
+    })
+    .await;
+    env.install().await;
+    let _sim = waiting_at_start(&env).await;
+    let card = card_of(&env.until_cards("POST", 1).await[0]);
+    let button = |reason: &str| {
+        let mut data = card["actions"][0]["data"].clone();
+        data["reason"] = json!(reason);
+        data
+    };
+
+    env.say("c1", "start 42 because the tests passed", RIDO)
+        .await;
+    let gate = env.gate("/start/acme/shop/pr/42").await;
+    assert_eq!(gate["state"], "closed", "no change named: {gate}");
+    let refused = env.audit("/gates/start/acme/shop/pr/42").await;
+    assert!(
+        refused.iter().any(|e| e["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("the policy ties start to an approved change"))),
+        "{refused:?}"
+    );
+    let (status, answer) = env
+        .click_with("f:chg-1", "approve", &button("CHG0000001"), RIDO)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer
+            .to_string()
+            .contains("change CHG0000001 is not approved yet"),
+        "{answer}"
+    );
+    assert_eq!(env.gate("/start/acme/shop/pr/42").await["state"], "closed");
+
+    let (status, answer) = env
+        .click_with(
+            "f:chg-2",
+            "approve",
+            &button("CHG0031337 smoke passed"),
+            RIDO,
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let gate = env.gate("/start/acme/shop/pr/42").await;
+    assert_eq!(gate["state"], "open", "{gate}");
+    assert!(
+        gate["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("CHG0031337 smoke passed; change CHG0031337 (")),
+        "{gate}"
+    );
+    assert!(
+        answer.to_string().contains("change CHG0031337"),
+        "the card's decision names the change: {answer}"
+    );
+    env.server.stop().await;
+}
 
 /// A quorum's group from Teams: a person is in a `[groups]` list by the
 /// GitHub login `[users]` maps them to; an unmapped one is in none, and the

@@ -154,7 +154,112 @@ gatebot_testkit::on_both_stores!(
     forwarded_user_only_from_trusted_proxies,
     changes_stream_to_open_pages,
     the_page_asks_why_where_the_policy_does,
+    the_page_holds_an_approval_to_its_change_and_its_team,
 );
+
+/// Flagger's check of `gate` at `checksum`: the status and what gatebot said.
+async fn check_said(server: &TestServer, gate: &str, checksum: &str) -> (u16, String) {
+    let r = browser()
+        .post(server.at(gate))
+        .json(
+            &json!({"name": "podinfo", "namespace": "test", "phase": "Progressing",
+                      "checksum": checksum, "metadata": {}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Under `[change]` and `[[approvals]] include`, the page's Approve names
+/// its change in the reason field, read from ServiceNow; a GitHub session
+/// counts for a team by its login, an operator's token session for none.
+async fn the_page_holds_an_approval_to_its_change_and_its_team(backend: Backend) {
+    use gatebot_testkit::fake_servicenow::{Change, FakeServiceNow};
+    let sn = FakeServiceNow::start().await;
+    sn.require_basic("gatebot", "s3cret");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let hour = 3_600_000;
+    sn.put(Change::planned(
+        "CHG0031337",
+        "approved",
+        now - hour,
+        now + hour,
+        "shop",
+    ));
+    sn.put(Change::planned(
+        "CHG0000002",
+        "rejected",
+        now - hour,
+        now + hour,
+        "shop",
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[[approvals]]\nkind = \"promote\"\nrequired = 2\ninclude = [{{ team = \"acme/sre\" }}]\n\
+             [change]\nprovider = \"servicenow\"\nurl = \"{}\"\n",
+            sn.url
+        ),
+    )
+    .unwrap();
+    let s = setup(backend, |c| {
+        c.policy = Some(policy);
+        c.change.user = Some("gatebot".into());
+        c.change.password = Some("s3cret".to_string().into());
+    })
+    .await;
+    s.github.set_permission("wanda", "write");
+    s.github.set_permission("sam", "write");
+    s.github.add_team_member("acme/sre", "sam");
+    let gate = "/gates/promote/acme/shop/pr/9";
+    assert_eq!(check(&s.server, gate, "rev-a", json!({})).await, 403);
+    let approve = |cookie: String, csrf: String, reason: &'static str| {
+        let at = s.server.at("/ui/act");
+        async move {
+            let form = [
+                ("gate", gate),
+                ("action", "approve"),
+                ("csrf", csrf.as_str()),
+                ("confirmed", "yes"),
+                ("reason", reason),
+            ];
+            let (status, _, body) = post(&at, Some(&cookie), &form).await;
+            (status, body)
+        }
+    };
+
+    let (cookie, csrf) = oauth_sign_in(&s, "wanda").await;
+    let (status, body) = approve(cookie.clone(), csrf.clone(), "looks fine").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("the policy ties promote to an approved change"),
+        "{body}"
+    );
+    let (status, body) = approve(cookie.clone(), csrf.clone(), "CHG0000002").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("change CHG0000002 was rejected"), "{body}");
+    let (status, body) = approve(cookie, csrf, "CHG0031337 looks fine").await;
+    assert_eq!(status, 303, "{body}");
+    // The operator's token session counts as a person, in no team.
+    let (cookie, csrf) = admin_session(&s.server).await;
+    let (status, body) = approve(cookie, csrf, "CHG0031337 agreed").await;
+    assert_eq!(status, 303, "{body}");
+    let (status, said) = check_said(&s.server, gate, "rev-a").await;
+    assert_eq!(status, 403, "{said}");
+    assert!(said.contains("still needs someone from acme/sre"), "{said}");
+
+    let (cookie, csrf) = oauth_sign_in(&s, "sam").await;
+    let (status, body) = approve(cookie, csrf, "CHG0031337 sre agrees").await;
+    assert_eq!(status, 303, "{body}");
+    let (status, said) = check_said(&s.server, gate, "rev-a").await;
+    assert_eq!(status, 200, "sam is acme/sre's: {said}");
+}
 
 /// With a `[[reasons]]` rule, the page's Approve needs the confirmation's
 /// reason: without one it is refused with what to write, and changes nothing.

@@ -96,6 +96,72 @@ pub enum Invalid {
     },
     /// The change named lets nothing open now, or its system can't be read.
     ChangeNotReady(String),
+    /// What a [`Self::ReasonRequired`] or [`Self::ChangeRequired`] asks for,
+    /// to one who clicked a button that carries no words.
+    Unspoken(Box<Invalid>),
+}
+
+impl Invalid {
+    /// A missing reason or change, as told to one who clicked a button: it
+    /// is to be said in a comment (other refusals stay as they are).
+    pub fn unspoken(self) -> Self {
+        match self {
+            Self::ReasonRequired { .. } | Self::ChangeRequired { .. } => {
+                Self::Unspoken(Box::new(self))
+            }
+            other => other,
+        }
+    }
+
+    /// A missing reason or change: what the policy asks, and how to say it.
+    fn write_asked(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (button, asked) = match self {
+            Self::Unspoken(asked) => (true, asked.as_ref()),
+            other => (false, other),
+        };
+        let Some((asks, what, example)) = asked.asked() else {
+            return write!(f, "{asked}");
+        };
+        if button {
+            write!(
+                f,
+                "{asks}, and a button carries no words: comment `/{example}` on the pull request"
+            )
+        } else {
+            write!(f, "{asks}: {what}, as in `{example}`")
+        }
+    }
+
+    /// What the policy asks for, what to do, and an example command.
+    fn asked(&self) -> Option<(String, &'static str, String)> {
+        let at = |place: &Option<String>| match place {
+            Some(p) => (format!(" in {p}"), format!("{p} ")),
+            None => (String::new(), String::new()),
+        };
+        match self {
+            Self::ReasonRequired { verb, place } => {
+                let (in_place, place) = at(place);
+                Some((
+                    format!("the policy asks for a reason to {verb}{in_place}"),
+                    "say why",
+                    format!("{verb} {place}because <why>"),
+                ))
+            }
+            Self::ChangeRequired {
+                verb,
+                place,
+                example,
+            } => {
+                let (in_place, place) = at(place);
+                Some((
+                    format!("the policy ties {verb}{in_place} to an approved change"),
+                    "name it",
+                    format!("{verb} {place}{example} because <why>"),
+                ))
+            }
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for Invalid {
@@ -138,36 +204,14 @@ impl fmt::Display for Invalid {
                 crate::gate::key::printable(place),
                 all.join(", ")
             ),
-            Self::ReasonRequired { verb, place: None } => write!(
-                f,
-                "the policy asks for a reason to {verb}: say why, as in `{verb} because <why>`"
-            ),
-            Self::ReasonRequired {
-                verb,
-                place: Some(place),
-            } => write!(
-                f,
-                "the policy asks for a reason to {verb} in {place}: say why, as in `{verb} {place} because <why>`"
-            ),
+            Self::ReasonRequired { .. } | Self::ChangeRequired { .. } | Self::Unspoken(_) => {
+                self.write_asked(f)
+            }
             Self::ReasonTooLong => write!(
                 f,
                 "a reason is at most {} characters",
                 crate::gate::reason::MAX_REASON
             ),
-            Self::ChangeRequired {
-                verb,
-                place,
-                example,
-            } => {
-                let (in_place, place) = match place {
-                    Some(p) => (format!(" in {p}"), format!("{p} ")),
-                    None => (String::new(), String::new()),
-                };
-                write!(
-                    f,
-                    "the policy ties {verb}{in_place} to an approved change: name it, as in `{verb} {place}{example} because <why>`"
-                )
-            }
             Self::ChangeNotReady(why) => {
                 write!(f, "{why}: nothing opened; the canary goes on waiting")
             }
@@ -273,5 +317,32 @@ mod tests {
         assert!(freeze_reason("").is_err());
         assert!(freeze_reason(&"x".repeat(3000)).is_err());
         assert!(freeze_reason("a\nb").is_err());
+    }
+
+    #[test]
+    fn a_button_is_told_to_say_in_a_comment_what_it_cannot() {
+        let reason = Invalid::ReasonRequired {
+            verb: "promote".into(),
+            place: Some("production".into()),
+        };
+        assert_eq!(
+            reason.to_string(),
+            "the policy asks for a reason to promote in production: say why, as in `promote production because <why>`"
+        );
+        assert_eq!(
+            reason.unspoken().to_string(),
+            "the policy asks for a reason to promote in production, and a button carries no words: comment `/promote production because <why>` on the pull request"
+        );
+        let change = Invalid::ChangeRequired {
+            verb: "promote".into(),
+            place: None,
+            example: "CHG0031337".into(),
+        };
+        assert_eq!(
+            change.unspoken().to_string(),
+            "the policy ties promote to an approved change, and a button carries no words: comment `/promote CHG0031337 because <why>` on the pull request"
+        );
+        // Anything else is as it was.
+        assert_eq!(Invalid::ReasonTooLong.unspoken(), Invalid::ReasonTooLong);
     }
 }

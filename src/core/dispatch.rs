@@ -153,6 +153,13 @@ impl<D> Authorized<D> {
         self.plan.as_ref().err()
     }
 
+    /// As asked by a button, which carries no words: a missing reason or
+    /// change is to be said in a comment.
+    pub fn unspoken(mut self) -> Self {
+        self.plan = self.plan.map_err(Invalid::unspoken);
+        self
+    }
+
     /// Whether it may be applied.
     pub fn allowed(&self) -> bool {
         self.plan.is_ok() && self.verdict.is_ok()

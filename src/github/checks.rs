@@ -302,7 +302,7 @@ impl CheckRuns {
             }
         }
         let ended = ended.map(|(_, end)| end);
-        let (state, change) = state_of(gate.as_ref().map(|g| &g.status), now);
+        let (state, _) = state_of(gate.as_ref().map(|g| &g.status), now);
         let first = observations.first();
         let about = match first {
             Some(o) => format!(" {} at {}", o.canary, short(&o.checksum)),
@@ -316,8 +316,9 @@ impl CheckRuns {
             (None, _) if waiting => format!("Waiting for approval:{about}"),
             (None, _) => format!("Closed:{about}"),
         };
+        let status = gate.as_ref().map(|g| &g.status);
         let summary = self
-            .summary(key, state, change, &observations, ended.is_some())
+            .summary(key, status, now, &observations, ended.is_some())
             .await?;
         let actions = match ended {
             Some(_) => Vec::new(),
@@ -347,11 +348,12 @@ impl CheckRuns {
     async fn summary(
         &self,
         key: &GateKey,
-        state: &str,
-        change: Option<&crate::gate::Change>,
+        status: Option<&GateStatus>,
+        now: Millis,
         observations: &[crate::store::ObservationRow],
         ended: bool,
     ) -> Result<String, StoreError> {
+        let (state, change) = state_of(status, now);
         let canaries: Vec<Value> = observations
             .iter()
             .map(|o| {
@@ -371,10 +373,16 @@ impl CheckRuns {
                 "reason": e.reason.map(|r| code(&r, escape::MESSAGE)),
             })
         });
+        // Who approved and who is still needed, as the status comment says it.
+        let approvals = match status {
+            Some(GateStatus::Approving(t)) => Some(code(&t.summary(), escape::MESSAGE)),
+            _ => None,
+        };
         let ctx = json!({
             "key": key.to_string(),
             "kind": key.kind.as_str(),
             "state": state,
+            "approvals": approvals,
             "by": change.map(|c| code(&c.by.name, escape::NAME)),
             "via": change.map(|c| c.by.source.to_string()),
             "canaries": canaries,

@@ -126,7 +126,9 @@ impl GithubInbox {
             ..Replies::default()
         };
         let engine = &self.state.engine;
-        let authorized = dispatch::authorize(engine, &request, &authorizer).await?;
+        let authorized = dispatch::authorize(engine, &request, &authorizer)
+            .await?
+            .unspoken();
         intake::take_one(engine, SOURCE, request, authorized, Some(lease), replies).await?;
         Ok(Settled::Done)
     }

@@ -100,6 +100,9 @@ impl PrView {
             g.title = g.title.as_deref().map(|t| code(t, escape::METADATA));
             // A person's words: no mention, link or marker forms in them.
             g.reason = g.reason.as_deref().map(|r| code(r, MAX_REASON));
+            // People's names, as chat gave them (a Teams name is free text).
+            g.approvals = g.approvals.as_deref().map(|a| code(a, escape::MESSAGE));
+            g.by = g.by.as_deref().map(|b| code(b, escape::NAME));
             for c in &mut g.canaries {
                 // gatebot's own words and numbers: no text of Flagger's side.
                 c.evidence = c

@@ -54,6 +54,33 @@ pub struct Change {
     pub business_service: String,
 }
 
+impl Change {
+    /// A normal change naming configuration item `ci`, planned from `from`
+    /// to `to` (milliseconds since the epoch), with its approval `approval`
+    /// (and the state a change has then: Scheduled once approved, else Assess).
+    pub fn planned(number: &str, approval: &str, from: i64, to: i64, ci: &str) -> Self {
+        Self {
+            number: number.into(),
+            approval: approval.into(),
+            state: if approval == "approved" { -2 } else { -4 },
+            start: time(from),
+            end: time(to),
+            cmdb_ci: ci.into(),
+            business_service: String::new(),
+        }
+    }
+}
+
+/// ServiceNow's `2026-12-07 08:00:00` (UTC) of `ms` since the epoch.
+pub fn time(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms as u64);
+    humantime::format_rfc3339_seconds(t)
+        .to_string()
+        .replace('T', " ")
+        .trim_end_matches('Z')
+        .to_string()
+}
+
 /// What the fake keeps of a change beyond what a test sets.
 struct Record {
     change: Change,
