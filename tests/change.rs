@@ -9,6 +9,7 @@
 
 use gatebot_testkit::chatops::{ChatOps, Setup};
 use gatebot_testkit::fake_jira::{self, FakeJira};
+use gatebot_testkit::fake_prometheus::{Answer, FakePrometheus};
 use gatebot_testkit::fake_servicenow::{Change, FakeServiceNow};
 use gatebot_testkit::flagger::{
     flagger_tokens, pr_hooks, with_token, FlaggerSim, HookType, Phase, Strategy,
@@ -130,6 +131,15 @@ async fn hook(env: &ChatOps, secret: &str) -> u16 {
 /// A server whose Flagger carries its cluster's token, so that its waits
 /// are vouched for, with the change system's credentials and webhook secret.
 async fn start_vouched(backend: Backend, policy: &str) -> ChatOps {
+    start_vouched_with(backend, policy, |_| {}).await
+}
+
+/// [`start_vouched`], with the configuration edited last.
+async fn start_vouched_with(
+    backend: Backend,
+    policy: &str,
+    edit: impl FnOnce(&mut gatebot::Config),
+) -> ChatOps {
     let env = ChatOps::start_with(
         backend,
         Setup {
@@ -143,6 +153,7 @@ async fn start_vouched(backend: Backend, policy: &str) -> ChatOps {
             config.change.webhook_secret = Some(HOOK_SECRET.to_string().into());
             config.flagger_tokens =
                 flagger_tokens(&[("prod", TOKEN), ("staging", STAGING_TOKEN)]).into();
+            edit(config);
         },
     )
     .await;
@@ -188,7 +199,26 @@ async fn a_production_promotion_under_a_reason_a_team_and_a_change_gatebot_opens
          [change]\nprovider = \"servicenow\"\nurl = \"{}\"\nmode = \"create\"\nservice = \"shop\"\npoll = \"10s\"\n",
         sn.url
     );
-    let env = start_vouched(backend, &policy).await;
+    // The change shows the canary's numbers and links to the gate's page.
+    let prometheus = FakePrometheus::start().await;
+    let (rate, latency) = (
+        "istio_requests_total",
+        "istio_request_duration_milliseconds_bucket",
+    );
+    for (query, workload, value) in [
+        (rate, "podinfo", "99.9"),
+        (rate, "podinfo-primary", "99.8"),
+        (latency, "podinfo", "80"),
+        (latency, "podinfo-primary", "95"),
+    ] {
+        let named = format!("destination_workload=~\"{workload}\"");
+        prometheus.answer(&[query, &named], Answer::Value(value.into()));
+    }
+    let env = start_vouched_with(backend, &policy, |config| {
+        config.prometheus.url = Some(prometheus.url.clone());
+        config.public_url = Some("https://gatebot.example.com".into());
+    })
+    .await;
     env.github.add_team_member("acme/sre", "alice");
     let mut sim = waiting_vouched(&env).await;
 
@@ -206,7 +236,10 @@ async fn a_production_promotion_under_a_reason_a_team_and_a_change_gatebot_opens
     let created = sn.created()[0].to_string();
     assert!(
         created.contains("Promote test/podinfo to revision rev-b, from pull request acme/shop#42")
-            && created.contains("\"cmdb_ci\":\"shop\""),
+            && created.contains("\"cmdb_ci\":\"shop\"")
+            && created.contains("Its numbers when this was opened: success 99.9 %")
+            && created
+                .contains("The gate: https://gatebot.example.com/ui/gates/promote/acme/shop/pr/42"),
         "{created}"
     );
 

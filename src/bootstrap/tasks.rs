@@ -230,7 +230,11 @@ pub(super) async fn changes(state: AppState, shutdown: CancellationToken) {
             _ = tick.tick() => {}
             () = wake.notified() => {}
         }
-        let pass = crate::core::created::tend(&state.engine);
+        let about = crate::core::created::About {
+            evidence: &state.evidence,
+            public_url: state.config.public_url.as_deref(),
+        };
+        let pass = crate::core::created::tend(&state.engine, &about);
         tokio::select! {
             () = shutdown.cancelled() => return,
             done = pass => if let Err(e) = done {

@@ -11,6 +11,7 @@ use super::tickets::TicketPin;
 use super::{CommandError, Engine, Provenance};
 use crate::change::{CallError, ChangeClient, Draft};
 use crate::command::Command;
+use crate::evidence::Evidence;
 use crate::gate::ticket::{ChangeRule, Decision, Mode};
 use crate::gate::{Actor, CanaryRef, GateStatus, Group, Millis, Scope, Source};
 use crate::store::tickets::{state, TicketRow};
@@ -40,7 +41,7 @@ const STALE_CLAIM: Millis = 10 * 60_000;
 /// when its wait ended without it; those Flagger is done with moved to their
 /// end state. The change system down or limiting ends the pass, to be tried
 /// at the next.
-pub async fn tend(engine: &Engine) -> Result<(), CommandError> {
+pub async fn tend(engine: &Engine, about: &About<'_>) -> Result<(), CommandError> {
     let (Some(rule), Some(system)) = (
         engine
             .settings()
@@ -54,7 +55,7 @@ pub async fn tend(engine: &Engine) -> Result<(), CommandError> {
     let waits = engine.store().waits().list(None, true, WAITS).await?;
     let waiting = Waiting::of(&waits);
     let pass = async {
-        open_changes(engine, rule, system, &waits).await?;
+        open_changes(engine, rule, system, about, &waits).await?;
         follow_changes(engine, rule, system, &waiting).await?;
         retire_changes(engine, &waiting).await?;
         close_changes(engine, system).await
@@ -94,11 +95,35 @@ impl From<crate::store::StoreError> for Stop {
     }
 }
 
+/// What a change gatebot opens shows beyond the wait: the canary's numbers
+/// and where the gate's page is.
+pub struct About<'a> {
+    pub evidence: &'a Evidence,
+    /// `GATEBOT_PUBLIC_URL`, for the link to the gate's page.
+    pub public_url: Option<&'a str>,
+}
+
+impl About<'_> {
+    /// The canary's numbers, read now when no pass has read them yet (at most
+    /// [`OPENED_PER_PASS`] reads a pass, each bounded by Prometheus's timeout).
+    async fn numbers(&self, canary: &CanaryRef, wait: &WaitRow, now: Millis) -> Option<String> {
+        if !self.evidence.is_on() {
+            return None;
+        }
+        if self.evidence.line_of(canary).is_none() {
+            let metadata = crate::evidence::strings(&wait.metadata);
+            self.evidence.fetch(canary, &metadata, now).await;
+        }
+        self.evidence.line_of(canary)
+    }
+}
+
 /// A change for each vouched wait under the rule that has none.
 async fn open_changes(
     engine: &Engine,
     rule: &ChangeRule,
     system: &ChangeClient,
+    about: &About<'_>,
     waits: &[WaitRow],
 ) -> Result<(), Stop> {
     let tickets = engine.store().tickets();
@@ -136,7 +161,9 @@ async fn open_changes(
         // A claim stays until the change is known: a failure may have opened
         // it anyway (an answer lost to a timeout), so it is tried again only
         // once the claim is stale.
-        match system.create(&draft(rule, &row, wait.started_at)).await {
+        let numbers = about.numbers(canary, wait, now).await;
+        let draft = draft(rule, &row, wait.started_at, numbers, about.public_url);
+        match system.create(&draft).await {
             Ok(number) if rule.is_number(&number) => {
                 tracing::info!(change = %number, gate = %row.gate, canary = %row.canary, "change opened");
                 tickets.ticket_made(&row, &number, engine.now()).await?;
@@ -153,22 +180,41 @@ async fn open_changes(
     Ok(())
 }
 
-/// What a change gatebot opens says: the canary, its revision and gate.
-/// Names come from Flagger's side: they are data in the text, and the
-/// change system shows them as text.
-fn draft(rule: &ChangeRule, row: &TicketRow, started: Millis) -> Draft {
+/// What a change gatebot opens says: the canary, its revision, gate and
+/// numbers, and a link to the gate's page. Names come from Flagger's side:
+/// they are data in the text, and the change system shows them as text.
+fn draft(
+    rule: &ChangeRule,
+    row: &TicketRow,
+    started: Millis,
+    numbers: Option<String>,
+    public_url: Option<&str>,
+) -> Draft {
     let revision: String = row.checksum.chars().take(12).collect();
     let pr = match &row.gate.scope {
         Scope::Pr { repo, number } => format!(", from pull request {repo}#{}", number.0),
         _ => String::new(),
     };
+    let mut description = format!(
+        "Flagger waits at {} for canary {} at revision {} (cluster {}){pr}.\n",
+        row.gate, row.canary, row.checksum, row.cluster
+    );
+    if let Some(numbers) = numbers {
+        description.push_str(&format!("Its numbers when this was opened: {numbers}.\n"));
+    }
+    if let Some(url) = public_url {
+        description.push_str(&format!(
+            "The gate: {}/ui{}\n",
+            url.trim_end_matches('/'),
+            row.gate
+        ));
+    }
+    description.push_str(
+        "Approve this change to open the gate; gatebot closes it when Flagger promotes or rolls back.",
+    );
     Draft {
         summary: format!("Promote {} to revision {revision}{pr}", row.canary),
-        description: format!(
-            "Flagger waits at {} for canary {} at revision {} (cluster {}){pr}.\n\
-             Approve this change to open the gate; gatebot closes it when Flagger promotes or rolls back.",
-            row.gate, row.canary, row.checksum, row.cluster
-        ),
+        description,
         service: rule.service.clone(),
         window: (started, started + rule.window),
     }
