@@ -508,6 +508,10 @@ const STORED_CLAIM_READERS: &[(&str, &str)] = &[
     ("api/cli.rs", "check-config names each waiting canary's evidence provider: a line of text"),
     ("core/admit.rs", "admission itself"),
     (
+        "core/created.rs",
+        "the canary's numbers for a change's description, read only for waits a Flagger token vouched for, through `Evidence::fetch`",
+    ),
+    (
         "core/deadlines.rs",
         "a deadline in metadata counts only for a check a Flagger token vouched for (`gate::deadline`)",
     ),
