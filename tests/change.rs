@@ -812,3 +812,65 @@ async fn check_config_reads_the_change_system() {
         "{text}"
     );
 }
+
+/// Two replicas on one PostgreSQL store, woken together by the change
+/// system's webhook while its writes are slow: the change is opened once,
+/// and once Flagger promotes it is closed once.
+#[tokio::test]
+async fn two_replicas_open_and_close_each_change_once() {
+    if gatebot_testkit::harness::postgres_url().is_none() {
+        eprintln!(
+            "SKIPPED: replicas share PostgreSQL; set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)"
+        );
+        return;
+    }
+    let sn = FakeServiceNow::start().await;
+    sn.require_basic("gatebot", "s3cret");
+    sn.slow_writes(std::time::Duration::from_millis(400));
+    let policy = format!(
+        "[change]\nprovider = \"servicenow\"\nurl = \"{}\"\nmode = \"create\"\n",
+        sn.url
+    );
+    let env = start_vouched(Backend::Postgres, &policy).await;
+    let other = env.replica().await;
+    let mut sim = waiting_vouched(&env).await;
+    let both = || async {
+        let wake = |url: String| async move {
+            client()
+                .post(format!("{url}/webhooks/change"))
+                .bearer_auth(HOOK_SECRET)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        };
+        let (a, b) = tokio::join!(wake(env.server.url.clone()), wake(other.url.clone()));
+        assert_eq!((a, b), (202, 202));
+    };
+    both().await;
+    eventually("a change opened", || async { sn.created().len() == 1 }).await;
+    let number = "CHG0040001";
+    eventually("the change numbered", || async {
+        sn.change(number).is_some()
+    })
+    .await;
+    both().await;
+
+    sn.approve(number);
+    sim.tick().await;
+    both().await;
+    assert!(sim.run_until(|s| s.promotions() == 1, 40).await, "promoted");
+    let _ = sim.run_until(|s| s.phase() == Phase::Succeeded, 20).await;
+    for _ in 0..3 {
+        both().await;
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    }
+    eventually("the change closed", || async {
+        sn.change(number).is_some_and(|c| c.state == 3)
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+    assert_eq!(sn.created().len(), 1, "opened once");
+    assert_eq!(sn.patches().len(), 1, "closed once: {:?}", sn.patches());
+}

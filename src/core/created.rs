@@ -387,7 +387,12 @@ async fn landed(engine: &Engine, row: &TicketRow) -> Result<bool, CommandError> 
 /// it) is given up, said once.
 async fn close_changes(engine: &Engine, system: &ChangeClient) -> Result<(), Stop> {
     let tickets = engine.store().tickets();
-    for row in tickets.tickets_in(state::CLOSING, PER_PASS).await? {
+    let stale = engine.now() - STALE_CLAIM;
+    for row in tickets.tickets_to_close(stale, PER_PASS).await? {
+        // Claimed first, so that two replicas never both close it.
+        if !tickets.claim_close(&row, engine.now(), stale).await? {
+            continue;
+        }
         let notes = if row.successful {
             format!(
                 "Flagger promoted {} at revision {}.",
@@ -403,13 +408,31 @@ async fn close_changes(engine: &Engine, system: &ChangeClient) -> Result<(), Sto
             Ok(()) => {
                 tracing::info!(change = %row.number, successful = row.successful, "change closed");
             }
-            Err(e @ CallError::Unreachable { .. }) => return Err(Stop::Unreachable(e)),
+            Err(e @ CallError::Unreachable { .. }) => {
+                // Not sent: given back for the next pass.
+                tickets
+                    .move_ticket(
+                        &row,
+                        &[state::CLOSE_CLAIMED],
+                        state::CLOSING,
+                        None,
+                        engine.now(),
+                    )
+                    .await?;
+                return Err(Stop::Unreachable(e));
+            }
             Err(e) => {
                 tracing::error!(change = %row.number, error = %e, "change not closed; given up: close it by hand");
             }
         }
         tickets
-            .move_ticket(&row, &[state::CLOSING], state::CLOSED, None, engine.now())
+            .move_ticket(
+                &row,
+                &[state::CLOSE_CLAIMED],
+                state::CLOSED,
+                None,
+                engine.now(),
+            )
             .await?;
     }
     Ok(())

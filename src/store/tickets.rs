@@ -21,6 +21,8 @@ pub mod state {
     pub const REJECTED: &str = "rejected";
     /// Flagger is done: to be moved to its end state.
     pub const CLOSING: &str = "closing";
+    /// Claimed to be closed; the change system has not answered yet.
+    pub const CLOSE_CLAIMED: &str = "close-claimed";
     pub const CLOSED: &str = "closed";
 }
 
@@ -89,6 +91,43 @@ impl<'s> Tickets<'s> {
         .bind(row.gate.to_string())
         .bind(row.canary.clone())
         .bind(row.checksum.clone())
+        .execute(&self.store.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Tickets to be closed, oldest change first, at most `limit`: those
+    /// Flagger is done with, and those whose claim to close was made before
+    /// `stale` (a replica that died mid-call).
+    pub async fn tickets_to_close(self, stale: Millis, limit: i64) -> Result<Vec<TicketRow>> {
+        let rows = sqlx::query(
+            "SELECT * FROM change_tickets WHERE state = $1 OR (state = $2 AND changed_at < $3) \
+             ORDER BY changed_at LIMIT $4",
+        )
+        .bind(state::CLOSING)
+        .bind(state::CLOSE_CLAIMED)
+        .bind(stale)
+        .bind(limit)
+        .fetch_all(&self.store.pool)
+        .await?;
+        rows.iter().map(ticket_from_row).collect()
+    }
+
+    /// Claims a ticket to close it; false when another replica has (or it
+    /// moved meanwhile). A stale claim may be taken over.
+    pub async fn claim_close(self, row: &TicketRow, now: Millis, stale: Millis) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE change_tickets SET state = $1, changed_at = $2 \
+             WHERE gate_key = $3 AND canary = $4 AND checksum = $5 \
+             AND (state = $6 OR (state = $1 AND changed_at < $7))",
+        )
+        .bind(state::CLOSE_CLAIMED)
+        .bind(now)
+        .bind(row.gate.to_string())
+        .bind(row.canary.clone())
+        .bind(row.checksum.clone())
+        .bind(state::CLOSING)
+        .bind(stale)
         .execute(&self.store.pool)
         .await?;
         Ok(done.rows_affected() == 1)

@@ -18,7 +18,7 @@
 //! (401 with ServiceNow's body otherwise), be rate limited (429, `Retry-After`
 //! and the rate limit body) or be down (503), and it records every request.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -111,6 +111,8 @@ struct Inner {
     limited: AtomicU32,
     retry_after: AtomicU32,
     down: AtomicBool,
+    /// How long a write (a create or a PATCH) takes to be answered, in ms.
+    write_latency: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -445,6 +447,14 @@ impl FakeServiceNow {
         self.inner.down.store(down, Ordering::SeqCst);
     }
 
+    /// Each create and PATCH is answered only after `latency`, as a busy
+    /// instance does: callers that race overlap.
+    pub fn slow_writes(&self, latency: Duration) {
+        self.inner
+            .write_latency
+            .store(latency.as_millis() as u64, Ordering::SeqCst);
+    }
+
     /// Every request, in order: `GET /api/sn_chg_rest/change?sysparm_query=number=CHG0031337`
     /// (the query decoded), `PATCH /api/sn_chg_rest/change/{sys_id}`.
     pub fn requests(&self) -> Vec<String> {
@@ -590,6 +600,7 @@ async fn patch(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    write_latency(&inner).await;
     if let Some(refused) = refusal(&inner, &method, &uri, &headers) {
         return refused;
     }
@@ -629,7 +640,15 @@ async fn create_normal(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    write_latency(&inner).await;
     create(&inner, &method, &uri, &headers, &body, None)
+}
+
+async fn write_latency(inner: &Inner) {
+    let ms = inner.write_latency.load(Ordering::SeqCst);
+    if ms > 0 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
 }
 
 async fn create_standard(
@@ -640,6 +659,7 @@ async fn create_standard(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    write_latency(&inner).await;
     create(&inner, &method, &uri, &headers, &body, Some(template))
 }
 
