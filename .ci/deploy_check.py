@@ -52,10 +52,13 @@ if (ROOT / ".env.example").is_file():
 SECRET_ENV = {
     "GATEBOT_ADMIN_TOKEN", "GATEBOT_GITHUB_WEBHOOK_SECRET", "GATEBOT_GITHUB_TOKEN",
     "GATEBOT_GITHUB_APP_PRIVATE_KEY", "GATEBOT_SLACK_SIGNING_SECRET", "GATEBOT_SLACK_BOT_TOKEN",
-    "GATEBOT_SLACK_APP_TOKEN", "GATEBOT_TEAMS_APP_PASSWORD",
+    "GATEBOT_SLACK_APP_TOKEN", "GATEBOT_TEAMS_APP_PASSWORD", "GATEBOT_CHANGE_PASSWORD",
+    "GATEBOT_CHANGE_WEBHOOK_SECRET",
 }
 WEBHOOK_PATHS = ["/webhooks/github", "/webhooks/slack/interactions", "/webhooks/slack/commands",
                  "/webhooks/teams"]
+# Routed by the Ingress only with change.webhook: by default the change system is polled.
+CHANGE_WEBHOOK_PATH = "/webhooks/change"
 SQLITE_URL = "sqlite:///data/gatebot.db"
 # A fork's own image, as the build-it-yourself path sets it; the chart's default is the
 # published one (PUBLISHED_IMAGE), which the README's first install uses.
@@ -141,6 +144,14 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "teams": {"appId": "0b6fe6d1-fece-44f7-9a48-56465e2d5ab8", "appPassword": "teams-secret-1",
                   "tenants": ["50612dbb-0237-4969-b378-8d42590f9c00", "72f988bf-86f1-41af-91ab-2d7cd011db47"],
                   "approvers": ["b15a9416-0ad3-4172-9210-7beb711d3f70"]},
+    },
+    "change": {
+        "change": {"user": "svc-gatebot", "password": "change-secret-1",
+                   "webhookSecret": "change-hook-secret-1", "webhook": True},
+        "policy": "[change]\nprovider = \"servicenow\"\nurl = \"https://acme.service-now.com\"\n"
+                  "mode = \"create\"\n",
+        "ingress": {"enabled": True, "hosts": ["gatebot.example.com"],
+                    "tls": [{"secretName": "gatebot-tls", "hosts": ["gatebot.example.com"]}]},
     },
     "limits": {"limits": {"headerReadTimeout": "3s", "idleTimeout": "75s", "maxConnections": 256,
                           "bodyReadTimeout": "5s", "requestTimeout": "8s"},
@@ -700,7 +711,8 @@ def chart_checks(ck: Checks, chart: Path) -> None:
                 continue  # the generated token's own Secret (the Flagger tokens check)
             expect(sname == "gatebot" and key in keys, f"{env} refers to a missing key {key}")
         expect(set(refs) == SECRET_ENV - {"GATEBOT_GITHUB_APP_PRIVATE_KEY", "GATEBOT_SLACK_APP_TOKEN",
-                                          "GATEBOT_TEAMS_APP_PASSWORD"}
+                                          "GATEBOT_TEAMS_APP_PASSWORD", "GATEBOT_CHANGE_PASSWORD",
+                                          "GATEBOT_CHANGE_WEBHOOK_SECRET"}
                | {"GATEBOT_DATABASE_URL", "GATEBOT_FLAGGER_TOKENS"}, f"secret env {sorted(refs)}")
         expect(base64.b64decode(secret["data"]["database-url"]).decode()
                == SCENARIOS["postgres"]["postgres"]["url"], "database-url content")
@@ -730,6 +742,33 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         expect(refs["GATEBOT_DATABASE_URL"][:2] == ("gatebot-secrets", "db"), "database URL ref")
         return "all secrets from gatebot-secrets"
     ck.run("existingSecret", existing_secret)
+
+    def each_inline_secret_alone() -> str:
+        # The Secret is rendered when any inline secret is set: each one alone must
+        # render it, with the key its environment variable refers to.
+        helpers = (chart / "templates" / "_helpers.tpl").read_text()
+        table = helpers.split('define "gatebot.secretEnv"')[1].split("{{- end }}")[0]
+        rows = re.findall(r"^(GATEBOT_\w+): \[([\w.]+), (\w+)\]$", table, re.M)
+        expect(len(rows) >= 13, f"gatebot.secretEnv rows: {rows}")
+        for env, path, _ in rows:
+            values: dict[str, Any] = {}
+            node = values
+            *parents, leaf = path.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = {"appPrivateKey": PEM, "appToken": "xapp-1-s3cret",
+                          "workflowUrl": "https://prod.example.com/workflows/1"}.get(leaf, "s3cret")
+            if path == "github.appPrivateKey":
+                values["github"]["appId"] = "12345"
+            docs = manifests(render(chart, values))
+            secrets = [d for d in of_kind(docs, "Secret") if not flagger_token_secret(d)]
+            expect(len(secrets) == 1, f"{path} alone renders {len(secrets)} Secrets")
+            ref = secret_refs(container_of(docs)).get(env)
+            expect(ref is not None and ref[0] == secrets[0]["metadata"]["name"]
+                   and ref[1] in secrets[0].get("data", {}),
+                   f"{path} alone: {env} refers to {ref}, Secret keys {sorted(secrets[0].get('data', {}))}")
+        return f"{len(rows)} inline secrets, each alone in the chart's Secret"
+    ck.run("each inline secret alone renders the Secret", each_inline_secret_alone)
 
     def templates_check() -> str:
         docs = need("templates")
@@ -951,6 +990,56 @@ def chart_checks(ck: Checks, chart: Path) -> None:
         return "app id and tenants in env, approvers in the policy file; the password from the Secret"
     ck.run("loadtester.openAccess, volumes and volumeMounts, Socket Mode", private_cluster)
     ck.run("Teams: settings in env and the policy file, the app password from the Secret", teams)
+
+    def change() -> str:
+        docs = need("change")
+        c = container_of(docs)
+        envs = env_map(c)
+        values = SCENARIOS["change"]["change"]
+        expect(envs.get("GATEBOT_CHANGE_USER") == {"name": "GATEBOT_CHANGE_USER", "value": values["user"]},
+               f"the user as a plain value, got {envs.get('GATEBOT_CHANGE_USER')}")
+        refs = secret_refs(c)
+        secret = one(docs, "Secret")
+        for env, key, value in (("GATEBOT_CHANGE_PASSWORD", "change-password", values["password"]),
+                                ("GATEBOT_CHANGE_WEBHOOK_SECRET", "change-webhook-secret",
+                                 values["webhookSecret"])):
+            expect(refs.get(env) == ("gatebot", key, False), f"{env} from the Secret, got {refs.get(env)}")
+            expect(base64.b64decode(secret["data"].get(key, "")).decode() == value, f"{key} content")
+            expect(value not in json.dumps(one(docs, "Deployment")), f"{env}'s value appears in the Deployment")
+        expect(not any(n.startswith("GATEBOT_CHANGE_") for n in env_map(container_of(need("defaults")))),
+               "GATEBOT_CHANGE_* set by default")
+        expect("provider" in toml_tables(docs).get("change", {}), "the policy's [change] table kept")
+        # With existingSecret the keys are read from it (optional), like every other secret.
+        mine = secret_refs(container_of(manifests(render(chart, {
+            "existingSecret": "gatebot-secrets", "change": {"user": "svc", "webhook": True}}))))
+        for env, key in (("GATEBOT_CHANGE_PASSWORD", "change-password"),
+                         ("GATEBOT_CHANGE_WEBHOOK_SECRET", "change-webhook-secret")):
+            expect(mine.get(env) == ("gatebot-secrets", key, True), f"{env} from existingSecret, got {mine.get(env)}")
+        return "the user in env; password and webhook secret from the Secret; none by default"
+    ck.run("change: the user in env, the password and webhook secret from the Secret", change)
+
+    def change_ingress() -> str:
+        ing = one(need("change"), "Ingress")
+        for rule in ing["spec"]["rules"]:
+            got = sorted((p["path"], p["pathType"]) for p in rule["http"]["paths"])
+            expect(got == sorted((p, "Exact") for p in WEBHOOK_PATHS + [CHANGE_WEBHOOK_PATH]),
+                   f"with change.webhook the Ingress routes the webhooks and {CHANGE_WEBHOOK_PATH}, got {got}")
+        expect(f"https://gatebot.example.com{CHANGE_WEBHOOK_PATH}" in notes(raw["change"]),
+               "NOTES lacks the change webhook's URL")
+        exposed = one(need("exposed"), "Ingress")
+        expect(all(p["path"] != CHANGE_WEBHOOK_PATH for r in exposed["spec"]["rules"]
+                   for p in r["http"]["paths"]), f"{CHANGE_WEBHOOK_PATH} routed without change.webhook")
+        expect(CHANGE_WEBHOOK_PATH not in notes(raw["exposed"]) and CHANGE_WEBHOOK_PATH not in notes(raw["defaults"]),
+               f"NOTES names {CHANGE_WEBHOOK_PATH} although it is not routed")
+        return f"{CHANGE_WEBHOOK_PATH} (Exact) only with change.webhook, and its URL in NOTES"
+    ck.run("ingress routes /webhooks/change only with change.webhook", change_ingress)
+    ck.run("change.webhook without a webhook secret fails",
+           refuses({"change": {"webhook": True}, "ingress": {"enabled": True}},
+                   "change.webhook is true but no webhook secret is set: set change.webhookSecret, "
+                   "or existingSecret with the secret under key \"change-webhook-secret\""))
+    ck.run("change.password inline with existingSecret fails",
+           refuses({"existingSecret": "s", "change": {"password": "p"}},
+                   "change.password is set inline but existingSecret"))
 
     def kubernetes_lookup() -> str:
         docs = need("kubernetes-lookup")

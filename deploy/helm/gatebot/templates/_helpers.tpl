@@ -92,7 +92,7 @@ Name of the Secret holding the Flagger token the chart generates.
 */}}
 {{- define "gatebot.createSecret" -}}
 {{- $v := .Values }}
-{{- if and (not $v.existingSecret) (or $v.adminToken $v.pipelineToken $v.github.webhookSecret $v.github.token $v.github.appPrivateKey $v.slack.signingSecret $v.slack.botToken $v.slack.appToken $v.teams.appPassword $v.teams.workflowUrl $v.postgres.url) }}true{{ end }}
+{{- if and (not $v.existingSecret) (or $v.adminToken $v.pipelineToken $v.github.webhookSecret $v.github.token $v.github.appPrivateKey $v.slack.signingSecret $v.slack.botToken $v.slack.appToken $v.teams.appPassword $v.teams.workflowUrl $v.evidence.password $v.change.password $v.change.webhookSecret $v.postgres.url) }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -110,6 +110,8 @@ GATEBOT_SLACK_APP_TOKEN: [slack.appToken, slackAppToken]
 GATEBOT_TEAMS_APP_PASSWORD: [teams.appPassword, teamsAppPassword]
 GATEBOT_TEAMS_WORKFLOW_URL: [teams.workflowUrl, teamsWorkflowUrl]
 GATEBOT_PROMETHEUS_PASSWORD: [evidence.password, prometheusPassword]
+GATEBOT_CHANGE_PASSWORD: [change.password, changePassword]
+GATEBOT_CHANGE_WEBHOOK_SECRET: [change.webhookSecret, changeWebhookSecret]
 {{- end }}
 
 {{/*
@@ -156,6 +158,9 @@ Refuse combinations that cannot work, with a message that says what to change.
 {{- end }}
 {{- if and $v.github.appPrivateKey (not $v.github.appId) }}
 {{- fail "github.appPrivateKey is set but github.appId is empty" }}
+{{- end }}
+{{- if and $v.change.webhook (not (or $v.change.webhookSecret $v.existingSecret)) }}
+{{- fail (printf "change.webhook is true but no webhook secret is set: set change.webhookSecret, or existingSecret with the secret under key %q (without one gatebot answers 404 on /webhooks/change)" $v.existingSecretKeys.changeWebhookSecret) }}
 {{- end }}
 {{- end }}
 
