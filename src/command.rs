@@ -371,21 +371,30 @@ impl LineIndex {
     }
 }
 
-/// Break glass: a reason that starts with `--force` asks to open the gate past
-/// freezes, release windows and missing approvals. Returns whether it does,
-/// and the reason without the flag.
+/// Break glass: a reason whose first word, or second after the place
+/// (`/promote production --force <why>`), is `--force` asks to open the gate
+/// past freezes, release windows and missing approvals. Returns whether it
+/// does, and the reason without the flag (the place kept in front).
 pub fn split_force(reason: Option<String>) -> (bool, Option<String>) {
     let Some(text) = reason else {
         return (false, None);
     };
-    let trimmed = text.trim_start();
-    match trimmed.strip_prefix("--force") {
-        Some(rest) if rest.is_empty() || rest.starts_with(char::is_whitespace) => {
-            let rest = rest.trim();
-            (true, (!rest.is_empty()).then(|| rest.to_string()))
-        }
-        _ => (false, Some(text)),
+    let trimmed = text.trim();
+    if let Some(rest) = after_force(trimmed) {
+        return (true, (!rest.is_empty()).then(|| rest.to_string()));
     }
+    if let Some((place, after)) = trimmed.split_once(char::is_whitespace) {
+        if let Some(rest) = after_force(after.trim_start()) {
+            return (true, Some(format!("{place} {rest}").trim_end().to_string()));
+        }
+    }
+    (false, Some(text))
+}
+
+/// The text after a leading `--force` word, trimmed.
+fn after_force(text: &str) -> Option<&str> {
+    let rest = text.strip_prefix("--force")?;
+    (rest.is_empty() || rest.starts_with(char::is_whitespace)).then(|| rest.trim())
 }
 
 /// What a Slack command acts on.
@@ -713,7 +722,7 @@ mod tests {
     // --- Command words ---
 
     #[test]
-    fn force_is_a_flag_before_the_reason() {
+    fn force_is_a_flag_before_the_reason_or_after_the_place() {
         let table = [
             (None, (false, None)),
             (Some("--force db is down"), (true, Some("db is down"))),
@@ -721,6 +730,15 @@ mod tests {
             (Some("--force"), (true, None)),
             (Some("--forced landing"), (false, Some("--forced landing"))),
             (Some("ship it --force"), (false, Some("ship it --force"))),
+            (
+                Some("production --force db is down"),
+                (true, Some("production db is down")),
+            ),
+            (Some(" prod-eu  --force "), (true, Some("prod-eu"))),
+            (
+                Some("production --forced"),
+                (false, Some("production --forced")),
+            ),
         ];
         for (reason, (force, rest)) in table {
             assert_eq!(

@@ -346,6 +346,14 @@ async fn break_glass_skips_the_order_and_is_announced(backend: Backend) {
             .contains("/gates/promote/acme/shop/pr/42@prod-eu"),
         "{audit}"
     );
+
+    // The flag after the place breaks glass too, for the next commit.
+    let mut eu = env.waiting(PROD_EU, "rev-e2", NEXT_COMMIT).await;
+    env.comment("carol", "/promote prod-eu --force second hotfix")
+        .await;
+    assert!(env.promoted(&mut eu).await);
+    let audit = env.server.api("/api/v1/audit").await.to_string();
+    assert!(audit.contains("second hotfix"), "{audit}");
 }
 
 async fn a_check_with_another_clusters_token_cannot_use_this_clusters_approval(backend: Backend) {
