@@ -352,7 +352,7 @@ fn submission(view: &Value, user: &str, trigger: &str, reason: &str) -> Value {
 
 /// Under a `[[reasons]]` rule, a button opens a modal that asks why (with
 /// the click's trigger, at once); its submission is that click, with the
-/// reason. A submission without one is refused at the click's response_url.
+/// reason. A submission without one keeps the modal open and takes nothing.
 async fn a_button_asks_why_in_a_modal_where_the_policy_does(backend: Backend) {
     let github = FakeGithub::start().await;
     let policy = "[[reasons]]\nkind = \"start\"\nrequired = true\n";
@@ -389,18 +389,29 @@ async fn a_button_asks_why_in_a_modal_where_the_policy_does(backend: Backend) {
         insta::assert_json_snapshot!("slack_reason_modal", shown);
     }
 
-    // Submitted blank (Slack's min_length would not let it): refused where the click was.
-    let blank = submission(&view, ALICE, "trig-blank", " ");
-    assert_eq!(env.interact(&blank).await.status(), 200);
-    let text = env.response("trig-why").await["text"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert!(
-        text.contains("the policy asks for a reason to start"),
-        "{text}"
-    );
+    // Submitted with spaces or a bare "because" (Slack's min_length counts
+    // spaces): the modal stays open, saying why under its field; nothing is taken.
+    for typed in ["   ", "because"] {
+        let blank = submission(&view, ALICE, "trig-blank", typed);
+        let answer = env.interact(&blank).await;
+        assert_eq!(answer.status(), 200);
+        let body: Value = answer.json().await.unwrap();
+        assert_eq!(body["response_action"], "errors", "{body}");
+        assert_eq!(
+            body["errors"]["reason"],
+            "Write why in words: it is recorded with your decision."
+        );
+    }
+    env.server.drained().await;
+    assert!(env.responses("trig-why").is_empty());
     assert_eq!(env.gate_state(gate).await, "closed");
+    let metrics = env.server.metrics().await;
+    assert!(
+        metrics.contains(
+            "gatebot_rejected_requests_total{route=\"/webhooks/slack/interactions\",reason=\"reason_missing\"} 2"
+        ),
+        "{metrics}"
+    );
 
     let said = submission(&view, ALICE, "trig-said", "smoke tests passed <!channel>");
     assert_eq!(env.interact(&said).await.status(), 200);

@@ -663,3 +663,35 @@ async fn a_burst_of_envelopes_is_held_to_a_bound_and_none_is_lost(backend: Backe
     assert_eq!(opens, 1, "one person's clicks open the gate once");
     promotes(&mut sim).await;
 }
+
+/// A reason modal submitted blank stays open: its acknowledgement carries
+/// Slack's `response_action: errors`, as the HTTP route's answer does.
+#[tokio::test]
+async fn a_blank_reason_modal_is_kept_open_by_its_acknowledgement() {
+    let env = env(Backend::Sqlite).await;
+    let conn = only_open(&env);
+    let origin = json!({"a": "gatebot_approve", "v": "{}", "r": null}).to_string();
+    let state =
+        json!({"values": {"reason": {"reason": {"type": "plain_text_input", "value": "  "}}}});
+    let submission = json!({
+        "type": "view_submission",
+        "user": {"id": "UALICE", "username": "alice", "name": "alice", "team_id": "T9TK3CUKW"},
+        "trigger_id": "trig-modal",
+        "view": {
+            "id": "V1", "type": "modal", "callback_id": "gatebot_reason",
+            "private_metadata": origin, "state": state,
+        },
+    });
+    let envelope = socket(&env).send_to(conn, "interactive", submission);
+    let acks = acked(&env, &envelope).await;
+    assert_eq!(
+        acks[0].payload,
+        Some(json!({
+            "response_action": "errors",
+            "errors": {"reason": "Write why in words: it is recorded with your decision."},
+        }))
+    );
+    let refused =
+        r#"gatebot_rejected_requests_total{route="slack_socket",reason="reason_missing"}"#;
+    assert_eq!(env.server.metric(refused).await, 1.0);
+}

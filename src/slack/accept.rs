@@ -9,7 +9,7 @@ use serde_json::json;
 use super::answers::{reply, SlackDenied};
 use super::approvers::{quick, Verdict};
 use super::inbox::{CLICK, SLASH};
-use super::payload::{Interaction, SlashCommand};
+use super::payload::{Interaction, SlashCommand, REASON_INPUT};
 use crate::command::{parse_slash, Verb};
 use crate::core::commands::{self, Subject};
 use crate::core::dispatch;
@@ -54,6 +54,32 @@ async fn store_command(receipts: &Receipts, command: &SlashCommand) -> Result<()
     store_receipt(receipts, id, SLASH, payload).await
 }
 
+/// What Slack is told of an interaction at once.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Taken {
+    /// Stored for the inbox, or not gatebot's: an empty 200.
+    Stored,
+    /// A reason modal submitted without a reason: it stays open with this
+    /// under its field, and nothing is stored.
+    AskAgain(&'static str),
+}
+
+/// Under the reason modal's field when nothing in it is a reason.
+pub const WRITE_WHY: &str = "Write why in words: it is recorded with your decision.";
+
+impl Taken {
+    /// The body of the answer: Slack keeps a modal open on `errors`.
+    pub fn body(&self) -> Option<serde_json::Value> {
+        match self {
+            Self::Stored => None,
+            Self::AskAgain(why) => Some(json!({
+                "response_action": "errors",
+                "errors": { REASON_INPUT: why },
+            })),
+        }
+    }
+}
+
 /// Stores a click on one of gatebot's buttons; other interactions (and other
 /// apps' buttons) are accepted and ignored. `acted_at` is when the person
 /// clicked as far as gatebot can trust (Unix ms).
@@ -61,7 +87,10 @@ pub async fn interaction(
     receipts: &Receipts,
     interaction: Interaction,
     acted_at: Millis,
-) -> Result<(), Reject> {
+) -> Result<Taken, Reject> {
+    if interaction.reason_missing() {
+        return Ok(Taken::AskAgain(WRITE_WHY));
+    }
     // A submitted reason modal is the click it asked why for, with the reason.
     let mut interaction = interaction.into_click();
     let ours = matches!(
@@ -69,7 +98,7 @@ pub async fn interaction(
         "block_actions" | "view_submission"
     );
     if !ours || interaction.click().is_none() {
-        return Ok(());
+        return Ok(Taken::Stored);
     }
     if interaction.user.id.is_empty() {
         return Err(Reject::bad_request(
@@ -82,7 +111,8 @@ pub async fn interaction(
     interaction.signed_at = Some(acted_at);
     let json = serde_json::to_string(&interaction)
         .map_err(|e| Reject::bad_request("malformed_payload", e.to_string()))?;
-    store_receipt(receipts, id, CLICK, json).await
+    store_receipt(receipts, id, CLICK, json).await?;
+    Ok(Taken::Stored)
 }
 
 /// Answers or stores a slash command (whose `trigger_id` is set); returns

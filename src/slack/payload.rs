@@ -168,6 +168,13 @@ impl Interaction {
         Some(typed.trim().to_string()).filter(|r| !r.is_empty())
     }
 
+    /// A reason modal submitted with nothing a person reads as a reason:
+    /// Slack's `min_length` counts spaces, and `because` alone says nothing.
+    pub fn reason_missing(&self) -> bool {
+        self.modal_origin().is_some()
+            && crate::gate::reason::given(self.reason().as_deref(), |_| false).is_none()
+    }
+
     /// A submitted reason modal as the click it answers: the button pressed,
     /// the reason typed, and the click's `response_url`. Anything else as it is.
     pub fn into_click(mut self) -> Self {

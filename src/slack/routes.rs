@@ -21,9 +21,11 @@ use crate::http::error::Reject;
 use crate::http::receipts::{Receipts, RECEIPT_WITHIN};
 use crate::http::SLACK_BODY_LIMIT;
 
+const INTERACTIONS: &str = "/webhooks/slack/interactions";
+
 pub fn routes() -> Router<AppState> {
     Router::new()
-        .route("/webhooks/slack/interactions", post(interactions))
+        .route(INTERACTIONS, post(interactions))
         .route("/webhooks/slack/commands", post(commands))
         .layer(DefaultBodyLimit::max(SLACK_BODY_LIMIT))
 }
@@ -116,8 +118,14 @@ async fn interactions(
     let signed_at = verified(&state, &headers, &body)?;
     let interaction =
         Interaction::from_form(&body).map_err(|e| Reject::bad_request("malformed_payload", e))?;
-    accept::interaction(&receipts, interaction, signed_at).await?;
-    Ok(StatusCode::OK.into_response())
+    let taken = accept::interaction(&receipts, interaction, signed_at).await?;
+    Ok(match taken.body() {
+        Some(body) => {
+            state.metrics.reject(INTERACTIONS, "reason_missing");
+            Json(body).into_response()
+        }
+        None => StatusCode::OK.into_response(),
+    })
 }
 
 async fn commands(

@@ -160,6 +160,8 @@ pub(crate) enum Ack {
     Bare,
     /// A slash command's answer, shown to the person at once.
     Text(String),
+    /// A modal's answer (`response_action`), as the HTTP route's body.
+    Payload(Value),
 }
 
 impl SocketMode {
@@ -434,7 +436,7 @@ impl SocketMode {
         let payload = frame.payload.unwrap_or(Value::Null);
         let handled = tokio::time::timeout(ACK_WITHIN, async {
             match kind {
-                "interactive" => self.interactive(payload).await.map(|()| Ack::Bare),
+                "interactive" => self.interactive(payload).await,
                 "slash_commands" => self.slash(&envelope, payload).await.map(Ack::Text),
                 // gatebot subscribes to no events; anything else is not for it.
                 _ => Ok(Ack::Bare),
@@ -473,12 +475,19 @@ impl SocketMode {
         Some(acknowledgement(&envelope, ack))
     }
 
-    async fn interactive(&self, payload: Value) -> Result<(), Reject> {
+    async fn interactive(&self, payload: Value) -> Result<Ack, Reject> {
         let interaction: Interaction = serde_json::from_value(payload)
             .map_err(|e| Reject::bad_request("malformed_payload", format!("payload: {e}")))?;
         let now = self.state.clock.now_ms();
         let acted_at = clicked_at(&interaction, now);
-        accept::interaction(&self.receipts, interaction, acted_at).await
+        let taken = accept::interaction(&self.receipts, interaction, acted_at).await?;
+        Ok(match taken.body() {
+            Some(body) => {
+                self.state.metrics.reject("slack_socket", "reason_missing");
+                Ack::Payload(body)
+            }
+            None => Ack::Bare,
+        })
     }
 
     async fn slash(&self, envelope: &str, payload: Value) -> Result<String, Reject> {
@@ -635,6 +644,7 @@ pub(crate) fn acknowledgement(envelope: &str, ack: Ack) -> String {
             "envelope_id": envelope,
             "payload": { "response_type": "ephemeral", "text": text },
         }),
+        Ack::Payload(payload) => json!({ "envelope_id": envelope, "payload": payload }),
     }
     .to_string()
 }
