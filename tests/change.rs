@@ -31,6 +31,42 @@ gatebot_testkit::on_both_stores!(
     each_canary_at_one_gate_goes_by_its_own_change,
 );
 
+/// Under `[[environments]]` a wait has its gate's cluster whether a token
+/// vouched for it or not: without Flagger tokens a check naming a cluster
+/// (a made-up canary, in metadata) is still Flagger's claim alone, and opens
+/// no change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_environments_cluster_vouches_for_no_wait() {
+    let sn = FakeServiceNow::start().await;
+    sn.require_basic("gatebot", "s3cret");
+    let policy = format!(
+        "[[environments]]\nname = \"production\"\nclusters = [\"prod\"]\n\
+         [change]\nprovider = \"servicenow\"\nurl = \"{}\"\nmode = \"create\"\n\
+         environments = [\"production\"]\n",
+        sn.url
+    );
+    let env = start_vouched_with(Backend::Sqlite, &policy, |config| {
+        config.flagger_tokens = flagger_tokens(&[]).into();
+    })
+    .await;
+    let r = client()
+        .post(env.server.at("/gates/promote/pr/42"))
+        .json(
+            &json!({"name": "made-up", "namespace": "anyone", "phase": "WaitingPromotion",
+            "checksum": "rev-x", "metadata": {"cluster": "prod"}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    env.server.drained().await;
+    let waits = env.server.api("/api/v1/waits").await.to_string();
+    assert!(waits.contains("anyone/made-up"), "{waits}");
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    assert!(sn.created().is_empty(), "{:?}", sn.created());
+}
+
 /// Two canaries wait at one PR's gate, each with the change gatebot opened
 /// for it: one change's approval opens the gate for its own canary only.
 async fn each_canary_at_one_gate_goes_by_its_own_change(backend: Backend) {

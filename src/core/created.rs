@@ -136,7 +136,7 @@ async fn open_changes(
         // A check alone is Flagger's unauthenticated claim: only a wait a
         // Flagger token vouched for opens anything outside.
         let under = rule.covers_gate(&wait.gate, envs);
-        let Some(cluster) = wait.cluster.as_ref().filter(|_| under) else {
+        let Some(cluster) = wait.cluster.as_ref().filter(|_| under && wait.vouched) else {
             continue;
         };
         if opened == OPENED_PER_PASS {

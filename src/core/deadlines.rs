@@ -30,7 +30,7 @@ pub(super) fn facts<'a>(
         canary,
         metadata,
         started_at: wait.started_at,
-        authenticated: wait.cluster.is_some(),
+        authenticated: wait.vouched,
     }
 }
 
@@ -304,4 +304,38 @@ pub(super) fn strings(metadata: &serde_json::Value) -> BTreeMap<String, String> 
             (k.clone(), v)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::GateKey;
+
+    /// Under `[[environments]]` an unauthenticated check's wait has its
+    /// gate's cluster too: its metadata's deadline stays Flagger's claim.
+    #[test]
+    fn a_stored_wait_is_authenticated_only_when_a_token_vouched_for_it() {
+        let gate = GateKey::parse("/gates/promote/acme/shop/pr/42@prod", None).unwrap();
+        let canary: CanaryRef = "test/podinfo".parse().unwrap();
+        let mut wait = WaitRow {
+            id: 1,
+            gate,
+            canary: Some(canary.clone()),
+            checksum: "rev-a".into(),
+            phase: crate::gate::Phase::WaitingPromotion,
+            metadata: serde_json::json!({}),
+            started_at: 0,
+            ended_at: None,
+            outcome: None,
+            reminders_sent: 0,
+            cluster: Some("prod".parse().unwrap()),
+            vouched: false,
+            due_at: None,
+            remind_at: None,
+        };
+        let metadata = BTreeMap::new();
+        assert!(!facts(&wait, &canary, &metadata).authenticated);
+        wait.vouched = true;
+        assert!(facts(&wait, &canary, &metadata).authenticated);
+    }
 }

@@ -60,6 +60,11 @@ pub struct WaitRow {
     /// The cluster whose Flagger token the check that started it carried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<crate::gate::ClusterName>,
+    /// Whether a Flagger token vouched for the check that started it. Under
+    /// `[[environments]]` a wait has its gate's cluster either way: only this
+    /// says the check was authenticated.
+    #[serde(skip)]
+    pub vouched: bool,
     /// When its deadline falls and its next reminder is due (`store::waits`).
     #[serde(skip)]
     pub due_at: Option<Millis>,
@@ -216,6 +221,7 @@ pub(super) fn wait_from_row(row: &AnyRow) -> Result<WaitRow> {
         outcome: row.try_get("outcome")?,
         reminders_sent: row.try_get("reminders_sent")?,
         cluster: cluster_of(row)?,
+        vouched: row.try_get::<i64, _>("vouched")? != 0,
         due_at: row.try_get("due_at")?,
         remind_at: row.try_get("remind_at")?,
     })
