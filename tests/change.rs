@@ -29,7 +29,70 @@ gatebot_testkit::on_both_stores!(
     a_production_promotion_under_a_reason_a_team_and_a_change_gatebot_opens,
     a_change_rejected_in_jira_holds_its_gate,
     each_canary_at_one_gate_goes_by_its_own_change,
+    a_changes_vote_comes_back_after_a_reset_and_a_rejection_holds_after_it,
 );
+
+/// The change is followed while its canary waits: a hold and an unhold reset
+/// the count, and the change votes again; rejected after it voted, it holds
+/// the gate, once (a person's `/unhold` then stands).
+async fn a_changes_vote_comes_back_after_a_reset_and_a_rejection_holds_after_it(backend: Backend) {
+    let sn = FakeServiceNow::start().await;
+    sn.require_basic("gatebot", "s3cret");
+    let policy = format!(
+        "[[approvals]]\nkind = \"promote\"\nrequired = 2\n\
+         [change]\nprovider = \"servicenow\"\nurl = \"{}\"\nmode = \"create\"\n",
+        sn.url
+    );
+    let env = start_vouched(backend, &policy).await;
+    let mut sim = waiting_vouched(&env).await;
+    let number = "CHG0040001";
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    eventually("a change", || async { sn.change(number).is_some() }).await;
+    sn.approve(number);
+    let state_after_a_pass = |want: &'static str| {
+        let env = &env;
+        async move {
+            eventually(want, || async {
+                hook(env, HOOK_SECRET).await;
+                promote_gate(env).await["state"] == want
+            })
+            .await;
+        }
+    };
+    state_after_a_pass("approving").await;
+
+    env.comment_by(42, "carol", 7001, "alice", "/hold").await;
+    env.comment_by(42, "carol", 7002, "alice", "/unhold").await;
+    env.server.drained().await;
+    assert_eq!(
+        promote_gate(&env).await["state"],
+        "closed",
+        "the count reset"
+    );
+    state_after_a_pass("approving").await;
+    let gate = promote_gate(&env).await.to_string();
+    assert!(gate.contains(number), "the change voted again: {gate}");
+
+    sn.reject(number);
+    state_after_a_pass("held").await;
+    env.comment_by(42, "carol", 7003, "alice", "/promote").await;
+    env.server.drained().await;
+    for _ in 0..3 {
+        sim.tick().await;
+    }
+    assert_eq!(sim.phase(), Phase::WaitingPromotion, "held by its change");
+    assert_eq!(sim.promotions(), 0);
+
+    // A person lifts the hold: the rejected change does not hold it again.
+    env.comment_by(42, "carol", 7004, "alice", "/unhold").await;
+    env.server.drained().await;
+    for _ in 0..2 {
+        assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+        env.server.drained().await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_ne!(promote_gate(&env).await["state"], "held");
+}
 
 /// Under `[[environments]]` a wait has its gate's cluster whether a token
 /// vouched for it or not: without Flagger tokens a check naming a cluster

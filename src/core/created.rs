@@ -220,9 +220,11 @@ fn draft(
     }
 }
 
-/// Each open change read, least recently read first: its gate opened once
-/// it allows, held once rejected, and the change closed when its wait ended
-/// without it (a newer revision, the canary gone).
+/// Each change read while its canary waits, least recently read first (each
+/// read moves it to the back): a new one until it votes or is rejected; one
+/// that voted, as its vote may be lost (a hold and an unhold reset the count)
+/// or its change rejected after all; one rejected, as it may be approved
+/// again. A new change whose wait ended is closed after an hour.
 async fn follow_changes(
     engine: &Engine,
     rule: &ChangeRule,
@@ -230,71 +232,105 @@ async fn follow_changes(
     waiting: &Waiting,
 ) -> Result<(), Stop> {
     let tickets = engine.store().tickets();
-    for row in tickets.tickets_in(state::OPEN, PER_PASS).await? {
-        let now = engine.now();
-        let still = waiting.at(&row);
-        // Gone for an hour (a newer revision, the canary deleted): closed. A
-        // wait ended a moment ago may start again at Flagger's next check.
-        if !still && now - row.seen_at > GONE_AFTER {
-            tickets.abandon_ticket(&row, now).await?;
-            continue;
-        }
-        let ticket = match system.read(&row.number).await {
-            Ok(ticket) => ticket,
-            Err(e @ CallError::Unreachable { .. }) => return Err(Stop::Unreachable(e)),
-            Err(e) => {
-                tracing::warn!(change = %row.number, error = %e, "change not read; the wait goes on");
-                tickets.touch_ticket(&row, still, now).await?;
-                continue;
-            }
-        };
-        let moved = match ticket.allows(now, rule.service.as_deref()) {
-            // Its canary has moved on (or waits again at Flagger's next
-            // check): nothing is opened for a revision that does not wait.
-            Ok(_) if !still => None,
-            Ok(until) => {
-                let pin = TicketPin {
-                    number: row.number.clone(),
-                    link: ticket.link.clone(),
-                    until,
-                };
-                act(engine, &row, Act::Open(pin))
-                    .await?
-                    .then_some(state::OPENED)
-            }
-            Err(why) if ticket.decision == Decision::Rejected || ticket.closed => {
-                act(engine, &row, Act::Hold(why.0))
-                    .await?
-                    .then_some(state::REJECTED)
-            }
-            // Not yet approved, or its window has not begun: the wait goes on.
-            Err(_) => None,
-        };
-        // Read now: to the back of the line, so no change waits behind others.
-        match moved {
-            Some(to) => tickets
-                .move_ticket(&row, &[state::OPEN], to, None, now)
-                .await
-                .map(drop)?,
-            None => tickets.touch_ticket(&row, still, now).await?,
+    for from in [state::OPEN, state::OPENED, state::REJECTED] {
+        for row in tickets.tickets_in(from, PER_PASS).await? {
+            follow(engine, rule, system, waiting.at(&row), &row).await?;
         }
     }
     Ok(())
 }
 
+/// One change read, and its gate opened once it allows (its vote cast again
+/// if it was lost), held once it is rejected (once: a person's `/unhold`
+/// stands).
+async fn follow(
+    engine: &Engine,
+    rule: &ChangeRule,
+    system: &ChangeClient,
+    still: bool,
+    row: &TicketRow,
+) -> Result<(), Stop> {
+    let tickets = engine.store().tickets();
+    let now = engine.now();
+    let new = row.state == state::OPEN;
+    if !still && !new {
+        // Its canary moved on: `retire_changes` closes it in time.
+        return Ok(());
+    }
+    // Gone for an hour (a newer revision, the canary deleted): closed. A
+    // wait ended a moment ago may start again at Flagger's next check.
+    if !still && now - row.seen_at > GONE_AFTER {
+        tickets.abandon_ticket(row, now).await?;
+        return Ok(());
+    }
+    let ticket = match system.read(&row.number).await {
+        Ok(ticket) => ticket,
+        Err(e @ CallError::Unreachable { .. }) => return Err(Stop::Unreachable(e)),
+        Err(e) => {
+            tracing::warn!(change = %row.number, error = %e, "change not read; the wait goes on");
+            tickets.touch_ticket(row, still, now).await?;
+            return Ok(());
+        }
+    };
+    let moved = match ticket.allows(now, rule.service.as_deref()) {
+        // Its canary has moved on (or waits again at Flagger's next
+        // check): nothing is opened for a revision that does not wait.
+        Ok(_) if !still => None,
+        Ok(_) if row.state == state::OPENED && landed(engine, row).await? => None,
+        Ok(_) if held(engine, row).await? => None,
+        Ok(until) => {
+            let pin = TicketPin {
+                number: row.number.clone(),
+                link: ticket.link.clone(),
+                until,
+            };
+            act(engine, row, Act::Open(pin))
+                .await?
+                .then_some(state::OPENED)
+        }
+        Err(why) if ticket.decision == Decision::Rejected || ticket.closed => {
+            match row.state == state::REJECTED {
+                true => None,
+                false => act(engine, row, Act::Hold(why.0))
+                    .await?
+                    .then_some(state::REJECTED),
+            }
+        }
+        // Not yet approved, or its window has not begun: the wait goes on.
+        Err(_) => None,
+    };
+    // Read now: to the back of the line, so no change waits behind others.
+    match moved {
+        Some(to) if to != row.state => tickets
+            .move_ticket(row, &[row.state.as_str()], to, None, now)
+            .await
+            .map(drop)?,
+        _ => tickets.touch_ticket(row, still, now).await?,
+    }
+    Ok(())
+}
+
+/// Whether the ticket's gate is held: a vote now would only be refused.
+async fn held(engine: &Engine, row: &TicketRow) -> Result<bool, CommandError> {
+    let status = engine.gate(&row.gate).await?.status;
+    Ok(matches!(status, GateStatus::Held { .. }))
+}
+
 /// Changes that opened or held their gate, closed once their canary has not
 /// waited for them for an hour (a newer revision, the canary deleted), when
-/// no promotion or rollback said so.
+/// no promotion or rollback said so. Those still waited for are followed.
 async fn retire_changes(engine: &Engine, waiting: &Waiting) -> Result<(), Stop> {
     let tickets = engine.store().tickets();
     for kind in [state::OPENED, state::REJECTED] {
         for row in tickets.tickets_in(kind, PER_PASS).await? {
             let now = engine.now();
-            let still = waiting.at(&row);
-            if !still && now - row.seen_at > GONE_AFTER {
+            if waiting.at(&row) {
+                continue;
+            }
+            if now - row.seen_at > GONE_AFTER {
                 tickets.abandon_ticket(&row, now).await?;
             } else {
-                tickets.touch_ticket(&row, still, now).await?;
+                tickets.touch_ticket(&row, false, now).await?;
             }
         }
     }
