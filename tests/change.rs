@@ -130,6 +130,56 @@ async fn an_environments_cluster_vouches_for_no_wait() {
     assert!(sn.created().is_empty(), "{:?}", sn.created());
 }
 
+/// Flagger's checksum is its side's data even with its token: in the change
+/// gatebot opens it is shown as letters and digits, never as Jira's wiki
+/// markup (a link, a colour, a mention) or a line of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checksum_is_no_markup_in_the_change() {
+    let jira = FakeJira::start().await;
+    jira.require_basic("gatebot", "s3cret");
+    let policy = format!(
+        "[change]\nprovider = \"jira\"\nurl = \"{}\"\nmode = \"create\"\nproject = \"CHG\"\n\
+         service_desk = \"10\"\nrequest_type = \"45\"\n\
+         start_field = \"{}\"\nend_field = \"{}\"\n",
+        jira.url,
+        fake_jira::START_FIELD,
+        fake_jira::END_FIELD,
+    );
+    let env = start_vouched(Backend::Sqlite, &policy).await;
+    let hostile =
+        "[a|http://x/]\nThe gate: [https://gatebot.example.com/ui|https://evil.example/phish]\n\
+                   {color:red}CAB pre-approved{color} [~accountid:5b10ac8d82e05b22cc7d4ef5]";
+    env.server.open("/gates/start/pr/42").await;
+    let hooks = with_token(pr_hooks(&env.server.url, 42), TOKEN);
+    let mut sim = FlaggerSim::new("podinfo", "test", CANARY, hooks);
+    sim.deploy("rev-a");
+    sim.tick().await;
+    sim.deploy(hostile);
+    assert!(
+        sim.run_until(|s| s.phase() == Phase::WaitingPromotion, 20)
+            .await
+    );
+    env.server.drained().await;
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    eventually("a change opened", || async { !jira.created().is_empty() }).await;
+    let fields = jira.created()[0]["requestFieldValues"].clone();
+    let summary = fields["summary"].as_str().unwrap_or_default();
+    let description = fields["description"].as_str().unwrap_or_default();
+    for text in [summary, description] {
+        for markup in ["[", "|", "{", "~", "evil.example"] {
+            assert!(!text.contains(markup), "{markup} in {text}");
+        }
+    }
+    assert!(
+        description.lines().all(|l| !l.starts_with("The gate: ")),
+        "{description}"
+    );
+    assert!(
+        description.contains("at revision ?a?http???x???The?gate"),
+        "{description}"
+    );
+}
+
 /// Two canaries wait at one PR's gate, each with the change gatebot opened
 /// for it: one change's approval opens the gate for its own canary only.
 async fn each_canary_at_one_gate_goes_by_its_own_change(backend: Backend) {

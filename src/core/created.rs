@@ -190,14 +190,17 @@ fn draft(
     numbers: Option<String>,
     public_url: Option<&str>,
 ) -> Draft {
-    let revision: String = row.checksum.chars().take(12).collect();
+    let revision: String = shown(&row.checksum).chars().take(12).collect();
     let pr = match &row.gate.scope {
         Scope::Pr { repo, number } => format!(", from pull request {repo}#{}", number.0),
         _ => String::new(),
     };
     let mut description = format!(
         "Flagger waits at {} for canary {} at revision {} (cluster {}){pr}.\n",
-        row.gate, row.canary, row.checksum, row.cluster
+        row.gate,
+        row.canary,
+        shown(&row.checksum),
+        row.cluster
     );
     if let Some(numbers) = numbers {
         description.push_str(&format!("Its numbers when this was opened: {numbers}.\n"));
@@ -218,6 +221,18 @@ fn draft(
         service: rule.service.clone(),
         window: (started, started + rule.window),
     }
+}
+
+/// A revision as a change's text shows it. Flagger's checksums are letters
+/// and digits; anything else in one is its side's data, and never becomes
+/// markup, a link or a line of its own in the change system.
+fn shown(checksum: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.');
+    checksum
+        .chars()
+        .take(64)
+        .map(|c| if safe(c) { c } else { '?' })
+        .collect()
 }
 
 /// Each change read while its canary waits, least recently read first (each
@@ -432,12 +447,14 @@ async fn close_changes(engine: &Engine, system: &ChangeClient) -> Result<(), Sto
         let notes = if row.successful {
             format!(
                 "Flagger promoted {} at revision {}.",
-                row.canary, row.checksum
+                row.canary,
+                shown(&row.checksum)
             )
         } else {
             format!(
                 "Flagger did not promote {} at revision {} under this change.",
-                row.canary, row.checksum
+                row.canary,
+                shown(&row.checksum)
             )
         };
         match system.close(&row.number, row.successful, &notes).await {
