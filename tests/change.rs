@@ -180,6 +180,45 @@ async fn a_checksum_is_no_markup_in_the_change() {
     );
 }
 
+/// A Jira change never approved offers no Implement and no Fail: when its
+/// canary rolls back it is cancelled, not left awaiting approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jira_change_never_approved_is_cancelled_when_its_canary_rolls_back() {
+    let jira = FakeJira::start().await;
+    jira.require_basic("gatebot", "s3cret");
+    let policy = format!(
+        "[change]\nprovider = \"jira\"\nurl = \"{}\"\nmode = \"create\"\nproject = \"CHG\"\n\
+         service_desk = \"10\"\nrequest_type = \"45\"\n\
+         start_field = \"{}\"\nend_field = \"{}\"\n",
+        jira.url,
+        fake_jira::START_FIELD,
+        fake_jira::END_FIELD,
+    );
+    let env = start_vouched(Backend::Sqlite, &policy).await;
+    let _sim = waiting_vouched(&env).await;
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    eventually("numbered", || async { jira.request("CHG-101").is_some() }).await;
+    let event = json!({"name": "podinfo", "namespace": "test", "phase": "Failed",
+        "checksum": "rev-b", "metadata": {"eventMessage": "Rolling back podinfo.test failed checks threshold reached 2",
+        "eventType": "Warning", "timestamp": "1"}});
+    let r = client()
+        .post(env.server.at(&format!("/flagger/events?token={TOKEN}")))
+        .json(&event)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    env.server.drained().await;
+    eventually("cancelled", || async {
+        hook(&env, HOOK_SECRET).await;
+        jira.request("CHG-101").map(|r| r.status) == Some(fake_jira::CANCELED.to_string())
+    })
+    .await;
+    let posted = jira.transitions();
+    assert_eq!(posted.len(), 1, "{posted:?}");
+    assert_eq!(posted[0].1["id"], "41", "Cancel: {posted:?}");
+}
+
 /// Two canaries wait at one PR's gate, each with the change gatebot opened
 /// for it: one change's approval opens the gate for its own canary only.
 async fn each_canary_at_one_gate_goes_by_its_own_change(backend: Backend) {
@@ -478,14 +517,23 @@ async fn a_production_promotion_under_a_reason_a_team_and_a_change_gatebot_opens
     assert!(audit.contains("the error budget is fine"), "{audit}");
 
     // Flagger says it promoted (with its token): the change is closed.
+    // A gateway loses the close's answer (applied, then 502): the next
+    // passes read the change closed and send it no second close.
+    sn.lose_answers(1);
     let _ = sim.run_until(|s| s.phase() == Phase::Succeeded, 20).await;
     assert_eq!(hook(&env, HOOK_SECRET).await, 202);
     eventually("the change closed", || async {
         sn.change(number).is_some_and(|c| c.state == 3)
     })
     .await;
-    let (_, patch) = sn.patches().last().cloned().expect("a PATCH");
-    assert_eq!(patch["close_code"], "successful", "{patch}");
+    for _ in 0..3 {
+        assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+        env.server.drained().await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let patches = sn.patches();
+    assert_eq!(patches.len(), 1, "closed once: {patches:?}");
+    assert_eq!(patches[0].1["close_code"], "successful", "{patches:?}");
 }
 
 /// A change gatebot opened in Jira and declined there holds its gate, with

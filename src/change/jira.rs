@@ -141,8 +141,9 @@ pub(super) async fn create(client: &ChangeClient, draft: &Draft) -> Result<Strin
 }
 
 /// Takes the change through the transitions its workflow offers toward its
-/// end: to implementing, then completed (or failed). Each offered transition
-/// is looked up by name, so a site's own ids do not matter.
+/// end: to implementing, then completed (or failed); one that did not
+/// succeed and was never approved is cancelled. Each offered transition is
+/// looked up by name, so a site's own ids do not matter.
 pub(super) async fn close(
     client: &ChangeClient,
     key: &str,
@@ -161,12 +162,14 @@ pub(super) async fn close(
                     .is_some_and(|n| n.to_ascii_lowercase().starts_with(word))
             })
         };
-        let Some(next) = named(end).or_else(|| named("implement")) else {
-            // Nothing toward the end is offered: it ended already, or the
-            // workflow is not one gatebot knows.
-            return Ok(());
+        // Toward the end, through Implement; a change never approved (no
+        // Implement offered yet) is cancelled when it did not succeed.
+        let (next, last) = match (named(end), named("implement"), named("cancel")) {
+            (Some(t), _, _) => (t, true),
+            (None, Some(t), _) => (t, false),
+            (None, None, Some(t)) if !successful => (t, true),
+            _ => return ended(client, key, end).await,
         };
-        let last = named(end).is_some();
         let id = next["id"]
             .as_str()
             .ok_or_else(|| garbled("a transition id"))?;
@@ -177,6 +180,18 @@ pub(super) async fn close(
         }
     }
     Ok(())
+}
+
+/// Nothing toward the end is offered: done if the request ended already
+/// (closed by hand, or by another close); else a workflow gatebot does not
+/// know, refused so that it is said.
+async fn ended(client: &ChangeClient, key: &str, end: &str) -> Result<(), CallError> {
+    match read(client, key).await?.closed {
+        true => Ok(()),
+        false => Err(CallError::Refused(format!(
+            "{key} offers no transition toward {end}, implement or cancel: close it by hand"
+        ))),
+    }
 }
 
 #[cfg(test)]

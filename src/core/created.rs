@@ -299,9 +299,8 @@ async fn follow(
                 link: ticket.link.clone(),
                 until,
             };
-            act(engine, row, Act::Open(pin))
-                .await?
-                .then_some(state::OPENED)
+            vote(engine, row, pin, now).await?;
+            None
         }
         Err(why) if ticket.decision == Decision::Rejected || ticket.closed => {
             match row.state == state::REJECTED {
@@ -321,6 +320,29 @@ async fn follow(
             .await
             .map(drop)?,
         _ => tickets.touch_ticket(row, still, now).await?,
+    }
+    Ok(())
+}
+
+/// The change's vote, its ticket marked as having opened the gate first:
+/// Flagger may promote through the open before this pass goes on, and its
+/// promotion must find the change its cause. Marked back when the vote did
+/// not land.
+async fn vote(engine: &Engine, row: &TicketRow, pin: TicketPin, now: Millis) -> Result<(), Stop> {
+    let tickets = engine.store().tickets();
+    let from = row.state.as_str();
+    let marked = from == state::OPENED
+        || tickets
+            .move_ticket(row, &[from], state::OPENED, None, now)
+            .await?;
+    if !marked {
+        // Moved meanwhile: Flagger is done with it, or another replica votes.
+        return Ok(());
+    }
+    if !act(engine, row, Act::Open(pin)).await? && from != state::OPENED {
+        tickets
+            .move_ticket(row, &[state::OPENED], from, None, engine.now())
+            .await?;
     }
     Ok(())
 }
@@ -433,6 +455,21 @@ async fn landed(engine: &Engine, row: &TicketRow) -> Result<bool, CommandError> 
     })
 }
 
+/// A claimed close given back for the next pass.
+async fn give_back(engine: &Engine, row: &TicketRow) -> Result<(), Stop> {
+    let tickets = engine.store().tickets();
+    tickets
+        .move_ticket(
+            row,
+            &[state::CLOSE_CLAIMED],
+            state::CLOSING,
+            None,
+            engine.now(),
+        )
+        .await?;
+    Ok(())
+}
+
 /// Those Flagger is done with, moved to their end state. One the change
 /// system refuses for good (closed already, a workflow that does not allow
 /// it) is given up, said once.
@@ -443,6 +480,27 @@ async fn close_changes(engine: &Engine, system: &ChangeClient) -> Result<(), Sto
         // Claimed first, so that two replicas never both close it.
         if !tickets.claim_close(&row, engine.now(), stale).await? {
             continue;
+        }
+        // A close whose answer was lost may have been made: read it first.
+        match system.read(&row.number).await {
+            Ok(ticket) if ticket.closed => {
+                tracing::info!(change = %row.number, "change closed already");
+                tickets
+                    .move_ticket(
+                        &row,
+                        &[state::CLOSE_CLAIMED],
+                        state::CLOSED,
+                        None,
+                        engine.now(),
+                    )
+                    .await?;
+                continue;
+            }
+            Err(e @ CallError::Unreachable { .. }) => {
+                give_back(engine, &row).await?;
+                return Err(Stop::Unreachable(e));
+            }
+            _ => {}
         }
         let notes = if row.successful {
             format!(
@@ -462,16 +520,8 @@ async fn close_changes(engine: &Engine, system: &ChangeClient) -> Result<(), Sto
                 tracing::info!(change = %row.number, successful = row.successful, "change closed");
             }
             Err(e @ CallError::Unreachable { .. }) => {
-                // Not sent: given back for the next pass.
-                tickets
-                    .move_ticket(
-                        &row,
-                        &[state::CLOSE_CLAIMED],
-                        state::CLOSING,
-                        None,
-                        engine.now(),
-                    )
-                    .await?;
+                // Maybe not made: given back, and read again at the next pass.
+                give_back(engine, &row).await?;
                 return Err(Stop::Unreachable(e));
             }
             Err(e) => {

@@ -113,6 +113,8 @@ struct Inner {
     down: AtomicBool,
     /// How long a write (a create or a PATCH) takes to be answered, in ms.
     write_latency: AtomicU64,
+    /// How many more PATCHes are applied and then answered 502.
+    lost_answers: AtomicU32,
 }
 
 #[derive(Clone)]
@@ -441,6 +443,12 @@ impl FakeServiceNow {
         self.inner.limited.store(next, Ordering::SeqCst);
     }
 
+    /// The next `n` PATCHes are applied and then answered 502, as a gateway
+    /// in front of the instance that timed out does: the caller cannot know.
+    pub fn lose_answers(&self, n: u32) {
+        self.inner.lost_answers.store(n, Ordering::SeqCst);
+    }
+
     /// Answers 503 with no body, as an instance in maintenance (or a proxy
     /// in front of a stopped one) does.
     pub fn down(&self, down: bool) {
@@ -628,6 +636,12 @@ async fn patch(
     }
     if let Some(notes) = string_field(&fields, "close_notes") {
         r.close_notes = notes;
+    }
+    let lost = inner
+        .lost_answers
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    if lost.is_ok() {
+        return (StatusCode::BAD_GATEWAY, "Bad Gateway").into_response();
     }
     answer["result"] = render(&answer["result"], r);
     Json(answer).into_response()
