@@ -5,13 +5,14 @@
 //! basic auth password, compared in constant time; the body is never read.
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use base64::Engine as _;
 use secrecy::ExposeSecret;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::core::AppState;
+use crate::http::auth::authorization;
 
 const ROUTE: &str = "/webhooks/change";
 
@@ -39,13 +40,12 @@ pub async fn changed(State(state): State<AppState>, headers: HeaderMap) -> Statu
 
 /// The secret as sent: `Bearer <secret>`, or basic auth's password.
 fn presented(headers: &HeaderMap) -> Option<String> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
-    if let Some(token) = value.strip_prefix("Bearer ") {
-        return Some(token.trim().to_string());
+    if let Some(token) = authorization(headers, "Bearer") {
+        return Some(token.to_string());
     }
-    let encoded = value.strip_prefix("Basic ")?;
+    let encoded = authorization(headers, "Basic")?;
     let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
+        .decode(encoded)
         .ok()?;
     let text = String::from_utf8(decoded).ok()?;
     text.split_once(':')
@@ -55,6 +55,7 @@ fn presented(headers: &HeaderMap) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
 
     #[test]
     fn the_secret_comes_as_a_bearer_token_or_a_basic_password() {
@@ -64,6 +65,12 @@ mod tests {
             presented(&h)
         };
         assert_eq!(with("Bearer s3cret").as_deref(), Some("s3cret"));
+        // A scheme's name is case-insensitive.
+        assert_eq!(with("bearer s3cret").as_deref(), Some("s3cret"));
+        assert_eq!(
+            with("BASIC c2VydmljZW5vdzpzM2NyZXQ=").as_deref(),
+            Some("s3cret")
+        );
         // servicenow:s3cret
         assert_eq!(
             with("Basic c2VydmljZW5vdzpzM2NyZXQ=").as_deref(),

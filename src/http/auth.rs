@@ -97,10 +97,16 @@ pub fn operator_of(config: &Config, token: &str) -> Option<String> {
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+    authorization(headers, "Bearer")
+}
+
+/// The credentials the `Authorization` header carries under `scheme`, whose
+/// name is case-insensitive (RFC 9110, 11.1): `bearer x` is `Bearer x`.
+pub fn authorization<'h>(headers: &'h HeaderMap, scheme: &str) -> Option<&'h str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let (name, credentials) = value.split_once(' ')?;
+    name.eq_ignore_ascii_case(scheme)
+        .then(|| credentials.trim())
 }
 
 /// An operator's token (the admin token or a named one).
