@@ -371,28 +371,22 @@ impl LineIndex {
     }
 }
 
-/// Break glass: a reason whose first word, or second after the place
-/// (`/promote production --force <why>`), is `--force` asks to open the gate
-/// past freezes, release windows and missing approvals. Returns whether it
-/// does, and the reason without the flag (the place kept in front).
+/// Break glass: a reason that starts with `--force` asks to open the gate past
+/// freezes, release windows and missing approvals. Returns whether it does,
+/// and the reason without the flag. (After an environment's name, as in
+/// `production --force`, only the policy knows the place: `core::commands`.)
 pub fn split_force(reason: Option<String>) -> (bool, Option<String>) {
     let Some(text) = reason else {
         return (false, None);
     };
-    let trimmed = text.trim();
-    if let Some(rest) = after_force(trimmed) {
-        return (true, (!rest.is_empty()).then(|| rest.to_string()));
+    match after_force(text.trim()) {
+        Some(rest) => (true, (!rest.is_empty()).then(|| rest.to_string())),
+        None => (false, Some(text)),
     }
-    if let Some((place, after)) = trimmed.split_once(char::is_whitespace) {
-        if let Some(rest) = after_force(after.trim_start()) {
-            return (true, Some(format!("{place} {rest}").trim_end().to_string()));
-        }
-    }
-    (false, Some(text))
 }
 
 /// The text after a leading `--force` word, trimmed.
-fn after_force(text: &str) -> Option<&str> {
+pub fn after_force(text: &str) -> Option<&str> {
     let rest = text.strip_prefix("--force")?;
     (rest.is_empty() || rest.starts_with(char::is_whitespace)).then(|| rest.trim())
 }
@@ -722,7 +716,7 @@ mod tests {
     // --- Command words ---
 
     #[test]
-    fn force_is_a_flag_before_the_reason_or_after_the_place() {
+    fn force_is_a_flag_before_the_reason() {
         let table = [
             (None, (false, None)),
             (Some("--force db is down"), (true, Some("db is down"))),
@@ -732,12 +726,7 @@ mod tests {
             (Some("ship it --force"), (false, Some("ship it --force"))),
             (
                 Some("production --force db is down"),
-                (true, Some("production db is down")),
-            ),
-            (Some(" prod-eu  --force "), (true, Some("prod-eu"))),
-            (
-                Some("production --forced"),
-                (false, Some("production --forced")),
+                (false, Some("production --force db is down")),
             ),
         ];
         for (reason, (force, rest)) in table {

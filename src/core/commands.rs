@@ -177,6 +177,31 @@ pub fn plan(command: &Command, subject: &Subject, phase: &Phase) -> Result<Plan,
     }
 }
 
+/// `/promote production --force <why>`: break glass named after the
+/// environment, read as `/promote --force production <why>`, the words kept
+/// as written but the flag. Only an environment or cluster of the policy may
+/// stand before the flag: after any other word `--force` is part of the
+/// reason, and breaks no glass.
+pub(super) fn forced_after_place(envs: &Environments, command: &Command) -> Option<Command> {
+    let Command::Open {
+        kind,
+        reason: Some(text),
+        force: false,
+    } = command
+    else {
+        return None;
+    };
+    let (place, after) = text.trim().split_once(char::is_whitespace)?;
+    let rest = crate::command::after_force(after.trim_start())?;
+    let word = place.trim_matches(|c: char| !c.is_alphanumeric());
+    envs.target(&word.to_ascii_lowercase())?;
+    Some(Command::Open {
+        kind: *kind,
+        reason: Some(format!("{place} {rest}").trim_end().to_string()),
+        force: true,
+    })
+}
+
 /// Checks `plan`'s reason once its gates are placed in their environments:
 /// no reason is longer than its cap, and a command the policy's
 /// `[[reasons]]` name says why, besides the environment it names.
@@ -497,6 +522,50 @@ mod tests {
 
     fn pr() -> Subject {
         Subject::pr("acme/shop".parse().unwrap(), PrNumber(42))
+    }
+
+    #[test]
+    fn force_after_a_place_of_the_policy_breaks_glass() {
+        use crate::gate::environment::Environment;
+        let production = Environment {
+            name: "production".parse().unwrap(),
+            clusters: vec!["prod-eu".parse().unwrap()],
+            after: None,
+            soak: std::time::Duration::ZERO,
+        };
+        let envs = Environments::new(vec![production], None).unwrap();
+        let read = |text: &str, envs: &Environments| {
+            let command = Command::from_verb(Verb::Promote, Some(text.to_string()));
+            match forced_after_place(envs, &command) {
+                Some(Command::Open {
+                    reason,
+                    force: true,
+                    ..
+                }) => Some(reason.unwrap_or_default()),
+                _ => None,
+            }
+        };
+        let table = [
+            (
+                "production --force db is down",
+                Some("production db is down"),
+            ),
+            (
+                "Production,  --force db is down",
+                Some("Production, db is down"),
+            ),
+            ("prod-eu --force", Some("prod-eu")),
+            ("after --force push of the fix", None),
+            ("production --forced landing", None),
+            ("production because --force", None),
+            ("--force production db is down", None),
+            ("production", None),
+        ];
+        for (text, forced) in table {
+            assert_eq!(read(text, &envs).as_deref(), forced, "{text}");
+        }
+        let none = Environments::default();
+        assert_eq!(read("production --force db is down", &none), None);
     }
 
     #[test]

@@ -11,7 +11,9 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::commands::{apply_in, check_reason, plan, Act, Applied, Plan, Subject};
+use super::commands::{
+    apply_in, check_reason, forced_after_place, plan, Act, Applied, Plan, Subject,
+};
 use super::named::NamedError;
 use super::tickets::{self, TicketPin};
 use super::unit::Unit;
@@ -136,6 +138,9 @@ pub struct Authorized<D> {
     groups: Vec<Group>,
     /// The approved change it is given under.
     ticket: Option<TicketPin>,
+    /// The command as the policy reads it, where that is not as the channel
+    /// parsed it (break glass named after the environment).
+    command: Option<Box<Command>>,
 }
 
 impl<D> Authorized<D> {
@@ -158,6 +163,11 @@ impl<D> Authorized<D> {
     pub fn unspoken(mut self) -> Self {
         self.plan = self.plan.map_err(Invalid::unspoken);
         self
+    }
+
+    /// The command as the policy reads `request`'s.
+    pub fn command_of<'a>(&'a self, request: &'a Request) -> &'a Command {
+        self.command.as_deref().unwrap_or(&request.command)
     }
 
     /// Whether it may be applied.
@@ -210,6 +220,12 @@ pub async fn authorize<A: Authorizer>(
     request: &Request,
     authorizer: &A,
 ) -> Result<Authorized<A::Denied>, CommandError> {
+    let envs = &engine.settings().environments;
+    let placed = forced_after_place(envs, &request.command).map(|command| Request {
+        command,
+        ..request.clone()
+    });
+    let request = placed.as_ref().unwrap_or(request);
     let phase = phase_of(engine, request).await?;
     let plan = match plan(&request.command, &request.subject, &phase) {
         Ok(plan) => engine.clusters().place_plan(plan, request).await?,
@@ -252,6 +268,7 @@ pub async fn authorize<A: Authorizer>(
         }
     }
     Ok(Authorized {
+        command: placed.map(|r| Box::new(r.command)),
         plan,
         verdict,
         about,
@@ -284,14 +301,15 @@ pub async fn decide<D: fmt::Display>(
     request: &Request,
     authorized: Authorized<D>,
 ) -> Result<Outcome<D>, CommandError> {
-    let name = request.command.name();
+    let command = authorized.command.as_deref().unwrap_or(&request.command);
+    let name = command.name();
     let keys = authorized.keys().to_vec();
     let outcome = match (authorized.plan, authorized.verdict) {
         (_, Err(denied)) => Outcome::Denied(denied),
         (Err(invalid), Ok(())) => Outcome::Invalid(invalid),
         (Ok(plan), Ok(())) => match apply_in(
             unit,
-            &request.command,
+            command,
             &plan,
             &who_in(request, authorized.groups, authorized.ticket),
         )

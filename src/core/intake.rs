@@ -202,7 +202,10 @@ where
     let lines: Vec<Result<Command, Option<Told>>> = asked
         .iter()
         .map(|line| match line {
-            Asked::Command { request, .. } => Ok(request.command.clone()),
+            Asked::Command {
+                request,
+                authorized,
+            } => Ok(authorized.command_of(request).clone()),
             Asked::Counted { told, .. } => Err(told.clone()),
         })
         .collect();
