@@ -30,7 +30,46 @@ gatebot_testkit::on_both_stores!(
     a_change_rejected_in_jira_holds_its_gate,
     each_canary_at_one_gate_goes_by_its_own_change,
     a_changes_vote_comes_back_after_a_reset_and_a_rejection_holds_after_it,
+    break_glass_through_a_changes_gate_closes_it_unsuccessful,
 );
+
+/// The change voted, then someone broke glass: Flagger's promotion went
+/// through a forced gate, not the change's, so the change is closed
+/// unsuccessful.
+async fn break_glass_through_a_changes_gate_closes_it_unsuccessful(backend: Backend) {
+    let sn = FakeServiceNow::start().await;
+    sn.require_basic("gatebot", "s3cret");
+    let policy = format!(
+        "[[approvals]]\nkind = \"promote\"\nrequired = 2\n\
+         [change]\nprovider = \"servicenow\"\nurl = \"{}\"\nmode = \"create\"\n\
+         [github.commands.force]\nmin_permission = \"write\"\n",
+        sn.url
+    );
+    let env = start_vouched(backend, &policy).await;
+    let mut sim = waiting_vouched(&env).await;
+    let number = "CHG0040001";
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    eventually("a change", || async { sn.change(number).is_some() }).await;
+    sn.approve(number);
+    eventually("the change voted", || async {
+        hook(&env, HOOK_SECRET).await;
+        promote_gate(&env).await["state"] == "approving"
+    })
+    .await;
+    env.comment_by(42, "carol", 8001, "alice", "/promote --force db is down")
+        .await;
+    env.server.drained().await;
+    assert!(sim.run_until(|s| s.phase() == Phase::Succeeded, 20).await);
+    env.server.drained().await;
+    eventually("the change closed", || async {
+        hook(&env, HOOK_SECRET).await;
+        sn.change(number).is_some_and(|c| c.state == 3)
+    })
+    .await;
+    let patches = sn.patches();
+    assert_eq!(patches.len(), 1, "{patches:?}");
+    assert_eq!(patches[0].1["close_code"], "unsuccessful", "{patches:?}");
+}
 
 /// The change is followed while its canary waits: a hold and an unhold reset
 /// the count, and the change votes again; rejected after it voted, it holds
@@ -137,14 +176,7 @@ async fn an_environments_cluster_vouches_for_no_wait() {
 async fn a_checksum_is_no_markup_in_the_change() {
     let jira = FakeJira::start().await;
     jira.require_basic("gatebot", "s3cret");
-    let policy = format!(
-        "[change]\nprovider = \"jira\"\nurl = \"{}\"\nmode = \"create\"\nproject = \"CHG\"\n\
-         service_desk = \"10\"\nrequest_type = \"45\"\n\
-         start_field = \"{}\"\nend_field = \"{}\"\n",
-        jira.url,
-        fake_jira::START_FIELD,
-        fake_jira::END_FIELD,
-    );
+    let policy = jira_creates(&jira);
     let env = start_vouched(Backend::Sqlite, &policy).await;
     let hostile =
         "[a|http://x/]\nThe gate: [https://gatebot.example.com/ui|https://evil.example/phish]\n\
@@ -186,14 +218,7 @@ async fn a_checksum_is_no_markup_in_the_change() {
 async fn a_jira_change_never_approved_is_cancelled_when_its_canary_rolls_back() {
     let jira = FakeJira::start().await;
     jira.require_basic("gatebot", "s3cret");
-    let policy = format!(
-        "[change]\nprovider = \"jira\"\nurl = \"{}\"\nmode = \"create\"\nproject = \"CHG\"\n\
-         service_desk = \"10\"\nrequest_type = \"45\"\n\
-         start_field = \"{}\"\nend_field = \"{}\"\n",
-        jira.url,
-        fake_jira::START_FIELD,
-        fake_jira::END_FIELD,
-    );
+    let policy = jira_creates(&jira);
     let env = start_vouched(Backend::Sqlite, &policy).await;
     let _sim = waiting_vouched(&env).await;
     assert_eq!(hook(&env, HOOK_SECRET).await, 202);
@@ -541,14 +566,7 @@ async fn a_production_promotion_under_a_reason_a_team_and_a_change_gatebot_opens
 async fn a_change_rejected_in_jira_holds_its_gate(backend: Backend) {
     let jira = FakeJira::start().await;
     jira.require_basic("gatebot", "s3cret");
-    let policy = format!(
-        "[change]\nprovider = \"jira\"\nurl = \"{}\"\nmode = \"create\"\nproject = \"CHG\"\n\
-         service_desk = \"10\"\nrequest_type = \"45\"\n\
-         start_field = \"{}\"\nend_field = \"{}\"\n",
-        jira.url,
-        fake_jira::START_FIELD,
-        fake_jira::END_FIELD,
-    );
+    let policy = jira_creates(&jira);
     // Without Flagger tokens a wait is Flagger's claim alone: no change.
     let open_door = ChatOps::start_with(
         backend,
@@ -627,6 +645,18 @@ async fn start(backend: Backend, policy: &str) -> ChatOps {
     .await;
     env.github.set_author(42, "carol");
     env
+}
+
+/// A `[change]` table in which gatebot opens its changes in the fake Jira.
+fn jira_creates(jira: &FakeJira) -> String {
+    format!(
+        "[change]\nprovider = \"jira\"\nurl = \"{}\"\nmode = \"create\"\nproject = \"CHG\"\n\
+         service_desk = \"10\"\nrequest_type = \"45\"\n\
+         start_field = \"{}\"\nend_field = \"{}\"\n",
+        jira.url,
+        fake_jira::START_FIELD,
+        fake_jira::END_FIELD,
+    )
 }
 
 /// Flagger, waiting at PR 42's promote gate.
@@ -1008,6 +1038,67 @@ async fn check_config_reads_the_change_system() {
         !ok && text.contains("provider `remedy`: write servicenow or jira"),
         "{text}"
     );
+}
+
+/// Two replicas on one PostgreSQL store read a change rejected after it
+/// voted, one of them late: the gate is held once, and a person's `/unhold`
+/// in between stands.
+#[tokio::test]
+async fn two_replicas_hold_a_rejected_changes_gate_once() {
+    if gatebot_testkit::harness::postgres_url().is_none() {
+        eprintln!(
+            "SKIPPED: replicas share PostgreSQL; set GATEBOT_TEST_POSTGRES_URL (bash .ci/run does)"
+        );
+        return;
+    }
+    let sn = FakeServiceNow::start().await;
+    sn.require_basic("gatebot", "s3cret");
+    let policy = format!(
+        "[[approvals]]\nkind = \"promote\"\nrequired = 2\n\
+         [change]\nprovider = \"servicenow\"\nurl = \"{}\"\nmode = \"create\"\n",
+        sn.url
+    );
+    let env = start_vouched(Backend::Postgres, &policy).await;
+    let other = env.replica().await;
+    let _sim = waiting_vouched(&env).await;
+    let number = "CHG0040001";
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    eventually("a change", || async { sn.change(number).is_some() }).await;
+    sn.approve(number);
+    eventually("the change voted", || async {
+        hook(&env, HOOK_SECRET).await;
+        promote_gate(&env).await["state"] == "approving"
+    })
+    .await;
+    env.server.drained().await;
+
+    // Rejected. The other replica reads it first but late; this one holds.
+    sn.reject(number);
+    sn.slow_next_read(std::time::Duration::from_millis(1_500));
+    let woken = client()
+        .post(format!("{}/webhooks/change", other.url))
+        .bearer_auth(HOOK_SECRET)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(woken.status().as_u16(), 202);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
+    eventually("held by the change", || async {
+        promote_gate(&env).await["state"] == "held"
+    })
+    .await;
+    // A person lifts the hold before the late read comes back.
+    env.comment_by(42, "carol", 9001, "alice", "/unhold").await;
+    env.server.drained().await;
+    assert_ne!(promote_gate(&env).await["state"], "held");
+    tokio::time::sleep(std::time::Duration::from_millis(2_000)).await;
+    let gate = promote_gate(&env).await;
+    assert_ne!(gate["state"], "held", "held again after /unhold: {gate}");
+    let holds = gate["audit"]
+        .as_array()
+        .map_or(0, |a| a.iter().filter(|e| e["action"] == "hold").count());
+    assert_eq!(holds, 1, "{gate}");
 }
 
 /// Two replicas on one PostgreSQL store, woken together by the change

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use gatebot_testkit::fake_github::FakeGithub;
-use gatebot_testkit::flagger::{waiting_at_promote, HookType};
+use gatebot_testkit::flagger::{waiting_at_promote, FlaggerSim, HookType};
 use gatebot_testkit::github_payloads::{deliver_signed, fixture, github_time, now_ms};
 use gatebot_testkit::harness::{
     check_config_of_policy, client, Backend, TestDb, TestServer, ADMIN_TOKEN,
@@ -116,6 +116,21 @@ fn count(entries: &[Value], action: &str) -> usize {
     entries.iter().filter(|e| e["action"] == action).count()
 }
 
+/// Alice's approving review `id` with `body`: Flagger promotes, and the
+/// audit's open entry is returned.
+async fn promoted_by(server: &TestServer, sim: &mut FlaggerSim, id: u64, body: &str) -> Value {
+    let mut approved = review(id, "alice", HEAD);
+    approved["review"]["body"] = json!(body);
+    deliver(server, &approved).await;
+    server.drained().await;
+    assert!(sim.run_until(|s| s.promotions() == 1, 10).await);
+    let entries = audit(server).await;
+    entries
+        .into_iter()
+        .find(|e| e["action"] == "open")
+        .expect("an open")
+}
+
 /// gatebot's replies on PR 42, oldest first.
 fn replies(github: &FakeGithub) -> Vec<String> {
     let mut replies = github.replies(42);
@@ -186,16 +201,13 @@ async fn under_a_change_rule_a_review_names_its_change_in_its_body(backend: Back
         "{replies:?}"
     );
 
-    let mut approved = review(9202, "alice", HEAD);
-    approved["review"]["body"] = json!("CHG0031337 looks good\nthe numbers are green");
-    deliver(server, &approved).await;
-    server.drained().await;
-    assert!(sim.run_until(|s| s.promotions() == 1, 10).await);
-    let entries = audit(server).await;
-    let open = entries
-        .iter()
-        .find(|e| e["action"] == "open")
-        .expect("an open");
+    let open = promoted_by(
+        server,
+        &mut sim,
+        9202,
+        "CHG0031337 looks good\nthe numbers are green",
+    )
+    .await;
     assert!(
         open["reason"].as_str().is_some_and(|r| r.starts_with(
             "approving review 9202 of 85d557f; CHG0031337 looks good; change CHG0031337 ("
@@ -403,16 +415,8 @@ async fn under_a_reasons_rule_a_review_says_why_in_its_body(backend: Backend) {
         "{replies:?}"
     );
 
-    let mut said = review(9102, "alice", HEAD);
-    said["review"]["body"] = json!("\n  the canary's numbers are green\nmore detail");
-    deliver(server, &said).await;
-    server.drained().await;
-    assert!(sim.run_until(|s| s.promotions() == 1, 10).await);
-    let entries = audit(server).await;
-    let open = entries
-        .iter()
-        .find(|e| e["action"] == "open")
-        .expect("an open");
+    let body = "\n  the canary's numbers are green\nmore detail";
+    let open = promoted_by(server, &mut sim, 9102, body).await;
     assert_eq!(
         open["reason"], "approving review 9102 of 85d557f; the canary's numbers are green",
         "{open}"

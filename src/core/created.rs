@@ -287,61 +287,53 @@ async fn follow(
             return Ok(());
         }
     };
-    let moved = match ticket.allows(now, rule.service.as_deref()) {
+    match ticket.allows(now, rule.service.as_deref()) {
         // Its canary has moved on (or waits again at Flagger's next
         // check): nothing is opened for a revision that does not wait.
-        Ok(_) if !still => None,
-        Ok(_) if row.state == state::OPENED && landed(engine, row).await? => None,
-        Ok(_) if held(engine, row).await? => None,
+        Ok(_) if !still => {}
+        Ok(_) if row.state == state::OPENED && landed(engine, row).await? => {}
+        Ok(_) if held(engine, row).await? => {}
         Ok(until) => {
             let pin = TicketPin {
                 number: row.number.clone(),
                 link: ticket.link.clone(),
                 until,
             };
-            vote(engine, row, pin, now).await?;
-            None
+            claimed(engine, row, state::OPENED, Act::Open(pin), now).await?;
         }
         Err(why) if ticket.decision == Decision::Rejected || ticket.closed => {
-            match row.state == state::REJECTED {
-                true => None,
-                false => act(engine, row, Act::Hold(why.0))
-                    .await?
-                    .then_some(state::REJECTED),
+            if row.state != state::REJECTED {
+                claimed(engine, row, state::REJECTED, Act::Hold(why.0), now).await?;
             }
         }
         // Not yet approved, or its window has not begun: the wait goes on.
-        Err(_) => None,
-    };
-    // Read now: to the back of the line, so no change waits behind others.
-    match moved {
-        Some(to) if to != row.state => tickets
-            .move_ticket(row, &[row.state.as_str()], to, None, now)
-            .await
-            .map(drop)?,
-        _ => tickets.touch_ticket(row, still, now).await?,
+        Err(_) => {}
     }
+    // Read now: to the back of the line, so no change waits behind others.
+    tickets.touch_ticket(row, still, now).await?;
     Ok(())
 }
 
-/// The change's vote, its ticket marked as having opened the gate first:
-/// Flagger may promote through the open before this pass goes on, and its
-/// promotion must find the change its cause. Marked back when the vote did
-/// not land.
-async fn vote(engine: &Engine, row: &TicketRow, pin: TicketPin, now: Millis) -> Result<(), Stop> {
+/// What the change does to its gate, its ticket moved `to` first and moved
+/// back when it was refused: so two replicas never both act on one reading
+/// (a rejection holds the gate once, and a person's `/unhold` stands).
+async fn claimed(
+    engine: &Engine,
+    row: &TicketRow,
+    to: &str,
+    what: Act,
+    now: Millis,
+) -> Result<(), Stop> {
     let tickets = engine.store().tickets();
     let from = row.state.as_str();
-    let marked = from == state::OPENED
-        || tickets
-            .move_ticket(row, &[from], state::OPENED, None, now)
-            .await?;
+    let marked = from == to || tickets.move_ticket(row, &[from], to, None, now).await?;
     if !marked {
-        // Moved meanwhile: Flagger is done with it, or another replica votes.
+        // Moved meanwhile: Flagger is done with it, or another replica acts.
         return Ok(());
     }
-    if !act(engine, row, Act::Open(pin)).await? && from != state::OPENED {
+    if !act(engine, row, what).await? && from != to {
         tickets
-            .move_ticket(row, &[state::OPENED], from, None, engine.now())
+            .move_ticket(row, &[to], from, None, engine.now())
             .await?;
     }
     Ok(())
@@ -455,17 +447,11 @@ async fn landed(engine: &Engine, row: &TicketRow) -> Result<bool, CommandError> 
     })
 }
 
-/// A claimed close given back for the next pass.
-async fn give_back(engine: &Engine, row: &TicketRow) -> Result<(), Stop> {
+/// A claimed close done (`CLOSED`), or given back for the next pass (`CLOSING`).
+async fn settle(engine: &Engine, row: &TicketRow, to: &str) -> Result<(), Stop> {
     let tickets = engine.store().tickets();
     tickets
-        .move_ticket(
-            row,
-            &[state::CLOSE_CLAIMED],
-            state::CLOSING,
-            None,
-            engine.now(),
-        )
+        .move_ticket(row, &[state::CLOSE_CLAIMED], to, None, engine.now())
         .await?;
     Ok(())
 }
@@ -485,58 +471,38 @@ async fn close_changes(engine: &Engine, system: &ChangeClient) -> Result<(), Sto
         match system.read(&row.number).await {
             Ok(ticket) if ticket.closed => {
                 tracing::info!(change = %row.number, "change closed already");
-                tickets
-                    .move_ticket(
-                        &row,
-                        &[state::CLOSE_CLAIMED],
-                        state::CLOSED,
-                        None,
-                        engine.now(),
-                    )
-                    .await?;
+                settle(engine, &row, state::CLOSED).await?;
                 continue;
             }
             Err(e @ CallError::Unreachable { .. }) => {
-                give_back(engine, &row).await?;
+                settle(engine, &row, state::CLOSING).await?;
                 return Err(Stop::Unreachable(e));
             }
             _ => {}
         }
-        let notes = if row.successful {
-            format!(
-                "Flagger promoted {} at revision {}.",
-                row.canary,
-                shown(&row.checksum)
-            )
-        } else {
-            format!(
-                "Flagger did not promote {} at revision {} under this change.",
-                row.canary,
-                shown(&row.checksum)
-            )
+        let (did, under) = match row.successful {
+            true => ("promoted", ""),
+            false => ("did not promote", " under this change"),
         };
+        let revision = shown(&row.checksum);
+        let notes = format!(
+            "Flagger {did} {} at revision {revision}{under}.",
+            row.canary
+        );
         match system.close(&row.number, row.successful, &notes).await {
             Ok(()) => {
                 tracing::info!(change = %row.number, successful = row.successful, "change closed");
             }
             Err(e @ CallError::Unreachable { .. }) => {
                 // Maybe not made: given back, and read again at the next pass.
-                give_back(engine, &row).await?;
+                settle(engine, &row, state::CLOSING).await?;
                 return Err(Stop::Unreachable(e));
             }
             Err(e) => {
                 tracing::error!(change = %row.number, error = %e, "change not closed; given up: close it by hand");
             }
         }
-        tickets
-            .move_ticket(
-                &row,
-                &[state::CLOSE_CLAIMED],
-                state::CLOSED,
-                None,
-                engine.now(),
-            )
-            .await?;
+        settle(engine, &row, state::CLOSED).await?;
     }
     Ok(())
 }

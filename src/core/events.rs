@@ -3,42 +3,49 @@
 use super::admit::Admitted;
 use super::*;
 use crate::gate::progress::{self, CanaryProgress, Failure};
+use crate::store::tickets::TicketRow;
 
 impl<'e> Events<'e> {
     /// Flagger is done with a canary (promoted, or rolling back): the
-    /// changes gatebot opened for it are to be closed. Only an event a Flagger
-    /// token vouched for closes anything outside.
-    async fn done_with_changes(
+    /// changes gatebot opened for its revision are to be closed, each
+    /// successful only when the promotion went through a gate its change's
+    /// vote opened (not one break glass forced). Only an event a Flagger
+    /// token vouched for closes anything outside, and only its cluster's.
+    async fn changes_done(
         self,
-        tx: &mut crate::store::WriteTx<'_>,
         canary: &CanaryRef,
         input: &CheckInput,
         kind: EventKind,
-        now: Millis,
-    ) -> Result<(), CommandError> {
+    ) -> Result<Vec<(TicketRow, bool)>, CommandError> {
         let creates = self
             .engine
             .settings
             .change
             .as_ref()
             .is_some_and(|r| r.mode == crate::gate::ticket::Mode::Create);
-        let successful = match kind {
+        let promoted = match kind {
             EventKind::PromotionCompleted => true,
             EventKind::RollingBack | EventKind::CanaryFailed => false,
-            _ => return Ok(()),
+            _ => return Ok(Vec::new()),
         };
-        if let (true, Some(cluster)) = (creates, &input.cluster) {
-            let revision = (canary.to_string(), input.checksum.recorded().clone());
-            crate::store::Tickets::close_tickets_of(
-                tx,
-                (&revision.0, &revision.1),
+        let (true, Some(cluster)) = (creates, &input.cluster) else {
+            return Ok(Vec::new());
+        };
+        let tickets = self.engine.store.tickets();
+        let rows = tickets
+            .tickets_of_revision(
+                &canary.to_string(),
+                input.checksum.recorded(),
                 cluster.as_str(),
-                successful,
-                now,
             )
             .await?;
+        let mut done = Vec::with_capacity(rows.len());
+        for row in rows {
+            let status = self.engine.gate(&row.gate).await?.status;
+            let opened = promoted && opened_by_change(&status, &row);
+            done.push((row, opened));
         }
-        Ok(())
+        Ok(done)
     }
 
     /// Records a Flagger event and tells people about milestones.
@@ -69,10 +76,12 @@ impl<'e> Events<'e> {
             },
         };
         let gates = self.gates_told(canary, input).await?;
+        let changes = self.changes_done(canary, input, kind).await?;
         let mut tx = self.engine.store.begin().await?;
         crate::store::History::insert_event(&mut tx, &row).await?;
-        self.done_with_changes(&mut tx, canary, input, kind, now)
-            .await?;
+        for (ticket, successful) in &changes {
+            crate::store::Tickets::close_ticket_in(&mut tx, ticket, *successful, now).await?;
+        }
         let mut notices = Vec::new();
         let failure = self
             .progress_in(&mut tx, canary, input, message, now)
@@ -216,4 +225,16 @@ impl<'e> Events<'e> {
             .set(self.engine.store.waits().open_wait_count().await?);
         Ok(batch.len())
     }
+}
+
+/// Whether the ticket's change opened its gate for its canary at its
+/// revision: among those whose approvals opened it, and not by break glass.
+fn opened_by_change(status: &GateStatus, row: &TicketRow) -> bool {
+    let GateStatus::Open(a) = status else {
+        return false;
+    };
+    let by_change = |actor: &Actor| actor.name.eq_ignore_ascii_case(&row.number);
+    !a.forced
+        && a.pins.get(&row.canary) == Some(&row.checksum)
+        && (by_change(&a.change.by) || a.approvers.iter().any(by_change))
 }

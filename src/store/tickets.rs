@@ -145,28 +145,47 @@ impl<'s> Tickets<'s> {
         rows.iter().map(ticket_from_row).collect()
     }
 
-    /// Flagger, with `cluster`'s token, is done with `canary` at `checksum`
-    /// (promoted, or rolled back): the tickets of that revision in that
-    /// cluster are to be closed, in the unit that records the event;
-    /// successful only where the change itself opened the gate.
-    pub(crate) async fn close_tickets_of(
-        tx: &mut WriteTx<'_>,
-        revision: (&str, &str),
+    /// The tickets of `canary` at `checksum` opened for `cluster`'s waits that
+    /// are not yet to be closed.
+    pub async fn tickets_of_revision(
+        self,
+        canary: &str,
+        checksum: &str,
         cluster: &str,
+    ) -> Result<Vec<TicketRow>> {
+        let rows = sqlx::query(
+            "SELECT * FROM change_tickets WHERE canary = $1 AND checksum = $2 AND cluster = $3 \
+             AND state IN ($4, $5, $6)",
+        )
+        .bind(canary.to_string())
+        .bind(checksum.to_string())
+        .bind(cluster.to_string())
+        .bind(state::OPEN)
+        .bind(state::OPENED)
+        .bind(state::REJECTED)
+        .fetch_all(&self.store.pool)
+        .await?;
+        rows.iter().map(ticket_from_row).collect()
+    }
+
+    /// Flagger is done with the ticket's revision: to be closed, `successful`
+    /// or not, in the unit that records the event (unless it moved meanwhile).
+    pub(crate) async fn close_ticket_in(
+        tx: &mut WriteTx<'_>,
+        row: &TicketRow,
         successful: bool,
         now: Millis,
     ) -> Result<()> {
         sqlx::query(
-            "UPDATE change_tickets SET state = $1, changed_at = $3, \
-             successful = CASE WHEN state = $8 THEN $2 ELSE 0 END \
-             WHERE canary = $4 AND checksum = $5 AND cluster = $6 AND state IN ($7, $8, $9)",
+            "UPDATE change_tickets SET state = $1, successful = $2, changed_at = $3 \
+             WHERE gate_key = $4 AND canary = $5 AND checksum = $6 AND state IN ($7, $8, $9)",
         )
         .bind(state::CLOSING)
         .bind(i64::from(successful))
         .bind(now)
-        .bind(revision.0.to_string())
-        .bind(revision.1.to_string())
-        .bind(cluster.to_string())
+        .bind(row.gate.to_string())
+        .bind(row.canary.clone())
+        .bind(row.checksum.clone())
         .bind(state::OPEN)
         .bind(state::OPENED)
         .bind(state::REJECTED)

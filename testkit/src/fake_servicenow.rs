@@ -115,6 +115,8 @@ struct Inner {
     write_latency: AtomicU64,
     /// How many more PATCHes are applied and then answered 502.
     lost_answers: AtomicU32,
+    /// How long the next read (a GET by number) takes, in ms; then none.
+    next_read_latency: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -443,6 +445,15 @@ impl FakeServiceNow {
         self.inner.limited.store(next, Ordering::SeqCst);
     }
 
+    /// The next read of a change by number is answered only after `latency`
+    /// (the reads after it at once): one caller reads late, as one replica
+    /// far from the instance does.
+    pub fn slow_next_read(&self, latency: Duration) {
+        self.inner
+            .next_read_latency
+            .store(latency.as_millis() as u64, Ordering::SeqCst);
+    }
+
     /// The next `n` PATCHes are applied and then answered 502, as a gateway
     /// in front of the instance that timed out does: the caller cannot know.
     pub fn lose_answers(&self, n: u32) {
@@ -565,6 +576,10 @@ async fn list(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
+    let late = inner.next_read_latency.swap(0, Ordering::SeqCst);
+    if late > 0 {
+        tokio::time::sleep(Duration::from_millis(late)).await;
+    }
     if let Some(refused) = refusal(&inner, &method, &uri, &headers) {
         return refused;
     }
