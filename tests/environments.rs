@@ -179,6 +179,7 @@ gatebot_testkit::on_both_stores!(
     promote_names_one_cluster_and_leaves_the_other_closed,
     a_new_commit_starts_the_path_again,
     break_glass_skips_the_order_and_is_announced,
+    a_place_is_read_one_way_and_break_glass_only_where_typed,
     a_check_with_another_clusters_token_cannot_use_this_clusters_approval,
     the_cli_opens_an_environment,
     the_status_comment_and_slack_show_the_path,
@@ -354,6 +355,43 @@ async fn break_glass_skips_the_order_and_is_announced(backend: Backend) {
     assert!(env.promoted(&mut eu).await);
     let audit = env.server.api("/api/v1/audit").await.to_string();
     assert!(audit.contains("second hotfix"), "{audit}");
+}
+
+/// `Staging,` names staging wherever a place is read: the gates it places,
+/// and break glass after it (not the one environment that waits). A reason
+/// given to the API breaks no glass, whatever it says.
+async fn a_place_is_read_one_way_and_break_glass_only_where_typed(backend: Backend) {
+    let env = env(backend).await;
+    env.waiting(PROD_EU, "rev-e1", COMMIT).await;
+    let forced_at = |audit: &serde_json::Value, cluster: &str| {
+        audit["audit"].as_array().is_some_and(|entries| {
+            entries.iter().any(|e| {
+                e["action"] == "force"
+                    && e["gate"]
+                        .as_str()
+                        .is_some_and(|g| g.ends_with(&format!("@{cluster}")))
+            })
+        })
+    };
+    env.comment("carol", "/promote Staging, --force hotfix")
+        .await;
+    let audit = env.server.api("/api/v1/audit").await;
+    assert!(forced_at(&audit, "staging-eu"), "{audit}");
+    assert!(!forced_at(&audit, "prod-eu"), "{audit}");
+    let (status, _) = env.answer(PROD_EU, "rev-e1", COMMIT).await;
+    assert_eq!(status, 403, "production stays closed");
+
+    let r = client()
+        .post(env.server.at("/api/v1/gates/open"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"gate": "/gates/promote/pr/42", "reason": "prod-eu --force via the api"}))
+        .send()
+        .await
+        .unwrap();
+    let answer = r.text().await.unwrap();
+    assert!(!answer.contains("\"forced\":true"), "{answer}");
+    let audit = env.server.api("/api/v1/audit").await;
+    assert!(!forced_at(&audit, "prod-eu"), "{audit}");
 }
 
 async fn a_check_with_another_clusters_token_cannot_use_this_clusters_approval(backend: Backend) {

@@ -193,8 +193,7 @@ pub(super) fn forced_after_place(envs: &Environments, command: &Command) -> Opti
     };
     let (place, after) = text.trim().split_once(char::is_whitespace)?;
     let rest = crate::command::after_force(after.trim_start())?;
-    let word = place.trim_matches(|c: char| !c.is_alphanumeric());
-    envs.target(&word.to_ascii_lowercase())?;
+    envs.target_of_word(place)?;
     Some(Command::Open {
         kind: *kind,
         reason: Some(format!("{place} {rest}").trim_end().to_string()),
@@ -226,7 +225,7 @@ pub(super) fn check_reason(
     else {
         return Ok(());
     };
-    let is_place = |word: &str| envs.target(&word.to_ascii_lowercase()).is_some();
+    let is_place = |word: &str| envs.target_of_word(word).is_some();
     match (reason::given(text, is_place), kind) {
         (Some(_), _) => Ok(()),
         (None, ReasonKind::Force) => Err(Invalid::ForceWithoutReason(Verb::opening(

@@ -220,11 +220,20 @@ pub async fn authorize<A: Authorizer>(
     request: &Request,
     authorizer: &A,
 ) -> Result<Authorized<A::Denied>, CommandError> {
+    // Break glass is typed in a chat channel's command, at gates it places
+    // by the words after it: a button's gate has its cluster already, and the
+    // API, the CLI and the page ask for break glass their own way, or not.
+    let chat = matches!(
+        request.who.actor.source,
+        Source::Github | Source::Slack | Source::Teams
+    ) && !matches!(&request.subject, Subject::Gate(k) if k.cluster.is_some());
     let envs = &engine.settings().environments;
-    let placed = forced_after_place(envs, &request.command).map(|command| Request {
-        command,
-        ..request.clone()
-    });
+    let placed = forced_after_place(envs, &request.command)
+        .filter(|_| chat)
+        .map(|command| Request {
+            command,
+            ..request.clone()
+        });
     let request = placed.as_ref().unwrap_or(request);
     let phase = phase_of(engine, request).await?;
     let plan = match plan(&request.command, &request.subject, &phase) {

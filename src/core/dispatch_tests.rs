@@ -22,6 +22,10 @@ struct Fixture {
 }
 
 async fn engine() -> Fixture {
+    engine_in(Default::default()).await
+}
+
+async fn engine_in(environments: crate::gate::environment::Environments) -> Fixture {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = Store::connect(&format!("sqlite://{}/gatebot.db", dir.path().display()))
         .await
@@ -40,7 +44,7 @@ async fn engine() -> Fixture {
             reasons: Vec::new(),
             change: None,
             timers: Default::default(),
-            environments: Default::default(),
+            environments,
             named: crate::core::named::NamedLimits {
                 live: 10,
                 per_hour: 10,
@@ -349,4 +353,42 @@ async fn a_slack_message_decided_meanwhile_keeps_its_first_decision() {
     let kept = f.engine.store().slack().slack_decision(7).await.unwrap();
     assert_eq!(kept.map(|d| d.name).as_deref(), Some("Alice"));
     assert!(matches!(start, GateStatus::Closed { .. }), "{start:?}");
+}
+
+/// `production --force <why>` breaks glass only where a command is typed in
+/// a chat channel for gates it places by that word: not at a button's gate
+/// (its cluster is set), nor through the API, whatever the reason says.
+#[tokio::test]
+async fn force_after_a_place_is_read_only_in_typed_chat_commands() {
+    use crate::gate::environment::{Environment, Environments};
+    let production = Environment {
+        name: "production".parse().unwrap(),
+        clusters: vec!["prod-eu".parse().unwrap()],
+        after: None,
+        soak: std::time::Duration::ZERO,
+    };
+    let f = engine_in(Environments::new(vec![production], None).unwrap()).await;
+    let said = Some("production --force db is down".to_string());
+    let forced = |source: Source, subject: Subject| {
+        let request = Request {
+            place: None,
+            command: Command::from_verb(Verb::Promote, said.clone()),
+            subject,
+            who: Provenance::new(Actor::new("alice", source)),
+        };
+        let engine = &f.engine;
+        async move {
+            let authorized = dispatch::authorize(engine, &request, &Decides(None))
+                .await
+                .expect("authorized");
+            authorized.command_of(&request).forced()
+        }
+    };
+    let pr = || Subject::pr("acme/shop".parse().unwrap(), crate::gate::PrNumber(42));
+    assert!(forced(Source::Github, pr()).await, "a PR comment");
+    assert!(forced(Source::Slack, pr()).await, "a slash command");
+    let button = Subject::Gate(key("/gates/promote/acme/shop/pr/42@prod-eu"));
+    assert!(!forced(Source::Slack, button).await, "a button's modal");
+    assert!(!forced(Source::Api, pr()).await, "the API's reason");
+    assert!(!forced(Source::Web, pr()).await, "the page's reason");
 }

@@ -207,7 +207,7 @@ impl<'e> Clusters<'e> {
             return Ok(Ok(plan));
         }
         let target = match request.place.as_deref() {
-            Some(place) => match envs.target(place) {
+            Some(place) => match envs.target_of_word(place) {
                 Some(t) => Some(t),
                 None => {
                     return Ok(Err(Invalid::UnknownPlace {
@@ -216,7 +216,7 @@ impl<'e> Clusters<'e> {
                     }))
                 }
             },
-            None => first_word(&request.command).and_then(|w| envs.target(w)),
+            None => first_word(&request.command).and_then(|w| envs.target_of_word(w)),
         };
         let clusters = match target {
             Some(t) => envs.clusters_of(&t),

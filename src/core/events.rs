@@ -233,7 +233,10 @@ fn opened_by_change(status: &GateStatus, row: &TicketRow) -> bool {
     let GateStatus::Open(a) = status else {
         return false;
     };
-    let by_change = |actor: &Actor| actor.name.eq_ignore_ascii_case(&row.number);
+    // The change votes as gatebot: a person named like it is not it.
+    let by_change = |actor: &Actor| {
+        actor.source == Source::Gatebot && actor.name.eq_ignore_ascii_case(&row.number)
+    };
     !a.forced
         && a.pins.get(&row.canary) == Some(&row.checksum)
         && (by_change(&a.change.by) || a.approvers.iter().any(by_change))

@@ -125,6 +125,14 @@ impl Environments {
         self.of_cluster(&name).map(|_| Target::Cluster(name))
     }
 
+    /// What a word a person wrote names (`Production,` as `production`):
+    /// the one reading of a place, for placing a command's gates, for telling
+    /// a reason from the place before it, and for break glass after it.
+    pub fn target_of_word(&self, word: &str) -> Option<Target> {
+        let bare = word.trim_matches(|c: char| !c.is_alphanumeric());
+        self.target(&bare.to_ascii_lowercase())
+    }
+
     /// The clusters a target stands for.
     pub fn clusters_of(&self, target: &Target) -> Vec<ClusterName> {
         match target {
