@@ -180,9 +180,14 @@ pub fn plan(command: &Command, subject: &Subject, phase: &Phase) -> Result<Plan,
 /// `/promote production --force <why>`: break glass named after the
 /// environment, read as `/promote --force production <why>`, the words kept
 /// as written but the flag. Only an environment or cluster of the policy may
-/// stand before the flag: after any other word `--force` is part of the
+/// stand before the flag, and one that holds the cluster of a gate named
+/// with its own (`at`): after any other word `--force` is part of the
 /// reason, and breaks no glass.
-pub(super) fn forced_after_place(envs: &Environments, command: &Command) -> Option<Command> {
+pub(super) fn forced_after_place(
+    envs: &Environments,
+    command: &Command,
+    at: Option<&crate::gate::ClusterName>,
+) -> Option<Command> {
     let Command::Open {
         kind,
         reason: Some(text),
@@ -193,7 +198,10 @@ pub(super) fn forced_after_place(envs: &Environments, command: &Command) -> Opti
     };
     let (place, after) = text.trim().split_once(char::is_whitespace)?;
     let rest = crate::command::after_force(after.trim_start())?;
-    envs.target_of_word(place)?;
+    let target = envs.target_of_word(place)?;
+    if at.is_some_and(|c| !envs.clusters_of(&target).contains(c)) {
+        return None;
+    }
     Some(Command::Open {
         kind: *kind,
         reason: Some(format!("{place} {rest}").trim_end().to_string()),
@@ -535,7 +543,7 @@ mod tests {
         let envs = Environments::new(vec![production], None).unwrap();
         let read = |text: &str, envs: &Environments| {
             let command = Command::from_verb(Verb::Promote, Some(text.to_string()));
-            match forced_after_place(envs, &command) {
+            match forced_after_place(envs, &command, None) {
                 Some(Command::Open {
                     reason,
                     force: true,

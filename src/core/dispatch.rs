@@ -220,16 +220,14 @@ pub async fn authorize<A: Authorizer>(
     request: &Request,
     authorizer: &A,
 ) -> Result<Authorized<A::Denied>, CommandError> {
-    // Break glass is typed in a chat channel's command, at gates it places
-    // by the words after it: a button's gate has its cluster already, and the
-    // API, the CLI and the page ask for break glass their own way, or not.
-    let chat = matches!(
-        request.who.actor.source,
-        Source::Github | Source::Slack | Source::Teams
-    ) && !matches!(&request.subject, Subject::Gate(k) if k.cluster.is_some());
+    // Break glass is typed: only a chat command's words ask for it.
+    let at = match &request.subject {
+        Subject::Gate(k) => k.cluster.as_ref(),
+        _ => None,
+    };
     let envs = &engine.settings().environments;
-    let placed = forced_after_place(envs, &request.command)
-        .filter(|_| chat)
+    let placed = forced_after_place(envs, &request.command, at)
+        .filter(|_| request.who.typed)
         .map(|command| Request {
             command,
             ..request.clone()

@@ -355,26 +355,31 @@ async fn a_slack_message_decided_meanwhile_keeps_its_first_decision() {
     assert!(matches!(start, GateStatus::Closed { .. }), "{start:?}");
 }
 
-/// `production --force <why>` breaks glass only where a command is typed in
-/// a chat channel for gates it places by that word: not at a button's gate
-/// (its cluster is set), nor through the API, whatever the reason says.
+/// `production --force <why>` breaks glass only in a command typed in a chat
+/// channel: not in a button's modal (whatever its gate), the API's or the
+/// page's reason; and at a gate typed with its cluster, only after a place
+/// that holds that cluster.
 #[tokio::test]
 async fn force_after_a_place_is_read_only_in_typed_chat_commands() {
     use crate::gate::environment::{Environment, Environments};
-    let production = Environment {
-        name: "production".parse().unwrap(),
-        clusters: vec!["prod-eu".parse().unwrap()],
+    let env = |name: &str, cluster: &str| Environment {
+        name: name.parse().unwrap(),
+        clusters: vec![cluster.parse().unwrap()],
         after: None,
         soak: std::time::Duration::ZERO,
     };
-    let f = engine_in(Environments::new(vec![production], None).unwrap()).await;
-    let said = Some("production --force db is down".to_string());
-    let forced = |source: Source, subject: Subject| {
+    let envs = vec![env("staging", "staging-eu"), env("production", "prod-eu")];
+    let f = engine_in(Environments::new(envs, None).unwrap()).await;
+    let forced = |source: Source, typed: bool, subject: Subject, said: &str| {
+        let mut who = Provenance::new(Actor::new("alice", source));
+        if typed {
+            who = who.typed();
+        }
         let request = Request {
             place: None,
-            command: Command::from_verb(Verb::Promote, said.clone()),
+            command: Command::from_verb(Verb::Promote, Some(said.to_string())),
             subject,
-            who: Provenance::new(Actor::new("alice", source)),
+            who,
         };
         let engine = &f.engine;
         async move {
@@ -384,11 +389,42 @@ async fn force_after_a_place_is_read_only_in_typed_chat_commands() {
             authorized.command_of(&request).forced()
         }
     };
+    let said = "production --force db is down";
     let pr = || Subject::pr("acme/shop".parse().unwrap(), crate::gate::PrNumber(42));
-    assert!(forced(Source::Github, pr()).await, "a PR comment");
-    assert!(forced(Source::Slack, pr()).await, "a slash command");
-    let button = Subject::Gate(key("/gates/promote/acme/shop/pr/42@prod-eu"));
-    assert!(!forced(Source::Slack, button).await, "a button's modal");
-    assert!(!forced(Source::Api, pr()).await, "the API's reason");
-    assert!(!forced(Source::Web, pr()).await, "the page's reason");
+    let at = |path: &str| Subject::Gate(key(path));
+    assert!(
+        forced(Source::Github, true, pr(), said).await,
+        "a PR comment"
+    );
+    assert!(
+        forced(Source::Slack, true, pr(), said).await,
+        "a slash command"
+    );
+    let eu = "/gates/promote/acme/shop/pr/42@prod-eu";
+    assert!(
+        !forced(Source::Slack, false, at(eu), said).await,
+        "a button's modal"
+    );
+    let named = "/gates/promote/named/rel-1";
+    assert!(
+        !forced(Source::Slack, false, at(named), said).await,
+        "a named gate's modal"
+    );
+    assert!(
+        !forced(Source::Api, false, pr(), said).await,
+        "the API's reason"
+    );
+    assert!(
+        !forced(Source::Web, false, pr(), said).await,
+        "the page's reason"
+    );
+    assert!(
+        forced(Source::Slack, true, at(eu), said).await,
+        "a typed gate in its place"
+    );
+    let elsewhere = "staging --force db is down";
+    assert!(
+        !forced(Source::Slack, true, at(eu), elsewhere).await,
+        "a typed gate elsewhere"
+    );
 }

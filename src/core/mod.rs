@@ -148,6 +148,11 @@ pub struct Provenance {
     pub groups: Vec<crate::gate::Group>,
     /// The approved change the approval is given under (`tickets`).
     pub ticket: Option<tickets::TicketPin>,
+    /// Typed by the person as a chat command (a PR comment, Slack's slash
+    /// command, a message to the Teams bot): its words may ask for break
+    /// glass after the place they name. A button's, a card's, a review's,
+    /// the page's and the API's reasons never do.
+    pub typed: bool,
 }
 
 impl Provenance {
@@ -164,7 +169,14 @@ impl Provenance {
             claim: None,
             groups: Vec::new(),
             ticket: None,
+            typed: false,
         }
+    }
+
+    /// Typed as a chat command ([`Self::typed`]).
+    pub fn typed(mut self) -> Self {
+        self.typed = true;
+        self
     }
 
     pub fn claim(mut self, claim: Option<String>) -> Self {

@@ -125,12 +125,15 @@ impl Environments {
         self.of_cluster(&name).map(|_| Target::Cluster(name))
     }
 
-    /// What a word a person wrote names (`Production,` as `production`):
-    /// the one reading of a place, for placing a command's gates, for telling
-    /// a reason from the place before it, and for break glass after it.
+    /// What a word a person wrote names (`Production,` and full-width
+    /// `ｐｒｏｄｕｃｔｉｏｎ` as `production`): the one reading of a place, for
+    /// placing a command's gates, for telling a reason from the place before
+    /// it, and for break glass after it.
     pub fn target_of_word(&self, word: &str) -> Option<Target> {
-        let bare = word.trim_matches(|c: char| !c.is_alphanumeric());
-        self.target(&bare.to_ascii_lowercase())
+        use unicode_normalization::UnicodeNormalization;
+        let folded: String = word.nfkc().collect::<String>().to_lowercase();
+        let bare = folded.trim_matches(|c: char| !c.is_alphanumeric());
+        self.target(bare)
     }
 
     /// The clusters a target stands for.
@@ -319,6 +322,17 @@ mod tests {
             Some(Target::Cluster(name("prod-eu")))
         );
         assert_eq!(envs.target("please"), None);
+        for written in [
+            "Production,",
+            "ｐｒｏｄｕｃｔｉｏｎ",
+            "\"production\"",
+            "PROD-EU:",
+        ] {
+            assert!(envs.target_of_word(written).is_some(), "{written}");
+        }
+        for written in ["prod\u{200b}-eu", "@", "because", "productions"] {
+            assert_eq!(envs.target_of_word(written), None, "{written}");
+        }
         assert_eq!(envs.target("<!here>"), None);
         assert_eq!(
             envs.clusters_of(&Target::Environment(name("production"))),

@@ -108,7 +108,7 @@ impl GithubInbox {
             place: None,
             command: Command::from_verb(command, inv.reason),
             subject: subject.clone(),
-            who: self.who(user, e, delivery),
+            who: self.who(user, e, delivery).typed(),
         };
         self.authorized(request, e, repo, stale).await
     }

@@ -355,7 +355,8 @@ impl SlackInbox {
             who: Provenance::new(Actor::new(c.user_label(), Source::Slack))
                 .person(self.person(&c.user_id))
                 .delivery(DeliveryId::slack_command(&c.trigger_id))
-                .written_at(c.signed_at),
+                .written_at(c.signed_at)
+                .typed(),
         };
         let authorizer = SlackAuthorizer {
             state: &self.state,

@@ -155,7 +155,8 @@ impl TeamsInbox {
             who: Provenance::new(Actor::new(name, Source::Teams))
                 .person(person_of(&self.state, activity))
                 .delivery(DeliveryId::teams(&activity.receipt_id()))
-                .written_at(activity.received_at),
+                .written_at(activity.received_at)
+                .typed(),
         };
         let authorizer = TeamsAuthorizer {
             state: &self.state,
