@@ -541,6 +541,27 @@ async fn edited_comments_run_only_new_commands(backend: Backend) {
         "/start was in the old body"
     );
 
+    // Another person's edit of alice's comment runs nothing as alice, and
+    // is told why (anyone with write access may edit another's comment).
+    server.close("/gates/promote/pr/49").await;
+    let mut by_bob = comment(49, 6001, "alice", "/start\n/promote\n/promote because now");
+    by_bob["action"] = json!("edited");
+    by_bob["changes"] = json!({"body": {"from": "/start\n/promote"}});
+    by_bob["sender"]["login"] = json!("bob");
+    assert_eq!(deliver(server, "issue_comment", &by_bob).await.0, 202);
+    server.drained().await;
+    assert!(!gate_open(server, "/gates/promote/pr/49").await);
+    let told = github
+        .comments_on(49)
+        .iter()
+        .map(|c| c.body.clone())
+        .collect::<Vec<_>>();
+    assert!(
+        told.iter()
+            .any(|b| b.contains("commands added to another person's comment are not run")),
+        "{told:?}"
+    );
+
     // Deleted comments and comments on plain issues are ignored.
     let mut deleted = comment(49, 6001, "alice", "/start");
     deleted["action"] = json!("deleted");

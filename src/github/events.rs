@@ -106,9 +106,22 @@ pub struct IssueCommentEvent {
     pub changes: Option<Changes>,
     pub repository: Repository,
     pub installation: Option<Installation>,
+    /// Who did it: for an edit, the editor, who may not be the comment's
+    /// author (anyone with write access may edit another's comment).
+    pub sender: Option<User>,
 }
 
 impl IssueCommentEvent {
+    /// An edit of someone else's comment: its commands would run as the
+    /// author, who did not write them.
+    pub fn edited_by_another(&self) -> bool {
+        self.action == "edited"
+            && self
+                .sender
+                .as_ref()
+                .is_some_and(|s| !s.login.eq_ignore_ascii_case(&self.comment.user.login))
+    }
+
     pub fn on_pull_request(&self) -> bool {
         self.issue.pull_request.is_some()
     }

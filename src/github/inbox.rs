@@ -191,7 +191,9 @@ impl GithubInbox {
             delivery,
         };
         let jobs = match self.parse(&c, &body).await {
-            Some(parsed) if !parsed.is_empty() && !e.comment.user.is_bot() => {
+            Some(parsed)
+                if !parsed.is_empty() && !e.comment.user.is_bot() && !e.edited_by_another() =>
+            {
                 return self.run(item, lease, &c, parsed, learned).await;
             }
             Some(parsed) => self.not_run(&c, &body, &parsed)?,
@@ -225,7 +227,18 @@ impl GithubInbox {
         parsed: &[Parsed],
     ) -> Result<Vec<NewJob>, SendError> {
         let author = &c.e.comment.user;
-        let line = if author.is_bot() && !parsed.is_empty() {
+        let editor = c.e.sender.as_ref().filter(|_| c.e.edited_by_another());
+        let line = if let (Some(editor), false) = (editor, parsed.is_empty()) {
+            for p in parsed {
+                self.count(&word(p), "ignored");
+            }
+            let line = Line {
+                command: None,
+                message: "commands added to another person's comment are not run: write them in a comment of your own".into(),
+            };
+            let text = self.reply(&editor.login, vec![line])?;
+            return Ok(vec![c.comment(text).once(c.once("reply"))?]);
+        } else if author.is_bot() && !parsed.is_empty() {
             for p in parsed {
                 self.count(&word(p), "ignored");
             }

@@ -48,6 +48,8 @@ pub fn comment_at(pr: u64, comment_id: u64, user: &str, body: &str, written_ms: 
     p["comment"]["id"] = json!(comment_id);
     p["comment"]["body"] = json!(body);
     p["comment"]["user"]["login"] = json!(user);
+    // GitHub's sender is who acted: the writer (an edit's sender is its editor).
+    p["sender"]["login"] = json!(user);
     p["comment"]["created_at"] = json!(github_time(written_ms));
     p["comment"]["updated_at"] = json!(github_time(written_ms));
     p
