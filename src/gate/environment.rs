@@ -125,13 +125,12 @@ impl Environments {
         self.of_cluster(&name).map(|_| Target::Cluster(name))
     }
 
-    /// What a word a person wrote names (`Production,` and full-width
-    /// `ｐｒｏｄｕｃｔｉｏｎ` as `production`): the one reading of a place, for
+    /// What a word a person wrote names (`Production,`, full-width
+    /// `ｐｒｏｄｕｃｔｉｏｎ` and `PRODUCTİON` as `production`): the one reading of a place, for
     /// placing a command's gates, for telling a reason from the place before
     /// it, and for break glass after it.
     pub fn target_of_word(&self, word: &str) -> Option<Target> {
-        use unicode_normalization::UnicodeNormalization;
-        let folded: String = word.nfkc().collect::<String>().to_lowercase();
+        let folded = fold(word);
         let bare = folded.trim_matches(|c: char| !c.is_alphanumeric());
         self.target(bare)
     }
@@ -282,6 +281,26 @@ impl fmt::Display for Elapsed {
     }
 }
 
+/// A word as the policy's names are written: compatibility forms as their
+/// plain letters (NFKD), accents and dots dropped (`İ` is `i`), any dash as
+/// `-`, lower case. Names are ASCII, so nothing folds onto another name that
+/// a person would not read as it.
+fn fold(word: &str) -> String {
+    use unicode_normalization::char::is_combining_mark;
+    use unicode_normalization::UnicodeNormalization;
+    let dash = |c: char| {
+        matches!(
+            c,
+            '\u{2010}'..='\u{2015}' | '\u{2212}' | '\u{fe63}' | '\u{ff0d}'
+        )
+    };
+    word.nfkd()
+        .filter(|c| !is_combining_mark(*c))
+        .map(|c| if dash(c) { '-' } else { c })
+        .collect::<String>()
+        .to_lowercase()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,6 +346,8 @@ mod tests {
             "ｐｒｏｄｕｃｔｉｏｎ",
             "\"production\"",
             "PROD-EU:",
+            "PRODUCTİON",
+            "prod\u{2010}eu",
         ] {
             assert!(envs.target_of_word(written).is_some(), "{written}");
         }
