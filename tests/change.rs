@@ -39,23 +39,10 @@ gatebot_testkit::on_both_stores!(
 async fn break_glass_through_a_changes_gate_closes_it_unsuccessful(backend: Backend) {
     let sn = FakeServiceNow::start().await;
     sn.require_basic("gatebot", "s3cret");
-    let policy = format!(
-        "[[approvals]]\nkind = \"promote\"\nrequired = 2\n\
-         [change]\nprovider = \"servicenow\"\nurl = \"{}\"\nmode = \"create\"\n\
-         [github.commands.force]\nmin_permission = \"write\"\n",
-        sn.url
-    );
+    let policy = one_of_two(&sn, "[github.commands.force]\nmin_permission = \"write\"\n");
     let env = start_vouched(backend, &policy).await;
     let mut sim = waiting_vouched(&env).await;
-    let number = "CHG0040001";
-    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
-    eventually("a change", || async { sn.change(number).is_some() }).await;
-    sn.approve(number);
-    eventually("the change voted", || async {
-        hook(&env, HOOK_SECRET).await;
-        promote_gate(&env).await["state"] == "approving"
-    })
-    .await;
+    let number = the_change_votes(&env, &sn).await;
     env.comment_by(42, "carol", 8001, "alice", "/promote --force db is down")
         .await;
     env.server.drained().await;
@@ -77,28 +64,9 @@ async fn break_glass_through_a_changes_gate_closes_it_unsuccessful(backend: Back
 async fn a_changes_vote_comes_back_after_a_reset_and_a_rejection_holds_after_it(backend: Backend) {
     let sn = FakeServiceNow::start().await;
     sn.require_basic("gatebot", "s3cret");
-    let policy = format!(
-        "[[approvals]]\nkind = \"promote\"\nrequired = 2\n\
-         [change]\nprovider = \"servicenow\"\nurl = \"{}\"\nmode = \"create\"\n",
-        sn.url
-    );
-    let env = start_vouched(backend, &policy).await;
+    let env = start_vouched(backend, &one_of_two(&sn, "")).await;
     let mut sim = waiting_vouched(&env).await;
-    let number = "CHG0040001";
-    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
-    eventually("a change", || async { sn.change(number).is_some() }).await;
-    sn.approve(number);
-    let state_after_a_pass = |want: &'static str| {
-        let env = &env;
-        async move {
-            eventually(want, || async {
-                hook(env, HOOK_SECRET).await;
-                promote_gate(env).await["state"] == want
-            })
-            .await;
-        }
-    };
-    state_after_a_pass("approving").await;
+    let number = the_change_votes(&env, &sn).await;
 
     env.comment_by(42, "carol", 7001, "alice", "/hold").await;
     env.comment_by(42, "carol", 7002, "alice", "/unhold").await;
@@ -108,12 +76,12 @@ async fn a_changes_vote_comes_back_after_a_reset_and_a_rejection_holds_after_it(
         "closed",
         "the count reset"
     );
-    state_after_a_pass("approving").await;
+    after_passes(&env, "approving").await;
     let gate = promote_gate(&env).await.to_string();
     assert!(gate.contains(number), "the change voted again: {gate}");
 
     sn.reject(number);
-    state_after_a_pass("held").await;
+    after_passes(&env, "held").await;
     env.comment_by(42, "carol", 7003, "alice", "/promote").await;
     env.server.drained().await;
     for _ in 0..3 {
@@ -647,6 +615,36 @@ async fn start(backend: Backend, policy: &str) -> ChatOps {
     env
 }
 
+/// A policy where the change gatebot opens in the fake ServiceNow is one
+/// of two votes at the promote gate, and `more` after it.
+fn one_of_two(sn: &FakeServiceNow, more: &str) -> String {
+    format!(
+        "[[approvals]]\nkind = \"promote\"\nrequired = 2\n\
+         [change]\nprovider = \"servicenow\"\nurl = \"{}\"\nmode = \"create\"\n{more}",
+        sn.url
+    )
+}
+
+/// The change's passes, woken until the promote gate is in `state`.
+async fn after_passes(env: &ChatOps, state: &str) {
+    eventually(state, || async {
+        hook(env, HOOK_SECRET).await;
+        promote_gate(env).await["state"] == state
+    })
+    .await;
+}
+
+/// gatebot opens a change for the waiting canary; approved in ServiceNow, it
+/// votes. Its number.
+async fn the_change_votes(env: &ChatOps, sn: &FakeServiceNow) -> &'static str {
+    let number = "CHG0040001";
+    assert_eq!(hook(env, HOOK_SECRET).await, 202);
+    eventually("a change", || async { sn.change(number).is_some() }).await;
+    sn.approve(number);
+    after_passes(env, "approving").await;
+    number
+}
+
 /// A `[change]` table in which gatebot opens its changes in the fake Jira.
 fn jira_creates(jira: &FakeJira) -> String {
     format!(
@@ -1053,23 +1051,10 @@ async fn two_replicas_hold_a_rejected_changes_gate_once() {
     }
     let sn = FakeServiceNow::start().await;
     sn.require_basic("gatebot", "s3cret");
-    let policy = format!(
-        "[[approvals]]\nkind = \"promote\"\nrequired = 2\n\
-         [change]\nprovider = \"servicenow\"\nurl = \"{}\"\nmode = \"create\"\n",
-        sn.url
-    );
-    let env = start_vouched(Backend::Postgres, &policy).await;
+    let env = start_vouched(Backend::Postgres, &one_of_two(&sn, "")).await;
     let other = env.replica().await;
     let _sim = waiting_vouched(&env).await;
-    let number = "CHG0040001";
-    assert_eq!(hook(&env, HOOK_SECRET).await, 202);
-    eventually("a change", || async { sn.change(number).is_some() }).await;
-    sn.approve(number);
-    eventually("the change voted", || async {
-        hook(&env, HOOK_SECRET).await;
-        promote_gate(&env).await["state"] == "approving"
-    })
-    .await;
+    let number = the_change_votes(&env, &sn).await;
     env.server.drained().await;
 
     // Rejected. The other replica reads it first but late; this one holds.
