@@ -291,15 +291,18 @@ async fn follow(
         // Its canary has moved on (or waits again at Flagger's next
         // check): nothing is opened for a revision that does not wait.
         Ok(_) if !still => {}
-        Ok(_) if row.state == state::OPENED && landed(engine, row).await? => {}
-        Ok(_) if held(engine, row).await? => {}
         Ok(until) => {
-            let pin = TicketPin {
-                number: row.number.clone(),
-                link: ticket.link.clone(),
-                until,
-            };
-            claimed(engine, row, state::OPENED, Act::Open(pin), now).await?;
+            // Voted already, or held: a vote now would change nothing.
+            let status = engine.gate(&row.gate).await?.status;
+            let voted = row.state == state::OPENED && landed_in(&status, row);
+            if !voted && !matches!(status, GateStatus::Held { .. }) {
+                let pin = TicketPin {
+                    number: row.number.clone(),
+                    link: ticket.link.clone(),
+                    until,
+                };
+                claimed(engine, row, state::OPENED, Act::Open(pin), now).await?;
+            }
         }
         Err(why) if ticket.decision == Decision::Rejected || ticket.closed => {
             if row.state != state::REJECTED {
@@ -337,12 +340,6 @@ async fn claimed(
             .await?;
     }
     Ok(())
-}
-
-/// Whether the ticket's gate is held: a vote now would only be refused.
-async fn held(engine: &Engine, row: &TicketRow) -> Result<bool, CommandError> {
-    let status = engine.gate(&row.gate).await?.status;
-    Ok(matches!(status, GateStatus::Held { .. }))
 }
 
 /// Changes that opened or held their gate, closed once their canary has not
@@ -439,12 +436,16 @@ async fn act(engine: &Engine, row: &TicketRow, act: Act) -> Result<bool, Command
 /// Whether the change's vote is in its gate: counted, or the gate open for
 /// its canary at its revision.
 async fn landed(engine: &Engine, row: &TicketRow) -> Result<bool, CommandError> {
+    Ok(landed_in(&engine.gate(&row.gate).await?.status, row))
+}
+
+fn landed_in(status: &GateStatus, row: &TicketRow) -> bool {
     let person = row.number.to_ascii_lowercase();
-    Ok(match engine.gate(&row.gate).await?.status {
+    match status {
         GateStatus::Open(a) => a.pins.get(&row.canary) == Some(&row.checksum),
         GateStatus::Approving(t) => t.votes.iter().any(|v| v.person == person),
         _ => false,
-    })
+    }
 }
 
 /// A claimed close done (`CLOSED`), or given back for the next pass (`CLOSING`).
